@@ -1,0 +1,343 @@
+//! Cluster topology: hosts, switches, directed links with capacities, shortest
+//! paths with their equal-cost (ECMP) candidate sets, and a latency matrix.
+//!
+//! Nodes share one index space: hosts first (`0..hosts.len()`), then switches.
+//! Every physical cable is two directed [`Link`]s, one per direction, because
+//! the papers' congestion is per direction (an all-reduce ring sends one way).
+
+use serde::{Deserialize, Serialize};
+use std::collections::{HashMap, VecDeque};
+
+/// Index of a node (host or switch) in [`Topology::nodes`].
+pub type NodeId = usize;
+/// Index of a host; equal to its [`NodeId`].
+pub type HostId = usize;
+/// Index of a directed link in [`Topology::links`].
+pub type LinkId = usize;
+
+/// Paths returned by [`Topology::paths`] are capped at this many per pair.
+pub const MAX_ECMP_PATHS: usize = 64;
+
+/// A server with GPUs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Host {
+    /// Unique name.
+    pub name: String,
+    /// Number of GPUs.
+    pub gpus: u32,
+    /// GPU type name (see [`crate::gpu`]).
+    pub gpu_type: String,
+    /// CPU cores.
+    #[serde(default)]
+    pub cpus: u32,
+    /// Memory in GiB.
+    #[serde(default)]
+    pub memory_gib: f64,
+}
+
+/// Role of a switch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Tier {
+    /// Top-of-rack / leaf.
+    Leaf,
+    /// Spine / aggregation.
+    Spine,
+    /// A single switch that every host hangs off.
+    Core,
+}
+
+/// A switch.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Switch {
+    /// Unique name.
+    pub name: String,
+    /// Role.
+    pub tier: Tier,
+}
+
+/// A directed link.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Link {
+    /// Sending node.
+    pub from: NodeId,
+    /// Receiving node.
+    pub to: NodeId,
+    /// Capacity in Gbit/s.
+    pub gbps: f64,
+    /// Propagation plus switching latency in microseconds.
+    pub latency_us: f64,
+}
+
+/// A cluster network.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Topology {
+    /// Name of the set-up.
+    pub name: String,
+    /// Hosts; host `i` is node `i`.
+    pub hosts: Vec<Host>,
+    /// Switches; switch `j` is node `hosts.len() + j`.
+    pub switches: Vec<Switch>,
+    /// Directed links.
+    pub links: Vec<Link>,
+    /// Outgoing links per node, rebuilt by [`Topology::new`].
+    #[serde(skip)]
+    out: Vec<Vec<LinkId>>,
+}
+
+/// Errors building a topology.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum TopologyError {
+    /// A link names a node that does not exist.
+    #[error("link {link}: node {node} does not exist (the topology has {nodes} nodes)")]
+    NoSuchNode {
+        /// Index of the link.
+        link: usize,
+        /// The bad node index.
+        node: usize,
+        /// Number of nodes.
+        nodes: usize,
+    },
+    /// A link has a capacity that is not a positive number.
+    #[error("link {link}: capacity must be a positive number of Gbit/s, found {gbps}")]
+    BadCapacity {
+        /// Index of the link.
+        link: usize,
+        /// The capacity found.
+        gbps: f64,
+    },
+    /// Two nodes share a name.
+    #[error("duplicate node name {0:?}")]
+    DuplicateName(String),
+}
+
+impl Topology {
+    /// Builds a topology and checks it: links name existing nodes, capacities
+    /// are positive, names are unique.
+    pub fn new(
+        name: impl Into<String>,
+        hosts: Vec<Host>,
+        switches: Vec<Switch>,
+        links: Vec<Link>,
+    ) -> Result<Self, TopologyError> {
+        let mut t = Topology { name: name.into(), hosts, switches, links, out: Vec::new() };
+        t.validate()?;
+        t.index();
+        Ok(t)
+    }
+
+    fn validate(&self) -> Result<(), TopologyError> {
+        let nodes = self.node_count();
+        for (i, l) in self.links.iter().enumerate() {
+            for node in [l.from, l.to] {
+                if node >= nodes {
+                    return Err(TopologyError::NoSuchNode { link: i, node, nodes });
+                }
+            }
+            if !(l.gbps > 0.0 && l.gbps.is_finite()) {
+                return Err(TopologyError::BadCapacity { link: i, gbps: l.gbps });
+            }
+        }
+        let mut seen = HashMap::new();
+        for n in 0..nodes {
+            if seen.insert(self.node_name(n), n).is_some() {
+                return Err(TopologyError::DuplicateName(self.node_name(n).to_string()));
+            }
+        }
+        Ok(())
+    }
+
+    fn index(&mut self) {
+        self.out = vec![Vec::new(); self.node_count()];
+        for (i, l) in self.links.iter().enumerate() {
+            self.out[l.from].push(i);
+        }
+    }
+
+    /// Rebuilds the adjacency index after deserialising.
+    pub fn reindexed(mut self) -> Result<Self, TopologyError> {
+        self.validate()?;
+        self.index();
+        Ok(self)
+    }
+
+    /// Number of hosts plus switches.
+    pub fn node_count(&self) -> usize {
+        self.hosts.len() + self.switches.len()
+    }
+
+    /// Name of node `n`.
+    pub fn node_name(&self, n: NodeId) -> &str {
+        if n < self.hosts.len() { &self.hosts[n].name } else { &self.switches[n - self.hosts.len()].name }
+    }
+
+    /// Node id of a name.
+    pub fn node_by_name(&self, name: &str) -> Option<NodeId> {
+        (0..self.node_count()).find(|&n| self.node_name(n) == name)
+    }
+
+    /// Total GPUs.
+    pub fn gpu_count(&self) -> u32 {
+        self.hosts.iter().map(|h| h.gpus).sum()
+    }
+
+    /// Directed links leaving node `n`.
+    pub fn out_links(&self, n: NodeId) -> &[LinkId] {
+        &self.out[n]
+    }
+
+    /// Capacity of the first link leaving host `h` (its NIC), in Gbit/s.
+    pub fn host_nic_gbps(&self, h: HostId) -> f64 {
+        self.out[h].first().map_or(0.0, |&l| self.links[l].gbps)
+    }
+
+    /// All shortest (fewest hops) paths from `src` to `dst` as link lists: the
+    /// ECMP candidate set. At most [`MAX_ECMP_PATHS`], in a deterministic order.
+    /// Empty when `src == dst` or `dst` is unreachable.
+    ///
+    /// Cost: one BFS, O(V + E), plus O(paths · hops) to enumerate.
+    pub fn paths(&self, src: NodeId, dst: NodeId) -> Vec<Vec<LinkId>> {
+        if src == dst {
+            return Vec::new();
+        }
+        // Distances to dst over reversed links.
+        let n = self.node_count();
+        let mut into: Vec<Vec<LinkId>> = vec![Vec::new(); n];
+        for (i, l) in self.links.iter().enumerate() {
+            into[l.to].push(i);
+        }
+        let mut dist = vec![usize::MAX; n];
+        dist[dst] = 0;
+        let mut q = VecDeque::from([dst]);
+        while let Some(v) = q.pop_front() {
+            for &l in &into[v] {
+                let u = self.links[l].from;
+                // Paths never transit through a host other than the endpoints.
+                if dist[u] == usize::MAX && (u == src || u >= self.hosts.len()) {
+                    dist[u] = dist[v] + 1;
+                    q.push_back(u);
+                }
+            }
+        }
+        if dist[src] == usize::MAX {
+            return Vec::new();
+        }
+        let mut out = Vec::new();
+        let mut stack: Vec<LinkId> = Vec::new();
+        self.enumerate(src, dst, &dist, &mut stack, &mut out);
+        out
+    }
+
+    fn enumerate(&self, at: NodeId, dst: NodeId, dist: &[usize], stack: &mut Vec<LinkId>, out: &mut Vec<Vec<LinkId>>) {
+        if out.len() >= MAX_ECMP_PATHS {
+            return;
+        }
+        if at == dst {
+            out.push(stack.clone());
+            return;
+        }
+        for &l in &self.out[at] {
+            let next = self.links[l].to;
+            if dist[next] != usize::MAX && dist[next] + 1 == dist[at] {
+                stack.push(l);
+                self.enumerate(next, dst, dist, stack, out);
+                stack.pop();
+            }
+        }
+    }
+
+    /// One-way latency between every pair of hosts along a shortest path, in
+    /// microseconds (`latency[a][b]`; 0 on the diagonal, infinite if unreachable).
+    pub fn latency_matrix_us(&self) -> Vec<Vec<f64>> {
+        (0..self.hosts.len())
+            .map(|a| {
+                (0..self.hosts.len())
+                    .map(|b| match self.paths(a, b).first() {
+                        _ if a == b => 0.0,
+                        Some(p) => p.iter().map(|&l| self.links[l].latency_us).sum(),
+                        None => f64::INFINITY,
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// Ratio of host bandwidth to uplink bandwidth at the most oversubscribed
+    /// leaf (1.0 when there are no uplinks, e.g. a single switch).
+    pub fn oversubscription(&self) -> f64 {
+        let h = self.hosts.len();
+        let mut worst: f64 = 1.0;
+        for (j, sw) in self.switches.iter().enumerate() {
+            if sw.tier != Tier::Leaf {
+                continue;
+            }
+            let node = h + j;
+            let (mut down, mut up) = (0.0, 0.0);
+            for &l in &self.out[node] {
+                let link = &self.links[l];
+                if link.to < h { down += link.gbps } else { up += link.gbps }
+            }
+            if up > 0.0 {
+                worst = worst.max(down / up);
+            }
+        }
+        worst
+    }
+}
+
+/// Incrementally builds a topology; cables are added in both directions.
+#[derive(Debug, Default)]
+pub struct Builder {
+    hosts: Vec<Host>,
+    switches: Vec<Switch>,
+    cables: Vec<(Ref, Ref, f64)>,
+    latency_us: f64,
+}
+
+/// A node reference before the final indices are known.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ref {
+    /// The i-th host added.
+    Host(usize),
+    /// The j-th switch added.
+    Switch(usize),
+}
+
+impl Builder {
+    /// An empty builder with 1 µs per hop.
+    pub fn new() -> Self {
+        Builder { latency_us: 1.0, ..Default::default() }
+    }
+
+    /// Adds a host.
+    pub fn host(&mut self, name: impl Into<String>, gpus: u32, gpu_type: &str, cpus: u32, memory_gib: f64) -> Ref {
+        self.hosts.push(Host { name: name.into(), gpus, gpu_type: gpu_type.to_string(), cpus, memory_gib });
+        Ref::Host(self.hosts.len() - 1)
+    }
+
+    /// Adds a switch.
+    pub fn switch(&mut self, name: impl Into<String>, tier: Tier) -> Ref {
+        self.switches.push(Switch { name: name.into(), tier });
+        Ref::Switch(self.switches.len() - 1)
+    }
+
+    /// Adds a cable: two directed links of `gbps` each.
+    pub fn cable(&mut self, a: Ref, b: Ref, gbps: f64) {
+        self.cables.push((a, b, gbps));
+    }
+
+    /// Finishes the topology.
+    pub fn build(self, name: &str) -> Result<Topology, TopologyError> {
+        let h = self.hosts.len();
+        let id = |r: Ref| match r {
+            Ref::Host(i) => i,
+            Ref::Switch(j) => h + j,
+        };
+        let mut links = Vec::with_capacity(self.cables.len() * 2);
+        for (a, b, gbps) in self.cables {
+            links.push(Link { from: id(a), to: id(b), gbps, latency_us: self.latency_us });
+            links.push(Link { from: id(b), to: id(a), gbps, latency_us: self.latency_us });
+        }
+        Topology::new(name, self.hosts, self.switches, links)
+    }
+}

@@ -1,0 +1,118 @@
+//! Pollux evaluation workloads (`simulator/workloads/workload-N.csv`):
+//! `name, time (s), application, num_replicas, batch_size`.
+//!
+//! The files give no duration: Pollux runs each job until its validation metric
+//! reaches a target. orrery reproduces that from Pollux's own convergence
+//! profiles (`data/profiles/pollux/<app>/validation-<B>.csv`, compiled in): the
+//! last row of each file is the iteration at which the job converges with total
+//! batch `B`; other batch sizes are interpolated linearly in log(B)–log(iterations).
+//! Below the smallest profiled batch iterations scale as 1/B; above the largest they stay flat.
+//! `batch_size` is the total batch, split evenly over the replicas.
+
+use super::for_each_row;
+use crate::diag::Parsed;
+use orrery_model::{JobSpec, Work};
+
+/// Convergence profiles: (application, total batch, file contents).
+static VALIDATION: &[(&str, u32, &str)] = &[
+    ("bert", 12, include_str!("../../../../data/profiles/pollux/bert/validation-12.csv")),
+    ("bert", 192, include_str!("../../../../data/profiles/pollux/bert/validation-192.csv")),
+    ("bert", 24, include_str!("../../../../data/profiles/pollux/bert/validation-24.csv")),
+    ("bert", 384, include_str!("../../../../data/profiles/pollux/bert/validation-384.csv")),
+    ("bert", 48, include_str!("../../../../data/profiles/pollux/bert/validation-48.csv")),
+    ("bert", 96, include_str!("../../../../data/profiles/pollux/bert/validation-96.csv")),
+    ("cifar10", 1024, include_str!("../../../../data/profiles/pollux/cifar10/validation-1024.csv")),
+    ("cifar10", 128, include_str!("../../../../data/profiles/pollux/cifar10/validation-128.csv")),
+    ("cifar10", 2048, include_str!("../../../../data/profiles/pollux/cifar10/validation-2048.csv")),
+    ("cifar10", 256, include_str!("../../../../data/profiles/pollux/cifar10/validation-256.csv")),
+    ("cifar10", 4096, include_str!("../../../../data/profiles/pollux/cifar10/validation-4096.csv")),
+    ("cifar10", 512, include_str!("../../../../data/profiles/pollux/cifar10/validation-512.csv")),
+    ("deepspeech2", 160, include_str!("../../../../data/profiles/pollux/deepspeech2/validation-160.csv")),
+    ("deepspeech2", 20, include_str!("../../../../data/profiles/pollux/deepspeech2/validation-20.csv")),
+    ("deepspeech2", 320, include_str!("../../../../data/profiles/pollux/deepspeech2/validation-320.csv")),
+    ("deepspeech2", 40, include_str!("../../../../data/profiles/pollux/deepspeech2/validation-40.csv")),
+    ("deepspeech2", 640, include_str!("../../../../data/profiles/pollux/deepspeech2/validation-640.csv")),
+    ("deepspeech2", 80, include_str!("../../../../data/profiles/pollux/deepspeech2/validation-80.csv")),
+    ("imagenet", 12800, include_str!("../../../../data/profiles/pollux/imagenet/validation-12800.csv")),
+    ("imagenet", 1600, include_str!("../../../../data/profiles/pollux/imagenet/validation-1600.csv")),
+    ("imagenet", 200, include_str!("../../../../data/profiles/pollux/imagenet/validation-200.csv")),
+    ("imagenet", 3200, include_str!("../../../../data/profiles/pollux/imagenet/validation-3200.csv")),
+    ("imagenet", 400, include_str!("../../../../data/profiles/pollux/imagenet/validation-400.csv")),
+    ("imagenet", 6400, include_str!("../../../../data/profiles/pollux/imagenet/validation-6400.csv")),
+    ("imagenet", 800, include_str!("../../../../data/profiles/pollux/imagenet/validation-800.csv")),
+    ("ncf", 1024, include_str!("../../../../data/profiles/pollux/ncf/validation-1024.csv")),
+    ("ncf", 16384, include_str!("../../../../data/profiles/pollux/ncf/validation-16384.csv")),
+    ("ncf", 2048, include_str!("../../../../data/profiles/pollux/ncf/validation-2048.csv")),
+    ("ncf", 256, include_str!("../../../../data/profiles/pollux/ncf/validation-256.csv")),
+    ("ncf", 32768, include_str!("../../../../data/profiles/pollux/ncf/validation-32768.csv")),
+    ("ncf", 4096, include_str!("../../../../data/profiles/pollux/ncf/validation-4096.csv")),
+    ("ncf", 512, include_str!("../../../../data/profiles/pollux/ncf/validation-512.csv")),
+    ("ncf", 8192, include_str!("../../../../data/profiles/pollux/ncf/validation-8192.csv")),
+    ("yolov3", 128, include_str!("../../../../data/profiles/pollux/yolov3/validation-128.csv")),
+    ("yolov3", 16, include_str!("../../../../data/profiles/pollux/yolov3/validation-16.csv")),
+    ("yolov3", 256, include_str!("../../../../data/profiles/pollux/yolov3/validation-256.csv")),
+    ("yolov3", 32, include_str!("../../../../data/profiles/pollux/yolov3/validation-32.csv")),
+    ("yolov3", 512, include_str!("../../../../data/profiles/pollux/yolov3/validation-512.csv")),
+    ("yolov3", 64, include_str!("../../../../data/profiles/pollux/yolov3/validation-64.csv")),
+    ("yolov3", 8, include_str!("../../../../data/profiles/pollux/yolov3/validation-8.csv")),
+];
+
+/// Zoo model of a Pollux application.
+pub fn zoo_name(app: &str) -> Option<&'static str> {
+    Some(match app {
+        "cifar10" => "resnet18-cifar",
+        "imagenet" => "resnet50",
+        "bert" => "bert",
+        "deepspeech2" => "deepspeech2",
+        "ncf" => "ncf",
+        "yolov3" => "yolov3",
+        _ => return None,
+    })
+}
+
+/// Iterations at which `app` converges with total batch `batch`
+/// (`None` for an unknown application).
+pub fn iterations_to_converge(app: &str, batch: u32) -> Option<u64> {
+    let mut points: Vec<(f64, f64)> = VALIDATION
+        .iter()
+        .filter(|(a, _, _)| *a == app)
+        .filter_map(|(_, b, text)| {
+            let last = text.lines().rev().find(|l| !l.trim().is_empty())?;
+            let iteration: f64 = last.split(',').nth(1)?.trim().parse().ok()?;
+            Some((f64::from(*b).ln(), iteration.max(1.0).ln()))
+        })
+        .collect();
+    points.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let x = f64::from(batch.max(1)).ln();
+    let (first, last) = (*points.first()?, *points.last()?);
+    // Below the smallest profiled batch, iterations scale as 1/B (perfect
+    // scaling); above the largest, no further gain is assumed.
+    let y = if x <= first.0 {
+        first.1 + (first.0 - x)
+    } else if x >= last.0 {
+        last.1
+    } else {
+        let i = points.windows(2).position(|w| x >= w[0].0 && x <= w[1].0)?;
+        let (a, b) = (points[i], points[i + 1]);
+        a.1 + (b.1 - a.1) * (x - a.0) / (b.0 - a.0)
+    };
+    Some(y.exp().round().max(1.0) as u64)
+}
+
+/// Parses a Pollux workload.
+pub fn parse(file: &str, text: &str) -> Parsed<JobSpec> {
+    let header = ["name", "time", "application", "num_replicas", "batch_size"];
+    for_each_row(file, text, b',', true, &header, |row| {
+        let name = row.text(0)?;
+        let time = row.non_negative(1)?;
+        let app = row.text(2)?;
+        let model = zoo_name(app).ok_or_else(|| {
+            row.at.field("application", "one of cifar10, imagenet, bert, deepspeech2, ncf, yolov3", app)
+        })?;
+        let replicas = row.positive(3)?;
+        let total_batch = row.positive(4)?;
+        let iterations = iterations_to_converge(app, total_batch).unwrap_or(1);
+        let per_worker = total_batch.div_ceil(replicas);
+        Ok(Some(JobSpec::new(name, model, per_worker, replicas, Work::Iterations(iterations), time)))
+    })
+}

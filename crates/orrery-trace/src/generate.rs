@@ -1,0 +1,261 @@
+//! Workload generators: Poisson arrivals at a target load, snapshots, and a
+//! dynamic mix of running jobs plus arrivals.
+//!
+//! Load is the average fraction of the cluster's GPUs that jobs would keep busy
+//! if each ran alone (CASSINI §5.1, Gavel §7): with jobs `j` of `g_j` GPUs and
+//! isolated duration `d_j`, the arrival rate is
+//! `λ = load · G / mean_j(g_j · d_j)`.
+
+use orrery_model::zoo::{Placement, model};
+use orrery_model::{JobSpec, Work};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use rand_distr::{Distribution, Exp};
+use serde::{Deserialize, Serialize};
+
+/// How isolated iteration times are estimated for generated jobs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ShapeContext {
+    /// GPU type.
+    pub gpu: String,
+    /// GPUs per host (workers are packed onto hosts of this size).
+    pub gpus_per_host: u32,
+    /// Host link rate, Gbit/s.
+    pub link_gbps: f64,
+}
+
+impl Default for ShapeContext {
+    fn default() -> Self {
+        ShapeContext { gpu: "v100".into(), gpus_per_host: 8, link_gbps: 100.0 }
+    }
+}
+
+impl ShapeContext {
+    /// Isolated iteration time of `job` in ms (packed placement), if its model and GPU are known.
+    pub fn iteration_ms(&self, job: &JobSpec) -> Option<f64> {
+        let m = model(&job.model)?;
+        let placement = Placement::packed(job.workers, self.gpus_per_host);
+        Some(m.shape_on(&self.gpu, job.batch, &placement, self.link_gbps)?.period_ms())
+    }
+
+    /// Isolated run time of `job` in seconds.
+    pub fn duration_s(&self, job: &JobSpec) -> Option<f64> {
+        match job.work {
+            Work::Seconds(s) => Some(s),
+            Work::Iterations(n) => self.iteration_ms(job).map(|ms| n as f64 * ms / 1e3),
+        }
+    }
+}
+
+/// What generated jobs look like.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Mix {
+    /// Models, drawn with equal probability.
+    pub models: Vec<String>,
+    /// Worker counts and their weights.
+    pub workers: Vec<(u32, f64)>,
+    /// Iterations, drawn uniformly from this inclusive range.
+    pub iterations: (u64, u64),
+    /// Fraction of jobs with high priority.
+    #[serde(default)]
+    pub high_priority_fraction: f64,
+}
+
+impl Default for Mix {
+    /// CASSINI §5.1: its 13 models with equal probability and 200–1,000
+    /// iterations. Worker counts follow the multi-GPU jobs of the Philly trace
+    /// (`data/philly/philly_jobs_pollux.csv`: 2 → 1,818; 4 → 1,870; 8 → 1,643;
+    /// 16 → 199 jobs; larger ones are rarer than 1% and left out).
+    fn default() -> Self {
+        Mix {
+            models: [
+                "vgg11",
+                "vgg16",
+                "vgg19",
+                "resnet50",
+                "wideresnet101",
+                "bert",
+                "roberta",
+                "xlm",
+                "camembert",
+                "gpt1",
+                "gpt2",
+                "gpt3",
+                "dlrm",
+            ]
+            .map(String::from)
+            .to_vec(),
+            workers: vec![(2, 1818.0), (4, 1870.0), (8, 1643.0), (16, 199.0)],
+            iterations: (200, 1000),
+            high_priority_fraction: 0.0,
+        }
+    }
+}
+
+impl Mix {
+    /// Checks the mix; the message names the field at fault.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.models.is_empty() {
+            return Err("mix.models: expected at least one model".into());
+        }
+        if let Some(m) = self.models.iter().find(|m| model(m).is_none()) {
+            return Err(format!("mix.models: {m:?} is not in the zoo (see `orrery zoo`)"));
+        }
+        if self.workers.is_empty() || self.workers.iter().any(|&(n, w)| n == 0 || !(w >= 0.0 && w.is_finite())) {
+            return Err("mix.workers: expected [workers, weight] pairs with workers ≥ 1 and weights ≥ 0".into());
+        }
+        if self.workers.iter().map(|w| w.1).sum::<f64>() <= 0.0 {
+            return Err("mix.workers: expected a positive total weight".into());
+        }
+        if self.iterations.0 == 0 || self.iterations.0 > self.iterations.1 {
+            return Err(format!("mix.iterations: expected 1 ≤ low ≤ high, found {:?}", self.iterations));
+        }
+        if !(0.0..=1.0).contains(&self.high_priority_fraction) {
+            return Err("mix.high_priority_fraction: expected a fraction in [0, 1]".into());
+        }
+        Ok(())
+    }
+
+    fn draw(&self, rng: &mut ChaCha8Rng, id: usize) -> JobSpec {
+        let name = &self.models[rng.random_range(0..self.models.len())];
+        let m = model(name).expect("validated");
+        let total: f64 = self.workers.iter().map(|w| w.1).sum();
+        let mut x = rng.random_range(0.0..total);
+        let mut workers = self.workers[self.workers.len() - 1].0;
+        for &(n, w) in &self.workers {
+            if x < w {
+                workers = n;
+                break;
+            }
+            x -= w;
+        }
+        let iterations = rng.random_range(self.iterations.0..=self.iterations.1);
+        let mut job =
+            JobSpec::new(format!("job-{id}"), m.name, m.default_batch, workers, Work::Iterations(iterations), 0.0);
+        if rng.random_bool(self.high_priority_fraction) {
+            job.priority = orrery_model::Priority::High;
+        }
+        job
+    }
+}
+
+/// `n` jobs all arriving at t = 0 (CASSINI's snapshot trace).
+pub fn snapshot(n: usize, mix: &Mix, seed: u64) -> Result<Vec<JobSpec>, String> {
+    mix.validate()?;
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    Ok((0..n).map(|i| mix.draw(&mut rng, i)).collect())
+}
+
+/// `n` jobs with Poisson arrivals such that they would keep `load` of
+/// `cluster_gpus` GPUs busy on average.
+pub fn poisson(
+    n: usize,
+    load: f64,
+    cluster_gpus: u32,
+    mix: &Mix,
+    ctx: &ShapeContext,
+    seed: u64,
+) -> Result<Vec<JobSpec>, String> {
+    if !(load > 0.0 && load.is_finite()) {
+        return Err(format!("load: expected a positive fraction of GPUs, found {load}"));
+    }
+    if cluster_gpus == 0 {
+        return Err("cluster has no GPUs".into());
+    }
+    let mut jobs = snapshot(n, mix, seed)?;
+    let mut work = 0.0;
+    for j in &jobs {
+        let d = ctx.duration_s(j).ok_or_else(|| format!("cannot shape {} on {}", j.model, ctx.gpu))?;
+        work += f64::from(j.gpus()) * d;
+    }
+    let mean_gpu_seconds = work / jobs.len().max(1) as f64;
+    let rate = load * f64::from(cluster_gpus) / mean_gpu_seconds.max(1e-9);
+    let exp = Exp::new(rate).map_err(|e| format!("arrival rate {rate}: {e}"))?;
+    let mut rng = ChaCha8Rng::seed_from_u64(seed.wrapping_add(0x5EED));
+    let mut t = 0.0;
+    for j in &mut jobs {
+        t += exp.sample(&mut rng);
+        j.arrival_s = t;
+    }
+    Ok(jobs)
+}
+
+/// `running` jobs at t = 0 followed by `arrivals` Poisson arrivals at `load`
+/// (CASSINI's dynamic trace).
+pub fn dynamic(
+    running: usize,
+    arrivals: usize,
+    load: f64,
+    cluster_gpus: u32,
+    mix: &Mix,
+    ctx: &ShapeContext,
+    seed: u64,
+) -> Result<Vec<JobSpec>, String> {
+    let mut jobs = snapshot(running, mix, seed)?;
+    let mut later = poisson(arrivals, load, cluster_gpus, mix, ctx, seed.wrapping_add(1))?;
+    for (i, j) in later.iter_mut().enumerate() {
+        j.id = format!("job-{}", running + i);
+    }
+    jobs.extend(later);
+    Ok(jobs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn poisson_hits_the_target_load() {
+        let ctx = ShapeContext::default();
+        let jobs = poisson(4000, 0.8, 128, &Mix::default(), &ctx, 3).expect("valid");
+        let span = jobs.last().map_or(0.0, |j| j.arrival_s);
+        let gpu_s: f64 = jobs.iter().map(|j| f64::from(j.gpus()) * ctx.duration_s(j).unwrap_or(0.0)).sum();
+        let load = gpu_s / (span * 128.0);
+        // 4,000 exponential gaps: the realised rate is within a few % of the target.
+        assert!((load - 0.8).abs() < 0.05, "load {load}");
+        assert!(jobs.windows(2).all(|w| w[0].arrival_s <= w[1].arrival_s));
+    }
+
+    #[test]
+    fn generators_are_deterministic_per_seed() {
+        let ctx = ShapeContext::default();
+        let a = poisson(50, 0.5, 64, &Mix::default(), &ctx, 9).expect("valid");
+        let b = poisson(50, 0.5, 64, &Mix::default(), &ctx, 9).expect("valid");
+        assert_eq!(a, b);
+        let c = poisson(50, 0.5, 64, &Mix::default(), &ctx, 10).expect("valid");
+        assert_ne!(a, c);
+    }
+
+    #[test]
+    fn snapshot_and_dynamic() {
+        let s = snapshot(5, &Mix::default(), 1).expect("valid");
+        assert!(s.iter().all(|j| j.arrival_s == 0.0));
+        let d = dynamic(5, 10, 0.5, 64, &Mix::default(), &ShapeContext::default(), 1).expect("valid");
+        assert_eq!(d.len(), 15);
+        assert_eq!(d.iter().filter(|j| j.arrival_s == 0.0).count(), 5);
+        let mut ids: Vec<_> = d.iter().map(|j| &j.id).collect();
+        ids.sort();
+        ids.dedup();
+        assert_eq!(ids.len(), 15);
+    }
+
+    #[test]
+    fn bad_mixes_are_named() {
+        let mix = Mix { models: vec!["nope".into()], ..Mix::default() };
+        assert!(snapshot(1, &mix, 0).expect_err("bad").contains("\"nope\" is not in the zoo"));
+        let mix = Mix { iterations: (10, 5), ..Mix::default() };
+        assert!(snapshot(1, &mix, 0).expect_err("bad").starts_with("mix.iterations"));
+        assert!(poisson(1, -1.0, 8, &Mix::default(), &ShapeContext::default(), 0).is_err());
+    }
+
+    #[test]
+    fn worker_weights_match_philly_multi_gpu_counts() {
+        let p =
+            crate::formats::philly::parse("philly.csv", include_str!("../../../data/philly/philly_jobs_pollux.csv"), 0);
+        for (n, w) in Mix::default().workers {
+            assert_eq!(p.items.iter().filter(|j| j.workers == n).count() as f64, w, "{n} GPUs");
+        }
+    }
+}
