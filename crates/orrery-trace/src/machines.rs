@@ -80,6 +80,20 @@ pub fn topology(name: &str, machines: &[Machine]) -> Topology {
     from_machines(name, machines, RACK_SIZE, HOST_GBPS)
 }
 
+const PHILLY_MACHINES: &str = include_str!("../../../data/philly/philly_cluster_machine_list.csv");
+const PAI_V2020_MACHINES: &str = include_str!("../../../data/alibaba/pai_v2020_machine_spec.csv");
+
+/// Built-in clusters from bundled machine lists: `philly` (552 machines) and
+/// `pai-v2020` (1,814 GPU machines).
+pub fn builtin(name: &str) -> Option<Topology> {
+    let parsed = match name.trim().to_ascii_lowercase().as_str() {
+        "philly" => parse_philly("philly_cluster_machine_list.csv", PHILLY_MACHINES),
+        "pai-v2020" | "pai" => parse_pai_v2020("pai_v2020_machine_spec.csv", PAI_V2020_MACHINES),
+        _ => return None,
+    };
+    Some(topology(name, &parsed.items))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

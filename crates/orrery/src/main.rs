@@ -1,1 +1,97 @@
-fn main() {}
+//! `orrery`: a network-aware scheduler for shared GPU clusters.
+//!
+//! This binary is thin: it parses arguments, calls the library crates and
+//! prints. Exit codes: 0 success, 1 bad input (with file:line:field messages on
+//! stderr), 2 usage errors (from clap).
+
+mod topo;
+mod trace;
+mod zoo;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+use std::time::Instant;
+
+/// orrery treats the network as a first-class resource when scheduling
+/// distributed training jobs on shared GPU clusters. It unifies CASSINI,
+/// Metronome, Castor, FORESIGHT and Plebiscito.
+#[derive(Parser, Debug)]
+#[command(name = "orrery", version, about, long_about = None, after_help = EXAMPLES)]
+struct Cli {
+    /// Print how long each phase took.
+    #[arg(long, global = true)]
+    timings: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+const EXAMPLES: &str = "Examples:
+  orrery zoo                                   every model with its derived iteration shape
+  orrery zoo vgg16 --gpu a100 --workers 4 --gbps 50
+  orrery zoo --calibration                     the zoo held against measured profiles
+  orrery topo list                             built-in cluster set-ups
+  orrery topo show cassini
+  orrery trace inspect data/philly/philly_jobs_pollux.csv";
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Models of the zoo: public facts and the iteration shape derived for a
+    /// GPU type, batch, worker count and link rate.
+    Zoo(zoo::Args),
+    /// Cluster topologies: the papers' set-ups, machine lists, or TOML/JSON files.
+    #[command(subcommand)]
+    Topo(topo::Command),
+    /// Job traces: read, check and summarise public traces and orrery's JSONL.
+    #[command(subcommand)]
+    Trace(trace::Command),
+}
+
+/// Records phase durations for `--timings`.
+pub struct Timings {
+    enabled: bool,
+    start: Instant,
+    phases: Vec<(&'static str, f64)>,
+}
+
+impl Timings {
+    fn new(enabled: bool) -> Self {
+        Timings { enabled, start: Instant::now(), phases: Vec::new() }
+    }
+
+    /// Runs `f` as a named phase.
+    pub fn phase<T>(&mut self, name: &'static str, f: impl FnOnce() -> T) -> T {
+        let t = Instant::now();
+        let out = f();
+        self.phases.push((name, t.elapsed().as_secs_f64()));
+        out
+    }
+
+    fn report(&self) {
+        if !self.enabled {
+            return;
+        }
+        eprintln!("timings:");
+        for (name, s) in &self.phases {
+            eprintln!("  {name:<12} {:>10.3} ms", s * 1e3);
+        }
+        eprintln!("  {:<12} {:>10.3} ms", "total", self.start.elapsed().as_secs_f64() * 1e3);
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let mut timings = Timings::new(cli.timings);
+    let result = match cli.command {
+        Command::Zoo(args) => zoo::run(&args),
+        Command::Topo(cmd) => topo::run(&cmd),
+        Command::Trace(cmd) => trace::run(&cmd, &mut timings),
+    };
+    timings.report();
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}

@@ -60,7 +60,7 @@ impl Format {
 
     /// Guesses the format from the first line of the text.
     pub fn sniff(text: &str) -> Option<Format> {
-        let first = text.lines().find(|l| !l.trim().is_empty())?.trim_start_matches('\u{feff}').trim();
+        let first = text.lines().find(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#'))?.trim_start_matches('\u{feff}').trim();
         let header: Vec<String> = first.split(',').map(|s| s.trim().to_ascii_lowercase()).collect();
         let starts = |cols: &[&str]| header.len() >= cols.len() && cols.iter().zip(&header).all(|(a, b)| a == b);
         if first.starts_with('{') {
@@ -181,6 +181,9 @@ pub(crate) fn for_each_row<T>(
         .delimiter(delimiter)
         .has_headers(has_header)
         .flexible(true)
+        // No trace quotes its fields; with quoting on, one stray `"` would
+        // swallow every later line into a single field.
+        .quoting(false)
         .trim(csv::Trim::All)
         .from_reader(text.as_bytes());
     let names: Vec<String> = if has_header {

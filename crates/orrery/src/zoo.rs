@@ -1,0 +1,168 @@
+//! `orrery zoo`.
+
+use anyhow::{Context, bail};
+use orrery_model::gpu::{GPU_TYPES, gpu_type};
+use orrery_model::zoo::{Cost, ModelSpec, Placement, ZOO, model};
+use orrery_trace::calibration::{self, Role};
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Show only this model (name or alias, e.g. vgg16, GPT-2, imagenet).
+    model: Option<String>,
+    /// GPU type the shape is computed for.
+    #[arg(long, default_value = "v100")]
+    gpu: String,
+    /// Per-worker batch size (default: the model's typical batch).
+    #[arg(long)]
+    batch: Option<u32>,
+    /// Number of workers (one GPU each).
+    #[arg(long, default_value_t = 4)]
+    workers: u32,
+    /// Workers per host (1 = every worker on its own host, so the collective
+    /// crosses the network).
+    #[arg(long, default_value_t = 1)]
+    per_host: u32,
+    /// Host link rate in Gbit/s.
+    #[arg(long, default_value_t = 50.0)]
+    gbps: f64,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// Print the calibration table: measured values from data/ next to the zoo's.
+    #[arg(long)]
+    calibration: bool,
+}
+
+pub fn run(a: &Args) -> anyhow::Result<()> {
+    if a.calibration {
+        return print_calibration(a.json);
+    }
+    let gpu = gpu_type(&a.gpu).with_context(|| {
+        format!("unknown GPU type {:?}; expected one of {}", a.gpu, GPU_TYPES.iter().map(|g| g.name).collect::<Vec<_>>().join(", "))
+    })?;
+    if a.workers == 0 || a.per_host == 0 {
+        bail!("--workers and --per-host must be at least 1");
+    }
+    if !(a.gbps > 0.0 && a.gbps.is_finite()) {
+        bail!("--gbps must be a positive number, found {}", a.gbps);
+    }
+    let models: Vec<&ModelSpec> = match &a.model {
+        Some(name) => vec![model(name).with_context(|| format!("no model {name:?} in the zoo; run `orrery zoo` for the list"))?],
+        None => ZOO.iter().collect(),
+    };
+    let placement = Placement::packed(a.workers, a.per_host);
+    let rows: Vec<serde_json::Value> = models
+        .iter()
+        .map(|m| {
+            let batch = a.batch.unwrap_or(m.default_batch);
+            let shape = m.shape(gpu, batch, &placement, a.gbps);
+            let circle = shape.circle();
+            serde_json::json!({
+                "model": m.name, "aliases": m.aliases, "family": m.family, "params_m": m.params_m,
+                "fwd_gmacs": m.fwd_gmacs, "memory_mb": m.memory_mb, "parallelism": m.parallelism,
+                "cost": m.cost, "used_by": m.used_by, "gpu": gpu.name, "batch": batch,
+                "placement": placement.gpus_per_host, "link_gbps": a.gbps,
+                "iteration_ms": shape.period_ms(), "compute_ms": shape.compute_ms(), "network_ms": shape.network_ms(),
+                "duty_cycle": circle.duty_cycle(), "shape": shape, "circle": circle,
+            })
+        })
+        .collect();
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+        return Ok(());
+    }
+    println!(
+        "{} on {} ({} workers, {} per host, {} Gbit/s links); shapes: compute then communication\n",
+        if models.len() == 1 { "model" } else { "models" },
+        gpu.name,
+        a.workers,
+        a.per_host,
+        a.gbps
+    );
+    println!(
+        "{:<18} {:>9} {:>8} {:>6} {:>10} {:>10} {:>10} {:>6}  {:<13} cost",
+        "model", "params(M)", "GMACs", "batch", "iter(ms)", "compute", "network", "duty", "parallelism"
+    );
+    for (m, r) in models.iter().zip(&rows) {
+        let f = |k: &str| r[k].as_f64().unwrap_or(f64::NAN);
+        let par = match m.parallelism {
+            orrery_model::zoo::Parallelism::DataParallel => "data",
+            orrery_model::zoo::Parallelism::Pipeline { .. } => "pipeline",
+            orrery_model::zoo::Parallelism::EmbeddingAllToAll { .. } => "embedding-a2a",
+        };
+        let cost = match m.cost {
+            Cost::Calibrated { source, .. } => source,
+            Cost::FromFlops => "from FLOPs (family median)",
+        };
+        println!(
+            "{:<18} {:>9.1} {:>8.2} {:>6} {:>10.1} {:>10.1} {:>10.1} {:>5.0}%  {:<13} {}",
+            m.name,
+            m.params_m,
+            m.fwd_gmacs,
+            r["batch"].as_u64().unwrap_or(0),
+            f("iteration_ms"),
+            f("compute_ms"),
+            f("network_ms"),
+            100.0 * f("duty_cycle"),
+            par,
+            cost
+        );
+    }
+    if models.len() == 1 {
+        println!("\ncircle (CASSINI §3): perimeter {:.1} ms", f64_of(&rows[0]["circle"]["period_ms"]));
+        if let Some(arcs) = rows[0]["circle"]["arcs"].as_array() {
+            let period = f64_of(&rows[0]["circle"]["period_ms"]);
+            for a in arcs {
+                let (s, d, g) = (f64_of(&a["start_ms"]), f64_of(&a["duration_ms"]), f64_of(&a["gbps"]));
+                println!(
+                    "  up arc {:>8.1} ms .. {:>8.1} ms  ({:>5.1}° .. {:>5.1}°) at {g} Gbit/s",
+                    s,
+                    s + d,
+                    s / period * 360.0,
+                    (s + d) / period * 360.0
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+fn f64_of(v: &serde_json::Value) -> f64 {
+    v.as_f64().unwrap_or(f64::NAN)
+}
+
+fn print_calibration(json: bool) -> anyhow::Result<()> {
+    let t = calibration::table();
+    let all = calibration::median_error(&t, &[Role::Fit, Role::Check]);
+    let checks = calibration::median_error(&t, &[Role::Check]);
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({
+                "median_rel_error": all, "median_rel_error_checks": checks, "points": t,
+            }))?
+        );
+        return Ok(());
+    }
+    println!("{:<15} {:<48} {:>10} {:>10} {:>4} {:>7}  role", "source", "what", "measured", "orrery", "unit", "error");
+    for p in &t {
+        println!(
+            "{:<15} {:<48} {:>10.2} {:>10.2} {:>4} {:>6.1}%  {:?}",
+            p.source,
+            p.what,
+            p.measured,
+            p.orrery,
+            p.unit,
+            100.0 * p.rel_error(),
+            p.role
+        );
+    }
+    let n = t.iter().filter(|p| p.role != Role::Anchor).count();
+    let nc = t.iter().filter(|p| p.role == Role::Check).count();
+    println!(
+        "\nmedian relative error: {:.1}% over {n} points with measured data (anchors excluded); {:.1}% over the {nc} check points",
+        100.0 * all,
+        100.0 * checks
+    );
+    Ok(())
+}

@@ -1,0 +1,87 @@
+//! The `orrery` binary end to end: outputs users rely on and exit codes.
+
+use std::process::{Command, Output};
+
+fn orrery(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_orrery"))
+        .args(args)
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
+        .output()
+        .expect("run orrery")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn trace_inspect_reports_82247_philly_jobs() {
+    let o = orrery(&["trace", "inspect", "data/philly/philly_jobs_pollux.csv", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(v["summary"]["jobs"], 82_247);
+    assert_eq!(v["format"], "philly");
+    assert_eq!(v["summary"]["gpu_histogram"]["1"], 76_627);
+    let text = orrery(&["trace", "inspect", "data/philly/philly_jobs_pollux.csv"]);
+    assert!(stdout(&text).contains("jobs              82247"), "{}", stdout(&text));
+}
+
+#[test]
+fn bad_rows_exit_non_zero_with_file_line_and_field() {
+    let dir = std::env::temp_dir().join(format!("orrery-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("tmp dir");
+    let f = dir.join("bad.csv");
+    std::fs::write(&f, "timestamp,duration,num_gpus,gpu_time,cluster\n2017-10-01 10:00:00,100,1,100,a\n2017-10-01 10:00:00,100,x,100,a\n")
+        .expect("write");
+    let o = orrery(&["trace", "inspect", f.to_str().expect("utf-8 path")]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(err.contains("bad.csv:3: field `num_gpus`: expected a positive integer, found \"x\""), "{err}");
+    assert!(stdout(&o).contains("jobs              1"), "the good row is still summarised");
+    let o = orrery(&["trace", "inspect", "/definitely/not/here.csv"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("/definitely/not/here.csv:0: expected a readable UTF-8 text file"), "{}", stderr(&o));
+}
+
+#[test]
+fn zoo_derives_vgg16_shape() {
+    let o = orrery(&["zoo", "vgg16", "--gpu", "v100", "--batch", "16", "--workers", "4", "--gbps", "50", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    // 68 ms of compute (Muri's measurement) + 1.5 · 553.6 MB at 50 Gbit/s = 132.864 ms.
+    let ms = v[0]["iteration_ms"].as_f64().unwrap_or(0.0);
+    assert!((ms - 200.864).abs() < 1e-6, "{ms}");
+    let o = orrery(&["zoo", "vgg99"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("no model \"vgg99\" in the zoo"));
+}
+
+#[test]
+fn zoo_calibration_prints_the_median() {
+    let o = orrery(&["zoo", "--calibration", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert!(v["median_rel_error"].as_f64().unwrap_or(1.0) <= 0.15);
+}
+
+#[test]
+fn topo_show_builtin_and_file_errors() {
+    let o = orrery(&["topo", "show", "cassini"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("hosts      24 (24 GPUs)") && out.contains("switches   13") && out.contains("cables     48"), "{out}");
+    assert!(out.contains("oversubscription 2.00:1"), "{out}");
+    let o = orrery(&["topo", "show", "philly"]);
+    assert!(stdout(&o).contains("hosts      552 (2490 GPUs)"), "{}", stdout(&o));
+    let dir = std::env::temp_dir().join(format!("orrery-topo-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("tmp dir");
+    let f = dir.join("t.toml");
+    std::fs::write(&f, "[leaf_spine]\nracks = 2\nhosts_per_rack = 4\nspines = \"two\"\n").expect("write");
+    let o = orrery(&["topo", "show", f.to_str().expect("utf-8 path")]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("t.toml:4:"), "{}", stderr(&o));
+}
