@@ -178,116 +178,29 @@ macro_rules! model {
 
 /// The zoo. Parameter and MAC counts are the published figures of each model
 /// (torchvision / Hugging Face model cards / the original papers).
+#[rustfmt::skip]
 pub static ZOO: &[ModelSpec] = &[
     // ---- vision, data parallel ----
     model!("vgg11", [], Vision, 132.9, 7.6, 507.0, 64, DP, Cost::FromFlops, "CASSINI, Metronome"),
-    model!(
-        "vgg16",
-        [],
-        Vision,
-        138.4,
-        15.5,
-        528.0,
-        64,
-        DP,
-        cal(3.625, 10.0, MURI),
-        "CASSINI, Metronome, Muri, Tiresias"
-    ),
-    model!(
-        "vgg19",
-        [],
-        Vision,
-        143.7,
-        19.6,
-        549.0,
-        64,
-        DP,
-        cal(4.375, 10.0, MURI),
-        "CASSINI, Metronome, Muri, Tiresias"
-    ),
+    model!("vgg16", [], Vision, 138.4, 15.5, 528.0, 64, DP, cal(3.625, 10.0, MURI), "CASSINI, Metronome, Muri, Tiresias"),
+    model!("vgg19", [], Vision, 143.7, 19.6, 549.0, 64, DP, cal(4.375, 10.0, MURI), "CASSINI, Metronome, Muri, Tiresias"),
     model!("resnet18", [], Vision, 11.7, 1.82, 47.0, 128, DP, cal(0.78125, 10.0, MURI), "Metronome, Muri"),
-    model!(
-        "resnet18-cifar",
-        ["cifar10", "resnet-18"],
-        Vision,
-        11.2,
-        0.56,
-        45.0,
-        128,
-        DP,
-        cal(0.4478, 17.07, GAVEL_POLLUX),
-        "Pollux, Gavel"
-    ),
+    model!("resnet18-cifar", ["cifar10", "resnet-18"], Vision, 11.2, 0.56, 45.0, 128, DP, cal(0.4478, 17.07, GAVEL_POLLUX), "Pollux, Gavel"),
     model!("resnet20", [], Vision, 0.27, 0.041, 1.1, 128, DP, Cost::FromFlops, "Castor"),
-    model!(
-        "resnet50",
-        ["imagenet", "resnet-50"],
-        Vision,
-        25.6,
-        4.1,
-        98.0,
-        64,
-        DP,
-        cal(3.4126, 45.26, GAVEL_POLLUX),
-        "CASSINI, Metronome, Pollux, Gavel"
-    ),
+    model!("resnet50", ["imagenet", "resnet-50"], Vision, 25.6, 4.1, 98.0, 64, DP, cal(3.4126, 45.26, GAVEL_POLLUX), "CASSINI, Metronome, Pollux, Gavel"),
     model!("resnet101", [], Vision, 44.5, 7.8, 178.0, 64, DP, Cost::FromFlops, "Chronus, Tiresias"),
     model!("resnet152", [], Vision, 60.2, 11.5, 241.0, 64, DP, Cost::FromFlops, "Metronome, Tiresias"),
-    model!(
-        "wideresnet101",
-        ["wide_resnet101_2", "wrn101"],
-        Vision,
-        126.9,
-        22.8,
-        243.0,
-        64,
-        DP,
-        Cost::FromFlops,
-        "CASSINI, Metronome"
-    ),
+    model!("wideresnet101", ["wide_resnet101_2", "wrn101"], Vision, 126.9, 22.8, 243.0, 64, DP, Cost::FromFlops, "CASSINI, Metronome"),
     model!("googlenet", [], Vision, 6.6, 1.5, 26.0, 128, DP, Cost::FromFlops, "Metronome"),
-    model!(
-        "inception3",
-        ["inception", "inception_v3", "inceptionv3"],
-        Vision,
-        23.8,
-        5.7,
-        95.0,
-        64,
-        DP,
-        Cost::FromFlops,
-        "Chronus, Tiresias"
-    ),
+    model!("inception3", ["inception", "inception_v3", "inceptionv3"], Vision, 23.8, 5.7, 95.0, 64, DP, Cost::FromFlops, "Chronus, Tiresias"),
     model!("inception4", ["inception_v4"], Vision, 42.7, 12.3, 171.0, 64, DP, Cost::FromFlops, "Tiresias"),
     model!("densenet201", [], Vision, 20.0, 4.3, 80.0, 64, DP, Cost::FromFlops, "Metronome"),
     model!("alexnet", [], Vision, 61.1, 0.71, 244.0, 128, DP, Cost::FromFlops, "Metronome, Chronus, Tiresias"),
-    model!(
-        "shufflenet-v2",
-        ["shufflenet_v2_x1_0", "shufflenet"],
-        Vision,
-        2.3,
-        0.146,
-        9.0,
-        128,
-        DP,
-        cal(0.3828125, 10.0, MURI),
-        "Muri"
-    ),
+    model!("shufflenet-v2", ["shufflenet_v2_x1_0", "shufflenet"], Vision, 2.3, 0.146, 9.0, 128, DP, cal(0.3828125, 10.0, MURI), "Muri"),
     model!("mobilenet-v2", ["mobilenetv2"], Vision, 3.5, 0.3, 14.0, 128, DP, Cost::FromFlops, "Chronus, Lucid"),
     model!("yolov3", [], Vision, 61.9, 32.9, 248.0, 8, DP, cal(19.9483, 125.12, POLLUX), "Pollux"),
     // ---- language ----
-    model!(
-        "bert",
-        ["bert-base"],
-        Language,
-        110.0,
-        42.2,
-        450.0,
-        12,
-        DP,
-        cal(42.8647, 154.02, POLLUX),
-        "CASSINI, Metronome, Pollux, Muri"
-    ),
+    model!("bert", ["bert-base"], Language, 110.0, 42.2, 450.0, 12, DP, cal(42.8647, 154.02, POLLUX), "CASSINI, Metronome, Pollux, Muri"),
     model!("bert-large", [], Language, 340.0, 130.6, 1360.0, 8, DP, Cost::FromFlops, "Castor"),
     model!("roberta", ["roberta-base"], Language, 125.0, 16.0, 800.0, 16, DP, Cost::FromFlops, "CASSINI"),
     model!("camembert", ["camembert-base"], Language, 110.0, 14.1, 266.0, 16, DP, Cost::FromFlops, "CASSINI"),
@@ -295,69 +208,17 @@ pub static ZOO: &[ModelSpec] = &[
     model!("transformer", [], Language, 65.0, 3.25, 260.0, 64, DP, cal(1.7681, 40.72, GAVEL), "Gavel, FORESIGHT"),
     model!("lstm-lm", ["lm"], Language, 13.9, 0.26, 56.0, 20, DP, cal(0.3840, 7.37, GAVEL), "Gavel"),
     model!("deepspeech2", ["ds2"], Language, 38.0, 9.0, 152.0, 20, DP, cal(18.6793, 142.11, POLLUX), "Pollux"),
-    model!(
-        "gpt1",
-        ["gpt-1", "gpt"],
-        Language,
-        117.0,
-        59.9,
-        650.0,
-        32,
-        Parallelism::Pipeline { hidden: 768, seq_len: 512 },
-        Cost::FromFlops,
-        "CASSINI, Metronome"
-    ),
+    model!("gpt1", ["gpt-1", "gpt"], Language, 117.0, 59.9, 650.0, 32, Parallelism::Pipeline { hidden: 768, seq_len: 512 }, Cost::FromFlops, "CASSINI, Metronome"),
     model!("gpt2-small", [], Language, 124.0, 127.0, 496.0, 4, DP, cal(100.0, 10.0, MURI), "Muri"),
-    model!(
-        "gpt2",
-        ["gpt-2"],
-        Language,
-        1558.0,
-        1595.0,
-        1623.0,
-        32,
-        Parallelism::Pipeline { hidden: 1600, seq_len: 1024 },
-        Cost::FromFlops,
-        "CASSINI, Metronome"
-    ),
-    model!(
-        "gpt3",
-        ["gpt-3"],
-        Language,
-        175000.0,
-        358400.0,
-        155000.0,
-        16,
-        Parallelism::Pipeline { hidden: 12288, seq_len: 2048 },
-        Cost::FromFlops,
-        "CASSINI"
-    ),
+    model!("gpt2", ["gpt-2"], Language, 1558.0, 1595.0, 1623.0, 32, Parallelism::Pipeline { hidden: 1600, seq_len: 1024 }, Cost::FromFlops, "CASSINI, Metronome"),
+    // CASSINI Table 3 gives GPT-3 1,952-155,000 MB depending on the parallelisation;
+    // the default is the 1.3 B "GPT-3 XL" (Brown et al. Table 2.1); the full model is gpt3-175b.
+    model!("gpt3", ["gpt-3", "gpt3-xl"], Language, 1300.0, 2662.0, 5200.0, 16, Parallelism::Pipeline { hidden: 2048, seq_len: 2048 }, Cost::FromFlops, "CASSINI"),
+    model!("gpt3-175b", [], Language, 175000.0, 358400.0, 155000.0, 1, Parallelism::Pipeline { hidden: 12288, seq_len: 2048 }, Cost::FromFlops, "CASSINI"),
     // ---- recommendation ----
-    model!(
-        "dlrm",
-        [],
-        Recommendation,
-        540.0,
-        0.01,
-        1962.0,
-        1024,
-        Parallelism::EmbeddingAllToAll { lookup_bytes_per_sample: 26 * 64 * 4, dense_params_m: 0.7 },
-        Cost::FromFlops,
-        "CASSINI"
-    ),
+    model!("dlrm", [], Recommendation, 540.0, 0.01, 1962.0, 1024, Parallelism::EmbeddingAllToAll { lookup_bytes_per_sample: 26 * 64 * 4, dense_params_m: 0.7 }, Cost::FromFlops, "CASSINI"),
     model!("ncf", ["neumf"], Recommendation, 0.6, 0.0006, 2.4, 256, DP, cal(0.0003, 5.31, POLLUX), "Pollux, Lucid"),
-    model!(
-        "recommendation-ae",
-        ["recommendation"],
-        Recommendation,
-        20.0,
-        0.02,
-        80.0,
-        2048,
-        DP,
-        cal(0.0198, 7.14, GAVEL),
-        "Gavel"
-    ),
+    model!("recommendation-ae", ["recommendation"], Recommendation, 20.0, 0.02, 80.0, 2048, DP, cal(0.0198, 7.14, GAVEL), "Gavel"),
     // ---- reinforcement learning and GANs ----
     model!("dqn", [], Other, 1.7, 0.01, 7.0, 128, DP, cal(0.03125, 4.0, MURI), "Muri"),
     model!("a2c", [], Other, 0.8, 0.01, 3.2, 64, DP, cal(0.109375, 7.0, MURI), "Muri"),
@@ -452,9 +313,12 @@ impl ModelSpec {
                 segments.push(comm(Collective::RingAllReduce, self.gradient_bytes()));
             }
             Parallelism::Pipeline { hidden, seq_len } => {
-                // Forward ≈ 1/3 and backward ≈ 2/3 of the compute, split evenly
-                // over the n stages; fp16 activations cross each stage boundary.
-                let act = f64::from(batch) * f64::from(seq_len) * f64::from(hidden) * 2.0;
+                // GPipe (Huang et al. 2019) with m = min(batch, 4n) micro-batches:
+                // each pass takes m + n - 1 ticks of compute/(n·m); after every
+                // tick, fp16 activations of one micro-batch cross the stage
+                // boundaries. Forward ≈ 1/3 and backward ≈ 2/3 of the compute.
+                let m = batch.min(4 * n).max(1);
+                let act = f64::from(batch) * f64::from(seq_len) * f64::from(hidden) * 2.0 / f64::from(m);
                 let boundary = Segment::Comm {
                     collective: Collective::PointToPoint,
                     payload_bytes: act,
@@ -462,13 +326,11 @@ impl ModelSpec {
                     hosts: hosts.min(2),
                     gbps: rate,
                 };
-                let (fwd, bwd) = (compute / 3.0 / f64::from(n), compute * 2.0 / 3.0 / f64::from(n));
-                for pass in [fwd, bwd] {
-                    for stage in 0..n {
+                let per_tick = compute / f64::from(n * m);
+                for pass in [per_tick / 3.0, per_tick * 2.0 / 3.0] {
+                    for _ in 0..(m + n - 1) {
                         segments.push(Segment::Compute { ms: pass });
-                        if stage + 1 < n {
-                            segments.push(boundary.clone());
-                        }
+                        segments.push(boundary.clone());
                     }
                 }
             }
@@ -582,14 +444,18 @@ mod tests {
     }
 
     #[test]
-    fn pipeline_shape_has_a_boundary_transfer_per_stage_and_pass() {
-        let s = model("gpt1").expect("in zoo").shape(v100(), 8, &Placement::spread(4), 100.0);
-        // 4 stages: 3 boundaries forward + 3 backward; 8 compute segments.
-        assert_eq!(s.segments.len(), 14);
+    fn pipeline_shape_follows_gpipe_ticks() {
+        let m = model("gpt1").expect("in zoo");
+        let s = m.shape(v100(), 8, &Placement::spread(4), 100.0);
+        // 4 stages, m = min(8, 16) = 8 micro-batches: 8 + 4 - 1 = 11 ticks per
+        // pass, each a compute then a boundary transfer, forward and backward.
+        assert_eq!(s.segments.len(), 2 * 11 * 2);
         let c = s.circle();
-        assert_eq!(c.arcs.len(), 6);
-        // 8 · 512 · 768 · 2 B = 6.29 MB per boundary at 100 Gbit/s = 0.503 ms.
-        assert!((c.arcs[0].duration_ms - 8.0 * 512.0 * 768.0 * 2.0 * 8.0 / 1e11 * 1e3).abs() < 1e-9);
+        assert_eq!(c.arcs.len(), 22);
+        // One micro-batch: 1 · 512 · 768 · 2 B = 786 kB at 100 Gbit/s = 62.9 µs.
+        assert!((c.arcs[0].duration_ms - 512.0 * 768.0 * 2.0 * 8.0 / 1e11 * 1e3).abs() < 1e-12);
+        // Compute: (m + n - 1) / (n · m) of the single-GPU compute = 11/32.
+        assert!((s.compute_ms() - m.compute_ms(v100(), 8) * 11.0 / 32.0).abs() < 1e-9);
     }
 
     #[test]

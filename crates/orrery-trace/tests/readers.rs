@@ -81,8 +81,15 @@ fn gavel_malformed_rows() {
                 ResNet-50 (batch size 64)\tcmd\t-n\t1\t100\t0.0\n";
     let p = parse("g.trace", text, Some(Format::Gavel), 0);
     assert_eq!(p.items.len(), 1);
-    assert!(p.errors[0].to_string().starts_with("g.trace:2: field `job_type`: expected a Gavel job type"), "{}", p.errors[0]);
-    assert_eq!(p.errors[1].to_string(), "g.trace:3: field `total_steps`: expected a positive integer number of steps, found \"lots\"");
+    assert!(
+        p.errors[0].to_string().starts_with("g.trace:2: field `job_type`: expected a Gavel job type"),
+        "{}",
+        p.errors[0]
+    );
+    assert_eq!(
+        p.errors[1].to_string(),
+        "g.trace:3: field `total_steps`: expected a positive integer number of steps, found \"lots\""
+    );
     assert!(p.errors[2].to_string().starts_with("g.trace:4: expected 7 fields"), "{}", p.errors[2]);
 }
 
@@ -107,7 +114,10 @@ fn muri_malformed_rows() {
                 2,1,0,10,dqn,128,1,1,1,1,1,0,7\n";
     let p = parse("m.csv", text, None, 0);
     assert_eq!(p.items.len(), 1);
-    assert_eq!(p.errors[0].to_string(), "m.csv:3: field `model_name`: expected a model of the zoo (see `orrery zoo`), found \"alphafold\"");
+    assert_eq!(
+        p.errors[0].to_string(),
+        "m.csv:3: field `model_name`: expected a model of the zoo (see `orrery zoo`), found \"alphafold\""
+    );
     assert_eq!(p.errors[1].to_string(), "m.csv:4: field `priority`: expected 0 (low) or 1 (high), found \"7\"");
 }
 
@@ -178,7 +188,10 @@ fn alibaba_v2023_pods() {
     assert_eq!(p.items[0].work, Work::Seconds(90.0));
     assert_eq!(p.skipped.len(), 1);
     assert_eq!(p.errors[0].to_string(), "pods.csv:3: field `gpu_milli`: expected an integer 0..=1000, found 1500");
-    assert_eq!(p.errors[1].to_string(), "pods.csv:5: field `deletion_time`: expected a time after scheduled_time (10), found 5.0");
+    assert_eq!(
+        p.errors[1].to_string(),
+        "pods.csv:5: field `deletion_time`: expected a time after scheduled_time (10), found 5.0"
+    );
 }
 
 #[test]
@@ -209,7 +222,11 @@ fn jsonl_round_trip_and_errors() {
 fn unknown_format_is_one_clear_error() {
     let p = parse("x.csv", "a,b,c\n1,2,3\n", None, 0);
     assert!(p.items.is_empty());
-    assert!(p.errors[0].to_string().starts_with("x.csv:1: expected a header of a known trace format"), "{}", p.errors[0]);
+    assert!(
+        p.errors[0].to_string().starts_with("x.csv:1: expected a header of a known trace format"),
+        "{}",
+        p.errors[0]
+    );
 }
 
 #[test]

@@ -44,8 +44,14 @@ pub fn run(cmd: &Command) -> anyhow::Result<()> {
             for (n, d) in NAMED {
                 println!("{n:<22} {d}");
             }
-            println!("{:<22} Philly's 552 machines (bundled machine list), racks of 16, 100 Gbps, 2:1 (assumed)", "philly");
-            println!("{:<22} Alibaba PAI v2020's 1,814 GPU machines, racks of 16, 100 Gbps, 2:1 (assumed)", "pai-v2020");
+            println!(
+                "{:<22} Philly's 552 machines (bundled machine list), racks of 16, 100 Gbps, 2:1 (assumed)",
+                "philly"
+            );
+            println!(
+                "{:<22} Alibaba PAI v2020's 1,814 GPU machines, racks of 16, 100 Gbps, 2:1 (assumed)",
+                "pai-v2020"
+            );
             Ok(())
         }
         Command::Show { name, json } => {

@@ -1,7 +1,8 @@
 //! `orrery trace`.
 
 use crate::Timings;
-use orrery_trace::generate::ShapeContext;
+use anyhow::Context;
+use orrery_trace::generate::{self, ShapeContext};
 use orrery_trace::{Format, inspect};
 use std::path::PathBuf;
 
@@ -40,13 +41,72 @@ pub enum Command {
         #[arg(long)]
         to_jsonl: Option<PathBuf>,
     },
+    /// Generate a workload from the zoo as orrery JSON lines on stdout.
+    ///
+    /// The default mix is CASSINI §5.1: its 13 models with equal probability,
+    /// 200-1,000 iterations, and worker counts weighted as Philly's multi-GPU jobs.
+    Generate {
+        /// Arrival process.
+        #[arg(long, value_enum, default_value_t = Arrivals::Poisson)]
+        arrivals: Arrivals,
+        /// Number of jobs (for `dynamic`: the arrivals after the running set).
+        #[arg(long, default_value_t = 100)]
+        jobs: usize,
+        /// Jobs already running at t = 0 (`dynamic` only).
+        #[arg(long, default_value_t = 10)]
+        running: usize,
+        /// Target load: average fraction of the cluster's GPUs kept busy.
+        #[arg(long, default_value_t = 0.8)]
+        load: f64,
+        /// Cluster whose GPU count sets the arrival rate (see `orrery topo list`).
+        #[arg(long, default_value = "leaf-spine")]
+        topology: String,
+        /// Fraction of jobs with high priority.
+        #[arg(long, default_value_t = 0.0)]
+        high_priority: f64,
+        /// Seed.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+    },
+}
+
+/// Arrival processes of `orrery trace generate`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+pub enum Arrivals {
+    /// Poisson arrivals at the target load.
+    Poisson,
+    /// All jobs at t = 0 (CASSINI's snapshot trace).
+    Snapshot,
+    /// `--running` jobs at t = 0, then Poisson arrivals (CASSINI's dynamic trace).
+    Dynamic,
 }
 
 /// How many bad rows are printed before a count.
 const SHOW_ERRORS: usize = 20;
 
 pub fn run(cmd: &Command, timings: &mut Timings) -> anyhow::Result<()> {
-    let Command::Inspect { file, format, seed, gpu, gpus_per_host, gbps, json, to_jsonl } = cmd;
+    match cmd {
+        Command::Inspect { .. } => inspect(cmd, timings),
+        Command::Generate { arrivals, jobs, running, load, topology, high_priority, seed } => {
+            let topo = crate::topo::load(topology)?;
+            let mix = generate::Mix { high_priority_fraction: *high_priority, ..generate::Mix::default() };
+            let h = topo.hosts.iter().max_by_key(|h| h.gpus).context("topology has no hosts")?;
+            let ctx = ShapeContext { gpu: h.gpu_type.clone(), gpus_per_host: h.gpus, link_gbps: topo.host_nic_gbps(0) };
+            let out = timings.phase("generate", || match arrivals {
+                Arrivals::Poisson => generate::poisson(*jobs, *load, topo.gpu_count(), &mix, &ctx, *seed),
+                Arrivals::Snapshot => generate::snapshot(*jobs, &mix, *seed),
+                Arrivals::Dynamic => generate::dynamic(*running, *jobs, *load, topo.gpu_count(), &mix, &ctx, *seed),
+            });
+            print!("{}", orrery_trace::formats::jsonl::to_string(&out.map_err(anyhow::Error::msg)?));
+            Ok(())
+        }
+    }
+}
+
+fn inspect(cmd: &Command, timings: &mut Timings) -> anyhow::Result<()> {
+    let Command::Inspect { file, format, seed, gpu, gpus_per_host, gbps, json, to_jsonl } = cmd else {
+        unreachable!("called with Inspect")
+    };
     if orrery_model::gpu::gpu_type(gpu).is_none() {
         anyhow::bail!("unknown GPU type {gpu:?}; run `orrery zoo --help`");
     }
@@ -76,7 +136,12 @@ pub fn run(cmd: &Command, timings: &mut Timings) -> anyhow::Result<()> {
         eprintln!("wrote {} jobs to {}", parsed.items.len(), out.display());
     }
     if !parsed.errors.is_empty() {
-        anyhow::bail!("{}: {} bad rows (the {} good ones are summarised above)", file.display(), parsed.errors.len(), s.jobs);
+        anyhow::bail!(
+            "{}: {} bad rows (the {} good ones are summarised above)",
+            file.display(),
+            parsed.errors.len(),
+            s.jobs
+        );
     }
     Ok(())
 }
@@ -103,7 +168,11 @@ fn print_summary(file: &std::path::Path, fmt: Option<Format>, s: &inspect::Summa
     }
     println!(
         "  models{}:",
-        if s.models_inferred > 0 { format!(" ({} assigned by the seeded mapping)", s.models_inferred) } else { String::new() }
+        if s.models_inferred > 0 {
+            format!(" ({} assigned by the seeded mapping)", s.models_inferred)
+        } else {
+            String::new()
+        }
     );
     let mut models: Vec<_> = s.models.iter().collect();
     models.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));

@@ -38,7 +38,11 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
         return print_calibration(a.json);
     }
     let gpu = gpu_type(&a.gpu).with_context(|| {
-        format!("unknown GPU type {:?}; expected one of {}", a.gpu, GPU_TYPES.iter().map(|g| g.name).collect::<Vec<_>>().join(", "))
+        format!(
+            "unknown GPU type {:?}; expected one of {}",
+            a.gpu,
+            GPU_TYPES.iter().map(|g| g.name).collect::<Vec<_>>().join(", ")
+        )
     })?;
     if a.workers == 0 || a.per_host == 0 {
         bail!("--workers and --per-host must be at least 1");
@@ -47,7 +51,9 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
         bail!("--gbps must be a positive number, found {}", a.gbps);
     }
     let models: Vec<&ModelSpec> = match &a.model {
-        Some(name) => vec![model(name).with_context(|| format!("no model {name:?} in the zoo; run `orrery zoo` for the list"))?],
+        Some(name) => {
+            vec![model(name).with_context(|| format!("no model {name:?} in the zoo; run `orrery zoo` for the list"))?]
+        }
         None => ZOO.iter().collect(),
     };
     let placement = Placement::packed(a.workers, a.per_host);

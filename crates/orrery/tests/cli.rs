@@ -73,7 +73,10 @@ fn topo_show_builtin_and_file_errors() {
     let o = orrery(&["topo", "show", "cassini"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let out = stdout(&o);
-    assert!(out.contains("hosts      24 (24 GPUs)") && out.contains("switches   13") && out.contains("cables     48"), "{out}");
+    assert!(
+        out.contains("hosts      24 (24 GPUs)") && out.contains("switches   13") && out.contains("cables     48"),
+        "{out}"
+    );
     assert!(out.contains("oversubscription 2.00:1"), "{out}");
     let o = orrery(&["topo", "show", "philly"]);
     assert!(stdout(&o).contains("hosts      552 (2490 GPUs)"), "{}", stdout(&o));

@@ -60,7 +60,11 @@ impl Format {
 
     /// Guesses the format from the first line of the text.
     pub fn sniff(text: &str) -> Option<Format> {
-        let first = text.lines().find(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#'))?.trim_start_matches('\u{feff}').trim();
+        let first = text
+            .lines()
+            .find(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#'))?
+            .trim_start_matches('\u{feff}')
+            .trim();
         let header: Vec<String> = first.split(',').map(|s| s.trim().to_ascii_lowercase()).collect();
         let starts = |cols: &[&str]| header.len() >= cols.len() && cols.iter().zip(&header).all(|(a, b)| a == b);
         if first.starts_with('{') {
