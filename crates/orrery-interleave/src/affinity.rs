@@ -1,0 +1,1 @@
+//! Affinity graph (CASSINI §4.1).

@@ -1,0 +1,163 @@
+//! Scores over the discretised unified circle.
+//!
+//! A rotation is a number of bins `k_j` by which job `j`'s demand is delayed:
+//! after rotation, bin `b` carries `demand_j[(b − k_j) mod A]`.
+
+use crate::unified::UnifiedCircle;
+
+/// Total demand per angle with the given rotations (Metronome Eq. 4,
+/// CASSINI Table 1 Eq. 3). O(jobs · A).
+pub fn demand(u: &UnifiedCircle, rotations: &[usize]) -> Vec<f64> {
+    let a = u.precision;
+    let mut s = vec![0.0; a];
+    for (j, &k) in u.jobs.iter().zip(rotations) {
+        add_rotated(&mut s, &j.demand, k);
+    }
+    s
+}
+
+/// `s[b] += d[(b − k) mod A]`.
+pub fn add_rotated(s: &mut [f64], d: &[f64], k: usize) {
+    let a = s.len();
+    let k = k % a;
+    for (b, &v) in d.iter().enumerate() {
+        s[(b + k) % a] += v;
+    }
+}
+
+/// Sum over angles of the demand above capacity (CASSINI Eq. 1), Gbit/s·bins.
+pub fn excess(s: &[f64], capacity: f64) -> f64 {
+    s.iter().map(|&x| (x - capacity).max(0.0)).sum()
+}
+
+/// CASSINI's compatibility score (Eq. 2): `1 − Σ excess / (|A| · C)`; 1 is
+/// fully compatible and it may be negative.
+pub fn compatibility(s: &[f64], capacity: f64) -> f64 {
+    1.0 - excess(s, capacity) / (s.len() as f64 * capacity)
+}
+
+/// Metronome's node score (Eq. 18) on a 0–100 scale. As printed, Eq. 18
+/// subtracts `Excess / (B · Di-Pre)` — a fraction in [0, 1] for any realistic
+/// excess — from 100, which would keep every score in (99, 100]; we read it as
+/// `100 · (1 − Excess / (B · Di-Pre))`, i.e. 100 × CASSINI's score, which keeps
+/// 100 as the perfect score and lets contention lower it.
+pub fn node_score(s: &[f64], capacity: f64) -> f64 {
+    100.0 * compatibility(s, capacity)
+}
+
+/// Link utilisation ξ_l (Metronome Eq. 6): carried demand over capacity,
+/// averaged over the circle.
+pub fn link_utilisation(s: &[f64], capacity: f64) -> f64 {
+    s.iter().map(|&x| x.min(capacity)).sum::<f64>() / (s.len() as f64 * capacity)
+}
+
+/// Average bandwidth utilisation Γ (Metronome Eq. 5) over links given as
+/// (capacity B_l, utilisation ξ_l): `Σ_l B_l · ξ_l / B_max / |L|`.
+pub fn gamma(links: &[(f64, f64)]) -> f64 {
+    let b_max = links.iter().map(|l| l.0).fold(0.0, f64::max);
+    if links.is_empty() || b_max <= 0.0 {
+        return 0.0;
+    }
+    links.iter().map(|&(b, xi)| b * xi / b_max).sum::<f64>() / links.len() as f64
+}
+
+/// Two jobs contend on a link when their peak demands together reach its
+/// capacity (Metronome §II-C, under Eq. 9).
+pub fn contend(u: &UnifiedCircle, a: usize, b: usize, capacity: f64) -> bool {
+    u.jobs[a].peak_gbps > 0.0 && u.jobs[b].peak_gbps > 0.0 && u.jobs[a].peak_gbps + u.jobs[b].peak_gbps >= capacity
+}
+
+/// For every bin, the circular distance (in bins) to the nearest bin where the
+/// rotated demand `d` is non-zero; `usize::MAX` when `d` is all zero. O(A).
+pub fn distance_field(d: &[f64], k: usize) -> Vec<usize> {
+    let a = d.len();
+    let mut out = vec![usize::MAX; a];
+    if d.iter().all(|&v| v <= 0.0) {
+        return out;
+    }
+    // Two sweeps around the circle (twice each, to wrap).
+    let mut last: Option<usize> = None;
+    for i in 0..2 * a {
+        let b = i % a;
+        if d[(b + a - k % a) % a] > 0.0 {
+            last = Some(i);
+        }
+        if let Some(l) = last {
+            out[b] = out[b].min(i - l);
+        }
+    }
+    last = None;
+    for i in (0..2 * a).rev() {
+        let b = i % a;
+        if d[(b + a - k % a) % a] > 0.0 {
+            last = Some(i);
+        }
+        if let Some(l) = last {
+            out[b] = out[b].min(l - i);
+        }
+    }
+    out
+}
+
+/// The cushion Ψ (Metronome Eq. 9) in bins: the smallest circular distance
+/// between bins where two contending jobs communicate (0 when they share a
+/// bin); `None` when no two jobs contend.
+///
+/// Eq. 9 as printed measures between arc midpoints; we measure the gap
+/// between the arcs' edges, which is the "communication interval" the text
+/// says the third stage maximises (midpoint distance would call two long
+/// overlapping arcs well separated). O(pairs · A).
+pub fn cushion(u: &UnifiedCircle, rotations: &[usize], capacity: f64) -> Option<usize> {
+    let n = u.jobs.len();
+    let mut best: Option<usize> = None;
+    for s in 0..n {
+        let field = distance_field(&u.jobs[s].demand, rotations[s]);
+        for t in (s + 1)..n {
+            if !contend(u, s, t, capacity) {
+                continue;
+            }
+            let d = min_over_support(&field, &u.jobs[t].demand, rotations[t]);
+            best = Some(best.map_or(d, |b: usize| b.min(d)));
+        }
+    }
+    best
+}
+
+/// min over bins where rotated `d` is non-zero of `field[bin]`.
+pub fn min_over_support(field: &[usize], d: &[f64], k: usize) -> usize {
+    let a = field.len();
+    d.iter().enumerate().filter(|(_, v)| **v > 0.0).map(|(b, _)| field[(b + k) % a]).min().unwrap_or(usize::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn excess_and_score_by_hand() {
+        // 4 angles at capacity 10: demands 5, 15, 25, 0 → excess 0 + 5 + 15 + 0 = 20.
+        let s = [5.0, 15.0, 25.0, 0.0];
+        assert_eq!(excess(&s, 10.0), 20.0);
+        assert_eq!(compatibility(&s, 10.0), 1.0 - 20.0 / 40.0);
+        assert_eq!(node_score(&s, 10.0), 50.0);
+        // ξ = (5 + 10 + 10 + 0) / 40.
+        assert_eq!(link_utilisation(&s, 10.0), 25.0 / 40.0);
+        // Score can go negative (CASSINI §3).
+        assert!(compatibility(&[50.0, 50.0], 10.0) < 0.0);
+    }
+
+    #[test]
+    fn gamma_weights_links_by_capacity() {
+        // Metronome Eq. 5: (25·0.8/25 + 10·0.5/25) / 2 = (0.8 + 0.2) / 2.
+        assert!((gamma(&[(25.0, 0.8), (10.0, 0.5)]) - 0.5).abs() < 1e-12);
+        assert_eq!(gamma(&[]), 0.0);
+    }
+
+    #[test]
+    fn distance_field_wraps() {
+        let d = [0.0, 1.0, 0.0, 0.0, 0.0, 0.0];
+        assert_eq!(distance_field(&d, 0), vec![1, 0, 1, 2, 3, 2]);
+        assert_eq!(distance_field(&d, 2), vec![3, 2, 1, 0, 1, 2]);
+        assert_eq!(distance_field(&[0.0; 3], 0), vec![usize::MAX; 3]);
+    }
+}

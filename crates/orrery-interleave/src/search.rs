@@ -1,0 +1,490 @@
+//! Rotation search: which rotation of each job's circle minimises the excess
+//! demand on a link (CASSINI Table 1), and among those, which leaves the widest
+//! cushion between contending jobs (Metronome's third stage, Eq. 9).
+//!
+//! The reference job (highest priority, earliest on ties) stays at angle 0
+//! (Metronome Eq. 16); job `j` rotates by `k_j ∈ [0, ⌈A / r_j⌉)` bins, one of
+//! its iterations on the unified circle (CASSINI Eq. 4, Metronome Eq. 15).
+
+use crate::score::{add_rotated, contend, cushion, distance_field, excess, min_over_support};
+use crate::unified::UnifiedCircle;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+
+/// Which search to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum Search {
+    /// Every combination (branch and bound on the excess, which only grows as
+    /// jobs are added). Returns the lexicographically first best rotation.
+    /// Worst case O(Π_{free j except last} K_j · A · nnz), nnz = bins where the
+    /// last job communicates; typically far less thanks to pruning.
+    Exhaustive,
+    /// Metronome's Score phase (§III-B): walk the combinations in order, stop at
+    /// the first interval of perfect-score rotations of the last job and take
+    /// its middle; if none is perfect, the best score found by [`Search::Exhaustive`].
+    FastFeasible,
+    /// Metronome's stop-and-wait controller (§III-C): the best score, and among
+    /// the rotations that reach it the largest cushion Ψ, evaluating the last
+    /// job only at the middle of each best-score interval.
+    OptimalCushion,
+    /// Coordinate descent from a greedy start plus `restarts` random starts
+    /// (seeded): for 6–10 jobs where exhaustive search explodes.
+    /// O((1 + restarts) · rounds · jobs · K · nnz).
+    Heuristic {
+        /// Random restarts after the greedy start.
+        restarts: u32,
+        /// Seed of the restarts.
+        seed: u64,
+    },
+}
+
+/// Rotations and their quality.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Solution {
+    /// Rotation of each job in bins (input order; the reference has 0).
+    pub rotations: Vec<usize>,
+    /// Σ excess over bins (CASSINI Eq. 1), Gbit/s·bins.
+    pub excess: f64,
+    /// CASSINI compatibility score (Eq. 2).
+    pub score: f64,
+    /// Cushion Ψ in bins (None when no two jobs contend).
+    pub cushion_bins: Option<usize>,
+    /// Leaves (complete combinations) evaluated.
+    pub evaluated: u64,
+}
+
+impl Solution {
+    /// Rotation of each job in degrees.
+    pub fn rotations_deg(&self, u: &UnifiedCircle) -> Vec<f64> {
+        self.rotations.iter().map(|&k| k as f64 * 360.0 / u.precision as f64).collect()
+    }
+
+    /// Time-shift of each job (CASSINI Eq. 5): `(Δ_j / 2π · p) mod iter_time_j`, ms.
+    pub fn shifts_ms(&self, u: &UnifiedCircle) -> Vec<f64> {
+        self.rotations
+            .iter()
+            .zip(&u.jobs)
+            .map(|(&k, j)| (k as f64 / u.precision as f64 * u.perimeter_ms).rem_euclid(j.period_ms))
+            .collect()
+    }
+
+    /// Cushion in degrees.
+    pub fn cushion_deg(&self, u: &UnifiedCircle) -> Option<f64> {
+        self.cushion_bins.map(|b| b as f64 * 360.0 / u.precision as f64)
+    }
+}
+
+const EPS: f64 = 1e-9;
+
+/// Rotation range of job `j`: ⌈A / r_j⌉ bins, 1 for the reference.
+pub fn range(u: &UnifiedCircle, j: usize) -> usize {
+    if j == u.reference { 1 } else { u.precision.div_ceil(u.jobs[j].iterations.max(1) as usize) }
+}
+
+/// Runs `search` for the jobs of `u` on a link of `capacity` Gbit/s.
+pub fn solve(u: &UnifiedCircle, capacity: f64, search: Search) -> Solution {
+    let mut sol = match search {
+        Search::Exhaustive => Dfs::new(u, capacity, Mode::Score).run(),
+        Search::FastFeasible => fast_feasible(u, capacity),
+        Search::OptimalCushion => optimal_cushion(u, capacity, true),
+        Search::Heuristic { restarts, seed } => heuristic(u, capacity, restarts, seed),
+    };
+    sol.score = 1.0 - sol.excess / (u.precision as f64 * capacity);
+    if sol.cushion_bins.is_none() {
+        sol.cushion_bins = cushion(u, &sol.rotations, capacity);
+    }
+    sol
+}
+
+/// The best score and, among its rotations, the largest cushion. With
+/// `middles_only`, the last job is tried only at the middle of each run of
+/// best-score rotations (Metronome §III-C); without, at every one (exact).
+pub fn optimal_cushion(u: &UnifiedCircle, capacity: f64, middles_only: bool) -> Solution {
+    let best = Dfs::new(u, capacity, Mode::Score).run();
+    let mut d = Dfs::new(u, capacity, Mode::Cushion { target: best.excess, middles_only });
+    let mut sol = d.run();
+    sol.evaluated += best.evaluated;
+    sol
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Mode {
+    /// Minimise the excess.
+    Score,
+    /// Among rotations with excess ≤ target, maximise the cushion.
+    Cushion { target: f64, middles_only: bool },
+    /// Stop at the middle of the first perfect interval.
+    FirstPerfect,
+}
+
+/// Depth-first search over the free jobs with per-level partial sums.
+struct Dfs<'a> {
+    u: &'a UnifiedCircle,
+    cap: f64,
+    mode: Mode,
+    order: Vec<usize>,
+    sums: Vec<Vec<f64>>,
+    fields: Vec<Vec<usize>>,
+    current: Vec<usize>,
+    best: Option<(f64, Option<usize>, Vec<usize>)>,
+    evaluated: u64,
+    done: bool,
+}
+
+impl<'a> Dfs<'a> {
+    fn new(u: &'a UnifiedCircle, cap: f64, mode: Mode) -> Self {
+        let n = u.jobs.len();
+        let mut order = vec![u.reference];
+        order.extend((0..n).filter(|&j| j != u.reference));
+        Dfs {
+            u,
+            cap,
+            mode,
+            order,
+            sums: vec![vec![0.0; u.precision]; n + 1],
+            fields: vec![Vec::new(); n],
+            current: vec![0; n],
+            best: None,
+            evaluated: 0,
+            done: false,
+        }
+    }
+
+    fn run(&mut self) -> Solution {
+        self.level(0, None);
+        let (excess, cushion_bins, rotations) = self.best.clone().unwrap_or((f64::INFINITY, None, vec![0; self.u.jobs.len()]));
+        let excess = if excess.is_finite() { excess } else { self.total_excess(&rotations) };
+        Solution { rotations, excess, score: 0.0, cushion_bins, evaluated: self.evaluated }
+    }
+
+    fn total_excess(&self, rot: &[usize]) -> f64 {
+        excess(&crate::score::demand(self.u, rot), self.cap)
+    }
+
+    fn cushion_target(&self) -> Option<(f64, bool)> {
+        match self.mode {
+            Mode::Cushion { target, middles_only } => Some((target, middles_only)),
+            _ => None,
+        }
+    }
+
+    /// Distance from job `j` at rotation `k` to every earlier contending job.
+    fn psi_to_placed(&self, depth: usize, j: usize, k: usize) -> Option<usize> {
+        let mut psi: Option<usize> = None;
+        for &i in &self.order[..depth] {
+            if contend(self.u, i, j, self.cap) {
+                let d = min_over_support(&self.fields[i], &self.u.jobs[j].demand, k);
+                psi = Some(psi.map_or(d, |p: usize| p.min(d)));
+            }
+        }
+        psi
+    }
+
+    fn better(&self, excess: f64, psi: Option<usize>) -> bool {
+        match &self.best {
+            None => true,
+            Some((e, p, _)) => match self.mode {
+                Mode::Cushion { .. } => psi.unwrap_or(usize::MAX) > p.unwrap_or(usize::MAX),
+                _ => excess < e - EPS,
+            },
+        }
+    }
+
+    fn level(&mut self, depth: usize, psi: Option<usize>) {
+        if self.done {
+            return;
+        }
+        let n = self.order.len();
+        let j = self.order[depth];
+        let k_range = range(self.u, j);
+        if depth + 1 == n {
+            self.last(depth, j, k_range, psi);
+            return;
+        }
+        for k in 0..k_range {
+            let (head, tail) = self.sums.split_at_mut(depth + 1);
+            tail[0].copy_from_slice(&head[depth]);
+            add_rotated(&mut tail[0], &self.u.jobs[j].demand, k);
+            let partial = excess(&tail[0], self.cap);
+            // Excess only grows as jobs are added: prune what cannot win.
+            let bound = match (&self.best, self.mode) {
+                (_, Mode::Cushion { target, .. }) => partial > target + EPS,
+                (Some((e, _, _)), Mode::Score) => partial >= e - EPS,
+                (_, Mode::FirstPerfect) => partial > EPS,
+                (None, Mode::Score) => false,
+            };
+            if bound {
+                continue;
+            }
+            let mut p = psi;
+            if self.cushion_target().is_some() {
+                let d = self.psi_to_placed(depth, j, k);
+                p = match (p, d) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
+                // The cushion only shrinks as jobs are added.
+                if let Some((_, bp, _)) = &self.best
+                    && p.unwrap_or(usize::MAX) <= bp.unwrap_or(usize::MAX)
+                {
+                    continue;
+                }
+                self.fields[j] = distance_field(&self.u.jobs[j].demand, k);
+            }
+            self.current[j] = k;
+            self.level(depth + 1, p);
+            if self.done {
+                return;
+            }
+        }
+    }
+
+    /// The last job: excess for every rotation in O(nnz) each from the partial sum.
+    fn last(&mut self, depth: usize, j: usize, k_range: usize, psi: Option<usize>) {
+        let a = self.u.precision;
+        let s = &self.sums[depth];
+        let base = excess(s, self.cap);
+        let d = &self.u.jobs[j].demand;
+        let support: Vec<(usize, f64)> = d.iter().copied().enumerate().filter(|(_, v)| *v > 0.0).collect();
+        let ex: Vec<f64> = (0..k_range)
+            .map(|k| {
+                base + support
+                    .iter()
+                    .map(|&(b, v)| {
+                        let x = s[(b + k) % a];
+                        (x + v - self.cap).max(0.0) - (x - self.cap).max(0.0)
+                    })
+                    .sum::<f64>()
+            })
+            .collect();
+        self.evaluated += k_range as u64;
+        match self.mode {
+            Mode::Score => {
+                for (k, &e) in ex.iter().enumerate() {
+                    if self.better(e, None) {
+                        self.current[j] = k;
+                        self.best = Some((e, None, self.current.clone()));
+                    }
+                }
+            }
+            Mode::FirstPerfect => {
+                if let Some(k) = middles(&ex, 0.0, k_range * self.u.jobs[j].iterations as usize == a).into_iter().next() {
+                    self.current[j] = k;
+                    self.best = Some((ex[k], None, self.current.clone()));
+                    self.done = true;
+                }
+            }
+            Mode::Cushion { target, middles_only } => {
+                let candidates: Vec<usize> = if middles_only {
+                    middles(&ex, target, k_range * self.u.jobs[j].iterations as usize == a)
+                } else {
+                    (0..k_range).filter(|&k| ex[k] <= target + EPS).collect()
+                };
+                for k in candidates {
+                    let d = self.psi_to_placed(depth, j, k);
+                    let p = match (psi, d) {
+                        (Some(x), Some(y)) => Some(x.min(y)),
+                        (x, y) => x.or(y),
+                    };
+                    if self.better(ex[k], p) {
+                        self.current[j] = k;
+                        self.best = Some((ex[k], p, self.current.clone()));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Middles of the maximal runs of `ex[k] ≤ target`, in order of their start;
+/// runs wrap around when `circular`.
+fn middles(ex: &[f64], target: f64, circular: bool) -> Vec<usize> {
+    let n = ex.len();
+    let ok: Vec<bool> = ex.iter().map(|&e| e <= target + EPS).collect();
+    if ok.iter().all(|&b| b) {
+        return vec![n / 2];
+    }
+    let mut out = Vec::new();
+    // Start scanning just after a non-ok index so wrapped runs are whole.
+    let start = if circular { ok.iter().position(|&b| !b).map_or(0, |p| p + 1) } else { 0 };
+    let mut i = 0;
+    while i < n {
+        let idx = (start + i) % n;
+        if ok[idx] && (circular || idx >= start) {
+            let mut len = 0;
+            while i + len < n && ok[(start + i + len) % n] && (circular || start + i + len < n) {
+                len += 1;
+            }
+            out.push((start + i + (len - 1) / 2) % n);
+            i += len;
+        } else {
+            i += 1;
+        }
+    }
+    out.sort_unstable_by_key(|&k| (k + n - start) % n);
+    out
+}
+
+fn fast_feasible(u: &UnifiedCircle, capacity: f64) -> Solution {
+    let mut d = Dfs::new(u, capacity, Mode::FirstPerfect);
+    let sol = d.run();
+    if d.done {
+        return sol;
+    }
+    let mut best = Dfs::new(u, capacity, Mode::Score).run();
+    best.evaluated += sol.evaluated;
+    best
+}
+
+fn heuristic(u: &UnifiedCircle, capacity: f64, restarts: u32, seed: u64) -> Solution {
+    let n = u.jobs.len();
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut best: Option<Solution> = None;
+    let mut evaluated = 0u64;
+    for attempt in 0..=restarts {
+        let mut rot = vec![0usize; n];
+        if attempt == 0 {
+            // Greedy: place jobs one by one at their best rotation.
+            let mut s = vec![0.0; u.precision];
+            add_rotated(&mut s, &u.jobs[u.reference].demand, 0);
+            for j in (0..n).filter(|&j| j != u.reference) {
+                let k = best_rotation(u, &s, j, capacity, &mut evaluated).0;
+                rot[j] = k;
+                add_rotated(&mut s, &u.jobs[j].demand, k);
+            }
+        } else {
+            for (j, r) in rot.iter_mut().enumerate() {
+                *r = rng.random_range(0..range(u, j));
+            }
+        }
+        // Coordinate descent: re-place one job at a time given the others.
+        let mut s = crate::score::demand(u, &rot);
+        let mut current = excess(&s, capacity);
+        for _round in 0..100 {
+            let mut improved = false;
+            for j in (0..n).filter(|&j| j != u.reference) {
+                sub_rotated(&mut s, &u.jobs[j].demand, rot[j]);
+                let (k, e) = best_rotation(u, &s, j, capacity, &mut evaluated);
+                if e < current - EPS {
+                    rot[j] = k;
+                    current = e;
+                    improved = true;
+                }
+                add_rotated(&mut s, &u.jobs[j].demand, rot[j]);
+            }
+            if !improved {
+                break;
+            }
+        }
+        let psi = cushion(u, &rot, capacity);
+        let better = best.as_ref().is_none_or(|b| {
+            current < b.excess - EPS || (current <= b.excess + EPS && psi.unwrap_or(0) > b.cushion_bins.unwrap_or(0))
+        });
+        if better {
+            best = Some(Solution { rotations: rot, excess: current, score: 0.0, cushion_bins: psi, evaluated: 0 });
+        }
+    }
+    let mut sol = best.unwrap_or(Solution { rotations: vec![0; n], excess: 0.0, score: 0.0, cushion_bins: None, evaluated: 0 });
+    sol.evaluated = evaluated;
+    sol
+}
+
+fn sub_rotated(s: &mut [f64], d: &[f64], k: usize) {
+    let a = s.len();
+    for (b, &v) in d.iter().enumerate() {
+        s[(b + k) % a] -= v;
+    }
+}
+
+/// Best rotation of job `j` against the others' demand `s`; ties → smallest k.
+fn best_rotation(u: &UnifiedCircle, s: &[f64], j: usize, cap: f64, evaluated: &mut u64) -> (usize, f64) {
+    let a = u.precision;
+    let base = excess(s, cap);
+    let d = &u.jobs[j].demand;
+    let mut best = (0, f64::INFINITY);
+    for k in 0..range(u, j) {
+        let e = base
+            + d.iter()
+                .enumerate()
+                .filter(|(_, v)| **v > 0.0)
+                .map(|(b, &v)| {
+                    let x = s[(b + k) % a];
+                    (x + v - cap).max(0.0) - (x - cap).max(0.0)
+                })
+                .sum::<f64>();
+        *evaluated += 1;
+        if e < best.1 - EPS {
+            best = (k, e);
+        }
+    }
+    best
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::unified::{CircleJob, Params, unify};
+    use orrery_model::{Arc, Circle, Priority};
+
+    fn job(period: f64, arcs: &[(f64, f64, f64)], priority: Priority) -> CircleJob {
+        CircleJob {
+            name: String::new(),
+            priority,
+            circle: Circle {
+                period_ms: period,
+                arcs: arcs.iter().map(|&(s, d, g)| Arc { start_ms: s, duration_ms: d, gbps: g }).collect(),
+            },
+        }
+    }
+
+    #[test]
+    fn two_half_duty_jobs_interleave_perfectly() {
+        // Both communicate at 50 Gbit/s for the first half of a 100 ms
+        // iteration on a 50 Gbit/s link: rotating one by 180° removes all excess.
+        let jobs = [job(100.0, &[(0.0, 50.0, 50.0)], Priority::High), job(100.0, &[(0.0, 50.0, 50.0)], Priority::Low)];
+        let u = unify(&jobs, &Params::default()).expect("ok");
+        let before = 1.0 - excess(&crate::score::demand(&u, &[0, 0]), 50.0) / (72.0 * 50.0);
+        assert!((before - 0.5).abs() < 1e-12);
+        for search in [Search::Exhaustive, Search::FastFeasible, Search::OptimalCushion, Search::Heuristic { restarts: 2, seed: 1 }] {
+            let s = solve(&u, 50.0, search);
+            assert!((s.score - 1.0).abs() < 1e-12, "{search:?}");
+            assert_eq!(s.rotations[0], 0);
+            assert_eq!(s.rotations[1], 36, "{search:?}: the only perfect rotation is 180°");
+            assert_eq!(s.shifts_ms(&u)[1], 50.0);
+        }
+    }
+
+    #[test]
+    fn cassini_fig5_40_and_60_ms_are_fully_compatible() {
+        // CASSINI §3, Fig. 5: j1 (40 ms) and j2 (60 ms) on a 120 ms unified circle.
+        // Up phases of 10 ms each at the full link rate. j2's two Up phases, 60 ms
+        // apart, fit between j1's three only when j2 starts 10 or 30 ms after
+        // j1 (mod 40): the 30° rotation (= 10 ms of 120) of Fig. 5(d).
+        let jobs = [job(40.0, &[(0.0, 10.0, 50.0)], Priority::High), job(60.0, &[(0.0, 10.0, 50.0)], Priority::Low)];
+        let u = unify(&jobs, &Params::default()).expect("ok");
+        assert_eq!(u.perimeter_ms, 120.0);
+        let unrotated = 1.0 - excess(&crate::score::demand(&u, &[0, 0]), 50.0) / (72.0 * 50.0);
+        assert!(unrotated < 1.0);
+        for search in [Search::Exhaustive, Search::OptimalCushion] {
+            let s = solve(&u, 50.0, search);
+            assert!((s.score - 1.0).abs() < 1e-12, "{search:?}: {}", s.score);
+            // j2 rotates within one of its iterations: 2π / r_2 = 180° = 36 bins.
+            assert!(s.rotations[1] < 36);
+            let shift = s.shifts_ms(&u)[1];
+            assert!([10.0, 30.0, 50.0].iter().any(|t| (shift - t).abs() < 1e-9), "{shift}");
+        }
+    }
+
+    #[test]
+    fn middles_of_runs() {
+        let ex = [1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 1.0];
+        assert_eq!(middles(&ex, 0.0, false), vec![2, 5]);
+        // Circular: run 7,0 wraps.
+        let ex = [0.0, 1.0, 1.0, 0.0, 0.0, 0.0, 1.0, 0.0];
+        assert_eq!(middles(&ex, 0.0, true), vec![4, 7]);
+        assert_eq!(middles(&[0.0; 4], 0.0, true), vec![2]);
+        assert!(middles(&[1.0; 4], 0.0, true).is_empty());
+    }
+}
