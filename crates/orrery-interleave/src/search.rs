@@ -26,8 +26,12 @@ pub enum Search {
     /// its middle; if none is perfect, the best score found by [`Search::Exhaustive`].
     FastFeasible,
     /// Metronome's stop-and-wait controller (§III-C): the best score, and among
-    /// the rotations that reach it the largest cushion Ψ, evaluating the last
-    /// job only at the middle of each best-score interval.
+    /// the rotations that reach it the largest cushion Ψ. Exact: every
+    /// best-score rotation of the last job is evaluated. Metronome's
+    /// middle-of-interval reduction is [`optimal_cushion`] with `middles_only`;
+    /// it is exact for two single-rate jobs but can miss the widest cushion
+    /// when a job has arcs of several rates (see the property tests), and at
+    /// O(nnz) per rotation the full scan costs no more than finding the runs.
     OptimalCushion,
     /// Coordinate descent from a greedy start plus `restarts` random starts
     /// (seeded): for 6–10 jobs where exhaustive search explodes.
@@ -88,7 +92,7 @@ pub fn solve(u: &UnifiedCircle, capacity: f64, search: Search) -> Solution {
     let mut sol = match search {
         Search::Exhaustive => Dfs::new(u, capacity, Mode::Score).run(),
         Search::FastFeasible => fast_feasible(u, capacity),
-        Search::OptimalCushion => optimal_cushion(u, capacity, true),
+        Search::OptimalCushion => optimal_cushion(u, capacity, false),
         Search::Heuristic { restarts, seed } => heuristic(u, capacity, restarts, seed),
     };
     sol.score = 1.0 - sol.excess / (u.precision as f64 * capacity);
