@@ -22,7 +22,11 @@ fn jobs(n: usize) -> Vec<CircleJob> {
         .map(|(i, name)| {
             let m = model(name).expect("zoo model");
             let c: Circle = m.shape(gpu, m.default_batch, &Placement::spread(4), 50.0).circle();
-            CircleJob { name: format!("{name}-{i}"), priority: if i == 0 { Priority::High } else { Priority::Low }, circle: c }
+            CircleJob {
+                name: format!("{name}-{i}"),
+                priority: if i == 0 { Priority::High } else { Priority::Low },
+                circle: c,
+            }
         })
         .collect()
 }
@@ -35,7 +39,9 @@ fn searches(c: &mut Criterion) {
         g.sample_size(10);
         if n <= 4 {
             g.bench_function("exhaustive", |b| b.iter(|| solve(black_box(&u), 50.0, Search::Exhaustive)));
-            g.bench_function("optimal_cushion_middles", |b| b.iter(|| solve(black_box(&u), 50.0, Search::OptimalCushion)));
+            g.bench_function("optimal_cushion_middles", |b| {
+                b.iter(|| solve(black_box(&u), 50.0, Search::OptimalCushion))
+            });
             g.bench_function("optimal_cushion_all", |b| b.iter(|| optimal_cushion(black_box(&u), 50.0, false)));
             g.bench_function("fast_feasible", |b| b.iter(|| solve(black_box(&u), 50.0, Search::FastFeasible)));
         }

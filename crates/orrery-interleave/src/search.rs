@@ -158,7 +158,8 @@ impl<'a> Dfs<'a> {
 
     fn run(&mut self) -> Solution {
         self.level(0, None);
-        let (excess, cushion_bins, rotations) = self.best.clone().unwrap_or((f64::INFINITY, None, vec![0; self.u.jobs.len()]));
+        let (excess, cushion_bins, rotations) =
+            self.best.clone().unwrap_or((f64::INFINITY, None, vec![0; self.u.jobs.len()]));
         let excess = if excess.is_finite() { excess } else { self.total_excess(&rotations) };
         Solution { rotations, excess, score: 0.0, cushion_bins, evaluated: self.evaluated }
     }
@@ -274,7 +275,8 @@ impl<'a> Dfs<'a> {
                 }
             }
             Mode::FirstPerfect => {
-                if let Some(k) = middles(&ex, 0.0, k_range * self.u.jobs[j].iterations as usize == a).into_iter().next() {
+                if let Some(k) = middles(&ex, 0.0, k_range * self.u.jobs[j].iterations as usize == a).into_iter().next()
+                {
                     self.current[j] = k;
                     self.best = Some((ex[k], None, self.current.clone()));
                     self.done = true;
@@ -390,7 +392,8 @@ fn heuristic(u: &UnifiedCircle, capacity: f64, restarts: u32, seed: u64) -> Solu
             best = Some(Solution { rotations: rot, excess: current, score: 0.0, cushion_bins: psi, evaluated: 0 });
         }
     }
-    let mut sol = best.unwrap_or(Solution { rotations: vec![0; n], excess: 0.0, score: 0.0, cushion_bins: None, evaluated: 0 });
+    let mut sol =
+        best.unwrap_or(Solution { rotations: vec![0; n], excess: 0.0, score: 0.0, cushion_bins: None, evaluated: 0 });
     sol.evaluated = evaluated;
     sol
 }
@@ -451,7 +454,12 @@ mod tests {
         let u = unify(&jobs, &Params::default()).expect("ok");
         let before = 1.0 - excess(&crate::score::demand(&u, &[0, 0]), 50.0) / (72.0 * 50.0);
         assert!((before - 0.5).abs() < 1e-12);
-        for search in [Search::Exhaustive, Search::FastFeasible, Search::OptimalCushion, Search::Heuristic { restarts: 2, seed: 1 }] {
+        for search in [
+            Search::Exhaustive,
+            Search::FastFeasible,
+            Search::OptimalCushion,
+            Search::Heuristic { restarts: 2, seed: 1 },
+        ] {
             let s = solve(&u, 50.0, search);
             assert!((s.score - 1.0).abs() < 1e-12, "{search:?}");
             assert_eq!(s.rotations[0], 0);

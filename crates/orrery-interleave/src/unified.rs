@@ -186,8 +186,11 @@ pub fn unify(jobs: &[CircleJob], p: &Params) -> Result<UnifiedCircle, UnifyError
                 Approximation::Averaged { max_gap_ms: max_gap }
             };
             // Averaging (G_T): the common period is the mean of the multiples.
-            let perimeter =
-                if matches!(approx, Approximation::Averaged { .. }) { multiples.iter().sum::<f64>() / multiples.len() as f64 } else { perimeter };
+            let perimeter = if matches!(approx, Approximation::Averaged { .. }) {
+                multiples.iter().sum::<f64>() / multiples.len() as f64
+            } else {
+                perimeter
+            };
             chosen = Some((perimeter, approx));
             break;
         }
@@ -277,7 +280,10 @@ mod tests {
 
     #[test]
     fn lcm_of_40_and_60_is_120() {
-        let jobs = [job("j1", 40.0, &[(0.0, 20.0, 50.0)], Priority::High), job("j2", 60.0, &[(0.0, 20.0, 50.0)], Priority::Low)];
+        let jobs = [
+            job("j1", 40.0, &[(0.0, 20.0, 50.0)], Priority::High),
+            job("j2", 60.0, &[(0.0, 20.0, 50.0)], Priority::Low),
+        ];
         let u = unify(&jobs, &Params::default()).expect("ok");
         assert_eq!(u.perimeter_ms, 120.0);
         assert_eq!(u.approximation, Approximation::Exact);
@@ -291,7 +297,8 @@ mod tests {
     #[test]
     fn close_multiples_are_averaged_within_g_t() {
         // 100 ms and 33.5 ms: 3 × 33.5 = 100.5, 0.5 ms from 100 (≤ G_T = 5).
-        let jobs = [job("a", 100.0, &[(0.0, 10.0, 10.0)], Priority::High), job("b", 33.5, &[(0.0, 5.0, 10.0)], Priority::Low)];
+        let jobs =
+            [job("a", 100.0, &[(0.0, 10.0, 10.0)], Priority::High), job("b", 33.5, &[(0.0, 5.0, 10.0)], Priority::Low)];
         let u = unify(&jobs, &Params::default()).expect("ok");
         assert_eq!(u.approximation, Approximation::Averaged { max_gap_ms: 0.5 });
         assert!((u.perimeter_ms - 100.25).abs() < 1e-9);
@@ -300,7 +307,10 @@ mod tests {
     #[test]
     fn idle_is_injected_into_the_low_priority_job_within_e_t() {
         // 100 ms (high) and 92 ms (low): 8 ms short, 8.7% of 92 ≤ E_T = 10%.
-        let jobs = [job("hi", 100.0, &[(50.0, 40.0, 25.0)], Priority::High), job("lo", 92.0, &[(0.0, 30.0, 25.0)], Priority::Low)];
+        let jobs = [
+            job("hi", 100.0, &[(50.0, 40.0, 25.0)], Priority::High),
+            job("lo", 92.0, &[(0.0, 30.0, 25.0)], Priority::Low),
+        ];
         let u = unify(&jobs, &Params::default()).expect("ok");
         assert_eq!(u.approximation, Approximation::IdleInjected);
         assert_eq!(u.perimeter_ms, 100.0);
@@ -308,7 +318,10 @@ mod tests {
         assert_eq!(u.jobs[0].idle_injected_ms, 0.0);
         // A high-priority job is never slowed: swap priorities and 100 vs 92
         // cannot be lined up within one period, so a larger multiple is used.
-        let swapped = [job("lo", 100.0, &[(50.0, 40.0, 25.0)], Priority::Low), job("hi", 92.0, &[(0.0, 30.0, 25.0)], Priority::High)];
+        let swapped = [
+            job("lo", 100.0, &[(50.0, 40.0, 25.0)], Priority::Low),
+            job("hi", 92.0, &[(0.0, 30.0, 25.0)], Priority::High),
+        ];
         let u = unify(&swapped, &Params::default()).expect("ok");
         assert_eq!(u.reference, 1);
         assert!(u.jobs.iter().all(|j| j.idle_injected_ms == 0.0 || j.original_period_ms == 100.0));
@@ -317,7 +330,10 @@ mod tests {
     #[test]
     fn incommensurable_periods_fall_back_explicitly_under_the_cap() {
         let p = Params { max_multiple: 3, g_t_ms: 0.1, e_t_fraction: 0.0, ..Params::default() };
-        let jobs = [job("a", 100.0, &[(0.0, 10.0, 10.0)], Priority::High), job("b", 71.3, &[(0.0, 5.0, 10.0)], Priority::High)];
+        let jobs = [
+            job("a", 100.0, &[(0.0, 10.0, 10.0)], Priority::High),
+            job("b", 71.3, &[(0.0, 5.0, 10.0)], Priority::High),
+        ];
         let u = unify(&jobs, &p).expect("ok");
         assert!(matches!(u.approximation, Approximation::Fallback { .. }), "{:?}", u.approximation);
         assert!(u.perimeter_ms <= 300.0);

@@ -46,7 +46,8 @@ fn brute_force(u: &UnifiedCircle) -> (f64, Option<usize>) {
     loop {
         let e = excess(&demand(u, &rot), CAP);
         let psi = cushion(u, &rot, CAP);
-        if e < best.0 - 1e-9 || ((e - best.0).abs() <= 1e-9 && psi.unwrap_or(usize::MAX) > best.1.unwrap_or(usize::MAX)) {
+        if e < best.0 - 1e-9 || ((e - best.0).abs() <= 1e-9 && psi.unwrap_or(usize::MAX) > best.1.unwrap_or(usize::MAX))
+        {
             best = (e, psi);
         }
         // Odometer over the free jobs.
@@ -136,7 +137,10 @@ fn middle_rule_misses_the_widest_cushion_with_two_rate_arcs() {
         priority: Priority::Low,
         circle: Circle {
             period_ms: 140.0,
-            arcs: vec![Arc { start_ms: 0.0, duration_ms: 7.0, gbps: 24.0 }, Arc { start_ms: 7.0, duration_ms: 7.0, gbps: 10.0 }],
+            arcs: vec![
+                Arc { start_ms: 0.0, duration_ms: 7.0, gbps: 24.0 },
+                Arc { start_ms: 7.0, duration_ms: 7.0, gbps: 10.0 },
+            ],
         },
     };
     let u = unified(&[a, b], 72);
@@ -144,4 +148,79 @@ fn middle_rule_misses_the_widest_cushion_with_two_rate_arcs() {
     let exact = solve(&u, CAP, Search::OptimalCushion);
     assert_eq!(reduced.excess, exact.excess);
     assert!(reduced.cushion_bins < exact.cushion_bins, "{:?} vs {:?}", reduced.cushion_bins, exact.cushion_bins);
+}
+
+mod theorem1 {
+    use orrery_interleave::affinity::{AffinityJob, LinkShifts, traverse};
+    use orrery_model::Priority;
+    use proptest::prelude::*;
+
+    fn gcd(a: i64, b: i64) -> i64 {
+        if b == 0 { a.abs() } else { gcd(b, a % b) }
+    }
+
+    /// A random loop-free Affinity graph: each new link joins one job already
+    /// in the graph (or a new one) with 1–3 new jobs, so no cycle can form.
+    fn forest() -> impl Strategy<Value = (Vec<AffinityJob>, Vec<LinkShifts>)> {
+        prop::collection::vec(
+            (any::<prop::sample::Index>(), 1usize..=3, any::<bool>(), prop::collection::vec(0u32..1000, 4)),
+            1..8,
+        )
+        .prop_flat_map(|links| {
+            let mut n_jobs = 1usize;
+            let mut spec = Vec::new();
+            for (anchor, new, fresh, ws) in links {
+                let a = if fresh { n_jobs } else { anchor.index(n_jobs) };
+                if fresh {
+                    n_jobs += 1;
+                }
+                let members: Vec<usize> = std::iter::once(a).chain(n_jobs..n_jobs + new).collect();
+                n_jobs += new;
+                spec.push((members, ws));
+            }
+            (Just(spec), prop::collection::vec((1i64..=9, any::<bool>()), n_jobs))
+        })
+        .prop_map(|(spec, periods)| {
+            let jobs: Vec<AffinityJob> = periods
+                .iter()
+                .map(|&(p, hi)| AffinityJob {
+                    iter_ms: (p * 20) as f64,
+                    priority: if hi { Priority::High } else { Priority::Low },
+                })
+                .collect();
+            let links = spec
+                .into_iter()
+                .enumerate()
+                .map(|(l, (members, ws))| LinkShifts {
+                    link: l,
+                    shifts: members
+                        .iter()
+                        .zip(ws.iter().cycle())
+                        .map(|(&j, &w)| (j, f64::from(w) % jobs[j].iter_ms))
+                        .collect(),
+                })
+                .collect();
+            (jobs, links)
+        })
+    }
+
+    proptest! {
+        /// CASSINI Theorem 1: on every link, every pair's relative shift equals
+        /// the per-link solution's, modulo the pair's common period lattice
+        /// (shifting a job by its own iteration time changes nothing, so
+        /// relative shifts of jobs with periods p and q are defined mod gcd(p, q)).
+        #[test]
+        fn relative_shifts_are_preserved_on_every_link((jobs, links) in forest()) {
+            let t = traverse(&jobs, &links).expect("loop-free by construction");
+            for l in &links {
+                for &(a, wa) in &l.shifts {
+                    for &(b, wb) in &l.shifts {
+                        let g = gcd(jobs[a].iter_ms as i64, jobs[b].iter_ms as i64);
+                        let diff = ((t[b] - t[a]) - (wb - wa)).round() as i64;
+                        prop_assert_eq!(diff.rem_euclid(g), 0, "link {} jobs {} {}", l.link, a, b);
+                    }
+                }
+            }
+        }
+    }
 }

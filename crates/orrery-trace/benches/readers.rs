@@ -12,7 +12,9 @@ fn readers(c: &mut Criterion) {
     let mut g = c.benchmark_group("read");
     g.sample_size(10);
     g.throughput(Throughput::Bytes(PHILLY.len() as u64));
-    g.bench_function("philly_82247_jobs", |b| b.iter(|| parse("philly.csv", black_box(PHILLY), Some(Format::Philly), 0)));
+    g.bench_function("philly_82247_jobs", |b| {
+        b.iter(|| parse("philly.csv", black_box(PHILLY), Some(Format::Philly), 0))
+    });
     g.throughput(Throughput::Bytes(MURI.len() as u64));
     g.bench_function("muri_1494_jobs", |b| b.iter(|| parse("muri.csv", black_box(MURI), Some(Format::Muri), 0)));
     g.finish();
