@@ -1,0 +1,270 @@
+//! The `orrery compat` request: jobs on one link, in JSON or TOML, checked
+//! field by field, solved, and reported.
+//!
+//! ```json
+//! {"link_gbps": 50, "precision": 72, "jobs": [
+//!   {"name": "a", "priority": "high", "period_ms": 255, "phases": [{"start_ms": 141, "duration_ms": 114, "gbps": 50}]},
+//!   {"name": "b", "model": "vgg19", "batch": 64, "workers": 4}]}
+//! ```
+
+use crate::search::{Search, Solution, range, solve};
+use crate::unified::{Approximation, CircleJob, Params, UnifiedCircle, unify};
+use orrery_model::zoo::{Placement, model};
+use orrery_model::{Arc, Circle, Priority};
+use serde::{Deserialize, Serialize};
+
+/// A request.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Request {
+    /// Link capacity, Gbit/s.
+    pub link_gbps: f64,
+    /// Angular steps (default 72 = 5°).
+    #[serde(default)]
+    pub precision: Option<usize>,
+    /// Jobs on the link.
+    pub jobs: Vec<JobInput>,
+}
+
+/// A job: explicit phases or a zoo model.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobInput {
+    /// Name.
+    pub name: String,
+    /// Priority (default low).
+    #[serde(default)]
+    pub priority: Priority,
+    /// Iteration time, ms (with `phases`).
+    pub period_ms: Option<f64>,
+    /// Communication phases within the iteration.
+    pub phases: Option<Vec<Phase>>,
+    /// Zoo model (instead of `period_ms`/`phases`).
+    pub model: Option<String>,
+    /// Per-worker batch (with `model`; default: the model's).
+    pub batch: Option<u32>,
+    /// Workers, one per host (with `model`; default 2).
+    pub workers: Option<u32>,
+    /// GPU type (with `model`; default a100, CASSINI's testbed).
+    pub gpu: Option<String>,
+}
+
+/// One communication phase.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Phase {
+    /// Start within the iteration, ms.
+    pub start_ms: f64,
+    /// Length, ms.
+    pub duration_ms: f64,
+    /// Bandwidth, Gbit/s.
+    pub gbps: f64,
+}
+
+/// The answer.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// CASSINI compatibility score after rotation.
+    pub score: f64,
+    /// Score with no rotation.
+    pub score_unrotated: f64,
+    /// Unified perimeter, ms.
+    pub perimeter_ms: f64,
+    /// Cushion Ψ after rotation, degrees (0 when no two jobs contend).
+    pub cushion_deg: f64,
+    /// How the perimeter was obtained.
+    pub approximation: Approximation,
+    /// Which search ran.
+    pub search: Search,
+    /// Per job.
+    pub jobs: Vec<JobReport>,
+}
+
+/// One job of the answer.
+#[derive(Debug, Clone, Serialize)]
+pub struct JobReport {
+    /// Name.
+    pub name: String,
+    /// Rotation, degrees of the unified circle.
+    pub rotation_deg: f64,
+    /// Time-shift (CASSINI Eq. 5), ms.
+    pub shift_ms: f64,
+    /// Idle time injected per iteration (Metronome E_T), ms.
+    pub idle_injected_ms: f64,
+    /// Iteration time used, ms.
+    pub period_ms: f64,
+}
+
+/// Parses a request from JSON (text starting with `{`) or TOML. `file` names
+/// the input in messages, which give line and column.
+pub fn parse(file: &str, text: &str) -> Result<Request, String> {
+    if text.trim_start().starts_with('{') {
+        serde_json::from_str(text).map_err(|e| format!("{file}:{}:{}: {e}", e.line(), e.column()))
+    } else {
+        toml::from_str(text).map_err(|e| {
+            let (line, col) = e.span().map_or((0, 0), |s| orrery_model::setups::line_col(text, s.start));
+            format!("{file}:{line}:{col}: {}", e.message())
+        })
+    }
+}
+
+impl Request {
+    /// Checks every field and builds the circles; the error names the field.
+    pub fn circles(&self) -> Result<Vec<CircleJob>, String> {
+        if !(self.link_gbps > 0.0 && self.link_gbps.is_finite()) {
+            return Err(format!("link_gbps: expected a positive number, found {}", self.link_gbps));
+        }
+        if self.jobs.is_empty() {
+            return Err("jobs: expected at least one job".into());
+        }
+        self.jobs.iter().enumerate().map(|(i, j)| j.circle(i, self.link_gbps)).collect()
+    }
+
+    /// Solves the request.
+    pub fn solve(&self, search: Option<Search>) -> Result<(UnifiedCircle, Solution, Report), String> {
+        let jobs = self.circles()?;
+        let params = Params { precision: self.precision.unwrap_or(72), ..Params::default() };
+        let u = unify(&jobs, &params).map_err(|e| e.to_string())?;
+        let search = search.unwrap_or_else(|| default_search(&u));
+        let sol = solve(&u, self.link_gbps, search);
+        let unrotated = crate::score::compatibility(&crate::score::demand(&u, &vec![0; u.jobs.len()]), self.link_gbps);
+        let shifts = sol.shifts_ms(&u);
+        let report = Report {
+            score: sol.score,
+            score_unrotated: unrotated,
+            perimeter_ms: u.perimeter_ms,
+            cushion_deg: sol.cushion_deg(&u).unwrap_or(0.0),
+            approximation: u.approximation,
+            search,
+            jobs: jobs
+                .iter()
+                .zip(&u.jobs)
+                .zip(sol.rotations_deg(&u).iter().zip(&shifts))
+                .map(|((j, uj), (&rot, &shift))| JobReport {
+                    name: j.name.clone(),
+                    rotation_deg: rot,
+                    shift_ms: shift,
+                    idle_injected_ms: uj.idle_injected_ms,
+                    period_ms: uj.period_ms,
+                })
+                .collect(),
+        };
+        Ok((u, sol, report))
+    }
+}
+
+/// Optimal with cushion when the combinations are few enough (≤ 2·10⁷),
+/// else the heuristic.
+pub fn default_search(u: &UnifiedCircle) -> Search {
+    let combos = (0..u.jobs.len()).fold(1f64, |acc, j| acc * range(u, j) as f64);
+    if combos <= 2e7 { Search::OptimalCushion } else { Search::Heuristic { restarts: 16, seed: 0 } }
+}
+
+impl JobInput {
+    fn circle(&self, i: usize, link_gbps: f64) -> Result<CircleJob, String> {
+        let at = |field: &str| format!("jobs[{i}] ({}).{field}", self.name);
+        let circle = match (&self.model, self.period_ms, &self.phases) {
+            (Some(name), None, None) => {
+                let m = model(name).ok_or_else(|| format!("{}: expected a model of the zoo (see `orrery zoo`), found {name:?}", at("model")))?;
+                let workers = self.workers.unwrap_or(2);
+                if workers == 0 {
+                    return Err(format!("{}: expected at least 1, found 0", at("workers")));
+                }
+                let gpu = self.gpu.as_deref().unwrap_or("a100");
+                m.shape_on(gpu, self.batch.unwrap_or(m.default_batch), &Placement::spread(workers), link_gbps)
+                    .ok_or_else(|| format!("{}: unknown GPU type {gpu:?}", at("gpu")))?
+                    .circle()
+            }
+            (None, Some(period), Some(phases)) => {
+                if !(period > 0.0 && period.is_finite()) {
+                    return Err(format!("{}: expected a positive number of ms, found {period}", at("period_ms")));
+                }
+                let mut arcs: Vec<Arc> = Vec::with_capacity(phases.len());
+                for (k, p) in phases.iter().enumerate() {
+                    let f = |n: &str| at(&format!("phases[{k}].{n}"));
+                    if !(p.start_ms >= 0.0 && p.start_ms < period) {
+                        return Err(format!("{}: expected a time in [0, {period}) ms, found {}", f("start_ms"), p.start_ms));
+                    }
+                    if !(p.duration_ms > 0.0 && p.start_ms + p.duration_ms <= period + 1e-9) {
+                        return Err(format!(
+                            "{}: expected a positive length ending within the period ({period} ms), found {} (ends at {})",
+                            f("duration_ms"),
+                            p.duration_ms,
+                            p.start_ms + p.duration_ms
+                        ));
+                    }
+                    if !(p.gbps >= 0.0 && p.gbps.is_finite()) {
+                        return Err(format!("{}: expected a non-negative bandwidth, found {}", f("gbps"), p.gbps));
+                    }
+                    arcs.push(Arc { start_ms: p.start_ms, duration_ms: p.duration_ms, gbps: p.gbps });
+                }
+                arcs.sort_by(|a, b| a.start_ms.total_cmp(&b.start_ms));
+                let duty: f64 = arcs.iter().map(|a| a.duration_ms).sum::<f64>() / period;
+                if duty > 1.0 + 1e-9 {
+                    return Err(format!("{}: phases cover {:.0}% of the period; expected a duty cycle of at most 100%", at("phases"), duty * 100.0));
+                }
+                if let Some(w) = arcs.windows(2).find(|w| w[0].start_ms + w[0].duration_ms > w[1].start_ms + 1e-9) {
+                    return Err(format!("{}: phases starting at {} and {} ms overlap", at("phases"), w[0].start_ms, w[1].start_ms));
+                }
+                Circle { period_ms: period, arcs }
+            }
+            _ => return Err(format!("jobs[{i}] ({}): expected either period_ms and phases, or model (with optional batch, workers, gpu)", self.name)),
+        };
+        Ok(CircleJob { name: self.name.clone(), priority: self.priority, circle })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(text: &str) -> String {
+        parse("req.json", text).and_then(|r| r.circles().map(|_| ())).expect_err("should fail")
+    }
+
+    #[test]
+    fn explicit_and_model_jobs() {
+        let r = parse(
+            "r.json",
+            r#"{"link_gbps": 50, "jobs": [
+                {"name": "a", "priority": "high", "period_ms": 100, "phases": [{"start_ms": 0, "duration_ms": 50, "gbps": 50}]},
+                {"name": "b", "period_ms": 100, "phases": [{"start_ms": 0, "duration_ms": 50, "gbps": 50}]}]}"#,
+        )
+        .expect("valid");
+        let (_, _, rep) = r.solve(None).expect("solves");
+        assert!((rep.score - 1.0).abs() < 1e-12);
+        assert!((rep.score_unrotated - 0.5).abs() < 1e-12);
+        assert_eq!(rep.jobs[1].shift_ms, 50.0);
+        let r = parse("r.toml", "link_gbps = 50\n[[jobs]]\nname = \"v\"\nmodel = \"vgg16\"\nworkers = 4\n").expect("valid toml");
+        assert_eq!(r.circles().expect("ok")[0].circle.arcs.len(), 1);
+    }
+
+    #[test]
+    fn bad_requests_name_the_field() {
+        let base = |job: &str| format!(r#"{{"link_gbps": 50, "jobs": [{job}]}}"#);
+        assert!(err(&base(r#"{"name": "x", "period_ms": 0, "phases": []}"#)).starts_with("jobs[0] (x).period_ms: expected a positive"));
+        assert!(
+            err(&base(r#"{"name": "x", "period_ms": 10, "phases": [{"start_ms": 12, "duration_ms": 1, "gbps": 1}]}"#))
+                .starts_with("jobs[0] (x).phases[0].start_ms: expected a time in [0, 10) ms, found 12")
+        );
+        assert!(
+            err(&base(r#"{"name": "x", "period_ms": 10, "phases": [{"start_ms": 1, "duration_ms": 1, "gbps": -3}]}"#))
+                .contains("phases[0].gbps: expected a non-negative bandwidth, found -3")
+        );
+        assert!(
+            err(&base(r#"{"name": "x", "period_ms": 10, "phases": [{"start_ms": 5, "duration_ms": 8, "gbps": 1}]}"#))
+                .contains("phases[0].duration_ms: expected a positive length ending within the period")
+        );
+        assert!(
+            err(&base(
+                r#"{"name": "x", "period_ms": 10, "phases": [{"start_ms": 0, "duration_ms": 6, "gbps": 1}, {"start_ms": 4, "duration_ms": 6, "gbps": 1}]}"#
+            ))
+            .contains("duty cycle of at most 100%")
+        );
+        assert!(err(&base(r#"{"name": "x", "model": "vgg99"}"#)).contains("(x).model: expected a model of the zoo"));
+        assert!(err(&base(r#"{"name": "x"}"#)).contains("expected either period_ms and phases, or model"));
+        assert!(err(r#"{"link_gbps": -1, "jobs": []}"#).starts_with("link_gbps: expected a positive number"));
+        let e = parse("q.json", "{\"link_gbps\": 50,\n \"jobz\": []}").expect_err("unknown field");
+        assert!(e.starts_with("q.json:2:"), "{e}");
+    }
+}
