@@ -165,7 +165,9 @@ impl JobInput {
         let at = |field: &str| format!("jobs[{i}] ({}).{field}", self.name);
         let circle = match (&self.model, self.period_ms, &self.phases) {
             (Some(name), None, None) => {
-                let m = model(name).ok_or_else(|| format!("{}: expected a model of the zoo (see `orrery zoo`), found {name:?}", at("model")))?;
+                let m = model(name).ok_or_else(|| {
+                    format!("{}: expected a model of the zoo (see `orrery zoo`), found {name:?}", at("model"))
+                })?;
                 let workers = self.workers.unwrap_or(2);
                 if workers == 0 {
                     return Err(format!("{}: expected at least 1, found 0", at("workers")));
@@ -183,7 +185,11 @@ impl JobInput {
                 for (k, p) in phases.iter().enumerate() {
                     let f = |n: &str| at(&format!("phases[{k}].{n}"));
                     if !(p.start_ms >= 0.0 && p.start_ms < period) {
-                        return Err(format!("{}: expected a time in [0, {period}) ms, found {}", f("start_ms"), p.start_ms));
+                        return Err(format!(
+                            "{}: expected a time in [0, {period}) ms, found {}",
+                            f("start_ms"),
+                            p.start_ms
+                        ));
                     }
                     if !(p.duration_ms > 0.0 && p.start_ms + p.duration_ms <= period + 1e-9) {
                         return Err(format!(
@@ -201,14 +207,28 @@ impl JobInput {
                 arcs.sort_by(|a, b| a.start_ms.total_cmp(&b.start_ms));
                 let duty: f64 = arcs.iter().map(|a| a.duration_ms).sum::<f64>() / period;
                 if duty > 1.0 + 1e-9 {
-                    return Err(format!("{}: phases cover {:.0}% of the period; expected a duty cycle of at most 100%", at("phases"), duty * 100.0));
+                    return Err(format!(
+                        "{}: phases cover {:.0}% of the period; expected a duty cycle of at most 100%",
+                        at("phases"),
+                        duty * 100.0
+                    ));
                 }
                 if let Some(w) = arcs.windows(2).find(|w| w[0].start_ms + w[0].duration_ms > w[1].start_ms + 1e-9) {
-                    return Err(format!("{}: phases starting at {} and {} ms overlap", at("phases"), w[0].start_ms, w[1].start_ms));
+                    return Err(format!(
+                        "{}: phases starting at {} and {} ms overlap",
+                        at("phases"),
+                        w[0].start_ms,
+                        w[1].start_ms
+                    ));
                 }
                 Circle { period_ms: period, arcs }
             }
-            _ => return Err(format!("jobs[{i}] ({}): expected either period_ms and phases, or model (with optional batch, workers, gpu)", self.name)),
+            _ => {
+                return Err(format!(
+                    "jobs[{i}] ({}): expected either period_ms and phases, or model (with optional batch, workers, gpu)",
+                    self.name
+                ));
+            }
         };
         Ok(CircleJob { name: self.name.clone(), priority: self.priority, circle })
     }
@@ -235,14 +255,18 @@ mod tests {
         assert!((rep.score - 1.0).abs() < 1e-12);
         assert!((rep.score_unrotated - 0.5).abs() < 1e-12);
         assert_eq!(rep.jobs[1].shift_ms, 50.0);
-        let r = parse("r.toml", "link_gbps = 50\n[[jobs]]\nname = \"v\"\nmodel = \"vgg16\"\nworkers = 4\n").expect("valid toml");
+        let r = parse("r.toml", "link_gbps = 50\n[[jobs]]\nname = \"v\"\nmodel = \"vgg16\"\nworkers = 4\n")
+            .expect("valid toml");
         assert_eq!(r.circles().expect("ok")[0].circle.arcs.len(), 1);
     }
 
     #[test]
     fn bad_requests_name_the_field() {
         let base = |job: &str| format!(r#"{{"link_gbps": 50, "jobs": [{job}]}}"#);
-        assert!(err(&base(r#"{"name": "x", "period_ms": 0, "phases": []}"#)).starts_with("jobs[0] (x).period_ms: expected a positive"));
+        assert!(
+            err(&base(r#"{"name": "x", "period_ms": 0, "phases": []}"#))
+                .starts_with("jobs[0] (x).period_ms: expected a positive")
+        );
         assert!(
             err(&base(r#"{"name": "x", "period_ms": 10, "phases": [{"start_ms": 12, "duration_ms": 1, "gbps": 1}]}"#))
                 .starts_with("jobs[0] (x).phases[0].start_ms: expected a time in [0, 10) ms, found 12")

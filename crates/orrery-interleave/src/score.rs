@@ -27,7 +27,14 @@ pub fn add_rotated(s: &mut [f64], d: &[f64], k: usize) {
 
 /// Sum over angles of the demand above capacity (CASSINI Eq. 1), Gbit/s·bins.
 pub fn excess(s: &[f64], capacity: f64) -> f64 {
-    s.iter().map(|&x| (x - capacity).max(0.0)).sum()
+    s.iter().map(|&x| over(x, capacity)).sum()
+}
+
+/// Demand above capacity at one angle; a rounding error (1e-9 of the
+/// capacity) does not count.
+pub fn over(x: f64, capacity: f64) -> f64 {
+    let e = x - capacity;
+    if e > capacity * 1e-9 { e } else { 0.0 }
 }
 
 /// CASSINI's compatibility score (Eq. 2): `1 − Σ excess / (|A| · C)`; 1 is
@@ -99,8 +106,8 @@ pub fn distance_field(d: &[f64], k: usize) -> Vec<usize> {
     out
 }
 
-/// The cushion Ψ (Metronome Eq. 9) in bins: the smallest circular distance
-/// between bins where two contending jobs communicate (0 when they share a
+/// The cushion Ψ (Metronome Eq. 9) in bins: the fewest empty bins between
+/// bins where two contending jobs communicate (0 when they touch or share a
 /// bin); `None` when no two jobs contend.
 ///
 /// Eq. 9 as printed measures between arc midpoints; we measure the gap
@@ -116,7 +123,7 @@ pub fn cushion(u: &UnifiedCircle, rotations: &[usize], capacity: f64) -> Option<
             if !contend(u, s, t, capacity) {
                 continue;
             }
-            let d = min_over_support(&field, &u.jobs[t].demand, rotations[t]);
+            let d = min_over_support(&field, &u.jobs[t].demand, rotations[t]).saturating_sub(1);
             best = Some(best.map_or(d, |b: usize| b.min(d)));
         }
     }

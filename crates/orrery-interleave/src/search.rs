@@ -6,7 +6,7 @@
 //! (Metronome Eq. 16); job `j` rotates by `k_j ∈ [0, ⌈A / r_j⌉)` bins, one of
 //! its iterations on the unified circle (CASSINI Eq. 4, Metronome Eq. 15).
 
-use crate::score::{add_rotated, contend, cushion, distance_field, excess, min_over_support};
+use crate::score::{add_rotated, contend, cushion, distance_field, excess, min_over_support, over};
 use crate::unified::UnifiedCircle;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -33,8 +33,9 @@ pub enum Search {
     /// when a job has arcs of several rates (see the property tests), and at
     /// O(nnz) per rotation the full scan costs no more than finding the runs.
     OptimalCushion,
-    /// Coordinate descent from a greedy start plus `restarts` random starts
-    /// (seeded): for 6–10 jobs where exhaustive search explodes.
+    /// Coordinate descent from a greedy start, then `restarts` more descents
+    /// (seeded), alternating random starts and kicks of the best so far
+    /// (iterated local search): for 6–10 jobs where exhaustive search explodes.
     /// O((1 + restarts) · rounds · jobs · K · nnz).
     Heuristic {
         /// Random restarts after the greedy start.
@@ -180,7 +181,7 @@ impl<'a> Dfs<'a> {
         let mut psi: Option<usize> = None;
         for &i in &self.order[..depth] {
             if contend(self.u, i, j, self.cap) {
-                let d = min_over_support(&self.fields[i], &self.u.jobs[j].demand, k);
+                let d = min_over_support(&self.fields[i], &self.u.jobs[j].demand, k).saturating_sub(1);
                 psi = Some(psi.map_or(d, |p: usize| p.min(d)));
             }
         }
@@ -259,7 +260,7 @@ impl<'a> Dfs<'a> {
                     .iter()
                     .map(|&(b, v)| {
                         let x = s[(b + k) % a];
-                        (x + v - self.cap).max(0.0) - (x - self.cap).max(0.0)
+                        over(x + v, self.cap) - over(x, self.cap)
                     })
                     .sum::<f64>()
             })
@@ -360,6 +361,13 @@ fn heuristic(u: &UnifiedCircle, capacity: f64, restarts: u32, seed: u64) -> Solu
                 rot[j] = k;
                 add_rotated(&mut s, &u.jobs[j].demand, k);
             }
+        } else if let (Some(b), true) = (&best, attempt % 2 == 0) {
+            // Iterated local search: kick a third of the jobs of the best so far.
+            rot.clone_from(&b.rotations);
+            for _ in 0..n.div_ceil(3) {
+                let j = rng.random_range(0..n);
+                rot[j] = rng.random_range(0..range(u, j));
+            }
         } else {
             for (j, r) in rot.iter_mut().enumerate() {
                 *r = rng.random_range(0..range(u, j));
@@ -418,7 +426,7 @@ fn best_rotation(u: &UnifiedCircle, s: &[f64], j: usize, cap: f64, evaluated: &m
                 .filter(|(_, v)| **v > 0.0)
                 .map(|(b, &v)| {
                     let x = s[(b + k) % a];
-                    (x + v - cap).max(0.0) - (x - cap).max(0.0)
+                    over(x + v, cap) - over(x, cap)
                 })
                 .sum::<f64>();
         *evaluated += 1;

@@ -6,6 +6,12 @@ use orrery_interleave::unified::{CircleJob, Params, UnifiedCircle, unify};
 use orrery_interleave::{Search, solve};
 use orrery_model::{Arc, Circle, Priority};
 use proptest::prelude::*;
+use proptest::test_runner::RngSeed;
+
+/// Deterministic runs, so CI sees the cases a developer saw.
+fn fixed(cases: u32) -> ProptestConfig {
+    ProptestConfig { cases, rng_seed: RngSeed::Fixed(0x0bbe_e5), ..ProptestConfig::default() }
+}
 
 const CAP: f64 = 50.0;
 
@@ -67,7 +73,7 @@ fn brute_force(u: &UnifiedCircle) -> (f64, Option<usize>) {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(64))]
+    #![proptest_config(fixed(64))]
 
     #[test]
     fn optimal_cushion_search_matches_brute_force_for_up_to_four_jobs(jobs in prop::collection::vec(job(), 2..=4)) {
@@ -115,7 +121,7 @@ proptest! {
     fn heuristic_is_within_one_percent_of_exhaustive(jobs in prop::collection::vec(job(), 3..=5)) {
         let u = unified(&jobs, 36);
         let x = solve(&u, CAP, Search::Exhaustive);
-        let h = solve(&u, CAP, Search::Heuristic { restarts: 8, seed: 7 });
+        let h = solve(&u, CAP, Search::Heuristic { restarts: 16, seed: 7 });
         prop_assert!(h.score >= x.score - 0.01 * x.score.abs().max(1e-9), "heuristic {} vs exhaustive {}", h.score, x.score);
     }
 }
@@ -205,6 +211,8 @@ mod theorem1 {
     }
 
     proptest! {
+        #![proptest_config(super::fixed(256))]
+
         /// CASSINI Theorem 1: on every link, every pair's relative shift equals
         /// the per-link solution's, modulo the pair's common period lattice
         /// (shifting a job by its own iteration time changes nothing, so

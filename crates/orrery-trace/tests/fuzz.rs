@@ -3,6 +3,12 @@
 
 use orrery_trace::{Format, parse};
 use proptest::prelude::*;
+use proptest::test_runner::RngSeed;
+
+/// Deterministic runs, so CI sees the cases a developer saw.
+fn fixed(cases: u32) -> ProptestConfig {
+    ProptestConfig { cases, rng_seed: RngSeed::Fixed(0x0bbe_e5), ..ProptestConfig::default() }
+}
 
 fn data(path: &str) -> String {
     std::fs::read_to_string(format!("{}/../../data/{path}", env!("CARGO_MANIFEST_DIR"))).expect("bundled data file")
@@ -18,7 +24,7 @@ fn formats() -> impl Strategy<Value = Option<Format>> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(256))]
+    #![proptest_config(fixed(256))]
 
     #[test]
     fn random_text_never_panics(text in "\\PC{0,400}", format in formats()) {

@@ -4,6 +4,7 @@
 //! prints. Exit codes: 0 success, 1 bad input (with file:line:field messages on
 //! stderr), 2 usage errors (from clap).
 
+mod compat;
 mod topo;
 mod trace;
 mod zoo;
@@ -31,7 +32,8 @@ const EXAMPLES: &str = "Examples:
   orrery zoo --calibration                     the zoo held against measured profiles
   orrery topo list                             built-in cluster set-ups
   orrery topo show cassini
-  orrery trace inspect data/philly/philly_jobs_pollux.csv";
+  orrery trace inspect data/philly/philly_jobs_pollux.csv
+  orrery compat experiments/compat/cassini-fig5.json --svg fig5.svg";
 
 #[derive(Subcommand, Debug)]
 enum Command {
@@ -44,6 +46,9 @@ enum Command {
     /// Job traces: read, check and summarise public traces and orrery's JSONL.
     #[command(subcommand)]
     Trace(trace::Command),
+    /// Compatibility of jobs sharing one link: the best rotation of each job's
+    /// circle, its time-shift, the score and the cushion (CASSINI §3, Metronome §III).
+    Compat(compat::Args),
 }
 
 /// Records phase durations for `--timings`.
@@ -85,6 +90,7 @@ fn main() -> ExitCode {
         Command::Zoo(args) => zoo::run(&args),
         Command::Topo(cmd) => topo::run(&cmd),
         Command::Trace(cmd) => trace::run(&cmd, &mut timings),
+        Command::Compat(args) => compat::run(&args, &mut timings),
     };
     timings.report();
     match result {
