@@ -35,8 +35,9 @@ pub enum Search {
     OptimalCushion,
     /// Coordinate descent from a greedy start, then `restarts` more descents
     /// (seeded), alternating random starts and kicks of the best so far
-    /// (iterated local search): for 6–10 jobs where exhaustive search explodes.
-    /// O((1 + restarts) · rounds · jobs · K · nnz).
+    /// (iterated local search), then pair moves on the best: for 6–10 jobs
+    /// where exhaustive search explodes.
+    /// O((1 + restarts) · rounds · jobs · K · nnz + rounds · jobs² · K² · nnz).
     Heuristic {
         /// Random restarts after the greedy start.
         restarts: u32,
@@ -402,8 +403,47 @@ fn heuristic(u: &UnifiedCircle, capacity: f64, restarts: u32, seed: u64) -> Solu
     }
     let mut sol =
         best.unwrap_or(Solution { rotations: vec![0; n], excess: 0.0, score: 0.0, cushion_bins: None, evaluated: 0 });
+    pair_moves(u, capacity, &mut sol, &mut evaluated);
     sol.evaluated = evaluated;
     sol
+}
+
+/// Polishes a local optimum by moving two jobs at once (every pair of free
+/// jobs, every pair of their rotations) until no pair move helps.
+/// O(rounds · jobs² · K² · nnz).
+fn pair_moves(u: &UnifiedCircle, capacity: f64, sol: &mut Solution, evaluated: &mut u64) {
+    let free: Vec<usize> = (0..u.jobs.len()).filter(|&j| j != u.reference).collect();
+    let mut s = crate::score::demand(u, &sol.rotations);
+    for _round in 0..20 {
+        let mut improved = false;
+        for (x, &i) in free.iter().enumerate() {
+            for &j in &free[x + 1..] {
+                sub_rotated(&mut s, &u.jobs[i].demand, sol.rotations[i]);
+                sub_rotated(&mut s, &u.jobs[j].demand, sol.rotations[j]);
+                let mut best = (sol.rotations[i], sol.rotations[j], sol.excess);
+                for ki in 0..range(u, i) {
+                    add_rotated(&mut s, &u.jobs[i].demand, ki);
+                    let (kj, e) = best_rotation(u, &s, j, capacity, evaluated);
+                    if e < best.2 - EPS {
+                        best = (ki, kj, e);
+                    }
+                    sub_rotated(&mut s, &u.jobs[i].demand, ki);
+                }
+                if best.2 < sol.excess - EPS {
+                    sol.rotations[i] = best.0;
+                    sol.rotations[j] = best.1;
+                    sol.excess = best.2;
+                    improved = true;
+                }
+                add_rotated(&mut s, &u.jobs[i].demand, sol.rotations[i]);
+                add_rotated(&mut s, &u.jobs[j].demand, sol.rotations[j]);
+            }
+        }
+        if !improved {
+            break;
+        }
+    }
+    sol.cushion_bins = cushion(u, &sol.rotations, capacity);
 }
 
 fn sub_rotated(s: &mut [f64], d: &[f64], k: usize) {
