@@ -33,7 +33,7 @@ pub enum Search {
     /// when a job has arcs of several rates (see the property tests), and at
     /// O(nnz) per rotation the full scan costs no more than finding the runs.
     OptimalCushion,
-    /// Coordinate descent from a greedy start, then `restarts` more descents
+    /// Coordinate descent from a beam-search start, then `restarts` more descents
     /// (seeded), alternating random starts and kicks of the best so far
     /// (iterated local search), then pair moves on the best: for 6–10 jobs
     /// where exhaustive search explodes.
@@ -354,14 +354,7 @@ fn heuristic(u: &UnifiedCircle, capacity: f64, restarts: u32, seed: u64) -> Solu
     for attempt in 0..=restarts {
         let mut rot = vec![0usize; n];
         if attempt == 0 {
-            // Greedy: place jobs one by one at their best rotation.
-            let mut s = vec![0.0; u.precision];
-            add_rotated(&mut s, &u.jobs[u.reference].demand, 0);
-            for j in (0..n).filter(|&j| j != u.reference) {
-                let k = best_rotation(u, &s, j, capacity, &mut evaluated).0;
-                rot[j] = k;
-                add_rotated(&mut s, &u.jobs[j].demand, k);
-            }
+            rot = beam(u, capacity, BEAM_WIDTH, &mut evaluated);
         } else if let (Some(b), true) = (&best, attempt % 2 == 0) {
             // Iterated local search: kick a third of the jobs of the best so far.
             rot.clone_from(&b.rotations);
@@ -444,6 +437,53 @@ fn pair_moves(u: &UnifiedCircle, capacity: f64, sol: &mut Solution, evaluated: &
         }
     }
     sol.cushion_bins = cushion(u, &sol.rotations, capacity);
+}
+
+/// States kept per level by [`beam`].
+const BEAM_WIDTH: usize = 256;
+
+/// Beam search: place the free jobs one at a time (heaviest first), keeping
+/// the `width` partial placements with the least excess. Width 1 is greedy.
+/// O(jobs · width · (K · nnz + A)).
+fn beam(u: &UnifiedCircle, capacity: f64, width: usize, evaluated: &mut u64) -> Vec<usize> {
+    let a = u.precision;
+    let n = u.jobs.len();
+    let mut order: Vec<usize> = (0..n).filter(|&j| j != u.reference).collect();
+    order.sort_by(|&x, &y| {
+        let load = |j: usize| u.jobs[j].demand.iter().sum::<f64>();
+        load(y).total_cmp(&load(x)).then(x.cmp(&y))
+    });
+    let mut start = vec![0.0; a];
+    add_rotated(&mut start, &u.jobs[u.reference].demand, 0);
+    let mut states: Vec<(Vec<usize>, Vec<f64>, f64)> = vec![(vec![0; n], start.clone(), excess(&start, capacity))];
+    for &j in &order {
+        let d = &u.jobs[j].demand;
+        let mut candidates: Vec<(f64, usize, usize)> = Vec::new();
+        for (si, (_, s, base)) in states.iter().enumerate() {
+            for k in 0..range(u, j) {
+                let e = base
+                    + d.iter()
+                        .enumerate()
+                        .filter(|(_, v)| **v > 0.0)
+                        .map(|(b, &v)| over(s[(b + k) % a] + v, capacity) - over(s[(b + k) % a], capacity))
+                        .sum::<f64>();
+                candidates.push((e, si, k));
+                *evaluated += 1;
+            }
+        }
+        candidates.sort_by(|x, y| x.0.total_cmp(&y.0).then(x.1.cmp(&y.1)).then(x.2.cmp(&y.2)));
+        states = candidates
+            .into_iter()
+            .take(width.max(1))
+            .map(|(e, si, k)| {
+                let (mut rot, mut s, _) = states[si].clone();
+                rot[j] = k;
+                add_rotated(&mut s, d, k);
+                (rot, s, e)
+            })
+            .collect();
+    }
+    states.into_iter().next().map_or_else(|| vec![0; n], |s| s.0)
 }
 
 fn sub_rotated(s: &mut [f64], d: &[f64], k: usize) {
