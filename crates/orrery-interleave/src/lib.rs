@@ -14,6 +14,7 @@
 //! randomness only from a seed the caller passes.
 
 pub mod affinity;
+pub mod cassini;
 pub mod compat;
 pub mod score;
 pub mod search;

@@ -119,11 +119,11 @@ pub fn cushion(u: &UnifiedCircle, rotations: &[usize], capacity: f64) -> Option<
     let mut best: Option<usize> = None;
     for s in 0..n {
         let field = distance_field(&u.jobs[s].demand, rotations[s]);
-        for t in (s + 1)..n {
+        for (t, &kt) in rotations.iter().enumerate().skip(s + 1) {
             if !contend(u, s, t, capacity) {
                 continue;
             }
-            let d = min_over_support(&field, &u.jobs[t].demand, rotations[t]).saturating_sub(1);
+            let d = min_over_support(&field, &u.jobs[t].demand, kt).saturating_sub(1);
             best = Some(best.map_or(d, |b: usize| b.min(d)));
         }
     }

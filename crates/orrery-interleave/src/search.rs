@@ -134,6 +134,10 @@ struct Dfs<'a> {
     sums: Vec<Vec<f64>>,
     fields: Vec<Vec<usize>>,
     current: Vec<usize>,
+    /// For a free job, an earlier free job in `order` that is identical to it;
+    /// its rotation is then the lower bound of this one's (symmetry breaking:
+    /// swapping identical jobs changes neither excess nor cushion).
+    twin: Vec<Option<usize>>,
     best: Option<(f64, Option<usize>, Vec<usize>)>,
     evaluated: u64,
     done: bool,
@@ -144,6 +148,14 @@ impl<'a> Dfs<'a> {
         let n = u.jobs.len();
         let mut order = vec![u.reference];
         order.extend((0..n).filter(|&j| j != u.reference));
+        let mut twin = vec![None; n];
+        for (x, &j) in order.iter().enumerate().skip(1) {
+            twin[j] = order[1..x]
+                .iter()
+                .rev()
+                .copied()
+                .find(|&i| u.jobs[i].demand == u.jobs[j].demand && u.jobs[i].iterations == u.jobs[j].iterations);
+        }
         Dfs {
             u,
             cap,
@@ -152,6 +164,7 @@ impl<'a> Dfs<'a> {
             sums: vec![vec![0.0; u.precision]; n + 1],
             fields: vec![Vec::new(); n],
             current: vec![0; n],
+            twin,
             best: None,
             evaluated: 0,
             done: false,
@@ -206,11 +219,12 @@ impl<'a> Dfs<'a> {
         let n = self.order.len();
         let j = self.order[depth];
         let k_range = range(self.u, j);
+        let lo = self.twin[j].map_or(0, |t| self.current[t]);
         if depth + 1 == n {
-            self.last(depth, j, k_range, psi);
+            self.last(depth, j, lo, k_range, psi);
             return;
         }
-        for k in 0..k_range {
+        for k in lo..k_range {
             let (head, tail) = self.sums.split_at_mut(depth + 1);
             tail[0].copy_from_slice(&head[depth]);
             add_rotated(&mut tail[0], &self.u.jobs[j].demand, k);
@@ -249,7 +263,7 @@ impl<'a> Dfs<'a> {
     }
 
     /// The last job: excess for every rotation in O(nnz) each from the partial sum.
-    fn last(&mut self, depth: usize, j: usize, k_range: usize, psi: Option<usize>) {
+    fn last(&mut self, depth: usize, j: usize, lo: usize, k_range: usize, psi: Option<usize>) {
         let a = self.u.precision;
         let s = &self.sums[depth];
         let base = excess(s, self.cap);
@@ -257,6 +271,9 @@ impl<'a> Dfs<'a> {
         let support: Vec<(usize, f64)> = d.iter().copied().enumerate().filter(|(_, v)| *v > 0.0).collect();
         let ex: Vec<f64> = (0..k_range)
             .map(|k| {
+                if k < lo {
+                    return f64::INFINITY;
+                }
                 base + support
                     .iter()
                     .map(|&(b, v)| {
@@ -266,7 +283,7 @@ impl<'a> Dfs<'a> {
                     .sum::<f64>()
             })
             .collect();
-        self.evaluated += k_range as u64;
+        self.evaluated += (k_range - lo.min(k_range)) as u64;
         match self.mode {
             Mode::Score => {
                 for (k, &e) in ex.iter().enumerate() {

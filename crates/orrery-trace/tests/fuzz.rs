@@ -7,7 +7,12 @@ use proptest::test_runner::RngSeed;
 
 /// Deterministic runs, so CI sees the cases a developer saw.
 fn fixed(cases: u32) -> ProptestConfig {
-    ProptestConfig { cases, rng_seed: RngSeed::Fixed(0x0bbe_e5), failure_persistence: None, ..ProptestConfig::default() }
+    ProptestConfig {
+        cases,
+        rng_seed: RngSeed::Fixed(0x00bb_ee55),
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    }
 }
 
 fn data(path: &str) -> String {

@@ -88,3 +88,36 @@ fn topo_show_builtin_and_file_errors() {
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("t.toml:4:"), "{}", stderr(&o));
 }
+
+#[test]
+fn compat_reproduces_cassini_fig5_and_draws_it() {
+    let dir = std::env::temp_dir().join(format!("orrery-compat-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("tmp dir");
+    let svg = dir.join("fig5.svg");
+    let o = orrery(&["compat", "experiments/compat/cassini-fig5.json", "--svg", svg.to_str().expect("utf-8")]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(v["score"], 1.0);
+    assert_eq!(v["perimeter_ms"], 120.0);
+    // Fig. 5(d): a 30° rotation (10 ms of the 120 ms circle) interleaves j1 and j2.
+    assert_eq!(v["jobs"][1]["rotation_deg"], 30.0);
+    assert_eq!(v["jobs"][1]["shift_ms"], 10.0);
+    let drawing = std::fs::read_to_string(&svg).expect("svg written");
+    assert!(drawing.contains("after rotation: score 1.000"));
+}
+
+#[test]
+fn compat_rejects_bad_phases_with_the_field() {
+    let dir = std::env::temp_dir().join(format!("orrery-compat-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("tmp dir");
+    let f = dir.join("bad.json");
+    std::fs::write(&f, r#"{"link_gbps": 50, "jobs": [{"name": "x", "period_ms": 100, "phases": [{"start_ms": 120, "duration_ms": 5, "gbps": 10}]}]}"#)
+        .expect("write");
+    let o = orrery(&["compat", f.to_str().expect("utf-8")]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("jobs[0] (x).phases[0].start_ms: expected a time in [0, 100) ms, found 120"),
+        "{}",
+        stderr(&o)
+    );
+}
