@@ -1,0 +1,128 @@
+//! The scheduling API shared by both drivers, and the baseline policies.
+//!
+//! A policy never reads a clock or a socket: it gets a read-only
+//! [`ClusterView`] and returns [`Decision`]s (DESIGN.md). The simulator and the
+//! service apply them.
+//!
+//! Architecture invariant: depends only on `orrery-model`; no I/O, no clock;
+//! randomness from a seed given at construction.
+
+pub mod baseline;
+
+use orrery_model::{HostId, JobSpec, Topology};
+use serde::{Deserialize, Serialize};
+
+/// Index of a job in the driver's job table (stable for the whole run).
+pub type JobId = usize;
+
+/// A job waiting for GPUs.
+#[derive(Debug, Clone, Copy)]
+pub struct QueuedJob<'a> {
+    /// Driver's id.
+    pub id: JobId,
+    /// The specification.
+    pub spec: &'a JobSpec,
+    /// Seconds since the job arrived.
+    pub waiting_s: f64,
+}
+
+/// A job holding GPUs.
+#[derive(Debug, Clone)]
+pub struct RunningJob<'a> {
+    /// Driver's id.
+    pub id: JobId,
+    /// The specification.
+    pub spec: &'a JobSpec,
+    /// GPUs held on each host.
+    pub hosts: &'a [(HostId, u32)],
+    /// Iterations done.
+    pub iterations_done: u64,
+    /// Whether the job is paused.
+    pub paused: bool,
+}
+
+/// What a policy sees.
+#[derive(Debug, Clone)]
+pub struct ClusterView<'a> {
+    /// Seconds since the start.
+    pub now_s: f64,
+    /// The cluster.
+    pub topology: &'a Topology,
+    /// Free GPUs per host.
+    pub free_gpus: &'a [u32],
+    /// Waiting jobs in arrival order.
+    pub queue: Vec<QueuedJob<'a>>,
+    /// Running jobs.
+    pub running: Vec<RunningJob<'a>>,
+}
+
+/// What a policy asks the driver to do.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Decision {
+    /// Start a queued job on these GPUs (gang: all or nothing).
+    Place {
+        /// Job.
+        job: JobId,
+        /// GPUs to take on each host.
+        hosts: Vec<(HostId, u32)>,
+    },
+    /// Refuse a queued job for good.
+    Reject {
+        /// Job.
+        job: JobId,
+        /// Why.
+        reason: String,
+    },
+    /// Stop a running job and put it back in the queue (progress is kept).
+    Preempt {
+        /// Job.
+        job: JobId,
+    },
+    /// Delay the start of the job's next iteration by this many ms (a
+    /// CASSINI time-shift or a FORESIGHT per-iteration delay).
+    Shift {
+        /// Job.
+        job: JobId,
+        /// Delay, ms.
+        ms: f64,
+    },
+    /// Stop a running job after its current iteration until resumed.
+    Pause {
+        /// Job.
+        job: JobId,
+    },
+    /// Resume a paused job.
+    Resume {
+        /// Job.
+        job: JobId,
+    },
+    /// Cap the rate of each of the job's flows, Gbit/s (None removes the cap).
+    Throttle {
+        /// Job.
+        job: JobId,
+        /// Cap.
+        gbps: Option<f64>,
+    },
+}
+
+/// A scheduling policy.
+pub trait Policy {
+    /// Name used in reports.
+    fn name(&self) -> String;
+
+    /// Called when jobs arrive or finish and GPUs may have freed up.
+    fn schedule(&mut self, view: &ClusterView<'_>) -> Vec<Decision>;
+
+    /// Controller hook: called after each iteration of a running job with its
+    /// duration; may return decisions (drift re-alignment, pauses, ...).
+    fn on_iteration(&mut self, _view: &ClusterView<'_>, _job: JobId, _iteration_ms: f64) -> Vec<Decision> {
+        Vec::new()
+    }
+
+    /// Whether the driver should give every job the network to itself (the
+    /// "ideal" baseline of CASSINI §5 and Metronome §IV-A).
+    fn isolated_network(&self) -> bool {
+        false
+    }
+}

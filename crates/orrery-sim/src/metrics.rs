@@ -1,0 +1,235 @@
+//! Metrics of a finished simulation (units in the names; see the README).
+
+use crate::engine::{NS, Simulation, Status};
+use orrery_model::Priority;
+use orrery_trace::inspect::Percentiles;
+use serde::Serialize;
+
+/// Cluster metrics, the `metrics` object of `summary.json`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Metrics {
+    /// Jobs in the workload.
+    pub jobs: usize,
+    /// Jobs that finished.
+    pub finished: usize,
+    /// Mean job completion time (finish − arrival) over finished jobs, s.
+    pub avg_jct_s: f64,
+    /// 99th percentile JCT, s.
+    pub p99_jct_s: f64,
+    /// Last finish − first arrival, s.
+    pub makespan_s: f64,
+    /// Mean queueing delay (first start − arrival), s.
+    pub avg_queue_s: f64,
+    /// Mean iteration time over all iterations of all jobs, s.
+    pub avg_iter_s: f64,
+    /// 90th percentile iteration time, s.
+    pub p90_iter_s: f64,
+    /// 99th percentile iteration time, s.
+    pub p99_iter_s: f64,
+    /// Mean over finished jobs of run time / (iterations × isolated iteration time).
+    pub avg_slowdown: f64,
+    /// Mean utilisation of the links that carried traffic, over the makespan.
+    pub avg_link_util: f64,
+    /// Metronome's Γ (Eq. 5) over the links that carried traffic.
+    pub bw_util_gamma: f64,
+    /// Σ over links of seconds with demand above capacity.
+    pub congested_link_s: f64,
+    /// Σ over links of ∫ max(0, demand − capacity) dt, Gbit (ECN-mark proxy).
+    pub excess_gbit: f64,
+    /// GPU-seconds held by jobs / (GPUs × makespan).
+    pub gpu_util: f64,
+    /// Allocation failure rate: rejected jobs / jobs.
+    pub afr: f64,
+    /// Median wall-clock time of a policy call, ms.
+    pub decision_ms_p50: f64,
+    /// 99th percentile wall-clock time of a policy call, ms.
+    pub decision_ms_p99: f64,
+}
+
+/// Per-job row of `jobs.csv`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct JobRow {
+    /// Job id from the workload.
+    pub id: String,
+    /// Model.
+    pub model: String,
+    /// GPUs.
+    pub gpus: u32,
+    /// Priority.
+    pub priority: Priority,
+    /// Final status.
+    pub status: Status,
+    /// Arrival, s.
+    pub arrival_s: f64,
+    /// Queueing delay, s (empty if never started).
+    pub queue_s: Option<f64>,
+    /// JCT, s (empty if not finished).
+    pub jct_s: Option<f64>,
+    /// Iterations done.
+    pub iterations: u64,
+    /// Iteration time alone on its placement, ms.
+    pub isolated_iter_ms: f64,
+    /// Mean iteration time, ms.
+    pub iter_mean_ms: f64,
+    /// Median iteration time, ms.
+    pub iter_p50_ms: f64,
+    /// 90th percentile iteration time, ms.
+    pub iter_p90_ms: f64,
+    /// 99th percentile iteration time, ms.
+    pub iter_p99_ms: f64,
+    /// Run time / (iterations × isolated iteration time).
+    pub slowdown: Option<f64>,
+    /// Hosts used.
+    pub hosts: usize,
+    /// Time-shifts applied.
+    pub shifts: u32,
+    /// Pauses.
+    pub pauses: u32,
+    /// Preemptions.
+    pub preemptions: u32,
+}
+
+/// Per-link row of `links.csv` (links that carried traffic).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LinkRow {
+    /// Link index.
+    pub link: usize,
+    /// Sending node.
+    pub from: String,
+    /// Receiving node.
+    pub to: String,
+    /// Capacity, Gbit/s.
+    pub gbps: f64,
+    /// Mean utilisation over the makespan.
+    pub mean_util: f64,
+    /// Seconds with demand above capacity.
+    pub congested_s: f64,
+    /// Excess over capacity, Gbit.
+    pub excess_gbit: f64,
+    /// Utilisation per time bucket, `;`-separated.
+    pub util_series: String,
+    /// Bucket width, s.
+    pub bucket_s: f64,
+}
+
+/// Per-job rows.
+pub fn job_rows(sim: &Simulation<'_>) -> Vec<JobRow> {
+    sim.jobs
+        .iter()
+        .map(|j| {
+            let mut it = j.iteration_ms.clone();
+            let p = Percentiles::of(&mut it);
+            let run_alone = j.iterations_done as f64 * j.isolated_iter_ms / 1e3;
+            JobRow {
+                id: j.spec.id.clone(),
+                model: j.spec.model.clone(),
+                gpus: j.spec.gpus(),
+                priority: j.spec.priority,
+                status: j.status,
+                arrival_s: j.arrival_ns as f64 / NS,
+                queue_s: j.first_start_ns.map(|s| (s - j.arrival_ns) as f64 / NS),
+                jct_s: (j.status == Status::Finished)
+                    .then(|| j.finish_ns.map_or(0.0, |f| (f - j.arrival_ns) as f64 / NS)),
+                iterations: j.iterations_done,
+                isolated_iter_ms: j.isolated_iter_ms,
+                iter_mean_ms: p.mean,
+                iter_p50_ms: p.p50,
+                iter_p90_ms: p.p90,
+                iter_p99_ms: p.p99,
+                slowdown: (j.status == Status::Finished && run_alone > 0.0).then(|| j.run_ns as f64 / NS / run_alone),
+                hosts: j.hosts.len(),
+                shifts: j.shifts,
+                pauses: j.pauses,
+                preemptions: j.preemptions,
+            }
+        })
+        .collect()
+}
+
+/// Per-link rows for links that carried traffic.
+pub fn link_rows(sim: &Simulation<'_>, makespan_ns: u64) -> Vec<LinkRow> {
+    let t = &sim.net;
+    let topo_links = sim_topology_links(sim);
+    t.stats
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.bits > 0.0)
+        .map(|(l, s)| {
+            let (from, to, gbps) = topo_links[l].clone();
+            let series = s
+                .series
+                .iter()
+                .map(|b| format!("{:.4}", b / (gbps * t.bucket_ns as f64)))
+                .collect::<Vec<_>>()
+                .join(";");
+            LinkRow {
+                link: l,
+                from,
+                to,
+                gbps,
+                mean_util: if makespan_ns > 0 { s.bits / (gbps * makespan_ns as f64) } else { 0.0 },
+                congested_s: s.congested_ns as f64 / NS,
+                excess_gbit: s.excess_bits / 1e9,
+                util_series: series,
+                bucket_s: t.bucket_ns as f64 / NS,
+            }
+        })
+        .collect()
+}
+
+fn sim_topology_links(sim: &Simulation<'_>) -> Vec<(String, String, f64)> {
+    let topo = sim.topology();
+    topo.links.iter().map(|l| (topo.node_name(l.from).to_string(), topo.node_name(l.to).to_string(), l.gbps)).collect()
+}
+
+/// Cluster metrics over the jobs selected by `keep` (all jobs, or one priority).
+pub fn metrics(sim: &Simulation<'_>, keep: impl Fn(Priority) -> bool) -> Metrics {
+    let rows = job_rows(sim);
+    let chosen: Vec<(&JobRow, &crate::engine::JobState)> =
+        rows.iter().zip(&sim.jobs).filter(|(r, _)| keep(r.priority)).collect();
+    let first_arrival = chosen.iter().map(|(r, _)| r.arrival_s).fold(f64::INFINITY, f64::min);
+    let last_finish = sim.jobs.iter().filter_map(|j| j.finish_ns).max().unwrap_or(sim.now_ns()) as f64 / NS;
+    let makespan_s = if first_arrival.is_finite() { (last_finish - first_arrival).max(0.0) } else { 0.0 };
+    let mut jct: Vec<f64> = chosen.iter().filter_map(|(r, _)| r.jct_s).collect();
+    let jct_p = Percentiles::of(&mut jct);
+    let queue: Vec<f64> = chosen.iter().filter_map(|(r, _)| r.queue_s).collect();
+    let mut iters: Vec<f64> = chosen.iter().flat_map(|(_, j)| j.iteration_ms.iter().map(|ms| ms / 1e3)).collect();
+    let it = Percentiles::of(&mut iters);
+    let slow: Vec<f64> = chosen.iter().filter_map(|(r, _)| r.slowdown).collect();
+    let links = link_rows(sim, (makespan_s * NS) as u64);
+    let b_max = links.iter().map(|l| l.gbps).fold(0.0, f64::max);
+    let gpus = f64::from(sim.topology().gpu_count());
+    let gpu_s: f64 = chosen.iter().map(|(_, j)| j.run_ns as f64 / NS * f64::from(j.spec.gpus())).sum();
+    let mut dec: Vec<f64> = sim.decision_s.iter().map(|s| s * 1e3).collect();
+    let dec_p = Percentiles::of(&mut dec);
+    let mean = |v: &[f64]| if v.is_empty() { 0.0 } else { v.iter().sum::<f64>() / v.len() as f64 };
+    Metrics {
+        jobs: chosen.len(),
+        finished: chosen.iter().filter(|(r, _)| r.status == Status::Finished).count(),
+        avg_jct_s: jct_p.mean,
+        p99_jct_s: jct_p.p99,
+        makespan_s,
+        avg_queue_s: mean(&queue),
+        avg_iter_s: it.mean,
+        p90_iter_s: it.p90,
+        p99_iter_s: it.p99,
+        avg_slowdown: mean(&slow),
+        avg_link_util: mean(&links.iter().map(|l| l.mean_util).collect::<Vec<_>>()),
+        // Metronome Eq. 5: Σ_l B_l · ξ_l / B_max / |L|.
+        bw_util_gamma: if links.is_empty() || b_max <= 0.0 {
+            0.0
+        } else {
+            links.iter().map(|l| l.gbps * l.mean_util / b_max).sum::<f64>() / links.len() as f64
+        },
+        congested_link_s: links.iter().map(|l| l.congested_s).sum(),
+        excess_gbit: links.iter().map(|l| l.excess_gbit).sum(),
+        gpu_util: if gpus > 0.0 && makespan_s > 0.0 { gpu_s / (gpus * makespan_s) } else { 0.0 },
+        afr: if chosen.is_empty() {
+            0.0
+        } else {
+            chosen.iter().filter(|(r, _)| r.status == Status::Rejected).count() as f64 / chosen.len() as f64
+        },
+        decision_ms_p50: dec_p.p50,
+        decision_ms_p99: dec_p.p99,
+    }
+}

@@ -1,0 +1,425 @@
+//! Flow-level network: max-min fair rates by progressive filling, capped by
+//! per-flow limits (NIC rate or throttle), recomputed only for the connected
+//! component of flows and links touched by a change.
+//!
+//! Units: time in ns, sizes in bits, rates in Gbit/s — which is bits per ns.
+
+use orrery_model::LinkId;
+
+/// Index of a flow in the network's slab.
+pub type FlowId = usize;
+
+/// One flow.
+#[derive(Debug, Clone)]
+pub struct Flow {
+    /// Directed links crossed (empty for traffic inside a host).
+    pub path: Vec<LinkId>,
+    /// Rate cap, Gbit/s.
+    pub cap_gbps: f64,
+    /// Bits still to send at `updated_ns`.
+    pub remaining_bits: f64,
+    /// Current rate, Gbit/s.
+    pub rate_gbps: f64,
+    /// When `remaining_bits` was last brought up to date.
+    pub updated_ns: u64,
+    /// Bumped on every rate change; completion events carry it.
+    pub version: u64,
+    /// Owner tag (the job), for the driver.
+    pub owner: usize,
+}
+
+/// Time integrals kept per directed link.
+#[derive(Debug, Clone, Default)]
+pub struct LinkStats {
+    /// Current carried rate, Gbit/s.
+    pub carried_gbps: f64,
+    /// Current demand (sum of flow caps), Gbit/s.
+    pub demand_gbps: f64,
+    /// Last time the integrals were advanced.
+    pub updated_ns: u64,
+    /// ∫ carried dt, bits.
+    pub bits: f64,
+    /// ∫ max(0, demand − capacity) dt, bits: the stand-in for ECN marks.
+    pub excess_bits: f64,
+    /// Time with demand above capacity, ns.
+    pub congested_ns: u64,
+    /// Carried bits per time bucket (bucket width doubles to keep ≤ 512).
+    pub series: Vec<f64>,
+}
+
+/// Width of the first utilisation bucket, ns (1 s).
+pub const FIRST_BUCKET_NS: u64 = 1_000_000_000;
+const MAX_BUCKETS: usize = 512;
+
+/// The network state.
+#[derive(Debug, Clone)]
+pub struct Network {
+    capacity: Vec<f64>,
+    link_flows: Vec<Vec<FlowId>>,
+    flows: Vec<Option<Flow>>,
+    free: Vec<FlowId>,
+    /// Every flow gets its cap, whatever else shares its links (the "ideal" baseline).
+    pub isolated: bool,
+    /// Per-link integrals.
+    pub stats: Vec<LinkStats>,
+    /// Current bucket width of `LinkStats::series`, ns.
+    pub bucket_ns: u64,
+    /// Progressive-filling rounds run (for `--timings`).
+    pub fill_rounds: u64,
+}
+
+impl Network {
+    /// A network over links with these capacities (Gbit/s).
+    pub fn new(capacity: Vec<f64>, isolated: bool) -> Self {
+        let n = capacity.len();
+        Network {
+            capacity,
+            link_flows: vec![Vec::new(); n],
+            flows: Vec::new(),
+            free: Vec::new(),
+            isolated,
+            stats: vec![LinkStats::default(); n],
+            bucket_ns: FIRST_BUCKET_NS,
+            fill_rounds: 0,
+        }
+    }
+
+    /// The flow, if live.
+    pub fn flow(&self, f: FlowId) -> Option<&Flow> {
+        self.flows.get(f).and_then(Option::as_ref)
+    }
+
+    /// Number of live flows.
+    pub fn live(&self) -> usize {
+        self.flows.len() - self.free.len()
+    }
+
+    /// Adds a flow and recomputes the rates it affects; returns the flows whose
+    /// rate changed (including the new one).
+    pub fn add(
+        &mut self,
+        now: u64,
+        path: Vec<LinkId>,
+        bits: f64,
+        cap_gbps: f64,
+        owner: usize,
+    ) -> (FlowId, Vec<FlowId>) {
+        let flow = Flow { path, cap_gbps, remaining_bits: bits, rate_gbps: 0.0, updated_ns: now, version: 0, owner };
+        let id = match self.free.pop() {
+            Some(id) => {
+                self.flows[id] = Some(flow);
+                id
+            }
+            None => {
+                self.flows.push(Some(flow));
+                self.flows.len() - 1
+            }
+        };
+        let path = self.flows[id].as_ref().map(|f| f.path.clone()).unwrap_or_default();
+        for &l in &path {
+            self.link_flows[l].push(id);
+        }
+        let changed = self.recompute(now, &path, Some(id));
+        (id, changed)
+    }
+
+    /// Removes a flow; returns the flows whose rate changed.
+    pub fn remove(&mut self, now: u64, id: FlowId) -> Vec<FlowId> {
+        let Some(flow) = self.flows.get_mut(id).and_then(Option::take) else { return Vec::new() };
+        self.free.push(id);
+        for &l in &flow.path {
+            self.link_flows[l].retain(|&f| f != id);
+        }
+        self.recompute(now, &flow.path, None)
+    }
+
+    /// Changes a flow's cap; returns the flows whose rate changed.
+    pub fn set_cap(&mut self, now: u64, id: FlowId, cap_gbps: f64) -> Vec<FlowId> {
+        let path = match self.flows.get_mut(id).and_then(Option::as_mut) {
+            Some(f) => {
+                f.cap_gbps = cap_gbps;
+                f.path.clone()
+            }
+            None => return Vec::new(),
+        };
+        self.recompute(now, &path, Some(id))
+    }
+
+    /// Brings a flow's remaining bits up to `now`.
+    fn advance(f: &mut Flow, now: u64) {
+        let dt = now.saturating_sub(f.updated_ns) as f64;
+        f.remaining_bits = (f.remaining_bits - f.rate_gbps * dt).max(0.0);
+        f.updated_ns = now;
+    }
+
+    /// Time at which the flow would finish at its current rate.
+    pub fn finish_time(&self, id: FlowId) -> Option<u64> {
+        let f = self.flow(id)?;
+        if f.remaining_bits <= 0.0 {
+            return Some(f.updated_ns);
+        }
+        if f.rate_gbps <= 0.0 {
+            return None;
+        }
+        Some(f.updated_ns + (f.remaining_bits / f.rate_gbps).ceil() as u64)
+    }
+
+    /// Integrates a link's statistics up to `now`.
+    fn integrate(&mut self, l: LinkId, now: u64) {
+        let cap = self.capacity[l];
+        let bucket_ns = self.bucket_ns;
+        let s = &mut self.stats[l];
+        let from = s.updated_ns;
+        if now <= from {
+            return;
+        }
+        let dt = (now - from) as f64;
+        s.bits += s.carried_gbps * dt;
+        let over = s.demand_gbps - cap;
+        if over > cap * 1e-9 {
+            s.excess_bits += over * dt;
+            s.congested_ns += now - from;
+        }
+        if s.carried_gbps > 0.0 {
+            // Spread carried bits over the buckets [from, now) touches.
+            let mut t = from;
+            while t < now {
+                let b = (t / bucket_ns) as usize;
+                let end = ((b as u64 + 1) * bucket_ns).min(now);
+                if s.series.len() <= b {
+                    s.series.resize(b + 1, 0.0);
+                }
+                s.series[b] += s.carried_gbps * (end - t) as f64;
+                t = end;
+            }
+        }
+        s.updated_ns = now;
+    }
+
+    /// Keeps at most 512 buckets by merging pairs and doubling the width.
+    pub fn compact_series(&mut self, now: u64) {
+        while (now / self.bucket_ns) as usize >= MAX_BUCKETS {
+            for s in &mut self.stats {
+                let merged: Vec<f64> = s.series.chunks(2).map(|c| c.iter().sum()).collect();
+                s.series = merged;
+            }
+            self.bucket_ns *= 2;
+        }
+    }
+
+    /// Integrates every link up to `now` (call before reading the stats).
+    pub fn close(&mut self, now: u64) {
+        for l in 0..self.capacity.len() {
+            self.integrate(l, now);
+        }
+    }
+
+    /// Max-min fair rates for the component reachable from `seeds` (links) and
+    /// `extra` (a flow), by progressive filling: all unfrozen flows rise
+    /// together until a link saturates or a flow reaches its cap; those freeze.
+    ///
+    /// Cost: O(R · (F_c + L_c · d)) for a component of F_c flows and L_c links
+    /// of degree d, with R ≤ F_c rounds; nothing outside the component is touched.
+    fn recompute(&mut self, now: u64, seeds: &[LinkId], extra: Option<FlowId>) -> Vec<FlowId> {
+        let (flows, links) = self.component(seeds, extra);
+        for &l in &links {
+            self.integrate(l, now);
+        }
+        let mut rate: Vec<f64> = vec![0.0; flows.len()];
+        if self.isolated {
+            for (i, &f) in flows.iter().enumerate() {
+                rate[i] = self.flows[f].as_ref().map_or(0.0, |f| f.cap_gbps);
+            }
+        } else {
+            let local: std::collections::HashMap<LinkId, usize> =
+                links.iter().enumerate().map(|(i, &l)| (l, i)).collect();
+            let mut remaining: Vec<f64> = links.iter().map(|&l| self.capacity[l]).collect();
+            let mut count: Vec<usize> = vec![0; links.len()];
+            let paths: Vec<Vec<usize>> = flows
+                .iter()
+                .map(|&f| self.flows[f].as_ref().map(|f| f.path.iter().map(|l| local[l]).collect()).unwrap_or_default())
+                .collect();
+            let caps: Vec<f64> = flows.iter().map(|&f| self.flows[f].as_ref().map_or(0.0, |f| f.cap_gbps)).collect();
+            let mut frozen = vec![false; flows.len()];
+            for p in &paths {
+                for &l in p {
+                    count[l] += 1;
+                }
+            }
+            let mut level = 0.0;
+            let mut left = flows.len();
+            while left > 0 {
+                self.fill_rounds += 1;
+                let mut step = f64::INFINITY;
+                for (i, &c) in count.iter().enumerate() {
+                    if c > 0 {
+                        step = step.min(remaining[i] / c as f64);
+                    }
+                }
+                for (i, &c) in caps.iter().enumerate() {
+                    if !frozen[i] {
+                        step = step.min(c - level);
+                    }
+                }
+                let step = step.max(0.0);
+                level += step;
+                for (i, &c) in count.iter().enumerate() {
+                    remaining[i] -= step * c as f64;
+                }
+                let saturated: Vec<bool> =
+                    remaining.iter().zip(&links).map(|(&r, &l)| r <= self.capacity[l] * 1e-12).collect();
+                for i in 0..flows.len() {
+                    if frozen[i] {
+                        continue;
+                    }
+                    if caps[i] - level <= caps[i] * 1e-12 || paths[i].iter().any(|&l| saturated[l]) {
+                        frozen[i] = true;
+                        rate[i] = level;
+                        left -= 1;
+                        for &l in &paths[i] {
+                            count[l] -= 1;
+                        }
+                    }
+                }
+            }
+        }
+        let mut changed = Vec::new();
+        for (i, &f) in flows.iter().enumerate() {
+            if let Some(flow) = self.flows[f].as_mut()
+                && (flow.rate_gbps != rate[i] || Some(f) == extra)
+            {
+                Self::advance(flow, now);
+                flow.rate_gbps = rate[i];
+                flow.version += 1;
+                changed.push(f);
+            }
+        }
+        for &l in &links {
+            let (carried, demand) = self.link_flows[l]
+                .iter()
+                .filter_map(|&f| self.flows[f].as_ref())
+                .fold((0.0, 0.0), |(c, d), f| (c + f.rate_gbps, d + f.cap_gbps));
+            self.stats[l].carried_gbps = carried;
+            self.stats[l].demand_gbps = demand;
+        }
+        changed
+    }
+
+    /// Flows and links connected to the seed links (and flow) through shared links.
+    fn component(&self, seeds: &[LinkId], extra: Option<FlowId>) -> (Vec<FlowId>, Vec<LinkId>) {
+        let mut seen_link = std::collections::HashSet::new();
+        let mut seen_flow = std::collections::HashSet::new();
+        let mut flows = Vec::new();
+        let mut links = Vec::new();
+        let mut stack: Vec<LinkId> = seeds.to_vec();
+        if let Some(f) = extra
+            && seen_flow.insert(f)
+        {
+            flows.push(f);
+        }
+        while let Some(l) = stack.pop() {
+            if !seen_link.insert(l) {
+                continue;
+            }
+            links.push(l);
+            // With an isolated network only the changed flow is re-rated; its
+            // links are still collected so their totals are refreshed.
+            if self.isolated {
+                continue;
+            }
+            for &f in &self.link_flows[l] {
+                if seen_flow.insert(f) {
+                    flows.push(f);
+                    if let Some(flow) = &self.flows[f] {
+                        stack.extend(flow.path.iter().copied().filter(|p| !seen_link.contains(p)));
+                    }
+                }
+            }
+        }
+        flows.sort_unstable();
+        links.sort_unstable();
+        (flows, links)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rates(n: &Network, ids: &[FlowId]) -> Vec<f64> {
+        ids.iter().map(|&f| n.flow(f).map_or(-1.0, |f| f.rate_gbps)).collect()
+    }
+
+    #[test]
+    fn one_flow_alone_gets_its_cap_and_finishes_at_bytes_over_rate() {
+        let mut n = Network::new(vec![100.0], false);
+        let (f, _) = n.add(0, vec![0], 8e9, 40.0, 0);
+        assert_eq!(rates(&n, &[f]), vec![40.0]);
+        // 8 Gbit at 40 Gbit/s = 0.2 s.
+        assert_eq!(n.finish_time(f), Some(200_000_000));
+    }
+
+    #[test]
+    fn two_flows_share_a_link_equally_and_the_survivor_speeds_up() {
+        let mut n = Network::new(vec![50.0], false);
+        let (a, _) = n.add(0, vec![0], 1e9, 50.0, 0);
+        let (b, changed) = n.add(0, vec![0], 2e9, 50.0, 1);
+        assert_eq!(rates(&n, &[a, b]), vec![25.0, 25.0]);
+        assert_eq!(changed, vec![a, b]);
+        // a finishes at 1e9 / 25 = 40 ms; then b has 1 Gbit left at 50 Gbit/s.
+        assert_eq!(n.finish_time(a), Some(40_000_000));
+        n.remove(40_000_000, a);
+        assert_eq!(rates(&n, &[b]), vec![50.0]);
+        assert_eq!(n.finish_time(b), Some(60_000_000));
+    }
+
+    #[test]
+    fn textbook_three_flows_two_bottlenecks() {
+        // Links 0 (capacity 10) and 1 (capacity 4). Flow A uses both, B only
+        // link 0, C only link 1. Max-min: link 1 is the first bottleneck:
+        // A = C = 2; then B gets the rest of link 0: 10 − 2 = 8.
+        let mut n = Network::new(vec![10.0, 4.0], false);
+        let (a, _) = n.add(0, vec![0, 1], 1e12, 100.0, 0);
+        let (b, _) = n.add(0, vec![0], 1e12, 100.0, 1);
+        let (c, _) = n.add(0, vec![1], 1e12, 100.0, 2);
+        assert_eq!(rates(&n, &[a, b, c]), vec![2.0, 8.0, 2.0]);
+        // A cap below its fair share frees bandwidth for the others.
+        n.set_cap(0, a, 1.0);
+        assert_eq!(rates(&n, &[a, b, c]), vec![1.0, 9.0, 3.0]);
+    }
+
+    #[test]
+    fn untouched_components_keep_their_versions() {
+        let mut n = Network::new(vec![10.0, 10.0], false);
+        let (a, _) = n.add(0, vec![0], 1e9, 10.0, 0);
+        let v = n.flow(a).map(|f| f.version);
+        let (_, changed) = n.add(5, vec![1], 1e9, 10.0, 1);
+        assert!(!changed.contains(&a));
+        assert_eq!(n.flow(a).map(|f| f.version), v);
+    }
+
+    #[test]
+    fn excess_over_capacity_is_integrated() {
+        // Two 50 Gbit/s senders on a 50 Gbit/s link for 1 s: demand 100, so
+        // 50 Gbit of excess and 1 s congested; 50 Gbit carried.
+        let mut n = Network::new(vec![50.0], false);
+        let (a, _) = n.add(0, vec![0], 1e12, 50.0, 0);
+        let (b, _) = n.add(0, vec![0], 1e12, 50.0, 1);
+        n.close(1_000_000_000);
+        let s = &n.stats[0];
+        assert!((s.excess_bits - 50e9).abs() < 1.0);
+        assert_eq!(s.congested_ns, 1_000_000_000);
+        assert!((s.bits - 50e9).abs() < 1.0);
+        n.remove(1_000_000_000, a);
+        n.remove(1_000_000_000, b);
+        assert_eq!(n.live(), 0);
+    }
+
+    #[test]
+    fn isolated_flows_ignore_each_other() {
+        let mut n = Network::new(vec![50.0], true);
+        let (a, _) = n.add(0, vec![0], 1e9, 50.0, 0);
+        let (b, _) = n.add(0, vec![0], 1e9, 50.0, 1);
+        assert_eq!(rates(&n, &[a, b]), vec![50.0, 50.0]);
+    }
+}

@@ -1,0 +1,199 @@
+//! The simulator against numbers that can be checked by hand or in the papers.
+
+use orrery_interleave::unified::{CircleJob, Params, unify};
+use orrery_interleave::{Search, solve};
+use orrery_model::topology::{Builder, Tier};
+use orrery_model::{JobSpec, Priority, Topology, Work};
+use orrery_policy::{ClusterView, Decision, JobId, Policy};
+use orrery_sim::engine::Status;
+use orrery_sim::{SimConfig, Simulation};
+
+/// Places job i on `hosts[i]` as soon as it is queued, then applies `shifts[i]` once.
+struct Fixed {
+    hosts: Vec<Vec<(usize, u32)>>,
+    shifts: Vec<f64>,
+}
+
+impl Policy for Fixed {
+    fn name(&self) -> String {
+        "fixed".into()
+    }
+    fn schedule(&mut self, view: &ClusterView<'_>) -> Vec<Decision> {
+        let mut out = Vec::new();
+        for q in &view.queue {
+            out.push(Decision::Place { job: q.id, hosts: self.hosts[q.id].clone() });
+            if self.shifts[q.id] > 0.0 {
+                out.push(Decision::Shift { job: q.id, ms: self.shifts[q.id] });
+            }
+        }
+        out
+    }
+}
+
+/// Two racks of two 50 Gbit/s hosts under one spine with 50 Gbit/s uplinks.
+fn two_racks() -> Topology {
+    let mut b = Builder::new();
+    let spine = b.switch("spine", Tier::Spine);
+    for r in 0..2 {
+        let leaf = b.switch(format!("leaf{r}"), Tier::Leaf);
+        for k in 0..2 {
+            let h = b.host(format!("h{}", 2 * r + k), 1, "a100", 8, 64.0);
+            b.cable(h, leaf, 50.0);
+        }
+        b.cable(leaf, spine, 50.0);
+    }
+    b.build("two-racks").expect("valid")
+}
+
+fn run(topo: &Topology, jobs: &[JobSpec], policy: &mut dyn Policy) -> Simulation<'static> {
+    let topo: &'static Topology = Box::leak(Box::new(topo.clone()));
+    let mut sim = Simulation::new(topo, jobs, SimConfig::default(), policy.isolated_network());
+    sim.run(policy, |_, _| {});
+    sim
+}
+
+fn p90(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    v[((0.9 * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1]
+}
+
+#[test]
+fn a_lone_ring_allreduce_takes_two_n_minus_one_over_n_b_over_r() {
+    // VGG16 on 4 hosts of one switch at 50 Gbit/s: 68 ms / 2.2 of compute on an
+    // A100 plus 2·3/4 · 553.6 MB · 8 / 50 Gbit/s = 132.864 ms per iteration.
+    let mut b = Builder::new();
+    let sw = b.switch("s", Tier::Core);
+    for i in 0..4 {
+        let h = b.host(format!("h{i}"), 1, "a100", 8, 64.0);
+        b.cable(h, sw, 50.0);
+    }
+    let topo = b.build("star").expect("valid");
+    let job = JobSpec::new("v", "vgg16", 16, 4, Work::Iterations(5), 0.0);
+    let mut p = Fixed { hosts: vec![vec![(0, 1), (1, 1), (2, 1), (3, 1)]], shifts: vec![0.0] };
+    let sim = run(&topo, &[job], &mut p);
+    let j = &sim.jobs[0];
+    assert_eq!(j.status, Status::Finished);
+    let expected = 68.0 / 2.2 + 132.864;
+    for ms in &j.iteration_ms {
+        assert!((ms - expected).abs() < 1e-3, "{ms} vs {expected}");
+    }
+    assert!((j.isolated_iter_ms - expected).abs() < 1e-6);
+}
+
+/// CASSINI §2.2: two data-parallel VGG19 jobs whose rings share one link.
+fn cassini_pair(batch: u32, interleave: bool) -> (f64, f64, Simulation<'static>) {
+    let topo = two_racks();
+    // Job A on h0 + h2, job B on h1 + h3: both rings cross leaf0 ⇄ spine ⇄ leaf1.
+    let jobs = [
+        JobSpec::new("a", "vgg19", batch, 2, Work::Iterations(200), 0.0),
+        JobSpec::new("b", "vgg19", batch, 2, Work::Iterations(200), 0.0),
+    ];
+    let gpu = orrery_model::gpu::gpu_type("a100").expect("a100");
+    let shape = orrery_model::zoo::model("vgg19").expect("zoo").shape(
+        gpu,
+        batch,
+        &orrery_model::zoo::Placement::spread(2),
+        50.0,
+    );
+    let circle = shape.circle();
+    let duty = circle.duty_cycle();
+    let mut shifts = vec![0.0, 0.0];
+    if interleave {
+        // The shift comes from the interleaving engine, as CASSINI computes it.
+        let cj = |name: &str, p| CircleJob { name: name.into(), priority: p, circle: circle.clone() };
+        let u = unify(&[cj("a", Priority::High), cj("b", Priority::Low)], &Params::default()).expect("unify");
+        let s = solve(&u, 50.0, Search::OptimalCushion);
+        assert!((s.score - 1.0).abs() < 1e-9, "VGG19 pairs are fully compatible when duty ≤ 50%: {duty}");
+        shifts[1] = s.shifts_ms(&u)[1];
+    }
+    let mut p = Fixed { hosts: vec![vec![(0, 1), (2, 1)], vec![(1, 1), (3, 1)]], shifts };
+    let sim = run(&topo, &jobs, &mut p);
+    let all: Vec<f64> = sim.jobs.iter().flat_map(|j| j.iteration_ms.iter().copied()).collect();
+    (p90(&all), duty, sim)
+}
+
+#[test]
+fn cassini_vgg19_pair_shares_the_link_and_interleaving_recovers_one_plus_duty() {
+    for batch in [64, 128] {
+        let (together, duty, sim) = cassini_pair(batch, false);
+        // Started together, both communicate at once: each flow gets half of
+        // the 50 Gbit/s uplink while they overlap, so the Up phase doubles.
+        let shape = &sim.jobs[0].shape;
+        let expected = shape.compute_ms() + 2.0 * shape.network_ms();
+        assert!((together - expected).abs() / expected < 0.01, "batch {batch}: {together} vs {expected}");
+        let (apart, _, sim2) = cassini_pair(batch, true);
+        let gain = together / apart;
+        // Interleaved, each job runs as if alone after the first shifted iteration:
+        // the gain is 1 + duty cycle.
+        assert!((gain - (1.0 + duty)).abs() < 0.02, "batch {batch}: gain {gain} vs 1 + {duty}");
+        assert!(sim2.jobs.iter().all(|j| j.status == Status::Finished));
+        if batch == 128 {
+            // CASSINI measured 1.26× at a batch the paper does not give; at batch
+            // 128 on A100s the zoo's VGG19 has a 26% duty cycle.
+            assert!((1.15..=1.35).contains(&gain), "gain {gain}");
+        }
+    }
+}
+
+#[test]
+fn same_seed_same_run_to_the_bit() {
+    let topo = two_racks();
+    let jobs = [
+        JobSpec::new("a", "vgg19", 64, 2, Work::Iterations(50), 0.0),
+        JobSpec::new("b", "resnet50", 64, 2, Work::Iterations(50), 0.3),
+    ];
+    let go = |seed| {
+        let topo: &'static Topology = Box::leak(Box::new(topo.clone()));
+        let mut p = Fixed { hosts: vec![vec![(0, 1), (2, 1)], vec![(1, 1), (3, 1)]], shifts: vec![0.0, 0.0] };
+        let mut sim = Simulation::new(topo, &jobs, SimConfig { seed, jitter: 0.05, max_time_s: None }, false);
+        sim.run(&mut p, |_, _| {});
+        sim.jobs.iter().map(|j| j.iteration_ms.clone()).collect::<Vec<_>>()
+    };
+    assert_eq!(go(7), go(7));
+    assert_ne!(go(7), go(8));
+}
+
+/// Pauses job 0 after its 3rd iteration and resumes it when job 1 finishes.
+struct PauseOne;
+
+impl Policy for PauseOne {
+    fn name(&self) -> String {
+        "pause".into()
+    }
+    fn schedule(&mut self, view: &ClusterView<'_>) -> Vec<Decision> {
+        let mut out: Vec<Decision> =
+            view.queue.iter().map(|q| Decision::Place { job: q.id, hosts: vec![(q.id, 1)] }).collect();
+        if view.queue.is_empty() && view.running.iter().any(|r| r.paused) && view.running.len() == 1 {
+            out.push(Decision::Resume { job: 0 });
+        }
+        out
+    }
+    fn on_iteration(&mut self, view: &ClusterView<'_>, job: JobId, _ms: f64) -> Vec<Decision> {
+        let done = view.running.iter().find(|r| r.id == job).map_or(0, |r| r.iterations_done);
+        if job == 0 && done == 3 {
+            return vec![Decision::Pause { job: 0 }];
+        }
+        if job == 1 && done == 10 {
+            return vec![Decision::Resume { job: 0 }];
+        }
+        Vec::new()
+    }
+}
+
+#[test]
+fn pause_and_resume_delay_completion_by_the_paused_time() {
+    let topo = two_racks();
+    let jobs = [
+        JobSpec::new("a", "resnet50", 32, 1, Work::Iterations(6), 0.0),
+        JobSpec::new("b", "resnet50", 32, 1, Work::Iterations(10), 0.0),
+    ];
+    let sim = run(&topo, &jobs, &mut PauseOne);
+    let (a, b) = (&sim.jobs[0], &sim.jobs[1]);
+    assert_eq!((a.status, b.status), (Status::Finished, Status::Finished));
+    assert_eq!(a.pauses, 1);
+    // a ran 3 iterations, waited until b's 10th finished, then ran 3 more.
+    let it = a.isolated_iter_ms;
+    let a_done = a.finish_ns.unwrap_or(0) as f64 / 1e6;
+    assert!((a_done - 13.0 * it).abs() < 1e-3, "{a_done} vs {}", 13.0 * it);
+}
