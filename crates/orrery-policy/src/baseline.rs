@@ -207,7 +207,7 @@ mod tests {
         assert!(matches!(d[1], Decision::Reject { job: 1, .. }));
         assert_eq!(d[2], Decision::Place { job: 2, hosts: vec![(0, 1)] });
         // Head-of-line blocking: a job that does not fit now stops the queue.
-        let jobs = [job(120), job(1)];
+        let jobs = [job(124), job(1)];
         assert!(Fifo.schedule(&view(&t, &free, &jobs)).is_empty());
     }
 

@@ -61,8 +61,10 @@ pub struct JobState {
     pub spec: JobSpec,
     /// Status.
     pub status: Status,
-    /// GPUs held per host.
+    /// GPUs held per host (empty when not holding any).
     pub hosts: Vec<(HostId, u32)>,
+    /// Hosts of the latest placement (kept after the job ends).
+    pub hosts_used: usize,
     /// Host of each worker, in ring order.
     workers: Vec<HostId>,
     /// The iteration shape for the current placement.
@@ -161,6 +163,7 @@ impl<'a> Simulation<'a> {
                 spec: spec.clone(),
                 status: Status::Future,
                 hosts: Vec::new(),
+                hosts_used: 0,
                 workers: Vec::new(),
                 shape: IterationShape::default(),
                 isolated_iter_ms: 0.0,
@@ -216,7 +219,7 @@ impl<'a> Simulation<'a> {
             }
             self.now = t;
             self.events_processed += 1;
-            if self.events_processed % 4096 == 0 {
+            if self.events_processed.is_multiple_of(4096) {
                 self.net.compact_series(self.now);
                 progress(self.now as f64 / NS, self.jobs.iter().filter(|j| j.status == Status::Finished).count());
             }
@@ -395,6 +398,7 @@ impl<'a> Simulation<'a> {
             Work::Iterations(n) => n.max(1),
             Work::Seconds(s) => ((s * 1e3 / period.max(1e-9)).round() as u64).max(1),
         };
+        j.hosts_used = need.len();
         j.hosts = hosts;
         j.workers = workers;
         j.shape = shape;

@@ -1,1 +1,359 @@
-pub struct X;
+//! Experiments as files: a topology, a workload, policies, seeds and limits;
+//! running them and writing `summary.json`, `jobs.csv` and `links.csv`.
+//!
+//! ```toml
+//! name = "default"
+//! seeds = [1]
+//! policies = ["fifo", "random", "ideal"]
+//! [topology]
+//! builtin = "leaf-spine"          # or file = "cluster.toml", or [topology.leaf_spine]
+//! [workload]
+//! generator = "poisson"            # or "snapshot"; or trace = "data/philly/muri_trace1.csv"
+//! jobs = 60
+//! load = 0.8
+//! [sim]
+//! jitter = 0.02
+//! ```
+
+use crate::engine::{SimConfig, Simulation};
+use crate::metrics::{JobRow, LinkRow, Metrics, job_rows, link_rows, metrics};
+use orrery_model::setups::{LeafSpine, by_name, parse_topology};
+use orrery_model::{JobSpec, Priority, Topology};
+use orrery_trace::generate::{Mix, ShapeContext, poisson, snapshot};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// An experiment file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Experiment {
+    /// Name, for reports.
+    pub name: String,
+    /// Seeds; each policy runs once per seed.
+    #[serde(default = "one_seed")]
+    pub seeds: Vec<u64>,
+    /// Policies to compare (see `orrery run --help`).
+    pub policies: Vec<String>,
+    /// The cluster.
+    pub topology: TopologySpec,
+    /// The jobs.
+    pub workload: WorkloadSpec,
+    /// Simulation knobs.
+    #[serde(default)]
+    pub sim: SimOptions,
+}
+
+fn one_seed() -> Vec<u64> {
+    vec![1]
+}
+
+/// Where the cluster comes from.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TopologySpec {
+    /// A built-in set-up (`orrery topo list`).
+    pub builtin: Option<String>,
+    /// A topology file, relative to the experiment file.
+    pub file: Option<PathBuf>,
+    /// A generated leaf-spine.
+    pub leaf_spine: Option<LeafSpine>,
+}
+
+/// Where the jobs come from.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkloadSpec {
+    /// `poisson` or `snapshot` (jobs from the zoo, CASSINI's mix by default).
+    pub generator: Option<String>,
+    /// A trace file, relative to the experiment file.
+    pub trace: Option<PathBuf>,
+    /// Trace format (sniffed when absent).
+    pub format: Option<orrery_trace::Format>,
+    /// Number of jobs to generate, or the first N of the trace.
+    pub jobs: Option<usize>,
+    /// Target load for `poisson`.
+    pub load: Option<f64>,
+    /// Generated job mix.
+    pub mix: Option<Mix>,
+}
+
+/// Simulation knobs of an experiment.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SimOptions {
+    /// Relative standard deviation of compute times.
+    #[serde(default)]
+    pub jitter: f64,
+    /// Stop at this simulated time, s.
+    pub max_time_s: Option<f64>,
+}
+
+/// One policy × seed.
+#[derive(Debug, Clone, Serialize)]
+pub struct Run {
+    /// Policy name.
+    pub policy: String,
+    /// Scenario: the workload and topology.
+    pub scenario: String,
+    /// Seed.
+    pub seed: u64,
+    /// Which fidelity was used.
+    pub fidelity: &'static str,
+    /// Cluster metrics over all jobs.
+    pub metrics: Metrics,
+    /// Metrics per priority class, when jobs carry priorities.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub by_priority: Option<ByPriority>,
+    /// Simulated events.
+    pub events: u64,
+    /// Wall-clock seconds of the run.
+    pub wall_s: f64,
+    /// Decisions the simulator could not apply.
+    pub invalid_decisions: u64,
+    /// Per-job rows.
+    #[serde(skip)]
+    pub jobs: Vec<JobRow>,
+    /// Per-link rows.
+    #[serde(skip)]
+    pub links: Vec<LinkRow>,
+}
+
+/// Metrics per priority.
+#[derive(Debug, Clone, Serialize)]
+pub struct ByPriority {
+    /// High-priority jobs.
+    pub high: Metrics,
+    /// Low-priority jobs.
+    pub low: Metrics,
+}
+
+/// `summary.json`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Summary {
+    /// Experiment name.
+    pub experiment: String,
+    /// First seed.
+    pub seed: u64,
+    /// Runs.
+    pub runs: Vec<Run>,
+}
+
+/// The built-in default experiment: 16 hosts of 4 A100s with 50 Gbit/s NICs
+/// (CASSINI's NIC rate) in 4 racks under 2 spines at 2:1, and a Poisson
+/// workload of 60 jobs from CASSINI's mix at load 0.8, comparing FIFO,
+/// random placement and the ideal network.
+pub const DEFAULT: &str = r#"
+name = "default"
+seeds = [1]
+policies = ["fifo", "random", "ideal"]
+[topology.leaf_spine]
+racks = 4
+hosts_per_rack = 4
+spines = 2
+gpus_per_host = 4
+gpu_type = "a100"
+host_gbps = 50.0
+uplink_gbps = 50.0
+[workload]
+generator = "poisson"
+jobs = 60
+load = 0.8
+[sim]
+jitter = 0.02
+"#;
+
+/// Parses an experiment; messages carry `file:line:column`.
+pub fn parse(file: &str, text: &str) -> Result<Experiment, String> {
+    let e: Experiment = toml::from_str(text).map_err(|e| {
+        let (line, col) = e.span().map_or((0, 0), |s| orrery_model::setups::line_col(text, s.start));
+        format!("{file}:{line}:{col}: {}", e.message())
+    })?;
+    if e.policies.is_empty() {
+        return Err(format!("{file}: policies: expected at least one of {}", POLICIES.join(", ")));
+    }
+    if let Some(p) = e.policies.iter().find(|p| !POLICIES.contains(&p.as_str())) {
+        return Err(format!("{file}: policies: unknown policy {p:?}; expected one of {}", POLICIES.join(", ")));
+    }
+    if e.seeds.is_empty() {
+        return Err(format!("{file}: seeds: expected at least one seed"));
+    }
+    if !(e.sim.jitter >= 0.0 && e.sim.jitter < 1.0) {
+        return Err(format!("{file}: sim.jitter: expected a fraction in [0, 1), found {}", e.sim.jitter));
+    }
+    Ok(e)
+}
+
+/// Policies `orrery run` knows.
+pub const POLICIES: &[&str] = &["fifo", "random", "ideal"];
+
+impl Experiment {
+    /// Builds the topology; `base` resolves relative paths.
+    pub fn topology(&self, base: &Path) -> Result<Topology, String> {
+        let t = &self.topology;
+        match (&t.builtin, &t.file, &t.leaf_spine) {
+            (Some(name), None, None) => by_name(name)
+                .or_else(|| orrery_trace::machines::builtin(name))
+                .ok_or_else(|| format!("topology.builtin: unknown set-up {name:?} (see `orrery topo list`)")),
+            (None, Some(file), None) => {
+                let path = base.join(file);
+                let text =
+                    std::fs::read_to_string(&path).map_err(|e| format!("topology.file: {}: {e}", path.display()))?;
+                parse_topology(&path.display().to_string(), &text).map_err(|e| e.to_string())
+            }
+            (None, None, Some(ls)) => ls.build(&self.name).map_err(|e| e.to_string()),
+            _ => Err("topology: expected exactly one of builtin, file, leaf_spine".into()),
+        }
+    }
+
+    /// Builds the jobs for a seed.
+    pub fn jobs(&self, base: &Path, topo: &Topology, seed: u64) -> Result<Vec<JobSpec>, String> {
+        let w = &self.workload;
+        let mix = w.mix.clone().unwrap_or_default();
+        match (&w.generator, &w.trace) {
+            (Some(g), None) => {
+                let n = w.jobs.unwrap_or(60);
+                match g.as_str() {
+                    "poisson" => {
+                        let host = topo.hosts.iter().max_by_key(|h| h.gpus).ok_or("topology has no hosts")?;
+                        let ctx = ShapeContext {
+                            gpu: host.gpu_type.clone(),
+                            gpus_per_host: host.gpus,
+                            link_gbps: topo.host_nic_gbps(0),
+                        };
+                        poisson(n, w.load.unwrap_or(0.8), topo.gpu_count(), &mix, &ctx, seed)
+                            .map_err(|e| format!("workload: {e}"))
+                    }
+                    "snapshot" => snapshot(n, &mix, seed).map_err(|e| format!("workload: {e}")),
+                    other => Err(format!("workload.generator: expected poisson or snapshot, found {other:?}")),
+                }
+            }
+            (None, Some(trace)) => {
+                let path = base.join(trace);
+                let parsed = orrery_trace::read_file(&path, w.format, seed);
+                if let Some(e) = parsed.errors.first() {
+                    return Err(format!("{e} ({} bad rows in all)", parsed.errors.len()));
+                }
+                let mut jobs = parsed.items;
+                if let Some(n) = w.jobs {
+                    jobs.truncate(n);
+                }
+                Ok(jobs)
+            }
+            _ => Err("workload: expected exactly one of generator, trace".into()),
+        }
+    }
+
+    /// Runs every policy for every seed. `progress(run, runs, sim_s, finished, jobs)`.
+    pub fn run(
+        &self,
+        base: &Path,
+        mut progress: impl FnMut(usize, usize, f64, usize, usize),
+    ) -> Result<Summary, String> {
+        let topo = self.topology(base)?;
+        let total = self.seeds.len() * self.policies.len();
+        let mut runs = Vec::new();
+        for &seed in &self.seeds {
+            let jobs = self.jobs(base, &topo, seed)?;
+            for name in &self.policies {
+                let mut policy =
+                    orrery_policy::baseline::by_name(name, seed).ok_or_else(|| format!("unknown policy {name}"))?;
+                let cfg = SimConfig { seed, jitter: self.sim.jitter, max_time_s: self.sim.max_time_s };
+                let start = std::time::Instant::now();
+                let mut sim = Simulation::new(&topo, &jobs, cfg, policy.isolated_network());
+                let k = runs.len();
+                sim.run(policy.as_mut(), |t, done| progress(k, total, t, done, jobs.len()));
+                let wall_s = start.elapsed().as_secs_f64();
+                let has_high = jobs.iter().any(|j| j.priority == Priority::High);
+                let by_priority = has_high.then(|| ByPriority {
+                    high: metrics(&sim, |p| p == Priority::High),
+                    low: metrics(&sim, |p| p == Priority::Low),
+                });
+                let m = metrics(&sim, |_| true);
+                let makespan_ns = (m.makespan_s * 1e9) as u64;
+                let mut job_table = job_rows(&sim);
+                let mut link_table = link_rows(&sim, makespan_ns);
+                for r in &mut job_table {
+                    (r.policy, r.seed) = (policy.name(), seed);
+                }
+                for r in &mut link_table {
+                    (r.policy, r.seed) = (policy.name(), seed);
+                }
+                runs.push(Run {
+                    policy: policy.name(),
+                    scenario: format!("{} on {}", self.workload_name(), topo.name),
+                    seed,
+                    fidelity: "iteration",
+                    metrics: m,
+                    by_priority,
+                    events: sim.events_processed,
+                    wall_s,
+                    invalid_decisions: sim.invalid_decisions,
+                    jobs: job_table,
+                    links: link_table,
+                });
+            }
+        }
+        Ok(Summary { experiment: self.name.clone(), seed: self.seeds[0], runs })
+    }
+
+    fn workload_name(&self) -> String {
+        let w = &self.workload;
+        match (&w.generator, &w.trace) {
+            (Some(g), _) => format!("{g} x{}", w.jobs.unwrap_or(60)),
+            (_, Some(t)) => t.display().to_string(),
+            _ => "workload".into(),
+        }
+    }
+}
+
+/// Writes `summary.json`, `jobs.csv` and `links.csv` into `dir`.
+pub fn write(summary: &Summary, dir: &Path) -> Result<(), String> {
+    let err = |p: &Path, e: &dyn std::fmt::Display| format!("{}: {e}", p.display());
+    std::fs::create_dir_all(dir).map_err(|e| err(dir, &e))?;
+    let p = dir.join("summary.json");
+    let json = serde_json::to_string_pretty(summary).map_err(|e| err(&p, &e))?;
+    std::fs::write(&p, json + "\n").map_err(|e| err(&p, &e))?;
+    let p = dir.join("jobs.csv");
+    let mut w = csv::Writer::from_path(&p).map_err(|e| err(&p, &e))?;
+    for row in summary.runs.iter().flat_map(|r| &r.jobs) {
+        w.serialize(row).map_err(|e| err(&p, &e))?;
+    }
+    w.flush().map_err(|e| err(&p, &e))?;
+    let p = dir.join("links.csv");
+    let mut w = csv::Writer::from_path(&p).map_err(|e| err(&p, &e))?;
+    for row in summary.runs.iter().flat_map(|r| &r.links) {
+        w.serialize(row).map_err(|e| err(&p, &e))?;
+    }
+    w.flush().map_err(|e| err(&p, &e))?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_experiment_parses() {
+        let e = parse("default", DEFAULT).expect("valid");
+        assert_eq!(e.policies, vec!["fifo", "random", "ideal"]);
+        assert_eq!(e.topology(Path::new(".")).map(|t| t.gpu_count()), Ok(64));
+    }
+
+    #[test]
+    fn bad_experiments_name_the_field() {
+        let e = parse("x.toml", "name = \"x\"\npolicies = [\"magic\"]\n[topology]\nbuiltin = \"cassini\"\n[workload]\ngenerator = \"poisson\"\n")
+            .expect_err("bad policy");
+        assert!(e.contains("unknown policy \"magic\""), "{e}");
+        let e = parse(
+            "y.toml",
+            "name = \"y\"\npolicies = [\"fifo\"]\n[topology]\nbuiltin = \"cassini\"\n[workload]\njobs = \"ten\"\n",
+        )
+        .expect_err("bad type");
+        assert!(e.starts_with("y.toml:6:"), "{e}");
+        let e = parse("z.toml", "name = \"z\"\npolicies = [\"fifo\"]\n[topology]\nbuiltin = \"nope\"\n[workload]\ngenerator = \"poisson\"\n")
+            .expect("parses")
+            .topology(Path::new("."))
+            .expect_err("unknown topology");
+        assert!(e.contains("unknown set-up \"nope\""), "{e}");
+    }
+}

@@ -49,6 +49,10 @@ pub struct Metrics {
 /// Per-job row of `jobs.csv`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct JobRow {
+    /// Policy of the run (filled in by the experiment).
+    pub policy: String,
+    /// Seed of the run.
+    pub seed: u64,
     /// Job id from the workload.
     pub id: String,
     /// Model.
@@ -92,6 +96,10 @@ pub struct JobRow {
 /// Per-link row of `links.csv` (links that carried traffic).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct LinkRow {
+    /// Policy of the run (filled in by the experiment).
+    pub policy: String,
+    /// Seed of the run.
+    pub seed: u64,
     /// Link index.
     pub link: usize,
     /// Sending node.
@@ -121,6 +129,8 @@ pub fn job_rows(sim: &Simulation<'_>) -> Vec<JobRow> {
             let p = Percentiles::of(&mut it);
             let run_alone = j.iterations_done as f64 * j.isolated_iter_ms / 1e3;
             JobRow {
+                policy: String::new(),
+                seed: 0,
                 id: j.spec.id.clone(),
                 model: j.spec.model.clone(),
                 gpus: j.spec.gpus(),
@@ -137,7 +147,7 @@ pub fn job_rows(sim: &Simulation<'_>) -> Vec<JobRow> {
                 iter_p90_ms: p.p90,
                 iter_p99_ms: p.p99,
                 slowdown: (j.status == Status::Finished && run_alone > 0.0).then(|| j.run_ns as f64 / NS / run_alone),
-                hosts: j.hosts.len(),
+                hosts: j.hosts_used,
                 shifts: j.shifts,
                 pauses: j.pauses,
                 preemptions: j.preemptions,
@@ -163,6 +173,8 @@ pub fn link_rows(sim: &Simulation<'_>, makespan_ns: u64) -> Vec<LinkRow> {
                 .collect::<Vec<_>>()
                 .join(";");
             LinkRow {
+                policy: String::new(),
+                seed: 0,
                 link: l,
                 from,
                 to,

@@ -5,6 +5,7 @@
 //! stderr), 2 usage errors (from clap).
 
 mod compat;
+mod run;
 mod topo;
 mod trace;
 mod zoo;
@@ -27,6 +28,8 @@ struct Cli {
 }
 
 const EXAMPLES: &str = "Examples:
+  orrery run                                   the built-in experiment: FIFO vs random vs ideal
+  orrery run experiments/default.toml --out out/default
   orrery zoo                                   every model with its derived iteration shape
   orrery zoo vgg16 --gpu a100 --workers 4 --gbps 50
   orrery zoo --calibration                     the zoo held against measured profiles
@@ -37,6 +40,9 @@ const EXAMPLES: &str = "Examples:
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Simulate an experiment (a TOML file, or the built-in default) and
+    /// compare its policies; writes summary.json, jobs.csv and links.csv with --out.
+    Run(run::Args),
     /// Models of the zoo: public facts and the iteration shape derived for a
     /// GPU type, batch, worker count and link rate.
     Zoo(zoo::Args),
@@ -71,6 +77,11 @@ impl Timings {
         out
     }
 
+    /// Whether `--timings` was given.
+    pub fn enabled(&self) -> bool {
+        self.enabled
+    }
+
     fn report(&self) {
         if !self.enabled {
             return;
@@ -87,6 +98,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let mut timings = Timings::new(cli.timings);
     let result = match cli.command {
+        Command::Run(args) => run::run(&args, &mut timings),
         Command::Zoo(args) => zoo::run(&args),
         Command::Topo(cmd) => topo::run(&cmd),
         Command::Trace(cmd) => trace::run(&cmd, &mut timings),
