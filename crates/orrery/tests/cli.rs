@@ -121,3 +121,39 @@ fn compat_rejects_bad_phases_with_the_field() {
         stderr(&o)
     );
 }
+
+#[test]
+fn run_default_writes_summary_jobs_and_links() {
+    let dir = std::env::temp_dir().join(format!("orrery-run-{}", std::process::id()));
+    let o = orrery(&["run", "--quiet", "--out", dir.to_str().expect("utf-8")]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).expect("summary")).expect("json");
+    assert_eq!(v["experiment"], "default");
+    let runs = v["runs"].as_array().expect("runs");
+    assert_eq!(runs.iter().map(|r| r["policy"].as_str().unwrap_or("")).collect::<Vec<_>>(), ["fifo", "random", "ideal"]);
+    for key in [
+        "jobs", "finished", "avg_jct_s", "p99_jct_s", "makespan_s", "avg_queue_s", "avg_iter_s", "p90_iter_s", "p99_iter_s",
+        "avg_slowdown", "avg_link_util", "bw_util_gamma", "congested_link_s", "excess_gbit", "gpu_util", "afr",
+        "decision_ms_p50", "decision_ms_p99",
+    ] {
+        assert!(runs[0]["metrics"].get(key).is_some(), "missing {key}");
+    }
+    assert_eq!(runs[0]["metrics"]["jobs"], 60);
+    // The ideal network never slows a job down relative to running alone.
+    assert!((runs[2]["metrics"]["avg_slowdown"].as_f64().unwrap_or(0.0) - 1.0).abs() < 0.01);
+    let jobs = std::fs::read_to_string(dir.join("jobs.csv")).expect("jobs.csv");
+    assert_eq!(jobs.lines().count(), 1 + 3 * 60);
+    assert!(std::fs::read_to_string(dir.join("links.csv")).expect("links.csv").starts_with("policy,seed,link,"));
+}
+
+#[test]
+fn run_rejects_a_bad_experiment_with_its_line() {
+    let dir = std::env::temp_dir().join(format!("orrery-run-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("tmp dir");
+    let f = dir.join("x.toml");
+    std::fs::write(&f, "name = \"x\"\npolicies = [\"fifo\"]\n[topology]\nbuiltin = \"cassini\"\n[workload]\ngenerator = \"poisson\"\nload = \"high\"\n")
+        .expect("write");
+    let o = orrery(&["run", f.to_str().expect("utf-8")]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("x.toml:7:"), "{}", stderr(&o));
+}
