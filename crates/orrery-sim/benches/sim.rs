@@ -1,0 +1,41 @@
+//! Max-min recomputation and an end-to-end run: `cargo bench -p orrery-sim`.
+
+use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use orrery_sim::experiment::{DEFAULT, parse};
+use orrery_sim::network::Network;
+use std::hint::black_box;
+
+/// `n` flows, each on its own host link (capacities 10, 11, ... Gbit/s) and
+/// all on one shared uplink: one component whose progressive filling freezes
+/// the flows a few at a time — the worst case for one add + remove.
+fn maxmin(c: &mut Criterion) {
+    let mut g = c.benchmark_group("maxmin_add_remove");
+    for n in [16usize, 64, 256] {
+        let mut caps: Vec<f64> = (0..n).map(|i| 10.0 + i as f64).collect();
+        caps.push(25.0 * n as f64);
+        let mut net = Network::new(caps, false);
+        for i in 0..n {
+            net.add(0, vec![i, n], 1e12, 100.0, i);
+        }
+        g.bench_with_input(BenchmarkId::from_parameter(n), &n, |b, &n| {
+            b.iter(|| {
+                let (f, _) = net.add(1, black_box(vec![0, n]), 1e12, 100.0, n);
+                net.remove(1, f);
+            })
+        });
+    }
+    g.finish();
+}
+
+fn end_to_end(c: &mut Criterion) {
+    let exp = parse("default", &DEFAULT.replace("jobs = 60", "jobs = 20")).expect("valid");
+    let mut g = c.benchmark_group("end_to_end");
+    g.sample_size(10);
+    g.bench_function("default_20_jobs_3_policies", |b| {
+        b.iter(|| exp.run(std::path::Path::new("."), |_, _, _, _, _| {}).expect("runs"))
+    });
+    g.finish();
+}
+
+criterion_group!(benches, maxmin, end_to_end);
+criterion_main!(benches);
