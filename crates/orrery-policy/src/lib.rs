@@ -120,6 +120,12 @@ pub trait Policy {
         Vec::new()
     }
 
+    /// Whether the policy needs to see every iteration (a controller). When
+    /// false, the simulator may fast-forward jobs that run undisturbed.
+    fn observes_iterations(&self) -> bool {
+        false
+    }
+
     /// Whether the driver should give every job the network to itself (the
     /// "ideal" baseline of CASSINI §5 and Metronome §IV-A).
     fn isolated_network(&self) -> bool {

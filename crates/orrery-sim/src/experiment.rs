@@ -78,14 +78,21 @@ pub struct WorkloadSpec {
 }
 
 /// Simulation knobs of an experiment.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct SimOptions {
     /// Relative standard deviation of compute times.
-    #[serde(default)]
     pub jitter: f64,
     /// Stop at this simulated time, s.
     pub max_time_s: Option<f64>,
+    /// Fast-forward undisturbed jobs (default on; `orrery run --no-skip` turns it off).
+    pub skip: bool,
+}
+
+impl Default for SimOptions {
+    fn default() -> Self {
+        SimOptions { jitter: 0.0, max_time_s: None, skip: true }
+    }
 }
 
 /// One policy × seed.
@@ -97,8 +104,11 @@ pub struct Run {
     pub scenario: String,
     /// Seed.
     pub seed: u64,
-    /// Which fidelity was used.
+    /// Which fidelity was used: `iteration` (every iteration simulated) or
+    /// `iteration+skip` (undisturbed jobs fast-forwarded).
     pub fidelity: &'static str,
+    /// Iterations counted analytically by the fast-forward.
+    pub skipped_iterations: u64,
     /// Cluster metrics over all jobs.
     pub metrics: Metrics,
     /// Metrics per priority class, when jobs carry priorities.
@@ -257,7 +267,7 @@ impl Experiment {
             for name in &self.policies {
                 let mut policy =
                     orrery_policy::baseline::by_name(name, seed).ok_or_else(|| format!("unknown policy {name}"))?;
-                let cfg = SimConfig { seed, jitter: self.sim.jitter, max_time_s: self.sim.max_time_s };
+                let cfg = SimConfig { seed, jitter: self.sim.jitter, max_time_s: self.sim.max_time_s, skip: self.sim.skip };
                 let start = std::time::Instant::now();
                 let mut sim = Simulation::new(&topo, &jobs, cfg, policy.isolated_network());
                 let k = runs.len();
@@ -282,7 +292,8 @@ impl Experiment {
                     policy: policy.name(),
                     scenario: format!("{} on {}", self.workload_name(), topo.name),
                     seed,
-                    fidelity: "iteration",
+                    fidelity: if self.sim.skip { "iteration+skip" } else { "iteration" },
+                    skipped_iterations: sim.jobs.iter().map(|j| j.skipped_iterations).sum(),
                     metrics: m,
                     by_priority,
                     events: sim.events_processed,

@@ -66,6 +66,9 @@ pub struct Network {
     pub bucket_ns: u64,
     /// Progressive-filling rounds run (for `--timings`).
     pub fill_rounds: u64,
+    /// Owners whose flows shared a max-min component with another owner's
+    /// since the driver last drained this list.
+    pub interacting: Vec<usize>,
 }
 
 impl Network {
@@ -81,6 +84,7 @@ impl Network {
             stats: vec![LinkStats::default(); n],
             bucket_ns: FIRST_BUCKET_NS,
             fill_rounds: 0,
+            interacting: Vec::new(),
         }
     }
 
@@ -214,6 +218,38 @@ impl Network {
         }
     }
 
+    /// Integrates the given links up to `now`.
+    pub fn close_links(&mut self, links: &[LinkId], now: u64) {
+        for &l in links {
+            self.integrate(l, now);
+        }
+    }
+
+    /// Credits a link with traffic that was not simulated flow by flow (a
+    /// fast-forwarded job): `bits` spread evenly over [from, to) in the
+    /// utilisation series, plus excess bits and congested time.
+    pub fn credit(&mut self, l: LinkId, from: u64, to: u64, bits: f64, excess_bits: f64, congested_ns: u64) {
+        let bucket_ns = self.bucket_ns;
+        let s = &mut self.stats[l];
+        s.bits += bits;
+        s.excess_bits += excess_bits;
+        s.congested_ns += congested_ns;
+        if to <= from || bits <= 0.0 {
+            return;
+        }
+        let per_ns = bits / (to - from) as f64;
+        let mut t = from;
+        while t < to {
+            let b = (t / bucket_ns) as usize;
+            let end = ((b as u64 + 1) * bucket_ns).min(to);
+            if s.series.len() <= b {
+                s.series.resize(b + 1, 0.0);
+            }
+            s.series[b] += per_ns * (end - t) as f64;
+            t = end;
+        }
+    }
+
     /// Max-min fair rates for the component reachable from `seeds` (links) and
     /// `extra` (a flow), by progressive filling: all unfrozen flows rise
     /// together until a link saturates or a flow reaches its cap; those freeze.
@@ -222,6 +258,10 @@ impl Network {
     /// of degree d, with R ≤ F_c rounds; nothing outside the component is touched.
     fn recompute(&mut self, now: u64, seeds: &[LinkId], extra: Option<FlowId>) -> Vec<FlowId> {
         let (flows, links) = self.component(seeds, extra);
+        let owners: std::collections::BTreeSet<usize> = flows.iter().filter_map(|&f| self.flows[f].as_ref().map(|f| f.owner)).collect();
+        if owners.len() > 1 {
+            self.interacting.extend(owners);
+        }
         for &l in &links {
             self.integrate(l, now);
         }

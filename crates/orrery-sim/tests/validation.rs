@@ -146,7 +146,7 @@ fn same_seed_same_run_to_the_bit() {
     let go = |seed| {
         let topo: &'static Topology = Box::leak(Box::new(topo.clone()));
         let mut p = Fixed { hosts: vec![vec![(0, 1), (2, 1)], vec![(1, 1), (3, 1)]], shifts: vec![0.0, 0.0] };
-        let mut sim = Simulation::new(topo, &jobs, SimConfig { seed, jitter: 0.05, max_time_s: None }, false);
+        let mut sim = Simulation::new(topo, &jobs, SimConfig { seed, jitter: 0.05, max_time_s: None, skip: false }, false);
         sim.run(&mut p, |_, _| {});
         sim.jobs.iter().map(|j| j.iteration_ms.clone()).collect::<Vec<_>>()
     };
@@ -168,6 +168,9 @@ impl Policy for PauseOne {
             out.push(Decision::Resume { job: 0 });
         }
         out
+    }
+    fn observes_iterations(&self) -> bool {
+        true
     }
     fn on_iteration(&mut self, view: &ClusterView<'_>, job: JobId, _ms: f64) -> Vec<Decision> {
         let done = view.running.iter().find(|r| r.id == job).map_or(0, |r| r.iterations_done);

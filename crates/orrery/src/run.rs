@@ -24,6 +24,9 @@ pub struct Args {
     /// No progress bar and no table, for scripts (the summary still goes to --out).
     #[arg(long)]
     quiet: bool,
+    /// Simulate every iteration: do not fast-forward undisturbed jobs.
+    #[arg(long)]
+    no_skip: bool,
 }
 
 pub fn run(a: &Args, timings: &mut Timings) -> anyhow::Result<()> {
@@ -35,7 +38,10 @@ pub fn run(a: &Args, timings: &mut Timings) -> anyhow::Result<()> {
         ),
         None => ("<built-in default>".to_string(), DEFAULT.to_string(), PathBuf::from(".")),
     };
-    let exp = experiment::parse(&name, &text).map_err(anyhow::Error::msg)?;
+    let mut exp = experiment::parse(&name, &text).map_err(anyhow::Error::msg)?;
+    if a.no_skip {
+        exp.sim.skip = false;
+    }
     let bar = if a.quiet { ProgressBar::hidden() } else { ProgressBar::new(1000) };
     bar.set_style(
         ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:40} run {msg}")
@@ -98,12 +104,14 @@ pub fn run(a: &Args, timings: &mut Timings) -> anyhow::Result<()> {
     if timings.enabled() {
         for r in &summary.runs {
             eprintln!(
-                "  {:<8} seed {:<4} {:>10} events in {:>8.3} s = {:>10.0} events/s",
+                "  {:<8} seed {:<4} {:>10} events in {:>8.3} s = {:>10.0} events/s ({}, {} iterations fast-forwarded)",
                 r.policy,
                 r.seed,
                 r.events,
                 r.wall_s,
-                r.events as f64 / r.wall_s.max(1e-9)
+                r.events as f64 / r.wall_s.max(1e-9),
+                r.fidelity,
+                r.skipped_iterations
             );
         }
     }
