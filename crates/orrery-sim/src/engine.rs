@@ -28,11 +28,13 @@ pub struct SimConfig {
     pub jitter: f64,
     /// Stop at this simulated time, seconds (None: when all jobs are done).
     pub max_time_s: Option<f64>,
+    /// Fast-forward jobs that run undisturbed (see [`Simulation`]).
+    pub skip: bool,
 }
 
 impl Default for SimConfig {
     fn default() -> Self {
-        SimConfig { seed: 1, jitter: 0.0, max_time_s: None }
+        SimConfig { seed: 1, jitter: 0.0, max_time_s: None, skip: true }
     }
 }
 
@@ -101,11 +103,32 @@ pub struct JobState {
     pub pauses: u32,
     /// Time-shifts / delays applied.
     pub shifts: u32,
+    /// Iterations counted analytically instead of simulated.
+    pub skipped_iterations: u64,
+    interacted: bool,
+    solo_streak: u32,
+    seg_start_ns: u64,
+    cur_seg_ns: Vec<u64>,
+    last_seg_ns: Vec<u64>,
+    links_used: Vec<LinkId>,
+    links_grew: bool,
+    iter_stats_start: Vec<(f64, f64, u64)>,
+    per_iter_delta: Vec<(f64, f64, u64)>,
+    skip: Option<Skip>,
+}
+
+/// A job being fast-forwarded: its iterations from `t0` are replayed from
+/// `rng` (the same draws the detailed simulation would make).
+#[derive(Debug, Clone)]
+struct Skip {
+    t0: u64,
+    rng: ChaCha8Rng,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Event {
     Arrival(JobId),
+    SkipEnd(JobId, u64),
     IterationStart(JobId, u64),
     ComputeDone(JobId, u64),
     FlowDone(FlowId, u64),
@@ -133,6 +156,8 @@ pub struct Simulation<'a> {
     /// Decisions the simulator could not apply (e.g. placing on busy GPUs).
     pub invalid_decisions: u64,
     normal: Normal<f64>,
+    skip_owner: HashMap<LinkId, JobId>,
+    observes: bool,
 }
 
 impl<'a> Simulation<'a> {
@@ -153,6 +178,8 @@ impl<'a> Simulation<'a> {
             decision_s: Vec::new(),
             events_processed: 0,
             invalid_decisions: 0,
+            skip_owner: HashMap::new(),
+            observes: true,
             normal: Normal::new(0.0, cfg.jitter.max(0.0)).unwrap_or_else(|_| Normal::new(0.0, 0.0).expect("valid")),
             cfg,
         };
@@ -187,6 +214,17 @@ impl<'a> Simulation<'a> {
                 preemptions: 0,
                 pauses: 0,
                 shifts: 0,
+                skipped_iterations: 0,
+                interacted: false,
+                solo_streak: 0,
+                seg_start_ns: 0,
+                cur_seg_ns: Vec::new(),
+                last_seg_ns: Vec::new(),
+                links_used: Vec::new(),
+                links_grew: false,
+                iter_stats_start: Vec::new(),
+                per_iter_delta: Vec::new(),
+                skip: None,
             });
             sim.push(arrival_ns, Event::Arrival(i));
         }
@@ -211,6 +249,7 @@ impl<'a> Simulation<'a> {
     /// Runs to the end (all jobs done or rejected, no events left, or the time limit).
     /// `progress` is called every 4,096 events with (now in s, finished jobs).
     pub fn run(&mut self, policy: &mut dyn Policy, mut progress: impl FnMut(f64, usize)) {
+        self.observes = policy.observes_iterations();
         let limit = self.cfg.max_time_s.map(|s| (s * NS) as u64);
         while let Some(Reverse((t, _, e))) = self.events.pop() {
             if limit.is_some_and(|l| t > l) {
@@ -229,14 +268,22 @@ impl<'a> Simulation<'a> {
                     self.waiting.push(j);
                     self.schedule(policy);
                 }
-                Event::IterationStart(j, epoch) if self.jobs[j].epoch == epoch => self.run_segment(j, policy),
+                Event::SkipEnd(j, epoch) if self.jobs[j].epoch == epoch => self.skip_end(j, policy),
+                Event::IterationStart(j, epoch) if self.jobs[j].epoch == epoch => {
+                    self.jobs[j].seg_start_ns = self.now;
+                    self.run_segment(j, policy)
+                }
                 Event::ComputeDone(j, epoch) if self.jobs[j].epoch == epoch => {
-                    self.jobs[j].segment += 1;
+                    self.end_segment(j);
                     self.run_segment(j, policy);
                 }
                 Event::FlowDone(f, version) => self.flow_done(f, version, policy),
                 _ => {}
             }
+        }
+        let skipping: Vec<JobId> = (0..self.jobs.len()).filter(|&j| self.jobs[j].skip.is_some()).collect();
+        for j in skipping {
+            self.materialise(j);
         }
         self.net.compact_series(self.now);
         self.net.close(self.now);
@@ -292,6 +339,14 @@ impl<'a> Simulation<'a> {
     fn apply(&mut self, decisions: Vec<Decision>, policy: &mut dyn Policy) {
         let mut freed = false;
         for d in decisions {
+            if let Decision::Preempt { job }
+            | Decision::Shift { job, .. }
+            | Decision::Pause { job }
+            | Decision::Throttle { job, .. } = d
+                && self.jobs.get(job).is_some_and(|j| j.skip.is_some())
+            {
+                self.materialise(job);
+            }
             match d {
                 Decision::Place { job, hosts } => {
                     if !self.place(job, hosts) {
@@ -337,6 +392,7 @@ impl<'a> Simulation<'a> {
                         if let Some(base) = base {
                             let cap = gbps.map_or(base, |g| g.min(base));
                             let changed = self.net.set_cap(self.now, f, cap);
+                            self.note_interactions();
                             self.reschedule(&changed);
                         }
                     }
@@ -417,6 +473,7 @@ impl<'a> Simulation<'a> {
         for f in flows {
             self.flow_job.remove(&f);
             let changed = self.net.remove(self.now, f);
+            self.note_interactions();
             self.reschedule(&changed);
         }
         let j = &mut self.jobs[job];
@@ -431,12 +488,216 @@ impl<'a> Simulation<'a> {
 
     fn start_iteration(&mut self, job: JobId) {
         let now = self.now;
+        if self.try_skip(job) {
+            return;
+        }
+        let links = self.jobs[job].links_used.clone();
+        self.net.close_links(&links, now);
+        let snapshot = links
+            .iter()
+            .map(|&l| (self.net.stats[l].bits, self.net.stats[l].excess_bits, self.net.stats[l].congested_ns))
+            .collect();
         let j = &mut self.jobs[job];
+        j.iter_stats_start = snapshot;
+        j.links_grew = false;
+        j.interacted = false;
+        j.cur_seg_ns.clear();
         j.iter_start_ns = now;
         j.segment = 0;
         let shift = std::mem::take(&mut j.pending_shift_ms);
         let epoch = j.epoch;
         self.push(now + (shift * 1e6).round() as u64, Event::IterationStart(job, epoch));
+    }
+
+    /// Duration of a compute segment of `ms` with the job's noise, ns.
+    fn compute_ns(&self, ms: f64, rng: &mut ChaCha8Rng) -> u64 {
+        let noise = if self.cfg.jitter > 0.0 { self.normal.sample(rng) } else { 0.0 };
+        (ms * (1.0 + noise).max(0.1) * 1e6).round() as u64
+    }
+
+    /// Duration of a whole fast-forwarded iteration: compute segments drawn as
+    /// the detailed simulation draws them, communication as last measured.
+    fn iteration_ns(&self, job: JobId, rng: &mut ChaCha8Rng) -> u64 {
+        let j = &self.jobs[job];
+        j.shape
+            .segments
+            .iter()
+            .zip(&j.last_seg_ns)
+            .map(|(seg, &last)| match seg {
+                Segment::Compute { ms } => self.compute_ns(*ms, rng),
+                Segment::Comm { .. } => last,
+            })
+            .sum()
+    }
+
+    /// Fast-forwards a job whose last two iterations ran alone on all its
+    /// links (no other job's flow in any of its max-min components), when the
+    /// policy does not watch iterations and nothing is pending for the job.
+    /// Its remaining iterations are counted analytically until it finishes or
+    /// another job's flow needs one of its links ([`Simulation::materialise`]).
+    /// Cost: O(remaining iterations · segments) random draws, no events.
+    fn try_skip(&mut self, job: JobId) -> bool {
+        let j = &self.jobs[job];
+        let eligible = self.cfg.skip
+            && !self.observes
+            && j.status == Status::Running
+            && j.solo_streak >= 2
+            && j.pending_shift_ms == 0.0
+            && !j.pause_requested
+            && j.last_seg_ns.len() == j.shape.segments.len()
+            && j.iterations_done < j.target_iterations
+            && j.links_used.iter().all(|l| !self.skip_owner.contains_key(l));
+        if !eligible {
+            return false;
+        }
+        let snapshot = j.rng.clone();
+        let mut rng = j.rng.clone();
+        let total: u64 = (j.iterations_done..j.target_iterations).map(|_| self.iteration_ns(job, &mut rng)).sum();
+        for &l in &self.jobs[job].links_used {
+            self.skip_owner.insert(l, job);
+        }
+        let j = &mut self.jobs[job];
+        j.epoch += 1;
+        j.skip = Some(Skip { t0: self.now, rng: snapshot });
+        let epoch = j.epoch;
+        self.push(self.now + total, Event::SkipEnd(job, epoch));
+        true
+    }
+
+    /// Counts a fast-forwarded job's iterations that end by `until` and credits
+    /// their traffic to its links; returns the start of the first iteration
+    /// that does not end by then, with the job's RNG where the detailed
+    /// simulation would have it at that point.
+    fn replay(&mut self, job: JobId, until: u64) -> u64 {
+        let Some(skip) = self.jobs[job].skip.take() else { return self.now };
+        let mut rng = skip.rng;
+        let mut t = skip.t0;
+        let mut n = 0u64;
+        while self.jobs[job].iterations_done < self.jobs[job].target_iterations {
+            let mut probe = rng.clone();
+            let d = self.iteration_ns(job, &mut probe);
+            if t + d > until {
+                break;
+            }
+            rng = probe;
+            t += d;
+            n += 1;
+            let j = &mut self.jobs[job];
+            j.iteration_ms.push(d as f64 / 1e6);
+            j.iterations_done += 1;
+            j.skipped_iterations += 1;
+        }
+        let credits = self.per_iteration_credits(job);
+        for (l, (bits, excess, congested)) in credits {
+            self.net.credit(l, skip.t0, t, bits * n as f64, excess * n as f64, congested * n);
+            self.skip_owner.remove(&l);
+        }
+        let j = &mut self.jobs[job];
+        j.rng = rng;
+        j.epoch += 1;
+        j.solo_streak = 0;
+        t
+    }
+
+    fn per_iteration_credits(&self, job: JobId) -> Vec<(LinkId, (f64, f64, u64))> {
+        let j = &self.jobs[job];
+        j.links_used.iter().copied().zip(j.per_iter_delta.iter().copied()).collect()
+    }
+
+    /// Brings a fast-forwarded job back to detailed simulation at `now`: the
+    /// iterations already over are counted, and the current one resumes in the
+    /// segment it would be in (a collective restarts with the fraction of its
+    /// bytes left). Traffic of the elapsed part of the current iteration is
+    /// credited pro rata, so a link may be off by up to one iteration's bytes.
+    fn materialise(&mut self, job: JobId) {
+        let now = self.now;
+        let t = self.replay(job, now);
+        if self.jobs[job].iterations_done >= self.jobs[job].target_iterations {
+            // It would have ended exactly now; its SkipEnd was cancelled, so end it here.
+            let epoch = self.jobs[job].epoch;
+            let j = &mut self.jobs[job];
+            j.segment = j.shape.segments.len();
+            j.iterations_done -= 1;
+            j.skipped_iterations -= 1;
+            let last = j.iteration_ms.pop().unwrap_or(0.0);
+            j.iter_start_ns = now - (last * 1e6).round() as u64;
+            self.push(now, Event::ComputeDone(job, epoch));
+            return;
+        }
+        // Walk the current iteration's segments up to `now`.
+        let mut rng = self.jobs[job].rng.clone();
+        let segments = self.jobs[job].shape.segments.clone();
+        let last = self.jobs[job].last_seg_ns.clone();
+        let mut start = t;
+        let mut resumed = None;
+        let mut seg_ns = Vec::new();
+        for (i, seg) in segments.iter().enumerate() {
+            let d = match seg {
+                Segment::Compute { ms } => self.compute_ns(*ms, &mut rng),
+                Segment::Comm { .. } => last.get(i).copied().unwrap_or(0),
+            };
+            if start + d > now {
+                resumed = Some((i, start, d));
+                break;
+            }
+            seg_ns.push(d);
+            start += d;
+        }
+        let elapsed = (now - t) as f64;
+        let total = seg_ns.iter().sum::<u64>() as f64 + resumed.map_or(0.0, |r| r.2 as f64);
+        if total > 0.0 {
+            let frac = (elapsed / total).min(1.0);
+            for (l, (bits, excess, congested)) in self.per_iteration_credits(job) {
+                self.net.credit(l, t, now, bits * frac, excess * frac, (congested as f64 * frac) as u64);
+            }
+        }
+        let epoch = self.jobs[job].epoch;
+        let j = &mut self.jobs[job];
+        j.rng = rng;
+        j.iter_start_ns = t;
+        j.cur_seg_ns = seg_ns;
+        j.interacted = true;
+        j.iter_stats_start.clear();
+        let Some((i, seg_start, d)) = resumed else {
+            j.segment = segments.len();
+            self.push(now, Event::ComputeDone(job, epoch));
+            return;
+        };
+        j.segment = i;
+        j.seg_start_ns = seg_start;
+        match segments[i] {
+            Segment::Compute { .. } => self.push(seg_start + d, Event::ComputeDone(job, epoch)),
+            Segment::Comm { collective, payload_bytes, gbps, .. } => {
+                let left = 1.0 - (now - seg_start) as f64 / d.max(1) as f64;
+                self.start_collective(job, collective, payload_bytes * left.max(0.0), gbps);
+                if self.jobs[job].pending_flows == 0 {
+                    self.push(now, Event::ComputeDone(job, epoch));
+                }
+            }
+        }
+    }
+
+    fn skip_end(&mut self, job: JobId, policy: &mut dyn Policy) {
+        self.replay(job, self.now);
+        self.complete(job, policy);
+    }
+
+    /// Records the end of the current segment and moves to the next.
+    fn end_segment(&mut self, job: JobId) {
+        let now = self.now;
+        let j = &mut self.jobs[job];
+        j.cur_seg_ns.push(now - j.seg_start_ns);
+        j.seg_start_ns = now;
+        j.segment += 1;
+    }
+
+    /// Marks the jobs whose flows just shared a max-min component.
+    fn note_interactions(&mut self) {
+        for owner in std::mem::take(&mut self.net.interacting) {
+            if let Some(j) = self.jobs.get_mut(owner) {
+                j.interacted = true;
+            }
+        }
     }
 
     /// Runs segments from the current one until one takes time.
@@ -449,8 +710,9 @@ impl<'a> Simulation<'a> {
             };
             match seg {
                 Segment::Compute { ms } => {
-                    let noise = if self.cfg.jitter > 0.0 { self.normal.sample(&mut self.jobs[job].rng) } else { 0.0 };
-                    let dur = (ms * (1.0 + noise).max(0.1) * 1e6).round() as u64;
+                    let mut rng = self.jobs[job].rng.clone();
+                    let dur = self.compute_ns(ms, &mut rng);
+                    self.jobs[job].rng = rng;
                     let epoch = self.jobs[job].epoch;
                     self.push(self.now + dur, Event::ComputeDone(job, epoch));
                     return;
@@ -460,7 +722,7 @@ impl<'a> Simulation<'a> {
                     if started > 0 {
                         return;
                     }
-                    self.jobs[job].segment += 1;
+                    self.end_segment(job);
                 }
             }
         }
@@ -491,6 +753,23 @@ impl<'a> Simulation<'a> {
 
     fn start_collective(&mut self, job: JobId, collective: Collective, payload_bytes: f64, gbps: f64) -> usize {
         let transfers = Self::transfers(&self.jobs[job].workers, collective, payload_bytes);
+        // Jobs being fast-forwarded on links these flows need rejoin the detailed simulation first.
+        if !self.skip_owner.is_empty() {
+            let mut owners = Vec::new();
+            for (i, &(src, dst, _)) in transfers.iter().enumerate() {
+                if src == dst {
+                    continue;
+                }
+                if let Some(p) = self.path(job, i, src, dst) {
+                    owners.extend(p.iter().filter_map(|l| self.skip_owner.get(l).copied()).filter(|&o| o != job));
+                }
+            }
+            owners.sort_unstable();
+            owners.dedup();
+            for o in owners {
+                self.materialise(o);
+            }
+        }
         let throttle = self.jobs[job].throttle_gbps;
         let epoch = self.jobs[job].epoch;
         let mut started = 0;
@@ -501,16 +780,19 @@ impl<'a> Simulation<'a> {
             let (path, cap) = if src == dst {
                 (Vec::new(), INTRA_HOST_GBPS)
             } else {
-                let paths = self.paths.entry((src, dst)).or_insert_with(|| self.topo.paths(src, dst));
-                if paths.is_empty() {
-                    continue;
+                match self.path(job, i, src, dst) {
+                    Some(p) => (p, throttle.map_or(gbps, |t| t.min(gbps))),
+                    None => continue,
                 }
-                // ECMP: a deterministic hash of the flow's identity picks the path.
-                let h =
-                    (job as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (i as u64).wrapping_mul(0xC2B2_AE3D_27D4_EB4F);
-                (paths[(h % paths.len() as u64) as usize].clone(), throttle.map_or(gbps, |t| t.min(gbps)))
             };
+            for &l in &path {
+                if let Err(pos) = self.jobs[job].links_used.binary_search(&l) {
+                    self.jobs[job].links_used.insert(pos, l);
+                    self.jobs[job].links_grew = true;
+                }
+            }
             let (f, changed) = self.net.add(self.now, path, bits, cap, job);
+            self.note_interactions();
             self.flow_job.insert(f, (job, epoch));
             self.jobs[job].flows.push(f);
             self.reschedule(&changed);
@@ -518,6 +800,17 @@ impl<'a> Simulation<'a> {
         }
         self.jobs[job].pending_flows = started;
         started
+    }
+
+    /// The ECMP path of flow `i` of a job: a fixed hash of the flow's identity
+    /// picks one of the equal-cost paths, so a connection keeps its path.
+    fn path(&mut self, job: JobId, i: usize, src: HostId, dst: HostId) -> Option<Vec<LinkId>> {
+        let paths = self.paths.entry((src, dst)).or_insert_with(|| self.topo.paths(src, dst));
+        if paths.is_empty() {
+            return None;
+        }
+        let h = (job as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (i as u64).wrapping_mul(0xC2B2_AE3D_27D4_EB4F);
+        Some(paths[(h % paths.len() as u64) as usize].clone())
     }
 
     fn reschedule(&mut self, flows: &[FlowId]) {
@@ -534,6 +827,7 @@ impl<'a> Simulation<'a> {
         }
         let Some((job, epoch)) = self.flow_job.remove(&f) else { return };
         let changed = self.net.remove(self.now, f);
+        self.note_interactions();
         self.reschedule(&changed);
         let j = &mut self.jobs[job];
         j.flows.retain(|&x| x != f);
@@ -542,7 +836,7 @@ impl<'a> Simulation<'a> {
         }
         j.pending_flows = j.pending_flows.saturating_sub(1);
         if j.pending_flows == 0 {
-            j.segment += 1;
+            self.end_segment(job);
             self.run_segment(job, policy);
         }
     }
@@ -550,10 +844,22 @@ impl<'a> Simulation<'a> {
     fn finish_iteration(&mut self, job: JobId, policy: &mut dyn Policy) {
         let now = self.now;
         let ms = (now - self.jobs[job].iter_start_ns) as f64 / 1e6;
+        // Per-iteration traffic on the job's links, for fast-forwarding.
+        let links = self.jobs[job].links_used.clone();
+        self.net.close_links(&links, now);
         {
+            let stats = &self.net.stats;
             let j = &mut self.jobs[job];
             j.iteration_ms.push(ms);
             j.iterations_done += 1;
+            let settled = !j.interacted && !j.links_grew && j.iter_stats_start.len() == links.len();
+            j.solo_streak = if settled { j.solo_streak + 1 } else { 0 };
+            j.last_seg_ns = std::mem::take(&mut j.cur_seg_ns);
+            j.per_iter_delta = links
+                .iter()
+                .zip(&j.iter_stats_start)
+                .map(|(&l, &(b, e, c))| (stats[l].bits - b, stats[l].excess_bits - e, stats[l].congested_ns - c))
+                .collect();
         }
         let decisions = {
             let (queue, running) = self.view();
@@ -569,16 +875,21 @@ impl<'a> Simulation<'a> {
             return;
         }
         if j.iterations_done >= j.target_iterations {
-            self.release(job);
-            let j = &mut self.jobs[job];
-            j.status = Status::Finished;
-            j.finish_ns = Some(now);
-            self.schedule(policy);
+            self.complete(job, policy);
         } else if std::mem::take(&mut j.pause_requested) {
             j.status = Status::Paused;
             j.pauses += 1;
         } else {
             self.start_iteration(job);
         }
+    }
+
+    /// Ends a job that ran all its iterations.
+    fn complete(&mut self, job: JobId, policy: &mut dyn Policy) {
+        self.release(job);
+        let j = &mut self.jobs[job];
+        j.status = Status::Finished;
+        j.finish_ns = Some(self.now);
+        self.schedule(policy);
     }
 }

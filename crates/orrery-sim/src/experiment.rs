@@ -267,7 +267,8 @@ impl Experiment {
             for name in &self.policies {
                 let mut policy =
                     orrery_policy::baseline::by_name(name, seed).ok_or_else(|| format!("unknown policy {name}"))?;
-                let cfg = SimConfig { seed, jitter: self.sim.jitter, max_time_s: self.sim.max_time_s, skip: self.sim.skip };
+                let cfg =
+                    SimConfig { seed, jitter: self.sim.jitter, max_time_s: self.sim.max_time_s, skip: self.sim.skip };
                 let start = std::time::Instant::now();
                 let mut sim = Simulation::new(&topo, &jobs, cfg, policy.isolated_network());
                 let k = runs.len();

@@ -258,7 +258,8 @@ impl Network {
     /// of degree d, with R ≤ F_c rounds; nothing outside the component is touched.
     fn recompute(&mut self, now: u64, seeds: &[LinkId], extra: Option<FlowId>) -> Vec<FlowId> {
         let (flows, links) = self.component(seeds, extra);
-        let owners: std::collections::BTreeSet<usize> = flows.iter().filter_map(|&f| self.flows[f].as_ref().map(|f| f.owner)).collect();
+        let owners: std::collections::BTreeSet<usize> =
+            flows.iter().filter_map(|&f| self.flows[f].as_ref().map(|f| f.owner)).collect();
         if owners.len() > 1 {
             self.interacting.extend(owners);
         }

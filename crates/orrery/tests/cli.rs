@@ -127,14 +127,33 @@ fn run_default_writes_summary_jobs_and_links() {
     let dir = std::env::temp_dir().join(format!("orrery-run-{}", std::process::id()));
     let o = orrery(&["run", "--quiet", "--out", dir.to_str().expect("utf-8")]);
     assert!(o.status.success(), "{}", stderr(&o));
-    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).expect("summary")).expect("json");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).expect("summary")).expect("json");
     assert_eq!(v["experiment"], "default");
     let runs = v["runs"].as_array().expect("runs");
-    assert_eq!(runs.iter().map(|r| r["policy"].as_str().unwrap_or("")).collect::<Vec<_>>(), ["fifo", "random", "ideal"]);
+    assert_eq!(
+        runs.iter().map(|r| r["policy"].as_str().unwrap_or("")).collect::<Vec<_>>(),
+        ["fifo", "random", "ideal"]
+    );
     for key in [
-        "jobs", "finished", "avg_jct_s", "p99_jct_s", "makespan_s", "avg_queue_s", "avg_iter_s", "p90_iter_s", "p99_iter_s",
-        "avg_slowdown", "avg_link_util", "bw_util_gamma", "congested_link_s", "excess_gbit", "gpu_util", "afr",
-        "decision_ms_p50", "decision_ms_p99",
+        "jobs",
+        "finished",
+        "avg_jct_s",
+        "p99_jct_s",
+        "makespan_s",
+        "avg_queue_s",
+        "avg_iter_s",
+        "p90_iter_s",
+        "p99_iter_s",
+        "avg_slowdown",
+        "avg_link_util",
+        "bw_util_gamma",
+        "congested_link_s",
+        "excess_gbit",
+        "gpu_util",
+        "afr",
+        "decision_ms_p50",
+        "decision_ms_p99",
     ] {
         assert!(runs[0]["metrics"].get(key).is_some(), "missing {key}");
     }
