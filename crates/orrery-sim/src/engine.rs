@@ -110,6 +110,8 @@ pub struct JobState {
     seg_start_ns: u64,
     cur_seg_ns: Vec<u64>,
     last_seg_ns: Vec<u64>,
+    cur_flow_ns: Vec<Vec<u64>>,
+    last_flow_ns: Vec<Vec<u64>>,
     links_used: Vec<LinkId>,
     links_grew: bool,
     iter_stats_start: Vec<(f64, f64, u64)>,
@@ -147,7 +149,8 @@ pub struct Simulation<'a> {
     waiting: Vec<JobId>,
     /// The network.
     pub net: Network,
-    flow_job: HashMap<FlowId, (JobId, u64)>,
+    /// Owner job, its epoch, and the flow's index in its collective.
+    flow_job: HashMap<FlowId, (JobId, u64, usize)>,
     paths: HashMap<(HostId, HostId), Vec<Vec<LinkId>>>,
     /// Wall-clock seconds of each policy call.
     pub decision_s: Vec<f64>,
@@ -220,6 +223,8 @@ impl<'a> Simulation<'a> {
                 seg_start_ns: 0,
                 cur_seg_ns: Vec::new(),
                 last_seg_ns: Vec::new(),
+                cur_flow_ns: Vec::new(),
+                last_flow_ns: Vec::new(),
                 links_used: Vec::new(),
                 links_grew: false,
                 iter_stats_start: Vec::new(),
@@ -502,6 +507,7 @@ impl<'a> Simulation<'a> {
         j.links_grew = false;
         j.interacted = false;
         j.cur_seg_ns.clear();
+        j.cur_flow_ns.clear();
         j.iter_start_ns = now;
         j.segment = 0;
         let shift = std::mem::take(&mut j.pending_shift_ms);
@@ -668,8 +674,18 @@ impl<'a> Simulation<'a> {
         match segments[i] {
             Segment::Compute { .. } => self.push(seg_start + d, Event::ComputeDone(job, epoch)),
             Segment::Comm { collective, payload_bytes, gbps, .. } => {
-                let left = 1.0 - (now - seg_start) as f64 / d.max(1) as f64;
-                self.start_collective(job, collective, payload_bytes * left.max(0.0), gbps);
+                // Alone, each flow ran at a constant rate and ended at its
+                // recorded offset; what it has left is the unelapsed share.
+                let elapsed = (now - seg_start) as f64;
+                let offsets = self.jobs[job].last_flow_ns.get(i).cloned().unwrap_or_default();
+                let n = Self::transfers(&self.jobs[job].workers, collective, payload_bytes).len();
+                let left: Vec<f64> = (0..n)
+                    .map(|k| {
+                        let end = offsets.get(k).copied().unwrap_or(d).max(1) as f64;
+                        (1.0 - elapsed / end).max(0.0)
+                    })
+                    .collect();
+                self.start_collective(job, collective, payload_bytes, gbps, Some(&left));
                 if self.jobs[job].pending_flows == 0 {
                     self.push(now, Event::ComputeDone(job, epoch));
                 }
@@ -718,7 +734,7 @@ impl<'a> Simulation<'a> {
                     return;
                 }
                 Segment::Comm { collective, payload_bytes, gbps, .. } => {
-                    let started = self.start_collective(job, collective, payload_bytes, gbps);
+                    let started = self.start_collective(job, collective, payload_bytes, gbps, None);
                     if started > 0 {
                         return;
                     }
@@ -751,8 +767,22 @@ impl<'a> Simulation<'a> {
         }
     }
 
-    fn start_collective(&mut self, job: JobId, collective: Collective, payload_bytes: f64, gbps: f64) -> usize {
-        let transfers = Self::transfers(&self.jobs[job].workers, collective, payload_bytes);
+    /// Starts the flows of a collective; `left[i]`, when given, is the
+    /// fraction of flow i's bits still to send (a resumed fast-forward).
+    fn start_collective(
+        &mut self,
+        job: JobId,
+        collective: Collective,
+        payload_bytes: f64,
+        gbps: f64,
+        left: Option<&[f64]>,
+    ) -> usize {
+        let mut transfers = Self::transfers(&self.jobs[job].workers, collective, payload_bytes);
+        if let Some(left) = left {
+            for (t, &f) in transfers.iter_mut().zip(left) {
+                t.2 *= f.clamp(0.0, 1.0);
+            }
+        }
         // Jobs being fast-forwarded on links these flows need rejoin the detailed simulation first.
         if !self.skip_owner.is_empty() {
             let mut owners = Vec::new();
@@ -793,7 +823,7 @@ impl<'a> Simulation<'a> {
             }
             let (f, changed) = self.net.add(self.now, path, bits, cap, job);
             self.note_interactions();
-            self.flow_job.insert(f, (job, epoch));
+            self.flow_job.insert(f, (job, epoch, i));
             self.jobs[job].flows.push(f);
             self.reschedule(&changed);
             started += 1;
@@ -825,15 +855,26 @@ impl<'a> Simulation<'a> {
         if self.net.flow(f).is_none_or(|fl| fl.version != version) {
             return;
         }
-        let Some((job, epoch)) = self.flow_job.remove(&f) else { return };
+        let Some((job, epoch, index)) = self.flow_job.remove(&f) else { return };
         let changed = self.net.remove(self.now, f);
         self.note_interactions();
         self.reschedule(&changed);
+        let now = self.now;
         let j = &mut self.jobs[job];
         j.flows.retain(|&x| x != f);
         if j.epoch != epoch {
             return;
         }
+        // When each flow of the collective ended, for resuming a fast-forwarded job.
+        let seg = j.segment;
+        if j.cur_flow_ns.len() <= seg {
+            j.cur_flow_ns.resize(seg + 1, Vec::new());
+        }
+        let offsets = &mut j.cur_flow_ns[seg];
+        if offsets.len() <= index {
+            offsets.resize(index + 1, 0);
+        }
+        offsets[index] = now - j.seg_start_ns;
         j.pending_flows = j.pending_flows.saturating_sub(1);
         if j.pending_flows == 0 {
             self.end_segment(job);
@@ -855,6 +896,7 @@ impl<'a> Simulation<'a> {
             let settled = !j.interacted && !j.links_grew && j.iter_stats_start.len() == links.len();
             j.solo_streak = if settled { j.solo_streak + 1 } else { 0 };
             j.last_seg_ns = std::mem::take(&mut j.cur_seg_ns);
+            j.last_flow_ns = std::mem::take(&mut j.cur_flow_ns);
             j.per_iter_delta = links
                 .iter()
                 .zip(&j.iter_stats_start)
