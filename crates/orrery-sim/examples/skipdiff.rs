@@ -16,14 +16,23 @@ fn main() {
         let mut sim =
             Simulation::new(&topo, &jobs, SimConfig { seed, jitter: e.sim.jitter, max_time_s: None, skip }, false);
         sim.run(p.as_mut(), |_, _| {});
-        sim.jobs.iter().map(|j| (j.first_start_ns, j.iteration_ms.clone(), j.hosts_used)).collect::<Vec<_>>()
+        sim.jobs
+            .iter()
+            .map(|j| (j.first_start_ns, j.iteration_ms.clone(), j.hosts_used, j.finish_ns, j.hosts.clone()))
+            .collect::<Vec<_>>()
     };
     let (a, b) = (run(true), run(false));
     for (j, (x, y)) in a.iter().zip(&b).enumerate() {
-        if x.0 != y.0 {
-            println!("job {j}: start {:?} vs {:?}", x.0, y.0);
+        if x.0 != y.0 || x.3.zip(y.3).is_some_and(|(p, q)| p.abs_diff(q) > 1000) {
+            println!("job {j}: start {:?} vs {:?}, finish {:?} vs {:?}", x.0, y.0, x.3, y.3);
         }
-        if let Some(k) = x.1.iter().zip(&y.1).position(|(p, q)| (p - q).abs() > 1e-3) {
+        let worst =
+            x.1.iter()
+                .zip(&y.1)
+                .enumerate()
+                .max_by(|a, b| (a.1.0 - a.1.1).abs().total_cmp(&(b.1.0 - b.1.1).abs()))
+                .map(|(k, _)| k);
+        if let Some(k) = worst.filter(|&k| (x.1[k] - y.1[k]).abs() > 1e-3) {
             println!(
                 "job {j}: iteration {k} of {}: {:.6} vs {:.6} ms (next: {:?} vs {:?})",
                 x.1.len(),

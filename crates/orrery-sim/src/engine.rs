@@ -552,7 +552,9 @@ impl<'a> Simulation<'a> {
             && !j.pause_requested
             && j.last_seg_ns.len() == j.shape.segments.len()
             && j.iterations_done < j.target_iterations
-            && j.links_used.iter().all(|l| !self.skip_owner.contains_key(l));
+            // Another job's flows already on a link would meet this job's next
+            // collective without anything waking it up: stay detailed.
+            && j.links_used.iter().all(|&l| !self.skip_owner.contains_key(&l) && !self.net.busy(l));
         if !eligible {
             return false;
         }
@@ -649,13 +651,37 @@ impl<'a> Simulation<'a> {
             seg_ns.push(d);
             start += d;
         }
-        let elapsed = (now - t) as f64;
-        let total = seg_ns.iter().sum::<u64>() as f64 + resumed.map_or(0.0, |r| r.2 as f64);
-        if total > 0.0 {
-            let frac = (elapsed / total).min(1.0);
-            for (l, (bits, excess, congested)) in self.per_iteration_credits(job) {
-                self.net.credit(l, t, now, bits * frac, excess * frac, (congested as f64 * frac) as u64);
+        // Traffic of the elapsed part of this iteration: every flow of the
+        // collectives already over, and the sent share of the current one's.
+        let left = match resumed {
+            Some((i, seg_start, d)) if matches!(segments[i], Segment::Comm { .. }) => {
+                Some((i, self.flow_left(job, i, now - seg_start, d)))
             }
+            _ => None,
+        };
+        let mut sent: HashMap<LinkId, f64> = HashMap::new();
+        for (i, seg) in segments.iter().enumerate().take(resumed.map_or(segments.len(), |r| r.0 + 1)) {
+            let Segment::Comm { collective, payload_bytes, .. } = *seg else { continue };
+            let transfers = Self::transfers(&self.jobs[job].workers, collective, payload_bytes);
+            for (k, (src, dst, bits)) in transfers.into_iter().enumerate() {
+                let share = match &left {
+                    Some((cur, l)) if *cur == i => 1.0 - l.get(k).copied().unwrap_or(1.0),
+                    _ if resumed.is_some_and(|r| r.0 == i) => 0.0,
+                    _ => 1.0,
+                };
+                if src == dst || share <= 0.0 {
+                    continue;
+                }
+                for l in self.path(job, k, src, dst).unwrap_or_default() {
+                    *sent.entry(l).or_default() += bits * share;
+                }
+            }
+        }
+        for (l, (bits, excess, congested)) in self.per_iteration_credits(job) {
+            let s = sent.get(&l).copied().unwrap_or(0.0);
+            // Excess and congestion in proportion to the bits this link carried.
+            let frac = if bits > 0.0 { (s / bits).min(1.0) } else { 0.0 };
+            self.net.credit(l, t, now, s, excess * frac, (congested as f64 * frac) as u64);
         }
         let epoch = self.jobs[job].epoch;
         let j = &mut self.jobs[job];
@@ -674,23 +700,30 @@ impl<'a> Simulation<'a> {
         match segments[i] {
             Segment::Compute { .. } => self.push(seg_start + d, Event::ComputeDone(job, epoch)),
             Segment::Comm { collective, payload_bytes, gbps, .. } => {
-                // Alone, each flow ran at a constant rate and ended at its
-                // recorded offset; what it has left is the unelapsed share.
-                let elapsed = (now - seg_start) as f64;
-                let offsets = self.jobs[job].last_flow_ns.get(i).cloned().unwrap_or_default();
-                let n = Self::transfers(&self.jobs[job].workers, collective, payload_bytes).len();
-                let left: Vec<f64> = (0..n)
-                    .map(|k| {
-                        let end = offsets.get(k).copied().unwrap_or(d).max(1) as f64;
-                        (1.0 - elapsed / end).max(0.0)
-                    })
-                    .collect();
+                let left = self.flow_left(job, i, now - seg_start, d);
                 self.start_collective(job, collective, payload_bytes, gbps, Some(&left));
                 if self.jobs[job].pending_flows == 0 {
                     self.push(now, Event::ComputeDone(job, epoch));
                 }
             }
         }
+    }
+
+    /// Share of each flow of comm segment `i` still to send `elapsed` ns into
+    /// it: alone, each flow ran at a constant rate and ended at the offset
+    /// recorded in the last detailed iteration (`d`, the segment's length, if
+    /// none was recorded).
+    fn flow_left(&self, job: JobId, i: usize, elapsed: u64, d: u64) -> Vec<f64> {
+        let j = &self.jobs[job];
+        let Segment::Comm { collective, payload_bytes, .. } = j.shape.segments[i] else { return Vec::new() };
+        let offsets = j.last_flow_ns.get(i).map(Vec::as_slice).unwrap_or_default();
+        let n = Self::transfers(&j.workers, collective, payload_bytes).len();
+        (0..n)
+            .map(|k| {
+                let end = offsets.get(k).copied().filter(|&e| e > 0).unwrap_or(d).max(1) as f64;
+                (1.0 - elapsed as f64 / end).max(0.0)
+            })
+            .collect()
     }
 
     fn skip_end(&mut self, job: JobId, policy: &mut dyn Policy) {

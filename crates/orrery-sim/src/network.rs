@@ -22,7 +22,9 @@ pub struct Flow {
     pub rate_gbps: f64,
     /// When `remaining_bits` was last brought up to date.
     pub updated_ns: u64,
-    /// Bumped on every rate change; completion events carry it.
+    /// Unique over the network's life (slots are reused, so a per-slot counter
+    /// would let a stale completion event match a new flow); set anew on every
+    /// rate change; completion events carry it.
     pub version: u64,
     /// Owner tag (the job), for the driver.
     pub owner: usize,
@@ -66,6 +68,8 @@ pub struct Network {
     pub bucket_ns: u64,
     /// Progressive-filling rounds run (for `--timings`).
     pub fill_rounds: u64,
+    /// Last version handed out.
+    next_version: u64,
     /// Owners whose flows shared a max-min component with another owner's
     /// since the driver last drained this list.
     pub interacting: Vec<usize>,
@@ -84,6 +88,7 @@ impl Network {
             stats: vec![LinkStats::default(); n],
             bucket_ns: FIRST_BUCKET_NS,
             fill_rounds: 0,
+            next_version: 0,
             interacting: Vec::new(),
         }
     }
@@ -91,6 +96,11 @@ impl Network {
     /// The flow, if live.
     pub fn flow(&self, f: FlowId) -> Option<&Flow> {
         self.flows.get(f).and_then(Option::as_ref)
+    }
+
+    /// Whether any flow crosses link `l`.
+    pub fn busy(&self, l: LinkId) -> bool {
+        !self.link_flows[l].is_empty()
     }
 
     /// Number of live flows.
@@ -331,7 +341,8 @@ impl Network {
             {
                 Self::advance(flow, now);
                 flow.rate_gbps = rate[i];
-                flow.version += 1;
+                self.next_version += 1;
+                flow.version = self.next_version;
                 changed.push(f);
             }
         }
@@ -454,6 +465,19 @@ mod tests {
         n.remove(1_000_000_000, a);
         n.remove(1_000_000_000, b);
         assert_eq!(n.live(), 0);
+    }
+
+    #[test]
+    fn a_reused_slot_never_repeats_a_version() {
+        // A completion event for a removed flow must not match the flow that
+        // takes its slot.
+        let mut n = Network::new(vec![10.0], false);
+        let (a, _) = n.add(0, vec![0], 1e9, 10.0, 0);
+        let old = n.flow(a).map(|f| f.version);
+        n.remove(1, a);
+        let (b, _) = n.add(2, vec![0], 1e9, 10.0, 1);
+        assert_eq!(a, b, "the slot is reused");
+        assert_ne!(n.flow(b).map(|f| f.version), old);
     }
 
     #[test]
