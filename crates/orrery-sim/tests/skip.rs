@@ -1,8 +1,18 @@
 //! The fast-forward of undisturbed jobs changes no reported metric by more
-//! than 2% (issue 3's tolerance), on scenarios where jobs contend, where they
-//! are time-shifted into interleaving, and with jitter.
+//! than 2% (issue 3's tolerance): on contended workloads, on time-shifted
+//! (interleaved) jobs, and with jitter.
+//!
+//! Contended runs are chaotic: whether two rings overlap can hinge on a few
+//! nanoseconds of rounding, so a single contended trajectory may drift a few
+//! percent either way with or without the skip. There the tolerance applies to
+//! metrics summed over seeds (no bias), and per run to everything else.
 
+use orrery_model::topology::{Builder, Tier};
+use orrery_model::{JobSpec, Topology, Work};
+use orrery_policy::{ClusterView, Decision, Policy};
 use orrery_sim::experiment::{Run, parse};
+use orrery_sim::metrics::{Metrics, metrics};
+use orrery_sim::{SimConfig, Simulation};
 use std::path::Path;
 
 fn runs(toml: &str, skip: bool) -> Vec<Run> {
@@ -11,22 +21,26 @@ fn runs(toml: &str, skip: bool) -> Vec<Run> {
     e.run(Path::new("."), |_, _, _, _, _| {}).expect("runs").runs
 }
 
-/// Every metric within 2% (relative), or within `floor` when both are tiny.
-fn assert_close(a: &Run, b: &Run, scenario: &str) {
-    let ja = serde_json::to_value(&a.metrics).expect("json");
-    let jb = serde_json::to_value(&b.metrics).expect("json");
-    for (k, va) in ja.as_object().expect("object") {
-        if k.starts_with("decision_ms") {
-            continue; // wall-clock, not simulated
-        }
-        let (x, y) = (va.as_f64().unwrap_or(0.0), jb[k].as_f64().unwrap_or(0.0));
+fn values(m: &Metrics) -> Vec<(String, f64)> {
+    let v = serde_json::to_value(m).expect("json");
+    v.as_object()
+        .expect("object")
+        .iter()
+        .filter(|(k, _)| !k.starts_with("decision_ms")) // wall-clock, not simulated
+        .map(|(k, x)| (k.clone(), x.as_f64().unwrap_or(0.0)))
+        .collect()
+}
+
+/// Every metric within 2% (relative), or within a small floor when both are tiny.
+fn assert_close(a: &[(String, f64)], b: &[(String, f64)], what: &str) {
+    for ((k, x), (_, y)) in a.iter().zip(b) {
         let floor = match k.as_str() {
             "excess_gbit" => 1.0,
             "congested_link_s" => 0.1,
             _ => 1e-9,
         };
         let ok = (x - y).abs() <= 0.02 * x.abs().max(y.abs()) || (x - y).abs() <= floor;
-        assert!(ok, "{scenario} / {}: {k} {x} (skip) vs {y} (no skip)", a.policy);
+        assert!(ok, "{what}: {k} {x} (skip) vs {y} (no skip)");
     }
 }
 
@@ -41,28 +55,105 @@ host_gbps = 50.0
 uplink_gbps = 50.0
 "#;
 
+const CONTENDED: &str = "[workload]\ngenerator = \"poisson\"\njobs = 24\nload = 0.9\n[workload.mix]\nmodels = [\"vgg19\", \"resnet50\", \"bert\"]\nworkers = [[2, 1.0], [3, 1.0]]\niterations = [200, 400]\n";
+
 #[test]
-fn contended_random_placement() {
-    // Random placement scatters rings over the racks so they share uplinks.
-    let toml = format!(
-        "name = \"contended\"\npolicies = [\"fifo\", \"random\"]\nseeds = [3]\n{TWO_RACKS}\n[workload]\ngenerator = \"poisson\"\njobs = 24\nload = 0.9\n[workload.mix]\nmodels = [\"vgg19\", \"resnet50\", \"bert\"]\nworkers = [[2, 1.0], [3, 1.0]]\niterations = [200, 400]\n"
-    );
+fn contended_fifo_each_run() {
+    // One GPU per host, so every job is a ring across hosts; FIFO's fewest-racks
+    // placement still leaves some rings across the two racks' shared uplinks.
+    let toml = format!("name = \"fifo\"\npolicies = [\"fifo\"]\nseeds = [1, 2, 3]\n{TWO_RACKS}\n{CONTENDED}");
     let (with, without) = (runs(&toml, true), runs(&toml, false));
     for (a, b) in with.iter().zip(&without) {
-        assert_close(a, b, "contended");
+        assert_close(&values(&a.metrics), &values(&b.metrics), &format!("fifo seed {}", a.seed));
     }
     assert!(with.iter().any(|r| r.skipped_iterations > 0), "the fast-forward must have been used");
+    assert!(without.iter().any(|r| r.metrics.excess_gbit > 0.0), "the scenario must be contended");
 }
 
 #[test]
-fn time_shifted_snapshot_with_jitter() {
-    // A snapshot: all jobs at t = 0 under FIFO, with 2% jitter so phases drift.
+fn contended_random_placement_summed_over_seeds() {
+    let toml =
+        format!("name = \"random\"\npolicies = [\"random\"]\nseeds = [1, 2, 3, 4, 5, 6]\n{TWO_RACKS}\n{CONTENDED}");
+    let (with, without) = (runs(&toml, true), runs(&toml, false));
+    let sum = |rs: &[Run]| {
+        let mut total = values(&rs[0].metrics);
+        for r in &rs[1..] {
+            for ((_, t), (_, x)) in total.iter_mut().zip(values(&r.metrics)) {
+                *t += x;
+            }
+        }
+        total
+    };
+    assert_close(&sum(&with), &sum(&without), "random, summed over 6 seeds");
+    assert!(with.iter().all(|r| r.skipped_iterations > 0));
+    assert!(without.iter().all(|r| r.metrics.congested_link_s > 1.0), "the scenario must be contended");
+}
+
+#[test]
+fn snapshot_with_jitter_each_run() {
     let toml = format!(
         "name = \"snapshot\"\npolicies = [\"fifo\", \"ideal\"]\n{TWO_RACKS}\n[workload]\ngenerator = \"snapshot\"\njobs = 6\n[workload.mix]\nmodels = [\"vgg16\", \"vgg19\"]\nworkers = [[2, 1.0]]\niterations = [300, 600]\n[sim]\njitter = 0.02\n"
     );
     let (with, without) = (runs(&toml, true), runs(&toml, false));
     for (a, b) in with.iter().zip(&without) {
-        assert_close(a, b, "snapshot");
+        assert_close(&values(&a.metrics), &values(&b.metrics), &format!("snapshot {}", a.policy));
     }
     assert!(with.iter().any(|r| r.skipped_iterations > 0));
+}
+
+/// Places two VGG19 rings across the same uplink and shifts the second by
+/// half an iteration, so their Up phases interleave (CASSINI §2.2).
+struct Shifted;
+
+impl Policy for Shifted {
+    fn name(&self) -> String {
+        "shifted".into()
+    }
+    fn schedule(&mut self, view: &ClusterView<'_>) -> Vec<Decision> {
+        let mut out = Vec::new();
+        for q in &view.queue {
+            let hosts = if q.id == 0 { vec![(0, 1), (4, 1)] } else { vec![(1, 1), (5, 1)] };
+            out.push(Decision::Place { job: q.id, hosts });
+            if q.id == 1 {
+                out.push(Decision::Shift { job: 1, ms: 175.0 });
+            }
+        }
+        out
+    }
+}
+
+fn two_racks() -> Topology {
+    let mut b = Builder::new();
+    let spine = b.switch("spine", Tier::Spine);
+    for r in 0..2 {
+        let leaf = b.switch(format!("leaf{r}"), Tier::Leaf);
+        for k in 0..4 {
+            let h = b.host(format!("h{}", 4 * r + k), 1, "a100", 8, 64.0);
+            b.cable(h, leaf, 50.0);
+        }
+        b.cable(leaf, spine, 50.0);
+    }
+    b.build("two-racks").expect("valid")
+}
+
+#[test]
+fn time_shifted_interleaved_pair_each_run() {
+    let topo = two_racks();
+    let jobs = [
+        JobSpec::new("a", "vgg19", 128, 2, Work::Iterations(400), 0.0),
+        JobSpec::new("b", "vgg19", 128, 2, Work::Iterations(300), 0.0),
+    ];
+    let go = |skip| {
+        let mut sim = Simulation::new(&topo, &jobs, SimConfig { seed: 1, jitter: 0.0, max_time_s: None, skip }, false);
+        sim.run(&mut Shifted, |_, _| {});
+        let skipped: u64 = sim.jobs.iter().map(|j| j.skipped_iterations).sum();
+        (values(&metrics(&sim, |_| true)), skipped)
+    };
+    let ((with, skipped), (without, _)) = (go(true), go(false));
+    assert_close(&with, &without, "time-shifted pair");
+    // Interleaved, the rings never overlap, so each counts as undisturbed and
+    // is fast-forwarded — until the other's next collective needs the shared
+    // uplink and wakes it up. The fast-forward is exercised, but saves little
+    // here: groups of interleaved jobs are not skipped as a whole.
+    assert!(skipped > 0, "{skipped} iterations fast-forwarded");
 }
