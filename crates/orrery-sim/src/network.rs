@@ -70,6 +70,13 @@ pub struct Network {
     pub fill_rounds: u64,
     /// Last version handed out.
     next_version: u64,
+    /// Visit stamps for component searches (no hashing on the hot path):
+    /// a link or flow is seen in the current search iff its stamp equals `stamp`.
+    link_stamp: Vec<u64>,
+    flow_stamp: Vec<u64>,
+    stamp: u64,
+    /// Index of each link within the current component.
+    local: Vec<usize>,
     /// Owners whose flows shared a max-min component with another owner's
     /// since the driver last drained this list.
     pub interacting: Vec<usize>,
@@ -89,6 +96,10 @@ impl Network {
             bucket_ns: FIRST_BUCKET_NS,
             fill_rounds: 0,
             next_version: 0,
+            link_stamp: vec![0; n],
+            flow_stamp: Vec::new(),
+            stamp: 0,
+            local: vec![0; n],
             interacting: Vec::new(),
         }
     }
@@ -282,13 +293,17 @@ impl Network {
                 rate[i] = self.flows[f].as_ref().map_or(0.0, |f| f.cap_gbps);
             }
         } else {
-            let local: std::collections::HashMap<LinkId, usize> =
-                links.iter().enumerate().map(|(i, &l)| (l, i)).collect();
+            for (i, &l) in links.iter().enumerate() {
+                self.local[l] = i;
+            }
+            let local = &self.local;
             let mut remaining: Vec<f64> = links.iter().map(|&l| self.capacity[l]).collect();
             let mut count: Vec<usize> = vec![0; links.len()];
             let paths: Vec<Vec<usize>> = flows
                 .iter()
-                .map(|&f| self.flows[f].as_ref().map(|f| f.path.iter().map(|l| local[l]).collect()).unwrap_or_default())
+                .map(|&f| {
+                    self.flows[f].as_ref().map(|f| f.path.iter().map(|&l| local[l]).collect()).unwrap_or_default()
+                })
                 .collect();
             let caps: Vec<f64> = flows.iter().map(|&f| self.flows[f].as_ref().map_or(0.0, |f| f.cap_gbps)).collect();
             let mut frozen = vec![false; flows.len()];
@@ -358,21 +373,26 @@ impl Network {
     }
 
     /// Flows and links connected to the seed links (and flow) through shared links.
-    fn component(&self, seeds: &[LinkId], extra: Option<FlowId>) -> (Vec<FlowId>, Vec<LinkId>) {
-        let mut seen_link = std::collections::HashSet::new();
-        let mut seen_flow = std::collections::HashSet::new();
+    /// Flows and links connected to the seed links (and flow) through shared
+    /// links. O(F_c + L_c · d) with stamps instead of hash sets.
+    fn component(&mut self, seeds: &[LinkId], extra: Option<FlowId>) -> (Vec<FlowId>, Vec<LinkId>) {
+        self.stamp += 1;
+        let stamp = self.stamp;
+        if self.flow_stamp.len() < self.flows.len() {
+            self.flow_stamp.resize(self.flows.len(), 0);
+        }
         let mut flows = Vec::new();
         let mut links = Vec::new();
         let mut stack: Vec<LinkId> = seeds.to_vec();
-        if let Some(f) = extra
-            && seen_flow.insert(f)
-        {
+        if let Some(f) = extra {
+            self.flow_stamp[f] = stamp;
             flows.push(f);
         }
         while let Some(l) = stack.pop() {
-            if !seen_link.insert(l) {
+            if self.link_stamp[l] == stamp {
                 continue;
             }
+            self.link_stamp[l] = stamp;
             links.push(l);
             // With an isolated network only the changed flow is re-rated; its
             // links are still collected so their totals are refreshed.
@@ -380,10 +400,11 @@ impl Network {
                 continue;
             }
             for &f in &self.link_flows[l] {
-                if seen_flow.insert(f) {
+                if self.flow_stamp[f] != stamp {
+                    self.flow_stamp[f] = stamp;
                     flows.push(f);
                     if let Some(flow) = &self.flows[f] {
-                        stack.extend(flow.path.iter().copied().filter(|p| !seen_link.contains(p)));
+                        stack.extend(flow.path.iter().copied().filter(|&p| self.link_stamp[p] != stamp));
                     }
                 }
             }
