@@ -104,6 +104,30 @@ pub enum Decision {
         /// Cap.
         gbps: Option<f64>,
     },
+    /// Route flow `flow` of each of the job's collectives (for a ring, the
+    /// edge from worker `flow` to the next) over these of its equal-cost
+    /// paths, split equally into subflows (FORESIGHT §III); empty restores ECMP.
+    Route {
+        /// Job.
+        job: JobId,
+        /// Flow index within a collective.
+        flow: usize,
+        /// Indices into the ECMP candidate set of `Topology::paths`.
+        paths: Vec<usize>,
+    },
+    /// Start a queued job on the GPUs of a running one (Castor's GPU
+    /// sharing); while both run, their compute segments take `xi_job` and
+    /// `xi_with` times longer (the interference ratios, ≥ 1).
+    Colocate {
+        /// The queued job.
+        job: JobId,
+        /// The running job whose GPUs it shares (same GPU count).
+        with: JobId,
+        /// Interference ratio of `job`.
+        xi_job: f64,
+        /// Interference ratio of `with`.
+        xi_with: f64,
+    },
 }
 
 /// A scheduling policy.

@@ -117,6 +117,11 @@ pub struct JobState {
     iter_stats_start: Vec<(f64, f64, u64)>,
     per_iter_delta: Vec<(f64, f64, u64)>,
     skip: Option<Skip>,
+    /// Compute slow-down from GPU sharing (1 when alone).
+    pub xi: f64,
+    /// The job sharing this one's GPUs.
+    pub shared_with: Option<JobId>,
+    routes: HashMap<usize, Vec<usize>>,
 }
 
 /// A job being fast-forwarded: its iterations from `t0` are replayed from
@@ -230,6 +235,9 @@ impl<'a> Simulation<'a> {
                 iter_stats_start: Vec::new(),
                 per_iter_delta: Vec::new(),
                 skip: None,
+                xi: 1.0,
+                shared_with: None,
+                routes: HashMap::new(),
             });
             sim.push(arrival_ns, Event::Arrival(i));
         }
@@ -347,7 +355,9 @@ impl<'a> Simulation<'a> {
             if let Decision::Preempt { job }
             | Decision::Shift { job, .. }
             | Decision::Pause { job }
-            | Decision::Throttle { job, .. } = d
+            | Decision::Throttle { job, .. }
+            | Decision::Route { job, .. }
+            | Decision::Colocate { with: job, .. } = d
                 && self.jobs.get(job).is_some_and(|j| j.skip.is_some())
             {
                 self.materialise(job);
@@ -400,6 +410,18 @@ impl<'a> Simulation<'a> {
                             self.note_interactions();
                             self.reschedule(&changed);
                         }
+                    }
+                }
+                Decision::Route { job, flow, paths } if self.is_active(job) => {
+                    if paths.is_empty() {
+                        self.jobs[job].routes.remove(&flow);
+                    } else {
+                        self.jobs[job].routes.insert(flow, paths);
+                    }
+                }
+                Decision::Colocate { job, with, xi_job, xi_with } => {
+                    if !self.colocate(job, with, xi_job, xi_with) {
+                        self.invalid_decisions += 1;
                     }
                 }
                 _ => self.invalid_decisions += 1,
@@ -472,8 +494,51 @@ impl<'a> Simulation<'a> {
         true
     }
 
+    /// Starts queued `job` on the GPUs of running `with` (same GPU count).
+    fn colocate(&mut self, job: JobId, with: JobId, xi_job: f64, xi_with: f64) -> bool {
+        let ok = self.jobs.get(job).is_some_and(|j| j.status == Status::Queued)
+            && self.is_active(with)
+            && self.jobs[with].shared_with.is_none()
+            && self.jobs[job].spec.gpus() == self.jobs[with].spec.gpus()
+            && xi_job >= 1.0
+            && xi_with >= 1.0
+            && xi_job.is_finite()
+            && xi_with.is_finite();
+        if !ok {
+            return false;
+        }
+        let hosts = self.jobs[with].hosts.clone();
+        // Borrow the GPUs for the placement, then hand them back: they stay `with`'s.
+        for &(h, g) in &hosts {
+            self.free[h] += g;
+        }
+        let placed = self.place(job, hosts.clone());
+        for &(h, g) in &hosts {
+            self.free[h] -= g;
+        }
+        if !placed {
+            return false;
+        }
+        self.jobs[job].xi = xi_job;
+        self.jobs[job].shared_with = Some(with);
+        self.jobs[with].xi = xi_with;
+        self.jobs[with].shared_with = Some(job);
+        self.jobs[with].solo_streak = 0;
+        true
+    }
+
     /// Releases a job's GPUs and flows and invalidates its pending events.
     fn release(&mut self, job: JobId) {
+        // A GPU-sharing partner keeps the GPUs and runs alone again.
+        let partner = self.jobs[job].shared_with.take().filter(|&o| self.is_active(o));
+        if let Some(o) = partner {
+            if self.jobs[o].skip.is_some() {
+                self.materialise(o);
+            }
+            self.jobs[o].xi = 1.0;
+            self.jobs[o].shared_with = None;
+            self.jobs[o].solo_streak = 0;
+        }
         let flows = std::mem::take(&mut self.jobs[job].flows);
         for f in flows {
             self.flow_job.remove(&f);
@@ -482,8 +547,10 @@ impl<'a> Simulation<'a> {
             self.reschedule(&changed);
         }
         let j = &mut self.jobs[job];
-        for &(h, g) in &j.hosts {
-            self.free[h] += g;
+        if partner.is_none() {
+            for &(h, g) in &j.hosts {
+                self.free[h] += g;
+            }
         }
         j.hosts.clear();
         j.epoch += 1;
@@ -521,6 +588,11 @@ impl<'a> Simulation<'a> {
         (ms * (1.0 + noise).max(0.1) * 1e6).round() as u64
     }
 
+    /// [`Simulation::compute_ns`] slowed by the job's interference ratio ξ.
+    fn job_compute_ns(&self, job: JobId, ms: f64, rng: &mut ChaCha8Rng) -> u64 {
+        self.compute_ns(ms * self.jobs[job].xi, rng)
+    }
+
     /// Duration of a whole fast-forwarded iteration: compute segments drawn as
     /// the detailed simulation draws them, communication as last measured.
     fn iteration_ns(&self, job: JobId, rng: &mut ChaCha8Rng) -> u64 {
@@ -530,7 +602,7 @@ impl<'a> Simulation<'a> {
             .iter()
             .zip(&j.last_seg_ns)
             .map(|(seg, &last)| match seg {
-                Segment::Compute { ms } => self.compute_ns(*ms, rng),
+                Segment::Compute { ms } => self.job_compute_ns(job, *ms, rng),
                 Segment::Comm { .. } => last,
             })
             .sum()
@@ -641,7 +713,7 @@ impl<'a> Simulation<'a> {
         let mut seg_ns = Vec::new();
         for (i, seg) in segments.iter().enumerate() {
             let d = match seg {
-                Segment::Compute { ms } => self.compute_ns(*ms, &mut rng),
+                Segment::Compute { ms } => self.job_compute_ns(job, *ms, &mut rng),
                 Segment::Comm { .. } => last.get(i).copied().unwrap_or(0),
             };
             if start + d > now {
@@ -672,8 +744,10 @@ impl<'a> Simulation<'a> {
                 if src == dst || share <= 0.0 {
                     continue;
                 }
-                for l in self.path(job, k, src, dst).unwrap_or_default() {
-                    *sent.entry(l).or_default() += bits * share;
+                for (p, part) in self.flow_paths(job, k, src, dst) {
+                    for l in p {
+                        *sent.entry(l).or_default() += bits * share * part;
+                    }
                 }
             }
         }
@@ -760,7 +834,7 @@ impl<'a> Simulation<'a> {
             match seg {
                 Segment::Compute { ms } => {
                     let mut rng = self.jobs[job].rng.clone();
-                    let dur = self.compute_ns(ms, &mut rng);
+                    let dur = self.job_compute_ns(job, ms, &mut rng);
                     self.jobs[job].rng = rng;
                     let epoch = self.jobs[job].epoch;
                     self.push(self.now + dur, Event::ComputeDone(job, epoch));
@@ -823,7 +897,7 @@ impl<'a> Simulation<'a> {
                 if src == dst {
                     continue;
                 }
-                if let Some(p) = self.path(job, i, src, dst) {
+                for (p, _) in self.flow_paths(job, i, src, dst) {
                     owners.extend(p.iter().filter_map(|l| self.skip_owner.get(l).copied()).filter(|&o| o != job));
                 }
             }
@@ -840,40 +914,46 @@ impl<'a> Simulation<'a> {
             if bits <= 0.0 {
                 continue;
             }
-            let (path, cap) = if src == dst {
-                (Vec::new(), INTRA_HOST_GBPS)
+            let subflows = if src == dst {
+                vec![(Vec::new(), 1.0, INTRA_HOST_GBPS)]
             } else {
-                match self.path(job, i, src, dst) {
-                    Some(p) => (p, throttle.map_or(gbps, |t| t.min(gbps))),
-                    None => continue,
-                }
+                let cap = throttle.map_or(gbps, |t| t.min(gbps));
+                self.flow_paths(job, i, src, dst).into_iter().map(|(p, share)| (p, share, cap * share)).collect()
             };
-            for &l in &path {
-                if let Err(pos) = self.jobs[job].links_used.binary_search(&l) {
-                    self.jobs[job].links_used.insert(pos, l);
-                    self.jobs[job].links_grew = true;
+            for (path, share, cap) in subflows {
+                for &l in &path {
+                    if let Err(pos) = self.jobs[job].links_used.binary_search(&l) {
+                        self.jobs[job].links_used.insert(pos, l);
+                        self.jobs[job].links_grew = true;
+                    }
                 }
+                let (f, changed) = self.net.add(self.now, path, bits * share, cap, job);
+                self.note_interactions();
+                self.flow_job.insert(f, (job, epoch, i));
+                self.jobs[job].flows.push(f);
+                self.reschedule(&changed);
+                started += 1;
             }
-            let (f, changed) = self.net.add(self.now, path, bits, cap, job);
-            self.note_interactions();
-            self.flow_job.insert(f, (job, epoch, i));
-            self.jobs[job].flows.push(f);
-            self.reschedule(&changed);
-            started += 1;
         }
         self.jobs[job].pending_flows = started;
         started
     }
 
-    /// The ECMP path of flow `i` of a job: a fixed hash of the flow's identity
-    /// picks one of the equal-cost paths, so a connection keeps its path.
-    fn path(&mut self, job: JobId, i: usize, src: HostId, dst: HostId) -> Option<Vec<LinkId>> {
+    /// The paths of flow `i` of a job: by ECMP, a fixed hash of the flow's
+    /// identity picks one equal-cost path, so a connection keeps its path.
+    /// Unless a [`Decision::Route`] pinned the flow, in which case it is split
+    /// equally over the chosen paths: (path, share of the flow) pairs.
+    fn flow_paths(&mut self, job: JobId, i: usize, src: HostId, dst: HostId) -> Vec<(Vec<LinkId>, f64)> {
         let paths = self.paths.entry((src, dst)).or_insert_with(|| self.topo.paths(src, dst));
         if paths.is_empty() {
-            return None;
+            return Vec::new();
+        }
+        if let Some(chosen) = self.jobs[job].routes.get(&i).filter(|c| !c.is_empty()) {
+            let share = 1.0 / chosen.len() as f64;
+            return chosen.iter().map(|&k| (paths[k % paths.len()].clone(), share)).collect();
         }
         let h = (job as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (i as u64).wrapping_mul(0xC2B2_AE3D_27D4_EB4F);
-        Some(paths[(h % paths.len() as u64) as usize].clone())
+        vec![(paths[(h % paths.len() as u64) as usize].clone(), 1.0)]
     }
 
     fn reschedule(&mut self, flows: &[FlowId]) {

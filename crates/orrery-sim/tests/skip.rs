@@ -157,3 +157,50 @@ fn time_shifted_interleaved_pair_each_run() {
     // here: groups of interleaved jobs are not skipped as a whole.
     assert!(skipped > 0, "{skipped} iterations fast-forwarded");
 }
+
+/// Job 0 on h0 + h4; every later job colocated on job 0's GPUs when they are
+/// free of a partner, else placed on h1 + h5.
+struct Colocating;
+
+impl Policy for Colocating {
+    fn name(&self) -> String {
+        "colocating".into()
+    }
+    fn schedule(&mut self, view: &ClusterView<'_>) -> Vec<Decision> {
+        let mut out = Vec::new();
+        for q in &view.queue {
+            if q.id == 0 {
+                out.push(Decision::Place { job: 0, hosts: vec![(0, 1), (4, 1)] });
+            } else if view.running.iter().any(|r| r.id == 0) && view.running.len() == 1 {
+                out.push(Decision::Colocate { job: q.id, with: 0, xi_job: 1.4, xi_with: 1.2 });
+                break;
+            } else if view.free_gpus[1] > 0 && view.free_gpus[5] > 0 {
+                out.push(Decision::Place { job: q.id, hosts: vec![(1, 1), (5, 1)] });
+                break;
+            }
+        }
+        out
+    }
+}
+
+#[test]
+fn gpu_shared_jobs_each_run() {
+    let topo = two_racks();
+    let jobs = [
+        JobSpec::new("a", "vgg19", 64, 2, Work::Iterations(600), 0.0),
+        JobSpec::new("b", "resnet50", 64, 2, Work::Iterations(200), 20.0),
+        JobSpec::new("c", "vgg16", 64, 2, Work::Iterations(200), 40.0),
+        JobSpec::new("d", "bert", 12, 2, Work::Iterations(100), 60.0),
+    ];
+    let go = |skip| {
+        let mut sim = Simulation::new(&topo, &jobs, SimConfig { seed: 2, jitter: 0.01, max_time_s: None, skip }, false);
+        sim.run(&mut Colocating, |_, _| {});
+        let skipped: u64 = sim.jobs.iter().map(|j| j.skipped_iterations).sum();
+        let shared =
+            sim.jobs.iter().filter(|j| j.iteration_ms.iter().any(|&ms| ms > 1.15 * j.isolated_iter_ms)).count();
+        (values(&metrics(&sim, |_| true)), skipped, shared, sim.invalid_decisions)
+    };
+    let ((with, skipped, shared, invalid), (without, _, _, _)) = (go(true), go(false));
+    assert_close(&with, &without, "GPU-shared");
+    assert!(skipped > 0 && shared >= 2 && invalid == 0, "skipped {skipped}, shared {shared}, invalid {invalid}");
+}

@@ -201,3 +201,91 @@ fn pause_and_resume_delay_completion_by_the_paused_time() {
     let a_done = a.finish_ns.unwrap_or(0) as f64 / 1e6;
     assert!((a_done - 13.0 * it).abs() < 1e-3, "{a_done} vs {}", 13.0 * it);
 }
+
+/// Places job 0 on h0 + h2, then (optionally) splits each of its ring edges
+/// over both spines.
+struct Routed {
+    split: bool,
+}
+
+impl Policy for Routed {
+    fn name(&self) -> String {
+        "routed".into()
+    }
+    fn schedule(&mut self, view: &ClusterView<'_>) -> Vec<Decision> {
+        let mut out = Vec::new();
+        for q in &view.queue {
+            out.push(Decision::Place { job: q.id, hosts: vec![(0, 1), (2, 1)] });
+            if self.split {
+                for flow in 0..2 {
+                    out.push(Decision::Route { job: q.id, flow, paths: vec![0, 1] });
+                }
+            }
+        }
+        out
+    }
+}
+
+#[test]
+fn routing_a_flow_over_two_spines_doubles_its_uplink_bandwidth() {
+    // Two racks of two 50 Gbit/s hosts; each leaf has two 25 Gbit/s uplinks,
+    // one per spine. By ECMP a ring edge takes one spine and runs at 25 Gbit/s;
+    // split over both (FORESIGHT's subflows) it gets the full 50.
+    let mut b = Builder::new();
+    let spines = [b.switch("s0", Tier::Spine), b.switch("s1", Tier::Spine)];
+    for r in 0..2 {
+        let leaf = b.switch(format!("leaf{r}"), Tier::Leaf);
+        for k in 0..2 {
+            let h = b.host(format!("h{}", 2 * r + k), 1, "a100", 8, 64.0);
+            b.cable(h, leaf, 50.0);
+        }
+        for &s in &spines {
+            b.cable(leaf, s, 25.0);
+        }
+    }
+    let topo = b.build("two-spines").expect("valid");
+    let job = JobSpec::new("v", "vgg19", 64, 2, Work::Iterations(3), 0.0);
+    let ecmp = run(&topo, std::slice::from_ref(&job), &mut Routed { split: false });
+    let split = run(&topo, std::slice::from_ref(&job), &mut Routed { split: true });
+    let shape = &ecmp.jobs[0].shape;
+    let (compute, comm) = (shape.compute_ms(), shape.network_ms());
+    assert!((ecmp.jobs[0].iteration_ms[1] - (compute + 2.0 * comm)).abs() < 1e-3);
+    assert!((split.jobs[0].iteration_ms[1] - (compute + comm)).abs() < 1e-3);
+}
+
+/// Starts job 0, then colocates job 1 on its GPUs with the given ratios.
+struct Share;
+
+impl Policy for Share {
+    fn name(&self) -> String {
+        "share".into()
+    }
+    fn schedule(&mut self, view: &ClusterView<'_>) -> Vec<Decision> {
+        view.queue
+            .iter()
+            .map(|q| match q.id {
+                0 => Decision::Place { job: 0, hosts: vec![(0, 1)] },
+                _ => Decision::Colocate { job: q.id, with: 0, xi_job: 1.5, xi_with: 1.25 },
+            })
+            .collect()
+    }
+}
+
+#[test]
+fn colocated_jobs_slow_by_their_interference_ratios_and_recover() {
+    let topo = two_racks();
+    let jobs = [
+        JobSpec::new("a", "resnet50", 32, 1, Work::Iterations(20), 0.0),
+        JobSpec::new("b", "resnet50", 32, 1, Work::Iterations(5), 0.0),
+    ];
+    let sim = run(&topo, &jobs, &mut Share);
+    let (a, b) = (&sim.jobs[0], &sim.jobs[1]);
+    let alone = a.isolated_iter_ms;
+    // Both arrive at t = 0: while b runs, a's iterations take 1.25×, b's 1.5×.
+    assert!((b.iteration_ms[0] - 1.5 * alone).abs() < 1e-3, "{} vs {}", b.iteration_ms[0], 1.5 * alone);
+    assert!((a.iteration_ms[0] - 1.25 * alone).abs() < 1e-3);
+    // After b finishes (at 7.5 · alone), a runs alone again.
+    assert!((a.iteration_ms[19] - alone).abs() < 1e-3);
+    assert_eq!((a.status, b.status), (Status::Finished, Status::Finished));
+    assert_eq!(sim.invalid_decisions, 0);
+}
