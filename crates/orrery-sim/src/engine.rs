@@ -254,6 +254,11 @@ impl<'a> Simulation<'a> {
         self.topo
     }
 
+    /// Free GPUs per host.
+    pub fn free_gpus(&self) -> &[u32] {
+        &self.free
+    }
+
     fn push(&mut self, t: u64, e: Event) {
         self.seq += 1;
         self.events.push(Reverse((t, self.seq, e)));
@@ -508,15 +513,15 @@ impl<'a> Simulation<'a> {
             return false;
         }
         let hosts = self.jobs[with].hosts.clone();
-        // Borrow the GPUs for the placement, then hand them back: they stay `with`'s.
+        // Lend `with`'s GPUs to the placement check.
         for &(h, g) in &hosts {
             self.free[h] += g;
         }
-        let placed = self.place(job, hosts.clone());
-        for &(h, g) in &hosts {
-            self.free[h] -= g;
-        }
-        if !placed {
+        // `place` takes them again, so on success they are counted once.
+        if !self.place(job, hosts.clone()) {
+            for &(h, g) in &hosts {
+                self.free[h] -= g;
+            }
             return false;
         }
         self.jobs[job].xi = xi_job;

@@ -288,4 +288,6 @@ fn colocated_jobs_slow_by_their_interference_ratios_and_recover() {
     assert!((a.iteration_ms[19] - alone).abs() < 1e-3);
     assert_eq!((a.status, b.status), (Status::Finished, Status::Finished));
     assert_eq!(sim.invalid_decisions, 0);
+    // The shared GPU was counted once and is free again.
+    assert_eq!(sim.free_gpus(), &[1, 1, 1, 1]);
 }
