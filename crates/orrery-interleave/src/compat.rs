@@ -98,14 +98,7 @@ pub struct JobReport {
 /// Parses a request from JSON (text starting with `{`) or TOML. `file` names
 /// the input in messages, which give line and column.
 pub fn parse(file: &str, text: &str) -> Result<Request, String> {
-    if text.trim_start().starts_with('{') {
-        serde_json::from_str(text).map_err(|e| format!("{file}:{}:{}: {e}", e.line(), e.column()))
-    } else {
-        toml::from_str(text).map_err(|e| {
-            let (line, col) = e.span().map_or((0, 0), |s| orrery_model::setups::line_col(text, s.start));
-            format!("{file}:{line}:{col}: {}", e.message())
-        })
-    }
+    orrery_model::setups::parse_config(file, text).map_err(|e| e.to_string())
 }
 
 impl Request {

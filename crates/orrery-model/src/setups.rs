@@ -285,22 +285,27 @@ pub fn line_col(text: &str, offset: usize) -> (usize, usize) {
     (line, column)
 }
 
-/// Parses a topology file; JSON if the text starts with `{`, TOML otherwise.
-/// `file` is used in error messages only.
-pub fn parse_topology(file: &str, text: &str) -> Result<Topology, LoadError> {
-    let spec: TopologyFile = if text.trim_start().starts_with('{') {
+/// Deserialises a configuration file: JSON if the text starts with `{`, TOML
+/// otherwise; errors carry `file:line:column`. `file` is used in messages only.
+pub fn parse_config<T: serde::de::DeserializeOwned>(file: &str, text: &str) -> Result<T, LoadError> {
+    if text.trim_start().starts_with('{') {
         serde_json::from_str(text).map_err(|e| LoadError::Syntax {
             file: file.into(),
             line: e.line(),
             column: e.column(),
             message: e.to_string(),
-        })?
+        })
     } else {
         toml::from_str(text).map_err(|e| {
             let (line, column) = e.span().map_or((0, 0), |s| line_col(text, s.start));
             LoadError::Syntax { file: file.into(), line, column, message: e.message().to_string() }
-        })?
-    };
+        })
+    }
+}
+
+/// Parses a topology file (JSON or TOML, see [`parse_config`]).
+pub fn parse_topology(file: &str, text: &str) -> Result<Topology, LoadError> {
+    let spec: TopologyFile = parse_config(file, text)?;
     let invalid = |message: String| LoadError::Invalid { file: file.into(), message };
     let name = spec.name.clone().unwrap_or_else(|| file.to_string());
     if let Some(ls) = &spec.leaf_spine {

@@ -174,10 +174,7 @@ jitter = 0.02
 
 /// Parses an experiment; messages carry `file:line:column`.
 pub fn parse(file: &str, text: &str) -> Result<Experiment, String> {
-    let e: Experiment = toml::from_str(text).map_err(|e| {
-        let (line, col) = e.span().map_or((0, 0), |s| orrery_model::setups::line_col(text, s.start));
-        format!("{file}:{line}:{col}: {}", e.message())
-    })?;
+    let e: Experiment = orrery_model::setups::parse_config(file, text).map_err(|e| e.to_string())?;
     if e.policies.is_empty() {
         return Err(format!("{file}: policies: expected at least one of {}", POLICIES.join(", ")));
     }

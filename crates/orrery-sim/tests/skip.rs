@@ -7,7 +7,7 @@
 //! percent either way with or without the skip. There the tolerance applies to
 //! metrics summed over seeds (no bias), and per run to everything else.
 
-use orrery_model::topology::{Builder, Tier};
+use orrery_model::setups::LeafSpine;
 use orrery_model::{JobSpec, Topology, Work};
 use orrery_policy::{ClusterView, Decision, Policy};
 use orrery_sim::experiment::{Run, parse};
@@ -122,18 +122,19 @@ impl Policy for Shifted {
     }
 }
 
+/// The cluster of `TWO_RACKS`: two racks of four single-A100 hosts, 50 Gbit/s everywhere.
 fn two_racks() -> Topology {
-    let mut b = Builder::new();
-    let spine = b.switch("spine", Tier::Spine);
-    for r in 0..2 {
-        let leaf = b.switch(format!("leaf{r}"), Tier::Leaf);
-        for k in 0..4 {
-            let h = b.host(format!("h{}", 4 * r + k), 1, "a100", 8, 64.0);
-            b.cable(h, leaf, 50.0);
-        }
-        b.cable(leaf, spine, 50.0);
+    LeafSpine {
+        racks: 2,
+        hosts_per_rack: 4,
+        spines: 1,
+        gpus_per_host: 1,
+        gpu_type: "a100".into(),
+        host_gbps: 50.0,
+        uplink_gbps: 50.0,
     }
-    b.build("two-racks").expect("valid")
+    .build("two-racks")
+    .expect("valid")
 }
 
 #[test]

@@ -2,6 +2,7 @@
 
 use orrery_interleave::unified::{CircleJob, Params, unify};
 use orrery_interleave::{Search, solve};
+use orrery_model::setups::LeafSpine;
 use orrery_model::topology::{Builder, Tier};
 use orrery_model::{JobSpec, Priority, Topology, Work};
 use orrery_policy::{ClusterView, Decision, JobId, Policy};
@@ -30,19 +31,19 @@ impl Policy for Fixed {
     }
 }
 
-/// Two racks of two 50 Gbit/s hosts under one spine with 50 Gbit/s uplinks.
+/// Two racks of two 50 Gbit/s single-A100 hosts under one spine with 50 Gbit/s uplinks.
 fn two_racks() -> Topology {
-    let mut b = Builder::new();
-    let spine = b.switch("spine", Tier::Spine);
-    for r in 0..2 {
-        let leaf = b.switch(format!("leaf{r}"), Tier::Leaf);
-        for k in 0..2 {
-            let h = b.host(format!("h{}", 2 * r + k), 1, "a100", 8, 64.0);
-            b.cable(h, leaf, 50.0);
-        }
-        b.cable(leaf, spine, 50.0);
+    LeafSpine {
+        racks: 2,
+        hosts_per_rack: 2,
+        spines: 1,
+        gpus_per_host: 1,
+        gpu_type: "a100".into(),
+        host_gbps: 50.0,
+        uplink_gbps: 50.0,
     }
-    b.build("two-racks").expect("valid")
+    .build("two-racks")
+    .expect("valid")
 }
 
 fn run(topo: &Topology, jobs: &[JobSpec], policy: &mut dyn Policy) -> Simulation<'static> {
