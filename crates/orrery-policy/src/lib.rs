@@ -139,13 +139,15 @@ pub trait Policy {
     fn schedule(&mut self, view: &ClusterView<'_>) -> Vec<Decision>;
 
     /// Controller hook: called after each iteration of a running job with its
-    /// duration; may return decisions (drift re-alignment, pauses, ...).
+    /// duration, when [`Policy::observes_iterations`] is true; may return
+    /// decisions (drift re-alignment, pauses, ...).
     fn on_iteration(&mut self, _view: &ClusterView<'_>, _job: JobId, _iteration_ms: f64) -> Vec<Decision> {
         Vec::new()
     }
 
     /// Whether the policy needs to see every iteration (a controller). When
-    /// false, the simulator may fast-forward jobs that run undisturbed.
+    /// false, `on_iteration` is not called and the simulator may fast-forward
+    /// jobs that run undisturbed.
     fn observes_iterations(&self) -> bool {
         false
     }

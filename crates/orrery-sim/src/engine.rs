@@ -1021,14 +1021,18 @@ impl<'a> Simulation<'a> {
                 .map(|(&l, &(b, e, c))| (stats[l].bits - b, stats[l].excess_bits - e, stats[l].congested_ns - c))
                 .collect();
         }
-        let decisions = {
-            let (queue, running) = self.view();
-            let view =
-                ClusterView { now_s: now as f64 / NS, topology: self.topo, free_gpus: &self.free, queue, running };
-            policy.on_iteration(&view, job, ms)
-        };
-        if !decisions.is_empty() {
-            self.apply(decisions, policy);
+        // The controller hook, only for policies that watch iterations (building
+        // the view is O(jobs), too much for every iteration of every job otherwise).
+        if self.observes {
+            let decisions = {
+                let (queue, running) = self.view();
+                let view =
+                    ClusterView { now_s: now as f64 / NS, topology: self.topo, free_gpus: &self.free, queue, running };
+                policy.on_iteration(&view, job, ms)
+            };
+            if !decisions.is_empty() {
+                self.apply(decisions, policy);
+            }
         }
         let j = &mut self.jobs[job];
         if j.status != Status::Running {
