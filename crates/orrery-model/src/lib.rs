@@ -14,6 +14,7 @@
 
 pub mod gpu;
 pub mod job;
+pub mod placed;
 pub mod setups;
 pub mod shape;
 pub mod topology;

@@ -18,6 +18,14 @@ pub type LinkId = usize;
 /// Paths returned by [`Topology::paths`] are capped at this many per pair.
 pub const MAX_ECMP_PATHS: usize = 64;
 
+/// Which of `n` equal-cost paths ECMP gives flow `flow` of job `job`: a fixed
+/// hash of the flow's identity, so a connection keeps its path. The simulator
+/// routes with it and network-aware policies predict routes with it.
+pub fn ecmp_index(job: usize, flow: usize, n: usize) -> usize {
+    let h = (job as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (flow as u64).wrapping_mul(0xC2B2_AE3D_27D4_EB4F);
+    (h % n.max(1) as u64) as usize
+}
+
 /// A server with GPUs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Host {

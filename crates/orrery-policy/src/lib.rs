@@ -87,6 +87,17 @@ pub enum Decision {
         /// Delay, ms.
         ms: f64,
     },
+    /// Start the job's next iteration at the first time `t ≥ now` with
+    /// `t ≡ offset_s (mod period_ms)`: CASSINI's agent aligning a job to its
+    /// time-shift on a common clock (§4.2).
+    Align {
+        /// Job.
+        job: JobId,
+        /// The job's iteration time, ms.
+        period_ms: f64,
+        /// A time, in seconds since the start, at which an iteration should begin.
+        offset_s: f64,
+    },
     /// Stop a running job after its current iteration until resumed.
     Pause {
         /// Job.

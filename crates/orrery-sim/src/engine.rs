@@ -4,7 +4,8 @@
 //! order they were scheduled, so a run is reproducible to the bit for a seed.
 
 use crate::network::{FlowId, Network};
-use orrery_model::zoo::{INTRA_HOST_GBPS, Placement, model};
+use orrery_model::placed::transfers;
+use orrery_model::zoo::INTRA_HOST_GBPS;
 use orrery_model::{Collective, HostId, IterationShape, JobSpec, LinkId, Segment, Topology, Work};
 use orrery_policy::{ClusterView, Decision, JobId, Policy, QueuedJob, RunningJob};
 use rand::SeedableRng;
@@ -85,6 +86,8 @@ pub struct JobState {
     flows: Vec<FlowId>,
     iter_start_ns: u64,
     pending_shift_ms: f64,
+    /// A pending [`Decision::Align`]: (period, offset) in ns.
+    pending_align: Option<(u64, u64)>,
     pause_requested: bool,
     throttle_gbps: Option<f64>,
     rng: ChaCha8Rng,
@@ -211,6 +214,7 @@ impl<'a> Simulation<'a> {
                 flows: Vec::new(),
                 iter_start_ns: 0,
                 pending_shift_ms: 0.0,
+                pending_align: None,
                 pause_requested: false,
                 throttle_gbps: None,
                 rng,
@@ -359,6 +363,7 @@ impl<'a> Simulation<'a> {
         for d in decisions {
             if let Decision::Preempt { job }
             | Decision::Shift { job, .. }
+            | Decision::Align { job, .. }
             | Decision::Pause { job }
             | Decision::Throttle { job, .. }
             | Decision::Route { job, .. }
@@ -394,6 +399,13 @@ impl<'a> Simulation<'a> {
                 }
                 Decision::Shift { job, ms } if self.is_active(job) && ms.is_finite() && ms >= 0.0 => {
                     self.jobs[job].pending_shift_ms += ms;
+                    self.jobs[job].shifts += 1;
+                }
+                Decision::Align { job, period_ms, offset_s }
+                    if self.is_active(job) && period_ms > 0.0 && period_ms.is_finite() && offset_s.is_finite() =>
+                {
+                    self.jobs[job].pending_align =
+                        Some(((period_ms * 1e6).round() as u64, (offset_s.max(0.0) * NS).round() as u64));
                     self.jobs[job].shifts += 1;
                 }
                 Decision::Pause { job } if self.jobs.get(job).is_some_and(|j| j.status == Status::Running) => {
@@ -459,22 +471,11 @@ impl<'a> Simulation<'a> {
         if gpus != j.spec.gpus() || need.iter().any(|(&h, &g)| h >= self.free.len() || self.free[h] < g) {
             return false;
         }
-        let Some(m) = model(&j.spec.model) else { return false };
-        let per_worker = j.spec.gpus_per_worker.max(1);
-        let mut workers = Vec::new();
-        let mut per_host = Vec::new();
-        for &(h, g) in &hosts {
-            let w = g.div_ceil(per_worker);
-            workers.extend(std::iter::repeat_n(h, w as usize));
-            if w > 0 {
-                per_host.push(w);
-            }
-        }
-        let gpu = orrery_model::gpu::gpu_type(&self.topo.hosts[hosts[0].0].gpu_type)
-            .or_else(|| orrery_model::gpu::gpu_type("v100"))
-            .expect("v100 is in the catalogue");
-        let nic = hosts.iter().map(|&(h, _)| self.topo.host_nic_gbps(h)).fold(f64::INFINITY, f64::min);
-        let shape = m.shape(gpu, j.spec.batch, &Placement { gpus_per_host: per_host }, nic);
+        let Some(orrery_model::placed::Placed { workers, shape }) =
+            orrery_model::placed::place(self.topo, &j.spec, &hosts)
+        else {
+            return false;
+        };
         let period = shape.period_ms();
         for (&h, &g) in &need {
             self.free[h] -= g;
@@ -582,7 +583,12 @@ impl<'a> Simulation<'a> {
         j.cur_flow_ns.clear();
         j.iter_start_ns = now;
         j.segment = 0;
-        let shift = std::mem::take(&mut j.pending_shift_ms);
+        let mut shift = std::mem::take(&mut j.pending_shift_ms);
+        if let Some((period, offset)) = j.pending_align.take() {
+            // Wait until now ≡ offset (mod period).
+            let wait = (offset as i128 - (now + (shift * 1e6) as u64) as i128).rem_euclid(period.max(1) as i128);
+            shift += wait as f64 / 1e6;
+        }
         let epoch = j.epoch;
         self.push(now + (shift * 1e6).round() as u64, Event::IterationStart(job, epoch));
     }
@@ -626,6 +632,7 @@ impl<'a> Simulation<'a> {
             && j.status == Status::Running
             && j.solo_streak >= 2
             && j.pending_shift_ms == 0.0
+            && j.pending_align.is_none()
             && !j.pause_requested
             && j.last_seg_ns.len() == j.shape.segments.len()
             && j.iterations_done < j.target_iterations
@@ -739,7 +746,7 @@ impl<'a> Simulation<'a> {
         let mut sent: HashMap<LinkId, f64> = HashMap::new();
         for (i, seg) in segments.iter().enumerate().take(resumed.map_or(segments.len(), |r| r.0 + 1)) {
             let Segment::Comm { collective, payload_bytes, .. } = *seg else { continue };
-            let transfers = Self::transfers(&self.jobs[job].workers, collective, payload_bytes);
+            let transfers = transfers(&self.jobs[job].workers, collective, payload_bytes);
             for (k, (src, dst, bits)) in transfers.into_iter().enumerate() {
                 let share = match &left {
                     Some((cur, l)) if *cur == i => 1.0 - l.get(k).copied().unwrap_or(1.0),
@@ -796,7 +803,7 @@ impl<'a> Simulation<'a> {
         let j = &self.jobs[job];
         let Segment::Comm { collective, payload_bytes, .. } = j.shape.segments[i] else { return Vec::new() };
         let offsets = j.last_flow_ns.get(i).map(Vec::as_slice).unwrap_or_default();
-        let n = Self::transfers(&j.workers, collective, payload_bytes).len();
+        let n = transfers(&j.workers, collective, payload_bytes).len();
         (0..n)
             .map(|k| {
                 let end = offsets.get(k).copied().filter(|&e| e > 0).unwrap_or(d).max(1) as f64;
@@ -856,29 +863,6 @@ impl<'a> Simulation<'a> {
         }
     }
 
-    /// (src, dst, bits) of every flow of a collective over the job's workers.
-    fn transfers(workers: &[HostId], collective: Collective, payload_bytes: f64) -> Vec<(HostId, HostId, f64)> {
-        let n = workers.len();
-        if n < 2 {
-            return Vec::new();
-        }
-        let per_worker_bits = collective.wire_bytes_per_worker(payload_bytes, n as u32) * 8.0;
-        match collective {
-            // Ring: worker i sends to worker i + 1 (ring order = placement order).
-            Collective::RingAllReduce | Collective::AllGather => {
-                (0..n).map(|i| (workers[i], workers[(i + 1) % n], per_worker_bits)).collect()
-            }
-            // Every stage boundary transfers at once (one GPipe tick).
-            Collective::PointToPoint => (0..n - 1).map(|i| (workers[i], workers[i + 1], payload_bytes * 8.0)).collect(),
-            Collective::AllToAll => {
-                let each = per_worker_bits / (n - 1) as f64;
-                (0..n)
-                    .flat_map(|i| (0..n).filter(move |&k| k != i).map(move |k| (workers[i], workers[k], each)))
-                    .collect()
-            }
-        }
-    }
-
     /// Starts the flows of a collective; `left[i]`, when given, is the
     /// fraction of flow i's bits still to send (a resumed fast-forward).
     fn start_collective(
@@ -889,7 +873,7 @@ impl<'a> Simulation<'a> {
         gbps: f64,
         left: Option<&[f64]>,
     ) -> usize {
-        let mut transfers = Self::transfers(&self.jobs[job].workers, collective, payload_bytes);
+        let mut transfers = transfers(&self.jobs[job].workers, collective, payload_bytes);
         if let Some(left) = left {
             for (t, &f) in transfers.iter_mut().zip(left) {
                 t.2 *= f.clamp(0.0, 1.0);
@@ -957,8 +941,7 @@ impl<'a> Simulation<'a> {
             let share = 1.0 / chosen.len() as f64;
             return chosen.iter().map(|&k| (paths[k % paths.len()].clone(), share)).collect();
         }
-        let h = (job as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (i as u64).wrapping_mul(0xC2B2_AE3D_27D4_EB4F);
-        vec![(paths[(h % paths.len() as u64) as usize].clone(), 1.0)]
+        vec![(paths[orrery_model::topology::ecmp_index(job, i, paths.len())].clone(), 1.0)]
     }
 
     fn reschedule(&mut self, flows: &[FlowId]) {

@@ -1,0 +1,83 @@
+//! A job on concrete hosts: which host each worker runs on, the iteration
+//! shape that placement gives, and the flows each collective becomes. The
+//! simulator executes exactly this, and network-aware policies predict with it.
+
+use crate::shape::{Collective, IterationShape};
+use crate::topology::{HostId, LinkId, Topology, ecmp_index};
+use crate::zoo::{Placement, model};
+use crate::{JobSpec, Segment};
+
+/// A placed job.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Placed {
+    /// Host of each worker, in ring order (the placement's order).
+    pub workers: Vec<HostId>,
+    /// Iteration shape on this placement, alone.
+    pub shape: IterationShape,
+}
+
+/// Places `spec` on `hosts` (GPUs per host): workers take `gpus_per_worker`
+/// GPUs each, the GPU type is the first host's, links run at the slowest NIC.
+/// None when the model is unknown or no GPUs are given.
+pub fn place(topo: &Topology, spec: &JobSpec, hosts: &[(HostId, u32)]) -> Option<Placed> {
+    let m = model(&spec.model)?;
+    let first = hosts.first()?.0;
+    let per_worker = spec.gpus_per_worker.max(1);
+    let mut workers = Vec::new();
+    let mut per_host = Vec::new();
+    for &(h, g) in hosts {
+        let w = g.div_ceil(per_worker);
+        workers.extend(std::iter::repeat_n(h, w as usize));
+        if w > 0 {
+            per_host.push(w);
+        }
+    }
+    let gpu = crate::gpu::gpu_type(&topo.hosts.get(first)?.gpu_type).or_else(|| crate::gpu::gpu_type("v100"))?;
+    let nic = hosts.iter().map(|&(h, _)| topo.host_nic_gbps(h)).fold(f64::INFINITY, f64::min);
+    let shape = m.shape(gpu, spec.batch, &Placement { gpus_per_host: per_host }, nic);
+    Some(Placed { workers, shape })
+}
+
+/// (source host, destination host, bits) of every flow of a collective over
+/// `workers`. Ring collectives: worker i sends to worker i + 1. Point-to-point
+/// (one GPipe tick): every stage boundary at once. All-to-all: everyone to everyone.
+pub fn transfers(workers: &[HostId], collective: Collective, payload_bytes: f64) -> Vec<(HostId, HostId, f64)> {
+    let n = workers.len();
+    if n < 2 {
+        return Vec::new();
+    }
+    let per_worker_bits = collective.wire_bytes_per_worker(payload_bytes, n as u32) * 8.0;
+    match collective {
+        Collective::RingAllReduce | Collective::AllGather => {
+            (0..n).map(|i| (workers[i], workers[(i + 1) % n], per_worker_bits)).collect()
+        }
+        Collective::PointToPoint => (0..n - 1).map(|i| (workers[i], workers[i + 1], payload_bytes * 8.0)).collect(),
+        Collective::AllToAll => {
+            let each = per_worker_bits / (n - 1) as f64;
+            (0..n).flat_map(|i| (0..n).filter(move |&k| k != i).map(move |k| (workers[i], workers[k], each))).collect()
+        }
+    }
+}
+
+impl Placed {
+    /// Directed links the job's flows cross under ECMP (`job` seeds the hash,
+    /// as in the simulator), sorted and without repeats.
+    pub fn links(&self, topo: &Topology, job: usize) -> Vec<LinkId> {
+        let mut out = Vec::new();
+        for seg in &self.shape.segments {
+            let Segment::Comm { collective, payload_bytes, .. } = *seg else { continue };
+            for (i, (src, dst, _)) in transfers(&self.workers, collective, payload_bytes).into_iter().enumerate() {
+                if src == dst {
+                    continue;
+                }
+                let paths = topo.paths(src, dst);
+                if !paths.is_empty() {
+                    out.extend_from_slice(&paths[ecmp_index(job, i, paths.len())]);
+                }
+            }
+        }
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+}
