@@ -4,10 +4,12 @@
 //! [`ClusterView`] and returns [`Decision`]s (DESIGN.md). The simulator and the
 //! service apply them.
 //!
-//! Architecture invariant: depends only on `orrery-model`; no I/O, no clock;
+//! Architecture invariant: depends only on `orrery-model` and
+//! `orrery-interleave`; no I/O, no clock;
 //! randomness from a seed given at construction.
 
 pub mod baseline;
+pub mod cassini;
 
 use orrery_model::{HostId, JobSpec, Topology};
 use serde::{Deserialize, Serialize};
@@ -35,7 +37,7 @@ pub struct RunningJob<'a> {
     pub spec: &'a JobSpec,
     /// GPUs held on each host.
     pub hosts: &'a [(HostId, u32)],
-    /// Iterations done.
+    /// Iterations done (may lag for a job the simulator fast-forwards).
     pub iterations_done: u64,
     /// Whether the job is paused.
     pub paused: bool,

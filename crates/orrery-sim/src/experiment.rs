@@ -191,7 +191,7 @@ pub fn parse(file: &str, text: &str) -> Result<Experiment, String> {
 }
 
 /// Policies `orrery run` knows.
-pub const POLICIES: &[&str] = &["fifo", "random", "ideal"];
+pub const POLICIES: &[&str] = &["fifo", "random", "ideal", "fifo+cassini", "random+cassini"];
 
 impl Experiment {
     /// Builds the topology; `base` resolves relative paths.

@@ -1,0 +1,206 @@
+//! CASSINI as a network augmentation of any host scheduler (CASSINI §4.2,
+//! Alg. 2): the host scheduler's placement for each job it starts is one
+//! candidate; up to `candidates − 1` more are drawn at random from the free
+//! GPUs. Every candidate is scored by the mean compatibility of the links it
+//! would share (CASSINI Eq. 2 after the best rotation), candidates whose
+//! Affinity graph has a loop are dropped, and the best one is placed. Then one
+//! time-shift per job comes from the Affinity graph (Alg. 1) and every job that
+//! shares a link is aligned to it on a common clock. A job whose iteration runs
+//! more than 5% over its time alone is re-aligned (§5.7).
+//!
+//! Simplification: the 5% rule watches iteration times, not the start of the
+//! communication phase, which the policy does not see.
+
+use crate::{ClusterView, Decision, JobId, Policy};
+use orrery_interleave::affinity::{AffinityJob, LinkShifts, traverse};
+use orrery_interleave::compat::default_search;
+use orrery_interleave::unified::{CircleJob, Params, unify};
+use orrery_interleave::{Search, solve};
+use orrery_model::placed::{Placed, place};
+use orrery_model::{HostId, JobSpec, LinkId};
+use rand::seq::SliceRandom;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::collections::{BTreeMap, HashMap};
+
+/// CASSINI on top of a host scheduler.
+pub struct Cassini {
+    inner: Box<dyn Policy>,
+    /// Candidate placements per job (Alg. 2's N, default 10).
+    pub candidates: usize,
+    rng: ChaCha8Rng,
+    /// Alignment given to each job: (iteration ms, offset s).
+    aligned: HashMap<JobId, (f64, f64)>,
+    /// Re-alignments done by the 5% rule.
+    pub readjustments: u64,
+}
+
+impl Cassini {
+    /// Augments `inner`; `seed` draws the extra candidates.
+    pub fn new(inner: Box<dyn Policy>, seed: u64) -> Self {
+        Cassini { inner, candidates: 10, rng: ChaCha8Rng::seed_from_u64(seed), aligned: HashMap::new(), readjustments: 0 }
+    }
+}
+
+/// A job with GPUs: its spec, placement, and what it does on the network.
+struct Net<'a> {
+    id: JobId,
+    spec: &'a JobSpec,
+    placed: Placed,
+    links: Vec<LinkId>,
+}
+
+fn net<'a>(view: &ClusterView<'_>, id: JobId, spec: &'a JobSpec, hosts: &[(HostId, u32)]) -> Option<Net<'a>> {
+    let placed = place(view.topology, spec, hosts)?;
+    let links = placed.links(view.topology, id);
+    Some(Net { id, spec, placed, links })
+}
+
+/// Per shared link: the jobs on it and the link's best rotation as time-shifts.
+struct Scored {
+    mean_score: f64,
+    shifts: Vec<LinkShifts>,
+    loop_free: bool,
+}
+
+/// Scores a set of jobs: every link carrying two or more of them is solved.
+fn score(view: &ClusterView<'_>, jobs: &[Net<'_>]) -> Scored {
+    let mut on_link: BTreeMap<LinkId, Vec<usize>> = BTreeMap::new();
+    for (k, j) in jobs.iter().enumerate() {
+        if j.placed.shape.network_ms() > 0.0 {
+            for &l in &j.links {
+                on_link.entry(l).or_default().push(k);
+            }
+        }
+    }
+    let params = Params::default();
+    let (mut total, mut n) = (0.0, 0);
+    let mut shifts = Vec::new();
+    for (&l, ks) in on_link.iter().filter(|(_, ks)| ks.len() > 1) {
+        let circles: Vec<CircleJob> = ks
+            .iter()
+            .map(|&k| CircleJob { name: jobs[k].id.to_string(), priority: jobs[k].spec.priority, circle: jobs[k].placed.shape.circle() })
+            .collect();
+        let Ok(u) = unify(&circles, &params) else { continue };
+        let cap = view.topology.links[l].gbps;
+        let search = match default_search(&u) {
+            Search::OptimalCushion if ks.len() > 4 => Search::Heuristic { restarts: 4, seed: 0 },
+            s => s,
+        };
+        let sol = solve(&u, cap, search);
+        total += sol.score;
+        n += 1;
+        shifts.push(LinkShifts { link: l, shifts: ks.iter().zip(sol.shifts_ms(&u)).map(|(&k, t)| (k, t)).collect() });
+    }
+    let affinity: Vec<AffinityJob> =
+        jobs.iter().map(|j| AffinityJob { iter_ms: j.placed.shape.period_ms(), priority: j.spec.priority }).collect();
+    let loop_free = traverse(&affinity, &shifts).is_ok();
+    Scored { mean_score: if n == 0 { 1.0 } else { total / n as f64 }, shifts, loop_free }
+}
+
+impl Cassini {
+    /// Random placement of `gpus` over hosts with free GPUs.
+    fn random_candidate(&mut self, free: &[u32], gpus: u32) -> Option<Vec<(HostId, u32)>> {
+        if free.iter().map(|&f| u64::from(f)).sum::<u64>() < u64::from(gpus) {
+            return None;
+        }
+        let mut hosts: Vec<HostId> = (0..free.len()).filter(|&h| free[h] > 0).collect();
+        hosts.shuffle(&mut self.rng);
+        let mut left = gpus;
+        let mut out = Vec::new();
+        for h in hosts {
+            let take = self.rng.random_range(1..=free[h].min(left));
+            out.push((h, take));
+            left -= take;
+            if left == 0 {
+                break;
+            }
+        }
+        for (h, g) in out.iter_mut() {
+            let more = (free[*h] - *g).min(left);
+            *g += more;
+            left -= more;
+        }
+        (left == 0).then_some(out)
+    }
+}
+
+impl Policy for Cassini {
+    fn name(&self) -> String {
+        format!("{}+cassini", self.inner.name())
+    }
+
+    fn schedule(&mut self, view: &ClusterView<'_>) -> Vec<Decision> {
+        let proposed = self.inner.schedule(view);
+        let mut free = view.free_gpus.to_vec();
+        let mut jobs: Vec<Net<'_>> = view.running.iter().filter_map(|r| net(view, r.id, r.spec, r.hosts)).collect();
+        let mut out = Vec::new();
+        for d in proposed {
+            let Decision::Place { job, hosts } = d else {
+                out.push(d);
+                continue;
+            };
+            let Some(spec) = view.queue.iter().find(|q| q.id == job).map(|q| q.spec) else { continue };
+            let mut candidates = vec![hosts];
+            for _ in 1..self.candidates {
+                if let Some(c) = self.random_candidate(&free, spec.gpus()) {
+                    candidates.push(c);
+                }
+            }
+            // Alg. 2: rank loop-free candidates by mean compatibility; the host
+            // scheduler's own choice wins ties.
+            let mut best: Option<(f64, Vec<(HostId, u32)>)> = None;
+            for c in candidates {
+                let Some(candidate) = net(view, job, spec, &c) else { continue };
+                jobs.push(candidate);
+                let s = score(view, &jobs);
+                jobs.pop();
+                if s.loop_free && best.as_ref().is_none_or(|(b, _)| s.mean_score > *b + 1e-9) {
+                    best = Some((s.mean_score, c));
+                }
+            }
+            let Some((_, hosts)) = best else { continue };
+            for &(h, g) in &hosts {
+                free[h] -= g;
+            }
+            if let Some(n) = net(view, job, spec, &hosts) {
+                jobs.push(n);
+            }
+            out.push(Decision::Place { job, hosts });
+        }
+        // One time-shift per job (Alg. 1, highest priority as reference), applied
+        // on a common clock whose origin is now.
+        let s = score(view, &jobs);
+        let affinity: Vec<AffinityJob> =
+            jobs.iter().map(|j| AffinityJob { iter_ms: j.placed.shape.period_ms(), priority: j.spec.priority }).collect();
+        if let Ok(t) = traverse(&affinity, &s.shifts) {
+            let shared: std::collections::BTreeSet<usize> = s.shifts.iter().flat_map(|l| l.shifts.iter().map(|x| x.0)).collect();
+            for k in shared {
+                let (period_ms, offset_s) = (affinity[k].iter_ms, view.now_s + t[k] / 1e3);
+                self.aligned.insert(jobs[k].id, (period_ms, offset_s));
+                out.push(Decision::Align { job: jobs[k].id, period_ms, offset_s });
+            }
+        }
+        out
+    }
+
+    fn observes_iterations(&self) -> bool {
+        true
+    }
+
+    fn on_iteration(&mut self, view: &ClusterView<'_>, job: JobId, iteration_ms: f64) -> Vec<Decision> {
+        let mut out = self.inner.on_iteration(view, job, iteration_ms);
+        // §5.7: re-align a job that drifted by more than 5% of its iteration time.
+        if let Some(&(period_ms, offset_s)) = self.aligned.get(&job)
+            && iteration_ms > 1.05 * period_ms
+        {
+            self.readjustments += 1;
+            out.push(Decision::Align { job, period_ms, offset_s });
+        }
+        out
+    }
+
+    fn isolated_network(&self) -> bool {
+        self.inner.isolated_network()
+    }
+}
