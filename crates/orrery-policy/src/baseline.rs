@@ -166,7 +166,8 @@ impl Policy for Ideal {
 /// A policy by name: `fifo`, `random`, `ideal`, or any of them `+cassini`.
 pub fn by_name(name: &str, seed: u64) -> Option<Box<dyn Policy>> {
     if let Some(host) = name.strip_suffix("+cassini") {
-        return by_name(host, seed).map(|inner| Box::new(crate::cassini::Cassini::new(inner, seed ^ 0xCA55)) as Box<dyn Policy>);
+        return by_name(host, seed)
+            .map(|inner| Box::new(crate::cassini::Cassini::new(inner, seed ^ 0xCA55)) as Box<dyn Policy>);
     }
     match name {
         "fifo" => Some(Box::new(Fifo)),

@@ -29,8 +29,11 @@ pub struct Cassini {
     /// Candidate placements per job (Alg. 2's N, default 10).
     pub candidates: usize,
     rng: ChaCha8Rng,
-    /// Alignment given to each job: (iteration ms, offset s).
-    aligned: HashMap<JobId, (f64, f64)>,
+    /// Alignment given to each job: (iteration ms, offset s, whether its links
+    /// were fully compatible, so contention means drift).
+    aligned: HashMap<JobId, (f64, f64, bool)>,
+    /// Iterations left before a job may be re-aligned again.
+    cooldown: HashMap<JobId, u32>,
     /// Re-alignments done by the 5% rule.
     pub readjustments: u64,
 }
@@ -38,8 +41,31 @@ pub struct Cassini {
 impl Cassini {
     /// Augments `inner`; `seed` draws the extra candidates.
     pub fn new(inner: Box<dyn Policy>, seed: u64) -> Self {
-        Cassini { inner, candidates: 10, rng: ChaCha8Rng::seed_from_u64(seed), aligned: HashMap::new(), readjustments: 0 }
+        Cassini {
+            inner,
+            candidates: 10,
+            rng: ChaCha8Rng::seed_from_u64(seed),
+            aligned: HashMap::new(),
+            cooldown: HashMap::new(),
+            readjustments: 0,
+        }
     }
+}
+
+/// Connected groups of jobs (indices) through shared links.
+fn components(shifts: &[LinkShifts]) -> Vec<Vec<usize>> {
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    for l in shifts {
+        let members: Vec<usize> = l.shifts.iter().map(|x| x.0).collect();
+        let (mut joined, rest): (Vec<Vec<usize>>, Vec<Vec<usize>>) =
+            groups.into_iter().partition(|g| g.iter().any(|k| members.contains(k)));
+        let mut merged: Vec<usize> = joined.drain(..).flatten().chain(members).collect();
+        merged.sort_unstable();
+        merged.dedup();
+        groups = rest;
+        groups.push(merged);
+    }
+    groups
 }
 
 /// A job with GPUs: its spec, placement, and what it does on the network.
@@ -73,13 +99,28 @@ fn score(view: &ClusterView<'_>, jobs: &[Net<'_>]) -> Scored {
             }
         }
     }
+    // Links that carry the same set of jobs see the same circles and get the
+    // same rotation: one vertex of the Affinity graph stands for all of them
+    // (otherwise two jobs sharing both directions of an uplink would form a
+    // spurious loop). Its capacity is the smallest of the group's.
+    let mut groups: BTreeMap<Vec<usize>, LinkId> = BTreeMap::new();
+    for (&l, ks) in on_link.iter().filter(|(_, ks)| ks.len() > 1) {
+        let e = groups.entry(ks.clone()).or_insert(l);
+        if view.topology.links[l].gbps < view.topology.links[*e].gbps {
+            *e = l;
+        }
+    }
     let params = Params::default();
     let (mut total, mut n) = (0.0, 0);
     let mut shifts = Vec::new();
-    for (&l, ks) in on_link.iter().filter(|(_, ks)| ks.len() > 1) {
+    for (ks, &l) in &groups {
         let circles: Vec<CircleJob> = ks
             .iter()
-            .map(|&k| CircleJob { name: jobs[k].id.to_string(), priority: jobs[k].spec.priority, circle: jobs[k].placed.shape.circle() })
+            .map(|&k| CircleJob {
+                name: jobs[k].id.to_string(),
+                priority: jobs[k].spec.priority,
+                circle: jobs[k].placed.shape.circle(),
+            })
             .collect();
         let Ok(u) = unify(&circles, &params) else { continue };
         let cap = view.topology.links[l].gbps;
@@ -168,17 +209,40 @@ impl Policy for Cassini {
             }
             out.push(Decision::Place { job, hosts });
         }
-        // One time-shift per job (Alg. 1, highest priority as reference), applied
-        // on a common clock whose origin is now.
+        // One time-shift per job (Alg. 1, highest priority as reference). Jobs
+        // already running keep their phase; each newly placed job that shares
+        // a link is aligned so that its shift relative to its component's
+        // reference is the one the links want: offset = reference's iteration
+        // start + (t_new − t_ref).
         let s = score(view, &jobs);
-        let affinity: Vec<AffinityJob> =
-            jobs.iter().map(|j| AffinityJob { iter_ms: j.placed.shape.period_ms(), priority: j.spec.priority }).collect();
+        let affinity: Vec<AffinityJob> = jobs
+            .iter()
+            .map(|j| AffinityJob { iter_ms: j.placed.shape.period_ms(), priority: j.spec.priority })
+            .collect();
         if let Ok(t) = traverse(&affinity, &s.shifts) {
-            let shared: std::collections::BTreeSet<usize> = s.shifts.iter().flat_map(|l| l.shifts.iter().map(|x| x.0)).collect();
-            for k in shared {
-                let (period_ms, offset_s) = (affinity[k].iter_ms, view.now_s + t[k] / 1e3);
-                self.aligned.insert(jobs[k].id, (period_ms, offset_s));
-                out.push(Decision::Align { job: jobs[k].id, period_ms, offset_s });
+            let components = components(&s.shifts);
+            for comp in components {
+                let Some(&reference) =
+                    comp.iter().min_by_key(|&&k| (std::cmp::Reverse(jobs[k].spec.priority), jobs[k].id))
+                else {
+                    continue;
+                };
+                let Some(start) = view.running.iter().find(|r| r.id == jobs[reference].id).map(|r| r.iteration_start_s)
+                else {
+                    continue; // the whole component is new: no phase to respect yet
+                };
+                for &k in &comp {
+                    let placed_now = out.iter().any(|d| matches!(d, Decision::Place { job, .. } if *job == jobs[k].id));
+                    if !placed_now || k == reference {
+                        continue;
+                    }
+                    let period_ms = affinity[k].iter_ms;
+                    let offset_s = start + (t[k] - t[reference]).rem_euclid(period_ms) / 1e3;
+                    self.aligned.insert(jobs[k].id, (period_ms, offset_s, s.mean_score >= 0.999));
+                    // Its next iteration includes the wait: do not call that drift.
+                    self.cooldown.insert(jobs[k].id, 2);
+                    out.push(Decision::Align { job: jobs[k].id, period_ms, offset_s });
+                }
             }
         }
         out
@@ -190,10 +254,17 @@ impl Policy for Cassini {
 
     fn on_iteration(&mut self, view: &ClusterView<'_>, job: JobId, iteration_ms: f64) -> Vec<Decision> {
         let mut out = self.inner.on_iteration(view, job, iteration_ms);
-        // §5.7: re-align a job that drifted by more than 5% of its iteration time.
-        if let Some(&(period_ms, offset_s)) = self.aligned.get(&job)
+        // §5.7: a job whose links were fully compatible but whose iteration ran
+        // more than 5% long has drifted into another's phase: re-align it, at
+        // most once every 10 iterations.
+        let cool = self.cooldown.entry(job).or_insert(0);
+        *cool = cool.saturating_sub(1);
+        if let Some(&(period_ms, offset_s, compatible)) = self.aligned.get(&job)
+            && compatible
+            && *cool == 0
             && iteration_ms > 1.05 * period_ms
         {
+            *cool = 10;
             self.readjustments += 1;
             out.push(Decision::Align { job, period_ms, offset_s });
         }

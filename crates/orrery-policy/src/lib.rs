@@ -41,6 +41,8 @@ pub struct RunningJob<'a> {
     pub iterations_done: u64,
     /// Whether the job is paused.
     pub paused: bool,
+    /// When its current iteration started, seconds since the start (its phase).
+    pub iteration_start_s: f64,
 }
 
 /// What a policy sees.

@@ -337,6 +337,7 @@ impl<'a> Simulation<'a> {
                 hosts: &j.hosts,
                 iterations_done: j.iterations_done,
                 paused: j.status == Status::Paused,
+                iteration_start_s: j.iter_start_ns as f64 / NS,
             })
             .collect();
         (queue, running)
@@ -400,6 +401,7 @@ impl<'a> Simulation<'a> {
                 Decision::Shift { job, ms } if self.is_active(job) && ms.is_finite() && ms >= 0.0 => {
                     self.jobs[job].pending_shift_ms += ms;
                     self.jobs[job].shifts += 1;
+                    self.restart_unbegun_iteration(job);
                 }
                 Decision::Align { job, period_ms, offset_s }
                     if self.is_active(job) && period_ms > 0.0 && period_ms.is_finite() && offset_s.is_finite() =>
@@ -407,6 +409,7 @@ impl<'a> Simulation<'a> {
                     self.jobs[job].pending_align =
                         Some(((period_ms * 1e6).round() as u64, (offset_s.max(0.0) * NS).round() as u64));
                     self.jobs[job].shifts += 1;
+                    self.restart_unbegun_iteration(job);
                 }
                 Decision::Pause { job } if self.jobs.get(job).is_some_and(|j| j.status == Status::Running) => {
                     self.jobs[job].pause_requested = true;
@@ -446,6 +449,21 @@ impl<'a> Simulation<'a> {
         }
         if freed {
             self.schedule(policy);
+        }
+    }
+
+    /// A shift or alignment decided in the same instant a job's iteration was
+    /// due to start (e.g. right after placing it) applies to that iteration.
+    fn restart_unbegun_iteration(&mut self, job: JobId) {
+        let j = &self.jobs[job];
+        if j.status == Status::Running
+            && j.skip.is_none()
+            && j.iter_start_ns == self.now
+            && j.segment == 0
+            && j.pending_flows == 0
+        {
+            self.jobs[job].epoch += 1;
+            self.start_iteration(job);
         }
     }
 

@@ -292,3 +292,49 @@ fn colocated_jobs_slow_by_their_interference_ratios_and_recover() {
     // The shared GPU was counted once and is free again.
     assert_eq!(sim.free_gpus(), &[1, 1, 1, 1]);
 }
+
+/// Job 0 on h0 + h2 at t = 0; job 1 on h1 + h3 when it arrives: both rings
+/// cross the same uplink.
+struct SharedUplink;
+
+impl Policy for SharedUplink {
+    fn name(&self) -> String {
+        "shared-uplink".into()
+    }
+    fn schedule(&mut self, view: &ClusterView<'_>) -> Vec<Decision> {
+        view.queue
+            .iter()
+            .map(|q| Decision::Place {
+                job: q.id,
+                hosts: if q.id == 0 { vec![(0, 1), (2, 1)] } else { vec![(1, 1), (3, 1)] },
+            })
+            .collect()
+    }
+}
+
+#[test]
+fn the_cassini_module_aligns_a_newcomer_out_of_the_running_jobs_way() {
+    // CASSINI §2.2 through the policy module: job 1 arrives while job 0 runs,
+    // at a phase where their Up phases would overlap. Without CASSINI they
+    // share the uplink every iteration; with it, job 1 is aligned once (CASSINI
+    // Alg. 2 with the host scheduler's placement as the only candidate) and
+    // then both run as if alone.
+    let topo = two_racks();
+    let jobs = [
+        JobSpec::new("a", "vgg19", 128, 2, Work::Iterations(100), 0.0),
+        JobSpec::new("b", "vgg19", 128, 2, Work::Iterations(100), 0.01),
+    ];
+    let plain = run(&topo, &jobs, &mut SharedUplink);
+    let mut cassini = orrery_policy::cassini::Cassini::new(Box::new(SharedUplink), 1);
+    cassini.candidates = 1;
+    let aligned = run(&topo, &jobs, &mut cassini);
+    let alone = plain.jobs[1].isolated_iter_ms;
+    let late = |s: &Simulation<'_>| s.jobs[1].iteration_ms[10..50].iter().sum::<f64>() / 40.0;
+    assert!(late(&plain) > 1.15 * alone, "without CASSINI the rings collide: {} vs {alone}", late(&plain));
+    assert!(
+        (late(&aligned) - alone).abs() < 1e-3,
+        "with CASSINI job 1 runs as if alone: {} vs {alone}",
+        late(&aligned)
+    );
+    assert_eq!(aligned.jobs[1].shifts, 1, "one alignment, no drift re-alignment needed");
+}

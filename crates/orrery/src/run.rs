@@ -65,7 +65,7 @@ pub fn run(a: &Args, timings: &mut Timings) -> anyhow::Result<()> {
     if !a.quiet {
         println!("experiment {} — {}", summary.experiment, summary.runs.first().map_or("", |r| r.scenario.as_str()));
         println!(
-            "{:<8} {:>4} {:>9} {:>9} {:>9} {:>10} {:>8} {:>8} {:>6} {:>6} {:>9} {:>8} {:>9}",
+            "{:<16} {:>4} {:>9} {:>9} {:>9} {:>10} {:>8} {:>8} {:>6} {:>6} {:>9} {:>8} {:>9}",
             "policy",
             "seed",
             "finished",
@@ -83,7 +83,7 @@ pub fn run(a: &Args, timings: &mut Timings) -> anyhow::Result<()> {
         for r in &summary.runs {
             let m = &r.metrics;
             println!(
-                "{:<8} {:>4} {:>4}/{:<4} {:>8.0}s {:>8.0}s {:>9.0}s {:>7.3}s {:>7.3}s {:>6.2} {:>5.0}% {:>7.0}Gb {:>8.3} {:>9.0}",
+                "{:<16} {:>4} {:>4}/{:<4} {:>8.0}s {:>8.0}s {:>9.0}s {:>7.3}s {:>7.3}s {:>6.2} {:>5.0}% {:>7.0}Gb {:>8.3} {:>9.0}",
                 r.policy,
                 r.seed,
                 m.finished,
@@ -104,7 +104,7 @@ pub fn run(a: &Args, timings: &mut Timings) -> anyhow::Result<()> {
     if timings.enabled() {
         for r in &summary.runs {
             eprintln!(
-                "  {:<8} seed {:<4} {:>10} events in {:>8.3} s = {:>10.0} events/s ({}, {} iterations fast-forwarded)",
+                "  {:<16} seed {:<4} {:>10} events in {:>8.3} s = {:>10.0} events/s ({}, {} iterations fast-forwarded)",
                 r.policy,
                 r.seed,
                 r.events,
