@@ -113,7 +113,7 @@ fn wedge(s: &mut String, cx: f64, cy: f64, r0: f64, r1: f64, b: usize, a: usize,
     let (x3, y3) = p(r0, t0);
     let _ = writeln!(
         s,
-        r#"<path d="M{x0:.2},{y0:.2} A{r1:.2},{r1:.2} 0 0 0 {x1:.2},{y1:.2} L{x2:.2},{y2:.2} A{r0:.2},{r0:.2} 0 0 1 {x3:.2},{y3:.2} Z" fill="{fill}" fill-opacity="{opacity:.2}"/>"#
+        r#"<path d="M{x0:.2},{y0:.2} A{r1:.2},{r1:.2} 0 0 0 {x1:.2},{y1:.2} L{x2:.2},{y2:.2} A{r0:.2},{r0:.2} 0 0 1 {x3:.2},{y3:.2} Z" fill="{fill}" fill-opacity="{opacity:.2}" stroke="{fill}" stroke-opacity="{opacity:.2}" stroke-width="0.6"/>"#
     );
 }
 

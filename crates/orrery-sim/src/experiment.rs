@@ -126,6 +126,9 @@ pub struct Run {
     /// Per-link rows.
     #[serde(skip)]
     pub links: Vec<LinkRow>,
+    /// Iteration times of all jobs, s (for plots).
+    #[serde(skip)]
+    pub iteration_s: Vec<f64>,
 }
 
 /// Metrics per priority.
@@ -299,6 +302,7 @@ impl Experiment {
                     invalid_decisions: sim.invalid_decisions,
                     jobs: job_table,
                     links: link_table,
+                    iteration_s: sim.jobs.iter().flat_map(|j| j.iteration_ms.iter().map(|ms| ms / 1e3)).collect(),
                 });
             }
         }
@@ -334,6 +338,33 @@ pub fn write(summary: &Summary, dir: &Path) -> Result<(), String> {
         w.serialize(row).map_err(|e| err(&p, &e))?;
     }
     w.flush().map_err(|e| err(&p, &e))?;
+    let label = |r: &Run| {
+        if summary.runs.iter().filter(|x| x.policy == r.policy).count() > 1 {
+            format!("{} (seed {})", r.policy, r.seed)
+        } else {
+            r.policy.clone()
+        }
+    };
+    let jct: Vec<(String, Vec<f64>)> =
+        summary.runs.iter().map(|r| (label(r), r.jobs.iter().filter_map(|j| j.jct_s).collect())).collect();
+    let iters: Vec<(String, Vec<f64>)> = summary.runs.iter().map(|r| (label(r), r.iteration_s.clone())).collect();
+    for (name, svg) in [
+        (
+            "jct_cdf.svg",
+            crate::plot::cdf_svg(&format!("{}: job completion time", summary.experiment), "JCT (s, log scale)", &jct),
+        ),
+        (
+            "iteration_cdf.svg",
+            crate::plot::cdf_svg(
+                &format!("{}: iteration time", summary.experiment),
+                "iteration time (s, log scale)",
+                &iters,
+            ),
+        ),
+    ] {
+        let p = dir.join(name);
+        std::fs::write(&p, svg).map_err(|e| err(&p, &e))?;
+    }
     Ok(())
 }
 

@@ -8,7 +8,8 @@
 //!   jitter, collectives as flows — with time-shifts, pauses, throttles and
 //!   preemption applied as the policy decides;
 //! * [`metrics`]: per-job, per-link and cluster metrics;
-//! * [`experiment`]: TOML experiments, the built-in default, and output files.
+//! * [`experiment`]: TOML experiments, the built-in default, and output files;
+//! * [`plot`]: CDFs of job completion and iteration times as SVG.
 //!
 //! Architecture invariant: the simulator embeds no policy logic; it owns the
 //! (simulated) clock and its only randomness is seeded from the experiment.
@@ -17,5 +18,6 @@ pub mod engine;
 pub mod experiment;
 pub mod metrics;
 pub mod network;
+pub mod plot;
 
 pub use engine::{SimConfig, Simulation};

@@ -59,7 +59,7 @@ pub fn run(a: &Args, timings: &mut Timings) -> anyhow::Result<()> {
     if let Some(dir) = &a.out {
         timings.phase("write", || experiment::write(&summary, dir)).map_err(anyhow::Error::msg)?;
         if !a.quiet {
-            eprintln!("wrote {}/summary.json, jobs.csv, links.csv", dir.display());
+            eprintln!("wrote {}/summary.json, jobs.csv, links.csv, jct_cdf.svg, iteration_cdf.svg", dir.display());
         }
     }
     if !a.quiet {

@@ -163,6 +163,8 @@ fn run_default_writes_summary_jobs_and_links() {
     let jobs = std::fs::read_to_string(dir.join("jobs.csv")).expect("jobs.csv");
     assert_eq!(jobs.lines().count(), 1 + 3 * 60);
     assert!(std::fs::read_to_string(dir.join("links.csv")).expect("links.csv").starts_with("policy,seed,link,"));
+    let cdf = std::fs::read_to_string(dir.join("iteration_cdf.svg")).expect("iteration_cdf.svg");
+    assert_eq!(cdf.matches("<polyline").count(), 3, "one line per policy");
 }
 
 #[test]
