@@ -338,3 +338,51 @@ fn the_cassini_module_aligns_a_newcomer_out_of_the_running_jobs_way() {
     );
     assert_eq!(aligned.jobs[1].shifts, 1, "one alignment, no drift re-alignment needed");
 }
+
+/// Places job 0; when job 1 arrives, preempts job 0 and places job 1 on its
+/// GPU; places job 0 again when the GPU frees up; rejects job 2 (too big).
+struct Preempting;
+
+impl Policy for Preempting {
+    fn name(&self) -> String {
+        "preempting".into()
+    }
+    fn schedule(&mut self, view: &ClusterView<'_>) -> Vec<Decision> {
+        let queued = |id| view.queue.iter().any(|q| q.id == id);
+        let mut out = Vec::new();
+        if queued(2) {
+            out.push(Decision::Reject { job: 2, reason: "needs 64 GPUs".into() });
+        }
+        if queued(1) && view.running.iter().any(|r| r.id == 0) {
+            out.push(Decision::Preempt { job: 0 }); // the simulator calls back once the GPU is free
+        } else if queued(1) && view.free_gpus[0] > 0 {
+            out.push(Decision::Place { job: 1, hosts: vec![(0, 1)] });
+        } else if queued(0) && view.free_gpus[0] > 0 {
+            out.push(Decision::Place { job: 0, hosts: vec![(0, 1)] });
+        }
+        out
+    }
+}
+
+#[test]
+fn preempted_jobs_keep_their_progress_and_rejected_jobs_count_as_failures() {
+    let topo = two_racks();
+    let jobs = [
+        JobSpec::new("a", "resnet50", 32, 1, Work::Iterations(40), 0.0),
+        JobSpec::new("b", "resnet50", 32, 1, Work::Iterations(4), 1.0),
+        JobSpec::new("c", "resnet50", 32, 64, Work::Iterations(1), 1.0),
+    ];
+    let sim = run(&topo, &jobs, &mut Preempting);
+    let (a, b, c) = (&sim.jobs[0], &sim.jobs[1], &sim.jobs[2]);
+    assert_eq!((a.status, b.status, c.status), (Status::Finished, Status::Finished, Status::Rejected));
+    assert_eq!(a.preemptions, 1);
+    assert_eq!(a.iterations_done, 40, "progress kept across the preemption");
+    // a's iteration in flight at t = 1 s is lost; b ran in between.
+    let it = a.isolated_iter_ms / 1e3;
+    let done_before = (1.0 / it).floor();
+    let a_end = a.finish_ns.unwrap_or(0) as f64 / 1e9;
+    let expected = 1.0 + 4.0 * b.isolated_iter_ms / 1e3 + (40.0 - done_before) * it;
+    assert!((a_end - expected).abs() < 1e-6, "{a_end} vs {expected}");
+    let m = orrery_sim::metrics::metrics(&sim, |_| true);
+    assert!((m.afr - 1.0 / 3.0).abs() < 1e-12);
+}
