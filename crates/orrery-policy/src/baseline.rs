@@ -118,31 +118,35 @@ impl Policy for RandomPlacement {
 
     fn schedule(&mut self, view: &ClusterView<'_>) -> Vec<Decision> {
         let rng = &mut self.rng;
-        fifo_with(view, |_, _, free, job| {
-            let mut left = job.spec.gpus();
-            if free.iter().map(|&f| u64::from(f)).sum::<u64>() < u64::from(left) {
-                return None;
-            }
-            let mut hosts: Vec<HostId> = (0..free.len()).filter(|&h| free[h] > 0).collect();
-            hosts.shuffle(rng);
-            let mut out = Vec::new();
-            for h in hosts {
-                let take = rng.random_range(1..=free[h].min(left));
-                out.push((h, take));
-                left -= take;
-                if left == 0 {
-                    break;
-                }
-            }
-            // Top up from the chosen hosts if the random takes fell short.
-            for (h, g) in out.iter_mut() {
-                let more = (free[*h] - *g).min(left);
-                *g += more;
-                left -= more;
-            }
-            (left == 0).then_some(out)
-        })
+        fifo_with(view, |_, _, free, job| random_hosts(rng, free, job.spec.gpus()))
     }
+}
+
+/// `gpus` GPUs from hosts drawn uniformly at random among those with free
+/// GPUs, a random number from each; None when they do not fit. O(H).
+pub fn random_hosts(rng: &mut ChaCha8Rng, free: &[u32], gpus: u32) -> Option<Vec<(HostId, u32)>> {
+    let mut left = gpus;
+    if free.iter().map(|&f| u64::from(f)).sum::<u64>() < u64::from(left) {
+        return None;
+    }
+    let mut hosts: Vec<HostId> = (0..free.len()).filter(|&h| free[h] > 0).collect();
+    hosts.shuffle(rng);
+    let mut out = Vec::new();
+    for h in hosts {
+        let take = rng.random_range(1..=free[h].min(left));
+        out.push((h, take));
+        left -= take;
+        if left == 0 {
+            break;
+        }
+    }
+    // Top up from the chosen hosts if the random takes fell short.
+    for (h, g) in out.iter_mut() {
+        let more = (free[*h] - *g).min(left);
+        *g += more;
+        left -= more;
+    }
+    (left == 0).then_some(out)
 }
 
 /// FIFO placement, and the driver gives every job the network to itself.

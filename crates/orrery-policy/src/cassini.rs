@@ -11,6 +11,7 @@
 //! Simplification: the 5% rule watches iteration times, not the start of the
 //! communication phase, which the policy does not see.
 
+use crate::baseline::random_hosts;
 use crate::{ClusterView, Decision, JobId, Policy};
 use orrery_interleave::affinity::{AffinityJob, LinkShifts, traverse};
 use orrery_interleave::compat::default_search;
@@ -18,8 +19,7 @@ use orrery_interleave::unified::{CircleJob, Params, unify};
 use orrery_interleave::{Search, solve};
 use orrery_model::placed::{Placed, place};
 use orrery_model::{HostId, JobSpec, LinkId};
-use rand::seq::SliceRandom;
-use rand::{Rng, SeedableRng};
+use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use std::collections::{BTreeMap, HashMap};
 
@@ -139,33 +139,6 @@ fn score(view: &ClusterView<'_>, jobs: &[Net<'_>]) -> Scored {
     Scored { mean_score: if n == 0 { 1.0 } else { total / n as f64 }, shifts, loop_free }
 }
 
-impl Cassini {
-    /// Random placement of `gpus` over hosts with free GPUs.
-    fn random_candidate(&mut self, free: &[u32], gpus: u32) -> Option<Vec<(HostId, u32)>> {
-        if free.iter().map(|&f| u64::from(f)).sum::<u64>() < u64::from(gpus) {
-            return None;
-        }
-        let mut hosts: Vec<HostId> = (0..free.len()).filter(|&h| free[h] > 0).collect();
-        hosts.shuffle(&mut self.rng);
-        let mut left = gpus;
-        let mut out = Vec::new();
-        for h in hosts {
-            let take = self.rng.random_range(1..=free[h].min(left));
-            out.push((h, take));
-            left -= take;
-            if left == 0 {
-                break;
-            }
-        }
-        for (h, g) in out.iter_mut() {
-            let more = (free[*h] - *g).min(left);
-            *g += more;
-            left -= more;
-        }
-        (left == 0).then_some(out)
-    }
-}
-
 impl Policy for Cassini {
     fn name(&self) -> String {
         format!("{}+cassini", self.inner.name())
@@ -184,7 +157,7 @@ impl Policy for Cassini {
             let Some(spec) = view.queue.iter().find(|q| q.id == job).map(|q| q.spec) else { continue };
             let mut candidates = vec![hosts];
             for _ in 1..self.candidates {
-                if let Some(c) = self.random_candidate(&free, spec.gpus()) {
+                if let Some(c) = random_hosts(&mut self.rng, &free, spec.gpus()) {
                     candidates.push(c);
                 }
             }
