@@ -1,0 +1,224 @@
+//! The fast-forward: jobs that run undisturbed are counted analytically
+//! instead of simulated flow by flow (see the README's "Fast-forward").
+
+use super::{Event, Simulation, Skip, Status};
+use orrery_model::placed::transfers;
+use orrery_model::{LinkId, Segment};
+use orrery_policy::{JobId, Policy};
+use rand_chacha::ChaCha8Rng;
+use std::collections::HashMap;
+
+impl Simulation<'_> {
+    /// Duration of a whole fast-forwarded iteration: compute segments drawn as
+    /// the detailed simulation draws them, communication as last measured.
+    pub(super) fn iteration_ns(&self, job: JobId, rng: &mut ChaCha8Rng) -> u64 {
+        let j = &self.jobs[job];
+        j.shape
+            .segments
+            .iter()
+            .zip(&j.last_seg_ns)
+            .map(|(seg, &last)| match seg {
+                Segment::Compute { ms } => self.job_compute_ns(job, *ms, rng),
+                Segment::Comm { .. } => last,
+            })
+            .sum()
+    }
+
+    /// Fast-forwards a job whose last two iterations ran alone on all its
+    /// links (no other job's flow in any of its max-min components), when the
+    /// policy does not watch iterations and nothing is pending for the job.
+    /// Its remaining iterations are counted analytically until it finishes or
+    /// another job's flow needs one of its links ([`Simulation::materialise`]).
+    /// Cost: O(remaining iterations · segments) random draws, no events.
+    pub(super) fn try_skip(&mut self, job: JobId) -> bool {
+        let j = &self.jobs[job];
+        let eligible = self.cfg.skip
+            && !self.observes
+            && j.status == Status::Running
+            && j.solo_streak >= 2
+            && j.pending_shift_ms == 0.0
+            && j.pending_align.is_none()
+            && !j.pause_requested
+            && j.last_seg_ns.len() == j.shape.segments.len()
+            && j.iterations_done < j.target_iterations
+            // Another job's flows already on a link would meet this job's next
+            // collective without anything waking it up: stay detailed.
+            && j.links_used.iter().all(|&l| !self.skip_owner.contains_key(&l) && !self.net.busy(l));
+        if !eligible {
+            return false;
+        }
+        let snapshot = j.rng.clone();
+        let mut rng = j.rng.clone();
+        let total: u64 = (j.iterations_done..j.target_iterations).map(|_| self.iteration_ns(job, &mut rng)).sum();
+        for &l in &self.jobs[job].links_used {
+            self.skip_owner.insert(l, job);
+        }
+        let j = &mut self.jobs[job];
+        j.epoch += 1;
+        j.skip = Some(Skip { t0: self.now, rng: snapshot });
+        let epoch = j.epoch;
+        self.push(self.now + total, Event::SkipEnd(job, epoch));
+        true
+    }
+
+    /// Counts a fast-forwarded job's iterations that end by `until` and credits
+    /// their traffic to its links; returns the start of the first iteration
+    /// that does not end by then, with the job's RNG where the detailed
+    /// simulation would have it at that point.
+    pub(super) fn replay(&mut self, job: JobId, until: u64) -> u64 {
+        let Some(skip) = self.jobs[job].skip.take() else { return self.now };
+        let mut rng = skip.rng;
+        let mut t = skip.t0;
+        let mut n = 0u64;
+        while self.jobs[job].iterations_done < self.jobs[job].target_iterations {
+            let mut probe = rng.clone();
+            let d = self.iteration_ns(job, &mut probe);
+            if t + d > until {
+                break;
+            }
+            rng = probe;
+            t += d;
+            n += 1;
+            let j = &mut self.jobs[job];
+            j.iteration_ms.push(d as f64 / 1e6);
+            j.iterations_done += 1;
+            j.skipped_iterations += 1;
+        }
+        let credits = self.per_iteration_credits(job);
+        for (l, (bits, excess, congested)) in credits {
+            self.net.credit(l, skip.t0, t, bits * n as f64, excess * n as f64, congested * n);
+            self.skip_owner.remove(&l);
+        }
+        let j = &mut self.jobs[job];
+        j.rng = rng;
+        j.epoch += 1;
+        j.solo_streak = 0;
+        t
+    }
+
+    pub(super) fn per_iteration_credits(&self, job: JobId) -> Vec<(LinkId, (f64, f64, u64))> {
+        let j = &self.jobs[job];
+        j.links_used.iter().copied().zip(j.per_iter_delta.iter().copied()).collect()
+    }
+
+    /// Brings a fast-forwarded job back to detailed simulation at `now`: the
+    /// iterations already over are counted, and the current one resumes in the
+    /// segment it would be in (a collective restarts with the fraction of its
+    /// bytes left). Traffic of the elapsed part of the current iteration is
+    /// credited pro rata, so a link may be off by up to one iteration's bytes.
+    pub(super) fn materialise(&mut self, job: JobId) {
+        let now = self.now;
+        let t = self.replay(job, now);
+        if self.jobs[job].iterations_done >= self.jobs[job].target_iterations {
+            // It would have ended exactly now; its SkipEnd was cancelled, so end it here.
+            let epoch = self.jobs[job].epoch;
+            let j = &mut self.jobs[job];
+            j.segment = j.shape.segments.len();
+            j.iterations_done -= 1;
+            j.skipped_iterations -= 1;
+            let last = j.iteration_ms.pop().unwrap_or(0.0);
+            j.iter_start_ns = now - (last * 1e6).round() as u64;
+            self.push(now, Event::ComputeDone(job, epoch));
+            return;
+        }
+        // Walk the current iteration's segments up to `now`.
+        let mut rng = self.jobs[job].rng.clone();
+        let segments = self.jobs[job].shape.segments.clone();
+        let last = self.jobs[job].last_seg_ns.clone();
+        let mut start = t;
+        let mut resumed = None;
+        let mut seg_ns = Vec::new();
+        for (i, seg) in segments.iter().enumerate() {
+            let d = match seg {
+                Segment::Compute { ms } => self.job_compute_ns(job, *ms, &mut rng),
+                Segment::Comm { .. } => last.get(i).copied().unwrap_or(0),
+            };
+            if start + d > now {
+                resumed = Some((i, start, d));
+                break;
+            }
+            seg_ns.push(d);
+            start += d;
+        }
+        // Traffic of the elapsed part of this iteration: every flow of the
+        // collectives already over, and the sent share of the current one's.
+        let left = match resumed {
+            Some((i, seg_start, d)) if matches!(segments[i], Segment::Comm { .. }) => {
+                Some((i, self.flow_left(job, i, now - seg_start, d)))
+            }
+            _ => None,
+        };
+        let mut sent: HashMap<LinkId, f64> = HashMap::new();
+        for (i, seg) in segments.iter().enumerate().take(resumed.map_or(segments.len(), |r| r.0 + 1)) {
+            let Segment::Comm { collective, payload_bytes, .. } = *seg else { continue };
+            let transfers = transfers(&self.jobs[job].workers, collective, payload_bytes);
+            for (k, (src, dst, bits)) in transfers.into_iter().enumerate() {
+                let share = match &left {
+                    Some((cur, l)) if *cur == i => 1.0 - l.get(k).copied().unwrap_or(1.0),
+                    _ if resumed.is_some_and(|r| r.0 == i) => 0.0,
+                    _ => 1.0,
+                };
+                if src == dst || share <= 0.0 {
+                    continue;
+                }
+                for (p, part) in self.flow_paths(job, k, src, dst) {
+                    for l in p {
+                        *sent.entry(l).or_default() += bits * share * part;
+                    }
+                }
+            }
+        }
+        for (l, (bits, excess, congested)) in self.per_iteration_credits(job) {
+            let s = sent.get(&l).copied().unwrap_or(0.0);
+            // Excess and congestion in proportion to the bits this link carried.
+            let frac = if bits > 0.0 { (s / bits).min(1.0) } else { 0.0 };
+            self.net.credit(l, t, now, s, excess * frac, (congested as f64 * frac) as u64);
+        }
+        let epoch = self.jobs[job].epoch;
+        let j = &mut self.jobs[job];
+        j.rng = rng;
+        j.iter_start_ns = t;
+        j.cur_seg_ns = seg_ns;
+        j.interacted = true;
+        j.iter_stats_start.clear();
+        let Some((i, seg_start, d)) = resumed else {
+            j.segment = segments.len();
+            self.push(now, Event::ComputeDone(job, epoch));
+            return;
+        };
+        j.segment = i;
+        j.seg_start_ns = seg_start;
+        match segments[i] {
+            Segment::Compute { .. } => self.push(seg_start + d, Event::ComputeDone(job, epoch)),
+            Segment::Comm { collective, payload_bytes, gbps, .. } => {
+                let left = self.flow_left(job, i, now - seg_start, d);
+                self.start_collective(job, collective, payload_bytes, gbps, Some(&left));
+                if self.jobs[job].pending_flows == 0 {
+                    self.push(now, Event::ComputeDone(job, epoch));
+                }
+            }
+        }
+    }
+
+    /// Share of each flow of comm segment `i` still to send `elapsed` ns into
+    /// it: alone, each flow ran at a constant rate and ended at the offset
+    /// recorded in the last detailed iteration (`d`, the segment's length, if
+    /// none was recorded).
+    pub(super) fn flow_left(&self, job: JobId, i: usize, elapsed: u64, d: u64) -> Vec<f64> {
+        let j = &self.jobs[job];
+        let Segment::Comm { collective, payload_bytes, .. } = j.shape.segments[i] else { return Vec::new() };
+        let offsets = j.last_flow_ns.get(i).map(Vec::as_slice).unwrap_or_default();
+        let n = transfers(&j.workers, collective, payload_bytes).len();
+        (0..n)
+            .map(|k| {
+                let end = offsets.get(k).copied().filter(|&e| e > 0).unwrap_or(d).max(1) as f64;
+                (1.0 - elapsed as f64 / end).max(0.0)
+            })
+            .collect()
+    }
+
+    pub(super) fn skip_end(&mut self, job: JobId, policy: &mut dyn Policy) {
+        self.replay(job, self.now);
+        self.complete(job, policy);
+    }
+}
