@@ -69,15 +69,21 @@ impl Policy for Fifo {
     }
 }
 
-fn fifo_with(
+/// Walks the queue in `order` (arrival order when empty), placing each job
+/// with `place`; the first job that does not fit blocks those behind it.
+/// Jobs larger than the cluster are rejected.
+fn in_order_with(
     view: &ClusterView<'_>,
+    order: &[usize],
     mut place: impl FnMut(&ClusterView<'_>, &[usize], &[u32], &QueuedJob<'_>) -> Option<Vec<(HostId, u32)>>,
 ) -> Vec<Decision> {
     let rack_of = racks(view);
     let mut free = view.free_gpus.to_vec();
     let total = view.topology.gpu_count();
     let mut out = Vec::new();
-    for job in &view.queue {
+    let queue: Vec<&QueuedJob<'_>> =
+        if order.is_empty() { view.queue.iter().collect() } else { order.iter().map(|&i| &view.queue[i]).collect() };
+    for job in queue {
         if job.spec.gpus() > total || job.spec.gpus() == 0 {
             out.push(Decision::Reject {
                 job: job.id,
@@ -96,6 +102,61 @@ fn fifo_with(
         }
     }
     out
+}
+
+fn fifo_with(
+    view: &ClusterView<'_>,
+    place: impl FnMut(&ClusterView<'_>, &[usize], &[u32], &QueuedJob<'_>) -> Option<Vec<(HostId, u32)>>,
+) -> Vec<Decision> {
+    in_order_with(view, &[], place)
+}
+
+/// Run time of a queued job alone on a consolidated placement, seconds
+/// (the zoo's shape on the hosts of the cluster's first host type).
+pub fn isolated_seconds(view: &ClusterView<'_>, spec: &orrery_model::JobSpec) -> f64 {
+    match spec.work {
+        orrery_model::Work::Seconds(s) => s,
+        orrery_model::Work::Iterations(n) => {
+            let t = view.topology;
+            let per_host = t.hosts.iter().map(|h| h.gpus).max().unwrap_or(1).max(1);
+            let mut left = spec.gpus().max(1);
+            let mut hosts = Vec::new();
+            let mut h = 0;
+            while left > 0 && h < t.hosts.len() {
+                let g = left.min(per_host);
+                hosts.push((h, g));
+                left -= g;
+                h += 1;
+            }
+            orrery_model::placed::place(t, spec, &hosts).map_or(f64::INFINITY, |p| n as f64 * p.shape.period_ms() / 1e3)
+        }
+    }
+}
+
+/// Shortest-job-first or smallest-service-first (GPUs × run time alone),
+/// non-preemptive, with consolidated placement and head-of-line blocking.
+#[derive(Debug, Clone, Copy)]
+pub struct ShortestFirst {
+    /// Weigh run time by GPUs (SSF) or not (SJF).
+    pub by_service: bool,
+}
+
+impl Policy for ShortestFirst {
+    fn name(&self) -> String {
+        if self.by_service { "ssf".into() } else { "sjf".into() }
+    }
+
+    fn schedule(&mut self, view: &ClusterView<'_>) -> Vec<Decision> {
+        let key = |i: usize| {
+            let spec = view.queue[i].spec;
+            let t = isolated_seconds(view, spec);
+            if self.by_service { t * f64::from(spec.gpus()) } else { t }
+        };
+        let mut order: Vec<usize> = (0..view.queue.len()).collect();
+        // Ties keep arrival order (the sort is stable).
+        order.sort_by(|&a, &b| key(a).total_cmp(&key(b)));
+        in_order_with(view, &order, |view, rack_of, free, job| consolidated(view, rack_of, free, job.spec.gpus()))
+    }
 }
 
 /// FIFO order, GPUs taken from hosts chosen uniformly at random (seeded).
@@ -167,7 +228,20 @@ impl Policy for Ideal {
     }
 }
 
-/// A policy by name: `fifo`, `random`, `ideal`, or any of them `+cassini`.
+/// Every policy name with one line about it (`orrery policies`).
+pub const CATALOGUE: &[(&str, &str)] = &[
+    ("fifo", "arrival order, head-of-line blocking; consolidated first fit (one host, else fewest racks)"),
+    ("sjf", "shortest run time alone first, non-preemptive; consolidated first fit"),
+    ("ssf", "smallest GPU service (GPUs x run time alone) first, non-preemptive; consolidated first fit"),
+    ("random", "arrival order; GPUs from hosts drawn at random (seeded)"),
+    ("ideal", "FIFO placement; every job has the network to itself"),
+    (
+        "HOST+cassini",
+        "CASSINI Alg. 2 on any of the above: ranks 10 candidate placements by link compatibility, aligns time-shifts",
+    ),
+];
+
+/// A policy by name: one of [`CATALOGUE`], or any of them `+cassini`.
 pub fn by_name(name: &str, seed: u64) -> Option<Box<dyn Policy>> {
     if let Some(host) = name.strip_suffix("+cassini") {
         return by_name(host, seed)
@@ -175,6 +249,8 @@ pub fn by_name(name: &str, seed: u64) -> Option<Box<dyn Policy>> {
     }
     match name {
         "fifo" => Some(Box::new(Fifo)),
+        "sjf" => Some(Box::new(ShortestFirst { by_service: false })),
+        "ssf" => Some(Box::new(ShortestFirst { by_service: true })),
         "random" => Some(Box::new(RandomPlacement::new(seed))),
         "ideal" => Some(Box::new(Ideal)),
         _ => None,
@@ -217,6 +293,30 @@ mod tests {
         // Head-of-line blocking: a job that does not fit now stops the queue.
         let jobs = [job(124), job(1)];
         assert!(Fifo.schedule(&view(&t, &free, &jobs)).is_empty());
+    }
+
+    #[test]
+    fn sjf_and_ssf_order_by_run_time_and_service() {
+        let t = LeafSpine::with_oversubscription(1, 2, 1, 8, "v100", 100.0, 1.0).build("t").expect("valid");
+        let free = vec![8u32; 2];
+        // Job 0: 8 GPUs, 100 iterations; job 1: 1 GPU, 300 iterations; job 2: 1 GPU, 10 iterations.
+        let jobs = [
+            JobSpec::new("a", "vgg16", 32, 8, Work::Iterations(100), 0.0),
+            JobSpec::new("b", "vgg16", 32, 1, Work::Iterations(300), 0.0),
+            JobSpec::new("c", "vgg16", 32, 1, Work::Iterations(10), 0.0),
+        ];
+        let order = |p: &mut dyn Policy| -> Vec<usize> {
+            p.schedule(&view(&t, &free, &jobs))
+                .iter()
+                .filter_map(|d| if let Decision::Place { job, .. } = d { Some(*job) } else { None })
+                .collect()
+        };
+        // By run time: c (10 it.), a (100 it. on one host, compute-bound), b (300 it.).
+        assert_eq!(order(&mut ShortestFirst { by_service: false }), vec![2, 0, 1]);
+        // By GPU service: c (1 GPU x 10), b (1 x 300), a (8 x 100).
+        assert_eq!(order(&mut ShortestFirst { by_service: true }), vec![2, 1, 0]);
+        assert!(by_name("ssf+cassini", 0).is_some_and(|p| p.name() == "ssf+cassini"));
+        assert!(by_name("lottery", 0).is_none());
     }
 
     #[test]

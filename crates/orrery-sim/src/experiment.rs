@@ -178,11 +178,15 @@ jitter = 0.02
 /// Parses an experiment; messages carry `file:line:column`.
 pub fn parse(file: &str, text: &str) -> Result<Experiment, String> {
     let e: Experiment = orrery_model::setups::parse_config(file, text).map_err(|e| e.to_string())?;
+    let names = || orrery_policy::baseline::CATALOGUE.iter().map(|c| c.0).collect::<Vec<_>>().join(", ");
     if e.policies.is_empty() {
-        return Err(format!("{file}: policies: expected at least one of {}", POLICIES.join(", ")));
+        return Err(format!("{file}: policies: expected at least one of {}", names()));
     }
-    if let Some(p) = e.policies.iter().find(|p| !POLICIES.contains(&p.as_str())) {
-        return Err(format!("{file}: policies: unknown policy {p:?}; expected one of {}", POLICIES.join(", ")));
+    if let Some(p) = e.policies.iter().find(|p| !known_policy(p)) {
+        return Err(format!(
+            "{file}: policies: unknown policy {p:?}; expected one of {} (see `orrery policies`)",
+            names()
+        ));
     }
     if e.seeds.is_empty() {
         return Err(format!("{file}: seeds: expected at least one seed"));
@@ -193,8 +197,10 @@ pub fn parse(file: &str, text: &str) -> Result<Experiment, String> {
     Ok(e)
 }
 
-/// Policies `orrery run` knows.
-pub const POLICIES: &[&str] = &["fifo", "random", "ideal", "fifo+cassini", "random+cassini"];
+/// Whether `orrery run` knows a policy name (see `orrery policies`).
+pub fn known_policy(name: &str) -> bool {
+    orrery_policy::baseline::by_name(name, 0).is_some()
+}
 
 impl Experiment {
     /// Builds the topology; `base` resolves relative paths.

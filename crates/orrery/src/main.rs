@@ -52,6 +52,8 @@ enum Command {
     /// Job traces: read, check and summarise public traces and orrery's JSONL.
     #[command(subcommand)]
     Trace(trace::Command),
+    /// The scheduling policies `orrery run` knows, one line each.
+    Policies,
     /// Compatibility of jobs sharing one link: the best rotation of each job's
     /// circle, its time-shift, the score and the cushion (CASSINI §3, Metronome §III).
     Compat(compat::Args),
@@ -103,6 +105,12 @@ fn main() -> ExitCode {
         Command::Topo(cmd) => topo::run(&cmd),
         Command::Trace(cmd) => trace::run(&cmd, &mut timings),
         Command::Compat(args) => compat::run(&args, &mut timings),
+        Command::Policies => {
+            for (name, what) in orrery_policy::baseline::CATALOGUE {
+                println!("{name:<14} {what}");
+            }
+            Ok(())
+        }
     };
     timings.report();
     match result {
