@@ -14,6 +14,7 @@
 //! The fit (log-error, soft-L1) was run once offline; its outputs are the
 //! constants in `orrery_model::zoo::ZOO` and `orrery_model::gpu::GPU_TYPES`.
 
+use crate::formats::for_each_row;
 use crate::formats::gavel::{split_job_type, zoo_name as gavel_zoo};
 use crate::formats::pollux::zoo_name as pollux_zoo;
 use orrery_model::gpu::gpu_type;
@@ -133,18 +134,16 @@ fn gavel(t: &mut Vec<Point>) {
 fn pollux(t: &mut Vec<Point>) {
     for (app, text) in POLLUX {
         let Some(zoo) = pollux_zoo(app) else { continue };
+        let header = ["placement", "local_bsz", "step_time", "sync_time"];
+        let rows = for_each_row(app, text, b',', true, &header, |row| {
+            Ok(Some((row.text(0)?.to_string(), row.positive(1)?, row.non_negative(2)?)))
+        });
         let mut seen = BTreeSet::new();
-        for line in text.lines().skip(1) {
-            let f: Vec<&str> = line.split(',').collect();
-            let (Some(p), Some(Ok(batch)), Some(Ok(step))) =
-                (f.first(), f.get(1).map(|s| s.parse::<u32>()), f.get(2).map(|s| s.parse::<f64>()))
-            else {
-                continue;
-            };
-            if !seen.insert((p.to_string(), batch)) {
+        for (p, batch, step) in rows.items {
+            if !seen.insert((p.clone(), batch)) {
                 continue;
             }
-            let Some(placement) = Placement::from_digits(p) else { continue };
+            let Some(placement) = Placement::from_digits(&p) else { continue };
             let spread = placement.gpus_per_host.iter().all(|&g| g == 1);
             let role = match (placement.workers(), placement.hosts()) {
                 (1, _) => Role::Fit,
@@ -168,18 +167,14 @@ fn pollux(t: &mut Vec<Point>) {
 
 /// Muri trace1: per-iteration GPU time (`resource_time_1`), V100 assumed.
 fn muri(t: &mut Vec<Point>) {
+    let header = ["job_id", "num_gpu", "submit_time", "iterations", "model_name", "batch_size"];
+    let rows = for_each_row("muri_trace1.csv", MURI_CSV, b',', true, &header, |row| {
+        Ok(Some((row.positive(1)?, row.text(4)?.to_string(), row.positive(5)?, row.non_negative(10)?)))
+    });
     let mut seen = BTreeSet::new();
-    for line in MURI_CSV.lines().skip(1) {
-        let f: Vec<&str> = line.split(',').collect();
-        let (Some(gpus), Some(name), Some(batch), Some(gpu_ms)) = (
-            f.get(1).and_then(|s| s.parse::<u32>().ok()),
-            f.get(4),
-            f.get(5).and_then(|s| s.parse::<u32>().ok()),
-            f.get(10).and_then(|s| s.parse::<f64>().ok()),
-        ) else {
-            continue;
-        };
-        let zoo = if *name == "gpt2" { "gpt2-small" } else { name };
+    for (gpus, name, batch, gpu_ms) in rows.items {
+        // As the Muri reader maps it: only GPT-2 small fits Muri's set-up.
+        let zoo = if name == "gpt2" { "gpt2-small" } else { name.as_str() };
         let Some(m) = model(zoo) else { continue };
         if !seen.insert((m.name, gpus, batch)) {
             continue;
