@@ -49,6 +49,19 @@ pub struct LinkStats {
     pub series: Vec<f64>,
 }
 
+/// Buffers of the progressive filling, kept between calls to avoid allocating.
+#[derive(Debug, Clone, Default)]
+struct Scratch {
+    rate: Vec<f64>,
+    remaining: Vec<f64>,
+    saturated_below: Vec<f64>,
+    count: Vec<usize>,
+    path: Vec<usize>,
+    offset: Vec<usize>,
+    caps: Vec<f64>,
+    frozen: Vec<bool>,
+}
+
 /// Width of the first utilisation bucket, ns (1 s).
 pub const FIRST_BUCKET_NS: u64 = 1_000_000_000;
 const MAX_BUCKETS: usize = 512;
@@ -77,6 +90,8 @@ pub struct Network {
     stamp: u64,
     /// Index of each link within the current component.
     local: Vec<usize>,
+    /// Buffers reused by every recomputation.
+    scratch: Scratch,
     /// Owners whose flows shared a max-min component with another owner's
     /// since the driver last drained this list.
     pub interacting: Vec<usize>,
@@ -100,6 +115,7 @@ impl Network {
             flow_stamp: Vec::new(),
             stamp: 0,
             local: vec![0; n],
+            scratch: Scratch::default(),
             interacting: Vec::new(),
         }
     }
@@ -279,71 +295,82 @@ impl Network {
     /// of degree d, with R ≤ F_c rounds; nothing outside the component is touched.
     fn recompute(&mut self, now: u64, seeds: &[LinkId], extra: Option<FlowId>) -> Vec<FlowId> {
         let (flows, links) = self.component(seeds, extra);
-        let owners: std::collections::BTreeSet<usize> =
-            flows.iter().filter_map(|&f| self.flows[f].as_ref().map(|f| f.owner)).collect();
-        if owners.len() > 1 {
-            self.interacting.extend(owners);
+        let mut owners = flows.iter().filter_map(|&f| self.flows[f].as_ref().map(|f| f.owner));
+        if let Some(first) = owners.next()
+            && owners.any(|o| o != first)
+        {
+            self.interacting.extend(flows.iter().filter_map(|&f| self.flows[f].as_ref().map(|f| f.owner)));
         }
         for &l in &links {
             self.integrate(l, now);
         }
-        let mut rate: Vec<f64> = vec![0.0; flows.len()];
+        let mut sc = std::mem::take(&mut self.scratch);
+        sc.rate.clear();
+        sc.rate.resize(flows.len(), 0.0);
         if self.isolated {
             for (i, &f) in flows.iter().enumerate() {
-                rate[i] = self.flows[f].as_ref().map_or(0.0, |f| f.cap_gbps);
+                sc.rate[i] = self.flows[f].as_ref().map_or(0.0, |f| f.cap_gbps);
             }
         } else {
             for (i, &l) in links.iter().enumerate() {
                 self.local[l] = i;
             }
-            let local = &self.local;
-            let mut remaining: Vec<f64> = links.iter().map(|&l| self.capacity[l]).collect();
-            let mut count: Vec<usize> = vec![0; links.len()];
-            let paths: Vec<Vec<usize>> = flows
-                .iter()
-                .map(|&f| {
-                    self.flows[f].as_ref().map(|f| f.path.iter().map(|&l| local[l]).collect()).unwrap_or_default()
-                })
-                .collect();
-            let caps: Vec<f64> = flows.iter().map(|&f| self.flows[f].as_ref().map_or(0.0, |f| f.cap_gbps)).collect();
-            let mut frozen = vec![false; flows.len()];
-            for p in &paths {
-                for &l in p {
-                    count[l] += 1;
+            sc.remaining.clear();
+            sc.remaining.extend(links.iter().map(|&l| self.capacity[l]));
+            sc.saturated_below.clear();
+            sc.saturated_below.extend(links.iter().map(|&l| self.capacity[l] * 1e-12));
+            sc.count.clear();
+            sc.count.resize(links.len(), 0);
+            // Paths in local link indices, flattened: flow i's are path[offset[i]..offset[i + 1]].
+            sc.path.clear();
+            sc.offset.clear();
+            sc.caps.clear();
+            for &f in &flows {
+                sc.offset.push(sc.path.len());
+                let flow = self.flows[f].as_ref();
+                sc.caps.push(flow.map_or(0.0, |f| f.cap_gbps));
+                for &l in flow.map(|f| f.path.as_slice()).unwrap_or_default() {
+                    sc.path.push(self.local[l]);
+                    sc.count[self.local[l]] += 1;
                 }
             }
+            sc.offset.push(sc.path.len());
+            sc.frozen.clear();
+            sc.frozen.resize(flows.len(), false);
             let mut level = 0.0;
             let mut left = flows.len();
             while left > 0 {
                 self.fill_rounds += 1;
                 let mut step = f64::INFINITY;
-                for (i, &c) in count.iter().enumerate() {
+                for (i, &c) in sc.count.iter().enumerate() {
                     if c > 0 {
-                        step = step.min(remaining[i] / c as f64);
+                        step = step.min(sc.remaining[i] / c as f64);
                     }
                 }
-                for (i, &c) in caps.iter().enumerate() {
-                    if !frozen[i] {
+                for (i, &c) in sc.caps.iter().enumerate() {
+                    if !sc.frozen[i] {
                         step = step.min(c - level);
                     }
                 }
                 let step = step.max(0.0);
                 level += step;
-                for (i, &c) in count.iter().enumerate() {
-                    remaining[i] -= step * c as f64;
+                for (i, &c) in sc.count.iter().enumerate() {
+                    sc.remaining[i] -= step * c as f64;
                 }
-                let saturated: Vec<bool> =
-                    remaining.iter().zip(&links).map(|(&r, &l)| r <= self.capacity[l] * 1e-12).collect();
+                // Saturation is judged on the remaining capacity before this
+                // round's freezes (they do not change `remaining`).
                 for i in 0..flows.len() {
-                    if frozen[i] {
+                    if sc.frozen[i] {
                         continue;
                     }
-                    if caps[i] - level <= caps[i] * 1e-12 || paths[i].iter().any(|&l| saturated[l]) {
-                        frozen[i] = true;
-                        rate[i] = level;
+                    let path = &sc.path[sc.offset[i]..sc.offset[i + 1]];
+                    let at_cap = sc.caps[i] - level <= sc.caps[i] * 1e-12;
+                    if at_cap || path.iter().any(|&l| sc.remaining[l] <= sc.saturated_below[l]) {
+                        sc.frozen[i] = true;
+                        sc.rate[i] = level;
                         left -= 1;
-                        for &l in &paths[i] {
-                            count[l] -= 1;
+                        for &l in path {
+                            sc.count[l] -= 1;
                         }
                     }
                 }
@@ -352,15 +379,16 @@ impl Network {
         let mut changed = Vec::new();
         for (i, &f) in flows.iter().enumerate() {
             if let Some(flow) = self.flows[f].as_mut()
-                && (flow.rate_gbps != rate[i] || Some(f) == extra)
+                && (flow.rate_gbps != sc.rate[i] || Some(f) == extra)
             {
                 Self::advance(flow, now);
-                flow.rate_gbps = rate[i];
+                flow.rate_gbps = sc.rate[i];
                 self.next_version += 1;
                 flow.version = self.next_version;
                 changed.push(f);
             }
         }
+        self.scratch = sc;
         for &l in &links {
             let (carried, demand) = self.link_flows[l]
                 .iter()
@@ -372,7 +400,6 @@ impl Network {
         changed
     }
 
-    /// Flows and links connected to the seed links (and flow) through shared links.
     /// Flows and links connected to the seed links (and flow) through shared
     /// links. O(F_c + L_c · d) with stamps instead of hash sets.
     fn component(&mut self, seeds: &[LinkId], extra: Option<FlowId>) -> (Vec<FlowId>, Vec<LinkId>) {
