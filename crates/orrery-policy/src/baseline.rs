@@ -253,6 +253,7 @@ pub fn by_name(name: &str, seed: u64) -> Option<Box<dyn Policy>> {
         "ssf" => Some(Box::new(ShortestFirst { by_service: true })),
         "random" => Some(Box::new(RandomPlacement::new(seed))),
         "ideal" => Some(Box::new(Ideal)),
+        "metronome" => Some(Box::new(crate::metronome::Metronome::default())),
         _ => None,
     }
 }

@@ -10,6 +10,7 @@
 
 pub mod baseline;
 pub mod cassini;
+pub mod metronome;
 
 use orrery_model::{HostId, JobSpec, Topology};
 use serde::{Deserialize, Serialize};

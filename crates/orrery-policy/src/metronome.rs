@@ -1,0 +1,371 @@
+//! Metronome's scheduler and stop-and-wait controller (Metronome §III-B/C,
+//! Alg. 1), on whole jobs placed pod by pod (one pod per worker).
+//!
+//! For each pod of the job at the head of the queue:
+//! * **PreFilter**: latency score Δn of every node — the summed latency to the
+//!   pods it depends on that are already placed (its job's other pods); with
+//!   none, the mean latency from the node to all nodes.
+//! * **Filter**: nodes with a free GPU whose host link can carry the pod's
+//!   bandwidth (Eq. 14).
+//! * **Score**: 100 when the pod is LowComm, the node has no other
+//!   communicating pods, or their summed bandwidth fits the link (early
+//!   return); otherwise Eq. 18 on the node's unified circle after the fast
+//!   feasible rotation (read as 100 × CASSINI's score, see `orrery_interleave::score`).
+//! * **NormalizeScore**: among the best-scoring nodes, Eq. 19 turns Δn into
+//!   0–100 (lowest latency best; reversed for LowComm pods) and picks the highest.
+//! * **Reserve**: the pod takes the node; the job is placed when all its pods
+//!   are (all-or-nothing, Eq. 11–12); otherwise nothing is placed and the queue
+//!   waits (FIFO).
+//!
+//! The controller aligns each newly placed low-priority job to the rotation
+//! its busiest node gave it, relative to that node's reference job (the
+//! highest-priority, earliest pod, Eq. 16): the high-priority job is never
+//! moved. It then watches iterations: when a low-priority job's iteration
+//! exceeds A_T = 110% of its time alone more than O_T = 5 times in a window of
+//! 10, it is re-aligned (the stop-and-wait pause).
+//!
+//! Simplifications: only host links are scored (as Metronome does, Eq. 14);
+//! the offline optimal recalculation and duty-cycle change detection are not
+//! modelled; AppGroup dependencies beyond a job's own pods are not read.
+
+use crate::{ClusterView, Decision, JobId, Policy, QueuedJob};
+use orrery_interleave::score::{compatibility, demand};
+use orrery_interleave::unified::{CircleJob, Params, unify};
+use orrery_interleave::{Search, solve};
+use orrery_model::placed::place;
+use orrery_model::zoo::{Placement, model};
+use orrery_model::{Circle, HostId, JobSpec};
+use std::collections::HashMap;
+
+/// Metronome's thresholds (§IV-A).
+#[derive(Debug, Clone, Copy)]
+pub struct Thresholds {
+    /// A_T: an iteration this many times its time alone is slow.
+    pub slow_factor: f64,
+    /// O_T: slow iterations in the window that trigger a re-alignment.
+    pub slow_count: usize,
+    /// Window, iterations.
+    pub window: usize,
+}
+
+impl Default for Thresholds {
+    fn default() -> Self {
+        Thresholds { slow_factor: 1.10, slow_count: 5, window: 10 }
+    }
+}
+
+/// The Metronome policy.
+#[derive(Debug, Default)]
+pub struct Metronome {
+    /// Controller thresholds.
+    pub thresholds: Thresholds,
+    latency: Vec<Vec<f64>>,
+    /// Per aligned job: (iteration alone ms, offset s, recent iteration times).
+    watched: HashMap<JobId, (f64, f64, Vec<f64>)>,
+    /// Re-alignments done by the controller.
+    pub readjustments: u64,
+}
+
+/// The circle a job would have spread over `workers` hosts at `gbps`.
+fn circle_of(spec: &JobSpec, gpu: &str, gbps: f64) -> Option<Circle> {
+    let m = model(&spec.model)?;
+    Some(m.shape_on(gpu, spec.batch, &Placement::spread(spec.workers), gbps)?.circle())
+}
+
+/// Eq. 19: latency scores normalised to 0–100, lower latency scoring higher.
+pub fn normalize(delta: &[f64]) -> Vec<f64> {
+    let lo = delta.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = delta.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    delta
+        .iter()
+        .map(|&d| if hi > lo { 100.0 - (100.0 * (d - lo) / (hi - lo)).floor() } else { 100.0 - (d - lo) })
+        .collect()
+}
+
+impl Metronome {
+    /// Places all pods of `job` or none; returns the hosts and, per host, the
+    /// shift (ms) its node's rotation gives the job.
+    fn place_job(
+        &self,
+        view: &ClusterView<'_>,
+        job: &QueuedJob<'_>,
+        free: &mut [u32],
+        node_pods: &mut HashMap<HostId, Vec<(JobId, Circle, orrery_model::Priority)>>,
+    ) -> Option<(Vec<(HostId, u32)>, Option<(HostId, f64)>)> {
+        let t = view.topology;
+        let spec = job.spec;
+        let per_pod = spec.gpus_per_worker.max(1);
+        let mut scratch = free.to_vec();
+        let mut chosen: Vec<HostId> = Vec::new();
+        let mut shift: Option<(HostId, f64, f64)> = None; // (host, score, shift ms)
+        for _pod in 0..spec.workers {
+            // PreFilter: latency to the job's pods placed so far, or the mean.
+            let delta: Vec<f64> = (0..t.hosts.len())
+                .map(|n| {
+                    if chosen.is_empty() {
+                        self.latency[n].iter().filter(|v| v.is_finite()).sum::<f64>() / t.hosts.len() as f64
+                    } else {
+                        chosen.iter().map(|&c| self.latency[n][c]).sum()
+                    }
+                })
+                .collect();
+            let mut best: Vec<(HostId, f64, Option<f64>)> = Vec::new(); // (node, score, shift)
+            for n in 0..t.hosts.len() {
+                // Filter: a free GPU, and the pod's bandwidth within the link (Eq. 14).
+                let nic = t.host_nic_gbps(n);
+                let Some(circle) = circle_of(spec, &t.hosts[n].gpu_type, nic) else { continue };
+                let bw = circle.arcs.iter().map(|a| a.gbps).fold(0.0, f64::max);
+                if scratch[n] < per_pod || bw > nic + 1e-9 {
+                    continue;
+                }
+                // Score (Eq. 18) with the early returns.
+                let others = node_pods.get(&n).map(Vec::as_slice).unwrap_or_default();
+                let total_bw: f64 =
+                    others.iter().map(|o| o.1.arcs.iter().map(|a| a.gbps).fold(0.0, f64::max)).sum::<f64>() + bw;
+                let (score, rot) = if spec.low_comm || bw == 0.0 || others.is_empty() || total_bw <= nic {
+                    (100.0, None)
+                } else {
+                    let mut circles: Vec<CircleJob> = others
+                        .iter()
+                        .map(|(id, c, p)| CircleJob { name: id.to_string(), priority: *p, circle: c.clone() })
+                        .collect();
+                    circles.push(CircleJob {
+                        name: job.id.to_string(),
+                        priority: spec.priority,
+                        circle: circle.clone(),
+                    });
+                    match unify(&circles, &Params::default()) {
+                        Ok(u) => {
+                            let sol = solve(&u, nic, Search::FastFeasible);
+                            let s = 100.0 * compatibility(&demand(&u, &sol.rotations), nic);
+                            let me = circles.len() - 1;
+                            let t_ref = sol.shifts_ms(&u)[u.reference];
+                            (s, Some(sol.shifts_ms(&u)[me] - t_ref))
+                        }
+                        Err(_) => (0.0, None),
+                    }
+                };
+                best.push((n, score, rot));
+            }
+            let max = best.iter().map(|b| b.1).fold(f64::NEG_INFINITY, f64::max);
+            let top: Vec<&(HostId, f64, Option<f64>)> = best.iter().filter(|b| b.1 >= max - 1e-9).collect();
+            // NormalizeScore (Eq. 19) among the best: lowest latency, or highest for LowComm.
+            let d: Vec<f64> = top.iter().map(|b| delta[b.0]).collect();
+            let norm = normalize(&d);
+            let pick = (0..top.len()).max_by(|&a, &b| {
+                let (x, y) = if spec.low_comm { (100.0 - norm[a], 100.0 - norm[b]) } else { (norm[a], norm[b]) };
+                x.total_cmp(&y).then(top[b].0.cmp(&top[a].0))
+            })?;
+            let (n, score, rot) = *top[pick];
+            scratch[n] -= per_pod;
+            chosen.push(n);
+            if let Some(r) = rot
+                && shift.is_none_or(|s| score < s.1)
+            {
+                shift = Some((n, score, r));
+            }
+        }
+        // Reserve: all pods placed.
+        free.copy_from_slice(&scratch);
+        let mut hosts: Vec<(HostId, u32)> = Vec::new();
+        for &n in &chosen {
+            match hosts.iter_mut().find(|h| h.0 == n) {
+                Some(h) => h.1 += per_pod,
+                None => hosts.push((n, per_pod)),
+            }
+        }
+        let circle = place(t, spec, &hosts).map(|p| p.shape.circle());
+        if let Some(c) = circle.filter(|c| !c.arcs.is_empty()) {
+            for &(n, _) in &hosts {
+                node_pods.entry(n).or_default().push((job.id, c.clone(), spec.priority));
+            }
+        }
+        Some((hosts, shift.map(|s| (s.0, s.2))))
+    }
+}
+
+impl Policy for Metronome {
+    fn name(&self) -> String {
+        "metronome".into()
+    }
+
+    fn schedule(&mut self, view: &ClusterView<'_>) -> Vec<Decision> {
+        if self.latency.len() != view.topology.hosts.len() {
+            self.latency = view.topology.latency_matrix_us();
+        }
+        let mut free = view.free_gpus.to_vec();
+        // Pods already on each node with their circles (communicating jobs only).
+        let mut node_pods: HashMap<HostId, Vec<(JobId, Circle, orrery_model::Priority)>> = HashMap::new();
+        for r in &view.running {
+            if let Some(c) =
+                place(view.topology, r.spec, r.hosts).map(|p| p.shape.circle()).filter(|c| !c.arcs.is_empty())
+            {
+                for &(n, _) in r.hosts {
+                    node_pods.entry(n).or_default().push((r.id, c.clone(), r.spec.priority));
+                }
+            }
+        }
+        let mut out = Vec::new();
+        for job in &view.queue {
+            if job.spec.gpus() > view.topology.gpu_count() {
+                out.push(Decision::Reject { job: job.id, reason: "larger than the cluster".into() });
+                continue;
+            }
+            // The reference job of the busiest node, before this job joins it.
+            let before = node_pods.clone();
+            let Some((hosts, shift)) = self.place_job(view, job, &mut free, &mut node_pods) else { break };
+            out.push(Decision::Place { job: job.id, hosts });
+            // Align a low-priority newcomer to its rotation, relative to the node's
+            // reference job; the high-priority job is never moved (Eq. 16).
+            if let Some((n, rel_ms)) = shift
+                && job.spec.priority == orrery_model::Priority::Low
+                && let Some(reference) = before.get(&n).and_then(|pods| {
+                    pods.iter()
+                        .max_by_key(|p| (p.2, std::cmp::Reverse(p.0)))
+                        .and_then(|p| view.running.iter().find(|r| r.id == p.0))
+                })
+                && let Some(period_ms) = place(
+                    view.topology,
+                    job.spec,
+                    match out.last() {
+                        Some(Decision::Place { hosts, .. }) => hosts,
+                        _ => &[],
+                    },
+                )
+                .map(|p| p.shape.period_ms())
+            {
+                let offset_s = reference.iteration_start_s + rel_ms.rem_euclid(period_ms) / 1e3;
+                self.watched.insert(job.id, (period_ms, offset_s, Vec::new()));
+                out.push(Decision::Align { job: job.id, period_ms, offset_s });
+            }
+        }
+        out
+    }
+
+    fn observes_iterations(&self) -> bool {
+        true
+    }
+
+    fn on_iteration(&mut self, _view: &ClusterView<'_>, job: JobId, iteration_ms: f64) -> Vec<Decision> {
+        let th = self.thresholds;
+        let Some((alone, offset_s, recent)) = self.watched.get_mut(&job) else { return Vec::new() };
+        recent.push(iteration_ms);
+        if recent.len() > th.window {
+            recent.remove(0);
+        }
+        let slow = recent.iter().filter(|&&ms| ms > th.slow_factor * *alone).count();
+        if slow > th.slow_count {
+            recent.clear();
+            self.readjustments += 1;
+            return vec![Decision::Align { job, period_ms: *alone, offset_s: *offset_s }];
+        }
+        Vec::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::RunningJob;
+    use orrery_model::setups::LeafSpine;
+    use orrery_model::{Priority, Topology, Work};
+
+    fn cluster() -> Topology {
+        // Two racks of two single-GPU hosts, 25 Gbit/s links.
+        LeafSpine {
+            racks: 2,
+            hosts_per_rack: 2,
+            spines: 1,
+            gpus_per_host: 1,
+            gpu_type: "a30".into(),
+            host_gbps: 25.0,
+            uplink_gbps: 25.0,
+        }
+        .build("t")
+        .expect("valid")
+    }
+
+    fn placed(decisions: &[Decision], job: JobId) -> Option<Vec<(HostId, u32)>> {
+        decisions.iter().find_map(|d| match d {
+            Decision::Place { job: j, hosts } if *j == job => Some(hosts.clone()),
+            _ => None,
+        })
+    }
+
+    #[test]
+    fn the_pods_of_a_job_land_close_together() {
+        // Every node scores 100 (nothing else runs), so Eq. 19 decides: the
+        // second pod goes to the host one hop from the first, not three.
+        let t = cluster();
+        let spec = JobSpec::new("a", "vgg16", 16, 2, Work::Iterations(10), 0.0);
+        let view = ClusterView {
+            now_s: 0.0,
+            topology: &t,
+            free_gpus: &[1, 1, 1, 1],
+            queue: vec![QueuedJob { id: 0, spec: &spec, waiting_s: 0.0 }],
+            running: Vec::new(),
+        };
+        let d = Metronome::default().schedule(&view);
+        let hosts = placed(&d, 0).expect("placed");
+        let rack = |h: HostId| h / 2;
+        assert_eq!(hosts.len(), 2);
+        assert_eq!(rack(hosts[0].0), rack(hosts[1].0), "{hosts:?}");
+    }
+
+    #[test]
+    fn only_the_low_priority_newcomer_is_aligned() {
+        // Two-GPU hosts. A high-priority VGG16 ring holds one GPU on h0 and on
+        // h2; h1 and h3 are full, so a low-priority VGG16 ring must share h0's
+        // and h2's links. It is placed there and aligned to the rotation the
+        // node's circle gives it; the high-priority job is never moved (Eq. 16).
+        let t = LeafSpine {
+            racks: 2,
+            hosts_per_rack: 2,
+            spines: 1,
+            gpus_per_host: 2,
+            gpu_type: "a30".into(),
+            host_gbps: 25.0,
+            uplink_gbps: 25.0,
+        }
+        .build("t")
+        .expect("valid");
+        let mut high = JobSpec::new("hi", "vgg16", 64, 2, Work::Iterations(100), 0.0);
+        high.priority = Priority::High;
+        let low = JobSpec::new("lo", "vgg16", 64, 2, Work::Iterations(100), 0.0);
+        let hosts = [(0usize, 1u32), (2, 1)];
+        let view = ClusterView {
+            now_s: 5.0,
+            topology: &t,
+            free_gpus: &[1, 0, 1, 0],
+            queue: vec![QueuedJob { id: 1, spec: &low, waiting_s: 0.0 }],
+            running: vec![RunningJob {
+                id: 0,
+                spec: &high,
+                hosts: &hosts,
+                iterations_done: 3,
+                paused: false,
+                iteration_start_s: 4.9,
+            }],
+        };
+        let d = Metronome::default().schedule(&view);
+        let mut got = placed(&d, 1).expect("placed");
+        got.sort_unstable();
+        assert_eq!(got, vec![(0, 1), (2, 1)]);
+        let aligned: Vec<(JobId, f64)> = d
+            .iter()
+            .filter_map(|d| if let Decision::Align { job, offset_s, .. } = d { Some((*job, *offset_s)) } else { None })
+            .collect();
+        assert_eq!(aligned.len(), 1, "{d:?}");
+        assert_eq!(aligned[0].0, 1, "only the low-priority job moves");
+        // Its offset is measured from the reference job's current iteration start.
+        assert!(aligned[0].1 >= 4.9);
+    }
+
+    #[test]
+    fn eq19_normalisation() {
+        // Δ = 10, 20, 30: 100 − ⌊100 · (Δ − 10) / 20⌋.
+        assert_eq!(normalize(&[10.0, 20.0, 30.0]), vec![100.0, 50.0, 0.0]);
+        // All equal: 100 − (Δ − Δ_min).
+        assert_eq!(normalize(&[7.0, 7.0]), vec![100.0, 100.0]);
+    }
+}
