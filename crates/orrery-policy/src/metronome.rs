@@ -66,6 +66,16 @@ pub struct Metronome {
     pub readjustments: u64,
 }
 
+/// Communicating pods on each node: (job, its circle, its priority).
+type NodePods = HashMap<HostId, Vec<(JobId, Circle, orrery_model::Priority)>>;
+
+/// A job's pods placed: GPUs per host, and the node whose rotation sets the
+/// job's shift with that shift (ms, relative to the node's reference job).
+struct JobPlacement {
+    hosts: Vec<(HostId, u32)>,
+    shift: Option<(HostId, f64)>,
+}
+
 /// The circle a job would have spread over `workers` hosts at `gbps`.
 fn circle_of(spec: &JobSpec, gpu: &str, gbps: f64) -> Option<Circle> {
     let m = model(&spec.model)?;
@@ -90,8 +100,8 @@ impl Metronome {
         view: &ClusterView<'_>,
         job: &QueuedJob<'_>,
         free: &mut [u32],
-        node_pods: &mut HashMap<HostId, Vec<(JobId, Circle, orrery_model::Priority)>>,
-    ) -> Option<(Vec<(HostId, u32)>, Option<(HostId, f64)>)> {
+        node_pods: &mut NodePods,
+    ) -> Option<JobPlacement> {
         let t = view.topology;
         let spec = job.spec;
         let per_pod = spec.gpus_per_worker.max(1);
@@ -110,12 +120,12 @@ impl Metronome {
                 })
                 .collect();
             let mut best: Vec<(HostId, f64, Option<f64>)> = Vec::new(); // (node, score, shift)
-            for n in 0..t.hosts.len() {
+            for (n, &available) in scratch.iter().enumerate() {
                 // Filter: a free GPU, and the pod's bandwidth within the link (Eq. 14).
                 let nic = t.host_nic_gbps(n);
                 let Some(circle) = circle_of(spec, &t.hosts[n].gpu_type, nic) else { continue };
                 let bw = circle.arcs.iter().map(|a| a.gbps).fold(0.0, f64::max);
-                if scratch[n] < per_pod || bw > nic + 1e-9 {
+                if available < per_pod || bw > nic + 1e-9 {
                     continue;
                 }
                 // Score (Eq. 18) with the early returns.
@@ -180,7 +190,7 @@ impl Metronome {
                 node_pods.entry(n).or_default().push((job.id, c.clone(), spec.priority));
             }
         }
-        Some((hosts, shift.map(|s| (s.0, s.2))))
+        Some(JobPlacement { hosts, shift: shift.map(|s| (s.0, s.2)) })
     }
 }
 
@@ -195,7 +205,7 @@ impl Policy for Metronome {
         }
         let mut free = view.free_gpus.to_vec();
         // Pods already on each node with their circles (communicating jobs only).
-        let mut node_pods: HashMap<HostId, Vec<(JobId, Circle, orrery_model::Priority)>> = HashMap::new();
+        let mut node_pods: NodePods = HashMap::new();
         for r in &view.running {
             if let Some(c) =
                 place(view.topology, r.spec, r.hosts).map(|p| p.shape.circle()).filter(|c| !c.arcs.is_empty())
@@ -213,7 +223,9 @@ impl Policy for Metronome {
             }
             // The reference job of the busiest node, before this job joins it.
             let before = node_pods.clone();
-            let Some((hosts, shift)) = self.place_job(view, job, &mut free, &mut node_pods) else { break };
+            let Some(JobPlacement { hosts, shift }) = self.place_job(view, job, &mut free, &mut node_pods) else {
+                break;
+            };
             out.push(Decision::Place { job: job.id, hosts });
             // Align a low-priority newcomer to its rotation, relative to the node's
             // reference job; the high-priority job is never moved (Eq. 16).
