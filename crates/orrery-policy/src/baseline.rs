@@ -210,6 +210,90 @@ pub fn random_hosts(rng: &mut ChaCha8Rng, free: &[u32], gpus: u32) -> Option<Vec
     (left == 0).then_some(out)
 }
 
+/// Places a job pod by pod (one pod per worker) like kube-scheduler: for
+/// each pod, the feasible node with the highest `score(node, chosen so far,
+/// free GPUs)` (ties: lowest index); all pods or none. O(workers · H).
+pub fn place_pods(
+    view: &ClusterView<'_>,
+    spec: &orrery_model::JobSpec,
+    free: &[u32],
+    mut score: impl FnMut(HostId, &[HostId], &[u32]) -> f64,
+) -> Option<Vec<(HostId, u32)>> {
+    let per_pod = spec.gpus_per_worker.max(1);
+    let mut scratch = free.to_vec();
+    let mut chosen: Vec<HostId> = Vec::new();
+    for _ in 0..spec.workers {
+        let n = (0..view.topology.hosts.len())
+            .filter(|&n| scratch[n] >= per_pod)
+            .map(|n| (n, score(n, &chosen, &scratch)))
+            .max_by(|a, b| a.1.total_cmp(&b.1).then(b.0.cmp(&a.0)))?
+            .0;
+        scratch[n] -= per_pod;
+        chosen.push(n);
+    }
+    let mut hosts: Vec<(HostId, u32)> = Vec::new();
+    for n in chosen {
+        match hosts.iter_mut().find(|h| h.0 == n) {
+            Some(h) => h.1 += per_pod,
+            None => hosts.push((n, per_pod)),
+        }
+    }
+    Some(hosts)
+}
+
+/// Kubernetes' default scheduler for GPU pods: Filter on free GPUs, then
+/// NodeResourcesFit LeastAllocated (the node with the largest free share of
+/// its GPUs after the pod); BalancedAllocation has one resource here and adds
+/// nothing. Pods of a job therefore spread out. FIFO order.
+#[derive(Debug, Default)]
+pub struct K8sDefault;
+
+impl Policy for K8sDefault {
+    fn name(&self) -> String {
+        "k8s-default".into()
+    }
+
+    fn schedule(&mut self, view: &ClusterView<'_>) -> Vec<Decision> {
+        let t = view.topology;
+        fifo_with(view, |view, _, free, job| {
+            place_pods(view, job.spec, free, |n, _, scratch| {
+                let cap = f64::from(t.hosts[n].gpus.max(1));
+                100.0 * (f64::from(scratch[n]) - f64::from(job.spec.gpus_per_worker.max(1))) / cap
+            })
+        })
+    }
+}
+
+/// Diktyo (network-aware kube-scheduler plugins): NetworkOverhead scores a
+/// node by the latency to the pods it depends on that are already placed —
+/// here its job's other pods — lowest first, LeastAllocated breaking ties.
+/// Jobs go in arrival order (TopologicalSort only reorders AppGroup members).
+#[derive(Debug, Default)]
+pub struct Diktyo {
+    latency: Vec<Vec<f64>>,
+}
+
+impl Policy for Diktyo {
+    fn name(&self) -> String {
+        "diktyo".into()
+    }
+
+    fn schedule(&mut self, view: &ClusterView<'_>) -> Vec<Decision> {
+        let t = view.topology;
+        if self.latency.len() != t.hosts.len() {
+            self.latency = t.latency_matrix_us();
+        }
+        let latency = &self.latency;
+        fifo_with(view, |view, _, free, job| {
+            place_pods(view, job.spec, free, |n, chosen, scratch| {
+                let overhead: f64 = chosen.iter().map(|&c| latency[n][c]).sum();
+                let least = f64::from(scratch[n]) / f64::from(t.hosts[n].gpus.max(1));
+                -1000.0 * overhead + least
+            })
+        })
+    }
+}
+
 /// FIFO placement, and the driver gives every job the network to itself.
 #[derive(Debug, Default)]
 pub struct Ideal;
@@ -253,6 +337,8 @@ pub fn by_name(name: &str, seed: u64) -> Option<Box<dyn Policy>> {
         "ssf" => Some(Box::new(ShortestFirst { by_service: true })),
         "random" => Some(Box::new(RandomPlacement::new(seed))),
         "ideal" => Some(Box::new(Ideal)),
+        "k8s-default" => Some(Box::new(K8sDefault)),
+        "diktyo" => Some(Box::new(Diktyo::default())),
         "metronome" => Some(Box::new(crate::metronome::Metronome::default())),
         _ => None,
     }
@@ -318,6 +404,22 @@ mod tests {
         assert_eq!(order(&mut ShortestFirst { by_service: true }), vec![2, 1, 0]);
         assert!(by_name("ssf+cassini", 0).is_some_and(|p| p.name() == "ssf+cassini"));
         assert!(by_name("lottery", 0).is_none());
+    }
+
+    #[test]
+    fn k8s_default_spreads_pods_and_diktyo_keeps_them_close() {
+        // 2 racks x 2 hosts x 4 GPUs; host 0 has 1 GPU used.
+        let t = LeafSpine::with_oversubscription(2, 2, 1, 4, "v100", 100.0, 1.0).build("t").expect("valid");
+        let free = vec![3u32, 4, 4, 4];
+        let jobs = [job(2)];
+        let hosts = |p: &mut dyn Policy| match &p.schedule(&view(&t, &free, &jobs))[0] {
+            Decision::Place { hosts, .. } => hosts.clone(),
+            other => unreachable!("{other:?}"),
+        };
+        // LeastAllocated: each pod to the emptiest node: hosts 1 then 2.
+        assert_eq!(hosts(&mut K8sDefault), vec![(1, 1), (2, 1)]);
+        // NetworkOverhead: the second pod joins the first (latency 0).
+        assert_eq!(hosts(&mut Diktyo::default()), vec![(1, 2)]);
     }
 
     #[test]
