@@ -231,14 +231,20 @@ pub fn place_pods(
         scratch[n] -= per_pod;
         chosen.push(n);
     }
+    Some(group_pods(&chosen, per_pod))
+}
+
+/// GPUs per host for pods placed on `nodes` (one entry per pod), in order of
+/// first use.
+pub fn group_pods(nodes: &[HostId], per_pod: u32) -> Vec<(HostId, u32)> {
     let mut hosts: Vec<(HostId, u32)> = Vec::new();
-    for n in chosen {
+    for &n in nodes {
         match hosts.iter_mut().find(|h| h.0 == n) {
             Some(h) => h.1 += per_pod,
             None => hosts.push((n, per_pod)),
         }
     }
-    Some(hosts)
+    hosts
 }
 
 /// Kubernetes' default scheduler for GPU pods: Filter on free GPUs, then

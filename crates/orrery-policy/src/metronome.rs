@@ -177,13 +177,7 @@ impl Metronome {
         }
         // Reserve: all pods placed.
         free.copy_from_slice(&scratch);
-        let mut hosts: Vec<(HostId, u32)> = Vec::new();
-        for &n in &chosen {
-            match hosts.iter_mut().find(|h| h.0 == n) {
-                Some(h) => h.1 += per_pod,
-                None => hosts.push((n, per_pod)),
-            }
-        }
+        let hosts = crate::baseline::group_pods(&chosen, per_pod);
         let circle = place(t, spec, &hosts).map(|p| p.shape.circle());
         if let Some(c) = circle.filter(|c| !c.arcs.is_empty()) {
             for &(n, _) in &hosts {
