@@ -300,6 +300,28 @@ impl Policy for Diktyo {
     }
 }
 
+/// Places each job on the hosts an experiment pins it to (by job id), in
+/// arrival order, when they are free; for reproducing a paper's set-up.
+#[derive(Debug, Default, Clone)]
+pub struct Pinned {
+    /// Job id → GPUs per host.
+    pub pins: std::collections::BTreeMap<String, Vec<(HostId, u32)>>,
+}
+
+impl Policy for Pinned {
+    fn name(&self) -> String {
+        "pinned".into()
+    }
+
+    fn schedule(&mut self, view: &ClusterView<'_>) -> Vec<Decision> {
+        let pins = &self.pins;
+        fifo_with(view, |_, _, free, job| {
+            let hosts = pins.get(&job.spec.id)?;
+            hosts.iter().all(|&(h, g)| free.get(h).is_some_and(|&f| f >= g)).then(|| hosts.clone())
+        })
+    }
+}
+
 /// FIFO placement, and the driver gives every job the network to itself.
 #[derive(Debug, Default)]
 pub struct Ideal;

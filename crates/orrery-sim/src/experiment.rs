@@ -75,6 +75,12 @@ pub struct WorkloadSpec {
     pub load: Option<f64>,
     /// Generated job mix.
     pub mix: Option<Mix>,
+    /// Jobs listed in the file (`[[workload.job]]`), instead of a generator or trace.
+    #[serde(default, rename = "job")]
+    pub listed: Vec<JobSpec>,
+    /// For the `pinned` policy: job id → [[host, GPUs], ...].
+    #[serde(default)]
+    pub pins: std::collections::BTreeMap<String, Vec<(usize, u32)>>,
 }
 
 /// Simulation knobs of an experiment.
@@ -182,7 +188,7 @@ pub fn parse(file: &str, text: &str) -> Result<Experiment, String> {
     if e.policies.is_empty() {
         return Err(format!("{file}: policies: expected at least one of {}", names()));
     }
-    if let Some(p) = e.policies.iter().find(|p| !known_policy(p)) {
+    if let Some(p) = e.policies.iter().find(|p| policy(p, 0, &e.workload.pins).is_none()) {
         return Err(format!(
             "{file}: policies: unknown policy {p:?}; expected one of {} (see `orrery policies`)",
             names()
@@ -195,6 +201,25 @@ pub fn parse(file: &str, text: &str) -> Result<Experiment, String> {
         return Err(format!("{file}: sim.jitter: expected a fraction in [0, 1), found {}", e.sim.jitter));
     }
     Ok(e)
+}
+
+/// A policy by name: those of `orrery policies`, plus `pinned` (and
+/// `pinned+cassini`) built from the experiment's pins.
+fn policy(
+    name: &str,
+    seed: u64,
+    pins: &std::collections::BTreeMap<String, Vec<(usize, u32)>>,
+) -> Option<Box<dyn orrery_policy::Policy>> {
+    let pinned = || Box::new(orrery_policy::baseline::Pinned { pins: pins.clone() }) as Box<dyn orrery_policy::Policy>;
+    match name {
+        "pinned" => Some(pinned()),
+        "pinned+cassini" => {
+            let mut c = orrery_policy::cassini::Cassini::new(pinned(), seed);
+            c.candidates = 1; // the pins are the placement
+            Some(Box::new(c))
+        }
+        _ => orrery_policy::baseline::by_name(name, seed),
+    }
 }
 
 /// Whether `orrery run` knows a policy name (see `orrery policies`).
@@ -225,6 +250,20 @@ impl Experiment {
     pub fn jobs(&self, base: &Path, topo: &Topology, seed: u64) -> Result<Vec<JobSpec>, String> {
         let w = &self.workload;
         let mix = w.mix.clone().unwrap_or_default();
+        if !w.listed.is_empty() {
+            if w.generator.is_some() || w.trace.is_some() {
+                return Err("workload: give [[workload.job]] entries or a generator or a trace, not several".into());
+            }
+            for (i, j) in w.listed.iter().enumerate() {
+                if orrery_model::zoo::model(&j.model).is_none() || j.workers == 0 || j.batch == 0 {
+                    return Err(format!(
+                        "workload.job[{i}] ({}): expected a zoo model and at least one worker and sample",
+                        j.id
+                    ));
+                }
+            }
+            return Ok(w.listed.clone());
+        }
         match (&w.generator, &w.trace) {
             (Some(g), None) => {
                 let n = w.jobs.unwrap_or(60);
@@ -272,7 +311,7 @@ impl Experiment {
             let jobs = self.jobs(base, &topo, seed)?;
             for name in &self.policies {
                 let mut policy =
-                    orrery_policy::baseline::by_name(name, seed).ok_or_else(|| format!("unknown policy {name}"))?;
+                    policy(name, seed, &self.workload.pins).ok_or_else(|| format!("unknown policy {name}"))?;
                 let cfg =
                     SimConfig { seed, jitter: self.sim.jitter, max_time_s: self.sim.max_time_s, skip: self.sim.skip };
                 let start = std::time::Instant::now();
@@ -320,6 +359,7 @@ impl Experiment {
         match (&w.generator, &w.trace) {
             (Some(g), _) => format!("{g} x{}", w.jobs.unwrap_or(60)),
             (_, Some(t)) => t.display().to_string(),
+            _ if !w.listed.is_empty() => format!("{} listed jobs", w.listed.len()),
             _ => "workload".into(),
         }
     }
