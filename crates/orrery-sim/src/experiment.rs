@@ -222,10 +222,6 @@ fn policy(
     }
 }
 
-/// Whether `orrery run` knows a policy name (see `orrery policies`).
-pub fn known_policy(name: &str) -> bool {
-    orrery_policy::baseline::by_name(name, 0).is_some()
-}
 
 impl Experiment {
     /// Builds the topology; `base` resolves relative paths.
