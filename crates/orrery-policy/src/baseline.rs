@@ -347,6 +347,13 @@ pub const CATALOGUE: &[(&str, &str)] = &[
     ("ssf", "smallest GPU service (GPUs x run time alone) first, non-preemptive; consolidated first fit"),
     ("random", "arrival order; GPUs from hosts drawn at random (seeded)"),
     ("ideal", "FIFO placement; every job has the network to itself"),
+    ("k8s-default", "kube-scheduler: pod by pod, free GPUs, LeastAllocated (pods of a job spread out); FIFO"),
+    ("diktyo", "Diktyo: pod by pod, lowest latency to the job's placed pods, then LeastAllocated; FIFO"),
+    (
+        "metronome",
+        "Metronome: filter/score (Eq. 18)/normalize (Eq. 19)/reserve per pod, priority-aware alignment, A_T/O_T",
+    ),
+    ("pinned", "experiment files only: each job on the hosts `[workload] pins` gives it, in arrival order"),
     (
         "HOST+cassini",
         "CASSINI Alg. 2 on any of the above: ranks 10 candidate placements by link compatibility, aligns time-shifts",
@@ -432,6 +439,11 @@ mod tests {
         assert_eq!(order(&mut ShortestFirst { by_service: true }), vec![2, 1, 0]);
         assert!(by_name("ssf+cassini", 0).is_some_and(|p| p.name() == "ssf+cassini"));
         assert!(by_name("lottery", 0).is_none());
+        // Every catalogued name (but the experiment-only `pinned` and the
+        // `HOST+` pattern) builds.
+        for (name, _) in CATALOGUE.iter().filter(|c| c.0 != "pinned" && !c.0.starts_with("HOST")) {
+            assert!(by_name(name, 0).is_some(), "{name}");
+        }
     }
 
     #[test]

@@ -222,7 +222,6 @@ fn policy(
     }
 }
 
-
 impl Experiment {
     /// Builds the topology; `base` resolves relative paths.
     pub fn topology(&self, base: &Path) -> Result<Topology, String> {
