@@ -16,7 +16,7 @@
 //! ```
 
 use crate::engine::{SimConfig, Simulation};
-use crate::metrics::{JobRow, LinkRow, Metrics, job_rows, link_rows, metrics};
+use crate::metrics::{JobRow, LinkRow, Metrics, job_rows, link_rows, metrics_of};
 use orrery_model::setups::{LeafSpine, by_name, parse_topology};
 use orrery_model::{JobSpec, Priority, Topology};
 use orrery_trace::generate::{Mix, ShapeContext, poisson, snapshot};
@@ -314,14 +314,14 @@ impl Experiment {
                 let k = runs.len();
                 sim.run(policy.as_mut(), |t, done| progress(k, total, t, done, jobs.len()));
                 let wall_s = start.elapsed().as_secs_f64();
+                let mut job_table = job_rows(&sim);
                 let has_high = jobs.iter().any(|j| j.priority == Priority::High);
                 let by_priority = has_high.then(|| ByPriority {
-                    high: metrics(&sim, |p| p == Priority::High),
-                    low: metrics(&sim, |p| p == Priority::Low),
+                    high: metrics_of(&sim, &job_table, |p| p == Priority::High),
+                    low: metrics_of(&sim, &job_table, |p| p == Priority::Low),
                 });
-                let m = metrics(&sim, |_| true);
+                let m = metrics_of(&sim, &job_table, |_| true);
                 let makespan_ns = (m.makespan_s * 1e9) as u64;
-                let mut job_table = job_rows(&sim);
                 let mut link_table = link_rows(&sim, makespan_ns);
                 for r in &mut job_table {
                     (r.policy, r.seed) = (policy.name(), seed);

@@ -120,6 +120,11 @@ pub struct LinkRow {
     pub bucket_s: f64,
 }
 
+/// Carried bits over capacity × makespan.
+fn mean_util(bits: f64, gbps: f64, makespan_ns: u64) -> f64 {
+    if makespan_ns > 0 { bits / (gbps * makespan_ns as f64) } else { 0.0 }
+}
+
 /// Per-job rows.
 pub fn job_rows(sim: &Simulation<'_>) -> Vec<JobRow> {
     sim.jobs
@@ -179,7 +184,7 @@ pub fn link_rows(sim: &Simulation<'_>, makespan_ns: u64) -> Vec<LinkRow> {
                 from,
                 to,
                 gbps,
-                mean_util: if makespan_ns > 0 { s.bits / (gbps * makespan_ns as f64) } else { 0.0 },
+                mean_util: mean_util(s.bits, gbps, makespan_ns),
                 congested_s: s.congested_ns as f64 / NS,
                 excess_gbit: s.excess_bits / 1e9,
                 util_series: series,
@@ -196,7 +201,11 @@ fn sim_topology_links(sim: &Simulation<'_>) -> Vec<(String, String, f64)> {
 
 /// Cluster metrics over the jobs selected by `keep` (all jobs, or one priority).
 pub fn metrics(sim: &Simulation<'_>, keep: impl Fn(Priority) -> bool) -> Metrics {
-    let rows = job_rows(sim);
+    metrics_of(sim, &job_rows(sim), keep)
+}
+
+/// [`metrics`] from per-job rows already built (one pass for several priority classes).
+pub fn metrics_of(sim: &Simulation<'_>, rows: &[JobRow], keep: impl Fn(Priority) -> bool) -> Metrics {
     let chosen: Vec<(&JobRow, &crate::engine::JobState)> =
         rows.iter().zip(&sim.jobs).filter(|(r, _)| keep(r.priority)).collect();
     let first_arrival = chosen.iter().map(|(r, _)| r.arrival_s).fold(f64::INFINITY, f64::min);
@@ -208,8 +217,17 @@ pub fn metrics(sim: &Simulation<'_>, keep: impl Fn(Priority) -> bool) -> Metrics
     let mut iters: Vec<f64> = chosen.iter().flat_map(|(_, j)| j.iteration_ms.iter().map(|ms| ms / 1e3)).collect();
     let it = Percentiles::of(&mut iters);
     let slow: Vec<f64> = chosen.iter().filter_map(|(r, _)| r.slowdown).collect();
-    let links = link_rows(sim, (makespan_s * NS) as u64);
-    let b_max = links.iter().map(|l| l.gbps).fold(0.0, f64::max);
+    // Links that carried traffic: (capacity, mean utilisation, congested s, excess Gbit).
+    let makespan_ns = (makespan_s * NS) as u64;
+    let links: Vec<(f64, f64, f64, f64)> = sim
+        .net
+        .stats
+        .iter()
+        .zip(&sim.topology().links)
+        .filter(|(s, _)| s.bits > 0.0)
+        .map(|(s, l)| (l.gbps, mean_util(s.bits, l.gbps, makespan_ns), s.congested_ns as f64 / NS, s.excess_bits / 1e9))
+        .collect();
+    let b_max = links.iter().map(|l| l.0).fold(0.0, f64::max);
     let gpus = f64::from(sim.topology().gpu_count());
     let gpu_s: f64 = chosen.iter().map(|(_, j)| j.run_ns as f64 / NS * f64::from(j.spec.gpus())).sum();
     let mut dec: Vec<f64> = sim.decision_s.iter().map(|s| s * 1e3).collect();
@@ -226,15 +244,15 @@ pub fn metrics(sim: &Simulation<'_>, keep: impl Fn(Priority) -> bool) -> Metrics
         p90_iter_s: it.p90,
         p99_iter_s: it.p99,
         avg_slowdown: mean(&slow),
-        avg_link_util: mean(&links.iter().map(|l| l.mean_util).collect::<Vec<_>>()),
+        avg_link_util: mean(&links.iter().map(|l| l.1).collect::<Vec<_>>()),
         // Metronome Eq. 5: Σ_l B_l · ξ_l / B_max / |L|.
         bw_util_gamma: if links.is_empty() || b_max <= 0.0 {
             0.0
         } else {
-            links.iter().map(|l| l.gbps * l.mean_util / b_max).sum::<f64>() / links.len() as f64
+            links.iter().map(|l| l.0 * l.1 / b_max).sum::<f64>() / links.len() as f64
         },
-        congested_link_s: links.iter().map(|l| l.congested_s).sum(),
-        excess_gbit: links.iter().map(|l| l.excess_gbit).sum(),
+        congested_link_s: links.iter().map(|l| l.2).sum(),
+        excess_gbit: links.iter().map(|l| l.3).sum(),
         gpu_util: if gpus > 0.0 && makespan_s > 0.0 { gpu_s / (gpus * makespan_s) } else { 0.0 },
         afr: if chosen.is_empty() {
             0.0
