@@ -179,6 +179,7 @@ impl Simulation<'_> {
         j.rng = rng;
         j.iter_start_ns = t;
         j.cur_seg_ns = seg_ns;
+        j.cur_flow_ns.clear();
         j.interacted = true;
         j.iter_stats_start.clear();
         let Some((i, seg_start, d)) = resumed else {

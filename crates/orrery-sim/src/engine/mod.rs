@@ -589,14 +589,13 @@ impl<'a> Simulation<'a> {
         if self.try_skip(job) {
             return;
         }
-        let links = self.jobs[job].links_used.clone();
-        self.net.close_links(&links, now);
-        let snapshot = links
-            .iter()
-            .map(|&l| (self.net.stats[l].bits, self.net.stats[l].excess_bits, self.net.stats[l].congested_ns))
-            .collect();
-        let j = &mut self.jobs[job];
-        j.iter_stats_start = snapshot;
+        let (j, net) = (&mut self.jobs[job], &mut self.net);
+        net.close_links(&j.links_used, now);
+        j.iter_stats_start.clear();
+        j.iter_stats_start.extend(j.links_used.iter().map(|&l| {
+            let s = &net.stats[l];
+            (s.bits, s.excess_bits, s.congested_ns)
+        }));
         j.links_grew = false;
         j.interacted = false;
         j.cur_seg_ns.clear();
@@ -794,22 +793,20 @@ impl<'a> Simulation<'a> {
         let now = self.now;
         let ms = (now - self.jobs[job].iter_start_ns) as f64 / 1e6;
         // Per-iteration traffic on the job's links, for fast-forwarding.
-        let links = self.jobs[job].links_used.clone();
-        self.net.close_links(&links, now);
         {
-            let stats = &self.net.stats;
-            let j = &mut self.jobs[job];
+            let (j, net) = (&mut self.jobs[job], &mut self.net);
+            net.close_links(&j.links_used, now);
             j.iteration_ms.push(ms);
             j.iterations_done += 1;
-            let settled = !j.interacted && !j.links_grew && j.iter_stats_start.len() == links.len();
+            let settled = !j.interacted && !j.links_grew && j.iter_stats_start.len() == j.links_used.len();
             j.solo_streak = if settled { j.solo_streak + 1 } else { 0 };
-            j.last_seg_ns = std::mem::take(&mut j.cur_seg_ns);
-            j.last_flow_ns = std::mem::take(&mut j.cur_flow_ns);
-            j.per_iter_delta = links
-                .iter()
-                .zip(&j.iter_stats_start)
-                .map(|(&l, &(b, e, c))| (stats[l].bits - b, stats[l].excess_bits - e, stats[l].congested_ns - c))
-                .collect();
+            std::mem::swap(&mut j.last_seg_ns, &mut j.cur_seg_ns);
+            std::mem::swap(&mut j.last_flow_ns, &mut j.cur_flow_ns);
+            j.per_iter_delta.clear();
+            j.per_iter_delta.extend(j.links_used.iter().zip(&j.iter_stats_start).map(|(&l, &(b, e, c))| {
+                let s = &net.stats[l];
+                (s.bits - b, s.excess_bits - e, s.congested_ns - c)
+            }));
         }
         // The controller hook, only for policies that watch iterations (building
         // the view is O(jobs), too much for every iteration of every job otherwise).
