@@ -215,30 +215,21 @@ impl Policy for Metronome {
                 out.push(Decision::Reject { job: job.id, reason: "larger than the cluster".into() });
                 continue;
             }
-            // The reference job of the busiest node, before this job joins it.
-            let before = node_pods.clone();
             let Some(JobPlacement { hosts, shift }) = self.place_job(view, job, &mut free, &mut node_pods) else {
                 break;
             };
+            // The reference job of the node whose rotation set the shift: its
+            // highest-priority, earliest running pod other than the newcomer.
+            let reference = shift
+                .and_then(|(n, _)| node_pods.get(&n))
+                .and_then(|pods| pods.iter().filter(|p| p.0 != job.id).max_by_key(|p| (p.2, std::cmp::Reverse(p.0))))
+                .and_then(|p| view.running.iter().find(|r| r.id == p.0));
+            let period_ms = place(view.topology, job.spec, &hosts).map(|p| p.shape.period_ms());
             out.push(Decision::Place { job: job.id, hosts });
             // Align a low-priority newcomer to its rotation, relative to the node's
             // reference job; the high-priority job is never moved (Eq. 16).
-            if let Some((n, rel_ms)) = shift
+            if let (Some((_, rel_ms)), Some(reference), Some(period_ms)) = (shift, reference, period_ms)
                 && job.spec.priority == orrery_model::Priority::Low
-                && let Some(reference) = before.get(&n).and_then(|pods| {
-                    pods.iter()
-                        .max_by_key(|p| (p.2, std::cmp::Reverse(p.0)))
-                        .and_then(|p| view.running.iter().find(|r| r.id == p.0))
-                })
-                && let Some(period_ms) = place(
-                    view.topology,
-                    job.spec,
-                    match out.last() {
-                        Some(Decision::Place { hosts, .. }) => hosts,
-                        _ => &[],
-                    },
-                )
-                .map(|p| p.shape.period_ms())
             {
                 let offset_s = reference.iteration_start_s + rel_ms.rem_euclid(period_ms) / 1e3;
                 self.watched.insert(job.id, (period_ms, offset_s, Vec::new()));
