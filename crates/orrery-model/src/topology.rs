@@ -77,8 +77,10 @@ pub struct Link {
     pub latency_us: f64,
 }
 
-/// A cluster network.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// A cluster network. Serialisable for reports; built only through
+/// [`Topology::new`] (or [`Builder`], or a topology file), which validate it
+/// and index its links.
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Topology {
     /// Name of the set-up.
     pub name: String,
@@ -88,7 +90,7 @@ pub struct Topology {
     pub switches: Vec<Switch>,
     /// Directed links.
     pub links: Vec<Link>,
-    /// Outgoing links per node, rebuilt by [`Topology::new`].
+    /// Outgoing links per node, built by [`Topology::new`].
     #[serde(skip)]
     out: Vec<Vec<LinkId>>,
 }
@@ -160,13 +162,6 @@ impl Topology {
         for (i, l) in self.links.iter().enumerate() {
             self.out[l.from].push(i);
         }
-    }
-
-    /// Rebuilds the adjacency index after deserialising.
-    pub fn reindexed(mut self) -> Result<Self, TopologyError> {
-        self.validate()?;
-        self.index();
-        Ok(self)
     }
 
     /// Number of hosts plus switches.

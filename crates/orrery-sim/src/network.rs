@@ -79,8 +79,6 @@ pub struct Network {
     pub stats: Vec<LinkStats>,
     /// Current bucket width of `LinkStats::series`, ns.
     pub bucket_ns: u64,
-    /// Progressive-filling rounds run (for `--timings`).
-    pub fill_rounds: u64,
     /// Last version handed out.
     next_version: u64,
     /// Visit stamps for component searches (no hashing on the hot path):
@@ -109,7 +107,6 @@ impl Network {
             isolated,
             stats: vec![LinkStats::default(); n],
             bucket_ns: FIRST_BUCKET_NS,
-            fill_rounds: 0,
             next_version: 0,
             link_stamp: vec![0; n],
             flow_stamp: Vec::new(),
@@ -340,7 +337,6 @@ impl Network {
             let mut level = 0.0;
             let mut left = flows.len();
             while left > 0 {
-                self.fill_rounds += 1;
                 let mut step = f64::INFINITY;
                 for (i, &c) in sc.count.iter().enumerate() {
                     if c > 0 {
