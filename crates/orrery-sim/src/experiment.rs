@@ -279,7 +279,7 @@ impl Experiment {
             }
             (None, Some(trace)) => {
                 let path = base.join(trace);
-                let parsed = orrery_trace::read_file(&path, w.format, seed);
+                let (_, parsed) = orrery_trace::read_file(&path, w.format, seed);
                 if let Some(e) = parsed.errors.first() {
                     return Err(format!("{e} ({} bad rows in all)", parsed.errors.len()));
                 }

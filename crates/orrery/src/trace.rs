@@ -110,7 +110,7 @@ fn inspect(cmd: &Command, timings: &mut Timings) -> anyhow::Result<()> {
     if orrery_model::gpu::gpu_type(gpu).is_none() {
         anyhow::bail!("unknown GPU type {gpu:?}; run `orrery zoo --help`");
     }
-    let parsed = timings.phase("read", || orrery_trace::read_file(file, *format, *seed));
+    let (fmt, parsed) = timings.phase("read", || orrery_trace::read_file(file, *format, *seed));
     let ctx = ShapeContext { gpu: gpu.clone(), gpus_per_host: *gpus_per_host, link_gbps: *gbps };
     let s = timings.phase("summarise", || inspect::summarize(&parsed.items, &ctx));
     for e in parsed.errors.iter().take(SHOW_ERRORS) {
@@ -119,7 +119,6 @@ fn inspect(cmd: &Command, timings: &mut Timings) -> anyhow::Result<()> {
     if parsed.errors.len() > SHOW_ERRORS {
         eprintln!("... and {} more bad rows", parsed.errors.len() - SHOW_ERRORS);
     }
-    let fmt = format.or_else(|| std::fs::read_to_string(file).ok().and_then(|t| Format::sniff(&t)));
     if *json {
         println!(
             "{}",

@@ -122,15 +122,19 @@ pub fn parse(file: &str, text: &str, format: Option<Format>, seed: u64) -> Parse
     }
 }
 
-/// Reads and parses a file; an unreadable file is one diagnostic at line 0.
-pub fn read_file(path: &std::path::Path, format: Option<Format>, seed: u64) -> Parsed<JobSpec> {
+/// Reads and parses a file; returns the format used (given or sniffed) with
+/// the result. An unreadable file is one diagnostic at line 0.
+pub fn read_file(path: &std::path::Path, format: Option<Format>, seed: u64) -> (Option<Format>, Parsed<JobSpec>) {
     let name = path.display().to_string();
     match std::fs::read_to_string(path) {
-        Ok(text) => parse(&name, &text, format, seed),
+        Ok(text) => {
+            let format = format.or_else(|| Format::sniff(&text));
+            (format, parse(&name, &text, format, seed))
+        }
         Err(e) => {
             let mut p = Parsed::default();
             p.errors.push(At { file: &name, line: 0 }.row("a readable UTF-8 text file", e.to_string()));
-            p
+            (format, p)
         }
     }
 }
