@@ -163,23 +163,21 @@ impl Policy for Cassini {
             }
             // Alg. 2: rank loop-free candidates by mean compatibility; the host
             // scheduler's own choice wins ties.
-            let mut best: Option<(f64, Vec<(HostId, u32)>)> = None;
+            let mut best: Option<(f64, Vec<(HostId, u32)>, Net<'_>)> = None;
             for c in candidates {
                 let Some(candidate) = net(view, job, spec, &c) else { continue };
                 jobs.push(candidate);
                 let s = score(view, &jobs);
-                jobs.pop();
-                if s.loop_free && best.as_ref().is_none_or(|(b, _)| s.mean_score > *b + 1e-9) {
-                    best = Some((s.mean_score, c));
+                let candidate = jobs.pop().expect("just pushed");
+                if s.loop_free && best.as_ref().is_none_or(|(b, _, _)| s.mean_score > *b + 1e-9) {
+                    best = Some((s.mean_score, c, candidate));
                 }
             }
-            let Some((_, hosts)) = best else { continue };
+            let Some((_, hosts, chosen)) = best else { continue };
             for &(h, g) in &hosts {
                 free[h] -= g;
             }
-            if let Some(n) = net(view, job, spec, &hosts) {
-                jobs.push(n);
-            }
+            jobs.push(chosen);
             out.push(Decision::Place { job, hosts });
         }
         // One time-shift per job (Alg. 1, highest priority as reference). Jobs
