@@ -82,6 +82,13 @@ fn net<'a>(view: &ClusterView<'_>, id: JobId, spec: &'a JobSpec, hosts: &[(HostI
     Some(Net { id, spec, placed, links })
 }
 
+/// A candidate placement with its mean compatibility.
+struct Ranked<'a> {
+    score: f64,
+    hosts: Vec<(HostId, u32)>,
+    net: Net<'a>,
+}
+
 /// Per shared link: the jobs on it and the link's best rotation as time-shifts.
 struct Scored {
     mean_score: f64,
@@ -163,17 +170,17 @@ impl Policy for Cassini {
             }
             // Alg. 2: rank loop-free candidates by mean compatibility; the host
             // scheduler's own choice wins ties.
-            let mut best: Option<(f64, Vec<(HostId, u32)>, Net<'_>)> = None;
+            let mut best: Option<Ranked<'_>> = None;
             for c in candidates {
                 let Some(candidate) = net(view, job, spec, &c) else { continue };
                 jobs.push(candidate);
                 let s = score(view, &jobs);
                 let candidate = jobs.pop().expect("just pushed");
-                if s.loop_free && best.as_ref().is_none_or(|(b, _, _)| s.mean_score > *b + 1e-9) {
-                    best = Some((s.mean_score, c, candidate));
+                if s.loop_free && best.as_ref().is_none_or(|b| s.mean_score > b.score + 1e-9) {
+                    best = Some(Ranked { score: s.mean_score, hosts: c, net: candidate });
                 }
             }
-            let Some((_, hosts, chosen)) = best else { continue };
+            let Some(Ranked { hosts, net: chosen, .. }) = best else { continue };
             for &(h, g) in &hosts {
                 free[h] -= g;
             }
