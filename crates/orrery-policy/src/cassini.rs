@@ -249,6 +249,10 @@ impl Policy for Cassini {
         out
     }
 
+    fn tick_s(&self) -> Option<f64> {
+        self.inner.tick_s()
+    }
+
     fn isolated_network(&self) -> bool {
         self.inner.isolated_network()
     }

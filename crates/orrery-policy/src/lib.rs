@@ -10,7 +10,12 @@
 
 pub mod baseline;
 pub mod cassini;
+pub mod compose;
 pub mod metronome;
+pub mod order;
+pub mod placement;
+
+pub use compose::{CATALOGUE, by_name};
 
 use orrery_model::{HostId, JobSpec, Topology};
 use serde::{Deserialize, Serialize};
@@ -27,6 +32,17 @@ pub struct QueuedJob<'a> {
     pub spec: &'a JobSpec,
     /// Seconds since the job arrived.
     pub waiting_s: f64,
+    /// Fraction of its work done before it was preempted (0 for a new job).
+    pub progress: f64,
+    /// GPU-seconds it has run so far (Tiresias' attained service).
+    pub service_gpu_s: f64,
+}
+
+impl<'a> QueuedJob<'a> {
+    /// A job that has not run yet.
+    pub fn new(id: JobId, spec: &'a JobSpec, waiting_s: f64) -> Self {
+        QueuedJob { id, spec, waiting_s, progress: 0.0, service_gpu_s: 0.0 }
+    }
 }
 
 /// A job holding GPUs.
@@ -44,6 +60,12 @@ pub struct RunningJob<'a> {
     pub paused: bool,
     /// When its current iteration started, seconds since the start (its phase).
     pub iteration_start_s: f64,
+    /// Fraction of its work done.
+    pub progress: f64,
+    /// GPU-seconds it has run so far, this placement included.
+    pub service_gpu_s: f64,
+    /// Seconds since it was (last) placed.
+    pub running_s: f64,
 }
 
 /// What a policy sees.
@@ -166,6 +188,13 @@ pub trait Policy {
     /// jobs that run undisturbed.
     fn observes_iterations(&self) -> bool {
         false
+    }
+
+    /// Period, in seconds, at which the driver calls [`Policy::schedule`]
+    /// even when no job arrives or finishes (Tiresias' queue demotions,
+    /// Themis' lease rounds). None: only on arrivals and completions.
+    fn tick_s(&self) -> Option<f64> {
+        None
     }
 
     /// Whether the driver should give every job the network to itself (the

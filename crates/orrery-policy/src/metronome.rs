@@ -299,7 +299,7 @@ mod tests {
             now_s: 0.0,
             topology: &t,
             free_gpus: &[1, 1, 1, 1],
-            queue: vec![QueuedJob { id: 0, spec: &spec, waiting_s: 0.0 }],
+            queue: vec![QueuedJob::new(0, &spec, 0.0)],
             running: Vec::new(),
         };
         let d = Metronome::default().schedule(&view);
@@ -334,7 +334,7 @@ mod tests {
             now_s: 5.0,
             topology: &t,
             free_gpus: &[1, 0, 1, 0],
-            queue: vec![QueuedJob { id: 1, spec: &low, waiting_s: 0.0 }],
+            queue: vec![QueuedJob::new(1, &low, 0.0)],
             running: vec![RunningJob {
                 id: 0,
                 spec: &high,
@@ -342,6 +342,9 @@ mod tests {
                 iterations_done: 3,
                 paused: false,
                 iteration_start_s: 4.9,
+                progress: 0.03,
+                service_gpu_s: 1.0,
+                running_s: 0.5,
             }],
         };
         let d = Metronome::default().schedule(&view);

@@ -12,9 +12,9 @@ fn main() {
     let seed = e.seeds[0];
     let jobs = e.jobs(base, &topo, seed).expect("jobs");
     let run = |skip| {
-        let mut p = orrery_policy::baseline::by_name(&e.policies[0], seed).expect("policy");
+        let mut p = orrery_policy::by_name(&e.policies[0], seed).expect("policy");
         let mut sim =
-            Simulation::new(&topo, &jobs, SimConfig { seed, jitter: e.sim.jitter, max_time_s: None, skip }, false);
+            Simulation::new(&topo, &jobs, SimConfig { seed, jitter: e.sim.jitter, skip, ..Default::default() }, false);
         sim.run(p.as_mut(), |_, _| {});
         sim.jobs
             .iter()

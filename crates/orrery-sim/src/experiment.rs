@@ -93,11 +93,13 @@ pub struct SimOptions {
     pub max_time_s: Option<f64>,
     /// Fast-forward undisturbed jobs (default on; `orrery run --no-skip` turns it off).
     pub skip: bool,
+    /// Checkpoint-restore time of a preempted job when it restarts, s.
+    pub restart_penalty_s: f64,
 }
 
 impl Default for SimOptions {
     fn default() -> Self {
-        SimOptions { jitter: 0.0, max_time_s: None, skip: true }
+        SimOptions { jitter: 0.0, max_time_s: None, skip: true, restart_penalty_s: 10.0 }
     }
 }
 
@@ -184,7 +186,7 @@ jitter = 0.02
 /// Parses an experiment; messages carry `file:line:column`.
 pub fn parse(file: &str, text: &str) -> Result<Experiment, String> {
     let e: Experiment = orrery_model::setups::parse_config(file, text).map_err(|e| e.to_string())?;
-    let names = || orrery_policy::baseline::CATALOGUE.iter().map(|c| c.0).collect::<Vec<_>>().join(", ");
+    let names = || orrery_policy::CATALOGUE.iter().map(|c| c.0).collect::<Vec<_>>().join(", ");
     if e.policies.is_empty() {
         return Err(format!("{file}: policies: expected at least one of {}", names()));
     }
@@ -218,7 +220,7 @@ fn policy(
             c.candidates = 1; // the pins are the placement
             Some(Box::new(c))
         }
-        _ => orrery_policy::baseline::by_name(name, seed),
+        _ => orrery_policy::by_name(name, seed),
     }
 }
 
@@ -307,8 +309,13 @@ impl Experiment {
             for name in &self.policies {
                 let mut policy =
                     policy(name, seed, &self.workload.pins).ok_or_else(|| format!("unknown policy {name}"))?;
-                let cfg =
-                    SimConfig { seed, jitter: self.sim.jitter, max_time_s: self.sim.max_time_s, skip: self.sim.skip };
+                let cfg = SimConfig {
+                    seed,
+                    jitter: self.sim.jitter,
+                    max_time_s: self.sim.max_time_s,
+                    skip: self.sim.skip,
+                    restart_penalty_s: self.sim.restart_penalty_s,
+                };
                 let start = std::time::Instant::now();
                 let mut sim = Simulation::new(&topo, &jobs, cfg, policy.isolated_network());
                 let k = runs.len();

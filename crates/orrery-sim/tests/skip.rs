@@ -145,7 +145,7 @@ fn time_shifted_interleaved_pair_each_run() {
         JobSpec::new("b", "vgg19", 128, 2, Work::Iterations(300), 0.0),
     ];
     let go = |skip| {
-        let mut sim = Simulation::new(&topo, &jobs, SimConfig { seed: 1, jitter: 0.0, max_time_s: None, skip }, false);
+        let mut sim = Simulation::new(&topo, &jobs, SimConfig { seed: 1, skip, ..Default::default() }, false);
         sim.run(&mut Shifted, |_, _| {});
         let skipped: u64 = sim.jobs.iter().map(|j| j.skipped_iterations).sum();
         (values(&metrics(&sim, |_| true)), skipped)
@@ -194,7 +194,8 @@ fn gpu_shared_jobs_each_run() {
         JobSpec::new("d", "bert", 12, 2, Work::Iterations(100), 60.0),
     ];
     let go = |skip| {
-        let mut sim = Simulation::new(&topo, &jobs, SimConfig { seed: 2, jitter: 0.01, max_time_s: None, skip }, false);
+        let mut sim =
+            Simulation::new(&topo, &jobs, SimConfig { seed: 2, jitter: 0.01, skip, ..Default::default() }, false);
         sim.run(&mut Colocating, |_, _| {});
         let skipped: u64 = sim.jobs.iter().map(|j| j.skipped_iterations).sum();
         let shared =

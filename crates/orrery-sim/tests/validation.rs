@@ -148,7 +148,7 @@ fn same_seed_same_run_to_the_bit() {
         let topo: &'static Topology = Box::leak(Box::new(topo.clone()));
         let mut p = Fixed { hosts: vec![vec![(0, 1), (2, 1)], vec![(1, 1), (3, 1)]], shifts: vec![0.0, 0.0] };
         let mut sim =
-            Simulation::new(topo, &jobs, SimConfig { seed, jitter: 0.05, max_time_s: None, skip: false }, false);
+            Simulation::new(topo, &jobs, SimConfig { seed, jitter: 0.05, skip: false, ..Default::default() }, false);
         sim.run(&mut p, |_, _| {});
         sim.jobs.iter().map(|j| j.iteration_ms.clone()).collect::<Vec<_>>()
     };

@@ -106,8 +106,16 @@ fn main() -> ExitCode {
         Command::Trace(cmd) => trace::run(&cmd, &mut timings),
         Command::Compat(args) => compat::run(&args, &mut timings),
         Command::Policies => {
-            for (name, what) in orrery_policy::baseline::CATALOGUE {
-                println!("{name:<14} {what}");
+            for (name, what) in orrery_policy::CATALOGUE {
+                println!("{name:<16} {what}");
+            }
+            println!("\norderings:");
+            for (name, what) in orrery_policy::compose::ORDERS {
+                println!("  {name:<14} {what}");
+            }
+            println!("placements:");
+            for (name, what) in orrery_policy::compose::PLACEMENTS {
+                println!("  {name:<14} {what}");
             }
             Ok(())
         }

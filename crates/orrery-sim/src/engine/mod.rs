@@ -33,11 +33,15 @@ pub struct SimConfig {
     pub max_time_s: Option<f64>,
     /// Fast-forward jobs that run undisturbed (see [`Simulation`]).
     pub skip: bool,
+    /// Seconds a preempted job spends restoring its checkpoint when it is
+    /// placed again, before its first iteration (Tiresias and Pollux charge
+    /// tens of seconds; 0 makes preemption free).
+    pub restart_penalty_s: f64,
 }
 
 impl Default for SimConfig {
     fn default() -> Self {
-        SimConfig { seed: 1, jitter: 0.0, max_time_s: None, skip: true }
+        SimConfig { seed: 1, jitter: 0.0, max_time_s: None, skip: true, restart_penalty_s: 0.0 }
     }
 }
 
@@ -144,6 +148,8 @@ enum Event {
     IterationStart(JobId, u64),
     ComputeDone(JobId, u64),
     FlowDone(FlowId, u64),
+    /// The policy's periodic wake-up ([`Policy::tick_s`]).
+    Tick,
 }
 
 /// The simulator.
@@ -274,6 +280,10 @@ impl<'a> Simulation<'a> {
     /// `progress` is called every 4,096 events with (now in s, finished jobs).
     pub fn run(&mut self, policy: &mut dyn Policy, mut progress: impl FnMut(f64, usize)) {
         self.observes = policy.observes_iterations();
+        let tick_ns = policy.tick_s().filter(|s| s.is_finite() && *s > 0.0).map(|s| (s * NS).round().max(1.0) as u64);
+        if let Some(p) = tick_ns {
+            self.push(p, Event::Tick);
+        }
         let limit = self.cfg.max_time_s.map(|s| (s * NS) as u64);
         while let Some(Reverse((t, _, e))) = self.events.pop() {
             if limit.is_some_and(|l| t > l) {
@@ -302,6 +312,17 @@ impl<'a> Simulation<'a> {
                     self.run_segment(j, policy);
                 }
                 Event::FlowDone(f, version) => self.flow_done(f, version, policy),
+                Event::Tick => {
+                    // Tick while any job can still change state; then stop, or
+                    // the event queue would never drain.
+                    let live = self.jobs.iter().any(|j| {
+                        matches!(j.status, Status::Future | Status::Queued | Status::Running | Status::Paused)
+                    });
+                    if let (true, Some(p)) = (live, tick_ns) {
+                        self.schedule(policy);
+                        self.push(self.now + p, Event::Tick);
+                    }
+                }
                 _ => {}
             }
         }
@@ -322,10 +343,19 @@ impl<'a> Simulation<'a> {
         let queue = self
             .waiting
             .iter()
-            .map(|&id| QueuedJob {
-                id,
-                spec: &self.jobs[id].spec,
-                waiting_s: (self.now - self.jobs[id].arrival_ns) as f64 / NS,
+            .map(|&id| {
+                let j = &self.jobs[id];
+                QueuedJob {
+                    id,
+                    spec: &j.spec,
+                    waiting_s: (self.now - j.arrival_ns) as f64 / NS,
+                    progress: if j.target_iterations == 0 {
+                        0.0
+                    } else {
+                        j.iterations_done as f64 / j.target_iterations as f64
+                    },
+                    service_gpu_s: j.run_ns as f64 / NS * f64::from(j.spec.gpus()),
+                }
             })
             .collect();
         let running = self
@@ -337,12 +367,27 @@ impl<'a> Simulation<'a> {
                 id,
                 spec: &j.spec,
                 hosts: &j.hosts,
-                iterations_done: j.iterations_done,
+                iterations_done: self.iterations_estimate(j),
                 paused: j.status == Status::Paused,
                 iteration_start_s: j.iter_start_ns as f64 / NS,
+                progress: self.iterations_estimate(j) as f64 / j.target_iterations.max(1) as f64,
+                service_gpu_s: (j.run_ns + (self.now - j.last_start_ns)) as f64 / NS * f64::from(j.spec.gpus()),
+                running_s: (self.now - j.last_start_ns) as f64 / NS,
             })
             .collect();
         (queue, running)
+    }
+
+    /// Iterations done, counting those of a fast-forwarded job at its last
+    /// iteration time (exact when it runs undisturbed, which is why it skips).
+    fn iterations_estimate(&self, j: &JobState) -> u64 {
+        match (&j.skip, j.iteration_ms.last()) {
+            (Some(skip), Some(&ms)) if ms > 0.0 => {
+                let more = ((self.now - skip.t0) as f64 / (ms * 1e6)) as u64;
+                (j.iterations_done + more).min(j.target_iterations)
+            }
+            _ => j.iterations_done,
+        }
     }
 
     fn schedule(&mut self, policy: &mut dyn Policy) {
@@ -513,6 +558,10 @@ impl<'a> Simulation<'a> {
         j.shape = shape;
         j.isolated_iter_ms = period;
         j.status = Status::Running;
+        if j.first_start_ns.is_some() && j.preemptions > 0 {
+            // Restoring from the checkpoint taken when it was preempted.
+            j.pending_shift_ms += self.cfg.restart_penalty_s.max(0.0) * 1e3;
+        }
         j.first_start_ns.get_or_insert(now);
         j.last_start_ns = now;
         j.epoch += 1;

@@ -1,0 +1,473 @@
+//! Policies composed by name: queue ordering × placement × network
+//! augmentation, e.g. `themis`, `tiresias/random`, `themis+cassini`,
+//! `k8s-default`, `metronome` (`orrery policies` lists them).
+//!
+//! A scheduling round ([`Composed::schedule`]), for Q waiting and R running
+//! jobs: O((Q + R) log(Q + R)) to order them, then one placement per waiting
+//! job, plus one trial placement of the deserving jobs per preempted job.
+
+use crate::baseline::racks;
+use crate::order::{self, Key, Order};
+use crate::placement::{self, Placement};
+use crate::{ClusterView, Decision, JobId, Policy};
+
+/// An ordering with a placement.
+pub struct Composed {
+    order: Box<dyn Order>,
+    placement: Box<dyn Placement>,
+    /// Name reported in results.
+    name: String,
+    /// Give every job the network to itself (the "ideal" baseline).
+    isolated: bool,
+    /// Preemptions decided.
+    pub preemptions: u64,
+}
+
+impl Composed {
+    /// `order` with `placement`, reported as `name`.
+    pub fn new(order: Box<dyn Order>, placement: Box<dyn Placement>, name: impl Into<String>) -> Self {
+        Composed { order, placement, name: name.into(), isolated: false, preemptions: 0 }
+    }
+
+    /// Which running jobs lose their GPUs this round, worst first: walk all
+    /// jobs by key; a job "deserves" GPUs while the GPUs not held by
+    /// non-preemptible jobs last; running jobs that do not deserve theirs are
+    /// preempted, worst first, only as long as the deserving waiting jobs do
+    /// not all fit yet.
+    fn victims(&mut self, view: &ClusterView<'_>, rack_of: &[usize], queued: &[(Key, usize)]) -> Vec<JobId> {
+        let mut contenders: Vec<(Key, bool, usize)> = Vec::new(); // (key, running?, index)
+        let mut budget = i64::from(view.topology.gpu_count());
+        for (i, r) in view.running.iter().enumerate() {
+            match (!r.paused).then(|| self.order.running_key(view, r)).flatten() {
+                Some(k) => contenders.push((k, true, i)),
+                None => budget -= i64::from(r.spec.gpus()),
+            }
+        }
+        if !contenders.iter().any(|c| c.1) {
+            return Vec::new();
+        }
+        contenders.extend(queued.iter().map(|&(k, i)| (k, false, i)));
+        // Ties: running jobs first (no swaps between equals).
+        contenders.sort_by(|a, b| a.0.0.total_cmp(&b.0.0).then(a.0.1.total_cmp(&b.0.1)).then(b.1.cmp(&a.1)));
+        let (mut deserving, mut losers) = (Vec::new(), Vec::new());
+        for &(_, running, i) in &contenders {
+            let gpus = i64::from(if running { view.running[i].spec.gpus() } else { view.queue[i].spec.gpus() });
+            if gpus <= budget {
+                budget -= gpus;
+                if !running {
+                    deserving.push(i);
+                }
+            } else if running {
+                losers.push(i);
+            }
+        }
+        losers.reverse(); // worst key first
+        let mut free = view.free_gpus.to_vec();
+        let mut out = Vec::new();
+        for &v in &losers {
+            self.placement.prepare(view, &out);
+            if self.all_fit(view, rack_of, &free, &deserving) {
+                break;
+            }
+            for &(h, g) in view.running[v].hosts {
+                free[h] += g;
+            }
+            out.push(view.running[v].id);
+        }
+        out
+    }
+
+    /// Whether the waiting jobs `queue_idx` all fit in `free`, in order.
+    fn all_fit(&mut self, view: &ClusterView<'_>, rack_of: &[usize], free: &[u32], queue_idx: &[usize]) -> bool {
+        let mut free = free.to_vec();
+        queue_idx.iter().all(|&i| match self.placement.place(view, rack_of, &free, view.queue[i].spec) {
+            Some(hosts) => {
+                for (h, g) in hosts {
+                    free[h] -= g;
+                }
+                true
+            }
+            None => false,
+        })
+    }
+}
+
+impl Policy for Composed {
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+
+    fn schedule(&mut self, view: &ClusterView<'_>) -> Vec<Decision> {
+        let total = view.topology.gpu_count();
+        let rack_of = racks(view);
+        let mut out = Vec::new();
+        let mut queued: Vec<(Key, usize)> = Vec::new();
+        for (i, q) in view.queue.iter().enumerate() {
+            if q.spec.gpus() == 0 || q.spec.gpus() > total {
+                let reason = format!("needs {} GPUs; the cluster has {total}", q.spec.gpus());
+                out.push(Decision::Reject { job: q.id, reason });
+            } else {
+                queued.push((self.order.queued_key(view, q), i));
+            }
+        }
+        // Stable: equal keys keep arrival order.
+        queued.sort_by(|a, b| a.0.0.total_cmp(&b.0.0).then(a.0.1.total_cmp(&b.0.1)));
+        let victims = if queued.is_empty() { Vec::new() } else { self.victims(view, &rack_of, &queued) };
+        let mut free = view.free_gpus.to_vec();
+        for &v in &victims {
+            if let Some(r) = view.running.iter().find(|r| r.id == v) {
+                for &(h, g) in r.hosts {
+                    free[h] += g;
+                }
+            }
+            self.preemptions += 1;
+            out.push(Decision::Preempt { job: v });
+        }
+        self.placement.prepare(view, &victims);
+        for (_, i) in queued {
+            let spec = view.queue[i].spec;
+            match self.placement.place(view, &rack_of, &free, spec) {
+                Some(hosts) => {
+                    for &(h, g) in &hosts {
+                        free[h] -= g;
+                    }
+                    self.placement.commit(view, spec, &hosts);
+                    out.push(Decision::Place { job: view.queue[i].id, hosts });
+                }
+                None if self.order.blocking() => break,
+                None => {}
+            }
+        }
+        out
+    }
+
+    fn tick_s(&self) -> Option<f64> {
+        self.order.tick_s()
+    }
+
+    fn isolated_network(&self) -> bool {
+        self.isolated
+    }
+}
+
+/// Orderings by name.
+pub const ORDERS: &[(&str, &str)] = &[
+    ("fifo", "arrival order; the head of the queue blocks the rest"),
+    ("sjf", "shortest run time alone first; non-preemptive, head-of-line blocking"),
+    ("ssf", "smallest GPU service (GPUs x run time alone) first; non-preemptive, head-of-line blocking"),
+    ("srtf", "shortest remaining time alone first; preemptive, backfills"),
+    ("tiresias", "Tiresias 2D-LAS: 2 queues split at 3,600 GPU-s of attained service, FIFO within, preempts across"),
+    ("themis", "Themis finish-time fairness: 10-min leases, released GPUs go to the worst T_shared/T_alone first"),
+];
+
+/// Placements by name.
+pub const PLACEMENTS: &[(&str, &str)] = &[
+    ("consolidated", "one host if possible, else the fewest racks (default)"),
+    ("random", "hosts drawn at random (seeded)"),
+    ("spread", "kube-scheduler LeastAllocated, pod by pod"),
+    ("latency", "Diktyo NetworkOverhead: lowest latency to the job's placed pods, pod by pod"),
+    ("exclusive", "reserve each host's mean send rate on its NIC; wait when it does not fit"),
+];
+
+/// Every policy name with one line about it (`orrery policies`).
+pub const CATALOGUE: &[(&str, &str)] = &[
+    ("fifo", "arrival order, head-of-line blocking; consolidated first fit (one host, else fewest racks)"),
+    ("sjf", "shortest run time alone first, non-preemptive; consolidated"),
+    ("ssf", "smallest GPU service (GPUs x run time alone) first, non-preemptive; consolidated"),
+    ("srtf", "shortest remaining time first, preemptive; consolidated"),
+    ("tiresias", "Tiresias 2D-LAS (2 queues, 3,600 GPU-s), preempts across queues; consolidated"),
+    ("themis", "Themis finish-time fairness with 10-min leases; consolidated"),
+    ("random", "= fifo/random: arrival order; GPUs from hosts drawn at random (seeded)"),
+    ("ideal", "fifo placement; every job has the network to itself"),
+    ("k8s-default", "= fifo/spread: kube-scheduler, pod by pod, LeastAllocated (pods of a job spread out)"),
+    ("diktyo", "= fifo/latency: Diktyo, pod by pod, lowest latency to the job's placed pods, then LeastAllocated"),
+    ("exclusive-bw", "= fifo/exclusive: a job reserves its mean rate on its hosts' NICs; waits when it does not fit"),
+    (
+        "metronome",
+        "Metronome: filter/score (Eq. 18)/normalize (Eq. 19)/reserve per pod, priority-aware alignment, A_T/O_T",
+    ),
+    ("pinned", "experiment files only: each job on the hosts `[workload] pins` gives it, in arrival order"),
+    ("ORDER/PLACEMENT", "any ordering with any placement (see below), e.g. tiresias/random"),
+    (
+        "POLICY+cassini",
+        "CASSINI Alg. 2 on any of the above: ranks 10 candidate placements by link compatibility, aligns time-shifts",
+    ),
+];
+
+fn order(name: &str) -> Option<Box<dyn Order>> {
+    Some(match name {
+        "fifo" => Box::new(order::Fifo),
+        "sjf" => Box::new(order::ShortestFirst::new(false)),
+        "ssf" => Box::new(order::ShortestFirst::new(true)),
+        "srtf" => Box::new(order::Srtf::default()),
+        "tiresias" => Box::new(order::Tiresias::default()),
+        "themis" => Box::new(order::Themis::default()),
+        _ => return None,
+    })
+}
+
+fn placement(name: &str, seed: u64) -> Option<Box<dyn Placement>> {
+    Some(match name {
+        "consolidated" => Box::new(placement::Consolidated),
+        "random" => Box::new(placement::Random::new(seed)),
+        "spread" => Box::new(placement::Spread),
+        "latency" => Box::new(placement::Latency::default()),
+        "exclusive" => Box::new(placement::ExclusiveBandwidth::default()),
+        _ => return None,
+    })
+}
+
+/// A policy by name: one of [`CATALOGUE`], `ORDER/PLACEMENT`, or any of them
+/// with `+cassini`. `seed` drives random placements and CASSINI's candidates.
+pub fn by_name(name: &str, seed: u64) -> Option<Box<dyn Policy>> {
+    if let Some(host) = name.strip_suffix("+cassini") {
+        return by_name(host, seed)
+            .map(|inner| Box::new(crate::cassini::Cassini::new(inner, seed ^ 0xCA55)) as Box<dyn Policy>);
+    }
+    let (o, p) = match name {
+        "metronome" => return Some(Box::new(crate::metronome::Metronome::default())),
+        "random" => ("fifo", "random"),
+        "k8s-default" => ("fifo", "spread"),
+        "diktyo" => ("fifo", "latency"),
+        "exclusive-bw" => ("fifo", "exclusive"),
+        "ideal" => {
+            let mut c = Composed::new(order("fifo")?, placement("consolidated", seed)?, "ideal");
+            c.isolated = true;
+            return Some(Box::new(c));
+        }
+        _ => name.split_once('/').unwrap_or((name, "consolidated")),
+    };
+    Some(Box::new(Composed::new(order(o)?, placement(p, seed)?, name)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::QueuedJob;
+    use orrery_model::setups::LeafSpine;
+    use orrery_model::{JobSpec, Work};
+
+    fn view<'a>(t: &'a orrery_model::Topology, free: &'a [u32], jobs: &'a [JobSpec]) -> ClusterView<'a> {
+        ClusterView {
+            now_s: 0.0,
+            topology: t,
+            free_gpus: free,
+            queue: jobs.iter().enumerate().map(|(id, spec)| QueuedJob::new(id, spec, 0.0)).collect(),
+            running: Vec::new(),
+        }
+    }
+
+    fn job(workers: u32) -> JobSpec {
+        JobSpec::new("j", "vgg16", 32, workers, Work::Iterations(10), 0.0)
+    }
+
+    #[test]
+    fn fifo_consolidates_into_one_rack_and_blocks_at_the_head() {
+        // 4 racks × 4 hosts × 8 GPUs.
+        let t = LeafSpine::with_oversubscription(4, 4, 2, 8, "v100", 100.0, 2.0).build("t").expect("valid");
+        let mut free = vec![8u32; 16];
+        free[0] = 2; // rack 0 has 26 free, the others 32.
+        let jobs = [job(20), job(200), job(1)];
+        let mut fifo = by_name("fifo", 0).expect("fifo");
+        let d = fifo.schedule(&view(&t, &free, &jobs));
+        // The 20-GPU job fits in one rack (rack 1, hosts 4..8): 8 + 8 + 4.
+        // The 200-GPU job can never fit: rejected (first), and the 1-GPU job behind it runs.
+        assert!(matches!(d[0], Decision::Reject { job: 1, .. }));
+        assert_eq!(d[1], Decision::Place { job: 0, hosts: vec![(4, 8), (5, 8), (6, 4)] });
+        assert_eq!(d[2], Decision::Place { job: 2, hosts: vec![(0, 1)] });
+        // Head-of-line blocking: a job that does not fit now stops the queue.
+        let jobs = [job(124), job(1)];
+        assert!(fifo.schedule(&view(&t, &free, &jobs)).is_empty());
+    }
+
+    #[test]
+    fn sjf_and_ssf_order_by_run_time_and_service() {
+        let t = LeafSpine::with_oversubscription(1, 2, 1, 8, "v100", 100.0, 1.0).build("t").expect("valid");
+        let free = vec![8u32; 2];
+        // Job 0: 8 GPUs, 100 iterations; job 1: 1 GPU, 300 iterations; job 2: 1 GPU, 10 iterations.
+        let jobs = [
+            JobSpec::new("a", "vgg16", 32, 8, Work::Iterations(100), 0.0),
+            JobSpec::new("b", "vgg16", 32, 1, Work::Iterations(300), 0.0),
+            JobSpec::new("c", "vgg16", 32, 1, Work::Iterations(10), 0.0),
+        ];
+        let order = |p: &mut dyn Policy| -> Vec<usize> {
+            p.schedule(&view(&t, &free, &jobs))
+                .iter()
+                .filter_map(|d| if let Decision::Place { job, .. } = d { Some(*job) } else { None })
+                .collect()
+        };
+        // By run time: c (10 it.), a (100 it. on one host, compute-bound), b (300 it.).
+        assert_eq!(order(by_name("sjf", 0).expect("sjf").as_mut()), vec![2, 0, 1]);
+        // By GPU service: c (1 GPU x 10), b (1 x 300), a (8 x 100).
+        assert_eq!(order(by_name("ssf", 0).expect("ssf").as_mut()), vec![2, 1, 0]);
+        assert!(by_name("ssf+cassini", 0).is_some_and(|p| p.name() == "ssf+cassini"));
+        assert!(by_name("lottery", 0).is_none());
+        // Every catalogued name (but the experiment-only `pinned` and the
+        // `HOST+` pattern) builds.
+        for (name, _) in CATALOGUE.iter().filter(|c| c.0 != "pinned" && !c.0.contains(char::is_uppercase)) {
+            assert!(by_name(name, 0).is_some(), "{name}");
+        }
+    }
+
+    #[test]
+    fn k8s_default_spreads_pods_and_diktyo_keeps_them_close() {
+        // 2 racks x 2 hosts x 4 GPUs; host 0 has 1 GPU used.
+        let t = LeafSpine::with_oversubscription(2, 2, 1, 4, "v100", 100.0, 1.0).build("t").expect("valid");
+        let free = vec![3u32, 4, 4, 4];
+        let jobs = [job(2)];
+        let hosts = |p: &mut dyn Policy| match &p.schedule(&view(&t, &free, &jobs))[0] {
+            Decision::Place { hosts, .. } => hosts.clone(),
+            other => unreachable!("{other:?}"),
+        };
+        // LeastAllocated: each pod to the emptiest node: hosts 1 then 2.
+        assert_eq!(hosts(by_name("k8s-default", 0).expect("k8s").as_mut()), vec![(1, 1), (2, 1)]);
+        // NetworkOverhead: the second pod joins the first (latency 0).
+        assert_eq!(hosts(by_name("diktyo", 0).expect("diktyo").as_mut()), vec![(1, 2)]);
+    }
+
+    #[test]
+    fn random_placement_is_seeded_and_gang() {
+        let t = LeafSpine::with_oversubscription(2, 4, 2, 8, "v100", 100.0, 2.0).build("t").expect("valid");
+        let free = vec![8u32; 8];
+        let jobs = [job(12)];
+        let a = by_name("random", 3).expect("random").schedule(&view(&t, &free, &jobs));
+        let b = by_name("random", 3).expect("random").schedule(&view(&t, &free, &jobs));
+        assert_eq!(a, b);
+        let Decision::Place { hosts, .. } = &a[0] else { unreachable!("placed") };
+        assert_eq!(hosts.iter().map(|h| h.1).sum::<u32>(), 12);
+        assert!(hosts.iter().all(|&(h, g)| g <= free[h]));
+    }
+
+    fn running<'a>(
+        id: usize,
+        spec: &'a JobSpec,
+        hosts: &'a [(usize, u32)],
+        progress: f64,
+        running_s: f64,
+    ) -> crate::RunningJob<'a> {
+        crate::RunningJob {
+            id,
+            spec,
+            hosts,
+            iterations_done: 0,
+            paused: false,
+            iteration_start_s: 0.0,
+            progress,
+            service_gpu_s: running_s * f64::from(spec.gpus()),
+            running_s,
+        }
+    }
+
+    /// One host of 4 GPUs, job 0 running on all of them, job 1 waiting for all of them.
+    fn contended<'a>(
+        t: &'a orrery_model::Topology,
+        a: &'a JobSpec,
+        b: &'a JobSpec,
+        progress: f64,
+        running_s: f64,
+        now_s: f64,
+    ) -> ClusterView<'a> {
+        static HOSTS: [(usize, u32); 1] = [(0, 4)];
+        ClusterView {
+            now_s,
+            topology: t,
+            free_gpus: &[0],
+            queue: vec![QueuedJob::new(1, b, now_s - b.arrival_s)],
+            running: vec![running(0, a, &HOSTS, progress, running_s)],
+        }
+    }
+
+    fn one_host() -> orrery_model::Topology {
+        LeafSpine::with_oversubscription(1, 1, 1, 4, "v100", 100.0, 1.0).build("t").expect("valid")
+    }
+
+    #[test]
+    fn tiresias_preempts_across_queues_only() {
+        let t = one_host();
+        let a = JobSpec::new("a", "resnet50", 32, 4, Work::Iterations(100_000), 0.0);
+        let b = JobSpec::new("b", "resnet50", 32, 4, Work::Iterations(100), 0.0);
+        let mut p = by_name("tiresias", 0).expect("tiresias");
+        // 1,000 s on 4 GPUs = 4,000 GPU-s > 3,600: demoted to queue 1; the
+        // newcomer in queue 0 takes its GPUs.
+        let d = p.schedule(&contended(&t, &a, &b, 0.1, 1000.0, 1000.0));
+        assert_eq!(d, vec![Decision::Preempt { job: 0 }, Decision::Place { job: 1, hosts: vec![(0, 4)] }]);
+        // 800 s = 3,200 GPU-s: both in queue 0, the running job keeps its GPUs.
+        assert!(p.schedule(&contended(&t, &a, &b, 0.1, 800.0, 800.0)).is_empty());
+        assert_eq!(order::Tiresias::default().level(3599.0), 0);
+        assert_eq!(p.tick_s(), Some(30.0));
+    }
+
+    #[test]
+    fn srtf_preempts_only_for_a_shorter_job() {
+        let t = one_host();
+        let a = JobSpec::new("a", "resnet50", 32, 4, Work::Iterations(1000), 0.0);
+        let short = JobSpec::new("b", "resnet50", 32, 4, Work::Iterations(100), 5.0);
+        let long = JobSpec::new("b", "resnet50", 32, 4, Work::Iterations(600), 5.0);
+        let mut p = by_name("srtf", 0).expect("srtf");
+        // Half done: 500 iterations left; 100 is shorter, 600 is not.
+        let d = p.schedule(&contended(&t, &a, &short, 0.5, 10.0, 10.0));
+        assert_eq!(d[0], Decision::Preempt { job: 0 });
+        let mut p = by_name("srtf", 0).expect("srtf");
+        assert!(p.schedule(&contended(&t, &a, &long, 0.5, 10.0, 10.0)).is_empty());
+    }
+
+    #[test]
+    fn themis_waits_for_the_lease_then_serves_the_worst_finish_time_fairness() {
+        let t = one_host();
+        let a = JobSpec::new("a", "resnet50", 32, 4, Work::Iterations(100_000), 0.0);
+        let b = JobSpec::new("b", "resnet50", 32, 4, Work::Iterations(100), 0.0);
+        let mut p = by_name("themis", 0).expect("themis");
+        // b has waited 300 s for a job of a few seconds: rho is huge, but a's
+        // lease (placed at 0) runs until 600 s.
+        assert!(p.schedule(&contended(&t, &a, &b, 0.01, 300.0, 300.0)).is_empty());
+        let d = p.schedule(&contended(&t, &a, &b, 0.01, 700.0, 700.0));
+        assert_eq!(d, vec![Decision::Preempt { job: 0 }, Decision::Place { job: 1, hosts: vec![(0, 4)] }]);
+        // A newcomer with rho ~ 1 does not beat a job that has waited long: with
+        // b arriving now and a far behind its time alone, a keeps the GPUs (and a new lease).
+        let late = JobSpec::new("b", "resnet50", 32, 4, Work::Iterations(100), 1400.0);
+        let mut p = by_name("themis", 0).expect("themis");
+        assert!(p.schedule(&contended(&t, &a, &late, 0.01, 1400.0, 1400.0)).is_empty());
+    }
+
+    #[test]
+    fn exclusive_bandwidth_queues_a_job_whose_rate_does_not_fit() {
+        // 4 hosts of one GPU on 10 Gbit/s NICs; VGG19 rings are network-bound.
+        let t = LeafSpine::with_oversubscription(1, 4, 1, 1, "v100", 10.0, 1.0).build("t").expect("valid");
+        let a = JobSpec::new("a", "vgg19", 32, 2, Work::Iterations(100), 0.0);
+        let b = JobSpec::new("b", "vgg19", 32, 2, Work::Iterations(100), 0.0);
+        let p = orrery_model::placed::place(&t, &a, &[(0, 1), (1, 1)]).expect("placed");
+        let demand = placement::host_demand_gbps(&p, 4);
+        assert!(demand[0] > 5.0 && demand[0] < 10.0, "VGG19 sends {:.2} Gbit/s on average", demand[0]);
+        let hosts_a = [(0usize, 1u32), (1, 1)];
+        let view = ClusterView {
+            now_s: 0.0,
+            topology: &t,
+            free_gpus: &[0, 0, 1, 1],
+            queue: vec![QueuedJob::new(1, &b, 0.0)],
+            running: vec![running(0, &a, &hosts_a, 0.0, 1.0)],
+        };
+        // Hosts 2 and 3 are unreserved: b goes there.
+        let mut p = by_name("exclusive-bw", 0).expect("exclusive");
+        assert_eq!(p.schedule(&view), vec![Decision::Place { job: 1, hosts: vec![(2, 1), (3, 1)] }]);
+        // With a spread over hosts 0 and 2 (1 and 3 free), b would need host 0
+        // or 2's NIC, or hosts 1 and 3... which are free: it runs on 1 and 3.
+        let hosts_a = [(0usize, 1u32), (2, 1)];
+        let view = ClusterView { free_gpus: &[0, 1, 0, 1], running: vec![running(0, &a, &hosts_a, 0.0, 1.0)], ..view };
+        assert_eq!(p.schedule(&view), vec![Decision::Place { job: 1, hosts: vec![(1, 1), (3, 1)] }]);
+        // With only hosts 0 and 2 half used by a and b needing 2 GPUs where a's
+        // NICs are reserved: b waits.
+        let t2 = LeafSpine::with_oversubscription(1, 2, 1, 2, "v100", 10.0, 1.0).build("t").expect("valid");
+        let hosts_a = [(0usize, 1u32), (1, 1)];
+        let view = ClusterView {
+            now_s: 0.0,
+            topology: &t2,
+            free_gpus: &[1, 1],
+            queue: vec![QueuedJob::new(1, &b, 0.0)],
+            running: vec![running(0, &a, &hosts_a, 0.0, 1.0)],
+        };
+        assert!(p.schedule(&view).is_empty());
+        // fifo/consolidated has no such scruple.
+        let mut fifo = by_name("fifo", 0).expect("fifo");
+        assert_eq!(fifo.schedule(&view).len(), 1);
+    }
+}

@@ -1,0 +1,245 @@
+//! Queue orderings: which job gets GPUs first, and whether a running job may
+//! lose its GPUs to a waiting one. Combined with a [`crate::placement`] by
+//! [`crate::compose::Composed`].
+//!
+//! Keys are compared lexicographically, smaller first. An ordering that
+//! preempts gives running jobs a key too; a running job keeps its GPUs unless
+//! waiting jobs with smaller keys need them.
+
+use crate::baseline::isolated_seconds;
+use crate::{ClusterView, JobId, QueuedJob, RunningJob};
+use std::collections::HashMap;
+
+/// Priority key: (primary, tie-break), smaller first.
+pub type Key = (f64, f64);
+
+/// A queue ordering.
+pub trait Order {
+    /// Short name (`fifo`, `tiresias`, ...).
+    fn name(&self) -> &'static str;
+
+    /// Key of a waiting job.
+    fn queued_key(&mut self, view: &ClusterView<'_>, job: &QueuedJob<'_>) -> Key;
+
+    /// Key of a running job that may be preempted now; None keeps its GPUs.
+    fn running_key(&mut self, _view: &ClusterView<'_>, _job: &RunningJob<'_>) -> Option<Key> {
+        None
+    }
+
+    /// Whether a waiting job that does not fit stops those behind it
+    /// (head-of-line blocking) instead of letting them backfill.
+    fn blocking(&self) -> bool {
+        true
+    }
+
+    /// Period of scheduling rounds without arrivals or completions, s.
+    fn tick_s(&self) -> Option<f64> {
+        None
+    }
+}
+
+/// Run time alone on a consolidated placement, cached per job (computing it
+/// derives an iteration shape).
+#[derive(Debug, Default)]
+struct Alone(HashMap<JobId, f64>);
+
+impl Alone {
+    fn seconds(&mut self, view: &ClusterView<'_>, id: JobId, spec: &orrery_model::JobSpec) -> f64 {
+        *self.0.entry(id).or_insert_with(|| isolated_seconds(view, spec))
+    }
+}
+
+/// First come, first served.
+#[derive(Debug, Default)]
+pub struct Fifo;
+
+impl Order for Fifo {
+    fn name(&self) -> &'static str {
+        "fifo"
+    }
+
+    fn queued_key(&mut self, _: &ClusterView<'_>, job: &QueuedJob<'_>) -> Key {
+        (job.spec.arrival_s, 0.0)
+    }
+}
+
+/// Shortest job first (run time alone) or smallest service first (GPUs × run
+/// time alone); non-preemptive, head-of-line blocking.
+#[derive(Debug, Default)]
+pub struct ShortestFirst {
+    /// SSF when true, SJF otherwise.
+    pub by_service: bool,
+    alone: Alone,
+}
+
+impl ShortestFirst {
+    /// SJF (`false`) or SSF (`true`).
+    pub fn new(by_service: bool) -> Self {
+        ShortestFirst { by_service, alone: Alone::default() }
+    }
+}
+
+impl Order for ShortestFirst {
+    fn name(&self) -> &'static str {
+        if self.by_service { "ssf" } else { "sjf" }
+    }
+
+    fn queued_key(&mut self, view: &ClusterView<'_>, job: &QueuedJob<'_>) -> Key {
+        let t = self.alone.seconds(view, job.id, job.spec);
+        let k = if self.by_service { t * f64::from(job.spec.gpus()) } else { t };
+        (k, job.spec.arrival_s)
+    }
+}
+
+/// Shortest remaining time first: remaining run time alone; a shorter
+/// arrival preempts the running job with the most time left. Backfills.
+#[derive(Debug, Default)]
+pub struct Srtf {
+    alone: Alone,
+}
+
+impl Order for Srtf {
+    fn name(&self) -> &'static str {
+        "srtf"
+    }
+
+    fn queued_key(&mut self, view: &ClusterView<'_>, job: &QueuedJob<'_>) -> Key {
+        (self.alone.seconds(view, job.id, job.spec) * (1.0 - job.progress), job.spec.arrival_s)
+    }
+
+    fn running_key(&mut self, view: &ClusterView<'_>, job: &RunningJob<'_>) -> Option<Key> {
+        // A running job wins ties (−1 as tie-break) so equal jobs do not swap.
+        Some((self.alone.seconds(view, job.id, job.spec) * (1.0 - job.progress), -1.0))
+    }
+
+    fn blocking(&self) -> bool {
+        false
+    }
+}
+
+/// Tiresias' discretised two-dimensional least-attained-service (2D-LAS,
+/// Tiresias §4.2): a job's attained service is GPUs × time run; it is demoted
+/// from queue k to k+1 when that crosses `thresholds[k]`; queues are served
+/// in order, FIFO within a queue, and a waiting job in a higher queue preempts
+/// running jobs in lower ones. A job that has waited more than `starve_factor`
+/// times its run time is promoted to the first queue.
+///
+/// Simplifications: attained service comes from the driver (exact, not
+/// sampled); no placement-aware profiling (Tiresias' consolidation decision
+/// is left to the placement).
+#[derive(Debug)]
+pub struct Tiresias {
+    /// Demotion thresholds, GPU-seconds (Tiresias' default K = 2 queues).
+    pub thresholds: Vec<f64>,
+    /// Promotion after waiting this many times the run time (STARVE_LIMIT).
+    pub starve_factor: f64,
+    /// Seconds between demotion checks.
+    pub tick: f64,
+}
+
+impl Default for Tiresias {
+    fn default() -> Self {
+        Tiresias { thresholds: vec![3600.0], starve_factor: 2.0, tick: 30.0 }
+    }
+}
+
+impl Tiresias {
+    /// Queue of a job that has had `service_gpu_s`: the number of thresholds crossed.
+    pub fn level(&self, service_gpu_s: f64) -> usize {
+        self.thresholds.iter().take_while(|&&t| service_gpu_s >= t).count()
+    }
+}
+
+impl Order for Tiresias {
+    fn name(&self) -> &'static str {
+        "tiresias"
+    }
+
+    fn queued_key(&mut self, view: &ClusterView<'_>, job: &QueuedJob<'_>) -> Key {
+        let run_s = job.service_gpu_s / f64::from(job.spec.gpus().max(1));
+        let waited_s = (view.now_s - job.spec.arrival_s - run_s).max(0.0);
+        let starving = run_s > 0.0 && waited_s >= self.starve_factor * run_s;
+        let level = if starving { 0 } else { self.level(job.service_gpu_s) };
+        (level as f64, job.spec.arrival_s)
+    }
+
+    fn running_key(&mut self, _: &ClusterView<'_>, job: &RunningJob<'_>) -> Option<Key> {
+        // Half a level ahead of waiting jobs of its own queue: Tiresias only
+        // preempts across queues.
+        Some((self.level(job.service_gpu_s) as f64 - 0.5, job.spec.arrival_s))
+    }
+
+    fn blocking(&self) -> bool {
+        false
+    }
+
+    fn tick_s(&self) -> Option<f64> {
+        Some(self.tick)
+    }
+}
+
+/// Themis' finish-time fairness (Themis §3): ρ = T_shared / T_alone, where
+/// T_alone is the run time alone and T_shared the time since arrival plus the
+/// run time left. GPUs are leased for `lease_s`; when a lease ends, the job's
+/// GPUs go back to auction and the jobs with the worst ρ win them.
+///
+/// Simplifications: the auction is a greedy by ρ (worst first) instead of
+/// Themis' partial-allocation mechanism over bids from per-app agents, with
+/// every job bidding (fairness knob f = 0); T_shared ignores network
+/// slow-down, which Themis' agents do not model either.
+#[derive(Debug)]
+pub struct Themis {
+    /// Lease length, s (Themis: 10 min).
+    pub lease_s: f64,
+    alone: Alone,
+    /// Per running job: when it was placed and when its current lease began.
+    leases: HashMap<JobId, (f64, f64)>,
+}
+
+impl Default for Themis {
+    fn default() -> Self {
+        Themis { lease_s: 600.0, alone: Alone::default(), leases: HashMap::new() }
+    }
+}
+
+impl Themis {
+    fn rho(&mut self, view: &ClusterView<'_>, id: JobId, spec: &orrery_model::JobSpec, progress: f64) -> f64 {
+        let alone = self.alone.seconds(view, id, spec).max(1e-9);
+        let shared = (view.now_s - spec.arrival_s).max(0.0) + alone * (1.0 - progress);
+        shared / alone
+    }
+}
+
+impl Order for Themis {
+    fn name(&self) -> &'static str {
+        "themis"
+    }
+
+    fn queued_key(&mut self, view: &ClusterView<'_>, job: &QueuedJob<'_>) -> Key {
+        (-self.rho(view, job.id, job.spec, job.progress), job.spec.arrival_s)
+    }
+
+    fn running_key(&mut self, view: &ClusterView<'_>, job: &RunningJob<'_>) -> Option<Key> {
+        let placed_at = view.now_s - job.running_s;
+        let lease = self.leases.entry(job.id).or_insert((placed_at, placed_at));
+        if (lease.0 - placed_at).abs() > 1e-6 {
+            *lease = (placed_at, placed_at); // placed again since: a new lease
+        }
+        if view.now_s - lease.1 < self.lease_s {
+            return None;
+        }
+        // The lease ends: the GPUs are auctioned now. A job that keeps them
+        // holds a new lease; one that loses is preempted and re-placed later.
+        lease.1 = view.now_s;
+        Some((-self.rho(view, job.id, job.spec, job.progress), -1.0))
+    }
+
+    fn blocking(&self) -> bool {
+        false
+    }
+
+    fn tick_s(&self) -> Option<f64> {
+        // Leases end at different times; look every minute.
+        Some(60.0)
+    }
+}

@@ -1,0 +1,187 @@
+//! Placements: which GPUs a job gets once the ordering says it goes next.
+//! Combined with an [`crate::order`] by [`crate::compose::Composed`].
+
+use crate::baseline::{consolidated, place_pods, random_hosts};
+use crate::{ClusterView, JobId};
+use orrery_model::placed::{Placed, place, transfers};
+use orrery_model::{HostId, JobSpec, Segment};
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+
+/// GPUs per host, in placement order.
+pub type Hosts = Vec<(HostId, u32)>;
+
+/// A placement rule.
+pub trait Placement {
+    /// Short name (`consolidated`, `random`, ...).
+    fn name(&self) -> &'static str;
+
+    /// Called once per scheduling round; `leaving` are running jobs the round
+    /// preempts (their resources count as free).
+    fn prepare(&mut self, _view: &ClusterView<'_>, _leaving: &[JobId]) {}
+
+    /// GPUs for `spec` from `free`, or None when it does not fit now.
+    fn place(&mut self, view: &ClusterView<'_>, rack_of: &[usize], free: &[u32], spec: &JobSpec) -> Option<Hosts>;
+
+    /// Records that `spec` was placed on `hosts` in this round.
+    fn commit(&mut self, _view: &ClusterView<'_>, _spec: &JobSpec, _hosts: &[(HostId, u32)]) {}
+}
+
+/// Consolidated first fit: one host if possible, else the fewest racks.
+#[derive(Debug, Default)]
+pub struct Consolidated;
+
+impl Placement for Consolidated {
+    fn name(&self) -> &'static str {
+        "consolidated"
+    }
+
+    fn place(&mut self, view: &ClusterView<'_>, rack_of: &[usize], free: &[u32], spec: &JobSpec) -> Option<Hosts> {
+        consolidated(view, rack_of, free, spec.gpus())
+    }
+}
+
+/// GPUs from hosts drawn uniformly at random (seeded).
+#[derive(Debug)]
+pub struct Random {
+    rng: ChaCha8Rng,
+}
+
+impl Random {
+    /// With a seed.
+    pub fn new(seed: u64) -> Self {
+        Random { rng: ChaCha8Rng::seed_from_u64(seed) }
+    }
+}
+
+impl Placement for Random {
+    fn name(&self) -> &'static str {
+        "random"
+    }
+
+    fn place(&mut self, _: &ClusterView<'_>, _: &[usize], free: &[u32], spec: &JobSpec) -> Option<Hosts> {
+        random_hosts(&mut self.rng, free, spec.gpus())
+    }
+}
+
+/// kube-scheduler's default for GPU pods: pod by pod, Filter on free GPUs,
+/// then NodeResourcesFit LeastAllocated (the node with the largest free share
+/// of its GPUs after the pod); BalancedAllocation has one resource here and
+/// adds nothing. Pods of a job therefore spread out.
+#[derive(Debug, Default)]
+pub struct Spread;
+
+impl Placement for Spread {
+    fn name(&self) -> &'static str {
+        "spread"
+    }
+
+    fn place(&mut self, view: &ClusterView<'_>, _: &[usize], free: &[u32], spec: &JobSpec) -> Option<Hosts> {
+        let t = view.topology;
+        place_pods(view, spec, free, |n, _, scratch| {
+            let cap = f64::from(t.hosts[n].gpus.max(1));
+            100.0 * (f64::from(scratch[n]) - f64::from(spec.gpus_per_worker.max(1))) / cap
+        })
+    }
+}
+
+/// Diktyo's NetworkOverhead: pod by pod, the node with the lowest summed
+/// latency to the job's pods already placed (its AppGroup dependencies),
+/// LeastAllocated breaking ties.
+#[derive(Debug, Default)]
+pub struct Latency {
+    latency: Vec<Vec<f64>>,
+}
+
+impl Placement for Latency {
+    fn name(&self) -> &'static str {
+        "latency"
+    }
+
+    fn prepare(&mut self, view: &ClusterView<'_>, _: &[JobId]) {
+        if self.latency.len() != view.topology.hosts.len() {
+            self.latency = view.topology.latency_matrix_us();
+        }
+    }
+
+    fn place(&mut self, view: &ClusterView<'_>, _: &[usize], free: &[u32], spec: &JobSpec) -> Option<Hosts> {
+        let (t, latency) = (view.topology, &self.latency);
+        place_pods(view, spec, free, |n, chosen, scratch| {
+            let overhead: f64 = chosen.iter().map(|&c| latency.get(n).and_then(|r| r.get(c)).unwrap_or(&0.0)).sum();
+            let least = f64::from(scratch[n]) / f64::from(t.hosts[n].gpus.max(1));
+            -1000.0 * overhead + least
+        })
+    }
+}
+
+/// Exclusive bandwidth: a job that spans hosts reserves, on each host's NIC,
+/// the mean rate its workers there send (bits per iteration over the
+/// iteration time alone); a placement is taken only if every host it uses has
+/// that much unreserved. Consolidated first fit first, then pod by pod over
+/// the hosts with room; otherwise the job waits. Alone, a job's mean rate
+/// never exceeds its NIC, so every job fits on an idle cluster.
+#[derive(Debug, Default)]
+pub struct ExclusiveBandwidth {
+    /// Gbit/s reserved on each host's NIC.
+    reserved: Vec<f64>,
+}
+
+/// Mean Gbit/s each host of a placed job sends to other hosts. O(flows).
+pub fn host_demand_gbps(p: &Placed, hosts: usize) -> Vec<f64> {
+    let mut bits = vec![0.0; hosts];
+    for seg in &p.shape.segments {
+        if let Segment::Comm { collective, payload_bytes, .. } = *seg {
+            for (src, dst, b) in transfers(&p.workers, collective, payload_bytes) {
+                if src != dst && src < hosts {
+                    bits[src] += b;
+                }
+            }
+        }
+    }
+    let period_s = p.shape.period_ms() / 1e3;
+    bits.iter().map(|b| if period_s > 0.0 { b / period_s / 1e9 } else { 0.0 }).collect()
+}
+
+impl ExclusiveBandwidth {
+    fn fits(&self, view: &ClusterView<'_>, spec: &JobSpec, hosts: &[(HostId, u32)]) -> bool {
+        let Some(p) = place(view.topology, spec, hosts) else { return false };
+        let demand = host_demand_gbps(&p, view.topology.hosts.len());
+        hosts.iter().all(|&(h, _)| self.reserved[h] + demand[h] <= view.topology.host_nic_gbps(h) + 1e-9)
+    }
+}
+
+impl Placement for ExclusiveBandwidth {
+    fn name(&self) -> &'static str {
+        "exclusive"
+    }
+
+    fn prepare(&mut self, view: &ClusterView<'_>, leaving: &[JobId]) {
+        self.reserved = vec![0.0; view.topology.hosts.len()];
+        for r in view.running.iter().filter(|r| !leaving.contains(&r.id)) {
+            self.commit(view, r.spec, r.hosts);
+        }
+    }
+
+    fn place(&mut self, view: &ClusterView<'_>, rack_of: &[usize], free: &[u32], spec: &JobSpec) -> Option<Hosts> {
+        if let Some(c) = consolidated(view, rack_of, free, spec.gpus()).filter(|c| self.fits(view, spec, c)) {
+            return Some(c);
+        }
+        let t = view.topology;
+        let reserved = &self.reserved;
+        let c = place_pods(view, spec, free, |n, chosen, scratch| {
+            // Join the job's own hosts first (no NIC traffic), then the host
+            // with the most unreserved bandwidth, then the most free GPUs.
+            let joins = if chosen.contains(&n) { 1e6 } else { 0.0 };
+            joins + 1e3 * (t.host_nic_gbps(n) - reserved[n]) + f64::from(scratch[n])
+        })?;
+        self.fits(view, spec, &c).then_some(c)
+    }
+
+    fn commit(&mut self, view: &ClusterView<'_>, spec: &JobSpec, hosts: &[(HostId, u32)]) {
+        if let Some(p) = place(view.topology, spec, hosts) {
+            for (h, d) in host_demand_gbps(&p, view.topology.hosts.len()).into_iter().enumerate() {
+                self.reserved[h] += d;
+            }
+        }
+    }
+}
