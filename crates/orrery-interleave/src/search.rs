@@ -25,6 +25,11 @@ pub enum Search {
     /// the first interval of perfect-score rotations of the last job and take
     /// its middle; if none is perfect, the best score found by [`Search::Exhaustive`].
     FastFeasible,
+    /// Metronome's ablation without the third stage (§IV-C, Table VII): like
+    /// [`Search::FastFeasible`] but the last job starts at the *start* of the
+    /// first perfect interval (its communication right after the previous
+    /// job's), leaving no cushion.
+    Compact,
     /// Metronome's stop-and-wait controller (§III-C): the best score, and among
     /// the rotations that reach it the largest cushion Ψ. Exact: every
     /// best-score rotation of the last job is evaluated. Metronome's
@@ -93,7 +98,8 @@ pub fn range(u: &UnifiedCircle, j: usize) -> usize {
 pub fn solve(u: &UnifiedCircle, capacity: f64, search: Search) -> Solution {
     let mut sol = match search {
         Search::Exhaustive => Dfs::new(u, capacity, Mode::Score).run(),
-        Search::FastFeasible => fast_feasible(u, capacity),
+        Search::FastFeasible => fast_feasible(u, capacity, false),
+        Search::Compact => fast_feasible(u, capacity, true),
         Search::OptimalCushion => optimal_cushion(u, capacity, false),
         Search::Heuristic { restarts, seed } => heuristic(u, capacity, restarts, seed),
     };
@@ -121,8 +127,8 @@ enum Mode {
     Score,
     /// Among rotations with excess ≤ target, maximise the cushion.
     Cushion { target: f64, middles_only: bool },
-    /// Stop at the middle of the first perfect interval.
-    FirstPerfect,
+    /// Stop at the middle (or, when compact, the start) of the first perfect interval.
+    FirstPerfect { compact: bool },
 }
 
 /// Depth-first search over the free jobs with per-level partial sums.
@@ -233,7 +239,7 @@ impl<'a> Dfs<'a> {
             let bound = match (&self.best, self.mode) {
                 (_, Mode::Cushion { target, .. }) => partial > target + EPS,
                 (Some((e, _, _)), Mode::Score) => partial >= e - EPS,
-                (_, Mode::FirstPerfect) => partial > EPS,
+                (_, Mode::FirstPerfect { .. }) => partial > EPS,
                 (None, Mode::Score) => false,
             };
             if bound {
@@ -293,9 +299,9 @@ impl<'a> Dfs<'a> {
                     }
                 }
             }
-            Mode::FirstPerfect => {
-                if let Some(k) = middles(&ex, 0.0, k_range * self.u.jobs[j].iterations as usize == a).into_iter().next()
-                {
+            Mode::FirstPerfect { compact } => {
+                let circular = k_range * self.u.jobs[j].iterations as usize == a;
+                if let Some(k) = runs(&ex, 0.0, circular, compact).into_iter().next() {
                     self.current[j] = k;
                     self.best = Some((ex[k], None, self.current.clone()));
                     self.done = true;
@@ -326,10 +332,16 @@ impl<'a> Dfs<'a> {
 /// Middles of the maximal runs of `ex[k] ≤ target`, in order of their start;
 /// runs wrap around when `circular`.
 fn middles(ex: &[f64], target: f64, circular: bool) -> Vec<usize> {
+    runs(ex, target, circular, false)
+}
+
+/// The middle (or, with `starts`, the first) index of each run of indices with
+/// `ex ≤ target`, in scan order. O(n).
+fn runs(ex: &[f64], target: f64, circular: bool, starts: bool) -> Vec<usize> {
     let n = ex.len();
     let ok: Vec<bool> = ex.iter().map(|&e| e <= target + EPS).collect();
     if ok.iter().all(|&b| b) {
-        return vec![n / 2];
+        return vec![if starts { 0 } else { n / 2 }];
     }
     let mut out = Vec::new();
     // Start scanning just after a non-ok index so wrapped runs are whole.
@@ -342,7 +354,7 @@ fn middles(ex: &[f64], target: f64, circular: bool) -> Vec<usize> {
             while i + len < n && ok[(start + i + len) % n] && (circular || start + i + len < n) {
                 len += 1;
             }
-            out.push((start + i + (len - 1) / 2) % n);
+            out.push((start + i + if starts { 0 } else { (len - 1) / 2 }) % n);
             i += len;
         } else {
             i += 1;
@@ -352,8 +364,8 @@ fn middles(ex: &[f64], target: f64, circular: bool) -> Vec<usize> {
     out
 }
 
-fn fast_feasible(u: &UnifiedCircle, capacity: f64) -> Solution {
-    let mut d = Dfs::new(u, capacity, Mode::FirstPerfect);
+fn fast_feasible(u: &UnifiedCircle, capacity: f64, compact: bool) -> Solution {
+    let mut d = Dfs::new(u, capacity, Mode::FirstPerfect { compact });
     let sol = d.run();
     if d.done {
         return sol;
@@ -571,6 +583,21 @@ mod tests {
             assert_eq!(s.rotations[1], 36, "{search:?}: the only perfect rotation is 180°");
             assert_eq!(s.shifts_ms(&u)[1], 50.0);
         }
+    }
+
+    #[test]
+    fn compact_starts_the_newcomer_right_after_the_reference_and_fast_feasible_centres_it() {
+        // Two 100 ms jobs, each sending 30 ms at the full 50 Gbit/s: the second
+        // fits anywhere in a shift of [30, 70] ms. Metronome's third stage takes
+        // the middle (50 ms, a 20 ms cushion each side); the ablation the start.
+        let jobs = [job(100.0, &[(0.0, 30.0, 50.0)], Priority::High), job(100.0, &[(0.0, 30.0, 50.0)], Priority::Low)];
+        let u = unify(&jobs, &Params { precision: 100, ..Params::default() }).expect("ok");
+        let fast = solve(&u, 50.0, Search::FastFeasible);
+        let compact = solve(&u, 50.0, Search::Compact);
+        assert_eq!((fast.score, compact.score), (1.0, 1.0));
+        assert!((fast.shifts_ms(&u)[1] - 50.0).abs() < 1.0, "{:?}", fast.shifts_ms(&u));
+        assert!((compact.shifts_ms(&u)[1] - 30.0).abs() < 1e-9, "{:?}", compact.shifts_ms(&u));
+        assert!(compact.cushion_bins < fast.cushion_bins);
     }
 
     #[test]

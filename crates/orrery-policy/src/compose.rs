@@ -186,6 +186,8 @@ pub const CATALOGUE: &[(&str, &str)] = &[
         "metronome",
         "Metronome: filter/score (Eq. 18)/normalize (Eq. 19)/reserve per pod, priority-aware alignment, A_T/O_T",
     ),
+    ("metronome-no-stage3", "Metronome ablation (Table VII): compact rotations, no cushion"),
+    ("metronome-no-monitor", "Metronome ablation (Table VIII): no stop-and-wait monitoring"),
     ("pinned", "experiment files only: each job on the hosts `[workload] pins` gives it, in arrival order"),
     ("ORDER/PLACEMENT", "any ordering with any placement (see below), e.g. tiresias/random"),
     (
@@ -226,6 +228,16 @@ pub fn by_name(name: &str, seed: u64) -> Option<Box<dyn Policy>> {
     }
     let (o, p) = match name {
         "metronome" => return Some(Box::new(crate::metronome::Metronome::default())),
+        "metronome-no-stage3" => {
+            let mut m = crate::metronome::Metronome::default();
+            m.third_stage = false;
+            return Some(Box::new(m));
+        }
+        "metronome-no-monitor" => {
+            let mut m = crate::metronome::Metronome::default();
+            m.monitor = false;
+            return Some(Box::new(m));
+        }
         "random" => ("fifo", "random"),
         "k8s-default" => ("fifo", "spread"),
         "diktyo" => ("fifo", "latency"),

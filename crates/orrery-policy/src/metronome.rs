@@ -30,7 +30,7 @@
 
 use crate::{ClusterView, Decision, JobId, Policy, QueuedJob};
 use orrery_interleave::score::{compatibility, demand};
-use orrery_interleave::unified::{CircleJob, Params, unify};
+use orrery_interleave::unified::{CircleJob, Params, UnifiedCircle, unify};
 use orrery_interleave::{Search, solve};
 use orrery_model::placed::place;
 use orrery_model::zoo::{Placement, model};
@@ -55,10 +55,14 @@ impl Default for Thresholds {
 }
 
 /// The Metronome policy.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Metronome {
     /// Controller thresholds.
     pub thresholds: Thresholds,
+    /// The third stage: cushioned rotations (off: compact ones, Table VII).
+    pub third_stage: bool,
+    /// The stop-and-wait monitoring (off: Table VIII's "wo").
+    pub monitor: bool,
     latency: Vec<Vec<f64>>,
     /// Per aligned job: (iteration alone ms, offset s, recent iteration times).
     watched: HashMap<JobId, (f64, f64, Vec<f64>)>,
@@ -92,6 +96,19 @@ pub fn normalize(delta: &[f64]) -> Vec<f64> {
         .collect()
 }
 
+impl Default for Metronome {
+    fn default() -> Self {
+        Metronome {
+            thresholds: Thresholds::default(),
+            third_stage: true,
+            monitor: true,
+            latency: Vec::new(),
+            watched: HashMap::new(),
+            readjustments: 0,
+        }
+    }
+}
+
 impl Metronome {
     /// Places all pods of `job` or none; returns the hosts and, per host, the
     /// shift (ms) its node's rotation gives the job.
@@ -119,7 +136,8 @@ impl Metronome {
                     }
                 })
                 .collect();
-            let mut best: Vec<(HostId, f64, Option<f64>)> = Vec::new(); // (node, score, shift)
+            // (node, score, its unified circle with the newcomer last, when rotated)
+            let mut best: Vec<(HostId, f64, Option<UnifiedCircle>)> = Vec::new();
             for (n, &available) in scratch.iter().enumerate() {
                 // Filter: a free GPU, and the pod's bandwidth within the link (Eq. 14).
                 let nic = t.host_nic_gbps(n);
@@ -132,7 +150,7 @@ impl Metronome {
                 let others = node_pods.get(&n).map(Vec::as_slice).unwrap_or_default();
                 let total_bw: f64 =
                     others.iter().map(|o| o.1.arcs.iter().map(|a| a.gbps).fold(0.0, f64::max)).sum::<f64>() + bw;
-                let (score, rot) = if spec.low_comm || bw == 0.0 || others.is_empty() || total_bw <= nic {
+                let (score, unified) = if spec.low_comm || bw == 0.0 || others.is_empty() || total_bw <= nic {
                     (100.0, None)
                 } else {
                     let mut circles: Vec<CircleJob> = others
@@ -147,18 +165,15 @@ impl Metronome {
                     match unify(&circles, &Params::default()) {
                         Ok(u) => {
                             let sol = solve(&u, nic, Search::FastFeasible);
-                            let s = 100.0 * compatibility(&demand(&u, &sol.rotations), nic);
-                            let me = circles.len() - 1;
-                            let t_ref = sol.shifts_ms(&u)[u.reference];
-                            (s, Some(sol.shifts_ms(&u)[me] - t_ref))
+                            (100.0 * compatibility(&demand(&u, &sol.rotations), nic), Some(u))
                         }
                         Err(_) => (0.0, None),
                     }
                 };
-                best.push((n, score, rot));
+                best.push((n, score, unified));
             }
             let max = best.iter().map(|b| b.1).fold(f64::NEG_INFINITY, f64::max);
-            let top: Vec<&(HostId, f64, Option<f64>)> = best.iter().filter(|b| b.1 >= max - 1e-9).collect();
+            let top: Vec<&(HostId, f64, Option<UnifiedCircle>)> = best.iter().filter(|b| b.1 >= max - 1e-9).collect();
             // NormalizeScore (Eq. 19) among the best: lowest latency, or highest for LowComm.
             let d: Vec<f64> = top.iter().map(|b| delta[b.0]).collect();
             let norm = normalize(&d);
@@ -166,13 +181,20 @@ impl Metronome {
                 let (x, y) = if spec.low_comm { (100.0 - norm[a], 100.0 - norm[b]) } else { (norm[a], norm[b]) };
                 x.total_cmp(&y).then(top[b].0.cmp(&top[a].0))
             })?;
-            let (n, score, rot) = *top[pick];
+            let (n, score, unified) = top[pick];
+            let n = *n;
             scratch[n] -= per_pod;
             chosen.push(n);
-            if let Some(r) = rot
-                && shift.is_none_or(|s| score < s.1)
+            if let Some(u) = unified
+                && shift.is_none_or(|s| *score < s.1)
             {
-                shift = Some((n, score, r));
+                // The controller's offline recalculation (§III-C): on the chosen
+                // node, the best score with the widest cushion; the ablation
+                // without the third stage packs the newcomer against the others.
+                let search = if self.third_stage { Search::OptimalCushion } else { Search::Compact };
+                let search = if u.jobs.len() > 4 && self.third_stage { Search::FastFeasible } else { search };
+                let shifts = solve(u, t.host_nic_gbps(n), search).shifts_ms(u);
+                shift = Some((n, *score, shifts[u.jobs.len() - 1] - shifts[u.reference]));
             }
         }
         // Reserve: all pods placed.
@@ -190,7 +212,12 @@ impl Metronome {
 
 impl Policy for Metronome {
     fn name(&self) -> String {
-        "metronome".into()
+        match (self.third_stage, self.monitor) {
+            (true, true) => "metronome".into(),
+            (false, true) => "metronome-no-stage3".into(),
+            (true, false) => "metronome-no-monitor".into(),
+            (false, false) => "metronome-no-stage3-no-monitor".into(),
+        }
     }
 
     fn schedule(&mut self, view: &ClusterView<'_>) -> Vec<Decision> {
@@ -245,6 +272,9 @@ impl Policy for Metronome {
 
     fn on_iteration(&mut self, _view: &ClusterView<'_>, job: JobId, iteration_ms: f64) -> Vec<Decision> {
         let th = self.thresholds;
+        if !self.monitor {
+            return Vec::new();
+        }
         let Some((alone, offset_s, recent)) = self.watched.get_mut(&job) else { return Vec::new() };
         recent.push(iteration_ms);
         if recent.len() > th.window {

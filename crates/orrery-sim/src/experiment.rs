@@ -41,6 +41,32 @@ pub struct Experiment {
     /// Simulation knobs.
     #[serde(default)]
     pub sim: SimOptions,
+    /// Named variations of the workload (`[[scenario]]`); every policy runs
+    /// in each. Without any, the workload runs as given.
+    #[serde(default, rename = "scenario")]
+    pub scenarios: Vec<Scenario>,
+    /// The policy the comparison table measures the others against (default:
+    /// the first).
+    pub baseline: Option<String>,
+}
+
+/// A named variation of the experiment's workload: a load, a job count, or
+/// its own listed jobs and pins (`S1`..`S5`, `load=0.9`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    /// Label in `summary.json` and the tables.
+    pub name: String,
+    /// Replaces `workload.load`.
+    pub load: Option<f64>,
+    /// Replaces `workload.jobs`.
+    pub jobs: Option<usize>,
+    /// Replaces the workload by these jobs (`[[scenario.job]]`).
+    #[serde(default, rename = "job")]
+    pub listed: Vec<JobSpec>,
+    /// Replaces `workload.pins`.
+    #[serde(default)]
+    pub pins: std::collections::BTreeMap<String, Vec<(usize, u32)>>,
 }
 
 fn one_seed() -> Vec<u64> {
@@ -108,8 +134,10 @@ impl Default for SimOptions {
 pub struct Run {
     /// Policy name.
     pub policy: String,
-    /// Scenario: the workload and topology.
+    /// Scenario: its name, or the workload's load or source.
     pub scenario: String,
+    /// The workload and topology it ran on.
+    pub setup: String,
     /// Seed.
     pub seed: u64,
     /// Which fidelity was used: `iteration` (every iteration simulated) or
@@ -157,6 +185,95 @@ pub struct Summary {
     pub seed: u64,
     /// Runs.
     pub runs: Vec<Run>,
+    /// The policy the comparison measures against.
+    pub baseline: String,
+    /// Per scenario and policy, the means over seeds and the gains over the baseline.
+    pub comparison: Vec<Comparison>,
+}
+
+/// One line of the comparison table: a policy in a scenario, averaged over
+/// seeds, with the baseline's value divided by its own (> 1: better).
+#[derive(Debug, Clone, Serialize)]
+pub struct Comparison {
+    /// Scenario.
+    pub scenario: String,
+    /// Policy.
+    pub policy: String,
+    /// Seeds averaged.
+    pub seeds: usize,
+    /// Mean iteration time, s.
+    pub avg_iter_s: f64,
+    /// 99th percentile iteration time, s.
+    pub p99_iter_s: f64,
+    /// Mean JCT, s.
+    pub avg_jct_s: f64,
+    /// Makespan, s.
+    pub makespan_s: f64,
+    /// Mean iteration time of high-priority jobs, s.
+    pub high_iter_s: Option<f64>,
+    /// Mean iteration time of low-priority jobs, s.
+    pub low_iter_s: Option<f64>,
+    /// Baseline's mean iteration time / this one's.
+    pub gain_avg_iter: f64,
+    /// Baseline's p99 iteration time / this one's.
+    pub gain_p99_iter: f64,
+    /// Baseline's mean JCT / this one's.
+    pub gain_avg_jct: f64,
+    /// Baseline's high-priority mean iteration time / this one's.
+    pub gain_high_iter: Option<f64>,
+}
+
+/// Averages runs over seeds per (scenario, policy) and divides the
+/// baseline's numbers by each policy's. O(runs²) (runs are few).
+pub fn compare(runs: &[Run], baseline: &str) -> Vec<Comparison> {
+    let mut keys: Vec<(String, String)> = Vec::new();
+    for r in runs {
+        let k = (r.scenario.clone(), r.policy.clone());
+        if !keys.contains(&k) {
+            keys.push(k);
+        }
+    }
+    let mean = |xs: &[f64]| if xs.is_empty() { f64::NAN } else { xs.iter().sum::<f64>() / xs.len() as f64 };
+    let line = |scenario: &str, policy: &str| {
+        let rs: Vec<&Run> = runs.iter().filter(|r| r.scenario == scenario && r.policy == policy).collect();
+        let of = |f: &dyn Fn(&Run) -> f64| mean(&rs.iter().map(|r| f(r)).collect::<Vec<_>>());
+        let prio = |high: bool| -> Option<f64> {
+            let xs: Vec<f64> = rs
+                .iter()
+                .filter_map(|r| r.by_priority.as_ref())
+                .map(|b| if high { b.high.avg_iter_s } else { b.low.avg_iter_s })
+                .filter(|x| x.is_finite())
+                .collect();
+            (!xs.is_empty()).then(|| mean(&xs))
+        };
+        Comparison {
+            scenario: scenario.to_string(),
+            policy: policy.to_string(),
+            seeds: rs.len(),
+            avg_iter_s: of(&|r| r.metrics.avg_iter_s),
+            p99_iter_s: of(&|r| r.metrics.p99_iter_s),
+            avg_jct_s: of(&|r| r.metrics.avg_jct_s),
+            makespan_s: of(&|r| r.metrics.makespan_s),
+            high_iter_s: prio(true),
+            low_iter_s: prio(false),
+            gain_avg_iter: f64::NAN,
+            gain_p99_iter: f64::NAN,
+            gain_avg_jct: f64::NAN,
+            gain_high_iter: None,
+        }
+    };
+    let mut out: Vec<Comparison> = keys.iter().map(|(s, p)| line(s, p)).collect();
+    for i in 0..out.len() {
+        let Some(b) = out.iter().find(|c| c.scenario == out[i].scenario && c.policy == baseline).cloned() else {
+            continue;
+        };
+        let c = &mut out[i];
+        c.gain_avg_iter = b.avg_iter_s / c.avg_iter_s;
+        c.gain_p99_iter = b.p99_iter_s / c.p99_iter_s;
+        c.gain_avg_jct = b.avg_jct_s / c.avg_jct_s;
+        c.gain_high_iter = b.high_iter_s.zip(c.high_iter_s).map(|(b, c)| b / c);
+    }
+    out
 }
 
 /// The built-in default experiment: 16 hosts of 4 A100s with 50 Gbit/s NICs
@@ -190,11 +307,22 @@ pub fn parse(file: &str, text: &str) -> Result<Experiment, String> {
     if e.policies.is_empty() {
         return Err(format!("{file}: policies: expected at least one of {}", names()));
     }
-    if let Some(p) = e.policies.iter().find(|p| policy(p, 0, &e.workload.pins).is_none()) {
+    if let Some(p) = e.policies.iter().find(|p| policy(p, 0, &Default::default()).is_none()) {
         return Err(format!(
             "{file}: policies: unknown policy {p:?}; expected one of {} (see `orrery policies`)",
             names()
         ));
+    }
+    for (i, sc) in e.scenarios.iter().enumerate() {
+        if sc.load.is_some_and(|l| !(l > 0.0 && l.is_finite())) {
+            return Err(format!("{file}: scenario[{i}] ({}): load: expected a positive number", sc.name));
+        }
+        if e.scenarios[..i].iter().any(|o| o.name == sc.name) {
+            return Err(format!("{file}: scenario[{i}]: name {:?} is used twice", sc.name));
+        }
+    }
+    if let Some(b) = e.baseline.as_ref().filter(|b| !e.policies.contains(b)) {
+        return Err(format!("{file}: baseline: {b:?} is not one of the policies"));
     }
     if e.seeds.is_empty() {
         return Err(format!("{file}: seeds: expected at least one seed"));
@@ -245,56 +373,30 @@ impl Experiment {
 
     /// Builds the jobs for a seed.
     pub fn jobs(&self, base: &Path, topo: &Topology, seed: u64) -> Result<Vec<JobSpec>, String> {
-        let w = &self.workload;
-        let mix = w.mix.clone().unwrap_or_default();
-        if !w.listed.is_empty() {
-            if w.generator.is_some() || w.trace.is_some() {
-                return Err("workload: give [[workload.job]] entries or a generator or a trace, not several".into());
-            }
-            for (i, j) in w.listed.iter().enumerate() {
-                if orrery_model::zoo::model(&j.model).is_none() || j.workers == 0 || j.batch == 0 {
-                    return Err(format!(
-                        "workload.job[{i}] ({}): expected a zoo model and at least one worker and sample",
-                        j.id
-                    ));
-                }
-            }
-            return Ok(w.listed.clone());
-        }
-        match (&w.generator, &w.trace) {
-            (Some(g), None) => {
-                let n = w.jobs.unwrap_or(60);
-                match g.as_str() {
-                    "poisson" => {
-                        let host = topo.hosts.iter().max_by_key(|h| h.gpus).ok_or("topology has no hosts")?;
-                        let ctx = ShapeContext {
-                            gpu: host.gpu_type.clone(),
-                            gpus_per_host: host.gpus,
-                            link_gbps: topo.host_nic_gbps(0),
-                        };
-                        poisson(n, w.load.unwrap_or(0.8), topo.gpu_count(), &mix, &ctx, seed)
-                            .map_err(|e| format!("workload: {e}"))
-                    }
-                    "snapshot" => snapshot(n, &mix, seed).map_err(|e| format!("workload: {e}")),
-                    other => Err(format!("workload.generator: expected poisson or snapshot, found {other:?}")),
-                }
-            }
-            (None, Some(trace)) => {
-                let path = base.join(trace);
-                let (_, parsed) = orrery_trace::read_file(&path, w.format, seed);
-                if let Some(e) = parsed.errors.first() {
-                    return Err(format!("{e} ({} bad rows in all)", parsed.errors.len()));
-                }
-                let mut jobs = parsed.items;
-                if let Some(n) = w.jobs {
-                    jobs.truncate(n);
-                }
-                Ok(jobs)
-            }
-            _ => Err("workload: expected exactly one of generator, trace".into()),
-        }
+        workload_jobs(&self.workload, base, topo, seed)
     }
 
+    /// The workload of each scenario, with its label.
+    pub fn workloads(&self) -> Vec<(String, WorkloadSpec)> {
+        if self.scenarios.is_empty() {
+            return vec![(workload_label(&self.workload), self.workload.clone())];
+        }
+        self.scenarios
+            .iter()
+            .map(|sc| {
+                let mut w = self.workload.clone();
+                if !sc.listed.is_empty() {
+                    (w.listed, w.generator, w.trace) = (sc.listed.clone(), None, None);
+                }
+                if !sc.pins.is_empty() {
+                    w.pins = sc.pins.clone();
+                }
+                w.load = sc.load.or(w.load);
+                w.jobs = sc.jobs.or(w.jobs);
+                (sc.name.clone(), w)
+            })
+            .collect()
+    }
     /// Runs every policy for every seed. `progress(run, runs, sim_s, finished, jobs)`.
     pub fn run(
         &self,
@@ -304,66 +406,137 @@ impl Experiment {
         let topo = self.topology(base)?;
         let total = self.seeds.len() * self.policies.len();
         let mut runs = Vec::new();
-        for &seed in &self.seeds {
-            let jobs = self.jobs(base, &topo, seed)?;
-            for name in &self.policies {
-                let mut policy =
-                    policy(name, seed, &self.workload.pins).ok_or_else(|| format!("unknown policy {name}"))?;
-                let cfg = SimConfig {
-                    seed,
-                    jitter: self.sim.jitter,
-                    max_time_s: self.sim.max_time_s,
-                    skip: self.sim.skip,
-                    restart_penalty_s: self.sim.restart_penalty_s,
-                };
-                let start = std::time::Instant::now();
-                let mut sim = Simulation::new(&topo, &jobs, cfg, policy.isolated_network());
-                let k = runs.len();
-                sim.run(policy.as_mut(), |t, done| progress(k, total, t, done, jobs.len()));
-                let wall_s = start.elapsed().as_secs_f64();
-                let mut job_table = job_rows(&sim);
-                let has_high = jobs.iter().any(|j| j.priority == Priority::High);
-                let by_priority = has_high.then(|| ByPriority {
-                    high: metrics_of(&sim, &job_table, |p| p == Priority::High),
-                    low: metrics_of(&sim, &job_table, |p| p == Priority::Low),
-                });
-                let m = metrics_of(&sim, &job_table, |_| true);
-                let makespan_ns = (m.makespan_s * 1e9) as u64;
-                let mut link_table = link_rows(&sim, makespan_ns);
-                for r in &mut job_table {
-                    (r.policy, r.seed) = (policy.name(), seed);
+        let workloads = self.workloads();
+        let total = total * workloads.len();
+        for (scenario, workload) in &workloads {
+            for &seed in &self.seeds {
+                let jobs =
+                    workload_jobs(workload, base, &topo, seed).map_err(|e| format!("scenario {scenario}: {e}"))?;
+                for name in &self.policies {
+                    let mut policy =
+                        policy(name, seed, &workload.pins).ok_or_else(|| format!("unknown policy {name}"))?;
+                    let cfg = SimConfig {
+                        seed,
+                        jitter: self.sim.jitter,
+                        max_time_s: self.sim.max_time_s,
+                        skip: self.sim.skip,
+                        restart_penalty_s: self.sim.restart_penalty_s,
+                    };
+                    let start = std::time::Instant::now();
+                    let mut sim = Simulation::new(&topo, &jobs, cfg, policy.isolated_network());
+                    let k = runs.len();
+                    sim.run(policy.as_mut(), |t, done| progress(k, total, t, done, jobs.len()));
+                    let wall_s = start.elapsed().as_secs_f64();
+                    let mut job_table = job_rows(&sim);
+                    let has_high = jobs.iter().any(|j| j.priority == Priority::High);
+                    let by_priority = has_high.then(|| ByPriority {
+                        high: metrics_of(&sim, &job_table, |p| p == Priority::High),
+                        low: metrics_of(&sim, &job_table, |p| p == Priority::Low),
+                    });
+                    let m = metrics_of(&sim, &job_table, |_| true);
+                    let makespan_ns = (m.makespan_s * 1e9) as u64;
+                    let mut link_table = link_rows(&sim, makespan_ns);
+                    for r in &mut job_table {
+                        (r.policy, r.seed) = (policy.name(), seed);
+                    }
+                    for r in &mut link_table {
+                        (r.policy, r.seed) = (policy.name(), seed);
+                    }
+                    runs.push(Run {
+                        policy: policy.name(),
+                        scenario: scenario.clone(),
+                        setup: format!("{} on {}", workload_source(workload), topo.name),
+                        seed,
+                        fidelity: if self.sim.skip { "iteration+skip" } else { "iteration" },
+                        skipped_iterations: sim.jobs.iter().map(|j| j.skipped_iterations).sum(),
+                        metrics: m,
+                        by_priority,
+                        events: sim.events_processed,
+                        wall_s,
+                        invalid_decisions: sim.invalid_decisions,
+                        jobs: job_table,
+                        links: link_table,
+                        iteration_s: sim.jobs.iter().flat_map(|j| j.iteration_ms.iter().map(|ms| ms / 1e3)).collect(),
+                    });
                 }
-                for r in &mut link_table {
-                    (r.policy, r.seed) = (policy.name(), seed);
-                }
-                runs.push(Run {
-                    policy: policy.name(),
-                    scenario: format!("{} on {}", self.workload_name(), topo.name),
-                    seed,
-                    fidelity: if self.sim.skip { "iteration+skip" } else { "iteration" },
-                    skipped_iterations: sim.jobs.iter().map(|j| j.skipped_iterations).sum(),
-                    metrics: m,
-                    by_priority,
-                    events: sim.events_processed,
-                    wall_s,
-                    invalid_decisions: sim.invalid_decisions,
-                    jobs: job_table,
-                    links: link_table,
-                    iteration_s: sim.jobs.iter().flat_map(|j| j.iteration_ms.iter().map(|ms| ms / 1e3)).collect(),
-                });
             }
         }
-        Ok(Summary { experiment: self.name.clone(), seed: self.seeds[0], runs })
+        let baseline = self.baseline.clone().unwrap_or_else(|| self.policies[0].clone());
+        // The baseline is named as the policy reports itself.
+        let baseline = policy(&baseline, 0, &self.workload.pins).map_or(baseline, |p| p.name());
+        let comparison = compare(&runs, &baseline);
+        Ok(Summary { experiment: self.name.clone(), seed: self.seeds[0], runs, baseline, comparison })
     }
+}
 
-    fn workload_name(&self) -> String {
-        let w = &self.workload;
-        match (&w.generator, &w.trace) {
-            (Some(g), _) => format!("{g} x{}", w.jobs.unwrap_or(60)),
-            (_, Some(t)) => t.display().to_string(),
-            _ if !w.listed.is_empty() => format!("{} listed jobs", w.listed.len()),
-            _ => "workload".into(),
+/// Where a workload's jobs come from, for reports.
+fn workload_source(w: &WorkloadSpec) -> String {
+    match (&w.generator, &w.trace) {
+        (Some(g), _) => format!("{g} x{}", w.jobs.unwrap_or(60)),
+        (_, Some(t)) => t.display().to_string(),
+        _ if !w.listed.is_empty() => format!("{} listed jobs", w.listed.len()),
+        _ => "workload".into(),
+    }
+}
+
+/// The scenario label of a workload without named scenarios: `load=0.8` for
+/// generated arrivals, else its source.
+fn workload_label(w: &WorkloadSpec) -> String {
+    match (&w.generator, w.load) {
+        (Some(g), Some(l)) if g == "poisson" => format!("load={l}"),
+        (Some(g), None) if g == "poisson" => "load=0.8".into(),
+        _ => workload_source(w),
+    }
+}
+
+/// The jobs of a workload for a seed; `base` resolves relative paths.
+fn workload_jobs(w: &WorkloadSpec, base: &Path, topo: &Topology, seed: u64) -> Result<Vec<JobSpec>, String> {
+    let mix = w.mix.clone().unwrap_or_default();
+    if !w.listed.is_empty() {
+        if w.generator.is_some() || w.trace.is_some() {
+            return Err("workload: give [[workload.job]] entries or a generator or a trace, not several".into());
         }
+        for (i, j) in w.listed.iter().enumerate() {
+            if orrery_model::zoo::model(&j.model).is_none() || j.workers == 0 || j.batch == 0 {
+                return Err(format!(
+                    "workload.job[{i}] ({}): expected a zoo model and at least one worker and sample",
+                    j.id
+                ));
+            }
+        }
+        return Ok(w.listed.clone());
+    }
+    match (&w.generator, &w.trace) {
+        (Some(g), None) => {
+            let n = w.jobs.unwrap_or(60);
+            match g.as_str() {
+                "poisson" => {
+                    let host = topo.hosts.iter().max_by_key(|h| h.gpus).ok_or("topology has no hosts")?;
+                    let ctx = ShapeContext {
+                        gpu: host.gpu_type.clone(),
+                        gpus_per_host: host.gpus,
+                        link_gbps: topo.host_nic_gbps(0),
+                    };
+                    poisson(n, w.load.unwrap_or(0.8), topo.gpu_count(), &mix, &ctx, seed)
+                        .map_err(|e| format!("workload: {e}"))
+                }
+                "snapshot" => snapshot(n, &mix, seed).map_err(|e| format!("workload: {e}")),
+                other => Err(format!("workload.generator: expected poisson or snapshot, found {other:?}")),
+            }
+        }
+        (None, Some(trace)) => {
+            let path = base.join(trace);
+            let (_, parsed) = orrery_trace::read_file(&path, w.format, seed);
+            if let Some(e) = parsed.errors.first() {
+                return Err(format!("{e} ({} bad rows in all)", parsed.errors.len()));
+            }
+            let mut jobs = parsed.items;
+            if let Some(n) = w.jobs {
+                jobs.truncate(n);
+            }
+            Ok(jobs)
+        }
+        _ => Err("workload: expected exactly one of generator, trace".into()),
     }
 }
 

@@ -63,9 +63,10 @@ pub fn run(a: &Args, timings: &mut Timings) -> anyhow::Result<()> {
         }
     }
     if !a.quiet {
-        println!("experiment {} — {}", summary.experiment, summary.runs.first().map_or("", |r| r.scenario.as_str()));
+        println!("experiment {} — {}", summary.experiment, summary.runs.first().map_or("", |r| r.setup.as_str()));
         println!(
-            "{:<16} {:>4} {:>9} {:>9} {:>9} {:>10} {:>8} {:>8} {:>6} {:>6} {:>9} {:>8} {:>9}",
+            "{:<12} {:<16} {:>4} {:>9} {:>9} {:>9} {:>10} {:>8} {:>8} {:>6} {:>6} {:>9} {:>8} {:>9}",
+            "scenario",
             "policy",
             "seed",
             "finished",
@@ -83,7 +84,8 @@ pub fn run(a: &Args, timings: &mut Timings) -> anyhow::Result<()> {
         for r in &summary.runs {
             let m = &r.metrics;
             println!(
-                "{:<16} {:>4} {:>4}/{:<4} {:>8.0}s {:>8.0}s {:>9.0}s {:>7.3}s {:>7.3}s {:>6.2} {:>5.0}% {:>7.0}Gb {:>8.3} {:>9.0}",
+                "{:<12} {:<16} {:>4} {:>4}/{:<4} {:>8.0}s {:>8.0}s {:>9.0}s {:>7.3}s {:>7.3}s {:>6.2} {:>5.0}% {:>7.0}Gb {:>8.3} {:>9.0}",
+                r.scenario,
                 r.policy,
                 r.seed,
                 m.finished,
@@ -101,6 +103,9 @@ pub fn run(a: &Args, timings: &mut Timings) -> anyhow::Result<()> {
             );
         }
     }
+    if !a.quiet {
+        print_comparison(&summary);
+    }
     if timings.enabled() {
         for r in &summary.runs {
             eprintln!(
@@ -116,4 +121,38 @@ pub fn run(a: &Args, timings: &mut Timings) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// The comparison table: per scenario and policy, means over seeds and the
+/// baseline's value over the policy's (× > 1 is better than the baseline).
+fn print_comparison(summary: &experiment::Summary) {
+    let prio = summary.comparison.iter().any(|c| c.high_iter_s.is_some());
+    println!("\ncomparison against {} (baseline / policy; > 1 is better)", summary.baseline);
+    print!(
+        "{:<12} {:<22} {:>5} {:>9} {:>7} {:>9} {:>7} {:>9} {:>7}",
+        "scenario", "policy", "seeds", "avg it", "x", "p99 it", "x", "avg JCT", "x"
+    );
+    if prio {
+        print!(" {:>9} {:>7} {:>9}", "high it", "x", "low it");
+    }
+    println!();
+    let opt = |v: Option<f64>, p: usize| v.map_or("-".to_string(), |v| format!("{v:.p$}"));
+    for c in &summary.comparison {
+        print!(
+            "{:<12} {:<22} {:>5} {:>8.3}s {:>6.2}x {:>8.3}s {:>6.2}x {:>8.0}s {:>6.2}x",
+            c.scenario,
+            c.policy,
+            c.seeds,
+            c.avg_iter_s,
+            c.gain_avg_iter,
+            c.p99_iter_s,
+            c.gain_p99_iter,
+            c.avg_jct_s,
+            c.gain_avg_jct
+        );
+        if prio {
+            print!(" {:>8}s {:>6}x {:>8}s", opt(c.high_iter_s, 3), opt(c.gain_high_iter, 2), opt(c.low_iter_s, 3));
+        }
+        println!();
+    }
 }
