@@ -60,6 +60,10 @@ pub struct JobSpec {
     /// Metronome's LowComm flag: communication is negligible, skip interleaving.
     #[serde(default)]
     pub low_comm: bool,
+    /// Pod anti-affinity on the job's own label: at most one worker per host
+    /// (how data-parallel HPO jobs are spread over nodes in Kubernetes).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub anti_affinity: bool,
     /// Whether the model came from the trace (`false`) or from the seeded mapping.
     #[serde(default)]
     pub model_inferred: bool,
@@ -93,8 +97,15 @@ impl JobSpec {
             app_group: None,
             depends_on: Vec::new(),
             low_comm: false,
+            anti_affinity: false,
             model_inferred: false,
         }
+    }
+
+    /// GPUs the job may take from a host with `free` free: all of them, or
+    /// one worker's with anti-affinity.
+    pub fn host_cap(&self, free: u32) -> u32 {
+        if self.anti_affinity { free.min(self.gpus_per_worker.max(1)) } else { free }
     }
 
     /// Total GPUs requested.

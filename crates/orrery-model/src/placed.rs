@@ -17,7 +17,8 @@ pub struct Placed {
 }
 
 /// Places `spec` on `hosts` (GPUs per host): workers take `gpus_per_worker`
-/// GPUs each, the GPU type is the first host's, links run at the slowest NIC.
+/// GPUs each, the GPU type is the first host's, flows run at the slowest link
+/// between neighbouring hosts. O(hosts · (V + E)) for the paths.
 /// None when the model is unknown or no GPUs are given.
 pub fn place(topo: &Topology, spec: &JobSpec, hosts: &[(HostId, u32)]) -> Option<Placed> {
     let m = model(&spec.model)?;
@@ -33,7 +34,16 @@ pub fn place(topo: &Topology, spec: &JobSpec, hosts: &[(HostId, u32)]) -> Option
         }
     }
     let gpu = crate::gpu::gpu_type(&topo.hosts.get(first)?.gpu_type).or_else(|| crate::gpu::gpu_type("v100"))?;
-    let nic = hosts.iter().map(|&(h, _)| topo.host_nic_gbps(h)).fold(f64::INFINITY, f64::min);
+    // Flows run at the slowest link between ring neighbours: the NICs, or an
+    // uplink slower than them (CASSINI's 2x25 Gbit/s ToR uplinks under 50
+    // Gbit/s NICs), so the shape is the job's time alone on this placement.
+    let mut nic = hosts.iter().map(|&(h, _)| topo.host_nic_gbps(h)).fold(f64::INFINITY, f64::min);
+    let used: Vec<HostId> = hosts.iter().filter(|h| h.1 > 0).map(|h| h.0).collect();
+    if used.len() > 1 {
+        for i in 0..used.len() {
+            nic = nic.min(topo.bottleneck_gbps(used[i], used[(i + 1) % used.len()]));
+        }
+    }
     let shape = m.shape(gpu, spec.batch, &Placement { gpus_per_host: per_host }, nic);
     Some(Placed { workers, shape })
 }

@@ -231,6 +231,16 @@ impl Topology {
         out
     }
 
+    /// The rate a lone flow from `src` to `dst` gets: the smallest link
+    /// capacity on any of its ECMP paths (they are usually alike), Gbit/s;
+    /// infinite when there is no path. O(V + E).
+    pub fn bottleneck_gbps(&self, src: HostId, dst: HostId) -> f64 {
+        self.paths(src, dst)
+            .iter()
+            .map(|p| p.iter().map(|&l| self.links[l].gbps).fold(f64::INFINITY, f64::min))
+            .fold(f64::INFINITY, f64::min)
+    }
+
     fn enumerate(&self, at: NodeId, dst: NodeId, dist: &[usize], stack: &mut Vec<LinkId>, out: &mut Vec<Vec<LinkId>>) {
         if out.len() >= MAX_ECMP_PATHS {
             return;

@@ -154,7 +154,7 @@ pub fn place_pods(
     let mut chosen: Vec<HostId> = Vec::new();
     for _ in 0..spec.workers {
         let n = (0..view.topology.hosts.len())
-            .filter(|&n| scratch[n] >= per_pod)
+            .filter(|&n| scratch[n] >= per_pod && !(spec.anti_affinity && chosen.contains(&n)))
             .map(|n| (n, score(n, &chosen, &scratch)))
             .max_by(|a, b| a.1.total_cmp(&b.1).then(b.0.cmp(&a.0)))?
             .0;

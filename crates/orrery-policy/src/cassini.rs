@@ -164,7 +164,7 @@ impl Policy for Cassini {
             let Some(spec) = view.queue.iter().find(|q| q.id == job).map(|q| q.spec) else { continue };
             let mut candidates = vec![hosts];
             for _ in 1..self.candidates {
-                if let Some(c) = random_hosts(&mut self.rng, &free, spec.gpus()) {
+                if let Some(c) = random_hosts(&mut self.rng, &crate::placement::capped(&free, spec), spec.gpus()) {
                     candidates.push(c);
                 }
             }

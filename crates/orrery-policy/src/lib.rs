@@ -125,6 +125,19 @@ pub enum Decision {
         /// A time, in seconds since the start, at which an iteration should begin.
         offset_s: f64,
     },
+    /// Start *every* iteration of the job at the first `t ≥ now` with
+    /// `t ≡ offset_s (mod period_ms)` — a TDM slot (Metronome's idle-time
+    /// injection, §III-B): an iteration due less than half a period before
+    /// its slot idles until it; one due after its slot began (late by less
+    /// than half a period) starts at once. `period_ms ≤ 0` removes the pacing.
+    Pace {
+        /// Job.
+        job: JobId,
+        /// Slot period, ms (the job's period on the unified circle).
+        period_ms: f64,
+        /// A time, in seconds since the start, at which a slot begins.
+        offset_s: f64,
+    },
     /// Stop a running job after its current iteration until resumed.
     Pause {
         /// Job.

@@ -64,20 +64,31 @@ pub struct Metronome {
     /// The stop-and-wait monitoring (off: Table VIII's "wo").
     pub monitor: bool,
     latency: Vec<Vec<f64>>,
-    /// Per aligned job: (iteration alone ms, offset s, recent iteration times).
-    watched: HashMap<JobId, (f64, f64, Vec<f64>)>,
+    /// Per paced low-priority job, what the controller watches.
+    watched: HashMap<JobId, Watch>,
     /// Re-alignments done by the controller.
     pub readjustments: u64,
+}
+
+/// A paced job: its slot period, its shift from its reference job, and its
+/// last iteration times.
+#[derive(Debug)]
+struct Watch {
+    period_ms: f64,
+    rel_ms: f64,
+    reference: JobId,
+    recent: Vec<f64>,
 }
 
 /// Communicating pods on each node: (job, its circle, its priority).
 type NodePods = HashMap<HostId, Vec<(JobId, Circle, orrery_model::Priority)>>;
 
 /// A job's pods placed: GPUs per host, and the node whose rotation sets the
-/// job's shift with that shift (ms, relative to the node's reference job).
+/// job's shift: (node, shift in ms relative to the node's reference job, the
+/// job's period on the node's unified circle in ms).
 struct JobPlacement {
     hosts: Vec<(HostId, u32)>,
-    shift: Option<(HostId, f64)>,
+    shift: Option<(HostId, f64, f64)>,
 }
 
 /// The circle a job would have spread over `workers` hosts at `gbps`.
@@ -122,9 +133,10 @@ impl Metronome {
         let t = view.topology;
         let spec = job.spec;
         let per_pod = spec.gpus_per_worker.max(1);
+        let fastest = (0..t.hosts.len()).map(|h| t.host_nic_gbps(h)).fold(0.0, f64::max);
         let mut scratch = free.to_vec();
         let mut chosen: Vec<HostId> = Vec::new();
-        let mut shift: Option<(HostId, f64, f64)> = None; // (host, score, shift ms)
+        let mut shift: Option<(HostId, f64, f64, f64)> = None; // (host, score, shift ms, period ms)
         for _pod in 0..spec.workers {
             // PreFilter: latency to the job's pods placed so far, or the mean.
             let delta: Vec<f64> = (0..t.hosts.len())
@@ -139,13 +151,16 @@ impl Metronome {
             // (node, score, its unified circle with the newcomer last, when rotated)
             let mut best: Vec<(HostId, f64, Option<UnifiedCircle>)> = Vec::new();
             for (n, &available) in scratch.iter().enumerate() {
-                // Filter: a free GPU, and the pod's bandwidth within the link (Eq. 14).
+                // Filter: a free GPU, and the pod's declared bandwidth — its
+                // peak rate on the fastest NIC — within the link (Eq. 14).
                 let nic = t.host_nic_gbps(n);
-                let Some(circle) = circle_of(spec, &t.hosts[n].gpu_type, nic) else { continue };
-                let bw = circle.arcs.iter().map(|a| a.gbps).fold(0.0, f64::max);
-                if available < per_pod || bw > nic + 1e-9 {
+                let Some(declared) = circle_of(spec, &t.hosts[n].gpu_type, fastest) else { continue };
+                let peak = declared.arcs.iter().map(|a| a.gbps).fold(0.0, f64::max);
+                if available < per_pod || peak > nic + 1e-9 || (spec.anti_affinity && chosen.contains(&n)) {
                     continue;
                 }
+                let Some(circle) = circle_of(spec, &t.hosts[n].gpu_type, nic) else { continue };
+                let bw = circle.arcs.iter().map(|a| a.gbps).fold(0.0, f64::max);
                 // Score (Eq. 18) with the early returns.
                 let others = node_pods.get(&n).map(Vec::as_slice).unwrap_or_default();
                 let total_bw: f64 =
@@ -194,7 +209,8 @@ impl Metronome {
                 let search = if self.third_stage { Search::OptimalCushion } else { Search::Compact };
                 let search = if u.jobs.len() > 4 && self.third_stage { Search::FastFeasible } else { search };
                 let shifts = solve(u, t.host_nic_gbps(n), search).shifts_ms(u);
-                shift = Some((n, *score, shifts[u.jobs.len() - 1] - shifts[u.reference]));
+                let me = u.jobs.len() - 1;
+                shift = Some((n, *score, shifts[me] - shifts[u.reference], u.jobs[me].period_ms));
             }
         }
         // Reserve: all pods placed.
@@ -206,7 +222,7 @@ impl Metronome {
                 node_pods.entry(n).or_default().push((job.id, c.clone(), spec.priority));
             }
         }
-        Some(JobPlacement { hosts, shift: shift.map(|s| (s.0, s.2)) })
+        Some(JobPlacement { hosts, shift: shift.map(|s| (s.0, s.2, s.3)) })
     }
 }
 
@@ -248,19 +264,22 @@ impl Policy for Metronome {
             // The reference job of the node whose rotation set the shift: its
             // highest-priority, earliest running pod other than the newcomer.
             let reference = shift
-                .and_then(|(n, _)| node_pods.get(&n))
+                .and_then(|(n, _, _)| node_pods.get(&n))
                 .and_then(|pods| pods.iter().filter(|p| p.0 != job.id).max_by_key(|p| (p.2, std::cmp::Reverse(p.0))))
                 .and_then(|p| view.running.iter().find(|r| r.id == p.0));
-            let period_ms = place(view.topology, job.spec, &hosts).map(|p| p.shape.period_ms());
             out.push(Decision::Place { job: job.id, hosts });
-            // Align a low-priority newcomer to its rotation, relative to the node's
-            // reference job; the high-priority job is never moved (Eq. 16).
-            if let (Some((_, rel_ms)), Some(reference), Some(period_ms)) = (shift, reference, period_ms)
+            // Pace a low-priority newcomer in the slots of its rotation, relative
+            // to the node's reference job, at its period on the unified circle
+            // (idle time injected, §III-B); the high-priority job is never
+            // moved (Eq. 16).
+            if let (Some((_, rel_ms, period_ms)), Some(reference)) = (shift, reference)
                 && job.spec.priority == orrery_model::Priority::Low
+                && period_ms > 0.0
             {
                 let offset_s = reference.iteration_start_s + rel_ms.rem_euclid(period_ms) / 1e3;
-                self.watched.insert(job.id, (period_ms, offset_s, Vec::new()));
-                out.push(Decision::Align { job: job.id, period_ms, offset_s });
+                let watch = Watch { period_ms, rel_ms, reference: reference.id, recent: Vec::new() };
+                self.watched.insert(job.id, watch);
+                out.push(Decision::Pace { job: job.id, period_ms, offset_s });
             }
         }
         out
@@ -270,23 +289,35 @@ impl Policy for Metronome {
         true
     }
 
-    fn on_iteration(&mut self, _view: &ClusterView<'_>, job: JobId, iteration_ms: f64) -> Vec<Decision> {
+    fn on_iteration(&mut self, view: &ClusterView<'_>, job: JobId, iteration_ms: f64) -> Vec<Decision> {
         let th = self.thresholds;
         if !self.monitor {
             return Vec::new();
         }
-        let Some((alone, offset_s, recent)) = self.watched.get_mut(&job) else { return Vec::new() };
-        recent.push(iteration_ms);
-        if recent.len() > th.window {
-            recent.remove(0);
+        let Some(w) = self.watched.get_mut(&job) else { return Vec::new() };
+        w.recent.push(iteration_ms);
+        if w.recent.len() > th.window {
+            w.recent.remove(0);
         }
-        let slow = recent.iter().filter(|&&ms| ms > th.slow_factor * *alone).count();
-        if slow > th.slow_count {
-            recent.clear();
-            self.readjustments += 1;
-            return vec![Decision::Align { job, period_ms: *alone, offset_s: *offset_s }];
+        // More than O_T of the last `window` iterations over A_T × the slot:
+        // stop and wait for the slot the reference job's current phase gives.
+        let slow = w.recent.iter().filter(|&&ms| ms > th.slow_factor * w.period_ms).count();
+        if slow <= th.slow_count {
+            return Vec::new();
         }
-        Vec::new()
+        w.recent.clear();
+        self.readjustments += 1;
+        match view.running.iter().find(|r| r.id == w.reference) {
+            Some(r) => {
+                let offset_s = r.iteration_start_s + w.rel_ms.rem_euclid(w.period_ms) / 1e3;
+                vec![Decision::Pace { job, period_ms: w.period_ms, offset_s }]
+            }
+            None => {
+                // The reference is gone: nothing to keep time with.
+                self.watched.remove(&job);
+                vec![Decision::Pace { job, period_ms: 0.0, offset_s: 0.0 }]
+            }
+        }
     }
 }
 
@@ -383,7 +414,7 @@ mod tests {
         assert_eq!(got, vec![(0, 1), (2, 1)]);
         let aligned: Vec<(JobId, f64)> = d
             .iter()
-            .filter_map(|d| if let Decision::Align { job, offset_s, .. } = d { Some((*job, *offset_s)) } else { None })
+            .filter_map(|d| if let Decision::Pace { job, offset_s, .. } = d { Some((*job, *offset_s)) } else { None })
             .collect();
         assert_eq!(aligned.len(), 1, "{d:?}");
         assert_eq!(aligned[0].0, 1, "only the low-priority job moves");

@@ -27,6 +27,11 @@ pub trait Placement {
     fn commit(&mut self, _view: &ClusterView<'_>, _spec: &JobSpec, _hosts: &[(HostId, u32)]) {}
 }
 
+/// Free GPUs the job may use on each host (see [`JobSpec::host_cap`]).
+pub fn capped(free: &[u32], spec: &JobSpec) -> Vec<u32> {
+    free.iter().map(|&f| spec.host_cap(f)).collect()
+}
+
 /// Consolidated first fit: one host if possible, else the fewest racks.
 #[derive(Debug, Default)]
 pub struct Consolidated;
@@ -37,7 +42,7 @@ impl Placement for Consolidated {
     }
 
     fn place(&mut self, view: &ClusterView<'_>, rack_of: &[usize], free: &[u32], spec: &JobSpec) -> Option<Hosts> {
-        consolidated(view, rack_of, free, spec.gpus())
+        consolidated(view, rack_of, &capped(free, spec), spec.gpus())
     }
 }
 
@@ -60,7 +65,7 @@ impl Placement for Random {
     }
 
     fn place(&mut self, _: &ClusterView<'_>, _: &[usize], free: &[u32], spec: &JobSpec) -> Option<Hosts> {
-        random_hosts(&mut self.rng, free, spec.gpus())
+        random_hosts(&mut self.rng, &capped(free, spec), spec.gpus())
     }
 }
 
@@ -163,7 +168,9 @@ impl Placement for ExclusiveBandwidth {
     }
 
     fn place(&mut self, view: &ClusterView<'_>, rack_of: &[usize], free: &[u32], spec: &JobSpec) -> Option<Hosts> {
-        if let Some(c) = consolidated(view, rack_of, free, spec.gpus()).filter(|c| self.fits(view, spec, c)) {
+        if let Some(c) =
+            consolidated(view, rack_of, &capped(free, spec), spec.gpus()).filter(|c| self.fits(view, spec, c))
+        {
             return Some(c);
         }
         let t = view.topology;

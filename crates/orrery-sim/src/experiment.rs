@@ -67,6 +67,9 @@ pub struct Scenario {
     /// Replaces `workload.pins`.
     #[serde(default)]
     pub pins: std::collections::BTreeMap<String, Vec<(usize, u32)>>,
+    /// Host links congested in this scenario, on top of the topology's.
+    #[serde(default)]
+    pub congested: Vec<Congestion>,
 }
 
 fn one_seed() -> Vec<u64> {
@@ -83,6 +86,53 @@ pub struct TopologySpec {
     pub file: Option<PathBuf>,
     /// A generated leaf-spine.
     pub leaf_spine: Option<LeafSpine>,
+    /// Congested host links (`[[topology.congested]]`).
+    #[serde(default)]
+    pub congested: Vec<Congestion>,
+}
+
+/// A host link congested by traffic the scheduler does not control
+/// (Metronome §IV-A's iPerf3 node): in both directions an endless flow of
+/// `share` of the link's capacity competes max-min with the jobs (so a lone
+/// job flow gets half the link), and the link gains `latency_us`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Congestion {
+    /// Host name.
+    pub host: String,
+    /// Rate of the competing flow as a fraction of the link (default 1: iPerf3 at full speed).
+    #[serde(default = "full")]
+    pub share: f64,
+    /// Added one-way latency, µs (default 1,000).
+    #[serde(default = "one_ms")]
+    pub latency_us: f64,
+}
+
+fn full() -> f64 {
+    1.0
+}
+
+fn one_ms() -> f64 {
+    1000.0
+}
+
+/// Applies congestion to a topology's host links: their added latency, and
+/// the background flows for [`SimConfig::background`].
+pub fn congest(mut t: Topology, congested: &[Congestion]) -> Result<(Topology, Vec<(usize, f64)>), String> {
+    let mut background = Vec::new();
+    for (i, c) in congested.iter().enumerate() {
+        let Some(h) = t.hosts.iter().position(|h| h.name == c.host) else {
+            return Err(format!("congested[{i}].host: no host named {:?} in {}", c.host, t.name));
+        };
+        if !(c.share > 0.0 && c.share <= 1.0 && c.latency_us >= 0.0 && c.latency_us.is_finite()) {
+            return Err(format!("congested[{i}]: expected 0 < share <= 1 and latency_us >= 0"));
+        }
+        for (k, l) in t.links.iter_mut().enumerate().filter(|(_, l)| l.from == h || l.to == h) {
+            background.push((k, c.share * l.gbps));
+            l.latency_us += c.latency_us;
+        }
+    }
+    Ok((t, background))
 }
 
 /// Where the jobs come from.
@@ -355,8 +405,13 @@ fn policy(
 impl Experiment {
     /// Builds the topology; `base` resolves relative paths.
     pub fn topology(&self, base: &Path) -> Result<Topology, String> {
+        self.topology_with_background(base).map(|t| t.0)
+    }
+
+    /// The topology and the background flows of its congested links.
+    pub fn topology_with_background(&self, base: &Path) -> Result<(Topology, Vec<(usize, f64)>), String> {
         let t = &self.topology;
-        match (&t.builtin, &t.file, &t.leaf_spine) {
+        let topo = match (&t.builtin, &t.file, &t.leaf_spine) {
             (Some(name), None, None) => by_name(name)
                 .or_else(|| orrery_trace::machines::builtin(name))
                 .ok_or_else(|| format!("topology.builtin: unknown set-up {name:?} (see `orrery topo list`)")),
@@ -368,7 +423,8 @@ impl Experiment {
             }
             (None, None, Some(ls)) => ls.build(&self.name).map_err(|e| e.to_string()),
             _ => Err("topology: expected exactly one of builtin, file, leaf_spine".into()),
-        }
+        }?;
+        congest(topo, &t.congested).map_err(|e| format!("topology.{e}"))
     }
 
     /// Builds the jobs for a seed.
@@ -403,12 +459,17 @@ impl Experiment {
         base: &Path,
         mut progress: impl FnMut(usize, usize, f64, usize, usize),
     ) -> Result<Summary, String> {
-        let topo = self.topology(base)?;
+        let (topo, base_background) = self.topology_with_background(base)?;
         let total = self.seeds.len() * self.policies.len();
         let mut runs = Vec::new();
         let workloads = self.workloads();
         let total = total * workloads.len();
-        for (scenario, workload) in &workloads {
+        let base_topo = topo;
+        for (k, (scenario, workload)) in workloads.iter().enumerate() {
+            let congested = self.scenarios.get(k).map(|s| s.congested.as_slice()).unwrap_or_default();
+            let (topo, mut background) =
+                congest(base_topo.clone(), congested).map_err(|e| format!("scenario {scenario}: {e}"))?;
+            background.extend_from_slice(&base_background);
             for &seed in &self.seeds {
                 let jobs =
                     workload_jobs(workload, base, &topo, seed).map_err(|e| format!("scenario {scenario}: {e}"))?;
@@ -421,6 +482,7 @@ impl Experiment {
                         max_time_s: self.sim.max_time_s,
                         skip: self.sim.skip,
                         restart_penalty_s: self.sim.restart_penalty_s,
+                        background: background.clone(),
                     };
                     let start = std::time::Instant::now();
                     let mut sim = Simulation::new(&topo, &jobs, cfg, policy.isolated_network());

@@ -305,8 +305,11 @@ impl Network {
         sc.rate.clear();
         sc.rate.resize(flows.len(), 0.0);
         if self.isolated {
+            // Each flow as if alone: its cap, or its path's slowest link.
             for (i, &f) in flows.iter().enumerate() {
-                sc.rate[i] = self.flows[f].as_ref().map_or(0.0, |f| f.cap_gbps);
+                sc.rate[i] = self.flows[f]
+                    .as_ref()
+                    .map_or(0.0, |f| f.path.iter().map(|&l| self.capacity[l]).fold(f.cap_gbps, f64::min));
             }
         } else {
             for (i, &l) in links.iter().enumerate() {
@@ -530,5 +533,10 @@ mod tests {
         let (a, _) = n.add(0, vec![0], 1e9, 50.0, 0);
         let (b, _) = n.add(0, vec![0], 1e9, 50.0, 1);
         assert_eq!(rates(&n, &[a, b]), vec![50.0, 50.0]);
+        // Alone is not unbounded: a 50 Gbit/s flow over a 25 Gbit/s link gets 25.
+        let mut n = Network::new(vec![50.0, 25.0], true);
+        let (c, _) = n.add(0, vec![0, 1], 1e9, 50.0, 0);
+        let (d, _) = n.add(0, vec![1], 1e9, 10.0, 1);
+        assert_eq!(rates(&n, &[c, d]), vec![25.0, 10.0]);
     }
 }

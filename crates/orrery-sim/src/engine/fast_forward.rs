@@ -38,6 +38,7 @@ impl Simulation<'_> {
             && j.solo_streak >= 2
             && j.pending_shift_ms == 0.0
             && j.pending_align.is_none()
+            && j.pace.is_none()
             && !j.pause_requested
             && j.last_seg_ns.len() == j.shape.segments.len()
             && j.iterations_done < j.target_iterations
@@ -191,9 +192,9 @@ impl Simulation<'_> {
         j.seg_start_ns = seg_start;
         match segments[i] {
             Segment::Compute { .. } => self.push(seg_start + d, Event::ComputeDone(job, epoch)),
-            Segment::Comm { collective, payload_bytes, gbps, .. } => {
+            Segment::Comm { collective, payload_bytes, .. } => {
                 let left = self.flow_left(job, i, now - seg_start, d);
-                self.start_collective(job, collective, payload_bytes, gbps, Some(&left));
+                self.start_collective(job, collective, payload_bytes, Some(&left));
                 if self.jobs[job].pending_flows == 0 {
                     self.push(now, Event::ComputeDone(job, epoch));
                 }

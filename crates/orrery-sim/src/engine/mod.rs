@@ -21,6 +21,9 @@ mod fast_forward;
 /// Nanoseconds per second.
 pub const NS: f64 = 1e9;
 
+/// Owner of background flows ([`SimConfig::background`]).
+pub const BACKGROUND: usize = usize::MAX;
+
 /// Simulation knobs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -37,11 +40,15 @@ pub struct SimConfig {
     /// placed again, before its first iteration (Tiresias and Pollux charge
     /// tens of seconds; 0 makes preemption free).
     pub restart_penalty_s: f64,
+    /// Traffic the scheduler does not control: (link, Gbit/s) flows that never
+    /// end (an iPerf3 stream), sharing max-min with jobs; an isolated network
+    /// ignores them like any other flow.
+    pub background: Vec<(LinkId, f64)>,
 }
 
 impl Default for SimConfig {
     fn default() -> Self {
-        SimConfig { seed: 1, jitter: 0.0, max_time_s: None, skip: true, restart_penalty_s: 0.0 }
+        SimConfig { seed: 1, jitter: 0.0, max_time_s: None, skip: true, restart_penalty_s: 0.0, background: Vec::new() }
     }
 }
 
@@ -94,6 +101,8 @@ pub struct JobState {
     pending_shift_ms: f64,
     /// A pending [`Decision::Align`]: (period, offset) in ns.
     pending_align: Option<(u64, u64)>,
+    /// TDM slots every iteration starts in: (period, offset), ns.
+    pace: Option<(u64, u64)>,
     pause_requested: bool,
     throttle_gbps: Option<f64>,
     rng: ChaCha8Rng,
@@ -223,6 +232,7 @@ impl<'a> Simulation<'a> {
                 iter_start_ns: 0,
                 pending_shift_ms: 0.0,
                 pending_align: None,
+                pace: None,
                 pause_requested: false,
                 throttle_gbps: None,
                 rng,
@@ -252,6 +262,11 @@ impl<'a> Simulation<'a> {
                 routes: HashMap::new(),
             });
             sim.push(arrival_ns, Event::Arrival(i));
+        }
+        for (l, gbps) in sim.cfg.background.clone() {
+            if l < topo.links.len() && gbps > 0.0 {
+                sim.net.add(0, vec![l], f64::INFINITY, gbps, BACKGROUND);
+            }
         }
         sim
     }
@@ -412,6 +427,7 @@ impl<'a> Simulation<'a> {
             if let Decision::Preempt { job }
             | Decision::Shift { job, .. }
             | Decision::Align { job, .. }
+            | Decision::Pace { job, .. }
             | Decision::Pause { job }
             | Decision::Throttle { job, .. }
             | Decision::Route { job, .. }
@@ -455,6 +471,12 @@ impl<'a> Simulation<'a> {
                 {
                     self.jobs[job].pending_align =
                         Some(((period_ms * 1e6).round() as u64, (offset_s.max(0.0) * NS).round() as u64));
+                    self.jobs[job].shifts += 1;
+                    self.restart_unbegun_iteration(job);
+                }
+                Decision::Pace { job, period_ms, offset_s } if self.is_active(job) && offset_s.is_finite() => {
+                    self.jobs[job].pace = (period_ms > 0.0 && period_ms.is_finite())
+                        .then(|| ((period_ms * 1e6).round() as u64, (offset_s.max(0.0) * NS).round() as u64));
                     self.jobs[job].shifts += 1;
                     self.restart_unbegun_iteration(job);
                 }
@@ -628,6 +650,7 @@ impl<'a> Simulation<'a> {
             }
         }
         j.hosts.clear();
+        j.pace = None;
         j.epoch += 1;
         j.pending_flows = 0;
         j.run_ns += self.now - j.last_start_ns;
@@ -656,6 +679,16 @@ impl<'a> Simulation<'a> {
             // Wait until now ≡ offset (mod period).
             let wait = (offset as i128 - (now + (shift * 1e6) as u64) as i128).rem_euclid(period.max(1) as i128);
             shift += wait as f64 / 1e6;
+        }
+        if let Some((period, offset)) = j.pace {
+            // Early for the next slot (less than half a period before it):
+            // idle until it. Late (its slot began less than half a period
+            // ago): start now, and catch up by idling less next time.
+            let period = period.max(1) as i128;
+            let wait = (offset as i128 - (now + (shift * 1e6) as u64) as i128).rem_euclid(period);
+            if wait <= period / 2 {
+                shift += wait as f64 / 1e6;
+            }
         }
         let epoch = j.epoch;
         self.push(now + (shift * 1e6).round() as u64, Event::IterationStart(job, epoch));
@@ -707,8 +740,8 @@ impl<'a> Simulation<'a> {
                     self.push(self.now + dur, Event::ComputeDone(job, epoch));
                     return;
                 }
-                Segment::Comm { collective, payload_bytes, gbps, .. } => {
-                    let started = self.start_collective(job, collective, payload_bytes, gbps, None);
+                Segment::Comm { collective, payload_bytes, .. } => {
+                    let started = self.start_collective(job, collective, payload_bytes, None);
                     if started > 0 {
                         return;
                     }
@@ -725,7 +758,6 @@ impl<'a> Simulation<'a> {
         job: JobId,
         collective: Collective,
         payload_bytes: f64,
-        gbps: f64,
         left: Option<&[f64]>,
     ) -> usize {
         let mut transfers = transfers(&self.jobs[job].workers, collective, payload_bytes);
@@ -752,6 +784,9 @@ impl<'a> Simulation<'a> {
             }
         }
         let throttle = self.jobs[job].throttle_gbps;
+        // Flows leave at NIC rate; the network, not the shape's prediction
+        // (which already counts a slower uplink), decides what they get.
+        let gbps = self.nic(job);
         let epoch = self.jobs[job].epoch;
         let mut started = 0;
         for (i, (src, dst, bits)) in transfers.into_iter().enumerate() {
@@ -801,6 +836,9 @@ impl<'a> Simulation<'a> {
 
     fn reschedule(&mut self, flows: &[FlowId]) {
         for &f in flows {
+            if self.net.flow(f).is_some_and(|fl| fl.owner == BACKGROUND) {
+                continue; // never ends
+            }
             if let (Some(t), Some(v)) = (self.net.finish_time(f), self.net.flow(f).map(|fl| fl.version)) {
                 self.push(t.max(self.now), Event::FlowDone(f, v));
             }
