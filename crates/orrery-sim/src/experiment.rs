@@ -679,4 +679,33 @@ mod tests {
             .expect_err("unknown topology");
         assert!(e.contains("unknown set-up \"nope\""), "{e}");
     }
+
+    #[test]
+    fn scenarios_vary_the_workload_and_bad_ones_are_named() {
+        let base = "name = \"s\"\npolicies = [\"fifo\", \"themis\"]\nbaseline = \"themis\"\n[topology]\nbuiltin = \"metronome\"\n[workload]\ngenerator = \"poisson\"\njobs = 4\n";
+        let e = parse("s.toml", &format!("{base}[[scenario]]\nname = \"load=0.5\"\nload = 0.5\n[[scenario]]\nname = \"S4\"\n[[scenario.congested]]\nhost = \"worker0\"\n[[scenario.job]]\nid = \"a\"\nmodel = \"bert\"\nbatch = 8\nworkers = 2\nwork = {{ iterations = 3 }}\narrival_s = 0.0\n"))
+            .expect("valid");
+        let w = e.workloads();
+        assert_eq!(w.iter().map(|x| x.0.as_str()).collect::<Vec<_>>(), vec!["load=0.5", "S4"]);
+        assert_eq!(w[0].1.load, Some(0.5));
+        assert_eq!((w[1].1.listed.len(), w[1].1.generator.as_deref()), (1, None));
+        let summary = e.run(Path::new("."), |_, _, _, _, _| {}).expect("runs");
+        assert_eq!(summary.runs.len(), 4);
+        assert_eq!(summary.baseline, "themis");
+        assert!(summary.comparison.iter().all(|c| c.policy != "themis" || (c.gain_avg_iter - 1.0).abs() < 1e-12));
+        // Errors name the scenario and the field.
+        let dup = parse("d.toml", &format!("{base}[[scenario]]\nname = \"x\"\n[[scenario]]\nname = \"x\"\n"))
+            .expect_err("dup");
+        assert!(dup.contains("scenario[1]") && dup.contains("used twice"), "{dup}");
+        let load = parse("l.toml", &format!("{base}[[scenario]]\nname = \"x\"\nload = -1\n")).expect_err("load");
+        assert!(load.contains("scenario[0] (x): load"), "{load}");
+        let host =
+            parse("h.toml", &format!("{base}[[scenario]]\nname = \"x\"\n[[scenario.congested]]\nhost = \"nope\"\n"))
+                .expect("parses")
+                .run(Path::new("."), |_, _, _, _, _| {})
+                .expect_err("unknown host");
+        assert!(host.contains("scenario x") && host.contains("no host named \"nope\""), "{host}");
+        let b = parse("b.toml", &base.replace("baseline = \"themis\"", "baseline = \"sjf\"")).expect_err("baseline");
+        assert!(b.contains("baseline: \"sjf\" is not one of the policies"), "{b}");
+    }
 }

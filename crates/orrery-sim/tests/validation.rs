@@ -400,3 +400,71 @@ fn cassini_pair_experiment_file_reproduces_the_gain() {
     // CASSINI measured 1.26x; the zoo's VGG19 at batch 128 on A100s has a 26% duty cycle.
     assert!((1.15..=1.35).contains(&gain), "gain {gain}");
 }
+
+/// Places job 0 on hosts 0 and 2 and paces it in slots of `period_ms` from 0.
+struct Paced {
+    period_ms: f64,
+}
+
+impl Policy for Paced {
+    fn name(&self) -> String {
+        "paced".into()
+    }
+    fn schedule(&mut self, view: &ClusterView<'_>) -> Vec<Decision> {
+        view.queue
+            .iter()
+            .flat_map(|q| {
+                [
+                    Decision::Place { job: q.id, hosts: vec![(0, 1), (2, 1)] },
+                    Decision::Pace { job: q.id, period_ms: self.period_ms, offset_s: 0.0 },
+                ]
+            })
+            .collect()
+    }
+}
+
+#[test]
+fn pacing_pads_short_iterations_to_the_slot_and_lets_late_ones_start_at_once() {
+    let topo = two_racks();
+    let job = JobSpec::new("v", "vgg19", 64, 2, Work::Iterations(5), 0.0);
+    let alone =
+        run(&topo, std::slice::from_ref(&job), &mut Fixed { hosts: vec![vec![(0, 1), (2, 1)]], shifts: vec![0.0] })
+            .jobs[0]
+            .iteration_ms[0];
+    // Slots 20% longer than the iteration: from the second on (the first
+    // starts in slot 0), every iteration idles to its slot.
+    let slow = run(&topo, std::slice::from_ref(&job), &mut Paced { period_ms: 1.2 * alone });
+    for (i, ms) in slow.jobs[0].iteration_ms.iter().enumerate().skip(1) {
+        assert!((ms - 1.2 * alone).abs() < 1e-3, "iteration {i}: {ms} ms, slot {}", 1.2 * alone);
+    }
+    // Slots 10% shorter: iteration k is due at k·a, 0.8a, 0.7a, 0.6a, 0.5a
+    // after the slot before it (more than half a slot: late), so each starts
+    // at once and the job runs as if unpaced.
+    let fast = run(&topo, std::slice::from_ref(&job), &mut Paced { period_ms: 0.9 * alone });
+    assert!(fast.jobs[0].iteration_ms.iter().all(|ms| (ms - alone).abs() < 1e-3), "{:?}", fast.jobs[0].iteration_ms);
+}
+
+#[test]
+fn a_background_flow_halves_a_lone_job_flow_and_an_isolated_network_ignores_it() {
+    let topo = two_racks();
+    let job = JobSpec::new("v", "vgg19", 64, 2, Work::Iterations(3), 0.0);
+    // Host 0's uplink (host → leaf) carries an endless 50 Gbit/s flow.
+    let uplink = topo.out_links(0)[0];
+    let go = |isolated: bool| {
+        let topo: &'static Topology = Box::leak(Box::new(topo.clone()));
+        let cfg = SimConfig { background: vec![(uplink, 50.0)], ..SimConfig::default() };
+        let mut sim = Simulation::new(topo, std::slice::from_ref(&job), cfg, isolated);
+        sim.run(&mut Fixed { hosts: vec![vec![(0, 1), (2, 1)]], shifts: vec![0.0] }, |_, _| {});
+        sim
+    };
+    let (contended, isolated) = (go(false), go(true));
+    let shape = &contended.jobs[0].shape;
+    let (compute, comm) = (shape.compute_ms(), shape.network_ms());
+    // Max-min: the job's flow out of host 0 gets 25 of 50 Gbit/s; the ring
+    // waits for it, so communication takes twice as long.
+    assert!((contended.jobs[0].iteration_ms[1] - (compute + 2.0 * comm)).abs() < 1e-3);
+    assert!((isolated.jobs[0].iteration_ms[1] - (compute + comm)).abs() < 1e-3);
+    // The simulation still ends when the job does.
+    assert_eq!(contended.jobs[0].status, Status::Finished);
+    assert!(contended.now_ns() < 10_000_000_000);
+}

@@ -61,6 +61,13 @@ pub struct Mix {
     /// Fraction of jobs with high priority.
     #[serde(default)]
     pub high_priority_fraction: f64,
+    /// Run time alone in seconds, drawn uniformly from this range, instead of
+    /// iterations (Gavel's generator: 0.5–1.5 h in Metronome §IV-A).
+    #[serde(default)]
+    pub seconds: Option<(f64, f64)>,
+    /// Give every job pod anti-affinity (one worker per host).
+    #[serde(default)]
+    pub anti_affinity: bool,
 }
 
 impl Default for Mix {
@@ -90,6 +97,8 @@ impl Default for Mix {
             workers: vec![(2, 1818.0), (4, 1870.0), (8, 1643.0), (16, 199.0)],
             iterations: (200, 1000),
             high_priority_fraction: 0.0,
+            seconds: None,
+            anti_affinity: false,
         }
     }
 }
@@ -112,6 +121,11 @@ impl Mix {
         if self.iterations.0 == 0 || self.iterations.0 > self.iterations.1 {
             return Err(format!("mix.iterations: expected 1 ≤ low ≤ high, found {:?}", self.iterations));
         }
+        if let Some((lo, hi)) = self.seconds
+            && !(lo > 0.0 && lo <= hi && hi.is_finite())
+        {
+            return Err(format!("mix.seconds: expected 0 < low ≤ high, found [{lo}, {hi}]"));
+        }
         if !(0.0..=1.0).contains(&self.high_priority_fraction) {
             return Err("mix.high_priority_fraction: expected a fraction in [0, 1]".into());
         }
@@ -131,9 +145,12 @@ impl Mix {
             }
             x -= w;
         }
-        let iterations = rng.random_range(self.iterations.0..=self.iterations.1);
-        let mut job =
-            JobSpec::new(format!("job-{id}"), m.name, m.default_batch, workers, Work::Iterations(iterations), 0.0);
+        let work = match self.seconds {
+            Some((lo, hi)) => Work::Seconds(rng.random_range(lo..=hi)),
+            None => Work::Iterations(rng.random_range(self.iterations.0..=self.iterations.1)),
+        };
+        let mut job = JobSpec::new(format!("job-{id}"), m.name, m.default_batch, workers, work, 0.0);
+        job.anti_affinity = self.anti_affinity;
         if rng.random_bool(self.high_priority_fraction) {
             job.priority = orrery_model::Priority::High;
         }

@@ -3,14 +3,35 @@
 use crate::Timings;
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
-use orrery_sim::experiment::{self, DEFAULT};
-use std::path::PathBuf;
+use orrery_sim::experiment::{self, DEFAULT, Experiment};
+use std::path::{Path, PathBuf};
+
+/// The built-in suite `orrery run` runs without a file, in under a minute:
+/// the default experiment and short versions of the bundled paper
+/// experiments (one seed, fewer jobs or scenarios). Each is (name, experiment).
+fn suite() -> anyhow::Result<Vec<(String, Experiment)>> {
+    let parse = |name: &str, text: &str| experiment::parse(name, text).map_err(anyhow::Error::msg);
+    let default = parse("<built-in default>", DEFAULT)?;
+    let pair = parse("experiments/cassini-pair.toml", include_str!("../../../experiments/cassini-pair.toml"))?;
+    let mut poisson =
+        parse("experiments/cassini-poisson.toml", include_str!("../../../experiments/cassini-poisson.toml"))?;
+    poisson.seeds = vec![1];
+    poisson.workload.jobs = Some(24);
+    poisson.scenarios.retain(|s| s.name == "load=0.9");
+    let mut snapshots =
+        parse("experiments/metronome-snapshots.toml", include_str!("../../../experiments/metronome-snapshots.toml"))?;
+    snapshots.seeds = vec![1];
+    snapshots.scenarios.retain(|s| ["S2", "S4"].contains(&s.name.as_str()));
+    Ok(vec![default, pair, poisson, snapshots].into_iter().map(|e| (e.name.clone(), e)).collect())
+}
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Experiment file (TOML). Without one, the built-in default runs: 60
-    /// Poisson jobs from CASSINI's model mix at load 0.8 on 16 hosts of 4 A100s
-    /// (50 Gbit/s, 4 racks, 2:1), under FIFO, random placement and the ideal network.
+    /// Experiment file (TOML). Without one, a built-in suite runs in under a
+    /// minute: the default experiment (60 Poisson jobs from CASSINI's model
+    /// mix at load 0.8 on 16 hosts of 4 A100s, 50 Gbit/s, 4 racks, 2:1, under
+    /// FIFO, random placement and the ideal network), then short versions of
+    /// experiments/cassini-pair, cassini-poisson and metronome-snapshots.
     ///
     /// name = "x"; seeds = [1, 2]; policies = ["fifo", "random", "ideal"]
     /// [topology]  builtin = "cassini" | file = "t.toml" | [topology.leaf_spine] ...
@@ -18,7 +39,8 @@ pub struct Args {
     ///             or trace = "data/philly/muri_trace1.csv", jobs = 200
     /// [sim]       jitter = 0.02, max_time_s = 86400
     file: Option<PathBuf>,
-    /// Write summary.json, jobs.csv and links.csv here.
+    /// Write summary.json, jobs.csv, links.csv, report.html and plots here
+    /// (for the built-in suite, one folder per experiment).
     #[arg(long)]
     out: Option<PathBuf>,
     /// No progress bar and no table, for scripts (the summary still goes to --out).
@@ -30,18 +52,35 @@ pub struct Args {
 }
 
 pub fn run(a: &Args, timings: &mut Timings) -> anyhow::Result<()> {
-    let (name, text, base) = match &a.file {
-        Some(p) => (
-            p.display().to_string(),
-            std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?,
-            p.parent().map(PathBuf::from).unwrap_or_default(),
-        ),
-        None => ("<built-in default>".to_string(), DEFAULT.to_string(), PathBuf::from(".")),
+    let (experiments, base) = match &a.file {
+        Some(p) => {
+            let name = p.display().to_string();
+            let text = std::fs::read_to_string(p).with_context(|| format!("reading {name}"))?;
+            let exp = experiment::parse(&name, &text).map_err(anyhow::Error::msg)?;
+            (vec![(name, exp)], p.parent().map(PathBuf::from).unwrap_or_default())
+        }
+        None => (suite()?, PathBuf::from(".")),
     };
-    let mut exp = experiment::parse(&name, &text).map_err(anyhow::Error::msg)?;
-    if a.no_skip {
-        exp.sim.skip = false;
+    let several = experiments.len() > 1;
+    for (name, mut exp) in experiments {
+        if a.no_skip {
+            exp.sim.skip = false;
+        }
+        // With several experiments, each writes into its own folder.
+        let out = a.out.as_ref().map(|d| if several { d.join(&exp.name) } else { d.clone() });
+        run_one(a, &name, &exp, &base, out.as_deref(), timings)?;
     }
+    Ok(())
+}
+
+fn run_one(
+    a: &Args,
+    name: &str,
+    exp: &Experiment,
+    base: &Path,
+    out: Option<&Path>,
+    timings: &mut Timings,
+) -> anyhow::Result<()> {
     let bar = if a.quiet { ProgressBar::hidden() } else { ProgressBar::new(1000) };
     bar.set_style(
         ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:40} run {msg}")
@@ -49,21 +88,21 @@ pub fn run(a: &Args, timings: &mut Timings) -> anyhow::Result<()> {
     );
     let summary = timings
         .phase("simulate", || {
-            exp.run(&base, |k, runs, sim_s, done, jobs| {
+            exp.run(base, |k, runs, sim_s, done, jobs| {
                 bar.set_position(((k as f64 + done as f64 / jobs.max(1) as f64) / runs as f64 * 1000.0) as u64);
                 bar.set_message(format!("{}/{runs}: {done}/{jobs} jobs done, {:.0} s simulated", k + 1, sim_s));
             })
         })
         .map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
     bar.finish_and_clear();
-    if let Some(dir) = &a.out {
+    if let Some(dir) = out {
         timings.phase("write", || experiment::write(&summary, dir)).map_err(anyhow::Error::msg)?;
         if !a.quiet {
-            eprintln!("wrote {}/summary.json, jobs.csv, links.csv, jct_cdf.svg, iteration_cdf.svg", dir.display());
+            eprintln!("wrote {}/summary.json, jobs.csv, links.csv, report.html and plots", dir.display());
         }
     }
     if !a.quiet {
-        println!("experiment {} — {}", summary.experiment, summary.runs.first().map_or("", |r| r.setup.as_str()));
+        println!("\nexperiment {} — {}", summary.experiment, summary.runs.first().map_or("", |r| r.setup.as_str()));
         println!(
             "{:<12} {:<16} {:>4} {:>9} {:>9} {:>9} {:>10} {:>8} {:>8} {:>6} {:>6} {:>9} {:>8} {:>9}",
             "scenario",
@@ -129,8 +168,8 @@ fn print_comparison(summary: &experiment::Summary) {
     let prio = summary.comparison.iter().any(|c| c.high_iter_s.is_some());
     println!("\ncomparison against {} (baseline / policy; > 1 is better)", summary.baseline);
     print!(
-        "{:<12} {:<22} {:>5} {:>9} {:>7} {:>9} {:>7} {:>9} {:>7}",
-        "scenario", "policy", "seeds", "avg it", "x", "p99 it", "x", "avg JCT", "x"
+        "{:<12} {:<22} {:>5} {:>9} {:>7} {:>9} {:>7} {:>9} {:>7} {:>9}",
+        "scenario", "policy", "seeds", "avg it", "x", "p99 it", "x", "avg JCT", "x", "makespan"
     );
     if prio {
         print!(" {:>9} {:>7} {:>9}", "high it", "x", "low it");
@@ -139,7 +178,7 @@ fn print_comparison(summary: &experiment::Summary) {
     let opt = |v: Option<f64>, p: usize| v.map_or("-".to_string(), |v| format!("{v:.p$}"));
     for c in &summary.comparison {
         print!(
-            "{:<12} {:<22} {:>5} {:>8.3}s {:>6.2}x {:>8.3}s {:>6.2}x {:>8.0}s {:>6.2}x",
+            "{:<12} {:<22} {:>5} {:>8.3}s {:>6.2}x {:>8.3}s {:>6.2}x {:>8.0}s {:>6.2}x {:>8.0}s",
             c.scenario,
             c.policy,
             c.seeds,
@@ -148,7 +187,8 @@ fn print_comparison(summary: &experiment::Summary) {
             c.p99_iter_s,
             c.gain_p99_iter,
             c.avg_jct_s,
-            c.gain_avg_jct
+            c.gain_avg_jct,
+            c.makespan_s
         );
         if prio {
             print!(" {:>8}s {:>6}x {:>8}s", opt(c.high_iter_s, 3), opt(c.gain_high_iter, 2), opt(c.low_iter_s, 3));

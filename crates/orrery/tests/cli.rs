@@ -127,6 +127,11 @@ fn run_default_writes_summary_jobs_and_links() {
     let dir = std::env::temp_dir().join(format!("orrery-run-{}", std::process::id()));
     let o = orrery(&["run", "--quiet", "--out", dir.to_str().expect("utf-8")]);
     assert!(o.status.success(), "{}", stderr(&o));
+    // The suite: one folder per experiment.
+    for e in ["cassini-pair", "cassini-poisson", "metronome-snapshots"] {
+        assert!(dir.join(e).join("summary.json").exists(), "{e}");
+    }
+    let dir = dir.join("default");
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(dir.join("summary.json")).expect("summary")).expect("json");
     assert_eq!(v["experiment"], "default");
