@@ -890,10 +890,15 @@ impl<'a> Simulation<'a> {
             std::mem::swap(&mut j.last_seg_ns, &mut j.cur_seg_ns);
             std::mem::swap(&mut j.last_flow_ns, &mut j.cur_flow_ns);
             j.per_iter_delta.clear();
-            j.per_iter_delta.extend(j.links_used.iter().zip(&j.iter_stats_start).map(|(&l, &(b, e, c))| {
-                let s = &net.stats[l];
-                (s.bits - b, s.excess_bits - e, s.congested_ns - c)
-            }));
+            // Only when the links are those snapshot at the start (a link
+            // inserted since shifts the pairing); the fast-forward needs
+            // `settled` anyway.
+            if settled {
+                j.per_iter_delta.extend(j.links_used.iter().zip(&j.iter_stats_start).map(|(&l, &(b, e, c))| {
+                    let s = &net.stats[l];
+                    (s.bits - b, s.excess_bits - e, s.congested_ns - c)
+                }));
+            }
         }
         // The controller hook, only for policies that watch iterations (building
         // the view is O(jobs), too much for every iteration of every job otherwise).
