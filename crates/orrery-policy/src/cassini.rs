@@ -157,12 +157,24 @@ impl Policy for Cassini {
         let mut jobs: Vec<Net<'_>> = view.running.iter().filter_map(|r| net(view, r.id, r.spec, r.hosts)).collect();
         let mut out = Vec::new();
         for d in proposed {
+            if let Decision::Preempt { job } = d
+                && let Some(r) = view.running.iter().find(|r| r.id == job)
+            {
+                // Its GPUs are free for the placements that follow.
+                for &(h, g) in r.hosts {
+                    free[h] += g;
+                }
+                jobs.retain(|n| n.id != job);
+            }
             let Decision::Place { job, hosts } = d else {
                 out.push(d);
                 continue;
             };
             let Some(spec) = view.queue.iter().find(|q| q.id == job).map(|q| q.spec) else { continue };
-            let mut candidates = vec![hosts];
+            // The host scheduler's choice may use GPUs an earlier job of this
+            // round took in another candidate: keep it only if it still fits.
+            let fits = hosts.iter().all(|&(h, g)| free.get(h).is_some_and(|&f| f >= g));
+            let mut candidates = if fits { vec![hosts] } else { Vec::new() };
             for _ in 1..self.candidates {
                 if let Some(c) = random_hosts(&mut self.rng, &crate::placement::capped(&free, spec), spec.gpus()) {
                     candidates.push(c);
@@ -255,5 +267,76 @@ impl Policy for Cassini {
 
     fn isolated_network(&self) -> bool {
         self.inner.isolated_network()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{QueuedJob, RunningJob};
+    use orrery_model::setups::LeafSpine;
+    use orrery_model::{Topology, Work};
+
+    /// Three racks of one host with two GPUs under one spine.
+    fn three_racks() -> Topology {
+        LeafSpine::with_oversubscription(3, 1, 1, 2, "a100", 50.0, 1.0).build("t").expect("valid")
+    }
+
+    fn running<'a>(id: JobId, spec: &'a JobSpec, hosts: &'a [(HostId, u32)]) -> RunningJob<'a> {
+        RunningJob {
+            id,
+            spec,
+            hosts,
+            iterations_done: 1,
+            paused: false,
+            iteration_start_s: 0.0,
+            progress: 0.0,
+            service_gpu_s: 0.0,
+            running_s: 1.0,
+        }
+    }
+
+    /// Proposes one fixed placement for every queued job.
+    struct Propose(Vec<(HostId, u32)>);
+
+    impl Policy for Propose {
+        fn name(&self) -> String {
+            "propose".into()
+        }
+        fn schedule(&mut self, view: &ClusterView<'_>) -> Vec<Decision> {
+            view.queue.iter().map(|q| Decision::Place { job: q.id, hosts: self.0.clone() }).collect()
+        }
+    }
+
+    #[test]
+    fn a_candidate_whose_affinity_graph_has_a_loop_is_dropped() {
+        // A runs on hosts 0-1 and B on 1-2: they share host 1's links. A
+        // newcomer on hosts 2-0 would share host 2's with B and host 0's with
+        // A: A – B – C – A is a loop, and no single time-shift per job can
+        // satisfy three pairwise rotations in general (CASSINI §4.1).
+        let t = three_racks();
+        let a = JobSpec::new("a", "vgg19", 32, 2, Work::Iterations(100), 0.0);
+        let b = JobSpec::new("b", "vgg19", 32, 2, Work::Iterations(100), 0.0);
+        let c = JobSpec::new("c", "vgg19", 32, 2, Work::Iterations(100), 0.0);
+        let (ha, hb) = ([(0, 1), (1, 1)], [(1, 1), (2, 1)]);
+        let view = ClusterView {
+            now_s: 1.0,
+            topology: &t,
+            free_gpus: &[1, 0, 1],
+            queue: vec![QueuedJob::new(2, &c, 0.0)],
+            running: vec![running(0, &a, &ha), running(1, &b, &hb)],
+        };
+        let base = || [net(&view, 0, &a, &ha), net(&view, 1, &b, &hb)].into_iter().flatten().collect::<Vec<_>>();
+        let mut looped = base();
+        looped.extend(net(&view, 2, &c, &[(2, 1), (0, 1)]));
+        assert!(!score(&view, &looped).loop_free);
+        // On one host (a single worker) it sends nothing over the network: no loop.
+        let mut alone = base();
+        alone.extend(net(&view, 2, &c, &[(0, 1)]));
+        assert!(score(&view, &alone).loop_free);
+        // As a policy with only the host's candidate, CASSINI leaves the job waiting.
+        let mut cassini = Cassini::new(Box::new(Propose(vec![(2, 1), (0, 1)])), 0);
+        cassini.candidates = 1;
+        assert!(cassini.schedule(&view).iter().all(|d| !matches!(d, Decision::Place { .. })));
     }
 }
