@@ -48,6 +48,10 @@ pub struct Experiment {
     /// The policy the comparison table measures the others against (default:
     /// the first).
     pub baseline: Option<String>,
+    /// Also replay each (scenario, policy)'s first seed with a probe on its
+    /// busiest link, for the report's figures (set by `orrery run --out`).
+    #[serde(skip)]
+    pub detail: bool,
 }
 
 /// A named variation of the experiment's workload: a load, a job count, or
@@ -215,6 +219,9 @@ pub struct Run {
     /// Iteration times of all jobs, s (for plots).
     #[serde(skip)]
     pub iteration_s: Vec<f64>,
+    /// The busiest link up close (with `Experiment::detail`, first seed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub busiest: Option<crate::report::Busiest>,
 }
 
 /// Metrics per priority.
@@ -483,9 +490,10 @@ impl Experiment {
                         skip: self.sim.skip,
                         restart_penalty_s: self.sim.restart_penalty_s,
                         background: background.clone(),
+                        probe: None,
                     };
                     let start = std::time::Instant::now();
-                    let mut sim = Simulation::new(&topo, &jobs, cfg, policy.isolated_network());
+                    let mut sim = Simulation::new(&topo, &jobs, cfg.clone(), policy.isolated_network());
                     let k = runs.len();
                     sim.run(policy.as_mut(), |t, done| progress(k, total, t, done, jobs.len()));
                     let wall_s = start.elapsed().as_secs_f64();
@@ -519,7 +527,14 @@ impl Experiment {
                         jobs: job_table,
                         links: link_table,
                         iteration_s: sim.jobs.iter().flat_map(|j| j.iteration_ms.iter().map(|ms| ms / 1e3)).collect(),
+                        busiest: None,
                     });
+                    if self.detail && seed == self.seeds[0] {
+                        let fresh = self::policy(name, seed, &workload.pins)
+                            .ok_or_else(|| format!("unknown policy {name}"))?;
+                        let run = runs.last_mut().ok_or("no run")?;
+                        run.busiest = crate::report::busiest(&topo, &jobs, run, fresh, &cfg);
+                    }
                 }
             }
         }
@@ -621,33 +636,9 @@ pub fn write(summary: &Summary, dir: &Path) -> Result<(), String> {
         w.serialize(row).map_err(|e| err(&p, &e))?;
     }
     w.flush().map_err(|e| err(&p, &e))?;
-    let label = |r: &Run| {
-        if summary.runs.iter().filter(|x| x.policy == r.policy).count() > 1 {
-            format!("{} (seed {})", r.policy, r.seed)
-        } else {
-            r.policy.clone()
-        }
-    };
-    let jct: Vec<(String, Vec<f64>)> =
-        summary.runs.iter().map(|r| (label(r), r.jobs.iter().filter_map(|j| j.jct_s).collect())).collect();
-    let iters: Vec<(String, Vec<f64>)> = summary.runs.iter().map(|r| (label(r), r.iteration_s.clone())).collect();
-    for (name, svg) in [
-        (
-            "jct_cdf.svg",
-            crate::plot::cdf_svg(&format!("{}: job completion time", summary.experiment), "JCT (s, log scale)", &jct),
-        ),
-        (
-            "iteration_cdf.svg",
-            crate::plot::cdf_svg(
-                &format!("{}: iteration time", summary.experiment),
-                "iteration time (s, log scale)",
-                &iters,
-            ),
-        ),
-    ] {
-        let p = dir.join(name);
-        std::fs::write(&p, svg).map_err(|e| err(&p, &e))?;
-    }
+    let figures = crate::report::figures(summary, dir)?;
+    let p = dir.join("report.html");
+    std::fs::write(&p, crate::report::html(summary, &figures)).map_err(|e| err(&p, &e))?;
     Ok(())
 }
 

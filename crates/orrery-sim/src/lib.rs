@@ -9,7 +9,9 @@
 //!   preemption applied as the policy decides;
 //! * [`metrics`]: per-job, per-link and cluster metrics;
 //! * [`experiment`]: TOML experiments, the built-in default, and output files;
-//! * [`plot`]: CDFs of job completion and iteration times as SVG.
+//! * [`plot`]: figures (CDFs, link utilisation, circles, Gantt) with
+//!   plotters, as SVG and PNG with an embedded font;
+//! * [`report`]: the busiest link up close and the self-contained `report.html`.
 //!
 //! Architecture invariant: the simulator embeds no policy logic; it owns the
 //! (simulated) clock and its only randomness is seeded from the experiment.
@@ -19,5 +21,6 @@ pub mod experiment;
 pub mod metrics;
 pub mod network;
 pub mod plot;
+pub mod report;
 
 pub use engine::{SimConfig, Simulation};

@@ -93,6 +93,21 @@ pub struct Network {
     /// Owners whose flows shared a max-min component with another owner's
     /// since the driver last drained this list.
     pub interacting: Vec<usize>,
+    /// Exact rate trace of one link in a time window, for figures.
+    pub probe: Option<Probe>,
+}
+
+/// Every change of the rates on one link within [start, end], per flow owner.
+#[derive(Debug, Clone, Default)]
+pub struct Probe {
+    /// The link.
+    pub link: LinkId,
+    /// Window start, ns.
+    pub start_ns: u64,
+    /// Window end, ns.
+    pub end_ns: u64,
+    /// (time ns, [(owner, Gbit/s)]) after each change.
+    pub trace: Vec<(u64, Vec<(usize, f64)>)>,
 }
 
 impl Network {
@@ -114,6 +129,7 @@ impl Network {
             local: vec![0; n],
             scratch: Scratch::default(),
             interacting: Vec::new(),
+            probe: None,
         }
     }
 
@@ -395,6 +411,19 @@ impl Network {
                 .fold((0.0, 0.0), |(c, d), f| (c + f.rate_gbps, d + f.cap_gbps));
             self.stats[l].carried_gbps = carried;
             self.stats[l].demand_gbps = demand;
+        }
+        if let Some(p) = self.probe.as_mut()
+            && (p.start_ns..=p.end_ns).contains(&now)
+            && links.contains(&p.link)
+        {
+            let mut per: Vec<(usize, f64)> = Vec::new();
+            for f in self.link_flows[p.link].iter().filter_map(|&f| self.flows[f].as_ref()) {
+                match per.iter_mut().find(|x| x.0 == f.owner) {
+                    Some(x) => x.1 += f.rate_gbps,
+                    None => per.push((f.owner, f.rate_gbps)),
+                }
+            }
+            p.trace.push((now, per));
         }
         changed
     }

@@ -1,113 +1,447 @@
-//! Plots of a run as self-contained SVG: empirical CDFs of job completion
-//! times and iteration times, one line per policy (CASSINI Figs. 11–14 plot
-//! the same curves).
+//! Figures of a run, drawn with plotters as SVG and PNG from one description
+//! ([`Figure`]): CDFs (CASSINI Figs. 11–14), link utilisation over time and
+//! the per-job rates on the busiest link (CASSINI Fig. 15), the circles of
+//! that link before and after rotation (CASSINI Fig. 5), and a job Gantt.
+//!
+//! Text uses DejaVu Sans, embedded in the binary (`assets/`), so PNGs render
+//! the same on a machine without fonts.
 
-use std::fmt::Write;
+use plotters::coord::Shift;
+use plotters::coord::combinators::IntoLogRange;
+use plotters::prelude::*;
+use std::path::Path;
 
-const COLORS: [&str; 8] = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"];
+const FONT: &str = "sans-serif";
 
-/// An empirical CDF per series on a log-10 x axis (values ≤ 0 are dropped).
-pub fn cdf_svg(title: &str, x_label: &str, series: &[(String, Vec<f64>)]) -> String {
-    let (w, h) = (720.0, 440.0);
-    let (left, right, top, bottom) = (70.0, 170.0, 40.0, 60.0);
-    let (pw, ph) = (w - left - right, h - top - bottom);
+/// Tableau-10, which stays readable when printed in grey.
+const COLORS: [RGBColor; 10] = [
+    RGBColor(31, 119, 180),
+    RGBColor(214, 39, 40),
+    RGBColor(44, 160, 44),
+    RGBColor(255, 127, 14),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(127, 127, 127),
+    RGBColor(188, 189, 34),
+    RGBColor(23, 190, 207),
+];
+
+fn color(i: usize) -> RGBColor {
+    COLORS[i % COLORS.len()]
+}
+
+/// Registers the embedded font once; plotters' text needs it (ab_glyph).
+fn register_font() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // The bytes are a valid TTF, so this cannot fail; if it did, text
+        // would be missing from the figures but nothing else would break.
+        let _ = plotters::style::register_font(
+            FONT,
+            FontStyle::Normal,
+            include_bytes!("../../../assets/DejaVuSans.ttf"),
+        );
+    });
+}
+
+/// One job's bar in a Gantt panel.
+#[derive(Debug, Clone)]
+pub struct Bar {
+    /// Job id.
+    pub job: String,
+    /// Arrival, s.
+    pub arrival_s: f64,
+    /// First start, s (None: never started).
+    pub start_s: Option<f64>,
+    /// Finish, s (None: not finished).
+    pub end_s: Option<f64>,
+}
+
+/// A job on a circle: its name and the arcs where it communicates, as
+/// fractions of the circle [start, end).
+#[derive(Debug, Clone)]
+pub struct Ring {
+    /// Job name.
+    pub job: String,
+    /// Communication arcs as fractions of the perimeter.
+    pub arcs: Vec<(f64, f64)>,
+}
+
+/// What to draw.
+#[derive(Debug, Clone)]
+pub enum Figure {
+    /// Empirical CDF per series, x on a log scale.
+    Cdf {
+        /// Title.
+        title: String,
+        /// x-axis label.
+        x_label: String,
+        /// (name, values); values ≤ 0 are dropped.
+        series: Vec<(String, Vec<f64>)>,
+    },
+    /// Step lines over time.
+    Lines {
+        /// Title.
+        title: String,
+        /// y-axis label.
+        y_label: String,
+        /// (name, (t s, y) points).
+        series: Vec<(String, Vec<(f64, f64)>)>,
+    },
+    /// Stacked per-job rates on one link over a time window.
+    Stacked {
+        /// Title.
+        title: String,
+        /// Link capacity, Gbit/s (drawn as a line).
+        capacity: f64,
+        /// Job names, bottom to top.
+        names: Vec<String>,
+        /// (t s, rate of each job) at each change; each holds until the next.
+        steps: Vec<(f64, Vec<f64>)>,
+    },
+    /// Concentric rings, one panel per (label, rings): CASSINI's circles.
+    Circles {
+        /// Title.
+        title: String,
+        /// Panels side by side.
+        panels: Vec<(String, Vec<Ring>)>,
+    },
+    /// Job bars (queueing light, running dark), one panel per (label, bars).
+    Gantt {
+        /// Title.
+        title: String,
+        /// Panels stacked vertically.
+        panels: Vec<(String, Vec<Bar>)>,
+    },
+}
+
+type DrawResult = Result<(), String>;
+
+fn err<E: std::fmt::Debug>(e: E) -> String {
+    format!("plot: {e:?}")
+}
+
+impl Figure {
+    fn size(&self) -> (u32, u32) {
+        match self {
+            Figure::Circles { panels, .. } => (420 * panels.len().max(1) as u32, 470),
+            Figure::Gantt { panels, .. } => {
+                let rows: usize = panels.iter().map(|p| p.1.len().max(1)).sum();
+                (900, (120 + 90 * panels.len() + 9 * rows).clamp(300, 2400) as u32)
+            }
+            _ => (800, 480),
+        }
+    }
+
+    /// The figure as an SVG document.
+    pub fn svg(&self) -> Result<String, String> {
+        register_font();
+        let mut s = String::new();
+        {
+            let root = SVGBackend::with_string(&mut s, self.size()).into_drawing_area();
+            self.draw(&root)?;
+            root.present().map_err(err)?;
+        }
+        Ok(s)
+    }
+
+    /// Writes `<stem>.svg` and `<stem>.png` into `dir`; returns the SVG text.
+    pub fn save(&self, dir: &Path, stem: &str) -> Result<String, String> {
+        let svg = self.svg()?;
+        let p = dir.join(format!("{stem}.svg"));
+        std::fs::write(&p, &svg).map_err(|e| format!("{}: {e}", p.display()))?;
+        let p = dir.join(format!("{stem}.png"));
+        {
+            let root = BitMapBackend::new(&p, self.size()).into_drawing_area();
+            self.draw(&root)?;
+            root.present().map_err(|e| format!("{}: {e:?}", p.display()))?;
+        }
+        Ok(svg)
+    }
+
+    fn draw<DB: DrawingBackend>(&self, root: &DrawingArea<DB, Shift>) -> DrawResult {
+        root.fill(&WHITE).map_err(err)?;
+        match self {
+            Figure::Cdf { title, x_label, series } => cdf(root, title, x_label, series),
+            Figure::Lines { title, y_label, series } => lines(root, title, y_label, series),
+            Figure::Stacked { title, capacity, names, steps } => stacked(root, title, *capacity, names, steps),
+            Figure::Circles { title, panels } => circles(root, title, panels),
+            Figure::Gantt { title, panels } => gantt(root, title, panels),
+        }
+    }
+}
+
+fn no_data<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, title: &str) -> DrawResult {
+    let (w, h) = root.dim_in_pixel();
+    root.draw(&Text::new(format!("{title}: no data"), (20, h as i32 / 2), (FONT, 18))).map_err(err)?;
+    let _ = w;
+    Ok(())
+}
+
+/// Empirical CDFs. O(n log n) per series for the sort.
+fn cdf<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    title: &str,
+    x_label: &str,
+    series: &[(String, Vec<f64>)],
+) -> DrawResult {
     let all: Vec<f64> = series.iter().flat_map(|s| s.1.iter().copied()).filter(|v| *v > 0.0 && v.is_finite()).collect();
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="DejaVu Sans, Arial, sans-serif">"#
-    );
-    let _ = writeln!(s, r#"<rect width="100%" height="100%" fill="white"/>"#);
-    let _ = writeln!(
-        s,
-        r#"<text x="{}" y="24" font-size="16" text-anchor="middle">{}</text>"#,
-        left + pw / 2.0,
-        esc(title)
-    );
     if all.is_empty() {
-        let _ = writeln!(
-            s,
-            r#"<text x="{}" y="{}" font-size="14" text-anchor="middle">no data</text></svg>"#,
-            w / 2.0,
-            h / 2.0
-        );
-        return s;
+        return no_data(root, title);
     }
-    let lo = all.iter().copied().fold(f64::INFINITY, f64::min).log10().floor();
-    let hi = all.iter().copied().fold(0.0, f64::max).log10().ceil().max(lo + 1.0);
-    let x = |v: f64| left + (v.log10() - lo) / (hi - lo) * pw;
-    let y = |p: f64| top + (1.0 - p) * ph;
-    // Grid and axes.
-    for d in (lo as i32)..=(hi as i32) {
-        let xv = x(10f64.powi(d));
-        let _ = writeln!(s, r##"<line x1="{xv:.1}" y1="{top}" x2="{xv:.1}" y2="{}" stroke="#ddd"/>"##, top + ph);
-        let _ = writeln!(
-            s,
-            r#"<text x="{xv:.1}" y="{}" font-size="12" text-anchor="middle">{}</text>"#,
-            top + ph + 18.0,
-            tick(d)
-        );
-    }
-    for k in 0..=4 {
-        let p = f64::from(k) / 4.0;
-        let _ =
-            writeln!(s, r##"<line x1="{left}" y1="{:.1}" x2="{}" y2="{:.1}" stroke="#ddd"/>"##, y(p), left + pw, y(p));
-        let _ = writeln!(
-            s,
-            r#"<text x="{}" y="{:.1}" font-size="12" text-anchor="end">{p:.2}</text>"#,
-            left - 6.0,
-            y(p) + 4.0
-        );
-    }
-    let _ = writeln!(s, r##"<rect x="{left}" y="{top}" width="{pw}" height="{ph}" fill="none" stroke="#333"/>"##);
-    let _ = writeln!(
-        s,
-        r#"<text x="{}" y="{}" font-size="13" text-anchor="middle">{}</text>"#,
-        left + pw / 2.0,
-        h - 16.0,
-        esc(x_label)
-    );
-    let _ = writeln!(
-        s,
-        r#"<text x="18" y="{}" font-size="13" text-anchor="middle" transform="rotate(-90 18 {})">CDF</text>"#,
-        top + ph / 2.0,
-        top + ph / 2.0
-    );
+    let lo = all.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = all.iter().copied().fold(0.0, f64::max).max(lo * 1.01);
+    let mut chart = ChartBuilder::on(root)
+        .caption(title, (FONT, 20))
+        .margin(12)
+        .x_label_area_size(44)
+        .y_label_area_size(56)
+        .build_cartesian_2d((lo * 0.9..hi * 1.1).log_scale(), 0.0..1.0)
+        .map_err(err)?;
+    chart.configure_mesh().x_desc(x_label).y_desc("fraction").label_style((FONT, 13)).draw().map_err(err)?;
     for (i, (name, values)) in series.iter().enumerate() {
         let mut v: Vec<f64> = values.iter().copied().filter(|v| *v > 0.0 && v.is_finite()).collect();
         if v.is_empty() {
             continue;
         }
         v.sort_by(f64::total_cmp);
-        let n = v.len();
-        // At most ~600 points per line: every k-th order statistic, plus the last.
-        let step = n.div_ceil(600).max(1);
-        let mut pts = String::new();
-        for k in (0..n).step_by(step).chain(std::iter::once(n - 1)) {
-            let _ = write!(pts, "{:.1},{:.1} ", x(v[k]), y((k + 1) as f64 / n as f64));
+        let n = v.len() as f64;
+        // At most ~2,000 points per curve: every k-th order statistic.
+        let step = (v.len() / 2000).max(1);
+        let mut pts: Vec<(f64, f64)> = Vec::new();
+        for (k, &x) in v.iter().enumerate().step_by(step) {
+            pts.push((x, k as f64 / n));
+            pts.push((x, (k + 1) as f64 / n));
         }
-        let c = COLORS[i % COLORS.len()];
-        let _ = writeln!(s, r#"<polyline points="{pts}" fill="none" stroke="{c}" stroke-width="2"/>"#);
-        let ly = top + 16.0 + 20.0 * i as f64;
-        let _ = writeln!(
-            s,
-            r#"<line x1="{}" y1="{ly}" x2="{}" y2="{ly}" stroke="{c}" stroke-width="3"/>"#,
-            left + pw + 12.0,
-            left + pw + 36.0
-        );
-        let _ = writeln!(s, r#"<text x="{}" y="{}" font-size="12">{}</text>"#, left + pw + 42.0, ly + 4.0, esc(name));
+        pts.push((v[v.len() - 1], 1.0));
+        let c = color(i);
+        chart
+            .draw_series(LineSeries::new(pts, c.stroke_width(2)))
+            .map_err(err)?
+            .label(name.as_str())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
     }
-    s.push_str("</svg>\n");
-    s
+    legend(&mut chart)
 }
 
-fn tick(d: i32) -> String {
-    let v = 10f64.powi(d);
-    if (-3..=5).contains(&d) { format!("{v}") } else { format!("1e{d}") }
+fn legend<'a, DB: DrawingBackend + 'a, CT: plotters::coord::CoordTranslate>(
+    chart: &mut ChartContext<'a, DB, CT>,
+) -> DrawResult {
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::LowerRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK.mix(0.4))
+        .label_font((FONT, 13))
+        .draw()
+        .map_err(err)
 }
 
-fn esc(t: &str) -> String {
-    t.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+/// Step lines over time.
+fn lines<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    title: &str,
+    y_label: &str,
+    series: &[(String, Vec<(f64, f64)>)],
+) -> DrawResult {
+    let pts = series.iter().flat_map(|s| s.1.iter());
+    let t_max = pts.clone().map(|p| p.0).fold(0.0, f64::max);
+    let y_max = pts.map(|p| p.1).fold(0.0, f64::max);
+    if t_max <= 0.0 {
+        return no_data(root, title);
+    }
+    let mut chart = ChartBuilder::on(root)
+        .caption(title, (FONT, 20))
+        .margin(12)
+        .x_label_area_size(44)
+        .y_label_area_size(56)
+        .build_cartesian_2d(0.0..t_max, 0.0..(y_max * 1.1).max(1e-9))
+        .map_err(err)?;
+    chart.configure_mesh().x_desc("time (s)").y_desc(y_label).label_style((FONT, 13)).draw().map_err(err)?;
+    for (i, (name, points)) in series.iter().enumerate() {
+        let c = color(i);
+        let mut step = Vec::with_capacity(points.len() * 2);
+        for w in points.windows(2) {
+            step.push(w[0]);
+            step.push((w[1].0, w[0].1));
+        }
+        step.extend(points.last());
+        chart
+            .draw_series(LineSeries::new(step, c.stroke_width(2)))
+            .map_err(err)?
+            .label(name.as_str())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
+    }
+    legend(&mut chart)
+}
+
+/// Stacked step areas of per-job rates, with the link capacity.
+fn stacked<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    title: &str,
+    capacity: f64,
+    names: &[String],
+    steps: &[(f64, Vec<f64>)],
+) -> DrawResult {
+    if steps.len() < 2 {
+        return no_data(root, title);
+    }
+    let (t0, t1) = (steps[0].0, steps[steps.len() - 1].0);
+    let y_max = steps.iter().map(|s| s.1.iter().sum::<f64>()).fold(capacity, f64::max);
+    let mut chart = ChartBuilder::on(root)
+        .caption(title, (FONT, 20))
+        .margin(12)
+        .x_label_area_size(44)
+        .y_label_area_size(56)
+        .build_cartesian_2d(0.0..(t1 - t0) * 1e3, 0.0..y_max * 1.15)
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .x_desc(format!("time (ms) from {t0:.2} s"))
+        .y_desc("Gbit/s")
+        .label_style((FONT, 13))
+        .draw()
+        .map_err(err)?;
+    let mut below = vec![0.0; steps.len()];
+    for (k, name) in names.iter().enumerate() {
+        let above: Vec<f64> = steps.iter().zip(&below).map(|(s, b)| b + s.1.get(k).copied().unwrap_or(0.0)).collect();
+        // The band between `below` and `above`, as steps.
+        let mut poly = Vec::with_capacity(steps.len() * 4);
+        for i in 0..steps.len() - 1 {
+            let (a, b) = ((steps[i].0 - t0) * 1e3, (steps[i + 1].0 - t0) * 1e3);
+            poly.push((a, above[i]));
+            poly.push((b, above[i]));
+        }
+        for i in (0..steps.len() - 1).rev() {
+            let (a, b) = ((steps[i].0 - t0) * 1e3, (steps[i + 1].0 - t0) * 1e3);
+            poly.push((b, below[i]));
+            poly.push((a, below[i]));
+        }
+        let c = color(k);
+        chart
+            .draw_series(std::iter::once(Polygon::new(poly, c.mix(0.75).filled())))
+            .map_err(err)?
+            .label(name.as_str())
+            .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 16, y + 5)], c.filled()));
+        below = above;
+    }
+    chart
+        .draw_series(LineSeries::new(vec![(0.0, capacity), ((t1 - t0) * 1e3, capacity)], BLACK.stroke_width(2)))
+        .map_err(err)?
+        .label("capacity")
+        .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLACK.stroke_width(2)));
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK.mix(0.4))
+        .label_font((FONT, 13))
+        .draw()
+        .map_err(err)
+}
+
+/// Concentric rings: job k on ring k, coloured where it communicates; 0 at
+/// the top, clockwise, like CASSINI Fig. 5.
+fn circles<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, title: &str, panels: &[(String, Vec<Ring>)]) -> DrawResult {
+    if panels.is_empty() {
+        return no_data(root, title);
+    }
+    let (w, _) = root.dim_in_pixel();
+    root.draw(&Text::new(title.to_string(), (14, 10), (FONT, 18))).map_err(err)?;
+    let body = root.margin(40, 0, 0, 0);
+    for (area, (label, rings)) in body.split_evenly((1, panels.len())).iter().zip(panels) {
+        let (pw, ph) = area.dim_in_pixel();
+        let (cx, cy) = (pw as f64 / 2.0, (ph as f64 - 60.0) / 2.0 + 10.0);
+        let r_max = (pw.min(ph) as f64 / 2.0 - 40.0).max(20.0);
+        let width = (r_max * 0.8 / rings.len().max(1) as f64).min(28.0);
+        let at = |r: f64, f: f64| {
+            let a = f * std::f64::consts::TAU - std::f64::consts::FRAC_PI_2;
+            ((cx + r * a.cos()).round() as i32, (cy + r * a.sin()).round() as i32)
+        };
+        for (k, ring) in rings.iter().enumerate() {
+            let (r_in, r_out) = (r_max - (k + 1) as f64 * width, r_max - k as f64 * width - 2.0);
+            // The whole ring, faint, then its communication arcs.
+            let full: Vec<(i32, i32)> = (0..=72).map(|i| at((r_in + r_out) / 2.0, i as f64 / 72.0)).collect();
+            area.draw(&PathElement::new(full, color(k).mix(0.25).stroke_width(width.max(2.0) as u32 - 1)))
+                .map_err(err)?;
+            for &(a, b) in &ring.arcs {
+                let n = (((b - a) * 144.0).ceil() as usize).max(2);
+                let mut poly: Vec<(i32, i32)> = (0..=n).map(|i| at(r_out, a + (b - a) * i as f64 / n as f64)).collect();
+                poly.extend((0..=n).rev().map(|i| at(r_in, a + (b - a) * i as f64 / n as f64)));
+                area.draw(&Polygon::new(poly, color(k).filled())).map_err(err)?;
+            }
+        }
+        area.draw(&Text::new(label.clone(), (10, ph as i32 - 50), (FONT, 15))).map_err(err)?;
+        let names: Vec<String> = rings.iter().map(|r| r.job.clone()).collect();
+        let legend = names.join(" · outer → inner: ");
+        let _ = legend;
+        for (k, name) in names.iter().enumerate().take(6) {
+            let y = ph as i32 - 30 + (k as i32 / 3) * 16;
+            let x = 10 + (k as i32 % 3) * (pw as i32 / 3);
+            area.draw(&Rectangle::new([(x, y - 5), (x + 12, y + 5)], color(k).filled())).map_err(err)?;
+            area.draw(&Text::new(name.clone(), (x + 16, y - 7), (FONT, 12))).map_err(err)?;
+        }
+    }
+    let _ = w;
+    Ok(())
+}
+
+/// One Gantt panel per run: a row per job, light from arrival to start,
+/// dark from start to finish.
+fn gantt<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, title: &str, panels: &[(String, Vec<Bar>)]) -> DrawResult {
+    let t_max = panels
+        .iter()
+        .flat_map(|p| p.1.iter())
+        .map(|b| b.end_s.or(b.start_s).unwrap_or(b.arrival_s))
+        .fold(0.0, f64::max);
+    if panels.is_empty() || t_max <= 0.0 {
+        return no_data(root, title);
+    }
+    root.draw(&Text::new(title.to_string(), (14, 8), (FONT, 18))).map_err(err)?;
+    let body = root.margin(34, 0, 0, 0);
+    let weights: Vec<usize> = panels.iter().map(|p| p.1.len().max(1) + 8).collect();
+    let total: usize = weights.iter().sum();
+    let (_, h) = body.dim_in_pixel();
+    let mut rest = body;
+    for (i, (label, bars)) in panels.iter().enumerate() {
+        let ph = (h as usize * weights[i] / total) as u32;
+        let (area, below) = if i + 1 < panels.len() { rest.split_vertically(ph) } else { (rest.clone(), rest.clone()) };
+        let n = bars.len().max(1) as f64;
+        let mut chart = ChartBuilder::on(&area)
+            .caption(label, (FONT, 15))
+            .margin(6)
+            .x_label_area_size(30)
+            .y_label_area_size(40)
+            .build_cartesian_2d(0.0..t_max * 1.02, 0.0..n)
+            .map_err(err)?;
+        chart
+            .configure_mesh()
+            .disable_y_mesh()
+            .y_labels(0)
+            .x_desc("time (s)")
+            .label_style((FONT, 12))
+            .draw()
+            .map_err(err)?;
+        for (k, b) in bars.iter().enumerate() {
+            let y = n - k as f64 - 1.0;
+            let c = color(k);
+            let start = b.start_s.unwrap_or(t_max);
+            chart
+                .draw_series(std::iter::once(Rectangle::new([(b.arrival_s, y + 0.15), (start, y + 0.85)], c.mix(0.25).filled())))
+                .map_err(err)?;
+            if let Some(s) = b.start_s {
+                chart
+                    .draw_series(std::iter::once(Rectangle::new(
+                        [(s, y + 0.1), (b.end_s.unwrap_or(t_max), y + 0.9)],
+                        c.filled(),
+                    )))
+                    .map_err(err)?;
+            }
+        }
+        rest = below;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -115,12 +449,35 @@ mod tests {
     use super::*;
 
     #[test]
-    fn one_polyline_per_series_and_a_legend() {
-        let svg = cdf_svg("t", "x (s)", &[("a".into(), vec![1.0, 2.0, 30.0]), ("b<".into(), vec![5.0])]);
-        assert_eq!(svg.matches("<polyline").count(), 2);
-        assert!(svg.contains("b&lt;") && svg.trim_end().ends_with("</svg>"));
-        // The last point of each CDF is at probability 1 (the top of the plot).
-        assert!(svg.contains(",40.0 \"") || svg.contains(",40.0 "));
-        assert!(cdf_svg("t", "x", &[]).contains("no data"));
+    fn every_figure_renders_to_svg_with_its_title_and_text() {
+        let figs = [
+            Figure::Cdf { title: "JCT".into(), x_label: "s".into(), series: vec![("fifo".into(), vec![1.0, 2.0, 4.0])] },
+            Figure::Lines { title: "util".into(), y_label: "%".into(), series: vec![("l".into(), vec![(0.0, 1.0), (2.0, 3.0)])] },
+            Figure::Stacked {
+                title: "busiest".into(),
+                capacity: 50.0,
+                names: vec!["a".into(), "b".into()],
+                steps: vec![(1.0, vec![50.0, 0.0]), (1.1, vec![25.0, 25.0]), (1.2, vec![0.0, 50.0])],
+            },
+            Figure::Circles {
+                title: "circles".into(),
+                panels: vec![("before".into(), vec![Ring { job: "a".into(), arcs: vec![(0.5, 1.0)] }])],
+            },
+            Figure::Gantt {
+                title: "gantt".into(),
+                panels: vec![(
+                    "fifo".into(),
+                    vec![Bar { job: "a".into(), arrival_s: 0.0, start_s: Some(1.0), end_s: Some(3.0) }],
+                )],
+            },
+        ];
+        for f in &figs {
+            let svg = f.svg().expect("renders");
+            assert!(svg.starts_with("<svg"), "{svg:.80}");
+            assert!(svg.contains("<text") || svg.contains("<path"), "{f:?}");
+        }
+        // An empty CDF says so instead of failing.
+        let empty = Figure::Cdf { title: "JCT".into(), x_label: "s".into(), series: vec![] }.svg().expect("renders");
+        assert!(empty.contains("no data"));
     }
 }

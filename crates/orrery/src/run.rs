@@ -66,6 +66,7 @@ pub fn run(a: &Args, timings: &mut Timings) -> anyhow::Result<()> {
         if a.no_skip {
             exp.sim.skip = false;
         }
+        exp.detail = a.out.is_some();
         // With several experiments, each writes into its own folder.
         let out = a.out.as_ref().map(|d| if several { d.join(&exp.name) } else { d.clone() });
         run_one(a, &name, &exp, &base, out.as_deref(), timings)?;

@@ -21,6 +21,13 @@ mod fast_forward;
 /// Nanoseconds per second.
 pub const NS: f64 = 1e9;
 
+impl JobState {
+    /// Links the job's flows have crossed, sorted.
+    pub fn links_used(&self) -> &[LinkId] {
+        &self.links_used
+    }
+}
+
 /// Owner of background flows ([`SimConfig::background`]).
 pub const BACKGROUND: usize = usize::MAX;
 
@@ -44,11 +51,14 @@ pub struct SimConfig {
     /// end (an iPerf3 stream), sharing max-min with jobs; an isolated network
     /// ignores them like any other flow.
     pub background: Vec<(LinkId, f64)>,
+    /// Record every rate change on this link in [start, end] seconds
+    /// ([`crate::network::Probe`]); for figures.
+    pub probe: Option<(LinkId, f64, f64)>,
 }
 
 impl Default for SimConfig {
     fn default() -> Self {
-        SimConfig { seed: 1, jitter: 0.0, max_time_s: None, skip: true, restart_penalty_s: 0.0, background: Vec::new() }
+        SimConfig { seed: 1, jitter: 0.0, max_time_s: None, skip: true, restart_penalty_s: 0.0, background: Vec::new(), probe: None }
     }
 }
 
@@ -262,6 +272,14 @@ impl<'a> Simulation<'a> {
                 routes: HashMap::new(),
             });
             sim.push(arrival_ns, Event::Arrival(i));
+        }
+        if let Some((link, start, end)) = sim.cfg.probe {
+            sim.net.probe = Some(crate::network::Probe {
+                link,
+                start_ns: (start.max(0.0) * NS) as u64,
+                end_ns: (end.max(0.0) * NS) as u64,
+                trace: Vec::new(),
+            });
         }
         for (l, gbps) in sim.cfg.background.clone() {
             if l < topo.links.len() && gbps > 0.0 {

@@ -1,0 +1,329 @@
+//! The figures and the self-contained `report.html` of an experiment: the
+//! comparison table, per-run metrics, CDFs of JCT and iteration time, link
+//! utilisation over time, the busiest link's per-job rates and circles, and
+//! a Gantt of the jobs.
+
+use crate::engine::{NS, SimConfig, Simulation};
+use crate::experiment::{Run, Summary};
+use crate::plot::{Bar, Figure, Ring};
+use orrery_interleave::unified::{CircleJob, Params, unify};
+use orrery_interleave::{Search, solve};
+use orrery_model::{JobSpec, LinkId, Topology};
+use orrery_policy::Policy;
+use serde::Serialize;
+use std::fmt::Write;
+use std::path::Path;
+
+/// The busiest link of a run, seen up close: exact per-job rates over a
+/// window, and the jobs' circles before and after CASSINI's rotation.
+#[derive(Debug, Clone, Serialize)]
+pub struct Busiest {
+    /// `from → to`.
+    pub link: String,
+    /// Capacity, Gbit/s.
+    pub gbps: f64,
+    /// Window, s.
+    pub window_s: (f64, f64),
+    /// Job ids, in the order of the rates below.
+    pub jobs: Vec<String>,
+    /// (t s, rate of each job) after every change in the window.
+    #[serde(skip)]
+    pub steps: Vec<(f64, Vec<f64>)>,
+    /// The jobs' communication arcs on their unified circle, unrotated.
+    #[serde(skip)]
+    pub before: Vec<Ring>,
+    /// The same after the best rotation (exact search up to 4 jobs).
+    #[serde(skip)]
+    pub after: Vec<Ring>,
+    /// Compatibility score before and after.
+    pub score: (f64, f64),
+}
+
+/// Picks the run's busiest link (most excess demand, then most traffic),
+/// replays the run up to the end of a window around its busiest second with
+/// a probe on it, and collects the figure data. `policy` must be a fresh
+/// instance of the run's policy; the replay is exact (same seed, no skip).
+/// Cost: one more simulation up to the window's end.
+pub fn busiest(
+    topo: &Topology,
+    jobs: &[JobSpec],
+    run: &Run,
+    mut policy: Box<dyn Policy>,
+    cfg: &SimConfig,
+) -> Option<Busiest> {
+    let row = run
+        .links
+        .iter()
+        .filter(|l| l.mean_util > 0.0)
+        .max_by(|a, b| a.excess_gbit.total_cmp(&b.excess_gbit).then(a.mean_util.total_cmp(&b.mean_util)))?;
+    let series: Vec<f64> = row.util_series.split(';').filter_map(|x| x.parse().ok()).collect();
+    let peak = series.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).map_or(0, |p| p.0);
+    // A few iterations of the jobs on the link: 3 s, inside the busiest bucket.
+    let start = peak as f64 * row.bucket_s + (row.bucket_s - 3.0).max(0.0) / 2.0;
+    let end = start + 3.0;
+    let cfg = SimConfig { skip: false, max_time_s: Some(end), probe: Some((row.link, start, end)), ..cfg.clone() };
+    let mut sim = Simulation::new(topo, jobs, cfg, policy.isolated_network());
+    sim.run(policy.as_mut(), |_, _| {});
+    let trace = sim.net.probe.take()?.trace;
+    let mut owners: Vec<usize> = trace.iter().flat_map(|t| t.1.iter().map(|x| x.0)).filter(|&o| o < jobs.len()).collect();
+    owners.sort_unstable();
+    owners.dedup();
+    let steps: Vec<(f64, Vec<f64>)> = trace
+        .iter()
+        .map(|(t, per)| {
+            let rates = owners.iter().map(|o| per.iter().filter(|x| x.0 == *o).map(|x| x.1).sum()).collect();
+            (*t as f64 / NS, rates)
+        })
+        .collect();
+    // Circles of the jobs that crossed the link, as shaped on their placement.
+    let on_link: Vec<(String, orrery_model::Circle)> = owners
+        .iter()
+        .map(|&o| &sim.jobs[o])
+        .filter(|j| j.links_used().contains(&(row.link as LinkId)))
+        .map(|j| (j.spec.id.clone(), j.shape.circle()))
+        .filter(|(_, c)| !c.arcs.is_empty())
+        .collect();
+    let (before, after, score) = rings(&on_link, row.gbps);
+    Some(Busiest {
+        link: format!("{} → {}", row.from, row.to),
+        gbps: row.gbps,
+        window_s: (start, end),
+        jobs: owners.iter().map(|&o| jobs[o].id.clone()).collect(),
+        steps,
+        before,
+        after,
+        score,
+    })
+}
+
+/// Rings of jobs on their unified circle, unrotated and at the best rotation.
+fn rings(jobs: &[(String, orrery_model::Circle)], gbps: f64) -> (Vec<Ring>, Vec<Ring>, (f64, f64)) {
+    let circles: Vec<CircleJob> = jobs
+        .iter()
+        .map(|(name, c)| CircleJob { name: name.clone(), priority: orrery_model::Priority::Low, circle: c.clone() })
+        .collect();
+    let Ok(u) = unify(&circles, &Params::default()) else { return (Vec::new(), Vec::new(), (1.0, 1.0)) };
+    let search = if jobs.len() <= 4 { Search::OptimalCushion } else { Search::Heuristic { restarts: 4, seed: 0 } };
+    let sol = solve(&u, gbps, search);
+    let zero = vec![0usize; u.jobs.len()];
+    let unrotated = orrery_interleave::score::compatibility(&orrery_interleave::score::demand(&u, &zero), gbps);
+    let shifts = sol.shifts_ms(&u);
+    let ring = |shift: &dyn Fn(usize) -> f64| -> Vec<Ring> {
+        jobs.iter()
+            .enumerate()
+            .map(|(k, (name, c))| {
+                let period = u.jobs[k].period_ms;
+                let arcs = (0..u.jobs[k].iterations)
+                    .flat_map(|i| {
+                        c.arcs.iter().map(move |a| {
+                            let s = (a.start_ms + f64::from(i) * period + shift(k)) / u.perimeter_ms;
+                            (s, s + a.duration_ms / u.perimeter_ms)
+                        })
+                    })
+                    // Wrap arcs that run past the top into two.
+                    .flat_map(|(s, e)| {
+                        let (s, len) = (s.rem_euclid(1.0), e - s);
+                        if s + len > 1.0 { vec![(s, 1.0), (0.0, s + len - 1.0)] } else { vec![(s, s + len)] }
+                    })
+                    .collect();
+                Ring { job: name.clone(), arcs }
+            })
+            .collect()
+    };
+    (ring(&|_| 0.0), ring(&|k| shifts[k]), (unrotated, sol.score))
+}
+
+/// Figures of a summary, written as SVG and PNG into `dir`; returns
+/// (file stem, caption, SVG text) for the report.
+pub fn figures(summary: &Summary, dir: &Path) -> Result<Vec<(String, String, String)>, String> {
+    let mut out = Vec::new();
+    let several_seeds = |r: &Run| summary.runs.iter().filter(|x| x.policy == r.policy && x.scenario == r.scenario).count() > 1;
+    let several_scenarios = summary.runs.iter().any(|r| r.scenario != summary.runs[0].scenario);
+    let label = |r: &Run| {
+        let mut s = r.policy.clone();
+        if several_scenarios {
+            s = format!("{} {s}", r.scenario);
+        }
+        if several_seeds(r) {
+            s = format!("{s} (seed {})", r.seed);
+        }
+        s
+    };
+    let first_seed: Vec<&Run> = summary.runs.iter().filter(|r| r.seed == summary.seed).collect();
+    let jct = Figure::Cdf {
+        title: format!("{}: job completion time", summary.experiment),
+        x_label: "JCT (s, log scale)".into(),
+        series: summary.runs.iter().map(|r| (label(r), r.jobs.iter().filter_map(|j| j.jct_s).collect())).collect(),
+    };
+    out.push(("jct_cdf".into(), "CDF of job completion times.".into(), jct.save(dir, "jct_cdf")?));
+    let iters = Figure::Cdf {
+        title: format!("{}: iteration time", summary.experiment),
+        x_label: "iteration time (s, log scale)".into(),
+        series: summary.runs.iter().map(|r| (label(r), r.iteration_s.clone())).collect(),
+    };
+    out.push(("iteration_cdf".into(), "CDF of iteration times (CASSINI Fig. 11b).".into(), iters.save(dir, "iteration_cdf")?));
+    // Utilisation over time of each run's busiest link (first seed).
+    let util: Vec<(String, Vec<(f64, f64)>)> = first_seed
+        .iter()
+        .filter_map(|r| {
+            let row = r.links.iter().max_by(|a, b| a.mean_util.total_cmp(&b.mean_util))?;
+            let pts = row
+                .util_series
+                .split(';')
+                .filter_map(|x| x.parse::<f64>().ok())
+                .enumerate()
+                .map(|(i, u)| (i as f64 * row.bucket_s, 100.0 * u))
+                .collect();
+            Some((format!("{} ({} → {})", label(r), row.from, row.to), pts))
+        })
+        .collect();
+    let util = Figure::Lines {
+        title: format!("{}: utilisation of each run's busiest link", summary.experiment),
+        y_label: "utilisation (%)".into(),
+        series: util,
+    };
+    out.push((
+        "link_util".into(),
+        "Utilisation of the busiest link of each run over time (bucket means).".into(),
+        util.save(dir, "link_util")?,
+    ));
+    for (k, r) in first_seed.iter().enumerate() {
+        let Some(b) = &r.busiest else { continue };
+        let stem = format!("busiest_{k}");
+        let fig = Figure::Stacked {
+            title: format!("{}: {} ({} Gbit/s)", label(r), b.link, b.gbps),
+            capacity: b.gbps,
+            names: b.jobs.clone(),
+            steps: b.steps.clone(),
+        };
+        let caption = format!(
+            "{}: per-job rates on its busiest link {} over {:.1}–{:.1} s (CASSINI Fig. 15).",
+            label(r),
+            b.link,
+            b.window_s.0,
+            b.window_s.1
+        );
+        out.push((stem.clone(), caption, fig.save(dir, &stem)?));
+        if !b.before.is_empty() {
+            let stem = format!("circles_{k}");
+            let fig = Figure::Circles {
+                title: format!("{}: circles of {}", label(r), b.link),
+                panels: vec![
+                    (format!("unrotated: score {:.2}", b.score.0), b.before.clone()),
+                    (format!("best rotation: score {:.2}", b.score.1), b.after.clone()),
+                ],
+            };
+            let caption = format!(
+                "{}: the jobs on {} on their unified circle, before and after the best rotation (CASSINI Fig. 5).",
+                label(r),
+                b.link
+            );
+            out.push((stem.clone(), caption, fig.save(dir, &stem)?));
+        }
+    }
+    let gantt = Figure::Gantt {
+        title: format!("{}: jobs over time (light: waiting, dark: running)", summary.experiment),
+        panels: first_seed
+            .iter()
+            .take(8)
+            .map(|r| {
+                let bars = r
+                    .jobs
+                    .iter()
+                    .map(|j| Bar {
+                        job: j.id.clone(),
+                        arrival_s: j.arrival_s,
+                        start_s: j.queue_s.map(|q| j.arrival_s + q),
+                        end_s: j.jct_s.map(|c| j.arrival_s + c),
+                    })
+                    .collect();
+                (label(r), bars)
+            })
+            .collect(),
+    };
+    out.push(("gantt".into(), "Job Gantt per run (first seed).".into(), gantt.save(dir, "gantt")?));
+    Ok(out)
+}
+
+fn esc(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+}
+
+/// `report.html`: one self-contained page (inline SVG, no scripts).
+pub fn html(summary: &Summary, figures: &[(String, String, String)]) -> String {
+    let mut h = String::new();
+    let _ = write!(
+        h,
+        "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>orrery: {0}</title>\n<style>\
+         body{{font-family:'DejaVu Sans',Arial,sans-serif;margin:2em auto;max-width:1100px;color:#222}}\
+         table{{border-collapse:collapse;font-size:13px;margin:1em 0}}td,th{{border:1px solid #ccc;padding:3px 7px;text-align:right}}\
+         th{{background:#f3f3f3}}td:first-child,td:nth-child(2){{text-align:left}}figure{{margin:1.5em 0}}\
+         figcaption{{font-size:13px;color:#555}}svg{{max-width:100%;height:auto}}</style></head><body>\n\
+         <h1>{0}</h1>\n<p>Baseline for the ratios: <b>{1}</b> (baseline / policy; above 1 is better). \
+         Means over seeds.</p>\n",
+        esc(&summary.experiment),
+        esc(&summary.baseline)
+    );
+    let prio = summary.comparison.iter().any(|c| c.high_iter_s.is_some());
+    h.push_str("<h2>Comparison</h2>\n<table><tr><th>scenario</th><th>policy</th><th>seeds</th><th>avg iter (s)</th><th>×</th><th>p99 iter (s)</th><th>×</th><th>avg JCT (s)</th><th>×</th><th>makespan (s)</th>");
+    if prio {
+        h.push_str("<th>high-prio iter (s)</th><th>×</th><th>low-prio iter (s)</th>");
+    }
+    h.push_str("</tr>\n");
+    let opt = |v: Option<f64>| v.map_or("–".to_string(), |v| format!("{v:.3}"));
+    for c in &summary.comparison {
+        let _ = write!(
+            h,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{:.3}</td><td>{:.2}</td><td>{:.3}</td><td>{:.2}</td><td>{:.0}</td><td>{:.2}</td><td>{:.0}</td>",
+            esc(&c.scenario),
+            esc(&c.policy),
+            c.seeds,
+            c.avg_iter_s,
+            c.gain_avg_iter,
+            c.p99_iter_s,
+            c.gain_p99_iter,
+            c.avg_jct_s,
+            c.gain_avg_jct,
+            c.makespan_s
+        );
+        if prio {
+            let _ = write!(h, "<td>{}</td><td>{}</td><td>{}</td>", opt(c.high_iter_s), opt(c.gain_high_iter), opt(c.low_iter_s));
+        }
+        h.push_str("</tr>\n");
+    }
+    h.push_str("</table>\n<h2>Runs</h2>\n<table><tr><th>scenario</th><th>policy</th><th>seed</th><th>finished</th><th>avg JCT</th><th>p99 JCT</th><th>avg queue</th><th>avg slowdown</th><th>GPU util</th><th>link util</th><th>Γ</th><th>excess (Gbit)</th><th>decision p99 (ms)</th><th>wall (s)</th></tr>\n");
+    for r in &summary.runs {
+        let m = &r.metrics;
+        let _ = writeln!(
+            h,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}/{}</td><td>{:.0}</td><td>{:.0}</td><td>{:.0}</td><td>{:.3}</td><td>{:.0}%</td><td>{:.1}%</td><td>{:.3}</td><td>{:.0}</td><td>{:.3}</td><td>{:.2}</td></tr>",
+            esc(&r.scenario),
+            esc(&r.policy),
+            r.seed,
+            m.finished,
+            m.jobs,
+            m.avg_jct_s,
+            m.p99_jct_s,
+            m.avg_queue_s,
+            m.avg_slowdown,
+            100.0 * m.gpu_util,
+            100.0 * m.avg_link_util,
+            m.bw_util_gamma,
+            m.excess_gbit,
+            m.decision_ms_p99,
+            r.wall_s
+        );
+    }
+    h.push_str("</table>\n<h2>Figures</h2>\n");
+    for (stem, caption, svg) in figures {
+        // Drop the XML prolog, if any, to inline the SVG.
+        let body = svg.find("<svg").map_or(svg.as_str(), |i| &svg[i..]);
+        let _ = writeln!(
+            h,
+            "<figure id=\"{stem}\">{body}<figcaption>{} (<a href=\"{stem}.svg\">SVG</a>, <a href=\"{stem}.png\">PNG</a>)</figcaption></figure>",
+            esc(caption)
+        );
+    }
+    h.push_str("<p>Files: summary.json, jobs.csv, links.csv. Made by orrery.</p></body></html>\n");
+    h
+}
