@@ -47,6 +47,9 @@ pub struct LinkStats {
     pub congested_ns: u64,
     /// Carried bits per time bucket (bucket width doubles to keep ≤ 512).
     pub series: Vec<f64>,
+    /// Times [`Network::credit`] added traffic simulated elsewhere: a job
+    /// whose iteration saw this change cannot take the link's deltas as its own.
+    pub credits: u64,
 }
 
 /// Buffers of the progressive filling, kept between calls to avoid allocating.
@@ -281,6 +284,7 @@ impl Network {
     pub fn credit(&mut self, l: LinkId, from: u64, to: u64, bits: f64, excess_bits: f64, congested_ns: u64) {
         let bucket_ns = self.bucket_ns;
         let s = &mut self.stats[l];
+        s.credits += 1;
         s.bits += bits;
         s.excess_bits += excess_bits;
         s.congested_ns += congested_ns;

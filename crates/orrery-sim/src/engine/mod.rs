@@ -142,7 +142,7 @@ pub struct JobState {
     last_flow_ns: Vec<Vec<u64>>,
     links_used: Vec<LinkId>,
     links_grew: bool,
-    iter_stats_start: Vec<(f64, f64, u64)>,
+    iter_stats_start: Vec<(f64, f64, u64, u64)>,
     per_iter_delta: Vec<(f64, f64, u64)>,
     skip: Option<Skip>,
     /// Compute slow-down from GPU sharing (1 when alone).
@@ -684,7 +684,7 @@ impl<'a> Simulation<'a> {
         j.iter_stats_start.clear();
         j.iter_stats_start.extend(j.links_used.iter().map(|&l| {
             let s = &net.stats[l];
-            (s.bits, s.excess_bits, s.congested_ns)
+            (s.bits, s.excess_bits, s.congested_ns, s.credits)
         }));
         j.links_grew = false;
         j.interacted = false;
@@ -903,7 +903,13 @@ impl<'a> Simulation<'a> {
             net.close_links(&j.links_used, now);
             j.iteration_ms.push(ms);
             j.iterations_done += 1;
-            let settled = !j.interacted && !j.links_grew && j.iter_stats_start.len() == j.links_used.len();
+            // Alone all iteration: no other job's flow met it, no link was
+            // added, and no other job's fast-forwarded traffic was credited
+            // to its links meanwhile (that would count as its own).
+            let settled = !j.interacted
+                && !j.links_grew
+                && j.iter_stats_start.len() == j.links_used.len()
+                && j.links_used.iter().zip(&j.iter_stats_start).all(|(&l, s)| net.stats[l].credits == s.3);
             j.solo_streak = if settled { j.solo_streak + 1 } else { 0 };
             std::mem::swap(&mut j.last_seg_ns, &mut j.cur_seg_ns);
             std::mem::swap(&mut j.last_flow_ns, &mut j.cur_flow_ns);
@@ -912,7 +918,7 @@ impl<'a> Simulation<'a> {
             // inserted since shifts the pairing); the fast-forward needs
             // `settled` anyway.
             if settled {
-                j.per_iter_delta.extend(j.links_used.iter().zip(&j.iter_stats_start).map(|(&l, &(b, e, c))| {
+                j.per_iter_delta.extend(j.links_used.iter().zip(&j.iter_stats_start).map(|(&l, &(b, e, c, _))| {
                     let s = &net.stats[l];
                     (s.bits - b, s.excess_bits - e, s.congested_ns - c)
                 }));
