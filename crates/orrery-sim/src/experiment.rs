@@ -530,8 +530,8 @@ impl Experiment {
                         busiest: None,
                     });
                     if self.detail && seed == self.seeds[0] {
-                        let fresh = self::policy(name, seed, &workload.pins)
-                            .ok_or_else(|| format!("unknown policy {name}"))?;
+                        let fresh =
+                            self::policy(name, seed, &workload.pins).ok_or_else(|| format!("unknown policy {name}"))?;
                         let run = runs.last_mut().ok_or("no run")?;
                         run.busiest = crate::report::busiest(&topo, &jobs, run, fresh, &cfg);
                     }

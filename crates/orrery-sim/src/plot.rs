@@ -37,11 +37,8 @@ fn register_font() {
     ONCE.call_once(|| {
         // The bytes are a valid TTF, so this cannot fail; if it did, text
         // would be missing from the figures but nothing else would break.
-        let _ = plotters::style::register_font(
-            FONT,
-            FontStyle::Normal,
-            include_bytes!("../../../assets/DejaVuSans.ttf"),
-        );
+        let _ =
+            plotters::style::register_font(FONT, FontStyle::Normal, include_bytes!("../../../assets/DejaVuSans.ttf"));
     });
 }
 
@@ -343,7 +340,11 @@ fn stacked<DB: DrawingBackend>(
 
 /// Concentric rings: job k on ring k, coloured where it communicates; 0 at
 /// the top, clockwise, like CASSINI Fig. 5.
-fn circles<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, title: &str, panels: &[(String, Vec<Ring>)]) -> DrawResult {
+fn circles<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    title: &str,
+    panels: &[(String, Vec<Ring>)],
+) -> DrawResult {
     if panels.is_empty() {
         return no_data(root, title);
     }
@@ -428,7 +429,10 @@ fn gantt<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, title: &str, panels:
             let c = color(k);
             let start = b.start_s.unwrap_or(t_max);
             chart
-                .draw_series(std::iter::once(Rectangle::new([(b.arrival_s, y + 0.15), (start, y + 0.85)], c.mix(0.25).filled())))
+                .draw_series(std::iter::once(Rectangle::new(
+                    [(b.arrival_s, y + 0.15), (start, y + 0.85)],
+                    c.mix(0.25).filled(),
+                )))
                 .map_err(err)?;
             if let Some(s) = b.start_s {
                 chart
@@ -451,8 +455,16 @@ mod tests {
     #[test]
     fn every_figure_renders_to_svg_with_its_title_and_text() {
         let figs = [
-            Figure::Cdf { title: "JCT".into(), x_label: "s".into(), series: vec![("fifo".into(), vec![1.0, 2.0, 4.0])] },
-            Figure::Lines { title: "util".into(), y_label: "%".into(), series: vec![("l".into(), vec![(0.0, 1.0), (2.0, 3.0)])] },
+            Figure::Cdf {
+                title: "JCT".into(),
+                x_label: "s".into(),
+                series: vec![("fifo".into(), vec![1.0, 2.0, 4.0])],
+            },
+            Figure::Lines {
+                title: "util".into(),
+                y_label: "%".into(),
+                series: vec![("l".into(), vec![(0.0, 1.0), (2.0, 3.0)])],
+            },
             Figure::Stacked {
                 title: "busiest".into(),
                 capacity: 50.0,

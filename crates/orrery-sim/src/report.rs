@@ -65,7 +65,8 @@ pub fn busiest(
     let mut sim = Simulation::new(topo, jobs, cfg, policy.isolated_network());
     sim.run(policy.as_mut(), |_, _| {});
     let trace = sim.net.probe.take()?.trace;
-    let mut owners: Vec<usize> = trace.iter().flat_map(|t| t.1.iter().map(|x| x.0)).filter(|&o| o < jobs.len()).collect();
+    let mut owners: Vec<usize> =
+        trace.iter().flat_map(|t| t.1.iter().map(|x| x.0)).filter(|&o| o < jobs.len()).collect();
     owners.sort_unstable();
     owners.dedup();
     let steps: Vec<(f64, Vec<f64>)> = trace
@@ -137,7 +138,8 @@ fn rings(jobs: &[(String, orrery_model::Circle)], gbps: f64) -> (Vec<Ring>, Vec<
 /// (file stem, caption, SVG text) for the report.
 pub fn figures(summary: &Summary, dir: &Path) -> Result<Vec<(String, String, String)>, String> {
     let mut out = Vec::new();
-    let several_seeds = |r: &Run| summary.runs.iter().filter(|x| x.policy == r.policy && x.scenario == r.scenario).count() > 1;
+    let several_seeds =
+        |r: &Run| summary.runs.iter().filter(|x| x.policy == r.policy && x.scenario == r.scenario).count() > 1;
     let several_scenarios = summary.runs.iter().any(|r| r.scenario != summary.runs[0].scenario);
     let label = |r: &Run| {
         let mut s = r.policy.clone();
@@ -161,7 +163,11 @@ pub fn figures(summary: &Summary, dir: &Path) -> Result<Vec<(String, String, Str
         x_label: "iteration time (s, log scale)".into(),
         series: summary.runs.iter().map(|r| (label(r), r.iteration_s.clone())).collect(),
     };
-    out.push(("iteration_cdf".into(), "CDF of iteration times (CASSINI Fig. 11b).".into(), iters.save(dir, "iteration_cdf")?));
+    out.push((
+        "iteration_cdf".into(),
+        "CDF of iteration times (CASSINI Fig. 11b).".into(),
+        iters.save(dir, "iteration_cdf")?,
+    ));
     // Utilisation over time of each run's busiest link (first seed).
     let util: Vec<(String, Vec<(f64, f64)>)> = first_seed
         .iter()
@@ -287,7 +293,13 @@ pub fn html(summary: &Summary, figures: &[(String, String, String)]) -> String {
             c.makespan_s
         );
         if prio {
-            let _ = write!(h, "<td>{}</td><td>{}</td><td>{}</td>", opt(c.high_iter_s), opt(c.gain_high_iter), opt(c.low_iter_s));
+            let _ = write!(
+                h,
+                "<td>{}</td><td>{}</td><td>{}</td>",
+                opt(c.high_iter_s),
+                opt(c.gain_high_iter),
+                opt(c.low_iter_s)
+            );
         }
         h.push_str("</tr>\n");
     }

@@ -169,7 +169,16 @@ fn run_default_writes_summary_jobs_and_links() {
     assert_eq!(jobs.lines().count(), 1 + 3 * 60);
     assert!(std::fs::read_to_string(dir.join("links.csv")).expect("links.csv").starts_with("policy,seed,link,"));
     let cdf = std::fs::read_to_string(dir.join("iteration_cdf.svg")).expect("iteration_cdf.svg");
-    assert_eq!(cdf.matches("<polyline").count(), 3, "one line per policy");
+    for policy in ["fifo", "random", "ideal"] {
+        assert!(cdf.contains(&format!("\n{policy}\n</text>")), "legend lacks {policy}");
+    }
+    // Every figure also as PNG (a real image: PNG signature), and one page with them all.
+    for stem in ["jct_cdf", "iteration_cdf", "link_util", "gantt"] {
+        let png = std::fs::read(dir.join(format!("{stem}.png"))).expect("png");
+        assert!(png.starts_with(b"\x89PNG"), "{stem}.png");
+    }
+    let html = std::fs::read_to_string(dir.join("report.html")).expect("report.html");
+    assert!(html.contains("<h2>Comparison</h2>") && html.matches("<svg").count() >= 4, "report.html");
 }
 
 #[test]

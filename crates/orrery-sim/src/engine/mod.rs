@@ -58,7 +58,15 @@ pub struct SimConfig {
 
 impl Default for SimConfig {
     fn default() -> Self {
-        SimConfig { seed: 1, jitter: 0.0, max_time_s: None, skip: true, restart_penalty_s: 0.0, background: Vec::new(), probe: None }
+        SimConfig {
+            seed: 1,
+            jitter: 0.0,
+            max_time_s: None,
+            skip: true,
+            restart_penalty_s: 0.0,
+            background: Vec::new(),
+            probe: None,
+        }
     }
 }
 
