@@ -507,10 +507,10 @@ impl Experiment {
                     let makespan_ns = (m.makespan_s * 1e9) as u64;
                     let mut link_table = link_rows(&sim, makespan_ns);
                     for r in &mut job_table {
-                        (r.policy, r.seed) = (policy.name(), seed);
+                        (r.policy, r.seed, r.scenario) = (policy.name(), seed, scenario.clone());
                     }
                     for r in &mut link_table {
-                        (r.policy, r.seed) = (policy.name(), seed);
+                        (r.policy, r.seed, r.scenario) = (policy.name(), seed, scenario.clone());
                     }
                     runs.push(Run {
                         policy: policy.name(),

@@ -53,6 +53,8 @@ pub struct JobRow {
     pub policy: String,
     /// Seed of the run.
     pub seed: u64,
+    /// Scenario of the run.
+    pub scenario: String,
     /// Job id from the workload.
     pub id: String,
     /// Model.
@@ -100,6 +102,8 @@ pub struct LinkRow {
     pub policy: String,
     /// Seed of the run.
     pub seed: u64,
+    /// Scenario of the run.
+    pub scenario: String,
     /// Link index.
     pub link: usize,
     /// Sending node.
@@ -136,6 +140,7 @@ pub fn job_rows(sim: &Simulation<'_>) -> Vec<JobRow> {
             JobRow {
                 policy: String::new(),
                 seed: 0,
+                scenario: String::new(),
                 id: j.spec.id.clone(),
                 model: j.spec.model.clone(),
                 gpus: j.spec.gpus(),
@@ -180,6 +185,7 @@ pub fn link_rows(sim: &Simulation<'_>, makespan_ns: u64) -> Vec<LinkRow> {
             LinkRow {
                 policy: String::new(),
                 seed: 0,
+                scenario: String::new(),
                 link: l,
                 from,
                 to,

@@ -167,7 +167,9 @@ fn run_default_writes_summary_jobs_and_links() {
     assert!((runs[2]["metrics"]["avg_slowdown"].as_f64().unwrap_or(0.0) - 1.0).abs() < 0.01);
     let jobs = std::fs::read_to_string(dir.join("jobs.csv")).expect("jobs.csv");
     assert_eq!(jobs.lines().count(), 1 + 3 * 60);
-    assert!(std::fs::read_to_string(dir.join("links.csv")).expect("links.csv").starts_with("policy,seed,link,"));
+    assert!(
+        std::fs::read_to_string(dir.join("links.csv")).expect("links.csv").starts_with("policy,seed,scenario,link,")
+    );
     let cdf = std::fs::read_to_string(dir.join("iteration_cdf.svg")).expect("iteration_cdf.svg");
     for policy in ["fifo", "random", "ideal"] {
         assert!(cdf.contains(&format!("\n{policy}\n</text>")), "legend lacks {policy}");
