@@ -47,9 +47,14 @@ pub struct LinkStats {
     pub congested_ns: u64,
     /// Carried bits per time bucket (bucket width doubles to keep ≤ 512).
     pub series: Vec<f64>,
-    /// Times [`Network::credit`] added traffic simulated elsewhere: a job
-    /// whose iteration saw this change cannot take the link's deltas as its own.
-    pub credits: u64,
+    /// Events that put another owner's traffic on the link: a flow of a
+    /// different owner than the link's previous flow, or traffic credited by
+    /// a fast-forward ([`Network::credit`]). A job whose iteration saw one
+    /// cannot take the link's deltas for its own traffic, even if the other
+    /// traffic never overlapped its flows in time.
+    pub foreign: u64,
+    /// Owner of the last flow added (None before any).
+    pub last_owner: Option<usize>,
 }
 
 /// Buffers of the progressive filling, kept between calls to avoid allocating.
@@ -174,6 +179,11 @@ impl Network {
         };
         let path = self.flows[id].as_ref().map(|f| f.path.clone()).unwrap_or_default();
         for &l in &path {
+            let s = &mut self.stats[l];
+            if s.last_owner != Some(owner) {
+                s.foreign += 1;
+                s.last_owner = Some(owner);
+            }
             self.link_flows[l].push(id);
         }
         let changed = self.recompute(now, &path, Some(id));
@@ -284,7 +294,7 @@ impl Network {
     pub fn credit(&mut self, l: LinkId, from: u64, to: u64, bits: f64, excess_bits: f64, congested_ns: u64) {
         let bucket_ns = self.bucket_ns;
         let s = &mut self.stats[l];
-        s.credits += 1;
+        s.foreign += 1;
         s.bits += bits;
         s.excess_bits += excess_bits;
         s.congested_ns += congested_ns;

@@ -692,7 +692,7 @@ impl<'a> Simulation<'a> {
         j.iter_stats_start.clear();
         j.iter_stats_start.extend(j.links_used.iter().map(|&l| {
             let s = &net.stats[l];
-            (s.bits, s.excess_bits, s.congested_ns, s.credits)
+            (s.bits, s.excess_bits, s.congested_ns, s.foreign)
         }));
         j.links_grew = false;
         j.interacted = false;
@@ -912,12 +912,13 @@ impl<'a> Simulation<'a> {
             j.iteration_ms.push(ms);
             j.iterations_done += 1;
             // Alone all iteration: no other job's flow met it, no link was
-            // added, and no other job's fast-forwarded traffic was credited
-            // to its links meanwhile (that would count as its own).
+            // added, and no other owner's traffic reached its links meanwhile
+            // (a flow that did not overlap it, or a fast-forward's credit):
+            // the links' deltas are then its own traffic.
             let settled = !j.interacted
                 && !j.links_grew
                 && j.iter_stats_start.len() == j.links_used.len()
-                && j.links_used.iter().zip(&j.iter_stats_start).all(|(&l, s)| net.stats[l].credits == s.3);
+                && j.links_used.iter().zip(&j.iter_stats_start).all(|(&l, s)| net.stats[l].foreign == s.3);
             j.solo_streak = if settled { j.solo_streak + 1 } else { 0 };
             std::mem::swap(&mut j.last_seg_ns, &mut j.cur_seg_ns);
             std::mem::swap(&mut j.last_flow_ns, &mut j.cur_flow_ns);
