@@ -107,6 +107,15 @@ pub struct JobState {
     pub isolated_iter_ms: f64,
     /// Iterations to run.
     pub target_iterations: u64,
+    /// Work in reference iterations (at the requested size), fixed at the
+    /// first placement, and what is left of it as of the last release.
+    ref_total: f64,
+    ref_left: f64,
+    /// Iterations at the current size per reference iteration (1 at the
+    /// requested size; Pollux's statistical efficiency otherwise).
+    ratio: f64,
+    /// `iterations_done` when the job was last placed.
+    iters_at_place: u64,
     /// Iterations done.
     pub iterations_done: u64,
     /// Durations of the iterations, ms.
@@ -241,6 +250,10 @@ impl<'a> Simulation<'a> {
                 shape: IterationShape::default(),
                 isolated_iter_ms: 0.0,
                 target_iterations: 0,
+                ref_total: 0.0,
+                ref_left: 0.0,
+                ratio: 1.0,
+                iters_at_place: 0,
                 iterations_done: 0,
                 iteration_ms: Vec::new(),
                 segment: 0,
@@ -390,11 +403,7 @@ impl<'a> Simulation<'a> {
                     id,
                     spec: &j.spec,
                     waiting_s: (self.now - j.arrival_ns) as f64 / NS,
-                    progress: if j.target_iterations == 0 {
-                        0.0
-                    } else {
-                        j.iterations_done as f64 / j.target_iterations as f64
-                    },
+                    progress: if j.ref_total > 0.0 { 1.0 - j.ref_left / j.ref_total } else { 0.0 },
                     service_gpu_s: j.run_ns as f64 / NS * f64::from(j.spec.gpus()),
                 }
             })
@@ -411,7 +420,12 @@ impl<'a> Simulation<'a> {
                 iterations_done: self.iterations_estimate(j),
                 paused: j.status == Status::Paused,
                 iteration_start_s: j.iter_start_ns as f64 / NS,
-                progress: self.iterations_estimate(j) as f64 / j.target_iterations.max(1) as f64,
+                progress: if j.ref_total > 0.0 {
+                    let run = self.iterations_estimate(j).saturating_sub(j.iters_at_place) as f64 / j.ratio;
+                    (1.0 - (j.ref_left - run) / j.ref_total).clamp(0.0, 1.0)
+                } else {
+                    0.0
+                },
                 service_gpu_s: (j.run_ns + (self.now - j.last_start_ns)) as f64 / NS * f64::from(j.spec.gpus()),
                 running_s: (self.now - j.last_start_ns) as f64 / NS,
             })
@@ -581,9 +595,25 @@ impl<'a> Simulation<'a> {
         for &(h, g) in &hosts {
             *need.entry(h).or_default() += g;
         }
-        if gpus != j.spec.gpus() || need.iter().any(|(&h, &g)| h >= self.free.len() || self.free[h] < g) {
+        // Any multiple of a worker's GPUs: a size other than the request runs
+        // the job elastically (Pollux), its work converted by `ratio`.
+        let per_worker = j.spec.gpus_per_worker.max(1);
+        if gpus == 0
+            || !gpus.is_multiple_of(per_worker)
+            || need.iter().any(|(&h, &g)| h >= self.free.len() || self.free[h] < g)
+        {
             return false;
         }
+        let (k0, k) = (j.spec.workers.max(1), gpus / per_worker);
+        let ratio = if k == k0 {
+            1.0
+        } else {
+            orrery_trace::formats::pollux::iterations_per_reference(
+                &j.spec.model,
+                k0.saturating_mul(j.spec.batch),
+                k.saturating_mul(j.spec.batch),
+            )
+        };
         let Some(orrery_model::placed::Placed { workers, shape }) =
             orrery_model::placed::place(self.topo, &j.spec, &hosts)
         else {
@@ -596,10 +626,17 @@ impl<'a> Simulation<'a> {
         self.waiting.retain(|&w| w != job);
         let now = self.now;
         let j = &mut self.jobs[job];
-        j.target_iterations = match j.spec.work {
-            Work::Iterations(n) => n.max(1),
-            Work::Seconds(s) => ((s * 1e3 / period.max(1e-9)).round() as u64).max(1),
-        };
+        if j.ref_total == 0.0 {
+            // Seconds of work become iterations at the first placement's speed.
+            j.ref_total = match j.spec.work {
+                Work::Iterations(n) => n.max(1) as f64,
+                Work::Seconds(s) => (((s * 1e3 / period.max(1e-9)).round()).max(1.0) / ratio).max(1.0),
+            };
+            j.ref_left = j.ref_total;
+        }
+        j.ratio = ratio;
+        j.iters_at_place = j.iterations_done;
+        j.target_iterations = j.iterations_done + ((j.ref_left * ratio - 1e-9).ceil().max(1.0) as u64);
         j.hosts_used = need.len();
         j.hosts = hosts;
         j.workers = workers;
@@ -675,6 +712,8 @@ impl<'a> Simulation<'a> {
                 self.free[h] += g;
             }
         }
+        j.ref_left = (j.ref_left - j.iterations_done.saturating_sub(j.iters_at_place) as f64 / j.ratio).max(0.0);
+        j.iters_at_place = j.iterations_done;
         j.hosts.clear();
         j.pace = None;
         j.epoch += 1;

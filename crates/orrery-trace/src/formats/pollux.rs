@@ -70,6 +70,41 @@ pub fn zoo_name(app: &str) -> Option<&'static str> {
     })
 }
 
+/// The Pollux application whose convergence profile stands in for a zoo
+/// model: the exact one for Pollux's own models, else the closest family —
+/// ImageNet CNNs for vision models, BERT for transformers, NCF for DLRM
+/// (an approximation: the papers publish no profiles for the others).
+pub fn profile_of(model: &str) -> Option<&'static str> {
+    let m = model.to_ascii_lowercase();
+    Some(match m.as_str() {
+        "resnet18-cifar" => "cifar10",
+        "deepspeech2" => "deepspeech2",
+        "ncf" | "dlrm" => "ncf",
+        "yolov3" => "yolov3",
+        _ if ["vgg", "resnet", "wideresnet", "densenet", "googlenet", "alexnet", "inception", "mobilenet"]
+            .iter()
+            .any(|f| m.starts_with(f)) =>
+        {
+            "imagenet"
+        }
+        _ if ["bert", "roberta", "xlm", "camembert", "gpt", "transformer"].iter().any(|f| m.starts_with(f)) => "bert",
+        _ => return None,
+    })
+}
+
+/// Iterations at total batch `to` that do the work of one iteration at total
+/// batch `from` (Pollux's statistical efficiency, from the convergence
+/// profiles: I(to) / I(from)). Without a profile, samples count equally:
+/// `from / to`.
+pub fn iterations_per_reference(model: &str, from: u32, to: u32) -> f64 {
+    let linear = f64::from(from.max(1)) / f64::from(to.max(1));
+    let Some(app) = profile_of(model) else { return linear };
+    match (iterations_to_converge(app, from), iterations_to_converge(app, to)) {
+        (Some(a), Some(b)) if a > 0 => b as f64 / a as f64,
+        _ => linear,
+    }
+}
+
 /// Iterations at which `app` converges with total batch `batch`
 /// (`None` for an unknown application).
 pub fn iterations_to_converge(app: &str, batch: u32) -> Option<u64> {
@@ -115,4 +150,22 @@ pub fn parse(file: &str, text: &str) -> Parsed<JobSpec> {
         let per_worker = total_batch.div_ceil(replicas);
         Ok(Some(JobSpec::new(name, model, per_worker, replicas, Work::Iterations(iterations), time)))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn larger_batches_need_fewer_but_less_efficient_iterations() {
+        // ImageNet: 200 → 12,800 total batch. Fewer iterations, but fewer than
+        // 64× fewer (statistical efficiency below 1 at large batches).
+        let r = iterations_per_reference("resnet50", 200, 12_800);
+        assert!(r < 1.0 && r > 1.0 / 64.0, "{r}");
+        // Same batch: one for one; unknown model: linear in samples.
+        assert_eq!(iterations_per_reference("vgg19", 256, 256), 1.0);
+        assert_eq!(iterations_per_reference("no-such-model", 100, 400), 0.25);
+        assert_eq!(profile_of("GPT2"), Some("bert"));
+        assert_eq!(profile_of("dlrm"), Some("ncf"));
+    }
 }
