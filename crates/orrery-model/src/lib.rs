@@ -7,11 +7,14 @@
 //!   and the circle view (CASSINI §3, Metronome §II-B) derived from it;
 //! * [`zoo`]: the models of the papers with public facts and calibrated costs,
 //!   turned into shapes for a GPU type, batch, placement and link rate;
-//! * [`job`]: job specifications as traces and generators produce them.
+//! * [`job`]: job specifications as traces and generators produce them;
+//! * [`convergence`]: iterations to converge per total batch (Pollux's
+//!   profiles), the statistical efficiency of elastic jobs.
 //!
 //! Architecture invariant: this crate does no I/O beyond parsing strings it is
 //! handed, reads no clock and draws no random numbers.
 
+pub mod convergence;
 pub mod gpu;
 pub mod job;
 pub mod placed;

@@ -186,6 +186,7 @@ pub const CATALOGUE: &[(&str, &str)] = &[
         "metronome",
         "Metronome: filter/score (Eq. 18)/normalize (Eq. 19)/reserve per pod, priority-aware alignment, A_T/O_T",
     ),
+    ("pollux", "Pollux: elastic GPUs by goodput (throughput x statistical efficiency), re-allocated every 60 s"),
     ("metronome-no-stage3", "Metronome ablation (Table VII): compact rotations, no cushion"),
     ("metronome-no-monitor", "Metronome ablation (Table VIII): no stop-and-wait monitoring"),
     ("pinned", "experiment files only: each job on the hosts `[workload] pins` gives it, in arrival order"),
@@ -228,6 +229,7 @@ pub fn by_name(name: &str, seed: u64) -> Option<Box<dyn Policy>> {
     }
     let (o, p) = match name {
         "metronome" => return Some(Box::new(crate::metronome::Metronome::default())),
+        "pollux" => return Some(Box::new(crate::pollux::Pollux::default())),
         "metronome-no-stage3" => {
             let mut m = crate::metronome::Metronome::default();
             m.third_stage = false;

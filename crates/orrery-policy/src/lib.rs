@@ -14,6 +14,7 @@ pub mod compose;
 pub mod metronome;
 pub mod order;
 pub mod placement;
+pub mod pollux;
 
 pub use compose::{CATALOGUE, by_name};
 

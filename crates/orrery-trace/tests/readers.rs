@@ -134,9 +134,9 @@ fn pollux_workloads_have_160_jobs_each_with_converging_iterations() {
     // iteration 3,178 with B = 2048 (last row of validation-2048.csv).
     assert_eq!((j.model.as_str(), j.workers, j.batch), ("resnet18-cifar", 6, 342));
     assert_eq!(j.work, Work::Iterations(3_178));
-    assert_eq!(orrery_trace::formats::pollux::iterations_to_converge("cifar10", 128), Some(39_062));
+    assert_eq!(orrery_model::convergence::iterations_to_converge("cifar10", 128), Some(39_062));
     // Between profiled batches the count is interpolated in log-log space.
-    let mid = orrery_trace::formats::pollux::iterations_to_converge("cifar10", 181).unwrap_or(0);
+    let mid = orrery_model::convergence::iterations_to_converge("cifar10", 181).unwrap_or(0);
     assert!((20_377..39_062).contains(&mid), "{mid}");
 }
 

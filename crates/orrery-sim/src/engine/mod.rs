@@ -608,7 +608,7 @@ impl<'a> Simulation<'a> {
         let ratio = if k == k0 {
             1.0
         } else {
-            orrery_trace::formats::pollux::iterations_per_reference(
+            orrery_model::convergence::iterations_per_reference(
                 &j.spec.model,
                 k0.saturating_mul(j.spec.batch),
                 k.saturating_mul(j.spec.batch),
