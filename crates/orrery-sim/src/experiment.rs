@@ -280,6 +280,39 @@ pub struct Comparison {
     pub gain_high_iter: Option<f64>,
 }
 
+/// The comparison as a table of formatted cells: a header row, then one row
+/// per line; the priority columns only when some run has high-priority jobs.
+/// Shared by the terminal and `report.html`.
+pub fn comparison_table(comparison: &[Comparison]) -> Vec<Vec<String>> {
+    let prio = comparison.iter().any(|c| c.high_iter_s.is_some());
+    let mut header: Vec<&str> =
+        vec!["scenario", "policy", "seeds", "avg it (s)", "x", "p99 it (s)", "x", "avg JCT (s)", "x", "makespan (s)"];
+    if prio {
+        header.extend(["high it (s)", "x", "low it (s)"]);
+    }
+    let opt = |v: Option<f64>, p: usize| v.map_or("-".to_string(), |v| format!("{v:.p$}"));
+    let mut rows = vec![header.into_iter().map(String::from).collect::<Vec<_>>()];
+    for c in comparison {
+        let mut row = vec![
+            c.scenario.clone(),
+            c.policy.clone(),
+            c.seeds.to_string(),
+            format!("{:.3}", c.avg_iter_s),
+            format!("{:.2}", c.gain_avg_iter),
+            format!("{:.3}", c.p99_iter_s),
+            format!("{:.2}", c.gain_p99_iter),
+            format!("{:.0}", c.avg_jct_s),
+            format!("{:.2}", c.gain_avg_jct),
+            format!("{:.0}", c.makespan_s),
+        ];
+        if prio {
+            row.extend([opt(c.high_iter_s, 3), opt(c.gain_high_iter, 2), opt(c.low_iter_s, 3)]);
+        }
+        rows.push(row);
+    }
+    rows
+}
+
 /// Averages runs over seeds per (scenario, policy) and divides the
 /// baseline's numbers by each policy's. O(runs²) (runs are few).
 pub fn compare(runs: &[Run], baseline: &str) -> Vec<Comparison> {

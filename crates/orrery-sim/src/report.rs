@@ -270,36 +270,12 @@ pub fn html(summary: &Summary, figures: &[(String, String, String)]) -> String {
         esc(&summary.experiment),
         esc(&summary.baseline)
     );
-    let prio = summary.comparison.iter().any(|c| c.high_iter_s.is_some());
-    h.push_str("<h2>Comparison</h2>\n<table><tr><th>scenario</th><th>policy</th><th>seeds</th><th>avg iter (s)</th><th>×</th><th>p99 iter (s)</th><th>×</th><th>avg JCT (s)</th><th>×</th><th>makespan (s)</th>");
-    if prio {
-        h.push_str("<th>high-prio iter (s)</th><th>×</th><th>low-prio iter (s)</th>");
-    }
-    h.push_str("</tr>\n");
-    let opt = |v: Option<f64>| v.map_or("–".to_string(), |v| format!("{v:.3}"));
-    for c in &summary.comparison {
-        let _ = write!(
-            h,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{:.3}</td><td>{:.2}</td><td>{:.3}</td><td>{:.2}</td><td>{:.0}</td><td>{:.2}</td><td>{:.0}</td>",
-            esc(&c.scenario),
-            esc(&c.policy),
-            c.seeds,
-            c.avg_iter_s,
-            c.gain_avg_iter,
-            c.p99_iter_s,
-            c.gain_p99_iter,
-            c.avg_jct_s,
-            c.gain_avg_jct,
-            c.makespan_s
-        );
-        if prio {
-            let _ = write!(
-                h,
-                "<td>{}</td><td>{}</td><td>{}</td>",
-                opt(c.high_iter_s),
-                opt(c.gain_high_iter),
-                opt(c.low_iter_s)
-            );
+    h.push_str("<h2>Comparison</h2>\n<table>\n");
+    for (k, row) in crate::experiment::comparison_table(&summary.comparison).iter().enumerate() {
+        let tag = if k == 0 { "th" } else { "td" };
+        h.push_str("<tr>");
+        for cell in row {
+            let _ = write!(h, "<{tag}>{}</{tag}>", esc(cell));
         }
         h.push_str("</tr>\n");
     }

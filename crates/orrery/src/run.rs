@@ -166,34 +166,18 @@ fn run_one(
 /// The comparison table: per scenario and policy, means over seeds and the
 /// baseline's value over the policy's (× > 1 is better than the baseline).
 fn print_comparison(summary: &experiment::Summary) {
-    let prio = summary.comparison.iter().any(|c| c.high_iter_s.is_some());
     println!("\ncomparison against {} (baseline / policy; > 1 is better)", summary.baseline);
-    print!(
-        "{:<12} {:<22} {:>5} {:>9} {:>7} {:>9} {:>7} {:>9} {:>7} {:>9}",
-        "scenario", "policy", "seeds", "avg it", "x", "p99 it", "x", "avg JCT", "x", "makespan"
-    );
-    if prio {
-        print!(" {:>9} {:>7} {:>9}", "high it", "x", "low it");
-    }
-    println!();
-    let opt = |v: Option<f64>, p: usize| v.map_or("-".to_string(), |v| format!("{v:.p$}"));
-    for c in &summary.comparison {
-        print!(
-            "{:<12} {:<22} {:>5} {:>8.3}s {:>6.2}x {:>8.3}s {:>6.2}x {:>8.0}s {:>6.2}x {:>8.0}s",
-            c.scenario,
-            c.policy,
-            c.seeds,
-            c.avg_iter_s,
-            c.gain_avg_iter,
-            c.p99_iter_s,
-            c.gain_p99_iter,
-            c.avg_jct_s,
-            c.gain_avg_jct,
-            c.makespan_s
-        );
-        if prio {
-            print!(" {:>8}s {:>6}x {:>8}s", opt(c.high_iter_s, 3), opt(c.gain_high_iter, 2), opt(c.low_iter_s, 3));
-        }
-        println!();
+    let rows = experiment::comparison_table(&summary.comparison);
+    // Column widths from the contents; text left, numbers right.
+    let widths: Vec<usize> =
+        (0..rows[0].len()).map(|k| rows.iter().map(|r| r[k].chars().count()).max().unwrap_or(0)).collect();
+    for row in &rows {
+        let cells: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .enumerate()
+            .map(|(k, (c, &w))| if k < 2 { format!("{c:<w$}") } else { format!("{c:>w$}") })
+            .collect();
+        println!("{}", cells.join("  "));
     }
 }
