@@ -174,9 +174,11 @@ impl Policy for Cassini {
             // The host scheduler's choice may use GPUs an earlier job of this
             // round took in another candidate: keep it only if it still fits.
             let fits = hosts.iter().all(|&(h, g)| free.get(h).is_some_and(|&f| f >= g));
+            // The host scheduler chose the size (Pollux resizes jobs); keep it.
+            let gpus: u32 = hosts.iter().map(|h| h.1).sum();
             let mut candidates = if fits { vec![hosts] } else { Vec::new() };
             for _ in 1..self.candidates {
-                if let Some(c) = random_hosts(&mut self.rng, &crate::placement::capped(&free, spec), spec.gpus()) {
+                if let Some(c) = random_hosts(&mut self.rng, &crate::placement::capped(&free, spec), gpus) {
                     candidates.push(c);
                 }
             }
@@ -338,5 +340,33 @@ mod tests {
         let mut cassini = Cassini::new(Box::new(Propose(vec![(2, 1), (0, 1)])), 0);
         cassini.candidates = 1;
         assert!(cassini.schedule(&view).iter().all(|d| !matches!(d, Decision::Place { .. })));
+    }
+
+    #[test]
+    fn candidates_keep_the_size_the_host_scheduler_chose() {
+        // A (VGG19, batch 8: mostly communicating) runs on hosts 0 and 1.
+        // Pollux gives C, which asked for 4 workers, 2 GPUs on the same hosts,
+        // where the rings cannot interleave. A random 2-GPU candidate on host
+        // 2 shares nothing and must win; no candidate may change the size.
+        let t = three_racks();
+        let a = JobSpec::new("a", "vgg19", 8, 2, Work::Iterations(100), 0.0);
+        let c = JobSpec::new("c", "vgg19", 8, 4, Work::Iterations(100), 0.0);
+        let ha = [(0, 1), (1, 1)];
+        let view = ClusterView {
+            now_s: 1.0,
+            topology: &t,
+            free_gpus: &[1, 1, 2],
+            queue: vec![QueuedJob::new(1, &c, 0.0)],
+            running: vec![running(0, &a, &ha)],
+        };
+        let mut moved = 0;
+        for seed in 0..10 {
+            let mut cassini = Cassini::new(Box::new(Propose(vec![(0, 1), (1, 1)])), seed);
+            let d = cassini.schedule(&view);
+            let Some(Decision::Place { hosts, .. }) = d.first() else { unreachable!("{d:?}") };
+            assert_eq!(hosts.iter().map(|h| h.1).sum::<u32>(), 2, "seed {seed}: {hosts:?}");
+            moved += usize::from(hosts == &vec![(2, 2)]);
+        }
+        assert!(moved > 0, "a random candidate beat the host scheduler's in some seed");
     }
 }
