@@ -1,0 +1,14 @@
+//! FORESIGHT (joint time and space scheduling on leaf-spine networks): the
+//! pure algorithms. It does not place jobs; given placements it decides when
+//! each iteration communicates, at what rate, and over which spine.
+//!
+//! * [`coloring`]: bipartite edge colouring with Δ colours (SolveRouting).
+//! * [`logical`]: the logical network — all spines merged into one, each leaf
+//!   with an up and a down logical link of the aggregate capacity (§III).
+//! * [`timing`]: SolveTiming (Alg. 1): iterations one at a time, least
+//!   attained service first, each at the throttle rate and least delay that
+//!   fit all its logical links.
+
+pub mod coloring;
+pub mod logical;
+pub mod timing;
