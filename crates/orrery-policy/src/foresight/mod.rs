@@ -8,7 +8,11 @@
 //! * [`timing`]: SolveTiming (Alg. 1): iterations one at a time, least
 //!   attained service first, each at the throttle rate and least delay that
 //!   fit all its logical links.
+//! * [`routing`]: SolveRouting — merged time ranges coloured onto spines,
+//!   subflows, and the repair loop (`schedule`) that sends uncolourable
+//!   ranges back to timing.
 
 pub mod coloring;
 pub mod logical;
+pub mod routing;
 pub mod timing;

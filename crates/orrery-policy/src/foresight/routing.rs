@@ -1,0 +1,292 @@
+//! SolveRouting and the repair loop (FORESIGHT Alg. 1, lines 23–47).
+//!
+//! Given a timing plan, every planned iteration's cross-rack flows become
+//! intervals in time. Overlapping intervals merge into ranges (flows cannot
+//! change path mid-transfer, so everything that overlaps must be routed
+//! together). Each range's flows are edges of a leaf-to-leaf bipartite
+//! multigraph coloured with [`color_bipartite`]; a colour is a spine.
+//!
+//! With subflows, a flow of rate r is split into ⌈r / (C/m)⌉ edges, where C
+//! is a spine link's capacity and each spine counts as m colours. After
+//! colouring, subflows on the same spine are consolidated, and the flow is
+//! split over spines in proportion. A range that needs more colours than
+//! spines × m is bad. It goes back to the timing solver, which first stretches
+//! communication there and then assumes less capacity ([`solve_timing`]),
+//! until no range is bad or a round cap is hit. If the cap is hit,
+//! [`schedule`] reports failure and FORESIGHT keeps ECMP.
+//!
+//! Cost per round: O(F log F) to merge F flow intervals, plus the colouring,
+//! O(E · (V + Δ/64)) per range.
+
+use super::coloring::color_bipartite;
+use super::logical::LogicalNetwork;
+use super::timing::{BadRange, Phase, Planned, Profile, TimedJob, TimingParams, solve_timing};
+
+/// A cross-rack flow of a profiled iteration.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TimedFlow {
+    /// Flow index within the job's collectives (what `Decision::Route` names).
+    pub flow: usize,
+    /// Source leaf.
+    pub src_leaf: usize,
+    /// Destination leaf.
+    pub dst_leaf: usize,
+    /// Start, ms from the iteration's start.
+    pub start_ms: f64,
+    /// End, ms.
+    pub end_ms: f64,
+    /// Rate, Gbit/s.
+    pub gbps: f64,
+}
+
+/// A job's profile at one rate, as flows (the timing view is derived).
+#[derive(Debug, Clone, PartialEq)]
+pub struct FlowProfile {
+    /// Throttle, Gbit/s (None: unthrottled).
+    pub rate_gbps: Option<f64>,
+    /// Iteration length alone, ms.
+    pub length_ms: f64,
+    /// Cross-rack flows.
+    pub flows: Vec<TimedFlow>,
+}
+
+impl FlowProfile {
+    /// The logical-link demand the timing solver sees: each flow on its
+    /// source leaf's up link and its destination leaf's down link.
+    pub fn timing(&self) -> Profile {
+        let phases = self
+            .flows
+            .iter()
+            .flat_map(|f| {
+                [LogicalNetwork::up(f.src_leaf), LogicalNetwork::down(f.dst_leaf)].map(|link| Phase {
+                    start_ms: f.start_ms,
+                    end_ms: f.end_ms,
+                    link,
+                    gbps: f.gbps,
+                })
+            })
+            .collect();
+        Profile { rate_gbps: self.rate_gbps, length_ms: self.length_ms, phases }
+    }
+}
+
+/// The route of one flow of one planned iteration: (spine, share of the flow).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Route {
+    /// Index into the plan.
+    pub planned: usize,
+    /// Flow index within the job.
+    pub flow: usize,
+    /// Spines and the share of the flow each carries (shares sum to 1).
+    pub spines: Vec<(usize, f64)>,
+}
+
+/// Routing settings.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RoutingParams {
+    /// Spines.
+    pub spines: usize,
+    /// Capacity of one leaf–spine link, Gbit/s.
+    pub spine_link_gbps: f64,
+    /// Colours per spine: 1 routes whole flows; more allows subflows of
+    /// 1/m of a spine link.
+    pub colors_per_spine: usize,
+}
+
+/// Routes every planned iteration's flows; returns the routes and the bad
+/// ranges (those needing more colours than there are).
+pub fn solve_routing(
+    profiles: &[Vec<FlowProfile>],
+    plan: &[Planned],
+    p: &RoutingParams,
+) -> (Vec<Route>, Vec<(f64, f64)>) {
+    // Every flow as an interval in absolute time.
+    let mut intervals: Vec<(f64, f64, usize, TimedFlow)> = Vec::new();
+    for (k, x) in plan.iter().enumerate() {
+        for f in &profiles[x.job][x.profile].flows {
+            intervals.push((x.start_ms + f.start_ms, x.start_ms + f.end_ms, k, *f));
+        }
+    }
+    intervals.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let (mut routes, mut bad) = (Vec::new(), Vec::new());
+    let m = p.colors_per_spine.max(1);
+    let unit = p.spine_link_gbps / m as f64;
+    let leaves = intervals.iter().map(|i| i.3.src_leaf.max(i.3.dst_leaf) + 1).max().unwrap_or(0);
+    let mut i = 0;
+    while i < intervals.len() {
+        // MergeRanges: extend while the next interval starts before the range ends.
+        let (start, mut end) = (intervals[i].0, intervals[i].1);
+        let mut j = i + 1;
+        while j < intervals.len() && intervals[j].0 < end {
+            end = end.max(intervals[j].1);
+            j += 1;
+        }
+        let range = &intervals[i..j];
+        // Subflows: ⌈rate / unit⌉ edges per flow (one edge without subflows).
+        let mut edges = Vec::new();
+        let mut owner = Vec::new();
+        for (n, iv) in range.iter().enumerate() {
+            let parts = if m == 1 { 1 } else { ((iv.3.gbps / unit) - 1e-9).ceil().max(1.0) as usize };
+            for _ in 0..parts {
+                edges.push((iv.3.src_leaf, iv.3.dst_leaf));
+                owner.push(n);
+            }
+        }
+        let coloring = color_bipartite(leaves, leaves, &edges)
+            .unwrap_or(super::coloring::Coloring { colors: Vec::new(), used: 0 });
+        if coloring.used as usize > p.spines * m {
+            bad.push((start, end));
+        } else {
+            // Consolidate subflows by spine.
+            for (n, iv) in range.iter().enumerate() {
+                let mut spines: Vec<(usize, f64)> = Vec::new();
+                let parts: Vec<usize> =
+                    (0..edges.len()).filter(|&e| owner[e] == n).map(|e| coloring.colors[e] as usize / m).collect();
+                for s in &parts {
+                    match spines.iter_mut().find(|x| x.0 == *s) {
+                        Some(x) => x.1 += 1.0,
+                        None => spines.push((*s, 1.0)),
+                    }
+                }
+                for x in &mut spines {
+                    x.1 /= parts.len() as f64;
+                }
+                routes.push(Route { planned: iv.2, flow: iv.3.flow, spines });
+            }
+        }
+        i = j;
+    }
+    (routes, bad)
+}
+
+/// A complete FORESIGHT schedule.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Schedule {
+    /// Timing of every iteration in the horizon.
+    pub plan: Vec<Planned>,
+    /// Route of every cross-rack flow.
+    pub routes: Vec<Route>,
+    /// Repair rounds used.
+    pub rounds: u32,
+}
+
+/// Alg. 1's Schedule: timing, then routing, feeding bad ranges back until
+/// none is left or `max_rounds` is reached (then None: fall back to ECMP).
+pub fn schedule(
+    profiles: &[Vec<FlowProfile>],
+    capacity: &[f64],
+    timing: &TimingParams,
+    routing: &RoutingParams,
+    max_rounds: u32,
+) -> Option<Schedule> {
+    let jobs: Vec<TimedJob> =
+        profiles.iter().map(|ps| TimedJob { profiles: ps.iter().map(FlowProfile::timing).collect() }).collect();
+    let mut bad: Vec<BadRange> = Vec::new();
+    for round in 1..=max_rounds.max(1) {
+        let plan = solve_timing(&jobs, capacity, &bad, timing);
+        let (routes, fresh) = solve_routing(profiles, &plan, routing);
+        if fresh.is_empty() {
+            return Some(Schedule { plan, routes, rounds: round });
+        }
+        for (s, e) in fresh {
+            match bad.iter_mut().find(|b| b.start_ms < e && b.end_ms > s) {
+                Some(b) => {
+                    b.rounds += 1;
+                    b.start_ms = b.start_ms.min(s);
+                    b.end_ms = b.end_ms.max(e);
+                }
+                None => bad.push(BadRange { start_ms: s, end_ms: e, rounds: 1 }),
+            }
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn flow(flow: usize, src: usize, dst: usize, start: f64, end: f64, gbps: f64) -> TimedFlow {
+        TimedFlow { flow, src_leaf: src, dst_leaf: dst, start_ms: start, end_ms: end, gbps }
+    }
+
+    fn one(length: f64, flows: Vec<TimedFlow>) -> Vec<FlowProfile> {
+        vec![FlowProfile { rate_gbps: None, length_ms: length, flows }]
+    }
+
+    fn at(job: usize, start: f64) -> Planned {
+        Planned { job, iteration: 0, start_ms: start, delay_ms: 0.0, profile: 0 }
+    }
+
+    #[test]
+    fn overlapping_flows_from_one_leaf_take_different_spines() {
+        let profiles =
+            vec![one(100.0, vec![flow(0, 0, 1, 0.0, 50.0, 100.0)]), one(100.0, vec![flow(0, 0, 2, 0.0, 50.0, 100.0)])];
+        let p = RoutingParams { spines: 2, spine_link_gbps: 100.0, colors_per_spine: 1 };
+        let (routes, bad) = solve_routing(&profiles, &[at(0, 0.0), at(1, 10.0)], &p);
+        assert!(bad.is_empty());
+        assert_eq!(routes.len(), 2);
+        assert_ne!(routes[0].spines, routes[1].spines);
+        // Apart in time they form two ranges and may share a spine.
+        let (routes, bad) = solve_routing(&profiles, &[at(0, 0.0), at(1, 60.0)], &p);
+        assert!(bad.is_empty());
+        assert_eq!(routes[0].spines, vec![(0, 1.0)]);
+        assert_eq!(routes[1].spines, vec![(0, 1.0)]);
+    }
+
+    #[test]
+    fn subflows_route_three_two_thirds_flows_over_two_spines() {
+        // FORESIGHT §III: 3 flows of 2/3 of a link leaving one leaf over 2 spines.
+        let profiles: Vec<Vec<FlowProfile>> =
+            (0..3).map(|k| one(100.0, vec![flow(0, 0, k + 1, 0.0, 50.0, 200.0 / 3.0)])).collect();
+        let plan = [at(0, 0.0), at(1, 0.0), at(2, 0.0)];
+        let whole = RoutingParams { spines: 2, spine_link_gbps: 100.0, colors_per_spine: 1 };
+        let (_, bad) = solve_routing(&profiles, &plan, &whole);
+        assert_eq!(bad, vec![(0.0, 50.0)], "three whole flows need three spines");
+        let sub = RoutingParams { colors_per_spine: 3, ..whole };
+        let (routes, bad) = solve_routing(&profiles, &plan, &sub);
+        assert!(bad.is_empty());
+        // Each flow: 2 subflows of 1/3; per spine at most 3 thirds = the link.
+        let mut per_spine = [0.0f64; 2];
+        for r in &routes {
+            assert!((r.spines.iter().map(|s| s.1).sum::<f64>() - 1.0).abs() < 1e-9);
+            for &(s, share) in &r.spines {
+                per_spine[s] += share * 200.0 / 3.0;
+            }
+        }
+        assert!(per_spine.iter().all(|&g| g <= 100.0 + 1e-9), "{per_spine:?}");
+    }
+
+    #[test]
+    fn the_repair_loop_delays_what_routing_cannot_colour() {
+        // Each job sends two whole 50 Gbit/s flows out of leaf 0 for 40 ms
+        // after 60 ms of compute. On the logical up link (2 spines: 200 Gbit/s)
+        // both jobs fit at once, so timing alone overlaps them; but whole flows
+        // need a spine each, and four flows out of leaf 0 need four colours.
+        let job = || one(100.0, vec![flow(0, 0, 1, 60.0, 100.0, 50.0), flow(1, 0, 2, 60.0, 100.0, 50.0)]);
+        let profiles = vec![job(), job()];
+        let capacity = [200.0; 6];
+        let timing = TimingParams { horizon_ms: 300.0, ..TimingParams::default() };
+        let routing = RoutingParams { spines: 2, spine_link_gbps: 100.0, colors_per_spine: 1 };
+        let first = solve_timing(
+            &profiles
+                .iter()
+                .map(|ps| TimedJob { profiles: ps.iter().map(FlowProfile::timing).collect() })
+                .collect::<Vec<_>>(),
+            &capacity,
+            &[],
+            &timing,
+        );
+        assert!(!solve_routing(&profiles, &first, &routing).1.is_empty(), "timing alone leaves a bad range");
+        let s = schedule(&profiles, &capacity, &timing, &routing, 8).expect("a valid schedule");
+        assert!(s.rounds > 1);
+        assert!(solve_routing(&profiles, &s.plan, &routing).1.is_empty());
+        // With subflows of half a spine link the same timing routes at once.
+        let sub = RoutingParams { colors_per_spine: 2, ..routing };
+        assert!(solve_routing(&profiles, &first, &sub).1.is_empty());
+        // One spine cannot carry a job's two simultaneous whole flows: no
+        // schedule, FORESIGHT falls back to ECMP.
+        let one_spine = RoutingParams { spines: 1, ..routing };
+        assert!(schedule(&profiles, &[100.0; 6], &timing, &one_spine, 4).is_none());
+    }
+}
