@@ -183,11 +183,13 @@ pub fn group_pods(nodes: &[HostId], per_pod: u32) -> Vec<(HostId, u32)> {
 pub struct Pinned {
     /// Job id → GPUs per host.
     pub pins: std::collections::BTreeMap<String, Vec<(HostId, u32)>>,
+    /// Name in results (default `pinned`; FORESIGHT's baseline calls it `ecmp`).
+    pub label: Option<String>,
 }
 
 impl Policy for Pinned {
     fn name(&self) -> String {
-        "pinned".into()
+        self.label.clone().unwrap_or_else(|| "pinned".into())
     }
 
     fn schedule(&mut self, view: &ClusterView<'_>) -> Vec<Decision> {

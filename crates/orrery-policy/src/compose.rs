@@ -192,6 +192,10 @@ pub const CATALOGUE: &[(&str, &str)] = &[
     ("pinned", "experiment files only: each job on the hosts `[workload] pins` gives it, in arrival order"),
     ("ORDER/PLACEMENT", "any ordering with any placement (see below), e.g. tiresias/random"),
     (
+        "POLICY+foresight",
+        "FORESIGHT on any placement: per-iteration delays and throttles, spines by edge colouring, repair loop; ablations +ts, +ro, +sub, +perfect",
+    ),
+    (
         "POLICY+cassini",
         "CASSINI Alg. 2 on any of the above: ranks 10 candidate placements by link compatibility, aligns time-shifts",
     ),
@@ -223,6 +227,18 @@ fn placement(name: &str, seed: u64) -> Option<Box<dyn Placement>> {
 /// A policy by name: one of [`CATALOGUE`], `ORDER/PLACEMENT`, or any of them
 /// with `+cassini`. `seed` drives random placements and CASSINI's candidates.
 pub fn by_name(name: &str, seed: u64) -> Option<Box<dyn Policy>> {
+    for mode in [
+        crate::foresight::policy::Mode::Ts,
+        crate::foresight::policy::Mode::Ro,
+        crate::foresight::policy::Mode::Sub,
+        crate::foresight::policy::Mode::Foresight,
+        crate::foresight::policy::Mode::Perfect,
+    ] {
+        if let Some(host) = name.strip_suffix(&format!("+{}", mode.name())) {
+            return by_name(host, seed)
+                .map(|inner| Box::new(crate::foresight::policy::Foresight::new(inner, mode)) as Box<dyn Policy>);
+        }
+    }
     if let Some(host) = name.strip_suffix("+cassini") {
         return by_name(host, seed)
             .map(|inner| Box::new(crate::cassini::Cassini::new(inner, seed ^ 0xCA55)) as Box<dyn Policy>);

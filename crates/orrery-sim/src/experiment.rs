@@ -74,6 +74,10 @@ pub struct Scenario {
     /// Host links congested in this scenario, on top of the topology's.
     #[serde(default)]
     pub congested: Vec<Congestion>,
+    /// Replaces `workload.fragmentation`.
+    pub fragmentation: Option<f64>,
+    /// Replaces the experiment's topology.
+    pub topology: Option<TopologySpec>,
 }
 
 fn one_seed() -> Vec<u64> {
@@ -158,6 +162,9 @@ pub struct WorkloadSpec {
     /// Jobs listed in the file (`[[workload.job]]`), instead of a generator or trace.
     #[serde(default, rename = "job")]
     pub listed: Vec<JobSpec>,
+    /// For `generator = "fragmented"`: the share of ring flows that cross
+    /// racks (FORESIGHT §II; default 0.5).
+    pub fragmentation: Option<f64>,
     /// For the `pinned` policy: job id → [[host, GPUs], ...].
     #[serde(default)]
     pub pins: std::collections::BTreeMap<String, Vec<(usize, u32)>>,
@@ -430,9 +437,20 @@ fn policy(
     seed: u64,
     pins: &std::collections::BTreeMap<String, Vec<(usize, u32)>>,
 ) -> Option<Box<dyn orrery_policy::Policy>> {
-    let pinned = || Box::new(orrery_policy::baseline::Pinned { pins: pins.clone() }) as Box<dyn orrery_policy::Policy>;
+    let pinned = || {
+        Box::new(orrery_policy::baseline::Pinned { pins: pins.clone(), label: None }) as Box<dyn orrery_policy::Policy>
+    };
+    use orrery_policy::foresight::policy::{Foresight, Mode};
+    let mode = |m| Some(Box::new(Foresight::new(pinned(), m)) as Box<dyn orrery_policy::Policy>);
     match name {
         "pinned" => Some(pinned()),
+        // FORESIGHT's names over the experiment's placement (Fig. 5).
+        "ecmp" => Some(Box::new(orrery_policy::baseline::Pinned { pins: pins.clone(), label: Some("ecmp".into()) })),
+        "ts" => mode(Mode::Ts),
+        "ro" => mode(Mode::Ro),
+        "sub" => mode(Mode::Sub),
+        "foresight" => mode(Mode::Foresight),
+        "perfect" => mode(Mode::Perfect),
         "pinned+cassini" => {
             let mut c = orrery_policy::cassini::Cassini::new(pinned(), seed);
             c.candidates = 1; // the pins are the placement
@@ -469,7 +487,7 @@ impl Experiment {
 
     /// Builds the jobs for a seed.
     pub fn jobs(&self, base: &Path, topo: &Topology, seed: u64) -> Result<Vec<JobSpec>, String> {
-        workload_jobs(&self.workload, base, topo, seed)
+        workload_jobs(&self.workload, base, topo, seed).map(|w| w.0)
     }
 
     /// The workload of each scenario, with its label.
@@ -488,6 +506,7 @@ impl Experiment {
                     w.pins = sc.pins.clone();
                 }
                 w.load = sc.load.or(w.load);
+                w.fragmentation = sc.fragmentation.or(w.fragmentation);
                 w.jobs = sc.jobs.or(w.jobs);
                 (sc.name.clone(), w)
             })
@@ -507,15 +526,22 @@ impl Experiment {
         let base_topo = topo;
         for (k, (scenario, workload)) in workloads.iter().enumerate() {
             let congested = self.scenarios.get(k).map(|s| s.congested.as_slice()).unwrap_or_default();
-            let (topo, mut background) =
-                congest(base_topo.clone(), congested).map_err(|e| format!("scenario {scenario}: {e}"))?;
+            // A scenario may bring its own cluster (FORESIGHT's spine counts).
+            let own = match self.scenarios.get(k).and_then(|s| s.topology.as_ref()) {
+                Some(t) => {
+                    let e = Experiment { topology: t.clone(), ..self.clone() };
+                    Some(e.topology_with_background(base).map_err(|e| format!("scenario {scenario}: {e}"))?.0)
+                }
+                None => None,
+            };
+            let (topo, mut background) = congest(own.unwrap_or_else(|| base_topo.clone()), congested)
+                .map_err(|e| format!("scenario {scenario}: {e}"))?;
             background.extend_from_slice(&base_background);
             for &seed in &self.seeds {
-                let jobs =
+                let (jobs, pins) =
                     workload_jobs(workload, base, &topo, seed).map_err(|e| format!("scenario {scenario}: {e}"))?;
                 for name in &self.policies {
-                    let mut policy =
-                        policy(name, seed, &workload.pins).ok_or_else(|| format!("unknown policy {name}"))?;
+                    let mut policy = policy(name, seed, &pins).ok_or_else(|| format!("unknown policy {name}"))?;
                     let cfg = SimConfig {
                         seed,
                         jitter: self.sim.jitter,
@@ -563,8 +589,7 @@ impl Experiment {
                         busiest: None,
                     });
                     if self.detail && seed == self.seeds[0] {
-                        let fresh =
-                            self::policy(name, seed, &workload.pins).ok_or_else(|| format!("unknown policy {name}"))?;
+                        let fresh = self::policy(name, seed, &pins).ok_or_else(|| format!("unknown policy {name}"))?;
                         let run = runs.last_mut().ok_or("no run")?;
                         run.busiest = crate::report::busiest(&topo, &jobs, run, fresh, &cfg);
                     }
@@ -600,7 +625,25 @@ fn workload_label(w: &WorkloadSpec) -> String {
 }
 
 /// The jobs of a workload for a seed; `base` resolves relative paths.
-fn workload_jobs(w: &WorkloadSpec, base: &Path, topo: &Topology, seed: u64) -> Result<Vec<JobSpec>, String> {
+type Pins = std::collections::BTreeMap<String, Vec<(usize, u32)>>;
+
+/// The jobs of a workload for a seed and their pins (the file's, or those a
+/// `fragmented` placement draws); `base` resolves relative paths.
+fn workload_jobs(w: &WorkloadSpec, base: &Path, topo: &Topology, seed: u64) -> Result<(Vec<JobSpec>, Pins), String> {
+    if w.generator.as_deref() == Some("fragmented") {
+        let rack_of: Vec<usize> = orrery_policy::foresight::logical::LogicalNetwork::of(topo)
+            .ok_or("workload.generator fragmented: expected a leaf-spine topology")?
+            .leaf_of_host;
+        let mix = w.mix.clone().unwrap_or_default();
+        let target = w.fragmentation.unwrap_or(0.5);
+        return orrery_trace::generate::fragmented(&rack_of, w.jobs.unwrap_or(usize::MAX), target, &mix, seed)
+            .map_err(|e| format!("workload: {e}"));
+    }
+    workload_jobs_only(w, base, topo, seed).map(|j| (j, w.pins.clone()))
+}
+
+/// The jobs of a workload for a seed; `base` resolves relative paths.
+fn workload_jobs_only(w: &WorkloadSpec, base: &Path, topo: &Topology, seed: u64) -> Result<Vec<JobSpec>, String> {
     let mix = w.mix.clone().unwrap_or_default();
     if !w.listed.is_empty() {
         if w.generator.is_some() || w.trace.is_some() {
@@ -631,7 +674,7 @@ fn workload_jobs(w: &WorkloadSpec, base: &Path, topo: &Topology, seed: u64) -> R
                         .map_err(|e| format!("workload: {e}"))
                 }
                 "snapshot" => snapshot(n, &mix, seed).map_err(|e| format!("workload: {e}")),
-                other => Err(format!("workload.generator: expected poisson or snapshot, found {other:?}")),
+                other => Err(format!("workload.generator: expected poisson, snapshot or fragmented, found {other:?}")),
             }
         }
         (None, Some(trace)) => {

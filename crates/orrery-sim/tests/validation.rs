@@ -468,3 +468,47 @@ fn a_background_flow_halves_a_lone_job_flow_and_an_isolated_network_ignores_it()
     assert_eq!(contended.jobs[0].status, Status::Finished);
     assert!(contended.now_ns() < 10_000_000_000);
 }
+
+/// Places job 0 on hosts 0, 8, 16 (three racks) and throttles it.
+struct Throttled(Option<f64>);
+
+impl Policy for Throttled {
+    fn name(&self) -> String {
+        "throttled".into()
+    }
+    fn schedule(&mut self, view: &ClusterView<'_>) -> Vec<Decision> {
+        view.queue
+            .iter()
+            .flat_map(|q| {
+                [
+                    Decision::Place { job: q.id, hosts: vec![(0, 1), (8, 1), (16, 1)] },
+                    Decision::Throttle { job: q.id, gbps: self.0 },
+                ]
+            })
+            .collect()
+    }
+}
+
+#[test]
+fn foresight_profiles_are_the_job_alone_at_each_throttle() {
+    // FORESIGHT profiles each job alone at several rates; orrery derives them
+    // from the shape, which must equal what the simulator runs alone.
+    use orrery_policy::foresight::logical::LogicalNetwork;
+    use orrery_policy::foresight::policy::profile;
+    let topo = orrery_model::setups::foresight(2);
+    let net = LogicalNetwork::of(&topo).expect("leaf-spine");
+    let job = JobSpec::new("v", "vgg19", 32, 3, Work::Iterations(3), 0.0);
+    let hosts = [(0, 1), (8, 1), (16, 1)];
+    for throttle in [None, Some(50.0), Some(25.0)] {
+        let sim = run(&topo, std::slice::from_ref(&job), &mut Throttled(throttle));
+        let p = profile(&topo, &net, &job, &hosts, throttle).expect("profile");
+        let simulated = sim.jobs[0].iteration_ms[1];
+        assert!(
+            (simulated - p.length_ms).abs() < 1e-3,
+            "{throttle:?}: simulated {simulated} vs profile {}",
+            p.length_ms
+        );
+        // All three ring flows cross racks.
+        assert_eq!(p.flows.len(), 3);
+    }
+}

@@ -8,6 +8,7 @@
 
 use orrery_model::zoo::{Placement, model};
 use orrery_model::{JobSpec, Work};
+use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, Exp};
@@ -219,6 +220,85 @@ pub fn dynamic(
     Ok(jobs)
 }
 
+/// Job id → GPUs per host, in ring order.
+pub type Pins = std::collections::BTreeMap<String, Vec<(usize, u32)>>;
+
+/// FORESIGHT §II's fragmentation of a placement: the share of ring flows
+/// (worker i to worker i + 1, and the last to the first) that cross racks.
+pub fn fragmentation(rack_of: &[usize], rings: &[Vec<usize>]) -> f64 {
+    let (mut cross, mut all) = (0usize, 0usize);
+    for r in rings.iter().filter(|r| r.len() > 1) {
+        for i in 0..r.len() {
+            all += 1;
+            cross += usize::from(rack_of[r[i]] != rack_of[r[(i + 1) % r.len()]]);
+        }
+    }
+    if all == 0 { 0.0 } else { cross as f64 / all as f64 }
+}
+
+/// FORESIGHT §IV's workloads: jobs of one GPU per machine, sizes drawn from
+/// `mix.workers`, until the cluster is full or `max_jobs` are placed, on
+/// machines chosen so that the fragmentation is as close to `target` as
+/// possible. Starts from a random deal of the machines and swaps machines
+/// (between or within jobs) while that does not move the fragmentation away
+/// from the target (seeded; at most 20,000 tries; O(tries · machines)). Low
+/// targets may be out of reach: a job larger than a rack crosses racks. `rack_of[h]` is host h's rack. Returns the jobs (arriving at
+/// t = 0) and their pins.
+pub fn fragmented(
+    rack_of: &[usize],
+    max_jobs: usize,
+    target: f64,
+    mix: &Mix,
+    seed: u64,
+) -> Result<(Vec<JobSpec>, Pins), String> {
+    mix.validate()?;
+    if !(0.0..=1.0).contains(&target) {
+        return Err(format!("fragmentation: expected a fraction in [0, 1], found {target}"));
+    }
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let smallest = mix.workers.iter().map(|w| w.0).min().unwrap_or(1) as usize;
+    let mut free = rack_of.len();
+    let mut jobs = Vec::new();
+    while jobs.len() < max_jobs && free >= smallest {
+        let mut j = mix.draw(&mut rng, jobs.len());
+        j.workers = j.workers.min(free as u32);
+        free -= j.workers as usize;
+        jobs.push(j);
+    }
+    let mut machines: Vec<usize> = (0..rack_of.len()).collect();
+    machines.shuffle(&mut rng);
+    let mut rings: Vec<Vec<usize>> = Vec::new();
+    let mut at = 0;
+    for j in &jobs {
+        rings.push(machines[at..at + j.workers as usize].to_vec());
+        at += j.workers as usize;
+    }
+    let mut best = (fragmentation(rack_of, &rings) - target).abs();
+    for _ in 0..20_000 {
+        if best < 0.01 || rings.len() < 2 {
+            break;
+        }
+        let (a, b) = (rng.random_range(0..rings.len()), rng.random_range(0..rings.len()));
+        let (i, k) = (rng.random_range(0..rings[a].len()), rng.random_range(0..rings[b].len()));
+        if a == b && i == k {
+            continue;
+        }
+        let (x, y) = (rings[a][i], rings[b][k]);
+        rings[a][i] = y;
+        rings[b][k] = x;
+        let d = (fragmentation(rack_of, &rings) - target).abs();
+        // Sideways moves too, to walk across plateaus.
+        if d <= best {
+            best = d;
+        } else {
+            rings[b][k] = y;
+            rings[a][i] = x;
+        }
+    }
+    let pins = jobs.iter().zip(&rings).map(|(j, r)| (j.id.clone(), r.iter().map(|&h| (h, 1)).collect())).collect();
+    Ok((jobs, pins))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -273,6 +353,25 @@ mod tests {
             crate::formats::philly::parse("philly.csv", include_str!("../../../data/philly/philly_jobs_pollux.csv"), 0);
         for (n, w) in Mix::default().workers {
             assert_eq!(p.items.iter().filter(|j| j.workers == n).count() as f64, w, "{n} GPUs");
+        }
+    }
+
+    #[test]
+    fn fragmented_placements_reach_their_target() {
+        // FORESIGHT's 48 machines in racks of 8, jobs of 4-16 machines.
+        let rack_of: Vec<usize> = (0..48).map(|h| h / 8).collect();
+        let mix = Mix { workers: (4..=16).map(|n| (n, 1.0)).collect(), ..Mix::default() };
+        for target in [0.3, 0.5, 0.8] {
+            let (jobs, pins) = fragmented(&rack_of, 100, target, &mix, 3).expect("valid");
+            assert!(jobs.iter().map(|j| j.workers).sum::<u32>() <= 48);
+            let rings: Vec<Vec<usize>> = jobs.iter().map(|j| pins[&j.id].iter().map(|p| p.0).collect()).collect();
+            let f = fragmentation(&rack_of, &rings);
+            assert!((f - target).abs() < 0.05, "target {target}: {f}");
+            // Every machine at most once.
+            let mut all: Vec<usize> = rings.concat();
+            all.sort_unstable();
+            all.dedup();
+            assert_eq!(all.len(), rings.iter().map(Vec::len).sum::<usize>());
         }
     }
 }

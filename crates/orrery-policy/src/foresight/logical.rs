@@ -20,6 +20,10 @@ pub struct LogicalNetwork {
     pub spines: usize,
     /// Capacity of each logical link, Gbit/s: `2·leaf` is up, `2·leaf + 1` down.
     pub capacity: Vec<f64>,
+    /// Node id of each spine, in discovery order (a colour's spine).
+    pub spine_nodes: Vec<usize>,
+    /// Capacity of one leaf–spine link (the smallest), Gbit/s.
+    pub spine_link_gbps: f64,
 }
 
 impl LogicalNetwork {
@@ -44,11 +48,13 @@ impl LogicalNetwork {
         }
         let mut capacity = vec![0.0; 2 * leaf_ids.len()];
         let mut spines: Vec<usize> = Vec::new();
+        let mut spine_link_gbps = f64::INFINITY;
         for l in &t.links {
             if let Some(k) = leaf_ids.iter().position(|&x| x == l.from)
                 && l.to >= h
             {
                 capacity[2 * k] += l.gbps;
+                spine_link_gbps = spine_link_gbps.min(l.gbps);
                 if !spines.contains(&l.to) {
                     spines.push(l.to);
                 }
@@ -59,7 +65,14 @@ impl LogicalNetwork {
                 capacity[2 * k + 1] += l.gbps;
             }
         }
-        Some(LogicalNetwork { leaf_of_host, leaves: leaf_ids.len(), spines: spines.len(), capacity })
+        Some(LogicalNetwork {
+            leaf_of_host,
+            leaves: leaf_ids.len(),
+            spines: spines.len(),
+            capacity,
+            spine_link_gbps: if spines.is_empty() { 0.0 } else { spine_link_gbps },
+            spine_nodes: spines,
+        })
     }
 
     /// Up link of a leaf.
@@ -77,6 +90,13 @@ impl LogicalNetwork {
     pub fn links(&self, src: HostId, dst: HostId) -> Vec<LogicalLink> {
         let (a, b) = (self.leaf_of_host[src], self.leaf_of_host[dst]);
         if a == b { Vec::new() } else { vec![Self::up(a), Self::down(b)] }
+    }
+
+    /// Index, in `t.paths(src, dst)`, of the path through spine `spine`
+    /// (for `Decision::Route`). None inside a rack or for an unknown spine.
+    pub fn path_through(&self, t: &Topology, src: HostId, dst: HostId, spine: usize) -> Option<usize> {
+        let node = *self.spine_nodes.get(spine)?;
+        t.paths(src, dst).iter().position(|p| p.iter().any(|&l| t.links[l].to == node))
     }
 
     /// FORESIGHT's fragmentation (§II): the share of a set of flows that

@@ -8,11 +8,14 @@
 //! * [`timing`]: SolveTiming (Alg. 1): iterations one at a time, least
 //!   attained service first, each at the throttle rate and least delay that
 //!   fit all its logical links.
+//! * [`policy`]: FORESIGHT over any placement and its ablations (ts, ro,
+//!   sub, foresight, perfect), applied iteration by iteration.
 //! * [`routing`]: SolveRouting — merged time ranges coloured onto spines,
 //!   subflows, and the repair loop (`schedule`) that sends uncolourable
 //!   ranges back to timing.
 
 pub mod coloring;
 pub mod logical;
+pub mod policy;
 pub mod routing;
 pub mod timing;

@@ -1,0 +1,365 @@
+//! FORESIGHT as a policy over any placement (`X+foresight` and the
+//! ablations). When the set of running jobs changes, it profiles each job
+//! alone at several throttle rates and plans timing and routes for a horizon.
+//! Then, after each iteration, it tells the job its next delay
+//! (`Decision::Shift`), rate (`Decision::Throttle`) and spines
+//! (`Decision::Route`). Beyond the horizon the plan repeats.
+//!
+//! Modes (FORESIGHT Fig. 5):
+//! - `ts`: timing only; routes stay ECMP.
+//! - `ro`: routes whole flows by edge colouring, no repair; uncolourable
+//!   ranges keep ECMP.
+//! - `sub`: the same with subflows.
+//! - `foresight`: subflows and the repair loop, falling back to ECMP when no
+//!   valid schedule exists.
+//! - `perfect`: no timing; every cross-rack flow is spread evenly over all
+//!   spines, a fluid, fully balanced network.
+//!
+//! Profiles come from the job's shape on its placement, which is what the
+//! simulator runs alone. A throttle stretches only the communication, so it
+//! is not a uniform stretch.
+
+use super::logical::LogicalNetwork;
+use super::routing::{FlowProfile, RoutingParams, Schedule, TimedFlow, schedule, solve_routing};
+use super::timing::{TimedJob, TimingParams, solve_timing};
+use crate::{ClusterView, Decision, JobId, Policy};
+use orrery_model::placed::{place, transfers};
+use orrery_model::{HostId, JobSpec, Segment, Topology};
+use std::collections::HashMap;
+
+/// Which parts of FORESIGHT run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Timing schedule only (TS).
+    Ts,
+    /// Timing and whole-flow routing (RO).
+    Ro,
+    /// Timing and routing with subflows (SUB).
+    Sub,
+    /// Timing, subflow routing and the repair loop.
+    Foresight,
+    /// Every cross-rack flow split evenly over all spines.
+    Perfect,
+}
+
+impl Mode {
+    /// The name in results.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Ts => "ts",
+            Mode::Ro => "ro",
+            Mode::Sub => "sub",
+            Mode::Foresight => "foresight",
+            Mode::Perfect => "perfect",
+        }
+    }
+}
+
+/// Throttle rates profiled, as fractions of the job's unthrottled rate.
+pub const RATES: [f64; 4] = [1.0, 0.75, 0.5, 0.25];
+
+/// A job's iteration alone on its placement at `throttle` Gbit/s per flow
+/// (None: unthrottled), as cross-rack flows in time. O(segments · flows).
+pub fn profile(
+    t: &Topology,
+    net: &LogicalNetwork,
+    spec: &JobSpec,
+    hosts: &[(HostId, u32)],
+    throttle: Option<f64>,
+) -> Option<FlowProfile> {
+    let placed = place(t, spec, hosts)?;
+    let mut now = 0.0;
+    let mut flows = Vec::new();
+    for seg in &placed.shape.segments {
+        match *seg {
+            Segment::Compute { ms } => now += ms,
+            Segment::Comm { collective, payload_bytes, gbps, hosts: h, .. } => {
+                if h <= 1 {
+                    now += seg.duration_ms();
+                    continue;
+                }
+                let rate = throttle.map_or(gbps, |r| r.min(gbps));
+                let mut end = now;
+                for (i, (src, dst, bits)) in
+                    transfers(&placed.workers, collective, payload_bytes).into_iter().enumerate()
+                {
+                    if src == dst || bits <= 0.0 {
+                        continue;
+                    }
+                    let ms = bits / (rate * 1e6);
+                    end = f64::max(end, now + ms);
+                    let (a, b) = (net.leaf_of_host[src], net.leaf_of_host[dst]);
+                    if a != b {
+                        flows.push(TimedFlow {
+                            flow: i,
+                            src_leaf: a,
+                            dst_leaf: b,
+                            start_ms: now,
+                            end_ms: now + ms,
+                            gbps: rate,
+                        });
+                    }
+                }
+                now = end;
+            }
+        }
+    }
+    Some(FlowProfile { rate_gbps: throttle, length_ms: now, flows })
+}
+
+/// What a plan adds to the jobs' time: every delay, plus the extra length of
+/// throttled iterations over their unthrottled profile, ms.
+fn plan_cost(plan: &[super::timing::Planned], jobs: &[TimedJob]) -> f64 {
+    plan.iter()
+        .map(|x| x.delay_ms + jobs[x.job].profiles[x.profile].length_ms - jobs[x.job].profiles[0].length_ms)
+        .sum()
+}
+
+/// A fluid estimate of what ECMP's congestion costs the same iterations, ms:
+/// each logical link is loaded on average by ρ = Σ (rate × duty cycle) /
+/// capacity over the jobs that use it; a phase on a link with ρ > 1 is
+/// stretched by ρ − 1 of its length, and an iteration loses its most
+/// stretched phase. O(iterations · phases).
+fn ecmp_cost(plan: &[super::timing::Planned], jobs: &[TimedJob], capacity: &[f64]) -> f64 {
+    let mut load = vec![0.0; capacity.len()];
+    for j in jobs {
+        let Some(p) = j.profiles.first() else { continue };
+        for ph in &p.phases {
+            if let Some(l) = load.get_mut(ph.link) {
+                *l += ph.gbps * (ph.end_ms - ph.start_ms) / p.length_ms.max(1e-9);
+            }
+        }
+    }
+    let rho: Vec<f64> = load.iter().zip(capacity).map(|(l, c)| l / c.max(1e-9)).collect();
+    let per_iteration: Vec<f64> = jobs
+        .iter()
+        .map(|j| {
+            j.profiles.first().map_or(0.0, |p| {
+                p.phases
+                    .iter()
+                    .map(|ph| (ph.end_ms - ph.start_ms) * (rho.get(ph.link).copied().unwrap_or(0.0) - 1.0).max(0.0))
+                    .fold(0.0, f64::max)
+            })
+        })
+        .collect();
+    plan.iter().map(|x| per_iteration[x.job]).sum()
+}
+
+/// A job with its placement: (id, spec, GPUs per host).
+type PlacedJob<'a> = (JobId, &'a JobSpec, Vec<(HostId, u32)>);
+
+/// What a job does at each planned iteration: delay, throttle, routes.
+#[derive(Debug, Clone, PartialEq)]
+struct Step {
+    delay_ms: f64,
+    throttle: Option<f64>,
+    /// (flow, ECMP path indices, repeated in proportion to the share).
+    routes: Vec<(usize, Vec<usize>)>,
+}
+
+/// FORESIGHT on top of a placement policy.
+pub struct Foresight {
+    inner: Box<dyn Policy>,
+    /// Which parts run.
+    pub mode: Mode,
+    /// Longest schedule, ms (FORESIGHT: the LCM of iteration lengths,
+    /// capped); the plan covers the run of the longest job up to this, and
+    /// repeats without its first iteration's start-up delays after it.
+    pub horizon_ms: f64,
+    /// Repair rounds before falling back to ECMP.
+    pub max_rounds: u32,
+    net: Option<LogicalNetwork>,
+    /// Per job: its planned steps and the next one to apply.
+    steps: HashMap<JobId, (Vec<Step>, usize)>,
+    /// Whether the last planning fell back to ECMP.
+    pub fell_back: bool,
+    /// Name in results.
+    label: String,
+}
+
+impl Foresight {
+    /// `mode` over `inner`'s placements.
+    pub fn new(inner: Box<dyn Policy>, mode: Mode) -> Self {
+        // Over pinned placements (the papers' set-ups) the mode is the name.
+        let label = if inner.name() == "pinned" {
+            mode.name().to_string()
+        } else {
+            format!("{}+{}", inner.name(), mode.name())
+        };
+        Foresight {
+            inner,
+            mode,
+            horizon_ms: 60_000.0,
+            max_rounds: 8,
+            net: None,
+            steps: HashMap::new(),
+            fell_back: false,
+            label,
+        }
+    }
+
+    /// Plans the running jobs (plus those being placed now) and returns the
+    /// decisions for their first planned iteration.
+    fn plan(&mut self, view: &ClusterView<'_>, jobs: &[PlacedJob<'_>]) -> Vec<Decision> {
+        self.steps.clear();
+        let t = view.topology;
+        let Some(net) = self.net.clone() else { return Vec::new() };
+        if self.mode == Mode::Perfect {
+            // Every cross-rack flow over every spine, equally.
+            let mut out = Vec::new();
+            for (id, spec, hosts) in jobs {
+                let Some(p) = profile(t, &net, spec, hosts, None) else { continue };
+                let placed = place(t, spec, hosts);
+                for f in &p.flows {
+                    let Some(pl) = placed.as_ref() else { continue };
+                    let (src, dst) = (pl.workers[f.flow], pl.workers[(f.flow + 1) % pl.workers.len()]);
+                    let paths: Vec<usize> = (0..net.spines).filter_map(|s| net.path_through(t, src, dst, s)).collect();
+                    out.push(Decision::Route { job: *id, flow: f.flow, paths });
+                }
+            }
+            return out;
+        }
+        let profiles: Vec<Vec<FlowProfile>> = jobs
+            .iter()
+            .map(|(_, spec, hosts)| {
+                let base = profile(t, &net, spec, hosts, None);
+                let nominal = base.as_ref().and_then(|b| b.flows.first().map(|f| f.gbps));
+                let mut ps: Vec<FlowProfile> = base.into_iter().collect();
+                if let Some(r) = nominal {
+                    ps.extend(RATES[1..].iter().filter_map(|x| profile(t, &net, spec, hosts, Some(r * x))));
+                }
+                ps
+            })
+            .collect();
+        // The horizon: the whole run of the longest job when it fits the cap
+        // (so the plan need not repeat), in at most 400,000 bins.
+        let run_ms = jobs
+            .iter()
+            .zip(&profiles)
+            .filter_map(|((_, spec, _), ps)| {
+                let len = ps.first()?.length_ms;
+                Some(match spec.work {
+                    orrery_model::Work::Iterations(n) => n as f64 * len,
+                    orrery_model::Work::Seconds(s) => s * 1e3,
+                })
+            })
+            .fold(0.0, f64::max);
+        let horizon_ms = run_ms.clamp(1.0, self.horizon_ms);
+        let timing = TimingParams { horizon_ms, bin_ms: (horizon_ms / 400_000.0).max(1.0), ..TimingParams::default() };
+        let routing = RoutingParams {
+            spines: net.spines,
+            spine_link_gbps: net.spine_link_gbps,
+            colors_per_spine: if self.mode == Mode::Ro { 1 } else { 4 },
+        };
+        let timed: Vec<TimedJob> =
+            profiles.iter().map(|ps| TimedJob { profiles: ps.iter().map(FlowProfile::timing).collect() }).collect();
+        let (plan, routes) = match self.mode {
+            Mode::Ts => (solve_timing(&timed, &net.capacity, &[], &timing), Vec::new()),
+            Mode::Ro | Mode::Sub => {
+                let plan = solve_timing(&timed, &net.capacity, &[], &timing);
+                let routes = solve_routing(&profiles, &plan, &routing).0;
+                (plan, routes)
+            }
+            Mode::Foresight => match schedule(&profiles, &net.capacity, &timing, &routing, self.max_rounds) {
+                // A valid schedule is kept only if what it costs in delays and
+                // throttling is less than the congestion it removes (§IV:
+                // FORESIGHT never makes jobs slower than ECMP).
+                Some(Schedule { plan, routes, .. })
+                    if plan_cost(&plan, &timed) <= ecmp_cost(&plan, &timed, &net.capacity) =>
+                {
+                    (plan, routes)
+                }
+                _ => {
+                    self.fell_back = true;
+                    return Vec::new(); // ECMP, no delays
+                }
+            },
+            Mode::Perfect => unreachable!("handled above"),
+        };
+        self.fell_back = false;
+        // Steps per job, in plan order.
+        for (k, x) in plan.iter().enumerate() {
+            let (id, spec, hosts) = &jobs[x.job];
+            let placed = place(t, spec, hosts);
+            let mut step_routes = Vec::new();
+            for r in routes.iter().filter(|r| r.planned == k) {
+                let Some(pl) = placed.as_ref() else { continue };
+                let (src, dst) = (pl.workers[r.flow], pl.workers[(r.flow + 1) % pl.workers.len()]);
+                // Path indices repeated in proportion to the shares (in quarters).
+                let mut paths = Vec::new();
+                for &(s, share) in &r.spines {
+                    if let Some(i) = net.path_through(t, src, dst, s) {
+                        paths.extend(std::iter::repeat_n(i, ((share * 4.0).round() as usize).max(1)));
+                    }
+                }
+                step_routes.push((r.flow, paths));
+            }
+            let step =
+                Step { delay_ms: x.delay_ms, throttle: profiles[x.job][x.profile].rate_gbps, routes: step_routes };
+            self.steps.entry(*id).or_insert_with(|| (Vec::new(), 0)).0.push(step);
+        }
+        let ids: Vec<JobId> = jobs.iter().map(|j| j.0).collect();
+        ids.into_iter().flat_map(|id| self.next(id)).collect()
+    }
+
+    /// Decisions for a job's next planned iteration (cycling the plan).
+    fn next(&mut self, job: JobId) -> Vec<Decision> {
+        let Some((steps, k)) = self.steps.get_mut(&job) else { return Vec::new() };
+        if steps.is_empty() {
+            return Vec::new();
+        }
+        // Past the end the plan repeats, skipping the first iteration (its
+        // delay staggers the start-up, which happens once).
+        let i = if *k < steps.len() || steps.len() == 1 { *k % steps.len() } else { 1 + (*k - 1) % (steps.len() - 1) };
+        let step = &steps[i];
+        *k += 1;
+        let mut out = vec![Decision::Throttle { job, gbps: step.throttle }];
+        for (flow, paths) in &step.routes {
+            out.push(Decision::Route { job, flow: *flow, paths: paths.clone() });
+        }
+        if step.delay_ms > 0.0 {
+            out.push(Decision::Shift { job, ms: step.delay_ms });
+        }
+        out
+    }
+}
+
+impl Policy for Foresight {
+    fn name(&self) -> String {
+        self.label.clone()
+    }
+
+    fn schedule(&mut self, view: &ClusterView<'_>) -> Vec<Decision> {
+        if self.net.as_ref().is_none_or(|n| n.leaf_of_host.len() != view.topology.hosts.len()) {
+            self.net = LogicalNetwork::of(view.topology);
+        }
+        let mut out = self.inner.schedule(view);
+        let placed: Vec<(JobId, Vec<(HostId, u32)>)> = out
+            .iter()
+            .filter_map(|d| if let Decision::Place { job, hosts } = d { Some((*job, hosts.clone())) } else { None })
+            .collect();
+        if placed.is_empty() {
+            return out;
+        }
+        let mut jobs: Vec<PlacedJob<'_>> = view.running.iter().map(|r| (r.id, r.spec, r.hosts.to_vec())).collect();
+        for (id, hosts) in placed {
+            if let Some(q) = view.queue.iter().find(|q| q.id == id) {
+                jobs.push((id, q.spec, hosts));
+            }
+        }
+        out.extend(self.plan(view, &jobs));
+        out
+    }
+
+    fn observes_iterations(&self) -> bool {
+        true
+    }
+
+    fn on_iteration(&mut self, _view: &ClusterView<'_>, job: JobId, _iteration_ms: f64) -> Vec<Decision> {
+        self.next(job)
+    }
+
+    fn isolated_network(&self) -> bool {
+        self.inner.isolated_network()
+    }
+}
