@@ -189,7 +189,7 @@ impl Foresight {
         Foresight {
             inner,
             mode,
-            horizon_ms: 60_000.0,
+            horizon_ms: 20_000.0,
             max_rounds: 8,
             net: None,
             steps: HashMap::new(),
