@@ -53,19 +53,19 @@ pub struct FlowProfile {
 impl FlowProfile {
     /// The logical-link demand the timing solver sees: each flow on its
     /// source leaf's up link and its destination leaf's down link.
+    /// Flows over the same logical link in the same window merge into one
+    /// phase (a ring's flows start together), so the solver checks each link
+    /// once per window. O(flows²) in the worst case, flows per job are few.
     pub fn timing(&self) -> Profile {
-        let phases = self
-            .flows
-            .iter()
-            .flat_map(|f| {
-                [LogicalNetwork::up(f.src_leaf), LogicalNetwork::down(f.dst_leaf)].map(|link| Phase {
-                    start_ms: f.start_ms,
-                    end_ms: f.end_ms,
-                    link,
-                    gbps: f.gbps,
-                })
-            })
-            .collect();
+        let mut phases: Vec<Phase> = Vec::new();
+        for f in &self.flows {
+            for link in [LogicalNetwork::up(f.src_leaf), LogicalNetwork::down(f.dst_leaf)] {
+                match phases.iter_mut().find(|p| p.link == link && p.start_ms == f.start_ms && p.end_ms == f.end_ms) {
+                    Some(p) => p.gbps += f.gbps,
+                    None => phases.push(Phase { start_ms: f.start_ms, end_ms: f.end_ms, link, gbps: f.gbps }),
+                }
+            }
+        }
         Profile { rate_gbps: self.rate_gbps, length_ms: self.length_ms, phases }
     }
 }
