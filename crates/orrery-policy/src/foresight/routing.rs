@@ -289,4 +289,17 @@ mod tests {
         let one_spine = RoutingParams { spines: 1, ..routing };
         assert!(schedule(&profiles, &[100.0; 6], &timing, &one_spine, 4).is_none());
     }
+
+    #[test]
+    fn a_jobs_flows_on_one_logical_link_are_checked_together() {
+        // Two 60 Gbit/s flows out of leaf 0 at once: one up-link phase of 120.
+        let p = &one(100.0, vec![flow(0, 0, 1, 60.0, 100.0, 60.0), flow(1, 0, 2, 60.0, 100.0, 60.0)])[0];
+        let t = p.timing();
+        let up: Vec<&crate::foresight::timing::Phase> =
+            t.phases.iter().filter(|ph| ph.link == LogicalNetwork::up(0)).collect();
+        assert_eq!(up.len(), 1);
+        assert_eq!(up[0].gbps, 120.0);
+        // Down links of leaves 1 and 2 stay separate.
+        assert_eq!(t.phases.len(), 3);
+    }
 }
