@@ -320,6 +320,42 @@ pub fn comparison_table(comparison: &[Comparison]) -> Vec<Vec<String>> {
     rows
 }
 
+/// Per scenario, the first seed's jobs side by side (FORESIGHT Table I,
+/// CASSINI Table 2): each job's iteration time alone (on the first policy's
+/// placement), then its mean iteration time under each policy, ms. The jobs
+/// are the same under every policy: workloads are drawn per seed.
+pub fn job_tables(summary: &Summary) -> Vec<(String, Vec<Vec<String>>)> {
+    let mut scenarios: Vec<&str> = Vec::new();
+    for r in &summary.runs {
+        if !scenarios.contains(&r.scenario.as_str()) {
+            scenarios.push(&r.scenario);
+        }
+    }
+    scenarios
+        .into_iter()
+        .map(|sc| {
+            let runs: Vec<&Run> = summary.runs.iter().filter(|r| r.scenario == sc && r.seed == summary.seed).collect();
+            let mut rows = vec![
+                ["job", "model", "alone (ms)"]
+                    .into_iter()
+                    .map(String::from)
+                    .chain(runs.iter().map(|r| format!("{} (ms)", r.policy)))
+                    .collect::<Vec<_>>(),
+            ];
+            if let Some(first) = runs.first() {
+                for (k, j) in first.jobs.iter().enumerate() {
+                    let mut row = vec![j.id.clone(), j.model.clone(), format!("{:.0}", j.isolated_iter_ms)];
+                    row.extend(
+                        runs.iter().map(|r| r.jobs.get(k).map_or("-".into(), |x| format!("{:.0}", x.iter_mean_ms))),
+                    );
+                    rows.push(row);
+                }
+            }
+            (sc.to_string(), rows)
+        })
+        .collect()
+}
+
 /// Averages runs over seeds per (scenario, policy) and divides the
 /// baseline's numbers by each policy's. O(runs²) (runs are few).
 pub fn compare(runs: &[Run], baseline: &str) -> Vec<Comparison> {
@@ -760,6 +796,11 @@ mod tests {
         assert_eq!(summary.runs.len(), 4);
         assert_eq!(summary.baseline, "themis");
         assert!(summary.comparison.iter().all(|c| c.policy != "themis" || (c.gain_avg_iter - 1.0).abs() < 1e-12));
+        // One job table per scenario: job, model, alone, then one column per policy.
+        let tables = job_tables(&summary);
+        assert_eq!(tables.iter().map(|t| t.0.as_str()).collect::<Vec<_>>(), vec!["load=0.5", "S4"]);
+        assert_eq!(tables[1].1[0].len(), 5);
+        assert_eq!(tables[1].1[1][..2], ["a".to_string(), "bert".to_string()]);
         // Errors name the scenario and the field.
         let dup = parse("d.toml", &format!("{base}[[scenario]]\nname = \"x\"\n[[scenario]]\nname = \"x\"\n"))
             .expect_err("dup");

@@ -279,7 +279,20 @@ pub fn html(summary: &Summary, figures: &[(String, String, String)]) -> String {
         }
         h.push_str("</tr>\n");
     }
-    h.push_str("</table>\n<h2>Runs</h2>\n<table><tr><th>scenario</th><th>policy</th><th>seed</th><th>finished</th><th>avg JCT</th><th>p99 JCT</th><th>avg queue</th><th>avg slowdown</th><th>GPU util</th><th>link util</th><th>Γ</th><th>excess (Gbit)</th><th>decision p99 (ms)</th><th>wall (s)</th></tr>\n");
+    h.push_str("</table>\n<h2>Jobs</h2>\n<p>Mean iteration time per job (first seed), against its time alone on the same placement.</p>\n");
+    for (scenario, rows) in crate::experiment::job_tables(summary) {
+        let _ = writeln!(h, "<h3>{}</h3>\n<table>", esc(&scenario));
+        for (k, row) in rows.iter().enumerate() {
+            let tag = if k == 0 { "th" } else { "td" };
+            h.push_str("<tr>");
+            for cell in row {
+                let _ = write!(h, "<{tag}>{}</{tag}>", esc(cell));
+            }
+            h.push_str("</tr>\n");
+        }
+        h.push_str("</table>\n");
+    }
+    h.push_str("<h2>Runs</h2>\n<table><tr><th>scenario</th><th>policy</th><th>seed</th><th>finished</th><th>avg JCT</th><th>p99 JCT</th><th>avg queue</th><th>avg slowdown</th><th>GPU util</th><th>link util</th><th>Γ</th><th>excess (Gbit)</th><th>decision p99 (ms)</th><th>wall (s)</th></tr>\n");
     for r in &summary.runs {
         let m = &r.metrics;
         let _ = writeln!(

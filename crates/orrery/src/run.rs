@@ -166,12 +166,25 @@ fn run_one(
 /// The comparison table: per scenario and policy, means over seeds and the
 /// baseline's value over the policy's (× > 1 is better than the baseline).
 fn print_comparison(summary: &experiment::Summary) {
+    // Per-job tables when they are short enough to read (FORESIGHT Table I).
+    for (scenario, rows) in experiment::job_tables(summary) {
+        if rows.len() <= 13 {
+            println!("\njobs in {scenario} (mean iteration time, first seed)");
+            print_table(&rows);
+        }
+    }
     println!("\ncomparison against {} (baseline / policy; > 1 is better)", summary.baseline);
-    let rows = experiment::comparison_table(&summary.comparison);
+    print_table(&experiment::comparison_table(&summary.comparison));
+}
+
+/// Prints rows of cells with aligned columns: the first two left, the rest right.
+fn print_table(rows: &[Vec<String>]) {
     // Column widths from the contents; text left, numbers right.
-    let widths: Vec<usize> =
-        (0..rows[0].len()).map(|k| rows.iter().map(|r| r[k].chars().count()).max().unwrap_or(0)).collect();
-    for row in &rows {
+    let Some(first) = rows.first() else { return };
+    let widths: Vec<usize> = (0..first.len())
+        .map(|k| rows.iter().map(|r| r.get(k).map_or(0, |c| c.chars().count())).max().unwrap_or(0))
+        .collect();
+    for row in rows {
         let cells: Vec<String> = row
             .iter()
             .zip(&widths)
