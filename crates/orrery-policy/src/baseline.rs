@@ -91,6 +91,22 @@ fn in_order_with(
     out
 }
 
+/// `gpus` GPUs packed onto the first hosts, as full as the largest host:
+/// the reference placement for run times alone. O(hosts).
+pub fn packed(t: &orrery_model::Topology, gpus: u32) -> Vec<(HostId, u32)> {
+    let per_host = t.hosts.iter().map(|h| h.gpus).max().unwrap_or(1).max(1);
+    let mut left = gpus;
+    (0..t.hosts.len())
+        .map_while(|h| {
+            (left > 0).then(|| {
+                let g = left.min(per_host);
+                left -= g;
+                (h, g)
+            })
+        })
+        .collect()
+}
+
 /// Run time of a queued job alone on a consolidated placement, seconds
 /// (the zoo's shape on the hosts of the cluster's first host type).
 pub fn isolated_seconds(view: &ClusterView<'_>, spec: &orrery_model::JobSpec) -> f64 {
@@ -98,17 +114,8 @@ pub fn isolated_seconds(view: &ClusterView<'_>, spec: &orrery_model::JobSpec) ->
         orrery_model::Work::Seconds(s) => s,
         orrery_model::Work::Iterations(n) => {
             let t = view.topology;
-            let per_host = t.hosts.iter().map(|h| h.gpus).max().unwrap_or(1).max(1);
-            let mut left = spec.gpus().max(1);
-            let mut hosts = Vec::new();
-            let mut h = 0;
-            while left > 0 && h < t.hosts.len() {
-                let g = left.min(per_host);
-                hosts.push((h, g));
-                left -= g;
-                h += 1;
-            }
-            orrery_model::placed::place(t, spec, &hosts).map_or(f64::INFINITY, |p| n as f64 * p.shape.period_ms() / 1e3)
+            orrery_model::placed::place(t, spec, &packed(t, spec.gpus().max(1)))
+                .map_or(f64::INFINITY, |p| n as f64 * p.shape.period_ms() / 1e3)
         }
     }
 }

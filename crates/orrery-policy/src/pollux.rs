@@ -71,17 +71,7 @@ impl Pollux {
         }
         *self.rates.entry((id, gpus)).or_insert_with(|| {
             let t = view.topology;
-            let per_host = t.hosts.iter().map(|h| h.gpus).max().unwrap_or(1).max(1);
-            let mut left = gpus;
-            let hosts: Vec<(usize, u32)> = (0..t.hosts.len())
-                .map_while(|h| {
-                    (left > 0).then(|| {
-                        let g = left.min(per_host);
-                        left -= g;
-                        (h, g)
-                    })
-                })
-                .collect();
+            let hosts = crate::baseline::packed(t, gpus);
             let per_worker = spec.gpus_per_worker.max(1);
             let (k0, k) = (spec.workers.max(1), (gpus / per_worker).max(1));
             let ratio =

@@ -170,9 +170,8 @@ impl Figure {
 }
 
 fn no_data<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, title: &str) -> DrawResult {
-    let (w, h) = root.dim_in_pixel();
+    let (_, h) = root.dim_in_pixel();
     root.draw(&Text::new(format!("{title}: no data"), (20, h as i32 / 2), (FONT, 18))).map_err(err)?;
-    let _ = w;
     Ok(())
 }
 
@@ -348,7 +347,6 @@ fn circles<DB: DrawingBackend>(
     if panels.is_empty() {
         return no_data(root, title);
     }
-    let (w, _) = root.dim_in_pixel();
     root.draw(&Text::new(title.to_string(), (14, 10), (FONT, 18))).map_err(err)?;
     let body = root.margin(40, 0, 0, 0);
     for (area, (label, rings)) in body.split_evenly((1, panels.len())).iter().zip(panels) {
@@ -374,17 +372,14 @@ fn circles<DB: DrawingBackend>(
             }
         }
         area.draw(&Text::new(label.clone(), (10, ph as i32 - 50), (FONT, 15))).map_err(err)?;
-        let names: Vec<String> = rings.iter().map(|r| r.job.clone()).collect();
-        let legend = names.join(" · outer → inner: ");
-        let _ = legend;
-        for (k, name) in names.iter().enumerate().take(6) {
+        // Legend, outer ring first.
+        for (k, name) in rings.iter().map(|r| &r.job).enumerate().take(6) {
             let y = ph as i32 - 30 + (k as i32 / 3) * 16;
             let x = 10 + (k as i32 % 3) * (pw as i32 / 3);
             area.draw(&Rectangle::new([(x, y - 5), (x + 12, y + 5)], color(k).filled())).map_err(err)?;
             area.draw(&Text::new(name.clone(), (x + 16, y - 7), (FONT, 12))).map_err(err)?;
         }
     }
-    let _ = w;
     Ok(())
 }
 
