@@ -69,6 +69,10 @@ pub struct Mix {
     /// Give every job pod anti-affinity (one worker per host).
     #[serde(default)]
     pub anti_affinity: bool,
+    /// Per-worker batch of every job (default: each model's typical batch);
+    /// smaller batches make jobs more communication-bound.
+    #[serde(default)]
+    pub batch: Option<u32>,
 }
 
 impl Default for Mix {
@@ -100,6 +104,7 @@ impl Default for Mix {
             high_priority_fraction: 0.0,
             seconds: None,
             anti_affinity: false,
+            batch: None,
         }
     }
 }
@@ -127,6 +132,9 @@ impl Mix {
         {
             return Err(format!("mix.seconds: expected 0 < low ≤ high, found [{lo}, {hi}]"));
         }
+        if self.batch == Some(0) {
+            return Err("mix.batch: expected at least 1 sample per worker".into());
+        }
         if !(0.0..=1.0).contains(&self.high_priority_fraction) {
             return Err("mix.high_priority_fraction: expected a fraction in [0, 1]".into());
         }
@@ -150,7 +158,8 @@ impl Mix {
             Some((lo, hi)) => Work::Seconds(rng.random_range(lo..=hi)),
             None => Work::Iterations(rng.random_range(self.iterations.0..=self.iterations.1)),
         };
-        let mut job = JobSpec::new(format!("job-{id}"), m.name, m.default_batch, workers, work, 0.0);
+        let mut job =
+            JobSpec::new(format!("job-{id}"), m.name, self.batch.unwrap_or(m.default_batch), workers, work, 0.0);
         job.anti_affinity = self.anti_affinity;
         if rng.random_bool(self.high_priority_fraction) {
             job.priority = orrery_model::Priority::High;
@@ -354,6 +363,14 @@ mod tests {
         for (n, w) in Mix::default().workers {
             assert_eq!(p.items.iter().filter(|j| j.workers == n).count() as f64, w, "{n} GPUs");
         }
+    }
+
+    #[test]
+    fn the_mix_can_fix_the_batch() {
+        let mix = Mix { batch: Some(8), ..Mix::default() };
+        assert!(snapshot(20, &mix, 1).expect("valid").iter().all(|j| j.batch == 8));
+        let bad = Mix { batch: Some(0), ..Mix::default() };
+        assert!(snapshot(1, &bad, 1).expect_err("zero batch").contains("mix.batch"));
     }
 
     #[test]
