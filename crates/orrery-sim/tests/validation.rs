@@ -437,9 +437,9 @@ fn pacing_pads_short_iterations_to_the_slot_and_lets_late_ones_start_at_once() {
     for (i, ms) in slow.jobs[0].iteration_ms.iter().enumerate().skip(1) {
         assert!((ms - 1.2 * alone).abs() < 1e-3, "iteration {i}: {ms} ms, slot {}", 1.2 * alone);
     }
-    // Slots 10% shorter: iteration k is due at k·a, 0.8a, 0.7a, 0.6a, 0.5a
-    // after the slot before it (more than half a slot: late), so each starts
-    // at once and the job runs as if unpaced.
+    // Slots of 0.9a: iterations 1-4 become due 0.1a, 0.2a, 0.3a, 0.4a after
+    // a slot began (less than half a slot: late), so each starts at once and
+    // the job runs as if unpaced.
     let fast = run(&topo, std::slice::from_ref(&job), &mut Paced { period_ms: 0.9 * alone });
     assert!(fast.jobs[0].iteration_ms.iter().all(|ms| (ms - alone).abs() < 1e-3), "{:?}", fast.jobs[0].iteration_ms);
 }
