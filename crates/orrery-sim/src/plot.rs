@@ -188,13 +188,7 @@ fn cdf<DB: DrawingBackend>(
     }
     let lo = all.iter().copied().fold(f64::INFINITY, f64::min);
     let hi = all.iter().copied().fold(0.0, f64::max).max(lo * 1.01);
-    let mut chart = ChartBuilder::on(root)
-        .caption(title, (FONT, 20))
-        .margin(12)
-        .x_label_area_size(44)
-        .y_label_area_size(56)
-        .build_cartesian_2d((lo * 0.9..hi * 1.1).log_scale(), 0.0..1.0)
-        .map_err(err)?;
+    let mut chart = frame(root, title).build_cartesian_2d((lo * 0.9..hi * 1.1).log_scale(), 0.0..1.0).map_err(err)?;
     chart.configure_mesh().x_desc(x_label).y_desc("fraction").label_style((FONT, 13)).draw().map_err(err)?;
     for (i, (name, values)) in series.iter().enumerate() {
         let mut v: Vec<f64> = values.iter().copied().filter(|v| *v > 0.0 && v.is_finite()).collect();
@@ -218,15 +212,24 @@ fn cdf<DB: DrawingBackend>(
             .label(name.as_str())
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
     }
-    legend(&mut chart)
+    legend(&mut chart, SeriesLabelPosition::LowerRight)
 }
 
+/// The frame every x–y figure shares: title, margins, axis label areas.
+fn frame<'a, 'b, DB: DrawingBackend>(root: &'a DrawingArea<DB, Shift>, title: &str) -> ChartBuilder<'a, 'b, DB> {
+    let mut b = ChartBuilder::on(root);
+    b.caption(title, (FONT, 20)).margin(12).x_label_area_size(44).y_label_area_size(56);
+    b
+}
+
+/// The series legend, boxed, at `position`.
 fn legend<'a, DB: DrawingBackend + 'a, CT: plotters::coord::CoordTranslate>(
     chart: &mut ChartContext<'a, DB, CT>,
+    position: SeriesLabelPosition,
 ) -> DrawResult {
     chart
         .configure_series_labels()
-        .position(SeriesLabelPosition::LowerRight)
+        .position(position)
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK.mix(0.4))
         .label_font((FONT, 13))
@@ -247,13 +250,7 @@ fn lines<DB: DrawingBackend>(
     if t_max <= 0.0 {
         return no_data(root, title);
     }
-    let mut chart = ChartBuilder::on(root)
-        .caption(title, (FONT, 20))
-        .margin(12)
-        .x_label_area_size(44)
-        .y_label_area_size(56)
-        .build_cartesian_2d(0.0..t_max, 0.0..(y_max * 1.1).max(1e-9))
-        .map_err(err)?;
+    let mut chart = frame(root, title).build_cartesian_2d(0.0..t_max, 0.0..(y_max * 1.1).max(1e-9)).map_err(err)?;
     chart.configure_mesh().x_desc("time (s)").y_desc(y_label).label_style((FONT, 13)).draw().map_err(err)?;
     for (i, (name, points)) in series.iter().enumerate() {
         let c = color(i);
@@ -269,7 +266,7 @@ fn lines<DB: DrawingBackend>(
             .label(name.as_str())
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
     }
-    legend(&mut chart)
+    legend(&mut chart, SeriesLabelPosition::LowerRight)
 }
 
 /// Stacked step areas of per-job rates, with the link capacity.
@@ -285,13 +282,7 @@ fn stacked<DB: DrawingBackend>(
     }
     let (t0, t1) = (steps[0].0, steps[steps.len() - 1].0);
     let y_max = steps.iter().map(|s| s.1.iter().sum::<f64>()).fold(capacity, f64::max);
-    let mut chart = ChartBuilder::on(root)
-        .caption(title, (FONT, 20))
-        .margin(12)
-        .x_label_area_size(44)
-        .y_label_area_size(56)
-        .build_cartesian_2d(0.0..(t1 - t0) * 1e3, 0.0..y_max * 1.15)
-        .map_err(err)?;
+    let mut chart = frame(root, title).build_cartesian_2d(0.0..(t1 - t0) * 1e3, 0.0..y_max * 1.15).map_err(err)?;
     chart
         .configure_mesh()
         .x_desc(format!("time (ms) from {t0:.2} s"))
@@ -327,14 +318,7 @@ fn stacked<DB: DrawingBackend>(
         .map_err(err)?
         .label("capacity")
         .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], BLACK.stroke_width(2)));
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK.mix(0.4))
-        .label_font((FONT, 13))
-        .draw()
-        .map_err(err)
+    legend(&mut chart, SeriesLabelPosition::UpperRight)
 }
 
 /// Concentric rings: job k on ring k, coloured where it communicates; 0 at

@@ -413,21 +413,25 @@ impl<'a> Simulation<'a> {
             .iter()
             .enumerate()
             .filter(|(_, j)| matches!(j.status, Status::Running | Status::Paused))
-            .map(|(id, j)| RunningJob {
-                id,
-                spec: &j.spec,
-                hosts: &j.hosts,
-                iterations_done: self.iterations_estimate(j),
-                paused: j.status == Status::Paused,
-                iteration_start_s: j.iter_start_ns as f64 / NS,
-                progress: if j.ref_total > 0.0 {
-                    let run = self.iterations_estimate(j).saturating_sub(j.iters_at_place) as f64 / j.ratio;
-                    (1.0 - (j.ref_left - run) / j.ref_total).clamp(0.0, 1.0)
-                } else {
-                    0.0
-                },
-                service_gpu_s: (j.run_ns + (self.now - j.last_start_ns)) as f64 / NS * f64::from(j.spec.gpus()),
-                running_s: (self.now - j.last_start_ns) as f64 / NS,
+            .map(|(id, j)| {
+                let done = self.iterations_estimate(j);
+                let running_s = (self.now - j.last_start_ns) as f64 / NS;
+                RunningJob {
+                    id,
+                    spec: &j.spec,
+                    hosts: &j.hosts,
+                    iterations_done: done,
+                    paused: j.status == Status::Paused,
+                    iteration_start_s: j.iter_start_ns as f64 / NS,
+                    progress: if j.ref_total > 0.0 {
+                        let run = done.saturating_sub(j.iters_at_place) as f64 / j.ratio;
+                        (1.0 - (j.ref_left - run) / j.ref_total).clamp(0.0, 1.0)
+                    } else {
+                        0.0
+                    },
+                    service_gpu_s: (j.run_ns as f64 / NS + running_s) * f64::from(j.spec.gpus()),
+                    running_s,
+                }
             })
             .collect();
         (queue, running)
