@@ -67,6 +67,17 @@ pub struct JobSpec {
     /// Whether the model came from the trace (`false`) or from the seeded mapping.
     #[serde(default)]
     pub model_inferred: bool,
+    /// CPU cores per worker (Alibaba v2023 `cpu_milli / 1000`; 0 if unknown).
+    /// Only placement policies that weigh several resources read it.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cpus_per_worker: f64,
+    /// Memory per worker, GiB (Alibaba v2023 `memory_mib / 1024`; 0 if unknown).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub memory_gib_per_worker: f64,
+}
+
+fn is_zero(v: &f64) -> bool {
+    *v == 0.0
 }
 
 fn one() -> u32 {
@@ -99,6 +110,8 @@ impl JobSpec {
             low_comm: false,
             anti_affinity: false,
             model_inferred: false,
+            cpus_per_worker: 0.0,
+            memory_gib_per_worker: 0.0,
         }
     }
 

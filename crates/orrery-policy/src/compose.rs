@@ -190,6 +190,10 @@ pub const CATALOGUE: &[(&str, &str)] = &[
     ("metronome-no-stage3", "Metronome ablation (Table VII): compact rotations, no cushion"),
     ("metronome-no-monitor", "Metronome ablation (Table VIII): no stop-and-wait monitoring"),
     ("pinned", "experiment files only: each job on the hosts `[workload] pins` gives it, in arrival order"),
+    (
+        "plebiscito:UTILITY[:unaware]",
+        "Plebiscito: one agent per host bids in a max-consensus auction (sgf, lgf, yarn, tetris, tiresias, drf, themis); :unaware sets alpha = 1",
+    ),
     ("ORDER/PLACEMENT", "any ordering with any placement (see below), e.g. tiresias/random"),
     (
         "POLICY+foresight",
@@ -238,6 +242,9 @@ pub fn by_name(name: &str, seed: u64) -> Option<Box<dyn Policy>> {
             return by_name(host, seed)
                 .map(|inner| Box::new(crate::foresight::policy::Foresight::new(inner, mode)) as Box<dyn Policy>);
         }
+    }
+    if name.starts_with("plebiscito:") {
+        return crate::plebiscito::Plebiscito::by_name(name, seed).map(|p| Box::new(p) as Box<dyn Policy>);
     }
     if let Some(host) = name.strip_suffix("+cassini") {
         return by_name(host, seed)

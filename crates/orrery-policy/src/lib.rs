@@ -15,6 +15,7 @@ pub mod foresight;
 pub mod metronome;
 pub mod order;
 pub mod placement;
+pub mod plebiscito;
 pub mod pollux;
 
 pub use compose::{CATALOGUE, by_name};
@@ -210,6 +211,12 @@ pub trait Policy {
     /// Themis' lease rounds). None: only on arrivals and completions.
     fn tick_s(&self) -> Option<f64> {
         None
+    }
+
+    /// Named counters the policy keeps (auctions run, allocation failure
+    /// rate, ...), reported with each run.
+    fn counters(&self) -> Vec<(&'static str, f64)> {
+        Vec::new()
     }
 
     /// Whether the driver should give every job the network to itself (the

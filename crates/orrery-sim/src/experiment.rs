@@ -229,6 +229,9 @@ pub struct Run {
     /// The busiest link up close (with `Experiment::detail`, first seed).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub busiest: Option<crate::report::Busiest>,
+    /// The policy's own counters (Plebiscito's auctions, failure rate, ...).
+    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub counters: std::collections::BTreeMap<String, f64>,
 }
 
 /// Metrics per priority.
@@ -623,6 +626,7 @@ impl Experiment {
                         links: link_table,
                         iteration_s: sim.jobs.iter().flat_map(|j| j.iteration_ms.iter().map(|ms| ms / 1e3)).collect(),
                         busiest: None,
+                        counters: policy.counters().into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
                     });
                     if self.detail && seed == self.seeds[0] {
                         let fresh = self::policy(name, seed, &pins).ok_or_else(|| format!("unknown policy {name}"))?;

@@ -20,8 +20,8 @@ pub fn parse_pods(file: &str, text: &str, seed: u64) -> Parsed<JobSpec> {
     let mut index = 0u64;
     let mut out = for_each_row(file, text, b',', true, &header, |row| {
         let name = row.text(0)?;
-        row.non_negative(1)?;
-        row.non_negative(2)?;
+        let cpu_milli = row.non_negative(1)?;
+        let memory_mib = row.non_negative(2)?;
         let gpus: u32 = row.get(3, "a non-negative integer")?;
         let milli: u32 = row.get(4, "an integer 0..=1000")?;
         if milli > 1000 {
@@ -51,6 +51,9 @@ pub fn parse_pods(file: &str, text: &str, seed: u64) -> Parsed<JobSpec> {
         let batch = orrery_model::zoo::model(model).map_or(32, |m| m.default_batch);
         let mut job = JobSpec::new(name, model, batch, gpus, Work::Seconds(duration), created.unwrap_or(0.0));
         job.gpu_share = share;
+        // The pod's CPU and memory are for all its GPUs: per GPU here.
+        job.cpus_per_worker = cpu_milli / 1000.0 / f64::from(gpus);
+        job.memory_gib_per_worker = memory_mib / 1024.0 / f64::from(gpus);
         job.model_inferred = true;
         Ok(Some(job))
     });

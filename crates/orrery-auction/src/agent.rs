@@ -1,0 +1,384 @@
+//! One node's Plebiscito agent as a sans-IO state machine (Algorithm 1): time
+//! and messages go in, messages and decisions come out. No sockets, no clock.
+//!
+//! - **Bidding** (a job is submitted here or first heard of): the node offers
+//!   one bid per component it can host ([`slot_values`]) and holds the
+//!   resources of the offers.
+//! - **Agreement** (a bundle arrives): bundles merge ([`Bundle::merge`]);
+//!   offers pushed out of the best `k` release their resources; a changed
+//!   bundle is broadcast to the overlay neighbours.
+//! - **Quiescence** (no change for `quiescence_us`): the node decides. If
+//!   every component has a winner and the whole placement fits the links
+//!   (constraint 4), it commits its own components (gang: all or nothing);
+//!   otherwise it releases them. Every connected node decides the same.
+//! - **Hard time-out** (`hard_timeout_us` after the auction began without
+//!   quiescence): abort and purge.
+
+use crate::bundle::{Bid, Bundle};
+use crate::utility::{
+    BidPolicy, ClusterMap, Demand, JobRequest, NodeContext, Placement, Resources, Usage, link_load, slot_values,
+};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+/// Protocol settings.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Config {
+    /// How bids are valued.
+    pub policy: BidPolicy,
+    /// No change for this long means consensus, µs (paper: 500 ms).
+    pub quiescence_us: u64,
+    /// An auction still changing this long after it began is aborted, µs (paper: 1 s).
+    pub hard_timeout_us: u64,
+    /// Re-send an open auction's bundle this often, µs, so that lost
+    /// datagrams are repaired (`None`: only on change, for reliable links).
+    pub resend_us: Option<u64>,
+}
+
+impl Config {
+    /// The paper's time-outs (500 ms, 1 s), no re-sending.
+    pub fn new(policy: BidPolicy) -> Self {
+        Config { policy, quiescence_us: 500_000, hard_timeout_us: 1_000_000, resend_us: None }
+    }
+}
+
+/// A protocol message.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Msg {
+    /// The sender's bundle for a job (one per role), with the job itself so
+    /// that a node hearing of it first can bid.
+    Bundle {
+        /// The job.
+        job: JobRequest,
+        /// Best bids per role.
+        bids: Vec<Vec<Bid>>,
+        /// Length of the causal chain of changes behind this bundle (rounds).
+        depth: u32,
+    },
+    /// A placed job finished: return its resources and bandwidth.
+    Finished {
+        /// Job id.
+        job: u64,
+    },
+}
+
+impl Msg {
+    /// Encodes with postcard.
+    pub fn encode(&self) -> Vec<u8> {
+        postcard::to_stdvec(self).unwrap_or_default()
+    }
+
+    /// Decodes a datagram.
+    pub fn decode(bytes: &[u8]) -> Result<Msg, postcard::Error> {
+        postcard::from_bytes(bytes)
+    }
+}
+
+/// What an agent asks its driver to do.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Output {
+    /// Send a message to a neighbour.
+    Send {
+        /// Destination node.
+        to: u32,
+        /// Message.
+        msg: Msg,
+    },
+    /// An auction ended here.
+    Decided {
+        /// Job id.
+        job: u64,
+        /// Result.
+        verdict: Verdict,
+        /// When the bundle last changed here, µs.
+        consensus_us: u64,
+        /// Longest causal chain of changes that reached this node.
+        rounds: u32,
+    },
+}
+
+/// How an auction ended at one node.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Verdict {
+    /// All components won and the links fit: per role, `(node, count)`.
+    Placed(Placement),
+    /// Not enough offers, or the placement does not fit the links.
+    Failed(String),
+    /// Hard time-out before quiescence.
+    Aborted,
+}
+
+#[derive(Debug, Clone)]
+struct Auction {
+    job: JobRequest,
+    bundles: Vec<Bundle>,
+    started_us: u64,
+    last_change_us: u64,
+    last_send_us: u64,
+    depth: u32,
+    /// Demand of this node's offers still among the best.
+    held: Demand,
+}
+
+/// A node's agent.
+#[derive(Debug, Clone)]
+pub struct Agent {
+    id: u32,
+    neighbours: Vec<u32>,
+    config: Config,
+    map: Arc<ClusterMap>,
+    usage: Usage,
+    /// Free resources net of committed jobs (not of open auctions).
+    resources: Resources,
+    open: BTreeMap<u64, Auction>,
+    decided: HashMap<u64, Verdict>,
+    /// Jobs placed and not finished: id → (request, placement).
+    placed: BTreeMap<u64, (JobRequest, Placement)>,
+}
+
+impl Agent {
+    /// An agent for node `id` with its overlay neighbours, resources and the network.
+    pub fn new(id: u32, neighbours: Vec<u32>, resources: Resources, map: Arc<ClusterMap>, config: Config) -> Self {
+        let usage = Usage::empty(&map);
+        Agent {
+            id,
+            neighbours,
+            config,
+            map,
+            usage,
+            resources,
+            open: BTreeMap::new(),
+            decided: HashMap::new(),
+            placed: BTreeMap::new(),
+        }
+    }
+
+    /// Node id.
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+
+    /// Free resources net of committed jobs and of offers in open auctions.
+    pub fn free(&self) -> Resources {
+        let mut r = self.resources;
+        for a in self.open.values() {
+            r.take(&a.held, 1.0);
+        }
+        r
+    }
+
+    /// Resources net of committed jobs only.
+    pub fn committed_free(&self) -> Resources {
+        self.resources
+    }
+
+    /// The reserved bandwidth this agent believes in.
+    pub fn usage(&self) -> &Usage {
+        &self.usage
+    }
+
+    /// Verdicts so far, by job.
+    pub fn verdicts(&self) -> &HashMap<u64, Verdict> {
+        &self.decided
+    }
+
+    /// Jobs placed and running, with their placements.
+    pub fn placed(&self) -> &BTreeMap<u64, (JobRequest, Placement)> {
+        &self.placed
+    }
+
+    /// Whether any auction is open here.
+    pub fn is_idle(&self) -> bool {
+        self.open.is_empty()
+    }
+
+    /// Sets the reserved bandwidth (an agent joining a running cluster).
+    pub fn set_usage(&mut self, usage: Usage) {
+        self.usage = usage;
+    }
+
+    /// The earliest time the agent needs a [`Agent::tick`], µs.
+    pub fn next_deadline(&self) -> Option<u64> {
+        self.open
+            .values()
+            .map(|a| {
+                let mut t =
+                    (a.last_change_us + self.config.quiescence_us).min(a.started_us + self.config.hard_timeout_us);
+                if let Some(r) = self.config.resend_us {
+                    t = t.min(a.last_send_us + r);
+                }
+                t
+            })
+            .min()
+    }
+
+    /// A job submitted at this node: it bids and tells its neighbours.
+    pub fn submit(&mut self, now_us: u64, job: JobRequest, out: &mut Vec<Output>) {
+        let empty: Vec<Vec<Bid>> = job.roles().iter().map(|_| Vec::new()).collect();
+        self.on_bundle(now_us, job, &empty, 0, out);
+    }
+
+    /// A message from a neighbour.
+    pub fn receive(&mut self, now_us: u64, msg: Msg, out: &mut Vec<Output>) {
+        match msg {
+            Msg::Bundle { job, bids, depth } => self.on_bundle(now_us, job, &bids, depth, out),
+            Msg::Finished { job } => self.finish(job),
+        }
+    }
+
+    /// A placed job finished: give back its resources and bandwidth.
+    pub fn finish(&mut self, job: u64) {
+        if let Some((req, placement)) = self.placed.remove(&job) {
+            self.apply(&req, &placement, -1.0);
+        }
+    }
+
+    /// Time passes: decide quiescent auctions, abort stale ones, re-send.
+    pub fn tick(&mut self, now_us: u64, out: &mut Vec<Output>) {
+        let ids: Vec<u64> = self.open.keys().copied().collect();
+        for id in ids {
+            let Some(a) = self.open.get(&id) else { continue };
+            if now_us >= a.last_change_us + self.config.quiescence_us {
+                let a = self.open.remove(&id).expect("auction present");
+                let verdict = self.conclude(&a);
+                self.decided.insert(id, verdict.clone());
+                out.push(Output::Decided { job: id, verdict, consensus_us: a.last_change_us, rounds: a.depth });
+            } else if now_us >= a.started_us + self.config.hard_timeout_us {
+                let (consensus_us, rounds) = (a.last_change_us, a.depth);
+                self.open.remove(&id);
+                self.decided.insert(id, Verdict::Aborted);
+                out.push(Output::Decided { job: id, verdict: Verdict::Aborted, consensus_us, rounds });
+            } else if self.config.resend_us.is_some_and(|r| now_us >= a.last_send_us + r) {
+                let msg = Msg::Bundle { job: a.job.clone(), bids: bids_of(a), depth: a.depth };
+                self.broadcast(&msg, out);
+                if let Some(a) = self.open.get_mut(&id) {
+                    a.last_send_us = now_us;
+                }
+            }
+        }
+    }
+
+    fn on_bundle(&mut self, now_us: u64, job: JobRequest, bids: &[Vec<Bid>], depth: u32, out: &mut Vec<Output>) {
+        if self.decided.contains_key(&job.id) || bids.len() != job.roles().len() {
+            return;
+        }
+        let mut changed = false;
+        if !self.open.contains_key(&job.id) {
+            let auction = self.bid(now_us, &job);
+            self.open.insert(job.id, auction);
+            changed = true;
+        }
+        let me = self.id;
+        let a = self.open.get_mut(&job.id).expect("auction just ensured");
+        for (bundle, incoming) in a.bundles.iter_mut().zip(bids) {
+            changed |= bundle.merge(incoming);
+        }
+        if !changed {
+            return;
+        }
+        // Release what was outbid (Algorithm 1, line 18).
+        a.held = held_demand(&a.job, &a.bundles, me);
+        a.last_change_us = now_us;
+        a.last_send_us = now_us;
+        a.depth = a.depth.max(depth + 1);
+        let msg = Msg::Bundle { job: a.job.clone(), bids: bids_of(a), depth: a.depth };
+        self.broadcast(&msg, out);
+    }
+
+    /// The bidding event: offers for every role, against the resources not
+    /// held elsewhere.
+    fn bid(&self, now_us: u64, job: &JobRequest) -> Auction {
+        let mut res = self.free();
+        let mut bundles = Vec::new();
+        let mut offers = Vec::new();
+        for (role, count) in job.roles().into_iter().enumerate() {
+            let ctx = NodeContext { node: self.id, resources: res, map: &self.map, usage: &self.usage };
+            let (values, left) = slot_values(&ctx, job, role, &self.config.policy);
+            res = left;
+            offers.push(
+                values
+                    .into_iter()
+                    .enumerate()
+                    .map(|(slot, value)| Bid { value, node: self.id, stamp: now_us, slot: slot as u16 })
+                    .collect::<Vec<_>>(),
+            );
+            bundles.push(Bundle::new(count));
+        }
+        for (b, o) in bundles.iter_mut().zip(&offers) {
+            b.merge(o);
+        }
+        let held = held_demand(job, &bundles, self.id);
+        Auction {
+            job: job.clone(),
+            bundles,
+            started_us: now_us,
+            last_change_us: now_us,
+            last_send_us: now_us,
+            depth: 0,
+            held,
+        }
+    }
+
+    fn conclude(&mut self, a: &Auction) -> Verdict {
+        if let Some(role) = a.bundles.iter().position(|b| !b.is_full()) {
+            let b = &a.bundles[role];
+            return Verdict::Failed(format!("{} of {} components had a bidder", b.bids().len(), b.capacity()));
+        }
+        let placement: Placement = a
+            .bundles
+            .iter()
+            .map(|b| {
+                let mut counts: BTreeMap<u32, usize> = BTreeMap::new();
+                for bid in b.bids() {
+                    *counts.entry(bid.node).or_default() += 1;
+                }
+                counts.into_iter().collect()
+            })
+            .collect();
+        let load = link_load(&self.map, &a.job, &placement);
+        if !self.usage.fits(&self.map, &load) {
+            return Verdict::Failed("the placement's traffic does not fit the links".into());
+        }
+        self.apply(&a.job, &placement, 1.0);
+        self.placed.insert(a.job.id, (a.job.clone(), placement.clone()));
+        Verdict::Placed(placement)
+    }
+
+    /// Commits (`sign = 1`) or returns (`−1`) a placement: this node's
+    /// components and everyone's traffic.
+    fn apply(&mut self, job: &JobRequest, placement: &Placement, sign: f64) {
+        for (role, nodes) in placement.iter().enumerate() {
+            if let Some(&(_, k)) = nodes.iter().find(|&&(n, _)| n == self.id) {
+                for _ in 0..k {
+                    self.resources.take(&job.demand(role), sign);
+                }
+            }
+        }
+        let load = link_load(&self.map, job, placement);
+        self.usage.apply(&load, sign);
+    }
+
+    fn broadcast(&self, msg: &Msg, out: &mut Vec<Output>) {
+        for &to in &self.neighbours {
+            out.push(Output::Send { to, msg: msg.clone() });
+        }
+    }
+}
+
+fn bids_of(a: &Auction) -> Vec<Vec<Bid>> {
+    a.bundles.iter().map(|b| b.bids().to_vec()).collect()
+}
+
+/// Demand of the components `node` wins in these bundles.
+fn held_demand(job: &JobRequest, bundles: &[Bundle], node: u32) -> Demand {
+    let mut d = Demand::default();
+    for (role, b) in bundles.iter().enumerate() {
+        let k = b.held_by(node) as f64;
+        let r = job.demand(role);
+        d.gpus += k * r.gpus;
+        d.cpus += k * r.cpus;
+        d.mem_gib += k * r.mem_gib;
+    }
+    d
+}

@@ -1,0 +1,22 @@
+//! Plebiscito (Pinto et al.): decentralised, bandwidth-aware placement by a
+//! max-consensus auction between node agents.
+//!
+//! - [`bundle`]: bids and the bundle merge (the agreement phase).
+//! - [`utility`]: Table I's utilities, the network fraction (Eq. 9), Eqs. 10-11
+//!   and the traffic a placement puts on the links.
+//! - [`agent`]: one node's protocol as a sans-IO state machine (Algorithm 1).
+//! - [`simnet`]: an in-process transport with latency, loss, duplication,
+//!   reordering and partitions, seeded, that drives many agents.
+//! - [`central`]: the centralised greedy with the same utility (Theorem 1).
+//!
+//! The real-clock driver (tokio UDP) lives in the `orrery` binary.
+
+pub mod agent;
+pub mod bundle;
+pub mod central;
+pub mod simnet;
+pub mod utility;
+
+pub use agent::{Agent, Config, Msg, Output, Verdict};
+pub use bundle::{Bid, Bundle};
+pub use utility::{Arch, BidPolicy, ClusterMap, Demand, JobRequest, Placement, Resources, Usage, Utility};

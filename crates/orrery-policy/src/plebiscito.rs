@@ -1,0 +1,304 @@
+//! `plebiscito:<utility>[:unaware]`: every queued job is placed by a
+//! max-consensus auction between one agent per host (Plebiscito §IV), run
+//! message by message on [`orrery_auction::simnet`] with datacentre
+//! latencies. The agents start each scheduling round from the cluster view:
+//! free GPUs, the CPUs and memory the running jobs hold, and the bandwidth
+//! their placements reserve.
+//!
+//! A job's bandwidth demand `B` is the mean rate one of its workers sends
+//! when every worker sits on its own host (the same figure `exclusive`
+//! reserves). A job whose auction fails waits and is auctioned again only
+//! after a job has left. The auction's own time (consensus plus the 500 ms
+//! quiescence) is reported, not charged to the job's start.
+
+use crate::placement::host_demand_gbps;
+use crate::{ClusterView, Decision, JobId, Policy};
+use orrery_auction::agent::{Agent, Config, Verdict};
+use orrery_auction::simnet::{NetConfig, SimNet, overlay};
+use orrery_auction::utility::{
+    Arch, BidPolicy, ClusterMap, Demand, JobRequest, Placement, Resources, Usage, Utility, link_load,
+};
+use orrery_model::{JobSpec, Topology};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+/// Overlay degree of the agents (each talks to about this many peers).
+const DEGREE: usize = 6;
+
+/// The Plebiscito policy.
+pub struct Plebiscito {
+    policy: BidPolicy,
+    seed: u64,
+    map: Option<Arc<ClusterMap>>,
+    /// Bumped whenever a job leaves: failed jobs are retried on a new epoch.
+    epoch: u64,
+    tried: BTreeMap<JobId, u64>,
+    running: BTreeSet<JobId>,
+    /// Jobs whose first auction did not place them.
+    failed_first: BTreeSet<JobId>,
+    seen: BTreeSet<JobId>,
+    auctions: u64,
+    messages: u64,
+    bytes: u64,
+    consensus_us: Vec<u64>,
+    rounds_max: u32,
+}
+
+impl Plebiscito {
+    /// A policy bidding with `policy`; `seed` draws the agents' overlay and
+    /// message latencies.
+    pub fn new(policy: BidPolicy, seed: u64) -> Self {
+        Plebiscito {
+            policy,
+            seed,
+            map: None,
+            epoch: 0,
+            tried: BTreeMap::new(),
+            running: BTreeSet::new(),
+            failed_first: BTreeSet::new(),
+            seen: BTreeSet::new(),
+            auctions: 0,
+            messages: 0,
+            bytes: 0,
+            consensus_us: Vec::new(),
+            rounds_max: 0,
+        }
+    }
+
+    /// Parses `plebiscito:<utility>` or `plebiscito:<utility>:unaware`.
+    pub fn by_name(name: &str, seed: u64) -> Option<Self> {
+        let rest = name.strip_prefix("plebiscito:")?;
+        let (u, unaware) = match rest.strip_suffix(":unaware") {
+            Some(u) => (u, true),
+            None => (rest, false),
+        };
+        let u = Utility::parse(u)?;
+        Some(Plebiscito::new(if unaware { BidPolicy::unaware(u) } else { BidPolicy::aware(u) }, seed))
+    }
+}
+
+/// The network the agents know: each host's leaf and NIC, each leaf's
+/// uplinks summed over the spines. Hosts outside a leaf-spine share one leaf
+/// with unlimited uplink.
+pub fn cluster_map(t: &Topology) -> ClusterMap {
+    let nic_gbps = (0..t.hosts.len()).map(|h| t.host_nic_gbps(h)).collect();
+    match crate::foresight::logical::LogicalNetwork::of(t) {
+        Some(l) => ClusterMap {
+            leaf_of: l.leaf_of_host.iter().map(|&x| x as u16).collect(),
+            nic_gbps,
+            uplink_gbps: (0..l.leaves).map(|leaf| l.capacity[2 * leaf]).collect(),
+        },
+        None => ClusterMap { leaf_of: vec![0; t.hosts.len()], nic_gbps, uplink_gbps: vec![f64::INFINITY] },
+    }
+}
+
+/// The auction's view of a job: workers on a ring, per-worker GPUs, CPUs and
+/// memory, and `B` from the job's shape.
+pub fn request(t: &Topology, id: JobId, spec: &JobSpec, isolated_s: f64) -> JobRequest {
+    let spread: Vec<(usize, u32)> =
+        (0..t.hosts.len().min(spec.workers as usize)).map(|h| (h, spec.gpus_per_worker)).collect();
+    let gbps = orrery_model::placed::place(t, spec, &spread)
+        .map(|p| host_demand_gbps(&p, t.hosts.len()).into_iter().fold(0.0, f64::max))
+        .unwrap_or(0.0);
+    JobRequest {
+        id: id as u64,
+        arch: Arch::Ring,
+        workers: spec.workers.min(u32::from(u16::MAX)) as u16,
+        worker: Demand {
+            gpus: f64::from(spec.gpus_per_worker),
+            cpus: spec.cpus_per_worker,
+            mem_gib: spec.memory_gib_per_worker,
+        },
+        server: Demand::default(),
+        gbps,
+        runtime_s: isolated_s,
+        weight: if spec.priority == orrery_model::Priority::High { 2.0 } else { 1.0 },
+    }
+}
+
+impl Policy for Plebiscito {
+    fn name(&self) -> String {
+        let aware = if self.policy.alpha < 1.0 { "" } else { ":unaware" };
+        format!("plebiscito:{}{aware}", self.policy.utility.name())
+    }
+
+    fn schedule(&mut self, view: &ClusterView<'_>) -> Vec<Decision> {
+        let t = view.topology;
+        let now_running: BTreeSet<JobId> = view.running.iter().map(|r| r.id).collect();
+        if self.running.iter().any(|id| !now_running.contains(id)) {
+            self.epoch += 1;
+        }
+        self.running = now_running;
+        let todo: Vec<_> = view.queue.iter().filter(|q| self.tried.get(&q.id) != Some(&self.epoch)).collect();
+        if todo.is_empty() {
+            return Vec::new();
+        }
+        let map = self.map.get_or_insert_with(|| Arc::new(cluster_map(t))).clone();
+        // Resources and reserved bandwidth from the running jobs.
+        let mut res: Vec<Resources> = t
+            .hosts
+            .iter()
+            .map(|h| Resources::new(Demand { gpus: f64::from(h.gpus), cpus: f64::from(h.cpus), mem_gib: h.memory_gib }))
+            .collect();
+        let mut usage = Usage::empty(&map);
+        for r in &view.running {
+            let req = request(t, r.id, r.spec, 0.0);
+            let per = r.spec.gpus_per_worker.max(1);
+            let mut workers: Vec<(u32, usize)> = Vec::new();
+            for &(h, g) in r.hosts {
+                let k = (g / per) as usize;
+                workers.push((h as u32, k));
+                for _ in 0..k {
+                    res[h].take(&Demand { gpus: 0.0, ..req.worker }, 1.0);
+                }
+            }
+            let placement: Placement = vec![workers];
+            usage.apply(&link_load(&map, &req, &placement), 1.0);
+        }
+        for (h, r) in res.iter_mut().enumerate() {
+            r.free.gpus = f64::from(view.free_gpus[h]);
+        }
+        let n = res.len();
+        let adj = overlay(n, DEGREE, self.seed);
+        let agents: Vec<Agent> = (0..n)
+            .map(|i| {
+                let mut a = Agent::new(i as u32, adj[i].clone(), res[i], map.clone(), Config::new(self.policy));
+                a.set_usage(usage.clone());
+                a
+            })
+            .collect();
+        let net_seed = self.seed ^ self.auctions.wrapping_mul(0x9E37_79B9);
+        let mut net = SimNet::new(agents, NetConfig::reliable(net_seed));
+        let mut out = Vec::new();
+        for q in todo {
+            let first = self.seen.insert(q.id);
+            let req = request(t, q.id, q.spec, crate::baseline::isolated_seconds(view, q.spec));
+            net.submit((q.id % n) as u32, req);
+            self.auctions += 1;
+            let mut placed = None;
+            for (_, r) in net.settle() {
+                self.messages += r.messages;
+                self.bytes += r.bytes;
+                self.consensus_us.push(r.consensus_us);
+                self.rounds_max = self.rounds_max.max(r.rounds);
+                if let Some(Verdict::Placed(p)) = r.agreed() {
+                    placed = Some(p.clone());
+                }
+            }
+            match placed {
+                Some(p) => {
+                    let per = q.spec.gpus_per_worker.max(1);
+                    let hosts = p[0].iter().map(|&(node, k)| (node as usize, k as u32 * per)).collect();
+                    out.push(Decision::Place { job: q.id, hosts });
+                }
+                None => {
+                    if first {
+                        self.failed_first.insert(q.id);
+                    }
+                    self.tried.insert(q.id, self.epoch);
+                }
+            }
+        }
+        out
+    }
+
+    fn counters(&self) -> Vec<(&'static str, f64)> {
+        let mut c = self.consensus_us.clone();
+        c.sort_unstable();
+        let p50 = c.get(c.len() / 2).copied().unwrap_or(0) as f64 / 1e3;
+        let jobs = self.seen.len().max(1) as f64;
+        vec![
+            ("auctions", self.auctions as f64),
+            ("allocation_failure_rate", self.failed_first.len() as f64 / jobs),
+            ("messages_per_auction", self.messages as f64 / self.auctions.max(1) as f64),
+            ("bytes_per_message", self.bytes as f64 / self.messages.max(1) as f64),
+            ("consensus_ms_p50", p50),
+            ("rounds_max", f64::from(self.rounds_max)),
+        ]
+    }
+}
+
+/// The policy names this module answers to.
+pub fn names() -> Vec<String> {
+    Utility::ALL
+        .iter()
+        .flat_map(|u| [format!("plebiscito:{}", u.name()), format!("plebiscito:{}:unaware", u.name())])
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{QueuedJob, RunningJob};
+    use orrery_model::Work;
+
+    fn running<'a>(spec: &'a JobSpec, hosts: &'a [[(usize, u32); 2]]) -> Vec<RunningJob<'a>> {
+        hosts
+            .iter()
+            .enumerate()
+            .map(|(i, h)| RunningJob {
+                id: 100 + i,
+                spec,
+                hosts: &h[..],
+                iterations_done: 0,
+                paused: false,
+                iteration_start_s: 0.0,
+                progress: 0.0,
+                service_gpu_s: 0.0,
+                running_s: 0.0,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn bandwidth_aware_bids_avoid_a_rack_whose_uplink_is_reserved() {
+        // plebiscito-25: 5 racks of 20 hosts, 166.7 Gbps of uplink per rack.
+        let t = orrery_model::setups::plebiscito(25.0);
+        let mut spec = JobSpec::new("new", "vgg16", 32, 2, Work::Iterations(100), 0.0);
+        spec.gpus_per_worker = 4;
+        let b = request(&t, 0, &spec, 0.0).gbps;
+        let mut hog = spec.clone();
+        hog.gpus_per_worker = 1;
+        let b_hog = request(&t, 0, &hog, 0.0).gbps;
+        let uplink = cluster_map(&t).uplink_gbps[0];
+        // Running two-worker jobs from rack 0 to rack 2 reserve all but less
+        // than one job's B of rack 0's uplink; hosts 19 and up carry none.
+        let hogs = ((uplink - 0.5 * b) / b_hog).ceil() as usize;
+        assert!(b > 0.0 && hogs < 19, "B = {b}, {b_hog} Gbps needs {hogs} hogs");
+        let pairs: Vec<[(usize, u32); 2]> = (0..hogs).map(|i| [(i, 1), (40 + i, 1)]).collect();
+        // Only racks 0 and 1 have room: 4 GPUs per host, one worker each.
+        let free: Vec<u32> = (0..t.hosts.len()).map(|h| if h < 40 { 4 } else { 0 }).collect();
+        // Job 19 is auctioned first at host 19, in rack 0.
+        let queued = [QueuedJob::new(19, &spec, 0.0)];
+        let view = ClusterView {
+            now_s: 0.0,
+            topology: &t,
+            free_gpus: &free,
+            queue: queued.to_vec(),
+            running: running(&hog, &pairs),
+        };
+        let place = |name: &str| {
+            let mut p = Plebiscito::by_name(name, 1).expect("name parses");
+            let d = p.schedule(&view);
+            let Some(Decision::Place { hosts, .. }) = d.first() else { panic!("{name}: {d:?}") };
+            assert_eq!(hosts.iter().map(|h| h.1).sum::<u32>(), 8, "{name}");
+            assert_eq!(p.counters()[..2], [("auctions", 1.0), ("allocation_failure_rate", 0.0)]);
+            hosts.clone()
+        };
+        // Aware: rack 0's nodes bid f_net < 1, so rack 1 wins both workers.
+        let aware = place("plebiscito:lgf");
+        assert!(aware.iter().all(|&(h, _)| (20..40).contains(&h)), "{aware:?}");
+        // Unaware (α = 1): every node bids the same, the earliest bidders
+        // win, and the initiator (host 19) is one of them.
+        let unaware = place("plebiscito:lgf:unaware");
+        assert!(unaware.iter().any(|&(h, _)| h < 20), "{unaware:?}");
+    }
+
+    #[test]
+    fn names_round_trip() {
+        for n in names() {
+            assert_eq!(Plebiscito::by_name(&n, 0).map(|p| p.name()), Some(n));
+        }
+        assert!(Plebiscito::by_name("plebiscito:nope", 0).is_none());
+    }
+}
