@@ -165,6 +165,8 @@ pub struct WorkloadSpec {
     /// For `generator = "fragmented"`: the share of ring flows that cross
     /// racks (FORESIGHT §II; default 0.5).
     pub fragmentation: Option<f64>,
+    /// For `generator = "components"`: mean gap between arrivals, s.
+    pub interarrival_s: Option<f64>,
     /// For the `pinned` policy: job id → [[host, GPUs], ...].
     #[serde(default)]
     pub pins: std::collections::BTreeMap<String, Vec<(usize, u32)>>,
@@ -679,6 +681,24 @@ fn workload_jobs(w: &WorkloadSpec, base: &Path, topo: &Topology, seed: u64) -> R
         return orrery_trace::generate::fragmented(&rack_of, w.jobs.unwrap_or(usize::MAX), target, &mix, seed)
             .map_err(|e| format!("workload: {e}"));
     }
+    if w.generator.as_deref() == Some("components") {
+        let trace = w.trace.as_ref().ok_or("workload.generator components: expected a pod list in workload.trace")?;
+        let path = base.join(trace);
+        let (_, parsed) = orrery_trace::read_file(&path, w.format, seed);
+        if let Some(e) = parsed.errors.first() {
+            return Err(format!("{e} ({} bad rows in all)", parsed.errors.len()));
+        }
+        let mix = w.mix.clone().unwrap_or_default();
+        let jobs = orrery_trace::generate::components(
+            &parsed.items,
+            w.jobs.unwrap_or(60),
+            w.interarrival_s.unwrap_or(15.0),
+            &mix,
+            seed,
+        )
+        .map_err(|e| format!("workload: {e}"))?;
+        return Ok((jobs, w.pins.clone()));
+    }
     workload_jobs_only(w, base, topo, seed).map(|j| (j, w.pins.clone()))
 }
 
@@ -714,7 +734,9 @@ fn workload_jobs_only(w: &WorkloadSpec, base: &Path, topo: &Topology, seed: u64)
                         .map_err(|e| format!("workload: {e}"))
                 }
                 "snapshot" => snapshot(n, &mix, seed).map_err(|e| format!("workload: {e}")),
-                other => Err(format!("workload.generator: expected poisson, snapshot or fragmented, found {other:?}")),
+                other => Err(format!(
+                    "workload.generator: expected poisson, snapshot, fragmented or components, found {other:?}"
+                )),
             }
         }
         (None, Some(trace)) => {

@@ -175,6 +175,34 @@ pub fn snapshot(n: usize, mix: &Mix, seed: u64) -> Result<Vec<JobSpec>, String> 
     Ok((0..n).map(|i| mix.draw(&mut rng, i)).collect())
 }
 
+/// Plebiscito §VII's workload: `n` jobs with Poisson arrivals `mean_gap_s`
+/// apart. Each job draws its model, iterations and number of components
+/// (workers) from `mix`, and the shape of one component from a pod of a
+/// public pod list (`pods`, e.g. Alibaba v2023 `openb_pod_list_multigpu50`):
+/// its GPUs (a fraction of a GPU counts as one), CPU cores and memory.
+pub fn components(pods: &[JobSpec], n: usize, mean_gap_s: f64, mix: &Mix, seed: u64) -> Result<Vec<JobSpec>, String> {
+    if pods.is_empty() {
+        return Err("the pod list has no GPU pods".into());
+    }
+    if !(mean_gap_s > 0.0 && mean_gap_s.is_finite()) {
+        return Err(format!("interarrival_s: expected a positive number of seconds, found {mean_gap_s}"));
+    }
+    let mut jobs = snapshot(n, mix, seed)?;
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x9D5);
+    let gaps = Exp::new(1.0 / mean_gap_s).map_err(|e| e.to_string())?;
+    let mut t = 0.0;
+    for j in &mut jobs {
+        let pod = &pods[rng.random_range(0..pods.len())];
+        let gpus = pod.workers.max(1);
+        j.gpus_per_worker = gpus;
+        j.cpus_per_worker = pod.cpus_per_worker * f64::from(gpus);
+        j.memory_gib_per_worker = pod.memory_gib_per_worker * f64::from(gpus);
+        j.arrival_s = t;
+        t += gaps.sample(&mut rng);
+    }
+    Ok(jobs)
+}
+
 /// `n` jobs with Poisson arrivals such that they would keep `load` of
 /// `cluster_gpus` GPUs busy on average.
 pub fn poisson(

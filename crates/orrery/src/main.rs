@@ -4,6 +4,7 @@
 //! prints. Exit codes: 0 success, 1 bad input (with file:line:field messages on
 //! stderr), 2 usage errors (from clap).
 
+mod agent;
 mod compat;
 mod run;
 mod topo;
@@ -36,7 +37,8 @@ const EXAMPLES: &str = "Examples:
   orrery topo list                             built-in cluster set-ups
   orrery topo show cassini
   orrery trace inspect data/philly/philly_jobs_pollux.csv
-  orrery compat experiments/compat/cassini-fig5.json --svg fig5.svg";
+  orrery compat experiments/compat/cassini-fig5.json --svg fig5.svg
+  orrery agent --auction --id 0 --peers peers.txt --state agent-0.json";
 
 #[derive(Subcommand, Debug)]
 enum Command {
@@ -57,6 +59,9 @@ enum Command {
     /// Compatibility of jobs sharing one link: the best rotation of each job's
     /// circle, its time-shift, the score and the cushion (CASSINI §3, Metronome §III).
     Compat(compat::Args),
+    /// A Plebiscito node agent bidding over real UDP (`--auction`), or a
+    /// client that submits jobs to one (`--submit`).
+    Agent(agent::Args),
 }
 
 /// Records phase durations for `--timings`.
@@ -105,6 +110,7 @@ fn main() -> ExitCode {
         Command::Topo(cmd) => topo::run(&cmd),
         Command::Trace(cmd) => trace::run(&cmd, &mut timings),
         Command::Compat(args) => compat::run(&args, &mut timings),
+        Command::Agent(args) => agent::run(&args),
         Command::Policies => {
             for (name, what) in orrery_policy::CATALOGUE {
                 println!("{name:<16} {what}");

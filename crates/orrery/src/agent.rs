@@ -1,0 +1,248 @@
+//! `orrery agent`: the real-clock driver of Plebiscito's auction. Each
+//! process runs one node's sans-IO [`Agent`] on a tokio UDP socket: datagrams
+//! in, ticks from the wall clock, datagrams out. Peers come from a file of
+//! `id address` lines; the node's resources are those of host `id` of the
+//! topology. After every decision the agent rewrites its state file (JSON),
+//! so a test or an operator can check what it committed.
+//!
+//! `orrery agent --submit jobs.jsonl --to ADDR` sends jobs (one JSON
+//! `JobRequest` per line) to an agent, which starts their auctions.
+
+use anyhow::{Context, Result, anyhow, bail};
+use clap::Args as ClapArgs;
+use orrery_auction::agent::{Agent, Config, Msg, Output, Verdict};
+use orrery_auction::utility::{BidPolicy, Demand, JobRequest, Resources, Usage, Utility};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::net::UdpSocket;
+
+/// Arguments of `orrery agent`.
+#[derive(ClapArgs, Debug)]
+pub struct Args {
+    /// Run a Plebiscito auction agent.
+    #[arg(long, conflicts_with = "submit", required_unless_present = "submit")]
+    auction: bool,
+    /// This node's id (a line of the peers file, and a host of the topology).
+    #[arg(long, required_unless_present = "submit")]
+    id: Option<u32>,
+    /// File of `id address` lines, one per agent (`#` starts a comment).
+    #[arg(long, required_unless_present = "submit")]
+    peers: Option<PathBuf>,
+    /// Topology whose hosts give the nodes' GPUs, CPUs, memory and links.
+    #[arg(long, default_value = "leaf-spine")]
+    topology: String,
+    /// Utility of Table I (sgf, lgf, yarn, tetris, tiresias, drf, themis).
+    #[arg(long, default_value = "lgf")]
+    utility: String,
+    /// Bid with alpha = 1 (bandwidth-unaware).
+    #[arg(long)]
+    unaware: bool,
+    /// Quiescence time-out, ms.
+    #[arg(long, default_value_t = 500)]
+    quiescence_ms: u64,
+    /// Hard time-out, ms.
+    #[arg(long, default_value_t = 1000)]
+    hard_timeout_ms: u64,
+    /// Re-send an open auction's bundle this often, ms (UDP may drop datagrams).
+    #[arg(long, default_value_t = 100)]
+    resend_ms: u64,
+    /// Where to write this agent's state after each decision (JSON).
+    #[arg(long)]
+    state: Option<PathBuf>,
+    /// Exit after this many seconds without any datagram (default: run forever).
+    #[arg(long)]
+    exit_after_idle_s: Option<f64>,
+    /// Send the jobs of this JSON-lines file to an agent instead.
+    #[arg(long, value_name = "JOBS")]
+    submit: Option<PathBuf>,
+    /// With --submit: the agent's address.
+    #[arg(long, requires = "submit")]
+    to: Option<SocketAddr>,
+}
+
+/// A datagram between agents, or from a client.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+enum Wire {
+    /// Protocol traffic.
+    Protocol(Msg),
+    /// Start an auction for a job here.
+    Submit(JobRequest),
+    /// A placed job finished.
+    Finish(u64),
+}
+
+/// What an agent writes to its state file.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct State {
+    /// Node id.
+    pub id: u32,
+    /// Capacity.
+    pub total: Demand,
+    /// Free after committed jobs.
+    pub free: Demand,
+    /// Reserved bandwidth as this agent sees it.
+    pub usage: Usage,
+    /// Verdict per job id.
+    pub verdicts: BTreeMap<u64, Verdict>,
+    /// Datagrams sent, bytes sent, largest datagram.
+    pub sent: (u64, u64, usize),
+    /// Datagrams that did not decode.
+    pub bad_datagrams: u64,
+}
+
+/// Runs `orrery agent`.
+pub fn run(args: &Args) -> Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    match (&args.submit, args.to) {
+        (Some(file), Some(to)) => rt.block_on(submit(file, to)),
+        (Some(_), None) => bail!("--submit needs --to ADDRESS"),
+        _ => rt.block_on(serve(args)),
+    }
+}
+
+/// Reads a peers file: `id address` per line.
+pub fn read_peers(path: &Path) -> Result<BTreeMap<u32, SocketAddr>> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("{}", path.display()))?;
+    let mut peers = BTreeMap::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let at = || format!("{}:{}", path.display(), i + 1);
+        let mut it = line.split_whitespace();
+        let (Some(id), Some(addr), None) = (it.next(), it.next(), it.next()) else {
+            bail!("{}: expected `id address`, found {line:?}", at());
+        };
+        let id: u32 = id.parse().map_err(|_| anyhow!("{}: id: expected a non-negative integer, found {id:?}", at()))?;
+        let addr: SocketAddr =
+            addr.parse().map_err(|_| anyhow!("{}: address: expected IP:PORT, found {addr:?}", at()))?;
+        if peers.insert(id, addr).is_some() {
+            bail!("{}: id {id} is listed twice", at());
+        }
+    }
+    Ok(peers)
+}
+
+async fn submit(file: &Path, to: SocketAddr) -> Result<()> {
+    let text = std::fs::read_to_string(file).with_context(|| format!("{}", file.display()))?;
+    let sock = UdpSocket::bind("127.0.0.1:0").await?;
+    for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+        let job: JobRequest = serde_json::from_str(line).map_err(|e| anyhow!("{}:{}: {e}", file.display(), i + 1))?;
+        let bytes = postcard::to_stdvec(&Wire::Submit(job))?;
+        sock.send_to(&bytes, to).await?;
+    }
+    Ok(())
+}
+
+async fn serve(args: &Args) -> Result<()> {
+    let id = args.id.ok_or_else(|| anyhow!("--id is required"))?;
+    let peers = read_peers(args.peers.as_deref().ok_or_else(|| anyhow!("--peers is required"))?)?;
+    let &own = peers.get(&id).ok_or_else(|| anyhow!("--id {id} is not in the peers file"))?;
+    let topo = orrery_model::setups::by_name(&args.topology)
+        .ok_or_else(|| anyhow!("--topology: unknown {:?}", args.topology))?;
+    let host = topo
+        .hosts
+        .get(id as usize)
+        .ok_or_else(|| anyhow!("--id {id}: topology {} has {} hosts", topo.name, topo.hosts.len()))?;
+    let utility = Utility::parse(&args.utility)
+        .ok_or_else(|| anyhow!("--utility: expected one of sgf, lgf, yarn, tetris, tiresias, drf, themis"))?;
+    let policy = if args.unaware { BidPolicy::unaware(utility) } else { BidPolicy::aware(utility) };
+    let config = Config {
+        policy,
+        quiescence_us: args.quiescence_ms * 1000,
+        hard_timeout_us: args.hard_timeout_ms * 1000,
+        resend_us: Some(args.resend_ms.max(1) * 1000),
+    };
+    let total = Demand { gpus: f64::from(host.gpus), cpus: f64::from(host.cpus), mem_gib: host.memory_gib };
+    let map = Arc::new(orrery_policy::plebiscito::cluster_map(&topo));
+    let neighbours: Vec<u32> = peers.keys().copied().filter(|&p| p != id).collect();
+    let mut agent = Agent::new(id, neighbours, Resources::new(total), map, config);
+    let sock = UdpSocket::bind(own).await.with_context(|| format!("binding {own}"))?;
+    let start = Instant::now();
+    let now = || start.elapsed().as_micros() as u64;
+    let mut last_heard = Instant::now();
+    let mut sent = (0u64, 0u64, 0usize);
+    let mut bad = 0u64;
+    let mut buf = vec![0u8; 65_536];
+    write_state(args, &agent, total, sent, bad)?;
+    eprintln!("agent {id} listening on {own}");
+    loop {
+        let wait = agent.next_deadline().map_or(50_000, |d| d.saturating_sub(now())).clamp(100, 50_000);
+        let mut out = Vec::new();
+        tokio::select! {
+            r = sock.recv_from(&mut buf) => {
+                // Errors such as an ICMP "port unreachable" from a peer that
+                // is gone are not fatal: the auction tolerates lost peers.
+                let (n, from) = match r {
+                    Ok(x) => x,
+                    Err(e) => {
+                        eprintln!("agent {id}: receive failed: {e}");
+                        continue;
+                    }
+                };
+                last_heard = Instant::now();
+                match postcard::from_bytes::<Wire>(&buf[..n]) {
+                    Ok(Wire::Protocol(msg)) => agent.receive(now(), msg, &mut out),
+                    Ok(Wire::Submit(job)) => agent.submit(now(), job, &mut out),
+                    Ok(Wire::Finish(job)) => agent.finish(job),
+                    Err(e) => {
+                        bad += 1;
+                        eprintln!("agent {id}: dropped a {n}-byte datagram from {from}: {e}");
+                    }
+                }
+            }
+            _ = tokio::time::sleep(Duration::from_micros(wait)) => {}
+        }
+        agent.tick(now(), &mut out);
+        let mut decided = false;
+        for o in out {
+            match o {
+                Output::Send { to, msg } => {
+                    let Some(addr) = peers.get(&to) else { continue };
+                    let bytes = postcard::to_stdvec(&Wire::Protocol(msg))?;
+                    sent = (sent.0 + 1, sent.1 + bytes.len() as u64, sent.2.max(bytes.len()));
+                    // A peer that is gone makes sends fail on some systems; the
+                    // auction tolerates lost datagrams.
+                    let _ = sock.send_to(&bytes, addr).await;
+                }
+                Output::Decided { job, verdict, consensus_us, rounds } => {
+                    decided = true;
+                    eprintln!("agent {id}: job {job}: {verdict:?} (consensus at {consensus_us} us, {rounds} rounds)");
+                }
+            }
+        }
+        if decided {
+            write_state(args, &agent, total, sent, bad)?;
+        }
+        if let Some(idle) = args.exit_after_idle_s
+            && agent.is_idle()
+            && last_heard.elapsed().as_secs_f64() > idle
+        {
+            write_state(args, &agent, total, sent, bad)?;
+            return Ok(());
+        }
+    }
+}
+
+fn write_state(args: &Args, agent: &Agent, total: Demand, sent: (u64, u64, usize), bad: u64) -> Result<()> {
+    let Some(path) = &args.state else { return Ok(()) };
+    let state = State {
+        id: agent.id(),
+        total,
+        free: agent.committed_free().free,
+        usage: agent.usage().clone(),
+        verdicts: agent.verdicts().iter().map(|(k, v)| (*k, v.clone())).collect(),
+        sent,
+        bad_datagrams: bad,
+    };
+    // Write then rename, so a reader never sees half a file.
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, serde_json::to_vec_pretty(&state)?).with_context(|| format!("{}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("{}", path.display()))?;
+    Ok(())
+}
