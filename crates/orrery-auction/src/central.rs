@@ -46,3 +46,25 @@ pub fn greedy(
     }
     Ok((placement, load))
 }
+
+/// Sum of the (warped, non-increasing) bids a placement's components win:
+/// the objective of Eq. 2 as the auction and the greedy value it. Ties
+/// between nodes make placements differ while this stays equal.
+pub fn total_utility(
+    nodes: &[Resources],
+    map: &ClusterMap,
+    usage: &Usage,
+    job: &JobRequest,
+    policy: &BidPolicy,
+    placement: &Placement,
+) -> f64 {
+    let mut total = 0.0;
+    for (role, counts) in placement.iter().enumerate() {
+        for &(n, k) in counts {
+            let Some(&res) = nodes.get(n as usize) else { continue };
+            let ctx = NodeContext { node: n, resources: res, map, usage };
+            total += crate::utility::slot_values(&ctx, job, role, policy).0.iter().take(k).sum::<f64>();
+        }
+    }
+    total
+}

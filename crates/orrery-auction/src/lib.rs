@@ -8,12 +8,14 @@
 //! - [`simnet`]: an in-process transport with latency, loss, duplication,
 //!   reordering and partitions, seeded, that drives many agents.
 //! - [`central`]: the centralised greedy with the same utility (Theorem 1).
+//! - [`scale`]: one job on ever more agents, against the greedy (Fig. 7).
 //!
 //! The real-clock driver (tokio UDP) lives in the `orrery` binary.
 
 pub mod agent;
 pub mod bundle;
 pub mod central;
+pub mod scale;
 pub mod simnet;
 pub mod utility;
 

@@ -43,8 +43,14 @@ pub struct JobRequest {
     pub worker: Demand,
     /// The parameter server's demand (only with [`Arch::ParameterServer`]).
     pub server: Demand,
-    /// Bandwidth each worker sends while communicating, Gbit/s (`B_{j,λ}`).
+    /// Mean rate each worker sends, Gbit/s, averaged over an iteration:
+    /// what a placement reserves on its links (constraint 4).
     pub gbps: f64,
+    /// Rate each worker sends while it communicates, Gbit/s: `B_{j,λ}` of
+    /// Eq. 9. Reserving this peak would make every NIC exclusive, so it only
+    /// scores the residual bandwidth. 0 (the default) means `gbps`.
+    #[serde(default)]
+    pub peak_gbps: f64,
     /// Expected run time, s (Tiresias' `t_j`).
     pub runtime_s: f64,
     /// Priority weight (Tiresias' `W_j`).
@@ -328,16 +334,16 @@ pub struct NodeContext<'a> {
     pub usage: &'a Usage,
 }
 
-/// Bandwidth the node's `k`-th component (1-based) of `role` adds to the
-/// node's path out of the rack, Gbit/s: ring workers after the first talk to
-/// a neighbour on the same node; parameter-server workers each send `B`; the
-/// server receives `B` from every worker.
-fn path_demand(job: &JobRequest, role: usize, k: usize) -> f64 {
+/// How many workers' worth of traffic the node's `k`-th component (1-based)
+/// of `role` puts on the node's path out of the rack: ring workers after the
+/// first talk to a neighbour on the same node; parameter-server workers each
+/// send their own; the server receives from every worker.
+fn path_streams(job: &JobRequest, role: usize, k: usize) -> f64 {
     match (job.arch, role) {
-        (Arch::Ring, _) if k == 1 => job.gbps,
+        (Arch::Ring, _) if k == 1 => 1.0,
         (Arch::Ring, _) => 0.0,
-        (Arch::ParameterServer, 0) => k as f64 * job.gbps,
-        (Arch::ParameterServer, _) => f64::from(job.workers) * job.gbps,
+        (Arch::ParameterServer, 0) => k as f64,
+        (Arch::ParameterServer, _) => f64::from(job.workers),
     }
 }
 
@@ -358,12 +364,12 @@ fn network_fraction(ctx: &NodeContext<'_>, demand_gbps: f64) -> f64 {
 /// the node lacks the resources or its NIC the bandwidth (Algorithm 1, line 4).
 pub fn slot_value(ctx: &NodeContext<'_>, job: &JobRequest, role: usize, k: usize, policy: &BidPolicy) -> Option<f64> {
     let demand = job.demand(role);
-    let path = path_demand(job, role, k);
-    if !ctx.resources.fits(&demand) || path > ctx.usage.nic_residual(ctx.map, ctx.node as usize) + 1e-9 {
+    let streams = path_streams(job, role, k);
+    if !ctx.resources.fits(&demand) || streams * job.gbps > ctx.usage.nic_residual(ctx.map, ctx.node as usize) + 1e-9 {
         return None;
     }
     let f_comp = policy.utility.compute_fraction(&ctx.resources, &demand, job);
-    let f_net = network_fraction(ctx, path);
+    let f_net = network_fraction(ctx, streams * job.peak_gbps.max(job.gbps));
     let u = policy.alpha * f_comp + (1.0 - policy.alpha) * f_net; // Eq. 10
     Some(u - policy.delta * (k - 1) as f64) // Eq. 11
 }
@@ -398,6 +404,7 @@ mod tests {
             worker: Demand { gpus: 1.0, cpus: 4.0, mem_gib: 16.0 },
             server: Demand { gpus: 0.0, cpus: 4.0, mem_gib: 16.0 },
             gbps: 10.0,
+            peak_gbps: 10.0,
             runtime_s: 3600.0,
             weight: 1.0,
         }

@@ -44,6 +44,7 @@ fn job(id: u64, arch: Arch, workers: u16, gpus: f64, gbps: f64) -> JobRequest {
         worker: Demand { gpus, cpus: 4.0, mem_gib: 16.0 },
         server: Demand { gpus: 0.0, cpus: 8.0, mem_gib: 32.0 },
         gbps,
+        peak_gbps: 25.0,
         runtime_s: 1800.0,
         weight: 1.0,
     }
@@ -281,4 +282,20 @@ fn gang_all_or_nothing() {
         assert_eq!(a.committed_free(), res[a.id() as usize]);
         assert_eq!(a.usage(), &Usage::empty(&map));
     }
+}
+
+/// Fig. 7's study on small clusters: every agent agrees, the placement is
+/// worth exactly the greedy's, rounds stay within Λ·N·D, messages stay small.
+#[test]
+fn scaling_rows_hold_the_guarantees() {
+    let rows = orrery_auction::scale::run(&[4, 16, 64], 16, 6, BidPolicy::aware(Utility::Lgf), 3);
+    for r in &rows {
+        assert!(r.agreed, "{r:?}");
+        assert!((r.utility_vs_greedy - 1.0).abs() < 1e-9, "{r:?}");
+        assert!(r.rounds as usize <= r.rounds_bound && r.rounds > 0, "{r:?}");
+        assert!(r.bytes_per_message < 600.0, "{r:?}");
+        assert_eq!(r.central_messages, 2 * r.agents as u64);
+    }
+    // More agents, more messages.
+    assert!(rows.windows(2).all(|w| w[1].messages > w[0].messages));
 }

@@ -5,9 +5,9 @@
 //! free GPUs, the CPUs and memory the running jobs hold, and the bandwidth
 //! their placements reserve.
 //!
-//! A job's bandwidth demand `B` is the mean rate one of its workers sends
-//! when every worker sits on its own host (the same figure `exclusive`
-//! reserves). A job whose auction fails waits and is auctioned again only
+//! A job's reservation is the mean rate one of its workers sends when every
+//! worker sits on its own host (the figure `exclusive` reserves); Eq. 9's
+//! `B` is the rate it sends while communicating (the NIC rate). A job whose auction fails waits and is auctioned again only
 //! after a job has left. The auction's own time (consensus plus the 500 ms
 //! quiescence) is reported, not charged to the job's start.
 
@@ -97,9 +97,19 @@ pub fn cluster_map(t: &Topology) -> ClusterMap {
 pub fn request(t: &Topology, id: JobId, spec: &JobSpec, isolated_s: f64) -> JobRequest {
     let spread: Vec<(usize, u32)> =
         (0..t.hosts.len().min(spec.workers as usize)).map(|h| (h, spec.gpus_per_worker)).collect();
-    let gbps = orrery_model::placed::place(t, spec, &spread)
-        .map(|p| host_demand_gbps(&p, t.hosts.len()).into_iter().fold(0.0, f64::max))
-        .unwrap_or(0.0);
+    let (gbps, peak_gbps) = orrery_model::placed::place(t, spec, &spread).map_or((0.0, 0.0), |p| {
+        let mean = host_demand_gbps(&p, t.hosts.len()).into_iter().fold(0.0, f64::max);
+        let peak = p
+            .shape
+            .segments
+            .iter()
+            .filter_map(|s| match *s {
+                orrery_model::Segment::Comm { hosts, gbps, .. } if hosts > 1 => Some(gbps),
+                _ => None,
+            })
+            .fold(0.0, f64::max);
+        (mean, peak)
+    });
     JobRequest {
         id: id as u64,
         arch: Arch::Ring,
@@ -111,6 +121,7 @@ pub fn request(t: &Topology, id: JobId, spec: &JobSpec, isolated_s: f64) -> JobR
         },
         server: Demand::default(),
         gbps,
+        peak_gbps,
         runtime_s: isolated_s,
         weight: if spec.priority == orrery_model::Priority::High { 2.0 } else { 1.0 },
     }

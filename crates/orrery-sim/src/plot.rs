@@ -86,6 +86,17 @@ pub enum Figure {
         /// (name, (t s, y) points).
         series: Vec<(String, Vec<(f64, f64)>)>,
     },
+    /// Points joined by lines on log-log axes (a scaling curve).
+    LogLog {
+        /// Title.
+        title: String,
+        /// x-axis label.
+        x_label: String,
+        /// y-axis label.
+        y_label: String,
+        /// (name, (x, y) points); non-positive values are dropped.
+        series: Vec<(String, Vec<(f64, f64)>)>,
+    },
     /// Stacked per-job rates on one link over a time window.
     Stacked {
         /// Title.
@@ -162,6 +173,7 @@ impl Figure {
         match self {
             Figure::Cdf { title, x_label, series } => cdf(root, title, x_label, series),
             Figure::Lines { title, y_label, series } => lines(root, title, y_label, series),
+            Figure::LogLog { title, x_label, y_label, series } => log_log(root, title, x_label, y_label, series),
             Figure::Stacked { title, capacity, names, steps } => stacked(root, title, *capacity, names, steps),
             Figure::Circles { title, panels } => circles(root, title, panels),
             Figure::Gantt { title, panels } => gantt(root, title, panels),
@@ -267,6 +279,38 @@ fn lines<DB: DrawingBackend>(
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
     }
     legend(&mut chart, SeriesLabelPosition::LowerRight)
+}
+
+/// Points joined by lines, both axes logarithmic.
+fn log_log<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    series: &[(String, Vec<(f64, f64)>)],
+) -> DrawResult {
+    let ok = |p: &&(f64, f64)| p.0 > 0.0 && p.1 > 0.0 && p.0.is_finite() && p.1.is_finite();
+    let pts: Vec<(f64, f64)> = series.iter().flat_map(|s| s.1.iter().filter(ok).copied()).collect();
+    if pts.is_empty() {
+        return no_data(root, title);
+    }
+    let (x0, x1) = pts.iter().fold((f64::INFINITY, 0.0f64), |(a, b), p| (a.min(p.0), b.max(p.0)));
+    let (y0, y1) = pts.iter().fold((f64::INFINITY, 0.0f64), |(a, b), p| (a.min(p.1), b.max(p.1)));
+    let mut chart = frame(root, title)
+        .build_cartesian_2d((x0 * 0.8..x1 * 1.25).log_scale(), (y0 * 0.5..y1 * 2.0).log_scale())
+        .map_err(err)?;
+    chart.configure_mesh().x_desc(x_label).y_desc(y_label).label_style((FONT, 13)).draw().map_err(err)?;
+    for (i, (name, points)) in series.iter().enumerate() {
+        let c = color(i);
+        let p: Vec<(f64, f64)> = points.iter().filter(ok).copied().collect();
+        chart.draw_series(p.iter().map(|&q| Circle::new(q, 4, c.filled()))).map_err(err)?;
+        chart
+            .draw_series(LineSeries::new(p, c.stroke_width(2)))
+            .map_err(err)?
+            .label(name.as_str())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
+    }
+    legend(&mut chart, SeriesLabelPosition::UpperLeft)
 }
 
 /// Stacked step areas of per-job rates, with the link capacity.

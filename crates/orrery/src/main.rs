@@ -7,6 +7,7 @@
 mod agent;
 mod compat;
 mod run;
+mod scale;
 mod topo;
 mod trace;
 mod zoo;

@@ -56,6 +56,9 @@ pub fn run(a: &Args, timings: &mut Timings) -> anyhow::Result<()> {
         Some(p) => {
             let name = p.display().to_string();
             let text = std::fs::read_to_string(p).with_context(|| format!("reading {name}"))?;
+            if crate::scale::is_scale(&text) {
+                return timings.phase("auction", || crate::scale::run(&name, &text, a.out.as_deref()));
+            }
             let exp = experiment::parse(&name, &text).map_err(anyhow::Error::msg)?;
             (vec![(name, exp)], p.parent().map(PathBuf::from).unwrap_or_default())
         }

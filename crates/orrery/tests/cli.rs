@@ -194,3 +194,62 @@ fn run_rejects_a_bad_experiment_with_its_line() {
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("x.toml:7:"), "{}", stderr(&o));
 }
+
+#[test]
+fn auction_scale_experiment_prints_and_plots() {
+    let dir = std::env::temp_dir().join(format!("orrery-scale-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("tmp dir");
+    let f = dir.join("s.toml");
+    std::fs::write(&f, "kind = \"auction-scale\"\nname = \"s\"\nagents = [4, 32]\nworkers = 8\n").expect("write");
+    let out = dir.join("out");
+    let o = orrery(&["run", f.to_str().expect("utf-8"), "--out", out.to_str().expect("utf-8")]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("U/greedy"), "{}", stdout(&o));
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).expect("summary")).expect("json");
+    let rows = v["rows"].as_array().expect("rows");
+    assert_eq!(rows.len(), 2);
+    assert_eq!(rows[1]["agents"], 32);
+    assert_eq!(rows[1]["agreed"], true);
+    for stem in ["scale-time", "scale-messages"] {
+        assert!(std::fs::read(out.join(format!("{stem}.png"))).expect("png").starts_with(b"\x89PNG"), "{stem}");
+    }
+    // A bad size is named.
+    std::fs::write(&f, "kind = \"auction-scale\"\nname = \"s\"\nagents = [0]\n").expect("write");
+    let o = orrery(&["run", f.to_str().expect("utf-8")]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("agents"), "{}", stderr(&o));
+}
+
+#[test]
+fn plebiscito_places_alibaba_shaped_jobs() {
+    // Real rows of Alibaba's v2023 multi-GPU pod list (openb-pod-0000..0003, 0017).
+    let dir = std::env::temp_dir().join(format!("orrery-pods-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("tmp dir");
+    std::fs::write(
+        dir.join("pods.csv"),
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli\nopenb-pod-0000,12000,16384,1,1000\nopenb-pod-0001,6000,12288,1,460\n\
+         openb-pod-0002,12000,24576,1,1000\nopenb-pod-0003,6000,12288,1,460\nopenb-pod-0017,88000,327680,8,1000\n",
+    )
+    .expect("pods");
+    std::fs::write(
+        dir.join("p.toml"),
+        "name = \"p\"\npolicies = [\"plebiscito:tetris\", \"plebiscito:tetris:unaware\"]\n[topology]\nbuiltin = \"plebiscito-25\"\n\
+         [workload]\ngenerator = \"components\"\ntrace = \"pods.csv\"\njobs = 12\ninterarrival_s = 15\n\
+         [workload.mix]\nmodels = [\"resnet50\", \"vgg16\"]\nworkers = [[2, 1.0], [4, 1.0]]\niterations = [20, 40]\n",
+    )
+    .expect("toml");
+    let out = dir.join("out");
+    let o =
+        orrery(&["run", "--quiet", dir.join("p.toml").to_str().expect("utf-8"), "--out", out.to_str().expect("utf-8")]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).expect("summary")).expect("json");
+    for run in v["runs"].as_array().expect("runs") {
+        assert_eq!(run["metrics"]["finished"], 12, "{}", run["policy"]);
+        let c = &run["counters"];
+        assert_eq!(c["allocation_failure_rate"], 0.0, "{}", run["policy"]);
+        assert!(c["auctions"].as_f64().unwrap_or(0.0) >= 12.0);
+        assert!(c["bytes_per_message"].as_f64().unwrap_or(1e9) < 600.0);
+    }
+}
