@@ -22,6 +22,8 @@ use orrery_model::{JobSpec, Priority, Topology};
 use orrery_trace::generate::{Mix, ShapeContext, poisson, snapshot};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// An experiment file.
 #[derive(Debug, Clone, Deserialize)]
@@ -557,8 +559,9 @@ impl Experiment {
     pub fn run(
         &self,
         base: &Path,
-        mut progress: impl FnMut(usize, usize, f64, usize, usize),
+        progress: impl FnMut(usize, usize, f64, usize, usize) + Send,
     ) -> Result<Summary, String> {
+        let progress = Mutex::new(progress);
         let (topo, base_background) = self.topology_with_background(base)?;
         let total = self.seeds.len() * self.policies.len();
         let mut runs = Vec::new();
@@ -581,7 +584,15 @@ impl Experiment {
             for &seed in &self.seeds {
                 let (jobs, pins) =
                     workload_jobs(workload, base, &topo, seed).map_err(|e| format!("scenario {scenario}: {e}"))?;
-                for name in &self.policies {
+                // The policies run side by side, one per core; each run is
+                // seeded on its own, so the results do not depend on it.
+                let first_k = runs.len();
+                let next = AtomicUsize::new(0);
+                let results: Mutex<Vec<Option<Result<Run, String>>>> =
+                    Mutex::new((0..self.policies.len()).map(|_| None).collect());
+                let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(self.policies.len());
+                let one = |i: usize| -> Result<Run, String> {
+                    let name = &self.policies[i];
                     let mut policy = policy(name, seed, &pins).ok_or_else(|| format!("unknown policy {name}"))?;
                     let cfg = SimConfig {
                         seed,
@@ -594,8 +605,12 @@ impl Experiment {
                     };
                     let start = std::time::Instant::now();
                     let mut sim = Simulation::new(&topo, &jobs, cfg.clone(), policy.isolated_network());
-                    let k = runs.len();
-                    sim.run(policy.as_mut(), |t, done| progress(k, total, t, done, jobs.len()));
+                    let k = first_k + i;
+                    sim.run(policy.as_mut(), |t, done| {
+                        if let Ok(mut p) = progress.lock() {
+                            p(k, total, t, done, jobs.len());
+                        }
+                    });
                     let wall_s = start.elapsed().as_secs_f64();
                     let mut job_table = job_rows(&sim);
                     let has_high = jobs.iter().any(|j| j.priority == Priority::High);
@@ -612,7 +627,7 @@ impl Experiment {
                     for r in &mut link_table {
                         (r.policy, r.seed, r.scenario) = (policy.name(), seed, scenario.clone());
                     }
-                    runs.push(Run {
+                    let mut run = Run {
                         policy: policy.name(),
                         scenario: scenario.clone(),
                         setup: format!("{} on {}", workload_source(workload), topo.name),
@@ -629,12 +644,31 @@ impl Experiment {
                         iteration_s: sim.jobs.iter().flat_map(|j| j.iteration_ms.iter().map(|ms| ms / 1e3)).collect(),
                         busiest: None,
                         counters: policy.counters().into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
-                    });
+                    };
                     if self.detail && seed == self.seeds[0] {
                         let fresh = self::policy(name, seed, &pins).ok_or_else(|| format!("unknown policy {name}"))?;
-                        let run = runs.last_mut().ok_or("no run")?;
-                        run.busiest = crate::report::busiest(&topo, &jobs, run, fresh, &cfg);
+                        run.busiest = crate::report::busiest(&topo, &jobs, &run, fresh, &cfg);
                     }
+                    Ok(run)
+                };
+                std::thread::scope(|s| {
+                    for _ in 0..threads {
+                        s.spawn(|| {
+                            loop {
+                                let i = next.fetch_add(1, Ordering::Relaxed);
+                                if i >= self.policies.len() {
+                                    break;
+                                }
+                                let r = one(i);
+                                if let Ok(mut all) = results.lock() {
+                                    all[i] = Some(r);
+                                }
+                            }
+                        });
+                    }
+                });
+                for r in results.into_inner().map_err(|_| "a simulation thread panicked")? {
+                    runs.push(r.ok_or("a simulation thread panicked")??);
                 }
             }
         }
