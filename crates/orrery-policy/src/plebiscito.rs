@@ -201,6 +201,8 @@ impl Policy for Plebiscito {
                     let per = q.spec.gpus_per_worker.max(1);
                     let hosts = p[0].iter().map(|&(node, k)| (node as usize, k as u32 * per)).collect();
                     out.push(Decision::Place { job: q.id, hosts });
+                    // So that its departure, even before the next round, reopens waiting jobs.
+                    self.running.insert(q.id);
                 }
                 None => {
                     if first {
@@ -303,6 +305,29 @@ mod tests {
         // win, and the initiator (host 19) is one of them.
         let unaware = place("plebiscito:lgf:unaware");
         assert!(unaware.iter().any(|&(h, _)| h < 20), "{unaware:?}");
+    }
+
+    #[test]
+    fn a_waiting_job_is_retried_when_a_job_it_placed_has_left() {
+        let t = orrery_model::setups::plebiscito(100.0);
+        let mut small = JobSpec::new("small", "resnet50", 32, 1, Work::Iterations(10), 0.0);
+        small.gpus_per_worker = 8;
+        let mut big = JobSpec::new("big", "resnet50", 32, 2, Work::Iterations(10), 0.0);
+        big.gpus_per_worker = 8;
+        let mut free = vec![0u32; t.hosts.len()];
+        free[0] = 8;
+        let mut p = Plebiscito::by_name("plebiscito:sgf", 1).expect("name");
+        let queue = [QueuedJob::new(1, &small, 0.0), QueuedJob::new(2, &big, 0.0)];
+        let view = ClusterView { now_s: 0.0, topology: &t, free_gpus: &free, queue: queue.to_vec(), running: vec![] };
+        let d = p.schedule(&view);
+        assert!(matches!(d.as_slice(), [Decision::Place { job: 1, .. }]), "{d:?}");
+        // Job 1 finished before the next round: its GPUs and host 1's are free.
+        free[1] = 8;
+        let queue = [QueuedJob::new(2, &big, 10.0)];
+        let view = ClusterView { now_s: 10.0, topology: &t, free_gpus: &free, queue: queue.to_vec(), running: vec![] };
+        let d = p.schedule(&view);
+        assert!(matches!(d.as_slice(), [Decision::Place { job: 2, .. }]), "{d:?}");
+        assert_eq!(p.counters()[1], ("allocation_failure_rate", 0.5));
     }
 
     #[test]
