@@ -184,6 +184,18 @@ impl Policy for Plebiscito {
         for q in todo {
             let first = self.seen.insert(q.id);
             let req = request(t, q.id, q.spec, crate::baseline::isolated_seconds(view, q.spec));
+            // A component no node could ever hold would wait forever.
+            if !res.iter().any(|r| Resources::new(r.total).fits(&req.worker)) {
+                self.seen.insert(q.id);
+                self.failed_first.insert(q.id);
+                let w = req.worker;
+                let reason = format!(
+                    "a component needs {} GPUs, {} cores and {} GiB; no node has that much",
+                    w.gpus, w.cpus, w.mem_gib
+                );
+                out.push(Decision::Reject { job: q.id, reason });
+                continue;
+            }
             net.submit((q.id % n) as u32, req);
             self.auctions += 1;
             let mut placed = None;
@@ -328,6 +340,21 @@ mod tests {
         let d = p.schedule(&view);
         assert!(matches!(d.as_slice(), [Decision::Place { job: 2, .. }]), "{d:?}");
         assert_eq!(p.counters()[1], ("allocation_failure_rate", 0.5));
+    }
+
+    #[test]
+    fn a_component_larger_than_any_node_is_rejected() {
+        // Alibaba's 8-GPU pods can ask for 120 cores; plebiscito nodes have 96.
+        let t = orrery_model::setups::plebiscito(25.0);
+        let mut spec = JobSpec::new("fat", "bert", 32, 4, Work::Iterations(10), 0.0);
+        spec.gpus_per_worker = 8;
+        spec.cpus_per_worker = 120.2;
+        let free: Vec<u32> = t.hosts.iter().map(|h| h.gpus).collect();
+        let queue = [QueuedJob::new(7, &spec, 0.0)];
+        let view = ClusterView { now_s: 0.0, topology: &t, free_gpus: &free, queue: queue.to_vec(), running: vec![] };
+        let mut p = Plebiscito::by_name("plebiscito:yarn", 1).expect("name");
+        let d = p.schedule(&view);
+        assert!(matches!(&d[..], [Decision::Reject { job: 7, reason }] if reason.contains("120.2 cores")), "{d:?}");
     }
 
     #[test]
