@@ -80,6 +80,8 @@ pub struct Scenario {
     pub fragmentation: Option<f64>,
     /// Replaces the experiment's topology.
     pub topology: Option<TopologySpec>,
+    /// Replaces `workload.mix` (job sizes, batch: FORESIGHT's Fig. 7 grids).
+    pub mix: Option<Mix>,
 }
 
 fn one_seed() -> Vec<u64> {
@@ -551,6 +553,9 @@ impl Experiment {
                 w.load = sc.load.or(w.load);
                 w.fragmentation = sc.fragmentation.or(w.fragmentation);
                 w.jobs = sc.jobs.or(w.jobs);
+                if sc.mix.is_some() {
+                    w.mix = sc.mix.clone();
+                }
                 (sc.name.clone(), w)
             })
             .collect()

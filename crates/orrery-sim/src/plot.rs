@@ -97,6 +97,21 @@ pub enum Figure {
         /// (name, (x, y) points); non-positive values are dropped.
         series: Vec<(String, Vec<(f64, f64)>)>,
     },
+    /// A grid of values with a colour scale and the value in each cell.
+    Heatmap {
+        /// Title.
+        title: String,
+        /// x-axis label.
+        x_label: String,
+        /// y-axis label.
+        y_label: String,
+        /// Column labels.
+        xs: Vec<String>,
+        /// Row labels, bottom to top.
+        ys: Vec<String>,
+        /// `values[row][column]`; `None` leaves the cell blank.
+        values: Vec<Vec<Option<f64>>>,
+    },
     /// Stacked per-job rates on one link over a time window.
     Stacked {
         /// Title.
@@ -174,6 +189,9 @@ impl Figure {
             Figure::Cdf { title, x_label, series } => cdf(root, title, x_label, series),
             Figure::Lines { title, y_label, series } => lines(root, title, y_label, series),
             Figure::LogLog { title, x_label, y_label, series } => log_log(root, title, x_label, y_label, series),
+            Figure::Heatmap { title, x_label, y_label, xs, ys, values } => {
+                heatmap(root, title, x_label, y_label, xs, ys, values)
+            }
             Figure::Stacked { title, capacity, names, steps } => stacked(root, title, *capacity, names, steps),
             Figure::Circles { title, panels } => circles(root, title, panels),
             Figure::Gantt { title, panels } => gantt(root, title, panels),
@@ -279,6 +297,64 @@ fn lines<DB: DrawingBackend>(
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
     }
     legend(&mut chart, SeriesLabelPosition::LowerRight)
+}
+
+/// Cells coloured from white (the smallest value) to dark blue (the
+/// largest), each labelled with its value.
+fn heatmap<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    xs: &[String],
+    ys: &[String],
+    values: &[Vec<Option<f64>>],
+) -> DrawResult {
+    let all: Vec<f64> = values.iter().flatten().flatten().copied().filter(|v| v.is_finite()).collect();
+    if all.is_empty() || xs.is_empty() || ys.is_empty() {
+        return no_data(root, title);
+    }
+    let lo = all.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = all.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let (nx, ny) = (xs.len(), ys.len());
+    let mut chart = frame(root, title)
+        .build_cartesian_2d((0..nx - 1).into_segmented(), (0..ny - 1).into_segmented())
+        .map_err(err)?;
+    let label = |labels: &[String], v: &SegmentValue<usize>| match v {
+        SegmentValue::CenterOf(i) | SegmentValue::Exact(i) => labels.get(*i).cloned().unwrap_or_default(),
+        SegmentValue::Last => String::new(),
+    };
+    chart
+        .configure_mesh()
+        .disable_mesh()
+        .x_desc(x_label)
+        .y_desc(y_label)
+        .x_labels(nx)
+        .y_labels(ny)
+        .x_label_formatter(&|v| label(xs, v))
+        .y_label_formatter(&|v| label(ys, v))
+        .label_style((FONT, 13))
+        .draw()
+        .map_err(err)?;
+    for (row, cells) in values.iter().enumerate() {
+        for (col, v) in cells.iter().enumerate() {
+            let Some(v) = v.filter(|v| v.is_finite()) else { continue };
+            let t = if hi > lo { (v - lo) / (hi - lo) } else { 0.5 };
+            let shade = |light: f64, dark: f64| (light + (dark - light) * t).round() as u8;
+            let fill = RGBColor(shade(247.0, 8.0), shade(251.0, 48.0), shade(255.0, 107.0));
+            let cell = [
+                (SegmentValue::Exact(col), SegmentValue::Exact(row)),
+                (SegmentValue::Exact(col + 1), SegmentValue::Exact(row + 1)),
+            ];
+            chart.draw_series(std::iter::once(Rectangle::new(cell, fill.filled()))).map_err(err)?;
+            let ink = if t > 0.5 { WHITE } else { BLACK };
+            let at = (SegmentValue::CenterOf(col), SegmentValue::CenterOf(row));
+            chart
+                .draw_series(std::iter::once(Text::new(format!("{v:.2}"), at, (FONT, 15).into_font().color(&ink))))
+                .map_err(err)?;
+        }
+    }
+    Ok(())
 }
 
 /// Points joined by lines, both axes logarithmic.

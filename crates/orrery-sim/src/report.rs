@@ -227,6 +227,7 @@ pub fn figures(summary: &Summary, dir: &Path) -> Result<Vec<(String, String, Str
             out.push((stem.clone(), caption, fig.save(dir, &stem)?));
         }
     }
+    out.extend(gain_figures(summary, dir)?);
     let gantt = Figure::Gantt {
         title: format!("{}: jobs over time (light: waiting, dark: running)", summary.experiment),
         panels: first_seed
@@ -248,6 +249,98 @@ pub fn figures(summary: &Summary, dir: &Path) -> Result<Vec<(String, String, Str
             .collect(),
     };
     out.push(("gantt".into(), "Job Gantt per run (first seed).".into(), gantt.save(dir, "gantt")?));
+    Ok(out)
+}
+
+/// Figures of the gain over the baseline (its mean iteration time over the
+/// policy's): with five or more seeds, its CDF over seeds per scenario and
+/// policy (FORESIGHT Fig. 6, one seed = one placement); when scenario names
+/// form a grid `a=x,b=y`, one heatmap per policy (FORESIGHT Fig. 7).
+fn gain_figures(summary: &Summary, dir: &Path) -> Result<Vec<(String, String, String)>, String> {
+    let mut out = Vec::new();
+    let base = &summary.baseline;
+    let mut per_seed: Vec<(String, Vec<f64>)> = Vec::new();
+    for r in summary.runs.iter().filter(|r| &r.policy != base) {
+        let Some(b) = summary.runs.iter().find(|b| &b.policy == base && b.scenario == r.scenario && b.seed == r.seed)
+        else {
+            continue;
+        };
+        let name = format!("{} {}", r.scenario, r.policy);
+        let gain = b.metrics.avg_iter_s / r.metrics.avg_iter_s;
+        match per_seed.iter_mut().find(|s| s.0 == name) {
+            Some(s) => s.1.push(gain),
+            None => per_seed.push((name, vec![gain])),
+        }
+    }
+    if per_seed.iter().any(|s| s.1.len() >= 5) {
+        let fig = Figure::Cdf {
+            title: format!("{}: gain over {base} per placement", summary.experiment),
+            x_label: format!("{base} mean iteration / policy's (log scale)"),
+            series: per_seed,
+        };
+        let caption =
+            format!("CDF over seeds (placements) of the gain in mean iteration time over {base} (FORESIGHT Fig. 6).");
+        out.push(("gain_cdf".into(), caption, fig.save(dir, "gain_cdf")?));
+    }
+    // A grid: every scenario named `a=x,b=y` with the same two keys.
+    let cells: Vec<Option<(&str, &str, &str, &str)>> = summary
+        .comparison
+        .iter()
+        .map(|c| {
+            let (a, b) = c.scenario.split_once(',')?;
+            let (ka, va) = a.split_once('=')?;
+            let (kb, vb) = b.split_once('=')?;
+            Some((ka, va, kb, vb))
+        })
+        .collect();
+    let Some(Some((ka, _, kb, _))) = cells.first().copied() else { return Ok(out) };
+    if cells.iter().any(|c| !matches!(c, Some((a, _, b, _)) if *a == ka && *b == kb)) {
+        return Ok(out);
+    }
+    let axis = |pick: fn(&(&str, &str, &str, &str)) -> String| {
+        let mut v: Vec<String> = cells.iter().flatten().map(pick).collect();
+        v.sort_by(|a, b| match (a.parse::<f64>(), b.parse::<f64>()) {
+            (Ok(x), Ok(y)) => x.total_cmp(&y),
+            _ => a.cmp(b),
+        });
+        v.dedup();
+        v
+    };
+    let xs = axis(|c| c.1.to_string());
+    let ys = axis(|c| c.3.to_string());
+    if xs.len() < 2 || ys.len() < 2 {
+        return Ok(out);
+    }
+    let mut policies: Vec<&str> = Vec::new();
+    for c in summary.comparison.iter().filter(|c| &c.policy != base) {
+        if !policies.contains(&c.policy.as_str()) {
+            policies.push(&c.policy);
+        }
+    }
+    for (i, p) in policies.iter().enumerate() {
+        let mut values = vec![vec![None; xs.len()]; ys.len()];
+        for (c, cell) in summary.comparison.iter().zip(&cells) {
+            let Some((_, vx, _, vy)) = cell else { continue };
+            if c.policy != *p {
+                continue;
+            }
+            let (Some(x), Some(y)) = (xs.iter().position(|v| v == vx), ys.iter().position(|v| v == vy)) else {
+                continue;
+            };
+            values[y][x] = Some(c.gain_avg_iter);
+        }
+        let stem = format!("heatmap_{i}");
+        let fig = Figure::Heatmap {
+            title: format!("{}: {p} gain over {base}", summary.experiment),
+            x_label: ka.to_string(),
+            y_label: kb.to_string(),
+            xs: xs.clone(),
+            ys: ys.clone(),
+            values,
+        };
+        let caption = format!("{p}: mean iteration time of {base} over {p}'s, per {ka} and {kb} (FORESIGHT Fig. 7).");
+        out.push((stem.clone(), caption, fig.save(dir, &stem)?));
+    }
     Ok(out)
 }
 
