@@ -30,8 +30,11 @@ pub struct Args {
     #[arg(long, required_unless_present = "submit")]
     id: Option<u32>,
     /// File of `id address` lines, one per agent (`#` starts a comment).
-    #[arg(long, required_unless_present = "submit")]
+    #[arg(long, required_unless_present_any = ["submit", "peer"])]
     peers: Option<PathBuf>,
+    /// A peer as `ID=IP:PORT` (repeatable; adds to --peers, including this node).
+    #[arg(long, value_name = "ID=ADDR")]
+    peer: Vec<String>,
     /// Topology whose hosts give the nodes' GPUs, CPUs, memory and links.
     #[arg(long, default_value = "leaf-spine")]
     topology: String,
@@ -128,6 +131,14 @@ pub fn read_peers(path: &Path) -> Result<BTreeMap<u32, SocketAddr>> {
     Ok(peers)
 }
 
+/// Parses `--peer ID=IP:PORT`.
+fn parse_peer(s: &str) -> Result<(u32, SocketAddr)> {
+    let (id, addr) = s.split_once('=').ok_or_else(|| anyhow!("--peer {s:?}: expected ID=IP:PORT"))?;
+    let id = id.parse().map_err(|_| anyhow!("--peer {s:?}: id: expected a non-negative integer"))?;
+    let addr = addr.parse().map_err(|_| anyhow!("--peer {s:?}: address: expected IP:PORT"))?;
+    Ok((id, addr))
+}
+
 async fn submit(file: &Path, to: SocketAddr) -> Result<()> {
     let text = std::fs::read_to_string(file).with_context(|| format!("{}", file.display()))?;
     let sock = UdpSocket::bind("127.0.0.1:0").await?;
@@ -141,7 +152,14 @@ async fn submit(file: &Path, to: SocketAddr) -> Result<()> {
 
 async fn serve(args: &Args) -> Result<()> {
     let id = args.id.ok_or_else(|| anyhow!("--id is required"))?;
-    let peers = read_peers(args.peers.as_deref().ok_or_else(|| anyhow!("--peers is required"))?)?;
+    let mut peers = match &args.peers {
+        Some(file) => read_peers(file)?,
+        None => BTreeMap::new(),
+    };
+    for p in &args.peer {
+        let (id, addr) = parse_peer(p)?;
+        peers.insert(id, addr);
+    }
     let &own = peers.get(&id).ok_or_else(|| anyhow!("--id {id} is not in the peers file"))?;
     let topo = orrery_model::setups::by_name(&args.topology)
         .ok_or_else(|| anyhow!("--topology: unknown {:?}", args.topology))?;
@@ -245,4 +263,25 @@ fn write_state(args: &Args, agent: &Agent, total: Demand, sent: (u64, u64, usize
     std::fs::write(&tmp, serde_json::to_vec_pretty(&state)?).with_context(|| format!("{}", tmp.display()))?;
     std::fs::rename(&tmp, path).with_context(|| format!("{}", path.display()))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn peers_file_errors_name_the_line() {
+        let dir = std::env::temp_dir().join(format!("orrery-peers-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let f = dir.join("peers.txt");
+        std::fs::write(&f, "# agents\n0 127.0.0.1:7000\n1 localhost\n").expect("write");
+        let e = read_peers(&f).expect_err("bad address").to_string();
+        assert!(e.ends_with("peers.txt:3: address: expected IP:PORT, found \"localhost\""), "{e}");
+        std::fs::write(&f, "0 127.0.0.1:7000\n0 127.0.0.1:7001\n").expect("write");
+        assert!(read_peers(&f).expect_err("duplicate").to_string().contains(":2: id 0 is listed twice"));
+        std::fs::write(&f, "0 127.0.0.1:7000  # me\n\n1 127.0.0.1:7001\n").expect("write");
+        assert_eq!(read_peers(&f).expect("valid").len(), 2);
+        assert_eq!(parse_peer("3=127.0.0.1:9").expect("valid").0, 3);
+        assert!(parse_peer("x=1").is_err());
+    }
 }
