@@ -31,11 +31,18 @@ pub struct Args {
     /// Print the calibration table: measured values from data/ next to the zoo's.
     #[arg(long)]
     calibration: bool,
+    /// Print Castor's iteration-time model (Eqs. 1-3) fitted to Pollux's
+    /// measured placements, with the fit error per model.
+    #[arg(long)]
+    iteration_model: bool,
 }
 
 pub fn run(a: &Args) -> anyhow::Result<()> {
     if a.calibration {
         return print_calibration(a.json);
+    }
+    if a.iteration_model {
+        return print_iteration_model(a.json);
     }
     let gpu = gpu_type(&a.gpu).with_context(|| {
         format!(
@@ -135,6 +142,46 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
 
 fn f64_of(v: &serde_json::Value) -> f64 {
     v.as_f64().unwrap_or(f64::NAN)
+}
+
+fn print_iteration_model(json: bool) -> anyhow::Result<()> {
+    let fits = orrery_trace::itermodel::fitted();
+    if json {
+        let v: Vec<serde_json::Value> = fits
+            .iter()
+            .map(|(app, r)| match r {
+                Ok((m, e)) => serde_json::json!({ "app": app, "model": m, "error": e }),
+                Err(err) => serde_json::json!({ "app": app, "error": err }),
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    println!("Castor Eqs. 1-3 fitted to data/profiles/pollux/<app>/placements.csv (times in ms)");
+    println!(
+        "{:<12} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9} {:>6} {:>5} {:>8} {:>8}",
+        "app", "a_comp", "b_comp", "a_local", "b_local", "a_net", "b_net", "delta", "rows", "rms err", "max err"
+    );
+    for (app, r) in &fits {
+        match r {
+            Ok((m, e)) => println!(
+                "{:<12} {:>8.2} {:>9.4} {:>9.2} {:>9.2} {:>9.2} {:>9.2} {:>6.2} {:>5} {:>7.1}% {:>7.1}%",
+                app,
+                m.alpha_comp * 1e3,
+                m.beta_comp * 1e3,
+                m.alpha_comm_local * 1e3,
+                m.beta_comm_local * 1e3,
+                m.alpha_comm_net * 1e3,
+                m.beta_comm_net * 1e3,
+                m.delta,
+                e.rows,
+                100.0 * e.rms_rel,
+                100.0 * e.max_rel
+            ),
+            Err(err) => println!("{app:<12} no fit: {err}"),
+        }
+    }
+    Ok(())
 }
 
 fn print_calibration(json: bool) -> anyhow::Result<()> {
