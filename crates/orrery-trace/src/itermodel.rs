@@ -181,8 +181,11 @@ pub const POLLUX_PLACEMENTS: [(&str, &str); 6] = [
     ("yolov3", include_str!("../../../data/profiles/pollux/yolov3/placements.csv")),
 ];
 
+/// A fitted model and its error, or why it could not be fitted.
+pub type Fit = Result<(IterModel, FitError), String>;
+
 /// Eqs. 1-3 fitted to each bundled Pollux application.
-pub fn fitted() -> Vec<(&'static str, Result<(IterModel, FitError), String>)> {
+pub fn fitted() -> Vec<(&'static str, Fit)> {
     POLLUX_PLACEMENTS
         .iter()
         .map(|&(app, text)| {
