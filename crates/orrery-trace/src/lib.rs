@@ -15,6 +15,7 @@ pub mod diag;
 pub mod formats;
 pub mod generate;
 pub mod inspect;
+pub mod interference;
 pub mod itermodel;
 pub mod machines;
 pub mod mapping;

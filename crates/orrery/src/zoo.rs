@@ -35,6 +35,13 @@ pub struct Args {
     /// measured placements, with the fit error per model.
     #[arg(long)]
     iteration_model: bool,
+    /// Train and evaluate the interference-ratio predictor (Castor §6.1) on
+    /// Gavel's bundled throughputs, and on Lucid's colocate_info.csv if given.
+    #[arg(long)]
+    interference: bool,
+    /// With --interference: Lucid's `lucid_colocate_info.csv` (S-Lab licence, not bundled).
+    #[arg(long, requires = "interference", value_name = "CSV")]
+    lucid: Option<std::path::PathBuf>,
 }
 
 pub fn run(a: &Args) -> anyhow::Result<()> {
@@ -43,6 +50,9 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
     }
     if a.iteration_model {
         return print_iteration_model(a.json);
+    }
+    if a.interference {
+        return print_interference(a.lucid.as_deref());
     }
     let gpu = gpu_type(&a.gpu).with_context(|| {
         format!(
@@ -142,6 +152,39 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
 
 fn f64_of(v: &serde_json::Value) -> f64 {
     v.as_f64().unwrap_or(f64::NAN)
+}
+
+fn print_interference(lucid: Option<&std::path::Path>) -> anyhow::Result<()> {
+    use orrery_trace::interference::{GAVEL_THROUGHPUTS, evaluate, gavel_samples, lucid_samples};
+    let mut sets = vec![("gavel", gavel_samples(GAVEL_THROUGHPUTS).map_err(anyhow::Error::msg)?)];
+    if let Some(p) = lucid {
+        let text = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+        let parsed = lucid_samples(&p.display().to_string(), &text);
+        if let Some(e) = parsed.errors.first() {
+            anyhow::bail!("{e} ({} bad rows in all)", parsed.errors.len());
+        }
+        sets.push(("lucid", parsed.items));
+    }
+    println!("interference ratio predictor: boosted trees (smartcore XGRegressor), 80/20 split by job pair, seed 1");
+    println!(
+        "{:<7} {:>6} {:>6} {:>7} {:>11} {:>6} {:>15} {:>18}",
+        "data", "train", "test", "RMSE", "RMSE(mean)", "pairs", "decision flips", "benefit deviation"
+    );
+    for (name, samples) in &sets {
+        let e = evaluate(samples, 1).map_err(anyhow::Error::msg)?;
+        println!(
+            "{:<7} {:>6} {:>6} {:>7.3} {:>11.3} {:>6} {:>14.1}% {:>17.1}%",
+            name,
+            e.train,
+            e.test,
+            e.rmse,
+            e.rmse_mean,
+            e.pairs,
+            100.0 * e.decision_flips,
+            100.0 * e.benefit_deviation
+        );
+    }
+    Ok(())
 }
 
 fn print_iteration_model(json: bool) -> anyhow::Result<()> {
