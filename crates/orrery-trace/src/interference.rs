@@ -120,7 +120,7 @@ pub fn lucid_samples(file: &str, text: &str) -> Parsed<Sample> {
             let amp = row.non_negative(base + 4)?;
             let speed = row.non_negative(base + 5)?;
             if speed <= 0.0 {
-                return Err(row.at.field(&header[base + 5], "a positive normalised speed", speed));
+                return Err(row.at.field(header[base + 5], "a positive normalised speed", speed));
             }
             let name = format!("{model}/{dataset}/{gpus}/{batch}/{amp}");
             Ok((name, vec![codes.of(&model), codes.of(&dataset), gpus, batch, amp], 1.0 / speed))
