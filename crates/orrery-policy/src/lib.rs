@@ -10,6 +10,7 @@
 
 pub mod baseline;
 pub mod cassini;
+pub mod castor;
 pub mod compose;
 pub mod foresight;
 pub mod metronome;
