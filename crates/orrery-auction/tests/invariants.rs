@@ -88,7 +88,7 @@ fn assert_nothing_assigned_twice(net: &SimNet, map: &ClusterMap, initial: &[Reso
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(24))]
+    #![proptest_config(ProptestConfig::with_cases(64))]
 
     /// Loss, duplication and reordering with re-sending: connected nodes all
     /// reach the same verdict for every job, and nothing is assigned twice.
@@ -161,11 +161,15 @@ proptest! {
         // Equal bids from different nodes are broken by time stamp in the
         // auction and by node id in the greedy; compare only without ties.
         let tie = has_tie(&res, &map, &usage, &j, &policy);
-        match (&verdict, &central) {
-            (Some(Verdict::Placed(p)), Ok((c, _))) if !tie => prop_assert_eq!(p, c),
-            (Some(Verdict::Placed(_)), Ok(_)) => {}
-            (Some(Verdict::Failed(_)), Err(_)) => {}
-            other => prop_assert!(false, "auction and greedy differ: {:?}", other),
+        // With ties, either may pick other nodes of equal value, and one
+        // choice may fit the links where the other does not.
+        prop_assert!(verdict.is_some(), "nodes disagree: {:?}", r.verdicts);
+        if !tie {
+            match (&verdict, &central) {
+                (Some(Verdict::Placed(p)), Ok((c, _))) => prop_assert_eq!(p, c),
+                (Some(Verdict::Failed(_)), Err(_)) => {}
+                other => prop_assert!(false, "auction and greedy differ: {:?}", other),
+            }
         }
         let d = diameter(&adj).expect("overlay is connected");
         let bound = usize::from(workers) * n * d;
