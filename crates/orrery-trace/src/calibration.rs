@@ -66,17 +66,11 @@ impl Point {
     }
 }
 
-const GAVEL_JSON: &str = include_str!("../../../data/profiles/gavel_simulation_throughputs.json");
+const GAVEL_JSON: &str = crate::interference::GAVEL_THROUGHPUTS;
 const MURI_CSV: &str = include_str!("../../../data/philly/muri_trace1.csv");
 const TIRESIAS_TENSORS: &str = include_str!("../../../data/profiles/tiresias_model_tensors.csv");
-const POLLUX: &[(&str, &str)] = &[
-    ("bert", include_str!("../../../data/profiles/pollux/bert/placements.csv")),
-    ("cifar10", include_str!("../../../data/profiles/pollux/cifar10/placements.csv")),
-    ("deepspeech2", include_str!("../../../data/profiles/pollux/deepspeech2/placements.csv")),
-    ("imagenet", include_str!("../../../data/profiles/pollux/imagenet/placements.csv")),
-    ("ncf", include_str!("../../../data/profiles/pollux/ncf/placements.csv")),
-    ("yolov3", include_str!("../../../data/profiles/pollux/yolov3/placements.csv")),
-];
+/// Pollux's measured placements (shared with Castor's fits).
+const POLLUX: &[(&str, &str)] = &crate::itermodel::POLLUX_PLACEMENTS;
 
 /// The whole calibration table.
 pub fn table() -> Vec<Point> {
