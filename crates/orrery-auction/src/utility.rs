@@ -235,8 +235,11 @@ pub enum Utility {
     /// Tiresias: `W_j·t_j`, the same on every node, as `1/(1 + W·t/3600 s)`
     /// (shorter jobs bid higher; the node is chosen by `f_net` and ties).
     Tiresias,
-    /// DRF: `−max_r (u_r + ϱ_r)/ρ_r` with `u_r` what the node has allocated,
-    /// as `1 − max_r (u_r + ϱ_r)/ρ_r`.
+    /// DRF: `−max_r (u_r + ϱ_r)/ρ_r` with `u_r` the user's allocation, as
+    /// `1 − max_r (u_r + ϱ_r)/ρ_r`. The traces name no users, so the job is
+    /// the user, and a node knows only the components it offers the job
+    /// itself: `u_r` counts those. (Taking `u_r` as everything the node has
+    /// allocated would make DRF identical to YARN.)
     Drf,
     /// Themis: `T_sh/T_ind`, the slowdown from sharing the node, taken as
     /// `1 + u_GPU/ρ_GPU` and bid as its inverse `T_ind/T_sh`.
@@ -267,8 +270,8 @@ impl Utility {
     }
 
     /// `f_comp ∈ [0, 1]` for placing one more component of demand `d` on a
-    /// node with resources `r`.
-    pub fn compute_fraction(self, r: &Resources, d: &Demand, job: &JobRequest) -> f64 {
+    /// node with resources `r` that already offers the job `own` components.
+    pub fn compute_fraction(self, r: &Resources, d: &Demand, job: &JobRequest, own: f64) -> f64 {
         let dims = [
             (r.total.gpus, r.free.gpus, d.gpus),
             (r.total.cpus, r.free.cpus, d.cpus),
@@ -290,7 +293,7 @@ impl Utility {
             }
             Utility::Tiresias => 1.0 / (1.0 + job.weight.max(0.0) * job.runtime_s.max(0.0) / 3600.0),
             Utility::Drf => {
-                1.0 - present.map(|&(cap, free, dem)| (cap - free + dem) / cap).fold(f64::NEG_INFINITY, f64::max)
+                1.0 - present.map(|&(cap, _, dem)| (own + 1.0) * dem / cap).fold(f64::NEG_INFINITY, f64::max)
             }
             Utility::Themis => 1.0 / (1.0 + (r.total.gpus - r.free.gpus).max(0.0) / gpu_cap),
         };
@@ -368,7 +371,7 @@ pub fn slot_value(ctx: &NodeContext<'_>, job: &JobRequest, role: usize, k: usize
     if !ctx.resources.fits(&demand) || streams * job.gbps > ctx.usage.nic_residual(ctx.map, ctx.node as usize) + 1e-9 {
         return None;
     }
-    let f_comp = policy.utility.compute_fraction(&ctx.resources, &demand, job);
+    let f_comp = policy.utility.compute_fraction(&ctx.resources, &demand, job, (k - 1) as f64);
     let f_net = network_fraction(ctx, streams * job.peak_gbps.max(job.gbps));
     let u = policy.alpha * f_comp + (1.0 - policy.alpha) * f_net; // Eq. 10
     Some(u - policy.delta * (k - 1) as f64) // Eq. 11
@@ -421,20 +424,22 @@ mod tests {
         let d = j.worker;
         // 6 of 8 GPUs free, all CPUs and memory free.
         let r = node(6.0);
-        assert!((Utility::Sgf.compute_fraction(&r, &d, &j) - (1.0 - 5.0 / 8.0)).abs() < 1e-12);
-        assert!((Utility::Lgf.compute_fraction(&r, &d, &j) - 5.0 / 8.0).abs() < 1e-12);
+        assert!((Utility::Sgf.compute_fraction(&r, &d, &j, 0.0) - (1.0 - 5.0 / 8.0)).abs() < 1e-12);
+        assert!((Utility::Lgf.compute_fraction(&r, &d, &j, 0.0) - 5.0 / 8.0).abs() < 1e-12);
         // YARN: min(5/8, 92/96, 496/512) = 5/8.
-        assert!((Utility::Yarn.compute_fraction(&r, &d, &j) - 5.0 / 8.0).abs() < 1e-12);
+        assert!((Utility::Yarn.compute_fraction(&r, &d, &j, 0.0) - 5.0 / 8.0).abs() < 1e-12);
         // Tetris: (6/8·1/8 + 1·4/96 + 1·16/512) / (1/8 + 4/96 + 16/512).
         let w = [1.0 / 8.0, 4.0 / 96.0, 16.0 / 512.0];
         let tetris = (0.75 * w[0] + w[1] + w[2]) / (w[0] + w[1] + w[2]);
-        assert!((Utility::Tetris.compute_fraction(&r, &d, &j) - tetris).abs() < 1e-12);
-        // DRF: 1 − max(3/8, 4/96, 16/512) = 5/8.
-        assert!((Utility::Drf.compute_fraction(&r, &d, &j) - 5.0 / 8.0).abs() < 1e-12);
+        assert!((Utility::Tetris.compute_fraction(&r, &d, &j, 0.0) - tetris).abs() < 1e-12);
+        // DRF, the job as the user: its first component's dominant share is
+        // max(1/8, 4/96, 16/512) = 1/8; with two already here, 3/8.
+        assert!((Utility::Drf.compute_fraction(&r, &d, &j, 0.0) - 7.0 / 8.0).abs() < 1e-12);
+        assert!((Utility::Drf.compute_fraction(&r, &d, &j, 2.0) - 5.0 / 8.0).abs() < 1e-12);
         // Themis: 2 of 8 GPUs busy → slowdown 1.25 → 0.8.
-        assert!((Utility::Themis.compute_fraction(&r, &d, &j) - 0.8).abs() < 1e-12);
+        assert!((Utility::Themis.compute_fraction(&r, &d, &j, 0.0) - 0.8).abs() < 1e-12);
         // Tiresias: W·t = 1 h → 1/2 on every node.
-        assert!((Utility::Tiresias.compute_fraction(&r, &d, &j) - 0.5).abs() < 1e-12);
+        assert!((Utility::Tiresias.compute_fraction(&r, &d, &j, 0.0) - 0.5).abs() < 1e-12);
     }
 
     #[test]
