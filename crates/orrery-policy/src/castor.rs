@@ -4,8 +4,8 @@
 //! of their completion times, the second job either starts together with the
 //! first or after it ends; a partial overlap is never better.
 //!
-//! Algorithms 1 (SJF-BSBF) and 2 (batch scaling) build on this and are not
-//! here yet (issue #6).
+//! Algorithm 2 (batch scaling) searches the new job's sub-batch on top of
+//! it; Algorithm 1 (SJF-BSBF) is not here yet (issue #6).
 
 /// Sum of completion times when job 2 starts `offset` after job 1 (both
 /// submitted at 0) and they share while both run. O(1).
@@ -41,6 +41,50 @@ pub fn pair_choice(t1: f64, t2: f64, xi1: f64, xi2: f64) -> (bool, f64) {
     if together < sequential { (true, together) } else { (false, sequential) }
 }
 
+/// Algorithm 2's answer: whether the new job should share, with which
+/// per-GPU sub-batch (its batch reached by gradient accumulation), and the
+/// pair's sum of completion times.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Scaling {
+    /// Share the GPUs (SF).
+    pub share: bool,
+    /// Sub-batch per GPU (b̄).
+    pub sub_batch: u32,
+    /// Sum of the pair's completion times, s (t̄).
+    pub jct_sum: f64,
+}
+
+/// Algorithm 2 (Batch Size Scaling with Best Sharing Benefit): for the new
+/// job's sub-batch `b = B, B/2, …, 1`, Theorem 1 decides between sharing and
+/// running back to back, and the best pair sum wins (ties to the larger
+/// sub-batch). `run_left_s` is the running job's remaining time alone;
+/// `new_time_s(b)` the new job's time alone at sub-batch `b` (None when `b`
+/// does not fit the GPU memory left beside the running job); `xi(b)` the
+/// pair's interference ratios (running, new). The running job's batch is
+/// not changed. O(log B) calls.
+pub fn batch_scaling(
+    batch: u32,
+    run_left_s: f64,
+    new_time_s: impl Fn(u32) -> Option<f64>,
+    xi: impl Fn(u32) -> (f64, f64),
+) -> Option<Scaling> {
+    let mut best: Option<Scaling> = None;
+    let mut b = batch.max(1);
+    loop {
+        if let Some(t_new) = new_time_s(b) {
+            let (xi_run, xi_new) = xi(b);
+            let (share, sum) = pair_choice(run_left_s, t_new, xi_run, xi_new);
+            if best.is_none_or(|x| sum < x.jct_sum) {
+                best = Some(Scaling { share, sub_batch: b, jct_sum: sum });
+            }
+        }
+        if b == 1 {
+            return best;
+        }
+        b /= 2;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -57,6 +101,27 @@ mod tests {
         assert_eq!(pair_choice(1.0, 2.0, 2.0, 2.0), (false, 4.0));
         // Starting job 2 after job 1 is the sequential schedule.
         assert_eq!(pair_jct_sum(1.0, 2.0, 2.0, 2.0, 1.0), 4.0);
+    }
+
+    #[test]
+    fn batch_scaling_trades_memory_for_accumulation() {
+        // The new job's batch 64 does not fit beside the running job; 32 and
+        // below do, each halving costing 10% more time alone (accumulation).
+        let new_time = |b: u32| (b <= 32).then(|| 100.0 * (1.0 + 0.1 * (64.0 / f64::from(b)).log2()));
+        // Light interference: sharing pays, at the largest sub-batch that fits.
+        let s = batch_scaling(64, 200.0, new_time, |_| (1.2, 1.2)).expect("some batch fits");
+        assert_eq!((s.share, s.sub_batch), (true, 32));
+        let t_new = 110.0;
+        assert!((s.jct_sum - pair_jct_sum(200.0, t_new, 1.2, 1.2, 0.0)).abs() < 1e-9);
+        // Heavy interference at large sub-batches only: a smaller one wins.
+        let xi = |b: u32| if b >= 16 { (2.0, 2.0) } else { (1.05, 1.05) };
+        let s = batch_scaling(64, 200.0, new_time, xi).expect("fits");
+        assert_eq!((s.share, s.sub_batch), (true, 8));
+        // Time slicing everywhere: run back to back (SF false), full batch that fits.
+        let s = batch_scaling(64, 200.0, new_time, |_| (2.0, 2.0)).expect("fits");
+        assert_eq!((s.share, s.sub_batch), (false, 32));
+        // Nothing fits: no configuration.
+        assert_eq!(batch_scaling(64, 200.0, |_| None, |_| (1.0, 1.0)), None);
     }
 
     proptest! {

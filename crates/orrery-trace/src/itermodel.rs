@@ -171,6 +171,48 @@ pub fn fit(rows: &[Measured]) -> Result<(IterModel, FitError), String> {
     Ok((m, FitError { rows: n, rms_rel, max_rel }))
 }
 
+/// GPU memory of a job as a line in its per-GPU batch: weights, optimiser
+/// state and workspace, plus activations per sample (Castor §3.1.3: memory
+/// is what forces gradient accumulation).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct MemModel {
+    /// Memory at batch 0, MiB.
+    pub static_mib: f64,
+    /// MiB per sample.
+    pub per_sample_mib: f64,
+}
+
+impl MemModel {
+    /// Fits `(batch, MiB)` measurements by least squares (e.g. Lucid's
+    /// `single_data.csv`: `batchsize`, `gmem`, one model and AMP setting).
+    pub fn fit(points: &[(f64, f64)]) -> Option<MemModel> {
+        let (a, b) = line(points.iter().copied())?;
+        Some(MemModel { static_mib: a.max(0.0), per_sample_mib: b.max(0.0) })
+    }
+
+    /// Memory at per-GPU (sub-)batch `b`, MiB.
+    pub fn mib(&self, b: f64) -> f64 {
+        self.static_mib + self.per_sample_mib * b
+    }
+
+    /// The largest power-of-two sub-batch of `batch` (`batch / 2^k`) that fits
+    /// in `free_mib`, with its accumulation step; None if not even 1 fits.
+    pub fn fitting_sub_batch(&self, batch: u32, free_mib: f64) -> Option<(u32, u32)> {
+        let mut steps = 1u32;
+        let mut b = batch.max(1);
+        loop {
+            if self.mib(f64::from(b)) <= free_mib {
+                return Some((b, steps));
+            }
+            if b == 1 {
+                return None;
+            }
+            b = b.div_ceil(2);
+            steps *= 2;
+        }
+    }
+}
+
 /// Pollux's measured placements, bundled: (application, CSV text).
 pub const POLLUX_PLACEMENTS: [(&str, &str); 6] = [
     ("bert", include_str!("../../../data/profiles/pollux/bert/placements.csv")),
@@ -257,6 +299,21 @@ mod tests {
             assert!(e.rows > 50, "{app}: {} rows", e.rows);
             assert!(e.rms_rel < 0.5, "{app}: relative RMS error {:.3}", e.rms_rel);
         }
+    }
+
+    #[test]
+    fn memory_line_from_lucid_measurements() {
+        // Lucid single_data.csv, ResNet50 on ImageNet without AMP: batch 32,
+        // 64, 128 → 5,518, 8,570, 13,326 MiB.
+        let m = MemModel::fit(&[(32.0, 5518.0), (64.0, 8570.0), (128.0, 13326.0)]).expect("fits");
+        // Least squares by hand: mean batch 74.67, mean 9,138 MiB, Sxy =
+        // 383,873, Sxx = 4,778.7, so 80.33 MiB per sample and 3,140 MiB at 0.
+        assert!((m.per_sample_mib - 80.33).abs() < 0.01 && (m.static_mib - 3140.0).abs() < 1.0, "{m:?}");
+        // A V100's 16 GiB beside a job holding 6 GiB leaves 10,240 MiB: batch
+        // 128 needs 13,422 MiB; 64 needs 8,281 and fits, in 2 accumulation steps.
+        assert_eq!(m.fitting_sub_batch(128, 10_240.0), Some((64, 2)));
+        assert_eq!(m.fitting_sub_batch(128, 20_000.0), Some((128, 1)));
+        assert_eq!(m.fitting_sub_batch(128, 1_000.0), None);
     }
 
     #[test]
