@@ -42,6 +42,8 @@ pub struct Plebiscito {
     bytes: u64,
     consensus_us: Vec<u64>,
     rounds_max: u32,
+    /// Each job's request, built once: its rates come from its shape.
+    requests: BTreeMap<JobId, JobRequest>,
 }
 
 impl Plebiscito {
@@ -62,6 +64,7 @@ impl Plebiscito {
             bytes: 0,
             consensus_us: Vec::new(),
             rounds_max: 0,
+            requests: BTreeMap::new(),
         }
     }
 
@@ -127,6 +130,16 @@ pub fn request(t: &Topology, id: JobId, spec: &JobSpec, isolated_s: f64) -> JobR
     }
 }
 
+impl Plebiscito {
+    /// The job's request, from the cache (a job's shape is derived once).
+    fn request(&mut self, view: &ClusterView<'_>, id: JobId, spec: &JobSpec) -> JobRequest {
+        self.requests
+            .entry(id)
+            .or_insert_with(|| request(view.topology, id, spec, crate::baseline::isolated_seconds(view, spec)))
+            .clone()
+    }
+}
+
 impl Policy for Plebiscito {
     fn name(&self) -> String {
         let aware = if self.policy.alpha < 1.0 { "" } else { ":unaware" };
@@ -153,7 +166,7 @@ impl Policy for Plebiscito {
             .collect();
         let mut usage = Usage::empty(&map);
         for r in &view.running {
-            let req = request(t, r.id, r.spec, 0.0);
+            let req = self.request(view, r.id, r.spec);
             let per = r.spec.gpus_per_worker.max(1);
             let mut workers: Vec<(u32, usize)> = Vec::new();
             for &(h, g) in r.hosts {
@@ -183,7 +196,7 @@ impl Policy for Plebiscito {
         let mut out = Vec::new();
         for q in todo {
             let first = self.seen.insert(q.id);
-            let req = request(t, q.id, q.spec, crate::baseline::isolated_seconds(view, q.spec));
+            let req = self.request(view, q.id, q.spec);
             // A component no node could ever hold would wait forever.
             if !res.iter().any(|r| Resources::new(r.total).fits(&req.worker)) {
                 self.seen.insert(q.id);
