@@ -317,8 +317,13 @@ fn heatmap<DB: DrawingBackend>(
     let lo = all.iter().copied().fold(f64::INFINITY, f64::min);
     let hi = all.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     let (nx, ny) = (xs.len(), ys.len());
+    // Room for the longest row label (about 8 px a character at 13 px).
+    let widest = ys.iter().map(|y| y.chars().count()).max().unwrap_or(0) as u32;
     let mut chart = frame(root, title)
-        .build_cartesian_2d((0..nx - 1).into_segmented(), (0..ny - 1).into_segmented())
+        .y_label_area_size(56.max(8 * widest + 24))
+        // A range 0..n-1 has n segments; a single row or column keeps one
+        // blank segment beside it rather than a zero-width axis.
+        .build_cartesian_2d((0..nx.max(2) - 1).into_segmented(), (0..ny.max(2) - 1).into_segmented())
         .map_err(err)?;
     let label = |labels: &[String], v: &SegmentValue<usize>| match v {
         SegmentValue::CenterOf(i) | SegmentValue::Exact(i) => labels.get(*i).cloned().unwrap_or_default(),

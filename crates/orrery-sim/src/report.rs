@@ -152,16 +152,18 @@ pub fn figures(summary: &Summary, dir: &Path) -> Result<Vec<(String, String, Str
         s
     };
     let first_seed: Vec<&Run> = summary.runs.iter().filter(|r| r.seed == summary.seed).collect();
+    // A CDF with more than 16 curves cannot be read: then only the first seed's.
+    let cdf_runs: Vec<&Run> = if summary.runs.len() > 16 { first_seed.clone() } else { summary.runs.iter().collect() };
     let jct = Figure::Cdf {
         title: format!("{}: job completion time", summary.experiment),
         x_label: "JCT (s, log scale)".into(),
-        series: summary.runs.iter().map(|r| (label(r), r.jobs.iter().filter_map(|j| j.jct_s).collect())).collect(),
+        series: cdf_runs.iter().map(|r| (label(r), r.jobs.iter().filter_map(|j| j.jct_s).collect())).collect(),
     };
     out.push(("jct_cdf".into(), "CDF of job completion times.".into(), jct.save(dir, "jct_cdf")?));
     let iters = Figure::Cdf {
         title: format!("{}: iteration time", summary.experiment),
         x_label: "iteration time (s, log scale)".into(),
-        series: summary.runs.iter().map(|r| (label(r), r.iteration_s.clone())).collect(),
+        series: cdf_runs.iter().map(|r| (label(r), r.iteration_s.clone())).collect(),
     };
     out.push((
         "iteration_cdf".into(),
@@ -282,6 +284,7 @@ fn gain_figures(summary: &Summary, dir: &Path) -> Result<Vec<(String, String, St
             format!("CDF over seeds (placements) of the gain in mean iteration time over {base} (FORESIGHT Fig. 6).");
         out.push(("gain_cdf".into(), caption, fig.save(dir, "gain_cdf")?));
     }
+    out.extend(variant_heatmap(summary, dir)?);
     // A grid: every scenario named `a=x,b=y` with the same two keys.
     let cells: Vec<Option<(&str, &str, &str, &str)>> = summary
         .comparison
@@ -342,6 +345,59 @@ fn gain_figures(summary: &Summary, dir: &Path) -> Result<Vec<(String, String, St
         out.push((stem.clone(), caption, fig.save(dir, &stem)?));
     }
     Ok(out)
+}
+
+/// When policies come in pairs `P` and `P:variant` (Plebiscito's
+/// `plebiscito:lgf` and `plebiscito:lgf:unaware`), a heatmap of each `P`'s
+/// gain in mean JCT over its variant per scenario (Plebiscito Fig. 3).
+fn variant_heatmap(summary: &Summary, dir: &Path) -> Result<Vec<(String, String, String)>, String> {
+    let mut policies: Vec<&str> = Vec::new();
+    let mut scenarios: Vec<&str> = Vec::new();
+    for c in &summary.comparison {
+        if !policies.contains(&c.policy.as_str()) {
+            policies.push(&c.policy);
+        }
+        if !scenarios.contains(&c.scenario.as_str()) {
+            scenarios.push(&c.scenario);
+        }
+    }
+    // The most common suffix `s` with both `P` and `P:s` present.
+    let mut suffixes: Vec<(&str, usize)> = Vec::new();
+    for q in &policies {
+        for p in &policies {
+            if let Some(s) = q.strip_prefix(p).and_then(|r| r.strip_prefix(':')) {
+                match suffixes.iter_mut().find(|x| x.0 == s) {
+                    Some(x) => x.1 += 1,
+                    None => suffixes.push((s, 1)),
+                }
+            }
+        }
+    }
+    let Some(&(suffix, _)) = suffixes.iter().max_by_key(|x| x.1) else { return Ok(Vec::new()) };
+    let bases: Vec<&str> =
+        policies.iter().copied().filter(|p| policies.contains(&format!("{p}:{suffix}").as_str())).collect();
+    let jct =
+        |p: &str, sc: &str| summary.comparison.iter().find(|c| c.policy == p && c.scenario == sc).map(|c| c.avg_jct_s);
+    let values: Vec<Vec<Option<f64>>> = bases
+        .iter()
+        .map(|p| {
+            scenarios
+                .iter()
+                .map(|sc| Some(jct(&format!("{p}:{suffix}"), sc)? / jct(p, sc)?).filter(|v| v.is_finite()))
+                .collect()
+        })
+        .collect();
+    let fig = Figure::Heatmap {
+        title: format!("{}: mean JCT of P:{suffix} over P's", summary.experiment),
+        x_label: "scenario".into(),
+        y_label: bases.first().and_then(|b| b.split_once(':')).map_or("P".into(), |x| format!("P = {}:…", x.0)),
+        xs: scenarios.iter().map(|s| s.to_string()).collect(),
+        ys: bases.iter().map(|s| s.split_once(':').map_or(*s, |x| x.1).to_string()).collect(),
+        values,
+    };
+    let caption =
+        format!("Mean JCT of each policy's `{suffix}` variant over the policy's own (> 1: the policy is faster).");
+    Ok(vec![("variant_gain".into(), caption, fig.save(dir, "variant_gain")?)])
 }
 
 fn esc(s: &str) -> String {

@@ -252,4 +252,6 @@ fn plebiscito_places_alibaba_shaped_jobs() {
         assert!(c["auctions"].as_f64().unwrap_or(0.0) >= 12.0);
         assert!(c["bytes_per_message"].as_f64().unwrap_or(1e9) < 600.0);
     }
+    // Policies in pairs P and P:unaware get a heatmap of P's gain.
+    assert!(std::fs::read(out.join("variant_gain.png")).expect("png").starts_with(b"\x89PNG"));
 }
