@@ -235,12 +235,7 @@ fn cdf<DB: DrawingBackend>(
             pts.push((x, (k + 1) as f64 / n));
         }
         pts.push((v[v.len() - 1], 1.0));
-        let c = color(i);
-        chart
-            .draw_series(LineSeries::new(pts, c.stroke_width(2)))
-            .map_err(err)?
-            .label(name.as_str())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
+        named_line(&mut chart, i, name, pts)?;
     }
     legend(&mut chart, SeriesLabelPosition::LowerRight)
 }
@@ -250,6 +245,22 @@ fn frame<'a, 'b, DB: DrawingBackend>(root: &'a DrawingArea<DB, Shift>, title: &s
     let mut b = ChartBuilder::on(root);
     b.caption(title, (FONT, 20)).margin(12).x_label_area_size(44).y_label_area_size(56);
     b
+}
+
+/// One named series as a 2-px line in the `i`-th colour, with its legend entry.
+fn named_line<'a, DB: DrawingBackend + 'a, CT: plotters::coord::CoordTranslate<From = (f64, f64)>>(
+    chart: &mut ChartContext<'a, DB, CT>,
+    i: usize,
+    name: &str,
+    points: Vec<(f64, f64)>,
+) -> DrawResult {
+    let c = color(i);
+    chart
+        .draw_series(LineSeries::new(points, c.stroke_width(2)))
+        .map_err(err)?
+        .label(name)
+        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
+    Ok(())
 }
 
 /// The series legend, boxed, at `position`.
@@ -283,18 +294,13 @@ fn lines<DB: DrawingBackend>(
     let mut chart = frame(root, title).build_cartesian_2d(0.0..t_max, 0.0..(y_max * 1.1).max(1e-9)).map_err(err)?;
     chart.configure_mesh().x_desc("time (s)").y_desc(y_label).label_style((FONT, 13)).draw().map_err(err)?;
     for (i, (name, points)) in series.iter().enumerate() {
-        let c = color(i);
         let mut step = Vec::with_capacity(points.len() * 2);
         for w in points.windows(2) {
             step.push(w[0]);
             step.push((w[1].0, w[0].1));
         }
         step.extend(points.last());
-        chart
-            .draw_series(LineSeries::new(step, c.stroke_width(2)))
-            .map_err(err)?
-            .label(name.as_str())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
+        named_line(&mut chart, i, name, step)?;
     }
     legend(&mut chart, SeriesLabelPosition::LowerRight)
 }
@@ -385,11 +391,7 @@ fn log_log<DB: DrawingBackend>(
         let c = color(i);
         let p: Vec<(f64, f64)> = points.iter().filter(ok).copied().collect();
         chart.draw_series(p.iter().map(|&q| Circle::new(q, 4, c.filled()))).map_err(err)?;
-        chart
-            .draw_series(LineSeries::new(p, c.stroke_width(2)))
-            .map_err(err)?
-            .label(name.as_str())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
+        named_line(&mut chart, i, name, p)?;
     }
     legend(&mut chart, SeriesLabelPosition::UpperLeft)
 }

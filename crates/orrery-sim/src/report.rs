@@ -400,6 +400,18 @@ fn variant_heatmap(summary: &Summary, dir: &Path) -> Result<Vec<(String, String,
     Ok(vec![("variant_gain".into(), caption, fig.save(dir, "variant_gain")?)])
 }
 
+/// HTML rows of a table of cells; the first row is the header.
+fn table_rows(h: &mut String, rows: &[Vec<String>]) {
+    for (k, row) in rows.iter().enumerate() {
+        let tag = if k == 0 { "th" } else { "td" };
+        h.push_str("<tr>");
+        for cell in row {
+            let _ = write!(h, "<{tag}>{}</{tag}>", esc(cell));
+        }
+        h.push_str("</tr>\n");
+    }
+}
+
 fn esc(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
 }
@@ -420,25 +432,11 @@ pub fn html(summary: &Summary, figures: &[(String, String, String)]) -> String {
         esc(&summary.baseline)
     );
     h.push_str("<h2>Comparison</h2>\n<table>\n");
-    for (k, row) in crate::experiment::comparison_table(&summary.comparison).iter().enumerate() {
-        let tag = if k == 0 { "th" } else { "td" };
-        h.push_str("<tr>");
-        for cell in row {
-            let _ = write!(h, "<{tag}>{}</{tag}>", esc(cell));
-        }
-        h.push_str("</tr>\n");
-    }
+    table_rows(&mut h, &crate::experiment::comparison_table(&summary.comparison));
     h.push_str("</table>\n<h2>Jobs</h2>\n<p>Mean iteration time per job (first seed), against its time alone on the same placement.</p>\n");
     for (scenario, rows) in crate::experiment::job_tables(summary) {
         let _ = writeln!(h, "<h3>{}</h3>\n<table>", esc(&scenario));
-        for (k, row) in rows.iter().enumerate() {
-            let tag = if k == 0 { "th" } else { "td" };
-            h.push_str("<tr>");
-            for cell in row {
-                let _ = write!(h, "<{tag}>{}</{tag}>", esc(cell));
-            }
-            h.push_str("</tr>\n");
-        }
+        table_rows(&mut h, &rows);
         h.push_str("</table>\n");
     }
     h.push_str("<h2>Runs</h2>\n<table><tr><th>scenario</th><th>policy</th><th>seed</th><th>finished</th><th>avg JCT</th><th>p99 JCT</th><th>avg queue</th><th>avg slowdown</th><th>GPU util</th><th>link util</th><th>Γ</th><th>excess (Gbit)</th><th>decision p99 (ms)</th><th>wall (s)</th></tr>\n");
