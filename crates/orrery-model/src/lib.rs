@@ -8,12 +8,15 @@
 //! * [`zoo`]: the models of the papers with public facts and calibrated costs,
 //!   turned into shapes for a GPU type, batch, placement and link rate;
 //! * [`job`]: job specifications as traces and generators produce them;
+//! * [`colocation`]: GPU sharing: interference ratios (spatial and
+//!   temporal), GPU memory per batch, gradient accumulation (Castor);
 //! * [`convergence`]: iterations to converge per total batch (Pollux's
 //!   profiles), the statistical efficiency of elastic jobs.
 //!
 //! Architecture invariant: this crate does no I/O beyond parsing strings it is
 //! handed, reads no clock and draws no random numbers.
 
+pub mod colocation;
 pub mod convergence;
 pub mod gpu;
 pub mod job;

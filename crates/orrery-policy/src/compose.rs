@@ -392,6 +392,9 @@ mod tests {
             progress,
             service_gpu_s: running_s * f64::from(spec.gpus()),
             running_s,
+            solo_gpus: hosts.to_vec(),
+            sub_batch: spec.batch,
+            xi: 1.0,
         }
     }
 

@@ -70,6 +70,13 @@ pub struct RunningJob<'a> {
     pub service_gpu_s: f64,
     /// Seconds since it was (last) placed.
     pub running_s: f64,
+    /// GPUs on each host that no other job shares (all of `hosts` unless
+    /// it shares GPUs).
+    pub solo_gpus: Vec<(HostId, u32)>,
+    /// Per-GPU sub-batch it runs at (its batch unless it accumulates).
+    pub sub_batch: u32,
+    /// Its current interference slow-down (1 when it shares no GPU).
+    pub xi: f64,
 }
 
 /// What a policy sees.
@@ -170,18 +177,21 @@ pub enum Decision {
         /// Indices into the ECMP candidate set of `Topology::paths`.
         paths: Vec<usize>,
     },
-    /// Start a queued job on the GPUs of a running one (Castor's GPU
-    /// sharing); while both run, their compute segments take `xi_job` and
-    /// `xi_with` times longer (the interference ratios, ≥ 1).
-    Colocate {
+    /// Start a queued job on GPUs that running jobs hold, and possibly some
+    /// free ones (Castor's GPU sharing; a GPU holds at most two jobs and
+    /// both must fit its memory). While they share, each job's compute is
+    /// slowed by its interference ratio ξ, which the driver knows (the
+    /// policy only estimates it).
+    Share {
         /// The queued job.
         job: JobId,
-        /// The running job whose GPUs it shares (same GPU count).
-        with: JobId,
-        /// Interference ratio of `job`.
-        xi_job: f64,
-        /// Interference ratio of `with`.
-        xi_with: f64,
+        /// Free GPUs to take on each host.
+        free: Vec<(HostId, u32)>,
+        /// GPUs to share: (running job, host, GPUs of that job on that host).
+        shared: Vec<(JobId, HostId, u32)>,
+        /// Per-GPU sub-batch; the job's batch is reached by accumulating
+        /// gradients over ⌈batch / sub_batch⌉ steps (0: its batch).
+        sub_batch: u32,
     },
 }
 
@@ -219,6 +229,10 @@ pub trait Policy {
     fn counters(&self) -> Vec<(&'static str, f64)> {
         Vec::new()
     }
+
+    /// The driver's knowledge of GPU sharing (mode, ξ true or predicted),
+    /// given once before the run to policies that colocate jobs.
+    fn set_colocation(&mut self, _estimate: &orrery_model::colocation::Colocation) {}
 
     /// Whether the driver should give every job the network to itself (the
     /// "ideal" baseline of CASSINI §5 and Metronome §IV-A).

@@ -406,6 +406,9 @@ mod tests {
                 progress: 0.03,
                 service_gpu_s: 1.0,
                 running_s: 0.5,
+                solo_gpus: hosts.to_vec(),
+                sub_batch: high.batch,
+                xi: 1.0,
             }],
         };
         let d = Metronome::default().schedule(&view);

@@ -284,6 +284,9 @@ mod tests {
                 progress: 0.0,
                 service_gpu_s: 0.0,
                 running_s: 0.0,
+                solo_gpus: h.to_vec(),
+                sub_batch: spec.batch,
+                xi: 1.0,
             })
             .collect()
     }

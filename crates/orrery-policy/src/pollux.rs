@@ -261,6 +261,9 @@ mod tests {
             progress: 0.01,
             service_gpu_s: 480.0,
             running_s: 60.0,
+            solo_gpus: hosts_a.to_vec(),
+            sub_batch: a.batch,
+            xi: 1.0,
         };
         let mut v = view(&[0, 0], vec![QueuedJob::new(1, &b, 60.0)], vec![running]);
         v.now_s = 61.0;

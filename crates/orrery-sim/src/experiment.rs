@@ -17,6 +17,7 @@
 
 use crate::engine::{SimConfig, Simulation};
 use crate::metrics::{JobRow, LinkRow, Metrics, job_rows, link_rows, metrics_of};
+use orrery_model::colocation::Colocation;
 use orrery_model::setups::{LeafSpine, by_name, parse_topology};
 use orrery_model::{JobSpec, Priority, Topology};
 use orrery_trace::generate::{Mix, ShapeContext, poisson, snapshot};
@@ -50,10 +51,57 @@ pub struct Experiment {
     /// The policy the comparison table measures the others against (default:
     /// the first).
     pub baseline: Option<String>,
+    /// GPU sharing: how jobs on one GPU interfere (`[colocation]`, Castor).
+    #[serde(default)]
+    pub colocation: ColocationSpec,
     /// Also replay each (scenario, policy)'s first seed with a probe on its
     /// busiest link, for the report's figures (set by `orrery run --out`).
     #[serde(skip)]
     pub detail: bool,
+}
+
+/// Where the policies' interference ratios come from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum XiSource {
+    /// The measured ξ the simulator also applies.
+    #[default]
+    True,
+    /// The boosted trees' predictions (Castor §6.4).
+    Predicted,
+}
+
+/// `[colocation]`: the ground truth of GPU sharing and what policies know of it.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ColocationSpec {
+    /// Spatial (MPS; ξ measured by Gavel) or temporal (time slicing).
+    pub mode: orrery_model::colocation::SharingMode,
+    /// ξ the policies see: `true` or `predicted`.
+    pub xi: XiSource,
+    /// GPU type whose measurements are read.
+    pub gpu: String,
+}
+
+impl Default for ColocationSpec {
+    fn default() -> Self {
+        ColocationSpec { mode: orrery_model::colocation::SharingMode::Spatial, xi: XiSource::True, gpu: "v100".into() }
+    }
+}
+
+impl ColocationSpec {
+    /// (ground truth for the simulator, estimate for the policies). The
+    /// predictor is trained on 80% of Gavel's pairs (split seed 1).
+    fn build(&self) -> Result<(Colocation, Colocation), String> {
+        let samples = orrery_trace::interference::gavel_samples(orrery_trace::interference::GAVEL_THROUGHPUTS)?;
+        let truth = orrery_trace::interference::xi_table(&samples, &self.gpu, None)
+            .map_err(|e| format!("colocation.gpu: {e}"))?;
+        let seen = match self.xi {
+            XiSource::True => truth.clone(),
+            XiSource::Predicted => orrery_trace::interference::xi_table(&samples, &self.gpu, Some(1))?,
+        };
+        Ok((Colocation { mode: self.mode, table: truth }, Colocation { mode: self.mode, table: seen }))
+    }
 }
 
 /// A named variation of the experiment's workload: a load, a job count, or
@@ -82,6 +130,10 @@ pub struct Scenario {
     pub topology: Option<TopologySpec>,
     /// Replaces `workload.mix` (job sizes, batch: FORESIGHT's Fig. 7 grids).
     pub mix: Option<Mix>,
+    /// Replaces `colocation.xi` (Castor's ablation: `xi=predicted`).
+    pub xi: Option<XiSource>,
+    /// Replaces `colocation.mode` (spatial or temporal sharing).
+    pub sharing: Option<orrery_model::colocation::SharingMode>,
 }
 
 fn one_seed() -> Vec<u64> {
@@ -586,6 +638,12 @@ impl Experiment {
             let (topo, mut background) = congest(own.unwrap_or_else(|| base_topo.clone()), congested)
                 .map_err(|e| format!("scenario {scenario}: {e}"))?;
             background.extend_from_slice(&base_background);
+            let mut sharing = self.colocation.clone();
+            if let Some(sc) = self.scenarios.get(k) {
+                sharing.xi = sc.xi.unwrap_or(sharing.xi);
+                sharing.mode = sc.sharing.unwrap_or(sharing.mode);
+            }
+            let (truth, estimate) = sharing.build().map_err(|e| format!("scenario {scenario}: {e}"))?;
             for &seed in &self.seeds {
                 let (jobs, pins) =
                     workload_jobs(workload, base, &topo, seed).map_err(|e| format!("scenario {scenario}: {e}"))?;
@@ -599,6 +657,7 @@ impl Experiment {
                 let one = |i: usize| -> Result<Run, String> {
                     let name = &self.policies[i];
                     let mut policy = policy(name, seed, &pins).ok_or_else(|| format!("unknown policy {name}"))?;
+                    policy.set_colocation(&estimate);
                     let cfg = SimConfig {
                         seed,
                         jitter: self.sim.jitter,
@@ -607,6 +666,7 @@ impl Experiment {
                         restart_penalty_s: self.sim.restart_penalty_s,
                         background: background.clone(),
                         probe: None,
+                        colocation: truth.clone(),
                     };
                     let start = std::time::Instant::now();
                     let mut sim = Simulation::new(&topo, &jobs, cfg.clone(), policy.isolated_network());
@@ -651,7 +711,9 @@ impl Experiment {
                         counters: policy.counters().into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
                     };
                     if self.detail && seed == self.seeds[0] {
-                        let fresh = self::policy(name, seed, &pins).ok_or_else(|| format!("unknown policy {name}"))?;
+                        let mut fresh =
+                            self::policy(name, seed, &pins).ok_or_else(|| format!("unknown policy {name}"))?;
+                        fresh.set_colocation(&estimate);
                         run.busiest = crate::report::busiest(&topo, &jobs, &run, fresh, &cfg);
                     }
                     Ok(run)

@@ -173,7 +173,7 @@ impl Policy for Colocating {
             if q.id == 0 {
                 out.push(Decision::Place { job: 0, hosts: vec![(0, 1), (4, 1)] });
             } else if view.running.iter().any(|r| r.id == 0) && view.running.len() == 1 {
-                out.push(Decision::Colocate { job: q.id, with: 0, xi_job: 1.4, xi_with: 1.2 });
+                out.push(Decision::Share { job: q.id, free: vec![], shared: vec![(0, 0, 1), (0, 4, 1)], sub_batch: 0 });
                 break;
             } else if view.free_gpus[1] > 0 && view.free_gpus[5] > 0 {
                 out.push(Decision::Place { job: q.id, hosts: vec![(1, 1), (5, 1)] });

@@ -255,8 +255,11 @@ fn routing_a_flow_over_two_spines_doubles_its_uplink_bandwidth() {
     assert!((split.jobs[0].iteration_ms[1] - (compute + comm / 2.0)).abs() < 1e-3);
 }
 
-/// Starts job 0, then colocates job 1 on its GPUs with the given ratios.
-struct Share;
+/// Starts job 0 on h0, then every later job on job 0's GPU at `sub_batch`
+/// (one decision each; the simulator refuses those it must).
+struct Share {
+    sub_batch: u32,
+}
 
 impl Policy for Share {
     fn name(&self) -> String {
@@ -267,31 +270,108 @@ impl Policy for Share {
             .iter()
             .map(|q| match q.id {
                 0 => Decision::Place { job: 0, hosts: vec![(0, 1)] },
-                _ => Decision::Colocate { job: q.id, with: 0, xi_job: 1.5, xi_with: 1.25 },
+                _ => Decision::Share { job: q.id, free: vec![], shared: vec![(0, 0, 1)], sub_batch: self.sub_batch },
             })
             .collect()
     }
 }
 
+fn run_with(topo: &Topology, jobs: &[JobSpec], policy: &mut dyn Policy, cfg: SimConfig) -> Simulation<'static> {
+    let topo: &'static Topology = Box::leak(Box::new(topo.clone()));
+    let mut sim = Simulation::new(topo, jobs, cfg, false);
+    sim.run(policy, |_, _| {});
+    sim
+}
+
+/// Ground truth: a ResNet-50 beside a Transformer slows 1.25×, the
+/// Transformer (BERT's class) beside it 1.5×.
+fn measured() -> SimConfig {
+    let mut c = SimConfig::default();
+    c.colocation.table.xi.insert(("ResNet-50".into(), "Transformer".into()), 1.25);
+    c.colocation.table.xi.insert(("Transformer".into(), "ResNet-50".into()), 1.5);
+    c
+}
+
 #[test]
-fn colocated_jobs_slow_by_their_interference_ratios_and_recover() {
+fn shared_jobs_slow_by_their_measured_interference_ratios_and_recover() {
     let topo = two_racks();
     let jobs = [
-        JobSpec::new("a", "resnet50", 32, 1, Work::Iterations(20), 0.0),
-        JobSpec::new("b", "resnet50", 32, 1, Work::Iterations(5), 0.0),
+        JobSpec::new("a", "resnet50", 32, 1, Work::Iterations(100), 0.0),
+        JobSpec::new("b", "bert", 12, 1, Work::Iterations(5), 0.0),
     ];
-    let sim = run(&topo, &jobs, &mut Share);
+    let sim = run_with(&topo, &jobs, &mut Share { sub_batch: 0 }, measured());
     let (a, b) = (&sim.jobs[0], &sim.jobs[1]);
-    let alone = a.isolated_iter_ms;
-    // Both arrive at t = 0: while b runs, a's iterations take 1.25×, b's 1.5×.
-    assert!((b.iteration_ms[0] - 1.5 * alone).abs() < 1e-3, "{} vs {}", b.iteration_ms[0], 1.5 * alone);
-    assert!((a.iteration_ms[0] - 1.25 * alone).abs() < 1e-3);
-    // After b finishes (at 7.5 · alone), a runs alone again.
-    assert!((a.iteration_ms[19] - alone).abs() < 1e-3);
+    // Both start at t = 0 (one GPU: compute only): while b runs, a's
+    // iterations take 1.25×, b's 1.5×.
+    assert!(
+        (b.iteration_ms[0] - 1.5 * b.isolated_iter_ms).abs() < 1e-3,
+        "{} vs {}",
+        b.iteration_ms[0],
+        b.isolated_iter_ms
+    );
+    assert!((a.iteration_ms[0] - 1.25 * a.isolated_iter_ms).abs() < 1e-3);
+    // After b finishes, a runs alone again.
+    assert!((a.iteration_ms[99] - a.isolated_iter_ms).abs() < 1e-3);
     assert_eq!((a.status, b.status), (Status::Finished, Status::Finished));
     assert_eq!(sim.invalid_decisions, 0);
-    // The shared GPU was counted once and is free again.
+    // The shared GPU was counted once and is free again; b shared its one
+    // GPU for its whole run, 5 iterations at 1.5×, and so did a.
     assert_eq!(sim.free_gpus(), &[1, 1, 1, 1]);
+    let b_run_s = 5.0 * 1.5 * b.isolated_iter_ms / 1e3;
+    assert!((b.shared_gpu_s - b_run_s).abs() < 1e-6 && (a.shared_gpu_s - b_run_s).abs() < 1e-6, "{}", b.shared_gpu_s);
+}
+
+#[test]
+fn pairs_without_measurements_share_by_time_slicing() {
+    // Two identical jobs with no table entry: each waits for the other's
+    // compute, ξ = 2.
+    let topo = two_racks();
+    let jobs = [
+        JobSpec::new("a", "resnet50", 32, 1, Work::Iterations(10), 0.0),
+        JobSpec::new("b", "resnet50", 32, 1, Work::Iterations(4), 0.0),
+    ];
+    let sim = run_with(&topo, &jobs, &mut Share { sub_batch: 0 }, SimConfig::default());
+    let b = &sim.jobs[1];
+    assert!((b.iteration_ms[0] - 2.0 * b.isolated_iter_ms).abs() < 1e-3);
+}
+
+#[test]
+fn a_gpu_holds_two_jobs_at_most_and_both_must_fit_its_memory() {
+    use orrery_model::colocation::{accumulation_factor, memory_mib};
+    let topo = two_racks();
+    // Three jobs for one GPU: the third decision is refused and it waits
+    // for a partner to leave.
+    let three = [
+        JobSpec::new("a", "resnet50", 32, 1, Work::Iterations(200), 0.0),
+        JobSpec::new("b", "bert", 12, 1, Work::Iterations(4), 0.0),
+        JobSpec::new("c", "bert", 12, 1, Work::Iterations(4), 0.0),
+    ];
+    let sim = run_with(&topo, &three, &mut Share { sub_batch: 0 }, measured());
+    assert!(sim.invalid_decisions >= 1);
+    assert!(sim.jobs[2].first_start_ns.expect("c ran") > 0, "c waited for a GPU slot");
+    assert_eq!(sim.jobs[2].status, Status::Finished);
+    // A ResNet-50 at 128 per GPU beside a BERT at 48 overflows a 40 GiB
+    // A100; beside a BERT at sub-batch 12 it fits.
+    let r50 = orrery_model::zoo::model("resnet50").expect("zoo");
+    let bert = orrery_model::zoo::model("bert").expect("zoo");
+    assert!(memory_mib(r50, 128) + memory_mib(bert, 48) > 40.0 * 1024.0);
+    assert!(memory_mib(r50, 128) + memory_mib(bert, 12) < 40.0 * 1024.0);
+    let big = [
+        JobSpec::new("a", "resnet50", 128, 1, Work::Iterations(10), 0.0),
+        JobSpec::new("b", "bert", 48, 1, Work::Iterations(4), 0.0),
+    ];
+    let sim = run_with(&topo, &big, &mut Share { sub_batch: 0 }, measured());
+    assert!(sim.invalid_decisions >= 1, "the pair does not fit 40 GiB");
+    // (This policy only ever shares, so b never starts.)
+    assert!(sim.jobs[1].first_start_ns.is_none() && sim.jobs[0].status == Status::Finished);
+    // At sub-batch 12 (4 accumulation steps) it fits, and its compute
+    // stretches by the accumulation factor on top of ξ.
+    let sim = run_with(&topo, &big, &mut Share { sub_batch: 12 }, measured());
+    assert_eq!(sim.invalid_decisions, 0);
+    let b = &sim.jobs[1];
+    let f = accumulation_factor(bert, orrery_model::gpu::gpu_type("a100").expect("gpu"), 48, 12);
+    assert!(f > 1.0);
+    assert!((b.iteration_ms[0] - 1.5 * f * b.isolated_iter_ms).abs() < 1e-3, "{} {f}", b.iteration_ms[0]);
 }
 
 /// Job 0 on h0 + h2 at t = 0; job 1 on h1 + h3 when it arrives: both rings

@@ -33,6 +33,10 @@ pub struct Sample {
     pub features: Vec<f64>,
     /// Measured interference ratio.
     pub xi: f64,
+    /// GPU type it was measured on (empty when the data do not say).
+    pub gpu: String,
+    /// Model class of this job and of the other.
+    pub classes: (String, String),
 }
 
 /// A label-encoder for categorical features: the same name, the same code.
@@ -82,6 +86,8 @@ pub fn gavel_samples(text: &str) -> Result<Vec<Sample>, String> {
                     pair: format!("{gpu}: {} + {}", pair[0], pair[1]),
                     features: vec![gpu_code, codes.of(&model_a), batch_a, iso_a, codes.of(&model_b), batch_b, iso_b],
                     xi: iso_a / t_a,
+                    gpu: gpu.clone(),
+                    classes: (model_a.clone(), model_b.clone()),
                 });
             }
         }
@@ -112,7 +118,7 @@ pub fn lucid_samples(file: &str, text: &str) -> Parsed<Sample> {
     let mut codes = Codes::default();
     let mut rows: Vec<Sample> = Vec::new();
     let parsed = for_each_row(file, text, b',', true, &header, |row| {
-        let mut job = |base: usize| -> Result<(String, Vec<f64>, f64), crate::Diagnostic> {
+        let mut job = |base: usize| -> Result<(String, Vec<f64>, f64, String), crate::Diagnostic> {
             let model = row.text(base)?.to_string();
             let dataset = row.text(base + 1)?.to_string();
             let gpus = row.non_negative(base + 2)?;
@@ -123,17 +129,18 @@ pub fn lucid_samples(file: &str, text: &str) -> Parsed<Sample> {
                 return Err(row.at.field(header[base + 5], "a positive normalised speed", speed));
             }
             let name = format!("{model}/{dataset}/{gpus}/{batch}/{amp}");
-            Ok((name, vec![codes.of(&model), codes.of(&dataset), gpus, batch, amp], 1.0 / speed))
+            Ok((name, vec![codes.of(&model), codes.of(&dataset), gpus, batch, amp], 1.0 / speed, model))
         };
-        let (a, fa, xa) = job(1)?;
-        let (b, fb, xb) = job(7)?;
+        let (a, fa, xa, ma) = job(1)?;
+        let (b, fb, xb, mb) = job(7)?;
         let util = [row.non_negative(13)?, row.non_negative(14)?, row.non_negative(15)?];
         let mut pair = [a.as_str(), b.as_str()];
         pair.sort_unstable();
         let pair = format!("{} + {}", pair[0], pair[1]);
         let feats = |x: &[f64], y: &[f64]| x.iter().chain(y).chain(&util).copied().collect::<Vec<f64>>();
-        rows.push(Sample { pair: pair.clone(), features: feats(&fb, &fa), xi: xb });
-        Ok(Some(Sample { pair, features: feats(&fa, &fb), xi: xa }))
+        let (gpu, ab, ba) = (String::new(), (ma.clone(), mb.clone()), (mb, ma));
+        rows.push(Sample { pair: pair.clone(), features: feats(&fb, &fa), xi: xb, gpu: gpu.clone(), classes: ba });
+        Ok(Some(Sample { pair, features: feats(&fa, &fb), xi: xa, gpu, classes: ab }))
     });
     let mut all = parsed.items;
     all.extend(rows);
@@ -172,26 +179,10 @@ pub struct Evaluation {
 /// Trains the boosted trees on 80% of the pairs (seeded) and evaluates on the
 /// rest. O(rounds · n · features · log n).
 pub fn evaluate(samples: &[Sample], seed: u64) -> Result<Evaluation, String> {
-    let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let mut side: BTreeMap<&str, bool> = BTreeMap::new();
-    for s in samples {
-        side.entry(s.pair.as_str()).or_insert_with(|| rng.random_bool(0.2));
-    }
-    let (test, train): (Vec<&Sample>, Vec<&Sample>) = samples.iter().partition(|s| side[s.pair.as_str()]);
-    if train.len() < 10 || test.is_empty() {
-        return Err(format!("too few samples to split: {} train, {} test", train.len(), test.len()));
-    }
-    let matrix = |xs: &[&Sample]| DenseMatrix::from_2d_vec(&xs.iter().map(|s| s.features.clone()).collect());
-    let x_train = matrix(&train).map_err(|e| e.to_string())?;
+    let (train, test) = split(samples, seed)?;
+    let predict = train_predictor(&train, seed)?;
+    let predicted = predict(&test)?;
     let y_train: Vec<f64> = train.iter().map(|s| s.xi).collect();
-    let params = XGRegressorParameters::default()
-        .with_n_estimators(200)
-        .with_max_depth(6)
-        .with_learning_rate(0.1)
-        .with_seed(seed);
-    let model = XGRegressor::fit(&x_train, &y_train, params).map_err(|e| e.to_string())?;
-    let x_test = matrix(&test).map_err(|e| e.to_string())?;
-    let predicted = model.predict(&x_test).map_err(|e| e.to_string())?;
     let mean = y_train.iter().sum::<f64>() / y_train.len() as f64;
     let rms = |f: &dyn Fn(usize) -> f64| {
         (test.iter().enumerate().map(|(i, s)| (f(i) - s.xi).powi(2)).sum::<f64>() / test.len() as f64).sqrt()
@@ -219,6 +210,75 @@ pub fn evaluate(samples: &[Sample], seed: u64) -> Result<Evaluation, String> {
         decision_flips: flips as f64 / pairs.max(1) as f64,
         benefit_deviation: deviation / pairs.max(1) as f64,
     })
+}
+
+type Predictor = Box<dyn Fn(&[&Sample]) -> Result<Vec<f64>, String>>;
+
+/// 80/20 by pair, seeded: (train, test).
+fn split(samples: &[Sample], seed: u64) -> Result<(Vec<&Sample>, Vec<&Sample>), String> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut side: BTreeMap<&str, bool> = BTreeMap::new();
+    for s in samples {
+        side.entry(s.pair.as_str()).or_insert_with(|| rng.random_bool(0.2));
+    }
+    let (test, train): (Vec<&Sample>, Vec<&Sample>) = samples.iter().partition(|s| side[s.pair.as_str()]);
+    if train.len() < 10 || test.is_empty() {
+        return Err(format!("too few samples to split: {} train, {} test", train.len(), test.len()));
+    }
+    Ok((train, test))
+}
+
+/// Boosted regression trees (200 rounds, depth 6, rate 0.1) fitted to `train`.
+fn train_predictor(train: &[&Sample], seed: u64) -> Result<Predictor, String> {
+    fn matrix(xs: &[&Sample]) -> Result<DenseMatrix<f64>, String> {
+        DenseMatrix::from_2d_vec(&xs.iter().map(|s| s.features.clone()).collect()).map_err(|e| e.to_string())
+    }
+    let y: Vec<f64> = train.iter().map(|s| s.xi).collect();
+    let params = XGRegressorParameters::default()
+        .with_n_estimators(200)
+        .with_max_depth(6)
+        .with_learning_rate(0.1)
+        .with_seed(seed);
+    let model = XGRegressor::fit(&matrix(train)?, &y, params).map_err(|e| e.to_string())?;
+    Ok(Box::new(move |xs: &[&Sample]| model.predict(&matrix(xs)?).map_err(|e| e.to_string())))
+}
+
+/// The ξ table the simulator and the Castor policies read
+/// ([`orrery_model::colocation::XiTable`]): for each ordered pair of model
+/// classes measured on `gpu`, the median ξ over the batch sizes measured.
+/// `predicted: Some(seed)` fills it with the boosted trees' predictions
+/// instead, the trees trained on 80% of the pairs (the held-out 20% are
+/// genuinely unseen), as a scheduler that profiles each job once would.
+pub fn xi_table(
+    samples: &[Sample],
+    gpu: &str,
+    predicted: Option<u64>,
+) -> Result<orrery_model::colocation::XiTable, String> {
+    let on_gpu: Vec<&Sample> = samples.iter().filter(|s| s.gpu == gpu).collect();
+    if on_gpu.is_empty() {
+        return Err(format!("no interference measurements on {gpu:?}"));
+    }
+    let values: Vec<f64> = match predicted {
+        None => on_gpu.iter().map(|s| s.xi).collect(),
+        Some(seed) => {
+            let (train, _) = split(samples, seed)?;
+            train_predictor(&train, seed)?(&on_gpu)?
+        }
+    };
+    let mut by_class: BTreeMap<(String, String), Vec<f64>> = BTreeMap::new();
+    for (s, v) in on_gpu.iter().zip(values) {
+        by_class.entry(s.classes.clone()).or_default().push(v);
+    }
+    let xi = by_class
+        .into_iter()
+        .map(|(k, mut v)| {
+            v.sort_by(f64::total_cmp);
+            let m = v.len() / 2;
+            (k, if v.len() % 2 == 1 { v[m] } else { (v[m - 1] + v[m]) / 2.0 })
+        })
+        .collect();
+    let how = if predicted.is_some() { "predicted by boosted trees" } else { "measured" };
+    Ok(orrery_model::colocation::XiTable { xi, source: format!("gavel {gpu}, {how}, median over batch sizes") })
 }
 
 /// Gavel's throughputs, bundled.
@@ -259,6 +319,24 @@ mod tests {
         assert!((0.1..0.3).contains(&share), "held out {share}");
         assert!(e.rmse < 0.5 * e.rmse_mean, "RMSE {} vs {} for the mean", e.rmse, e.rmse_mean);
         assert!(e.pairs > 50 && e.decision_flips < 0.2, "{e:?}");
+    }
+
+    #[test]
+    fn gavel_table_is_the_median_per_class_pair() {
+        let samples = gavel_samples(GAVEL_THROUGHPUTS).expect("gavel parses");
+        let t = xi_table(&samples, "v100", None).expect("v100 measured");
+        // The 5 job types with a batch size (A3C and CycleGAN carry none and
+        // are left out by the parser), every ordered pair measured.
+        assert_eq!(t.xi.len(), 25);
+        // By hand from the JSON: ResNet-50 beside ResNet-50 on a V100, the
+        // median of its 11 batch combinations is 2.56.
+        let x = t.get("ResNet-50", "ResNet-50").expect("measured");
+        assert!((x - 2.56).abs() < 0.01, "{x}");
+        let p = xi_table(&samples, "v100", Some(1)).expect("trains");
+        assert_eq!(p.xi.len(), 25);
+        let worst = t.xi.iter().map(|(k, v)| (v - p.xi[k]).abs()).fold(0.0, f64::max);
+        assert!(worst > 0.0 && worst < 2.0, "{worst}");
+        assert!(xi_table(&samples, "tpu", None).is_err());
     }
 
     #[test]

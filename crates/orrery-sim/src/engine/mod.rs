@@ -54,6 +54,10 @@ pub struct SimConfig {
     /// Record every rate change on this link in [start, end] seconds
     /// ([`crate::network::Probe`]); for figures.
     pub probe: Option<(LinkId, f64, f64)>,
+    /// Ground truth of GPU sharing: the mode and measured ξ the simulator
+    /// slows shared jobs by (by default spatial with no measurements, which
+    /// falls back to time slicing).
+    pub colocation: orrery_model::colocation::Colocation,
 }
 
 impl Default for SimConfig {
@@ -66,6 +70,7 @@ impl Default for SimConfig {
             restart_penalty_s: 0.0,
             background: Vec::new(),
             probe: None,
+            colocation: orrery_model::colocation::Colocation::default(),
         }
     }
 }
@@ -162,11 +167,36 @@ pub struct JobState {
     iter_stats_start: Vec<(f64, f64, u64, u64)>,
     per_iter_delta: Vec<(f64, f64, u64)>,
     skip: Option<Skip>,
-    /// Compute slow-down from GPU sharing (1 when alone).
+    /// Compute slow-down from GPU sharing (1 when alone): the largest ξ
+    /// over the jobs it shares GPUs with.
     pub xi: f64,
-    /// The job sharing this one's GPUs.
-    pub shared_with: Option<JobId>,
+    /// The GPUs this job shares with others (each GPU holds at most two jobs).
+    pub sharing: Vec<Sharing>,
+    /// Per-GPU sub-batch it runs at (its batch unless sharing made it
+    /// accumulate gradients).
+    pub sub_batch: u32,
+    /// Compute stretch from gradient accumulation (1 at its own batch).
+    pub accumulation: f64,
+    /// GPU-seconds spent sharing a GPU, summed over its GPUs.
+    pub shared_gpu_s: f64,
+    /// Times it was started beside a running job.
+    pub shares: u32,
     routes: HashMap<usize, Vec<usize>>,
+}
+
+/// Some of a job's GPUs that another job also holds.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sharing {
+    /// The other job.
+    pub partner: JobId,
+    /// Host of the GPUs.
+    pub host: HostId,
+    /// How many.
+    pub gpus: u32,
+    /// This job's interference ratio beside the partner (ground truth).
+    pub xi: f64,
+    /// Since when, ns.
+    pub since_ns: u64,
 }
 
 /// A job being fast-forwarded: its iterations from `t0` are replayed from
@@ -289,7 +319,11 @@ impl<'a> Simulation<'a> {
                 per_iter_delta: Vec::new(),
                 skip: None,
                 xi: 1.0,
-                shared_with: None,
+                sharing: Vec::new(),
+                sub_batch: spec.batch,
+                accumulation: 1.0,
+                shared_gpu_s: 0.0,
+                shares: 0,
                 routes: HashMap::new(),
             });
             sim.push(arrival_ns, Event::Arrival(i));
@@ -431,6 +465,9 @@ impl<'a> Simulation<'a> {
                     },
                     service_gpu_s: (j.run_ns as f64 / NS + running_s) * f64::from(j.spec.gpus()),
                     running_s,
+                    solo_gpus: self.solo_gpus(id),
+                    sub_batch: j.sub_batch,
+                    xi: j.xi,
                 }
             })
             .collect();
@@ -474,8 +511,7 @@ impl<'a> Simulation<'a> {
             | Decision::Pace { job, .. }
             | Decision::Pause { job }
             | Decision::Throttle { job, .. }
-            | Decision::Route { job, .. }
-            | Decision::Colocate { with: job, .. } = d
+            | Decision::Route { job, .. } = d
                 && self.jobs.get(job).is_some_and(|j| j.skip.is_some())
             {
                 self.materialise(job);
@@ -552,8 +588,8 @@ impl<'a> Simulation<'a> {
                         self.jobs[job].routes.insert(flow, paths);
                     }
                 }
-                Decision::Colocate { job, with, xi_job, xi_with } => {
-                    if !self.colocate(job, with, xi_job, xi_with) {
+                Decision::Share { job, free, shared, sub_batch } => {
+                    if !self.share(job, &free, &shared, sub_batch) {
                         self.invalid_decisions += 1;
                     }
                 }
@@ -658,50 +694,118 @@ impl<'a> Simulation<'a> {
         true
     }
 
-    /// Starts queued `job` on the GPUs of running `with` (same GPU count).
-    fn colocate(&mut self, job: JobId, with: JobId, xi_job: f64, xi_with: f64) -> bool {
-        let ok = self.jobs.get(job).is_some_and(|j| j.status == Status::Queued)
-            && self.is_active(with)
-            && self.jobs[with].shared_with.is_none()
-            && self.jobs[job].spec.gpus() == self.jobs[with].spec.gpus()
-            && xi_job >= 1.0
-            && xi_with >= 1.0
-            && xi_job.is_finite()
-            && xi_with.is_finite();
-        if !ok {
+    /// GPUs of `job` on each host that no other job holds.
+    fn solo_gpus(&self, job: JobId) -> Vec<(HostId, u32)> {
+        let j = &self.jobs[job];
+        j.hosts
+            .iter()
+            .map(|&(h, g)| (h, g - j.sharing.iter().filter(|s| s.host == h).map(|s| s.gpus).sum::<u32>().min(g)))
+            .collect()
+    }
+
+    /// GPU memory of a GPU on `host`, MiB (16 GiB when the type is unknown).
+    fn gpu_memory_mib(&self, host: HostId) -> f64 {
+        orrery_model::gpu::gpu_type(&self.topo.hosts[host].gpu_type).map_or(16.0, |g| g.memory_gib) * 1024.0
+    }
+
+    /// Starts queued `job` on `free` GPUs plus `shared` GPUs of running jobs
+    /// (Castor's GPU sharing) at per-GPU `sub_batch` (0: its batch); false
+    /// if the decision is invalid: a GPU would hold three jobs, the pair
+    /// would not fit its memory, or the GPUs do not add up to a placement.
+    /// Both jobs of each pair are slowed by their ground-truth ξ
+    /// ([`SimConfig::colocation`]). O(P·S) for P partners of S sharings each.
+    fn share(&mut self, job: JobId, free: &[(HostId, u32)], shared: &[(JobId, HostId, u32)], sub_batch: u32) -> bool {
+        let Some(j) = self.jobs.get(job).filter(|j| j.status == Status::Queued) else { return false };
+        let Some(model) = orrery_model::zoo::model(&j.spec.model) else { return false };
+        let batch = j.spec.batch.max(1);
+        let sub = if sub_batch == 0 { batch } else { sub_batch };
+        if sub > batch || shared.is_empty() {
             return false;
         }
-        let hosts = self.jobs[with].hosts.clone();
-        // Lend `with`'s GPUs to the placement check.
-        for &(h, g) in &hosts {
+        // Each partner's solo GPUs per host must cover what is taken from it.
+        let mut take: HashMap<(JobId, HostId), u32> = HashMap::new();
+        for &(p, h, g) in shared {
+            *take.entry((p, h)).or_default() += g;
+        }
+        for (&(p, h), &g) in &take {
+            if p == job || !self.jobs.get(p).is_some_and(|pj| pj.status == Status::Running) || g == 0 {
+                return false;
+            }
+            let solo = self.solo_gpus(p).iter().filter(|x| x.0 == h).map(|x| x.1).sum::<u32>();
+            let Some(pm) = orrery_model::zoo::model(&self.jobs[p].spec.model) else { return false };
+            let need = orrery_model::colocation::memory_mib(model, sub)
+                + orrery_model::colocation::memory_mib(pm, self.jobs[p].sub_batch);
+            if solo < g || need > self.gpu_memory_mib(h) {
+                return false;
+            }
+        }
+        let mut hosts: Vec<(HostId, u32)> = free.to_vec();
+        hosts.extend(take.iter().map(|(&(_, h), &g)| (h, g)));
+        hosts.sort_unstable();
+        // Lend the shared GPUs to the placement check; `place` takes them
+        // again, so on success they are counted once.
+        for (&(_, h), &g) in &take {
             self.free[h] += g;
         }
-        // `place` takes them again, so on success they are counted once.
-        if !self.place(job, hosts.clone()) {
-            for &(h, g) in &hosts {
+        if !self.place(job, hosts) {
+            for (&(_, h), &g) in &take {
                 self.free[h] -= g;
             }
             return false;
         }
-        self.jobs[job].xi = xi_job;
-        self.jobs[job].shared_with = Some(with);
-        self.jobs[with].xi = xi_with;
-        self.jobs[with].shared_with = Some(job);
-        self.jobs[with].solo_streak = 0;
+        let gpu_of = |h: HostId| orrery_model::gpu::gpu_type(&self.topo.hosts[h].gpu_type);
+        let now = self.now;
+        let mut partners: Vec<JobId> = take.keys().map(|k| k.0).collect();
+        partners.sort_unstable();
+        partners.dedup();
+        for &p in &partners {
+            if self.jobs[p].skip.is_some() {
+                self.materialise(p);
+            }
+        }
+        let mut entries: Vec<(JobId, HostId, u32)> = take.iter().map(|(&(p, h), &g)| (p, h, g)).collect();
+        entries.sort_unstable();
+        for (p, h, g) in entries {
+            let Some(gpu) = gpu_of(h) else { continue };
+            let pm = orrery_model::zoo::model(&self.jobs[p].spec.model).unwrap_or(model);
+            let (xi_job, xi_p) = self.cfg.colocation.pair(model, sub, pm, self.jobs[p].sub_batch, gpu);
+            self.jobs[job].sharing.push(Sharing { partner: p, host: h, gpus: g, xi: xi_job, since_ns: now });
+            self.jobs[p].sharing.push(Sharing { partner: job, host: h, gpus: g, xi: xi_p, since_ns: now });
+        }
+        let gpu = gpu_of(self.jobs[job].hosts[0].0);
+        let j = &mut self.jobs[job];
+        j.sub_batch = sub;
+        j.accumulation = gpu.map_or(1.0, |g| orrery_model::colocation::accumulation_factor(model, g, batch, sub));
+        j.shares += 1;
+        for p in partners.into_iter().chain([job]) {
+            let pj = &mut self.jobs[p];
+            pj.xi = pj.sharing.iter().map(|s| s.xi).fold(1.0, f64::max);
+            pj.solo_streak = 0;
+        }
         true
     }
 
     /// Releases a job's GPUs and flows and invalidates its pending events.
     fn release(&mut self, job: JobId) {
-        // A GPU-sharing partner keeps the GPUs and runs alone again.
-        let partner = self.jobs[job].shared_with.take().filter(|&o| self.is_active(o));
-        if let Some(o) = partner {
+        // GPU-sharing partners keep the shared GPUs and run on without this job.
+        let now = self.now;
+        let sharing = std::mem::take(&mut self.jobs[job].sharing);
+        let mut kept: HashMap<HostId, u32> = HashMap::new();
+        for s in &sharing {
+            *kept.entry(s.host).or_default() += s.gpus;
+            let gpu_s = (now - s.since_ns) as f64 / NS * f64::from(s.gpus);
+            self.jobs[job].shared_gpu_s += gpu_s;
+            let o = s.partner;
             if self.jobs[o].skip.is_some() {
                 self.materialise(o);
             }
-            self.jobs[o].xi = 1.0;
-            self.jobs[o].shared_with = None;
-            self.jobs[o].solo_streak = 0;
+            let pj = &mut self.jobs[o];
+            if let Some(k) = pj.sharing.iter().position(|x| x.partner == job && x.host == s.host && x.gpus == s.gpus) {
+                pj.sharing.swap_remove(k);
+            }
+            pj.shared_gpu_s += gpu_s;
+            pj.xi = pj.sharing.iter().map(|x| x.xi).fold(1.0, f64::max);
+            pj.solo_streak = 0;
         }
         let flows = std::mem::take(&mut self.jobs[job].flows);
         for f in flows {
@@ -711,11 +815,12 @@ impl<'a> Simulation<'a> {
             self.reschedule(&changed);
         }
         let j = &mut self.jobs[job];
-        if partner.is_none() {
-            for &(h, g) in &j.hosts {
-                self.free[h] += g;
-            }
+        for &(h, g) in &j.hosts {
+            self.free[h] += g - kept.get(&h).copied().unwrap_or(0).min(g);
         }
+        j.xi = 1.0;
+        j.sub_batch = j.spec.batch;
+        j.accumulation = 1.0;
         j.ref_left = (j.ref_left - j.iterations_done.saturating_sub(j.iters_at_place) as f64 / j.ratio).max(0.0);
         j.iters_at_place = j.iterations_done;
         j.hosts.clear();
@@ -769,9 +874,11 @@ impl<'a> Simulation<'a> {
         (ms * (1.0 + noise).max(0.1) * 1e6).round() as u64
     }
 
-    /// [`Simulation::compute_ns`] slowed by the job's interference ratio ξ.
+    /// [`Simulation::compute_ns`] slowed by the job's interference ratio ξ
+    /// and stretched by its gradient accumulation.
     fn job_compute_ns(&self, job: JobId, ms: f64, rng: &mut ChaCha8Rng) -> u64 {
-        self.compute_ns(ms * self.jobs[job].xi, rng)
+        let j = &self.jobs[job];
+        self.compute_ns(ms * j.xi * j.accumulation, rng)
     }
 
     /// Records the end of the current segment and moves to the next.
