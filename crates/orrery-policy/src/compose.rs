@@ -67,14 +67,18 @@ impl Composed {
         for &v in &losers {
             self.placement.prepare(view, &out);
             if self.all_fit(view, rack_of, &free, &deserving) {
-                break;
+                return out;
             }
             for &(h, g) in view.running[v].hosts {
                 free[h] += g;
             }
             out.push(view.running[v].id);
         }
-        out
+        // Preempt only if that lets the deserving jobs in: when they still do
+        // not fit (fragmentation), the victims would be placed again at once
+        // and preempted again in the next round, forever.
+        self.placement.prepare(view, &out);
+        if self.all_fit(view, rack_of, &free, &deserving) { out } else { Vec::new() }
     }
 
     /// Whether the waiting jobs `queue_idx` all fit in `free`, in order.
@@ -187,6 +191,12 @@ pub const CATALOGUE: &[(&str, &str)] = &[
         "Metronome: filter/score (Eq. 18)/normalize (Eq. 19)/reserve per pod, priority-aware alignment, A_T/O_T",
     ),
     ("pollux", "Pollux: elastic GPUs by goodput (throughput x statistical efficiency), re-allocated every 60 s"),
+    (
+        "castor",
+        "Castor SJF-BSBF: shortest first; shares a running job's GPUs when Theorem 1 says it pays (Algorithms 1-2)",
+    ),
+    ("sjf-ffs", "SJF with first-fit GPU sharing whenever free GPUs are short (Castor's baseline)"),
+    ("lucid", "Lucid-style packing: same-size single-host pairs with light interference, only when a job would wait"),
     ("metronome-no-stage3", "Metronome ablation (Table VII): compact rotations, no cushion"),
     ("metronome-no-monitor", "Metronome ablation (Table VIII): no stop-and-wait monitoring"),
     ("pinned", "experiment files only: each job on the hosts `[workload] pins` gives it, in arrival order"),
@@ -253,6 +263,9 @@ pub fn by_name(name: &str, seed: u64) -> Option<Box<dyn Policy>> {
     let (o, p) = match name {
         "metronome" => return Some(Box::new(crate::metronome::Metronome::default())),
         "pollux" => return Some(Box::new(crate::pollux::Pollux::default())),
+        "castor" => return Some(Box::new(crate::colocate::Colocator::new(crate::colocate::Rule::Bsbf))),
+        "sjf-ffs" => return Some(Box::new(crate::colocate::Colocator::new(crate::colocate::Rule::Ffs))),
+        "lucid" => return Some(Box::new(crate::colocate::Colocator::new(crate::colocate::Rule::Lucid))),
         "metronome-no-stage3" => {
             let mut m = crate::metronome::Metronome::default();
             m.third_stage = false;
@@ -435,6 +448,76 @@ mod tests {
         assert!(p.schedule(&contended(&t, &a, &b, 0.1, 800.0, 800.0)).is_empty());
         assert_eq!(order::Tiresias::default().level(3599.0), 0);
         assert_eq!(p.tick_s(), Some(30.0));
+    }
+
+    #[test]
+    fn tiresias_promotes_a_starving_job_once_and_it_is_not_preempted_back() {
+        let t = one_host();
+        // Both jobs have 4,000 GPU-s (queue 1). b has run 1,000 s and waited
+        // 3,000 s ≥ 2 × 1,000: it starves, is promoted to queue 0 and takes
+        // a's GPUs.
+        let a = JobSpec::new("a", "resnet50", 32, 4, Work::Iterations(100_000), 0.0);
+        let b = JobSpec::new("b", "resnet50", 32, 4, Work::Iterations(100_000), 0.0);
+        let mut p = by_name("tiresias", 0).expect("tiresias");
+        let mut v = contended(&t, &a, &b, 0.1, 1000.0, 4000.0);
+        v.queue[0].service_gpu_s = 4000.0;
+        let d = p.schedule(&v);
+        assert_eq!(d, vec![Decision::Preempt { job: 0 }, Decision::Place { job: 1, hosts: vec![(0, 4)] }]);
+        // Now b runs (queue 0 again: its service counts from the promotion)
+        // and a waits, itself starving: a is promoted but cannot preempt b
+        // (before, it did, and the two swapped forever in one instant).
+        static B_HOSTS: [(usize, u32); 1] = [(0, 4)];
+        let mut run_b = running(1, &b, &B_HOSTS, 0.1, 1000.0);
+        run_b.service_gpu_s = 4000.0;
+        let mut queued_a = QueuedJob::new(0, &a, 4000.0);
+        queued_a.service_gpu_s = 4000.0;
+        let v =
+            ClusterView { now_s: 4000.0, topology: &t, free_gpus: &[0], queue: vec![queued_a], running: vec![run_b] };
+        assert!(p.schedule(&v).is_empty());
+    }
+
+    #[test]
+    fn preemption_happens_only_if_it_lets_the_deserving_job_in() {
+        // Two hosts of 4 GPUs; a demoted 2-GPU job on each host leaves 2 free
+        // on each. A queue-0 job of 8 GPUs would need both gone; a 4-GPU job
+        // of queue 0 fits after preempting one of them.
+        let t = LeafSpine::with_oversubscription(1, 2, 1, 4, "v100", 100.0, 1.0).build("t").expect("valid");
+        let a = JobSpec::new("a", "resnet50", 32, 2, Work::Iterations(100_000), 0.0);
+        let c = JobSpec::new("c", "resnet50", 32, 2, Work::Iterations(100_000), 0.0);
+        static HA: [(usize, u32); 1] = [(0, 2)];
+        static HC: [(usize, u32); 1] = [(1, 2)];
+        let eight = JobSpec::new("e", "resnet50", 32, 8, Work::Iterations(10), 100.0);
+        let mut p = by_name("tiresias", 0).expect("tiresias");
+        // 1,000 s on 2 GPUs each: 2,000 GPU-s, still queue 0: nothing happens.
+        let v = |spec: &'static JobSpec, run_s: f64| ClusterView {
+            now_s: 3000.0,
+            topology: &t,
+            free_gpus: &[2, 2],
+            queue: vec![QueuedJob::new(2, spec, 10.0)],
+            running: vec![running(0, &a, &HA, 0.1, run_s), running(1, &c, &HC, 0.1, run_s)],
+        };
+        let eight: &'static JobSpec = Box::leak(Box::new(eight));
+        // 2,000 s on 2 GPUs: 4,000 GPU-s, queue 1: both are preempted for the
+        // 8-GPU job, which then fits.
+        let d = p.schedule(&v(eight, 2000.0));
+        assert_eq!(d.iter().filter(|d| matches!(d, Decision::Preempt { .. })).count(), 2, "{d:?}");
+        // Three workers with anti-affinity need three hosts; there are two.
+        // Preempting a frees enough GPUs but still no placement, so a keeps
+        // running (before, a was preempted, placed again, preempted again...).
+        let x = JobSpec::new("x", "resnet50", 32, 2, Work::Iterations(100_000), 0.0);
+        let mut w = JobSpec::new("w", "resnet50", 32, 3, Work::Iterations(10), 100.0);
+        w.anti_affinity = true;
+        static HX: [(usize, u32); 1] = [(0, 2)];
+        let mut loser = running(0, &a, &HA, 0.1, 2000.0);
+        loser.service_gpu_s = 4000.0;
+        let view = ClusterView {
+            now_s: 3000.0,
+            topology: &t,
+            free_gpus: &[0, 2],
+            queue: vec![QueuedJob::new(3, &w, 10.0)],
+            running: vec![loser, running(1, &c, &HC, 0.1, 10.0), running(2, &x, &HX, 0.1, 10.0)],
+        };
+        assert!(p.schedule(&view).is_empty(), "{:?}", p.schedule(&view));
     }
 
     #[test]

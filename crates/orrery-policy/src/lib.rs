@@ -11,6 +11,7 @@
 pub mod baseline;
 pub mod cassini;
 pub mod castor;
+pub mod colocate;
 pub mod compose;
 pub mod foresight;
 pub mod metronome;

@@ -122,7 +122,9 @@ impl Order for Srtf {
 /// from queue k to k+1 when that crosses `thresholds[k]`; queues are served
 /// in order, FIFO within a queue, and a waiting job in a higher queue preempts
 /// running jobs in lower ones. A job that has waited more than `starve_factor`
-/// times its run time is promoted to the first queue.
+/// times its run time is promoted to the first queue, its attained service
+/// counted afresh from there (Tiresias' STARVE_LIMIT; without the reset two
+/// starving jobs preempt each other back and forth forever).
 ///
 /// Simplifications: attained service comes from the driver (exact, not
 /// sampled); no placement-aware profiling (Tiresias' consolidation decision
@@ -135,11 +137,13 @@ pub struct Tiresias {
     pub starve_factor: f64,
     /// Seconds between demotion checks.
     pub tick: f64,
+    /// Attained service of each promoted job when it was promoted.
+    promoted_at: HashMap<JobId, f64>,
 }
 
 impl Default for Tiresias {
     fn default() -> Self {
-        Tiresias { thresholds: vec![3600.0], starve_factor: 2.0, tick: 30.0 }
+        Tiresias { thresholds: vec![3600.0], starve_factor: 2.0, tick: 30.0, promoted_at: HashMap::new() }
     }
 }
 
@@ -158,15 +162,20 @@ impl Order for Tiresias {
     fn queued_key(&mut self, view: &ClusterView<'_>, job: &QueuedJob<'_>) -> Key {
         let run_s = job.service_gpu_s / f64::from(job.spec.gpus().max(1));
         let waited_s = (view.now_s - job.spec.arrival_s - run_s).max(0.0);
-        let starving = run_s > 0.0 && waited_s >= self.starve_factor * run_s;
-        let level = if starving { 0 } else { self.level(job.service_gpu_s) };
+        let base = self.promoted_at.get(&job.id).copied().unwrap_or(0.0);
+        let mut level = self.level(job.service_gpu_s - base);
+        if level > 0 && run_s > 0.0 && waited_s >= self.starve_factor * run_s {
+            self.promoted_at.insert(job.id, job.service_gpu_s);
+            level = 0;
+        }
         (level as f64, job.spec.arrival_s)
     }
 
     fn running_key(&mut self, _: &ClusterView<'_>, job: &RunningJob<'_>) -> Option<Key> {
         // Half a level ahead of waiting jobs of its own queue: Tiresias only
         // preempts across queues.
-        Some((self.level(job.service_gpu_s) as f64 - 0.5, job.spec.arrival_s))
+        let base = self.promoted_at.get(&job.id).copied().unwrap_or(0.0);
+        Some((self.level(job.service_gpu_s - base) as f64 - 0.5, job.spec.arrival_s))
     }
 
     fn blocking(&self) -> bool {

@@ -223,6 +223,10 @@ pub struct WorkloadSpec {
     pub fragmentation: Option<f64>,
     /// For `generator = "components"`: mean gap between arrivals, s.
     pub interarrival_s: Option<f64>,
+    /// For `generator = "pollux-sample"`: a submission series
+    /// (`cluster_throughput.csv` of Lucid's Venus data) whose busiest 8 hours
+    /// re-draw the arrivals (Castor's Venus workload).
+    pub arrivals: Option<PathBuf>,
     /// For the `pinned` policy: job id → [[host, GPUs], ...].
     #[serde(default)]
     pub pins: std::collections::BTreeMap<String, Vec<(usize, u32)>>,
@@ -275,6 +279,8 @@ pub struct Run {
     pub wall_s: f64,
     /// Decisions the simulator could not apply.
     pub invalid_decisions: u64,
+    /// Instants where the policy still preempted after 16 re-scheduling rounds.
+    pub reschedules_cut: u64,
     /// Per-job rows.
     #[serde(skip)]
     pub jobs: Vec<JobRow>,
@@ -704,6 +710,7 @@ impl Experiment {
                         events: sim.events_processed,
                         wall_s,
                         invalid_decisions: sim.invalid_decisions,
+                        reschedules_cut: sim.reschedules_cut,
                         jobs: job_table,
                         links: link_table,
                         iteration_s: sim.jobs.iter().flat_map(|j| j.iteration_ms.iter().map(|ms| ms / 1e3)).collect(),
@@ -761,7 +768,7 @@ fn workload_source(w: &WorkloadSpec) -> String {
 /// generated arrivals, else its source.
 fn workload_label(w: &WorkloadSpec) -> String {
     match (&w.generator, w.load) {
-        (Some(g), Some(l)) if g == "poisson" => format!("load={l}"),
+        (Some(g), Some(l)) if g == "poisson" || g == "pollux-sample" => format!("load={l}"),
         (Some(g), None) if g == "poisson" => "load=0.8".into(),
         _ => workload_source(w),
     }
@@ -781,6 +788,25 @@ fn workload_jobs(w: &WorkloadSpec, base: &Path, topo: &Topology, seed: u64) -> R
         let target = w.fragmentation.unwrap_or(0.5);
         return orrery_trace::generate::fragmented(&rack_of, w.jobs.unwrap_or(usize::MAX), target, &mix, seed)
             .map_err(|e| format!("workload: {e}"));
+    }
+    if w.generator.as_deref() == Some("pollux-sample") {
+        // Castor §9.1: `jobs` (240) × `load` jobs of Pollux's Philly sample.
+        let n = (w.jobs.unwrap_or(240) as f64 * w.load.unwrap_or(1.0)).round() as usize;
+        let population = orrery_trace::castor::pollux_population()?;
+        let mut jobs = orrery_trace::castor::sample_jobs(&population, n, seed).map_err(|e| format!("workload.{e}"))?;
+        if let Some(series) = &w.arrivals {
+            let path = base.join(series);
+            let text =
+                std::fs::read_to_string(&path).map_err(|e| format!("workload.arrivals: {}: {e}", path.display()))?;
+            let parsed = orrery_trace::castor::venus_series(&path.display().to_string(), &text);
+            if let Some(e) = parsed.errors.first() {
+                return Err(format!("{e} ({} bad rows in all)", parsed.errors.len()));
+            }
+            let bins = orrery_trace::castor::busiest_window(&parsed.items, 8.0 * 3600.0);
+            orrery_trace::castor::shape_arrivals(&mut jobs, &bins, seed)
+                .map_err(|e| format!("workload.arrivals: {e}"))?;
+        }
+        return Ok((jobs, w.pins.clone()));
     }
     if w.generator.as_deref() == Some("components") {
         let trace = w.trace.as_ref().ok_or("workload.generator components: expected a pod list in workload.trace")?;
@@ -836,7 +862,7 @@ fn workload_jobs_only(w: &WorkloadSpec, base: &Path, topo: &Topology, seed: u64)
                 }
                 "snapshot" => snapshot(n, &mix, seed).map_err(|e| format!("workload: {e}")),
                 other => Err(format!(
-                    "workload.generator: expected poisson, snapshot, fragmented or components, found {other:?}"
+                    "workload.generator: expected poisson, snapshot, fragmented, components or pollux-sample, found {other:?}"
                 )),
             }
         }

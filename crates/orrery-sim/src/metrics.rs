@@ -20,6 +20,18 @@ pub struct Metrics {
     pub makespan_s: f64,
     /// Mean queueing delay (first start − arrival), s.
     pub avg_queue_s: f64,
+    /// Mean time finished jobs spent waiting, re-queued time after a
+    /// preemption included (JCT − time holding GPUs; Castor §9.2), s.
+    pub avg_wait_s: f64,
+    /// Mean JCT of finished jobs with more than 8 GPUs ("large", Castor
+    /// Tables 5-6), s (0 when there are none).
+    pub avg_jct_large_s: f64,
+    /// Mean JCT of finished jobs with at most 8 GPUs, s.
+    pub avg_jct_small_s: f64,
+    /// `avg_wait_s` of the large jobs, s.
+    pub avg_wait_large_s: f64,
+    /// `avg_wait_s` of the small jobs, s.
+    pub avg_wait_small_s: f64,
     /// Mean iteration time over all iterations of all jobs, s.
     pub avg_iter_s: f64,
     /// 90th percentile iteration time, s.
@@ -36,8 +48,12 @@ pub struct Metrics {
     pub congested_link_s: f64,
     /// Σ over links of ∫ max(0, demand − capacity) dt, Gbit (ECN-mark proxy).
     pub excess_gbit: f64,
-    /// GPU-seconds held by jobs / (GPUs × makespan).
+    /// GPU-seconds held by at least one job / (GPUs × makespan).
     pub gpu_util: f64,
+    /// Share of GPU time with two jobs on the GPU (Castor's sharing).
+    pub gpu_shared: f64,
+    /// Share of GPU time with no job (1 − `gpu_util`).
+    pub gpu_idle: f64,
     /// Allocation failure rate: rejected jobs / jobs.
     pub afr: f64,
     /// Median wall-clock time of a policy call, ms.
@@ -93,6 +109,8 @@ pub struct JobRow {
     pub pauses: u32,
     /// Preemptions.
     pub preemptions: u32,
+    /// GPU-seconds it shared a GPU with another job.
+    pub shared_gpu_s: f64,
 }
 
 /// Per-link row of `links.csv` (links that carried traffic).
@@ -161,6 +179,7 @@ pub fn job_rows(sim: &Simulation<'_>) -> Vec<JobRow> {
                 shifts: j.shifts,
                 pauses: j.pauses,
                 preemptions: j.preemptions,
+                shared_gpu_s: j.shared_gpu_s,
             }
         })
         .collect()
@@ -235,7 +254,19 @@ pub fn metrics_of(sim: &Simulation<'_>, rows: &[JobRow], keep: impl Fn(Priority)
         .collect();
     let b_max = links.iter().map(|l| l.0).fold(0.0, f64::max);
     let gpus = f64::from(sim.topology().gpu_count());
-    let gpu_s: f64 = chosen.iter().map(|(_, j)| j.run_ns as f64 / NS * f64::from(j.spec.gpus())).sum();
+    // Each shared GPU-second is counted by both jobs of the pair.
+    let shared_s: f64 = chosen.iter().map(|(_, j)| j.shared_gpu_s).sum::<f64>() / 2.0;
+    let gpu_s: f64 =
+        chosen.iter().map(|(_, j)| j.run_ns as f64 / NS * f64::from(j.spec.gpus())).sum::<f64>() - shared_s;
+    let gpu_time = gpus * makespan_s;
+    let finished: Vec<(u32, f64, f64)> = chosen
+        .iter()
+        .filter_map(|(r, j)| r.jct_s.map(|jct| (r.gpus, jct, (jct - j.run_ns as f64 / NS).max(0.0))))
+        .collect();
+    let split = |large: bool, pick: fn(&(u32, f64, f64)) -> f64| {
+        let v: Vec<f64> = finished.iter().filter(|f| (f.0 > 8) == large).map(pick).collect();
+        if v.is_empty() { 0.0 } else { v.iter().sum::<f64>() / v.len() as f64 }
+    };
     let mut dec: Vec<f64> = sim.decision_s.iter().map(|s| s * 1e3).collect();
     let dec_p = Percentiles::of(&mut dec);
     let mean = |v: &[f64]| if v.is_empty() { 0.0 } else { v.iter().sum::<f64>() / v.len() as f64 };
@@ -246,6 +277,11 @@ pub fn metrics_of(sim: &Simulation<'_>, rows: &[JobRow], keep: impl Fn(Priority)
         p99_jct_s: jct_p.p99,
         makespan_s,
         avg_queue_s: mean(&queue),
+        avg_wait_s: mean(&finished.iter().map(|f| f.2).collect::<Vec<_>>()),
+        avg_jct_large_s: split(true, |f| f.1),
+        avg_jct_small_s: split(false, |f| f.1),
+        avg_wait_large_s: split(true, |f| f.2),
+        avg_wait_small_s: split(false, |f| f.2),
         avg_iter_s: it.mean,
         p90_iter_s: it.p90,
         p99_iter_s: it.p99,
@@ -259,7 +295,9 @@ pub fn metrics_of(sim: &Simulation<'_>, rows: &[JobRow], keep: impl Fn(Priority)
         },
         congested_link_s: links.iter().map(|l| l.2).sum(),
         excess_gbit: links.iter().map(|l| l.3).sum(),
-        gpu_util: if gpus > 0.0 && makespan_s > 0.0 { gpu_s / (gpus * makespan_s) } else { 0.0 },
+        gpu_util: if gpu_time > 0.0 { gpu_s / gpu_time } else { 0.0 },
+        gpu_shared: if gpu_time > 0.0 { shared_s / gpu_time } else { 0.0 },
+        gpu_idle: if gpu_time > 0.0 { (1.0 - gpu_s / gpu_time).max(0.0) } else { 0.0 },
         afr: if chosen.is_empty() {
             0.0
         } else {

@@ -230,6 +230,7 @@ pub fn figures(summary: &Summary, dir: &Path) -> Result<Vec<(String, String, Str
         }
     }
     out.extend(gain_figures(summary, dir)?);
+    out.extend(sharing_figures(summary, dir)?);
     let gantt = Figure::Gantt {
         title: format!("{}: jobs over time (light: waiting, dark: running)", summary.experiment),
         panels: first_seed
@@ -401,6 +402,115 @@ fn variant_heatmap(summary: &Summary, dir: &Path) -> Result<Vec<(String, String,
 }
 
 /// HTML rows of a table of cells; the first row is the header.
+/// Whether the experiment compares GPU-sharing policies (Castor).
+fn shares_gpus(summary: &Summary) -> bool {
+    summary.runs.iter().any(|r| matches!(r.policy.as_str(), "castor" | "sjf-ffs" | "lucid"))
+}
+
+/// Means over seeds of `f` per (scenario, policy), in first-seen order.
+fn per_policy(summary: &Summary, f: impl Fn(&Run) -> f64) -> Vec<(String, String, f64)> {
+    let mut out: Vec<(String, String, f64, usize)> = Vec::new();
+    for r in &summary.runs {
+        let v = f(r);
+        match out.iter_mut().find(|x| x.0 == r.scenario && x.1 == r.policy) {
+            Some(x) => (x.2, x.3) = (x.2 + v, x.3 + 1),
+            None => out.push((r.scenario.clone(), r.policy.clone(), v, 1)),
+        }
+    }
+    out.into_iter().map(|(s, p, v, n)| (s, p, v / n as f64)).collect()
+}
+
+/// Castor's figures: how GPU time splits into idle, one job and two jobs
+/// per policy (Figs. 9c-d, 12c-d, by occupancy rather than SM activity),
+/// and, when the scenarios are loads `load=x`, mean JCT per policy and load
+/// (Fig. 16).
+fn sharing_figures(summary: &Summary, dir: &Path) -> Result<Vec<(String, String, String)>, String> {
+    if !shares_gpus(summary) {
+        return Ok(Vec::new());
+    }
+    let several = summary.runs.iter().any(|r| r.scenario != summary.runs[0].scenario);
+    let idle = per_policy(summary, |r| r.metrics.gpu_idle);
+    let shared = per_policy(summary, |r| r.metrics.gpu_shared);
+    let rows: Vec<String> = idle.iter().map(|(s, p, _)| if several { format!("{s} {p}") } else { p.clone() }).collect();
+    let values = idle
+        .iter()
+        .zip(&shared)
+        .map(|((_, _, i), (_, _, sh))| vec![Some(100.0 * i), Some(100.0 * (1.0 - i - sh)), Some(100.0 * sh)])
+        .rev()
+        .collect();
+    let fig = Figure::Heatmap {
+        title: format!("{}: GPU time by jobs on the GPU (%)", summary.experiment),
+        x_label: "jobs on the GPU".into(),
+        y_label: "policy".into(),
+        xs: vec!["none".into(), "one".into(), "two".into()],
+        ys: rows.into_iter().rev().collect(),
+        values,
+    };
+    let mut out = vec![(
+        "gpu_occupancy".into(),
+        "Share of GPU time with no job, one job and two jobs on the GPU, means over seeds (Castor Figs. 9c-d, 12c-d;          occupancy, not SM activity)."
+            .into(),
+        fig.save(dir, "gpu_occupancy")?,
+    )];
+    let jct = per_policy(summary, |r| r.metrics.avg_jct_s / 3600.0);
+    let mut loads: Vec<&str> = Vec::new();
+    let mut policies: Vec<&str> = Vec::new();
+    for (s, p, _) in &jct {
+        if !loads.contains(&s.as_str()) {
+            loads.push(s);
+        }
+        if !policies.contains(&p.as_str()) {
+            policies.push(p);
+        }
+    }
+    if loads.len() > 1 && loads.iter().all(|l| l.starts_with("load=")) {
+        let values = policies
+            .iter()
+            .rev()
+            .map(|p| loads.iter().map(|l| jct.iter().find(|x| x.0 == *l && x.1 == *p).map(|x| x.2)).collect())
+            .collect();
+        let fig = Figure::Heatmap {
+            title: format!("{}: mean JCT (h) by load", summary.experiment),
+            x_label: "workload intensity".into(),
+            y_label: "policy".into(),
+            xs: loads.iter().map(|s| s.to_string()).collect(),
+            ys: policies.iter().rev().map(|s| s.to_string()).collect(),
+            values,
+        };
+        out.push((
+            "jct_by_load".into(),
+            "Mean JCT in hours per policy and workload intensity, means over seeds (Castor Fig. 16).".into(),
+            fig.save(dir, "jct_by_load")?,
+        ));
+    }
+    Ok(out)
+}
+
+/// Castor Tables 5-6: mean JCT and queueing (all time waiting) in hours, for
+/// all jobs, large jobs (> 8 GPUs) and small ones, means over seeds.
+pub fn size_table(summary: &Summary) -> Vec<Vec<String>> {
+    let h = |f: fn(&Run) -> f64| per_policy(summary, move |r| f(r) / 3600.0);
+    let cols = [
+        h(|r| r.metrics.avg_jct_s),
+        h(|r| r.metrics.avg_jct_large_s),
+        h(|r| r.metrics.avg_jct_small_s),
+        h(|r| r.metrics.avg_wait_s),
+        h(|r| r.metrics.avg_wait_large_s),
+        h(|r| r.metrics.avg_wait_small_s),
+    ];
+    let mut rows = vec![
+        ["scenario", "policy", "JCT all (h)", "JCT large", "JCT small", "queue all (h)", "queue large", "queue small"]
+            .map(String::from)
+            .to_vec(),
+    ];
+    for (k, (s, p, _)) in cols[0].iter().enumerate() {
+        let mut row = vec![s.clone(), p.clone()];
+        row.extend(cols.iter().map(|c| format!("{:.2}", c[k].2)));
+        rows.push(row);
+    }
+    rows
+}
+
 fn table_rows(h: &mut String, rows: &[Vec<String>]) {
     for (k, row) in rows.iter().enumerate() {
         let tag = if k == 0 { "th" } else { "td" };
@@ -433,6 +543,10 @@ pub fn html(summary: &Summary, figures: &[(String, String, String)]) -> String {
     );
     h.push_str("<h2>Comparison</h2>\n<table>\n");
     table_rows(&mut h, &crate::experiment::comparison_table(&summary.comparison));
+    if shares_gpus(summary) {
+        h.push_str("</table>\n<h2>By job size</h2>\n<p>Castor Tables 5-6: large jobs use more than 8 GPUs; queueing is all time spent waiting.</p>\n<table>\n");
+        table_rows(&mut h, &size_table(summary));
+    }
     h.push_str("</table>\n<h2>Jobs</h2>\n<p>Mean iteration time per job (first seed), against its time alone on the same placement.</p>\n");
     for (scenario, rows) in crate::experiment::job_tables(summary) {
         let _ = writeln!(h, "<h3>{}</h3>\n<table>", esc(&scenario));

@@ -592,3 +592,33 @@ fn foresight_profiles_are_the_job_alone_at_each_throttle() {
         assert_eq!(p.flows.len(), 3);
     }
 }
+
+/// Preempts whatever runs and places whatever waits, every time it is asked:
+/// two jobs swap places forever within one instant.
+struct Thrash;
+
+impl Policy for Thrash {
+    fn name(&self) -> String {
+        "thrash".into()
+    }
+    fn schedule(&mut self, view: &ClusterView<'_>) -> Vec<Decision> {
+        let mut out: Vec<Decision> = view.running.iter().map(|r| Decision::Preempt { job: r.id }).collect();
+        out.extend(view.queue.iter().take(1).map(|q| Decision::Place { job: q.id, hosts: vec![(0, 1)] }));
+        out
+    }
+}
+
+#[test]
+fn a_policy_that_preempts_in_a_cycle_is_cut_off_not_a_stack_overflow() {
+    let topo = two_racks();
+    let jobs = [
+        JobSpec::new("a", "resnet50", 32, 1, Work::Iterations(3), 0.0),
+        JobSpec::new("b", "resnet50", 32, 1, Work::Iterations(3), 0.0),
+    ];
+    let topo: &'static Topology = Box::leak(Box::new(topo));
+    let mut sim = Simulation::new(topo, &jobs, SimConfig { max_time_s: Some(5.0), ..Default::default() }, false);
+    sim.run(&mut Thrash, |_, _| {});
+    // Every instant with a waiting job is cut after 16 rounds of swapping.
+    assert!(sim.reschedules_cut >= 1);
+    assert!(sim.jobs.iter().map(|j| j.preemptions).sum::<u32>() >= 16);
+}

@@ -11,6 +11,7 @@
 //! [`read_file`] and the `load_*` helpers, everything else works on strings.
 
 pub mod calibration;
+pub mod castor;
 pub mod diag;
 pub mod formats;
 pub mod generate;

@@ -28,6 +28,9 @@ impl JobState {
     }
 }
 
+/// Rounds of re-scheduling after preemptions in one instant.
+pub const RESCHEDULE_ROUNDS: usize = 16;
+
 /// Owner of background flows ([`SimConfig::background`]).
 pub const BACKGROUND: usize = usize::MAX;
 
@@ -240,6 +243,8 @@ pub struct Simulation<'a> {
     pub events_processed: u64,
     /// Decisions the simulator could not apply (e.g. placing on busy GPUs).
     pub invalid_decisions: u64,
+    /// Instants where the policy kept preempting after [`RESCHEDULE_ROUNDS`] rounds.
+    pub reschedules_cut: u64,
     normal: Normal<f64>,
     skip_owner: HashMap<LinkId, JobId>,
     observes: bool,
@@ -263,6 +268,7 @@ impl<'a> Simulation<'a> {
             decision_s: Vec::new(),
             events_processed: 0,
             invalid_decisions: 0,
+            reschedules_cut: 0,
             skip_owner: HashMap::new(),
             observes: true,
             normal: Normal::new(0.0, cfg.jitter.max(0.0)).unwrap_or_else(|_| Normal::new(0.0, 0.0).expect("valid")),
@@ -487,8 +493,15 @@ impl<'a> Simulation<'a> {
     }
 
     fn schedule(&mut self, policy: &mut dyn Policy) {
+        if let Some(d) = self.decide(policy) {
+            self.apply(d, policy);
+        }
+    }
+
+    /// The policy's decisions for the waiting jobs (None when none wait).
+    fn decide(&mut self, policy: &mut dyn Policy) -> Option<Vec<Decision>> {
         if self.waiting.is_empty() {
-            return;
+            return None;
         }
         let decisions = {
             let (queue, running) = self.view();
@@ -499,10 +512,29 @@ impl<'a> Simulation<'a> {
             self.decision_s.push(t.elapsed().as_secs_f64());
             d
         };
-        self.apply(decisions, policy);
+        Some(decisions)
     }
 
+    /// Applies decisions; while they preempt jobs (freeing GPUs), asks the
+    /// policy again, at most [`RESCHEDULE_ROUNDS`] times in one instant (a
+    /// policy that preempts and re-places in a cycle is cut off there; the
+    /// next event asks again).
     fn apply(&mut self, decisions: Vec<Decision>, policy: &mut dyn Policy) {
+        let mut freed = self.apply_once(decisions);
+        for _ in 0..RESCHEDULE_ROUNDS {
+            if !freed {
+                return;
+            }
+            let Some(d) = self.decide(policy) else { return };
+            freed = self.apply_once(d);
+        }
+        if freed {
+            self.reschedules_cut += 1;
+        }
+    }
+
+    /// Applies decisions; true when one freed GPUs by preempting a job.
+    fn apply_once(&mut self, decisions: Vec<Decision>) -> bool {
         let mut freed = false;
         for d in decisions {
             if let Decision::Preempt { job }
@@ -596,9 +628,7 @@ impl<'a> Simulation<'a> {
                 _ => self.invalid_decisions += 1,
             }
         }
-        if freed {
-            self.schedule(policy);
-        }
+        freed
     }
 
     /// A shift or alignment decided in the same instant a job's iteration was

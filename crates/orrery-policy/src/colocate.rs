@@ -1,0 +1,457 @@
+//! Policies that share GPUs between two jobs (Castor §5, §9.1):
+//!
+//! - `castor`: Algorithm 1, SJF-BSBF (smallest job first, best sharing
+//!   benefit first). Jobs by expected remaining time; free GPUs first; when
+//!   they do not suffice, every running job with GPUs of its own is a
+//!   candidate partner, Algorithm 2 ([`crate::castor::batch_scaling`])
+//!   picks the newcomer's sub-batch and says whether sharing beats running
+//!   back to back (Theorem 1); the candidates that pay are taken in order of
+//!   their pair's sum of completion times. A job that no sharing helps waits.
+//! - `sjf-ffs`: the same order, but first-fit sharing: any running job's
+//!   GPUs, in host order, whenever free GPUs are short (Castor's baseline 7).
+//! - `lucid`: a conservative packer after Lucid (ASPLOS '23). orrery's
+//!   rules: pack only a job that would otherwise wait (indolent packing),
+//!   only within one host (Lucid does not pack distributed jobs, for fear of
+//!   network contention), only beside a running job of the same GPU count
+//!   whose GPUs are all its own, at the user's batch (no accumulation), and
+//!   only when the profiled pair slows each job by at most
+//!   [`LUCID_MAX_XI`] (Lucid's "light" affinity classes).
+//!
+//! None preempts. Per round, for Q waiting and R running jobs on H hosts:
+//! O(Q log Q) to sort, then per job O(H) for free GPUs and, when short,
+//! O(R log B) for Algorithm 2 over the partners and O(R log R) to rank them.
+
+use crate::baseline::{consolidated, isolated_seconds, racks};
+use crate::castor::{batch_scaling, pair_choice};
+use crate::placement::capped;
+use crate::{ClusterView, Decision, JobId, Policy};
+use orrery_model::colocation::{Colocation, accumulation_factor, memory_mib};
+use orrery_model::gpu::{GpuType, gpu_type};
+use orrery_model::{HostId, JobSpec, ModelSpec};
+use std::collections::HashMap;
+
+/// Lucid-style packing allows pairs whose estimated ξ are both at most this.
+pub const LUCID_MAX_XI: f64 = 1.25;
+
+/// Which sharing rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rule {
+    /// Castor's SJF-BSBF (Algorithm 1 with Algorithm 2).
+    Bsbf,
+    /// Greedy first-fit sharing.
+    Ffs,
+    /// Lucid-style conservative packing.
+    Lucid,
+}
+
+/// A GPU-sharing policy.
+#[derive(Debug)]
+pub struct Colocator {
+    rule: Rule,
+    estimate: Colocation,
+    alone: HashMap<JobId, f64>,
+    shares: u64,
+    waits: u64,
+    benefit_sum: f64,
+}
+
+impl Colocator {
+    /// A policy with the given rule; ξ estimates come from the driver
+    /// ([`Policy::set_colocation`]), time slicing until then.
+    pub fn new(rule: Rule) -> Self {
+        Colocator {
+            rule,
+            estimate: Colocation::default(),
+            alone: HashMap::new(),
+            shares: 0,
+            waits: 0,
+            benefit_sum: 0.0,
+        }
+    }
+
+    fn alone_s(&mut self, view: &ClusterView<'_>, id: JobId, spec: &JobSpec) -> f64 {
+        *self.alone.entry(id).or_insert_with(|| isolated_seconds(view, spec))
+    }
+}
+
+/// A running job that could lend GPUs this round.
+struct Candidate {
+    id: JobId,
+    /// Its GPUs without a partner, per host (shrinks as the round lends them).
+    solo: Vec<(HostId, u32)>,
+    spec_model: &'static ModelSpec,
+    sub_batch: u32,
+    gpus: u32,
+    /// Remaining time alone, s.
+    left_s: f64,
+    gpu: &'static GpuType,
+}
+
+/// A chosen partner: the candidate, the newcomer's sub-batch, and the
+/// pair's sum of completion times.
+struct Offer {
+    cand: usize,
+    sub_batch: u32,
+    jct_sum: f64,
+    xi: (f64, f64),
+    /// The newcomer's time alone at that sub-batch, s.
+    t_new_s: f64,
+}
+
+impl Policy for Colocator {
+    fn name(&self) -> String {
+        match self.rule {
+            Rule::Bsbf => "castor",
+            Rule::Ffs => "sjf-ffs",
+            Rule::Lucid => "lucid",
+        }
+        .into()
+    }
+
+    fn set_colocation(&mut self, estimate: &Colocation) {
+        self.estimate = estimate.clone();
+    }
+
+    fn counters(&self) -> Vec<(&'static str, f64)> {
+        vec![
+            ("shared_starts", self.shares as f64),
+            ("sharing_refused", self.waits as f64),
+            // Castor Eq. 24, estimated when deciding: JCT waiting for free GPUs
+            // over JCT sharing.
+            ("sharing_benefit", if self.shares > 0 { self.benefit_sum / self.shares as f64 } else { 0.0 }),
+        ]
+    }
+
+    fn schedule(&mut self, view: &ClusterView<'_>) -> Vec<Decision> {
+        let rack_of = racks(view);
+        let mut free = view.free_gpus.to_vec();
+        let mut cands: Vec<Candidate> = Vec::new();
+        for r in view.running.iter().filter(|r| !r.paused) {
+            let (Some(m), Some(&(h0, _))) = (orrery_model::zoo::model(&r.spec.model), r.hosts.first()) else {
+                continue;
+            };
+            let Some(gpu) = gpu_type(&view.topology.hosts[h0].gpu_type) else { continue };
+            let left_s = self.alone_s(view, r.id, r.spec) * (1.0 - r.progress) * r.xi.max(1.0);
+            cands.push(Candidate {
+                id: r.id,
+                solo: r.solo_gpus.iter().copied().filter(|s| s.1 > 0).collect(),
+                spec_model: m,
+                sub_batch: r.sub_batch,
+                gpus: r.spec.gpus(),
+                left_s,
+                gpu,
+            });
+        }
+        // Line 1: pending jobs by expected remaining time.
+        let mut order: Vec<(f64, f64, usize)> = view
+            .queue
+            .iter()
+            .enumerate()
+            .map(|(i, q)| (self.alone_s(view, q.id, q.spec) * (1.0 - q.progress), q.spec.arrival_s, i))
+            .collect();
+        order.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.total_cmp(&b.1)));
+        let mut out = Vec::new();
+        for (t_new, _, qi) in order {
+            let q = &view.queue[qi];
+            let need = q.spec.gpus();
+            // Lines 6-7: enough free GPUs.
+            if free.iter().map(|&f| u64::from(f)).sum::<u64>() >= u64::from(need)
+                && let Some(hosts) = consolidated(view, &rack_of, &capped(&free, q.spec), need)
+            {
+                for &(h, g) in &hosts {
+                    free[h] -= g;
+                }
+                out.push(Decision::Place { job: q.id, hosts });
+                continue;
+            }
+            let solo_total: u64 = cands.iter().flat_map(|c| &c.solo).map(|s| u64::from(s.1)).sum();
+            let Some(model) = orrery_model::zoo::model(&q.spec.model) else { continue };
+            if free.iter().map(|&f| u64::from(f)).sum::<u64>() + solo_total < u64::from(need) {
+                continue;
+            }
+            // Lines 10-14: candidate partners, ranked.
+            let offers = self.offers(&cands, q.spec, model, t_new, &free);
+            if offers.is_empty() {
+                self.waits += 1;
+                continue;
+            }
+            // Lines 15-17: take GPUs from the ranked partners until enough;
+            // then free GPUs if still short (the job runs on all of them).
+            let mut shared: Vec<(JobId, HostId, u32)> = Vec::new();
+            let mut left = need;
+            let mut sub = q.spec.batch.max(1);
+            let mut used: Vec<&Offer> = Vec::new();
+            for o in &offers {
+                if left == 0 {
+                    break;
+                }
+                let c = &cands[o.cand];
+                for &(h, g) in &c.solo {
+                    let take = g.min(left).min(q.spec.host_cap(g));
+                    if take > 0 {
+                        shared.push((c.id, h, take));
+                        left -= take;
+                    }
+                    if left == 0 {
+                        break;
+                    }
+                }
+                sub = sub.min(o.sub_batch);
+                used.push(o);
+            }
+            let mut from_free = Vec::new();
+            if left > 0 {
+                if self.rule == Rule::Lucid {
+                    continue;
+                }
+                for (h, f) in free.iter().enumerate() {
+                    let take = (*f).min(left);
+                    if take > 0 {
+                        from_free.push((h, take));
+                        left -= take;
+                    }
+                    if left == 0 {
+                        break;
+                    }
+                }
+                if left > 0 {
+                    continue;
+                }
+            }
+            if (shared.iter().map(|s| s.2).sum::<u32>() + from_free.iter().map(|s| s.1).sum::<u32>())
+                % q.spec.gpus_per_worker.max(1)
+                != 0
+            {
+                continue;
+            }
+            // Eq. 24, as estimated now: wait for the partners to finish, then
+            // run alone; against the newcomer's end while sharing.
+            let wait_s = used.iter().map(|o| cands[o.cand].left_s).fold(0.0, f64::max);
+            let coloc_s = used.iter().map(|o| newcomer_end(cands[o.cand].left_s, o.t_new_s, o.xi)).fold(0.0, f64::max);
+            self.benefit_sum += (wait_s + t_new) / coloc_s.max(1e-9);
+            self.shares += 1;
+            for &(h, g) in &from_free {
+                free[h] -= g;
+            }
+            for &(p, h, g) in &shared {
+                if let Some(c) = cands.iter_mut().find(|c| c.id == p)
+                    && let Some(s) = c.solo.iter_mut().find(|s| s.0 == h)
+                {
+                    s.1 -= g;
+                }
+            }
+            out.push(Decision::Share { job: q.id, free: from_free, shared, sub_batch: sub });
+        }
+        out
+    }
+}
+
+/// When the newcomer ends if it starts beside a job with `left_s` to go
+/// alone, taking `t_new` alone, with ratios `(ξ_run, ξ_new)` (the two cases
+/// of Theorem 1's proof). O(1).
+fn newcomer_end(left_s: f64, t_new: f64, (xi_run, xi_new): (f64, f64)) -> f64 {
+    if xi_new * t_new <= xi_run * left_s {
+        xi_new * t_new
+    } else {
+        xi_run * left_s + (t_new - xi_run * left_s / xi_new)
+    }
+}
+
+impl Colocator {
+    /// The partners worth sharing with, best first.
+    fn offers(&self, cands: &[Candidate], spec: &JobSpec, model: &ModelSpec, t_new: f64, free: &[u32]) -> Vec<Offer> {
+        let batch = spec.batch.max(1);
+        let mut offers: Vec<Offer> = Vec::new();
+        for (k, c) in cands.iter().enumerate() {
+            let solo: u32 = c.solo.iter().map(|s| s.1).sum();
+            if solo == 0 {
+                continue;
+            }
+            let mem = c.gpu.memory_gib * 1024.0 - memory_mib(c.spec_model, c.sub_batch);
+            let fits = |b: u32| memory_mib(model, b) <= mem;
+            let xi = |b: u32| self.estimate.pair(c.spec_model, c.sub_batch, model, b, c.gpu);
+            let t_at = |b: u32| t_new * accumulation_factor(model, c.gpu, batch, b);
+            match self.rule {
+                Rule::Bsbf => {
+                    let time = |b: u32| fits(b).then(|| t_at(b));
+                    if let Some(s) = batch_scaling(batch, c.left_s, time, xi)
+                        && s.share
+                    {
+                        let (xi, t_new_s) = (xi(s.sub_batch), t_at(s.sub_batch));
+                        offers.push(Offer { cand: k, sub_batch: s.sub_batch, jct_sum: s.jct_sum, xi, t_new_s });
+                    }
+                }
+                Rule::Ffs => {
+                    // The largest power-of-two sub-batch that fits; no
+                    // judgement of whether sharing pays.
+                    let mut b = batch;
+                    while b > 1 && !fits(b) {
+                        b = b.div_ceil(2);
+                    }
+                    if fits(b) {
+                        offers.push(Offer { cand: k, sub_batch: b, jct_sum: k as f64, xi: xi(b), t_new_s: t_at(b) });
+                    }
+                }
+                Rule::Lucid => {
+                    let one_host = c.solo.len() == 1 && solo == c.gpus;
+                    let free_here: u32 = free.iter().sum();
+                    let (xr, xn) = xi(batch);
+                    if one_host
+                        && c.gpus == spec.gpus()
+                        && fits(batch)
+                        && xr <= LUCID_MAX_XI
+                        && xn <= LUCID_MAX_XI
+                        && free_here < spec.gpus()
+                    {
+                        let (_, sum) = pair_choice(c.left_s, t_new, xr, xn);
+                        offers.push(Offer { cand: k, sub_batch: batch, jct_sum: sum, xi: (xr, xn), t_new_s: t_new });
+                    }
+                }
+            }
+        }
+        // Line 14: by the pair's sum of completion times (FFS: host order).
+        offers.sort_by(|a, b| a.jct_sum.total_cmp(&b.jct_sum));
+        if self.rule == Rule::Lucid {
+            offers.truncate(1);
+        }
+        offers
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{QueuedJob, RunningJob};
+    use orrery_model::setups::LeafSpine;
+    use orrery_model::{Topology, Work};
+
+    fn cluster() -> Topology {
+        LeafSpine {
+            racks: 1,
+            hosts_per_rack: 2,
+            spines: 1,
+            gpus_per_host: 4,
+            gpu_type: "v100-32gb".into(),
+            host_gbps: 100.0,
+            uplink_gbps: 100.0,
+        }
+        .build("two-hosts")
+        .expect("valid")
+    }
+
+    fn running<'a>(id: JobId, spec: &'a JobSpec, hosts: &'a [(HostId, u32)], progress: f64) -> RunningJob<'a> {
+        RunningJob {
+            id,
+            spec,
+            hosts,
+            iterations_done: 0,
+            paused: false,
+            iteration_start_s: 0.0,
+            progress,
+            service_gpu_s: 0.0,
+            running_s: 0.0,
+            solo_gpus: hosts.to_vec(),
+            sub_batch: spec.batch,
+            xi: 1.0,
+        }
+    }
+
+    /// ξ estimates: every pair of classes at `xi`.
+    fn uniform(xi: f64) -> Colocation {
+        let mut c = Colocation::default();
+        for a in ["ResNet-18", "ResNet-50", "Transformer", "LM", "Recommendation"] {
+            for b in ["ResNet-18", "ResNet-50", "Transformer", "LM", "Recommendation"] {
+                c.table.xi.insert((a.into(), b.into()), xi);
+            }
+        }
+        c
+    }
+
+    fn decide(
+        rule: Rule,
+        xi: f64,
+        running: Vec<RunningJob<'_>>,
+        queue: Vec<QueuedJob<'_>>,
+        t: &Topology,
+    ) -> Vec<Decision> {
+        let free = [0u32, 0];
+        let view = ClusterView { now_s: 0.0, topology: t, free_gpus: &free, queue, running };
+        let mut p = Colocator::new(rule);
+        p.set_colocation(&uniform(xi));
+        p.schedule(&view)
+    }
+
+    #[test]
+    fn castor_shares_only_when_theorem_one_says_it_pays() {
+        let t = cluster();
+        let a = JobSpec::new("a", "resnet50", 32, 4, Work::Seconds(3600.0), 0.0);
+        let b = JobSpec::new("b", "resnet50", 32, 4, Work::Seconds(1800.0), 0.0);
+        let new = JobSpec::new("n", "resnet50", 32, 4, Work::Seconds(600.0), 0.0);
+        let (ha, hb) = ([(0usize, 4u32)], [(1usize, 4u32)]);
+        let run = || vec![running(0, &a, &ha, 0.5), running(1, &b, &hb, 0.0)];
+        let queue = || vec![QueuedJob::new(2, &new, 0.0)];
+        // Light interference: share, with the partner whose pair ends soonest.
+        // Both have 1,800 s left alone; ties go to the first.
+        let d = decide(Rule::Bsbf, 1.1, run(), queue(), &t);
+        assert_eq!(d, vec![Decision::Share { job: 2, free: vec![], shared: vec![(0, 0, 4)], sub_batch: 32 }]);
+        // ξ = 2 both ways is time slicing: waiting is better, the job waits.
+        assert!(decide(Rule::Bsbf, 2.0, run(), queue(), &t).is_empty());
+        // First-fit sharing shares regardless, with the first running job.
+        let d = decide(Rule::Ffs, 2.0, run(), queue(), &t);
+        assert_eq!(d, vec![Decision::Share { job: 2, free: vec![], shared: vec![(0, 0, 4)], sub_batch: 32 }]);
+    }
+
+    #[test]
+    fn castor_prefers_the_partner_with_the_smaller_pair_jct() {
+        let t = cluster();
+        let long = JobSpec::new("long", "resnet50", 32, 4, Work::Seconds(10_000.0), 0.0);
+        let short = JobSpec::new("short", "resnet50", 32, 4, Work::Seconds(1_000.0), 0.0);
+        let new = JobSpec::new("n", "resnet50", 32, 4, Work::Seconds(600.0), 0.0);
+        let (h0, h1) = ([(0usize, 4u32)], [(1usize, 4u32)]);
+        let d = decide(
+            Rule::Bsbf,
+            1.1,
+            vec![running(0, &long, &h0, 0.0), running(1, &short, &h1, 0.0)],
+            vec![QueuedJob::new(2, &new, 0.0)],
+            &t,
+        );
+        assert_eq!(d, vec![Decision::Share { job: 2, free: vec![], shared: vec![(1, 1, 4)], sub_batch: 32 }]);
+    }
+
+    #[test]
+    fn castor_accumulates_when_the_batch_does_not_fit_beside_the_partner() {
+        let t = cluster();
+        // BERT at 32 per GPU needs about 22 GiB; beside a ResNet-50 at 128
+        // (about 10 GiB) on a 32 GiB V100 it must halve its sub-batch.
+        let r50 = JobSpec::new("r", "resnet50", 128, 4, Work::Seconds(5_000.0), 0.0);
+        let bert = JobSpec::new("b", "bert", 32, 4, Work::Seconds(600.0), 0.0);
+        let h0 = [(0usize, 4u32)];
+        let d = decide(Rule::Bsbf, 1.05, vec![running(0, &r50, &h0, 0.0)], vec![QueuedJob::new(1, &bert, 0.0)], &t);
+        let Some(Decision::Share { sub_batch, .. }) = d.first() else { panic!("{d:?}") };
+        let (rm, bm) =
+            (orrery_model::zoo::model("resnet50").expect("zoo"), orrery_model::zoo::model("bert").expect("zoo"));
+        assert!(*sub_batch < 32, "{sub_batch}");
+        assert!(memory_mib(rm, 128) + memory_mib(bm, *sub_batch) <= 32.0 * 1024.0);
+        assert!(memory_mib(rm, 128) + memory_mib(bm, *sub_batch * 2) > 32.0 * 1024.0);
+    }
+
+    #[test]
+    fn lucid_packs_only_light_pairs_of_one_host_and_the_same_size() {
+        let t = cluster();
+        let a = JobSpec::new("a", "resnet50", 32, 4, Work::Seconds(3600.0), 0.0);
+        let new = JobSpec::new("n", "resnet50", 32, 4, Work::Seconds(600.0), 0.0);
+        let two = JobSpec::new("m", "resnet50", 32, 2, Work::Seconds(600.0), 0.0);
+        let h0 = [(0usize, 4u32)];
+        let d = decide(Rule::Lucid, 1.2, vec![running(0, &a, &h0, 0.0)], vec![QueuedJob::new(1, &new, 0.0)], &t);
+        assert_eq!(d.len(), 1);
+        assert!(
+            decide(Rule::Lucid, 1.3, vec![running(0, &a, &h0, 0.0)], vec![QueuedJob::new(1, &new, 0.0)], &t).is_empty()
+        );
+        assert!(
+            decide(Rule::Lucid, 1.2, vec![running(0, &a, &h0, 0.0)], vec![QueuedJob::new(1, &two, 0.0)], &t).is_empty()
+        );
+        // Castor would share the 2-GPU job on half of a's GPUs.
+        let d = decide(Rule::Bsbf, 1.2, vec![running(0, &a, &h0, 0.0)], vec![QueuedJob::new(1, &two, 0.0)], &t);
+        assert_eq!(d, vec![Decision::Share { job: 1, free: vec![], shared: vec![(0, 0, 2)], sub_batch: 32 }]);
+    }
+}
