@@ -322,6 +322,19 @@ mod tests {
     }
 
     #[test]
+    fn the_split_keeps_both_directions_of_a_pair_on_one_side() {
+        let samples = gavel_samples(GAVEL_THROUGHPUTS).expect("gavel parses");
+        let (train, test) = split(&samples, 7).expect("splits");
+        let train_pairs: std::collections::BTreeSet<&str> = train.iter().map(|s| s.pair.as_str()).collect();
+        assert!(test.iter().all(|s| !train_pairs.contains(s.pair.as_str())));
+        assert_eq!(train.len() + test.len(), samples.len());
+        // Another seed, another split.
+        let (_, other) = split(&samples, 8).expect("splits");
+        assert_ne!(test.len(), 0);
+        assert_ne!(test.iter().map(|s| &s.pair).collect::<Vec<_>>(), other.iter().map(|s| &s.pair).collect::<Vec<_>>());
+    }
+
+    #[test]
     fn gavel_table_is_the_median_per_class_pair() {
         let samples = gavel_samples(GAVEL_THROUGHPUTS).expect("gavel parses");
         let t = xi_table(&samples, "v100", None).expect("v100 measured");
