@@ -420,6 +420,30 @@ fn per_policy(summary: &Summary, f: impl Fn(&Run) -> f64) -> Vec<(String, String
     out.into_iter().map(|(s, p, v, n)| (s, p, v / n as f64)).collect()
 }
 
+/// The scenarios and policies of [`per_policy`]'s rows, in first-seen order.
+fn axes(rows: &[(String, String, f64)]) -> (Vec<&str>, Vec<&str>) {
+    let (mut scenarios, mut policies): (Vec<&str>, Vec<&str>) = (Vec::new(), Vec::new());
+    for (s, p, _) in rows {
+        if !scenarios.contains(&s.as_str()) {
+            scenarios.push(s);
+        }
+        if !policies.contains(&p.as_str()) {
+            policies.push(p);
+        }
+    }
+    (scenarios, policies)
+}
+
+/// Heatmap values: a row per policy (last first, as heatmaps draw bottom up),
+/// a column per scenario, each value scaled.
+fn grid(rows: &[(String, String, f64)], scenarios: &[&str], policies: &[&str], scale: f64) -> Vec<Vec<Option<f64>>> {
+    policies
+        .iter()
+        .rev()
+        .map(|p| scenarios.iter().map(|s| rows.iter().find(|x| x.0 == *s && x.1 == *p).map(|x| scale * x.2)).collect())
+        .collect()
+}
+
 /// Castor's figures: how GPU time splits into idle, one job and two jobs
 /// per policy (Figs. 9c-d, 12c-d, by occupancy rather than SM activity),
 /// and, when the scenarios are loads `load=x`, mean JCT per policy and load
@@ -428,47 +452,53 @@ fn sharing_figures(summary: &Summary, dir: &Path) -> Result<Vec<(String, String,
     if !shares_gpus(summary) {
         return Ok(Vec::new());
     }
-    let several = summary.runs.iter().any(|r| r.scenario != summary.runs[0].scenario);
     let idle = per_policy(summary, |r| r.metrics.gpu_idle);
     let shared = per_policy(summary, |r| r.metrics.gpu_shared);
-    let rows: Vec<String> = idle.iter().map(|(s, p, _)| if several { format!("{s} {p}") } else { p.clone() }).collect();
-    let values = idle
-        .iter()
-        .zip(&shared)
-        .map(|((_, _, i), (_, _, sh))| vec![Some(100.0 * i), Some(100.0 * (1.0 - i - sh)), Some(100.0 * sh)])
-        .rev()
-        .collect();
-    let fig = Figure::Heatmap {
-        title: format!("{}: GPU time by jobs on the GPU (%)", summary.experiment),
-        x_label: "jobs on the GPU".into(),
-        y_label: "policy".into(),
-        xs: vec!["none".into(), "one".into(), "two".into()],
-        ys: rows.into_iter().rev().collect(),
-        values,
-    };
-    let mut out = vec![(
-        "gpu_occupancy".into(),
-        "Share of GPU time with no job, one job and two jobs on the GPU, means over seeds (Castor Figs. 9c-d, 12c-d;          occupancy, not SM activity)."
-            .into(),
-        fig.save(dir, "gpu_occupancy")?,
-    )];
-    let jct = per_policy(summary, |r| r.metrics.avg_jct_s / 3600.0);
-    let mut loads: Vec<&str> = Vec::new();
-    let mut policies: Vec<&str> = Vec::new();
-    for (s, p, _) in &jct {
-        if !loads.contains(&s.as_str()) {
-            loads.push(s);
-        }
-        if !policies.contains(&p.as_str()) {
-            policies.push(p);
+    let (scenarios, policies) = axes(&idle);
+    let mut out = Vec::new();
+    if scenarios.len() == 1 {
+        let values = idle
+            .iter()
+            .zip(&shared)
+            .map(|((_, _, i), (_, _, sh))| vec![Some(100.0 * i), Some(100.0 * (1.0 - i - sh)), Some(100.0 * sh)])
+            .rev()
+            .collect();
+        let fig = Figure::Heatmap {
+            title: format!("{}: GPU time by jobs on the GPU (%)", summary.experiment),
+            x_label: "jobs on the GPU".into(),
+            y_label: "policy".into(),
+            xs: vec!["none".into(), "one".into(), "two".into()],
+            ys: policies.iter().rev().map(|p| p.to_string()).collect(),
+            values,
+        };
+        out.push((
+            "gpu_occupancy".into(),
+            "Share of GPU time with no job, one job and two jobs on the GPU, means over seeds (Castor Figs. 9c-d, \
+             12c-d; occupancy, not SM activity)."
+                .into(),
+            fig.save(dir, "gpu_occupancy")?,
+        ));
+    } else {
+        for (stem, what, table) in [("gpu_idle", "no job", &idle), ("gpu_shared", "two jobs", &shared)] {
+            let fig = Figure::Heatmap {
+                title: format!("{}: GPU time with {what} on the GPU (%)", summary.experiment),
+                x_label: "scenario".into(),
+                y_label: "policy".into(),
+                xs: scenarios.iter().map(|s| s.to_string()).collect(),
+                ys: policies.iter().rev().map(|p| p.to_string()).collect(),
+                values: grid(table, &scenarios, &policies, 100.0),
+            };
+            let caption = format!(
+                "Share of GPU time with {what} on the GPU per policy and scenario, means over seeds (Castor Figs. 9c-d, \
+                 12c-d; occupancy, not SM activity)."
+            );
+            out.push((stem.into(), caption, fig.save(dir, stem)?));
         }
     }
+    let jct = per_policy(summary, |r| r.metrics.avg_jct_s / 3600.0);
+    let (loads, policies) = axes(&jct);
     if loads.len() > 1 && loads.iter().all(|l| l.starts_with("load=")) {
-        let values = policies
-            .iter()
-            .rev()
-            .map(|p| loads.iter().map(|l| jct.iter().find(|x| x.0 == *l && x.1 == *p).map(|x| x.2)).collect())
-            .collect();
+        let values = grid(&jct, &loads, &policies, 1.0);
         let fig = Figure::Heatmap {
             title: format!("{}: mean JCT (h) by load", summary.experiment),
             x_label: "workload intensity".into(),
