@@ -17,6 +17,10 @@
 //!   only when the profiled pair slows each job by at most
 //!   [`LUCID_MAX_XI`] (Lucid's "light" affinity classes).
 //!
+//! Algorithm 1 skips a job it cannot start and tries the next (backfilling);
+//! `castor:blocking` stops at it instead, like orrery's `sjf` (head-of-line
+//! blocking), to separate what sharing gains from what backfilling costs.
+//!
 //! None preempts. Per round, for Q waiting and R running jobs on H hosts:
 //! O(Q log Q) to sort, then per job O(H) for free GPUs and, when short,
 //! O(R log B) for Algorithm 2 over the partners and O(R log R) to rank them.
@@ -48,6 +52,8 @@ pub enum Rule {
 #[derive(Debug)]
 pub struct Colocator {
     rule: Rule,
+    /// Stop at the first job that can start neither alone nor shared.
+    pub blocking: bool,
     estimate: Colocation,
     alone: HashMap<JobId, f64>,
     shares: u64,
@@ -61,6 +67,7 @@ impl Colocator {
     pub fn new(rule: Rule) -> Self {
         Colocator {
             rule,
+            blocking: false,
             estimate: Colocation::default(),
             alone: HashMap::new(),
             shares: 0,
@@ -100,12 +107,12 @@ struct Offer {
 
 impl Policy for Colocator {
     fn name(&self) -> String {
-        match self.rule {
+        let name = match self.rule {
             Rule::Bsbf => "castor",
             Rule::Ffs => "sjf-ffs",
             Rule::Lucid => "lucid",
-        }
-        .into()
+        };
+        if self.blocking { format!("{name}:blocking") } else { name.into() }
     }
 
     fn set_colocation(&mut self, estimate: &Colocation) {
@@ -151,7 +158,13 @@ impl Policy for Colocator {
             .collect();
         order.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.total_cmp(&b.1)));
         let mut out = Vec::new();
+        // Decisions before the previous job was considered (blocking mode).
+        let mut before_previous: Option<usize> = None;
         for (t_new, _, qi) in order {
+            if self.blocking && before_previous == Some(out.len()) {
+                break; // the previous job could not start
+            }
+            before_previous = Some(out.len());
             let q = &view.queue[qi];
             let need = q.spec.gpus();
             // Lines 6-7: enough free GPUs.
@@ -433,6 +446,33 @@ mod tests {
         assert!(*sub_batch < 32, "{sub_batch}");
         assert!(memory_mib(rm, 128) + memory_mib(bm, *sub_batch) <= 32.0 * 1024.0);
         assert!(memory_mib(rm, 128) + memory_mib(bm, *sub_batch * 2) > 32.0 * 1024.0);
+    }
+
+    #[test]
+    fn blocking_stops_at_the_first_job_that_cannot_start() {
+        let t = cluster();
+        let a = JobSpec::new("a", "resnet50", 32, 4, Work::Seconds(3600.0), 0.0);
+        let a2 = JobSpec::new("a2", "resnet50", 32, 2, Work::Seconds(3600.0), 0.0);
+        let (h0, h1) = ([(0usize, 2u32)], [(1usize, 4u32)]);
+        // Time slicing: nothing shares. The 8-GPU job is shortest and waits;
+        // the 1-GPU job behind it fits the 2 free GPUs.
+        let big = JobSpec::new("big", "resnet50", 32, 8, Work::Seconds(60.0), 0.0);
+        let small = JobSpec::new("small", "resnet50", 32, 1, Work::Seconds(600.0), 0.0);
+        let free = [2u32, 0];
+        let run = || vec![running(0, &a2, &h0, 0.0), running(1, &a, &h1, 0.0)];
+        let queue = || vec![QueuedJob::new(2, &big, 0.0), QueuedJob::new(3, &small, 0.0)];
+        let mut backfill = Colocator::new(Rule::Bsbf);
+        backfill.set_colocation(&uniform(2.0));
+        let v = ClusterView { now_s: 0.0, topology: &t, free_gpus: &free, queue: queue(), running: run() };
+        assert_eq!(backfill.schedule(&v), vec![Decision::Place { job: 3, hosts: vec![(0, 1)] }]);
+        let mut blocking = by_name_blocking();
+        blocking.set_colocation(&uniform(2.0));
+        assert!(blocking.schedule(&v).is_empty());
+        assert_eq!(blocking.name(), "castor:blocking");
+    }
+
+    fn by_name_blocking() -> Box<dyn Policy> {
+        crate::compose::by_name("castor:blocking", 0).expect("catalogued")
     }
 
     #[test]

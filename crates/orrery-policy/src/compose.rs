@@ -195,6 +195,7 @@ pub const CATALOGUE: &[(&str, &str)] = &[
         "castor",
         "Castor SJF-BSBF: shortest first; shares a running job's GPUs when Theorem 1 says it pays (Algorithms 1-2)",
     ),
+    ("castor:blocking", "castor that stops at the first job it cannot start (head-of-line blocking, as sjf)"),
     ("sjf-ffs", "SJF with first-fit GPU sharing whenever free GPUs are short (Castor's baseline)"),
     ("lucid", "Lucid-style packing: same-size single-host pairs with light interference, only when a job would wait"),
     ("metronome-no-stage3", "Metronome ablation (Table VII): compact rotations, no cushion"),
@@ -264,6 +265,11 @@ pub fn by_name(name: &str, seed: u64) -> Option<Box<dyn Policy>> {
         "metronome" => return Some(Box::new(crate::metronome::Metronome::default())),
         "pollux" => return Some(Box::new(crate::pollux::Pollux::default())),
         "castor" => return Some(Box::new(crate::colocate::Colocator::new(crate::colocate::Rule::Bsbf))),
+        "castor:blocking" => {
+            let mut c = crate::colocate::Colocator::new(crate::colocate::Rule::Bsbf);
+            c.blocking = true;
+            return Some(Box::new(c));
+        }
         "sjf-ffs" => return Some(Box::new(crate::colocate::Colocator::new(crate::colocate::Rule::Ffs))),
         "lucid" => return Some(Box::new(crate::colocate::Colocator::new(crate::colocate::Rule::Lucid))),
         "metronome-no-stage3" => {
