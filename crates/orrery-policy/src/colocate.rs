@@ -158,9 +158,16 @@ impl Policy for Colocator {
             .collect();
         order.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.total_cmp(&b.1)));
         let mut out = Vec::new();
+        let total = view.topology.gpu_count();
         // Decisions before the previous job was considered (blocking mode).
         let mut before_previous: Option<usize> = None;
         for (t_new, _, qi) in order {
+            let q = &view.queue[qi];
+            if q.spec.gpus() == 0 || q.spec.gpus() > total {
+                let reason = format!("needs {} GPUs; the cluster has {total}", q.spec.gpus());
+                out.push(Decision::Reject { job: q.id, reason });
+                continue;
+            }
             if self.blocking && before_previous == Some(out.len()) {
                 break; // the previous job could not start
             }
@@ -250,7 +257,7 @@ impl Policy for Colocator {
                 if let Some(c) = cands.iter_mut().find(|c| c.id == p)
                     && let Some(s) = c.solo.iter_mut().find(|s| s.0 == h)
                 {
-                    s.1 -= g;
+                    s.1 = s.1.saturating_sub(g);
                 }
             }
             out.push(Decision::Share { job: q.id, free: from_free, shared, sub_batch: sub });

@@ -255,3 +255,50 @@ fn plebiscito_places_alibaba_shaped_jobs() {
     // Policies in pairs P and P:unaware get a heatmap of P's gain.
     assert!(std::fs::read(out.join("variant_gain.png")).expect("png").starts_with(b"\x89PNG"));
 }
+
+#[test]
+fn castor_policies_share_gpus_and_report_by_job_size() {
+    // Pollux's Philly jobs on 4 servers of 8 A6000s (jobs of more than 32
+    // GPUs are rejected): sharing, its ablations, and Castor's tables.
+    let dir = std::env::temp_dir().join(format!("orrery-castor-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("tmp dir");
+    std::fs::write(
+        dir.join("c.toml"),
+        "name = \"c\"\npolicies = [\"castor\", \"sjf-ffs\", \"lucid\", \"sjf\"]\nbaseline = \"sjf\"\n\
+         [topology.leaf_spine]\nracks = 1\nhosts_per_rack = 4\nspines = 1\ngpus_per_host = 8\ngpu_type = \"a6000\"\n\
+         host_gbps = 200.0\nuplink_gbps = 800.0\n\
+         [workload]\ngenerator = \"pollux-sample\"\njobs = 40\n\
+         [[scenario]]\nname = \"xi=true\"\n[[scenario]]\nname = \"xi=predicted\"\nxi = \"predicted\"\n\
+         [[scenario]]\nname = \"sharing=temporal\"\nsharing = \"temporal\"\n",
+    )
+    .expect("toml");
+    let out = dir.join("out");
+    let o =
+        orrery(&["run", "--quiet", dir.join("c.toml").to_str().expect("utf-8"), "--out", out.to_str().expect("utf-8")]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).expect("summary")).expect("json");
+    let runs = v["runs"].as_array().expect("runs");
+    assert_eq!(runs.len(), 12);
+    let get = |p: &str, sc: &str| {
+        runs.iter().find(|r| r["policy"] == p && r["scenario"] == sc).unwrap_or_else(|| panic!("{p} {sc}"))
+    };
+    for r in runs {
+        let m = &r["metrics"];
+        let rejected = (m["afr"].as_f64().expect("afr") * 40.0).round() as u64;
+        assert_eq!(m["finished"].as_u64().expect("finished") + rejected, 40, "{} {}", r["policy"], r["scenario"]);
+        assert_eq!(r["invalid_decisions"], 0, "{} {}", r["policy"], r["scenario"]);
+        assert!(m["avg_jct_small_s"].as_f64().expect("small") > 0.0);
+    }
+    // First-fit sharing shares whenever GPUs are short; sjf never does.
+    assert!(get("sjf-ffs", "xi=true")["metrics"]["gpu_shared"].as_f64().expect("shared") > 0.0);
+    assert_eq!(get("sjf", "xi=true")["metrics"]["gpu_shared"], 0.0);
+    // Time slicing is processor sharing, which never beats running the
+    // shorter job first: Theorem 1 never shares under it.
+    assert_eq!(get("castor", "sharing=temporal")["counters"]["shared_starts"], 0.0);
+    let html = std::fs::read_to_string(out.join("report.html")).expect("report");
+    assert!(html.contains("By job size") && html.contains("JCT large"));
+    for stem in ["gpu_idle", "gpu_shared"] {
+        assert!(std::fs::read(out.join(format!("{stem}.png"))).expect("png").starts_with(b"\x89PNG"), "{stem}");
+    }
+}

@@ -727,9 +727,13 @@ impl<'a> Simulation<'a> {
     /// GPUs of `job` on each host that no other job holds.
     fn solo_gpus(&self, job: JobId) -> Vec<(HostId, u32)> {
         let j = &self.jobs[job];
-        j.hosts
-            .iter()
-            .map(|&(h, g)| (h, g - j.sharing.iter().filter(|s| s.host == h).map(|s| s.gpus).sum::<u32>().min(g)))
+        let mut per_host: std::collections::BTreeMap<HostId, u32> = std::collections::BTreeMap::new();
+        for &(h, g) in &j.hosts {
+            *per_host.entry(h).or_default() += g;
+        }
+        per_host
+            .into_iter()
+            .map(|(h, g)| (h, g - j.sharing.iter().filter(|s| s.host == h).map(|s| s.gpus).sum::<u32>().min(g)))
             .collect()
     }
 
@@ -769,9 +773,12 @@ impl<'a> Simulation<'a> {
                 return false;
             }
         }
-        let mut hosts: Vec<(HostId, u32)> = free.to_vec();
-        hosts.extend(take.iter().map(|(&(_, h), &g)| (h, g)));
-        hosts.sort_unstable();
+        // One entry per host: its free GPUs plus those shared there.
+        let mut per_host: std::collections::BTreeMap<HostId, u32> = std::collections::BTreeMap::new();
+        for (h, g) in free.iter().copied().chain(take.iter().map(|(&(_, h), &g)| (h, g))) {
+            *per_host.entry(h).or_default() += g;
+        }
+        let hosts: Vec<(HostId, u32)> = per_host.into_iter().collect();
         // Lend the shared GPUs to the placement check; `place` takes them
         // again, so on success they are counted once.
         for (&(_, h), &g) in &take {
