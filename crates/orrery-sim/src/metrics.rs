@@ -256,8 +256,7 @@ pub fn metrics_of(sim: &Simulation<'_>, rows: &[JobRow], keep: impl Fn(Priority)
     let gpus = f64::from(sim.topology().gpu_count());
     // Each shared GPU-second is counted by both jobs of the pair.
     let shared_s: f64 = chosen.iter().map(|(_, j)| j.shared_gpu_s).sum::<f64>() / 2.0;
-    let gpu_s: f64 =
-        chosen.iter().map(|(_, j)| j.run_ns as f64 / NS * f64::from(j.spec.gpus())).sum::<f64>() - shared_s;
+    let gpu_s: f64 = chosen.iter().map(|(_, j)| j.gpu_s).sum::<f64>() - shared_s;
     let gpu_time = gpus * makespan_s;
     let finished: Vec<(u32, f64, f64)> = chosen
         .iter()

@@ -622,3 +622,28 @@ fn a_policy_that_preempts_in_a_cycle_is_cut_off_not_a_stack_overflow() {
     assert!(sim.reschedules_cut >= 1);
     assert!(sim.jobs.iter().map(|j| j.preemptions).sum::<u32>() >= 16);
 }
+
+/// Places every job on one GPU of host 0, whatever it asked for.
+struct OneGpu;
+
+impl Policy for OneGpu {
+    fn name(&self) -> String {
+        "one-gpu".into()
+    }
+    fn schedule(&mut self, view: &ClusterView<'_>) -> Vec<Decision> {
+        view.queue.iter().take(1).map(|q| Decision::Place { job: q.id, hosts: vec![(0, 1)] }).collect()
+    }
+}
+
+#[test]
+fn gpu_time_counts_the_gpus_a_job_held_not_those_it_asked_for() {
+    // An elastic placement: 4 workers asked, 1 GPU given (Pollux resizes so).
+    let topo = two_racks();
+    let jobs = [JobSpec::new("e", "resnet50", 32, 4, Work::Iterations(10), 0.0)];
+    let sim = run(&topo, &jobs, &mut OneGpu);
+    let j = &sim.jobs[0];
+    assert_eq!(j.status, Status::Finished);
+    assert!((j.gpu_s - j.run_ns as f64 / 1e9).abs() < 1e-9, "{} vs {}", j.gpu_s, j.run_ns);
+    let m = orrery_sim::metrics::metrics(&sim, |_| true);
+    assert!(m.gpu_util <= 1.0 && m.gpu_util > 0.0, "{}", m.gpu_util);
+}

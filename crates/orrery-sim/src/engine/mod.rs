@@ -149,6 +149,8 @@ pub struct JobState {
     pub finish_ns: Option<u64>,
     /// Time spent holding GPUs, ns.
     pub run_ns: u64,
+    /// GPU-seconds held (an elastic job's GPUs as it ran, not as it asked).
+    pub gpu_s: f64,
     last_start_ns: u64,
     /// Preemptions suffered.
     pub preemptions: u32,
@@ -307,6 +309,7 @@ impl<'a> Simulation<'a> {
                 first_start_ns: None,
                 finish_ns: None,
                 run_ns: 0,
+                gpu_s: 0.0,
                 last_start_ns: 0,
                 preemptions: 0,
                 pauses: 0,
@@ -429,6 +432,8 @@ impl<'a> Simulation<'a> {
         for j in &mut self.jobs {
             if matches!(j.status, Status::Running | Status::Paused) {
                 j.run_ns += self.now - j.last_start_ns;
+                j.gpu_s +=
+                    (self.now - j.last_start_ns) as f64 / NS * f64::from(j.hosts.iter().map(|h| h.1).sum::<u32>());
             }
         }
     }
@@ -860,6 +865,7 @@ impl<'a> Simulation<'a> {
         j.accumulation = 1.0;
         j.ref_left = (j.ref_left - j.iterations_done.saturating_sub(j.iters_at_place) as f64 / j.ratio).max(0.0);
         j.iters_at_place = j.iterations_done;
+        j.gpu_s += (self.now - j.last_start_ns) as f64 / NS * f64::from(j.hosts.iter().map(|h| h.1).sum::<u32>());
         j.hosts.clear();
         j.pace = None;
         j.epoch += 1;
