@@ -285,20 +285,7 @@ mod tests {
     }
 
     fn running<'a>(id: JobId, spec: &'a JobSpec, hosts: &'a [(HostId, u32)]) -> RunningJob<'a> {
-        RunningJob {
-            id,
-            spec,
-            hosts,
-            iterations_done: 1,
-            paused: false,
-            iteration_start_s: 0.0,
-            progress: 0.0,
-            service_gpu_s: 0.0,
-            running_s: 1.0,
-            solo_gpus: hosts.to_vec(),
-            sub_batch: spec.batch,
-            xi: 1.0,
-        }
+        RunningJob { iterations_done: 1, running_s: 1.0, ..RunningJob::new(id, spec, hosts) }
     }
 
     /// Proposes one fixed placement for every queued job.

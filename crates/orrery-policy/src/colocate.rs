@@ -360,20 +360,7 @@ mod tests {
     }
 
     fn running<'a>(id: JobId, spec: &'a JobSpec, hosts: &'a [(HostId, u32)], progress: f64) -> RunningJob<'a> {
-        RunningJob {
-            id,
-            spec,
-            hosts,
-            iterations_done: 0,
-            paused: false,
-            iteration_start_s: 0.0,
-            progress,
-            service_gpu_s: 0.0,
-            running_s: 0.0,
-            solo_gpus: hosts.to_vec(),
-            sub_batch: spec.batch,
-            xi: 1.0,
-        }
+        RunningJob { progress, ..RunningJob::new(id, spec, hosts) }
     }
 
     /// ξ estimates: every pair of classes at `xi`.

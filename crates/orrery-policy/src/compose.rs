@@ -402,18 +402,10 @@ mod tests {
         running_s: f64,
     ) -> crate::RunningJob<'a> {
         crate::RunningJob {
-            id,
-            spec,
-            hosts,
-            iterations_done: 0,
-            paused: false,
-            iteration_start_s: 0.0,
             progress,
             service_gpu_s: running_s * f64::from(spec.gpus()),
             running_s,
-            solo_gpus: hosts.to_vec(),
-            sub_batch: spec.batch,
-            xi: 1.0,
+            ..crate::RunningJob::new(id, spec, hosts)
         }
     }
 

@@ -80,6 +80,26 @@ pub struct RunningJob<'a> {
     pub xi: f64,
 }
 
+impl<'a> RunningJob<'a> {
+    /// A job that has just started alone on `hosts` at its own batch.
+    pub fn new(id: JobId, spec: &'a JobSpec, hosts: &'a [(HostId, u32)]) -> Self {
+        RunningJob {
+            id,
+            spec,
+            hosts,
+            iterations_done: 0,
+            paused: false,
+            iteration_start_s: 0.0,
+            progress: 0.0,
+            service_gpu_s: 0.0,
+            running_s: 0.0,
+            solo_gpus: hosts.to_vec(),
+            sub_batch: spec.batch,
+            xi: 1.0,
+        }
+    }
+}
+
 /// What a policy sees.
 #[derive(Debug, Clone)]
 pub struct ClusterView<'a> {
