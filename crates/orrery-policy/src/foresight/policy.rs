@@ -152,6 +152,8 @@ type PlacedJob<'a> = (JobId, &'a JobSpec, Vec<(HostId, u32)>);
 #[derive(Debug, Clone, PartialEq)]
 struct Step {
     delay_ms: f64,
+    /// Planned start, ms after the plan was made.
+    start_ms: f64,
     throttle: Option<f64>,
     /// (flow, ECMP path indices, repeated in proportion to the share).
     routes: Vec<(usize, Vec<usize>)>,
@@ -173,6 +175,11 @@ pub struct Foresight {
     steps: HashMap<JobId, (Vec<Step>, usize)>,
     /// Whether the last planning fell back to ECMP.
     pub fell_back: bool,
+    /// When the current plan was made, s.
+    planned_at_s: f64,
+    /// Plans tried; no valid schedule; a valid one costlier than ECMP's
+    /// estimated congestion; the unrepaired plan used instead.
+    outcomes: [u64; 4],
     /// Name in results.
     label: String,
 }
@@ -194,6 +201,8 @@ impl Foresight {
             net: None,
             steps: HashMap::new(),
             fell_back: false,
+            planned_at_s: 0.0,
+            outcomes: [0; 4],
             label,
         }
     }
@@ -201,6 +210,19 @@ impl Foresight {
     /// Plans the running jobs (plus those being placed now) and returns the
     /// decisions for their first planned iteration.
     fn plan(&mut self, view: &ClusterView<'_>, jobs: &[PlacedJob<'_>]) -> Vec<Decision> {
+        // What the previous plan set stays set in the driver until undone.
+        let mut undo: Vec<Decision> = Vec::new();
+        for (&id, (steps, _)) in &self.steps {
+            undo.push(Decision::Throttle { job: id, gbps: None });
+            let mut flows: Vec<usize> = steps.iter().flat_map(|s| s.routes.iter().map(|r| r.0)).collect();
+            flows.sort_unstable();
+            flows.dedup();
+            undo.extend(flows.into_iter().map(|flow| Decision::Route { job: id, flow, paths: Vec::new() }));
+        }
+        undo.sort_by_key(|d| match d {
+            Decision::Throttle { job, .. } | Decision::Route { job, .. } => *job,
+            _ => 0,
+        });
         self.steps.clear();
         let t = view.topology;
         let Some(net) = self.net.clone() else { return Vec::new() };
@@ -245,7 +267,15 @@ impl Foresight {
             })
             .fold(0.0, f64::max);
         let horizon_ms = run_ms.clamp(1.0, self.horizon_ms);
-        let timing = TimingParams { horizon_ms, bin_ms: (horizon_ms / 400_000.0).max(1.0), ..TimingParams::default() };
+        let timing = TimingParams {
+            horizon_ms,
+            bin_ms: (horizon_ms / 400_000.0).max(1.0),
+            // TS, RO and SUB have no repair loop: an iteration waits only
+            // when that is cheaper than overlapping. FORESIGHT keeps the
+            // paper's rule (wait until it fits) for its repairable plan.
+            waits_only_if_cheaper: self.mode != Mode::Foresight,
+            ..TimingParams::default()
+        };
         let routing = RoutingParams {
             spines: net.spines,
             spine_link_gbps: net.spine_link_gbps,
@@ -260,20 +290,35 @@ impl Foresight {
                 let routes = solve_routing(&profiles, &plan, &routing).0;
                 (plan, routes)
             }
-            Mode::Foresight => match schedule(&profiles, &net.capacity, &timing, &routing, self.max_rounds) {
-                // A valid schedule is kept only if what it costs in delays and
-                // throttling is less than the congestion it removes (§IV:
-                // FORESIGHT never makes jobs slower than ECMP).
-                Some(Schedule { plan, routes, .. })
-                    if plan_cost(&plan, &timed) <= ecmp_cost(&plan, &timed, &net.capacity) =>
-                {
-                    (plan, routes)
+            Mode::Foresight => {
+                self.outcomes[0] += 1;
+                match schedule(&profiles, &net.capacity, &timing, &routing, self.max_rounds) {
+                    // A valid schedule is kept only if what it costs in delays and
+                    // throttling is less than the congestion it removes (§IV:
+                    // FORESIGHT never makes jobs slower than ECMP).
+                    Some(Schedule { plan, routes, .. })
+                        if plan_cost(&plan, &timed) <= ecmp_cost(&plan, &timed, &net.capacity) =>
+                    {
+                        (plan, routes)
+                    }
+                    found => {
+                        self.outcomes[if found.is_some() { 2 } else { 1 }] += 1;
+                        // Next best: the unrepaired plan (timing that waits
+                        // only when cheaper, subflow routes, ECMP in the
+                        // ranges no colouring fits), if its delays cost less
+                        // than ECMP's estimated congestion; else ECMP.
+                        let lenient = TimingParams { waits_only_if_cheaper: true, ..timing };
+                        let plan = solve_timing(&timed, &net.capacity, &[], &lenient);
+                        if plan_cost(&plan, &timed) > ecmp_cost(&plan, &timed, &net.capacity) {
+                            self.fell_back = true;
+                            return undo; // ECMP, no delays
+                        }
+                        self.outcomes[3] += 1;
+                        let routes = solve_routing(&profiles, &plan, &routing).0;
+                        (plan, routes)
+                    }
                 }
-                _ => {
-                    self.fell_back = true;
-                    return Vec::new(); // ECMP, no delays
-                }
-            },
+            }
             Mode::Perfect => unreachable!("handled above"),
         };
         self.fell_back = false;
@@ -294,16 +339,28 @@ impl Foresight {
                 }
                 step_routes.push((r.flow, paths));
             }
-            let step =
-                Step { delay_ms: x.delay_ms, throttle: profiles[x.job][x.profile].rate_gbps, routes: step_routes };
+            let step = Step {
+                delay_ms: x.delay_ms,
+                start_ms: x.start_ms,
+                throttle: profiles[x.job][x.profile].rate_gbps,
+                routes: step_routes,
+            };
             self.steps.entry(*id).or_insert_with(|| (Vec::new(), 0)).0.push(step);
         }
         let ids: Vec<JobId> = jobs.iter().map(|j| j.0).collect();
-        ids.into_iter().flat_map(|id| self.next(id)).collect()
+        self.planned_at_s = view.now_s;
+        let first: Vec<Decision> = ids.into_iter().flat_map(|id| self.next(id, None)).collect();
+        undo.into_iter().chain(first).collect()
     }
 
     /// Decisions for a job's next planned iteration (cycling the plan).
-    fn next(&mut self, job: JobId) -> Vec<Decision> {
+    /// `now_s` is when that iteration is due (None: at the plan, when a
+    /// running job's next iteration is still to come). In the plan's first
+    /// pass an iteration starts at its planned time: a job ahead of the plan
+    /// waits for it, one behind starts at once, so errors of the model do
+    /// not pile up as delays. Past the horizon the delays are relative.
+    fn next(&mut self, job: JobId, now_s: Option<f64>) -> Vec<Decision> {
+        let planned_at_s = self.planned_at_s;
         let Some((steps, k)) = self.steps.get_mut(&job) else { return Vec::new() };
         if steps.is_empty() {
             return Vec::new();
@@ -312,13 +369,17 @@ impl Foresight {
         // delay staggers the start-up, which happens once).
         let i = if *k < steps.len() || steps.len() == 1 { *k % steps.len() } else { 1 + (*k - 1) % (steps.len() - 1) };
         let step = &steps[i];
+        let delay_ms = match now_s {
+            Some(now) if *k > 0 && *k < steps.len() => (planned_at_s * 1e3 + step.start_ms - now * 1e3).max(0.0),
+            _ => step.delay_ms,
+        };
         *k += 1;
         let mut out = vec![Decision::Throttle { job, gbps: step.throttle }];
         for (flow, paths) in &step.routes {
             out.push(Decision::Route { job, flow: *flow, paths: paths.clone() });
         }
-        if step.delay_ms > 0.0 {
-            out.push(Decision::Shift { job, ms: step.delay_ms });
+        if delay_ms > 0.0 {
+            out.push(Decision::Shift { job, ms: delay_ms });
         }
         out
     }
@@ -355,11 +416,24 @@ impl Policy for Foresight {
         true
     }
 
-    fn on_iteration(&mut self, _view: &ClusterView<'_>, job: JobId, _iteration_ms: f64) -> Vec<Decision> {
-        self.next(job)
+    fn on_iteration(&mut self, view: &ClusterView<'_>, job: JobId, _iteration_ms: f64) -> Vec<Decision> {
+        self.next(job, Some(view.now_s))
     }
 
     fn isolated_network(&self) -> bool {
         self.inner.isolated_network()
+    }
+
+    fn counters(&self) -> Vec<(&'static str, f64)> {
+        if self.mode != Mode::Foresight {
+            return Vec::new();
+        }
+        let [plans, invalid, costlier, unrepaired] = self.outcomes.map(|x| x as f64);
+        vec![
+            ("plans", plans),
+            ("no_valid_schedule", invalid),
+            ("valid_but_costlier_than_ecmp", costlier),
+            ("unrepaired_plan_used", unrepaired),
+        ]
     }
 }
