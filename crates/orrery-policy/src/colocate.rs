@@ -172,7 +172,6 @@ impl Policy for Colocator {
                 break; // the previous job could not start
             }
             before_previous = Some(out.len());
-            let q = &view.queue[qi];
             let need = q.spec.gpus();
             // Lines 6-7: enough free GPUs.
             if free.iter().map(|&f| u64::from(f)).sum::<u64>() >= u64::from(need)
@@ -190,7 +189,7 @@ impl Policy for Colocator {
                 continue;
             }
             // Lines 10-14: candidate partners, ranked.
-            let offers = self.offers(&cands, q.spec, model, t_new, &free);
+            let offers = self.offers(&cands, q.spec, model, t_new);
             if offers.is_empty() {
                 self.waits += 1;
                 continue;
@@ -279,7 +278,8 @@ fn newcomer_end(left_s: f64, t_new: f64, (xi_run, xi_new): (f64, f64)) -> f64 {
 
 impl Colocator {
     /// The partners worth sharing with, best first.
-    fn offers(&self, cands: &[Candidate], spec: &JobSpec, model: &ModelSpec, t_new: f64, free: &[u32]) -> Vec<Offer> {
+    /// Only jobs that free GPUs cannot start get here (Lucid's indolence).
+    fn offers(&self, cands: &[Candidate], spec: &JobSpec, model: &ModelSpec, t_new: f64) -> Vec<Offer> {
         let batch = spec.batch.max(1);
         let mut offers: Vec<Offer> = Vec::new();
         for (k, c) in cands.iter().enumerate() {
@@ -314,15 +314,8 @@ impl Colocator {
                 }
                 Rule::Lucid => {
                     let one_host = c.solo.len() == 1 && solo == c.gpus;
-                    let free_here: u32 = free.iter().sum();
                     let (xr, xn) = xi(batch);
-                    if one_host
-                        && c.gpus == spec.gpus()
-                        && fits(batch)
-                        && xr <= LUCID_MAX_XI
-                        && xn <= LUCID_MAX_XI
-                        && free_here < spec.gpus()
-                    {
+                    if one_host && c.gpus == spec.gpus() && fits(batch) && xr <= LUCID_MAX_XI && xn <= LUCID_MAX_XI {
                         let (_, sum) = pair_choice(c.left_s, t_new, xr, xn);
                         offers.push(Offer { cand: k, sub_batch: batch, jct_sum: sum, xi: (xr, xn), t_new_s: t_new });
                     }
