@@ -56,16 +56,27 @@ pub fn measured_class(model: &ModelSpec) -> &'static str {
 /// ξ of one measured class beside another.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct XiTable {
-    /// (class, beside class) → ξ of the first.
-    pub xi: BTreeMap<(String, String), f64>,
+    /// class → beside class → ξ of the first.
+    pub xi: BTreeMap<String, BTreeMap<String, f64>>,
     /// Where the values come from (for reports): e.g. `gavel v100, measured`.
     pub source: String,
 }
 
 impl XiTable {
-    /// ξ of a job of class `a` beside one of class `b`, if measured. O(log n).
+    /// ξ of a job of class `a` beside one of class `b`, if measured.
+    /// O(log n), no allocation (the schedulers' hot path).
     pub fn get(&self, a: &str, b: &str) -> Option<f64> {
-        self.xi.get(&(a.to_string(), b.to_string())).copied()
+        self.xi.get(a)?.get(b).copied()
+    }
+
+    /// Sets ξ of class `a` beside class `b`.
+    pub fn insert(&mut self, a: &str, b: &str, xi: f64) {
+        self.xi.entry(a.to_string()).or_default().insert(b.to_string(), xi);
+    }
+
+    /// Every (class, beside class, ξ).
+    pub fn pairs(&self) -> impl Iterator<Item = (&str, &str, f64)> {
+        self.xi.iter().flat_map(|(a, m)| m.iter().map(move |(b, &x)| (a.as_str(), b.as_str(), x)))
     }
 }
 
@@ -154,8 +165,8 @@ mod tests {
         let v100 = gpu_type("v100").expect("v100");
         let (bert, r50) = (model("bert").expect("zoo"), model("resnet50").expect("zoo"));
         let mut c = Colocation::default();
-        c.table.xi.insert(("Transformer".into(), "ResNet-50".into()), 1.3);
-        c.table.xi.insert(("ResNet-50".into(), "Transformer".into()), 0.9);
+        c.table.insert("Transformer", "ResNet-50", 1.3);
+        c.table.insert("ResNet-50", "Transformer", 0.9);
         // ξ below 1 (noise in a measurement) is read as no slow-down.
         assert_eq!(c.pair(bert, 12, r50, 64, v100), (1.3, 1.0));
         let ncf = model("ncf").expect("zoo");

@@ -361,7 +361,7 @@ mod tests {
         let mut c = Colocation::default();
         for a in ["ResNet-18", "ResNet-50", "Transformer", "LM", "Recommendation"] {
             for b in ["ResNet-18", "ResNet-50", "Transformer", "LM", "Recommendation"] {
-                c.table.xi.insert((a.into(), b.into()), xi);
+                c.table.insert(a, b, xi);
             }
         }
         c

@@ -287,8 +287,8 @@ fn run_with(topo: &Topology, jobs: &[JobSpec], policy: &mut dyn Policy, cfg: Sim
 /// Transformer (BERT's class) beside it 1.5×.
 fn measured() -> SimConfig {
     let mut c = SimConfig::default();
-    c.colocation.table.xi.insert(("ResNet-50".into(), "Transformer".into()), 1.25);
-    c.colocation.table.xi.insert(("Transformer".into(), "ResNet-50".into()), 1.5);
+    c.colocation.table.insert("ResNet-50", "Transformer", 1.25);
+    c.colocation.table.insert("Transformer", "ResNet-50", 1.5);
     c
 }
 

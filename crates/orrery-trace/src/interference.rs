@@ -269,16 +269,17 @@ pub fn xi_table(
     for (s, v) in on_gpu.iter().zip(values) {
         by_class.entry(s.classes.clone()).or_default().push(v);
     }
-    let xi = by_class
-        .into_iter()
-        .map(|(k, mut v)| {
-            v.sort_by(f64::total_cmp);
-            let m = v.len() / 2;
-            (k, if v.len() % 2 == 1 { v[m] } else { (v[m - 1] + v[m]) / 2.0 })
-        })
-        .collect();
     let how = if predicted.is_some() { "predicted by boosted trees" } else { "measured" };
-    Ok(orrery_model::colocation::XiTable { xi, source: format!("gavel {gpu}, {how}, median over batch sizes") })
+    let mut table = orrery_model::colocation::XiTable {
+        xi: BTreeMap::new(),
+        source: format!("gavel {gpu}, {how}, median over batch sizes"),
+    };
+    for ((a, b), mut v) in by_class {
+        v.sort_by(f64::total_cmp);
+        let m = v.len() / 2;
+        table.insert(&a, &b, if v.len() % 2 == 1 { v[m] } else { (v[m - 1] + v[m]) / 2.0 });
+    }
+    Ok(table)
 }
 
 /// Gavel's throughputs, bundled.
@@ -340,14 +341,14 @@ mod tests {
         let t = xi_table(&samples, "v100", None).expect("v100 measured");
         // The 5 job types with a batch size (A3C and CycleGAN carry none and
         // are left out by the parser), every ordered pair measured.
-        assert_eq!(t.xi.len(), 25);
+        assert_eq!(t.pairs().count(), 25);
         // By hand from the JSON: ResNet-50 beside ResNet-50 on a V100, the
         // median of its 11 batch combinations is 2.56.
         let x = t.get("ResNet-50", "ResNet-50").expect("measured");
         assert!((x - 2.56).abs() < 0.01, "{x}");
         let p = xi_table(&samples, "v100", Some(1)).expect("trains");
-        assert_eq!(p.xi.len(), 25);
-        let worst = t.xi.iter().map(|(k, v)| (v - p.xi[k]).abs()).fold(0.0, f64::max);
+        assert_eq!(p.pairs().count(), 25);
+        let worst = t.pairs().map(|(a, b, v)| (v - p.get(a, b).expect("same pairs")).abs()).fold(0.0, f64::max);
         assert!(worst > 0.0 && worst < 2.0, "{worst}");
         assert!(xi_table(&samples, "tpu", None).is_err());
     }
