@@ -115,32 +115,49 @@ fn plan_cost(plan: &[super::timing::Planned], jobs: &[TimedJob]) -> f64 {
         .sum()
 }
 
-/// A fluid estimate of what ECMP's congestion costs the same iterations, ms:
-/// each logical link is loaded on average by ρ = Σ (rate × duty cycle) /
-/// capacity over the jobs that use it; a phase on a link with ρ > 1 is
-/// stretched by ρ − 1 of its length, and an iteration loses its most
-/// stretched phase. O(iterations · phases).
-fn ecmp_cost(plan: &[super::timing::Planned], jobs: &[TimedJob], capacity: &[f64]) -> f64 {
-    let mut load = vec![0.0; capacity.len()];
-    for j in jobs {
-        let Some(p) = j.profiles.first() else { continue };
-        for ph in &p.phases {
-            if let Some(l) = load.get_mut(ph.link) {
-                *l += ph.gbps * (ph.end_ms - ph.start_ms) / p.length_ms.max(1e-9);
-            }
+/// A fluid estimate of what ECMP's congestion costs the same iterations, ms.
+/// Each cross-rack flow takes the spine the driver's ECMP hash gives it
+/// (`ecmp_index` of the job and flow, as the simulator routes it), so
+/// collisions on one spine count. Each physical leaf–spine link is loaded on
+/// average by ρ = Σ (rate × duty cycle) / capacity over the flows that cross
+/// it. A flow on a link with ρ > 1 is stretched by ρ − 1 of its length, and
+/// an iteration loses its most stretched flow. O(iterations + flows · paths).
+fn ecmp_cost(
+    plan: &[super::timing::Planned],
+    t: &Topology,
+    net: &LogicalNetwork,
+    jobs: &[PlacedJob<'_>],
+    profiles: &[Vec<FlowProfile>],
+) -> f64 {
+    // Per job, its flows as (duration ms, up link, down link) with a link
+    // named by (leaf, spine, direction).
+    type Link = (usize, usize, bool);
+    let mut load: HashMap<Link, f64> = HashMap::new();
+    let mut flows: Vec<Vec<(f64, Link, Link)>> = vec![Vec::new(); jobs.len()];
+    for (x, ((id, spec, hosts), ps)) in jobs.iter().zip(profiles).enumerate() {
+        let (Some(p), Some(placed)) = (ps.first(), place(t, spec, hosts)) else { continue };
+        let n = placed.workers.len();
+        for f in &p.flows {
+            let (src, dst) = (placed.workers[f.flow % n], placed.workers[(f.flow + 1) % n]);
+            let paths = t.paths(src, dst);
+            let k = orrery_model::topology::ecmp_index(*id, f.flow, paths.len());
+            let Some(spine) = paths
+                .get(k)
+                .and_then(|path| net.spine_nodes.iter().position(|&s| path.iter().any(|&l| t.links[l].to == s)))
+            else {
+                continue;
+            };
+            let (up, down) = ((f.src_leaf, spine, true), (f.dst_leaf, spine, false));
+            let duty = f.gbps * (f.end_ms - f.start_ms) / p.length_ms.max(1e-9);
+            *load.entry(up).or_default() += duty;
+            *load.entry(down).or_default() += duty;
+            flows[x].push((f.end_ms - f.start_ms, up, down));
         }
     }
-    let rho: Vec<f64> = load.iter().zip(capacity).map(|(l, c)| l / c.max(1e-9)).collect();
-    let per_iteration: Vec<f64> = jobs
+    let rho = |l: &Link| load.get(l).copied().unwrap_or(0.0) / net.spine_link_gbps.max(1e-9);
+    let per_iteration: Vec<f64> = flows
         .iter()
-        .map(|j| {
-            j.profiles.first().map_or(0.0, |p| {
-                p.phases
-                    .iter()
-                    .map(|ph| (ph.end_ms - ph.start_ms) * (rho.get(ph.link).copied().unwrap_or(0.0) - 1.0).max(0.0))
-                    .fold(0.0, f64::max)
-            })
-        })
+        .map(|fs| fs.iter().map(|(ms, up, down)| ms * (rho(up).max(rho(down)) - 1.0).max(0.0)).fold(0.0, f64::max))
         .collect();
     plan.iter().map(|x| per_iteration[x.job]).sum()
 }
@@ -297,7 +314,7 @@ impl Foresight {
                     // throttling is less than the congestion it removes (§IV:
                     // FORESIGHT never makes jobs slower than ECMP).
                     Some(Schedule { plan, routes, .. })
-                        if plan_cost(&plan, &timed) <= ecmp_cost(&plan, &timed, &net.capacity) =>
+                        if plan_cost(&plan, &timed) <= ecmp_cost(&plan, t, &net, jobs, &profiles) =>
                     {
                         (plan, routes)
                     }
@@ -309,7 +326,7 @@ impl Foresight {
                         // than ECMP's estimated congestion; else ECMP.
                         let lenient = TimingParams { waits_only_if_cheaper: true, ..timing };
                         let plan = solve_timing(&timed, &net.capacity, &[], &lenient);
-                        if plan_cost(&plan, &timed) > ecmp_cost(&plan, &timed, &net.capacity) {
+                        if plan_cost(&plan, &timed) > ecmp_cost(&plan, t, &net, jobs, &profiles) {
                             self.fell_back = true;
                             return undo; // ECMP, no delays
                         }
