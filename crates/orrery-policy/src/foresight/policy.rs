@@ -454,3 +454,54 @@ impl Policy for Foresight {
         ]
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use orrery_model::Work;
+    use orrery_model::setups::LeafSpine;
+
+    #[test]
+    fn the_ecmp_estimate_counts_hash_collisions_on_a_spine() {
+        // 2 racks × 2 hosts, 2 spines, 1:1. Jobs A (h0, h2) and B (h1, h3)
+        // each send most of the iteration across racks. On different spines
+        // neither link is oversubscribed; hashed onto the same spine, its
+        // up link carries both.
+        let t = LeafSpine {
+            racks: 2,
+            hosts_per_rack: 2,
+            spines: 2,
+            gpus_per_host: 1,
+            gpu_type: "a100".into(),
+            host_gbps: 100.0,
+            uplink_gbps: 100.0,
+        }
+        .build("t")
+        .expect("valid");
+        let net = LogicalNetwork::of(&t).expect("leaf-spine");
+        let spec = JobSpec::new("j", "vgg19", 1, 2, Work::Iterations(10), 0.0);
+        let (ha, hb) = (vec![(0usize, 1u32), (2, 1)], vec![(1usize, 1u32), (3, 1)]);
+        let pa = profile(&t, &net, &spec, &ha, None).expect("profile");
+        let duty: f64 = pa.flows.iter().map(|f| f.end_ms - f.start_ms).fold(0.0, f64::max) / pa.length_ms;
+        assert!(duty > 0.5, "communication-bound: {duty}");
+        let spine_of = |id: usize, src: HostId, dst: HostId| {
+            let paths = t.paths(src, dst);
+            let k = orrery_model::topology::ecmp_index(id, 0, paths.len());
+            net.spine_nodes.iter().position(|&s| paths[k].iter().any(|&l| t.links[l].to == s))
+        };
+        let a_spine = spine_of(0, 0, 2);
+        let same = (1..100).find(|&b| spine_of(b, 1, 3) == a_spine).expect("a colliding id");
+        let other = (1..100).find(|&b| spine_of(b, 1, 3) != a_spine).expect("a disjoint id");
+        let cost = |b: usize| {
+            let jobs: Vec<PlacedJob<'_>> = vec![(0, &spec, ha.clone()), (b, &spec, hb.clone())];
+            let profiles = vec![vec![pa.clone()], vec![profile(&t, &net, &spec, &hb, None).expect("profile")]];
+            let plan = vec![
+                super::super::timing::Planned { job: 0, iteration: 0, start_ms: 0.0, delay_ms: 0.0, profile: 0 },
+                super::super::timing::Planned { job: 1, iteration: 0, start_ms: 0.0, delay_ms: 0.0, profile: 0 },
+            ];
+            ecmp_cost(&plan, &t, &net, &jobs, &profiles)
+        };
+        assert!(cost(same) > 0.0, "{}", cost(same));
+        assert_eq!(cost(other), 0.0);
+    }
+}
