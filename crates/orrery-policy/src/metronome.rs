@@ -397,18 +397,12 @@ mod tests {
             free_gpus: &[1, 0, 1, 0],
             queue: vec![QueuedJob::new(1, &low, 0.0)],
             running: vec![RunningJob {
-                id: 0,
-                spec: &high,
-                hosts: &hosts,
                 iterations_done: 3,
-                paused: false,
                 iteration_start_s: 4.9,
                 progress: 0.03,
                 service_gpu_s: 1.0,
                 running_s: 0.5,
-                solo_gpus: hosts.to_vec(),
-                sub_batch: high.batch,
-                xi: 1.0,
+                ..RunningJob::new(0, &high, &hosts)
             }],
         };
         let d = Metronome::default().schedule(&view);

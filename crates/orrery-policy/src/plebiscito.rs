@@ -271,24 +271,7 @@ mod tests {
     use orrery_model::Work;
 
     fn running<'a>(spec: &'a JobSpec, hosts: &'a [[(usize, u32); 2]]) -> Vec<RunningJob<'a>> {
-        hosts
-            .iter()
-            .enumerate()
-            .map(|(i, h)| RunningJob {
-                id: 100 + i,
-                spec,
-                hosts: &h[..],
-                iterations_done: 0,
-                paused: false,
-                iteration_start_s: 0.0,
-                progress: 0.0,
-                service_gpu_s: 0.0,
-                running_s: 0.0,
-                solo_gpus: h.to_vec(),
-                sub_batch: spec.batch,
-                xi: 1.0,
-            })
-            .collect()
+        hosts.iter().enumerate().map(|(i, h)| RunningJob::new(100 + i, spec, &h[..])).collect()
     }
 
     #[test]

@@ -252,18 +252,12 @@ mod tests {
         let b = JobSpec::new("b", "resnet50", 64, 2, Work::Iterations(10_000), 1.0);
         let hosts_a = [(0usize, 4u32), (1, 4)];
         let running = crate::RunningJob {
-            id: 0,
-            spec: &a,
-            hosts: &hosts_a,
             iterations_done: 10,
-            paused: false,
             iteration_start_s: 59.0,
             progress: 0.01,
             service_gpu_s: 480.0,
             running_s: 60.0,
-            solo_gpus: hosts_a.to_vec(),
-            sub_batch: a.batch,
-            xi: 1.0,
+            ..crate::RunningJob::new(0, &a, &hosts_a)
         };
         let mut v = view(&[0, 0], vec![QueuedJob::new(1, &b, 60.0)], vec![running]);
         v.now_s = 61.0;
