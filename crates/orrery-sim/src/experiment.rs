@@ -90,15 +90,15 @@ impl Default for ColocationSpec {
 }
 
 impl ColocationSpec {
-    /// (ground truth for the simulator, estimate for the policies). The
-    /// predictor is trained on 80% of Gavel's pairs (split seed 1).
-    fn build(&self) -> Result<(Colocation, Colocation), String> {
-        let samples = orrery_trace::interference::gavel_samples(orrery_trace::interference::GAVEL_THROUGHPUTS)?;
-        let truth = orrery_trace::interference::xi_table(&samples, &self.gpu, None)
+    /// (ground truth for the simulator, estimate for the policies) from
+    /// Gavel's samples. The predictor is trained on 80% of Gavel's pairs
+    /// (split seed 1).
+    fn build(&self, samples: &[orrery_trace::interference::Sample]) -> Result<(Colocation, Colocation), String> {
+        let truth = orrery_trace::interference::xi_table(samples, &self.gpu, None)
             .map_err(|e| format!("colocation.gpu: {e}"))?;
         let seen = match self.xi {
             XiSource::True => truth.clone(),
-            XiSource::Predicted => orrery_trace::interference::xi_table(&samples, &self.gpu, Some(1))?,
+            XiSource::Predicted => orrery_trace::interference::xi_table(samples, &self.gpu, Some(1))?,
         };
         Ok((Colocation { mode: self.mode, table: truth }, Colocation { mode: self.mode, table: seen }))
     }
@@ -630,6 +630,8 @@ impl Experiment {
         let mut runs = Vec::new();
         let workloads = self.workloads();
         let total = total * workloads.len();
+        // Gavel's measured interference, parsed once (1.2 MB of JSON).
+        let gavel = orrery_trace::interference::gavel_samples(orrery_trace::interference::GAVEL_THROUGHPUTS)?;
         let base_topo = topo;
         for (k, (scenario, workload)) in workloads.iter().enumerate() {
             let congested = self.scenarios.get(k).map(|s| s.congested.as_slice()).unwrap_or_default();
@@ -649,7 +651,7 @@ impl Experiment {
                 sharing.xi = sc.xi.unwrap_or(sharing.xi);
                 sharing.mode = sc.sharing.unwrap_or(sharing.mode);
             }
-            let (truth, estimate) = sharing.build().map_err(|e| format!("scenario {scenario}: {e}"))?;
+            let (truth, estimate) = sharing.build(&gavel).map_err(|e| format!("scenario {scenario}: {e}"))?;
             for &seed in &self.seeds {
                 let (jobs, pins) =
                     workload_jobs(workload, base, &topo, seed).map_err(|e| format!("scenario {scenario}: {e}"))?;

@@ -732,6 +732,9 @@ impl<'a> Simulation<'a> {
     /// GPUs of `job` on each host that no other job holds.
     fn solo_gpus(&self, job: JobId) -> Vec<(HostId, u32)> {
         let j = &self.jobs[job];
+        if j.sharing.is_empty() {
+            return j.hosts.clone(); // the common case, on every policy call
+        }
         let mut per_host: std::collections::BTreeMap<HostId, u32> = std::collections::BTreeMap::new();
         for &(h, g) in &j.hosts {
             *per_host.entry(h).or_default() += g;
