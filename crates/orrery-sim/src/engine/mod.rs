@@ -732,7 +732,7 @@ impl<'a> Simulation<'a> {
     /// GPUs of `job` on each host that no other job holds.
     fn solo_gpus(&self, job: JobId) -> Vec<(HostId, u32)> {
         let j = &self.jobs[job];
-        if j.sharing.is_empty() {
+        if j.sharing.is_empty() && j.hosts.windows(2).all(|w| w[0].0 < w[1].0) {
             return j.hosts.clone(); // the common case, on every policy call
         }
         let mut per_host: std::collections::BTreeMap<HostId, u32> = std::collections::BTreeMap::new();
