@@ -444,6 +444,26 @@ fn grid(rows: &[(String, String, f64)], scenarios: &[&str], policies: &[&str], s
         .collect()
 }
 
+/// A heatmap of [`per_policy`]'s rows: a column per scenario, a row per
+/// policy (the first on top), each value scaled.
+fn policy_heatmap(
+    title: String,
+    x_label: &str,
+    rows: &[(String, String, f64)],
+    scenarios: &[&str],
+    policies: &[&str],
+    scale: f64,
+) -> Figure {
+    Figure::Heatmap {
+        title,
+        x_label: x_label.into(),
+        y_label: "policy".into(),
+        xs: scenarios.iter().map(|s| s.to_string()).collect(),
+        ys: policies.iter().rev().map(|p| p.to_string()).collect(),
+        values: grid(rows, scenarios, policies, scale),
+    }
+}
+
 /// Castor's figures: how GPU time splits into idle, one job and two jobs
 /// per policy (Figs. 9c-d, 12c-d, by occupancy rather than SM activity),
 /// and, when the scenarios are loads `load=x`, mean JCT per policy and load
@@ -480,14 +500,8 @@ fn sharing_figures(summary: &Summary, dir: &Path) -> Result<Vec<(String, String,
         ));
     } else {
         for (stem, what, table) in [("gpu_idle", "no job", &idle), ("gpu_shared", "two jobs", &shared)] {
-            let fig = Figure::Heatmap {
-                title: format!("{}: GPU time with {what} on the GPU (%)", summary.experiment),
-                x_label: "scenario".into(),
-                y_label: "policy".into(),
-                xs: scenarios.iter().map(|s| s.to_string()).collect(),
-                ys: policies.iter().rev().map(|p| p.to_string()).collect(),
-                values: grid(table, &scenarios, &policies, 100.0),
-            };
+            let title = format!("{}: GPU time with {what} on the GPU (%)", summary.experiment);
+            let fig = policy_heatmap(title, "scenario", table, &scenarios, &policies, 100.0);
             let caption = format!(
                 "Share of GPU time with {what} on the GPU per policy and scenario, means over seeds (Castor Figs. 9c-d, \
                  12c-d; occupancy, not SM activity)."
@@ -498,15 +512,8 @@ fn sharing_figures(summary: &Summary, dir: &Path) -> Result<Vec<(String, String,
     let jct = per_policy(summary, |r| r.metrics.avg_jct_s / 3600.0);
     let (loads, policies) = axes(&jct);
     if loads.len() > 1 && loads.iter().all(|l| l.starts_with("load=")) {
-        let values = grid(&jct, &loads, &policies, 1.0);
-        let fig = Figure::Heatmap {
-            title: format!("{}: mean JCT (h) by load", summary.experiment),
-            x_label: "workload intensity".into(),
-            y_label: "policy".into(),
-            xs: loads.iter().map(|s| s.to_string()).collect(),
-            ys: policies.iter().rev().map(|s| s.to_string()).collect(),
-            values,
-        };
+        let title = format!("{}: mean JCT (h) by load", summary.experiment);
+        let fig = policy_heatmap(title, "workload intensity", &jct, &loads, &policies, 1.0);
         out.push((
             "jct_by_load".into(),
             "Mean JCT in hours per policy and workload intensity, means over seeds (Castor Fig. 16).".into(),
