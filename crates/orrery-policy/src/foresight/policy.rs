@@ -10,8 +10,10 @@
 //! - `ro`: routes whole flows by edge colouring, no repair; uncolourable
 //!   ranges keep ECMP.
 //! - `sub`: the same with subflows.
-//! - `foresight`: subflows and the repair loop, falling back to ECMP when no
-//!   valid schedule exists.
+//! - `foresight`: subflows and the repair loop. Without a valid schedule
+//!   that pays (or one found in `max_rounds`), the unrepaired plan, then the
+//!   baseline's timing; both with the subflow colouring folded onto the
+//!   spines where it needs too many colours. With one spine: ECMP.
 //! - `perfect`: no timing; every cross-rack flow is spread evenly over all
 //!   spines, a fluid, fully balanced network.
 //!
@@ -195,8 +197,9 @@ pub struct Foresight {
     /// When the current plan was made, s.
     planned_at_s: f64,
     /// Plans tried; no valid schedule; a valid one costlier than ECMP's
-    /// estimated congestion; the unrepaired plan used instead.
-    outcomes: [u64; 4],
+    /// estimated congestion; the unrepaired plan used instead; routes
+    /// only, with the baseline's timing.
+    outcomes: [u64; 5],
     /// Name in results.
     label: String,
 }
@@ -219,7 +222,7 @@ impl Foresight {
             steps: HashMap::new(),
             fell_back: false,
             planned_at_s: 0.0,
-            outcomes: [0; 4],
+            outcomes: [0; 5],
             label,
         }
     }
@@ -297,6 +300,7 @@ impl Foresight {
             spines: net.spines,
             spine_link_gbps: net.spine_link_gbps,
             colors_per_spine: if self.mode == Mode::Ro { 1 } else { 4 },
+            balance_bad_ranges: false,
         };
         let timed: Vec<TimedJob> =
             profiles.iter().map(|ps| TimedJob { profiles: ps.iter().map(FlowProfile::timing).collect() }).collect();
@@ -321,17 +325,27 @@ impl Foresight {
                     found => {
                         self.outcomes[if found.is_some() { 2 } else { 1 }] += 1;
                         // Next best: the unrepaired plan (timing that waits
-                        // only when cheaper, subflow routes, ECMP in the
-                        // ranges no colouring fits), if its delays cost less
-                        // than ECMP's estimated congestion; else ECMP.
-                        let lenient = TimingParams { waits_only_if_cheaper: true, ..timing };
-                        let plan = solve_timing(&timed, &net.capacity, &[], &lenient);
-                        if plan_cost(&plan, &timed) > ecmp_cost(&plan, t, &net, jobs, &profiles) {
+                        // only when cheaper), if its delays cost less than
+                        // ECMP's estimated congestion; else the baseline's
+                        // timing (no delays, no throttles). Either way the
+                        // routes are the subflow colouring, folded onto the
+                        // spines where it needs more colours than there are.
+                        // With one spine that is ECMP.
+                        if net.spines <= 1 {
                             self.fell_back = true;
-                            return undo; // ECMP, no delays
+                            return undo;
                         }
-                        self.outcomes[3] += 1;
-                        let routes = solve_routing(&profiles, &plan, &routing).0;
+                        let lenient = TimingParams { waits_only_if_cheaper: true, ..timing };
+                        let mut plan = solve_timing(&timed, &net.capacity, &[], &lenient);
+                        if plan_cost(&plan, &timed) > ecmp_cost(&plan, t, &net, jobs, &profiles) {
+                            let unbounded = vec![f64::INFINITY; net.capacity.len()];
+                            plan = solve_timing(&timed, &unbounded, &[], &lenient);
+                            self.outcomes[4] += 1;
+                        } else {
+                            self.outcomes[3] += 1;
+                        }
+                        let balanced = RoutingParams { balance_bad_ranges: true, ..routing };
+                        let routes = solve_routing(&profiles, &plan, &balanced).0;
                         (plan, routes)
                     }
                 }
@@ -445,12 +459,13 @@ impl Policy for Foresight {
         if self.mode != Mode::Foresight {
             return Vec::new();
         }
-        let [plans, invalid, costlier, unrepaired] = self.outcomes.map(|x| x as f64);
+        let [plans, invalid, costlier, unrepaired, routes_only] = self.outcomes.map(|x| x as f64);
         vec![
             ("plans", plans),
             ("no_valid_schedule", invalid),
             ("valid_but_costlier_than_ecmp", costlier),
             ("unrepaired_plan_used", unrepaired),
+            ("routes_only", routes_only),
         ]
     }
 }

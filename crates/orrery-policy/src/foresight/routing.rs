@@ -13,7 +13,8 @@
 //! spines × m is bad. It goes back to the timing solver, which first stretches
 //! communication there and then assumes less capacity ([`solve_timing`]),
 //! until no range is bad or a round cap is hit. If the cap is hit,
-//! [`schedule`] reports failure and FORESIGHT keeps ECMP.
+//! [`schedule`] reports failure and FORESIGHT falls back (see
+//! `RoutingParams::balance_bad_ranges` and the policy).
 //!
 //! Cost per round: O(F log F) to merge F flow intervals, plus the colouring,
 //! O(E · (V + Δ/64)) per range.
@@ -91,6 +92,12 @@ pub struct RoutingParams {
     /// Colours per spine: 1 routes whole flows; more allows subflows of
     /// 1/m of a spine link.
     pub colors_per_spine: usize,
+    /// Route the flows of a range that needs more colours than there are
+    /// anyway, folding its Δ colours onto the spines (colour c on spine
+    /// c mod spines), so each spine link carries at most ⌈Δ / spines⌉ of
+    /// them: balanced, though oversubscribed. False leaves such ranges to
+    /// ECMP. Orrery's addition, for FORESIGHT's unrepaired plan.
+    pub balance_bad_ranges: bool,
 }
 
 /// Routes every planned iteration's flows; returns the routes and the bad
@@ -134,14 +141,21 @@ pub fn solve_routing(
         }
         let coloring = color_bipartite(leaves, leaves, &edges)
             .unwrap_or(super::coloring::Coloring { colors: Vec::new(), used: 0 });
-        if coloring.used as usize > p.spines * m {
+        let uncolourable = coloring.used as usize > p.spines * m;
+        if uncolourable {
             bad.push((start, end));
-        } else {
-            // Consolidate subflows by spine.
+        }
+        if !uncolourable || p.balance_bad_ranges {
+            // Consolidate subflows by spine. Colour c is on spine c mod
+            // spines, so a flow's subflows (parallel edges, all coloured
+            // differently) spread over several spines, and each spine still
+            // has m colours of 1/m of its link.
             for (n, iv) in range.iter().enumerate() {
                 let mut spines: Vec<(usize, f64)> = Vec::new();
-                let parts: Vec<usize> =
-                    (0..edges.len()).filter(|&e| owner[e] == n).map(|e| coloring.colors[e] as usize / m).collect();
+                let parts: Vec<usize> = (0..edges.len())
+                    .filter(|&e| owner[e] == n)
+                    .map(|e| coloring.colors[e] as usize % p.spines)
+                    .collect();
                 for s in &parts {
                     match spines.iter_mut().find(|x| x.0 == *s) {
                         Some(x) => x.1 += 1.0,
@@ -222,7 +236,7 @@ mod tests {
     fn overlapping_flows_from_one_leaf_take_different_spines() {
         let profiles =
             vec![one(100.0, vec![flow(0, 0, 1, 0.0, 50.0, 100.0)]), one(100.0, vec![flow(0, 0, 2, 0.0, 50.0, 100.0)])];
-        let p = RoutingParams { spines: 2, spine_link_gbps: 100.0, colors_per_spine: 1 };
+        let p = RoutingParams { spines: 2, spine_link_gbps: 100.0, colors_per_spine: 1, balance_bad_ranges: false };
         let (routes, bad) = solve_routing(&profiles, &[at(0, 0.0), at(1, 10.0)], &p);
         assert!(bad.is_empty());
         assert_eq!(routes.len(), 2);
@@ -240,7 +254,7 @@ mod tests {
         let profiles: Vec<Vec<FlowProfile>> =
             (0..3).map(|k| one(100.0, vec![flow(0, 0, k + 1, 0.0, 50.0, 200.0 / 3.0)])).collect();
         let plan = [at(0, 0.0), at(1, 0.0), at(2, 0.0)];
-        let whole = RoutingParams { spines: 2, spine_link_gbps: 100.0, colors_per_spine: 1 };
+        let whole = RoutingParams { spines: 2, spine_link_gbps: 100.0, colors_per_spine: 1, balance_bad_ranges: false };
         let (_, bad) = solve_routing(&profiles, &plan, &whole);
         assert_eq!(bad, vec![(0.0, 50.0)], "three whole flows need three spines");
         let sub = RoutingParams { colors_per_spine: 3, ..whole };
@@ -258,6 +272,36 @@ mod tests {
     }
 
     #[test]
+    fn a_flows_subflows_spread_over_the_spines() {
+        // One 100 Gbit/s flow, 4 spines of 100, 4 colours per spine: four
+        // subflows of 25, coloured 0-3 (parallel edges differ), one per spine.
+        let profiles = vec![one(100.0, vec![flow(0, 0, 1, 0.0, 50.0, 100.0)])];
+        let p = RoutingParams { spines: 4, spine_link_gbps: 100.0, colors_per_spine: 4, balance_bad_ranges: false };
+        let (routes, bad) = solve_routing(&profiles, &[at(0, 0.0)], &p);
+        assert!(bad.is_empty());
+        let mut spines = routes[0].spines.clone();
+        spines.sort_by_key(|s| s.0);
+        assert_eq!(spines, vec![(0, 0.25), (1, 0.25), (2, 0.25), (3, 0.25)]);
+    }
+
+    #[test]
+    fn an_uncolourable_range_is_balanced_when_asked() {
+        // Six whole flows leave leaf 0 at once over 2 spines: Δ = 6 colours,
+        // a bad range. Left to ECMP it has no routes; balanced, each spine's
+        // up link carries three.
+        let profiles: Vec<Vec<FlowProfile>> =
+            (0..6).map(|k| one(100.0, vec![flow(0, 0, k + 1, 0.0, 50.0, 100.0)])).collect();
+        let plan: Vec<Planned> = (0..6).map(|j| at(j, 0.0)).collect();
+        let p = RoutingParams { spines: 2, spine_link_gbps: 100.0, colors_per_spine: 1, balance_bad_ranges: false };
+        let (routes, bad) = solve_routing(&profiles, &plan, &p);
+        assert_eq!((routes.len(), bad.len()), (0, 1));
+        let (routes, bad) = solve_routing(&profiles, &plan, &RoutingParams { balance_bad_ranges: true, ..p });
+        assert_eq!((routes.len(), bad.len()), (6, 1));
+        let on = |spine: usize| routes.iter().filter(|r| r.spines == vec![(spine, 1.0)]).count();
+        assert_eq!((on(0), on(1)), (3, 3));
+    }
+
+    #[test]
     fn the_repair_loop_delays_what_routing_cannot_colour() {
         // Each job sends two whole 50 Gbit/s flows out of leaf 0 for 40 ms
         // after 60 ms of compute. On the logical up link (2 spines: 200 Gbit/s)
@@ -267,7 +311,8 @@ mod tests {
         let profiles = vec![job(), job()];
         let capacity = [200.0; 6];
         let timing = TimingParams { horizon_ms: 300.0, ..TimingParams::default() };
-        let routing = RoutingParams { spines: 2, spine_link_gbps: 100.0, colors_per_spine: 1 };
+        let routing =
+            RoutingParams { spines: 2, spine_link_gbps: 100.0, colors_per_spine: 1, balance_bad_ranges: false };
         let first = solve_timing(
             &profiles
                 .iter()
