@@ -61,15 +61,21 @@ impl Mode {
 pub const RATES: [f64; 4] = [1.0, 0.75, 0.5, 0.25];
 
 /// A job's iteration alone on its placement at `throttle` Gbit/s per flow
-/// (None: unthrottled), as cross-rack flows in time. O(segments · flows).
+/// (None: unthrottled), as cross-rack flows in time. With `spread`, the
+/// job's flows are routed as subflows over several spines, so they run at
+/// the hosts' NIC rate; without, each takes one path and runs at that
+/// path's slowest link (ECMP, or whole-flow routing), as the job's shape
+/// assumes. O(segments · flows).
 pub fn profile(
     t: &Topology,
     net: &LogicalNetwork,
     spec: &JobSpec,
     hosts: &[(HostId, u32)],
     throttle: Option<f64>,
+    spread: bool,
 ) -> Option<FlowProfile> {
     let placed = place(t, spec, hosts)?;
+    let nic = hosts.iter().map(|&(h, _)| t.host_nic_gbps(h)).fold(f64::INFINITY, f64::min);
     let mut now = 0.0;
     let mut flows = Vec::new();
     for seg in &placed.shape.segments {
@@ -80,7 +86,8 @@ pub fn profile(
                     now += seg.duration_ms();
                     continue;
                 }
-                let rate = throttle.map_or(gbps, |r| r.min(gbps));
+                let line = if spread && nic.is_finite() { nic.max(gbps) } else { gbps };
+                let rate = throttle.map_or(line, |r| r.min(line));
                 let mut end = now;
                 for (i, (src, dst, bits)) in
                     transfers(&placed.workers, collective, payload_bytes).into_iter().enumerate()
@@ -250,7 +257,7 @@ impl Foresight {
             // Every cross-rack flow over every spine, equally.
             let mut out = Vec::new();
             for (id, spec, hosts) in jobs {
-                let Some(p) = profile(t, &net, spec, hosts, None) else { continue };
+                let Some(p) = profile(t, &net, spec, hosts, None, true) else { continue };
                 let placed = place(t, spec, hosts);
                 for f in &p.flows {
                     let Some(pl) = placed.as_ref() else { continue };
@@ -261,14 +268,17 @@ impl Foresight {
             }
             return out;
         }
+        // With subflows a flow may take several spines, so it is profiled
+        // at its NIC rate; TS and RO keep one path per flow.
+        let spread = matches!(self.mode, Mode::Sub | Mode::Foresight);
         let profiles: Vec<Vec<FlowProfile>> = jobs
             .iter()
             .map(|(_, spec, hosts)| {
-                let base = profile(t, &net, spec, hosts, None);
+                let base = profile(t, &net, spec, hosts, None, spread);
                 let nominal = base.as_ref().and_then(|b| b.flows.first().map(|f| f.gbps));
                 let mut ps: Vec<FlowProfile> = base.into_iter().collect();
                 if let Some(r) = nominal {
-                    ps.extend(RATES[1..].iter().filter_map(|x| profile(t, &net, spec, hosts, Some(r * x))));
+                    ps.extend(RATES[1..].iter().filter_map(|x| profile(t, &net, spec, hosts, Some(r * x), spread)));
                 }
                 ps
             })
@@ -477,6 +487,38 @@ mod tests {
     use orrery_model::setups::LeafSpine;
 
     #[test]
+    fn spread_flows_are_profiled_at_the_nic_rate() {
+        // 100 Gbit/s NICs under 50 Gbit/s leaf-spine links (the rack-of-4
+        // heatmap's cluster). One path caps a cross-rack flow at 50; spread
+        // over the spines as subflows it runs at 100, so its transfers take
+        // half as long.
+        let t = LeafSpine {
+            racks: 2,
+            hosts_per_rack: 2,
+            spines: 4,
+            gpus_per_host: 1,
+            gpu_type: "a100".into(),
+            host_gbps: 100.0,
+            uplink_gbps: 50.0,
+        }
+        .build("t")
+        .expect("valid");
+        let net = LogicalNetwork::of(&t).expect("leaf-spine");
+        let spec = JobSpec::new("j", "vgg19", 1, 2, Work::Iterations(10), 0.0);
+        let hosts = vec![(0usize, 1u32), (2, 1)];
+        let one = profile(&t, &net, &spec, &hosts, None, false).expect("profile");
+        let spread = profile(&t, &net, &spec, &hosts, None, true).expect("profile");
+        assert!(one.flows.iter().all(|f| f.gbps == 50.0));
+        assert!(spread.flows.iter().all(|f| f.gbps == 100.0));
+        let comm = |p: &FlowProfile| p.flows.iter().map(|f| f.end_ms - f.start_ms).sum::<f64>();
+        assert!((comm(&one) / comm(&spread) - 2.0).abs() < 1e-9, "{} vs {}", comm(&one), comm(&spread));
+        assert!(spread.length_ms < one.length_ms);
+        // A throttle still caps the spread rate.
+        let throttled = profile(&t, &net, &spec, &hosts, Some(25.0), true).expect("profile");
+        assert!(throttled.flows.iter().all(|f| f.gbps == 25.0));
+    }
+
+    #[test]
     fn the_ecmp_estimate_counts_hash_collisions_on_a_spine() {
         // 2 racks × 2 hosts, 2 spines, 1:1. Jobs A (h0, h2) and B (h1, h3)
         // each send most of the iteration across racks. On different spines
@@ -496,7 +538,7 @@ mod tests {
         let net = LogicalNetwork::of(&t).expect("leaf-spine");
         let spec = JobSpec::new("j", "vgg19", 1, 2, Work::Iterations(10), 0.0);
         let (ha, hb) = (vec![(0usize, 1u32), (2, 1)], vec![(1usize, 1u32), (3, 1)]);
-        let pa = profile(&t, &net, &spec, &ha, None).expect("profile");
+        let pa = profile(&t, &net, &spec, &ha, None, false).expect("profile");
         let duty: f64 = pa.flows.iter().map(|f| f.end_ms - f.start_ms).fold(0.0, f64::max) / pa.length_ms;
         assert!(duty > 0.5, "communication-bound: {duty}");
         let spine_of = |id: usize, src: HostId, dst: HostId| {
@@ -509,7 +551,7 @@ mod tests {
         let other = (1..100).find(|&b| spine_of(b, 1, 3) != a_spine).expect("a disjoint id");
         let cost = |b: usize| {
             let jobs: Vec<PlacedJob<'_>> = vec![(0, &spec, ha.clone()), (b, &spec, hb.clone())];
-            let profiles = vec![vec![pa.clone()], vec![profile(&t, &net, &spec, &hb, None).expect("profile")]];
+            let profiles = vec![vec![pa.clone()], vec![profile(&t, &net, &spec, &hb, None, false).expect("profile")]];
             let plan = vec![
                 super::super::timing::Planned { job: 0, iteration: 0, start_ms: 0.0, delay_ms: 0.0, profile: 0 },
                 super::super::timing::Planned { job: 1, iteration: 0, start_ms: 0.0, delay_ms: 0.0, profile: 0 },

@@ -130,15 +130,15 @@ pub fn solve_routing(
         }
         let range = &intervals[i..j];
         // Subflows: ⌈rate / unit⌉ edges per flow (one edge without subflows).
+        // A flow's edges are contiguous: flow n owns edges[first[n]..first[n + 1]].
         let mut edges = Vec::new();
-        let mut owner = Vec::new();
-        for (n, iv) in range.iter().enumerate() {
+        let mut first = Vec::with_capacity(range.len() + 1);
+        for iv in range {
+            first.push(edges.len());
             let parts = if m == 1 { 1 } else { ((iv.3.gbps / unit) - 1e-9).ceil().max(1.0) as usize };
-            for _ in 0..parts {
-                edges.push((iv.3.src_leaf, iv.3.dst_leaf));
-                owner.push(n);
-            }
+            edges.extend(std::iter::repeat_n((iv.3.src_leaf, iv.3.dst_leaf), parts));
         }
+        first.push(edges.len());
         let coloring = color_bipartite(leaves, leaves, &edges)
             .unwrap_or(super::coloring::Coloring { colors: Vec::new(), used: 0 });
         let uncolourable = coloring.used as usize > p.spines * m;
@@ -152,14 +152,11 @@ pub fn solve_routing(
             // has m colours of 1/m of its link.
             for (n, iv) in range.iter().enumerate() {
                 let mut spines: Vec<(usize, f64)> = Vec::new();
-                let parts: Vec<usize> = (0..edges.len())
-                    .filter(|&e| owner[e] == n)
-                    .map(|e| coloring.colors[e] as usize % p.spines)
-                    .collect();
-                for s in &parts {
-                    match spines.iter_mut().find(|x| x.0 == *s) {
+                let parts = &coloring.colors[first[n]..first[n + 1]];
+                for s in parts.iter().map(|&c| c as usize % p.spines) {
+                    match spines.iter_mut().find(|x| x.0 == s) {
                         Some(x) => x.1 += 1.0,
-                        None => spines.push((*s, 1.0)),
+                        None => spines.push((s, 1.0)),
                     }
                 }
                 for x in &mut spines {

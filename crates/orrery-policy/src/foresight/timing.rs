@@ -103,6 +103,32 @@ fn bins(p: &Phase, at: usize, bin_ms: f64, inflate: f64) -> (usize, usize) {
     (from, from + len)
 }
 
+/// A phase in bins, computed once per solve (the hot loop tries many
+/// delays per phase and must not round floats each time).
+#[derive(Debug, Clone, Copy)]
+struct BinnedPhase {
+    /// First bin after the iteration's start.
+    offset: usize,
+    /// Length in bins, plain and stretched by `inflate`.
+    len: [usize; 2],
+    link: LogicalLink,
+    gbps: f64,
+}
+
+impl BinnedPhase {
+    fn of(p: &Phase, bin_ms: f64, inflate: f64) -> Self {
+        let at = |f: f64| bins(p, 0, bin_ms, f);
+        let (plain, stretched) = (at(1.0), at(inflate));
+        BinnedPhase { offset: plain.0, len: [plain.1 - plain.0, stretched.1 - stretched.0], link: p.link, gbps: p.gbps }
+    }
+
+    /// Bins [from, to) for an iteration starting at bin `at`.
+    fn at(&self, at: usize, inflated: bool) -> (usize, usize) {
+        let from = at + self.offset;
+        (from, from + self.len[usize::from(inflated)])
+    }
+}
+
 /// Runs SolveTiming. `capacity[l]` is logical link l's Gbit/s. Iterations
 /// that would start after the horizon are not scheduled. Demand beyond the
 /// horizon is checked against an empty network.
@@ -121,6 +147,15 @@ pub fn solve_timing(jobs: &[TimedJob], capacity: &[f64], bad: &[BadRange], p: &T
     let mut service = vec![0.0f64; jobs.len()];
     let mut count = vec![0usize; jobs.len()];
     let mut out = Vec::new();
+    let binned: Vec<Vec<Vec<BinnedPhase>>> = jobs
+        .iter()
+        .map(|j| {
+            j.profiles
+                .iter()
+                .map(|pr| pr.phases.iter().map(|ph| BinnedPhase::of(ph, p.bin_ms, p.inflate)).collect())
+                .collect()
+        })
+        .collect();
     // Least attained service among jobs with an iteration left in the horizon.
     while let Some(j) = (0..jobs.len())
         .filter(|&j| next[j] < horizon && !jobs[j].profiles.is_empty())
@@ -135,7 +170,7 @@ pub fn solve_timing(jobs: &[TimedJob], capacity: &[f64], bad: &[BadRange], p: &T
             .map(|b| b.rounds)
             .max()
             .unwrap_or(0);
-        let inflate = if rounds >= 1 { p.inflate } else { 1.0 };
+        let inflated = rounds >= 1;
         let scale = if rounds >= 2 { p.shrink.powi(rounds as i32 - 1) } else { 1.0 };
         // Lines 11–17: per rate, the least delay that fits; the earliest finish wins.
         let mut best: Option<(usize, usize, usize)> = None; // (finish bin, delay bins, profile)
@@ -145,8 +180,8 @@ pub fn solve_timing(jobs: &[TimedJob], capacity: &[f64], bad: &[BadRange], p: &T
             // that blocks it now (0: it fits at this delay).
             let jump = |d: usize| -> Option<usize> {
                 let mut need = 0;
-                for ph in &pr.phases {
-                    let (a, b) = bins(ph, start + d, p.bin_ms, inflate);
+                for ph in &binned[j][k] {
+                    let (a, b) = ph.at(start + d, inflated);
                     let cap = capacity.get(ph.link).copied().unwrap_or(0.0) * scale;
                     if ph.gbps > cap + 1e-9 {
                         return None; // never fits
@@ -187,16 +222,15 @@ pub fn solve_timing(jobs: &[TimedJob], capacity: &[f64], bad: &[BadRange], p: &T
             // Inside a range the repair loop is fixing, the paper's rule: fit.
             Some(b) if p.waits_only_if_cheaper && rounds == 0 => {
                 let wait_ms = (b.0 - share_now.0) as f64 * p.bin_ms;
-                let excess_ms =
-                    overlap_excess_ms(&jobs[j].profiles[0], start, &usage, capacity, scale, inflate, p.bin_ms);
+                let excess_ms = overlap_excess_ms(&binned[j][0], start, &usage, capacity, scale, inflated, p.bin_ms);
                 if excess_ms < wait_ms { share_now } else { b }
             }
             Some(b) => b,
             None => share_now,
         };
         let pr = &jobs[j].profiles[k];
-        for ph in &pr.phases {
-            let (a, b) = bins(ph, start + d, p.bin_ms, inflate);
+        for ph in &binned[j][k] {
+            let (a, b) = ph.at(start + d, inflated);
             if let Some(u) = usage.get_mut(ph.link) {
                 for x in &mut u[a.min(span)..b.min(span)] {
                     *x += ph.gbps;
@@ -221,19 +255,19 @@ pub fn solve_timing(jobs: &[TimedJob], capacity: &[f64], bad: &[BadRange], p: &T
 /// summed over its phases as link time, ms: Σ max(0, u + g − c) / c per bin.
 /// O(phase bins).
 fn overlap_excess_ms(
-    pr: &Profile,
+    phases: &[BinnedPhase],
     at: usize,
     usage: &[Vec<f64>],
     capacity: &[f64],
     scale: f64,
-    inflate: f64,
+    inflated: bool,
     bin_ms: f64,
 ) -> f64 {
     let mut excess = 0.0;
-    for ph in &pr.phases {
+    for ph in phases {
         let cap = capacity.get(ph.link).copied().unwrap_or(0.0) * scale;
         let Some(u) = usage.get(ph.link) else { continue };
-        let (a, b) = bins(ph, at, bin_ms, inflate);
+        let (a, b) = ph.at(at, inflated);
         for x in &u[a.min(u.len())..b.min(u.len())] {
             excess += (x + ph.gbps - cap).max(0.0) / cap.max(1e-9) * bin_ms;
         }
