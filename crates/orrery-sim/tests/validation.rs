@@ -549,8 +549,9 @@ fn a_background_flow_halves_a_lone_job_flow_and_an_isolated_network_ignores_it()
     assert!(contended.now_ns() < 10_000_000_000);
 }
 
-/// Places job 0 on hosts 0, 8, 16 (three racks) and throttles it.
-struct Throttled(Option<f64>);
+/// Places job 0 on hosts 0, 8, 16 (three racks) and throttles it; with
+/// `spread`, routes each ring flow over every spine, equally.
+struct Throttled(Option<f64>, bool);
 
 impl Policy for Throttled {
     fn name(&self) -> String {
@@ -560,10 +561,17 @@ impl Policy for Throttled {
         view.queue
             .iter()
             .flat_map(|q| {
+                let ring = [0, 8, 16];
+                let routes = (0..ring.len()).filter(|_| self.1).map(move |i| {
+                    let paths = view.topology.paths(ring[i], ring[(i + 1) % ring.len()]).len();
+                    Decision::Route { job: q.id, flow: i, paths: (0..paths).collect() }
+                });
                 [
                     Decision::Place { job: q.id, hosts: vec![(0, 1), (8, 1), (16, 1)] },
                     Decision::Throttle { job: q.id, gbps: self.0 },
                 ]
+                .into_iter()
+                .chain(routes)
             })
             .collect()
     }
@@ -580,8 +588,8 @@ fn foresight_profiles_are_the_job_alone_at_each_throttle() {
     let job = JobSpec::new("v", "vgg19", 32, 3, Work::Iterations(3), 0.0);
     let hosts = [(0, 1), (8, 1), (16, 1)];
     for throttle in [None, Some(50.0), Some(25.0)] {
-        let sim = run(&topo, std::slice::from_ref(&job), &mut Throttled(throttle));
-        let p = profile(&topo, &net, &job, &hosts, throttle).expect("profile");
+        let sim = run(&topo, std::slice::from_ref(&job), &mut Throttled(throttle, false));
+        let p = profile(&topo, &net, &job, &hosts, throttle, false).expect("profile");
         let simulated = sim.jobs[0].iteration_ms[1];
         assert!(
             (simulated - p.length_ms).abs() < 1e-3,
@@ -590,6 +598,31 @@ fn foresight_profiles_are_the_job_alone_at_each_throttle() {
         );
         // All three ring flows cross racks.
         assert_eq!(p.flows.len(), 3);
+    }
+    // Under 50 Gbit/s leaf-spine links, one path caps a flow at half its
+    // NIC; spread over both spines (as FORESIGHT's subflows route it) it runs
+    // at the NIC's 100, which the spread profile assumes.
+    let slow = LeafSpine {
+        racks: 3,
+        hosts_per_rack: 8,
+        spines: 2,
+        gpus_per_host: 1,
+        gpu_type: "a100".into(),
+        host_gbps: 100.0,
+        uplink_gbps: 50.0,
+    }
+    .build("slow")
+    .expect("valid");
+    let net = LogicalNetwork::of(&slow).expect("leaf-spine");
+    for (spread, throttle) in [(false, None), (true, None), (true, Some(75.0))] {
+        let sim = run(&slow, std::slice::from_ref(&job), &mut Throttled(throttle, spread));
+        let p = profile(&slow, &net, &job, &hosts, throttle, spread).expect("profile");
+        let simulated = sim.jobs[0].iteration_ms[1];
+        assert!(
+            (simulated - p.length_ms).abs() < 1e-3,
+            "spread {spread}, {throttle:?}: simulated {simulated} vs profile {}",
+            p.length_ms
+        );
     }
 }
 
