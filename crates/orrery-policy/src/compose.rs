@@ -208,7 +208,7 @@ pub const CATALOGUE: &[(&str, &str)] = &[
     ("ORDER/PLACEMENT", "any ordering with any placement (see below), e.g. tiresias/random"),
     (
         "POLICY+foresight",
-        "FORESIGHT on any placement: per-iteration delays and throttles, spines by edge colouring, repair loop; ablations +ts, +ro, +sub, +perfect",
+        "FORESIGHT on any placement: per-iteration delays and throttles, spines by edge colouring, repair loop; ablations +ts, +ro, +sub, +routes, +perfect",
     ),
     (
         "POLICY+cassini",
@@ -247,6 +247,7 @@ pub fn by_name(name: &str, seed: u64) -> Option<Box<dyn Policy>> {
         crate::foresight::policy::Mode::Ro,
         crate::foresight::policy::Mode::Sub,
         crate::foresight::policy::Mode::Foresight,
+        crate::foresight::policy::Mode::Routes,
         crate::foresight::policy::Mode::Perfect,
     ] {
         if let Some(host) = name.strip_suffix(&format!("+{}", mode.name())) {

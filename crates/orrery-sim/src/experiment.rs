@@ -553,6 +553,7 @@ fn policy(
         "ro" => mode(Mode::Ro),
         "sub" => mode(Mode::Sub),
         "foresight" => mode(Mode::Foresight),
+        "routes" => mode(Mode::Routes),
         "perfect" => mode(Mode::Perfect),
         "pinned+cassini" => {
             let mut c = orrery_policy::cassini::Cassini::new(pinned(), seed);

@@ -14,6 +14,7 @@
 //!   that pays (or one found in `max_rounds`), the unrepaired plan, then the
 //!   baseline's timing; both with the subflow colouring folded onto the
 //!   spines where it needs too many colours. With one spine: ECMP.
+//! - `routes`: FORESIGHT's routes without its timing (orrery's ablation).
 //! - `perfect`: no timing; every cross-rack flow is spread evenly over all
 //!   spines, a fluid, fully balanced network.
 //!
@@ -40,6 +41,10 @@ pub enum Mode {
     Sub,
     /// Timing, subflow routing and the repair loop.
     Foresight,
+    /// FORESIGHT's routes (the subflow colouring, folded onto the spines
+    /// where it needs too many colours) under the baseline's timing: no
+    /// delays or throttles. Orrery's ablation: space without time.
+    Routes,
     /// Every cross-rack flow split evenly over all spines.
     Perfect,
 }
@@ -52,6 +57,7 @@ impl Mode {
             Mode::Ro => "ro",
             Mode::Sub => "sub",
             Mode::Foresight => "foresight",
+            Mode::Routes => "routes",
             Mode::Perfect => "perfect",
         }
     }
@@ -124,49 +130,36 @@ fn plan_cost(plan: &[super::timing::Planned], jobs: &[TimedJob]) -> f64 {
         .sum()
 }
 
-/// A fluid estimate of what ECMP's congestion costs the same iterations, ms.
-/// Each cross-rack flow takes the spine the driver's ECMP hash gives it
-/// (`ecmp_index` of the job and flow, as the simulator routes it), so
-/// collisions on one spine count. Each physical leaf–spine link is loaded on
-/// average by ρ = Σ (rate × duty cycle) / capacity over the flows that cross
-/// it. A flow on a link with ρ > 1 is stretched by ρ − 1 of its length, and
-/// an iteration loses its most stretched flow. O(iterations + flows · paths).
-fn ecmp_cost(
-    plan: &[super::timing::Planned],
-    t: &Topology,
-    net: &LogicalNetwork,
-    jobs: &[PlacedJob<'_>],
-    profiles: &[Vec<FlowProfile>],
-) -> f64 {
-    // Per job, its flows as (duration ms, up link, down link) with a link
-    // named by (leaf, spine, direction).
-    type Link = (usize, usize, bool);
-    let mut load: HashMap<Link, f64> = HashMap::new();
-    let mut flows: Vec<Vec<(f64, Link, Link)>> = vec![Vec::new(); jobs.len()];
-    for (x, ((id, spec, hosts), ps)) in jobs.iter().zip(profiles).enumerate() {
-        let (Some(p), Some(placed)) = (ps.first(), place(t, spec, hosts)) else { continue };
-        let n = placed.workers.len();
+/// A fluid estimate of the congestion FORESIGHT's balanced routes leave
+/// when no iteration waits, ms. Spread over the spines, a leaf's cross-rack
+/// flows load its logical up and down links, on average by
+/// ρ = Σ (rate × duty cycle) / capacity. A flow on a link with ρ > 1 is
+/// stretched by ρ − 1 of its length, and an iteration loses its most
+/// stretched flow. This is what a plan's delays must beat: the ladder's last
+/// rung. O(iterations + flows).
+fn balanced_cost(plan: &[super::timing::Planned], net: &LogicalNetwork, profiles: &[Vec<FlowProfile>]) -> f64 {
+    let mut load = vec![0.0; net.capacity.len()];
+    for p in profiles.iter().filter_map(|ps| ps.first()) {
         for f in &p.flows {
-            let (src, dst) = (placed.workers[f.flow % n], placed.workers[(f.flow + 1) % n]);
-            let paths = t.paths(src, dst);
-            let k = orrery_model::topology::ecmp_index(*id, f.flow, paths.len());
-            let Some(spine) = paths
-                .get(k)
-                .and_then(|path| net.spine_nodes.iter().position(|&s| path.iter().any(|&l| t.links[l].to == s)))
-            else {
-                continue;
-            };
-            let (up, down) = ((f.src_leaf, spine, true), (f.dst_leaf, spine, false));
             let duty = f.gbps * (f.end_ms - f.start_ms) / p.length_ms.max(1e-9);
-            *load.entry(up).or_default() += duty;
-            *load.entry(down).or_default() += duty;
-            flows[x].push((f.end_ms - f.start_ms, up, down));
+            load[LogicalNetwork::up(f.src_leaf)] += duty;
+            load[LogicalNetwork::down(f.dst_leaf)] += duty;
         }
     }
-    let rho = |l: &Link| load.get(l).copied().unwrap_or(0.0) / net.spine_link_gbps.max(1e-9);
-    let per_iteration: Vec<f64> = flows
+    let rho = |l: usize| load[l] / net.capacity[l].max(1e-9);
+    let per_iteration: Vec<f64> = profiles
         .iter()
-        .map(|fs| fs.iter().map(|(ms, up, down)| ms * (rho(up).max(rho(down)) - 1.0).max(0.0)).fold(0.0, f64::max))
+        .map(|ps| {
+            ps.first().map_or(0.0, |p| {
+                p.flows
+                    .iter()
+                    .map(|f| {
+                        let worst = rho(LogicalNetwork::up(f.src_leaf)).max(rho(LogicalNetwork::down(f.dst_leaf)));
+                        (f.end_ms - f.start_ms) * (worst - 1.0).max(0.0)
+                    })
+                    .fold(0.0, f64::max)
+            })
+        })
         .collect();
     plan.iter().map(|x| per_iteration[x.job]).sum()
 }
@@ -194,17 +187,17 @@ pub struct Foresight {
     /// capped); the plan covers the run of the longest job up to this, and
     /// repeats without its first iteration's start-up delays after it.
     pub horizon_ms: f64,
-    /// Repair rounds before falling back to ECMP.
+    /// Repair rounds before falling back.
     pub max_rounds: u32,
     net: Option<LogicalNetwork>,
     /// Per job: its planned steps and the next one to apply.
     steps: HashMap<JobId, (Vec<Step>, usize)>,
-    /// Whether the last planning fell back to ECMP.
+    /// Whether the last planning fell back to ECMP (one spine).
     pub fell_back: bool,
     /// When the current plan was made, s.
     planned_at_s: f64,
-    /// Plans tried; no valid schedule; a valid one costlier than ECMP's
-    /// estimated congestion; the unrepaired plan used instead; routes
+    /// Plans tried; no valid schedule; a valid one costlier than the
+    /// congestion balanced routes leave; the unrepaired plan used; routes
     /// only, with the baseline's timing.
     outcomes: [u64; 5],
     /// Name in results.
@@ -270,7 +263,7 @@ impl Foresight {
         }
         // With subflows a flow may take several spines, so it is profiled
         // at its NIC rate; TS and RO keep one path per flow.
-        let spread = matches!(self.mode, Mode::Sub | Mode::Foresight);
+        let spread = matches!(self.mode, Mode::Sub | Mode::Foresight | Mode::Routes);
         let profiles: Vec<Vec<FlowProfile>> = jobs
             .iter()
             .map(|(_, spec, hosts)| {
@@ -314,6 +307,9 @@ impl Foresight {
         };
         let timed: Vec<TimedJob> =
             profiles.iter().map(|ps| TimedJob { profiles: ps.iter().map(FlowProfile::timing).collect() }).collect();
+        // The baseline's timing: every iteration fits unbounded links at once.
+        let no_delays = || solve_timing(&timed, &vec![f64::INFINITY; net.capacity.len()], &[], &timing);
+        let balanced = RoutingParams { balance_bad_ranges: true, ..routing };
         let (plan, routes) = match self.mode {
             Mode::Ts => (solve_timing(&timed, &net.capacity, &[], &timing), Vec::new()),
             Mode::Ro | Mode::Sub => {
@@ -321,14 +317,21 @@ impl Foresight {
                 let routes = solve_routing(&profiles, &plan, &routing).0;
                 (plan, routes)
             }
+            Mode::Routes if net.spines > 1 => {
+                let plan = no_delays();
+                let routes = solve_routing(&profiles, &plan, &balanced).0;
+                (plan, routes)
+            }
+            Mode::Routes => return undo, // one spine: nothing to route
             Mode::Foresight => {
                 self.outcomes[0] += 1;
                 match schedule(&profiles, &net.capacity, &timing, &routing, self.max_rounds) {
                     // A valid schedule is kept only if what it costs in delays and
-                    // throttling is less than the congestion it removes (§IV:
-                    // FORESIGHT never makes jobs slower than ECMP).
+                    // throttling is less than the congestion it removes: what
+                    // balanced routes alone would leave (§IV: FORESIGHT never
+                    // makes jobs slower).
                     Some(Schedule { plan, routes, .. })
-                        if plan_cost(&plan, &timed) <= ecmp_cost(&plan, t, &net, jobs, &profiles) =>
+                        if plan_cost(&plan, &timed) <= balanced_cost(&plan, &net, &profiles) =>
                     {
                         (plan, routes)
                     }
@@ -336,7 +339,7 @@ impl Foresight {
                         self.outcomes[if found.is_some() { 2 } else { 1 }] += 1;
                         // Next best: the unrepaired plan (timing that waits
                         // only when cheaper), if its delays cost less than
-                        // ECMP's estimated congestion; else the baseline's
+                        // the congestion balanced routes leave; else the baseline's
                         // timing (no delays, no throttles). Either way the
                         // routes are the subflow colouring, folded onto the
                         // spines where it needs more colours than there are.
@@ -347,14 +350,12 @@ impl Foresight {
                         }
                         let lenient = TimingParams { waits_only_if_cheaper: true, ..timing };
                         let mut plan = solve_timing(&timed, &net.capacity, &[], &lenient);
-                        if plan_cost(&plan, &timed) > ecmp_cost(&plan, t, &net, jobs, &profiles) {
-                            let unbounded = vec![f64::INFINITY; net.capacity.len()];
-                            plan = solve_timing(&timed, &unbounded, &[], &lenient);
+                        if plan_cost(&plan, &timed) > balanced_cost(&plan, &net, &profiles) {
+                            plan = no_delays();
                             self.outcomes[4] += 1;
                         } else {
                             self.outcomes[3] += 1;
                         }
-                        let balanced = RoutingParams { balance_bad_ranges: true, ..routing };
                         let routes = solve_routing(&profiles, &plan, &balanced).0;
                         (plan, routes)
                     }
@@ -473,7 +474,7 @@ impl Policy for Foresight {
         vec![
             ("plans", plans),
             ("no_valid_schedule", invalid),
-            ("valid_but_costlier_than_ecmp", costlier),
+            ("valid_but_costlier_than_routes", costlier),
             ("unrepaired_plan_used", unrepaired),
             ("routes_only", routes_only),
         ]
@@ -485,6 +486,42 @@ mod tests {
     use super::*;
     use orrery_model::Work;
     use orrery_model::setups::LeafSpine;
+
+    #[test]
+    fn balanced_routes_leave_congestion_only_past_the_logical_capacity() {
+        // Two leaves under 2 spines of 100 Gbit/s: logical links of 200.
+        // Each job sends 100 Gbit/s from leaf 0 to leaf 1 for the last 40 ms
+        // of a 100 ms iteration: 40 Gbit/s on average on up(0) and down(1).
+        let net = LogicalNetwork {
+            leaf_of_host: vec![0, 0, 1, 1],
+            leaves: 2,
+            spines: 2,
+            capacity: vec![200.0; 4],
+            spine_nodes: vec![10, 11],
+            spine_link_gbps: 100.0,
+        };
+        let job = vec![FlowProfile {
+            rate_gbps: None,
+            length_ms: 100.0,
+            flows: vec![TimedFlow { flow: 0, src_leaf: 0, dst_leaf: 1, start_ms: 60.0, end_ms: 100.0, gbps: 100.0 }],
+        }];
+        let plan = |jobs: usize| -> Vec<super::super::timing::Planned> {
+            (0..jobs)
+                .map(|job| super::super::timing::Planned {
+                    job,
+                    iteration: 0,
+                    start_ms: 0.0,
+                    delay_ms: 0.0,
+                    profile: 0,
+                })
+                .collect()
+        };
+        // Five jobs: ρ = 200 / 200 = 1, nothing left to win by waiting.
+        assert_eq!(balanced_cost(&plan(5), &net, &vec![job.clone(); 5]), 0.0);
+        // Six: ρ = 1.2, each flow stretched by 0.2 × 40 ms; six iterations.
+        let six = balanced_cost(&plan(6), &net, &vec![job; 6]);
+        assert!((six - 6.0 * 8.0).abs() < 1e-9, "{six}");
+    }
 
     #[test]
     fn spread_flows_are_profiled_at_the_nic_rate() {
@@ -516,49 +553,5 @@ mod tests {
         // A throttle still caps the spread rate.
         let throttled = profile(&t, &net, &spec, &hosts, Some(25.0), true).expect("profile");
         assert!(throttled.flows.iter().all(|f| f.gbps == 25.0));
-    }
-
-    #[test]
-    fn the_ecmp_estimate_counts_hash_collisions_on_a_spine() {
-        // 2 racks × 2 hosts, 2 spines, 1:1. Jobs A (h0, h2) and B (h1, h3)
-        // each send most of the iteration across racks. On different spines
-        // neither link is oversubscribed; hashed onto the same spine, its
-        // up link carries both.
-        let t = LeafSpine {
-            racks: 2,
-            hosts_per_rack: 2,
-            spines: 2,
-            gpus_per_host: 1,
-            gpu_type: "a100".into(),
-            host_gbps: 100.0,
-            uplink_gbps: 100.0,
-        }
-        .build("t")
-        .expect("valid");
-        let net = LogicalNetwork::of(&t).expect("leaf-spine");
-        let spec = JobSpec::new("j", "vgg19", 1, 2, Work::Iterations(10), 0.0);
-        let (ha, hb) = (vec![(0usize, 1u32), (2, 1)], vec![(1usize, 1u32), (3, 1)]);
-        let pa = profile(&t, &net, &spec, &ha, None, false).expect("profile");
-        let duty: f64 = pa.flows.iter().map(|f| f.end_ms - f.start_ms).fold(0.0, f64::max) / pa.length_ms;
-        assert!(duty > 0.5, "communication-bound: {duty}");
-        let spine_of = |id: usize, src: HostId, dst: HostId| {
-            let paths = t.paths(src, dst);
-            let k = orrery_model::topology::ecmp_index(id, 0, paths.len());
-            net.spine_nodes.iter().position(|&s| paths[k].iter().any(|&l| t.links[l].to == s))
-        };
-        let a_spine = spine_of(0, 0, 2);
-        let same = (1..100).find(|&b| spine_of(b, 1, 3) == a_spine).expect("a colliding id");
-        let other = (1..100).find(|&b| spine_of(b, 1, 3) != a_spine).expect("a disjoint id");
-        let cost = |b: usize| {
-            let jobs: Vec<PlacedJob<'_>> = vec![(0, &spec, ha.clone()), (b, &spec, hb.clone())];
-            let profiles = vec![vec![pa.clone()], vec![profile(&t, &net, &spec, &hb, None, false).expect("profile")]];
-            let plan = vec![
-                super::super::timing::Planned { job: 0, iteration: 0, start_ms: 0.0, delay_ms: 0.0, profile: 0 },
-                super::super::timing::Planned { job: 1, iteration: 0, start_ms: 0.0, delay_ms: 0.0, profile: 0 },
-            ];
-            ecmp_cost(&plan, &t, &net, &jobs, &profiles)
-        };
-        assert!(cost(same) > 0.0, "{}", cost(same));
-        assert_eq!(cost(other), 0.0);
     }
 }
