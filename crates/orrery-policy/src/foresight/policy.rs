@@ -348,8 +348,16 @@ impl Foresight {
                             self.fell_back = true;
                             return undo;
                         }
+                        // It delays but does not throttle: a throttle holds a
+                        // flow below the capacity others leave free when they
+                        // are not where the plan expects them, and only a
+                        // valid (contention-free) schedule makes them so.
                         let lenient = TimingParams { waits_only_if_cheaper: true, ..timing };
-                        let mut plan = solve_timing(&timed, &net.capacity, &[], &lenient);
+                        let unthrottled: Vec<TimedJob> = timed
+                            .iter()
+                            .map(|j| TimedJob { profiles: j.profiles.iter().take(1).cloned().collect() })
+                            .collect();
+                        let mut plan = solve_timing(&unthrottled, &net.capacity, &[], &lenient);
                         if plan_cost(&plan, &timed) > balanced_cost(&plan, &net, &profiles) {
                             plan = no_delays();
                             self.outcomes[4] += 1;
