@@ -496,6 +496,46 @@ mod tests {
     use orrery_model::setups::LeafSpine;
 
     #[test]
+    fn the_unrepaired_plan_delays_but_never_throttles() {
+        // Fig. 5's set-up at 4:1 (2 spines), batch 8: SUB's lenient timing
+        // throttles some iterations; FORESIGHT's unrepaired plan, the same
+        // timing without throttles, must not.
+        use crate::baseline::Pinned;
+        use orrery_trace::generate::{Mix, fragmented};
+        let topology = orrery_model::setups::foresight(2);
+        let mix = Mix {
+            models: ["vgg16", "vgg19", "resnet50", "bert"].map(String::from).to_vec(),
+            workers: (4..=16).map(|n| (n, 1.0)).collect(),
+            iterations: (300, 300),
+            batch: Some(8),
+            ..Mix::default()
+        };
+        let rack_of: Vec<usize> = (0..48).map(|h| h / 8).collect();
+        let (mut unrepaired, mut sub_throttles) = (0, 0);
+        for seed in 1..=3 {
+            let (jobs, pins) = fragmented(&rack_of, 100, 0.5, &mix, seed).expect("a placement");
+            let free = vec![1u32; 48];
+            for mode in [Mode::Sub, Mode::Foresight] {
+                let mut f = Foresight::new(Box::new(Pinned { pins: pins.clone(), label: None }), mode);
+                let queue = jobs.iter().enumerate().map(|(i, j)| crate::QueuedJob::new(i, j, 0.0)).collect();
+                let view =
+                    ClusterView { now_s: 0.0, topology: &topology, free_gpus: &free, queue, running: Vec::new() };
+                f.schedule(&view);
+                let throttles = f.steps.values().flat_map(|(s, _)| s).filter(|s| s.throttle.is_some()).count();
+                match mode {
+                    Mode::Sub => sub_throttles += throttles,
+                    _ if f.outcomes[3] == 1 => {
+                        unrepaired += 1;
+                        assert_eq!(throttles, 0, "placement {seed}");
+                    }
+                    _ => {}
+                }
+            }
+        }
+        assert!(sub_throttles > 0 && unrepaired > 0, "{sub_throttles} throttles, {unrepaired} unrepaired plans");
+    }
+
+    #[test]
     fn balanced_routes_leave_congestion_only_past_the_logical_capacity() {
         // Two leaves under 2 spines of 100 Gbit/s: logical links of 200.
         // Each job sends 100 Gbit/s from leaf 0 to leaf 1 for the last 40 ms
