@@ -23,8 +23,8 @@
 //! is not a uniform stretch.
 
 use super::logical::LogicalNetwork;
-use super::routing::{FlowProfile, RoutingParams, Schedule, TimedFlow, schedule, solve_routing};
-use super::timing::{TimedJob, TimingParams, solve_timing};
+use super::routing::{FlowProfile, Route, RoutingParams, Schedule, TimedFlow, schedule, solve_routing};
+use super::timing::{Planned, TimedJob, TimingParams, solve_timing};
 use crate::{ClusterView, Decision, JobId, Policy};
 use orrery_model::placed::{place, transfers};
 use orrery_model::{HostId, JobSpec, Segment, Topology};
@@ -323,62 +323,27 @@ impl Foresight {
                 (plan, routes)
             }
             Mode::Routes => return undo, // one spine: nothing to route
-            Mode::Foresight => {
-                self.outcomes[0] += 1;
-                match schedule(&profiles, &net.capacity, &timing, &routing, self.max_rounds) {
-                    // A valid schedule is kept only if what it costs in delays and
-                    // throttling is less than the congestion it removes: what
-                    // balanced routes alone would leave (§IV: FORESIGHT never
-                    // makes jobs slower).
-                    Some(Schedule { plan, routes, .. })
-                        if plan_cost(&plan, &timed) <= balanced_cost(&plan, &net, &profiles) =>
-                    {
-                        (plan, routes)
-                    }
-                    found => {
-                        self.outcomes[if found.is_some() { 2 } else { 1 }] += 1;
-                        // Next best: the unrepaired plan (timing that waits
-                        // only when cheaper), if its delays cost less than
-                        // the congestion balanced routes leave; else the baseline's
-                        // timing (no delays, no throttles). Either way the
-                        // routes are the subflow colouring, folded onto the
-                        // spines where it needs more colours than there are.
-                        // With one spine that is ECMP.
-                        if net.spines <= 1 {
-                            self.fell_back = true;
-                            return undo;
-                        }
-                        // It delays but does not throttle: a throttle holds a
-                        // flow below the capacity others leave free when they
-                        // are not where the plan expects them, and only a
-                        // valid (contention-free) schedule makes them so.
-                        let lenient = TimingParams { waits_only_if_cheaper: true, ..timing };
-                        let unthrottled: Vec<TimedJob> = timed
-                            .iter()
-                            .map(|j| TimedJob { profiles: j.profiles.iter().take(1).cloned().collect() })
-                            .collect();
-                        let mut plan = solve_timing(&unthrottled, &net.capacity, &[], &lenient);
-                        if plan_cost(&plan, &timed) > balanced_cost(&plan, &net, &profiles) {
-                            plan = no_delays();
-                            self.outcomes[4] += 1;
-                        } else {
-                            self.outcomes[3] += 1;
-                        }
-                        let routes = solve_routing(&profiles, &plan, &balanced).0;
-                        (plan, routes)
-                    }
+            Mode::Foresight => match self.foresight_plan(&net, &profiles, &timed, &timing, &routing) {
+                Some(found) => found,
+                None => {
+                    self.fell_back = true;
+                    return undo; // ECMP
                 }
-            }
+            },
             Mode::Perfect => unreachable!("handled above"),
         };
         self.fell_back = false;
-        // Steps per job, in plan order.
+        // Steps per job, in plan order. O(plan + routes).
+        let placed: Vec<_> = jobs.iter().map(|(_, spec, hosts)| place(t, spec, hosts)).collect();
+        let mut routes_of: Vec<Vec<&Route>> = vec![Vec::new(); plan.len()];
+        for r in &routes {
+            routes_of[r.planned].push(r);
+        }
         for (k, x) in plan.iter().enumerate() {
-            let (id, spec, hosts) = &jobs[x.job];
-            let placed = place(t, spec, hosts);
+            let id = jobs[x.job].0;
             let mut step_routes = Vec::new();
-            for r in routes.iter().filter(|r| r.planned == k) {
-                let Some(pl) = placed.as_ref() else { continue };
+            for r in &routes_of[k] {
+                let Some(pl) = placed[x.job].as_ref() else { continue };
                 let (src, dst) = (pl.workers[r.flow], pl.workers[(r.flow + 1) % pl.workers.len()]);
                 // Path indices repeated in proportion to the shares (in quarters).
                 let mut paths = Vec::new();
@@ -395,12 +360,59 @@ impl Foresight {
                 throttle: profiles[x.job][x.profile].rate_gbps,
                 routes: step_routes,
             };
-            self.steps.entry(*id).or_insert_with(|| (Vec::new(), 0)).0.push(step);
+            self.steps.entry(id).or_insert_with(|| (Vec::new(), 0)).0.push(step);
         }
         let ids: Vec<JobId> = jobs.iter().map(|j| j.0).collect();
         self.planned_at_s = view.now_s;
         let first: Vec<Decision> = ids.into_iter().flat_map(|id| self.next(id, None)).collect();
         undo.into_iter().chain(first).collect()
+    }
+
+    /// FORESIGHT's plan and routes, down its fallback ladder; None: ECMP.
+    /// 1. The repair loop's valid schedule, if its delays and throttling
+    ///    cost less than the congestion balanced routes alone would leave
+    ///    (§IV: FORESIGHT never makes jobs slower).
+    /// 2. Else the unrepaired plan (timing that waits only when cheaper)
+    ///    under the same check, 3. else the baseline's timing (no delays or
+    ///    throttles). Both route by the subflow colouring, folded onto the
+    ///    spines where it needs more colours than there are.
+    ///
+    /// With one spine there is nothing to route: ECMP.
+    fn foresight_plan(
+        &mut self,
+        net: &LogicalNetwork,
+        profiles: &[Vec<FlowProfile>],
+        timed: &[TimedJob],
+        timing: &TimingParams,
+        routing: &RoutingParams,
+    ) -> Option<(Vec<Planned>, Vec<Route>)> {
+        self.outcomes[0] += 1;
+        let found = schedule(profiles, &net.capacity, timing, routing, self.max_rounds);
+        match found {
+            Some(Schedule { plan, routes, .. }) if plan_cost(&plan, timed) <= balanced_cost(&plan, net, profiles) => {
+                return Some((plan, routes));
+            }
+            _ => self.outcomes[if found.is_some() { 2 } else { 1 }] += 1,
+        }
+        if net.spines <= 1 {
+            return None;
+        }
+        // The unrepaired plan delays but does not throttle: a throttle holds
+        // a flow below the capacity others leave free when they are not where
+        // the plan expects them, and only a valid (contention-free) schedule
+        // makes them so.
+        let lenient = TimingParams { waits_only_if_cheaper: true, ..*timing };
+        let unthrottled: Vec<TimedJob> =
+            timed.iter().map(|j| TimedJob { profiles: j.profiles.iter().take(1).cloned().collect() }).collect();
+        let mut plan = solve_timing(&unthrottled, &net.capacity, &[], &lenient);
+        if plan_cost(&plan, timed) > balanced_cost(&plan, net, profiles) {
+            plan = solve_timing(timed, &vec![f64::INFINITY; net.capacity.len()], &[], timing);
+            self.outcomes[4] += 1;
+        } else {
+            self.outcomes[3] += 1;
+        }
+        let routes = solve_routing(profiles, &plan, &RoutingParams { balance_bad_ranges: true, ..*routing }).0;
+        Some((plan, routes))
     }
 
     /// Decisions for a job's next planned iteration (cycling the plan).
