@@ -164,6 +164,15 @@ fn balanced_cost(plan: &[super::timing::Planned], net: &LogicalNetwork, profiles
     plan.iter().map(|x| per_iteration[x.job]).sum()
 }
 
+/// Whole repeats in exactly the proportions of `shares` (subflow counts over
+/// the flow's subflows, so k / parts each): the smallest denominator up to 64
+/// that makes every share whole, else quarters. O(64 · shares).
+fn repeats(shares: &[f64]) -> Vec<usize> {
+    let whole = |d: usize| shares.iter().all(|x| ((x * d as f64) - (x * d as f64).round()).abs() < 1e-6);
+    let d = (1..=64).find(|&d| whole(d)).unwrap_or(4);
+    shares.iter().map(|x| ((x * d as f64).round() as usize).max(1)).collect()
+}
+
 /// A job with its placement: (id, spec, GPUs per host).
 type PlacedJob<'a> = (JobId, &'a JobSpec, Vec<(HostId, u32)>);
 
@@ -345,11 +354,13 @@ impl Foresight {
             for r in &routes_of[k] {
                 let Some(pl) = placed[x.job].as_ref() else { continue };
                 let (src, dst) = (pl.workers[r.flow], pl.workers[(r.flow + 1) % pl.workers.len()]);
-                // Path indices repeated in proportion to the shares (in quarters).
+                // Path indices repeated in proportion to the shares (the
+                // driver splits a flow equally over the list).
+                let shares: Vec<f64> = r.spines.iter().map(|x| x.1).collect();
                 let mut paths = Vec::new();
-                for &(s, share) in &r.spines {
+                for (&(s, _), n) in r.spines.iter().zip(repeats(&shares)) {
                     if let Some(i) = net.path_through(t, src, dst, s) {
-                        paths.extend(std::iter::repeat_n(i, ((share * 4.0).round() as usize).max(1)));
+                        paths.extend(std::iter::repeat_n(i, n));
                     }
                 }
                 step_routes.push((r.flow, paths));
@@ -583,6 +594,16 @@ mod tests {
         // Six: ρ = 1.2, each flow stretched by 0.2 × 40 ms; six iterations.
         let six = balanced_cost(&plan(6), &net, &vec![job; 6]);
         assert!((six - 6.0 * 8.0).abs() < 1e-9, "{six}");
+    }
+
+    #[test]
+    fn route_shares_become_exact_repeats() {
+        // Eighths (a 100 Gbit/s flow in 12.5 Gbit/s subflows): 3/8 and 5/8
+        // stay 3:5; quarters in quarters; one spine once.
+        assert_eq!(repeats(&[0.375, 0.625]), vec![3, 5]);
+        assert_eq!(repeats(&[0.25, 0.25, 0.5]), vec![1, 1, 2]);
+        assert_eq!(repeats(&[1.0]), vec![1]);
+        assert_eq!(repeats(&[1.0 / 3.0, 2.0 / 3.0]), vec![1, 2]);
     }
 
     #[test]
