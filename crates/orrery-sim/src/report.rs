@@ -255,35 +255,51 @@ pub fn figures(summary: &Summary, dir: &Path) -> Result<Vec<(String, String, Str
     Ok(out)
 }
 
+/// A policy name as part of a file name: anything but letters and digits
+/// becomes `_` (`random+foresight` → `random_foresight`).
+fn file_stem(name: &str) -> String {
+    name.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect()
+}
+
 /// Figures of the gain over the baseline (its mean iteration time over the
-/// policy's): with five or more seeds, its CDF over seeds per scenario and
-/// policy (FORESIGHT Fig. 6, one seed = one placement); when scenario names
-/// form a grid `a=x,b=y`, one heatmap per policy (FORESIGHT Fig. 7).
+/// policy's): with five or more seeds, per policy its CDF over seeds with a
+/// line per scenario (FORESIGHT Fig. 6, one seed = one placement); when
+/// scenario names form a grid `a=x,b=y`, one heatmap per policy (FORESIGHT
+/// Fig. 7).
 fn gain_figures(summary: &Summary, dir: &Path) -> Result<Vec<(String, String, String)>, String> {
     let mut out = Vec::new();
     let base = &summary.baseline;
-    let mut per_seed: Vec<(String, Vec<f64>)> = Vec::new();
+    // Per policy, per scenario: the gain of each seed.
+    let mut per_seed: Vec<(&str, Vec<(String, Vec<f64>)>)> = Vec::new();
     for r in summary.runs.iter().filter(|r| &r.policy != base) {
         let Some(b) = summary.runs.iter().find(|b| &b.policy == base && b.scenario == r.scenario && b.seed == r.seed)
         else {
             continue;
         };
-        let name = format!("{} {}", r.scenario, r.policy);
         let gain = b.metrics.avg_iter_s / r.metrics.avg_iter_s;
-        match per_seed.iter_mut().find(|s| s.0 == name) {
+        let policy = match per_seed.iter_mut().find(|p| p.0 == r.policy) {
+            Some(p) => p,
+            None => {
+                per_seed.push((&r.policy, Vec::new()));
+                per_seed.last_mut().expect("just pushed")
+            }
+        };
+        match policy.1.iter_mut().find(|s| s.0 == r.scenario) {
             Some(s) => s.1.push(gain),
-            None => per_seed.push((name, vec![gain])),
+            None => policy.1.push((r.scenario.clone(), vec![gain])),
         }
     }
-    if per_seed.iter().any(|s| s.1.len() >= 5) {
+    for (policy, series) in per_seed.into_iter().filter(|p| p.1.iter().any(|s| s.1.len() >= 5)) {
+        let stem = format!("gain_cdf_{}", file_stem(policy));
         let fig = Figure::Cdf {
-            title: format!("{}: gain over {base} per placement", summary.experiment),
-            x_label: format!("{base} mean iteration / policy's (log scale)"),
-            series: per_seed,
+            title: format!("{}: {policy}'s gain over {base} per placement", summary.experiment),
+            x_label: format!("{base} mean iteration / {policy}'s (log scale)"),
+            series,
         };
-        let caption =
-            format!("CDF over seeds (placements) of the gain in mean iteration time over {base} (FORESIGHT Fig. 6).");
-        out.push(("gain_cdf".into(), caption, fig.save(dir, "gain_cdf")?));
+        let caption = format!(
+            "{policy}: CDF over seeds (placements) of the gain in mean iteration time over {base}, per scenario (FORESIGHT Fig. 6)."
+        );
+        out.push((stem.clone(), caption, fig.save(dir, &stem)?));
     }
     out.extend(variant_heatmap(summary, dir)?);
     // A grid: every scenario named `a=x,b=y` with the same two keys.
