@@ -270,7 +270,8 @@ fn gain_figures(summary: &Summary, dir: &Path) -> Result<Vec<(String, String, St
     let mut out = Vec::new();
     let base = &summary.baseline;
     // Per policy, per scenario: the gain of each seed.
-    let mut per_seed: Vec<(&str, Vec<(String, Vec<f64>)>)> = Vec::new();
+    type Gains = (String, Vec<f64>);
+    let mut per_seed: Vec<(&str, Vec<Gains>)> = Vec::new();
     for r in summary.runs.iter().filter(|r| &r.policy != base) {
         let Some(b) = summary.runs.iter().find(|b| &b.policy == base && b.scenario == r.scenario && b.seed == r.seed)
         else {
