@@ -24,7 +24,7 @@
 
 use super::logical::LogicalNetwork;
 use super::routing::{FlowProfile, Route, RoutingParams, Schedule, TimedFlow, schedule, solve_routing};
-use super::timing::{Planned, TimedJob, TimingParams, solve_timing};
+use super::timing::{Planned, TimedJob, TimingParams, sharing_cost, solve_timing};
 use crate::{ClusterView, Decision, JobId, Policy};
 use orrery_model::placed::{place, transfers};
 use orrery_model::{HostId, JobSpec, Segment, Topology};
@@ -130,40 +130,6 @@ fn plan_cost(plan: &[super::timing::Planned], jobs: &[TimedJob]) -> f64 {
         .sum()
 }
 
-/// A fluid estimate of the congestion FORESIGHT's balanced routes leave
-/// when no iteration waits, ms. Spread over the spines, a leaf's cross-rack
-/// flows load its logical up and down links, on average by
-/// ρ = Σ (rate × duty cycle) / capacity. A flow on a link with ρ > 1 is
-/// stretched by ρ − 1 of its length, and an iteration loses its most
-/// stretched flow. This is what a plan's delays must beat: the ladder's last
-/// rung. O(iterations + flows).
-fn balanced_cost(plan: &[super::timing::Planned], net: &LogicalNetwork, profiles: &[Vec<FlowProfile>]) -> f64 {
-    let mut load = vec![0.0; net.capacity.len()];
-    for p in profiles.iter().filter_map(|ps| ps.first()) {
-        for f in &p.flows {
-            let duty = f.gbps * (f.end_ms - f.start_ms) / p.length_ms.max(1e-9);
-            load[LogicalNetwork::up(f.src_leaf)] += duty;
-            load[LogicalNetwork::down(f.dst_leaf)] += duty;
-        }
-    }
-    let rho = |l: usize| load[l] / net.capacity[l].max(1e-9);
-    let per_iteration: Vec<f64> = profiles
-        .iter()
-        .map(|ps| {
-            ps.first().map_or(0.0, |p| {
-                p.flows
-                    .iter()
-                    .map(|f| {
-                        let worst = rho(LogicalNetwork::up(f.src_leaf)).max(rho(LogicalNetwork::down(f.dst_leaf)));
-                        (f.end_ms - f.start_ms) * (worst - 1.0).max(0.0)
-                    })
-                    .fold(0.0, f64::max)
-            })
-        })
-        .collect();
-    plan.iter().map(|x| per_iteration[x.job]).sum()
-}
-
 /// Whole repeats in exactly the proportions of `shares` (subflow counts over
 /// the flow's subflows, so k / parts each): the smallest denominator up to 64
 /// that makes every share whole, else quarters. O(64 · shares).
@@ -205,9 +171,9 @@ pub struct Foresight {
     pub fell_back: bool,
     /// When the current plan was made, s.
     planned_at_s: f64,
-    /// Plans tried; no valid schedule; a valid one costlier than the
-    /// congestion balanced routes leave; the unrepaired plan used; routes
-    /// only, with the baseline's timing.
+    /// Plans tried; no valid schedule; a valid one that does not pay (its
+    /// delays cost more than the sharing they avoid); the unrepaired plan
+    /// used; routes only, with the baseline's timing.
     outcomes: [u64; 5],
     /// Name in results.
     label: String,
@@ -380,15 +346,18 @@ impl Foresight {
     }
 
     /// FORESIGHT's plan and routes, down its fallback ladder; None: ECMP.
-    /// 1. The repair loop's valid schedule, if its delays and throttling
-    ///    cost less than the congestion balanced routes alone would leave
-    ///    (§IV: FORESIGHT never makes jobs slower).
-    /// 2. Else the unrepaired plan (timing that waits only when cheaper)
-    ///    under the same check, 3. else the baseline's timing (no delays or
-    ///    throttles). Both route by the subflow colouring, folded onto the
-    ///    spines where it needs more colours than there are.
+    /// Each rung must cost less than the baseline's timing: its delays and
+    /// throttling plus the sharing it leaves on the logical links, against
+    /// the sharing of the plan with no delays ([`sharing_cost`], with
+    /// balanced routes a leaf's spines act as one logical link).
+    /// 1. The repair loop's valid schedule (§IV: FORESIGHT never makes jobs
+    ///    slower).
+    /// 2. Else the unrepaired plan (timing that waits only when cheaper).
+    /// 3. Else the baseline's timing.
     ///
-    /// With one spine there is nothing to route: ECMP.
+    /// Rungs 2 and 3 route by the subflow colouring, folded onto the spines
+    /// where it needs more colours than there are. With one spine, rung 3 is
+    /// ECMP.
     fn foresight_plan(
         &mut self,
         net: &LogicalNetwork,
@@ -398,15 +367,14 @@ impl Foresight {
         routing: &RoutingParams,
     ) -> Option<(Vec<Planned>, Vec<Route>)> {
         self.outcomes[0] += 1;
+        let sharing = |plan: &[Planned]| sharing_cost(timed, &net.capacity, plan, timing.bin_ms);
+        let no_delays = solve_timing(timed, &vec![f64::INFINITY; net.capacity.len()], &[], timing);
+        let baseline_ms = sharing(&no_delays);
+        let pays = |plan: &[Planned]| plan_cost(plan, timed) + sharing(plan) < baseline_ms;
         let found = schedule(profiles, &net.capacity, timing, routing, self.max_rounds);
         match found {
-            Some(Schedule { plan, routes, .. }) if plan_cost(&plan, timed) <= balanced_cost(&plan, net, profiles) => {
-                return Some((plan, routes));
-            }
+            Some(Schedule { plan, routes, .. }) if pays(&plan) => return Some((plan, routes)),
             _ => self.outcomes[if found.is_some() { 2 } else { 1 }] += 1,
-        }
-        if net.spines <= 1 {
-            return None;
         }
         // The unrepaired plan delays but does not throttle: a throttle holds
         // a flow below the capacity others leave free when they are not where
@@ -415,13 +383,16 @@ impl Foresight {
         let lenient = TimingParams { waits_only_if_cheaper: true, ..*timing };
         let unthrottled: Vec<TimedJob> =
             timed.iter().map(|j| TimedJob { profiles: j.profiles.iter().take(1).cloned().collect() }).collect();
-        let mut plan = solve_timing(&unthrottled, &net.capacity, &[], &lenient);
-        if plan_cost(&plan, timed) > balanced_cost(&plan, net, profiles) {
-            plan = solve_timing(timed, &vec![f64::INFINITY; net.capacity.len()], &[], timing);
-            self.outcomes[4] += 1;
-        } else {
+        let plan = solve_timing(&unthrottled, &net.capacity, &[], &lenient);
+        let plan = if pays(&plan) {
             self.outcomes[3] += 1;
-        }
+            plan
+        } else if net.spines <= 1 {
+            return None; // nothing to route: ECMP
+        } else {
+            self.outcomes[4] += 1;
+            no_delays
+        };
         let routes = solve_routing(profiles, &plan, &RoutingParams { balance_bad_ranges: true, ..*routing }).0;
         Some((plan, routes))
     }
@@ -505,7 +476,7 @@ impl Policy for Foresight {
         vec![
             ("plans", plans),
             ("no_valid_schedule", invalid),
-            ("valid_but_costlier_than_routes", costlier),
+            ("valid_but_not_paying", costlier),
             ("unrepaired_plan_used", unrepaired),
             ("routes_only", routes_only),
         ]
@@ -558,42 +529,6 @@ mod tests {
             }
         }
         assert!(sub_throttles > 0 && unrepaired > 0, "{sub_throttles} throttles, {unrepaired} unrepaired plans");
-    }
-
-    #[test]
-    fn balanced_routes_leave_congestion_only_past_the_logical_capacity() {
-        // Two leaves under 2 spines of 100 Gbit/s: logical links of 200.
-        // Each job sends 100 Gbit/s from leaf 0 to leaf 1 for the last 40 ms
-        // of a 100 ms iteration: 40 Gbit/s on average on up(0) and down(1).
-        let net = LogicalNetwork {
-            leaf_of_host: vec![0, 0, 1, 1],
-            leaves: 2,
-            spines: 2,
-            capacity: vec![200.0; 4],
-            spine_nodes: vec![10, 11],
-            spine_link_gbps: 100.0,
-        };
-        let job = vec![FlowProfile {
-            rate_gbps: None,
-            length_ms: 100.0,
-            flows: vec![TimedFlow { flow: 0, src_leaf: 0, dst_leaf: 1, start_ms: 60.0, end_ms: 100.0, gbps: 100.0 }],
-        }];
-        let plan = |jobs: usize| -> Vec<super::super::timing::Planned> {
-            (0..jobs)
-                .map(|job| super::super::timing::Planned {
-                    job,
-                    iteration: 0,
-                    start_ms: 0.0,
-                    delay_ms: 0.0,
-                    profile: 0,
-                })
-                .collect()
-        };
-        // Five jobs: ρ = 200 / 200 = 1, nothing left to win by waiting.
-        assert_eq!(balanced_cost(&plan(5), &net, &vec![job.clone(); 5]), 0.0);
-        // Six: ρ = 1.2, each flow stretched by 0.2 × 40 ms; six iterations.
-        let six = balanced_cost(&plan(6), &net, &vec![job; 6]);
-        assert!((six - 6.0 * 8.0).abs() < 1e-9, "{six}");
     }
 
     #[test]

@@ -275,9 +275,8 @@ fn overlap_excess_ms(
     excess
 }
 
-/// Peak demand of a plan on each logical link relative to its capacity
-/// (≤ 1 means no link is ever oversubscribed). O(Σ phase bins).
-pub fn peak_load(jobs: &[TimedJob], capacity: &[f64], plan: &[Planned], bin_ms: f64) -> f64 {
+/// Demand of a plan on each logical link per bin, Gbit/s. O(Σ phase bins).
+fn usage(jobs: &[TimedJob], capacity: &[f64], plan: &[Planned], bin_ms: f64) -> Vec<Vec<f64>> {
     let end = plan
         .iter()
         .map(|x| ((x.start_ms + jobs[x.job].profiles[x.profile].length_ms) / bin_ms).ceil() as usize + 1)
@@ -293,7 +292,42 @@ pub fn peak_load(jobs: &[TimedJob], capacity: &[f64], plan: &[Planned], bin_ms: 
             }
         }
     }
-    usage.iter().zip(capacity).map(|(u, &c)| u.iter().copied().fold(0.0, f64::max) / c.max(1e-12)).fold(0.0, f64::max)
+    usage
+}
+
+/// Peak demand of a plan on each logical link relative to its capacity
+/// (≤ 1 means no link is ever oversubscribed). O(Σ phase bins).
+pub fn peak_load(jobs: &[TimedJob], capacity: &[f64], plan: &[Planned], bin_ms: f64) -> f64 {
+    usage(jobs, capacity, plan, bin_ms)
+        .iter()
+        .zip(capacity)
+        .map(|(u, &c)| u.iter().copied().fold(0.0, f64::max) / c.max(1e-12))
+        .fold(0.0, f64::max)
+}
+
+/// What sharing the logical links costs a plan's iterations, ms. In a bin
+/// where a link carries u > c, fair sharing slows every phase on it by u / c,
+/// so the phase takes u / c − 1 of the bin longer; an iteration loses its
+/// most stretched phase. Time-resolved: it counts the phases that meet, not
+/// average loads, so it sees what a time shift can avoid (two jobs that
+/// collide on a link at every iteration although it is mostly idle).
+/// O(Σ phase bins).
+pub fn sharing_cost(jobs: &[TimedJob], capacity: &[f64], plan: &[Planned], bin_ms: f64) -> f64 {
+    let usage = usage(jobs, capacity, plan, bin_ms);
+    plan.iter()
+        .map(|x| {
+            let at = (x.start_ms / bin_ms).round() as usize;
+            jobs[x.job].profiles[x.profile]
+                .phases
+                .iter()
+                .map(|ph| {
+                    let (a, b) = bins(ph, at, bin_ms, 1.0);
+                    let (u, c) = (&usage[ph.link], capacity[ph.link].max(1e-12));
+                    u[a.min(u.len())..b.min(u.len())].iter().map(|&g| (g / c - 1.0).max(0.0) * bin_ms).sum::<f64>()
+                })
+                .fold(0.0, f64::max)
+        })
+        .sum()
 }
 
 #[cfg(test)]
@@ -378,6 +412,19 @@ mod tests {
         let plan = solve_timing(&[j0, j1], &[100.0], &[], &p);
         let first1 = plan.iter().find(|x| x.job == 1).expect("job 1 planned");
         assert_eq!((first1.profile, first1.delay_ms), (1, 0.0));
+    }
+
+    #[test]
+    fn sharing_costs_what_phases_that_meet_lose() {
+        // Two jobs send 40 ms at the full 100 Gbit/s of link 0 after 60 ms of
+        // compute. Together, each phase runs at half rate: 40 ms longer, so
+        // 80 ms over the two iterations; 40 ms apart they do not meet.
+        let jobs = vec![TimedJob { profiles: vec![job(40.0, 100.0)] }; 2];
+        let at = |j: usize, start: f64| Planned { job: j, iteration: 0, start_ms: start, delay_ms: 0.0, profile: 0 };
+        assert_eq!(sharing_cost(&jobs, &[100.0], &[at(0, 0.0), at(1, 0.0)], 1.0), 80.0);
+        assert_eq!(sharing_cost(&jobs, &[100.0], &[at(0, 0.0), at(1, 40.0)], 1.0), 0.0);
+        // Half overlapping: 20 ms at half rate each.
+        assert_eq!(sharing_cost(&jobs, &[100.0], &[at(0, 0.0), at(1, 20.0)], 1.0), 40.0);
     }
 
     #[test]
