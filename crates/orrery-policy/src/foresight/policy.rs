@@ -24,7 +24,7 @@
 
 use super::logical::LogicalNetwork;
 use super::routing::{FlowProfile, Route, RoutingParams, Schedule, TimedFlow, schedule, solve_routing};
-use super::timing::{Planned, TimedJob, TimingParams, sharing_cost, solve_timing};
+use super::timing::{Planned, TimedJob, TimingParams, baseline_timing, sharing_cost, solve_timing};
 use crate::{ClusterView, Decision, JobId, Policy};
 use orrery_model::placed::{place, transfers};
 use orrery_model::{HostId, JobSpec, Segment, Topology};
@@ -167,8 +167,6 @@ pub struct Foresight {
     net: Option<LogicalNetwork>,
     /// Per job: its planned steps and the next one to apply.
     steps: HashMap<JobId, (Vec<Step>, usize)>,
-    /// Whether the last planning fell back to ECMP (one spine).
-    pub fell_back: bool,
     /// When the current plan was made, s.
     planned_at_s: f64,
     /// Plans tried; no valid schedule; a valid one that does not pay (its
@@ -195,7 +193,6 @@ impl Foresight {
             max_rounds: 8,
             net: None,
             steps: HashMap::new(),
-            fell_back: false,
             planned_at_s: 0.0,
             outcomes: [0; 5],
             label,
@@ -282,8 +279,6 @@ impl Foresight {
         };
         let timed: Vec<TimedJob> =
             profiles.iter().map(|ps| TimedJob { profiles: ps.iter().map(FlowProfile::timing).collect() }).collect();
-        // The baseline's timing: every iteration fits unbounded links at once.
-        let no_delays = || solve_timing(&timed, &vec![f64::INFINITY; net.capacity.len()], &[], &timing);
         let balanced = RoutingParams { balance_bad_ranges: true, ..routing };
         let (plan, routes) = match self.mode {
             Mode::Ts => (solve_timing(&timed, &net.capacity, &[], &timing), Vec::new()),
@@ -293,21 +288,17 @@ impl Foresight {
                 (plan, routes)
             }
             Mode::Routes if net.spines > 1 => {
-                let plan = no_delays();
+                let plan = baseline_timing(&timed, &timing);
                 let routes = solve_routing(&profiles, &plan, &balanced).0;
                 (plan, routes)
             }
             Mode::Routes => return undo, // one spine: nothing to route
             Mode::Foresight => match self.foresight_plan(&net, &profiles, &timed, &timing, &routing) {
                 Some(found) => found,
-                None => {
-                    self.fell_back = true;
-                    return undo; // ECMP
-                }
+                None => return undo, // ECMP
             },
             Mode::Perfect => unreachable!("handled above"),
         };
-        self.fell_back = false;
         // Steps per job, in plan order. O(plan + routes).
         let placed: Vec<_> = jobs.iter().map(|(_, spec, hosts)| place(t, spec, hosts)).collect();
         let mut routes_of: Vec<Vec<&Route>> = vec![Vec::new(); plan.len()];
@@ -368,7 +359,7 @@ impl Foresight {
     ) -> Option<(Vec<Planned>, Vec<Route>)> {
         self.outcomes[0] += 1;
         let sharing = |plan: &[Planned]| sharing_cost(timed, &net.capacity, plan, timing.bin_ms);
-        let no_delays = solve_timing(timed, &vec![f64::INFINITY; net.capacity.len()], &[], timing);
+        let no_delays = baseline_timing(timed, timing);
         let baseline_ms = sharing(&no_delays);
         let pays = |plan: &[Planned]| plan_cost(plan, timed) + sharing(plan) < baseline_ms;
         let found = schedule(profiles, &net.capacity, timing, routing, self.max_rounds);

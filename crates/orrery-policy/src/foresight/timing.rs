@@ -251,6 +251,13 @@ pub fn solve_timing(jobs: &[TimedJob], capacity: &[f64], bad: &[BadRange], p: &T
     out
 }
 
+/// The baseline's timing: every iteration as soon as the previous one ends,
+/// unthrottled, with no delays (the links unbounded), over the horizon.
+pub fn baseline_timing(jobs: &[TimedJob], p: &TimingParams) -> Vec<Planned> {
+    let links = jobs.iter().flat_map(|j| j.profiles.iter().flat_map(|pr| pr.phases.iter().map(|ph| ph.link + 1))).max();
+    solve_timing(jobs, &vec![f64::INFINITY; links.unwrap_or(0)], &[], p)
+}
+
 /// Work beyond capacity if `pr` starts at bin `at` on top of `usage`,
 /// summed over its phases as link time, ms: Σ max(0, u + g − c) / c per bin.
 /// O(phase bins).
