@@ -96,7 +96,8 @@ pub struct RoutingParams {
     /// anyway, folding its Δ colours onto the spines (colour c on spine
     /// c mod spines), so each spine link carries at most ⌈Δ / spines⌉ of
     /// them: balanced, though oversubscribed. False leaves such ranges to
-    /// ECMP. Orrery's addition, for FORESIGHT's unrepaired plan.
+    /// ECMP. Orrery's addition, for FORESIGHT's fallback plans and the
+    /// `routes` ablation.
     pub balance_bad_ranges: bool,
 }
 
