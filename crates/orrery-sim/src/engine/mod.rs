@@ -26,6 +26,14 @@ impl JobState {
     pub fn links_used(&self) -> &[LinkId] {
         &self.links_used
     }
+
+    /// Adds the run since it last started, up to `now_ns`, to its run time
+    /// and to the GPU-seconds of the GPUs it holds.
+    fn count_run_until(&mut self, now_ns: u64) {
+        let ran = now_ns - self.last_start_ns;
+        self.run_ns += ran;
+        self.gpu_s += ran as f64 / NS * f64::from(self.hosts.iter().map(|h| h.1).sum::<u32>());
+    }
 }
 
 /// Rounds of re-scheduling after preemptions in one instant.
@@ -431,9 +439,7 @@ impl<'a> Simulation<'a> {
         self.net.close(self.now);
         for j in &mut self.jobs {
             if matches!(j.status, Status::Running | Status::Paused) {
-                j.run_ns += self.now - j.last_start_ns;
-                j.gpu_s +=
-                    (self.now - j.last_start_ns) as f64 / NS * f64::from(j.hosts.iter().map(|h| h.1).sum::<u32>());
+                j.count_run_until(self.now);
             }
         }
     }
@@ -868,12 +874,11 @@ impl<'a> Simulation<'a> {
         j.accumulation = 1.0;
         j.ref_left = (j.ref_left - j.iterations_done.saturating_sub(j.iters_at_place) as f64 / j.ratio).max(0.0);
         j.iters_at_place = j.iterations_done;
-        j.gpu_s += (self.now - j.last_start_ns) as f64 / NS * f64::from(j.hosts.iter().map(|h| h.1).sum::<u32>());
+        j.count_run_until(self.now);
         j.hosts.clear();
         j.pace = None;
         j.epoch += 1;
         j.pending_flows = 0;
-        j.run_ns += self.now - j.last_start_ns;
     }
 
     fn start_iteration(&mut self, job: JobId) {
