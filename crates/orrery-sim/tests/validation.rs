@@ -583,25 +583,12 @@ fn foresight_profiles_are_the_job_alone_at_each_throttle() {
     // from the shape, which must equal what the simulator runs alone.
     use orrery_policy::foresight::logical::LogicalNetwork;
     use orrery_policy::foresight::policy::profile;
-    let topo = orrery_model::setups::foresight(2);
-    let net = LogicalNetwork::of(&topo).expect("leaf-spine");
     let job = JobSpec::new("v", "vgg19", 32, 3, Work::Iterations(3), 0.0);
     let hosts = [(0, 1), (8, 1), (16, 1)];
-    for throttle in [None, Some(50.0), Some(25.0)] {
-        let sim = run(&topo, std::slice::from_ref(&job), &mut Throttled(throttle, false));
-        let p = profile(&topo, &net, &job, &hosts, throttle, false).expect("profile");
-        let simulated = sim.jobs[0].iteration_ms[1];
-        assert!(
-            (simulated - p.length_ms).abs() < 1e-3,
-            "{throttle:?}: simulated {simulated} vs profile {}",
-            p.length_ms
-        );
-        // All three ring flows cross racks.
-        assert_eq!(p.flows.len(), 3);
-    }
-    // Under 50 Gbit/s leaf-spine links, one path caps a flow at half its
-    // NIC; spread over both spines (as FORESIGHT's subflows route it) it runs
-    // at the NIC's 100, which the spread profile assumes.
+    // FORESIGHT's cluster at 100 Gbit/s, unspread, at three rates. Then
+    // under 50 Gbit/s leaf-spine links, where one path caps a flow at half
+    // its NIC; spread over both spines (as FORESIGHT's subflows route it) it
+    // runs at the NIC's 100, which the spread profile assumes.
     let slow = LeafSpine {
         racks: 3,
         hosts_per_rack: 8,
@@ -613,16 +600,28 @@ fn foresight_profiles_are_the_job_alone_at_each_throttle() {
     }
     .build("slow")
     .expect("valid");
-    let net = LogicalNetwork::of(&slow).expect("leaf-spine");
-    for (spread, throttle) in [(false, None), (true, None), (true, Some(75.0))] {
-        let sim = run(&slow, std::slice::from_ref(&job), &mut Throttled(throttle, spread));
-        let p = profile(&slow, &net, &job, &hosts, throttle, spread).expect("profile");
+    let fast = orrery_model::setups::foresight(2);
+    let cases = [
+        (&fast, false, None),
+        (&fast, false, Some(50.0)),
+        (&fast, false, Some(25.0)),
+        (&slow, false, None),
+        (&slow, true, None),
+        (&slow, true, Some(75.0)),
+    ];
+    for (topo, spread, throttle) in cases {
+        let net = LogicalNetwork::of(topo).expect("leaf-spine");
+        let sim = run(topo, std::slice::from_ref(&job), &mut Throttled(throttle, spread));
+        let p = profile(topo, &net, &job, &hosts, throttle, spread).expect("profile");
         let simulated = sim.jobs[0].iteration_ms[1];
         assert!(
             (simulated - p.length_ms).abs() < 1e-3,
-            "spread {spread}, {throttle:?}: simulated {simulated} vs profile {}",
+            "{}, spread {spread}, {throttle:?}: simulated {simulated} vs profile {}",
+            topo.name,
             p.length_ms
         );
+        // All three ring flows cross racks.
+        assert_eq!(p.flows.len(), 3);
     }
 }
 
