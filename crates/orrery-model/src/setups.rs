@@ -186,6 +186,7 @@ pub const NAMED: &[(&str, &str)] = &[
     ("plebiscito-<25|100>", "Plebiscito: 100 nodes x 8 GPUs, 5 leaves, 2 spines, 3:1 (default 25 Gbps)"),
     ("castor", "Castor: 16 servers x 8 A6000, 200 Gbps InfiniBand"),
     ("leaf-spine", "16 hosts x 8 V100 in 4 racks, 2 spines, 100 Gbps hosts, 2:1"),
+    ("demo", "`orrery serve`'s built-in cluster: 4 hosts x 2 V100 (h0-h3) in 2 racks, 1 spine, 50 Gbps hosts, 2:1"),
 ];
 
 /// A built-in set-up by name (`foresight-4`, `plebiscito-100`, ...); Philly's
@@ -197,6 +198,7 @@ pub fn by_name(name: &str) -> Option<Topology> {
         "cassini" => Some(cassini()),
         "metronome" => Some(metronome()),
         "castor" => Some(castor()),
+        "demo" => LeafSpine::with_oversubscription(2, 2, 1, 2, "v100", 50.0, 2.0).build("demo").ok(),
         "leaf-spine" | "leafspine" => {
             LeafSpine::with_oversubscription(4, 4, 2, 8, "v100", 100.0, 2.0).build("leaf-spine").ok()
         }

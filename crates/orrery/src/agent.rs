@@ -5,6 +5,9 @@
 //! topology. After every decision the agent rewrites its state file (JSON),
 //! so a test or an operator can check what it committed.
 //!
+//! `orrery agent --node` is the node agent of `orrery serve` instead
+//! ([`crate::live`], [`orrery_serve::node_agent`]).
+//!
 //! `orrery agent --submit jobs.jsonl --to ADDR` sends jobs (one JSON
 //! `JobRequest` per line) to an agent, which starts their auctions.
 
@@ -24,13 +27,19 @@ use tokio::net::UdpSocket;
 #[derive(ClapArgs, Debug)]
 pub struct Args {
     /// Run a Plebiscito auction agent.
-    #[arg(long, conflicts_with = "submit", required_unless_present = "submit")]
+    #[arg(long, conflicts_with_all = ["submit", "node"], required_unless_present_any = ["submit", "node"])]
     auction: bool,
+    /// Run a node agent of `orrery serve`: register this host, heartbeat,
+    /// run the jobs placed here and apply their decisions (see --server).
+    #[arg(long, conflicts_with = "submit")]
+    node: bool,
+    #[command(flatten)]
+    live: crate::live::NodeArgs,
     /// This node's id (a line of the peers file, and a host of the topology).
-    #[arg(long, required_unless_present = "submit")]
+    #[arg(long, required_unless_present_any = ["submit", "node"])]
     id: Option<u32>,
     /// File of `id address` lines, one per agent (`#` starts a comment).
-    #[arg(long, required_unless_present_any = ["submit", "peer"])]
+    #[arg(long, required_unless_present_any = ["submit", "peer", "node"])]
     peers: Option<PathBuf>,
     /// A peer as `ID=IP:PORT` (repeatable; adds to --peers, including this node).
     #[arg(long, value_name = "ID=ADDR")]
@@ -99,6 +108,9 @@ pub struct State {
 
 /// Runs `orrery agent`.
 pub fn run(args: &Args) -> Result<()> {
+    if args.node {
+        return crate::live::node_agent(&args.live);
+    }
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     match (&args.submit, args.to) {
         (Some(file), Some(to)) => rt.block_on(submit(file, to)),

@@ -6,6 +6,7 @@
 
 mod agent;
 mod compat;
+mod live;
 mod run;
 mod scale;
 mod topo;
@@ -39,7 +40,10 @@ const EXAMPLES: &str = "Examples:
   orrery topo show cassini
   orrery trace inspect data/philly/philly_jobs_pollux.csv
   orrery compat experiments/compat/cassini-fig5.json --svg fig5.svg
-  orrery agent --auction --id 0 --peers peers.txt --state agent-0.json";
+  orrery agent --auction --id 0 --peers peers.txt --state agent-0.json
+  orrery serve                                 the live scheduler on 127.0.0.1:7400 (demo cluster)
+  orrery agent --node --name h0 --gpus 2 --nic-gbps 50
+  orrery submit examples/live/jobs.jsonl       then: orrery jobs, orrery nodes, orrery cancel ID";
 
 #[derive(Subcommand, Debug)]
 enum Command {
@@ -63,6 +67,38 @@ enum Command {
     /// A Plebiscito node agent bidding over real UDP (`--auction`), or a
     /// client that submits jobs to one (`--submit`).
     Agent(agent::Args),
+    /// The live scheduler: HTTP API, SQLite store, node agents, any policy.
+    Serve(live::ServeArgs),
+    /// Submit the jobs of a JSON-lines file (`-` for stdin) to `orrery serve`.
+    Submit {
+        /// Jobs, one JobSpec per line.
+        file: std::path::PathBuf,
+        #[command(flatten)]
+        client: live::ClientArgs,
+    },
+    /// Jobs of `orrery serve`.
+    Jobs {
+        /// Only jobs of this status (queued, running, paused, finished, cancelled, rejected).
+        #[arg(long)]
+        status: Option<String>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        client: live::ClientArgs,
+    },
+    /// Nodes of `orrery serve`.
+    Nodes {
+        #[command(flatten)]
+        client: live::ClientArgs,
+    },
+    /// Cancel a job of `orrery serve` (its number or spec id).
+    Cancel {
+        /// Job.
+        id: String,
+        #[command(flatten)]
+        client: live::ClientArgs,
+    },
 }
 
 /// Records phase durations for `--timings`.
@@ -112,6 +148,11 @@ fn main() -> ExitCode {
         Command::Trace(cmd) => trace::run(&cmd, &mut timings),
         Command::Compat(args) => compat::run(&args, &mut timings),
         Command::Agent(args) => agent::run(&args),
+        Command::Serve(args) => live::serve(&args),
+        Command::Submit { file, client } => live::submit(&client, &file),
+        Command::Jobs { status, json, client } => live::jobs(&client, status.as_deref(), json),
+        Command::Nodes { client } => live::nodes(&client),
+        Command::Cancel { id, client } => live::cancel(&client, &id),
         Command::Policies => {
             for (name, what) in orrery_policy::CATALOGUE {
                 println!("{name:<16} {what}");

@@ -899,24 +899,10 @@ impl<'a> Simulation<'a> {
         j.cur_flow_ns.clear();
         j.iter_start_ns = now;
         j.segment = 0;
-        let mut shift = std::mem::take(&mut j.pending_shift_ms);
-        if let Some((period, offset)) = j.pending_align.take() {
-            // Wait until now ≡ offset (mod period).
-            let wait = (offset as i128 - (now + (shift * 1e6) as u64) as i128).rem_euclid(period.max(1) as i128);
-            shift += wait as f64 / 1e6;
-        }
-        if let Some((period, offset)) = j.pace {
-            // Early for the next slot (less than half a period before it):
-            // idle until it. Late (its slot began less than half a period
-            // ago): start now, and catch up by idling less next time.
-            let period = period.max(1) as i128;
-            let wait = (offset as i128 - (now + (shift * 1e6) as u64) as i128).rem_euclid(period);
-            if wait <= period / 2 {
-                shift += wait as f64 / 1e6;
-            }
-        }
+        let shift = std::mem::take(&mut j.pending_shift_ms);
+        let delay = orrery_policy::slot::start_delay_ns(now, shift, j.pending_align.take(), j.pace);
         let epoch = j.epoch;
-        self.push(now + (shift * 1e6).round() as u64, Event::IterationStart(job, epoch));
+        self.push(now + delay, Event::IterationStart(job, epoch));
     }
 
     /// Duration of a compute segment of `ms` with the job's noise, ns.

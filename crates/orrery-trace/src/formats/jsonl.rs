@@ -34,22 +34,16 @@ pub fn parse(file: &str, text: &str) -> Parsed<JobSpec> {
                 continue;
             }
         };
-        let problem = if orrery_model::zoo::model(&job.model).is_none() {
-            Some(at.field("model", "a model of the zoo (see `orrery zoo`)", &job.model))
-        } else if job.workers == 0 {
-            Some(at.field("workers", "at least 1", job.workers))
-        } else if job.batch == 0 {
-            Some(at.field("batch", "at least 1", job.batch))
-        } else if !(job.arrival_s.is_finite() && job.arrival_s >= 0.0) {
-            Some(at.field("arrival_s", "a non-negative number of seconds", job.arrival_s))
-        } else if !(job.gpu_share > 0.0 && job.gpu_share <= 1.0) {
-            Some(at.field("gpu_share", "a fraction in (0, 1]", job.gpu_share))
-        } else if matches!(job.work, Work::Seconds(s) if !(s.is_finite() && s >= 0.0)) {
-            Some(at.field("work", "a non-negative number of seconds", job.work))
-        } else if !ids.insert(job.id.clone()) {
-            Some(at.field("id", "an id not used on an earlier line", &job.id))
-        } else {
-            None
+        let problem = match validate(&job) {
+            Err(bad) => Some(crate::Diagnostic {
+                file: file.to_string(),
+                line: at.line,
+                field: Some(bad.field.to_string()),
+                expected: bad.expected.to_string(),
+                found: bad.found,
+            }),
+            Ok(()) if !ids.insert(job.id.clone()) => Some(at.field("id", "an id not used on an earlier line", &job.id)),
+            Ok(()) => None,
         };
         match problem {
             Some(d) => out.errors.push(d),
@@ -57,6 +51,41 @@ pub fn parse(file: &str, text: &str) -> Parsed<JobSpec> {
         }
     }
     out
+}
+
+/// A field of a job that is out of range.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BadField {
+    /// The field's name in the JSON object.
+    pub field: &'static str,
+    /// What it must be.
+    pub expected: &'static str,
+    /// What it was (Rust debug formatting: strings quoted).
+    pub found: String,
+}
+
+/// Checks one job's fields beyond their JSON types (the model is in the zoo,
+/// sizes are positive, times finite): the rules of a JSONL line, shared with
+/// the live service's submit endpoint.
+pub fn validate(job: &JobSpec) -> Result<(), BadField> {
+    let bad = |field, expected, found: String| Err(BadField { field, expected, found });
+    if orrery_model::zoo::model(&job.model).is_none() {
+        bad("model", "a model of the zoo (see `orrery zoo`)", format!("{:?}", job.model))
+    } else if job.id.trim().is_empty() {
+        bad("id", "a non-empty id", format!("{:?}", job.id))
+    } else if job.workers == 0 {
+        bad("workers", "at least 1", format!("{:?}", job.workers))
+    } else if job.batch == 0 {
+        bad("batch", "at least 1", format!("{:?}", job.batch))
+    } else if !(job.arrival_s.is_finite() && job.arrival_s >= 0.0) {
+        bad("arrival_s", "a non-negative number of seconds", format!("{:?}", job.arrival_s))
+    } else if !(job.gpu_share > 0.0 && job.gpu_share <= 1.0) {
+        bad("gpu_share", "a fraction in (0, 1]", format!("{:?}", job.gpu_share))
+    } else if matches!(job.work, Work::Seconds(s) if !(s.is_finite() && s >= 0.0)) {
+        bad("work", "a non-negative number of seconds", format!("{:?}", job.work))
+    } else {
+        Ok(())
+    }
 }
 
 /// Writes jobs as JSON lines.

@@ -1,0 +1,369 @@
+//! The JSON the service speaks: what `/v1` endpoints take and return, shared
+//! by the server, the node agents and the CLI client so the two ends cannot
+//! disagree.
+
+use orrery_model::{HostId, JobSpec};
+use orrery_policy::{Decision, JobId};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Where a job is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobStatus {
+    /// Waiting for GPUs.
+    Queued,
+    /// Holding GPUs.
+    Running,
+    /// Holding GPUs, stopped after an iteration until resumed.
+    Paused,
+    /// Ran all its iterations.
+    Finished,
+    /// Cancelled by a user.
+    Cancelled,
+    /// Refused for good by the policy.
+    Rejected,
+}
+
+impl JobStatus {
+    /// Every status, in the order reports list them.
+    pub const ALL: [JobStatus; 6] = [
+        JobStatus::Queued,
+        JobStatus::Running,
+        JobStatus::Paused,
+        JobStatus::Finished,
+        JobStatus::Cancelled,
+        JobStatus::Rejected,
+    ];
+
+    /// The snake-case name.
+    pub fn name(self) -> &'static str {
+        match self {
+            JobStatus::Queued => "queued",
+            JobStatus::Running => "running",
+            JobStatus::Paused => "paused",
+            JobStatus::Finished => "finished",
+            JobStatus::Cancelled => "cancelled",
+            JobStatus::Rejected => "rejected",
+        }
+    }
+
+    /// Whether the job holds GPUs.
+    pub fn is_active(self) -> bool {
+        matches!(self, JobStatus::Running | JobStatus::Paused)
+    }
+
+    /// Whether the job will never run again.
+    pub fn is_over(self) -> bool {
+        matches!(self, JobStatus::Finished | JobStatus::Cancelled | JobStatus::Rejected)
+    }
+}
+
+/// A pending `Align` (applied once, by the iteration after it arrives).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct AlignSlot {
+    /// The job's iteration time, ms.
+    pub period_ms: f64,
+    /// A time on the cluster clock (s) at which an iteration should begin.
+    pub offset_s: f64,
+    /// Increases with each `Align`, so an agent applies each one once.
+    pub seq: u64,
+}
+
+/// A `Pace` in force (every iteration starts in its slot).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct PaceSlot {
+    /// Slot period, ms.
+    pub period_ms: f64,
+    /// A time on the cluster clock (s) at which a slot begins.
+    pub offset_s: f64,
+}
+
+/// The timing and network decisions in force for a job: what its agent and
+/// training process must apply.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct InForce {
+    /// Sum of every `Shift` since the job was placed, ms; an agent applies
+    /// the part it has not applied yet before the next iteration.
+    pub shift_ms_total: f64,
+    /// The last `Align`, if any.
+    pub align: Option<AlignSlot>,
+    /// The `Pace` in force.
+    pub pace: Option<PaceSlot>,
+    /// Paused after its current iteration.
+    pub paused: bool,
+    /// Cap on each of the job's flows, Gbit/s.
+    pub throttle_gbps: Option<f64>,
+    /// Spine routes by flow index (indices into the ECMP set); recorded for
+    /// fabrics that can pin flows (the testbed).
+    pub routes: BTreeMap<usize, Vec<usize>>,
+}
+
+/// A job as `GET /v1/jobs/{id}` shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobInfo {
+    /// The service's id.
+    pub id: JobId,
+    /// Status.
+    pub status: JobStatus,
+    /// The specification (its `arrival_s` is when the service accepted it).
+    pub spec: JobSpec,
+    /// Cluster-clock seconds it was accepted.
+    pub submitted_s: f64,
+    /// When it first started.
+    pub started_s: Option<f64>,
+    /// When it finished, was cancelled or rejected.
+    pub ended_s: Option<f64>,
+    /// GPUs on each host (by name).
+    pub hosts: Vec<(String, u32)>,
+    /// Placement epoch: raised each time it is placed or loses its placement.
+    pub epoch: u64,
+    /// Iterations reported done.
+    pub iterations_done: u64,
+    /// Iterations it runs in all (0 until first placed).
+    pub target_iterations: u64,
+    /// Its iteration time alone on its placement, ms (0 when not placed).
+    pub period_ms: f64,
+    /// Mean reported iteration time on its current placement, ms.
+    pub mean_iteration_ms: Option<f64>,
+    /// Times it was preempted.
+    pub preemptions: u32,
+    /// Why it was rejected or preempted last.
+    pub reason: Option<String>,
+    /// Decisions in force.
+    pub in_force: InForce,
+}
+
+/// A node as `GET /v1/nodes` shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeInfo {
+    /// Host index in the topology.
+    pub host: HostId,
+    /// Host name.
+    pub name: String,
+    /// GPUs the topology gives it.
+    pub topology_gpus: u32,
+    /// GPUs its agent registered (0 while no agent is up).
+    pub gpus: u32,
+    /// Free GPUs.
+    pub free_gpus: u32,
+    /// NIC rate in the topology, Gbit/s.
+    pub nic_gbps: f64,
+    /// Whether an agent is registered and heartbeating.
+    pub up: bool,
+    /// Seconds since its last heartbeat.
+    pub silent_s: Option<f64>,
+    /// Jobs holding GPUs on it.
+    pub jobs: Vec<JobId>,
+}
+
+/// `GET /v1/cluster`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClusterInfo {
+    /// Topology name.
+    pub topology: String,
+    /// Policy name.
+    pub policy: String,
+    /// Cluster-clock seconds now.
+    pub now_s: f64,
+    /// Unix time (ms) of cluster-clock zero.
+    pub epoch_unix_ms: i64,
+    /// Jobs by status.
+    pub jobs: BTreeMap<String, usize>,
+    /// Nodes.
+    pub nodes: Vec<NodeInfo>,
+    /// Sequence number of the last logged decision.
+    pub last_seq: u64,
+}
+
+/// `POST /v1/jobs` answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Submitted {
+    /// The service's id.
+    pub id: JobId,
+    /// True when a job of the same spec id was already accepted (the
+    /// submission is idempotent on `spec.id`).
+    pub existing: bool,
+}
+
+/// What the driver itself logs beside policy decisions.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum DriverEvent {
+    /// The job ran all its iterations (or its training process said so).
+    Finished {
+        /// Job.
+        job: JobId,
+    },
+    /// A user cancelled the job.
+    Cancelled {
+        /// Job.
+        job: JobId,
+    },
+    /// An agent registered: the host's GPUs become usable.
+    NodeUp {
+        /// Host.
+        node: HostId,
+        /// GPUs it registered.
+        gpus: u32,
+        /// Its session: reports from older sessions are refused.
+        session: u64,
+    },
+    /// The host's agent went silent: its jobs were preempted before this.
+    NodeDown {
+        /// Host.
+        node: HostId,
+    },
+}
+
+/// One entry of the decision log: a policy's decision or a driver event.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Logged {
+    /// A policy decision (or a preemption by the driver).
+    Decision(Decision),
+    /// A driver event.
+    Event(DriverEvent),
+}
+
+/// A committed log entry (`GET /v1/decisions?since=SEQ`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LogEntry {
+    /// Sequence number, from 1, never reused.
+    pub seq: u64,
+    /// Cluster-clock seconds.
+    pub at_s: f64,
+    /// `policy` or `driver`.
+    pub source: String,
+    /// The decision or event.
+    pub entry: Logged,
+}
+
+/// `POST /v1/nodes/register`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RegisterRequest {
+    /// Host name in the topology.
+    pub name: String,
+    /// GPUs this agent offers (at most the topology's).
+    pub gpus: u32,
+    /// NIC rate this agent measured or was told, Gbit/s (checked against the topology).
+    pub nic_gbps: f64,
+}
+
+/// Answer to a registration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Registered {
+    /// Host index.
+    pub host: HostId,
+    /// Session to echo in heartbeats and reports.
+    pub session: u64,
+    /// Unix time (ms) of cluster-clock zero: slots and offsets are on this clock.
+    pub epoch_unix_ms: i64,
+    /// Send a heartbeat at least this often, s.
+    pub heartbeat_s: f64,
+    /// Silent longer than this, the node is marked down, s.
+    pub timeout_s: f64,
+}
+
+/// `POST /v1/nodes/{host}/heartbeat` body.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Heartbeat {
+    /// The session registration gave.
+    pub session: u64,
+}
+
+/// A job placed on a node, as its agent sees it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Assignment {
+    /// Job.
+    pub job: JobId,
+    /// The spec's id.
+    pub name: String,
+    /// Placement epoch, echoed in reports.
+    pub epoch: u64,
+    /// Status (running or paused).
+    pub status: JobStatus,
+    /// GPUs on this node.
+    pub gpus: u32,
+    /// Worker ranks on this node (ring order).
+    pub ranks: Vec<u32>,
+    /// Every worker's host name, in ring order.
+    pub workers: Vec<String>,
+    /// Iteration time alone, ms.
+    pub period_ms: f64,
+    /// Compute part of an iteration alone, ms.
+    pub compute_ms: f64,
+    /// Iterations done so far and in all.
+    pub iterations_done: u64,
+    /// Iterations in all.
+    pub target_iterations: u64,
+    /// Decisions in force.
+    pub in_force: InForce,
+}
+
+/// `GET /v1/nodes/{host}/assignments` answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Assignments {
+    /// Log sequence of the last change to this node; pass as `after`.
+    pub version: u64,
+    /// The node's session.
+    pub session: u64,
+    /// Jobs on the node.
+    pub jobs: Vec<Assignment>,
+}
+
+/// One iteration a training process reported.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IterationReport {
+    /// Job.
+    pub job: JobId,
+    /// Placement epoch the agent was given.
+    pub epoch: u64,
+    /// Iterations done, this one included (from 1).
+    pub iteration: u64,
+    /// Cluster-clock seconds the iteration started.
+    pub start_s: f64,
+    /// Its duration, ms.
+    pub duration_ms: f64,
+    /// Its communication phase, ms, when the loop marks it.
+    #[serde(default)]
+    pub comm_ms: Option<f64>,
+    /// The training process ended its work with this iteration.
+    #[serde(default)]
+    pub done: bool,
+}
+
+/// `POST /v1/nodes/{host}/reports` body.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Reports {
+    /// The node's session.
+    pub session: u64,
+    /// Reports, oldest first.
+    pub reports: Vec<IterationReport>,
+}
+
+/// Answer to reports.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReportsAccepted {
+    /// Reports accepted.
+    pub accepted: usize,
+    /// Refused reports: (job, why).
+    pub refused: Vec<(JobId, String)>,
+}
+
+/// Every error the API returns, as JSON.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ApiError {
+    /// What went wrong.
+    pub error: String,
+    /// The field at fault, when one is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+    /// What the field must be.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected: Option<String>,
+}

@@ -1,0 +1,148 @@
+//! An HTTP client of the API, for the CLI (`orrery submit`, `jobs`, ...) and
+//! the node agents.
+
+use crate::api::{
+    ApiError, Assignments, ClusterInfo, Heartbeat, JobInfo, LogEntry, NodeInfo, RegisterRequest, Registered, Reports,
+    ReportsAccepted, Submitted,
+};
+use orrery_model::JobSpec;
+use serde::de::DeserializeOwned;
+use std::time::Duration;
+
+/// What can go wrong talking to the service.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The service answered with an error.
+    #[error("{status}: {}{}", .error.error, .error.expected.as_ref().map(|e| format!(" (expected {e})")).unwrap_or_default())]
+    Api {
+        /// HTTP status.
+        status: u16,
+        /// Its JSON body.
+        error: ApiError,
+    },
+    /// No answer (connection refused, time-out, bad body).
+    #[error("{0}")]
+    Transport(String),
+}
+
+impl ClientError {
+    /// The HTTP status, when the service answered.
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            ClientError::Api { status, .. } => Some(*status),
+            ClientError::Transport(_) => None,
+        }
+    }
+}
+
+/// A client bound to one service and token.
+#[derive(Clone, Debug)]
+pub struct Client {
+    http: reqwest::Client,
+    base: String,
+    token: String,
+}
+
+type Answer<T> = Result<T, ClientError>;
+
+impl Client {
+    /// A client of the service at `base` (e.g. `http://127.0.0.1:7400`).
+    pub fn new(base: &str, token: &str) -> Answer<Client> {
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(5))
+            .timeout(Duration::from_secs(90))
+            .build()
+            .map_err(|e| ClientError::Transport(e.to_string()))?;
+        Ok(Client { http, base: base.trim_end_matches('/').to_string(), token: token.to_string() })
+    }
+
+    async fn send<T: DeserializeOwned>(&self, req: reqwest::RequestBuilder) -> Answer<T> {
+        let resp = req.bearer_auth(&self.token).send().await.map_err(|e| ClientError::Transport(format!("{e}")))?;
+        let status = resp.status();
+        let body = resp.bytes().await.map_err(|e| ClientError::Transport(e.to_string()))?;
+        if !status.is_success() {
+            let error = serde_json::from_slice(&body).unwrap_or_else(|_| ApiError {
+                error: String::from_utf8_lossy(&body).into_owned(),
+                field: None,
+                expected: None,
+            });
+            return Err(ClientError::Api { status: status.as_u16(), error });
+        }
+        serde_json::from_slice(&body).map_err(|e| ClientError::Transport(format!("bad answer from the service: {e}")))
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// Submits a job.
+    pub async fn submit(&self, spec: &JobSpec) -> Answer<Submitted> {
+        self.send(self.http.post(self.url("/v1/jobs")).json(spec)).await
+    }
+
+    /// Jobs, optionally of one status.
+    pub async fn jobs(&self, status: Option<&str>) -> Answer<Vec<JobInfo>> {
+        let mut out: Vec<JobInfo> = Vec::new();
+        loop {
+            let mut q: Vec<(&str, String)> = vec![("limit", "10000".into())];
+            if let Some(s) = status {
+                q.push(("status", s.into()));
+            }
+            if let Some(last) = out.last() {
+                q.push(("after", last.id.to_string()));
+            }
+            let page: Vec<JobInfo> = self.send(self.http.get(self.url("/v1/jobs")).query(&q)).await?;
+            let done = page.len() < 10_000;
+            out.extend(page);
+            if done {
+                return Ok(out);
+            }
+        }
+    }
+
+    /// One job by id or spec id.
+    pub async fn job(&self, id: &str) -> Answer<JobInfo> {
+        self.send(self.http.get(self.url(&format!("/v1/jobs/{id}")))).await
+    }
+
+    /// Cancels a job.
+    pub async fn cancel(&self, id: &str) -> Answer<JobInfo> {
+        self.send(self.http.delete(self.url(&format!("/v1/jobs/{id}")))).await
+    }
+
+    /// Nodes.
+    pub async fn nodes(&self) -> Answer<Vec<NodeInfo>> {
+        self.send(self.http.get(self.url("/v1/nodes"))).await
+    }
+
+    /// Cluster state.
+    pub async fn cluster(&self) -> Answer<ClusterInfo> {
+        self.send(self.http.get(self.url("/v1/cluster"))).await
+    }
+
+    /// Log entries after `since`.
+    pub async fn decisions(&self, since: u64) -> Answer<Vec<LogEntry>> {
+        self.send(self.http.get(self.url("/v1/decisions")).query(&[("since", since)])).await
+    }
+
+    /// Registers a node.
+    pub async fn register(&self, req: &RegisterRequest) -> Answer<Registered> {
+        self.send(self.http.post(self.url("/v1/nodes/register")).json(req)).await
+    }
+
+    /// A heartbeat.
+    pub async fn heartbeat(&self, host: usize, session: u64) -> Answer<serde_json::Value> {
+        self.send(self.http.post(self.url(&format!("/v1/nodes/{host}/heartbeat"))).json(&Heartbeat { session })).await
+    }
+
+    /// Long-polls a node's assignments.
+    pub async fn assignments(&self, host: usize, session: u64, after: u64, wait_s: f64) -> Answer<Assignments> {
+        let q = [("session", session.to_string()), ("after", after.to_string()), ("wait_s", wait_s.to_string())];
+        self.send(self.http.get(self.url(&format!("/v1/nodes/{host}/assignments"))).query(&q)).await
+    }
+
+    /// Sends iteration reports.
+    pub async fn reports(&self, host: usize, reports: &Reports) -> Answer<ReportsAccepted> {
+        self.send(self.http.post(self.url(&format!("/v1/nodes/{host}/reports"))).json(reports)).await
+    }
+}

@@ -1,0 +1,412 @@
+//! The core thread: the one place that owns the ledger, the policy and the
+//! database. Requests arrive as closures on a channel; the thread runs every
+//! closure waiting, calls the policy once if anything changed (or its tick is
+//! due), writes everything in one transaction (group commit) and only then
+//! answers the requests and wakes the agents' long-polls. So a job is
+//! acknowledged only after it is committed, and a decision reaches an agent
+//! only after it is committed.
+//!
+//! A failed commit stops the process (crash-only): the in-memory state is
+//! then ahead of the disk, and a restart rebuilds it from the disk.
+
+use crate::api::{DriverEvent, IterationReport, LogEntry, Logged, Registered, Submitted};
+use crate::ledger::{Ledger, Refused, decision_kind};
+use crate::metrics::{DecisionLabels, Metrics};
+use crate::store::{Batch, JobRow, Store};
+use anyhow::{Context, Result, bail};
+use orrery_model::{JobSpec, Topology};
+use orrery_policy::{Decision, JobId, Policy};
+use std::sync::Arc;
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tokio::sync::{oneshot, watch};
+
+/// Rounds of re-asking the policy in one instant after it preempted (as the simulator).
+const RESCHEDULE_ROUNDS: usize = 16;
+/// At most this many requests per group commit.
+const MAX_BATCH: usize = 4096;
+
+/// How the service runs.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Policy name (any of `orrery policies`).
+    pub policy: String,
+    /// Seed of the policy's randomness.
+    pub seed: u64,
+    /// The cluster.
+    pub topology: Topology,
+    /// A node silent this long is marked down, s.
+    pub node_timeout_s: f64,
+    /// Agents heartbeat this often, s.
+    pub heartbeat_s: f64,
+}
+
+/// A request for the core thread: runs there, returns what to do once the
+/// batch it belongs to is committed.
+type Job = Box<dyn FnOnce(&mut Core) -> Box<dyn FnOnce() + Send> + Send>;
+
+/// The state the core thread owns.
+pub struct Core {
+    /// The live cluster.
+    pub ledger: Ledger,
+    /// The database.
+    pub store: Store,
+    policy: Box<dyn Policy>,
+    /// Service configuration.
+    pub config: Config,
+    /// Unix ms of cluster-clock zero.
+    pub epoch_unix_ms: i64,
+    /// Metrics.
+    pub metrics: Arc<Metrics>,
+    batch: Batch,
+    /// Something changed that the policy should see (arrival, end, node).
+    dirty: bool,
+}
+
+/// Why a request failed, for the HTTP layer.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Failure {
+    /// 404.
+    NotFound(String),
+    /// 409.
+    Conflict(String),
+    /// 422 with the field.
+    Field {
+        /// Field.
+        field: String,
+        /// What it must be.
+        expected: String,
+        /// What it was.
+        found: String,
+    },
+    /// 500.
+    Internal(String),
+}
+
+impl From<Refused> for Failure {
+    fn from(r: Refused) -> Self {
+        match r {
+            Refused::NotFound(m) => Failure::NotFound(m),
+            Refused::Conflict(m) => Failure::Conflict(m),
+            Refused::Field { field, expected, found } => Failure::Field { field: field.into(), expected, found },
+        }
+    }
+}
+
+/// Unix time now, ms.
+pub fn unix_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+impl Core {
+    /// Cluster-clock seconds now.
+    pub fn now_s(&self) -> f64 {
+        (unix_ms() - self.epoch_unix_ms) as f64 / 1e3
+    }
+
+    /// Accepts a job (idempotent on its spec id). Committed before the caller hears.
+    pub fn submit(&mut self, spec: JobSpec) -> Result<Submitted, Failure> {
+        if let Err(b) = orrery_trace::formats::jsonl::validate(&spec) {
+            return Err(Failure::Field { field: b.field.into(), expected: b.expected.into(), found: b.found });
+        }
+        if let Some(id) = self.ledger.job_by_name(&spec.id) {
+            let mut old = self.ledger.jobs()[id].spec.clone();
+            old.arrival_s = spec.arrival_s;
+            return if old == spec {
+                Ok(Submitted { id, existing: true })
+            } else {
+                Err(Failure::Conflict(format!("job id {:?} is taken by job {id} with a different spec", spec.id)))
+            };
+        }
+        let now = self.now_s();
+        let id = self.ledger.submit(spec, now);
+        let j = &self.ledger.jobs()[id];
+        self.batch.jobs.push(JobRow { id, spec: j.spec.clone(), submitted_s: now, iterations_done: 0 });
+        self.metrics.submissions.inc();
+        self.dirty = true;
+        Ok(Submitted { id, existing: false })
+    }
+
+    /// Cancels a job that has not ended.
+    pub fn cancel(&mut self, job: JobId) -> Result<(), Failure> {
+        let status = self.ledger.jobs().get(job).map(|j| j.status).ok_or(Failure::NotFound(format!("no job {job}")))?;
+        if status.is_over() {
+            return Err(Failure::Conflict(format!("job {job} is already {}", status.name())));
+        }
+        self.record(Logged::Event(DriverEvent::Cancelled { job }), "user");
+        Ok(())
+    }
+
+    /// An agent registers its host: a new session (older ones are refused).
+    pub fn register(&mut self, req: &crate::api::RegisterRequest) -> Result<Registered, Failure> {
+        let host = self.ledger.check_register(&req.name, req.gpus, req.nic_gbps)?;
+        let nic = self.ledger.topology().host_nic_gbps(host);
+        if (nic - req.nic_gbps).abs() > 1e-6 * nic.max(1.0) {
+            tracing::warn!(host = %req.name, "agent reports a {} Gbit/s NIC; the topology's {nic} Gbit/s is what the policy sees", req.nic_gbps);
+        }
+        let session = self.ledger.last_session(host) + 1;
+        if self.record(Logged::Event(DriverEvent::NodeUp { node: host, gpus: req.gpus, session }), "driver").is_none() {
+            return Err(Failure::Conflict(format!("host {} cannot take {} GPUs now", req.name, req.gpus)));
+        }
+        Ok(Registered {
+            host,
+            session,
+            epoch_unix_ms: self.epoch_unix_ms,
+            heartbeat_s: self.config.heartbeat_s,
+            timeout_s: self.config.node_timeout_s,
+        })
+    }
+
+    /// A heartbeat.
+    pub fn heartbeat(&mut self, host: usize, session: u64) -> Result<(), Failure> {
+        let now = self.now_s();
+        Ok(self.ledger.heartbeat(host, session, now)?)
+    }
+
+    /// Iteration reports from an agent: refused ones are listed with why.
+    pub fn reports(
+        &mut self,
+        host: usize,
+        session: u64,
+        reports: &[IterationReport],
+    ) -> Result<crate::api::ReportsAccepted, Failure> {
+        let now = self.now_s();
+        self.ledger.heartbeat(host, session, now)?;
+        let mut out = crate::api::ReportsAccepted { accepted: 0, refused: Vec::new() };
+        for r in reports {
+            match self.ledger.report(host, r, now) {
+                Ok(effect) => {
+                    out.accepted += 1;
+                    self.metrics.reports.inc();
+                    if effect.advanced {
+                        self.batch.progress.push((r.job, self.ledger.jobs()[r.job].iterations_done));
+                        if self.policy.observes_iterations() {
+                            let t = Instant::now();
+                            let decisions = {
+                                let view = self.ledger.view(now);
+                                self.policy.on_iteration(&view, r.job, r.duration_ms)
+                            };
+                            self.metrics.decision_seconds.observe(t.elapsed().as_secs_f64());
+                            self.apply(decisions);
+                        }
+                    }
+                    if effect.finished {
+                        self.record(Logged::Event(DriverEvent::Finished { job: r.job }), "driver");
+                    }
+                }
+                Err(e) => out.refused.push((r.job, e.to_string())),
+            }
+        }
+        Ok(out)
+    }
+
+    /// Records a valid entry in the ledger and the batch; None if invalid.
+    fn record(&mut self, entry: Logged, source: &str) -> Option<u64> {
+        let at_s = self.now_s();
+        let Some(seq) = self.ledger.record(&entry, at_s) else {
+            if source == "policy" {
+                self.metrics.invalid_decisions.inc();
+            }
+            return None;
+        };
+        let kind = match &entry {
+            Logged::Decision(d) => decision_kind(d),
+            Logged::Event(DriverEvent::Finished { .. }) => "finished",
+            Logged::Event(DriverEvent::Cancelled { .. }) => "cancelled",
+            Logged::Event(DriverEvent::NodeUp { .. }) => "node_up",
+            Logged::Event(DriverEvent::NodeDown { .. }) => "node_down",
+        };
+        if matches!(entry, Logged::Event(_) | Logged::Decision(Decision::Preempt { .. })) {
+            self.dirty = true;
+        }
+        self.metrics.decisions.get_or_create(&DecisionLabels { kind: kind.into(), source: source.into() }).inc();
+        self.batch.log.push(LogEntry { seq, at_s, source: source.into(), entry });
+        Some(seq)
+    }
+
+    /// Applies a policy's decisions; true when one freed GPUs (a preemption).
+    fn apply(&mut self, decisions: Vec<Decision>) -> bool {
+        let mut freed = false;
+        for d in decisions {
+            let preempt = matches!(d, Decision::Preempt { .. });
+            if self.record(Logged::Decision(d), "policy").is_some() && preempt {
+                freed = true;
+            }
+        }
+        freed
+    }
+
+    /// One scheduling round: the policy, then again while it preempts.
+    fn schedule(&mut self) {
+        for _ in 0..=RESCHEDULE_ROUNDS {
+            let now = self.now_s();
+            let t = Instant::now();
+            let decisions = {
+                let view = self.ledger.view(now);
+                self.policy.schedule(&view)
+            };
+            self.metrics.decision_seconds.observe(t.elapsed().as_secs_f64());
+            if !self.apply(decisions) {
+                return;
+            }
+        }
+    }
+
+    /// Nodes silent past the time-out: their jobs are preempted (logged as
+    /// the driver's), then the node is marked down.
+    fn check_liveness(&mut self) {
+        let now = self.now_s();
+        for host in self.ledger.silent_nodes(now - self.config.node_timeout_s) {
+            let name = self.ledger.topology().hosts[host].name.clone();
+            tracing::warn!(host = %name, "node silent for {:.1} s: down, its jobs re-queued", self.config.node_timeout_s);
+            for job in self.ledger.jobs_on(host) {
+                self.record(Logged::Decision(Decision::Preempt { job }), "driver");
+            }
+            self.record(Logged::Event(DriverEvent::NodeDown { node: host }), "driver");
+        }
+    }
+}
+
+/// The handle the HTTP layer holds.
+#[derive(Clone)]
+pub struct Handle {
+    tx: Sender<Job>,
+    /// Last committed log sequence (changes wake long-polls).
+    pub committed: watch::Receiver<u64>,
+    /// Metrics.
+    pub metrics: Arc<Metrics>,
+}
+
+/// The core thread stopped (a commit failed, or shut down).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Unavailable;
+
+impl Handle {
+    /// Runs `f` on the core thread; the answer comes once the batch it
+    /// joined is committed.
+    pub async fn call<R: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Core) -> R + Send + 'static,
+    ) -> Result<R, Unavailable> {
+        let (tx, rx) = oneshot::channel();
+        let job: Job = Box::new(move |core| {
+            let r = f(core);
+            Box::new(move || {
+                let _ = tx.send(r);
+            })
+        });
+        self.tx.send(job).map_err(|_| Unavailable)?;
+        rx.await.map_err(|_| Unavailable)
+    }
+}
+
+/// Opens the store in `data_dir`, rebuilds the state from it and starts the
+/// core thread.
+pub fn start(config: Config, db_path: &std::path::Path) -> Result<(Handle, std::thread::JoinHandle<()>)> {
+    let store = Store::open(db_path)?;
+    let loaded = store.load()?;
+    let topo_name = config.topology.name.clone();
+    if let Some(t) = &loaded.topology
+        && *t != topo_name
+    {
+        bail!(
+            "{}: this database belongs to topology {t:?}, not {topo_name:?} (use --data for another directory)",
+            db_path.display()
+        );
+    }
+    let epoch_unix_ms = match loaded.epoch_unix_ms {
+        Some(e) => e,
+        None => {
+            let e = unix_ms();
+            store.init(e, &topo_name)?;
+            e
+        }
+    };
+    let mut ledger = Ledger::new(config.topology.clone());
+    for j in &loaded.jobs {
+        ledger.restore_job(j.spec.clone(), j.submitted_s);
+    }
+    for e in &loaded.log {
+        ledger.replay(e.seq, &e.entry, e.at_s);
+    }
+    for j in &loaded.jobs {
+        ledger.restore_progress(j.id, j.iterations_done);
+    }
+    let now_s = (unix_ms() - epoch_unix_ms) as f64 / 1e3;
+    ledger.touch_all(now_s);
+    tracing::info!(jobs = loaded.jobs.len(), log = loaded.log.len(), "state rebuilt from {}", db_path.display());
+    let metrics = Arc::new(Metrics::default());
+    let (tx, rx) = std::sync::mpsc::channel::<Job>();
+    let (seq_tx, seq_rx) = watch::channel(ledger.next_seq() - 1);
+    // The policy is built on the core thread (policies need not be Send).
+    let name = config.policy.clone();
+    orrery_policy::by_name(&name, config.seed)
+        .with_context(|| format!("unknown policy {name:?} (see `orrery policies`)"))?;
+    let m = metrics.clone();
+    let thread = std::thread::Builder::new().name("orrery-core".into()).spawn(move || {
+        let Some(mut policy) = orrery_policy::by_name(&config.policy, config.seed) else { return };
+        policy.set_colocation(&orrery_model::colocation::Colocation::default());
+        let core =
+            Core { ledger, store, policy, config, epoch_unix_ms, metrics: m, batch: Batch::default(), dirty: true };
+        run(core, rx, seq_tx);
+    })?;
+    Ok((Handle { tx, committed: seq_rx, metrics }, thread))
+}
+
+fn run(mut core: Core, rx: Receiver<Job>, seq_tx: watch::Sender<u64>) {
+    let tick = core.policy.tick_s().filter(|t| *t > 0.0).map(Duration::from_secs_f64);
+    let liveness = Duration::from_secs_f64((core.config.node_timeout_s / 4.0).clamp(0.05, 1.0));
+    let mut next_tick = tick.map(|t| Instant::now() + t);
+    let mut next_liveness = Instant::now() + liveness;
+    let mut delivers: Vec<Box<dyn FnOnce() + Send>> = Vec::new();
+    loop {
+        let wake = next_tick.map_or(next_liveness, |t| t.min(next_liveness));
+        let first = match rx.recv_timeout(wake.saturating_duration_since(Instant::now())) {
+            Ok(job) => Some(job),
+            Err(RecvTimeoutError::Timeout) => None,
+            Err(RecvTimeoutError::Disconnected) => return,
+        };
+        let mut n = 0;
+        if let Some(job) = first {
+            delivers.push(job(&mut core));
+            n += 1;
+            while n < MAX_BATCH {
+                let Ok(job) = rx.try_recv() else { break };
+                delivers.push(job(&mut core));
+                n += 1;
+            }
+        }
+        let now = Instant::now();
+        if now >= next_liveness {
+            core.check_liveness();
+            next_liveness = now + liveness;
+        }
+        let tick_due = next_tick.is_some_and(|t| now >= t);
+        if tick_due {
+            next_tick = tick.map(|t| now + t);
+        }
+        if core.dirty || tick_due {
+            core.dirty = false;
+            core.schedule();
+        }
+        if !core.batch.is_empty() {
+            let batch = std::mem::take(&mut core.batch);
+            match core.store.write(&batch) {
+                Ok(took) => core.metrics.commit_seconds.observe(took.as_secs_f64()),
+                Err(e) => {
+                    tracing::error!("commit failed, stopping (a restart recovers from the database): {e:#}");
+                    std::process::exit(70);
+                }
+            }
+            if let Some(last) = batch.log.last() {
+                seq_tx.send_replace(last.seq);
+            }
+        }
+        if n > 0 {
+            core.metrics.batch_size.observe(n as f64);
+        }
+        for d in delivers.drain(..) {
+            d();
+        }
+    }
+}

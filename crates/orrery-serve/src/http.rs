@@ -1,0 +1,334 @@
+//! The HTTP API under `/v1` (axum, JSON), with bearer-token scopes.
+//!
+//! | method and path | scope | what |
+//! |---|---|---|
+//! | `GET /v1/healthz` | none | liveness |
+//! | `POST /v1/jobs` | user | submit one `JobSpec` (a JSONL line); `201 {"id"}`, `200` if the same spec id was accepted before, `409` if that id has another spec |
+//! | `GET /v1/jobs?status=&after=&limit=` | user | jobs by id |
+//! | `GET /v1/jobs/{id}` | user | one job (`id` is the number or the spec id) |
+//! | `DELETE /v1/jobs/{id}` | user | cancel |
+//! | `GET /v1/cluster`, `GET /v1/nodes` | user | cluster and node state |
+//! | `GET /v1/decisions?since=SEQ&limit=` | user | the committed decision log |
+//! | `GET /metrics` | user | Prometheus text |
+//! | `POST /v1/nodes/register` | agent | `RegisterRequest` → session |
+//! | `POST /v1/nodes/{host}/heartbeat` | agent | `{"session"}` |
+//! | `GET /v1/nodes/{host}/assignments?session=&after=&wait_s=` | agent | long-poll: returns when the node's version passes `after` or after `wait_s` (≤ 60) |
+//! | `POST /v1/nodes/{host}/reports` | agent | iteration reports |
+//!
+//! Errors are JSON `{"error", "field"?, "expected"?}`: 400 malformed JSON,
+//! 401 no or unknown token, 403 wrong scope, 404, 409 conflict (stale
+//! session or epoch, taken id), 413 body over 1 MiB, 422 a field out of
+//! range, 503 the core stopped.
+
+use crate::api::{ApiError, Heartbeat, JobStatus, RegisterRequest, Reports};
+use crate::auth::{Scope, Tokens};
+use crate::core::{Failure, Handle, Unavailable};
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use orrery_model::JobSpec;
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Largest request body, bytes.
+pub const BODY_LIMIT: usize = 1 << 20;
+/// Longest long-poll, s.
+const MAX_WAIT_S: f64 = 60.0;
+
+#[derive(Clone)]
+struct App {
+    core: Handle,
+    tokens: Arc<Tokens>,
+}
+
+/// An error answer.
+#[derive(Debug)]
+pub struct Error(StatusCode, ApiError);
+
+impl Error {
+    fn new(code: StatusCode, msg: impl Into<String>) -> Self {
+        Error(code, ApiError { error: msg.into(), field: None, expected: None })
+    }
+}
+
+impl IntoResponse for Error {
+    fn into_response(self) -> Response {
+        (self.0, Json(self.1)).into_response()
+    }
+}
+
+impl From<Failure> for Error {
+    fn from(f: Failure) -> Self {
+        match f {
+            Failure::NotFound(m) => Error::new(StatusCode::NOT_FOUND, m),
+            Failure::Conflict(m) => Error::new(StatusCode::CONFLICT, m),
+            Failure::Field { field, expected, found } => Error(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                ApiError { error: format!("{field}: found {found}"), field: Some(field), expected: Some(expected) },
+            ),
+            Failure::Internal(m) => Error::new(StatusCode::INTERNAL_SERVER_ERROR, m),
+        }
+    }
+}
+
+impl From<Unavailable> for Error {
+    fn from(_: Unavailable) -> Self {
+        Error::new(StatusCode::SERVICE_UNAVAILABLE, "the scheduler core has stopped")
+    }
+}
+
+type Answer<T> = Result<T, Error>;
+
+/// The router with every endpoint.
+pub fn router(core: Handle, tokens: Tokens) -> Router {
+    let app = App { core, tokens: Arc::new(tokens) };
+    let user = Router::new()
+        .route("/v1/jobs", post(submit).get(list_jobs))
+        .route("/v1/jobs/{id}", get(get_job).delete(cancel_job))
+        .route("/v1/cluster", get(cluster))
+        .route("/v1/nodes", get(nodes))
+        .route("/v1/decisions", get(decisions))
+        .route("/metrics", get(metrics))
+        .route_layer(middleware::from_fn_with_state(app.clone(), user_scope));
+    let agent = Router::new()
+        .route("/v1/nodes/register", post(register))
+        .route("/v1/nodes/{host}/heartbeat", post(heartbeat))
+        .route("/v1/nodes/{host}/assignments", get(assignments))
+        .route("/v1/nodes/{host}/reports", post(reports))
+        .route_layer(middleware::from_fn_with_state(app.clone(), agent_scope));
+    Router::new()
+        .route("/v1/healthz", get(|| async { Json(serde_json::json!({"ok": true})) }))
+        .merge(user)
+        .merge(agent)
+        .fallback(|| async { Error::new(StatusCode::NOT_FOUND, "no such endpoint (see the API table in the README)") })
+        .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .with_state(app)
+}
+
+fn presented(headers: &HeaderMap) -> Option<&str> {
+    headers.get(header::AUTHORIZATION)?.to_str().ok()?.strip_prefix("Bearer ").map(str::trim)
+}
+
+async fn check_scope(app: &App, scope: Scope, req: Request, next: Next) -> Response {
+    match presented(req.headers()).map(|t| app.tokens.scope_of(t)) {
+        None => {
+            Error::new(StatusCode::UNAUTHORIZED, "missing bearer token (Authorization: Bearer TOKEN)").into_response()
+        }
+        Some(None) => Error::new(StatusCode::UNAUTHORIZED, "unknown token").into_response(),
+        Some(Some(s)) if s != scope => Error::new(
+            StatusCode::FORBIDDEN,
+            match scope {
+                Scope::User => "this endpoint needs the user token (user.token)",
+                Scope::Agent => "this endpoint needs the agent token (agent.token)",
+            },
+        )
+        .into_response(),
+        Some(Some(_)) => next.run(req).await,
+    }
+}
+
+async fn user_scope(State(app): State<App>, req: Request, next: Next) -> Response {
+    check_scope(&app, Scope::User, req, next).await
+}
+
+async fn agent_scope(State(app): State<App>, req: Request, next: Next) -> Response {
+    check_scope(&app, Scope::Agent, req, next).await
+}
+
+/// Parses a JSON body, naming the field serde complains about.
+fn parse<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>, what: &str) -> Answer<T> {
+    let body = body.map_err(|e| Error::new(e.status(), format!("request body: {}", e.body_text())))?;
+    serde_json::from_slice(&body).map_err(|e| {
+        let msg = e.to_string();
+        let field = msg.split('`').nth(1).map(str::to_string);
+        let code = if e.is_data() { StatusCode::UNPROCESSABLE_ENTITY } else { StatusCode::BAD_REQUEST };
+        Error(code, ApiError { error: format!("{what}: {msg}"), field, expected: Some(format!("a JSON {what}")) })
+    })
+}
+
+async fn submit(State(app): State<App>, body: Result<Bytes, BytesRejection>) -> Answer<Response> {
+    let spec: JobSpec = parse(body, "job spec (a line of the jsonl format)")?;
+    let s = app.core.call(move |c| c.submit(spec)).await??;
+    let code = if s.existing { StatusCode::OK } else { StatusCode::CREATED };
+    Ok((code, Json(s)).into_response())
+}
+
+#[derive(Deserialize)]
+struct ListQuery {
+    status: Option<JobStatus>,
+    #[serde(default)]
+    after: Option<usize>,
+    limit: Option<usize>,
+}
+
+async fn list_jobs(
+    State(app): State<App>,
+    q: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
+) -> Answer<Response> {
+    let Query(q) = q.map_err(|e| Error::new(StatusCode::BAD_REQUEST, e.body_text()))?;
+    let limit = q.limit.unwrap_or(1000).min(10_000);
+    let jobs = app
+        .core
+        .call(move |c| {
+            let start = q.after.map_or(0, |a| a + 1);
+            (start..c.ledger.jobs().len())
+                .filter(|&id| q.status.is_none_or(|s| c.ledger.jobs()[id].status == s))
+                .take(limit)
+                .filter_map(|id| c.ledger.job_info(id))
+                .collect::<Vec<_>>()
+        })
+        .await?;
+    Ok(Json(jobs).into_response())
+}
+
+fn job_id(c: &crate::core::Core, id: &str) -> Result<usize, Failure> {
+    id.parse::<usize>()
+        .ok()
+        .filter(|&n| n < c.ledger.jobs().len())
+        .or_else(|| c.ledger.job_by_name(id))
+        .ok_or_else(|| Failure::NotFound(format!("no job {id:?}")))
+}
+
+async fn get_job(State(app): State<App>, Path(id): Path<String>) -> Answer<Response> {
+    let info = app.core.call(move |c| job_id(c, &id).map(|j| c.ledger.job_info(j))).await??;
+    Ok(Json(info).into_response())
+}
+
+async fn cancel_job(State(app): State<App>, Path(id): Path<String>) -> Answer<Response> {
+    let info = app
+        .core
+        .call(move |c| {
+            let j = job_id(c, &id)?;
+            c.cancel(j)?;
+            Ok::<_, Failure>(c.ledger.job_info(j))
+        })
+        .await??;
+    Ok(Json(info).into_response())
+}
+
+async fn cluster(State(app): State<App>) -> Answer<Response> {
+    let info = app
+        .core
+        .call(|c| {
+            let now = c.now_s();
+            crate::api::ClusterInfo {
+                topology: c.ledger.topology().name.clone(),
+                policy: c.config.policy.clone(),
+                now_s: now,
+                epoch_unix_ms: c.epoch_unix_ms,
+                jobs: c.ledger.counts(),
+                nodes: c.ledger.node_infos(now),
+                last_seq: c.ledger.next_seq() - 1,
+            }
+        })
+        .await?;
+    Ok(Json(info).into_response())
+}
+
+async fn nodes(State(app): State<App>) -> Answer<Response> {
+    let nodes = app.core.call(|c| c.ledger.node_infos(c.now_s())).await?;
+    Ok(Json(nodes).into_response())
+}
+
+#[derive(Deserialize)]
+struct SinceQuery {
+    #[serde(default)]
+    since: u64,
+    limit: Option<usize>,
+}
+
+async fn decisions(
+    State(app): State<App>,
+    q: Result<Query<SinceQuery>, axum::extract::rejection::QueryRejection>,
+) -> Answer<Response> {
+    let Query(q) = q.map_err(|e| Error::new(StatusCode::BAD_REQUEST, e.body_text()))?;
+    let limit = q.limit.unwrap_or(10_000).min(100_000);
+    let log = app
+        .core
+        .call(move |c| c.store.log_since(q.since, limit).map_err(|e| Failure::Internal(format!("{e:#}"))))
+        .await??;
+    Ok(Json(log).into_response())
+}
+
+async fn metrics(State(app): State<App>) -> Answer<Response> {
+    let (counts, up) = app.core.call(|c| (c.ledger.counts(), c.ledger.nodes_up())).await?;
+    let m = &app.core.metrics;
+    for (state, n) in counts {
+        m.jobs.get_or_create(&crate::metrics::StateLabels { state }).set(n as i64);
+    }
+    m.agents_up.set(up as i64);
+    Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], m.encode()).into_response())
+}
+
+async fn register(State(app): State<App>, body: Result<Bytes, BytesRejection>) -> Answer<Response> {
+    let req: RegisterRequest = parse(body, "registration {\"name\", \"gpus\", \"nic_gbps\"}")?;
+    let r = app.core.call(move |c| c.register(&req)).await??;
+    Ok(Json(r).into_response())
+}
+
+async fn heartbeat(
+    State(app): State<App>,
+    Path(host): Path<usize>,
+    body: Result<Bytes, BytesRejection>,
+) -> Answer<Response> {
+    let hb: Heartbeat = parse(body, "heartbeat {\"session\"}")?;
+    app.core.call(move |c| c.heartbeat(host, hb.session)).await??;
+    Ok(Json(serde_json::json!({"ok": true})).into_response())
+}
+
+#[derive(Deserialize)]
+struct AssignQuery {
+    session: u64,
+    #[serde(default)]
+    after: u64,
+    #[serde(default)]
+    wait_s: f64,
+}
+
+async fn assignments(
+    State(app): State<App>,
+    Path(host): Path<usize>,
+    q: Result<Query<AssignQuery>, axum::extract::rejection::QueryRejection>,
+) -> Answer<Response> {
+    let Query(q) = q.map_err(|e| Error::new(StatusCode::BAD_REQUEST, e.body_text()))?;
+    let wait = if q.wait_s.is_finite() { q.wait_s.clamp(0.0, MAX_WAIT_S) } else { 0.0 };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs_f64(wait);
+    let mut committed = app.core.committed.clone();
+    loop {
+        committed.borrow_and_update();
+        let (session, after) = (q.session, q.after);
+        let ready = app
+            .core
+            .call(move |c| {
+                let now = c.now_s();
+                c.ledger.heartbeat(host, session, now)?;
+                let timed_out = tokio::time::Instant::now() >= deadline;
+                Ok::<_, Failure>((c.ledger.node_version(host) > after || timed_out).then(|| c.ledger.assignments(host)))
+            })
+            .await??;
+        if let Some(a) = ready {
+            return Ok(Json(a).into_response());
+        }
+        tokio::select! {
+            r = committed.changed() => { if r.is_err() { return Err(Unavailable.into()); } }
+            _ = tokio::time::sleep_until(deadline) => {}
+        }
+    }
+}
+
+async fn reports(
+    State(app): State<App>,
+    Path(host): Path<usize>,
+    body: Result<Bytes, BytesRejection>,
+) -> Answer<Response> {
+    let r: Reports = parse(body, "reports {\"session\", \"reports\": [...]}")?;
+    let out = app.core.call(move |c| c.reports(host, r.session, &r.reports)).await??;
+    Ok(Json(out).into_response())
+}

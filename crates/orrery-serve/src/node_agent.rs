@@ -1,0 +1,474 @@
+//! The node agent (`orrery agent --node`): one per host. It registers the
+//! host with the service, heartbeats, long-polls its assignments, starts and
+//! stops the jobs' training processes (`--exec`), and serves them on a local
+//! Unix socket: a process asks when its next iteration may start and reports
+//! each iteration; the agent batches the reports to the service.
+//!
+//! Local protocol: one JSON object per line each way.
+//!
+//! * `{"op":"wait","job":J,"rank":R?,"epoch":E?}` → blocks while the job is
+//!   paused or not yet placed here, then `{"go":true,"delay_ms":D,
+//!   "iteration":K,"epoch":E,"throttle_gbps":G|null,"period_ms":P}`: sleep D
+//!   ms, then run iteration K. `{"stop":"why"}` when the job left this node
+//!   (finished, preempted, cancelled) or `E` is stale.
+//! * `{"op":"report","job":J,"epoch":E,"iteration":K,"start_unix_ms":T,
+//!   "duration_ms":D,"comm_ms":C?,"done":B?}` → `{"ok":true,"done":B}`
+//!   (`done`: the job has run all its iterations).
+//!
+//! The delay is [`orrery_policy::slot::start_delay_ns`] on the cluster clock,
+//! with the shifts not yet applied by this process and the Align and Pace
+//! in force: the simulator's rule. Shifts and aligns are applied once per
+//! (job, epoch, rank).
+
+use crate::api::{Assignment, IterationReport, RegisterRequest, Reports};
+use crate::client::{Client, ClientError};
+use anyhow::{Context, Result};
+use orrery_policy::JobId;
+use serde::{Deserialize, Serialize};
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::Notify;
+
+/// How an agent runs.
+#[derive(Debug, Clone)]
+pub struct AgentOptions {
+    /// Service URL.
+    pub server: String,
+    /// Agent token.
+    pub token: String,
+    /// Host name in the service's topology.
+    pub name: String,
+    /// GPUs offered.
+    pub gpus: u32,
+    /// NIC rate, Gbit/s.
+    pub nic_gbps: f64,
+    /// Unix socket for training processes.
+    pub socket: PathBuf,
+    /// Command started (by `sh -c`) for each worker placed here.
+    pub exec: Option<String>,
+    /// Longest long-poll, s.
+    pub poll_s: f64,
+}
+
+/// One worker's progress through the decisions in force.
+#[derive(Debug, Default, Clone)]
+struct Applied {
+    shift_ms: f64,
+    align_seq: u64,
+}
+
+#[derive(Default)]
+struct State {
+    host: usize,
+    session: u64,
+    epoch_unix_ms: i64,
+    registered: bool,
+    jobs: HashMap<JobId, Assignment>,
+    /// Why jobs left (for processes that ask later).
+    gone: HashMap<JobId, (u64, String)>,
+    applied: HashMap<(JobId, u64, u32), Applied>,
+    /// Last iteration handed out per (job, epoch).
+    iteration: HashMap<(JobId, u64), u64>,
+    reports: Vec<IterationReport>,
+    children: HashMap<(JobId, u64), Vec<tokio::process::Child>>,
+    /// Jobs whose target this agent saw reached.
+    done: HashSet<JobId>,
+}
+
+struct Shared {
+    opts: AgentOptions,
+    client: Client,
+    state: Mutex<State>,
+    changed: Notify,
+}
+
+impl Shared {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        // A panic elsewhere cannot leave the state half-written in a way
+        // that matters more than stopping the agent would.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Runs an agent until Ctrl-C.
+pub async fn run(opts: AgentOptions) -> Result<()> {
+    let client = Client::new(&opts.server, &opts.token).map_err(|e| anyhow::anyhow!("{e}"))?;
+    if opts.socket.exists() {
+        std::fs::remove_file(&opts.socket)
+            .with_context(|| format!("removing stale socket {}", opts.socket.display()))?;
+    }
+    if let Some(dir) = opts.socket.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)?;
+    }
+    let listener =
+        UnixListener::bind(&opts.socket).with_context(|| format!("binding socket {}", opts.socket.display()))?;
+    let shared = Arc::new(Shared { opts, client, state: Mutex::new(State::default()), changed: Notify::new() });
+    register(&shared).await;
+    tracing::info!(socket = %shared.opts.socket.display(), "agent for {} ready", shared.opts.name);
+    let tasks = [
+        tokio::spawn(heartbeats(shared.clone())),
+        tokio::spawn(poll_assignments(shared.clone())),
+        tokio::spawn(flush_reports(shared.clone())),
+        tokio::spawn(serve_socket(shared.clone(), listener)),
+        tokio::spawn(reap(shared.clone())),
+    ];
+    let _ = tokio::signal::ctrl_c().await;
+    for t in tasks {
+        t.abort();
+    }
+    let _ = std::fs::remove_file(&shared.opts.socket);
+    let children: Vec<_> = shared.lock().children.drain().flat_map(|(_, c)| c).collect();
+    for mut c in children {
+        let _ = c.start_kill();
+    }
+    Ok(())
+}
+
+/// Registers until the service accepts (retrying every second).
+async fn register(shared: &Shared) {
+    let req =
+        RegisterRequest { name: shared.opts.name.clone(), gpus: shared.opts.gpus, nic_gbps: shared.opts.nic_gbps };
+    loop {
+        match shared.client.register(&req).await {
+            Ok(r) => {
+                let mut s = shared.lock();
+                s.host = r.host;
+                s.session = r.session;
+                s.epoch_unix_ms = r.epoch_unix_ms;
+                s.registered = true;
+                tracing::info!(host = r.host, session = r.session, "registered");
+                return;
+            }
+            Err(e @ ClientError::Api { status: 401 | 403 | 404 | 422, .. }) => {
+                tracing::error!("registration refused: {e}; retrying in 5 s");
+                tokio::time::sleep(Duration::from_secs(5)).await;
+            }
+            Err(e) => {
+                tracing::warn!("registering: {e}; retrying");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+    }
+}
+
+/// A 409 means the service no longer knows this session (the node was
+/// marked down, or another agent registered the host): register again; the
+/// next assignments say what still runs here.
+async fn on_stale(shared: &Shared, e: &ClientError) -> bool {
+    if e.status() == Some(409) {
+        tracing::warn!("session refused ({e}); registering again");
+        shared.lock().registered = false;
+        register(shared).await;
+        true
+    } else {
+        false
+    }
+}
+
+async fn heartbeats(shared: Arc<Shared>) {
+    loop {
+        let (host, session) = {
+            let s = shared.lock();
+            (s.host, s.session)
+        };
+        if let Err(e) = shared.client.heartbeat(host, session).await
+            && !on_stale(&shared, &e).await
+        {
+            tracing::warn!("heartbeat: {e}");
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+async fn poll_assignments(shared: Arc<Shared>) {
+    let mut after = 0u64;
+    let mut session = 0u64;
+    loop {
+        let (host, current) = {
+            let s = shared.lock();
+            (s.host, s.session)
+        };
+        if current != session {
+            after = 0; // a new session: take the whole state again
+            session = current;
+        }
+        match shared.client.assignments(host, session, after, shared.opts.poll_s).await {
+            Ok(a) => {
+                after = a.version;
+                apply_assignments(&shared, a.jobs);
+            }
+            Err(e) => {
+                if !on_stale(&shared, &e).await {
+                    tracing::warn!("assignments: {e}");
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+            }
+        }
+    }
+}
+
+/// Starts what is new, stops what left, updates the rest.
+fn apply_assignments(shared: &Shared, jobs: Vec<Assignment>) {
+    let mut s = shared.lock();
+    let new: HashMap<JobId, Assignment> = jobs.into_iter().map(|a| (a.job, a)).collect();
+    let left: Vec<(JobId, u64)> = s
+        .jobs
+        .iter()
+        .filter(|(id, a)| new.get(id).is_none_or(|n| n.epoch != a.epoch))
+        .map(|(&id, a)| (id, a.epoch))
+        .collect();
+    for (id, epoch) in left {
+        let why = if s.done.contains(&id) { "finished" } else { "withdrawn (preempted, cancelled or finished)" };
+        s.gone.insert(id, (epoch, why.to_string()));
+        if let Some(children) = s.children.remove(&(id, epoch)) {
+            for mut c in children {
+                let _ = c.start_kill();
+            }
+        }
+        tracing::info!(job = id, epoch, "job left this node: {why}");
+    }
+    for (id, a) in &new {
+        let fresh = s.jobs.get(id).is_none_or(|old| old.epoch != a.epoch);
+        if fresh {
+            tracing::info!(job = id, epoch = a.epoch, gpus = a.gpus, ranks = ?a.ranks, "job placed here");
+            s.gone.remove(id);
+            s.done.remove(id);
+            if let Some(cmd) = shared.opts.exec.clone() {
+                let children = launch(&shared.opts, &s, a, &cmd);
+                s.children.insert((*id, a.epoch), children);
+            }
+        }
+    }
+    s.jobs = new;
+    drop(s);
+    shared.changed.notify_waiters();
+}
+
+/// Starts one process per worker rank on this node.
+fn launch(opts: &AgentOptions, s: &State, a: &Assignment, cmd: &str) -> Vec<tokio::process::Child> {
+    let mut out = Vec::new();
+    for &rank in &a.ranks {
+        let mut c = tokio::process::Command::new("sh");
+        c.arg("-c")
+            .arg(cmd)
+            .env("ORRERY_AGENT_SOCKET", &opts.socket)
+            .env("ORRERY_JOB", a.job.to_string())
+            .env("ORRERY_JOB_NAME", &a.name)
+            .env("ORRERY_EPOCH", a.epoch.to_string())
+            .env("ORRERY_RANK", rank.to_string())
+            .env("ORRERY_WORLD_SIZE", a.workers.len().to_string())
+            .env("ORRERY_WORKERS", a.workers.join(","))
+            .env("ORRERY_PERIOD_MS", a.period_ms.to_string())
+            .env("ORRERY_COMPUTE_MS", a.compute_ms.to_string())
+            .env("ORRERY_EPOCH_UNIX_MS", s.epoch_unix_ms.to_string())
+            .kill_on_drop(true);
+        match c.spawn() {
+            Ok(child) => out.push(child),
+            Err(e) => tracing::error!(job = a.job, rank, "starting `{cmd}`: {e}"),
+        }
+    }
+    out
+}
+
+/// Collects the exit status of training processes that ended.
+async fn reap(shared: Arc<Shared>) {
+    loop {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let mut s = shared.lock();
+        for ((job, epoch), children) in s.children.iter_mut() {
+            children.retain_mut(|c| match c.try_wait() {
+                Ok(Some(status)) => {
+                    tracing::info!(job, epoch, "training process exited: {status}");
+                    false
+                }
+                _ => true,
+            });
+        }
+    }
+}
+
+async fn flush_reports(shared: Arc<Shared>) {
+    loop {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let (host, session, reports) = {
+            let mut s = shared.lock();
+            if s.reports.is_empty() || !s.registered {
+                continue;
+            }
+            (s.host, s.session, std::mem::take(&mut s.reports))
+        };
+        match shared.client.reports(host, &Reports { session, reports: reports.clone() }).await {
+            Ok(r) => {
+                for (job, why) in r.refused {
+                    tracing::warn!(job, "report refused: {why}");
+                }
+            }
+            Err(e) => {
+                if !on_stale(&shared, &e).await {
+                    tracing::warn!("reports: {e}; keeping them for the next try");
+                    let mut s = shared.lock();
+                    let mut all = reports;
+                    all.append(&mut s.reports);
+                    s.reports = all;
+                }
+            }
+        }
+    }
+}
+
+async fn serve_socket(shared: Arc<Shared>, listener: UnixListener) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, _)) => {
+                tokio::spawn(serve_process(shared.clone(), stream));
+            }
+            Err(e) => {
+                tracing::warn!("accepting a training process: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+/// A request from a training process.
+#[derive(Debug, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+enum Request {
+    Wait {
+        job: String,
+        #[serde(default)]
+        rank: Option<u32>,
+        #[serde(default)]
+        epoch: Option<u64>,
+    },
+    Report {
+        job: String,
+        epoch: u64,
+        iteration: u64,
+        start_unix_ms: f64,
+        duration_ms: f64,
+        #[serde(default)]
+        comm_ms: Option<f64>,
+        #[serde(default)]
+        done: bool,
+    },
+}
+
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+enum Reply {
+    Go { go: bool, delay_ms: f64, iteration: u64, epoch: u64, throttle_gbps: Option<f64>, period_ms: f64 },
+    Stop { stop: String },
+    Ok { ok: bool, done: bool },
+    Error { error: String },
+}
+
+async fn serve_process(shared: Arc<Shared>, stream: UnixStream) {
+    let (read, mut write) = stream.into_split();
+    let mut lines = BufReader::new(read).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        let reply = match serde_json::from_str::<Request>(&line) {
+            Ok(Request::Wait { job, rank, epoch }) => wait(&shared, &job, rank, epoch).await,
+            Ok(Request::Report { job, epoch, iteration, start_unix_ms, duration_ms, comm_ms, done }) => {
+                report(&shared, &job, epoch, iteration, start_unix_ms, duration_ms, comm_ms, done)
+            }
+            Err(e) => Reply::Error { error: format!("bad request: {e}") },
+        };
+        let mut out = serde_json::to_string(&reply).unwrap_or_else(|_| "{\"error\":\"encoding\"}".into());
+        out.push('\n');
+        if write.write_all(out.as_bytes()).await.is_err() {
+            return;
+        }
+    }
+}
+
+fn resolve(s: &State, job: &str) -> Option<JobId> {
+    job.parse::<JobId>().ok().or_else(|| s.jobs.values().find(|a| a.name == job).map(|a| a.job))
+}
+
+/// Cluster-clock nanoseconds now.
+fn cluster_now_ns(epoch_unix_ms: i64) -> u64 {
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i128);
+    (now - i128::from(epoch_unix_ms) * 1_000_000).max(0) as u64
+}
+
+async fn wait(shared: &Shared, job: &str, rank: Option<u32>, epoch: Option<u64>) -> Reply {
+    loop {
+        let notified = shared.changed.notified();
+        let mut notified = std::pin::pin!(notified);
+        notified.as_mut().enable();
+        {
+            let mut s = shared.lock();
+            let id = resolve(&s, job);
+            if let Some(id) = id
+                && let Some(a) = s.jobs.get(&id).cloned()
+            {
+                if epoch.is_some_and(|e| e != a.epoch) {
+                    return Reply::Stop {
+                        stop: format!("epoch {} is stale (the job is on {})", epoch.unwrap_or(0), a.epoch),
+                    };
+                }
+                if a.status == crate::api::JobStatus::Running {
+                    let rank = rank.or_else(|| a.ranks.first().copied()).unwrap_or(0);
+                    let now = cluster_now_ns(s.epoch_unix_ms);
+                    let applied = s.applied.entry((id, a.epoch, rank)).or_default();
+                    let f = &a.in_force;
+                    let shift = (f.shift_ms_total - applied.shift_ms).max(0.0);
+                    applied.shift_ms = f.shift_ms_total;
+                    let align = f.align.filter(|al| al.seq > applied.align_seq).map(|al| {
+                        applied.align_seq = al.seq;
+                        ((al.period_ms * 1e6).round() as u64, (al.offset_s * 1e9).round() as u64)
+                    });
+                    let pace = f.pace.map(|p| ((p.period_ms * 1e6).round() as u64, (p.offset_s * 1e9).round() as u64));
+                    let delay = orrery_policy::slot::start_delay_ns(now, shift, align, pace);
+                    let it = s.iteration.entry((id, a.epoch)).or_insert(a.iterations_done);
+                    let iteration = *it + 1;
+                    return Reply::Go {
+                        go: true,
+                        delay_ms: delay as f64 / 1e6,
+                        iteration,
+                        epoch: a.epoch,
+                        throttle_gbps: f.throttle_gbps,
+                        period_ms: a.period_ms,
+                    };
+                }
+            } else if let Some(id) = id
+                && let Some((e, why)) = s.gone.get(&id)
+                && epoch.is_none_or(|x| x <= *e)
+            {
+                return Reply::Stop { stop: why.clone() };
+            }
+        }
+        // Paused, or not placed here yet: wait for a change.
+        let _ = tokio::time::timeout(Duration::from_secs(1), notified).await;
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn report(
+    shared: &Shared,
+    job: &str,
+    epoch: u64,
+    iteration: u64,
+    start_unix_ms: f64,
+    duration_ms: f64,
+    comm_ms: Option<f64>,
+    done: bool,
+) -> Reply {
+    let mut s = shared.lock();
+    let Some(id) = resolve(&s, job) else { return Reply::Error { error: format!("job {job} is not on this node") } };
+    let start_s = (start_unix_ms - s.epoch_unix_ms as f64) / 1e3;
+    let it = s.iteration.entry((id, epoch)).or_default();
+    *it = (*it).max(iteration);
+    let target = s.jobs.get(&id).map_or(0, |a| a.target_iterations);
+    let finished = done || (target > 0 && iteration >= target);
+    if finished {
+        s.done.insert(id);
+    }
+    s.reports.push(IterationReport { job: id, epoch, iteration, start_s, duration_ms, comm_ms, done });
+    Reply::Ok { ok: true, done: finished }
+}

@@ -1,0 +1,265 @@
+//! The live commands: `orrery serve`, the client commands (`submit`, `jobs`,
+//! `nodes`, `cancel`) and `orrery agent --node`. All the work is in
+//! `orrery_serve`; this module parses flags and prints.
+
+use anyhow::{Context, Result, bail};
+use clap::Args as ClapArgs;
+use orrery_serve::client::Client;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+/// Arguments of `orrery serve`.
+#[derive(ClapArgs, Debug)]
+pub struct ServeArgs {
+    /// Address to listen on (loopback unless told otherwise).
+    #[arg(long, default_value = "127.0.0.1:7400")]
+    listen: SocketAddr,
+    /// Directory for the database (orrery.db) and the token files.
+    #[arg(long, default_value = "orrery-data")]
+    data: PathBuf,
+    /// Scheduling policy: any name `orrery policies` lists.
+    #[arg(long, default_value = "themis+cassini")]
+    policy: String,
+    /// Cluster: a built-in set-up (`orrery topo list`) or a TOML/JSON file.
+    #[arg(long, default_value = "demo")]
+    topology: String,
+    /// A node whose agent is silent this long is marked down and its jobs re-queued, s.
+    #[arg(long, default_value_t = 10.0)]
+    node_timeout_s: f64,
+    /// Seed of the policy's randomness.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+}
+
+/// Where the client commands find the service.
+#[derive(ClapArgs, Debug)]
+pub struct ClientArgs {
+    /// Service URL.
+    #[arg(long, env = "ORRERY_SERVER", default_value = "http://127.0.0.1:7400")]
+    server: String,
+    /// File holding the user token (made by `orrery serve` in its data directory).
+    #[arg(long, env = "ORRERY_TOKEN_FILE", default_value = "orrery-data/user.token")]
+    token: PathBuf,
+}
+
+/// Node-agent flags of `orrery agent --node`.
+#[derive(ClapArgs, Debug)]
+pub struct NodeArgs {
+    /// Service URL.
+    #[arg(long, env = "ORRERY_SERVER", default_value = "http://127.0.0.1:7400")]
+    server: String,
+    /// File holding the agent token (agent.token in the service's data directory).
+    #[arg(long, value_name = "FILE", default_value = "orrery-data/agent.token")]
+    token: PathBuf,
+    /// This host's name in the service's topology (h0, h1, ... in the demo).
+    #[arg(long)]
+    name: Option<String>,
+    /// GPUs this node offers.
+    #[arg(long)]
+    gpus: Option<u32>,
+    /// NIC rate, Gbit/s.
+    #[arg(long)]
+    nic_gbps: Option<f64>,
+    /// Unix socket for training processes (default: orrery-data/agent-NAME.sock).
+    #[arg(long)]
+    socket: Option<PathBuf>,
+    /// Command to start for each worker placed here (run by `sh -c`, with
+    /// ORRERY_AGENT_SOCKET, ORRERY_JOB, ORRERY_EPOCH, ORRERY_RANK, ... set).
+    #[arg(long)]
+    exec: Option<String>,
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?)
+}
+
+fn init_logs() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+}
+
+/// `orrery serve`.
+pub fn serve(args: &ServeArgs) -> Result<()> {
+    init_logs();
+    if !(args.node_timeout_s.is_finite() && args.node_timeout_s > 0.0) {
+        bail!("--node-timeout-s: expected a positive number of seconds, found {}", args.node_timeout_s);
+    }
+    if orrery_policy::by_name(&args.policy, args.seed).is_none() {
+        bail!("--policy: unknown policy {:?} (see `orrery policies`)", args.policy);
+    }
+    let topology = crate::topo::load(&args.topology)?;
+    let config = orrery_serve::core::Config {
+        policy: args.policy.clone(),
+        seed: args.seed,
+        topology: topology.clone(),
+        node_timeout_s: args.node_timeout_s,
+        heartbeat_s: (args.node_timeout_s / 5.0).min(1.0),
+    };
+    let opts = orrery_serve::ServeOptions { config, listen: args.listen, data_dir: args.data.clone() };
+    runtime()?.block_on(async {
+        let running = orrery_serve::start(opts).await?;
+        let url = format!("http://{}", running.addr);
+        let d = args.data.display();
+        let host = &topology.hosts[0];
+        println!(
+            "orrery serving {url} (policy {}, topology {}: {} hosts)",
+            args.policy,
+            topology.name,
+            topology.hosts.len()
+        );
+        println!("  database  {d}/orrery.db (SQLite, WAL, synchronous=FULL)");
+        println!("  tokens    {d}/user.token (submit, read), {d}/agent.token (node agents)");
+        println!("start an agent per host:");
+        println!(
+            "  orrery agent --node --server {url} --token {d}/agent.token --name {} --gpus {} --nic-gbps {}",
+            host.name,
+            host.gpus,
+            topology.host_nic_gbps(0)
+        );
+        println!("submit jobs (JSON lines, as `orrery trace`):");
+        println!("  orrery submit --server {url} --token {d}/user.token examples/live/jobs.jsonl");
+        println!("  orrery jobs / orrery nodes / orrery cancel ID");
+        tokio::select! {
+            r = running.wait() => r,
+            _ = tokio::signal::ctrl_c() => { println!("stopping"); Ok(()) }
+        }
+    })
+}
+
+fn client(args: &ClientArgs) -> Result<Client> {
+    let token = orrery_serve::auth::read_token(&args.token)
+        .with_context(|| "the user token (start `orrery serve` first, or pass --token FILE)")?;
+    Client::new(&args.server, &token).map_err(|e| anyhow::anyhow!("{e}"))
+}
+
+/// `orrery submit JOBS.jsonl`: every valid line is submitted; bad lines are
+/// reported with their line and field and submitted lines are not lost.
+pub fn submit(args: &ClientArgs, file: &Path) -> Result<()> {
+    let text = if file.as_os_str() == "-" {
+        std::io::read_to_string(std::io::stdin())?
+    } else {
+        std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?
+    };
+    let parsed = orrery_trace::formats::jsonl::parse(&file.display().to_string(), &text);
+    for e in &parsed.errors {
+        eprintln!("{e}");
+    }
+    let c = client(args)?;
+    let results = runtime()?.block_on(async {
+        use std::sync::Arc;
+        let sem = Arc::new(tokio::sync::Semaphore::new(32));
+        let mut tasks = Vec::new();
+        for spec in parsed.items {
+            let (c, sem) = (c.clone(), sem.clone());
+            tasks.push(tokio::spawn(async move {
+                let _permit = sem.acquire().await;
+                let r = c.submit(&spec).await;
+                (spec.id, r)
+            }));
+        }
+        let mut out = Vec::new();
+        for t in tasks {
+            out.push(t.await?);
+        }
+        anyhow::Ok(out)
+    })?;
+    let mut failed = parsed.errors.len();
+    for (name, r) in results {
+        match r {
+            Ok(s) if s.existing => println!("{name}\tjob {}\t(already submitted)", s.id),
+            Ok(s) => println!("{name}\tjob {}", s.id),
+            Err(e) => {
+                failed += 1;
+                eprintln!("{name}: {e}");
+            }
+        }
+    }
+    if failed > 0 {
+        bail!("{failed} job(s) not submitted");
+    }
+    Ok(())
+}
+
+/// `orrery jobs`.
+pub fn jobs(args: &ClientArgs, status: Option<&str>, json: bool) -> Result<()> {
+    let c = client(args)?;
+    let jobs = runtime()?.block_on(c.jobs(status)).map_err(|e| anyhow::anyhow!("{e}"))?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&jobs)?);
+        return Ok(());
+    }
+    println!(
+        "{:>5}  {:<20} {:<10} {:<12} {:>5} {:>12} {:>9} {:>9}  hosts",
+        "id", "name", "status", "model", "gpus", "iterations", "alone ms", "mean ms"
+    );
+    for j in jobs {
+        let hosts: Vec<String> = j.hosts.iter().map(|(h, g)| format!("{h}:{g}")).collect();
+        println!(
+            "{:>5}  {:<20} {:<10} {:<12} {:>5} {:>12} {:>9.1} {:>9}  {}",
+            j.id,
+            j.spec.id,
+            j.status.name(),
+            j.spec.model,
+            j.spec.gpus(),
+            format!("{}/{}", j.iterations_done, j.target_iterations),
+            j.period_ms,
+            j.mean_iteration_ms.map_or("-".into(), |m| format!("{m:.1}")),
+            hosts.join(",")
+        );
+    }
+    Ok(())
+}
+
+/// `orrery nodes`.
+pub fn nodes(args: &ClientArgs) -> Result<()> {
+    let c = client(args)?;
+    let nodes = runtime()?.block_on(c.nodes()).map_err(|e| anyhow::anyhow!("{e}"))?;
+    println!(
+        "{:>4}  {:<10} {:<5} {:>9} {:>5} {:>9} {:>9}  jobs",
+        "host", "name", "up", "gpus", "free", "nic Gb/s", "silent s"
+    );
+    for n in nodes {
+        let jobs: Vec<String> = n.jobs.iter().map(ToString::to_string).collect();
+        println!(
+            "{:>4}  {:<10} {:<5} {:>9} {:>5} {:>9} {:>9}  {}",
+            n.host,
+            n.name,
+            if n.up { "up" } else { "down" },
+            format!("{}/{}", n.gpus, n.topology_gpus),
+            n.free_gpus,
+            n.nic_gbps,
+            n.silent_s.map_or("-".into(), |s| format!("{s:.1}")),
+            jobs.join(",")
+        );
+    }
+    Ok(())
+}
+
+/// `orrery cancel ID`.
+pub fn cancel(args: &ClientArgs, id: &str) -> Result<()> {
+    let c = client(args)?;
+    let j = runtime()?.block_on(c.cancel(id)).map_err(|e| anyhow::anyhow!("{e}"))?;
+    println!("job {} ({}) {}", j.id, j.spec.id, j.status.name());
+    Ok(())
+}
+
+/// `orrery agent --node`.
+pub fn node_agent(args: &NodeArgs) -> Result<()> {
+    init_logs();
+    let (Some(name), Some(gpus), Some(nic_gbps)) = (args.name.clone(), args.gpus, args.nic_gbps) else {
+        bail!("--node needs --name HOST (its name in the service's topology), --gpus N and --nic-gbps R");
+    };
+    let token = orrery_serve::auth::read_token(&args.token)?;
+    let socket = args.socket.clone().unwrap_or_else(|| PathBuf::from(format!("orrery-data/agent-{name}.sock")));
+    let opts = orrery_serve::node_agent::AgentOptions {
+        server: args.server.clone(),
+        token,
+        name,
+        gpus,
+        nic_gbps,
+        socket,
+        exec: args.exec.clone(),
+        poll_s: 20.0,
+    };
+    runtime()?.block_on(orrery_serve::node_agent::run(opts))
+}
