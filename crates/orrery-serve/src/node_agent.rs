@@ -84,6 +84,8 @@ struct Shared {
     client: Client,
     state: Mutex<State>,
     changed: Notify,
+    /// One re-registration at a time.
+    registering: tokio::sync::Mutex<()>,
 }
 
 impl Shared {
@@ -106,7 +108,13 @@ pub async fn run(opts: AgentOptions) -> Result<()> {
     }
     let listener =
         UnixListener::bind(&opts.socket).with_context(|| format!("binding socket {}", opts.socket.display()))?;
-    let shared = Arc::new(Shared { opts, client, state: Mutex::new(State::default()), changed: Notify::new() });
+    let shared = Arc::new(Shared {
+        opts,
+        client,
+        state: Mutex::new(State::default()),
+        changed: Notify::new(),
+        registering: tokio::sync::Mutex::new(()),
+    });
     register(&shared).await;
     tracing::info!(socket = %shared.opts.socket.display(), "agent for {} ready", shared.opts.name);
     let tasks = [
@@ -157,12 +165,16 @@ async fn register(shared: &Shared) {
 
 /// A 409 means the service no longer knows this session (the node was
 /// marked down, or another agent registered the host): register again; the
-/// next assignments say what still runs here.
-async fn on_stale(shared: &Shared, e: &ClientError) -> bool {
+/// next assignments say what still runs here. Several tasks may hear the
+/// refusal of one session; only the first registers again.
+async fn on_stale(shared: &Shared, session: u64, e: &ClientError) -> bool {
     if e.status() == Some(409) {
-        tracing::warn!("session refused ({e}); registering again");
-        shared.lock().registered = false;
-        register(shared).await;
+        let _one = shared.registering.lock().await;
+        if shared.lock().session == session {
+            tracing::warn!("session refused ({e}); registering again");
+            shared.lock().registered = false;
+            register(shared).await;
+        }
         true
     } else {
         false
@@ -176,7 +188,7 @@ async fn heartbeats(shared: Arc<Shared>) {
             (s.host, s.session)
         };
         if let Err(e) = shared.client.heartbeat(host, session).await
-            && !on_stale(&shared, &e).await
+            && !on_stale(&shared, session, &e).await
         {
             tracing::warn!("heartbeat: {e}");
         }
@@ -202,7 +214,7 @@ async fn poll_assignments(shared: Arc<Shared>) {
                 apply_assignments(&shared, a.jobs);
             }
             Err(e) => {
-                if !on_stale(&shared, &e).await {
+                if !on_stale(&shared, session, &e).await {
                     tracing::warn!("assignments: {e}");
                     tokio::time::sleep(Duration::from_millis(500)).await;
                 }
@@ -308,7 +320,7 @@ async fn flush_reports(shared: Arc<Shared>) {
                 }
             }
             Err(e) => {
-                if !on_stale(&shared, &e).await {
+                if !on_stale(&shared, session, &e).await {
                     tracing::warn!("reports: {e}; keeping them for the next try");
                     let mut s = shared.lock();
                     let mut all = reports;

@@ -101,27 +101,32 @@ pub fn serve(args: &ServeArgs) -> Result<()> {
         let url = format!("http://{}", running.addr);
         let d = args.data.display();
         let host = &topology.hosts[0];
-        println!(
-            "orrery serving {url} (policy {}, topology {}: {} hosts)",
+        // The banner is best effort: a closed stdout must not stop the service.
+        let banner = format!(
+            "orrery serving {url} (policy {}, topology {}: {} hosts)\n\
+             \x20 database  {d}/orrery.db (SQLite, WAL, synchronous=FULL)\n\
+             \x20 tokens    {d}/user.token (submit, read), {d}/agent.token (node agents)\n\
+             start an agent per host:\n\
+             \x20 orrery agent --node --server {url} --token {d}/agent.token --name {} --gpus {} --nic-gbps {}\n\
+             submit jobs (JSON lines, as `orrery trace`):\n\
+             \x20 orrery submit --server {url} --token {d}/user.token examples/live/jobs.jsonl\n\
+             \x20 orrery jobs / orrery nodes / orrery cancel ID\n",
             args.policy,
             topology.name,
-            topology.hosts.len()
-        );
-        println!("  database  {d}/orrery.db (SQLite, WAL, synchronous=FULL)");
-        println!("  tokens    {d}/user.token (submit, read), {d}/agent.token (node agents)");
-        println!("start an agent per host:");
-        println!(
-            "  orrery agent --node --server {url} --token {d}/agent.token --name {} --gpus {} --nic-gbps {}",
+            topology.hosts.len(),
             host.name,
             host.gpus,
             topology.host_nic_gbps(0)
         );
-        println!("submit jobs (JSON lines, as `orrery trace`):");
-        println!("  orrery submit --server {url} --token {d}/user.token examples/live/jobs.jsonl");
-        println!("  orrery jobs / orrery nodes / orrery cancel ID");
+        {
+            use std::io::Write;
+            let mut out = std::io::stdout().lock();
+            let _ = out.write_all(banner.as_bytes());
+            let _ = out.flush();
+        }
         tokio::select! {
             r = running.wait() => r,
-            _ = tokio::signal::ctrl_c() => { println!("stopping"); Ok(()) }
+            _ = tokio::signal::ctrl_c() => { tracing::info!("stopping"); Ok(()) }
         }
     })
 }

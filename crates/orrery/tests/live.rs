@@ -1,0 +1,538 @@
+//! The live service with real processes on loopback: `orrery serve`, node
+//! agents, HTTP clients and Python training processes. Each test bounds its
+//! waits and kills what it started.
+
+use orrery_model::JobSpec;
+use orrery_policy::Decision;
+use orrery_serve::api::{DriverEvent, JobInfo, LogEntry, Logged, NodeInfo, RegisterRequest, Registered};
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_orrery");
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// A process killed when dropped.
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("a free port")
+}
+
+struct Server {
+    proc: Option<Proc>,
+    dir: PathBuf,
+    port: u16,
+    args: Vec<String>,
+}
+
+impl Server {
+    fn start(dir: &Path, args: &[&str]) -> Server {
+        let mut s = Server {
+            proc: None,
+            dir: dir.to_path_buf(),
+            port: free_port(),
+            args: args.iter().map(|a| a.to_string()).collect(),
+        };
+        s.restart();
+        s
+    }
+
+    fn restart(&mut self) {
+        self.proc = None;
+        let mut child = Command::new(BIN)
+            .arg("serve")
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{}", self.port))
+            .arg("--data")
+            .arg(&self.dir)
+            .args(&self.args)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("orrery serve starts");
+        let mut first = String::new();
+        let mut out = BufReader::new(child.stdout.take().expect("stdout"));
+        out.read_line(&mut first).expect("a line");
+        assert!(first.starts_with("orrery serving"), "serve printed {first:?}");
+        // Keep reading the rest of its output, so it never writes to a closed pipe.
+        std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
+        self.proc = Some(Proc(child));
+    }
+
+    fn kill9(&mut self) {
+        if let Some(mut p) = self.proc.take() {
+            let _ = p.0.kill(); // SIGKILL
+            let _ = p.0.wait();
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    fn token(&self, file: &str) -> String {
+        std::fs::read_to_string(self.dir.join(file)).expect("token").trim().to_string()
+    }
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime")
+}
+
+/// Blocking HTTP with a token: (status, JSON body).
+struct Http {
+    rt: tokio::runtime::Runtime,
+    c: reqwest::Client,
+}
+
+impl Http {
+    fn new() -> Http {
+        Http { rt: rt(), c: reqwest::Client::builder().timeout(Duration::from_secs(30)).build().expect("client") }
+    }
+
+    fn call(&self, method: &str, url: &str, token: Option<&str>, body: Option<Value>) -> (u16, Value) {
+        self.rt.block_on(async {
+            let mut req = self.c.request(method.parse().expect("method"), url);
+            if let Some(t) = token {
+                req = req.bearer_auth(t);
+            }
+            if let Some(b) = body {
+                req = req.json(&b);
+            }
+            let resp = req.send().await.expect("the server answers");
+            let status = resp.status().as_u16();
+            let text = resp.text().await.unwrap_or_default();
+            (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+        })
+    }
+
+    fn get<T: serde::de::DeserializeOwned>(&self, url: &str, token: &str) -> T {
+        let (status, v) = self.call("GET", url, Some(token), None);
+        assert_eq!(status, 200, "GET {url}: {v}");
+        serde_json::from_value(v).expect("the documented JSON")
+    }
+}
+
+fn job(id: &str, model: &str, iterations: u64, priority: &str) -> Value {
+    json!({"id": id, "model": model, "batch": 32, "workers": 2, "anti_affinity": true,
+           "work": {"iterations": iterations}, "arrival_s": 0, "priority": priority})
+}
+
+fn wait_until<T>(what: &str, limit: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let t0 = Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(t0.elapsed() < limit, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn agent(server: &Server, name: &str, exec: Option<&str>) -> Proc {
+    let mut c = Command::new(BIN);
+    c.args(["agent", "--node", "--name", name, "--gpus", "2", "--nic-gbps", "50", "--server"])
+        .arg(server.url())
+        .arg("--token")
+        .arg(server.dir.join("agent.token"))
+        .arg("--socket")
+        .arg(server.dir.join(format!("agent-{name}.sock")))
+        .env("RUST_LOG", "warn")
+        .current_dir(repo());
+    if let Some(e) = exec {
+        c.args(["--exec", e]);
+    }
+    Proc(c.spawn().expect("agent starts"))
+}
+
+fn nodes_up(http: &Http, s: &Server, n: usize) {
+    let user = s.token("user.token");
+    wait_until("agents to register", Duration::from_secs(20), || {
+        let nodes: Vec<NodeInfo> = http.get(&format!("{}/v1/nodes", s.url()), &user);
+        (nodes.iter().filter(|n| n.up).count() >= n).then_some(())
+    });
+}
+
+#[test]
+fn every_endpoint_refuses_a_missing_wrong_or_wrong_scope_token_and_changes_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = Server::start(dir.path(), &["--policy", "fifo"]);
+    let http = Http::new();
+    let (user, agent) = (s.token("user.token"), s.token("agent.token"));
+    let u = s.url();
+    let reg = json!({"name": "h0", "gpus": 2, "nic_gbps": 50});
+    let endpoints: Vec<(&str, String, Option<Value>, &str)> = vec![
+        ("POST", format!("{u}/v1/jobs"), Some(job("a", "vgg16", 10, "low")), "user"),
+        ("GET", format!("{u}/v1/jobs"), None, "user"),
+        ("GET", format!("{u}/v1/jobs/0"), None, "user"),
+        ("DELETE", format!("{u}/v1/jobs/0"), None, "user"),
+        ("GET", format!("{u}/v1/cluster"), None, "user"),
+        ("GET", format!("{u}/v1/nodes"), None, "user"),
+        ("GET", format!("{u}/v1/decisions?since=0"), None, "user"),
+        ("GET", format!("{u}/metrics"), None, "user"),
+        ("POST", format!("{u}/v1/nodes/register"), Some(reg.clone()), "agent"),
+        ("POST", format!("{u}/v1/nodes/0/heartbeat"), Some(json!({"session": 1})), "agent"),
+        ("GET", format!("{u}/v1/nodes/0/assignments?session=1"), None, "agent"),
+        ("POST", format!("{u}/v1/nodes/0/reports"), Some(json!({"session": 1, "reports": []})), "agent"),
+    ];
+    for (method, url, body, scope) in &endpoints {
+        let wrong_scope = if *scope == "user" { &agent } else { &user };
+        for (token, want) in
+            [(None, 401), (Some("0123456789abcdef0123456789abcdef"), 401), (Some(wrong_scope.as_str()), 403)]
+        {
+            let (status, v) = http.call(method, url, token, body.clone());
+            assert_eq!(status, want, "{method} {url} with {token:?}: {v}");
+            assert!(v.get("error").is_some(), "{method} {url}: a JSON error body, got {v}");
+        }
+    }
+    // Nothing changed: no job, no node, no log entry.
+    let cluster: Value = http.get(&format!("{u}/v1/cluster"), &user);
+    assert_eq!(cluster["last_seq"], 0, "{cluster}");
+    assert!(cluster["jobs"].as_object().expect("counts").values().all(|n| n == 0), "{cluster}");
+    // And the right token works.
+    let (status, v) = http.call("POST", &format!("{u}/v1/jobs"), Some(&user), Some(job("a", "vgg16", 10, "low")));
+    assert_eq!(status, 201, "{v}");
+    let (status, _) = http.call("POST", &format!("{u}/v1/nodes/register"), Some(&agent), Some(reg));
+    assert_eq!(status, 200);
+    // Bad input: the field is named, nothing is accepted.
+    let mut bad = job("b", "vgg16", 10, "low");
+    bad["workers"] = json!(0);
+    let (status, v) = http.call("POST", &format!("{u}/v1/jobs"), Some(&user), Some(bad));
+    assert_eq!((status, v["field"].as_str()), (422, Some("workers")), "{v}");
+    let (status, v) =
+        http.call("POST", &format!("{u}/v1/jobs"), Some(&user), Some(json!({"id": "c", "model": "vgg16"})));
+    assert_eq!((status, v["field"].as_str()), (422, Some("batch")), "{v}");
+    let big = "x".repeat(orrery_serve::http::BODY_LIMIT + 1);
+    let (status, v) = http.call("POST", &format!("{u}/v1/jobs"), Some(&user), Some(json!({"id": big})));
+    assert_eq!(status, 413, "{v}");
+    let jobs: Vec<JobInfo> = http.get(&format!("{u}/v1/jobs"), &user);
+    assert_eq!(jobs.len(), 1);
+}
+
+/// Replays the log: GPUs held per host never exceed what the node registered.
+fn check_no_gpu_held_twice(log: &[LogEntry]) {
+    let mut capacity: HashMap<usize, u32> = HashMap::new();
+    let mut held: HashMap<usize, u32> = HashMap::new();
+    let mut placed: HashMap<usize, Vec<(usize, u32)>> = HashMap::new();
+    for e in log {
+        match &e.entry {
+            Logged::Event(DriverEvent::NodeUp { node, gpus, .. }) => {
+                capacity.insert(*node, *gpus);
+            }
+            Logged::Decision(Decision::Place { job, hosts }) => {
+                assert!(!placed.contains_key(job), "seq {}: job {job} placed twice", e.seq);
+                for &(h, g) in hosts {
+                    let now = held.entry(h).or_default();
+                    *now += g;
+                    assert!(*now <= capacity.get(&h).copied().unwrap_or(0), "seq {}: host {h} over-committed", e.seq);
+                }
+                placed.insert(*job, hosts.clone());
+            }
+            Logged::Decision(Decision::Preempt { job })
+            | Logged::Event(DriverEvent::Finished { job } | DriverEvent::Cancelled { job }) => {
+                for (h, g) in placed.remove(job).unwrap_or_default() {
+                    *held.entry(h).or_default() -= g;
+                }
+            }
+            Logged::Decision(Decision::Share { .. }) => panic!("fifo does not share"),
+            _ => {}
+        }
+    }
+}
+
+#[test]
+fn crash_safety_under_sigkill_loses_no_acknowledged_job_or_committed_decision() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut s = Server::start(dir.path(), &["--policy", "fifo", "--topology", "leaf-spine", "--node-timeout-s", "60"]);
+    let (user, agent) = (s.token("user.token"), s.token("agent.token"));
+    // 2,000 jobs of Philly's trace (Pollux's copy), in arrival order.
+    let (_, parsed) = orrery_trace::formats::read_file(&repo().join("data/philly/philly_jobs_pollux.csv"), None, 1);
+    let mut jobs: Vec<JobSpec> = parsed.items.into_iter().take(2000).collect();
+    assert_eq!(jobs.len(), 2000);
+    for j in &mut jobs {
+        j.arrival_s = 0.0;
+    }
+    let rt = rt();
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(10)).build().expect("client");
+    let url = s.url();
+    // The test is the agents of the 16 hosts: they register once.
+    let topo = orrery_model::setups::by_name("leaf-spine").expect("leaf-spine");
+    for h in &topo.hosts {
+        let req = RegisterRequest { name: h.name.clone(), gpus: h.gpus, nic_gbps: 100.0 };
+        let r: Registered = rt
+            .block_on(async {
+                http.post(format!("{url}/v1/nodes/register")).bearer_auth(&agent).json(&req).send().await?.json().await
+            })
+            .expect("registered");
+        assert_eq!(r.session, 1);
+    }
+    // The load generator: 16 submitters; a failed call is retried (the
+    // submission is idempotent on the spec id) until the server answers.
+    let acked: std::sync::Mutex<BTreeMap<String, usize>> = std::sync::Mutex::new(BTreeMap::new());
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let mut rng_state = 0x5eed_u64;
+    let mut next_rand = move || {
+        rng_state ^= rng_state << 13;
+        rng_state ^= rng_state >> 7;
+        rng_state ^= rng_state << 17;
+        rng_state
+    };
+    let mut logs_before: Vec<Vec<LogEntry>> = Vec::new();
+    let fetch_log = |rt: &tokio::runtime::Runtime| -> Vec<LogEntry> {
+        rt.block_on(async {
+            loop {
+                let r = async {
+                    http.get(format!("{url}/v1/decisions?since=0&limit=100000"))
+                        .bearer_auth(&user)
+                        .send()
+                        .await?
+                        .json()
+                        .await
+                };
+                if let Ok(log) = r.await {
+                    return log;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+    };
+    std::thread::scope(|scope| {
+        let chunks: Vec<Vec<JobSpec>> = jobs.chunks(125).map(<[JobSpec]>::to_vec).collect();
+        for chunk in chunks {
+            let (acked, http, url, user) = (&acked, &http, &url, &user);
+            scope.spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("rt");
+                let deadline = Instant::now() + Duration::from_secs(120);
+                for spec in chunk {
+                    loop {
+                        assert!(Instant::now() < deadline, "the server did not come back");
+                        let r = rt.block_on(async {
+                            let resp = http.post(format!("{url}/v1/jobs")).bearer_auth(user).json(&spec).send().await?;
+                            let status = resp.status().as_u16();
+                            let body: Value = resp.json().await?;
+                            Ok::<_, reqwest::Error>((status, body))
+                        });
+                        match r {
+                            Ok((201 | 200, body)) => {
+                                let id = body["id"].as_u64().expect("id") as usize;
+                                let mut a = acked.lock().expect("lock");
+                                if let Some(&old) = a.get(&spec.id) {
+                                    assert_eq!(old, id, "{} acknowledged with two ids", spec.id);
+                                }
+                                a.insert(spec.id.clone(), id);
+                                break;
+                            }
+                            Ok((status, body)) => panic!("{}: {status} {body}", spec.id),
+                            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+                        }
+                    }
+                }
+            });
+        }
+        // Three SIGKILLs at random moments while the submissions run.
+        for _ in 0..3 {
+            let wait_ms = 150 + next_rand() % 500;
+            std::thread::sleep(Duration::from_millis(wait_ms));
+            logs_before.push(fetch_log(&rt));
+            s.kill9();
+            std::thread::sleep(Duration::from_millis(next_rand() % 200));
+            s.restart();
+        }
+        done.store(true, std::sync::atomic::Ordering::SeqCst);
+    });
+    let acked = acked.into_inner().expect("lock");
+    assert_eq!(acked.len(), 2000, "every submission was acknowledged in the end");
+    // Every acknowledged job exists exactly once, with its id.
+    let jobs_after: Vec<JobInfo> = rt
+        .block_on(async {
+            http.get(format!("{url}/v1/jobs?limit=10000")).bearer_auth(&user).send().await?.json().await
+        })
+        .expect("jobs");
+    assert_eq!(jobs_after.len(), 2000, "no duplicates, nothing lost");
+    let names: HashSet<&str> = jobs_after.iter().map(|j| j.spec.id.as_str()).collect();
+    assert_eq!(names.len(), 2000);
+    for j in &jobs_after {
+        assert_eq!(acked.get(&j.spec.id), Some(&j.id), "{} has the id it was acknowledged with", j.spec.id);
+    }
+    // No committed decision lost: each log read before a kill is a prefix of the final log.
+    let log = fetch_log(&rt);
+    for before in &logs_before {
+        assert!(before.len() <= log.len());
+        assert_eq!(&log[..before.len()], &before[..], "the log read before a SIGKILL survives it");
+    }
+    assert!(logs_before.iter().any(|l| l.iter().any(|e| matches!(e.entry, Logged::Decision(Decision::Place { .. })))));
+    check_no_gpu_held_twice(&log);
+    let placed = log.iter().filter(|e| matches!(e.entry, Logged::Decision(Decision::Place { .. }))).count();
+    assert!(placed >= 10, "the policy placed jobs ({placed})");
+}
+
+#[test]
+fn a_silent_agent_loses_its_jobs_and_its_stale_reports_are_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = Server::start(dir.path(), &["--policy", "fifo", "--node-timeout-s", "1.5"]);
+    let http = Http::new();
+    let (user, agent_token) = (s.token("user.token"), s.token("agent.token"));
+    let u = s.url();
+    let a0 = agent(&s, "h0", None);
+    let _a1 = agent(&s, "h1", None);
+    nodes_up(&http, &s, 2);
+    let (status, v) =
+        http.call("POST", &format!("{u}/v1/jobs"), Some(&user), Some(job("j", "resnet50", 100_000, "low")));
+    assert_eq!(status, 201, "{v}");
+    let placed = wait_until("the job to be placed", Duration::from_secs(10), || {
+        let j: JobInfo = http.get(&format!("{u}/v1/jobs/j"), &user);
+        (j.hosts.len() == 2).then_some(j)
+    });
+    let hosts: Vec<&str> = placed.hosts.iter().map(|h| h.0.as_str()).collect();
+    assert_eq!(hosts, ["h0", "h1"]);
+    // Freeze h0's agent (SIGSTOP): it stops heartbeating but keeps its state.
+    let pid = a0.0.id().to_string();
+    assert!(Command::new("kill").args(["-STOP", &pid]).status().expect("kill").success());
+    let _a2 = agent(&s, "h2", None);
+    let moved = wait_until("the job to move off the silent node", Duration::from_secs(15), || {
+        let j: JobInfo = http.get(&format!("{u}/v1/jobs/j"), &user);
+        (j.epoch >= 3 && !j.hosts.iter().any(|h| h.0 == "h0") && j.hosts.len() == 2).then_some(j)
+    });
+    assert_eq!(moved.preemptions, 1);
+    let log: Vec<LogEntry> = http.get(&format!("{u}/v1/decisions?since=0"), &user);
+    let driver_preempt = log
+        .iter()
+        .position(|e| e.source == "driver" && matches!(e.entry, Logged::Decision(Decision::Preempt { job: 0 })));
+    let down = log.iter().position(|e| matches!(e.entry, Logged::Event(DriverEvent::NodeDown { node: 0 })));
+    assert!(driver_preempt.is_some() && down.is_some() && driver_preempt < down, "preempted, then down: {log:?}");
+    // The frozen agent's session (1) and the job's old epoch (1) are refused.
+    let stale = json!({"session": 1, "reports": [{"job": 0, "epoch": 1, "iteration": 5, "start_s": 1.0, "duration_ms": 100.0}]});
+    let (status, v) = http.call("POST", &format!("{u}/v1/nodes/0/reports"), Some(&agent_token), Some(stale));
+    assert_eq!(status, 409, "{v}");
+    // Thawed, the old agent finds its session refused and registers again (session 2), without the job.
+    assert!(Command::new("kill").args(["-CONT", &pid]).status().expect("kill").success());
+    wait_until("the old agent to register again", Duration::from_secs(15), || {
+        let nodes: Vec<NodeInfo> = http.get(&format!("{u}/v1/nodes"), &user);
+        (nodes[0].up && nodes[0].jobs.is_empty()).then_some(())
+    });
+    let log: Vec<LogEntry> = http.get(&format!("{u}/v1/decisions?since=0"), &user);
+    let session = log
+        .iter()
+        .filter_map(|e| match e.entry {
+            Logged::Event(DriverEvent::NodeUp { node: 0, session, .. }) => Some(session),
+            _ => None,
+        })
+        .last()
+        .expect("h0 registered");
+    assert_eq!(session, 2, "the thawed agent registered once more");
+    let old_epoch = json!({"session": session, "reports": [{"job": 0, "epoch": 1, "iteration": 5, "start_s": 1.0, "duration_ms": 100.0}]});
+    let (status, v) = http.call("POST", &format!("{u}/v1/nodes/0/reports"), Some(&agent_token), Some(old_epoch));
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["accepted"], 0, "{v}");
+    assert!(v["refused"][0][1].as_str().is_some_and(|w| w.contains("epoch")), "{v}");
+    let j: JobInfo = http.get(&format!("{u}/v1/jobs/j"), &user);
+    assert_eq!(j.iterations_done, 0, "no stale report counted");
+}
+
+/// The slot a start falls in: how far past the last slot boundary, ms.
+fn past_slot_ms(start_s: f64, offset_s: f64, period_ms: f64) -> f64 {
+    ((start_s - offset_s) * 1e3).rem_euclid(period_ms)
+}
+
+#[test]
+fn python_training_processes_run_their_iterations_in_the_slots_metronome_paces() {
+    if Command::new("python3").arg("--version").output().is_err() {
+        eprintln!("skipped: python3 is not installed");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = Server::start(dir.path(), &["--policy", "metronome"]);
+    let http = Http::new();
+    let user = s.token("user.token");
+    let u = s.url();
+    let out = dir.path().display().to_string();
+    let exec = format!("python3 python/tests/live_worker.py > {out}/job-$ORRERY_JOB-$ORRERY_RANK.out 2>&1");
+    let _a0 = agent(&s, "h0", Some(&exec));
+    let _a1 = agent(&s, "h1", Some(&exec));
+    nodes_up(&http, &s, 2);
+    // A high-priority job, then a low-priority one on the same two hosts.
+    let (status, v) = http.call("POST", &format!("{u}/v1/jobs"), Some(&user), Some(job("hi", "vgg16", 60, "high")));
+    assert_eq!(status, 201, "{v}");
+    wait_until("the high-priority job to run", Duration::from_secs(20), || {
+        let j: JobInfo = http.get(&format!("{u}/v1/jobs/hi"), &user);
+        (j.iterations_done >= 3).then_some(())
+    });
+    let (status, v) = http.call("POST", &format!("{u}/v1/jobs"), Some(&user), Some(job("lo", "vgg16", 40, "low")));
+    assert_eq!(status, 201, "{v}");
+    let lo = wait_until("both jobs to finish", Duration::from_secs(90), || {
+        let lo: JobInfo = http.get(&format!("{u}/v1/jobs/lo"), &user);
+        let hi: JobInfo = http.get(&format!("{u}/v1/jobs/hi"), &user);
+        (lo.status.is_over() && hi.status.is_over()).then_some(lo)
+    });
+    assert_eq!(lo.status, orrery_serve::api::JobStatus::Finished, "{lo:?}");
+    assert_eq!(lo.iterations_done, 40);
+    let log: Vec<LogEntry> = http.get(&format!("{u}/v1/decisions?since=0"), &user);
+    // Every Pace of the low-priority job, in log order: (at, period, offset).
+    let paces: Vec<(f64, f64, f64)> = log
+        .iter()
+        .filter_map(|e| match e.entry {
+            Logged::Decision(Decision::Pace { job: 1, period_ms, offset_s }) if period_ms > 0.0 => {
+                Some((e.at_s, period_ms, offset_s))
+            }
+            _ => None,
+        })
+        .collect();
+    assert!(!paces.is_empty(), "metronome paces the low-priority job that shares the hosts: {log:?}");
+    // The pace in force when an iteration started (the agent hears of a
+    // decision a few ms after its commit: starts within 50 ms of a new pace
+    // are not held against it).
+    let in_force = |t: f64| paces.iter().rev().find(|p| p.0 + 0.05 <= t).map(|p| (p.1, p.2));
+    let cluster: Value = http.get(&format!("{u}/v1/cluster"), &user);
+    let epoch_ms = cluster["epoch_unix_ms"].as_f64().expect("epoch");
+    // Each worker of the paced job printed its iteration starts.
+    for rank in 0..2 {
+        let text = std::fs::read_to_string(dir.path().join(format!("job-1-{rank}.out"))).expect("worker output");
+        let starts: Vec<f64> = text
+            .lines()
+            .filter_map(|l| l.split_once(' ').and_then(|(_, t)| t.parse::<f64>().ok()))
+            .map(|unix_ms| (unix_ms - epoch_ms) / 1e3)
+            .collect();
+        assert!(starts.len() >= 30, "rank {rank} ran its iterations: {text}");
+        // Early iterations idle until their slot; a late one starts at once,
+        // less than half a period past it (Pace's rule): every start lies in
+        // the first half of a slot, give or take the OS's timer slack.
+        let held: Vec<(f64, f64, f64)> =
+            starts.iter().filter_map(|&t| in_force(t).map(|(period, offset)| (t, period, offset))).collect();
+        assert!(held.len() >= 30, "rank {rank}: {} paced starts", held.len());
+        let in_slot =
+            held.iter().filter(|&&(t, period, offset)| past_slot_ms(t, offset, period) <= period / 2.0 + 5.0).count();
+        assert!(
+            in_slot as f64 >= 0.9 * held.len() as f64,
+            "rank {rank}: {in_slot} of {} starts in their slot",
+            held.len()
+        );
+        // Iterations run a little longer live than alone (the client's round
+        // trips), so a paced job falls behind its slots by about a
+        // millisecond an iteration until it is half a period late; then the
+        // next iteration idles until its slot. Those waits (gaps well over a
+        // period) must end right at a slot boundary.
+        let waits: Vec<(f64, f64, f64)> =
+            held.windows(2).filter(|w| w[1].0 - w[0].0 > 1.2 * w[1].1 / 1e3).map(|w| w[1]).collect();
+        for &(t, period, offset) in &waits {
+            assert!(
+                past_slot_ms(t, offset, period) <= 20.0,
+                "rank {rank}: start {t:.3} s after a wait is off its slot"
+            );
+        }
+    }
+}
