@@ -376,7 +376,7 @@ impl Ledger {
                 true
             }
             Decision::Align { job, period_ms, offset_s } => {
-                if !active(self, *job) || !(*period_ms > 0.0 && period_ms.is_finite() && offset_s.is_finite()) {
+                if !(active(self, *job) && *period_ms > 0.0 && period_ms.is_finite() && offset_s.is_finite()) {
                     return false;
                 }
                 let f = &mut self.jobs[*job].in_force;

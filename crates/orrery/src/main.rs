@@ -66,9 +66,9 @@ enum Command {
     Compat(compat::Args),
     /// A Plebiscito node agent bidding over real UDP (`--auction`), or a
     /// client that submits jobs to one (`--submit`).
-    Agent(agent::Args),
+    Agent(Box<agent::Args>),
     /// The live scheduler: HTTP API, SQLite store, node agents, any policy.
-    Serve(live::ServeArgs),
+    Serve(Box<live::ServeArgs>),
     /// Submit the jobs of a JSON-lines file (`-` for stdin) to `orrery serve`.
     Submit {
         /// Jobs, one JobSpec per line.
