@@ -37,6 +37,7 @@
 
 pub mod api;
 pub mod auth;
+pub mod bench;
 pub mod client;
 pub mod core;
 pub mod http;

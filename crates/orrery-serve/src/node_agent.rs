@@ -316,7 +316,7 @@ async fn flush_reports(shared: Arc<Shared>) {
         match shared.client.reports(host, &Reports { session, reports: reports.clone() }).await {
             Ok(r) => {
                 for (job, why) in r.refused {
-                    tracing::warn!(job, "report refused: {why}");
+                    tracing::info!(job, "report refused: {why}");
                 }
             }
             Err(e) => {

@@ -43,7 +43,7 @@ const EXAMPLES: &str = "Examples:
   orrery agent --auction --id 0 --peers peers.txt --state agent-0.json
   orrery serve                                 the live scheduler on 127.0.0.1:7400 (demo cluster)
   orrery agent --node --name h0 --gpus 2 --nic-gbps 50
-  orrery submit examples/live/jobs.jsonl       then: orrery jobs, orrery nodes, orrery cancel ID";
+  orrery submit examples/live/vgg-a.jsonl      then: orrery jobs, orrery nodes, orrery decisions";
 
 #[derive(Subcommand, Debug)]
 enum Command {
@@ -92,6 +92,20 @@ enum Command {
         #[command(flatten)]
         client: live::ClientArgs,
     },
+    /// Benchmarks: `orrery bench serve` (durable submissions per second).
+    #[command(subcommand)]
+    Bench(BenchCommand),
+    /// The committed decision log of `orrery serve` (policy decisions and driver events).
+    Decisions {
+        /// Only entries after this sequence number.
+        #[arg(long, default_value_t = 0)]
+        since: u64,
+        /// One JSON object per line.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        client: live::ClientArgs,
+    },
     /// Cancel a job of `orrery serve` (its number or spec id).
     Cancel {
         /// Job.
@@ -99,6 +113,13 @@ enum Command {
         #[command(flatten)]
         client: live::ClientArgs,
     },
+}
+
+/// `orrery bench` subcommands.
+#[derive(Subcommand, Debug)]
+enum BenchCommand {
+    /// Submissions per second to a live service on loopback, each durably committed.
+    Serve(live::BenchServeArgs),
 }
 
 /// Records phase durations for `--timings`.
@@ -153,6 +174,8 @@ fn main() -> ExitCode {
         Command::Jobs { status, json, client } => live::jobs(&client, status.as_deref(), json),
         Command::Nodes { client } => live::nodes(&client),
         Command::Cancel { id, client } => live::cancel(&client, &id),
+        Command::Decisions { since, json, client } => live::decisions(&client, since, json),
+        Command::Bench(BenchCommand::Serve(args)) => live::bench_serve(&args),
         Command::Policies => {
             for (name, what) in orrery_policy::CATALOGUE {
                 println!("{name:<16} {what}");

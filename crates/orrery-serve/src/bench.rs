@@ -1,0 +1,123 @@
+//! `orrery bench serve`: durable submissions per second over real HTTP on
+//! loopback, with every job committed (SQLite, synchronous=FULL) before its
+//! answer, and the decisions the policy commits meanwhile.
+
+use crate::api::{LogEntry, Logged, RegisterRequest};
+use crate::client::Client;
+use anyhow::{Context, Result};
+use orrery_model::{JobSpec, Topology};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// What to measure.
+#[derive(Debug, Clone)]
+pub struct BenchOptions {
+    /// Jobs to submit (taken in order, ids made unique).
+    pub jobs: Vec<JobSpec>,
+    /// Requests in flight.
+    pub concurrency: usize,
+    /// Policy.
+    pub policy: String,
+    /// Cluster (every host is registered before the run).
+    pub topology: Topology,
+    /// Where the database goes (a fresh directory).
+    pub data_dir: std::path::PathBuf,
+}
+
+/// What was measured.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct BenchReport {
+    /// Jobs submitted and acknowledged.
+    pub jobs: usize,
+    /// Wall time of the submissions, s.
+    pub seconds: f64,
+    /// Durable submissions per second.
+    pub submissions_per_s: f64,
+    /// Submit latency percentiles, ms.
+    pub latency_ms_p50: f64,
+    /// 99th percentile.
+    pub latency_ms_p99: f64,
+    /// Policy decisions committed during the run.
+    pub decisions: usize,
+    /// Of which placements.
+    pub placements: usize,
+    /// Decisions committed per second.
+    pub decisions_per_s: f64,
+}
+
+fn percentile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    sorted[((sorted.len() - 1) as f64 * q).round() as usize]
+}
+
+/// Runs the benchmark (call in a multi-threaded tokio runtime).
+pub async fn run(opts: BenchOptions) -> Result<BenchReport> {
+    let config = crate::core::Config {
+        policy: opts.policy.clone(),
+        seed: 1,
+        topology: opts.topology.clone(),
+        node_timeout_s: 3600.0,
+        heartbeat_s: 1.0,
+    };
+    let running = crate::start(crate::ServeOptions {
+        config,
+        listen: "127.0.0.1:0".parse().context("address")?,
+        data_dir: opts.data_dir.clone(),
+    })
+    .await?;
+    let url = format!("http://{}", running.addr);
+    let read = |f: &str| crate::auth::read_token(&opts.data_dir.join(f));
+    let (user, agent) = (read("user.token")?, read("agent.token")?);
+    let err = |e: crate::client::ClientError| anyhow::anyhow!("{e}");
+    let agents = Client::new(&url, &agent).map_err(err)?;
+    for (h, host) in opts.topology.hosts.iter().enumerate() {
+        let req =
+            RegisterRequest { name: host.name.clone(), gpus: host.gpus, nic_gbps: opts.topology.host_nic_gbps(h) };
+        agents.register(&req).await.map_err(err)?;
+    }
+    let client = Client::new(&url, &user).map_err(err)?;
+    let start_seq = client.cluster().await.map_err(err)?.last_seq;
+    let jobs: Arc<Vec<JobSpec>> = Arc::new(opts.jobs);
+    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let t0 = Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..opts.concurrency.max(1) {
+        let (client, jobs, next) = (client.clone(), jobs.clone(), next.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut latencies = Vec::new();
+            loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(spec) = jobs.get(i) else { break };
+                let t = Instant::now();
+                client.submit(spec).await.map_err(|e| anyhow::anyhow!("job {}: {e}", spec.id))?;
+                latencies.push(t.elapsed().as_secs_f64() * 1e3);
+            }
+            anyhow::Ok(latencies)
+        }));
+    }
+    let mut latencies = Vec::new();
+    for t in tasks {
+        latencies.extend(t.await??);
+    }
+    let seconds = t0.elapsed().as_secs_f64();
+    latencies.sort_by(f64::total_cmp);
+    // Decisions committed while the submissions ran (the last ones may
+    // still be on their way: wait a moment for the core to settle).
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let log: Vec<LogEntry> = client.decisions(start_seq).await.map_err(err)?;
+    let decisions: Vec<&LogEntry> = log.iter().filter(|e| e.source == "policy").collect();
+    let placements =
+        decisions.iter().filter(|e| matches!(e.entry, Logged::Decision(orrery_policy::Decision::Place { .. }))).count();
+    Ok(BenchReport {
+        jobs: latencies.len(),
+        seconds,
+        submissions_per_s: latencies.len() as f64 / seconds,
+        latency_ms_p50: percentile(&latencies, 0.5),
+        latency_ms_p99: percentile(&latencies, 0.99),
+        decisions: decisions.len(),
+        placements,
+        decisions_per_s: decisions.len() as f64 / seconds,
+    })
+}
