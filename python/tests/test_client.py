@@ -108,3 +108,29 @@ class ClientTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class TorchHookTest(unittest.TestCase):
+    def test_hook_marks_the_allreduce_as_communication(self):
+        try:
+            import torch  # noqa: F401
+            import torch.distributed as dist
+        except ImportError:
+            self.skipTest("torch is not installed")
+        import orrery.torch_hook
+        import tempfile as tf
+        store = os.path.join(tf.mkdtemp(), "store")
+        dist.init_process_group("gloo", init_method="file://" + store, rank=0, world_size=1)
+        try:
+            model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 2))
+
+            class Sink:
+                _comm_ms = None
+
+            sink = Sink()
+            orrery.torch_hook.register(model, sink)
+            model(torch.randn(8, 4)).sum().backward()
+            self.assertIsNotNone(sink._comm_ms)
+            self.assertGreaterEqual(sink._comm_ms, 0.0)
+        finally:
+            dist.destroy_process_group()

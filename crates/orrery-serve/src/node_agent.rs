@@ -4,6 +4,12 @@
 //! Unix socket: a process asks when its next iteration may start and reports
 //! each iteration; the agent batches the reports to the service.
 //!
+//! Each worker process gets `ORRERY_AGENT_SOCKET`, `ORRERY_JOB`,
+//! `ORRERY_JOB_NAME`, `ORRERY_EPOCH`, `ORRERY_RANK`, `ORRERY_WORLD_SIZE`,
+//! `ORRERY_WORKERS` (host of each rank), `ORRERY_PERIOD_MS`,
+//! `ORRERY_COMPUTE_MS`, `ORRERY_EPOCH_UNIX_MS` and `CUDA_VISIBLE_DEVICES`
+//! (its share of the local GPUs the agent gave the job: free ones first).
+//!
 //! Local protocol: one JSON object per line each way.
 //!
 //! * `{"op":"wait","job":J,"rank":R?,"epoch":E?}` → blocks while the job is
@@ -77,6 +83,28 @@ struct State {
     children: HashMap<(JobId, u64), Vec<tokio::process::Child>>,
     /// Jobs whose target this agent saw reached.
     done: HashSet<JobId>,
+    /// Jobs holding each local GPU (two when Castor shares it).
+    gpu_jobs: Vec<Vec<JobId>>,
+}
+
+impl State {
+    /// Local GPU indices for a job placed here: free ones first, then the
+    /// least-shared ones (a `Share` puts it on GPUs another job holds).
+    fn take_gpus(&mut self, job: JobId, n: u32) -> Vec<usize> {
+        let mut order: Vec<usize> = (0..self.gpu_jobs.len()).collect();
+        order.sort_by_key(|&g| (self.gpu_jobs[g].len(), g));
+        let chosen: Vec<usize> = order.into_iter().take(n as usize).collect();
+        for &g in &chosen {
+            self.gpu_jobs[g].push(job);
+        }
+        chosen
+    }
+
+    fn release_gpus(&mut self, job: JobId) {
+        for holders in &mut self.gpu_jobs {
+            holders.retain(|&j| j != job);
+        }
+    }
 }
 
 struct Shared {
@@ -241,6 +269,7 @@ fn apply_assignments(shared: &Shared, jobs: Vec<Assignment>) {
                 let _ = c.start_kill();
             }
         }
+        s.release_gpus(id);
         tracing::info!(job = id, epoch, "job left this node: {why}");
     }
     for (id, a) in &new {
@@ -249,8 +278,10 @@ fn apply_assignments(shared: &Shared, jobs: Vec<Assignment>) {
             tracing::info!(job = id, epoch = a.epoch, gpus = a.gpus, ranks = ?a.ranks, "job placed here");
             s.gone.remove(id);
             s.done.remove(id);
+            s.release_gpus(*id);
+            let gpus = s.take_gpus(*id, a.gpus);
             if let Some(cmd) = shared.opts.exec.clone() {
-                let children = launch(&shared.opts, &s, a, &cmd);
+                let children = launch(&shared.opts, &s, a, &cmd, &gpus);
                 s.children.insert((*id, a.epoch), children);
             }
         }
@@ -260,10 +291,13 @@ fn apply_assignments(shared: &Shared, jobs: Vec<Assignment>) {
     shared.changed.notify_waiters();
 }
 
-/// Starts one process per worker rank on this node.
-fn launch(opts: &AgentOptions, s: &State, a: &Assignment, cmd: &str) -> Vec<tokio::process::Child> {
+/// Starts one process per worker rank on this node, each on its share of
+/// the job's local GPUs (`CUDA_VISIBLE_DEVICES`).
+fn launch(opts: &AgentOptions, s: &State, a: &Assignment, cmd: &str, gpus: &[usize]) -> Vec<tokio::process::Child> {
     let mut out = Vec::new();
-    for &rank in &a.ranks {
+    let per_rank = gpus.len() / a.ranks.len().max(1);
+    for (k, &rank) in a.ranks.iter().enumerate() {
+        let mine: Vec<String> = gpus.iter().skip(k * per_rank).take(per_rank.max(1)).map(ToString::to_string).collect();
         let mut c = tokio::process::Command::new("sh");
         c.arg("-c")
             .arg(cmd)
@@ -277,6 +311,7 @@ fn launch(opts: &AgentOptions, s: &State, a: &Assignment, cmd: &str) -> Vec<toki
             .env("ORRERY_PERIOD_MS", a.period_ms.to_string())
             .env("ORRERY_COMPUTE_MS", a.compute_ms.to_string())
             .env("ORRERY_EPOCH_UNIX_MS", s.epoch_unix_ms.to_string())
+            .env("CUDA_VISIBLE_DEVICES", mine.join(","))
             .kill_on_drop(true);
         match c.spawn() {
             Ok(child) => out.push(child),
@@ -483,4 +518,20 @@ fn report(
     }
     s.reports.push(IterationReport { job: id, epoch, iteration, start_s, duration_ms, comm_ms, done });
     Reply::Ok { ok: true, done: finished }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::State;
+
+    #[test]
+    fn jobs_get_distinct_gpus_until_they_share() {
+        let mut s = State { gpu_jobs: vec![Vec::new(); 4], ..State::default() };
+        assert_eq!(s.take_gpus(0, 2), vec![0, 1]);
+        assert_eq!(s.take_gpus(1, 1), vec![2]);
+        // Four GPUs held by three: a shared job goes to the free one, then the least shared.
+        assert_eq!(s.take_gpus(2, 2), vec![3, 0]);
+        s.release_gpus(0);
+        assert_eq!(s.take_gpus(3, 1), vec![1]);
+    }
 }
