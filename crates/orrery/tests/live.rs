@@ -222,6 +222,15 @@ fn every_endpoint_refuses_a_missing_wrong_or_wrong_scope_token_and_changes_nothi
     assert_eq!(status, 413, "{v}");
     let jobs: Vec<JobInfo> = http.get(&format!("{u}/v1/jobs"), &user);
     assert_eq!(jobs.len(), 1);
+    // Prometheus text: the job and the node registration are counted.
+    let (status, Value::String(text)) = http.call("GET", &format!("{u}/metrics"), Some(&user), None) else {
+        panic!("metrics are text")
+    };
+    assert_eq!(status, 200);
+    for line in ["orrery_jobs{state=\"queued\"} 1", "orrery_agents_up 1", "orrery_submissions_total 1"] {
+        assert!(text.contains(line), "{line} in\n{text}");
+    }
+    assert!(text.contains("orrery_commit_seconds_bucket"), "{text}");
 }
 
 /// Replays the log: GPUs held per host never exceed what the node registered.
