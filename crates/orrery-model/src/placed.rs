@@ -80,7 +80,7 @@ impl Placed {
                 if src == dst {
                     continue;
                 }
-                let paths = topo.paths(src, dst);
+                let paths = topo.shared_paths(src, dst);
                 if !paths.is_empty() {
                     out.extend_from_slice(&paths[ecmp_index(job, i, paths.len())]);
                 }

@@ -93,6 +93,40 @@ pub struct Topology {
     /// Outgoing links per node, built by [`Topology::new`].
     #[serde(skip)]
     out: Vec<Vec<LinkId>>,
+    /// Incoming links per node, built by [`Topology::new`].
+    #[serde(skip)]
+    into: Vec<Vec<LinkId>>,
+    /// ECMP sets already enumerated (policies ask for the same ring edges
+    /// at every decision).
+    #[serde(skip)]
+    path_cache: PathCache,
+}
+
+/// Entries the path cache holds before it starts over (a 4,096-host
+/// cluster's ring neighbours fit many times over).
+const PATH_CACHE_ENTRIES: usize = 1 << 20;
+
+/// A shared, thread-safe memo of [`Topology::shared_paths`]. It is not part
+/// of a topology's value: clones start empty and it never affects equality.
+#[derive(Default)]
+struct PathCache(std::sync::RwLock<HashMap<(NodeId, NodeId), std::sync::Arc<[Vec<LinkId>]>>>);
+
+impl Clone for PathCache {
+    fn clone(&self) -> Self {
+        PathCache::default()
+    }
+}
+
+impl PartialEq for PathCache {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl std::fmt::Debug for PathCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PathCache")
+    }
 }
 
 /// Errors building a topology.
@@ -130,7 +164,15 @@ impl Topology {
         switches: Vec<Switch>,
         links: Vec<Link>,
     ) -> Result<Self, TopologyError> {
-        let mut t = Topology { name: name.into(), hosts, switches, links, out: Vec::new() };
+        let mut t = Topology {
+            name: name.into(),
+            hosts,
+            switches,
+            links,
+            out: Vec::new(),
+            into: Vec::new(),
+            path_cache: PathCache::default(),
+        };
         t.validate()?;
         t.index();
         Ok(t)
@@ -159,8 +201,10 @@ impl Topology {
 
     fn index(&mut self) {
         self.out = vec![Vec::new(); self.node_count()];
+        self.into = vec![Vec::new(); self.node_count()];
         for (i, l) in self.links.iter().enumerate() {
             self.out[l.from].push(i);
+            self.into[l.to].push(i);
         }
     }
 
@@ -198,17 +242,39 @@ impl Topology {
     /// ECMP candidate set. At most [`MAX_ECMP_PATHS`], in a deterministic order.
     /// Empty when `src == dst` or `dst` is unreachable.
     ///
-    /// Cost: one BFS, O(V + E), plus O(paths · hops) to enumerate.
+    /// Cost: see [`Topology::shared_paths`], plus the copy.
     pub fn paths(&self, src: NodeId, dst: NodeId) -> Vec<Vec<LinkId>> {
-        if src == dst {
+        self.shared_paths(src, dst).to_vec()
+    }
+
+    /// [`Topology::paths`] without the copy. The first call for a pair does
+    /// one BFS, O(V + E), plus O(paths · hops) to enumerate; later calls are a
+    /// hash lookup under a read lock, O(1).
+    pub fn shared_paths(&self, src: NodeId, dst: NodeId) -> std::sync::Arc<[Vec<LinkId>]> {
+        let cache = |g: std::sync::RwLockReadGuard<'_, _>| -> Option<std::sync::Arc<[Vec<LinkId>]>> {
+            let map: &HashMap<(NodeId, NodeId), std::sync::Arc<[Vec<LinkId>]>> = &g;
+            map.get(&(src, dst)).cloned()
+        };
+        if let Some(p) = self.path_cache.0.read().ok().and_then(cache) {
+            return p;
+        }
+        let paths: std::sync::Arc<[Vec<LinkId>]> = self.enumerate_paths(src, dst).into();
+        if let Ok(mut map) = self.path_cache.0.write() {
+            if map.len() >= PATH_CACHE_ENTRIES {
+                map.clear();
+            }
+            map.insert((src, dst), paths.clone());
+        }
+        paths
+    }
+
+    fn enumerate_paths(&self, src: NodeId, dst: NodeId) -> Vec<Vec<LinkId>> {
+        if src == dst || src >= self.node_count() || dst >= self.node_count() {
             return Vec::new();
         }
         // Distances to dst over reversed links.
         let n = self.node_count();
-        let mut into: Vec<Vec<LinkId>> = vec![Vec::new(); n];
-        for (i, l) in self.links.iter().enumerate() {
-            into[l.to].push(i);
-        }
+        let into = &self.into;
         let mut dist = vec![usize::MAX; n];
         dist[dst] = 0;
         let mut q = VecDeque::from([dst]);
@@ -235,7 +301,7 @@ impl Topology {
     /// capacity on any of its ECMP paths (they are usually alike), Gbit/s;
     /// infinite when there is no path. O(V + E).
     pub fn bottleneck_gbps(&self, src: HostId, dst: HostId) -> f64 {
-        self.paths(src, dst)
+        self.shared_paths(src, dst)
             .iter()
             .map(|p| p.iter().map(|&l| self.links[l].gbps).fold(f64::INFINITY, f64::min))
             .fold(f64::INFINITY, f64::min)
