@@ -22,6 +22,7 @@
 use crate::gpu::{GpuType, gpu_type};
 use crate::shape::{Collective, IterationShape, Segment};
 use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
 
 /// Rate of GPU-to-GPU traffic inside one host (PCIe 4.0 x16 ≈ 25 GB/s).
 pub const INTRA_HOST_GBPS: f64 = 200.0;
@@ -230,12 +231,25 @@ fn normalise(name: &str) -> String {
     name.trim().to_ascii_lowercase().replace(['_', ' '], "-")
 }
 
-/// Finds a model by name or alias, ignoring case, `_`/`-`/space differences.
+/// Finds a model by name or alias, ignoring case, `_`/`-`/space differences;
+/// a name wins over an alias, an earlier model over a later one. Policies
+/// call it for every job at every decision, so the normalised names are
+/// indexed once: O(|name|) per call.
 pub fn model(name: &str) -> Option<&'static ModelSpec> {
+    type Index = (HashMap<String, &'static ModelSpec>, HashMap<String, &'static ModelSpec>);
+    static INDEX: std::sync::OnceLock<Index> = std::sync::OnceLock::new();
+    let (names, aliases) = INDEX.get_or_init(|| {
+        let (mut names, mut aliases) = (HashMap::new(), HashMap::new());
+        for m in ZOO {
+            names.entry(normalise(m.name)).or_insert(m);
+            for a in m.aliases {
+                aliases.entry(normalise(a)).or_insert(m);
+            }
+        }
+        (names, aliases)
+    });
     let n = normalise(name);
-    ZOO.iter()
-        .find(|m| normalise(m.name) == n)
-        .or_else(|| ZOO.iter().find(|m| m.aliases.iter().any(|a| normalise(a) == n)))
+    names.get(&n).or_else(|| aliases.get(&n)).copied()
 }
 
 fn median(mut v: Vec<f64>) -> f64 {

@@ -64,6 +64,9 @@ pub struct Metronome {
     /// The stop-and-wait monitoring (off: Table VIII's "wo").
     pub monitor: bool,
     latency: Vec<Vec<f64>>,
+    /// Mean latency from each host to all others (the first pod's PreFilter),
+    /// computed with `latency`: O(hosts²) once, not per pod.
+    mean_latency: Vec<f64>,
     /// Per paced low-priority job, what the controller watches.
     watched: HashMap<JobId, Watch>,
     /// Re-alignments done by the controller.
@@ -114,6 +117,7 @@ impl Default for Metronome {
             third_stage: true,
             monitor: true,
             latency: Vec::new(),
+            mean_latency: Vec::new(),
             watched: HashMap::new(),
             readjustments: 0,
         }
@@ -137,12 +141,15 @@ impl Metronome {
         let mut scratch = free.to_vec();
         let mut chosen: Vec<HostId> = Vec::new();
         let mut shift: Option<(HostId, f64, f64, f64)> = None; // (host, score, shift ms, period ms)
+        // The job's circle depends only on the host's GPU type and rate:
+        // derived once per kind of host, not per host and pod.
+        let mut circles: HashMap<(&str, u64), Option<Circle>> = HashMap::new();
         for _pod in 0..spec.workers {
             // PreFilter: latency to the job's pods placed so far, or the mean.
             let delta: Vec<f64> = (0..t.hosts.len())
                 .map(|n| {
                     if chosen.is_empty() {
-                        self.latency[n].iter().filter(|v| v.is_finite()).sum::<f64>() / t.hosts.len() as f64
+                        self.mean_latency[n]
                     } else {
                         chosen.iter().map(|&c| self.latency[n][c]).sum()
                     }
@@ -154,12 +161,16 @@ impl Metronome {
                 // Filter: a free GPU, and the pod's declared bandwidth — its
                 // peak rate on the fastest NIC — within the link (Eq. 14).
                 let nic = t.host_nic_gbps(n);
-                let Some(declared) = circle_of(spec, &t.hosts[n].gpu_type, fastest) else { continue };
+                let gpu = t.hosts[n].gpu_type.as_str();
+                for gbps in [fastest, nic] {
+                    circles.entry((gpu, gbps.to_bits())).or_insert_with(|| circle_of(spec, gpu, gbps));
+                }
+                let Some(declared) = &circles[&(gpu, fastest.to_bits())] else { continue };
                 let peak = declared.arcs.iter().map(|a| a.gbps).fold(0.0, f64::max);
                 if available < per_pod || peak > nic + 1e-9 || (spec.anti_affinity && chosen.contains(&n)) {
                     continue;
                 }
-                let Some(circle) = circle_of(spec, &t.hosts[n].gpu_type, nic) else { continue };
+                let Some(circle) = &circles[&(gpu, nic.to_bits())] else { continue };
                 let bw = circle.arcs.iter().map(|a| a.gbps).fold(0.0, f64::max);
                 // Score (Eq. 18) with the early returns.
                 let others = node_pods.get(&n).map(Vec::as_slice).unwrap_or_default();
@@ -239,6 +250,9 @@ impl Policy for Metronome {
     fn schedule(&mut self, view: &ClusterView<'_>) -> Vec<Decision> {
         if self.latency.len() != view.topology.hosts.len() {
             self.latency = view.topology.latency_matrix_us();
+            let hosts = view.topology.hosts.len() as f64;
+            self.mean_latency =
+                self.latency.iter().map(|row| row.iter().filter(|v| v.is_finite()).sum::<f64>() / hosts).collect();
         }
         let mut free = view.free_gpus.to_vec();
         // Pods already on each node with their circles (communicating jobs only).
