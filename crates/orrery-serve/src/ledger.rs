@@ -757,7 +757,9 @@ impl Ledger {
         }
         let mut effect = ReportEffect::default();
         if r.iteration > j.iterations_done {
-            j.iterations_done = r.iteration.min(j.target_iterations.max(r.iteration));
+            // A report cannot claim more than the job has to run.
+            j.iterations_done =
+                if j.target_iterations > 0 { r.iteration.min(j.target_iterations) } else { r.iteration };
             j.iteration_start_s = r.start_s.min(now_s);
             j.iter_count += 1;
             j.iter_sum_ms += r.duration_ms;
@@ -1012,6 +1014,7 @@ mod tests {
             Ok(ReportEffect { advanced: false, finished: false }),
             "once per iteration"
         );
-        assert_eq!(l.report(1, &r(1, 10), 3.0), Ok(ReportEffect { advanced: true, finished: true }));
+        assert_eq!(l.report(1, &r(1, 1_000_000), 3.0), Ok(ReportEffect { advanced: true, finished: true }));
+        assert_eq!(l.job_info(a).map(|j| j.iterations_done), Some(10), "no more than the job's 10 iterations");
     }
 }

@@ -136,6 +136,12 @@ pub async fn run(opts: AgentOptions) -> Result<()> {
     }
     let listener =
         UnixListener::bind(&opts.socket).with_context(|| format!("binding socket {}", opts.socket.display()))?;
+    // Only this user (and its group) may speak for the jobs on this node.
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&opts.socket, std::fs::Permissions::from_mode(0o660))
+            .with_context(|| format!("restricting {}", opts.socket.display()))?;
+    }
     let shared = Arc::new(Shared {
         opts,
         client,
