@@ -144,6 +144,7 @@ impl Metronome {
         // The job's circle depends only on the host's GPU type and rate:
         // derived once per kind of host, not per host and pod.
         let mut circles: HashMap<(&str, u64), Option<Circle>> = HashMap::new();
+        let mut scores: HashMap<HostId, (f64, Option<UnifiedCircle>)> = HashMap::new();
         for _pod in 0..spec.workers {
             // PreFilter: latency to the job's pods placed so far, or the mean.
             let delta: Vec<f64> = (0..t.hosts.len())
@@ -156,7 +157,7 @@ impl Metronome {
                 })
                 .collect();
             // (node, score, its unified circle with the newcomer last, when rotated)
-            let mut best: Vec<(HostId, f64, Option<UnifiedCircle>)> = Vec::new();
+            let mut best: Vec<(HostId, f64)> = Vec::new();
             for (n, &available) in scratch.iter().enumerate() {
                 // Filter: a free GPU, and the pod's declared bandwidth — its
                 // peak rate on the fastest NIC — within the link (Eq. 14).
@@ -171,35 +172,39 @@ impl Metronome {
                     continue;
                 }
                 let Some(circle) = &circles[&(gpu, nic.to_bits())] else { continue };
-                let bw = circle.arcs.iter().map(|a| a.gbps).fold(0.0, f64::max);
-                // Score (Eq. 18) with the early returns.
-                let others = node_pods.get(&n).map(Vec::as_slice).unwrap_or_default();
-                let total_bw: f64 =
-                    others.iter().map(|o| o.1.arcs.iter().map(|a| a.gbps).fold(0.0, f64::max)).sum::<f64>() + bw;
-                let (score, unified) = if spec.low_comm || bw == 0.0 || others.is_empty() || total_bw <= nic {
-                    (100.0, None)
-                } else {
-                    let mut circles: Vec<CircleJob> = others
-                        .iter()
-                        .map(|(id, c, p)| CircleJob { name: id.to_string(), priority: *p, circle: c.clone() })
-                        .collect();
-                    circles.push(CircleJob {
-                        name: job.id.to_string(),
-                        priority: spec.priority,
-                        circle: circle.clone(),
-                    });
-                    match unify(&circles, &Params::default()) {
-                        Ok(u) => {
-                            let sol = solve(&u, nic, Search::FastFeasible);
-                            (100.0 * compatibility(&demand(&u, &sol.rotations), nic), Some(u))
+                // Score (Eq. 18) with the early returns. A node's score
+                // depends on its pods and the newcomer's circle, not on which
+                // pod of the job is being placed: computed once per job.
+                let (score, _) = scores.entry(n).or_insert_with(|| {
+                    let bw = circle.arcs.iter().map(|a| a.gbps).fold(0.0, f64::max);
+                    let others = node_pods.get(&n).map(Vec::as_slice).unwrap_or_default();
+                    let total_bw: f64 =
+                        others.iter().map(|o| o.1.arcs.iter().map(|a| a.gbps).fold(0.0, f64::max)).sum::<f64>() + bw;
+                    if spec.low_comm || bw == 0.0 || others.is_empty() || total_bw <= nic {
+                        (100.0, None)
+                    } else {
+                        let mut circles: Vec<CircleJob> = others
+                            .iter()
+                            .map(|(id, c, p)| CircleJob { name: id.to_string(), priority: *p, circle: c.clone() })
+                            .collect();
+                        circles.push(CircleJob {
+                            name: job.id.to_string(),
+                            priority: spec.priority,
+                            circle: circle.clone(),
+                        });
+                        match unify(&circles, &Params::default()) {
+                            Ok(u) => {
+                                let sol = solve(&u, nic, Search::FastFeasible);
+                                (100.0 * compatibility(&demand(&u, &sol.rotations), nic), Some(u))
+                            }
+                            Err(_) => (0.0, None),
                         }
-                        Err(_) => (0.0, None),
                     }
-                };
-                best.push((n, score, unified));
+                });
+                best.push((n, *score));
             }
             let max = best.iter().map(|b| b.1).fold(f64::NEG_INFINITY, f64::max);
-            let top: Vec<&(HostId, f64, Option<UnifiedCircle>)> = best.iter().filter(|b| b.1 >= max - 1e-9).collect();
+            let top: Vec<&(HostId, f64)> = best.iter().filter(|b| b.1 >= max - 1e-9).collect();
             // NormalizeScore (Eq. 19) among the best: lowest latency, or highest for LowComm.
             let d: Vec<f64> = top.iter().map(|b| delta[b.0]).collect();
             let norm = normalize(&d);
@@ -207,12 +212,12 @@ impl Metronome {
                 let (x, y) = if spec.low_comm { (100.0 - norm[a], 100.0 - norm[b]) } else { (norm[a], norm[b]) };
                 x.total_cmp(&y).then(top[b].0.cmp(&top[a].0))
             })?;
-            let (n, score, unified) = top[pick];
-            let n = *n;
+            let (n, score) = *top[pick];
+            let unified = &scores[&n].1;
             scratch[n] -= per_pod;
             chosen.push(n);
             if let Some(u) = unified
-                && shift.is_none_or(|s| *score < s.1)
+                && shift.is_none_or(|s| score < s.1)
             {
                 // The controller's offline recalculation (§III-C): on the chosen
                 // node, the best score with the widest cushion; the ablation
@@ -221,7 +226,7 @@ impl Metronome {
                 let search = if u.jobs.len() > 4 && self.third_stage { Search::FastFeasible } else { search };
                 let shifts = solve(u, t.host_nic_gbps(n), search).shifts_ms(u);
                 let me = u.jobs.len() - 1;
-                shift = Some((n, *score, shifts[me] - shifts[u.reference], u.jobs[me].period_ms));
+                shift = Some((n, score, shifts[me] - shifts[u.reference], u.jobs[me].period_ms));
             }
         }
         // Reserve: all pods placed.

@@ -1,0 +1,51 @@
+//! One scheduling decision against cluster size (issue: decisions at
+//! cluster scale): a leaf-spine of 2-GPU hosts in racks of 32 under 4 spines,
+//! half its GPUs held by 2-worker jobs spread over two hosts each, and one
+//! 2-worker VGG16 waiting. A live scheduler pays this on every arrival.
+//!
+//! `cargo bench -p orrery-policy --bench decision`
+
+use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use orrery_model::setups::LeafSpine;
+use orrery_model::{HostId, JobSpec, Work};
+use orrery_policy::{ClusterView, QueuedJob, RunningJob};
+use std::hint::black_box;
+
+const MODELS: [&str; 5] = ["vgg16", "resnet50", "bert", "vgg19", "resnet18"];
+
+fn bench(c: &mut Criterion) {
+    let mut g = c.benchmark_group("decision");
+    g.sample_size(10);
+    for &hosts in &[64u32, 256, 1024] {
+        let topo = LeafSpine::with_oversubscription(hosts / 32, 32, 4, 2, "v100", 100.0, 2.0)
+            .build("decision-bench")
+            .expect("valid");
+        let jobs = (hosts / 2) as usize;
+        let running: Vec<JobSpec> = (0..jobs)
+            .map(|i| JobSpec::new(format!("r{i}"), MODELS[i % MODELS.len()], 32, 2, Work::Iterations(1000), 0.0))
+            .collect();
+        // Job i on hosts 2i and 2i+1, one GPU each: half the GPUs busy.
+        let placed: Vec<[(HostId, u32); 2]> = (0..jobs).map(|i| [(2 * i, 1), (2 * i + 1, 1)]).collect();
+        let free = vec![1u32; hosts as usize];
+        let waiting = JobSpec::new("new", "vgg16", 32, 2, Work::Iterations(1000), 0.0);
+        for policy in ["metronome", "themis+cassini"] {
+            let mut p = orrery_policy::by_name(policy, 1).expect("catalogued");
+            let view = || ClusterView {
+                now_s: 10.0,
+                topology: &topo,
+                free_gpus: &free,
+                queue: vec![QueuedJob::new(jobs, &waiting, 1.0)],
+                running: running.iter().zip(&placed).enumerate().map(|(i, (s, h))| RunningJob::new(i, s, h)).collect(),
+            };
+            // The first call builds what a policy keeps between calls (latencies).
+            black_box(p.schedule(&view()));
+            g.bench_with_input(BenchmarkId::new(policy, hosts), &hosts, |b, _| {
+                b.iter(|| black_box(p.schedule(&view())));
+            });
+        }
+    }
+    g.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
