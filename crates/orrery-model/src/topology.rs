@@ -109,7 +109,10 @@ const PATH_CACHE_ENTRIES: usize = 1 << 20;
 /// A shared, thread-safe memo of [`Topology::shared_paths`]. It is not part
 /// of a topology's value: clones start empty and it never affects equality.
 #[derive(Default)]
-struct PathCache(std::sync::RwLock<HashMap<(NodeId, NodeId), std::sync::Arc<[Vec<LinkId>]>>>);
+struct PathCache(std::sync::RwLock<HashMap<(NodeId, NodeId), SharedPaths>>);
+
+/// An ECMP path set shared between callers.
+pub type SharedPaths = std::sync::Arc<[Vec<LinkId>]>;
 
 impl Clone for PathCache {
     fn clone(&self) -> Self {
@@ -250,15 +253,13 @@ impl Topology {
     /// [`Topology::paths`] without the copy. The first call for a pair does
     /// one BFS, O(V + E), plus O(paths · hops) to enumerate; later calls are a
     /// hash lookup under a read lock, O(1).
-    pub fn shared_paths(&self, src: NodeId, dst: NodeId) -> std::sync::Arc<[Vec<LinkId>]> {
-        let cache = |g: std::sync::RwLockReadGuard<'_, _>| -> Option<std::sync::Arc<[Vec<LinkId>]>> {
-            let map: &HashMap<(NodeId, NodeId), std::sync::Arc<[Vec<LinkId>]>> = &g;
-            map.get(&(src, dst)).cloned()
-        };
+    pub fn shared_paths(&self, src: NodeId, dst: NodeId) -> SharedPaths {
+        let cache =
+            |g: std::sync::RwLockReadGuard<'_, HashMap<(NodeId, NodeId), SharedPaths>>| g.get(&(src, dst)).cloned();
         if let Some(p) = self.path_cache.0.read().ok().and_then(cache) {
             return p;
         }
-        let paths: std::sync::Arc<[Vec<LinkId>]> = self.enumerate_paths(src, dst).into();
+        let paths: SharedPaths = self.enumerate_paths(src, dst).into();
         if let Ok(mut map) = self.path_cache.0.write() {
             if map.len() >= PATH_CACHE_ENTRIES {
                 map.clear();
