@@ -19,6 +19,7 @@ pub mod order;
 pub mod placement;
 pub mod plebiscito;
 pub mod pollux;
+pub mod share;
 pub mod slot;
 
 pub use compose::{CATALOGUE, by_name};

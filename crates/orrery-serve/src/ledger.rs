@@ -545,8 +545,8 @@ impl Ledger {
         true
     }
 
-    /// Castor's sharing: the simulator's rules (a GPU holds at most two
-    /// jobs, the pair fits its memory). O(P · S).
+    /// Castor's sharing, checked by `orrery_policy::share::check` (the
+    /// simulator's rules). O(P · S).
     fn share(
         &mut self,
         job: JobId,
@@ -556,39 +556,16 @@ impl Ledger {
         now_s: f64,
     ) -> bool {
         let Some(j) = self.jobs.get(job).filter(|j| j.status == JobStatus::Queued) else { return false };
-        let Some(model) = orrery_model::zoo::model(&j.spec.model) else { return false };
-        let batch = j.spec.batch.max(1);
-        let sub = if sub_batch == 0 { batch } else { sub_batch };
-        if sub > batch || shared.is_empty() {
+        let Some(orrery_policy::share::Share { sub_batch: sub, hosts, taken: take }) =
+            orrery_policy::share::check(&self.topology, job, &j.spec, free, shared, sub_batch, self)
+        else {
             return false;
-        }
-        let mut take: BTreeMap<(JobId, HostId), u32> = BTreeMap::new();
-        for &(p, h, g) in shared {
-            *take.entry((p, h)).or_default() += g;
-        }
-        for (&(p, h), &g) in &take {
-            if p == job || g == 0 || !self.jobs.get(p).is_some_and(|pj| pj.status == JobStatus::Running) {
-                return false;
-            }
-            let solo: u32 = self.solo_gpus(p).iter().filter(|x| x.0 == h).map(|x| x.1).sum();
-            let Some(pm) = orrery_model::zoo::model(&self.jobs[p].spec.model) else { return false };
-            let mem = orrery_model::colocation::memory_mib(model, sub)
-                + orrery_model::colocation::memory_mib(pm, self.jobs[p].sub_batch);
-            let gpu_mib =
-                orrery_model::gpu::gpu_type(&self.topology.hosts[h].gpu_type).map_or(16.0, |g| g.memory_gib) * 1024.0;
-            if solo < g || mem > gpu_mib {
-                return false;
-            }
-        }
-        let mut per_host: BTreeMap<HostId, u32> = BTreeMap::new();
-        for (h, g) in free.iter().copied().chain(take.iter().map(|(&(_, h), &g)| (h, g))) {
-            *per_host.entry(h).or_default() += g;
-        }
+        };
         // Lend the shared GPUs to the placement check; `place` takes them back.
         for (&(_, h), &g) in &take {
             self.free[h] += g;
         }
-        if !self.place(job, per_host.into_iter().collect(), now_s) {
+        if !self.place(job, hosts, now_s) {
             for (&(_, h), &g) in &take {
                 self.free[h] -= g;
             }
@@ -855,6 +832,20 @@ impl Ledger {
             *out.entry(j.status.name().to_string()).or_default() += 1;
         }
         out
+    }
+}
+
+impl orrery_policy::share::Partners for Ledger {
+    fn is_running(&self, job: JobId) -> bool {
+        self.jobs.get(job).is_some_and(|j| j.status == JobStatus::Running)
+    }
+
+    fn solo_on(&self, job: JobId, host: HostId) -> u32 {
+        self.solo_gpus(job).iter().filter(|x| x.0 == host).map(|x| x.1).sum()
+    }
+
+    fn spec_and_sub_batch(&self, job: JobId) -> Option<(&JobSpec, u32)> {
+        self.jobs.get(job).map(|j| (&j.spec, j.sub_batch))
     }
 }
 

@@ -751,48 +751,22 @@ impl<'a> Simulation<'a> {
             .collect()
     }
 
-    /// GPU memory of a GPU on `host`, MiB (16 GiB when the type is unknown).
-    fn gpu_memory_mib(&self, host: HostId) -> f64 {
-        orrery_model::gpu::gpu_type(&self.topo.hosts[host].gpu_type).map_or(16.0, |g| g.memory_gib) * 1024.0
-    }
-
     /// Starts queued `job` on `free` GPUs plus `shared` GPUs of running jobs
     /// (Castor's GPU sharing) at per-GPU `sub_batch` (0: its batch); false
     /// if the decision is invalid: a GPU would hold three jobs, the pair
-    /// would not fit its memory, or the GPUs do not add up to a placement.
+    /// would not fit its memory (`orrery_policy::share::check`, the live
+    /// driver's rule too), or the GPUs do not add up to a placement.
     /// Both jobs of each pair are slowed by their ground-truth ξ
     /// ([`SimConfig::colocation`]). O(P·S) for P partners of S sharings each.
     fn share(&mut self, job: JobId, free: &[(HostId, u32)], shared: &[(JobId, HostId, u32)], sub_batch: u32) -> bool {
         let Some(j) = self.jobs.get(job).filter(|j| j.status == Status::Queued) else { return false };
         let Some(model) = orrery_model::zoo::model(&j.spec.model) else { return false };
         let batch = j.spec.batch.max(1);
-        let sub = if sub_batch == 0 { batch } else { sub_batch };
-        if sub > batch || shared.is_empty() {
+        let Some(orrery_policy::share::Share { sub_batch: sub, hosts, taken: take }) =
+            orrery_policy::share::check(self.topo, job, &j.spec, free, shared, sub_batch, &*self)
+        else {
             return false;
-        }
-        // Each partner's solo GPUs per host must cover what is taken from it.
-        let mut take: HashMap<(JobId, HostId), u32> = HashMap::new();
-        for &(p, h, g) in shared {
-            *take.entry((p, h)).or_default() += g;
-        }
-        for (&(p, h), &g) in &take {
-            if p == job || !self.jobs.get(p).is_some_and(|pj| pj.status == Status::Running) || g == 0 {
-                return false;
-            }
-            let solo = self.solo_gpus(p).iter().filter(|x| x.0 == h).map(|x| x.1).sum::<u32>();
-            let Some(pm) = orrery_model::zoo::model(&self.jobs[p].spec.model) else { return false };
-            let need = orrery_model::colocation::memory_mib(model, sub)
-                + orrery_model::colocation::memory_mib(pm, self.jobs[p].sub_batch);
-            if solo < g || need > self.gpu_memory_mib(h) {
-                return false;
-            }
-        }
-        // One entry per host: its free GPUs plus those shared there.
-        let mut per_host: std::collections::BTreeMap<HostId, u32> = std::collections::BTreeMap::new();
-        for (h, g) in free.iter().copied().chain(take.iter().map(|(&(_, h), &g)| (h, g))) {
-            *per_host.entry(h).or_default() += g;
-        }
-        let hosts: Vec<(HostId, u32)> = per_host.into_iter().collect();
+        };
         // Lend the shared GPUs to the placement check; `place` takes them
         // again, so on success they are counted once.
         for (&(_, h), &g) in &take {
@@ -1154,5 +1128,19 @@ impl<'a> Simulation<'a> {
         j.status = Status::Finished;
         j.finish_ns = Some(self.now);
         self.schedule(policy);
+    }
+}
+
+impl orrery_policy::share::Partners for Simulation<'_> {
+    fn is_running(&self, job: JobId) -> bool {
+        self.jobs.get(job).is_some_and(|j| j.status == Status::Running)
+    }
+
+    fn solo_on(&self, job: JobId, host: HostId) -> u32 {
+        self.solo_gpus(job).iter().filter(|x| x.0 == host).map(|x| x.1).sum()
+    }
+
+    fn spec_and_sub_batch(&self, job: JobId) -> Option<(&JobSpec, u32)> {
+        self.jobs.get(job).map(|j| (&j.spec, j.sub_batch))
     }
 }
