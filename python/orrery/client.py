@@ -45,6 +45,7 @@ class Client:
         try:
             self._sock.connect(self.socket_path)
         except OSError as e:
+            self._sock.close()
             raise AgentError("cannot reach the orrery agent at %s: %s" % (self.socket_path, e)) from e
         self._reader = self._sock.makefile("r", encoding="utf-8")
 

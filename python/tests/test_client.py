@@ -32,7 +32,9 @@ class ScriptedAgent(threading.Thread):
             self.requests.append(json.loads(line))
             reply = self.replies.pop(0) if self.replies else {"error": "script ended"}
             conn.sendall((json.dumps(reply) + "\n").encode())
+        reader.close()
         conn.close()
+        self.server.close()
 
 
 class ClientTest(unittest.TestCase):
@@ -81,6 +83,7 @@ class ClientTest(unittest.TestCase):
         self.assertIn("preempted", cm.exception.reason)
         self.assertTrue(client.done)
         client.close()
+        agent.join(2)
 
     def test_done_from_the_agent_ends_the_loop(self):
         agent = ScriptedAgent(self.path, [
@@ -95,6 +98,7 @@ class ClientTest(unittest.TestCase):
                 runs += 1
         self.assertEqual(runs, 1)
         client.close()
+        agent.join(2)
 
     def test_missing_environment_is_named(self):
         with self.assertRaises(orrery.AgentError) as cm:
