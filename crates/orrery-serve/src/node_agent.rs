@@ -72,6 +72,8 @@ struct State {
     host: usize,
     session: u64,
     epoch_unix_ms: i64,
+    /// How often the service wants a heartbeat, s.
+    heartbeat_s: f64,
     registered: bool,
     jobs: HashMap<JobId, Assignment>,
     /// Why jobs left (for processes that ask later).
@@ -181,6 +183,7 @@ async fn register(shared: &Shared) {
                 s.host = r.host;
                 s.session = r.session;
                 s.epoch_unix_ms = r.epoch_unix_ms;
+                s.heartbeat_s = r.heartbeat_s;
                 s.registered = true;
                 tracing::info!(host = r.host, session = r.session, "registered");
                 return;
@@ -217,16 +220,17 @@ async fn on_stale(shared: &Shared, session: u64, e: &ClientError) -> bool {
 
 async fn heartbeats(shared: Arc<Shared>) {
     loop {
-        let (host, session) = {
+        let (host, session, every) = {
             let s = shared.lock();
-            (s.host, s.session)
+            (s.host, s.session, s.heartbeat_s)
         };
         if let Err(e) = shared.client.heartbeat(host, session).await
             && !on_stale(&shared, session, &e).await
         {
             tracing::warn!("heartbeat: {e}");
         }
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        // As often as the service asks (a fifth of its time-out, at most 1 s).
+        tokio::time::sleep(Duration::from_secs_f64(if every > 0.0 { every.clamp(0.05, 1.0) } else { 0.5 })).await;
     }
 }
 
