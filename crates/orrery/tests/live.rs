@@ -470,7 +470,8 @@ fn python_training_processes_run_their_iterations_in_the_slots_metronome_paces()
     let user = s.token("user.token");
     let u = s.url();
     let out = dir.path().display().to_string();
-    let exec = format!("python3 python/tests/live_worker.py > {out}/job-$ORRERY_JOB-$ORRERY_RANK.out 2>&1");
+    let exec =
+        format!("ORRERY_PRINT_STARTS=1 python3 python/examples/train.py > {out}/job-$ORRERY_JOB-$ORRERY_RANK.out 2>&1");
     let _a0 = agent(&s, "h0", Some(&exec));
     let _a1 = agent(&s, "h1", Some(&exec));
     nodes_up(&http, &s, 2);
