@@ -91,3 +91,20 @@ pub async fn start(opts: ServeOptions) -> Result<Running> {
     let server = tokio::spawn(async move { axum::serve(listener, app).await });
     Ok(Running { addr, handle, server })
 }
+
+/// Resolves on Ctrl-C (SIGINT) or SIGTERM (`kill`, systemd, Kubernetes), so
+/// the service and the agents stop cleanly on either.
+pub async fn shutdown_signal() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term => {}
+    }
+}

@@ -160,7 +160,7 @@ pub async fn run(opts: AgentOptions) -> Result<()> {
         tokio::spawn(serve_socket(shared.clone(), listener)),
         tokio::spawn(reap(shared.clone())),
     ];
-    let _ = tokio::signal::ctrl_c().await;
+    crate::shutdown_signal().await;
     for t in tasks {
         t.abort();
     }

@@ -126,7 +126,7 @@ pub fn serve(args: &ServeArgs) -> Result<()> {
         }
         tokio::select! {
             r = running.wait() => r,
-            _ = tokio::signal::ctrl_c() => { tracing::info!("stopping"); Ok(()) }
+            _ = orrery_serve::shutdown_signal() => { tracing::info!("stopping"); Ok(()) }
         }
     })
 }
