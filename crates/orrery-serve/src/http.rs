@@ -86,6 +86,14 @@ impl From<Unavailable> for Error {
 
 type Answer<T> = Result<T, Error>;
 
+/// A query string as the extractor gave it: parsed, or why not.
+type QueryArg<T> = Result<Query<T>, axum::extract::rejection::QueryRejection>;
+
+/// The parsed query, or a JSON 400 saying what was wrong with it.
+fn query<T>(q: QueryArg<T>) -> Answer<T> {
+    q.map(|Query(q)| q).map_err(|e| Error::new(StatusCode::BAD_REQUEST, e.body_text()))
+}
+
 /// The router with every endpoint.
 pub fn router(core: Handle, tokens: Tokens) -> Router {
     let app = App { core, tokens: Arc::new(tokens) };
@@ -168,11 +176,8 @@ struct ListQuery {
     limit: Option<usize>,
 }
 
-async fn list_jobs(
-    State(app): State<App>,
-    q: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
-) -> Answer<Response> {
-    let Query(q) = q.map_err(|e| Error::new(StatusCode::BAD_REQUEST, e.body_text()))?;
+async fn list_jobs(State(app): State<App>, q: QueryArg<ListQuery>) -> Answer<Response> {
+    let q = query(q)?;
     let limit = q.limit.unwrap_or(1000).min(10_000);
     let jobs = app
         .core
@@ -244,11 +249,8 @@ struct SinceQuery {
     limit: Option<usize>,
 }
 
-async fn decisions(
-    State(app): State<App>,
-    q: Result<Query<SinceQuery>, axum::extract::rejection::QueryRejection>,
-) -> Answer<Response> {
-    let Query(q) = q.map_err(|e| Error::new(StatusCode::BAD_REQUEST, e.body_text()))?;
+async fn decisions(State(app): State<App>, q: QueryArg<SinceQuery>) -> Answer<Response> {
+    let q = query(q)?;
     let limit = q.limit.unwrap_or(10_000).min(100_000);
     let log = app
         .core
@@ -292,12 +294,8 @@ struct AssignQuery {
     wait_s: f64,
 }
 
-async fn assignments(
-    State(app): State<App>,
-    Path(host): Path<usize>,
-    q: Result<Query<AssignQuery>, axum::extract::rejection::QueryRejection>,
-) -> Answer<Response> {
-    let Query(q) = q.map_err(|e| Error::new(StatusCode::BAD_REQUEST, e.body_text()))?;
+async fn assignments(State(app): State<App>, Path(host): Path<usize>, q: QueryArg<AssignQuery>) -> Answer<Response> {
+    let q = query(q)?;
     let wait = if q.wait_s.is_finite() { q.wait_s.clamp(0.0, MAX_WAIT_S) } else { 0.0 };
     let deadline = tokio::time::Instant::now() + Duration::from_secs_f64(wait);
     let mut committed = app.core.committed.clone();

@@ -211,11 +211,6 @@ impl Ledger {
         &self.waiting
     }
 
-    /// Whether any job is queued.
-    pub fn has_waiting(&self) -> bool {
-        !self.waiting.is_empty()
-    }
-
     /// Free GPUs per host.
     pub fn free_gpus(&self) -> &[u32] {
         &self.free
@@ -646,11 +641,6 @@ impl Ledger {
             )));
         }
         Ok(host)
-    }
-
-    /// The node's current session, if it is up.
-    pub fn session(&self, host: HostId) -> Option<u64> {
-        self.nodes.get(host).filter(|n| n.up).map(|n| n.session)
     }
 
     /// Highest session ever given to `host` (a new one must be higher).
