@@ -249,6 +249,10 @@ pub struct RegisterRequest {
     pub gpus: u32,
     /// NIC rate this agent measured or was told, Gbit/s (checked against the topology).
     pub nic_gbps: f64,
+    /// The host's address on the data network (where its workers listen), if
+    /// the agent knows it: workers of a job find each other with it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_addr: Option<std::net::IpAddr>,
 }
 
 /// Answer to a registration.
@@ -291,6 +295,14 @@ pub struct Assignment {
     pub ranks: Vec<u32>,
     /// Every worker's host name, in ring order.
     pub workers: Vec<String>,
+    /// Every worker's data-network address, in ring order (`None` where the
+    /// host's agent did not give one).
+    #[serde(default)]
+    pub worker_addrs: Vec<Option<std::net::IpAddr>>,
+    /// What one iteration does on this placement, alone: the segments an
+    /// emulated worker runs (`orrery worker`).
+    #[serde(default)]
+    pub shape: orrery_model::IterationShape,
     /// Iteration time alone, ms.
     pub period_ms: f64,
     /// Compute part of an iteration alone, ms.

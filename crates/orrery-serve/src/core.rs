@@ -148,6 +148,7 @@ impl Core {
         if self.record(Logged::Event(DriverEvent::NodeUp { node: host, gpus: req.gpus, session }), "driver").is_none() {
             return Err(Failure::Conflict(format!("host {} cannot take {} GPUs now", req.name, req.gpus)));
         }
+        self.ledger.set_data_addr(host, req.data_addr);
         Ok(Registered {
             host,
             session,

@@ -66,6 +66,8 @@ pub struct LiveJob {
     pub period_ms: f64,
     /// Compute part of it, ms.
     pub compute_ms: f64,
+    /// Its iteration shape alone on the placement.
+    pub shape: orrery_model::IterationShape,
     /// Start of the last reported iteration, cluster-clock s.
     pub iteration_start_s: f64,
     /// Iterations and their summed time on the current placement.
@@ -101,6 +103,7 @@ impl LiveJob {
             target_iterations: 0,
             period_ms: 0.0,
             compute_ms: 0.0,
+            shape: orrery_model::IterationShape::default(),
             iteration_start_s: 0.0,
             iter_count: 0,
             iter_sum_ms: 0.0,
@@ -124,6 +127,9 @@ struct Node {
     last_seen_s: f64,
     /// Log sequence of the last change touching it (the agents' long-poll version).
     version: u64,
+    /// Data-network address its agent gave (not logged: agents give it again
+    /// when they re-register).
+    data_addr: Option<std::net::IpAddr>,
 }
 
 /// Why a registration, heartbeat or report was refused.
@@ -529,6 +535,7 @@ impl Ledger {
         j.workers = placed.workers;
         j.period_ms = period;
         j.compute_ms = compute;
+        j.shape = placed.shape;
         j.status = JobStatus::Running;
         j.started_s.get_or_insert(now_s);
         j.placed_s = now_s;
@@ -608,6 +615,13 @@ impl Ledger {
             .iter()
             .map(|&(h, g)| (h, g - j.sharing.iter().filter(|s| s.host == h).map(|s| s.gpus).sum::<u32>().min(g)))
             .collect()
+    }
+
+    /// Sets the data-network address a host's agent gave. O(1).
+    pub fn set_data_addr(&mut self, host: HostId, addr: Option<std::net::IpAddr>) {
+        if let Some(n) = self.nodes.get_mut(host) {
+            n.data_addr = addr;
+        }
     }
 
     /// A registration: the host by name, checked against the topology.
@@ -804,6 +818,8 @@ impl Ledger {
                     gpus: j.hosts.iter().filter(|h| h.0 == host).map(|h| h.1).sum(),
                     ranks: (0..j.workers.len() as u32).filter(|&w| j.workers[w as usize] == host).collect(),
                     workers: j.workers.iter().map(|&h| self.topology.hosts[h].name.clone()).collect(),
+                    worker_addrs: j.workers.iter().map(|&h| self.nodes.get(h).and_then(|n| n.data_addr)).collect(),
+                    shape: j.shape.clone(),
                     period_ms: j.period_ms,
                     compute_ms: j.compute_ms,
                     iterations_done: j.iterations_done,

@@ -7,15 +7,25 @@
 //! Each worker process gets `ORRERY_AGENT_SOCKET`, `ORRERY_JOB`,
 //! `ORRERY_JOB_NAME`, `ORRERY_EPOCH`, `ORRERY_RANK`, `ORRERY_WORLD_SIZE`,
 //! `ORRERY_WORKERS` (host of each rank), `ORRERY_PERIOD_MS`,
-//! `ORRERY_COMPUTE_MS`, `ORRERY_EPOCH_UNIX_MS` and `CUDA_VISIBLE_DEVICES`
+//! `ORRERY_COMPUTE_MS`, `ORRERY_EPOCH_UNIX_MS`, `ORRERY_WORKER_ADDRS` (the
+//! data-network address of each rank's host, empty where unknown),
+//! `ORRERY_SHAPE` (the iteration shape as JSON) and `CUDA_VISIBLE_DEVICES`
 //! (its share of the local GPUs the agent gave the job: free ones first).
+//!
+//! With `--netns NS` the processes start inside that network namespace (the
+//! testbed's host), while the agent itself speaks to the service from its
+//! own. With `--shape-dev DEV` the agent enforces `Throttle` decisions with
+//! tc: one htb class per throttled job under DEV's root class `1:1` (the
+//! layout `orrery testbed up` makes), matched by the firewall mark `job + 1`
+//! that the job's processes put on their sockets (`SO_MARK`).
 //!
 //! Local protocol: one JSON object per line each way.
 //!
 //! * `{"op":"wait","job":J,"rank":R?,"epoch":E?}` → blocks while the job is
 //!   paused or not yet placed here, then `{"go":true,"delay_ms":D,
 //!   "iteration":K,"epoch":E,"throttle_gbps":G|null,"period_ms":P}`: sleep D
-//!   ms, then run iteration K. `{"stop":"why"}` when the job left this node
+//!   ms, then run iteration K (`route`: the spine paths pinned for this rank's
+//!   ring flow, empty for ECMP). `{"stop":"why"}` when the job left this node
 //!   (finished, preempted, cancelled) or `E` is stale.
 //! * `{"op":"report","job":J,"epoch":E,"iteration":K,"start_unix_ms":T,
 //!   "duration_ms":D,"comm_ms":C?,"done":B?}` → `{"ok":true,"done":B}`
@@ -58,6 +68,14 @@ pub struct AgentOptions {
     pub exec: Option<String>,
     /// Longest long-poll, s.
     pub poll_s: f64,
+    /// The host's data-network address, given to the service for peers.
+    pub data_addr: Option<std::net::IpAddr>,
+    /// Network namespace the training processes start in.
+    pub netns: Option<String>,
+    /// Enforce throttles with tc on this device (in `netns`).
+    pub shape_dev: Option<String>,
+    /// Rates on the device are the topology's times this (the testbed's scale).
+    pub rate_scale: f64,
 }
 
 /// One worker's progress through the decisions in force.
@@ -87,6 +105,8 @@ struct State {
     done: HashSet<JobId>,
     /// Jobs holding each local GPU (two when Castor shares it).
     gpu_jobs: Vec<Vec<JobId>>,
+    /// Throttles installed with tc: job → rate on the device, bit/s.
+    shaped: HashMap<JobId, u64>,
 }
 
 impl State {
@@ -175,7 +195,12 @@ pub async fn run(opts: AgentOptions) -> Result<()> {
 /// Registers until the service accepts (retrying every second).
 async fn register(shared: &Shared) {
     let req =
-        RegisterRequest { name: shared.opts.name.clone(), gpus: shared.opts.gpus, nic_gbps: shared.opts.nic_gbps };
+        RegisterRequest {
+        name: shared.opts.name.clone(),
+        gpus: shared.opts.gpus,
+        nic_gbps: shared.opts.nic_gbps,
+        data_addr: shared.opts.data_addr,
+    };
     loop {
         match shared.client.register(&req).await {
             Ok(r) => {
@@ -297,8 +322,70 @@ fn apply_assignments(shared: &Shared, jobs: Vec<Assignment>) {
         }
     }
     s.jobs = new;
+    let o = &shared.opts;
+    let tc = o.shape_dev.as_ref().map(|dev| throttle_commands(&mut s, o.netns.as_deref(), dev, o.rate_scale, &o.name));
     drop(s);
     shared.changed.notify_waiters();
+    for args in tc.into_iter().flatten() {
+        run_tc(&args);
+    }
+}
+
+/// The htb class of a throttled job on the shaped device (minor ids from 0x100).
+fn throttle_class(job: JobId) -> u32 {
+    0x100 + (job % 0xfe00) as u32
+}
+
+/// tc commands that bring the device's throttle classes in line with the
+/// `Throttle`s in force. A job's cap is per flow (the policy's unit), so its
+/// class gets the cap times the job's flows that leave this host: its local
+/// ranks whose ring successor is elsewhere. O(jobs here).
+fn throttle_commands(s: &mut State, netns: Option<&str>, dev: &str, scale: f64, host: &str) -> Vec<Vec<String>> {
+    let mut want: HashMap<JobId, u64> = HashMap::new();
+    for a in s.jobs.values() {
+        let Some(g) = a.in_force.throttle_gbps.filter(|g| g.is_finite() && *g > 0.0) else { continue };
+        let n = a.workers.len();
+        let leaving = a.ranks.iter().filter(|&&r| a.workers.get((r as usize + 1) % n.max(1)).is_some_and(|w| w != host)).count();
+        want.insert(a.job, (g * 1e9 * scale * leaving.max(1) as f64).round().max(8_000.0) as u64);
+    }
+    let ns: Vec<String> = netns.map(|n| vec!["-n".to_string(), n.to_string()]).unwrap_or_default();
+    let mut out = Vec::new();
+    let gone: Vec<JobId> = s.shaped.keys().filter(|j| !want.contains_key(j)).copied().collect();
+    for job in gone {
+        s.shaped.remove(&job);
+        let class = format!("1:{:x}", throttle_class(job));
+        let mark = (job + 1).to_string();
+        out.push([&ns[..], &["filter", "del", "dev", dev, "parent", "1:", "protocol", "ip", "prio", "1", "handle", &mark, "fw"].map(String::from)].concat());
+        out.push([&ns[..], &["class", "del", "dev", dev, "classid", &class].map(String::from)].concat());
+    }
+    for (job, rate) in want {
+        if s.shaped.get(&job) == Some(&rate) {
+            continue;
+        }
+        let fresh = s.shaped.insert(job, rate).is_none();
+        let class = format!("1:{:x}", throttle_class(job));
+        let rate = format!("{rate}bit");
+        out.push(
+            [&ns[..], &["class", "replace", "dev", dev, "parent", "1:1", "classid", &class, "htb", "rate", &rate, "ceil", &rate, "quantum", "60000"].map(String::from)]
+                .concat(),
+        );
+        if fresh {
+            let mark = (job + 1).to_string();
+            out.push(
+                [&ns[..], &["filter", "replace", "dev", dev, "parent", "1:", "protocol", "ip", "prio", "1", "handle", &mark, "fw", "classid", &class].map(String::from)]
+                    .concat(),
+            );
+        }
+    }
+    out
+}
+
+fn run_tc(args: &[String]) {
+    match std::process::Command::new("tc").args(args).output() {
+        Ok(o) if o.status.success() => tracing::info!("tc {}", args.join(" ")),
+        Ok(o) => tracing::error!("tc {}: {}", args.join(" "), String::from_utf8_lossy(&o.stderr).trim()),
+        Err(e) => tracing::error!("tc {}: {e}", args.join(" ")),
+    }
 }
 
 /// Starts one process per worker rank on this node, each on its share of
@@ -308,9 +395,20 @@ fn launch(opts: &AgentOptions, s: &State, a: &Assignment, cmd: &str, gpus: &[usi
     let per_rank = gpus.len() / a.ranks.len().max(1);
     for (k, &rank) in a.ranks.iter().enumerate() {
         let mine: Vec<String> = gpus.iter().skip(k * per_rank).take(per_rank.max(1)).map(ToString::to_string).collect();
-        let mut c = tokio::process::Command::new("sh");
-        c.arg("-c")
-            .arg(cmd)
+        let mut c = match &opts.netns {
+            Some(ns) => {
+                let mut c = tokio::process::Command::new("ip");
+                c.args(["netns", "exec", ns, "sh", "-c", cmd]);
+                c
+            }
+            None => {
+                let mut c = tokio::process::Command::new("sh");
+                c.args(["-c", cmd]);
+                c
+            }
+        };
+        let addrs: Vec<String> = a.worker_addrs.iter().map(|x| x.map(|ip| ip.to_string()).unwrap_or_default()).collect();
+        c
             .env("ORRERY_AGENT_SOCKET", &opts.socket)
             .env("ORRERY_JOB", a.job.to_string())
             .env("ORRERY_JOB_NAME", &a.name)
@@ -321,6 +419,8 @@ fn launch(opts: &AgentOptions, s: &State, a: &Assignment, cmd: &str, gpus: &[usi
             .env("ORRERY_PERIOD_MS", a.period_ms.to_string())
             .env("ORRERY_COMPUTE_MS", a.compute_ms.to_string())
             .env("ORRERY_EPOCH_UNIX_MS", s.epoch_unix_ms.to_string())
+            .env("ORRERY_WORKER_ADDRS", addrs.join(","))
+            .env("ORRERY_SHAPE", serde_json::to_string(&a.shape).unwrap_or_default())
             .env("CUDA_VISIBLE_DEVICES", mine.join(","))
             .kill_on_drop(true);
         match c.spawn() {
@@ -418,7 +518,15 @@ enum Request {
 #[derive(Debug, Serialize)]
 #[serde(untagged)]
 enum Reply {
-    Go { go: bool, delay_ms: f64, iteration: u64, epoch: u64, throttle_gbps: Option<f64>, period_ms: f64 },
+    Go {
+        go: bool,
+        delay_ms: f64,
+        iteration: u64,
+        epoch: u64,
+        throttle_gbps: Option<f64>,
+        period_ms: f64,
+        route: Vec<usize>,
+    },
     Stop { stop: String },
     Ok { ok: bool, done: bool },
     Error { error: String },
@@ -491,6 +599,7 @@ async fn wait(shared: &Shared, job: &str, rank: Option<u32>, epoch: Option<u64>)
                         epoch: a.epoch,
                         throttle_gbps: f.throttle_gbps,
                         period_ms: a.period_ms,
+                        route: f.routes.get(&(rank as usize)).cloned().unwrap_or_default(),
                     };
                 }
             } else if let Some(id) = id

@@ -67,6 +67,21 @@ pub struct NodeArgs {
     /// ORRERY_AGENT_SOCKET, ORRERY_JOB, ORRERY_EPOCH, ORRERY_RANK, ... set).
     #[arg(long)]
     exec: Option<String>,
+    /// This host's address on the data network; workers of a job reach each
+    /// other there (`orrery testbed up` prints each host's).
+    #[arg(long, value_name = "IP")]
+    data_addr: Option<std::net::IpAddr>,
+    /// Start the training processes inside this network namespace (a host
+    /// of `orrery testbed up`).
+    #[arg(long, value_name = "NS")]
+    netns: Option<String>,
+    /// Enforce throttles with tc on this device (in --netns), e.g. eth0 on a
+    /// testbed host.
+    #[arg(long, value_name = "DEV")]
+    shape_dev: Option<String>,
+    /// The device's rates are the topology's times this (the testbed's --scale).
+    #[arg(long, default_value_t = 1.0, value_name = "FACTOR")]
+    rate_scale: f64,
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime> {
@@ -304,7 +319,14 @@ pub fn node_agent(args: &NodeArgs) -> Result<()> {
         socket,
         exec: args.exec.clone(),
         poll_s: 20.0,
+        data_addr: args.data_addr,
+        netns: args.netns.clone(),
+        shape_dev: args.shape_dev.clone(),
+        rate_scale: args.rate_scale,
     };
+    if !(args.rate_scale.is_finite() && args.rate_scale > 0.0) {
+        bail!("--rate-scale: expected a positive factor, found {}", args.rate_scale);
+    }
     runtime()?.block_on(orrery_serve::node_agent::run(opts))
 }
 

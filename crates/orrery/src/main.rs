@@ -9,6 +9,7 @@ mod compat;
 mod live;
 mod run;
 mod scale;
+mod testbed;
 mod topo;
 mod trace;
 mod zoo;
@@ -92,6 +93,13 @@ enum Command {
         #[command(flatten)]
         client: live::ClientArgs,
     },
+    /// A real-network testbed: namespaces, tc-shaped links, emulated workers.
+    #[command(subcommand)]
+    Testbed(testbed::Command),
+    /// An emulated data-parallel worker (started by `orrery agent --node
+    /// --exec`): sleeps the shape's compute and runs its communication as a
+    /// real TCP ring all-reduce with the job's other workers.
+    Worker(testbed::WorkerArgs),
     /// Benchmarks: `orrery bench serve` (durable submissions per second).
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -176,6 +184,8 @@ fn main() -> ExitCode {
         Command::Cancel { id, client } => live::cancel(&client, &id),
         Command::Decisions { since, json, client } => live::decisions(&client, since, json),
         Command::Bench(BenchCommand::Serve(args)) => live::bench_serve(&args),
+        Command::Testbed(cmd) => testbed::run(&cmd),
+        Command::Worker(args) => testbed::worker(&args),
         Command::Policies => {
             for (name, what) in orrery_policy::CATALOGUE {
                 println!("{name:<16} {what}");

@@ -282,7 +282,7 @@ fn crash_safety_under_sigkill_loses_no_acknowledged_job_or_committed_decision() 
     // The test is the agents of the 16 hosts: they register once.
     let topo = orrery_model::setups::by_name("leaf-spine").expect("leaf-spine");
     for h in &topo.hosts {
-        let req = RegisterRequest { name: h.name.clone(), gpus: h.gpus, nic_gbps: 100.0 };
+        let req = RegisterRequest { name: h.name.clone(), gpus: h.gpus, nic_gbps: 100.0, data_addr: None };
         let r: Registered = rt
             .block_on(async {
                 http.post(format!("{url}/v1/nodes/register")).bearer_auth(&agent).json(&req).send().await?.json().await

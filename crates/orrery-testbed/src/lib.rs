@@ -1,0 +1,9 @@
+//! orrery on real TCP. [`fabric`] builds an orrery leaf-spine topology out of
+//! Linux network namespaces with tc-shaped veth links; [`worker`] is an
+//! emulated data-parallel worker that runs a job's iteration shape as sleeps
+//! and a real TCP ring all-reduce, paced by its node agent.
+//!
+//! Needs root (CAP_NET_ADMIN) and iproute2 (`ip`, `tc`).
+
+pub mod fabric;
+pub mod worker;
