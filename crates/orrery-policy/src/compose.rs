@@ -297,6 +297,38 @@ pub fn by_name(name: &str, seed: u64) -> Option<Box<dyn Policy>> {
     Some(Box::new(Composed::new(order(o)?, placement(p, seed)?, name)))
 }
 
+/// A policy by name: those of [`by_name`], plus `pinned` (and
+/// `pinned+cassini`) and FORESIGHT's modes over a placement given as pins
+/// (job id → GPUs per host), as experiments reproduce a paper's set-up.
+pub fn with_pins(
+    name: &str,
+    seed: u64,
+    pins: &std::collections::BTreeMap<String, Vec<(usize, u32)>>,
+) -> Option<Box<dyn crate::Policy>> {
+    let pinned = || {
+        Box::new(crate::baseline::Pinned { pins: pins.clone(), label: None }) as Box<dyn crate::Policy>
+    };
+    use crate::foresight::policy::{Foresight, Mode};
+    let mode = |m| Some(Box::new(Foresight::new(pinned(), m)) as Box<dyn crate::Policy>);
+    match name {
+        "pinned" => Some(pinned()),
+        // FORESIGHT's names over the experiment's placement (Fig. 5).
+        "ecmp" => Some(Box::new(crate::baseline::Pinned { pins: pins.clone(), label: Some("ecmp".into()) })),
+        "ts" => mode(Mode::Ts),
+        "ro" => mode(Mode::Ro),
+        "sub" => mode(Mode::Sub),
+        "foresight" => mode(Mode::Foresight),
+        "routes" => mode(Mode::Routes),
+        "perfect" => mode(Mode::Perfect),
+        "pinned+cassini" => {
+            let mut c = crate::cassini::Cassini::new(pinned(), seed);
+            c.candidates = 1; // the pins are the placement
+            Some(Box::new(c))
+        }
+        _ => by_name(name, seed),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -22,7 +22,7 @@ pub mod pollux;
 pub mod share;
 pub mod slot;
 
-pub use compose::{CATALOGUE, by_name};
+pub use compose::{CATALOGUE, by_name, with_pins};
 
 use orrery_model::{HostId, JobSpec, Topology};
 use serde::{Deserialize, Serialize};

@@ -60,6 +60,7 @@ pub async fn run(opts: BenchOptions) -> Result<BenchReport> {
         topology: opts.topology.clone(),
         node_timeout_s: 3600.0,
         heartbeat_s: 1.0,
+        pins: Default::default(),
     };
     let running = crate::start(crate::ServeOptions {
         config,

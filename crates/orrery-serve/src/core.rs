@@ -39,6 +39,9 @@ pub struct Config {
     pub node_timeout_s: f64,
     /// Agents heartbeat this often, s.
     pub heartbeat_s: f64,
+    /// Hosts each job (by spec id) is pinned to, for the `pinned` policies
+    /// (`orrery_policy::with_pins`); empty otherwise.
+    pub pins: std::collections::BTreeMap<String, Vec<(orrery_model::HostId, u32)>>,
 }
 
 /// A request for the core thread: runs there, returns what to do once the
@@ -341,11 +344,11 @@ pub fn start(config: Config, db_path: &std::path::Path) -> Result<(Handle, std::
     let (seq_tx, seq_rx) = watch::channel(ledger.next_seq() - 1);
     // The policy is built on the core thread (policies need not be Send).
     let name = config.policy.clone();
-    orrery_policy::by_name(&name, config.seed)
+    orrery_policy::with_pins(&name, config.seed, &config.pins)
         .with_context(|| format!("unknown policy {name:?} (see `orrery policies`)"))?;
     let m = metrics.clone();
     let thread = std::thread::Builder::new().name("orrery-core".into()).spawn(move || {
-        let Some(mut policy) = orrery_policy::by_name(&config.policy, config.seed) else { return };
+        let Some(mut policy) = orrery_policy::with_pins(&config.policy, config.seed, &config.pins) else { return };
         policy.set_colocation(&orrery_model::colocation::Colocation::default());
         let core =
             Core { ledger, store, policy, config, epoch_unix_ms, metrics: m, batch: Batch::default(), dirty: true };

@@ -75,6 +75,11 @@ impl Running {
     pub async fn wait(self) -> Result<()> {
         self.server.await.context("server task")?.context("serving HTTP")
     }
+
+    /// Stops serving (the core thread ends once the last handle is gone).
+    pub fn stop(self) {
+        self.server.abort();
+    }
 }
 
 /// Opens the data directory, rebuilds the state and starts serving (call in

@@ -148,6 +148,12 @@ impl Shared {
 
 /// Runs an agent until Ctrl-C.
 pub async fn run(opts: AgentOptions) -> Result<()> {
+    run_until(opts, crate::shutdown_signal()).await
+}
+
+/// [`run`] until `stop` completes (the testbed runs agents in-process); the
+/// training processes and the socket go with it.
+pub async fn run_until(opts: AgentOptions, stop: impl std::future::Future<Output = ()>) -> Result<()> {
     let client = Client::new(&opts.server, &opts.token).map_err(|e| anyhow::anyhow!("{e}"))?;
     if opts.socket.exists() {
         std::fs::remove_file(&opts.socket)
@@ -180,7 +186,7 @@ pub async fn run(opts: AgentOptions) -> Result<()> {
         tokio::spawn(serve_socket(shared.clone(), listener)),
         tokio::spawn(reap(shared.clone())),
     ];
-    crate::shutdown_signal().await;
+    stop.await;
     for t in tasks {
         t.abort();
     }

@@ -533,35 +533,13 @@ pub fn parse(file: &str, text: &str) -> Result<Experiment, String> {
     Ok(e)
 }
 
-/// A policy by name: those of `orrery policies`, plus `pinned` (and
-/// `pinned+cassini`) built from the experiment's pins.
+/// A policy by name, with the experiment's pins ([`orrery_policy::with_pins`]).
 fn policy(
     name: &str,
     seed: u64,
     pins: &std::collections::BTreeMap<String, Vec<(usize, u32)>>,
 ) -> Option<Box<dyn orrery_policy::Policy>> {
-    let pinned = || {
-        Box::new(orrery_policy::baseline::Pinned { pins: pins.clone(), label: None }) as Box<dyn orrery_policy::Policy>
-    };
-    use orrery_policy::foresight::policy::{Foresight, Mode};
-    let mode = |m| Some(Box::new(Foresight::new(pinned(), m)) as Box<dyn orrery_policy::Policy>);
-    match name {
-        "pinned" => Some(pinned()),
-        // FORESIGHT's names over the experiment's placement (Fig. 5).
-        "ecmp" => Some(Box::new(orrery_policy::baseline::Pinned { pins: pins.clone(), label: Some("ecmp".into()) })),
-        "ts" => mode(Mode::Ts),
-        "ro" => mode(Mode::Ro),
-        "sub" => mode(Mode::Sub),
-        "foresight" => mode(Mode::Foresight),
-        "routes" => mode(Mode::Routes),
-        "perfect" => mode(Mode::Perfect),
-        "pinned+cassini" => {
-            let mut c = orrery_policy::cassini::Cassini::new(pinned(), seed);
-            c.candidates = 1; // the pins are the placement
-            Some(Box::new(c))
-        }
-        _ => orrery_policy::by_name(name, seed),
-    }
+    orrery_policy::with_pins(name, seed, pins)
 }
 
 impl Experiment {
@@ -587,6 +565,12 @@ impl Experiment {
             _ => Err("topology: expected exactly one of builtin, file, leaf_spine".into()),
         }?;
         congest(topo, &t.congested).map_err(|e| format!("topology.{e}"))
+    }
+
+    /// The jobs for a seed and the hosts each is pinned to (the file's pins,
+    /// or those a `fragmented` placement draws).
+    pub fn jobs_and_pins(&self, base: &Path, topo: &Topology, seed: u64) -> Result<(Vec<JobSpec>, Pins), String> {
+        workload_jobs(&self.workload, base, topo, seed)
     }
 
     /// Builds the jobs for a seed.
@@ -778,7 +762,8 @@ fn workload_label(w: &WorkloadSpec) -> String {
 }
 
 /// The jobs of a workload for a seed; `base` resolves relative paths.
-type Pins = std::collections::BTreeMap<String, Vec<(usize, u32)>>;
+/// Job id → GPUs per host.
+pub type Pins = std::collections::BTreeMap<String, Vec<(usize, u32)>>;
 
 /// The jobs of a workload for a seed and their pins (the file's, or those a
 /// `fragmented` placement draws); `base` resolves relative paths.

@@ -7,3 +7,5 @@
 
 pub mod fabric;
 pub mod worker;
+pub mod drive;
+pub mod compare;

@@ -101,13 +101,25 @@ impl WorkerEnv {
     }
 }
 
+/// Columns of a worker's log: `delay_ms` is the slot delay before the
+/// iteration, `duration_ms` its compute and communication, `cycle_ms` the
+/// time since the previous iteration ended (the simulator's iteration time).
+pub const LOG_HEADER: &str = "job,rank,epoch,iteration,start_unix_ms,delay_ms,duration_ms,comm_ms,cycle_ms";
+
+/// File name of a worker's log.
+pub fn log_name(job: u64, rank: u32) -> String {
+    format!("worker-{job}-{rank}.csv")
+}
+
 /// Worker knobs.
 #[derive(Debug, Clone)]
 pub struct WorkerOptions {
     /// Bytes on the wire are the shape's times this (the fabric's link scale).
     pub scale: f64,
-    /// Append one CSV row per iteration here.
-    pub log: Option<PathBuf>,
+    /// Write one CSV row per iteration to `worker-JOB-RANK.csv` in this folder.
+    pub log_dir: Option<PathBuf>,
+    /// TCP congestion control of its connections (None: the system's).
+    pub congestion_control: Option<String>,
 }
 
 /// The agent's local protocol, blocking.
@@ -138,6 +150,7 @@ impl Agent {
 /// successor.
 struct Ring {
     job: u64,
+    congestion_control: Option<String>,
     next: SocketAddr,
     /// Current connections to the successor and the paths they are pinned to.
     out: Vec<TcpStream>,
@@ -189,7 +202,7 @@ fn read_frames(mut conn: TcpStream, arrivals: mpsc::Sender<(u64, u64)>) {
 }
 
 impl Ring {
-    fn new(env: &WorkerEnv) -> Result<Ring> {
+    fn new(env: &WorkerEnv, congestion_control: Option<String>) -> Result<Ring> {
         let n = env.addrs.len();
         let next_rank = (env.rank as usize + 1) % n;
         let next = SocketAddr::new(env.addrs[next_rank], port_for(env.job, next_rank as u32));
@@ -204,6 +217,7 @@ impl Ring {
         });
         Ok(Ring {
             job: env.job,
+            congestion_control,
             next,
             out: Vec::new(),
             out_route: None,
@@ -224,6 +238,9 @@ impl Ring {
                 tracing::warn!("SO_MARK: {e}; tc throttles will not see this job's traffic");
             }
             s.set_tos_v4(tos)?;
+            if let Some(cc) = &self.congestion_control {
+                s.set_tcp_congestion(cc.as_bytes()).with_context(|| format!("TCP congestion control {cc:?}"))?;
+            }
             s.set_tcp_nodelay(true)?;
             match s.connect_timeout(&self.next.into(), Duration::from_secs(2)) {
                 Ok(()) => return Ok(s.into()),
@@ -291,7 +308,8 @@ impl Ring {
             .context("sending to the ring successor")?;
         }
         let deadline = Instant::now() + PEER_TIMEOUT;
-        while self.received.get(&step).copied().unwrap_or(0) < bytes {
+        // A frame must arrive even for 0 bytes: then the step is a barrier.
+        while self.received.get(&step).is_none_or(|&got| got < bytes) {
             let left = deadline.saturating_duration_since(Instant::now());
             let (s, n) = self
                 .arrivals
@@ -328,21 +346,35 @@ pub fn run(env: &WorkerEnv, opts: &WorkerOptions) -> Result<WorkerSummary> {
         && env.shape.segments.iter().any(|s| {
             matches!(s, Segment::Comm { hosts, collective: Collective::RingAllReduce | Collective::AllGather, .. } if *hosts > 1)
         });
-    let mut ring = if needs_ring { Some(Ring::new(env)?) } else { None };
+    let mut ring = if needs_ring { Some(Ring::new(env, opts.congestion_control.clone())?) } else { None };
+    // Connect the ring and pass one empty step around it before the first
+    // slot, so that the first iteration does not include process start-up.
+    if let Some(r) = ring.as_mut() {
+        r.follow(&[])?;
+        r.step(0)?;
+    }
     if env.shape.segments.iter().any(|s| matches!(s, Segment::Comm { hosts, collective: Collective::PointToPoint | Collective::AllToAll, .. } if *hosts > 1)) {
         eprintln!("orrery worker: job {}: point-to-point and all-to-all segments are emulated by sleeping their time alone", env.job);
     }
-    let mut log = match &opts.log {
-        Some(path) => {
+    let mut log = match &opts.log_dir {
+        Some(dir) => {
+            let path = dir.join(log_name(env.job, env.rank));
             let fresh = !path.exists();
-            let mut f = std::fs::OpenOptions::new().create(true).append(true).open(path).with_context(|| format!("opening {}", path.display()))?;
+            let mut f = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&path)
+                .with_context(|| format!("opening {}", path.display()))?;
             if fresh {
-                writeln!(f, "job,rank,epoch,iteration,start_unix_ms,duration_ms,comm_ms")?;
+                writeln!(f, "{LOG_HEADER}")?;
             }
             Some(f)
         }
         None => None,
     };
+    // The simulator's iteration time runs from the end of one iteration to
+    // the end of the next: slot delays included.
+    let mut last_end = Instant::now();
     let mut summary = WorkerSummary::default();
     loop {
         let slot = agent.call(&json!({"op": "wait", "job": env.job.to_string(), "rank": env.rank, "epoch": env.epoch}))?;
@@ -392,9 +424,15 @@ pub fn run(env: &WorkerEnv, opts: &WorkerOptions) -> Result<WorkerSummary> {
             }
         }
         let duration_ms = t0.elapsed().as_secs_f64() * 1e3;
+        let cycle_ms = last_end.elapsed().as_secs_f64() * 1e3;
+        last_end = Instant::now();
         summary.iterations += 1;
         if let Some(f) = log.as_mut() {
-            writeln!(f, "{},{},{},{iteration},{start:.3},{duration_ms:.3},{comm_ms:.3}", env.job, env.rank, env.epoch)?;
+            writeln!(
+                f,
+                "{},{},{},{iteration},{start:.3},{delay_ms:.3},{duration_ms:.3},{comm_ms:.3},{cycle_ms:.3}",
+                env.job, env.rank, env.epoch
+            )?;
         }
         let answer = agent.call(&json!({
             "op": "report", "job": env.job.to_string(), "epoch": env.epoch, "iteration": iteration,

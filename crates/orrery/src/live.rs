@@ -109,6 +109,7 @@ pub fn serve(args: &ServeArgs) -> Result<()> {
         topology: topology.clone(),
         node_timeout_s: args.node_timeout_s,
         heartbeat_s: (args.node_timeout_s / 5.0).min(1.0),
+        pins: Default::default(),
     };
     let opts = orrery_serve::ServeOptions { config, listen: args.listen, data_dir: args.data.clone() };
     runtime()?.block_on(async {

@@ -1,13 +1,23 @@
 //! `orrery testbed`: orrery topologies as Linux network namespaces with
 //! tc-shaped links, driven by the live service and emulated workers.
 
-use anyhow::Result;
+use anyhow::{Context, Result, bail};
+use orrery_testbed::compare;
+use orrery_testbed::drive::{DriveOptions, drive};
 use orrery_testbed::fabric::{self, Fabric, FabricOptions};
+use std::path::{Path, PathBuf};
 
 #[derive(clap::Subcommand, Debug)]
 pub enum Command {
     /// Build a topology as network namespaces and leave it up (needs root).
     Up(UpArgs),
+    /// Run an experiment's workload on the testbed, driven by the live
+    /// service, agents and emulated workers; writes measured.json per policy.
+    Run(ScenarioArgs),
+    /// Run an experiment on the testbed and in the simulator at the same
+    /// scale; writes compare.md/.csv and figures (iteration-time CDFs, the
+    /// busiest link over time) per policy.
+    Compare(ScenarioArgs),
     /// Remove every namespace a testbed with this prefix made.
     Down {
         /// Namespace prefix.
@@ -22,6 +32,41 @@ pub struct UpArgs {
     /// Built-in topology name or file (`orrery topo list`).
     #[arg(long, default_value = "demo")]
     topology: String,
+    #[command(flatten)]
+    fabric: FabricArgs,
+}
+
+/// Flags of `orrery testbed run` and `compare`.
+#[derive(clap::Args, Debug)]
+pub struct ScenarioArgs {
+    /// Experiment file (`experiments/*.toml`): topology, workload, policies.
+    experiment: PathBuf,
+    /// Only these of its policies (comma-separated; default: all).
+    #[arg(long, value_delimiter = ',')]
+    policies: Vec<String>,
+    /// Run every job for this many iterations instead of the file's work.
+    #[arg(long)]
+    iterations: Option<u64>,
+    /// Seed (default: the experiment's first).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Output folder.
+    #[arg(long, default_value = "out/testbed")]
+    out: PathBuf,
+    /// Give up on a policy's run after this many seconds.
+    #[arg(long, default_value_t = 600.0)]
+    time_limit_s: f64,
+    /// Sample link counters this often, s.
+    #[arg(long, default_value_t = 0.5)]
+    sample_s: f64,
+    /// TCP congestion control of the workers' connections (cubic, reno, bbr).
+    #[arg(long, default_value = "cubic")]
+    cc: String,
+    /// The policy and the simulator model links at this fraction of their
+    /// rate: TCP payload per byte on the wire (1448/1514 at MTU 1500); 1
+    /// models the shaped rate as payload.
+    #[arg(long, default_value_t = orrery_testbed::compare::TCP_GOODPUT)]
+    goodput: f64,
     #[command(flatten)]
     fabric: FabricArgs,
 }
@@ -74,6 +119,8 @@ pub fn run(cmd: &Command) -> Result<()> {
             f.keep();
             Ok(())
         }
+        Command::Run(args) => scenario(args, false),
+        Command::Compare(args) => scenario(args, true),
         Command::Down { prefix } => {
             let removed = fabric::down(prefix)?;
             println!("removed {} namespaces{}", removed.len(), if removed.is_empty() { "" } else { ":" });
@@ -91,9 +138,12 @@ pub struct WorkerArgs {
     /// Bytes on the wire are the shape's times this (the testbed's --scale).
     #[arg(long, default_value_t = 0.01)]
     scale: f64,
-    /// Append one CSV row per iteration to this file.
-    #[arg(long, value_name = "FILE")]
-    log: Option<std::path::PathBuf>,
+    /// Write one CSV row per iteration to worker-JOB-RANK.csv in this folder.
+    #[arg(long, value_name = "DIR")]
+    log_dir: Option<std::path::PathBuf>,
+    /// TCP congestion control of its connections (default: the system's).
+    #[arg(long)]
+    cc: Option<String>,
 }
 
 /// `orrery worker`.
@@ -101,8 +151,78 @@ pub fn worker(args: &WorkerArgs) -> Result<()> {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into());
     let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
     let env = orrery_testbed::worker::WorkerEnv::from_env()?;
-    let opts = orrery_testbed::worker::WorkerOptions { scale: args.scale, log: args.log.clone() };
+    let opts = orrery_testbed::worker::WorkerOptions { scale: args.scale, log_dir: args.log_dir.clone(), congestion_control: args.cc.clone() };
     let s = orrery_testbed::worker::run(&env, &opts)?;
     eprintln!("orrery worker: job {} rank {}: {} iterations, {}", env.job, env.rank, s.iterations, s.stopped);
+    Ok(())
+}
+
+/// `orrery testbed run|compare`: each policy on the testbed (and, comparing,
+/// in the simulator), one after the other.
+fn scenario(args: &ScenarioArgs, with_sim: bool) -> Result<()> {
+    let text = std::fs::read_to_string(&args.experiment).with_context(|| format!("reading {}", args.experiment.display()))?;
+    let file = args.experiment.display().to_string();
+    let exp = orrery_sim::experiment::parse(&file, &text).map_err(anyhow::Error::msg)?;
+    let base = args.experiment.parent().unwrap_or(Path::new("."));
+    let topo = exp.topology(base).map_err(anyhow::Error::msg)?;
+    let seed = args.seed.unwrap_or(exp.seeds[0]);
+    let (mut jobs, pins) = exp.jobs_and_pins(base, &topo, seed).map_err(anyhow::Error::msg)?;
+    if let Some(n) = args.iterations {
+        if n < 2 {
+            bail!("--iterations: expected at least 2 (the first iteration is not counted), found {n}");
+        }
+        for j in &mut jobs {
+            j.work = orrery_model::Work::Iterations(n);
+        }
+    }
+    let policies: Vec<String> = if args.policies.is_empty() { exp.policies.clone() } else { args.policies.clone() };
+    for p in &policies {
+        if orrery_policy::with_pins(p, seed, &pins).is_none() {
+            bail!("--policies: unknown policy {p:?} (see `orrery policies`)");
+        }
+    }
+    let orrery = std::env::current_exe().context("locating the orrery binary for the workers")?;
+    std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
+    let out = std::fs::canonicalize(&args.out)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let mut all_rows = Vec::new();
+    for policy in &policies {
+        let dir = out.join(policy.replace(['/', '+', ':'], "_"));
+        let opts = DriveOptions {
+            fabric: args.fabric.options(),
+            policy: policy.clone(),
+            seed,
+            orrery: orrery.clone(),
+            dir: dir.join("run"),
+            time_limit_s: args.time_limit_s,
+            sample_s: args.sample_s,
+            congestion_control: args.cc.clone(),
+            goodput: args.goodput,
+        };
+        eprintln!("{policy}: {} jobs on the testbed ({} at {}x)", jobs.len(), topo.name, args.fabric.scale);
+        let measured = runtime.block_on(drive(&topo, &jobs, &pins, &opts, |m| eprintln!("  {m}")))?;
+        compare::write_atomic(&dir.join("measured.json"), &serde_json::to_string_pretty(&measured)?)?;
+        if !with_sim {
+            for j in &measured.jobs {
+                let (mean, p99) = compare::mean_p99(&j.iteration_ms);
+                println!("{policy:<16} {:<10} {:<10} mean {mean:>8.1} ms  p99 {p99:>8.1} ms  ({} iterations)", j.id, j.status, j.iteration_ms.len());
+            }
+            continue;
+        }
+        let modelled = compare::derated(&topo, args.goodput).map_err(anyhow::Error::msg)?;
+        let simulated =
+            compare::simulate(&modelled, &jobs, &pins, policy, seed, exp.sim.jitter).map_err(anyhow::Error::msg)?;
+        let rows = compare::rows(&jobs, &measured, &simulated);
+        compare::write_atomic(&dir.join("simulated.json"), &serde_json::to_string(&simulated)?)?;
+        compare::figures(&dir, &jobs, &measured, &simulated).map_err(anyhow::Error::msg)?;
+        all_rows.extend(rows);
+    }
+    if with_sim {
+        let md = compare::markdown(&all_rows);
+        compare::write_atomic(&out.join("compare.md"), &md)?;
+        compare::write_atomic(&out.join("compare.csv"), &compare::csv(&all_rows))?;
+        print!("{md}");
+        println!("\nwrote {}/compare.md, compare.csv and per policy measured.json, iterations.svg, links.svg", out.display());
+    }
     Ok(())
 }

@@ -1,0 +1,277 @@
+//! The same scenario on real TCP and in the flow-level simulator, side by
+//! side: per job, mean and p99 iteration time measured and simulated with
+//! their ratio; per busy link, utilisation over time from both; and the
+//! iteration-time CDFs.
+//!
+//! Both sides use one definition of an iteration's time: from the end of the
+//! previous iteration to the end of this one, slot delays included (the
+//! simulator's `iteration_ms`), without the first iteration (on the testbed
+//! it includes connecting the ring).
+
+use crate::drive::{LinkSeries, Measured};
+use orrery_model::{JobSpec, Topology};
+use orrery_sim::plot::Figure;
+use orrery_sim::{SimConfig, Simulation};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+
+/// TCP's payload per byte on the wire at MTU 1500 with timestamps: 1,448
+/// bytes of every 1,514-byte Ethernet frame (the 4-byte FCS, preamble and
+/// gap are not shaped by tc). The model's rates are payload rates; the
+/// testbed shapes frames, so a transfer takes 1/0.956 of the model's time.
+pub const TCP_GOODPUT: f64 = 1448.0 / 1514.0;
+
+/// `topo` with every link's rate times `goodput`: what a transfer's payload
+/// gets. The service's policy and the simulator see it, so that their model
+/// of an iteration counts the headers the testbed sends.
+pub fn derated(topo: &Topology, goodput: f64) -> Result<Topology, String> {
+    let mut links = topo.links.clone();
+    for l in &mut links {
+        l.gbps *= goodput;
+    }
+    Topology::new(topo.name.clone(), topo.hosts.clone(), topo.switches.clone(), links).map_err(|e| e.to_string())
+}
+
+/// The simulator's view of the same run.
+#[derive(Debug, Clone, Serialize)]
+pub struct Simulated {
+    /// Per job (workload order): iteration times without the first, ms.
+    pub iteration_ms: Vec<Vec<f64>>,
+    /// Per job: the iteration time alone on its placement, ms.
+    pub isolated_ms: Vec<f64>,
+    /// Per link that carried traffic: (link, (end of bucket s, utilisation)).
+    pub links: Vec<(usize, Vec<(f64, f64)>)>,
+}
+
+/// Simulates `jobs` on `topo` under `policy` (with the experiment's pins),
+/// with the given compute jitter. Deterministic for a seed.
+pub fn simulate(
+    topo: &Topology,
+    jobs: &[JobSpec],
+    pins: &BTreeMap<String, Vec<(usize, u32)>>,
+    policy: &str,
+    seed: u64,
+    jitter: f64,
+) -> Result<Simulated, String> {
+    let mut p = orrery_policy::with_pins(policy, seed, pins).ok_or_else(|| format!("unknown policy {policy:?}"))?;
+    let cfg = SimConfig { seed, jitter, skip: false, ..SimConfig::default() };
+    let mut sim = Simulation::new(topo, jobs, cfg, p.isolated_network());
+    sim.run(p.as_mut(), |_, _| {});
+    let iteration_ms = sim.jobs.iter().map(|j| j.iteration_ms.iter().skip(1).copied().collect()).collect();
+    let isolated_ms = sim.jobs.iter().map(|j| j.isolated_iter_ms).collect();
+    let bucket_s = sim.net.bucket_ns as f64 / 1e9;
+    let links = sim
+        .net
+        .stats
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.bits > 0.0)
+        .map(|(l, s)| {
+            let bits_per_bucket = topo.links[l].gbps * 1e9 * bucket_s;
+            let series = s.series.iter().enumerate().map(|(k, b)| ((k + 1) as f64 * bucket_s, b / bits_per_bucket)).collect();
+            (l, series)
+        })
+        .collect();
+    Ok(Simulated { iteration_ms, isolated_ms, links })
+}
+
+/// Mean and p99 (nearest rank) of a sample; (NaN, NaN) when empty.
+pub fn mean_p99(xs: &[f64]) -> (f64, f64) {
+    if xs.is_empty() {
+        return (f64::NAN, f64::NAN);
+    }
+    let mut v = xs.to_vec();
+    v.sort_by(f64::total_cmp);
+    let mean = v.iter().sum::<f64>() / v.len() as f64;
+    let rank = ((0.99 * v.len() as f64).ceil() as usize).clamp(1, v.len());
+    (mean, v[rank - 1])
+}
+
+/// One row of the comparison.
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    /// Policy.
+    pub policy: String,
+    /// Job id.
+    pub job: String,
+    /// Hosts on the testbed.
+    pub hosts: String,
+    /// Iteration time alone, per the model, ms.
+    pub isolated_ms: f64,
+    /// Iterations measured (without the first).
+    pub measured_n: usize,
+    /// Measured mean, ms.
+    pub measured_mean_ms: f64,
+    /// Measured p99, ms.
+    pub measured_p99_ms: f64,
+    /// Simulated mean, ms.
+    pub simulated_mean_ms: f64,
+    /// Simulated p99, ms.
+    pub simulated_p99_ms: f64,
+    /// measured / simulated mean.
+    pub mean_ratio: f64,
+    /// measured / simulated p99.
+    pub p99_ratio: f64,
+}
+
+/// The rows of one policy's run.
+pub fn rows(jobs: &[JobSpec], measured: &Measured, simulated: &Simulated) -> Vec<Row> {
+    jobs.iter()
+        .enumerate()
+        .map(|(i, spec)| {
+            let m = measured.jobs.iter().find(|j| j.id == spec.id);
+            let mi = m.map(|j| j.iteration_ms.as_slice()).unwrap_or_default();
+            let (mm, mp) = mean_p99(mi);
+            let (sm, sp) = mean_p99(simulated.iteration_ms.get(i).map(Vec::as_slice).unwrap_or_default());
+            Row {
+                policy: measured.policy.clone(),
+                job: spec.id.clone(),
+                hosts: m.map(|j| j.hosts.iter().map(|(h, g)| format!("{h}:{g}")).collect::<Vec<_>>().join(" ")).unwrap_or_default(),
+                isolated_ms: simulated.isolated_ms.get(i).copied().unwrap_or(f64::NAN),
+                measured_n: mi.len(),
+                measured_mean_ms: mm,
+                measured_p99_ms: mp,
+                simulated_mean_ms: sm,
+                simulated_p99_ms: sp,
+                mean_ratio: mm / sm,
+                p99_ratio: mp / sp,
+            }
+        })
+        .collect()
+}
+
+/// The comparison as a Markdown table.
+pub fn markdown(rows: &[Row]) -> String {
+    let mut s = String::from(
+        "| policy | job | hosts | alone ms | testbed mean ms | sim mean ms | ratio | testbed p99 ms | sim p99 ms | ratio | iterations |\n|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    for r in rows {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {:.1} | {:.1} | {:.1} | {:.3} | {:.1} | {:.1} | {:.3} | {} |",
+            r.policy,
+            r.job,
+            r.hosts,
+            r.isolated_ms,
+            r.measured_mean_ms,
+            r.simulated_mean_ms,
+            r.mean_ratio,
+            r.measured_p99_ms,
+            r.simulated_p99_ms,
+            r.p99_ratio,
+            r.measured_n
+        );
+    }
+    s
+}
+
+/// The comparison as CSV.
+pub fn csv(rows: &[Row]) -> String {
+    let mut s = String::from(
+        "policy,job,hosts,isolated_ms,measured_n,measured_mean_ms,measured_p99_ms,simulated_mean_ms,simulated_p99_ms,mean_ratio,p99_ratio\n",
+    );
+    for r in rows {
+        let _ = writeln!(
+            s,
+            "{},{},{},{:.3},{},{:.3},{:.3},{:.3},{:.3},{:.4},{:.4}",
+            r.policy,
+            r.job,
+            r.hosts,
+            r.isolated_ms,
+            r.measured_n,
+            r.measured_mean_ms,
+            r.measured_p99_ms,
+            r.simulated_mean_ms,
+            r.simulated_p99_ms,
+            r.mean_ratio,
+            r.p99_ratio
+        );
+    }
+    s
+}
+
+/// Writes a file atomically (a temporary file in the same folder, renamed).
+pub fn write_atomic(path: &Path, text: &str) -> std::io::Result<()> {
+    let tmp = path.with_extension(format!("{}.tmp", path.extension().and_then(|e| e.to_str()).unwrap_or("")));
+    std::fs::write(&tmp, text)?;
+    std::fs::rename(&tmp, path)
+}
+
+/// The figures of one policy's run into `dir`: `iterations` (CDF of iteration
+/// times, testbed and simulator per job) and `links` (utilisation of the
+/// busiest link over time, both). Returns the stems written.
+pub fn figures(
+    dir: &Path,
+    jobs: &[JobSpec],
+    measured: &Measured,
+    simulated: &Simulated,
+) -> Result<Vec<String>, String> {
+    let mut series = Vec::new();
+    for (i, spec) in jobs.iter().enumerate() {
+        if let Some(m) = measured.jobs.iter().find(|j| j.id == spec.id) {
+            series.push((format!("{} testbed", spec.id), m.iteration_ms.clone()));
+        }
+        series.push((format!("{} simulator", spec.id), simulated.iteration_ms.get(i).cloned().unwrap_or_default()));
+    }
+    let cdf = Figure::Cdf {
+        title: format!("Iteration time, testbed (real TCP) vs simulator: {}", measured.policy),
+        x_label: "iteration time (ms)".into(),
+        series,
+    };
+    cdf.save(dir, "iterations")?;
+    let mut written = vec!["iterations".to_string()];
+    if let Some(busiest) = busiest(&measured.links) {
+        let sim = simulated.links.iter().find(|(l, _)| *l == busiest.link).map(|(_, s)| s.clone()).unwrap_or_default();
+        let lines = Figure::Lines {
+            title: format!("Link {} → {}: utilisation, {}", busiest.from, busiest.to, measured.policy),
+            y_label: "utilisation of the link".into(),
+            series: vec![("testbed (tx counter)".into(), busiest.utilisation.clone()), ("simulator".into(), sim)],
+        };
+        lines.save(dir, "links")?;
+        written.push("links".into());
+    }
+    Ok(written)
+}
+
+/// The link that carried the most on the testbed.
+pub fn busiest(links: &[LinkSeries]) -> Option<&LinkSeries> {
+    links.iter().max_by(|a, b| {
+        let sum = |l: &LinkSeries| l.utilisation.iter().map(|x| x.1).sum::<f64>();
+        sum(a).total_cmp(&sum(b))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mean_and_nearest_rank_p99() {
+        let xs: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(mean_p99(&xs), (50.5, 99.0));
+        assert_eq!(mean_p99(&[3.0]), (3.0, 3.0));
+        assert!(mean_p99(&[]).0.is_nan());
+    }
+
+    #[test]
+    fn the_simulator_side_of_cassinis_pair_shows_the_shift() {
+        // CASSINI §2.2: two VGG19 rings on one 50 Gbit/s uplink. Shifted, the
+        // second job's communication interleaves with the first's.
+        let base = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../experiments");
+        let path = base.join("cassini-pair.toml");
+        let text = std::fs::read_to_string(&path).expect("experiment file");
+        let exp = orrery_sim::experiment::parse("cassini-pair.toml", &text).expect("experiment");
+        let topo = exp.topology(&base).expect("topology");
+        let (mut jobs, pins) = exp.jobs_and_pins(&base, &topo, 1).expect("jobs");
+        for j in &mut jobs {
+            j.work = orrery_model::Work::Iterations(40);
+        }
+        let plain = simulate(&topo, &jobs, &pins, "pinned", 1, 0.0).expect("pinned");
+        let shifted = simulate(&topo, &jobs, &pins, "pinned+cassini", 1, 0.0).expect("shifted");
+        let mean = |s: &Simulated| s.iteration_ms.iter().map(|v| mean_p99(v).0).sum::<f64>() / 2.0;
+        assert!(mean(&shifted) < mean(&plain) * 0.95, "{} vs {}", mean(&shifted), mean(&plain));
+        assert!(!plain.links.is_empty());
+    }
+}

@@ -1,0 +1,324 @@
+//! Runs an experiment's workload on a fabric, driven by the real system: the
+//! live service ([`orrery_serve::start`]) with the experiment's policy, one
+//! node agent per host ([`orrery_serve::node_agent::run_until`]) whose
+//! workers are `orrery worker` processes inside the host's namespace, and the
+//! jobs submitted through the HTTP API at their arrival times.
+//!
+//! Control traffic (HTTP between agents and the service) runs on the root
+//! namespace's loopback, a management network; training traffic only inside
+//! the fabric. While it runs, the sending end of every link is read once per
+//! `sample_s` for its throughput.
+
+use crate::fabric::{Fabric, FabricOptions, HOST_DEV};
+use crate::worker::{LOG_HEADER, log_name};
+use anyhow::{Context, Result, bail};
+use orrery_model::{JobSpec, Topology};
+use orrery_serve::api::JobStatus;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// How to run a workload on the testbed.
+#[derive(Debug, Clone)]
+pub struct DriveOptions {
+    /// The fabric.
+    pub fabric: FabricOptions,
+    /// Policy name (`orrery policies`, or `pinned` with pins).
+    pub policy: String,
+    /// Seed of the policy.
+    pub seed: u64,
+    /// The `orrery` binary the agents start workers with.
+    pub orrery: PathBuf,
+    /// Folder for the service's database, sockets and worker logs.
+    pub dir: PathBuf,
+    /// Give up after this long, s.
+    pub time_limit_s: f64,
+    /// Link throughput sampling period, s.
+    pub sample_s: f64,
+    /// TCP congestion control of the workers' connections.
+    pub congestion_control: String,
+    /// The policy models links at this fraction of their rate (payload per
+    /// byte on the wire, [`crate::compare::TCP_GOODPUT`]; 1 models frames as
+    /// payload). The fabric is shaped at the full rate.
+    pub goodput: f64,
+}
+
+/// One job as the testbed ran it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct MeasuredJob {
+    /// Spec id.
+    pub id: String,
+    /// Final status.
+    pub status: String,
+    /// Hosts (by name) and GPUs.
+    pub hosts: Vec<(String, u32)>,
+    /// Iteration time alone on its placement, per the model, ms.
+    pub isolated_ms: f64,
+    /// Rank 0's iteration times (end to end, slot delays included), ms, from
+    /// the second iteration (the first includes connecting the ring).
+    pub iteration_ms: Vec<f64>,
+    /// Submission to the end, s.
+    pub jct_s: Option<f64>,
+}
+
+/// Throughput of one directed link over time.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct LinkSeries {
+    /// Link index.
+    pub link: usize,
+    /// Sending node.
+    pub from: String,
+    /// Receiving node.
+    pub to: String,
+    /// Shaped rate, bit/s.
+    pub rate_bps: u64,
+    /// (seconds since the start, utilisation of the shaped rate) per sample.
+    pub utilisation: Vec<(f64, f64)>,
+}
+
+/// What a testbed run measured.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Measured {
+    /// Policy.
+    pub policy: String,
+    /// Jobs, in workload order.
+    pub jobs: Vec<MeasuredJob>,
+    /// Links that carried traffic.
+    pub links: Vec<LinkSeries>,
+    /// Wall-clock length of the run, s.
+    pub wall_s: f64,
+    /// Warnings from building the fabric.
+    pub warnings: Vec<String>,
+}
+
+/// Runs `jobs` (with their `pins`) on `topo` built as a fabric; returns what
+/// was measured. The fabric and every process are gone when it returns, also
+/// on error or Ctrl-C (which ends it with an error).
+pub async fn drive(
+    topo: &Topology,
+    jobs: &[JobSpec],
+    pins: &BTreeMap<String, Vec<(usize, u32)>>,
+    opts: &DriveOptions,
+    mut progress: impl FnMut(&str),
+) -> Result<Measured> {
+    if !(opts.sample_s.is_finite() && opts.sample_s >= 0.05) {
+        bail!("sample_s: expected at least 0.05 s, found {}", opts.sample_s);
+    }
+    if !(opts.time_limit_s.is_finite() && opts.time_limit_s > 0.0) {
+        bail!("time_limit_s: expected a positive number of seconds, found {}", opts.time_limit_s);
+    }
+    if opts.dir.exists() {
+        std::fs::remove_dir_all(&opts.dir).with_context(|| format!("clearing {}", opts.dir.display()))?;
+    }
+    let logs = opts.dir.join("workers");
+    std::fs::create_dir_all(&logs).with_context(|| format!("creating {}", logs.display()))?;
+    let fabric = Fabric::up(topo, opts.fabric.clone())?;
+    progress(&format!("fabric up: {} namespaces", fabric.netns.len()));
+    if !(opts.goodput.is_finite() && opts.goodput > 0.0 && opts.goodput <= 1.0) {
+        bail!("goodput: expected a fraction in (0, 1], found {}", opts.goodput);
+    }
+    let config = orrery_serve::core::Config {
+        policy: opts.policy.clone(),
+        seed: opts.seed,
+        topology: crate::compare::derated(topo, opts.goodput).map_err(anyhow::Error::msg)?,
+        node_timeout_s: 10.0,
+        heartbeat_s: 1.0,
+        pins: pins.clone(),
+    };
+    let service = orrery_serve::start(orrery_serve::ServeOptions {
+        config,
+        listen: ([127, 0, 0, 1], 0).into(),
+        data_dir: opts.dir.join("service"),
+    })
+    .await?;
+    let server = format!("http://{}", service.addr);
+    let token = |name: &str| orrery_serve::auth::read_token(&opts.dir.join("service").join(name));
+    let (agent_token, user_token) = (token("agent.token")?, token("user.token")?);
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let mut agents = Vec::new();
+    for (h, host) in topo.hosts.iter().enumerate() {
+        let agent = orrery_serve::node_agent::AgentOptions {
+            server: server.clone(),
+            token: agent_token.clone(),
+            name: host.name.clone(),
+            gpus: host.gpus,
+            nic_gbps: topo.host_nic_gbps(h),
+            socket: opts.dir.join(format!("agent-{h}.sock")),
+            exec: Some(format!(
+                "exec {} worker --scale {} --log-dir {} --cc {}",
+                shell_quote(&opts.orrery),
+                opts.fabric.scale,
+                shell_quote(&logs),
+                shell_quote(Path::new(&opts.congestion_control))
+            )),
+            poll_s: 20.0,
+            data_addr: Some(fabric.host_addrs[h].into()),
+            netns: Some(fabric.host_netns(h).to_string()),
+            shape_dev: Some(HOST_DEV.to_string()),
+            rate_scale: opts.fabric.scale,
+        };
+        let mut stop = stop_rx.clone();
+        agents.push(tokio::spawn(orrery_serve::node_agent::run_until(agent, async move {
+            let _ = stop.wait_for(|s| *s).await;
+        })));
+    }
+    let client = orrery_serve::client::Client::new(&server, &user_token).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let outcome = watch(&fabric, topo, jobs, &client, opts, &mut progress).await;
+    let _ = stop_tx.send(true);
+    for a in agents {
+        let _ = a.await;
+    }
+    service.stop();
+    let (samples, infos, placements, wall_s) = outcome?;
+    progress("reading the workers' logs");
+    let by_spec: BTreeMap<&str, &orrery_serve::api::JobInfo> = infos.iter().map(|j| (j.spec.id.as_str(), j)).collect();
+    let mut measured = Vec::new();
+    for spec in jobs {
+        let info = by_spec.get(spec.id.as_str());
+        let iteration_ms = match info {
+            Some(j) => read_cycles(&logs.join(log_name(j.id as u64, 0)))?,
+            None => Vec::new(),
+        };
+        measured.push(MeasuredJob {
+            id: spec.id.clone(),
+            status: info.map_or("never submitted".into(), |j| j.status.name().to_string()),
+            hosts: placements.get(&spec.id).cloned().unwrap_or_default(),
+            isolated_ms: info.map_or(0.0, |j| j.period_ms),
+            iteration_ms,
+            jct_s: info.and_then(|j| j.ended_s.map(|e| e - j.submitted_s)),
+        });
+    }
+    Ok(Measured {
+        policy: opts.policy.clone(),
+        jobs: measured,
+        links: link_series(topo, &fabric, &samples),
+        wall_s,
+        warnings: fabric.warnings.clone(),
+    })
+}
+
+type Samples = Vec<(f64, Vec<u64>)>;
+/// Spec id → the hosts it last ran on (finished jobs no longer show them).
+type Placements = BTreeMap<String, Vec<(String, u32)>>;
+
+/// Submits at arrival times, samples links, and waits until every job is over.
+async fn watch(
+    fabric: &Fabric,
+    topo: &Topology,
+    jobs: &[JobSpec],
+    client: &orrery_serve::client::Client,
+    opts: &DriveOptions,
+    progress: &mut impl FnMut(&str),
+) -> Result<(Samples, Vec<orrery_serve::api::JobInfo>, Placements, f64)> {
+    // Every agent up before the first job, as in a simulation.
+    let start = Instant::now();
+    loop {
+        let nodes = client.nodes().await.map_err(|e| anyhow::anyhow!("{e}"))?;
+        if nodes.iter().filter(|n| n.up).count() == topo.hosts.len() {
+            break;
+        }
+        if start.elapsed() > Duration::from_secs(30) {
+            bail!("only {} of {} agents registered within 30 s", nodes.iter().filter(|n| n.up).count(), topo.hosts.len());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    progress(&format!("{} agents up; submitting {} jobs", topo.hosts.len(), jobs.len()));
+    let mut order: Vec<&JobSpec> = jobs.iter().collect();
+    order.sort_by(|a, b| a.arrival_s.total_cmp(&b.arrival_s));
+    let t0 = Instant::now();
+    let mut next = 0;
+    let mut samples: Samples = vec![(0.0, fabric.link_tx_bytes()?)];
+    let mut next_sample = opts.sample_s;
+    let mut last_check = 0.0;
+    let mut placements = Placements::new();
+    let ctrl_c = tokio::signal::ctrl_c();
+    tokio::pin!(ctrl_c);
+    loop {
+        let now = t0.elapsed().as_secs_f64();
+        while next < order.len() && order[next].arrival_s <= now {
+            client.submit(order[next]).await.map_err(|e| anyhow::anyhow!("submitting {}: {e}", order[next].id))?;
+            next += 1;
+        }
+        if now >= next_sample {
+            samples.push((now, fabric.link_tx_bytes()?));
+            next_sample += opts.sample_s;
+        }
+        if now - last_check >= 0.25 {
+            last_check = now;
+            let infos = client.jobs(None).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+            for j in infos.iter().filter(|j| !j.hosts.is_empty()) {
+                placements.insert(j.spec.id.clone(), j.hosts.clone());
+            }
+            if next == order.len() && infos.iter().all(|j| j.status.is_over()) {
+                samples.push((t0.elapsed().as_secs_f64(), fabric.link_tx_bytes()?));
+                let done = infos.iter().filter(|j| j.status == JobStatus::Finished).count();
+                progress(&format!("{done}/{} jobs finished in {:.1} s", infos.len(), now));
+                return Ok((samples, infos, placements, now));
+            }
+        }
+        if now > opts.time_limit_s {
+            bail!("the jobs did not finish within {} s (raise the time limit, or fewer iterations)", opts.time_limit_s);
+        }
+        let wake = (opts.sample_s / 2.0).min(0.05);
+        tokio::select! {
+            _ = &mut ctrl_c => bail!("interrupted"),
+            _ = tokio::time::sleep(Duration::from_secs_f64(wake)) => {}
+        }
+    }
+}
+
+/// Per-link utilisation between samples, for links that carried anything.
+fn link_series(topo: &Topology, fabric: &Fabric, samples: &Samples) -> Vec<LinkSeries> {
+    let mut out = Vec::new();
+    for (l, link) in topo.links.iter().enumerate() {
+        let rate = fabric.link_rates_bps[l];
+        let utilisation: Vec<(f64, f64)> = samples
+            .windows(2)
+            .map(|w| {
+                let (t0, a) = (&w[0].0, &w[0].1);
+                let (t1, b) = (&w[1].0, &w[1].1);
+                let bits = b[l].saturating_sub(a[l]) as f64 * 8.0;
+                (*t1, bits / ((t1 - t0).max(1e-9) * rate as f64))
+            })
+            .collect();
+        // Idle links carry only neighbour discovery; leave them out.
+        if utilisation.iter().any(|&(_, u)| u > 0.01) {
+            out.push(LinkSeries {
+                link: l,
+                from: topo.node_name(link.from).to_string(),
+                to: topo.node_name(link.to).to_string(),
+                rate_bps: rate,
+                utilisation,
+            });
+        }
+    }
+    out
+}
+
+/// Iteration times (`cycle_ms`) from a worker's log, without the first.
+fn read_cycles(path: &Path) -> Result<Vec<f64>> {
+    if !path.exists() {
+        return Ok(Vec::new());
+    }
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut lines = text.lines();
+    if lines.next() != Some(LOG_HEADER) {
+        bail!("{}: line 1: expected the header {LOG_HEADER}", path.display());
+    }
+    let mut out = Vec::new();
+    for (i, line) in lines.enumerate() {
+        let cycle = line.rsplit(',').next().and_then(|v| v.parse::<f64>().ok());
+        match cycle {
+            Some(c) if c.is_finite() => out.push(c),
+            _ => bail!("{}: line {}: cycle_ms: expected a number in {line:?}", path.display(), i + 2),
+        }
+    }
+    if !out.is_empty() {
+        out.remove(0);
+    }
+    Ok(out)
+}
+
+fn shell_quote(p: &Path) -> String {
+    format!("'{}'", p.display().to_string().replace('\'', r"'\''"))
+}
