@@ -5,8 +5,8 @@
 //!
 //! Both sides use one definition of an iteration's time: from the end of the
 //! previous iteration to the end of this one, slot delays included (the
-//! simulator's `iteration_ms`), without the first iteration (on the testbed
-//! it includes connecting the ring).
+//! simulator's `iteration_ms`), without the same number of warm-up
+//! iterations on both sides.
 
 use crate::drive::{LinkSeries, Measured};
 use orrery_model::{JobSpec, Topology};
@@ -37,7 +37,7 @@ pub fn derated(topo: &Topology, goodput: f64) -> Result<Topology, String> {
 /// The simulator's view of the same run.
 #[derive(Debug, Clone, Serialize)]
 pub struct Simulated {
-    /// Per job (workload order): iteration times without the first, ms.
+    /// Per job (workload order): iteration times after the warm-up, ms.
     pub iteration_ms: Vec<Vec<f64>>,
     /// Per job: the iteration time alone on its placement, ms.
     pub isolated_ms: Vec<f64>,
@@ -54,12 +54,13 @@ pub fn simulate(
     policy: &str,
     seed: u64,
     jitter: f64,
+    warmup: usize,
 ) -> Result<Simulated, String> {
     let mut p = orrery_policy::with_pins(policy, seed, pins).ok_or_else(|| format!("unknown policy {policy:?}"))?;
     let cfg = SimConfig { seed, jitter, skip: false, ..SimConfig::default() };
     let mut sim = Simulation::new(topo, jobs, cfg, p.isolated_network());
     sim.run(p.as_mut(), |_, _| {});
-    let iteration_ms = sim.jobs.iter().map(|j| j.iteration_ms.iter().skip(1).copied().collect()).collect();
+    let iteration_ms = sim.jobs.iter().map(|j| j.iteration_ms.iter().skip(warmup).copied().collect()).collect();
     let isolated_ms = sim.jobs.iter().map(|j| j.isolated_iter_ms).collect();
     let bucket_s = sim.net.bucket_ns as f64 / 1e9;
     let links = sim
@@ -268,8 +269,8 @@ mod tests {
         for j in &mut jobs {
             j.work = orrery_model::Work::Iterations(40);
         }
-        let plain = simulate(&topo, &jobs, &pins, "pinned", 1, 0.0).expect("pinned");
-        let shifted = simulate(&topo, &jobs, &pins, "pinned+cassini", 1, 0.0).expect("shifted");
+        let plain = simulate(&topo, &jobs, &pins, "pinned", 1, 0.0, 1).expect("pinned");
+        let shifted = simulate(&topo, &jobs, &pins, "pinned+cassini", 1, 0.0, 1).expect("shifted");
         let mean = |s: &Simulated| s.iteration_ms.iter().map(|v| mean_p99(v).0).sum::<f64>() / 2.0;
         assert!(mean(&shifted) < mean(&plain) * 0.95, "{} vs {}", mean(&shifted), mean(&plain));
         assert!(!plain.links.is_empty());

@@ -37,6 +37,8 @@ pub struct DriveOptions {
     pub sample_s: f64,
     /// TCP congestion control of the workers' connections.
     pub congestion_control: String,
+    /// Leave this many first iterations of each job out of its times.
+    pub warmup: usize,
     /// The policy models links at this fraction of their rate (payload per
     /// byte on the wire, [`crate::compare::TCP_GOODPUT`]; 1 models frames as
     /// payload). The fabric is shaped at the full rate.
@@ -54,8 +56,8 @@ pub struct MeasuredJob {
     pub hosts: Vec<(String, u32)>,
     /// Iteration time alone on its placement, per the model, ms.
     pub isolated_ms: f64,
-    /// Rank 0's iteration times (end to end, slot delays included), ms, from
-    /// the second iteration (the first includes connecting the ring).
+    /// Rank 0's iteration times (end to end, slot delays included), ms,
+    /// after the warm-up iterations.
     pub iteration_ms: Vec<f64>,
     /// Submission to the end, s.
     pub jct_s: Option<f64>,
@@ -176,7 +178,7 @@ pub async fn drive(
     for spec in jobs {
         let info = by_spec.get(spec.id.as_str());
         let iteration_ms = match info {
-            Some(j) => read_cycles(&logs.join(log_name(j.id as u64, 0)))?,
+            Some(j) => read_cycles(&logs.join(log_name(j.id as u64, 0)), opts.warmup)?,
             None => Vec::new(),
         };
         measured.push(MeasuredJob {
@@ -295,8 +297,8 @@ fn link_series(topo: &Topology, fabric: &Fabric, samples: &Samples) -> Vec<LinkS
     out
 }
 
-/// Iteration times (`cycle_ms`) from a worker's log, without the first.
-fn read_cycles(path: &Path) -> Result<Vec<f64>> {
+/// Iteration times (`cycle_ms`) from a worker's log, without the first `warmup`.
+fn read_cycles(path: &Path, warmup: usize) -> Result<Vec<f64>> {
     if !path.exists() {
         return Ok(Vec::new());
     }
@@ -313,9 +315,7 @@ fn read_cycles(path: &Path) -> Result<Vec<f64>> {
             _ => bail!("{}: line {}: cycle_ms: expected a number in {line:?}", path.display(), i + 2),
         }
     }
-    if !out.is_empty() {
-        out.remove(0);
-    }
+    out.drain(..warmup.min(out.len()));
     Ok(out)
 }
 

@@ -47,6 +47,10 @@ pub struct ScenarioArgs {
     /// Run every job for this many iterations instead of the file's work.
     #[arg(long)]
     iterations: Option<u64>,
+    /// Leave each job's first iterations out of its times, on both sides
+    /// (start-up: connecting the ring, first alignments).
+    #[arg(long, default_value_t = 5)]
+    warmup: usize,
     /// Seed (default: the experiment's first).
     #[arg(long)]
     seed: Option<u64>,
@@ -168,8 +172,8 @@ fn scenario(args: &ScenarioArgs, with_sim: bool) -> Result<()> {
     let seed = args.seed.unwrap_or(exp.seeds[0]);
     let (mut jobs, pins) = exp.jobs_and_pins(base, &topo, seed).map_err(anyhow::Error::msg)?;
     if let Some(n) = args.iterations {
-        if n < 2 {
-            bail!("--iterations: expected at least 2 (the first iteration is not counted), found {n}");
+        if n <= args.warmup as u64 {
+            bail!("--iterations: expected more than the {} warm-up iterations, found {n}", args.warmup);
         }
         for j in &mut jobs {
             j.work = orrery_model::Work::Iterations(n);
@@ -198,6 +202,7 @@ fn scenario(args: &ScenarioArgs, with_sim: bool) -> Result<()> {
             sample_s: args.sample_s,
             congestion_control: args.cc.clone(),
             goodput: args.goodput,
+            warmup: args.warmup,
         };
         eprintln!("{policy}: {} jobs on the testbed ({} at {}x)", jobs.len(), topo.name, args.fabric.scale);
         let measured = runtime.block_on(drive(&topo, &jobs, &pins, &opts, |m| eprintln!("  {m}")))?;
@@ -211,7 +216,7 @@ fn scenario(args: &ScenarioArgs, with_sim: bool) -> Result<()> {
         }
         let modelled = compare::derated(&topo, args.goodput).map_err(anyhow::Error::msg)?;
         let simulated =
-            compare::simulate(&modelled, &jobs, &pins, policy, seed, exp.sim.jitter).map_err(anyhow::Error::msg)?;
+            compare::simulate(&modelled, &jobs, &pins, policy, seed, exp.sim.jitter, args.warmup).map_err(anyhow::Error::msg)?;
         let rows = compare::rows(&jobs, &measured, &simulated);
         compare::write_atomic(&dir.join("simulated.json"), &serde_json::to_string(&simulated)?)?;
         compare::figures(&dir, &jobs, &measured, &simulated).map_err(anyhow::Error::msg)?;
