@@ -164,6 +164,8 @@ pub fn worker(args: &WorkerArgs) -> Result<()> {
 /// `orrery testbed run|compare`: each policy on the testbed (and, comparing,
 /// in the simulator), one after the other.
 fn scenario(args: &ScenarioArgs, with_sim: bool) -> Result<()> {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into());
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
     let text = std::fs::read_to_string(&args.experiment).with_context(|| format!("reading {}", args.experiment.display()))?;
     let file = args.experiment.display().to_string();
     let exp = orrery_sim::experiment::parse(&file, &text).map_err(anyhow::Error::msg)?;
