@@ -305,9 +305,7 @@ pub fn with_pins(
     seed: u64,
     pins: &std::collections::BTreeMap<String, Vec<(usize, u32)>>,
 ) -> Option<Box<dyn crate::Policy>> {
-    let pinned = || {
-        Box::new(crate::baseline::Pinned { pins: pins.clone(), label: None }) as Box<dyn crate::Policy>
-    };
+    let pinned = || Box::new(crate::baseline::Pinned { pins: pins.clone(), label: None }) as Box<dyn crate::Policy>;
     use crate::foresight::policy::{Foresight, Mode};
     let mode = |m| Some(Box::new(Foresight::new(pinned(), m)) as Box<dyn crate::Policy>);
     match name {

@@ -7,6 +7,15 @@ use orrery_policy::{Decision, JobId};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
+/// The TCP port rank `rank` of job `job` listens on for its ring predecessor
+/// on its host's data address: 20000 + 16·(job mod 2500) + (rank mod 16).
+/// Ranks on one host are consecutive in the ring, so they differ mod 16 while
+/// a host has at most 16 workers of a job. The data-plane convention of
+/// `orrery worker`; node agents match a job's traffic by it for throttles.
+pub fn worker_port(job: JobId, rank: u32) -> u16 {
+    (20_000 + (job as u64 % 2_500) * 16 + u64::from(rank % 16)) as u16
+}
+
 /// Where a job is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

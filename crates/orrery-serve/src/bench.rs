@@ -74,8 +74,12 @@ pub async fn run(opts: BenchOptions) -> Result<BenchReport> {
     let err = |e: crate::client::ClientError| anyhow::anyhow!("{e}");
     let agents = Client::new(&url, &agent).map_err(err)?;
     for (h, host) in opts.topology.hosts.iter().enumerate() {
-        let req =
-            RegisterRequest { name: host.name.clone(), gpus: host.gpus, nic_gbps: opts.topology.host_nic_gbps(h), data_addr: None };
+        let req = RegisterRequest {
+            name: host.name.clone(),
+            gpus: host.gpus,
+            nic_gbps: opts.topology.host_nic_gbps(h),
+            data_addr: None,
+        };
         agents.register(&req).await.map_err(err)?;
     }
     let client = Client::new(&url, &user).map_err(err)?;

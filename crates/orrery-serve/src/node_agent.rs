@@ -16,8 +16,8 @@
 //! testbed's host), while the agent itself speaks to the service from its
 //! own. With `--shape-dev DEV` the agent enforces `Throttle` decisions with
 //! tc: one htb class per throttled job under DEV's root class `1:1` (the
-//! layout `orrery testbed up` makes), matched by the firewall mark `job + 1`
-//! that the job's processes put on their sockets (`SO_MARK`).
+//! layout `orrery testbed up` makes), fed by u32 filters on the data ports
+//! its ring successors on other hosts listen on ([`crate::api::worker_port`]).
 //!
 //! Local protocol: one JSON object per line each way.
 //!
@@ -105,8 +105,8 @@ struct State {
     done: HashSet<JobId>,
     /// Jobs holding each local GPU (two when Castor shares it).
     gpu_jobs: Vec<Vec<JobId>>,
-    /// Throttles installed with tc: job → rate on the device, bit/s.
-    shaped: HashMap<JobId, u64>,
+    /// Throttles installed with tc.
+    shaped: HashMap<JobId, Shaped>,
 }
 
 impl State {
@@ -200,8 +200,7 @@ pub async fn run_until(opts: AgentOptions, stop: impl std::future::Future<Output
 
 /// Registers until the service accepts (retrying every second).
 async fn register(shared: &Shared) {
-    let req =
-        RegisterRequest {
+    let req = RegisterRequest {
         name: shared.opts.name.clone(),
         gpus: shared.opts.gpus,
         nic_gbps: shared.opts.nic_gbps,
@@ -337,50 +336,89 @@ fn apply_assignments(shared: &Shared, jobs: Vec<Assignment>) {
     }
 }
 
-/// The htb class of a throttled job on the shaped device (minor ids from 0x100).
-fn throttle_class(job: JobId) -> u32 {
-    0x100 + (job % 0xfe00) as u32
+/// The htb class of a throttled job on the shaped device (minor ids from
+/// 0x100), and the priority of its filters (one per job, so they go together).
+fn throttle_class(job: JobId) -> (u32, u32) {
+    (0x100 + (job % 0xfe00) as u32, 10 + (job % 60_000) as u32)
+}
+
+/// A throttle installed on the device.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Shaped {
+    epoch: u64,
+    rate_bps: u64,
 }
 
 /// tc commands that bring the device's throttle classes in line with the
-/// `Throttle`s in force. A job's cap is per flow (the policy's unit), so its
-/// class gets the cap times the job's flows that leave this host: its local
-/// ranks whose ring successor is elsewhere. O(jobs here).
+/// `Throttle`s in force. A job's traffic is the packets to the data ports
+/// ([`crate::api::worker_port`]) of its ring successors on other hosts,
+/// matched by u32 on the destination port (one filter per successor). The
+/// cap is per flow (the policy's unit), so the job's class gets the cap times
+/// those flows. O(jobs here · ranks).
 fn throttle_commands(s: &mut State, netns: Option<&str>, dev: &str, scale: f64, host: &str) -> Vec<Vec<String>> {
-    let mut want: HashMap<JobId, u64> = HashMap::new();
+    let ns: Vec<String> = netns.map(|n| vec!["-n".to_string(), n.to_string()]).unwrap_or_default();
+    let cmd = |args: &[&str]| -> Vec<String> { ns.iter().cloned().chain(args.iter().map(|a| a.to_string())).collect() };
+    let mut want: HashMap<JobId, (Shaped, Vec<u16>)> = HashMap::new();
     for a in s.jobs.values() {
         let Some(g) = a.in_force.throttle_gbps.filter(|g| g.is_finite() && *g > 0.0) else { continue };
-        let n = a.workers.len();
-        let leaving = a.ranks.iter().filter(|&&r| a.workers.get((r as usize + 1) % n.max(1)).is_some_and(|w| w != host)).count();
-        want.insert(a.job, (g * 1e9 * scale * leaving.max(1) as f64).round().max(8_000.0) as u64);
+        let n = a.workers.len().max(1);
+        let ports: Vec<u16> = a
+            .ranks
+            .iter()
+            .map(|&r| (r as usize + 1) % n)
+            .filter(|&next| a.workers.get(next).is_some_and(|w| w != host))
+            .map(|next| crate::api::worker_port(a.job, next as u32))
+            .collect();
+        let rate_bps = (g * 1e9 * scale * ports.len().max(1) as f64).round().max(8_000.0) as u64;
+        want.insert(a.job, (Shaped { epoch: a.epoch, rate_bps }, ports));
     }
-    let ns: Vec<String> = netns.map(|n| vec!["-n".to_string(), n.to_string()]).unwrap_or_default();
     let mut out = Vec::new();
-    let gone: Vec<JobId> = s.shaped.keys().filter(|j| !want.contains_key(j)).copied().collect();
-    for job in gone {
+    let stale: Vec<JobId> = s
+        .shaped
+        .iter()
+        .filter(|(j, old)| want.get(j).is_none_or(|w| w.0.epoch != old.epoch))
+        .map(|(&j, _)| j)
+        .collect();
+    for job in stale {
         s.shaped.remove(&job);
-        let class = format!("1:{:x}", throttle_class(job));
-        let mark = (job + 1).to_string();
-        out.push([&ns[..], &["filter", "del", "dev", dev, "parent", "1:", "protocol", "ip", "prio", "1", "handle", &mark, "fw"].map(String::from)].concat());
-        out.push([&ns[..], &["class", "del", "dev", dev, "classid", &class].map(String::from)].concat());
+        let (class, prio) = throttle_class(job);
+        out.push(cmd(&["filter", "del", "dev", dev, "parent", "1:", "protocol", "ip", "prio", &prio.to_string()]));
+        out.push(cmd(&["class", "del", "dev", dev, "classid", &format!("1:{class:x}")]));
     }
-    for (job, rate) in want {
-        if s.shaped.get(&job) == Some(&rate) {
+    for (job, (shaped, ports)) in want {
+        let old = s.shaped.insert(job, shaped);
+        if old == Some(shaped) {
             continue;
         }
-        let fresh = s.shaped.insert(job, rate).is_none();
-        let class = format!("1:{:x}", throttle_class(job));
-        let rate = format!("{rate}bit");
-        out.push(
-            [&ns[..], &["class", "replace", "dev", dev, "parent", "1:1", "classid", &class, "htb", "rate", &rate, "ceil", &rate, "quantum", "60000"].map(String::from)]
-                .concat(),
-        );
-        if fresh {
-            let mark = (job + 1).to_string();
-            out.push(
-                [&ns[..], &["filter", "replace", "dev", dev, "parent", "1:", "protocol", "ip", "prio", "1", "handle", &mark, "fw", "classid", &class].map(String::from)]
-                    .concat(),
-            );
+        let (class, prio) = throttle_class(job);
+        let (class, rate) = (format!("1:{class:x}"), format!("{}bit", shaped.rate_bps));
+        out.push(cmd(&[
+            "class", "replace", "dev", dev, "parent", "1:1", "classid", &class, "htb", "rate", &rate, "ceil", &rate,
+            "quantum", "60000",
+        ]));
+        if old.is_none() {
+            for port in ports {
+                out.push(cmd(&[
+                    "filter",
+                    "add",
+                    "dev",
+                    dev,
+                    "parent",
+                    "1:",
+                    "protocol",
+                    "ip",
+                    "prio",
+                    &prio.to_string(),
+                    "u32",
+                    "match",
+                    "ip",
+                    "dport",
+                    &port.to_string(),
+                    "0xffff",
+                    "classid",
+                    &class,
+                ]));
+            }
         }
     }
     out
@@ -413,9 +451,9 @@ fn launch(opts: &AgentOptions, s: &State, a: &Assignment, cmd: &str, gpus: &[usi
                 c
             }
         };
-        let addrs: Vec<String> = a.worker_addrs.iter().map(|x| x.map(|ip| ip.to_string()).unwrap_or_default()).collect();
-        c
-            .env("ORRERY_AGENT_SOCKET", &opts.socket)
+        let addrs: Vec<String> =
+            a.worker_addrs.iter().map(|x| x.map(|ip| ip.to_string()).unwrap_or_default()).collect();
+        c.env("ORRERY_AGENT_SOCKET", &opts.socket)
             .env("ORRERY_JOB", a.job.to_string())
             .env("ORRERY_JOB_NAME", &a.name)
             .env("ORRERY_EPOCH", a.epoch.to_string())
@@ -533,9 +571,16 @@ enum Reply {
         period_ms: f64,
         route: Vec<usize>,
     },
-    Stop { stop: String },
-    Ok { ok: bool, done: bool },
-    Error { error: String },
+    Stop {
+        stop: String,
+    },
+    Ok {
+        ok: bool,
+        done: bool,
+    },
+    Error {
+        error: String,
+    },
 }
 
 async fn serve_process(shared: Arc<Shared>, stream: UnixStream) {
@@ -647,7 +692,7 @@ fn report(
 
 #[cfg(test)]
 mod tests {
-    use super::State;
+    use super::{State, throttle_commands};
 
     #[test]
     fn jobs_get_distinct_gpus_until_they_share() {
@@ -658,5 +703,47 @@ mod tests {
         assert_eq!(s.take_gpus(2, 2), vec![3, 0]);
         s.release_gpus(0);
         assert_eq!(s.take_gpus(3, 1), vec![1]);
+    }
+
+    #[test]
+    fn throttles_become_one_htb_class_per_job_and_go_away_with_it() {
+        use crate::api::{Assignment, InForce, JobStatus};
+        let job = |id: usize, throttle: Option<f64>| Assignment {
+            job: id,
+            name: format!("j{id}"),
+            epoch: 1,
+            status: JobStatus::Running,
+            gpus: 2,
+            ranks: vec![0, 1],
+            workers: vec!["h0".into(), "h0".into(), "h1".into()],
+            worker_addrs: Vec::new(),
+            shape: Default::default(),
+            period_ms: 100.0,
+            compute_ms: 50.0,
+            iterations_done: 0,
+            target_iterations: 10,
+            in_force: InForce { throttle_gbps: throttle, ..InForce::default() },
+        };
+        let mut s = State::default();
+        s.jobs.insert(7, job(7, Some(10.0)));
+        s.jobs.insert(8, job(8, None));
+        // Ranks 0 and 1 on h0; only rank 1's ring successor (rank 2, on h1,
+        // port 20000 + 16·7 + 2) is elsewhere: one flow leaves, capped at
+        // 10 Gbit/s x 0.01 = 100 Mbit/s.
+        let cmds = throttle_commands(&mut s, Some("orr-h0"), "eth0", 0.01, "h0");
+        let text: Vec<String> = cmds.iter().map(|c| c.join(" ")).collect();
+        assert_eq!(
+            text,
+            vec![
+                "-n orr-h0 class replace dev eth0 parent 1:1 classid 1:107 htb rate 100000000bit ceil 100000000bit quantum 60000",
+                "-n orr-h0 filter add dev eth0 parent 1: protocol ip prio 17 u32 match ip dport 20114 0xffff classid 1:107",
+            ]
+        );
+        // Unchanged: nothing to do. Lifted: the filter and the class go.
+        assert!(throttle_commands(&mut s, Some("orr-h0"), "eth0", 0.01, "h0").is_empty());
+        s.jobs.insert(7, job(7, None));
+        let text: Vec<String> =
+            throttle_commands(&mut s, None, "eth0", 0.01, "h0").iter().map(|c| c.join(" ")).collect();
+        assert_eq!(text, vec!["filter del dev eth0 parent 1: protocol ip prio 17", "class del dev eth0 classid 1:107"]);
     }
 }

@@ -573,6 +573,50 @@ impl Experiment {
         workload_jobs(&self.workload, base, topo, seed)
     }
 
+    /// The cluster, jobs and pins of one scenario (by name; `None` for an
+    /// experiment without scenarios), with its own topology if it brings one.
+    /// Scenarios that congest links are refused: only the simulator adds
+    /// their background traffic.
+    pub fn scenario(
+        &self,
+        name: Option<&str>,
+        base: &Path,
+        seed: u64,
+    ) -> Result<(Topology, Vec<JobSpec>, Pins), String> {
+        let names: Vec<&str> = self.scenarios.iter().map(|s| s.name.as_str()).collect();
+        let sc = match (name, self.scenarios.is_empty()) {
+            (None, true) => None,
+            (None, false) => return Err(format!("scenario: expected one of {}", names.join(", "))),
+            (Some(n), _) => Some(
+                self.scenarios
+                    .iter()
+                    .find(|s| s.name == n)
+                    .ok_or_else(|| format!("scenario: {n:?} is not one of [{}]", names.join(", ")))?,
+            ),
+        };
+        if let Some(sc) = sc.filter(|sc| !sc.congested.is_empty()) {
+            return Err(format!(
+                "scenario {}: it congests links with background traffic, which only the simulator adds",
+                sc.name
+            ));
+        }
+        let topo = match sc.and_then(|sc| sc.topology.as_ref()) {
+            Some(t) => Experiment { topology: t.clone(), ..self.clone() }.topology(base)?,
+            None => self.topology(base)?,
+        };
+        let workload = match sc {
+            Some(sc) => self
+                .workloads()
+                .into_iter()
+                .find(|w| w.0 == sc.name)
+                .map(|w| w.1)
+                .ok_or_else(|| format!("scenario {}: no workload", sc.name))?,
+            None => self.workload.clone(),
+        };
+        let (jobs, pins) = workload_jobs(&workload, base, &topo, seed)?;
+        Ok((topo, jobs, pins))
+    }
+
     /// Builds the jobs for a seed.
     pub fn jobs(&self, base: &Path, topo: &Topology, seed: u64) -> Result<Vec<JobSpec>, String> {
         workload_jobs(&self.workload, base, topo, seed).map(|w| w.0)

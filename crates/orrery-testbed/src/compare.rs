@@ -71,7 +71,8 @@ pub fn simulate(
         .filter(|(_, s)| s.bits > 0.0)
         .map(|(l, s)| {
             let bits_per_bucket = topo.links[l].gbps * 1e9 * bucket_s;
-            let series = s.series.iter().enumerate().map(|(k, b)| ((k + 1) as f64 * bucket_s, b / bits_per_bucket)).collect();
+            let series =
+                s.series.iter().enumerate().map(|(k, b)| ((k + 1) as f64 * bucket_s, b / bits_per_bucket)).collect();
             (l, series)
         })
         .collect();
@@ -129,7 +130,9 @@ pub fn rows(jobs: &[JobSpec], measured: &Measured, simulated: &Simulated) -> Vec
             Row {
                 policy: measured.policy.clone(),
                 job: spec.id.clone(),
-                hosts: m.map(|j| j.hosts.iter().map(|(h, g)| format!("{h}:{g}")).collect::<Vec<_>>().join(" ")).unwrap_or_default(),
+                hosts: m
+                    .map(|j| j.hosts.iter().map(|(h, g)| format!("{h}:{g}")).collect::<Vec<_>>().join(" "))
+                    .unwrap_or_default(),
                 isolated_ms: simulated.isolated_ms.get(i).copied().unwrap_or(f64::NAN),
                 measured_n: mi.len(),
                 measured_mean_ms: mm,

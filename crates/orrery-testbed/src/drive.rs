@@ -119,10 +119,11 @@ pub async fn drive(
     if !(opts.goodput.is_finite() && opts.goodput > 0.0 && opts.goodput <= 1.0) {
         bail!("goodput: expected a fraction in (0, 1], found {}", opts.goodput);
     }
+    let modelled = crate::compare::derated(topo, opts.goodput).map_err(anyhow::Error::msg)?;
     let config = orrery_serve::core::Config {
         policy: opts.policy.clone(),
         seed: opts.seed,
-        topology: crate::compare::derated(topo, opts.goodput).map_err(anyhow::Error::msg)?,
+        topology: modelled.clone(),
         node_timeout_s: 10.0,
         heartbeat_s: 1.0,
         pins: pins.clone(),
@@ -144,7 +145,7 @@ pub async fn drive(
             token: agent_token.clone(),
             name: host.name.clone(),
             gpus: host.gpus,
-            nic_gbps: topo.host_nic_gbps(h),
+            nic_gbps: modelled.host_nic_gbps(h),
             socket: opts.dir.join(format!("agent-{h}.sock")),
             exec: Some(format!(
                 "exec {} worker --scale {} --log-dir {} --cc {}",
@@ -220,7 +221,11 @@ async fn watch(
             break;
         }
         if start.elapsed() > Duration::from_secs(30) {
-            bail!("only {} of {} agents registered within 30 s", nodes.iter().filter(|n| n.up).count(), topo.hosts.len());
+            bail!(
+                "only {} of {} agents registered within 30 s",
+                nodes.iter().filter(|n| n.up).count(),
+                topo.hosts.len()
+            );
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

@@ -107,6 +107,8 @@ pub struct Fabric {
     pub pinned_paths: usize,
     /// Warnings met while building (pins that cannot be honoured).
     pub warnings: Vec<String>,
+    /// The opposite link of each link's cable.
+    reverse: Vec<usize>,
     up: bool,
 }
 
@@ -165,7 +167,8 @@ fn batch(program: &str, netns: Option<&str>, lines: &[String]) -> Result<(), Fab
             .write_all(text.as_bytes())
             .map_err(|e| FabricError::Command { command: command(), stderr: e.to_string() })?;
     }
-    let out = child.wait_with_output().map_err(|e| FabricError::Command { command: command(), stderr: e.to_string() })?;
+    let out =
+        child.wait_with_output().map_err(|e| FabricError::Command { command: command(), stderr: e.to_string() })?;
     if !out.status.success() {
         return Err(FabricError::Command {
             command: command(),
@@ -184,7 +187,8 @@ fn cable_addrs(c: usize) -> (Ipv4Addr, Ipv4Addr) {
 /// Namespace names are `PREFIX-NODE`, with anything but letters, digits,
 /// `-` and `_` in the node's name replaced.
 fn netns_name(prefix: &str, node: &str) -> String {
-    let clean: String = node.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' }).collect();
+    let clean: String =
+        node.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' }).collect();
     format!("{prefix}-{clean}")
 }
 
@@ -215,7 +219,8 @@ fn cables(topo: &Topology) -> Result<Vec<(NodeId, NodeId, usize, usize)>, Fabric
     let mut open: BTreeMap<(NodeId, NodeId), Vec<usize>> = BTreeMap::new();
     let mut out = Vec::new();
     for (l, link) in topo.links.iter().enumerate() {
-        let reverse = open.get_mut(&(link.to, link.from)).and_then(|v| if v.is_empty() { None } else { Some(v.remove(0)) });
+        let reverse =
+            open.get_mut(&(link.to, link.from)).and_then(|v| if v.is_empty() { None } else { Some(v.remove(0)) });
         match reverse {
             Some(r) => {
                 let (a, b) = if link.from < link.to { (link.from, link.to) } else { (link.to, link.from) };
@@ -228,7 +233,11 @@ fn cables(topo: &Topology) -> Result<Vec<(NodeId, NodeId, usize, usize)>, Fabric
     if let Some(((from, to), _)) = open.iter().find(|(_, v)| !v.is_empty()) {
         return Err(FabricError::Topology {
             topology: topo.name.clone(),
-            why: format!("link {} → {} has no link back; a cable is two directed links", topo.node_name(*from), topo.node_name(*to)),
+            why: format!(
+                "link {} → {} has no link back; a cable is two directed links",
+                topo.node_name(*from),
+                topo.node_name(*to)
+            ),
         });
     }
     out.sort_by_key(|c| c.2.min(c.3));
@@ -253,14 +262,19 @@ impl Fabric {
         let mut host_addrs: Vec<Option<Ipv4Addr>> = vec![None; hosts];
         let mut host_gateway: Vec<Option<Ipv4Addr>> = vec![None; hosts];
         let mut root_lines = Vec::new();
+        let mut reverse = vec![0; topo.links.len()];
         for (c, &(a, b, ab, ba)) in cables.iter().enumerate() {
+            (reverse[ab], reverse[ba]) = (ba, ab);
             let (addr_a, addr_b) = cable_addrs(c);
             let mut name_of = |n: NodeId| -> Result<String, FabricError> {
                 if n < hosts {
                     if host_addrs[n].is_some() {
                         return Err(FabricError::Topology {
                             topology: topo.name.clone(),
-                            why: format!("host {} has more than one cable; the testbed gives each host one NIC", topo.node_name(n)),
+                            why: format!(
+                                "host {} has more than one cable; the testbed gives each host one NIC",
+                                topo.node_name(n)
+                            ),
                         });
                     }
                     Ok(HOST_DEV.to_string())
@@ -273,19 +287,27 @@ impl Fabric {
             if a < hosts && b < hosts {
                 return Err(FabricError::Topology {
                     topology: topo.name.clone(),
-                    why: format!("hosts {} and {} are cabled directly; the testbed needs a switch between hosts", topo.node_name(a), topo.node_name(b)),
+                    why: format!(
+                        "hosts {} and {} are cabled directly; the testbed needs a switch between hosts",
+                        topo.node_name(a),
+                        topo.node_name(b)
+                    ),
                 });
             }
             if a < hosts {
                 host_addrs[a] = Some(addr_a);
                 host_gateway[a] = Some(addr_b);
             }
-            root_lines.push(format!("link add {dev_a} netns {} type veth peer name {dev_b} netns {}", netns[a], netns[b]));
+            root_lines
+                .push(format!("link add {dev_a} netns {} type veth peer name {dev_b} netns {}", netns[a], netns[b]));
             link_ports[ab] = Some(Port { netns: netns[a].clone(), dev: dev_a, addr: addr_a });
             link_ports[ba] = Some(Port { netns: netns[b].clone(), dev: dev_b, addr: addr_b });
         }
         let Some(link_ports) = link_ports.into_iter().collect::<Option<Vec<Port>>>() else {
-            return Err(FabricError::Topology { topology: topo.name.clone(), why: "a link is not part of a cable".into() });
+            return Err(FabricError::Topology {
+                topology: topo.name.clone(),
+                why: "a link is not part of a cable".into(),
+            });
         };
         let Some(host_addrs) = host_addrs.into_iter().collect::<Option<Vec<Ipv4Addr>>>() else {
             let h = (0..hosts).find(|&h| topo.out_links(h).is_empty()).unwrap_or(0);
@@ -304,6 +326,7 @@ impl Fabric {
             link_rates_bps,
             pinned_paths: 0,
             warnings: Vec::new(),
+            reverse,
             up: true,
         };
         // From here on, dropping `fabric` removes what exists.
@@ -327,8 +350,12 @@ impl Fabric {
             let queue = ((rate as f64 / 8.0 * self.options.queue_ms / 1e3) as u64).max(128 * 1024);
             let dev = &port.dev;
             tc_lines[n].push(format!("qdisc add dev {dev} root handle 1: htb default 10"));
-            tc_lines[n].push(format!("class add dev {dev} parent 1: classid 1:1 htb rate {rate}bit ceil {rate}bit quantum 60000"));
-            tc_lines[n].push(format!("class add dev {dev} parent 1:1 classid 1:10 htb rate {rate}bit ceil {rate}bit quantum 60000"));
+            tc_lines[n].push(format!(
+                "class add dev {dev} parent 1: classid 1:1 htb rate {rate}bit ceil {rate}bit quantum 60000"
+            ));
+            tc_lines[n].push(format!(
+                "class add dev {dev} parent 1:1 classid 1:10 htb rate {rate}bit ceil {rate}bit quantum 60000"
+            ));
             tc_lines[n].push(format!("qdisc add dev {dev} parent 1:10 handle 10: bfifo limit {queue}"));
         }
         for (h, gw) in host_gateway.iter().enumerate().take(hosts) {
@@ -337,12 +364,9 @@ impl Fabric {
             }
         }
         // Switch routes: /32 to every host over the first links of its shortest paths.
-        let peer = |l: usize| -> (&str, Ipv4Addr) {
-            let back = topo.out_links(topo.links[l].to).iter().copied().find(|&r| topo.links[r].to == topo.links[l].from);
-            let addr = back.map_or(Ipv4Addr::UNSPECIFIED, |r| self.link_ports[r].addr);
-            (&self.link_ports[l].dev, addr)
-        };
-        for s in hosts..topo.node_count() {
+        // The far end of link l: the sending port of its cable's other link.
+        let peer = |l: usize| -> (&str, Ipv4Addr) { (&self.link_ports[l].dev, self.link_ports[self.reverse[l]].addr) };
+        for (s, lines) in ip_lines.iter_mut().enumerate().skip(hosts) {
             for h in 0..hosts {
                 let mut first: Vec<usize> = topo.shared_paths(s, h).iter().filter_map(|p| p.first().copied()).collect();
                 first.sort_unstable();
@@ -352,7 +376,7 @@ impl Fabric {
                     [] => {}
                     [l] => {
                         let (dev, via) = peer(*l);
-                        ip_lines[s].push(format!("route add {dst}/32 via {via} dev {dev}"));
+                        lines.push(format!("route add {dst}/32 via {via} dev {dev}"));
                     }
                     many => {
                         let hops: Vec<String> = many
@@ -362,7 +386,7 @@ impl Fabric {
                                 format!("nexthop via {via} dev {dev} weight 1")
                             })
                             .collect();
-                        ip_lines[s].push(format!("route add {dst}/32 {}", hops.join(" ")));
+                        lines.push(format!("route add {dst}/32 {}", hops.join(" ")));
                     }
                 }
             }
@@ -395,14 +419,16 @@ impl Fabric {
             let (dev, via) = peer(l);
             ip_lines[at].push(format!("route add {}/32 via {via} dev {dev} table {}", self.host_addrs[dst], 100 + i));
         }
-        for s in hosts..topo.node_count() {
+        for lines in ip_lines.iter_mut().skip(hosts) {
             for i in 0..self.pinned_paths {
-                ip_lines[s].push(format!("rule add tos {:#04x} table {} pref {}", path_tos(i), 100 + i, 100 + i));
+                lines.push(format!("rule add tos {:#04x} table {} pref {}", path_tos(i), 100 + i, 100 + i));
             }
         }
         for (n, ns) in self.netns.iter().enumerate() {
             if n >= hosts {
-                for key in ["net.ipv4.ip_forward=1", "net.ipv4.fib_multipath_hash_policy=1", "net.ipv4.conf.all.rp_filter=0"] {
+                for key in
+                    ["net.ipv4.ip_forward=1", "net.ipv4.fib_multipath_hash_policy=1", "net.ipv4.conf.all.rp_filter=0"]
+                {
                     run("ip", &["netns", "exec", ns, "sysctl", "-q", "-w", key])?;
                 }
             }
@@ -426,8 +452,10 @@ impl Fabric {
                 continue;
             }
             let text = run("ip", &["-n", ns, "-s", "-j", "link", "show"])?;
-            let v: serde_json::Value = serde_json::from_str(&text)
-                .map_err(|e| FabricError::Command { command: format!("ip -n {ns} -s -j link show"), stderr: e.to_string() })?;
+            let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| FabricError::Command {
+                command: format!("ip -n {ns} -s -j link show"),
+                stderr: e.to_string(),
+            })?;
             let mut devs = BTreeMap::new();
             for iface in v.as_array().into_iter().flatten() {
                 let name = iface["ifname"].as_str().unwrap_or_default().to_string();
@@ -457,10 +485,10 @@ impl Fabric {
         self.up = false;
         let mut errors = Vec::new();
         for ns in &self.netns {
-            if let Err(e) = run("ip", &["netns", "del", ns]) {
-                if !e.to_string().contains("No such file") {
-                    errors.push(e.to_string());
-                }
+            if let Err(e) = run("ip", &["netns", "del", ns])
+                && !e.to_string().contains("No such file")
+            {
+                errors.push(e.to_string());
             }
         }
         errors
@@ -532,9 +560,9 @@ mod tests {
     #[test]
     fn options_are_checked() {
         let bad = FabricOptions { prefix: "a-b".into(), ..FabricOptions::default() };
-        assert!(check_options(&bad).unwrap_err().to_string().contains("prefix"));
+        assert!(check_options(&bad).expect_err("refused").to_string().contains("prefix"));
         let bad = FabricOptions { scale: 0.0, ..FabricOptions::default() };
-        assert!(check_options(&bad).unwrap_err().to_string().contains("scale"));
+        assert!(check_options(&bad).expect_err("refused").to_string().contains("scale"));
         assert_eq!(path_tos(0), 0x04);
         assert_eq!(path_tos(6), 0x1c);
         assert_eq!(netns_name("orr", "leaf 0"), "orr-leaf_0");

@@ -5,7 +5,7 @@
 //!
 //! Needs root (CAP_NET_ADMIN) and iproute2 (`ip`, `tc`).
 
+pub mod compare;
+pub mod drive;
 pub mod fabric;
 pub mod worker;
-pub mod drive;
-pub mod compare;

@@ -17,10 +17,10 @@
 //! every iteration it waits for its slot (shift, align, pace, pause), and it
 //! reports every iteration. Workers of one job find each other through the
 //! service: the agent passes every rank's data address (`ORRERY_WORKER_ADDRS`)
-//! and rank r listens on [`port_for`]`(job, r)`. Its sockets carry the mark
-//! `job + 1` (for the agent's tc throttle) and, when a `Route` pins its ring
-//! flow, one connection per pinned path with that path's TOS
-//! ([`crate::fabric::path_tos`]); the chunk is split equally among them.
+//! and rank r listens on [`port_for`]`(job, r)` (the agent's tc throttle
+//! matches that port). When a `Route` pins its ring flow, it opens one
+//! connection per pinned path with that path's TOS
+//! ([`crate::fabric::path_tos`]) and splits each chunk equally among them.
 
 use anyhow::{Context, Result, anyhow, bail};
 use orrery_model::{Collective, IterationShape, Segment};
@@ -36,11 +36,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 /// How long a worker waits for a peer (to listen, or to send a step).
 const PEER_TIMEOUT: Duration = Duration::from_secs(120);
 
-/// The port rank `rank` of `job` listens on: 20000 + 16·(job mod 2500) +
-/// (rank mod 16). Ranks on one host are consecutive in the ring, so they
-/// differ mod 16 while a host has at most 16 workers of a job.
+/// The port rank `rank` of `job` listens on ([`orrery_serve::api::worker_port`]).
 pub fn port_for(job: u64, rank: u32) -> u16 {
-    (20_000 + (job % 2_500) * 16 + u64::from(rank % 16)) as u16
+    orrery_serve::api::worker_port(job as usize, rank)
 }
 
 /// What the agent tells a worker process through its environment.
@@ -61,7 +59,8 @@ pub struct WorkerEnv {
 }
 
 fn var(name: &str) -> Result<String> {
-    std::env::var(name).with_context(|| format!("{name} is not set: `orrery worker` runs under `orrery agent --node --exec`"))
+    std::env::var(name)
+        .with_context(|| format!("{name} is not set: `orrery worker` runs under `orrery agent --node --exec`"))
 }
 
 fn parsed<T: std::str::FromStr>(name: &str) -> Result<T>
@@ -79,12 +78,14 @@ impl WorkerEnv {
         let mut addrs = Vec::new();
         for (rank, a) in addrs_text.split(',').enumerate() {
             addrs.push(a.parse::<IpAddr>().map_err(|_| {
-                anyhow!("ORRERY_WORKER_ADDRS: rank {rank} has no data address ({a:?}); start its agent with --data-addr")
+                anyhow!(
+                    "ORRERY_WORKER_ADDRS: rank {rank} has no data address ({a:?}); start its agent with --data-addr"
+                )
             })?);
         }
         let shape_text = var("ORRERY_SHAPE")?;
-        let shape: IterationShape =
-            serde_json::from_str(&shape_text).with_context(|| format!("ORRERY_SHAPE: not an iteration shape: {shape_text}"))?;
+        let shape: IterationShape = serde_json::from_str(&shape_text)
+            .with_context(|| format!("ORRERY_SHAPE: not an iteration shape: {shape_text}"))?;
         let env = WorkerEnv {
             socket: PathBuf::from(var("ORRERY_AGENT_SOCKET")?),
             job: parsed("ORRERY_JOB")?,
@@ -130,7 +131,8 @@ struct Agent {
 
 impl Agent {
     fn connect(path: &Path) -> Result<Agent> {
-        let writer = UnixStream::connect(path).with_context(|| format!("connecting to the agent at {}", path.display()))?;
+        let writer =
+            UnixStream::connect(path).with_context(|| format!("connecting to the agent at {}", path.display()))?;
         Ok(Agent { reader: BufReader::new(writer.try_clone()?), writer })
     }
 
@@ -149,7 +151,6 @@ impl Agent {
 /// The ring: a listener fed by reader threads, and the connections to the
 /// successor.
 struct Ring {
-    job: u64,
     congestion_control: Option<String>,
     next: SocketAddr,
     /// Current connections to the successor and the paths they are pinned to.
@@ -216,7 +217,6 @@ impl Ring {
             }
         });
         Ok(Ring {
-            job: env.job,
             congestion_control,
             next,
             out: Vec::new(),
@@ -232,11 +232,6 @@ impl Ring {
         let deadline = Instant::now() + PEER_TIMEOUT;
         loop {
             let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
-            // The agent's throttle class matches this mark; needs CAP_NET_ADMIN,
-            // without which throttles are not enforced (said once).
-            if let Err(e) = s.set_mark(self.job as u32 + 1) {
-                tracing::warn!("SO_MARK: {e}; tc throttles will not see this job's traffic");
-            }
             s.set_tos_v4(tos)?;
             if let Some(cc) = &self.congestion_control {
                 s.set_tcp_congestion(cc.as_bytes()).with_context(|| format!("TCP congestion control {cc:?}"))?;
@@ -303,7 +298,9 @@ impl Ring {
                         s.spawn(move || send(c, part))
                     })
                     .collect();
-                handles.into_iter().try_for_each(|h| h.join().map_err(|_| anyhow!("a sender panicked"))?.map_err(anyhow::Error::from))
+                handles
+                    .into_iter()
+                    .try_for_each(|h| h.join().map_err(|_| anyhow!("a sender panicked"))?.map_err(anyhow::Error::from))
             })
             .context("sending to the ring successor")?;
         }
@@ -377,7 +374,8 @@ pub fn run(env: &WorkerEnv, opts: &WorkerOptions) -> Result<WorkerSummary> {
     let mut last_end = Instant::now();
     let mut summary = WorkerSummary::default();
     loop {
-        let slot = agent.call(&json!({"op": "wait", "job": env.job.to_string(), "rank": env.rank, "epoch": env.epoch}))?;
+        let slot =
+            agent.call(&json!({"op": "wait", "job": env.job.to_string(), "rank": env.rank, "epoch": env.epoch}))?;
         if let Some(why) = slot.get("stop") {
             summary.stopped = why.as_str().unwrap_or("stopped").to_string();
             return Ok(summary);
@@ -387,8 +385,10 @@ pub fn run(env: &WorkerEnv, opts: &WorkerOptions) -> Result<WorkerSummary> {
         }
         let delay_ms = slot["delay_ms"].as_f64().unwrap_or(0.0).max(0.0);
         let iteration = slot["iteration"].as_u64().unwrap_or(summary.iterations + 1);
-        let route: Vec<usize> =
-            slot["route"].as_array().map(|a| a.iter().filter_map(|v| v.as_u64().map(|x| x as usize)).collect()).unwrap_or_default();
+        let route: Vec<usize> = slot["route"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|v| v.as_u64().map(|x| x as usize)).collect())
+            .unwrap_or_default();
         if delay_ms > 0.0 {
             std::thread::sleep(Duration::from_secs_f64(delay_ms / 1e3));
         }

@@ -41,6 +41,9 @@ pub struct UpArgs {
 pub struct ScenarioArgs {
     /// Experiment file (`experiments/*.toml`): topology, workload, policies.
     experiment: PathBuf,
+    /// The experiment's scenario to run (by name), when it has several.
+    #[arg(long)]
+    scenario: Option<String>,
     /// Only these of its policies (comma-separated; default: all).
     #[arg(long, value_delimiter = ',')]
     policies: Vec<String>,
@@ -155,7 +158,11 @@ pub fn worker(args: &WorkerArgs) -> Result<()> {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into());
     let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
     let env = orrery_testbed::worker::WorkerEnv::from_env()?;
-    let opts = orrery_testbed::worker::WorkerOptions { scale: args.scale, log_dir: args.log_dir.clone(), congestion_control: args.cc.clone() };
+    let opts = orrery_testbed::worker::WorkerOptions {
+        scale: args.scale,
+        log_dir: args.log_dir.clone(),
+        congestion_control: args.cc.clone(),
+    };
     let s = orrery_testbed::worker::run(&env, &opts)?;
     eprintln!("orrery worker: job {} rank {}: {} iterations, {}", env.job, env.rank, s.iterations, s.stopped);
     Ok(())
@@ -166,13 +173,13 @@ pub fn worker(args: &WorkerArgs) -> Result<()> {
 fn scenario(args: &ScenarioArgs, with_sim: bool) -> Result<()> {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into());
     let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
-    let text = std::fs::read_to_string(&args.experiment).with_context(|| format!("reading {}", args.experiment.display()))?;
+    let text =
+        std::fs::read_to_string(&args.experiment).with_context(|| format!("reading {}", args.experiment.display()))?;
     let file = args.experiment.display().to_string();
     let exp = orrery_sim::experiment::parse(&file, &text).map_err(anyhow::Error::msg)?;
     let base = args.experiment.parent().unwrap_or(Path::new("."));
-    let topo = exp.topology(base).map_err(anyhow::Error::msg)?;
     let seed = args.seed.unwrap_or(exp.seeds[0]);
-    let (mut jobs, pins) = exp.jobs_and_pins(base, &topo, seed).map_err(anyhow::Error::msg)?;
+    let (topo, mut jobs, pins) = exp.scenario(args.scenario.as_deref(), base, seed).map_err(anyhow::Error::msg)?;
     if let Some(n) = args.iterations {
         if n <= args.warmup as u64 {
             bail!("--iterations: expected more than the {} warm-up iterations, found {n}", args.warmup);
@@ -212,13 +219,18 @@ fn scenario(args: &ScenarioArgs, with_sim: bool) -> Result<()> {
         if !with_sim {
             for j in &measured.jobs {
                 let (mean, p99) = compare::mean_p99(&j.iteration_ms);
-                println!("{policy:<16} {:<10} {:<10} mean {mean:>8.1} ms  p99 {p99:>8.1} ms  ({} iterations)", j.id, j.status, j.iteration_ms.len());
+                println!(
+                    "{policy:<16} {:<10} {:<10} mean {mean:>8.1} ms  p99 {p99:>8.1} ms  ({} iterations)",
+                    j.id,
+                    j.status,
+                    j.iteration_ms.len()
+                );
             }
             continue;
         }
         let modelled = compare::derated(&topo, args.goodput).map_err(anyhow::Error::msg)?;
-        let simulated =
-            compare::simulate(&modelled, &jobs, &pins, policy, seed, exp.sim.jitter, args.warmup).map_err(anyhow::Error::msg)?;
+        let simulated = compare::simulate(&modelled, &jobs, &pins, policy, seed, exp.sim.jitter, args.warmup)
+            .map_err(anyhow::Error::msg)?;
         let rows = compare::rows(&jobs, &measured, &simulated);
         compare::write_atomic(&dir.join("simulated.json"), &serde_json::to_string(&simulated)?)?;
         compare::figures(&dir, &jobs, &measured, &simulated).map_err(anyhow::Error::msg)?;
@@ -229,7 +241,10 @@ fn scenario(args: &ScenarioArgs, with_sim: bool) -> Result<()> {
         compare::write_atomic(&out.join("compare.md"), &md)?;
         compare::write_atomic(&out.join("compare.csv"), &compare::csv(&all_rows))?;
         print!("{md}");
-        println!("\nwrote {}/compare.md, compare.csv and per policy measured.json, iterations.svg, links.svg", out.display());
+        println!(
+            "\nwrote {}/compare.md, compare.csv and per policy measured.json, iterations.svg, links.svg",
+            out.display()
+        );
     }
     Ok(())
 }

@@ -74,7 +74,10 @@ fn cassinis_pair_on_real_tcp_against_the_simulator() {
         let (measured, simulated, alone) = get("pinned+cassini", job);
         assert!((simulated - alone).abs() < 0.01 * alone, "shifted {job}: simulated {simulated} vs alone {alone}");
         let ratio = measured / simulated;
-        assert!((0.97..1.10).contains(&ratio), "shifted {job}: testbed {measured:.1} ms vs simulator {simulated:.1} ms");
+        assert!(
+            (0.97..1.10).contains(&ratio),
+            "shifted {job}: testbed {measured:.1} ms vs simulator {simulated:.1} ms"
+        );
         // Unshifted, the fluid model keeps the two rings overlapped for ever,
         // each at half the link (~441 ms). On real TCP the pair either stays
         // in step like that or falls out of step within a few iterations and
@@ -90,19 +93,25 @@ fn cassinis_pair_on_real_tcp_against_the_simulator() {
     // The shift never costs the pair more than noise, and gains when the
     // unshifted rings stay in step.
     let pair = |policy: &str| get(policy, "a").0 + get(policy, "b").0;
-    assert!(pair("pinned+cassini") < 1.05 * pair("pinned"), "shifted {} vs unshifted {}", pair("pinned+cassini"), pair("pinned"));
+    assert!(
+        pair("pinned+cassini") < 1.05 * pair("pinned"),
+        "shifted {} vs unshifted {}",
+        pair("pinned+cassini"),
+        pair("pinned")
+    );
     // The figures and the per-run data are there.
     for f in ["compare.md", "pinned/iterations.svg", "pinned/links.svg", "pinned_cassini/measured.json"] {
         assert!(out.path().join(f).exists(), "{f} missing");
     }
     // The shaped uplink never carried more than its rate (tc holds it).
-    let measured: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(out.path().join("pinned/measured.json")).expect("measured.json"),
-    )
-    .expect("json");
+    let measured: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.path().join("pinned/measured.json")).expect("measured.json"))
+            .expect("json");
     let links = measured["links"].as_array().expect("links");
-    let uplink = links.iter().find(|l| l["from"] == "leaf0" && l["to"] == "spine0").expect("the uplink carried traffic");
-    let peak = uplink["utilisation"].as_array().expect("series").iter().filter_map(|p| p[1].as_f64()).fold(0.0, f64::max);
+    let uplink =
+        links.iter().find(|l| l["from"] == "leaf0" && l["to"] == "spine0").expect("the uplink carried traffic");
+    let peak =
+        uplink["utilisation"].as_array().expect("series").iter().filter_map(|p| p[1].as_f64()).fold(0.0, f64::max);
     assert!(peak > 0.3 && peak < 1.05, "uplink peak utilisation {peak}");
 }
 
