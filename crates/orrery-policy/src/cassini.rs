@@ -35,6 +35,9 @@ pub struct Cassini {
     cooldown: HashMap<JobId, u32>,
     /// Each job's latest measured iteration time, ms.
     measured_ms: HashMap<JobId, f64>,
+    /// Iterations of a just-aligned job not to measure (they include the
+    /// wait for the alignment, which is not its period).
+    unmeasured: HashMap<JobId, u32>,
     /// Re-alignments done by the 5% rule.
     pub readjustments: u64,
 }
@@ -51,6 +54,9 @@ struct Aligned {
     /// The job whose phase it keeps and its time-shift after it, ms.
     reference: JobId,
     shift_after_ms: f64,
+    /// Whether the reference has the same modelled period: then the offset
+    /// repeats with the reference's own iterations.
+    same_period: bool,
 }
 
 impl Cassini {
@@ -63,6 +69,7 @@ impl Cassini {
             aligned: HashMap::new(),
             cooldown: HashMap::new(),
             measured_ms: HashMap::new(),
+            unmeasured: HashMap::new(),
             readjustments: 0,
         }
     }
@@ -255,10 +262,12 @@ impl Policy for Cassini {
                             compatible: s.mean_score >= 0.999,
                             reference: jobs[reference].id,
                             shift_after_ms,
+                            same_period: (affinity[reference].iter_ms - period_ms).abs() <= 1e-6 * period_ms,
                         },
                     );
                     // Its next iteration includes the wait: do not call that drift.
                     self.cooldown.insert(jobs[k].id, 2);
+                    self.unmeasured.insert(jobs[k].id, 2);
                     out.push(Decision::Align { job: jobs[k].id, period_ms, offset_s });
                 }
             }
@@ -275,13 +284,16 @@ impl Policy for Cassini {
         // §5.7: a job whose links were fully compatible but whose iteration ran
         // more than 5% long has drifted into another's phase: re-align it, at
         // most once every 10 iterations. The shift is kept after the
-        // reference's latest iteration start, and its later starts are
-        // extrapolated with its latest measured iteration time, not with the
-        // modelled one: on a real cluster iterations do not last exactly their
+        // reference's latest iteration start, and (jobs of one period) its
+        // later starts are extrapolated with its latest measured iteration
+        // time, not with the modelled one: on a real cluster iterations do not last exactly their
         // modelled time, and a phase counted in modelled periods drifts (by 3%
         // of a period per iteration on the testbed's real TCP, 18% while two
         // rings collide).
-        if iteration_ms.is_finite() && iteration_ms > 0.0 {
+        let skip = self.unmeasured.entry(job).or_insert(0);
+        if *skip > 0 {
+            *skip -= 1;
+        } else if iteration_ms.is_finite() && iteration_ms > 0.0 {
             self.measured_ms.insert(job, iteration_ms);
         }
         let cool = self.cooldown.entry(job).or_insert(0);
@@ -296,11 +308,15 @@ impl Policy for Cassini {
             let reference = view.running.iter().find(|r| r.id == a.reference);
             let (period_ms, offset_s) = match reference {
                 Some(r) => (
-                    self.measured_ms.get(&a.reference).copied().unwrap_or(a.period_ms),
+                    // Jobs of one period: the reference's next start is its
+                    // last one plus its measured iteration. Otherwise the
+                    // offset repeats with the job's own modelled period.
+                    self.measured_ms.get(&a.reference).copied().filter(|_| a.same_period).unwrap_or(a.period_ms),
                     r.iteration_start_s + a.shift_after_ms / 1e3,
                 ),
                 None => (a.period_ms, a.offset_s),
             };
+            self.unmeasured.insert(job, 2);
             out.push(Decision::Align { job, period_ms, offset_s });
         }
         out
@@ -401,5 +417,51 @@ mod tests {
             moved += usize::from(hosts == &vec![(2, 2)]);
         }
         assert!(moved > 0, "a random candidate beat the host scheduler's in some seed");
+    }
+
+    #[test]
+    fn a_drifted_job_is_realigned_after_the_references_measured_phase() {
+        // CASSINI's pair: two VGG19 rings (batch 128) on hosts 0 and 1. B is
+        // aligned to A when placed. Later A runs at 420 ms (measured), its
+        // latest iteration began at 5 s, and B's iteration ran 20% long: B is
+        // re-aligned to 5 s + the same shift, repeating every 420 ms, not on
+        // the clock of the first alignment in modelled periods.
+        let t = three_racks();
+        let a = JobSpec::new("a", "vgg19", 128, 2, Work::Iterations(100), 0.0);
+        let b = JobSpec::new("b", "vgg19", 128, 2, Work::Iterations(100), 0.0);
+        let (ha, hb) = ([(0, 1), (1, 1)], [(0, 1), (1, 1)]);
+        let view = ClusterView {
+            now_s: 1.0,
+            topology: &t,
+            free_gpus: &[1, 1, 2],
+            queue: vec![QueuedJob::new(1, &b, 0.0)],
+            running: vec![RunningJob { iteration_start_s: 0.0, ..running(0, &a, &ha) }],
+        };
+        let mut cassini = Cassini::new(Box::new(Propose(hb.to_vec())), 0);
+        cassini.candidates = 1;
+        let first = cassini.schedule(&view);
+        let Some(&Decision::Align { period_ms, offset_s, .. }) =
+            first.iter().find(|d| matches!(d, Decision::Align { .. }))
+        else {
+            unreachable!("B is aligned to A: {first:?}")
+        };
+        let later = ClusterView {
+            now_s: 6.0,
+            topology: &t,
+            free_gpus: &[0, 0, 2],
+            queue: Vec::new(),
+            running: vec![RunningJob { iteration_start_s: 5.0, ..running(0, &a, &ha) }, running(1, &b, &hb)],
+        };
+        assert!(cassini.on_iteration(&later, 0, 420.0).is_empty());
+        // The iteration after the alignment includes its wait: not drift.
+        assert!(cassini.on_iteration(&later, 1, 2.0 * period_ms).is_empty());
+        let again = cassini.on_iteration(&later, 1, 1.2 * period_ms);
+        let Some(&Decision::Align { job, period_ms: p, offset_s: o }) = again.first() else {
+            unreachable!("re-aligned: {again:?}")
+        };
+        assert_eq!(job, 1);
+        assert!((p - 420.0).abs() < 1e-9, "the reference's measured period, {p}");
+        assert!((o - (5.0 + offset_s)).abs() < 1e-9, "5 s + the shift ({offset_s} s), {o}");
+        assert_eq!(cassini.readjustments, 1);
     }
 }
