@@ -95,7 +95,7 @@ pub struct Measured {
 
 /// Runs `jobs` (with their `pins`) on `topo` built as a fabric; returns what
 /// was measured. The fabric and every process are gone when it returns, also
-/// on error or Ctrl-C (which ends it with an error).
+/// on error, Ctrl-C or SIGTERM (which end it with an error).
 pub async fn drive(
     topo: &Topology,
     jobs: &[JobSpec],
@@ -238,8 +238,8 @@ async fn watch(
     let mut next_sample = opts.sample_s;
     let mut last_check = 0.0;
     let mut placements = Placements::new();
-    let ctrl_c = tokio::signal::ctrl_c();
-    tokio::pin!(ctrl_c);
+    let stop = orrery_serve::shutdown_signal();
+    tokio::pin!(stop);
     loop {
         let now = t0.elapsed().as_secs_f64();
         while next < order.len() && order[next].arrival_s <= now {
@@ -268,7 +268,7 @@ async fn watch(
         }
         let wake = (opts.sample_s / 2.0).min(0.05);
         tokio::select! {
-            _ = &mut ctrl_c => bail!("interrupted"),
+            _ = &mut stop => bail!("interrupted (SIGINT or SIGTERM): stopping the agents and removing the fabric"),
             _ = tokio::time::sleep(Duration::from_secs_f64(wake)) => {}
         }
     }
