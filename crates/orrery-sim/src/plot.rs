@@ -68,7 +68,8 @@ pub struct Ring {
 /// What to draw.
 #[derive(Debug, Clone)]
 pub enum Figure {
-    /// Empirical CDF per series, x on a log scale.
+    /// Empirical CDF per series, x on a log scale when the values span a
+    /// decade or more (linear otherwise, without the label's "log scale").
     Cdf {
         /// Title.
         title: String,
@@ -218,8 +219,29 @@ fn cdf<DB: DrawingBackend>(
     }
     let lo = all.iter().copied().fold(f64::INFINITY, f64::min);
     let hi = all.iter().copied().fold(0.0, f64::max).max(lo * 1.01);
-    let mut chart = frame(root, title).build_cartesian_2d((lo * 0.9..hi * 1.1).log_scale(), 0.0..1.0).map_err(err)?;
-    chart.configure_mesh().x_desc(x_label).y_desc("fraction").label_style((FONT, 13)).draw().map_err(err)?;
+    // A log axis for values over a decade or more; within one it would have
+    // no tick labels, so a linear one.
+    if hi / lo >= 10.0 {
+        let mut chart =
+            frame(root, title).build_cartesian_2d((lo * 0.9..hi * 1.1).log_scale(), 0.0..1.0).map_err(err)?;
+        chart.configure_mesh().x_desc(x_label).y_desc("fraction").label_style((FONT, 13)).draw().map_err(err)?;
+        cdf_curves(&mut chart, series)?;
+        legend(&mut chart, SeriesLabelPosition::LowerRight)
+    } else {
+        let pad = (hi - lo).max(hi * 0.01) * 0.05;
+        let label = x_label.replace(", log scale", "").replace(" (log scale)", "");
+        let mut chart = frame(root, title).build_cartesian_2d((lo - pad)..(hi + pad), 0.0..1.0).map_err(err)?;
+        chart.configure_mesh().x_desc(label).y_desc("fraction").label_style((FONT, 13)).draw().map_err(err)?;
+        cdf_curves(&mut chart, series)?;
+        legend(&mut chart, SeriesLabelPosition::LowerRight)
+    }
+}
+
+/// The empirical CDF of each series as a step line.
+fn cdf_curves<'a, DB: DrawingBackend + 'a, CT: plotters::coord::CoordTranslate<From = (f64, f64)>>(
+    chart: &mut ChartContext<'a, DB, CT>,
+    series: &[(String, Vec<f64>)],
+) -> DrawResult {
     for (i, (name, values)) in series.iter().enumerate() {
         let mut v: Vec<f64> = values.iter().copied().filter(|v| *v > 0.0 && v.is_finite()).collect();
         if v.is_empty() {
@@ -235,9 +257,9 @@ fn cdf<DB: DrawingBackend>(
             pts.push((x, (k + 1) as f64 / n));
         }
         pts.push((v[v.len() - 1], 1.0));
-        named_line(&mut chart, i, name, pts)?;
+        named_line(chart, i, name, pts)?;
     }
-    legend(&mut chart, SeriesLabelPosition::LowerRight)
+    Ok(())
 }
 
 /// The frame every x–y figure shares: title, margins, axis label areas.
