@@ -21,12 +21,17 @@
 //! its busiest node gave it, relative to that node's reference job (the
 //! highest-priority, earliest pod, Eq. 16): the high-priority job is never
 //! moved. It then watches iterations: when a low-priority job's iteration
-//! exceeds A_T = 110% of its time alone more than O_T = 5 times in a window of
-//! 10, it is re-aligned (the stop-and-wait pause).
+//! exceeds A_T = 110% of its slot period more than O_T = 5 times in a window
+//! of 10, it is re-aligned (the stop-and-wait pause). The paper compares with
+//! the job's ideal iteration time; the slot period is the period it is paced
+//! to on the unified circle, which is at least that, so a job paced to a
+//! longer slot is not called slow for keeping it.
 //!
 //! Simplifications: only host links are scored (as Metronome does, Eq. 14);
-//! the offline optimal recalculation and duty-cycle change detection are not
-//! modelled; AppGroup dependencies beyond a job's own pods are not read.
+//! the offline optimal recalculation (§III-C) runs for the newcomer on its
+//! chosen node when it is placed (best score, widest cushion), not again for
+//! jobs already running; duty-cycle change detection is not modelled;
+//! AppGroup dependencies beyond a job's own pods are not read.
 
 use crate::{ClusterView, Decision, JobId, Policy, QueuedJob};
 use orrery_interleave::score::{compatibility, demand};
