@@ -388,3 +388,17 @@ pub struct ApiError {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expected: Option<String>,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::worker_port;
+
+    #[test]
+    fn worker_ports_differ_for_ranks_of_a_host_and_stay_in_range() {
+        assert_eq!(worker_port(0, 0), 20_000);
+        assert_eq!(worker_port(1, 3), 20_019);
+        assert_ne!(worker_port(7, 0), worker_port(7, 1));
+        assert!(worker_port(2_499, 15) < 60_000);
+        assert_eq!(worker_port(2_500, 0), worker_port(0, 0));
+    }
+}

@@ -500,15 +500,7 @@ impl Ledger {
         }
         let Some(placed) = orrery_model::placed::place(&self.topology, &j.spec, &hosts) else { return false };
         let period = placed.shape.period_ms();
-        let compute: f64 = placed
-            .shape
-            .segments
-            .iter()
-            .map(|s| match *s {
-                orrery_model::Segment::Compute { ms } => ms,
-                _ => 0.0,
-            })
-            .sum();
+        let compute = placed.shape.compute_ms();
         // Elastic sizes (Pollux) convert the work, as the simulator does.
         let (k0, k) = (j.spec.workers.max(1), gpus / per_worker);
         let ratio = if k == k0 {

@@ -149,10 +149,10 @@ pub async fn drive(
             socket: opts.dir.join(format!("agent-{h}.sock")),
             exec: Some(format!(
                 "exec {} worker --scale {} --log-dir {} --cc {}",
-                shell_quote(&opts.orrery),
+                shell_quote(&opts.orrery.display().to_string()),
                 opts.fabric.scale,
-                shell_quote(&logs),
-                shell_quote(Path::new(&opts.congestion_control))
+                shell_quote(&logs.display().to_string()),
+                shell_quote(&opts.congestion_control)
             )),
             poll_s: 20.0,
             data_addr: Some(fabric.host_addrs[h].into()),
@@ -324,6 +324,7 @@ fn read_cycles(path: &Path, warmup: usize) -> Result<Vec<f64>> {
     Ok(out)
 }
 
-fn shell_quote(p: &Path) -> String {
-    format!("'{}'", p.display().to_string().replace('\'', r"'\''"))
+/// `text` as one single-quoted shell word.
+fn shell_quote(text: &str) -> String {
+    format!("'{}'", text.replace('\'', r"'\''"))
 }

@@ -17,13 +17,14 @@
 //! every iteration it waits for its slot (shift, align, pace, pause), and it
 //! reports every iteration. Workers of one job find each other through the
 //! service: the agent passes every rank's data address (`ORRERY_WORKER_ADDRS`)
-//! and rank r listens on [`port_for`]`(job, r)` (the agent's tc throttle
+//! and rank r listens on [`orrery_serve::api::worker_port`]`(job, r)` (the agent's tc throttle
 //! matches that port). When a `Route` pins its ring flow, it opens one
 //! connection per pinned path with that path's TOS
 //! ([`crate::fabric::path_tos`]) and splits each chunk equally among them.
 
 use anyhow::{Context, Result, anyhow, bail};
 use orrery_model::{Collective, IterationShape, Segment};
+use orrery_serve::api::worker_port;
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -35,11 +36,6 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// How long a worker waits for a peer (to listen, or to send a step).
 const PEER_TIMEOUT: Duration = Duration::from_secs(120);
-
-/// The port rank `rank` of `job` listens on ([`orrery_serve::api::worker_port`]).
-pub fn port_for(job: u64, rank: u32) -> u16 {
-    orrery_serve::api::worker_port(job as usize, rank)
-}
 
 /// What the agent tells a worker process through its environment.
 #[derive(Debug, Clone)]
@@ -206,8 +202,8 @@ impl Ring {
     fn new(env: &WorkerEnv, congestion_control: Option<String>) -> Result<Ring> {
         let n = env.addrs.len();
         let next_rank = (env.rank as usize + 1) % n;
-        let next = SocketAddr::new(env.addrs[next_rank], port_for(env.job, next_rank as u32));
-        let listener = listen(port_for(env.job, env.rank))?;
+        let next = SocketAddr::new(env.addrs[next_rank], worker_port(env.job as usize, next_rank as u32));
+        let listener = listen(worker_port(env.job as usize, env.rank))?;
         let (tx, arrivals) = mpsc::channel();
         std::thread::spawn(move || {
             for conn in listener.incoming().flatten() {
@@ -442,19 +438,5 @@ pub fn run(env: &WorkerEnv, opts: &WorkerOptions) -> Result<WorkerSummary> {
             summary.stopped = "done".into();
             return Ok(summary);
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ports_differ_for_ranks_of_a_host_and_stay_in_range() {
-        assert_eq!(port_for(0, 0), 20_000);
-        assert_eq!(port_for(1, 3), 20_019);
-        assert_ne!(port_for(7, 0), port_for(7, 1));
-        assert!(port_for(2_499, 15) < 60_000);
-        assert_eq!(port_for(2_500, 0), port_for(0, 0));
     }
 }
