@@ -74,11 +74,12 @@ async fn cluster() -> (Fake, Running, tempfile::TempDir) {
     )
     .await
     .expect("starts");
-    // What each node's agent does when the DaemonSet starts it.
+    // What each node's agent does when the DaemonSet starts it: it offers
+    // what the topology read from the node says (gpus 0, nic 0).
     for n in NODE_NAMES {
-        let gbps = if n == "n3" { 5.0 } else { 25.0 };
-        let req = orrery_serve::api::RegisterRequest { name: n.into(), gpus: 2, nic_gbps: gbps, data_addr: None };
-        running.shared.core.call(move |c| c.register(&req)).await.expect("core").expect("registered");
+        let req = orrery_serve::api::RegisterRequest { name: n.into(), gpus: 0, nic_gbps: 0.0, data_addr: None };
+        let r = running.shared.core.call(move |c| c.register(&req)).await.expect("core").expect("registered");
+        assert_eq!(r.gpus, 2, "the node's allocatable nvidia.com/gpu");
     }
     (fake, running, dir)
 }

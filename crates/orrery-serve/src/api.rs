@@ -254,9 +254,11 @@ pub struct LogEntry {
 pub struct RegisterRequest {
     /// Host name in the topology.
     pub name: String,
-    /// GPUs this agent offers (at most the topology's).
+    /// GPUs this agent offers (at most the topology's); 0 offers the
+    /// topology's (agents of a DaemonSet, whose nodes the topology was read from).
     pub gpus: u32,
-    /// NIC rate this agent measured or was told, Gbit/s (checked against the topology).
+    /// NIC rate this agent measured or was told, Gbit/s (checked against the
+    /// topology); 0 takes the topology's.
     pub nic_gbps: f64,
     /// The host's address on the data network (where its workers listen), if
     /// the agent knows it: workers of a job find each other with it.
@@ -277,6 +279,9 @@ pub struct Registered {
     pub heartbeat_s: f64,
     /// Silent longer than this, the node is marked down, s.
     pub timeout_s: f64,
+    /// GPUs registered (the request's, or the topology's when it asked for 0).
+    #[serde(default)]
+    pub gpus: u32,
 }
 
 /// `POST /v1/nodes/{host}/heartbeat` body.

@@ -142,6 +142,16 @@ impl Core {
 
     /// An agent registers its host: a new session (older ones are refused).
     pub fn register(&mut self, req: &crate::api::RegisterRequest) -> Result<Registered, Failure> {
+        let mut req = req.clone();
+        if let Some(h) = self.ledger.topology().hosts.iter().position(|h| h.name == req.name) {
+            // 0 asks for the topology's value.
+            if req.gpus == 0 {
+                req.gpus = self.ledger.topology().hosts[h].gpus;
+            }
+            if req.nic_gbps == 0.0 {
+                req.nic_gbps = self.ledger.topology().host_nic_gbps(h);
+            }
+        }
         let host = self.ledger.check_register(&req.name, req.gpus, req.nic_gbps)?;
         let nic = self.ledger.topology().host_nic_gbps(host);
         if (nic - req.nic_gbps).abs() > 1e-6 * nic.max(1.0) {
@@ -158,6 +168,7 @@ impl Core {
             epoch_unix_ms: self.epoch_unix_ms,
             heartbeat_s: self.config.heartbeat_s,
             timeout_s: self.config.node_timeout_s,
+            gpus: req.gpus,
         })
     }
 

@@ -58,9 +58,9 @@ pub struct AgentOptions {
     pub token: String,
     /// Host name in the service's topology.
     pub name: String,
-    /// GPUs offered.
+    /// GPUs offered (0: the topology's).
     pub gpus: u32,
-    /// NIC rate, Gbit/s.
+    /// NIC rate, Gbit/s (0: the topology's).
     pub nic_gbps: f64,
     /// Unix socket for training processes.
     pub socket: PathBuf,
@@ -214,6 +214,10 @@ async fn register(shared: &Shared) {
                 s.session = r.session;
                 s.epoch_unix_ms = r.epoch_unix_ms;
                 s.heartbeat_s = r.heartbeat_s;
+                // Local GPUs by index, for CUDA_VISIBLE_DEVICES (what the
+                // service registered, which is the topology's when asked for 0).
+                let gpus = if r.gpus > 0 { r.gpus } else { shared.opts.gpus };
+                s.gpu_jobs.resize(gpus as usize, Vec::new());
                 s.registered = true;
                 tracing::info!(host = r.host, session = r.session, "registered");
                 return;

@@ -54,10 +54,10 @@ pub struct NodeArgs {
     /// This host's name in the service's topology (h0, h1, ... in the demo).
     #[arg(long)]
     name: Option<String>,
-    /// GPUs this node offers.
+    /// GPUs this node offers (default: the topology's).
     #[arg(long)]
     gpus: Option<u32>,
-    /// NIC rate, Gbit/s.
+    /// NIC rate, Gbit/s (default: the topology's).
     #[arg(long)]
     nic_gbps: Option<f64>,
     /// Unix socket for training processes (default: orrery-data/agent-NAME.sock).
@@ -84,11 +84,11 @@ pub struct NodeArgs {
     rate_scale: f64,
 }
 
-fn runtime() -> Result<tokio::runtime::Runtime> {
+pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?)
 }
 
-fn init_logs() {
+pub(crate) fn init_logs() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
     let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
 }
@@ -306,9 +306,20 @@ pub fn cancel(args: &ClientArgs, id: &str) -> Result<()> {
 /// `orrery agent --node`.
 pub fn node_agent(args: &NodeArgs) -> Result<()> {
     init_logs();
-    let (Some(name), Some(gpus), Some(nic_gbps)) = (args.name.clone(), args.gpus, args.nic_gbps) else {
-        bail!("--node needs --name HOST (its name in the service's topology), --gpus N and --nic-gbps R");
+    let Some(name) = args.name.clone() else {
+        bail!("--node needs --name HOST (its name in the service's topology)");
     };
+    // Without --gpus or --nic-gbps the agent offers what the topology says
+    // (a DaemonSet's agents, whose nodes the topology was read from).
+    let (gpus, nic_gbps) = (args.gpus.unwrap_or(0), args.nic_gbps.unwrap_or(0.0));
+    if args.gpus == Some(0) {
+        bail!("--gpus: expected at least 1 (or leave it out to offer the topology's)");
+    }
+    if let Some(r) = args.nic_gbps
+        && !(r.is_finite() && r > 0.0)
+    {
+        bail!("--nic-gbps: expected a positive rate (or leave it out to take the topology's), found {r}");
+    }
     let token = orrery_serve::auth::read_token(&args.token)?;
     let socket = args.socket.clone().unwrap_or_else(|| PathBuf::from(format!("orrery-data/agent-{name}.sock")));
     let opts = orrery_serve::node_agent::AgentOptions {

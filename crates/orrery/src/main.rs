@@ -6,6 +6,7 @@
 
 mod agent;
 mod compat;
+mod k8s;
 mod live;
 mod run;
 mod scale;
@@ -93,6 +94,10 @@ enum Command {
         #[command(flatten)]
         client: live::ClientArgs,
     },
+    /// orrery in a Kubernetes cluster: the CRDs, and the service with its
+    /// scheduler extender and controller (`deploy/`).
+    #[command(subcommand)]
+    K8s(k8s::Command),
     /// A real-network testbed: namespaces, tc-shaped links, emulated workers.
     #[command(subcommand)]
     Testbed(testbed::Command),
@@ -185,6 +190,7 @@ fn main() -> ExitCode {
         Command::Decisions { since, json, client } => live::decisions(&client, since, json),
         Command::Bench(BenchCommand::Serve(args)) => live::bench_serve(&args),
         Command::Testbed(cmd) => testbed::run(&cmd),
+        Command::K8s(cmd) => k8s::run(&cmd),
         Command::Worker(args) => testbed::worker(&args),
         Command::Policies => {
             for (name, what) in orrery_policy::CATALOGUE {
