@@ -145,8 +145,16 @@ fn wait_until<T>(what: &str, limit: Duration, mut f: impl FnMut() -> Option<T>) 
 }
 
 fn agent(server: &Server, name: &str, exec: Option<&str>) -> Proc {
+    agent_offering(server, name, exec, &["--gpus", "2", "--nic-gbps", "50"])
+}
+
+/// An agent with its own `--gpus`/`--nic-gbps` flags (none: the topology's,
+/// as a Kubernetes DaemonSet's agents register).
+fn agent_offering(server: &Server, name: &str, exec: Option<&str>, offer: &[&str]) -> Proc {
     let mut c = Command::new(BIN);
-    c.args(["agent", "--node", "--name", name, "--gpus", "2", "--nic-gbps", "50", "--server"])
+    c.args(["agent", "--node", "--name", name])
+        .args(offer)
+        .arg("--server")
         .arg(server.url())
         .arg("--token")
         .arg(server.dir.join("agent.token"))
@@ -470,10 +478,13 @@ fn python_training_processes_run_their_iterations_in_the_slots_metronome_paces()
     let user = s.token("user.token");
     let u = s.url();
     let out = dir.path().display().to_string();
-    let exec =
-        format!("ORRERY_PRINT_STARTS=1 python3 python/examples/train.py > {out}/job-$ORRERY_JOB-$ORRERY_RANK.out 2>&1");
+    let exec = format!(
+        "echo gpus=$CUDA_VISIBLE_DEVICES > {out}/gpus-$ORRERY_JOB-$ORRERY_RANK.txt; \
+         ORRERY_PRINT_STARTS=1 python3 python/examples/train.py > {out}/job-$ORRERY_JOB-$ORRERY_RANK.out 2>&1"
+    );
     let _a0 = agent(&s, "h0", Some(&exec));
-    let _a1 = agent(&s, "h1", Some(&exec));
+    // h1's agent offers what the topology says (2 GPUs, 50 Gbit/s).
+    let _a1 = agent_offering(&s, "h1", Some(&exec), &[]);
     nodes_up(&http, &s, 2);
     // A high-priority job, then a low-priority one on the same two hosts.
     let (status, v) = http.call("POST", &format!("{u}/v1/jobs"), Some(&user), Some(job("hi", "vgg16", 60, "high")));
@@ -491,6 +502,11 @@ fn python_training_processes_run_their_iterations_in_the_slots_metronome_paces()
     });
     assert_eq!(lo.status, orrery_serve::api::JobStatus::Finished, "{lo:?}");
     assert_eq!(lo.iterations_done, 40);
+    // Each worker was given one of its host's GPUs, on both kinds of agent.
+    for rank in 0..2 {
+        let gpus = std::fs::read_to_string(dir.path().join(format!("gpus-1-{rank}.txt"))).expect("gpus file");
+        assert!(matches!(gpus.trim(), "gpus=0" | "gpus=1"), "rank {rank}: {gpus:?}");
+    }
     let log: Vec<LogEntry> = http.get(&format!("{u}/v1/decisions?since=0"), &user);
     // Every Pace of the low-priority job, in log order: (at, period, offset).
     let paces: Vec<(f64, f64, f64)> = log
