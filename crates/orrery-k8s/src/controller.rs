@@ -23,7 +23,7 @@ use crate::crd::{
     validate_pod_bandwidth,
 };
 use crate::extender::{Shared, lock};
-use crate::{DECISIONS_ANNOTATION, JOB_LABEL, PodRef, job_key, job_spec, pod_ref};
+use crate::{DECISIONS_ANNOTATION, EPOCH_ANNOTATION, JOB_LABEL, PodRef, RANK_ANNOTATION, job_key, job_spec, pod_ref};
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
@@ -229,6 +229,15 @@ async fn reconcile(shared: &Shared, view: &mut View) {
     // 2 and 3. Preempted jobs' pods, and the decisions on bound pods.
     for (key, pods) in &jobs {
         let Some(p) = shared.placement(key).await else { continue };
+        // Pods bound before a restart of this process: their annotations say
+        // their rank and epoch.
+        for pod in pods.iter().filter(|p| p.spec.as_ref().is_some_and(|s| s.node_name.is_some())) {
+            let a = pod.metadata.annotations.as_ref();
+            let read = |k: &str| a.and_then(|a| a.get(k)).and_then(|v| v.parse::<u64>().ok());
+            if let (Some(rank), Some(epoch)) = (read(RANK_ANNOTATION), read(EPOCH_ANNOTATION)) {
+                shared.adopt_bound(key, epoch, &pod_ref(pod), rank as usize);
+            }
+        }
         let bound_epoch = shared.bound(key).map(|b| b.0);
         for pod in pods {
             let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) else { continue };

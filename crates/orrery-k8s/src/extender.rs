@@ -28,7 +28,7 @@
 //! round trip to the core thread; bind O(workers) plus one PATCH and one POST
 //! per pod when the gang completes.
 
-use crate::{JOB_ID_ANNOTATION, PodRef, RANK_ANNOTATION, job_key, job_spec, pod_ref};
+use crate::{EPOCH_ANNOTATION, JOB_ID_ANNOTATION, PodRef, RANK_ANNOTATION, job_key, job_spec, pod_ref};
 use axum::extract::State;
 use axum::routing::post;
 use axum::{Json, Router};
@@ -289,6 +289,17 @@ impl Shared {
         (!ranks.is_empty()).then_some((g.epoch, ranks))
     }
 
+    /// Records a pod found bound (by its annotations) that this process did
+    /// not bind: after a restart, so its rank is not handed out again.
+    pub fn adopt_bound(&self, key: &str, epoch: u64, pod: &PodRef, rank: usize) {
+        let mut gangs = lock(&self.gangs);
+        let gang = gangs.entry(key.to_string()).or_insert_with(|| Gang { epoch, slots: Vec::new(), deadline: None });
+        if gang.epoch != epoch || gang.slots.iter().any(|s| s.pod.uid == pod.uid || s.rank == rank) {
+            return;
+        }
+        gang.slots.push(Slot { pod: pod.clone(), rank, state: SlotState::Bound, since: Instant::now() });
+    }
+
     /// The node of `pod`'s rank, giving it a free rank on one of `candidates`
     /// if it has none (or its rank's node is no longer a candidate and it is
     /// not yet at bind). A new placement epoch releases the old gang. Ranks
@@ -501,6 +512,7 @@ impl Shared {
             let patch = serde_json::json!({"metadata": {"annotations": {
                 JOB_ID_ANNOTATION: p.id.to_string(),
                 RANK_ANNOTATION: rank.to_string(),
+                EPOCH_ANNOTATION: p.epoch.to_string(),
             }}});
             let node = &p.workers[rank];
             let result = match pods.patch(&pod.name, &PatchParams::default(), &Patch::Merge(&patch)).await {

@@ -27,10 +27,11 @@
 //! | annotation | `orrery.io/iterations` | training iterations |
 //! | resources | `nvidia.com/gpu` | GPUs per pod (at least 1 is counted) |
 //!
-//! On binding, orrery adds `orrery.io/job-id` (the service's job id) and
+//! On binding, orrery adds `orrery.io/job-id` (the service's job id),
 //! `orrery.io/rank` (the pod's place in the ring), which the training
-//! container reads through the downward API, and mirrors the decisions in
-//! force into `orrery.io/decisions`.
+//! container reads through the downward API, and `orrery.io/epoch` (the
+//! placement it was bound in, so a restarted controller knows it); it mirrors
+//! the decisions in force into `orrery.io/decisions`.
 
 pub mod controller;
 pub mod crd;
@@ -59,6 +60,8 @@ pub const ITERATIONS_ANNOTATION: &str = "orrery.io/iterations";
 pub const JOB_ID_ANNOTATION: &str = "orrery.io/job-id";
 /// Written on bind: the pod's rank.
 pub const RANK_ANNOTATION: &str = "orrery.io/rank";
+/// Written on bind: the placement epoch the pod was bound in.
+pub const EPOCH_ANNOTATION: &str = "orrery.io/epoch";
 /// Written by the controller: the decisions in force, as JSON.
 pub const DECISIONS_ANNOTATION: &str = "orrery.io/decisions";
 

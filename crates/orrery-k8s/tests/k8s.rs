@@ -38,6 +38,19 @@ fn pod(name: &str, job: &str, model: &str, workers: u32) -> Value {
         "status": {"phase": "Pending"}})
 }
 
+fn options(data_dir: &std::path::Path) -> Options {
+    Options {
+        topology: "lab".into(),
+        policy: "metronome".into(),
+        seed: 1,
+        listen: "127.0.0.1:0".parse().expect("addr"),
+        extender_listen: "127.0.0.1:0".parse().expect("addr"),
+        data_dir: data_dir.to_path_buf(),
+        group_timeout: Duration::from_millis(1500),
+        node_timeout_s: 1e6,
+    }
+}
+
 /// The cluster: two racks of two 2-GPU A30 nodes under one spine, 25 Gbit/s
 /// links, except n3, whose NodeBandwidth gives orrery only 5 Gbit/s.
 async fn cluster() -> (Fake, Running, tempfile::TempDir) {
@@ -59,21 +72,7 @@ async fn cluster() -> (Fake, Running, tempfile::TempDir) {
             "spines": 1, "nodeGbps": 25.0, "uplinkGbps": 25.0}}),
     );
     let dir = tempfile::tempdir().expect("tempdir");
-    let running = start(
-        fake.client(),
-        Options {
-            topology: "lab".into(),
-            policy: "metronome".into(),
-            seed: 1,
-            listen: "127.0.0.1:0".parse().expect("addr"),
-            extender_listen: "127.0.0.1:0".parse().expect("addr"),
-            data_dir: dir.path().to_path_buf(),
-            group_timeout: Duration::from_millis(1500),
-            node_timeout_s: 1e6,
-        },
-    )
-    .await
-    .expect("starts");
+    let running = start(fake.client(), options(dir.path())).await.expect("starts");
     // What each node's agent does when the DaemonSet starts it: it offers
     // what the topology read from the node says (gpus 0, nic 0).
     for n in NODE_NAMES {
@@ -116,7 +115,7 @@ impl Scheduler {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gang_is_placed_by_the_policy_and_bound_all_together() {
-    let (fake, running, _dir) = cluster().await;
+    let (fake, running, dir) = cluster().await;
     let status = fake.get(TOPOLOGIES, "", "lab").expect("topology")["status"].clone();
     assert_eq!(status["accepted"], json!(true), "{status}");
     assert_eq!((status["hosts"].as_u64(), status["gpus"].as_u64()), (Some(4), Some(8)));
@@ -195,6 +194,23 @@ async fn a_gang_is_placed_by_the_policy_and_bound_all_together() {
         })
     })
     .await;
+
+    // A restart (the Deployment's pod replaced): the service rebuilds the job
+    // from its database and the controller re-learns the bound ranks from the
+    // pods' annotations, so no rank of the job is handed out twice.
+    running.stop();
+    let running = start(fake.client(), options(dir.path())).await.expect("restarts");
+    let end = tokio::time::Instant::now() + WAIT;
+    while running.shared.bound("ml/vgg").map(|b| b.1.len()) != Some(4) {
+        assert!(tokio::time::Instant::now() < end, "bound ranks not re-learnt");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    fake.put(PODS, pod("vgg-extra", "vgg", "vgg19", 4));
+    let s = Scheduler { http: reqwest::Client::new(), url: format!("http://{}", running.extender_addr) };
+    let extra = fake.get(PODS, "ml", "vgg-extra").expect("pod");
+    let filtered: ExtenderFilterResult = s.post("filter", &json!({"pod": extra, "nodenames": NODE_NAMES})).await;
+    assert_eq!(filtered.node_names.as_deref(), Some(&[][..]), "a fifth pod of a 4-worker job gets no rank");
+    fake.delete(PODS, "ml", "vgg-extra");
 
     // All pods deleted (the Job was deleted): the controller cancels the job.
     for i in 0..4 {
