@@ -97,7 +97,7 @@ pub fn range(u: &UnifiedCircle, j: usize) -> usize {
 /// Runs `search` for the jobs of `u` on a link of `capacity` Gbit/s.
 pub fn solve(u: &UnifiedCircle, capacity: f64, search: Search) -> Solution {
     let mut sol = match search {
-        Search::Exhaustive => Dfs::new(u, capacity, Mode::Score).run(),
+        Search::Exhaustive => best_score(u, capacity),
         Search::FastFeasible => fast_feasible(u, capacity, false),
         Search::Compact => fast_feasible(u, capacity, true),
         Search::OptimalCushion => optimal_cushion(u, capacity, false),
@@ -114,8 +114,15 @@ pub fn solve(u: &UnifiedCircle, capacity: f64, search: Search) -> Solution {
 /// `middles_only`, the last job is tried only at the middle of each run of
 /// best-score rotations (Metronome §III-C); without, at every one (exact).
 pub fn optimal_cushion(u: &UnifiedCircle, capacity: f64, middles_only: bool) -> Solution {
-    let best = Dfs::new(u, capacity, Mode::Score).run();
+    let best = best_score(u, capacity);
     let mut d = Dfs::new(u, capacity, Mode::Cushion { target: best.excess, middles_only });
+    // The best-score rotation reaches the target: its cushion is a floor no
+    // answer goes below. Only branches strictly under it are pruned, so the
+    // first widest rotation in order is still the one returned. (With
+    // middles only, that rotation may not be a candidate: no floor.)
+    if !middles_only {
+        d.psi_floor = cushion(u, &best.rotations, capacity).unwrap_or(usize::MAX);
+    }
     let mut sol = d.run();
     sol.evaluated += best.evaluated;
     sol
@@ -147,6 +154,18 @@ struct Dfs<'a> {
     best: Option<(f64, Option<usize>, Vec<usize>)>,
     evaluated: u64,
     done: bool,
+    /// Demand volume (Σ over bins) of the jobs after each position of `order`.
+    volume_after: Vec<f64>,
+    /// Each job's bins with demand: (bin, Gbit/s).
+    supports: Vec<Vec<(usize, f64)>>,
+    /// A cushion known to be reachable at the target excess: in cushion mode,
+    /// branches whose cushion is already below it are pruned.
+    psi_floor: usize,
+    /// An excess known to be reachable (from a heuristic): branches whose
+    /// bound exceeds it are pruned before the first leaf is found. Ties are
+    /// not pruned, so the search still returns the lexicographically first
+    /// best rotation.
+    upper: f64,
 }
 
 impl<'a> Dfs<'a> {
@@ -162,10 +181,20 @@ impl<'a> Dfs<'a> {
                 .copied()
                 .find(|&i| u.jobs[i].demand == u.jobs[j].demand && u.jobs[i].iterations == u.jobs[j].iterations);
         }
+        let volume: Vec<f64> = order.iter().map(|&j| u.jobs[j].demand.iter().sum()).collect();
+        let volume_after = (0..n).map(|x| volume[x + 1..].iter().sum()).collect();
         Dfs {
             u,
             cap,
             mode,
+            volume_after,
+            supports: u
+                .jobs
+                .iter()
+                .map(|j| j.demand.iter().copied().enumerate().filter(|(_, v)| *v > 0.0).collect())
+                .collect(),
+            upper: f64::INFINITY,
+            psi_floor: 0,
             order,
             sums: vec![vec![0.0; u.precision]; n + 1],
             fields: vec![Vec::new(); n],
@@ -234,15 +263,34 @@ impl<'a> Dfs<'a> {
             let (head, tail) = self.sums.split_at_mut(depth + 1);
             tail[0].copy_from_slice(&head[depth]);
             add_rotated(&mut tail[0], &self.u.jobs[j].demand, k);
-            let partial = excess(&tail[0], self.cap);
-            // Excess only grows as jobs are added: prune what cannot win.
-            let bound = match (&self.best, self.mode) {
-                (_, Mode::Cushion { target, .. }) => partial > target + EPS,
-                (Some((e, _, _)), Mode::Score) => partial >= e - EPS,
-                (_, Mode::FirstPerfect { .. }) => partial > EPS,
-                (None, Mode::Score) => false,
+            // A lower bound on the final excess, whatever the rotations of
+            // the jobs still to place. Two, the larger counts:
+            // * their demand volume beyond the spare capacity left (rotation
+            //   moves demand, it does not shrink it), O(A);
+            // * the sum over them of the least excess each adds alone to the
+            //   partial sum at its best rotation: `over` is convex, so a
+            //   job adds at least that much whatever else is added,
+            //   O(Σ K_j · nnz_j).
+            let (partial, spare) = excess_and_spare(&tail[0], self.cap);
+            let slack = self.cap * 1e-9 * self.u.precision as f64;
+            let limit = match (&self.best, self.mode) {
+                (_, Mode::Cushion { target, .. }) => Some((target + EPS, false)),
+                (Some((e, _, _)), Mode::Score) => Some((e - EPS, true)),
+                (_, Mode::FirstPerfect { .. }) => Some((EPS, false)),
+                (None, Mode::Score) => Some((self.upper + EPS, false)),
             };
-            if bound {
+            let prunes = |b: f64| limit.is_some_and(|(l, inclusive)| if inclusive { b >= l } else { b > l });
+            let mut bound = partial + (self.volume_after[depth] - spare - slack).max(0.0);
+            // (The last job alone is scored exactly by `last` at the same cost.)
+            if depth + 2 < self.order.len() && !prunes(bound) && limit.is_some_and(|(l, _)| l.is_finite()) {
+                let alone: f64 = self.order[depth + 1..]
+                    .iter()
+                    .map(|&r| least_increment(&tail[0], &self.supports[r], range(self.u, r), self.cap))
+                    .sum();
+                bound = bound.max(partial + alone - slack);
+            }
+            let prune = prunes(bound);
+            if prune {
                 continue;
             }
             let mut p = psi;
@@ -256,6 +304,9 @@ impl<'a> Dfs<'a> {
                 if let Some((_, bp, _)) = &self.best
                     && p.unwrap_or(usize::MAX) <= bp.unwrap_or(usize::MAX)
                 {
+                    continue;
+                }
+                if p.unwrap_or(usize::MAX) < self.psi_floor {
                     continue;
                 }
                 self.fields[j] = distance_field(&self.u.jobs[j].demand, k);
@@ -283,7 +334,8 @@ impl<'a> Dfs<'a> {
                 base + support
                     .iter()
                     .map(|&(b, v)| {
-                        let x = s[(b + k) % a];
+                        let i = b + k;
+                        let x = s[if i >= a { i - a } else { i }];
                         over(x + v, self.cap) - over(x, self.cap)
                     })
                     .sum::<f64>()
@@ -329,6 +381,35 @@ impl<'a> Dfs<'a> {
     }
 }
 
+/// The least excess a job with demand `support` adds to `s` over its
+/// rotations `0..k_range`. O(k_range · |support|).
+fn least_increment(s: &[f64], support: &[(usize, f64)], k_range: usize, cap: f64) -> f64 {
+    let a = s.len();
+    let mut least = f64::INFINITY;
+    for k in 0..k_range {
+        let mut add = 0.0;
+        for &(b, v) in support {
+            let i = b + k;
+            let x = s[if i >= a { i - a } else { i }];
+            add += over(x + v, cap) - over(x, cap);
+            if add >= least {
+                break;
+            }
+        }
+        least = least.min(add);
+        if least <= 0.0 {
+            return 0.0;
+        }
+    }
+    least
+}
+
+/// Excess over capacity (as [`excess`]) and spare capacity below it, summed
+/// over bins, in one pass.
+fn excess_and_spare(s: &[f64], cap: f64) -> (f64, f64) {
+    s.iter().fold((0.0, 0.0), |(e, sp), &x| (e + over(x, cap), sp + (cap - x).max(0.0)))
+}
+
 /// Middles of the maximal runs of `ex[k] ≤ target`, in order of their start;
 /// runs wrap around when `circular`.
 fn middles(ex: &[f64], target: f64, circular: bool) -> Vec<usize> {
@@ -370,9 +451,45 @@ fn fast_feasible(u: &UnifiedCircle, capacity: f64, compact: bool) -> Solution {
     if d.done {
         return sol;
     }
-    let mut best = Dfs::new(u, capacity, Mode::Score).run();
+    let mut best = best_score(u, capacity);
     best.evaluated += sol.evaluated;
     best
+}
+
+/// The exact best score (branch and bound), seeded with the excess a quick
+/// coordinate descent reaches so that pruning starts at the first branch.
+fn best_score(u: &UnifiedCircle, capacity: f64) -> Solution {
+    let mut evaluated = 0;
+    let start = descend(u, capacity, vec![0; u.jobs.len()], &mut evaluated);
+    let mut d = Dfs::new(u, capacity, Mode::Score);
+    d.upper = start.1;
+    let mut sol = d.run();
+    sol.evaluated += evaluated;
+    sol
+}
+
+/// Coordinate descent from `rot`: re-place one job at a time given the
+/// others until nothing improves. Returns the rotations and their excess.
+fn descend(u: &UnifiedCircle, capacity: f64, mut rot: Vec<usize>, evaluated: &mut u64) -> (Vec<usize>, f64) {
+    let mut s = crate::score::demand(u, &rot);
+    let mut current = excess(&s, capacity);
+    for _round in 0..100 {
+        let mut improved = false;
+        for j in (0..u.jobs.len()).filter(|&j| j != u.reference) {
+            sub_rotated(&mut s, &u.jobs[j].demand, rot[j]);
+            let (k, e) = best_rotation(u, &s, j, capacity, evaluated);
+            if e < current - EPS {
+                rot[j] = k;
+                current = e;
+                improved = true;
+            }
+            add_rotated(&mut s, &u.jobs[j].demand, rot[j]);
+        }
+        if !improved {
+            break;
+        }
+    }
+    (rot, current)
 }
 
 fn heuristic(u: &UnifiedCircle, capacity: f64, restarts: u32, seed: u64) -> Solution {
@@ -397,24 +514,7 @@ fn heuristic(u: &UnifiedCircle, capacity: f64, restarts: u32, seed: u64) -> Solu
             }
         }
         // Coordinate descent: re-place one job at a time given the others.
-        let mut s = crate::score::demand(u, &rot);
-        let mut current = excess(&s, capacity);
-        for _round in 0..100 {
-            let mut improved = false;
-            for j in (0..n).filter(|&j| j != u.reference) {
-                sub_rotated(&mut s, &u.jobs[j].demand, rot[j]);
-                let (k, e) = best_rotation(u, &s, j, capacity, &mut evaluated);
-                if e < current - EPS {
-                    rot[j] = k;
-                    current = e;
-                    improved = true;
-                }
-                add_rotated(&mut s, &u.jobs[j].demand, rot[j]);
-            }
-            if !improved {
-                break;
-            }
-        }
+        let (rot, current) = descend(u, capacity, rot, &mut evaluated);
         let psi = cushion(u, &rot, capacity);
         let better = best.as_ref().is_none_or(|b| {
             current < b.excess - EPS || (current <= b.excess + EPS && psi.unwrap_or(0) > b.cushion_bins.unwrap_or(0))

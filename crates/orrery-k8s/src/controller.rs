@@ -1,6 +1,6 @@
 //! The controller (Metronome Fig. 3, ①–③ and ⑫): watches orrery's pods,
-//! nodes and the four custom resources, and every change or second
-//! reconciles the cluster with the service:
+//! nodes and the four custom resources, and every 250 ms reconciles the
+//! cluster with the service:
 //!
 //! 1. A job whose pods appeared is submitted (once its AppGroup dependencies
 //!    have started); a job whose pods are all gone is cancelled.
@@ -22,7 +22,7 @@ use crate::crd::{
     AppGroup, AppGroupStatus, NodeBandwidth, NodeBandwidthStatus, PodBandwidth, PodOnNode, validate_app_group,
     validate_pod_bandwidth,
 };
-use crate::extender::{Shared, lock};
+use crate::extender::{Placement, Shared, lock};
 use crate::{DECISIONS_ANNOTATION, EPOCH_ANNOTATION, JOB_LABEL, PodRef, RANK_ANNOTATION, job_key, job_spec, pod_ref};
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -33,6 +33,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
+
+/// How often the view is reconciled with the service and the cluster.
+const RECONCILE_EVERY: Duration = Duration::from_millis(250);
 
 /// What the watchers deliver.
 #[allow(clippy::large_enum_variant)] // one at a time, moved straight into the view
@@ -104,7 +107,7 @@ struct View {
 pub async fn run(shared: Arc<Shared>) {
     let client = shared.kube.clone();
     let every = Box::pin(futures::stream::unfold((), |()| async {
-        tokio::time::sleep(Duration::from_secs(1)).await;
+        tokio::time::sleep(RECONCILE_EVERY).await;
         Some((Change::Tick, ()))
     })) as Changes;
     let mut changes = futures::stream::select_all(vec![
@@ -130,9 +133,10 @@ pub async fn run(shared: Arc<Shared>) {
             Change::NodeBandwidth(e) => apply(&mut view.node_bandwidth, e, name_of),
             Change::PodBandwidth(e) => apply(&mut view.pod_bandwidth, e, name_of),
             Change::AppGroup(e) => apply(&mut view.app_groups, e, name_of),
-            Change::Tick => {}
+            // Events only update the view; a burst of them (a 1,000-pod job
+            // created at once) costs one reconcile per tick, not one each.
+            Change::Tick => reconcile(&shared, &mut view).await,
         }
-        reconcile(&shared, &mut view).await;
     }
 }
 
@@ -185,6 +189,9 @@ async fn reconcile(shared: &Shared, view: &mut View) {
             jobs.entry(key).or_default().push(p);
         }
     }
+    let keys: Vec<String> = jobs.keys().chain(view.jobs.iter()).cloned().collect();
+    let mut known: HashMap<String, Placement> =
+        keys.iter().cloned().zip(shared.placements(keys.clone()).await).filter_map(|(k, p)| Some((k, p?))).collect();
     for (key, pods) in &jobs {
         let spec = match job_spec(pods[0]) {
             Ok(Some(spec)) => spec,
@@ -196,11 +203,14 @@ async fn reconcile(shared: &Shared, view: &mut View) {
                 continue;
             }
         };
-        if shared.placement(key).await.is_none() {
+        if !known.contains_key(key) {
             match shared.submit(spec).await {
                 Ok(()) => {
                     tracing::info!(job = %key, "submitted");
                     view.held_back.remove(key);
+                    if let Some(p) = shared.placement(key).await {
+                        known.insert(key.clone(), p);
+                    }
                 }
                 Err(why) => {
                     if view.held_back.insert(key.clone(), why.clone()).as_ref() != Some(&why) {
@@ -215,7 +225,7 @@ async fn reconcile(shared: &Shared, view: &mut View) {
     let gone: Vec<String> = view.jobs.iter().filter(|k| !jobs.contains_key(*k)).cloned().collect();
     for key in gone {
         view.jobs.remove(&key);
-        if let Some(p) = shared.placement(&key).await
+        if let Some(p) = known.get(&key)
             && !p.status.is_over()
         {
             let id = p.id;
@@ -228,7 +238,7 @@ async fn reconcile(shared: &Shared, view: &mut View) {
     }
     // 2 and 3. Preempted jobs' pods, and the decisions on bound pods.
     for (key, pods) in &jobs {
-        let Some(p) = shared.placement(key).await else { continue };
+        let Some(p) = known.get(key) else { continue };
         // Pods bound before a restart of this process: their annotations say
         // their rank and epoch.
         for pod in pods.iter().filter(|p| p.spec.as_ref().is_some_and(|s| s.node_name.is_some())) {
@@ -239,6 +249,8 @@ async fn reconcile(shared: &Shared, view: &mut View) {
             }
         }
         let bound_epoch = shared.bound(key).map(|b| b.0);
+        // The job's decisions, read once for all its pods.
+        let mut decisions: Option<String> = None;
         for pod in pods {
             let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) else { continue };
             let r = pod_ref(pod);
@@ -255,7 +267,14 @@ async fn reconcile(shared: &Shared, view: &mut View) {
             if !p.status.is_active() {
                 continue;
             }
-            mirror_decisions(shared, &api, &r, pod, p.id).await;
+            if decisions.is_none() {
+                let id = p.id;
+                let Ok(Some(info)) = shared.core.call(move |core| core.ledger.job_info(id)).await else { continue };
+                decisions = Some(serde_json::json!({ "epoch": info.epoch, "inForce": info.in_force }).to_string());
+            }
+            if let Some(text) = &decisions {
+                mirror_decisions(&api, &r, pod, text).await;
+            }
         }
     }
     // 4. NodeBandwidth status.
@@ -290,11 +309,9 @@ async fn reconcile(shared: &Shared, view: &mut View) {
 }
 
 /// Step 3: the decisions in force on a bound pod, as one annotation.
-async fn mirror_decisions(shared: &Shared, api: &Api<Pod>, r: &PodRef, pod: &Pod, id: orrery_policy::JobId) {
-    let Ok(Some(info)) = shared.core.call(move |core| core.ledger.job_info(id)).await else { return };
-    let text = serde_json::json!({ "epoch": info.epoch, "inForce": info.in_force }).to_string();
+async fn mirror_decisions(api: &Api<Pod>, r: &PodRef, pod: &Pod, text: &str) {
     let current = pod.metadata.annotations.as_ref().and_then(|a| a.get(DECISIONS_ANNOTATION));
-    if current == Some(&text) {
+    if current.map(String::as_str) == Some(text) {
         return;
     }
     let patch = serde_json::json!({"metadata": {"annotations": { DECISIONS_ANNOTATION: text }}});

@@ -226,23 +226,32 @@ impl Shared {
 
     /// Where the policy put the job `key`, if the service knows it.
     pub async fn placement(&self, key: &str) -> Option<Placement> {
-        let key = key.to_string();
+        self.placements(vec![key.to_string()]).await.into_iter().next().flatten()
+    }
+
+    /// [`Shared::placement`] of many jobs in one round trip to the core.
+    /// O(keys + their workers).
+    pub async fn placements(&self, keys: Vec<String>) -> Vec<Option<Placement>> {
+        let n = keys.len();
         self.core
             .call(move |core| {
-                let id = core.ledger.job_by_name(&key)?;
-                let j = &core.ledger.jobs()[id];
-                let names = &core.ledger.topology().hosts;
-                Some(Placement {
-                    id,
-                    status: j.status,
-                    epoch: j.epoch,
-                    workers: j.workers.iter().map(|&h| names[h].name.clone()).collect(),
-                    reason: j.reason.clone(),
-                })
+                keys.iter()
+                    .map(|key| {
+                        let id = core.ledger.job_by_name(key)?;
+                        let j = &core.ledger.jobs()[id];
+                        let names = &core.ledger.topology().hosts;
+                        Some(Placement {
+                            id,
+                            status: j.status,
+                            epoch: j.epoch,
+                            workers: j.workers.iter().map(|&h| names[h].name.clone()).collect(),
+                            reason: j.reason.clone(),
+                        })
+                    })
+                    .collect()
             })
             .await
-            .ok()
-            .flatten()
+            .unwrap_or_else(|_| vec![None; n])
     }
 
     /// Submits a job unless it waits for AppGroup dependencies not yet

@@ -2,6 +2,8 @@
 //! cluster scale): a leaf-spine of 2-GPU hosts in racks of 32 under 4 spines,
 //! half its GPUs held by 2-worker jobs spread over two hosts each, and one
 //! 2-worker VGG16 waiting. A live scheduler pays this on every arrival.
+//! Every paper's policy: Metronome, CASSINI (on Themis), Castor, Plebiscito
+//! (its auction, run to agreement in-process) and FORESIGHT (on FIFO).
 //!
 //! `cargo bench -p orrery-policy --bench decision`
 
@@ -16,7 +18,7 @@ const MODELS: [&str; 5] = ["vgg16", "resnet50", "bert", "vgg19", "resnet18"];
 fn bench(c: &mut Criterion) {
     let mut g = c.benchmark_group("decision");
     g.sample_size(10);
-    for &hosts in &[64u32, 256, 1024] {
+    for &hosts in &[64u32, 256, 1024, 4096] {
         let topo = LeafSpine::with_oversubscription(hosts / 32, 32, 4, 2, "v100", 100.0, 2.0)
             .build("decision-bench")
             .expect("valid");
@@ -28,7 +30,7 @@ fn bench(c: &mut Criterion) {
         let placed: Vec<[(HostId, u32); 2]> = (0..jobs).map(|i| [(2 * i, 1), (2 * i + 1, 1)]).collect();
         let free = vec![1u32; hosts as usize];
         let waiting = JobSpec::new("new", "vgg16", 32, 2, Work::Iterations(1000), 0.0);
-        for policy in ["metronome", "themis+cassini"] {
+        for policy in ["metronome", "themis+cassini", "castor", "plebiscito:tetris", "fifo+foresight"] {
             let mut p = orrery_policy::by_name(policy, 1).expect("catalogued");
             let view = || ClusterView {
                 now_s: 10.0,
