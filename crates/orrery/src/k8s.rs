@@ -71,9 +71,8 @@ fn crds(out: Option<&std::path::Path>) -> Result<()> {
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
             for (name, body) in files {
                 let path = dir.join(&name);
-                let tmp = dir.join(format!(".{name}.tmp"));
-                std::fs::write(&tmp, body).with_context(|| format!("writing {}", tmp.display()))?;
-                std::fs::rename(&tmp, &path).with_context(|| format!("writing {}", path.display()))?;
+                orrery_testbed::compare::write_atomic(&path, &body)
+                    .with_context(|| format!("writing {}", path.display()))?;
                 println!("wrote {}", path.display());
             }
         }

@@ -335,7 +335,6 @@ async fn watch_stream(fake: Fake, t: Target, q: HashMap<String, String>) -> Resp
                 if !batch.is_empty() {
                     return Some((Ok::<Bytes, std::io::Error>(Bytes::from(batch)), (last, rx)));
                 }
-                let _ = last;
                 tokio::select! {
                     r = rx.changed() => if r.is_err() { return None },
                     _ = tokio::time::sleep_until(end) => return None,
