@@ -6,27 +6,29 @@
 //! placed only when all its pods fit (Eqs. 11–12, co-scheduling). The extender
 //! hands that decision to kube-scheduler one pod at a time:
 //!
-//! * **filter**: nodes where the policy put a worker of the pod's job that no
-//!   other pod of the job holds yet pass; every other node fails with the
-//!   reason (`failedNodes`). While the job waits for GPUs every node fails, so
-//!   the pod stays Pending and kube-scheduler retries it. A pod whose
-//!   annotations do not describe a job fails everywhere with the annotation at
-//!   fault (`failedAndUnresolvableNodes`). Pods without `orrery.io/job` pass
-//!   unchanged.
-//! * **prioritize**: the policy's nodes score [`MAX_PRIORITY`], others 0.
-//! * **bind** (gang): each pod is held on its node with a ring rank until all
-//!   pods of its job have reached bind; then each pod is annotated with its
-//!   job id and rank and bound, and every bind call returns. If the group is
-//!   not complete within the group time-out (counted from its first pod), every
-//!   held pod is released with an error and kube-scheduler retries them.
+//! * **filter**: each pod of a placed job is given one rank of the job's
+//!   ring, and so one node, here (kube-scheduler filters the next pod before
+//!   the previous one reaches bind); that node passes and every other fails
+//!   with the reason (`failedNodes`). While the job waits for GPUs every node
+//!   fails, so the pod stays Pending and kube-scheduler retries it. A pod
+//!   whose annotations do not describe a job fails everywhere with the
+//!   annotation at fault (`failedAndUnresolvableNodes`). Pods without
+//!   `orrery.io/job` pass unchanged.
+//! * **prioritize**: the pod's rank's node scores [`MAX_PRIORITY`], others 0.
+//! * **bind** (gang): each pod is held on its rank's node until all pods of
+//!   its job have reached bind; then each pod is annotated with its job id,
+//!   rank and placement epoch and bound, and every bind call returns. If the
+//!   group is not complete within the group time-out (counted from its first
+//!   pod), every held pod is released with an error and kube-scheduler
+//!   retries them.
 //!
 //! `nodeCacheCapable` both ways: candidates arrive as `nodenames` (answered
 //! with `nodenames`) or as a full `nodes` list (answered with the same
 //! objects, filtered).
 //!
-//! Cost per call: filter and prioritize O(candidates + workers) after one
-//! round trip to the core thread; bind O(workers) plus one PATCH and one POST
-//! per pod when the gang completes.
+//! Cost per call: filter and prioritize O(candidates + workers²) at worst
+//! (finding a free rank) after one round trip to the core thread; bind the
+//! same plus one PATCH and one POST per pod when the gang completes.
 
 use crate::{EPOCH_ANNOTATION, JOB_ID_ANNOTATION, PodRef, RANK_ANNOTATION, job_key, job_spec, pod_ref};
 use axum::extract::State;
@@ -168,20 +170,17 @@ struct Gang {
 
 impl Gang {
     /// Answers every held pod with `why` and forgets every slot not bound.
-    fn release(&mut self, why: &str) -> usize {
-        let mut n = 0;
+    fn release(&mut self, why: &str) {
         for slot in std::mem::take(&mut self.slots) {
             match slot.state {
                 SlotState::Bound => self.slots.push(slot),
                 SlotState::Held(reply) => {
-                    n += 1;
                     let _ = reply.send(Err(why.to_string()));
                 }
                 SlotState::Assigned => {}
             }
         }
         self.deadline = None;
-        n
     }
 }
 
