@@ -458,6 +458,35 @@ mod tests {
     }
 
     #[test]
+    fn latency_matrix_takes_the_fastest_of_the_fewest_hop_paths() {
+        // FORESIGHT's fabric of 4 spines, with the links into and out of
+        // spine 0 made 5 µs slower: a cross-rack pair has 4 paths of 4 hops,
+        // and the matrix must give the fastest, as enumerating them does.
+        let mut t = foresight(4);
+        let spine0 =
+            t.hosts.len() + t.switches.iter().position(|s| s.tier == crate::topology::Tier::Spine).expect("a spine");
+        for l in &mut t.links {
+            if l.from == spine0 || l.to == spine0 {
+                l.latency_us += 5.0;
+            }
+        }
+        let m = t.latency_matrix_us();
+        let h = t.hosts.len();
+        for (a, row) in m.iter().enumerate() {
+            for (b, &got) in row.iter().enumerate() {
+                let by_paths = t
+                    .paths(a, b)
+                    .iter()
+                    .map(|p| p.iter().map(|&l| t.links[l].latency_us).sum::<f64>())
+                    .fold(if a == b { 0.0 } else { f64::INFINITY }, f64::min);
+                assert_eq!(got, by_paths, "{a} → {b}");
+            }
+        }
+        let cross_rack = (1..h).find(|&b| t.paths(0, b).len() > 1).expect("a pair with ECMP paths");
+        assert!(t.paths(0, cross_rack).iter().any(|p| p.iter().any(|&l| t.links[l].to == spine0)));
+    }
+
+    #[test]
     fn toml_file_with_explicit_cables() {
         let text = r#"
 name = "two"

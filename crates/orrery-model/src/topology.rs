@@ -326,18 +326,45 @@ impl Topology {
         }
     }
 
-    /// One-way latency between every pair of hosts along a shortest path, in
-    /// microseconds (`latency[a][b]`; 0 on the diagonal, infinite if unreachable).
+    /// One-way latency between every pair of hosts along a shortest (fewest
+    /// hops) path, in microseconds (`latency[a][b]`; 0 on the diagonal,
+    /// infinite if unreachable); where ECMP paths differ in latency, the
+    /// lowest. One breadth-first search per host, relaxing latencies in BFS
+    /// order over the shortest-path DAG: O(hosts · (V + E)), not a path
+    /// enumeration per pair.
     pub fn latency_matrix_us(&self) -> Vec<Vec<f64>> {
-        (0..self.hosts.len())
+        let (h, n) = (self.hosts.len(), self.node_count());
+        let mut hops = vec![usize::MAX; n];
+        let mut lat = vec![f64::INFINITY; n];
+        let mut order = Vec::with_capacity(n);
+        (0..h)
             .map(|a| {
-                (0..self.hosts.len())
-                    .map(|b| match self.paths(a, b).first() {
-                        _ if a == b => 0.0,
-                        Some(p) => p.iter().map(|&l| self.links[l].latency_us).sum(),
-                        None => f64::INFINITY,
-                    })
-                    .collect()
+                hops.fill(usize::MAX);
+                lat.fill(f64::INFINITY);
+                order.clear();
+                hops[a] = 0;
+                lat[a] = 0.0;
+                order.push(a);
+                let mut next = 0;
+                while next < order.len() {
+                    let u = order[next];
+                    next += 1;
+                    // Paths never transit through a host other than the endpoints.
+                    if u != a && u < h {
+                        continue;
+                    }
+                    for &l in &self.out[u] {
+                        let (v, d) = (self.links[l].to, self.links[l].latency_us);
+                        if hops[v] == usize::MAX {
+                            hops[v] = hops[u] + 1;
+                            order.push(v);
+                        }
+                        if hops[v] == hops[u] + 1 {
+                            lat[v] = lat[v].min(lat[u] + d);
+                        }
+                    }
+                }
+                lat[..h].to_vec()
             })
             .collect()
     }

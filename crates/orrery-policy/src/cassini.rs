@@ -40,6 +40,9 @@ pub struct Cassini {
     unmeasured: HashMap<JobId, u32>,
     /// Re-alignments done by the 5% rule.
     pub readjustments: u64,
+    /// Per job, how many watched jobs keep its phase with its measured
+    /// iteration time (compatible, same period): it must be watched too.
+    referenced: HashMap<JobId, u32>,
 }
 
 /// How a job was aligned, to re-align it the same way later.
@@ -71,6 +74,20 @@ impl Cassini {
             measured_ms: HashMap::new(),
             unmeasured: HashMap::new(),
             readjustments: 0,
+            referenced: HashMap::new(),
+        }
+    }
+
+    /// Records how `job` was aligned, keeping `referenced` in step.
+    fn record(&mut self, job: JobId, a: Aligned) {
+        let uses = |a: &Aligned| a.compatible && a.same_period;
+        if let Some(old) = self.aligned.insert(job, a).filter(uses)
+            && let Some(n) = self.referenced.get_mut(&old.reference)
+        {
+            *n = n.saturating_sub(1);
+        }
+        if uses(&a) {
+            *self.referenced.entry(a.reference).or_insert(0) += 1;
         }
     }
 }
@@ -254,7 +271,7 @@ impl Policy for Cassini {
                     let period_ms = affinity[k].iter_ms;
                     let shift_after_ms = (t[k] - t[reference]).rem_euclid(period_ms);
                     let offset_s = start + shift_after_ms / 1e3;
-                    self.aligned.insert(
+                    self.record(
                         jobs[k].id,
                         Aligned {
                             period_ms,
@@ -277,6 +294,16 @@ impl Policy for Cassini {
 
     fn observes_iterations(&self) -> bool {
         true
+    }
+
+    /// The 5% rule watches jobs aligned on fully compatible links (their
+    /// compute noise alone can trip it) and, through its measured iteration
+    /// time, each such job's reference; every other job's iterations change
+    /// nothing here. O(1).
+    fn watches(&self, job: JobId) -> bool {
+        self.aligned.get(&job).is_some_and(|a| a.compatible)
+            || self.referenced.get(&job).is_some_and(|&n| n > 0)
+            || self.inner.watches(job)
     }
 
     fn on_iteration(&mut self, view: &ClusterView<'_>, job: JobId, iteration_ms: f64) -> Vec<Decision> {

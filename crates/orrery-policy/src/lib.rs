@@ -240,6 +240,17 @@ pub trait Policy {
         false
     }
 
+    /// Whether the policy needs each iteration of `job` now, for a policy
+    /// that [observes iterations](Policy::observes_iterations). False means
+    /// that, while the job runs undisturbed (alone on its links, no pending
+    /// shift, pace or alignment), `on_iteration` would decide nothing for it
+    /// and no state of the policy would depend on its iteration times, so a
+    /// driver may fast-forward it. Asked after each iteration; O(1) in the
+    /// policies here.
+    fn watches(&self, _job: JobId) -> bool {
+        self.observes_iterations()
+    }
+
     /// Period, in seconds, at which the driver calls [`Policy::schedule`]
     /// even when no job arrives or finishes (Tiresias' queue demotions,
     /// Themis' lease rounds). None: only on arrivals and completions.

@@ -313,6 +313,18 @@ impl Policy for Metronome {
         true
     }
 
+    /// The controller watches the low-priority jobs it paced, and only while
+    /// their window holds a slow iteration; others' iterations change
+    /// nothing. An undisturbed paced job's iteration lasts its slot period
+    /// plus the change in its compute noise since the last one, so to trip
+    /// the controller it would need more than O_T noise outliers of 10% of a
+    /// period within one window (at 2% jitter, each is a 3.5σ draw): the
+    /// driver may fast-forward it. O(window).
+    fn watches(&self, job: JobId) -> bool {
+        let slow = self.thresholds.slow_factor;
+        self.monitor && self.watched.get(&job).is_some_and(|w| w.recent.iter().any(|&ms| ms > slow * w.period_ms))
+    }
+
     fn on_iteration(&mut self, view: &ClusterView<'_>, job: JobId, iteration_ms: f64) -> Vec<Decision> {
         let th = self.thresholds;
         if !self.monitor {

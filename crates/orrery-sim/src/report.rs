@@ -42,8 +42,10 @@ pub struct Busiest {
 /// Picks the run's busiest link (most excess demand, then most traffic),
 /// replays the run up to the end of a window around its busiest second with
 /// a probe on it, and collects the figure data. `policy` must be a fresh
-/// instance of the run's policy; the replay is exact (same seed, no skip).
-/// Cost: one more simulation up to the window's end.
+/// instance of the run's policy; the replay is the run again (same seed, same
+/// fast-forward) except that jobs crossing the probed link are simulated in
+/// detail so that the probe sees their flows. Cost: one more simulation up
+/// to the window's end.
 pub fn busiest(
     topo: &Topology,
     jobs: &[JobSpec],
@@ -61,7 +63,7 @@ pub fn busiest(
     // A few iterations of the jobs on the link: 3 s, inside the busiest bucket.
     let start = peak as f64 * row.bucket_s + (row.bucket_s - 3.0).max(0.0) / 2.0;
     let end = start + 3.0;
-    let cfg = SimConfig { skip: false, max_time_s: Some(end), probe: Some((row.link, start, end)), ..cfg.clone() };
+    let cfg = SimConfig { max_time_s: Some(end), probe: Some((row.link, start, end)), ..cfg.clone() };
     let mut sim = Simulation::new(topo, jobs, cfg, policy.isolated_network());
     sim.run(policy.as_mut(), |_, _| {});
     let trace = sim.net.probe.take()?.trace;

@@ -241,3 +241,169 @@ jitter = 0.01
     }
     assert_close(&values(&with[0].metrics), &values(&without[0].metrics), "themis");
 }
+
+/// A controller that watches job 0 only and records, at each scheduling
+/// round, what the view says of job 1: (time, iterations done, start of
+/// its current iteration). Job 0 runs on h0 + h1 (rack 0), job 1 on h4 + h5
+/// (rack 1): no link in common; job 2 needs every host, so it waits and every tick asks again.
+#[derive(Default)]
+struct WatchesJobZero {
+    seen: Vec<(u64, u64, u64)>,
+    iterations_of: [u64; 3],
+}
+
+impl Policy for WatchesJobZero {
+    fn name(&self) -> String {
+        "watches-job-0".into()
+    }
+    fn schedule(&mut self, view: &ClusterView<'_>) -> Vec<Decision> {
+        if let Some(r) = view.running.iter().find(|r| r.id == 1) {
+            let ns = |s: f64| (s * 1e9).round() as u64;
+            self.seen.push((ns(view.now_s), r.iterations_done, ns(r.iteration_start_s)));
+        }
+        let mut out = Vec::new();
+        for q in &view.queue {
+            match q.id {
+                0 => out.push(Decision::Place { job: 0, hosts: vec![(0, 1), (1, 1)] }),
+                1 => out.push(Decision::Place { job: 1, hosts: vec![(4, 1), (5, 1)] }),
+                _ if view.free_gpus.iter().all(|&f| f == 1) => {
+                    out.push(Decision::Place { job: q.id, hosts: (0..8).map(|h| (h, 1)).collect() })
+                }
+                _ => {}
+            }
+        }
+        out
+    }
+    fn observes_iterations(&self) -> bool {
+        true
+    }
+    fn watches(&self, job: orrery_policy::JobId) -> bool {
+        job == 0
+    }
+    fn on_iteration(&mut self, _: &ClusterView<'_>, job: orrery_policy::JobId, _: f64) -> Vec<Decision> {
+        self.iterations_of[job] += 1;
+        Vec::new()
+    }
+    fn tick_s(&self) -> Option<f64> {
+        Some(0.37)
+    }
+}
+
+#[test]
+fn a_controller_sees_every_iteration_of_the_jobs_it_watches_and_exact_views_of_the_others() {
+    // Job 1 runs undisturbed and unwatched, so it is fast-forwarded; job 0
+    // is watched and never is. With jitter, iterations differ in length, so
+    // a view that counted skipped iterations at the last one's length (as it
+    // once did) would misplace job 1's phase; the view must match the
+    // detailed run to the nanosecond.
+    let topo = two_racks();
+    let jobs = [
+        JobSpec::new("watched", "vgg19", 64, 2, Work::Iterations(300), 0.0),
+        JobSpec::new("unwatched", "resnet50", 64, 2, Work::Iterations(300), 0.0),
+        JobSpec::new("waits", "bert", 12, 8, Work::Iterations(20), 1.0),
+    ];
+    let go = |skip| {
+        let mut sim =
+            Simulation::new(&topo, &jobs, SimConfig { seed: 3, jitter: 0.02, skip, ..Default::default() }, false);
+        let mut policy = WatchesJobZero::default();
+        sim.run(&mut policy, |_, _| {});
+        let skipped: Vec<u64> = sim.jobs.iter().map(|j| j.skipped_iterations).collect();
+        (values(&metrics(&sim, |_| true)), skipped, policy)
+    };
+    let ((with, skipped, policy), (without, _, detailed)) = (go(true), go(false));
+    assert_eq!(skipped[0], 0, "the watched job is never fast-forwarded");
+    assert!(skipped[1] > 250, "the unwatched job is: {} of 300 iterations", skipped[1]);
+    assert_eq!(policy.iterations_of[0], 300, "every iteration of the watched job is seen");
+    assert!(policy.seen.len() > 10, "{} views", policy.seen.len());
+    assert_eq!(policy.seen, detailed.seen, "views of the fast-forwarded job");
+    assert_close(&with, &without, "watching one job");
+}
+
+/// Places job 0 on h0 + h1 paced to slots 1.3 times its iteration time
+/// (Metronome's TDM pacing), and job 1 across h0 and h4 when it arrives,
+/// which shares h0's links with job 0.
+struct PacesJobZero;
+
+impl Policy for PacesJobZero {
+    fn name(&self) -> String {
+        "paces-job-0".into()
+    }
+    fn schedule(&mut self, view: &ClusterView<'_>) -> Vec<Decision> {
+        let mut out = Vec::new();
+        for q in &view.queue {
+            let hosts = if q.id == 0 { vec![(0, 1), (1, 1)] } else { vec![(0, 1), (4, 1)] };
+            let period_ms = orrery_model::placed::place(view.topology, q.spec, &hosts).expect("fits").shape.period_ms();
+            out.push(Decision::Place { job: q.id, hosts });
+            if q.id == 0 {
+                out.push(Decision::Pace { job: 0, period_ms: 1.3 * period_ms, offset_s: 0.05 });
+            }
+        }
+        out
+    }
+}
+
+#[test]
+fn paced_jobs_are_fast_forwarded_slot_by_slot() {
+    // Alone, job 0's iterations each idle until their slot; fast-forwarded,
+    // they must come out the same to the nanosecond. Job 1 then arrives on
+    // job 0's links, wakes it (possibly while it idles for a slot), and the
+    // runs agree within the usual 2%.
+    let topo = LeafSpine {
+        racks: 2,
+        hosts_per_rack: 4,
+        spines: 1,
+        gpus_per_host: 2,
+        gpu_type: "a100".into(),
+        host_gbps: 50.0,
+        uplink_gbps: 50.0,
+    }
+    .build("two-racks-of-2-gpu-hosts")
+    .expect("valid");
+    let jobs = [
+        JobSpec::new("paced", "vgg19", 64, 2, Work::Iterations(400), 0.0),
+        JobSpec::new("later", "vgg16", 64, 2, Work::Iterations(100), 30.0),
+    ];
+    let go = |skip| {
+        let mut sim =
+            Simulation::new(&topo, &jobs, SimConfig { seed: 5, jitter: 0.02, skip, ..Default::default() }, false);
+        sim.run(&mut PacesJobZero, |_, _| {});
+        let skipped = sim.jobs[0].skipped_iterations;
+        (values(&metrics(&sim, |_| true)), skipped, sim.jobs[0].iteration_ms.clone(), sim.jobs[0].isolated_iter_ms)
+    };
+    let ((with, skipped, fast, alone_ms), (without, _, detailed, _)) = (go(true), go(false));
+    assert!(skipped > 50, "{skipped} iterations fast-forwarded");
+    // Before job 1 arrives (30 s), every iteration is a slot: 1.3 × alone.
+    let before = detailed.iter().scan(0.0, |t, &ms| {
+        *t += ms;
+        (*t < 30_000.0).then_some(ms)
+    });
+    let n = before.count();
+    assert!(n > 20, "{n} iterations before the second job");
+    assert_eq!(fast[..n], detailed[..n], "iteration times while alone");
+    for &ms in &detailed[2..n] {
+        assert!((ms / (1.3 * alone_ms) - 1.0).abs() < 0.08, "{ms} ms against a slot of {}", 1.3 * alone_ms);
+    }
+    assert_close(&with, &without, "paced job woken by another");
+}
+
+#[test]
+fn a_job_of_billions_of_iterations_costs_only_the_simulated_time() {
+    // Issue 21: a job of 4.3 × 10⁹ iterations hung the run, because the
+    // fast-forward drew every remaining iteration up front and `max_time_s`
+    // never bounded that. Now it draws stretches as simulated time passes:
+    // 60 simulated seconds cost 60 seconds' worth of iterations, and the
+    // count matches the detailed run's.
+    let topo = two_racks();
+    let jobs = [JobSpec::new("huge", "resnet50", 64, 2, Work::Iterations(4_300_000_000), 0.0)];
+    let go = |skip| {
+        let cfg = SimConfig { seed: 7, jitter: 0.02, skip, max_time_s: Some(60.0), ..Default::default() };
+        let mut sim = Simulation::new(&topo, &jobs, cfg, false);
+        let pins = [("huge".to_string(), vec![(0, 1), (1, 1)])].into();
+        sim.run(&mut orrery_policy::baseline::Pinned { pins, label: None }, |_, _| {});
+        (sim.jobs[0].iterations_done, sim.jobs[0].skipped_iterations)
+    };
+    let ((fast, skipped), (detailed, _)) = (go(true), go(false));
+    assert!(detailed > 100, "{detailed} iterations in 60 s");
+    assert!(skipped > detailed / 2, "{skipped} of {fast} fast-forwarded");
+    assert_eq!(fast, detailed);
+}

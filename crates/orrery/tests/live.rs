@@ -588,6 +588,9 @@ impl orrery_policy::Policy for Recorder {
     fn observes_iterations(&self) -> bool {
         self.inner.observes_iterations()
     }
+    fn watches(&self, job: orrery_policy::JobId) -> bool {
+        self.inner.watches(job)
+    }
     fn tick_s(&self) -> Option<f64> {
         self.inner.tick_s()
     }

@@ -451,6 +451,12 @@ impl Policy for Foresight {
         true
     }
 
+    /// A job with a plan gets its next step's delay, throttle and routes
+    /// after every iteration. O(1).
+    fn watches(&self, job: JobId) -> bool {
+        self.steps.get(&job).is_some_and(|(steps, _)| !steps.is_empty()) || self.inner.watches(job)
+    }
+
     fn on_iteration(&mut self, view: &ClusterView<'_>, job: JobId, _iteration_ms: f64) -> Vec<Decision> {
         self.next(job, Some(view.now_s))
     }

@@ -8,12 +8,25 @@ use orrery_policy::{JobId, Policy};
 use rand_chacha::ChaCha8Rng;
 use std::collections::HashMap;
 
+/// Iterations of a fast-forwarded job drawn ahead per event.
+pub(super) const SKIP_STRETCH: u64 = 1024;
+
 impl Simulation<'_> {
-    /// Duration of a whole fast-forwarded iteration: compute segments drawn as
-    /// the detailed simulation draws them, communication as last measured.
-    pub(super) fn iteration_ns(&self, job: JobId, rng: &mut ChaCha8Rng) -> u64 {
+    /// Idle time of a fast-forwarded iteration called at `t` before it may
+    /// start: the wait for the job's TDM slot when it is paced (Metronome),
+    /// as [`orrery_policy::slot::start_delay_ns`] gives it; else none.
+    fn pace_wait_ns(&self, job: JobId, t: u64) -> u64 {
+        let pace = self.jobs[job].pace;
+        if pace.is_some() { orrery_policy::slot::start_delay_ns(t, 0.0, None, pace) } else { 0 }
+    }
+
+    /// Duration of a whole fast-forwarded iteration called at `t`: the wait
+    /// for its slot, compute segments drawn as the detailed simulation draws
+    /// them, communication as last measured.
+    pub(super) fn iteration_ns(&self, job: JobId, t: u64, rng: &mut ChaCha8Rng) -> u64 {
         let j = &self.jobs[job];
-        j.shape
+        let work: u64 = j
+            .shape
             .segments
             .iter()
             .zip(&j.last_seg_ns)
@@ -21,27 +34,32 @@ impl Simulation<'_> {
                 Segment::Compute { ms } => self.job_compute_ns(job, *ms, rng),
                 Segment::Comm { .. } => last,
             })
-            .sum()
+            .sum();
+        self.pace_wait_ns(job, t) + work
     }
 
     /// Fast-forwards a job whose last two iterations ran alone on all its
     /// links (no other job's flow in any of its max-min components), when the
-    /// policy does not watch iterations and nothing is pending for the job.
+    /// policy does not watch its iterations ([`orrery_policy::Policy::watches`])
+    /// and no shift or alignment is pending for it. A paced job keeps its
+    /// slots: each counted iteration first idles until its slot.
     /// Its remaining iterations are counted analytically until it finishes or
-    /// another job's flow needs one of its links ([`Simulation::materialise`]).
-    /// Cost: O(remaining iterations · segments) random draws, no events.
+    /// another job's flow needs one of its links ([`Simulation::materialise`]),
+    /// [`SKIP_STRETCH`] iterations per event.
+    /// Cost: O(min(remaining iterations, SKIP_STRETCH) · segments) draws.
     pub(super) fn try_skip(&mut self, job: JobId) -> bool {
         let j = &self.jobs[job];
         let eligible = self.cfg.skip
-            && !self.observes
+            && !j.watched
             && j.status == Status::Running
             && j.solo_streak >= 2
             && j.pending_shift_ms == 0.0
             && j.pending_align.is_none()
-            && j.pace.is_none()
             && !j.pause_requested
             && j.last_seg_ns.len() == j.shape.segments.len()
             && j.iterations_done < j.target_iterations
+            // A probed link records every rate change: its jobs stay detailed.
+            && self.cfg.probe.is_none_or(|(probed, ..)| !j.links_used.contains(&probed))
             // Another job's flows already on a link would meet this job's next
             // collective without anything waking it up: stay detailed.
             && j.links_used.iter().all(|&l| !self.skip_owner.contains_key(&l) && !self.net.busy(l));
@@ -49,17 +67,77 @@ impl Simulation<'_> {
             return false;
         }
         let snapshot = j.rng.clone();
-        let mut rng = j.rng.clone();
-        let total: u64 = (j.iterations_done..j.target_iterations).map(|_| self.iteration_ns(job, &mut rng)).sum();
         for &l in &self.jobs[job].links_used {
             self.skip_owner.insert(l, job);
         }
         let j = &mut self.jobs[job];
         j.epoch += 1;
-        j.skip = Some(Skip { t0: self.now, rng: snapshot });
-        let epoch = j.epoch;
-        self.push(self.now + total, Event::SkipEnd(job, epoch));
+        j.skip = Some(Skip { t0: self.now, t: self.now, rng: snapshot, done_ms: Vec::new(), next: None });
+        self.skipping.insert(job);
+        self.next_stretch(job);
         true
+    }
+
+    /// Draws the next stretch of a fast-forwarded job (up to [`SKIP_STRETCH`]
+    /// iterations from its cursor) and schedules the event at its end. A run
+    /// thus pays for the iterations that fit in the simulated time it covers,
+    /// never for all those a job asks for (`max_time_s` bounds it).
+    fn next_stretch(&mut self, job: JobId) {
+        let j = &self.jobs[job];
+        let Some(skip) = &j.skip else { return };
+        let left = j.target_iterations.saturating_sub(j.iterations_done + skip.done_ms.len() as u64);
+        let mut rng = skip.rng.clone();
+        let mut end = skip.t;
+        for _ in 0..left.min(SKIP_STRETCH) {
+            end = end.saturating_add(self.iteration_ns(job, end, &mut rng));
+        }
+        let epoch = j.epoch;
+        self.push(end, Event::SkipStretch(job, epoch));
+    }
+
+    /// The end of a stretch: the job finishes here or goes on to the next one.
+    pub(super) fn stretch_end(&mut self, job: JobId, policy: &mut dyn Policy) {
+        self.advance_skip(job, self.now);
+        let j = &self.jobs[job];
+        let counted = j.skip.as_ref().map_or(0, |s| s.done_ms.len() as u64);
+        if j.iterations_done + counted >= j.target_iterations {
+            self.replay(job, self.now);
+            self.complete(job, policy);
+        } else {
+            self.next_stretch(job);
+        }
+    }
+
+    /// Moves a fast-forwarded job's cursor over the iterations that end by
+    /// `until`. O(iterations passed + 1) draws.
+    fn advance_skip(&mut self, job: JobId, until: u64) {
+        let Some(mut skip) = self.jobs[job].skip.take() else { return };
+        let left = self.jobs[job].target_iterations.saturating_sub(self.jobs[job].iterations_done);
+        while (skip.done_ms.len() as u64) < left {
+            let (d, after) = skip.next.take().unwrap_or_else(|| {
+                let mut probe = skip.rng.clone();
+                (self.iteration_ns(job, skip.t, &mut probe), probe)
+            });
+            if skip.t + d > until {
+                skip.next = Some((d, after));
+                break;
+            }
+            skip.rng = after;
+            skip.t += d;
+            skip.done_ms.push(d as f64 / 1e6);
+        }
+        self.jobs[job].skip = Some(skip);
+    }
+
+    /// Brings every fast-forwarded job's cursor to now, so that a view shows
+    /// their exact iteration counts and starts. O(fast-forwarded jobs +
+    /// iterations passed).
+    pub(super) fn advance_skips(&mut self) {
+        let skipping = std::mem::take(&mut self.skipping);
+        for &job in &skipping {
+            self.advance_skip(job, self.now);
+        }
+        self.skipping = skipping;
     }
 
     /// Counts a fast-forwarded job's iterations that end by `until` and credits
@@ -67,34 +145,24 @@ impl Simulation<'_> {
     /// that does not end by then, with the job's RNG where the detailed
     /// simulation would have it at that point.
     pub(super) fn replay(&mut self, job: JobId, until: u64) -> u64 {
+        self.advance_skip(job, until);
         let Some(skip) = self.jobs[job].skip.take() else { return self.now };
-        let mut rng = skip.rng;
-        let mut t = skip.t0;
-        let mut n = 0u64;
-        while self.jobs[job].iterations_done < self.jobs[job].target_iterations {
-            let mut probe = rng.clone();
-            let d = self.iteration_ns(job, &mut probe);
-            if t + d > until {
-                break;
-            }
-            rng = probe;
-            t += d;
-            n += 1;
-            let j = &mut self.jobs[job];
-            j.iteration_ms.push(d as f64 / 1e6);
-            j.iterations_done += 1;
-            j.skipped_iterations += 1;
-        }
+        self.skipping.remove(&job);
+        let n = skip.done_ms.len() as u64;
+        let j = &mut self.jobs[job];
+        j.iterations_done += n;
+        j.skipped_iterations += n;
+        j.iteration_ms.extend(skip.done_ms);
         let credits = self.per_iteration_credits(job);
         for (l, (bits, excess, congested)) in credits {
-            self.net.credit(l, skip.t0, t, bits * n as f64, excess * n as f64, congested * n);
+            self.net.credit(l, skip.t0, skip.t, bits * n as f64, excess * n as f64, congested * n);
             self.skip_owner.remove(&l);
         }
         let j = &mut self.jobs[job];
-        j.rng = rng;
+        j.rng = skip.rng;
         j.epoch += 1;
         j.solo_streak = 0;
-        t
+        skip.t
     }
 
     pub(super) fn per_iteration_credits(&self, job: JobId) -> Vec<(LinkId, (f64, f64, u64))> {
@@ -111,7 +179,7 @@ impl Simulation<'_> {
         let now = self.now;
         let t = self.replay(job, now);
         if self.jobs[job].iterations_done >= self.jobs[job].target_iterations {
-            // It would have ended exactly now; its SkipEnd was cancelled, so end it here.
+            // It would have ended exactly now; its last stretch was cancelled, so end it here.
             let epoch = self.jobs[job].epoch;
             let j = &mut self.jobs[job];
             j.segment = j.shape.segments.len();
@@ -122,11 +190,25 @@ impl Simulation<'_> {
             self.push(now, Event::ComputeDone(job, epoch));
             return;
         }
+        // A paced job between iterations idles until its slot: it starts there.
+        let wait = self.pace_wait_ns(job, t);
+        if t + wait > now {
+            let epoch = self.jobs[job].epoch;
+            let j = &mut self.jobs[job];
+            j.iter_start_ns = t;
+            j.segment = 0;
+            j.cur_seg_ns.clear();
+            j.cur_flow_ns.clear();
+            j.interacted = true;
+            j.iter_stats_start.clear();
+            self.push(t + wait, Event::IterationStart(job, epoch));
+            return;
+        }
         // Walk the current iteration's segments up to `now`.
         let mut rng = self.jobs[job].rng.clone();
         let segments = self.jobs[job].shape.segments.clone();
         let last = self.jobs[job].last_seg_ns.clone();
-        let mut start = t;
+        let mut start = t + wait;
         let mut resumed = None;
         let mut seg_ns = Vec::new();
         for (i, seg) in segments.iter().enumerate() {
@@ -217,10 +299,5 @@ impl Simulation<'_> {
                 (1.0 - elapsed as f64 / end).max(0.0)
             })
             .collect()
-    }
-
-    pub(super) fn skip_end(&mut self, job: JobId, policy: &mut dyn Policy) {
-        self.replay(job, self.now);
-        self.complete(job, policy);
     }
 }

@@ -13,7 +13,7 @@ use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, Normal};
 use serde::{Deserialize, Serialize};
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::{BTreeSet, BinaryHeap, HashMap};
 use std::time::Instant;
 
 mod fast_forward;
@@ -170,6 +170,9 @@ pub struct JobState {
     pub skipped_iterations: u64,
     interacted: bool,
     solo_streak: u32,
+    /// Whether the policy watches its iterations (then it is never
+    /// fast-forwarded); asked after each detailed iteration.
+    watched: bool,
     seg_start_ns: u64,
     cur_seg_ns: Vec<u64>,
     last_seg_ns: Vec<u64>,
@@ -215,15 +218,27 @@ pub struct Sharing {
 /// A job being fast-forwarded: its iterations from `t0` are replayed from
 /// `rng` (the same draws the detailed simulation would make).
 #[derive(Debug, Clone)]
+/// A fast-forward in progress: from `t0` the job's iterations are drawn, not
+/// simulated. The cursor (`t`, `rng`, `done_ms`) counts those already over, so
+/// the view can give the exact iteration count and start.
 struct Skip {
     t0: u64,
+    /// Start of the first iteration not yet counted.
+    t: u64,
+    /// The job's RNG at `t`.
     rng: ChaCha8Rng,
+    /// Durations of the iterations counted since `t0`, ms.
+    done_ms: Vec<f64>,
+    /// The next iteration's duration and the RNG after it, once drawn (a
+    /// view between two iteration ends then costs no draw).
+    next: Option<(u64, ChaCha8Rng)>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Event {
     Arrival(JobId),
-    SkipEnd(JobId, u64),
+    /// The end of a fast-forwarded job's stretch of iterations (job, epoch).
+    SkipStretch(JobId, u64),
     IterationStart(JobId, u64),
     ComputeDone(JobId, u64),
     FlowDone(FlowId, u64),
@@ -257,6 +272,8 @@ pub struct Simulation<'a> {
     pub reschedules_cut: u64,
     normal: Normal<f64>,
     skip_owner: HashMap<LinkId, JobId>,
+    /// Jobs being fast-forwarded.
+    skipping: BTreeSet<JobId>,
     observes: bool,
 }
 
@@ -280,6 +297,7 @@ impl<'a> Simulation<'a> {
             invalid_decisions: 0,
             reschedules_cut: 0,
             skip_owner: HashMap::new(),
+            skipping: BTreeSet::new(),
             observes: true,
             normal: Normal::new(0.0, cfg.jitter.max(0.0)).unwrap_or_else(|_| Normal::new(0.0, 0.0).expect("valid")),
             cfg,
@@ -325,6 +343,7 @@ impl<'a> Simulation<'a> {
                 skipped_iterations: 0,
                 interacted: false,
                 solo_streak: 0,
+                watched: true,
                 seg_start_ns: 0,
                 cur_seg_ns: Vec::new(),
                 last_seg_ns: Vec::new(),
@@ -407,7 +426,7 @@ impl<'a> Simulation<'a> {
                     self.waiting.push(j);
                     self.schedule(policy);
                 }
-                Event::SkipEnd(j, epoch) if self.jobs[j].epoch == epoch => self.skip_end(j, policy),
+                Event::SkipStretch(j, epoch) if self.jobs[j].epoch == epoch => self.stretch_end(j, policy),
                 Event::IterationStart(j, epoch) if self.jobs[j].epoch == epoch => {
                     self.jobs[j].seg_start_ns = self.now;
                     self.run_segment(j, policy)
@@ -431,7 +450,7 @@ impl<'a> Simulation<'a> {
                 _ => {}
             }
         }
-        let skipping: Vec<JobId> = (0..self.jobs.len()).filter(|&j| self.jobs[j].skip.is_some()).collect();
+        let skipping: Vec<JobId> = self.skipping.iter().copied().collect();
         for j in skipping {
             self.materialise(j);
         }
@@ -465,7 +484,7 @@ impl<'a> Simulation<'a> {
             .enumerate()
             .filter(|(_, j)| matches!(j.status, Status::Running | Status::Paused))
             .map(|(id, j)| {
-                let done = self.iterations_estimate(j);
+                let done = j.iterations_done + j.skip.as_ref().map_or(0, |s| s.done_ms.len() as u64);
                 let running_s = (self.now - j.last_start_ns) as f64 / NS;
                 RunningJob {
                     id,
@@ -473,7 +492,7 @@ impl<'a> Simulation<'a> {
                     hosts: &j.hosts,
                     iterations_done: done,
                     paused: j.status == Status::Paused,
-                    iteration_start_s: j.iter_start_ns as f64 / NS,
+                    iteration_start_s: j.skip.as_ref().map_or(j.iter_start_ns, |s| s.t) as f64 / NS,
                     progress: if j.ref_total > 0.0 {
                         let run = done.saturating_sub(j.iters_at_place) as f64 / j.ratio;
                         (1.0 - (j.ref_left - run) / j.ref_total).clamp(0.0, 1.0)
@@ -491,18 +510,6 @@ impl<'a> Simulation<'a> {
         (queue, running)
     }
 
-    /// Iterations done, counting those of a fast-forwarded job at its last
-    /// iteration time (exact when it runs undisturbed, which is why it skips).
-    fn iterations_estimate(&self, j: &JobState) -> u64 {
-        match (&j.skip, j.iteration_ms.last()) {
-            (Some(skip), Some(&ms)) if ms > 0.0 => {
-                let more = ((self.now - skip.t0) as f64 / (ms * 1e6)) as u64;
-                (j.iterations_done + more).min(j.target_iterations)
-            }
-            _ => j.iterations_done,
-        }
-    }
-
     fn schedule(&mut self, policy: &mut dyn Policy) {
         if let Some(d) = self.decide(policy) {
             self.apply(d, policy);
@@ -514,6 +521,7 @@ impl<'a> Simulation<'a> {
         if self.waiting.is_empty() {
             return None;
         }
+        self.advance_skips();
         let decisions = {
             let (queue, running) = self.view();
             let view =
@@ -1097,6 +1105,7 @@ impl<'a> Simulation<'a> {
         // The controller hook, only for policies that watch iterations (building
         // the view is O(jobs), too much for every iteration of every job otherwise).
         if self.observes {
+            self.advance_skips();
             let decisions = {
                 let (queue, running) = self.view();
                 let view =
@@ -1107,7 +1116,9 @@ impl<'a> Simulation<'a> {
                 self.apply(decisions, policy);
             }
         }
+        let watched = self.observes && policy.watches(job);
         let j = &mut self.jobs[job];
+        j.watched = watched;
         if j.status != Status::Running {
             return;
         }
