@@ -33,12 +33,28 @@ pub fn pair_jct_sum(t1: f64, t2: f64, xi1: f64, xi2: f64, offset: f64) -> f64 {
     }
 }
 
+/// What Theorem 1 compares sharing with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum BackToBack {
+    /// The paper's κ = t_A·i_A: the running job (1) ends, then the newcomer
+    /// (2) starts, since scheduling is not preemptive: sum 2·t1 + t2.
+    #[default]
+    RunningFirst,
+    /// The shorter job first, whichever it is: sum 2·min + max. Orrery's
+    /// earlier rule (policy `castor:shorter-first`); it counts on an order
+    /// that is not available when the running job is the longer one.
+    ShorterFirst,
+}
+
 /// Theorem 1's choice for a pair: `(start together, sum)` — `true` when
-/// starting both at once gives a smaller sum of completion times than
-/// running the shorter first and the other after it.
-pub fn pair_choice(t1: f64, t2: f64, xi1: f64, xi2: f64) -> (bool, f64) {
+/// starting the newcomer (job 2) now, beside the running job 1, gives a
+/// smaller sum of completion times than running them back to back.
+pub fn pair_choice(t1: f64, t2: f64, xi1: f64, xi2: f64, back_to_back: BackToBack) -> (bool, f64) {
     let together = pair_jct_sum(t1, t2, xi1, xi2, 0.0);
-    let sequential = 2.0 * t1.min(t2) + t1.max(t2);
+    let sequential = match back_to_back {
+        BackToBack::RunningFirst => 2.0 * t1 + t2,
+        BackToBack::ShorterFirst => 2.0 * t1.min(t2) + t1.max(t2),
+    };
     if together < sequential { (true, together) } else { (false, sequential) }
 }
 
@@ -68,13 +84,14 @@ pub fn batch_scaling(
     run_left_s: f64,
     new_time_s: impl Fn(u32) -> Option<f64>,
     xi: impl Fn(u32) -> (f64, f64),
+    back_to_back: BackToBack,
 ) -> Option<Scaling> {
     let mut best: Option<Scaling> = None;
     let mut b = batch.max(1);
     loop {
         if let Some(t_new) = new_time_s(b) {
             let (xi_run, xi_new) = xi(b);
-            let (share, sum) = pair_choice(run_left_s, t_new, xi_run, xi_new);
+            let (share, sum) = pair_choice(run_left_s, t_new, xi_run, xi_new, back_to_back);
             if best.is_none_or(|x| sum < x.jct_sum) {
                 best = Some(Scaling { share, sub_batch: b, jct_sum: sum });
             }
@@ -95,13 +112,29 @@ mod tests {
     fn the_two_cases_by_hand() {
         // No interference: sharing wins, both end at their own length.
         assert_eq!(pair_jct_sum(1.0, 2.0, 1.0, 1.0, 0.0), 3.0);
-        assert_eq!(pair_choice(1.0, 2.0, 1.0, 1.0), (true, 3.0));
+        assert_eq!(pair_choice(1.0, 2.0, 1.0, 1.0, BackToBack::RunningFirst), (true, 3.0));
         // Time slicing (ξ = 2 for both): job 1 ends at 2, job 2 at 2 + 1 = 3;
         // 5 against 1 + 3 = 4 back to back.
         assert_eq!(pair_jct_sum(1.0, 2.0, 2.0, 2.0, 0.0), 5.0);
-        assert_eq!(pair_choice(1.0, 2.0, 2.0, 2.0), (false, 4.0));
+        assert_eq!(pair_choice(1.0, 2.0, 2.0, 2.0, BackToBack::RunningFirst), (false, 4.0));
         // Starting job 2 after job 1 is the sequential schedule.
         assert_eq!(pair_jct_sum(1.0, 2.0, 2.0, 2.0, 1.0), 4.0);
+    }
+
+    #[test]
+    fn a_short_newcomer_shares_with_a_long_running_job_under_time_slicing() {
+        // Issue 17's case: 1,800 s left on the running job, a 600 s
+        // newcomer, ξ = 2 both ways. Together: the newcomer ends at 1,200 s
+        // and the running job at 1,200 + (1,800 − 600) = 2,400 s, sum 3,600.
+        // The paper's back to back (the running job first, κ = t_A·i_A):
+        // 1,800 + 2,400 = 4,200, so it shares. Shorter first would be
+        // 600 + 2,400 = 3,000, an order not on offer while the long job runs.
+        assert_eq!(pair_jct_sum(1800.0, 600.0, 2.0, 2.0, 0.0), 3600.0);
+        assert_eq!(pair_choice(1800.0, 600.0, 2.0, 2.0, BackToBack::RunningFirst), (true, 3600.0));
+        assert_eq!(pair_choice(1800.0, 600.0, 2.0, 2.0, BackToBack::ShorterFirst), (false, 3000.0));
+        // A newcomer nearly as long as the running job does not gain:
+        // together 3,400 + 3,500 = 6,900 against 1,800 + 3,500 = 5,300.
+        assert_eq!(pair_choice(1800.0, 1700.0, 2.0, 2.0, BackToBack::RunningFirst), (false, 5300.0));
     }
 
     #[test]
@@ -110,22 +143,42 @@ mod tests {
         // below do, each halving costing 10% more time alone (accumulation).
         let new_time = |b: u32| (b <= 32).then(|| 100.0 * (1.0 + 0.1 * (64.0 / f64::from(b)).log2()));
         // Light interference: sharing pays, at the largest sub-batch that fits.
-        let s = batch_scaling(64, 200.0, new_time, |_| (1.2, 1.2)).expect("some batch fits");
+        let s = batch_scaling(64, 200.0, new_time, |_| (1.2, 1.2), BackToBack::RunningFirst).expect("some batch fits");
         assert_eq!((s.share, s.sub_batch), (true, 32));
         let t_new = 110.0;
         assert!((s.jct_sum - pair_jct_sum(200.0, t_new, 1.2, 1.2, 0.0)).abs() < 1e-9);
         // Heavy interference at large sub-batches only: a smaller one wins.
         let xi = |b: u32| if b >= 16 { (2.0, 2.0) } else { (1.05, 1.05) };
-        let s = batch_scaling(64, 200.0, new_time, xi).expect("fits");
+        let s = batch_scaling(64, 200.0, new_time, xi, BackToBack::RunningFirst).expect("fits");
         assert_eq!((s.share, s.sub_batch), (true, 8));
-        // Time slicing everywhere: run back to back (SF false), full batch that fits.
-        let s = batch_scaling(64, 200.0, new_time, |_| (2.0, 2.0)).expect("fits");
+        // Time slicing everywhere: run back to back (SF false), full batch
+        // that fits (110 s beside 200 s: 220 + 310 = 530 together, 510 after).
+        let s = batch_scaling(64, 200.0, new_time, |_| (2.0, 2.0), BackToBack::RunningFirst).expect("fits");
         assert_eq!((s.share, s.sub_batch), (false, 32));
         // Nothing fits: no configuration.
-        assert_eq!(batch_scaling(64, 200.0, |_| None, |_| (1.0, 1.0)), None);
+        assert_eq!(batch_scaling(64, 200.0, |_| None, |_| (1.0, 1.0), BackToBack::RunningFirst), None);
     }
 
     proptest! {
+        /// Time slicing slows each job by the other's share of the GPU
+        /// (ξ_1 = 1 + c_2/c_1, ξ_2 = 1 + c_1/c_2 for per-iteration compute
+        /// c): processor sharing, which never beats the shorter job first
+        /// (SRPT is optimal on one server), but does beat waiting for a
+        /// running job much longer than the newcomer.
+        #[test]
+        fn time_slicing_never_beats_shorter_first_but_beats_waiting_for_a_long_job(
+            t1 in 1.0f64..10_000.0, t2 in 1.0f64..10_000.0, c_ratio in 0.1f64..10.0,
+        ) {
+            let (xi1, xi2) = (1.0 + c_ratio, 1.0 + 1.0 / c_ratio);
+            let together = pair_jct_sum(t1, t2, xi1, xi2, 0.0);
+            prop_assert!(together >= 2.0 * t1.min(t2) + t1.max(t2) - 1e-9 * (t1 + t2));
+            prop_assert!(!pair_choice(t1, t2, xi1, xi2, BackToBack::ShorterFirst).0);
+            // A newcomer a hundredth of the running job's time left, slowed by
+            // at most 11 (c_ratio ≥ 0.1), ends long before it: sharing pays.
+            let short = t1 / 100.0;
+            prop_assert!(pair_choice(t1, short, xi1, 1.0 + 1.0 / c_ratio, BackToBack::RunningFirst).0);
+        }
+
         /// Theorem 1: over every start offset, the best sum is at offset 0
         /// or at the end of job 1.
         #[test]

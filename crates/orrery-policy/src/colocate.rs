@@ -26,7 +26,7 @@
 //! O(R log B) for Algorithm 2 over the partners and O(R log R) to rank them.
 
 use crate::baseline::{consolidated, isolated_seconds, racks};
-use crate::castor::{batch_scaling, pair_choice};
+use crate::castor::{BackToBack, batch_scaling, pair_choice};
 use crate::placement::capped;
 use crate::{ClusterView, Decision, JobId, Policy};
 use orrery_model::colocation::{Colocation, accumulation_factor, memory_mib};
@@ -54,6 +54,8 @@ pub struct Colocator {
     rule: Rule,
     /// Stop at the first job that can start neither alone nor shared.
     pub blocking: bool,
+    /// What Theorem 1 compares sharing with (the paper's: the running job first).
+    pub back_to_back: BackToBack,
     estimate: Colocation,
     alone: HashMap<JobId, f64>,
     shares: u64,
@@ -68,6 +70,7 @@ impl Colocator {
         Colocator {
             rule,
             blocking: false,
+            back_to_back: BackToBack::RunningFirst,
             estimate: Colocation::default(),
             alone: HashMap::new(),
             shares: 0,
@@ -112,7 +115,9 @@ impl Policy for Colocator {
             Rule::Ffs => "sjf-ffs",
             Rule::Lucid => "lucid",
         };
-        if self.blocking { format!("{name}:blocking") } else { name.into() }
+        let order = if self.back_to_back == BackToBack::ShorterFirst { ":shorter-first" } else { "" };
+        let blocking = if self.blocking { ":blocking" } else { "" };
+        format!("{name}{order}{blocking}")
     }
 
     fn set_colocation(&mut self, estimate: &Colocation) {
@@ -294,7 +299,7 @@ impl Colocator {
             match self.rule {
                 Rule::Bsbf => {
                     let time = |b: u32| fits(b).then(|| t_at(b));
-                    if let Some(s) = batch_scaling(batch, c.left_s, time, xi)
+                    if let Some(s) = batch_scaling(batch, c.left_s, time, xi, self.back_to_back)
                         && s.share
                     {
                         let (xi, t_new_s) = (xi(s.sub_batch), t_at(s.sub_batch));
@@ -316,7 +321,7 @@ impl Colocator {
                     let one_host = c.solo.len() == 1 && solo == c.gpus;
                     let (xr, xn) = xi(batch);
                     if one_host && c.gpus == spec.gpus() && fits(batch) && xr <= LUCID_MAX_XI && xn <= LUCID_MAX_XI {
-                        let (_, sum) = pair_choice(c.left_s, t_new, xr, xn);
+                        let (_, sum) = pair_choice(c.left_s, t_new, xr, xn, self.back_to_back);
                         offers.push(Offer { cand: k, sub_batch: batch, jct_sum: sum, xi: (xr, xn), t_new_s: t_new });
                     }
                 }
@@ -394,8 +399,21 @@ mod tests {
         // Both have 1,800 s left alone; ties go to the first.
         let d = decide(Rule::Bsbf, 1.1, run(), queue(), &t);
         assert_eq!(d, vec![Decision::Share { job: 2, free: vec![], shared: vec![(0, 0, 4)], sub_batch: 32 }]);
-        // ξ = 2 both ways is time slicing: waiting is better, the job waits.
-        assert!(decide(Rule::Bsbf, 2.0, run(), queue(), &t).is_empty());
+        // ξ = 2 both ways is time slicing. Beside 1,800 s left, the 600 s
+        // newcomer still gains (3,600 s together against 4,200 s after the
+        // running job; issue 17): the paper's Theorem 1 shares.
+        let d = decide(Rule::Bsbf, 2.0, run(), queue(), &t);
+        assert_eq!(d, vec![Decision::Share { job: 2, free: vec![], shared: vec![(0, 0, 4)], sub_batch: 32 }]);
+        // Orrery's earlier rule compared with the shorter job first (3,000 s)
+        // and waited; it is kept as `castor:shorter-first`.
+        let mut shorter_first = Colocator::new(Rule::Bsbf);
+        shorter_first.back_to_back = BackToBack::ShorterFirst;
+        assert_eq!(shorter_first.name(), "castor:shorter-first");
+        shorter_first.set_colocation(&uniform(2.0));
+        let view = ClusterView { now_s: 0.0, topology: &t, free_gpus: &[0, 0], queue: queue(), running: run() };
+        assert!(shorter_first.schedule(&view).is_empty());
+        // Heavier interference than time slicing: no gain, the job waits.
+        assert!(decide(Rule::Bsbf, 3.0, run(), queue(), &t).is_empty());
         // First-fit sharing shares regardless, with the first running job.
         let d = decide(Rule::Ffs, 2.0, run(), queue(), &t);
         assert_eq!(d, vec![Decision::Share { job: 2, free: vec![], shared: vec![(0, 0, 4)], sub_batch: 32 }]);
@@ -441,19 +459,20 @@ mod tests {
         let a = JobSpec::new("a", "resnet50", 32, 4, Work::Seconds(3600.0), 0.0);
         let a2 = JobSpec::new("a2", "resnet50", 32, 2, Work::Seconds(3600.0), 0.0);
         let (h0, h1) = ([(0usize, 2u32)], [(1usize, 4u32)]);
-        // Time slicing: nothing shares. The 8-GPU job is shortest and waits;
-        // the 1-GPU job behind it fits the 2 free GPUs.
+        // Interference far beyond time slicing (ξ = 100): nothing shares. The
+        // 8-GPU job is shortest and waits; the 1-GPU job behind it fits the 2
+        // free GPUs.
         let big = JobSpec::new("big", "resnet50", 32, 8, Work::Seconds(60.0), 0.0);
         let small = JobSpec::new("small", "resnet50", 32, 1, Work::Seconds(600.0), 0.0);
         let free = [2u32, 0];
         let run = || vec![running(0, &a2, &h0, 0.0), running(1, &a, &h1, 0.0)];
         let queue = || vec![QueuedJob::new(2, &big, 0.0), QueuedJob::new(3, &small, 0.0)];
         let mut backfill = Colocator::new(Rule::Bsbf);
-        backfill.set_colocation(&uniform(2.0));
+        backfill.set_colocation(&uniform(100.0));
         let v = ClusterView { now_s: 0.0, topology: &t, free_gpus: &free, queue: queue(), running: run() };
         assert_eq!(backfill.schedule(&v), vec![Decision::Place { job: 3, hosts: vec![(0, 1)] }]);
         let mut blocking = by_name_blocking();
-        blocking.set_colocation(&uniform(2.0));
+        blocking.set_colocation(&uniform(100.0));
         assert!(blocking.schedule(&v).is_empty());
         assert_eq!(blocking.name(), "castor:blocking");
     }

@@ -196,6 +196,10 @@ pub const CATALOGUE: &[(&str, &str)] = &[
         "Castor SJF-BSBF: shortest first; shares a running job's GPUs when Theorem 1 says it pays (Algorithms 1-2)",
     ),
     ("castor:blocking", "castor that stops at the first job it cannot start (head-of-line blocking, as sjf)"),
+    (
+        "castor:shorter-first",
+        "castor whose Theorem 1 compares sharing with the shorter job first (orrery's earlier rule), not the running job first",
+    ),
     ("sjf-ffs", "SJF with first-fit GPU sharing whenever free GPUs are short (Castor's baseline)"),
     ("lucid", "Lucid-style packing: same-size single-host pairs with light interference, only when a job would wait"),
     ("metronome-no-stage3", "Metronome ablation (Table VII): compact rotations, no cushion"),
@@ -269,6 +273,11 @@ pub fn by_name(name: &str, seed: u64) -> Option<Box<dyn Policy>> {
         "castor:blocking" => {
             let mut c = crate::colocate::Colocator::new(crate::colocate::Rule::Bsbf);
             c.blocking = true;
+            return Some(Box::new(c));
+        }
+        "castor:shorter-first" => {
+            let mut c = crate::colocate::Colocator::new(crate::colocate::Rule::Bsbf);
+            c.back_to_back = crate::castor::BackToBack::ShorterFirst;
             return Some(Box::new(c));
         }
         "sjf-ffs" => return Some(Box::new(crate::colocate::Colocator::new(crate::colocate::Rule::Ffs))),
