@@ -4,9 +4,12 @@
 //!   benefit first). Jobs by expected remaining time; free GPUs first; when
 //!   they do not suffice, every running job with GPUs of its own is a
 //!   candidate partner, Algorithm 2 ([`crate::castor::batch_scaling`])
-//!   picks the newcomer's sub-batch and says whether sharing beats running
-//!   back to back (Theorem 1); the candidates that pay are taken in order of
-//!   their pair's sum of completion times. A job that no sharing helps waits.
+//!   picks the newcomer's sub-batch and says whether sharing beats letting
+//!   the partner end first (Theorem 1, κ = t_A·i_A); the candidates that pay
+//!   are taken in order of their pair's sum of completion times. A job that
+//!   no sharing helps waits. `castor:shorter-first` compares with the
+//!   shorter job first instead (orrery's earlier reading; it shares less and
+//!   was 43% faster at 2× load, see docs/results.md).
 //! - `sjf-ffs`: the same order, but first-fit sharing: any running job's
 //!   GPUs, in host order, whenever free GPUs are short (Castor's baseline 7).
 //! - `lucid`: a conservative packer after Lucid (ASPLOS '23). orrery's
