@@ -18,6 +18,7 @@
 
 pub mod colocation;
 pub mod convergence;
+pub mod files;
 pub mod gpu;
 pub mod job;
 pub mod placed;

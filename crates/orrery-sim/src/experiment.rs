@@ -914,28 +914,31 @@ fn workload_jobs_only(w: &WorkloadSpec, base: &Path, topo: &Topology, seed: u64)
     }
 }
 
-/// Writes `summary.json`, `jobs.csv` and `links.csv` into `dir`.
+/// Writes `summary.json`, `jobs.csv`, `links.csv`, the figures and
+/// `report.html` into `dir`, each file atomically (written aside and renamed).
 pub fn write(summary: &Summary, dir: &Path) -> Result<(), String> {
+    use orrery_model::files::write_atomic;
     let err = |p: &Path, e: &dyn std::fmt::Display| format!("{}: {e}", p.display());
     std::fs::create_dir_all(dir).map_err(|e| err(dir, &e))?;
     let p = dir.join("summary.json");
     let json = serde_json::to_string_pretty(summary).map_err(|e| err(&p, &e))?;
-    std::fs::write(&p, json + "\n").map_err(|e| err(&p, &e))?;
+    write_atomic(&p, json + "\n").map_err(|e| err(&p, &e))?;
+    fn csv_of<'a, T: Serialize + 'a>(rows: impl Iterator<Item = &'a T>) -> Result<Vec<u8>, String> {
+        let mut w = csv::Writer::from_writer(Vec::new());
+        for row in rows {
+            w.serialize(row).map_err(|e| e.to_string())?;
+        }
+        w.into_inner().map_err(|e| e.to_string())
+    }
     let p = dir.join("jobs.csv");
-    let mut w = csv::Writer::from_path(&p).map_err(|e| err(&p, &e))?;
-    for row in summary.runs.iter().flat_map(|r| &r.jobs) {
-        w.serialize(row).map_err(|e| err(&p, &e))?;
-    }
-    w.flush().map_err(|e| err(&p, &e))?;
+    let bytes = csv_of(summary.runs.iter().flat_map(|r| &r.jobs)).map_err(|e| err(&p, &e))?;
+    write_atomic(&p, bytes).map_err(|e| err(&p, &e))?;
     let p = dir.join("links.csv");
-    let mut w = csv::Writer::from_path(&p).map_err(|e| err(&p, &e))?;
-    for row in summary.runs.iter().flat_map(|r| &r.links) {
-        w.serialize(row).map_err(|e| err(&p, &e))?;
-    }
-    w.flush().map_err(|e| err(&p, &e))?;
+    let bytes = csv_of(summary.runs.iter().flat_map(|r| &r.links)).map_err(|e| err(&p, &e))?;
+    write_atomic(&p, bytes).map_err(|e| err(&p, &e))?;
     let figures = crate::report::figures(summary, dir)?;
     let p = dir.join("report.html");
-    std::fs::write(&p, crate::report::html(summary, &figures)).map_err(|e| err(&p, &e))?;
+    write_atomic(&p, crate::report::html(summary, &figures)).map_err(|e| err(&p, &e))?;
     Ok(())
 }
 

@@ -174,13 +174,16 @@ impl Figure {
     pub fn save(&self, dir: &Path, stem: &str) -> Result<String, String> {
         let svg = self.svg()?;
         let p = dir.join(format!("{stem}.svg"));
-        std::fs::write(&p, &svg).map_err(|e| format!("{}: {e}", p.display()))?;
+        orrery_model::files::write_atomic(&p, &svg).map_err(|e| format!("{}: {e}", p.display()))?;
+        // The PNG encoder writes to a path: draw at the temporary one, then rename.
         let p = dir.join(format!("{stem}.png"));
+        let tmp = orrery_model::files::temporary_for(&p);
         {
-            let root = BitMapBackend::new(&p, self.size()).into_drawing_area();
+            let root = BitMapBackend::new(&tmp, self.size()).into_drawing_area();
             self.draw(&root)?;
             root.present().map_err(|e| format!("{}: {e:?}", p.display()))?;
         }
+        orrery_model::files::commit(&p).map_err(|e| format!("{}: {e}", p.display()))?;
         Ok(svg)
     }
 

@@ -196,12 +196,7 @@ pub fn csv(rows: &[Row]) -> String {
     s
 }
 
-/// Writes a file atomically (a temporary file in the same folder, renamed).
-pub fn write_atomic(path: &Path, text: &str) -> std::io::Result<()> {
-    let tmp = path.with_extension(format!("{}.tmp", path.extension().and_then(|e| e.to_str()).unwrap_or("")));
-    std::fs::write(&tmp, text)?;
-    std::fs::rename(&tmp, path)
-}
+pub use orrery_model::files::write_atomic;
 
 /// The figures of one policy's run into `dir`: `iterations` (CDF of iteration
 /// times, testbed and simulator per job) and `links` (utilisation of the

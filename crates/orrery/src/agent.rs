@@ -271,9 +271,8 @@ fn write_state(args: &Args, agent: &Agent, total: Demand, sent: (u64, u64, usize
         bad_datagrams: bad,
     };
     // Write then rename, so a reader never sees half a file.
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, serde_json::to_vec_pretty(&state)?).with_context(|| format!("{}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("{}", path.display()))?;
+    orrery_model::files::write_atomic(path, serde_json::to_vec_pretty(&state)?)
+        .with_context(|| format!("{}", path.display()))?;
     Ok(())
 }
 

@@ -52,8 +52,8 @@ pub fn run(a: &Args, timings: &mut Timings) -> anyhow::Result<()> {
             report.score_unrotated,
             report.score
         );
-        std::fs::write(path, orrery_interleave::svg::before_after(&u, req.link_gbps, &sol.rotations, &names, &title))
-            .with_context(|| format!("writing {}", path.display()))?;
+        let svg = orrery_interleave::svg::before_after(&u, req.link_gbps, &sol.rotations, &names, &title);
+        orrery_model::files::write_atomic(path, svg).with_context(|| format!("writing {}", path.display()))?;
         eprintln!("wrote {}", path.display());
     }
     Ok(())

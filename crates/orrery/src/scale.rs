@@ -108,7 +108,8 @@ fn write(dir: &Path, spec: &ScaleSpec, rows: &[ScaleRow]) -> Result<()> {
     let summary =
         serde_json::json!({ "experiment": spec.name, "workers": spec.workers, "degree": spec.degree, "rows": rows });
     let p = dir.join("summary.json");
-    std::fs::write(&p, serde_json::to_vec_pretty(&summary)?).with_context(|| format!("{}", p.display()))?;
+    orrery_model::files::write_atomic(&p, serde_json::to_vec_pretty(&summary)?)
+        .with_context(|| format!("{}", p.display()))?;
     let pts = |f: &dyn Fn(&ScaleRow) -> f64| rows.iter().map(|r| (r.agents as f64, f(r))).collect::<Vec<_>>();
     let time = Figure::LogLog {
         title: format!("Time to place a {}-component job (Fig. 7a)", spec.workers),

@@ -239,7 +239,7 @@ fn scenario(args: &ScenarioArgs, with_sim: bool) -> Result<()> {
     if with_sim {
         let md = compare::markdown(&all_rows);
         compare::write_atomic(&out.join("compare.md"), &md)?;
-        compare::write_atomic(&out.join("compare.csv"), &compare::csv(&all_rows))?;
+        compare::write_atomic(&out.join("compare.csv"), compare::csv(&all_rows))?;
         print!("{md}");
         println!(
             "\nwrote {}/compare.md, compare.csv and per policy measured.json, iterations.svg, links.svg",

@@ -131,7 +131,8 @@ fn inspect(cmd: &Command, timings: &mut Timings) -> anyhow::Result<()> {
         print_summary(file, fmt, &s, parsed.errors.len(), parsed.skipped.len());
     }
     if let Some(out) = to_jsonl {
-        std::fs::write(out, orrery_trace::formats::jsonl::to_string(&parsed.items))?;
+        orrery_model::files::write_atomic(out, orrery_trace::formats::jsonl::to_string(&parsed.items))
+            .with_context(|| format!("{}", out.display()))?;
         eprintln!("wrote {} jobs to {}", parsed.items.len(), out.display());
     }
     if !parsed.errors.is_empty() {
