@@ -66,7 +66,7 @@ pub struct Args {
     #[arg(long)]
     state: Option<PathBuf>,
     /// Exit after this many seconds without any datagram (default: run forever).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::numbers::non_negative)]
     exit_after_idle_s: Option<f64>,
     /// Send the jobs of this JSON-lines file to an agent instead.
     #[arg(long, value_name = "JOBS")]

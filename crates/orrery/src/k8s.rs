@@ -45,10 +45,10 @@ pub struct RunArgs {
     data: PathBuf,
     /// A gang whose pods have not all reached bind this long after the first
     /// releases what it held, s (keep below the extender's httpTimeout).
-    #[arg(long, default_value_t = 20.0)]
+    #[arg(long, default_value_t = 20.0, value_parser = crate::numbers::positive)]
     group_timeout_s: f64,
     /// A node whose agent is silent this long is marked down and its jobs re-queued, s.
-    #[arg(long, default_value_t = 30.0)]
+    #[arg(long, default_value_t = 30.0, value_parser = crate::numbers::positive)]
     node_timeout_s: f64,
 }
 

@@ -24,7 +24,7 @@ pub struct ServeArgs {
     #[arg(long, default_value = "demo")]
     topology: String,
     /// A node whose agent is silent this long is marked down and its jobs re-queued, s.
-    #[arg(long, default_value_t = 10.0)]
+    #[arg(long, default_value_t = 10.0, value_parser = crate::numbers::positive)]
     node_timeout_s: f64,
     /// Seed of the policy's randomness.
     #[arg(long, default_value_t = 1)]
@@ -58,7 +58,7 @@ pub struct NodeArgs {
     #[arg(long)]
     gpus: Option<u32>,
     /// NIC rate, Gbit/s (default: the topology's).
-    #[arg(long)]
+    #[arg(long, value_parser = crate::numbers::positive)]
     nic_gbps: Option<f64>,
     /// Unix socket for training processes (default: orrery-data/agent-NAME.sock).
     #[arg(long)]
@@ -80,7 +80,7 @@ pub struct NodeArgs {
     #[arg(long, value_name = "DEV")]
     shape_dev: Option<String>,
     /// The device's rates are the topology's times this (the testbed's --scale).
-    #[arg(long, default_value_t = 1.0, value_name = "FACTOR")]
+    #[arg(long, default_value_t = 1.0, value_name = "FACTOR", value_parser = crate::numbers::positive)]
     rate_scale: f64,
 }
 
@@ -96,9 +96,6 @@ pub(crate) fn init_logs() {
 /// `orrery serve`.
 pub fn serve(args: &ServeArgs) -> Result<()> {
     init_logs();
-    if !(args.node_timeout_s.is_finite() && args.node_timeout_s > 0.0) {
-        bail!("--node-timeout-s: expected a positive number of seconds, found {}", args.node_timeout_s);
-    }
     if orrery_policy::by_name(&args.policy, args.seed).is_none() {
         bail!("--policy: unknown policy {:?} (see `orrery policies`)", args.policy);
     }
@@ -315,11 +312,6 @@ pub fn node_agent(args: &NodeArgs) -> Result<()> {
     if args.gpus == Some(0) {
         bail!("--gpus: expected at least 1 (or leave it out to offer the topology's)");
     }
-    if let Some(r) = args.nic_gbps
-        && !(r.is_finite() && r > 0.0)
-    {
-        bail!("--nic-gbps: expected a positive rate (or leave it out to take the topology's), found {r}");
-    }
     let token = orrery_serve::auth::read_token(&args.token)?;
     let socket = args.socket.clone().unwrap_or_else(|| PathBuf::from(format!("orrery-data/agent-{name}.sock")));
     let opts = orrery_serve::node_agent::AgentOptions {
@@ -336,9 +328,6 @@ pub fn node_agent(args: &NodeArgs) -> Result<()> {
         shape_dev: args.shape_dev.clone(),
         rate_scale: args.rate_scale,
     };
-    if !(args.rate_scale.is_finite() && args.rate_scale > 0.0) {
-        bail!("--rate-scale: expected a positive factor, found {}", args.rate_scale);
-    }
     runtime()?.block_on(orrery_serve::node_agent::run(opts))
 }
 

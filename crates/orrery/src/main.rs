@@ -8,6 +8,7 @@ mod agent;
 mod compat;
 mod k8s;
 mod live;
+mod numbers;
 mod run;
 mod scale;
 mod testbed;

@@ -61,10 +61,10 @@ pub struct ScenarioArgs {
     #[arg(long, default_value = "out/testbed")]
     out: PathBuf,
     /// Give up on a policy's run after this many seconds.
-    #[arg(long, default_value_t = 600.0)]
+    #[arg(long, default_value_t = 600.0, value_parser = crate::numbers::positive)]
     time_limit_s: f64,
     /// Sample link counters this often, s.
-    #[arg(long, default_value_t = 0.5)]
+    #[arg(long, default_value_t = 0.5, value_parser = crate::numbers::positive)]
     sample_s: f64,
     /// TCP congestion control of the workers' connections (cubic, reno, bbr).
     #[arg(long, default_value = "cubic")]
@@ -72,7 +72,7 @@ pub struct ScenarioArgs {
     /// The policy and the simulator model links at this fraction of their
     /// rate: TCP payload per byte on the wire (1448/1514 at MTU 1500); 1
     /// models the shaped rate as payload.
-    #[arg(long, default_value_t = orrery_testbed::compare::TCP_GOODPUT)]
+    #[arg(long, default_value_t = orrery_testbed::compare::TCP_GOODPUT, value_parser = crate::numbers::fraction)]
     goodput: f64,
     #[command(flatten)]
     fabric: FabricArgs,
@@ -82,10 +82,10 @@ pub struct ScenarioArgs {
 #[derive(clap::Args, Debug, Clone)]
 pub struct FabricArgs {
     /// Link rates are the topology's times this (50 Gbit/s at 0.01 is 500 Mbit/s).
-    #[arg(long, default_value_t = 0.01)]
+    #[arg(long, default_value_t = 0.01, value_parser = crate::numbers::positive)]
     pub scale: f64,
     /// Each link's queue, in ms of its scaled rate (at least 128 KiB).
-    #[arg(long, default_value_t = 2.0)]
+    #[arg(long, default_value_t = 2.0, value_parser = crate::numbers::non_negative)]
     pub queue_ms: f64,
     /// Namespace prefix (namespaces are PREFIX-NODE).
     #[arg(long, default_value = "orr")]
@@ -143,7 +143,7 @@ pub fn run(cmd: &Command) -> Result<()> {
 #[derive(clap::Args, Debug)]
 pub struct WorkerArgs {
     /// Bytes on the wire are the shape's times this (the testbed's --scale).
-    #[arg(long, default_value_t = 0.01)]
+    #[arg(long, default_value_t = 0.01, value_parser = crate::numbers::positive)]
     scale: f64,
     /// Write one CSV row per iteration to worker-JOB-RANK.csv in this folder.
     #[arg(long, value_name = "DIR")]

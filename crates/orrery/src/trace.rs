@@ -32,7 +32,7 @@ pub enum Command {
         #[arg(long, default_value_t = 8)]
         gpus_per_host: u32,
         /// Link rate (Gbit/s) used to estimate durations.
-        #[arg(long, default_value_t = 100.0)]
+        #[arg(long, default_value_t = 100.0, value_parser = crate::numbers::positive)]
         gbps: f64,
         /// Print JSON.
         #[arg(long)]
@@ -56,13 +56,13 @@ pub enum Command {
         #[arg(long, default_value_t = 10)]
         running: usize,
         /// Target load: average fraction of the cluster's GPUs kept busy.
-        #[arg(long, default_value_t = 0.8)]
+        #[arg(long, default_value_t = 0.8, value_parser = crate::numbers::positive)]
         load: f64,
         /// Cluster whose GPU count sets the arrival rate (see `orrery topo list`).
         #[arg(long, default_value = "leaf-spine")]
         topology: String,
         /// Fraction of jobs with high priority.
-        #[arg(long, default_value_t = 0.0)]
+        #[arg(long, default_value_t = 0.0, value_parser = crate::numbers::fraction)]
         high_priority: f64,
         /// Seed.
         #[arg(long, default_value_t = 0)]

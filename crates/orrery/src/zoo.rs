@@ -23,7 +23,7 @@ pub struct Args {
     #[arg(long, default_value_t = 1)]
     per_host: u32,
     /// Host link rate in Gbit/s.
-    #[arg(long, default_value_t = 50.0)]
+    #[arg(long, default_value_t = 50.0, value_parser = crate::numbers::positive)]
     gbps: f64,
     /// Print JSON instead of a table.
     #[arg(long)]

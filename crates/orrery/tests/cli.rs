@@ -257,6 +257,24 @@ fn plebiscito_places_alibaba_shaped_jobs() {
 }
 
 #[test]
+fn numeric_flags_refuse_nan_and_out_of_range_values_naming_the_flag() {
+    // Issue 21: `--gbps NaN` printed NaN durations with exit 0, and a NaN
+    // time-out reached `Duration::from_secs_f64`, which panics.
+    for (args, flag) in [
+        (&["zoo", "vgg16", "--gbps", "NaN"][..], "--gbps"),
+        (&["trace", "generate", "--load=-1"][..], "--load"),
+        (&["agent", "--node", "--exit-after-idle-s", "inf"][..], "--exit-after-idle-s"),
+        (&["k8s", "run", "--group-timeout-s", "NaN"][..], "--group-timeout-s"),
+    ] {
+        let o = orrery(args);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(flag) && err.contains("expected a"), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+}
+
+#[test]
 fn castor_policies_share_gpus_and_report_by_job_size() {
     // Pollux's Philly jobs on 4 servers of 8 A6000s (jobs of more than 32
     // GPUs are rejected): sharing, its ablations, and Castor's tables.

@@ -1,0 +1,47 @@
+//! Parsers for numeric flags: every float a user types is checked where it
+//! enters (issue 21), so NaN, infinities and out-of-range values get a clear
+//! error naming the flag (clap adds the flag) instead of a panic (e.g.
+//! `Duration::from_secs_f64(NaN)`) or NaN in the output.
+
+fn number(s: &str) -> Result<f64, String> {
+    let x: f64 = s.trim().parse().map_err(|_| format!("expected a number, got {s:?}"))?;
+    if x.is_finite() { Ok(x) } else { Err(format!("expected a finite number, got {s}")) }
+}
+
+/// A finite number above 0 (durations that divide or time out, rates, scales).
+pub fn positive(s: &str) -> Result<f64, String> {
+    let x = number(s)?;
+    if x > 0.0 { Ok(x) } else { Err(format!("expected a number above 0, got {s}")) }
+}
+
+/// A finite number of at least 0.
+pub fn non_negative(s: &str) -> Result<f64, String> {
+    let x = number(s)?;
+    if x >= 0.0 { Ok(x) } else { Err(format!("expected a number of at least 0, got {s}")) }
+}
+
+/// A share: a finite number from 0 to 1.
+pub fn fraction(s: &str) -> Result<f64, String> {
+    let x = number(s)?;
+    if (0.0..=1.0).contains(&x) { Ok(x) } else { Err(format!("expected a number from 0 to 1, got {s}")) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nan_infinity_and_out_of_range_are_refused() {
+        for bad in ["NaN", "nan", "inf", "-inf", "1e400", "abc", ""] {
+            assert!(positive(bad).is_err() && non_negative(bad).is_err() && fraction(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(positive("2.5"), Ok(2.5));
+        assert!(positive("0").is_err());
+        assert!(positive("-1").is_err());
+        assert_eq!(non_negative("0"), Ok(0.0));
+        assert!(non_negative("-0.5").is_err());
+        assert_eq!(fraction("1"), Ok(1.0));
+        assert!(fraction("1.01").is_err());
+        assert_eq!(positive("-1").unwrap_err(), "expected a number above 0, got -1");
+    }
+}
