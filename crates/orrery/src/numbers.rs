@@ -42,6 +42,6 @@ mod tests {
         assert!(non_negative("-0.5").is_err());
         assert_eq!(fraction("1"), Ok(1.0));
         assert!(fraction("1.01").is_err());
-        assert_eq!(positive("-1").unwrap_err(), "expected a number above 0, got -1");
+        assert_eq!(positive("-1"), Err("expected a number above 0, got -1".to_string()));
     }
 }
