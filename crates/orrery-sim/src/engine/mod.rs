@@ -215,12 +215,11 @@ pub struct Sharing {
     pub since_ns: u64,
 }
 
-/// A job being fast-forwarded: its iterations from `t0` are replayed from
-/// `rng` (the same draws the detailed simulation would make).
+/// A fast-forward in progress: from `t0` the job's iterations are drawn (the
+/// same draws the detailed simulation would make), not simulated. The cursor
+/// (`t`, `rng`, `done_ms`) counts those already over, so the view can give
+/// the exact iteration count and start.
 #[derive(Debug, Clone)]
-/// A fast-forward in progress: from `t0` the job's iterations are drawn, not
-/// simulated. The cursor (`t`, `rng`, `done_ms`) counts those already over, so
-/// the view can give the exact iteration count and start.
 struct Skip {
     t0: u64,
     /// Start of the first iteration not yet counted.
