@@ -530,8 +530,36 @@ pub fn parse(file: &str, text: &str) -> Result<Experiment, String> {
     if !(e.sim.jitter >= 0.0 && e.sim.jitter < 1.0) {
         return Err(format!("{file}: sim.jitter: expected a fraction in [0, 1), found {}", e.sim.jitter));
     }
+    // Numbers that size work or memory, checked before anything is allocated
+    // (issue 21: `jobs = 9223372036854775807` aborted with "capacity overflow").
+    let w = &e.workload;
+    if let Some(n) = w.jobs.filter(|&n| n > MAX_JOBS) {
+        return Err(format!("{file}: workload.jobs: expected at most {MAX_JOBS}, found {n}"));
+    }
+    let above_0 = |x: Option<f64>| x.is_none_or(|x| x.is_finite() && x > 0.0);
+    let at_least_0 = |x: Option<f64>| x.is_none_or(|x| x.is_finite() && x >= 0.0);
+    let (max_time, penalty) = (e.sim.max_time_s, Some(e.sim.restart_penalty_s));
+    for (field, value, ok, expected) in [
+        ("workload.load", w.load, above_0(w.load), "a finite number above 0"),
+        ("workload.interarrival_s", w.interarrival_s, above_0(w.interarrival_s), "a finite number above 0"),
+        (
+            "workload.fragmentation",
+            w.fragmentation,
+            w.fragmentation.is_none_or(|f| (0.0..=1.0).contains(&f)),
+            "a number from 0 to 1",
+        ),
+        ("sim.max_time_s", max_time, at_least_0(max_time), "a finite number of at least 0"),
+        ("sim.restart_penalty_s", penalty, at_least_0(penalty), "a finite number of at least 0"),
+    ] {
+        if !ok {
+            return Err(format!("{file}: {field}: expected {expected}, found {}", value.unwrap_or(f64::NAN)));
+        }
+    }
     Ok(e)
 }
+
+/// The most jobs one workload may ask for (the full Philly trace has 82,247).
+pub const MAX_JOBS: usize = 1_000_000;
 
 /// A policy by name, with the experiment's pins ([`orrery_policy::with_pins`]).
 fn policy(
@@ -954,6 +982,25 @@ mod tests {
     }
 
     #[test]
+    fn every_shipped_experiment_parses() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../experiments");
+        let mut n = 0;
+        for entry in std::fs::read_dir(&dir).expect("experiments/") {
+            let p = entry.expect("entry").path();
+            if p.extension().is_some_and(|e| e == "toml") {
+                let text = std::fs::read_to_string(&p).expect("read");
+                // `kind = "auction-scale"` files are `orrery scale`'s, not simulations.
+                if text.contains("kind = \"auction-scale\"") {
+                    continue;
+                }
+                parse(&p.display().to_string(), &text).unwrap_or_else(|e| panic!("{e}"));
+                n += 1;
+            }
+        }
+        assert!(n >= 20, "{n} experiments");
+    }
+
+    #[test]
     fn bad_experiments_name_the_field() {
         let e = parse("x.toml", "name = \"x\"\npolicies = [\"magic\"]\n[topology]\nbuiltin = \"cassini\"\n[workload]\ngenerator = \"poisson\"\n")
             .expect_err("bad policy");
@@ -969,6 +1016,32 @@ mod tests {
             .topology(Path::new("."))
             .expect_err("unknown topology");
         assert!(e.contains("unknown set-up \"nope\""), "{e}");
+        // Issue 21: sizes and times are range-checked before anything runs.
+        let head = "name = \"w\"\npolicies = [\"fifo\"]\n[topology]\nbuiltin = \"cassini\"\n";
+        for (body, expected) in [
+            (
+                "[workload]\ngenerator = \"poisson\"\njobs = 9223372036854775807\n",
+                "w.toml: workload.jobs: expected at most 1000000, found 9223372036854775807",
+            ),
+            (
+                "[workload]\ngenerator = \"poisson\"\nload = -0.5\n",
+                "w.toml: workload.load: expected a finite number above 0, found -0.5",
+            ),
+            (
+                "[workload]\ngenerator = \"poisson\"\nload = nan\n",
+                "w.toml: workload.load: expected a finite number above 0, found NaN",
+            ),
+            (
+                "[workload]\ngenerator = \"poisson\"\n[sim]\nmax_time_s = -1.0\n",
+                "w.toml: sim.max_time_s: expected a finite number of at least 0, found -1",
+            ),
+            (
+                "[workload]\ngenerator = \"poisson\"\n[sim]\nrestart_penalty_s = inf\n",
+                "w.toml: sim.restart_penalty_s: expected a finite number of at least 0, found inf",
+            ),
+        ] {
+            assert_eq!(parse("w.toml", &format!("{head}{body}")).expect_err(body), expected);
+        }
     }
 
     #[test]

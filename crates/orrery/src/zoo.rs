@@ -16,7 +16,7 @@ pub struct Args {
     #[arg(long)]
     batch: Option<u32>,
     /// Number of workers (one GPU each).
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=65_536))]
     workers: u32,
     /// Workers per host (1 = every worker on its own host, so the collective
     /// crosses the network).
