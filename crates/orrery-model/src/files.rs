@@ -48,13 +48,13 @@ mod tests {
 
     #[test]
     fn replaces_the_file_whole_and_leaves_no_temporary() {
-        let dir = std::env::temp_dir().join(format!("orrery-files-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("dir");
+        let tmp = tempfile::tempdir().expect("temporary folder");
+        let dir = tmp.path();
         let p = dir.join("summary.json");
         std::fs::write(&p, "old").expect("write");
         write_atomic(&p, "new and longer").expect("atomic");
         assert_eq!(std::fs::read_to_string(&p).expect("read"), "new and longer");
-        let names: Vec<String> = std::fs::read_dir(&dir)
+        let names: Vec<String> = std::fs::read_dir(dir)
             .expect("ls")
             .map(|e| e.expect("entry").file_name().to_string_lossy().into())
             .collect();
@@ -63,6 +63,5 @@ mod tests {
         assert!(temporary_for(&dir.join("a.png")).to_string_lossy().ends_with(".png"));
         // A folder that does not exist: an error, and nothing left behind.
         assert!(write_atomic(&dir.join("missing").join("x.csv"), "x").is_err());
-        std::fs::remove_dir_all(&dir).expect("clean up");
     }
 }

@@ -124,11 +124,16 @@ impl Policy for Shifted {
 
 /// The cluster of `TWO_RACKS`: two racks of four single-A100 hosts, 50 Gbit/s everywhere.
 fn two_racks() -> Topology {
+    two_racks_of(1)
+}
+
+/// Two racks of four hosts of `gpus_per_host` A100s, 50 Gbit/s everywhere.
+fn two_racks_of(gpus_per_host: u32) -> Topology {
     LeafSpine {
         racks: 2,
         hosts_per_rack: 4,
         spines: 1,
-        gpus_per_host: 1,
+        gpus_per_host,
         gpu_type: "a100".into(),
         host_gbps: 50.0,
         uplink_gbps: 50.0,
@@ -348,17 +353,7 @@ fn paced_jobs_are_fast_forwarded_slot_by_slot() {
     // they must come out the same to the nanosecond. Job 1 then arrives on
     // job 0's links, wakes it (possibly while it idles for a slot), and the
     // runs agree within the usual 2%.
-    let topo = LeafSpine {
-        racks: 2,
-        hosts_per_rack: 4,
-        spines: 1,
-        gpus_per_host: 2,
-        gpu_type: "a100".into(),
-        host_gbps: 50.0,
-        uplink_gbps: 50.0,
-    }
-    .build("two-racks-of-2-gpu-hosts")
-    .expect("valid");
+    let topo = two_racks_of(2);
     let jobs = [
         JobSpec::new("paced", "vgg19", 64, 2, Work::Iterations(400), 0.0),
         JobSpec::new("later", "vgg16", 64, 2, Work::Iterations(100), 30.0),
