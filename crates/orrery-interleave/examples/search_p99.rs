@@ -5,8 +5,8 @@
 //! cases fit perfectly and some cannot. Prints median, p99 and maximum per
 //! family, and how the 8-job heuristic compares with the exact optimum.
 //!
-//! `cargo run --release -p orrery-interleave --example search_p99 [CASES]`
-//! (the 8-job exact searches take minutes).
+//! `cargo run --release -p orrery-interleave --example search_p99 [CASES] [--four-only]`
+//! (the 8-job exact searches take minutes; `--four-only` skips them).
 
 use orrery_interleave::unified::{CircleJob, Params, unify};
 use orrery_interleave::{Search, solve};
@@ -79,6 +79,9 @@ fn main() {
             percentile(&ms, 0.99),
             ms[ms.len() - 1]
         );
+    }
+    if std::env::args().any(|a| a == "--four-only") {
+        return;
     }
     // The 8-job heuristic against the exact optimum (exhaustive search).
     let mut rng = ChaCha8Rng::seed_from_u64(11);

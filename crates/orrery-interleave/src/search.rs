@@ -237,6 +237,49 @@ impl<'a> Dfs<'a> {
         psi
     }
 
+    /// The least cushion a branch must still reach to be kept (cushion
+    /// mode): above the best found so far and at least the floor. `None` when
+    /// nothing can be kept, because the best has no contending pair at all.
+    fn cushion_needed(&self) -> Option<usize> {
+        match &self.best {
+            Some((_, None, _)) => None,
+            Some((_, Some(b), _)) => Some((b + 1).max(self.psi_floor)),
+            None => Some(self.psi_floor),
+        }
+    }
+
+    /// For every bin, the distance to the nearest communication of a job
+    /// placed at `order[..placed]` that contends with `r`; `None` when none
+    /// does. O(placed · A).
+    fn contending_field(&self, placed: usize, r: usize) -> Option<Vec<usize>> {
+        let mut field: Option<Vec<usize>> = None;
+        for &i in &self.order[..placed] {
+            if contend(self.u, i, r, self.cap) {
+                match &mut field {
+                    None => field = Some(self.fields[i].clone()),
+                    Some(f) => f.iter_mut().zip(&self.fields[i]).for_each(|(x, &y)| *x = (*x).min(y)),
+                }
+            }
+        }
+        field
+    }
+
+    /// The cushion job `r` at rotation `k` keeps from the jobs behind
+    /// `field`, or `None` as soon as it is below `need`. O(nnz_r).
+    fn cushion_at(&self, field: &[usize], r: usize, k: usize, need: usize) -> Option<usize> {
+        let a = self.u.precision;
+        let mut least = usize::MAX;
+        for &(b, _) in &self.supports[r] {
+            let i = b + k;
+            let d = field[if i >= a { i - a } else { i }].saturating_sub(1);
+            if d < need {
+                return None;
+            }
+            least = least.min(d);
+        }
+        Some(least)
+    }
+
     fn better(&self, excess: f64, psi: Option<usize>) -> bool {
         match &self.best {
             None => true,
@@ -310,6 +353,20 @@ impl<'a> Dfs<'a> {
                     continue;
                 }
                 self.fields[j] = distance_field(&self.u.jobs[j].demand, k);
+                // A cushion bound: each job still to place must find a
+                // rotation that keeps `need` bins from the placed jobs it
+                // contends with, or no leaf below beats the best. The last
+                // job alone is checked by `last` at the same cost.
+                // O(Σ_r (depth · A + K_r · nnz_r)).
+                if depth + 2 < n
+                    && let Some(need) = self.cushion_needed()
+                    && self.order[depth + 1..].iter().any(|&r| {
+                        self.contending_field(depth + 1, r)
+                            .is_some_and(|f| (0..range(self.u, r)).all(|kr| self.cushion_at(&f, r, kr, need).is_none()))
+                    })
+                {
+                    continue;
+                }
             }
             self.current[j] = k;
             self.level(depth + 1, p);
@@ -319,33 +376,39 @@ impl<'a> Dfs<'a> {
         }
     }
 
-    /// The last job: excess for every rotation in O(nnz) each from the partial sum.
+    /// The last job: excess for every rotation in O(nnz) each from the partial
+    /// sum. A rotation whose excess already passes what the mode could accept
+    /// (the best so far, the cushion target, zero) stops early and counts as
+    /// infinite: its increment only grows with each bin, since `over` is
+    /// non-decreasing.
     fn last(&mut self, depth: usize, j: usize, lo: usize, k_range: usize, psi: Option<usize>) {
+        if let Mode::Cushion { target, middles_only: false } = self.mode {
+            self.last_widest(depth, j, lo, k_range, psi, target);
+            return;
+        }
         let a = self.u.precision;
-        let s = &self.sums[depth];
-        let base = excess(s, self.cap);
-        let d = &self.u.jobs[j].demand;
-        let support: Vec<(usize, f64)> = d.iter().copied().enumerate().filter(|(_, v)| *v > 0.0).collect();
-        let ex: Vec<f64> = (0..k_range)
-            .map(|k| {
-                if k < lo {
-                    return f64::INFINITY;
+        let base = excess(&self.sums[depth], self.cap);
+        let accept = match (&self.best, self.mode) {
+            (_, Mode::Cushion { target, .. }) => target + EPS,
+            (Some((e, _, _)), Mode::Score) => e - EPS,
+            (None, Mode::Score) => self.upper + EPS,
+            (_, Mode::FirstPerfect { .. }) => EPS,
+        };
+        let budget = accept - base;
+        let mut ex = vec![f64::INFINITY; k_range];
+        if budget >= 0.0 {
+            let line = Line::new(&self.sums[depth], self.cap);
+            for (k, e) in ex.iter_mut().enumerate().skip(lo) {
+                if let Some(add) = line.increment(&self.supports[j], k, budget) {
+                    *e = base + add;
                 }
-                base + support
-                    .iter()
-                    .map(|&(b, v)| {
-                        let i = b + k;
-                        let x = s[if i >= a { i - a } else { i }];
-                        over(x + v, self.cap) - over(x, self.cap)
-                    })
-                    .sum::<f64>()
-            })
-            .collect();
+            }
+        }
         self.evaluated += (k_range - lo.min(k_range)) as u64;
         match self.mode {
             Mode::Score => {
                 for (k, &e) in ex.iter().enumerate() {
-                    if self.better(e, None) {
+                    if e.is_finite() && self.better(e, None) {
                         self.current[j] = k;
                         self.best = Some((e, None, self.current.clone()));
                     }
@@ -378,6 +441,76 @@ impl<'a> Dfs<'a> {
                 }
             }
         }
+    }
+
+    /// The last job in exact cushion mode: each rotation in order is checked
+    /// first for a cushion above the best so far, then for an excess within
+    /// the target, both stopping at the first bin that fails. O(depth · A +
+    /// K · nnz).
+    fn last_widest(&mut self, depth: usize, j: usize, lo: usize, k_range: usize, psi: Option<usize>, target: f64) {
+        let field = self.contending_field(depth, j);
+        let line = Line::new(&self.sums[depth], self.cap);
+        let base = excess(&self.sums[depth], self.cap);
+        let budget = target + EPS - base;
+        self.evaluated += (k_range - lo.min(k_range)) as u64;
+        if budget < 0.0 {
+            return;
+        }
+        for k in lo..k_range {
+            let Some(need) = self.cushion_needed() else { return };
+            if psi.unwrap_or(usize::MAX) < need {
+                return;
+            }
+            let d = match &field {
+                Some(f) => match self.cushion_at(f, j, k, need) {
+                    Some(d) => Some(d),
+                    None => continue,
+                },
+                None => None,
+            };
+            let Some(add) = line.increment(&self.supports[j], k, budget) else { continue };
+            let p = match (psi, d) {
+                (Some(x), Some(y)) => Some(x.min(y)),
+                (x, y) => x.or(y),
+            };
+            if self.better(base + add, p) {
+                self.current[j] = k;
+                self.best = Some((base + add, p, self.current.clone()));
+            }
+        }
+    }
+}
+
+/// A link's demand around the circle laid out twice, with its excess per
+/// bin, so that the excess a rotated job adds is a straight scan. O(A) to build.
+struct Line {
+    demand: Vec<f64>,
+    over: Vec<f64>,
+    cap: f64,
+}
+
+impl Line {
+    fn new(s: &[f64], cap: f64) -> Self {
+        let demand: Vec<f64> = s.iter().chain(s).copied().collect();
+        let over = demand.iter().map(|&x| over(x, cap)).collect();
+        Line { demand, over, cap }
+    }
+
+    /// The excess a job with demand `support` adds at rotation `k`, or `None`
+    /// once it passes `budget` (checked every 8 bins; the sum only grows, as
+    /// `over` is non-decreasing). Summed bin by bin in support order, so the
+    /// result is the same to the last bit as a plain scan. O(nnz).
+    fn increment(&self, support: &[(usize, f64)], k: usize, budget: f64) -> Option<f64> {
+        let mut add = 0.0;
+        for chunk in support.chunks(8) {
+            for &(b, v) in chunk {
+                add += over(self.demand[b + k] + v, self.cap) - self.over[b + k];
+            }
+            if add > budget {
+                return None;
+            }
+        }
+        Some(add)
     }
 }
 
