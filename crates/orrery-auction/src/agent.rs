@@ -215,6 +215,9 @@ impl Agent {
 
     /// A job submitted at this node: it bids and tells its neighbours.
     pub fn submit(&mut self, now_us: u64, job: JobRequest, out: &mut Vec<Output>) {
+        if job.check().is_err() {
+            return;
+        }
         let empty: Vec<Vec<Bid>> = job.roles().iter().map(|_| Vec::new()).collect();
         self.on_bundle(now_us, job, &empty, 0, out);
     }
@@ -224,6 +227,65 @@ impl Agent {
         match msg {
             Msg::Bundle { job, bids, depth } => self.on_bundle(now_us, job, &bids, depth, out),
             Msg::Finished { job } => self.finish(job),
+        }
+    }
+
+    /// A message from node `from` over an untrusted transport, after its
+    /// sender was authenticated: a job that fails [`JobRequest::check`] is
+    /// ignored, and only bids of `from` itself, for a node of the map and a
+    /// slot of the role, are merged. Other nodes' bids reach this node from
+    /// those nodes (the daemon's overlay is a full mesh), so consensus is
+    /// unchanged: an offer among the best `k` anywhere is among the best `k`
+    /// in its own node's bundle. Returns how many of the sender's own bids
+    /// were refused (a slot outside the role, a node outside the map, a
+    /// value that is not finite); relayed bids are dropped without counting.
+    pub fn receive_from(&mut self, now_us: u64, from: u32, msg: Msg, out: &mut Vec<Output>) -> usize {
+        match msg {
+            Msg::Bundle { job, bids, depth } => {
+                if job.check().is_err() || bids.len() != job.roles().len() {
+                    return bids.iter().flatten().filter(|b| b.node == from).count();
+                }
+                let nodes = self.map.leaf_of.len();
+                let mut refused = 0;
+                let kept: Vec<Vec<Bid>> = bids
+                    .into_iter()
+                    .zip(job.roles())
+                    .map(|(role, count)| {
+                        let own: Vec<Bid> = role.into_iter().filter(|b| b.node == from).collect();
+                        let before = own.len();
+                        let kept: Vec<Bid> = own
+                            .into_iter()
+                            .filter(|b| (b.node as usize) < nodes && usize::from(b.slot) < count && b.value.is_finite())
+                            .collect();
+                        refused += before - kept.len();
+                        kept
+                    })
+                    .collect();
+                self.on_bundle(now_us, job, &kept, depth, out);
+                refused
+            }
+            Msg::Finished { job } => {
+                self.finish(job);
+                0
+            }
+        }
+    }
+
+    /// Restores what a previous run of this agent committed: its verdicts and
+    /// the jobs placed and not finished. Resources and reserved bandwidth are
+    /// recomputed from the placements, not read back, so they cannot drift.
+    pub fn restore(
+        &mut self,
+        verdicts: impl IntoIterator<Item = (u64, Verdict)>,
+        placed: Vec<(JobRequest, Placement)>,
+    ) {
+        self.decided.extend(verdicts);
+        for (job, placement) in placed {
+            if self.placed.contains_key(&job.id) {
+                continue;
+            }
+            self.apply(&job, &placement, 1.0);
+            self.placed.insert(job.id, (job, placement));
         }
     }
 
@@ -339,6 +401,17 @@ impl Agent {
         let load = link_load(&self.map, &a.job, &placement);
         if !self.usage.fits(&self.map, &load) {
             return Verdict::Failed("the placement's traffic does not fit the links".into());
+        }
+        // Last line of defence: this node never commits beyond what it has,
+        // whatever the bundles say (honest peers never ask it to).
+        let mut mine = self.resources;
+        for (role, nodes) in placement.iter().enumerate() {
+            if let Some(&(_, k)) = nodes.iter().find(|&&(n, _)| n == self.id) {
+                mine.take(&a.job.demand(role), k as f64);
+            }
+        }
+        if [mine.free.gpus, mine.free.cpus, mine.free.mem_gib].iter().any(|&f| f < -1e-9) {
+            return Verdict::Failed(format!("node {} cannot hold its components", self.id));
         }
         self.apply(&a.job, &placement, 1.0);
         self.placed.insert(a.job.id, (a.job.clone(), placement.clone()));

@@ -18,6 +18,7 @@ pub mod central;
 pub mod scale;
 pub mod simnet;
 pub mod utility;
+pub mod wire;
 
 pub use agent::{Agent, Config, Msg, Output, Verdict};
 pub use bundle::{Bid, Bundle};

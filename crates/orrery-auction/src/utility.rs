@@ -71,6 +71,38 @@ impl JobRequest {
     pub fn demand(&self, role: usize) -> Demand {
         if role == 0 { self.worker } else { self.server }
     }
+
+    /// Checks what a job says of itself, whoever sent it: at least one
+    /// worker, every number finite and not negative, each component asking
+    /// for something (GPUs, CPUs or memory). The error names the field.
+    pub fn check(&self) -> Result<(), String> {
+        if self.workers == 0 {
+            return Err(format!("job {}: workers: expected at least 1, found 0", self.id));
+        }
+        let mut fields = vec![
+            ("gbps", self.gbps),
+            ("peak_gbps", self.peak_gbps),
+            ("runtime_s", self.runtime_s),
+            ("weight", self.weight),
+        ];
+        let roles = [(0, "worker"), (1, "server")].into_iter().take(self.roles().len());
+        for (role, name) in roles.clone() {
+            let d = self.demand(role);
+            fields.extend([(name, d.gpus), (name, d.cpus), (name, d.mem_gib)]);
+        }
+        for (name, v) in fields {
+            if !v.is_finite() || v < 0.0 {
+                return Err(format!("job {}: {name}: expected a finite number at least 0, found {v}", self.id));
+            }
+        }
+        for (role, name) in roles {
+            let d = self.demand(role);
+            if d.gpus <= 0.0 && d.cpus <= 0.0 && d.mem_gib <= 0.0 {
+                return Err(format!("job {}: {name}: expected a demand above zero (gpus, cpus or mem_gib)", self.id));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// A node's resources (ρ, Eq. 3) and what is left of them (Δ, Eq. 7).

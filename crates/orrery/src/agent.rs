@@ -10,11 +10,18 @@
 //!
 //! `orrery agent --submit jobs.jsonl --to ADDR` sends jobs (one JSON
 //! `JobRequest` per line) to an agent, which starts their auctions.
+//!
+//! Every datagram is sealed with the cluster's pre-shared key (`--key`, a
+//! file of mode 600; [`orrery_auction::wire`]). An agent drops a datagram
+//! whose tag does not verify, whose sender id is not the peer at its source
+//! address, or that a client sends as protocol traffic; it merges only the
+//! sender's own bids. A restarted agent reads its state file back.
 
 use anyhow::{Context, Result, anyhow, bail};
 use clap::Args as ClapArgs;
-use orrery_auction::agent::{Agent, Config, Msg, Output, Verdict};
-use orrery_auction::utility::{BidPolicy, Demand, JobRequest, Resources, Usage, Utility};
+use orrery_auction::agent::{Agent, Config, Output, Verdict};
+use orrery_auction::utility::{BidPolicy, Demand, JobRequest, Placement, Resources, Usage, Utility};
+use orrery_auction::wire::{self, Body, CLIENT, Envelope, Key};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -74,17 +81,11 @@ pub struct Args {
     /// With --submit: the agent's address.
     #[arg(long, requires = "submit")]
     to: Option<SocketAddr>,
-}
-
-/// A datagram between agents, or from a client.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-enum Wire {
-    /// Protocol traffic.
-    Protocol(Msg),
-    /// Start an auction for a job here.
-    Submit(JobRequest),
-    /// A placed job finished.
-    Finish(u64),
+    /// The cluster's pre-shared key: a file of at least 16 bytes, mode 600
+    /// (e.g. `head -c 32 /dev/urandom > key && chmod 600 key`). Every agent
+    /// and client of a cluster uses the same file.
+    #[arg(long, required_unless_present = "node")]
+    key: Option<PathBuf>,
 }
 
 /// What an agent writes to its state file.
@@ -102,8 +103,17 @@ pub struct State {
     pub verdicts: BTreeMap<u64, Verdict>,
     /// Datagrams sent, bytes sent, largest datagram.
     pub sent: (u64, u64, usize),
-    /// Datagrams that did not decode.
+    /// Datagrams dropped: tag, decoding, sender or job refused.
     pub bad_datagrams: u64,
+    /// The sender's own bids refused in authentic bundles (slot outside the
+    /// role, node outside the topology, value not finite). Bids it relays for
+    /// other nodes are dropped without counting: each node's bids come from it.
+    #[serde(default)]
+    pub refused_bids: u64,
+    /// Jobs placed and not finished, with their placements: what a restart
+    /// reads back.
+    #[serde(default)]
+    pub placed: Vec<(JobRequest, Placement)>,
 }
 
 /// Runs `orrery agent`.
@@ -111,11 +121,13 @@ pub fn run(args: &Args) -> Result<()> {
     if args.node {
         return crate::live::node_agent(&args.live);
     }
+    let key_file = args.key.as_ref().ok_or_else(|| anyhow!("--key is required"))?;
+    let key = Key::read(key_file).context("--key")?;
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     match (&args.submit, args.to) {
-        (Some(file), Some(to)) => rt.block_on(submit(file, to)),
+        (Some(file), Some(to)) => rt.block_on(submit(file, to, &key, &args.topology)),
         (Some(_), None) => bail!("--submit needs --to ADDRESS"),
-        _ => rt.block_on(serve(args)),
+        _ => rt.block_on(serve(args, &key)),
     }
 }
 
@@ -151,18 +163,52 @@ fn parse_peer(s: &str) -> Result<(u32, SocketAddr)> {
     Ok((id, addr))
 }
 
-async fn submit(file: &Path, to: SocketAddr) -> Result<()> {
-    let text = std::fs::read_to_string(file).with_context(|| format!("{}", file.display()))?;
-    let sock = UdpSocket::bind("127.0.0.1:0").await?;
-    for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
-        let job: JobRequest = serde_json::from_str(line).map_err(|e| anyhow!("{}:{}: {e}", file.display(), i + 1))?;
-        let bytes = postcard::to_stdvec(&Wire::Submit(job))?;
-        sock.send_to(&bytes, to).await?;
+/// Whether a job can ever fit the cluster: each component within the largest
+/// node, and all of them within the cluster's total.
+fn fits_cluster(job: &JobRequest, topo: &orrery_model::Topology) -> Result<(), String> {
+    let largest = topo.hosts.iter().map(|h| f64::from(h.gpus)).fold(0.0, f64::max);
+    let total: f64 = topo.hosts.iter().map(|h| f64::from(h.gpus)).sum();
+    let roles = job.roles();
+    let wanted: f64 = roles.iter().enumerate().map(|(r, &k)| k as f64 * job.demand(r).gpus).sum();
+    for (r, _) in roles.iter().enumerate() {
+        if job.demand(r).gpus > largest {
+            return Err(format!(
+                "job {}: a component asks for {} GPUs; the largest node of {} has {largest}",
+                job.id,
+                job.demand(r).gpus,
+                topo.name
+            ));
+        }
+    }
+    if wanted > total {
+        return Err(format!("job {}: asks for {wanted} GPUs; {} has {total}", job.id, topo.name));
     }
     Ok(())
 }
 
-async fn serve(args: &Args) -> Result<()> {
+fn topology(name: &str) -> Result<orrery_model::Topology> {
+    orrery_model::setups::by_name(name).ok_or_else(|| anyhow!("--topology: unknown {name:?}"))
+}
+
+async fn submit(file: &Path, to: SocketAddr, key: &Key, topology_name: &str) -> Result<()> {
+    let topo = topology(topology_name)?;
+    let text = std::fs::read_to_string(file).with_context(|| format!("{}", file.display()))?;
+    // Every line is checked before anything is sent.
+    let mut jobs = Vec::new();
+    for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+        let at = || format!("{}:{}", file.display(), i + 1);
+        let job: JobRequest = serde_json::from_str(line).map_err(|e| anyhow!("{}: {e}", at()))?;
+        job.check().and_then(|()| fits_cluster(&job, &topo)).map_err(|e| anyhow!("{}: {e}", at()))?;
+        jobs.push(job);
+    }
+    let sock = UdpSocket::bind("127.0.0.1:0").await?;
+    for job in jobs {
+        sock.send_to(&wire::seal(key, &Envelope { sender: CLIENT, body: Body::Submit(job) }), to).await?;
+    }
+    Ok(())
+}
+
+async fn serve(args: &Args, key: &Key) -> Result<()> {
     let id = args.id.ok_or_else(|| anyhow!("--id is required"))?;
     let mut peers = match &args.peers {
         Some(file) => read_peers(file)?,
@@ -173,8 +219,10 @@ async fn serve(args: &Args) -> Result<()> {
         peers.insert(id, addr);
     }
     let &own = peers.get(&id).ok_or_else(|| anyhow!("--id {id} is not in the peers file"))?;
-    let topo = orrery_model::setups::by_name(&args.topology)
-        .ok_or_else(|| anyhow!("--topology: unknown {:?}", args.topology))?;
+    let topo = topology(&args.topology)?;
+    if let Some((&p, _)) = peers.iter().find(|&(&p, _)| p as usize >= topo.hosts.len()) {
+        bail!("peer {p}: topology {} has hosts 0 to {}", topo.name, topo.hosts.len().saturating_sub(1));
+    }
     let host = topo
         .hosts
         .get(id as usize)
@@ -192,14 +240,27 @@ async fn serve(args: &Args) -> Result<()> {
     let map = Arc::new(orrery_policy::plebiscito::cluster_map(&topo));
     let neighbours: Vec<u32> = peers.keys().copied().filter(|&p| p != id).collect();
     let mut agent = Agent::new(id, neighbours, Resources::new(total), map, config);
+    // A restart reads back what this agent committed before, never an empty state.
+    if let Some(path) = args.state.as_ref().filter(|p| p.exists()) {
+        let text = std::fs::read(path).with_context(|| format!("{}", path.display()))?;
+        let old: State = serde_json::from_slice(&text)
+            .with_context(|| format!("{}: not an agent state file (move it away to start afresh)", path.display()))?;
+        if old.id != id {
+            bail!("{}: the state of agent {}, not of --id {id}", path.display(), old.id);
+        }
+        let placed = old.placed.len();
+        agent.restore(old.verdicts, old.placed);
+        eprintln!("agent {id}: restored {placed} placed jobs from {}", path.display());
+    }
     let sock = UdpSocket::bind(own).await.with_context(|| format!("binding {own}"))?;
     let start = Instant::now();
     let now = || start.elapsed().as_micros() as u64;
     let mut last_heard = Instant::now();
     let mut sent = (0u64, 0u64, 0usize);
     let mut bad = 0u64;
+    let mut refused_bids = 0u64;
     let mut buf = vec![0u8; 65_536];
-    write_state(args, &agent, total, sent, bad)?;
+    write_state(args, &agent, total, sent, (bad, refused_bids))?;
     eprintln!("agent {id} listening on {own}");
     loop {
         let wait = agent.next_deadline().map_or(50_000, |d| d.saturating_sub(now())).clamp(100, 50_000);
@@ -216,14 +277,28 @@ async fn serve(args: &Args) -> Result<()> {
                     }
                 };
                 last_heard = Instant::now();
-                match postcard::from_bytes::<Wire>(&buf[..n]) {
-                    Ok(Wire::Protocol(msg)) => agent.receive(now(), msg, &mut out),
-                    Ok(Wire::Submit(job)) => agent.submit(now(), job, &mut out),
-                    Ok(Wire::Finish(job)) => agent.finish(job),
-                    Err(e) => {
-                        bad += 1;
-                        eprintln!("agent {id}: dropped a {n}-byte datagram from {from}: {e}");
+                let admitted = wire::open(key, &buf[..n]).map_err(|e| e.to_string()).and_then(|env| {
+                    match (env.sender, env.body) {
+                        (CLIENT, Body::Submit(job)) => {
+                            job.check().and_then(|()| fits_cluster(&job, &topo))?;
+                            agent.submit(now(), job, &mut out);
+                            Ok(())
+                        }
+                        (CLIENT, Body::Finish(job)) => {
+                            agent.finish(job);
+                            Ok(())
+                        }
+                        (CLIENT, Body::Protocol(_)) => Err("protocol traffic from a client".into()),
+                        (s, Body::Protocol(msg)) if peers.get(&s) == Some(&from) && s != id => {
+                            refused_bids += agent.receive_from(now(), s, msg, &mut out) as u64;
+                            Ok(())
+                        }
+                        (s, _) => Err(format!("sender id {s} is not the peer at this address")),
                     }
+                });
+                if let Err(e) = admitted {
+                    bad += 1;
+                    eprintln!("agent {id}: dropped a {n}-byte datagram from {from}: {e}");
                 }
             }
             _ = tokio::time::sleep(Duration::from_micros(wait)) => {}
@@ -234,7 +309,7 @@ async fn serve(args: &Args) -> Result<()> {
             match o {
                 Output::Send { to, msg } => {
                     let Some(addr) = peers.get(&to) else { continue };
-                    let bytes = postcard::to_stdvec(&Wire::Protocol(msg))?;
+                    let bytes = wire::seal(key, &Envelope { sender: id, body: Body::Protocol(msg) });
                     sent = (sent.0 + 1, sent.1 + bytes.len() as u64, sent.2.max(bytes.len()));
                     // A peer that is gone makes sends fail on some systems; the
                     // auction tolerates lost datagrams.
@@ -247,19 +322,19 @@ async fn serve(args: &Args) -> Result<()> {
             }
         }
         if decided {
-            write_state(args, &agent, total, sent, bad)?;
+            write_state(args, &agent, total, sent, (bad, refused_bids))?;
         }
         if let Some(idle) = args.exit_after_idle_s
             && agent.is_idle()
             && last_heard.elapsed().as_secs_f64() > idle
         {
-            write_state(args, &agent, total, sent, bad)?;
+            write_state(args, &agent, total, sent, (bad, refused_bids))?;
             return Ok(());
         }
     }
 }
 
-fn write_state(args: &Args, agent: &Agent, total: Demand, sent: (u64, u64, usize), bad: u64) -> Result<()> {
+fn write_state(args: &Args, agent: &Agent, total: Demand, sent: (u64, u64, usize), bad: (u64, u64)) -> Result<()> {
     let Some(path) = &args.state else { return Ok(()) };
     let state = State {
         id: agent.id(),
@@ -268,7 +343,9 @@ fn write_state(args: &Args, agent: &Agent, total: Demand, sent: (u64, u64, usize
         usage: agent.usage().clone(),
         verdicts: agent.verdicts().iter().map(|(k, v)| (*k, v.clone())).collect(),
         sent,
-        bad_datagrams: bad,
+        bad_datagrams: bad.0,
+        refused_bids: bad.1,
+        placed: agent.placed().values().cloned().collect(),
     };
     // Write then rename, so a reader never sees half a file.
     orrery_model::files::write_atomic(path, serde_json::to_vec_pretty(&state)?)

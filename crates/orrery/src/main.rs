@@ -43,7 +43,7 @@ const EXAMPLES: &str = "Examples:
   orrery topo show cassini
   orrery trace inspect data/philly/philly_jobs_pollux.csv
   orrery compat experiments/compat/cassini-fig5.json --svg fig5.svg
-  orrery agent --auction --id 0 --peers peers.txt --state agent-0.json
+  orrery agent --auction --id 0 --peers peers.txt --key cluster.key --state agent-0.json
   orrery serve                                 the live scheduler on 127.0.0.1:7400 (demo cluster)
   orrery agent --node --name h0 --gpus 2 --nic-gbps 50
   orrery submit examples/live/vgg-a.jsonl      then: orrery jobs, orrery nodes, orrery decisions";

@@ -3,7 +3,15 @@
 //! middle of an auction. The survivors' state files must show Plebiscito's
 //! invariants: every job decided the same way everywhere, no GPU committed
 //! twice or beyond capacity, and the same reserved bandwidth everywhere.
+//!
+//! A second test attacks four agents: forged, truncated, padded, misaddressed
+//! and replayed datagrams, a key holder bidding for another node, invalid
+//! jobs, and a SIGKILL with a restart from the state file.
 
+use orrery_auction::agent::Msg;
+use orrery_auction::bundle::Bid;
+use orrery_auction::utility::JobRequest;
+use orrery_auction::wire::{self, Body, CLIENT, Envelope, Key};
 use std::collections::BTreeMap;
 use std::net::UdpSocket;
 use std::path::{Path, PathBuf};
@@ -13,26 +21,73 @@ use std::time::{Duration, Instant};
 const AGENTS: usize = 8;
 const KILLED: usize = 5;
 
-fn scratch_dir() -> PathBuf {
-    let d = std::env::temp_dir().join(format!("orrery-agents-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("temp dir");
-    d
+/// A folder removed when the test ends, even when it fails.
+fn scratch_dir() -> tempfile::TempDir {
+    tempfile::Builder::new().prefix("orrery-agents-").tempdir().expect("temp dir")
+}
+
+/// The cluster key, mode 600.
+fn key_file(dir: &Path) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let f = dir.join("cluster.key");
+    std::fs::write(&f, b"0123456789abcdef0123456789abcdef").expect("key");
+    std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    f
+}
+
+fn job_line(job: u64, workers: u32, gpus: f64) -> String {
+    format!(
+        r#"{{"id":{job},"arch":"Ring","workers":{workers},"worker":{{"gpus":{gpus:?},"cpus":0.0,"mem_gib":0.0}},"server":{{"gpus":0.0,"cpus":0.0,"mem_gib":0.0}},"gbps":5.0,"runtime_s":600.0,"weight":1.0}}"#
+    )
+}
+
+/// Runs `orrery agent --submit` for one job; whether it succeeded, and its stderr.
+fn try_submit(dir: &Path, to: &str, job: u64, workers: u32, gpus: f64) -> (bool, String) {
+    let file = dir.join(format!("job-{job}.jsonl"));
+    std::fs::write(&file, job_line(job, workers, gpus) + "\n").expect("job file");
+    let out = Command::new(env!("CARGO_BIN_EXE_orrery"))
+        .args(["agent", "--submit"])
+        .arg(&file)
+        .args(["--to", to, "--key"])
+        .arg(dir.join("cluster.key"))
+        .output()
+        .expect("run orrery agent --submit");
+    (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
 fn submit(dir: &Path, to: &str, job: u64, workers: u32, gpus: u32) {
-    let line = format!(
-        r#"{{"id":{job},"arch":"Ring","workers":{workers},"worker":{{"gpus":{gpus}.0,"cpus":0.0,"mem_gib":0.0}},"server":{{"gpus":0.0,"cpus":0.0,"mem_gib":0.0}},"gbps":5.0,"runtime_s":600.0,"weight":1.0}}"#
-    );
-    let file = dir.join(format!("job-{job}.jsonl"));
-    std::fs::write(&file, line + "\n").expect("job file");
-    let st = Command::new(env!("CARGO_BIN_EXE_orrery"))
-        .args(["agent", "--submit"])
-        .arg(&file)
-        .args(["--to", to])
-        .status()
-        .expect("run orrery agent --submit");
-    assert!(st.success());
+    let (ok, err) = try_submit(dir, to, job, workers, f64::from(gpus));
+    assert!(ok, "{err}");
+}
+
+fn spawn_agent(dir: &Path, peers: &Path, i: usize, state: &Path) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_orrery"))
+        .args(["agent", "--auction", "--id", &i.to_string(), "--peers"])
+        .arg(peers)
+        .args(["--topology", "leaf-spine", "--utility", "lgf", "--quiescence-ms", "300"])
+        .args(["--exit-after-idle-s", "3", "--key"])
+        .arg(dir.join("cluster.key"))
+        .arg("--state")
+        .arg(state)
+        .spawn()
+        .expect("spawn agent")
+}
+
+fn read_state(path: &Path) -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(path).expect("state file")).expect("state JSON")
+}
+
+/// GPUs each node holds under these verdicts (every job here asks `gpus` per worker).
+fn committed(verdicts: &serde_json::Map<String, serde_json::Value>, gpus: impl Fn(&str) -> f64) -> BTreeMap<u64, f64> {
+    let mut on_node: BTreeMap<u64, f64> = BTreeMap::new();
+    for (job, v) in verdicts {
+        let Some(p) = v.get("Placed") else { continue };
+        for pair in p[0].as_array().into_iter().flatten() {
+            *on_node.entry(pair[0].as_u64().unwrap_or(u64::MAX)).or_default() +=
+                pair[1].as_f64().unwrap_or(0.0) * gpus(job);
+        }
+    }
+    on_node
 }
 
 fn wait_all(children: &mut [(usize, Child)], limit: Duration) {
@@ -54,7 +109,8 @@ fn wait_all(children: &mut [(usize, Child)], limit: Duration) {
 
 #[test]
 fn eight_agents_place_a_stream_of_jobs_and_survive_a_kill() {
-    let dir = scratch_dir();
+    let scratch = scratch_dir();
+    let dir = scratch.path().to_path_buf();
     // Free ports: bind, note, release.
     let ports: Vec<u16> =
         (0..AGENTS).map(|_| UdpSocket::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()).collect();
@@ -62,20 +118,9 @@ fn eight_agents_place_a_stream_of_jobs_and_survive_a_kill() {
     let peers = dir.join("peers.txt");
     let text: String = addrs.iter().enumerate().map(|(i, a)| format!("{i} {a}\n")).collect();
     std::fs::write(&peers, text).expect("peers file");
+    key_file(&dir);
     let state = |i: usize| dir.join(format!("agent-{i}.json"));
-    let mut children: Vec<(usize, Child)> = (0..AGENTS)
-        .map(|i| {
-            let child = Command::new(env!("CARGO_BIN_EXE_orrery"))
-                .args(["agent", "--auction", "--id", &i.to_string(), "--peers"])
-                .arg(&peers)
-                .args(["--topology", "leaf-spine", "--utility", "lgf", "--quiescence-ms", "300"])
-                .args(["--exit-after-idle-s", "3", "--state"])
-                .arg(state(i))
-                .spawn()
-                .expect("spawn agent");
-            (i, child)
-        })
-        .collect();
+    let mut children: Vec<(usize, Child)> = (0..AGENTS).map(|i| (i, spawn_agent(&dir, &peers, i, &state(i)))).collect();
     let start = Instant::now();
     while !(0..AGENTS).all(|i| state(i).exists()) {
         assert!(start.elapsed() < Duration::from_secs(20), "agents did not start");
@@ -123,19 +168,131 @@ fn eight_agents_place_a_stream_of_jobs_and_survive_a_kill() {
     }
     // No GPU committed twice: each agent's committed GPUs are exactly its
     // components of the placed jobs, within its 8.
-    let mut on_node: BTreeMap<u64, f64> = BTreeMap::new();
-    for v in first.values() {
-        let Some(p) = v.get("Placed") else { continue };
-        let gpus = 4.0; // every job's workers take 4 GPUs
-        for pair in p[0].as_array().into_iter().flatten() {
-            *on_node.entry(pair[0].as_u64().unwrap_or(u64::MAX)).or_default() += pair[1].as_f64().unwrap_or(0.0) * gpus;
-        }
-    }
+    let on_node = committed(&first, |_| 4.0); // every job's workers take 4 GPUs
     for s in &states {
         let id = s["id"].as_u64().unwrap_or(u64::MAX);
         let used = s["total"]["gpus"].as_f64().unwrap_or(0.0) - s["free"]["gpus"].as_f64().unwrap_or(0.0);
         assert!((used - on_node.get(&id).copied().unwrap_or(0.0)).abs() < 1e-9, "agent {id}: {used} GPUs committed");
         assert!(s["free"]["gpus"].as_f64().unwrap_or(-1.0) >= 0.0);
     }
-    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn forged_and_replayed_datagrams_change_nothing_and_a_killed_agent_restarts_with_its_commitments() {
+    let scratch = scratch_dir();
+    let dir = scratch.path().to_path_buf();
+    key_file(&dir);
+    let key = Key::new(b"0123456789abcdef0123456789abcdef".to_vec()).expect("key");
+    let wrong = Key::new(b"fedcba9876543210fedcba9876543210".to_vec()).expect("key");
+    // Four agents, and this test as peer 7: a key holder on the peers list.
+    let me = UdpSocket::bind("127.0.0.1:0").expect("bind");
+    me.set_read_timeout(Some(Duration::from_millis(200))).expect("timeout");
+    let ports: Vec<u16> =
+        (0..4).map(|_| UdpSocket::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()).collect();
+    let addrs: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+    let peers = dir.join("peers.txt");
+    let mut text: String = addrs.iter().enumerate().map(|(i, a)| format!("{i} {a}\n")).collect();
+    text += &format!("7 {}\n", me.local_addr().expect("addr"));
+    std::fs::write(&peers, text).expect("peers file");
+    let state = |i: usize| dir.join(format!("agent-{i}.json"));
+    let mut children: Vec<(usize, Child)> = (0..4).map(|i| (i, spawn_agent(&dir, &peers, i, &state(i)))).collect();
+    let start = Instant::now();
+    while !(0..4).all(|i| state(i).exists()) {
+        assert!(start.elapsed() < Duration::from_secs(20), "agents did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    // Job 1 (2 x 4 GPUs) is placed; capture one of agent 0's bundles on the way.
+    submit(&dir, &addrs[0], 1, 2, 4);
+    let mut captured = None;
+    let mut buf = [0u8; 65_536];
+    let until = Instant::now() + Duration::from_millis(800);
+    while Instant::now() < until {
+        if let Ok((n, from)) = me.recv_from(&mut buf)
+            && from.to_string() == addrs[0]
+            && captured.is_none()
+        {
+            captured = Some(buf[..n].to_vec());
+        }
+    }
+    let captured = captured.expect("agent 0 broadcasts to every peer, this test included");
+    assert!(matches!(wire::open(&key, &captured), Ok(Envelope { sender: 0, body: Body::Protocol(_) })));
+
+    // Attacks on agent 1, each of which must be dropped whole.
+    let job = |id: u64, gpus: f64| -> JobRequest { serde_json::from_str(&job_line(id, 2, gpus)).expect("job") };
+    let to = &addrs[1];
+    let mut junk = captured.clone();
+    junk.extend_from_slice(b"junk");
+    let bid = |node: u32, slot: u16| Bid { value: 1e9, node, stamp: 0, slot };
+    let forged: Vec<Vec<u8>> = vec![
+        b"not a datagram".to_vec(),
+        vec![0u8; 64],
+        wire::seal(&wrong, &Envelope { sender: CLIENT, body: Body::Submit(job(20, 4.0)) }),
+        captured[..captured.len() - 1].to_vec(),
+        junk,
+        // Replayed from another address: agent 0's bundle, but not from agent 0.
+        captured.clone(),
+        // A client posing as protocol traffic.
+        wire::seal(&key, &Envelope { sender: CLIENT, body: Body::Protocol(Msg::Finished { job: 1 }) }),
+        // Negative and oversized jobs sealed with the right key.
+        wire::seal(&key, &Envelope { sender: CLIENT, body: Body::Submit(job(21, -4.0)) }),
+        wire::seal(&key, &Envelope { sender: CLIENT, body: Body::Submit(job(22, 64.0)) }),
+    ];
+    for d in &forged {
+        me.send_to(d, to).expect("send");
+    }
+    // Peer 7 holds the key. Its winning bids for node 3 are dropped (each
+    // node speaks for itself), and two of its own are malformed.
+    let nan = Bid { value: f64::NAN, ..bid(7, 0) };
+    let lie = Msg::Bundle { job: job(30, 4.0), bids: vec![vec![bid(3, 0), bid(3, 1), bid(7, 5), nan]], depth: 0 };
+    me.send_to(&wire::seal(&key, &Envelope { sender: 7, body: Body::Protocol(lie) }), to).expect("send");
+    std::thread::sleep(Duration::from_millis(900));
+    // Agent 1 wrote its state when job 30 was decided, after the forgeries.
+    let attacked = read_state(&state(1));
+    assert_eq!(attacked["bad_datagrams"].as_u64(), Some(forged.len() as u64), "{attacked}");
+    assert_eq!(attacked["refused_bids"].as_u64(), Some(2), "{attacked}");
+    // Job 30 was auctioned among the real agents; node 3 did not win both
+    // components on peer 7's word (1e9 would have beaten every honest bid).
+    let job30 = &attacked["verdicts"]["30"]["Placed"][0];
+    assert!(job30.is_array() && job30 != &serde_json::json!([[3, 2]]), "{attacked}");
+
+    // Invalid jobs never leave the client.
+    let (ok, err) = try_submit(&dir, &addrs[2], 40, 2, -1.0);
+    assert!(!ok && err.contains("job-40.jsonl:1: job 40: worker: expected a finite number at least 0"), "{err}");
+    let (ok, err) = try_submit(&dir, &addrs[2], 41, 2, 16.0);
+    assert!(!ok && err.contains("job-41.jsonl:1: job 41: a component asks for 16 GPUs"), "{err}");
+
+    // SIGKILL an agent that holds part of job 1 and restart it on the same state file.
+    let placed = read_state(&state(0))["verdicts"]["1"]["Placed"][0].clone();
+    let v = placed[0][0].as_u64().expect("job 1 placed") as usize;
+    let before = read_state(&state(v));
+    assert!(before["free"]["gpus"].as_f64() < before["total"]["gpus"].as_f64(), "{before}");
+    let at = children.iter().position(|(i, _)| *i == v).expect("victim");
+    let (_, mut victim) = children.remove(at);
+    victim.kill().expect("kill agent");
+    let _ = victim.wait();
+    children.push((v, spawn_agent(&dir, &peers, v, &state(v))));
+    std::thread::sleep(Duration::from_millis(500));
+    let after = read_state(&state(v));
+    assert_eq!(after["free"], before["free"], "a restarted agent forgot its commitments");
+    assert_eq!(after["verdicts"], before["verdicts"]);
+    submit(&dir, &addrs[3], 2, 2, 4);
+    // Keep answering nothing; the agents go idle and exit.
+    wait_all(&mut children, Duration::from_secs(30));
+
+    let states: Vec<serde_json::Value> = (0..4).map(|i| read_state(&state(i))).collect();
+    let verdicts = |s: &serde_json::Value| s["verdicts"].as_object().cloned().unwrap_or_default();
+    let first = verdicts(&states[0]);
+    assert!(first["1"].get("Placed").is_some() && first["2"].get("Placed").is_some(), "{first:?}");
+    for bad in ["20", "21", "22"] {
+        assert!(!first.contains_key(bad), "job {bad} was accepted: {first:?}");
+    }
+    let on_node = committed(&first, |_| 4.0);
+    for s in &states {
+        let id = s["id"].as_u64().unwrap_or(u64::MAX);
+        assert_eq!(verdicts(s), first, "agent {id} disagrees");
+        let used = s["total"]["gpus"].as_f64().unwrap_or(0.0) - s["free"]["gpus"].as_f64().unwrap_or(0.0);
+        assert!((used - on_node.get(&id).copied().unwrap_or(0.0)).abs() < 1e-9, "agent {id}: {used} GPUs committed");
+        assert!(s["free"]["gpus"].as_f64().unwrap_or(-1.0) >= 0.0);
+    }
 }
