@@ -43,6 +43,12 @@ impl LeafSpine {
     /// Builds it. Hosts are named `h<i>`, leaves `leaf<r>`, spines `spine<s>`;
     /// host `i` sits in rack `i / hosts_per_rack`.
     pub fn build(&self, name: &str) -> Result<Topology, TopologyError> {
+        // Sizes are checked before anything is allocated: 65,536 racks of
+        // 65,536 hosts must not wrap around to zero hosts.
+        let hosts = u128::from(self.racks) * u128::from(self.hosts_per_rack);
+        if hosts > crate::topology::MAX_HOSTS as u128 {
+            return Err(TopologyError::TooManyHosts { hosts });
+        }
         let mut b = Builder::new();
         let hosts: Vec<Ref> = (0..self.racks * self.hosts_per_rack)
             .map(|i| b.host(format!("h{i}"), self.gpus_per_host, &self.gpu_type, 0, 0.0))
@@ -544,6 +550,35 @@ gbps = 40
         let e = parse_topology("w.json", "{\"hosts\": 3}").map(|_| ()).expect_err("bad");
         assert!(e.to_string().starts_with("w.json:1:"), "{e}");
         let e = parse_topology("n.toml", "[[hosts]]\nname = \"a\"\ngpus = 1\ngpu_type = \"t4\"\n[[switches]]\nname=\"s\"\ntier=\"leaf\"\n[[cables]]\na = \"a\"\nb = \"s\"\ngbps = -1\n").map(|_| ()).expect_err("bad");
-        assert!(e.to_string().contains("capacity must be a positive"), "{e}");
+        assert!(e.to_string().contains("capacity must be from 0.001 to 1000000 Gbit/s, found -1.0"), "{e}");
+        // Two hosts, no cable: refused, naming both.
+        let two = "[[hosts]]\nname = \"a\"\ngpus = 1\ngpu_type = \"t4\"\n[[hosts]]\nname = \"b\"\ngpus = 1\ngpu_type = \"t4\"\n";
+        let e = parse_topology("u.toml", two).map(|_| ()).expect_err("unreachable");
+        assert!(e.to_string().contains("host a cannot reach host b"), "{e}");
+    }
+
+    #[test]
+    fn leaf_spine_sizes_that_cannot_work_are_refused() {
+        let ls = |racks, hosts_per_rack, spines, host_gbps| LeafSpine {
+            racks,
+            hosts_per_rack,
+            spines,
+            gpus_per_host: 2,
+            gpu_type: "v100".into(),
+            host_gbps,
+            uplink_gbps: 100.0,
+        };
+        // 65,536 x 65,536 wrapped around to 0 hosts in u32.
+        let e = ls(65_536, 65_536, 4, 100.0).build("w").map(|_| ()).expect_err("too many");
+        assert_eq!(e.to_string(), "4294967296 hosts; expected at most 16384");
+        // Racks joined by no spine.
+        let e = ls(4, 2, 0, 100.0).build("s").map(|_| ()).expect_err("no spine");
+        assert_eq!(e.to_string(), "host h0 cannot reach host h2: no path of links joins them");
+        // One rack needs no spine.
+        assert_eq!(ls(1, 4, 0, 100.0).build("r").expect("one rack").hosts.len(), 4);
+        let e = ls(2, 2, 1, 1e-300).build("z").map(|_| ()).expect_err("slow");
+        assert!(e.to_string().contains("found 1e-300"), "{e}");
+        let e = ls(0, 2, 1, 100.0).build("e").map(|_| ()).expect_err("empty");
+        assert_eq!(e.to_string(), "the topology has no hosts");
     }
 }

@@ -145,8 +145,8 @@ pub enum TopologyError {
         /// Number of nodes.
         nodes: usize,
     },
-    /// A link has a capacity that is not a positive number.
-    #[error("link {link}: capacity must be a positive number of Gbit/s, found {gbps}")]
+    /// A link has a capacity outside [`MIN_LINK_GBPS`, `MAX_LINK_GBPS`].
+    #[error("link {link}: capacity must be from {MIN_LINK_GBPS} to {MAX_LINK_GBPS} Gbit/s, found {gbps:?}")]
     BadCapacity {
         /// Index of the link.
         link: usize,
@@ -156,7 +156,42 @@ pub enum TopologyError {
     /// Two nodes share a name.
     #[error("duplicate node name {0:?}")]
     DuplicateName(String),
+    /// More hosts than orrery handles (or a product of sizes that overflows).
+    #[error("{hosts} hosts; expected at most {MAX_HOSTS}")]
+    TooManyHosts {
+        /// Hosts asked for.
+        hosts: u128,
+    },
+    /// A host with more GPUs than orrery handles.
+    #[error("host {host}: {gpus} GPUs; expected at most {MAX_GPUS_PER_HOST}")]
+    TooManyGpus {
+        /// The host.
+        host: String,
+        /// GPUs asked for.
+        gpus: u32,
+    },
+    /// No host at all.
+    #[error("the topology has no hosts")]
+    NoHosts,
+    /// A host that cannot send to another: no path of links joins them.
+    #[error("host {from} cannot reach host {to}: no path of links joins them")]
+    Unreachable {
+        /// The sending host.
+        from: String,
+        /// The host it cannot reach.
+        to: String,
+    },
 }
+
+/// Most hosts a topology may have. Path and latency tables grow with the
+/// square of the hosts (Metronome's latency matrix: 2 GiB at this size).
+pub const MAX_HOSTS: usize = 16_384;
+/// Most GPUs on one host.
+pub const MAX_GPUS_PER_HOST: u32 = 1024;
+/// Slowest link accepted, Gbit/s (1 Mbit/s).
+pub const MIN_LINK_GBPS: f64 = 1e-3;
+/// Fastest link accepted, Gbit/s (1 Pbit/s).
+pub const MAX_LINK_GBPS: f64 = 1e6;
 
 impl Topology {
     /// Builds a topology and checks it: links name existing nodes, capacities
@@ -178,10 +213,46 @@ impl Topology {
         };
         t.validate()?;
         t.index();
+        t.check_connected()?;
         Ok(t)
     }
 
+    /// Every host reaches every other: all hosts are reached from host 0
+    /// along links, and host 0 from all of them. O(nodes + links).
+    fn check_connected(&self) -> Result<(), TopologyError> {
+        if self.hosts.is_empty() {
+            return Err(TopologyError::NoHosts);
+        }
+        for forward in [true, false] {
+            let mut seen = vec![false; self.node_count()];
+            seen[0] = true;
+            let mut stack = vec![0];
+            while let Some(n) = stack.pop() {
+                let links = if forward { &self.out[n] } else { &self.into[n] };
+                for &l in links {
+                    let m = if forward { self.links[l].to } else { self.links[l].from };
+                    if !seen[m] {
+                        seen[m] = true;
+                        stack.push(m);
+                    }
+                }
+            }
+            if let Some(h) = (0..self.hosts.len()).find(|&h| !seen[h]) {
+                let (a, b) = (self.hosts[0].name.clone(), self.hosts[h].name.clone());
+                let (from, to) = if forward { (a, b) } else { (b, a) };
+                return Err(TopologyError::Unreachable { from, to });
+            }
+        }
+        Ok(())
+    }
+
     fn validate(&self) -> Result<(), TopologyError> {
+        if self.hosts.len() > MAX_HOSTS {
+            return Err(TopologyError::TooManyHosts { hosts: self.hosts.len() as u128 });
+        }
+        if let Some(h) = self.hosts.iter().find(|h| h.gpus > MAX_GPUS_PER_HOST) {
+            return Err(TopologyError::TooManyGpus { host: h.name.clone(), gpus: h.gpus });
+        }
         let nodes = self.node_count();
         for (i, l) in self.links.iter().enumerate() {
             for node in [l.from, l.to] {
@@ -189,7 +260,7 @@ impl Topology {
                     return Err(TopologyError::NoSuchNode { link: i, node, nodes });
                 }
             }
-            if !(l.gbps > 0.0 && l.gbps.is_finite()) {
+            if !(MIN_LINK_GBPS..=MAX_LINK_GBPS).contains(&l.gbps) {
                 return Err(TopologyError::BadCapacity { link: i, gbps: l.gbps });
             }
         }

@@ -589,7 +589,7 @@ impl Experiment {
                     std::fs::read_to_string(&path).map_err(|e| format!("topology.file: {}: {e}", path.display()))?;
                 parse_topology(&path.display().to_string(), &text).map_err(|e| e.to_string())
             }
-            (None, None, Some(ls)) => ls.build(&self.name).map_err(|e| e.to_string()),
+            (None, None, Some(ls)) => ls.build(&self.name).map_err(|e| format!("topology.leaf_spine: {e}")),
             _ => Err("topology: expected exactly one of builtin, file, leaf_spine".into()),
         }?;
         congest(topo, &t.congested).map_err(|e| format!("topology.{e}"))
@@ -840,6 +840,83 @@ pub type Pins = std::collections::BTreeMap<String, Vec<(usize, u32)>>;
 /// The jobs of a workload for a seed and their pins (the file's, or those a
 /// `fragmented` placement draws); `base` resolves relative paths.
 fn workload_jobs(w: &WorkloadSpec, base: &Path, topo: &Topology, seed: u64) -> Result<(Vec<JobSpec>, Pins), String> {
+    let (jobs, pins) = generate_workload(w, base, topo, seed)?;
+    check_workload(&jobs, &pins, topo).map_err(|e| format!("workload: {e}"))?;
+    Ok((jobs, pins))
+}
+
+/// What no run could do anything sensible with, whatever the policy: a
+/// duplicate job id, an arrival that is not a finite time, a job that can
+/// never fit the cluster (more GPUs than it has, or a worker larger than its
+/// largest host), a dependency on itself, on a missing job or in a cycle, a
+/// pin to a missing host or job, or beyond a host's GPUs. O(jobs + deps).
+pub fn check_workload(jobs: &[JobSpec], pins: &Pins, topo: &Topology) -> Result<(), String> {
+    let total = u64::from(topo.gpu_count());
+    let largest = topo.hosts.iter().map(|h| h.gpus).max().unwrap_or(0);
+    let mut index: std::collections::HashMap<&str, usize> = std::collections::HashMap::with_capacity(jobs.len());
+    for (i, j) in jobs.iter().enumerate() {
+        if let Some(first) = index.insert(j.id.as_str(), i) {
+            return Err(format!("job id {:?} is used twice (jobs {} and {})", j.id, first + 1, i + 1));
+        }
+        if !(j.arrival_s.is_finite() && j.arrival_s >= 0.0) {
+            return Err(format!("job {}: arrival_s: expected a finite time at least 0, found {}", j.id, j.arrival_s));
+        }
+        let wanted = u64::from(j.workers) * u64::from(j.gpus_per_worker);
+        if wanted > total {
+            return Err(format!("job {} asks for {wanted} GPUs; the cluster {} has {total}", j.id, topo.name));
+        }
+        if j.gpus_per_worker > largest {
+            return Err(format!(
+                "job {}: a worker asks for {} GPUs; the largest host of {} has {largest}",
+                j.id, j.gpus_per_worker, topo.name
+            ));
+        }
+    }
+    // Dependencies: named, not the job itself, and no cycle (Kahn's order).
+    let mut waiting_on = vec![0usize; jobs.len()];
+    let mut unlocks: Vec<Vec<usize>> = vec![Vec::new(); jobs.len()];
+    for (i, j) in jobs.iter().enumerate() {
+        for d in &j.depends_on {
+            let &k = index.get(d.as_str()).ok_or_else(|| format!("job {}: depends_on {d:?}: no such job", j.id))?;
+            if k == i {
+                return Err(format!("job {}: depends_on itself", j.id));
+            }
+            waiting_on[i] += 1;
+            unlocks[k].push(i);
+        }
+    }
+    let mut ready: Vec<usize> = (0..jobs.len()).filter(|&i| waiting_on[i] == 0).collect();
+    let mut ordered = 0;
+    while let Some(k) = ready.pop() {
+        ordered += 1;
+        for &i in &unlocks[k] {
+            waiting_on[i] -= 1;
+            if waiting_on[i] == 0 {
+                ready.push(i);
+            }
+        }
+    }
+    if ordered < jobs.len() {
+        let stuck: Vec<&str> = (0..jobs.len()).filter(|&i| waiting_on[i] > 0).map(|i| jobs[i].id.as_str()).collect();
+        return Err(format!("depends_on: jobs {} can never start: their dependencies form a cycle", stuck.join(", ")));
+    }
+    for (job, hosts) in pins {
+        if !index.contains_key(job.as_str()) {
+            return Err(format!("pins: {job:?}: no such job"));
+        }
+        for &(h, gpus) in hosts {
+            let host = topo.hosts.get(h).ok_or_else(|| {
+                format!("pins: {job}: host {h}: {} has hosts 0 to {}", topo.name, topo.hosts.len().saturating_sub(1))
+            })?;
+            if gpus > host.gpus {
+                return Err(format!("pins: {job}: host {h}: {gpus} GPUs; it has {}", host.gpus));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn generate_workload(w: &WorkloadSpec, base: &Path, topo: &Topology, seed: u64) -> Result<(Vec<JobSpec>, Pins), String> {
     if w.generator.as_deref() == Some("fragmented") {
         let rack_of: Vec<usize> = orrery_policy::foresight::logical::LogicalNetwork::of(topo)
             .ok_or("workload.generator fragmented: expected a leaf-spine topology")?
@@ -993,11 +1070,55 @@ mod tests {
                 if text.contains("kind = \"auction-scale\"") {
                     continue;
                 }
-                parse(&p.display().to_string(), &text).unwrap_or_else(|e| panic!("{e}"));
+                let e = parse(&p.display().to_string(), &text).unwrap_or_else(|e| panic!("{e}"));
+                // Every scenario's jobs pass the workload checks for the first seed.
+                let names: Vec<Option<&str>> = if e.scenarios.is_empty() {
+                    vec![None]
+                } else {
+                    e.scenarios.iter().filter(|s| s.congested.is_empty()).map(|s| Some(s.name.as_str())).collect()
+                };
+                for name in names {
+                    match e.scenario(name, &dir, e.seeds.first().copied().unwrap_or(1)) {
+                        Ok(_) => {}
+                        // Experiments on ../shared/data skip where it is absent.
+                        Err(msg) if msg.contains("No such file") => eprintln!("skipped: {msg}"),
+                        Err(msg) => panic!("{}: {name:?}: {msg}", p.display()),
+                    }
+                }
                 n += 1;
             }
         }
         assert!(n >= 20, "{n} experiments");
+    }
+
+    #[test]
+    fn workloads_no_run_could_serve_are_refused_with_the_reason() {
+        let topo = orrery_model::setups::cassini(); // 24 hosts of 1 A100
+        let job = |id: &str, workers: u32| JobSpec::new(id, "vgg16", 32, workers, orrery_model::Work::Iterations(10), 0.0);
+        let check = |jobs: &[JobSpec], pins: &Pins| check_workload(jobs, pins, &topo).expect_err("refused");
+        let none = Pins::new();
+        assert_eq!(check(&[job("a", 1), job("a", 2)], &none), "job id \"a\" is used twice (jobs 1 and 2)");
+        assert_eq!(check(&[job("big", 25)], &none), "job big asks for 25 GPUs; the cluster cassini has 24");
+        let mut wide = job("wide", 1);
+        wide.gpus_per_worker = 2;
+        assert_eq!(check(&[wide], &none), "job wide: a worker asks for 2 GPUs; the largest host of cassini has 1");
+        let mut late = job("late", 1);
+        late.arrival_s = f64::NAN;
+        assert!(check(&[late], &none).starts_with("job late: arrival_s: expected a finite time"));
+        let dep = |id: &str, on: &[&str]| JobSpec { depends_on: on.iter().map(|s| s.to_string()).collect(), ..job(id, 1) };
+        assert_eq!(check(&[dep("a", &["a"])], &none), "job a: depends_on itself");
+        assert_eq!(check(&[dep("a", &["zz"])], &none), "job a: depends_on \"zz\": no such job");
+        assert_eq!(
+            check(&[dep("a", &["c"]), dep("b", &["a"]), dep("c", &["b"]), dep("d", &[]), dep("e", &["d"])], &none),
+            "depends_on: jobs a, b, c can never start: their dependencies form a cycle"
+        );
+        assert!(check_workload(&[dep("a", &[]), dep("b", &["a"]), dep("c", &["a", "b"])], &none, &topo).is_ok());
+        let pins: Pins = [("a".to_string(), vec![(99, 1)])].into_iter().collect();
+        assert_eq!(check(&[job("a", 1)], &pins), "pins: a: host 99: cassini has hosts 0 to 23");
+        let pins: Pins = [("a".to_string(), vec![(0, 2)])].into_iter().collect();
+        assert_eq!(check(&[job("a", 1)], &pins), "pins: a: host 0: 2 GPUs; it has 1");
+        let pins: Pins = [("q".to_string(), vec![(0, 1)])].into_iter().collect();
+        assert_eq!(check(&[job("a", 1)], &pins), "pins: \"q\": no such job");
     }
 
     #[test]
@@ -1046,7 +1167,7 @@ mod tests {
 
     #[test]
     fn scenarios_vary_the_workload_and_bad_ones_are_named() {
-        let base = "name = \"s\"\npolicies = [\"fifo\", \"themis\"]\nbaseline = \"themis\"\n[topology]\nbuiltin = \"metronome\"\n[workload]\ngenerator = \"poisson\"\njobs = 4\n";
+        let base = "name = \"s\"\npolicies = [\"fifo\", \"themis\"]\nbaseline = \"themis\"\n[topology]\nbuiltin = \"metronome\"\n[workload]\ngenerator = \"poisson\"\njobs = 4\n[workload.mix]\nmodels = [\"vgg16\", \"resnet50\"]\nworkers = [[2, 0.5], [4, 0.5]]\niterations = [50, 100]\n";
         let e = parse("s.toml", &format!("{base}[[scenario]]\nname = \"load=0.5\"\nload = 0.5\n[[scenario]]\nname = \"S4\"\n[[scenario.congested]]\nhost = \"worker0\"\n[[scenario.job]]\nid = \"a\"\nmodel = \"bert\"\nbatch = 8\nworkers = 2\nwork = {{ iterations = 3 }}\narrival_s = 0.0\n"))
             .expect("valid");
         let w = e.workloads();
