@@ -107,8 +107,8 @@ impl Request {
         if !(self.link_gbps > 0.0 && self.link_gbps.is_finite()) {
             return Err(format!("link_gbps: expected a positive number, found {}", self.link_gbps));
         }
-        if self.jobs.is_empty() {
-            return Err("jobs: expected at least one job".into());
+        if self.jobs.is_empty() || self.jobs.len() > MAX_JOBS {
+            return Err(format!("jobs: expected 1 to {MAX_JOBS} jobs on the link, found {}", self.jobs.len()));
         }
         self.jobs.iter().enumerate().map(|(i, j)| j.circle(i, self.link_gbps)).collect()
     }
@@ -119,6 +119,13 @@ impl Request {
         let params = Params { precision: self.precision.unwrap_or(72), ..Params::default() };
         let u = unify(&jobs, &params).map_err(|e| e.to_string())?;
         let search = search.unwrap_or_else(|| default_search(&u));
+        let combos = combinations(&u);
+        if combos > MAX_EXACT_COMBINATIONS && !matches!(search, Search::Heuristic { .. }) {
+            return Err(format!(
+                "search: {combos:.1e} combinations of rotations is too many for an exact search \
+                 (at most {MAX_EXACT_COMBINATIONS:.0e}); use the heuristic (--search heuristic)"
+            ));
+        }
         let sol = solve(&u, self.link_gbps, search);
         let unrotated = crate::score::compatibility(&crate::score::demand(&u, &vec![0; u.jobs.len()]), self.link_gbps);
         let shifts = sol.shifts_ms(&u);
@@ -149,8 +156,21 @@ impl Request {
 /// Optimal with cushion when the combinations are few enough (≤ 2·10⁷),
 /// else the heuristic.
 pub fn default_search(u: &UnifiedCircle) -> Search {
-    let combos = (0..u.jobs.len()).fold(1f64, |acc, j| acc * range(u, j) as f64);
-    if combos <= 2e7 { Search::OptimalCushion } else { Search::Heuristic { restarts: 16, seed: 0 } }
+    if combinations(u) <= MAX_EXACT_COMBINATIONS {
+        Search::OptimalCushion
+    } else {
+        Search::Heuristic { restarts: 16, seed: 0 }
+    }
+}
+
+/// Most jobs in one request.
+pub const MAX_JOBS: usize = 64;
+/// Most combinations of rotations an exact search is asked to cover.
+pub const MAX_EXACT_COMBINATIONS: f64 = 2e7;
+
+/// Combinations of rotations of the jobs of `u`: Π_j K_j.
+fn combinations(u: &UnifiedCircle) -> f64 {
+    (0..u.jobs.len()).fold(1f64, |acc, j| acc * range(u, j) as f64)
 }
 
 impl JobInput {
@@ -233,6 +253,41 @@ mod tests {
 
     fn err(text: &str) -> String {
         parse("req.json", text).and_then(|r| r.circles().map(|_| ())).expect_err("should fail")
+    }
+
+    fn request(precision: usize, periods: &[f64]) -> String {
+        let jobs: Vec<String> = periods
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                format!(r#"{{"name": "j{i}", "period_ms": {p:?}, "phases": [{{"start_ms": 0, "duration_ms": 10, "gbps": 30}}]}}"#)
+            })
+            .collect();
+        format!(r#"{{"link_gbps": 50, "precision": {precision}, "jobs": [{}]}}"#, jobs.join(","))
+    }
+
+    fn solve_err(text: &str, search: Option<Search>) -> String {
+        parse("req.json", text).and_then(|r| r.solve(search).map(|_| ())).expect_err("should fail")
+    }
+
+    #[test]
+    fn inputs_that_would_hang_or_exhaust_memory_are_refused() {
+        // A 1e300 ms reference puts 1.7e298 iterations of a 60 ms job on the circle.
+        let e = solve_err(&request(72, &[1e300, 60.0]), None);
+        assert!(e.starts_with("job j1: 1.6666666666666668e298 iterations of 60.0 ms"), "{e}");
+        assert_eq!(
+            solve_err(&request(100_000_000, &[40.0, 60.0]), None),
+            "precision must be from 4 to 36000 angular steps, found 100000000"
+        );
+        assert_eq!(err(&request(72, &[100.0; 65])), "jobs: expected 1 to 64 jobs on the link, found 65");
+        // Ten jobs of mixed periods: 1.3e8 combinations, too many for an exact search...
+        let ten = request(72, &[40.0, 60.0, 80.0, 100.0, 120.0, 40.0, 60.0, 80.0, 100.0, 120.0]);
+        let e = solve_err(&ten, Some(Search::FastFeasible));
+        assert!(e.contains("too many for an exact search") && e.contains("--search heuristic"), "{e}");
+        // ...and the heuristic answers within its budget.
+        let r = parse("req.json", &ten).expect("parses");
+        let (_, sol, _) = r.solve(Some(Search::Heuristic { restarts: 100, seed: 1 })).expect("solves");
+        assert!(sol.score > 0.0 && sol.evaluated <= crate::search::HEURISTIC_BUDGET, "{sol:?}");
     }
 
     #[test]

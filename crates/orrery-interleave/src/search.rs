@@ -41,7 +41,8 @@ pub enum Search {
     /// Coordinate descent from a beam-search start, then `restarts` more descents
     /// (seeded), alternating random starts and kicks of the best so far
     /// (iterated local search), then pair moves on the best: for 6–10 jobs
-    /// where exhaustive search explodes.
+    /// where exhaustive search explodes. Restarts and pair moves stop once
+    /// [`HEURISTIC_BUDGET`] rotations have been evaluated.
     /// O((1 + restarts) · rounds · jobs · K · nnz + rounds · jobs² · K² · nnz).
     Heuristic {
         /// Random restarts after the greedy start.
@@ -243,7 +244,7 @@ impl<'a> Dfs<'a> {
     fn cushion_needed(&self) -> Option<usize> {
         match &self.best {
             Some((_, None, _)) => None,
-            Some((_, Some(b), _)) => Some((b + 1).max(self.psi_floor)),
+            Some((_, Some(b), _)) => b.checked_add(1).map(|n| n.max(self.psi_floor)),
             None => Some(self.psi_floor),
         }
     }
@@ -268,7 +269,9 @@ impl<'a> Dfs<'a> {
     /// `field`, or `None` as soon as it is below `need`. O(nnz_r).
     fn cushion_at(&self, field: &[usize], r: usize, k: usize, need: usize) -> Option<usize> {
         let a = self.u.precision;
-        let mut least = usize::MAX;
+        // As `min_over_support(..).saturating_sub(1)`: a job with no bins of
+        // demand is usize::MAX − 1 away.
+        let mut least = usize::MAX - 1;
         for &(b, _) in &self.supports[r] {
             let i = b + k;
             let d = field[if i >= a { i - a } else { i }].saturating_sub(1);
@@ -631,6 +634,11 @@ fn heuristic(u: &UnifiedCircle, capacity: f64, restarts: u32, seed: u64) -> Solu
     let mut best: Option<Solution> = None;
     let mut evaluated = 0u64;
     for attempt in 0..=restarts {
+        // Bounded work: restarts stop once the budget is spent (the first
+        // descent always runs).
+        if attempt > 0 && evaluated >= HEURISTIC_BUDGET {
+            break;
+        }
         let mut rot = vec![0usize; n];
         if attempt == 0 {
             rot = beam(u, capacity, BEAM_WIDTH, &mut evaluated);
@@ -669,10 +677,13 @@ fn heuristic(u: &UnifiedCircle, capacity: f64, restarts: u32, seed: u64) -> Solu
 fn pair_moves(u: &UnifiedCircle, capacity: f64, sol: &mut Solution, evaluated: &mut u64) {
     let free: Vec<usize> = (0..u.jobs.len()).filter(|&j| j != u.reference).collect();
     let mut s = crate::score::demand(u, &sol.rotations);
-    for _round in 0..20 {
+    'rounds: for _round in 0..20 {
         let mut improved = false;
         for (x, &i) in free.iter().enumerate() {
             for &j in &free[x + 1..] {
+                if *evaluated >= HEURISTIC_BUDGET {
+                    break 'rounds;
+                }
                 sub_rotated(&mut s, &u.jobs[i].demand, sol.rotations[i]);
                 sub_rotated(&mut s, &u.jobs[j].demand, sol.rotations[j]);
                 let mut best = (sol.rotations[i], sol.rotations[j], sol.excess);
@@ -700,6 +711,11 @@ fn pair_moves(u: &UnifiedCircle, capacity: f64, sol: &mut Solution, evaluated: &
     }
     sol.cushion_bins = cushion(u, &sol.rotations, capacity);
 }
+
+/// Rotations the heuristic evaluates at most (each O(nnz)) before it stops
+/// restarting and polishing: about a second on this machine, whatever the
+/// number of jobs or the precision.
+pub const HEURISTIC_BUDGET: u64 = 20_000_000;
 
 /// States kept per level by [`beam`].
 const BEAM_WIDTH: usize = 256;

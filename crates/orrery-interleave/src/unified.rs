@@ -107,10 +107,30 @@ pub enum UnifyError {
         /// The period.
         period_ms: f64,
     },
-    /// The precision is too small.
-    #[error("precision must be at least 4 angular steps, found {0}")]
+    /// The precision is outside 4..=[`MAX_PRECISION`].
+    #[error("precision must be from 4 to {MAX_PRECISION} angular steps, found {0}")]
     BadPrecision(usize),
+    /// A job would repeat more often on the circle than anything can resolve.
+    #[error(
+        "job {job}: {iterations:e} iterations of {period_ms:?} ms on a {perimeter_ms:?} ms circle; expected at most {MAX_ITERATIONS_ON_CIRCLE}"
+    )]
+    TooManyIterations {
+        /// Job name.
+        job: String,
+        /// Its iterations on the circle.
+        iterations: f64,
+        /// Its period.
+        period_ms: f64,
+        /// The unified perimeter.
+        perimeter_ms: f64,
+    },
 }
+
+/// Finest angular resolution accepted (0.01°).
+pub const MAX_PRECISION: usize = 36_000;
+/// Most iterations of one job on the unified circle (a 1 ms job against a
+/// 60 s reference has 60,000).
+pub const MAX_ITERATIONS_ON_CIRCLE: f64 = 100_000.0;
 
 const EXACT_TOL_MS: f64 = 1e-3;
 
@@ -132,7 +152,7 @@ pub fn unify(jobs: &[CircleJob], p: &Params) -> Result<UnifiedCircle, UnifyError
     if jobs.is_empty() {
         return Err(UnifyError::Empty);
     }
-    if p.precision < 4 {
+    if !(4..=MAX_PRECISION).contains(&p.precision) {
         return Err(UnifyError::BadPrecision(p.precision));
     }
     for j in jobs {
@@ -199,6 +219,18 @@ pub fn unify(jobs: &[CircleJob], p: &Params) -> Result<UnifiedCircle, UnifyError
         let (gap, perimeter) = best_fallback.unwrap_or((0.0, t_ref));
         (perimeter, Approximation::Fallback { max_gap_ms: gap })
     });
+    // Bounded work: bin_demand walks every iteration of every arc.
+    for j in jobs {
+        let n = (perimeter / j.circle.period_ms).round();
+        if n > MAX_ITERATIONS_ON_CIRCLE {
+            return Err(UnifyError::TooManyIterations {
+                job: j.name.clone(),
+                iterations: n,
+                period_ms: j.circle.period_ms,
+                perimeter_ms: perimeter,
+            });
+        }
+    }
     let unified = jobs
         .iter()
         .map(|j| {
