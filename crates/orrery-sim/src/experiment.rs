@@ -916,7 +916,12 @@ pub fn check_workload(jobs: &[JobSpec], pins: &Pins, topo: &Topology) -> Result<
     Ok(())
 }
 
-fn generate_workload(w: &WorkloadSpec, base: &Path, topo: &Topology, seed: u64) -> Result<(Vec<JobSpec>, Pins), String> {
+fn generate_workload(
+    w: &WorkloadSpec,
+    base: &Path,
+    topo: &Topology,
+    seed: u64,
+) -> Result<(Vec<JobSpec>, Pins), String> {
     if w.generator.as_deref() == Some("fragmented") {
         let rack_of: Vec<usize> = orrery_policy::foresight::logical::LogicalNetwork::of(topo)
             .ok_or("workload.generator fragmented: expected a leaf-spine topology")?
@@ -1094,7 +1099,8 @@ mod tests {
     #[test]
     fn workloads_no_run_could_serve_are_refused_with_the_reason() {
         let topo = orrery_model::setups::cassini(); // 24 hosts of 1 A100
-        let job = |id: &str, workers: u32| JobSpec::new(id, "vgg16", 32, workers, orrery_model::Work::Iterations(10), 0.0);
+        let job =
+            |id: &str, workers: u32| JobSpec::new(id, "vgg16", 32, workers, orrery_model::Work::Iterations(10), 0.0);
         let check = |jobs: &[JobSpec], pins: &Pins| check_workload(jobs, pins, &topo).expect_err("refused");
         let none = Pins::new();
         assert_eq!(check(&[job("a", 1), job("a", 2)], &none), "job id \"a\" is used twice (jobs 1 and 2)");
@@ -1105,7 +1111,8 @@ mod tests {
         let mut late = job("late", 1);
         late.arrival_s = f64::NAN;
         assert!(check(&[late], &none).starts_with("job late: arrival_s: expected a finite time"));
-        let dep = |id: &str, on: &[&str]| JobSpec { depends_on: on.iter().map(|s| s.to_string()).collect(), ..job(id, 1) };
+        let dep =
+            |id: &str, on: &[&str]| JobSpec { depends_on: on.iter().map(|s| s.to_string()).collect(), ..job(id, 1) };
         assert_eq!(check(&[dep("a", &["a"])], &none), "job a: depends_on itself");
         assert_eq!(check(&[dep("a", &["zz"])], &none), "job a: depends_on \"zz\": no such job");
         assert_eq!(

@@ -26,7 +26,7 @@ pub fn zoo_name(job_type: &str) -> Option<&'static str> {
 /// Splits `ResNet-50 (batch size 64)` into `("ResNet-50", Some(64))`.
 pub fn split_job_type(s: &str) -> (&str, Option<u32>) {
     match s.split_once(" (batch size ") {
-        Some((name, rest)) => (name.trim(), rest.trim_end_matches(')').trim().parse().ok()),
+        Some((name, rest)) => (name.trim(), rest.trim_end_matches(')').trim().parse().ok().filter(|&b| b > 0)),
         None => (s.trim(), None),
     }
 }
@@ -39,6 +39,15 @@ pub fn parse(file: &str, text: &str) -> Parsed<JobSpec> {
     for_each_row(file, text, b'\t', false, &header, |row| {
         let raw = row.text(0)?;
         let (name, batch) = split_job_type(raw);
+        // A batch that is written must be read: "(batch size abc)" is an
+        // error, not the model's default.
+        if batch.is_none() && raw.contains(" (batch size ") {
+            return Err(row.at.field(
+                "job_type",
+                "a batch size that is a positive integer, as in `ResNet-50 (batch size 64)`",
+                raw,
+            ));
+        }
         let model = zoo_name(name).ok_or_else(|| {
             row.at.field(
                 "job_type",

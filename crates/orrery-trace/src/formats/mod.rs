@@ -149,28 +149,33 @@ pub(crate) struct Row<'r> {
 impl<'r> Row<'r> {
     /// The raw text of column `i` (named `name` in messages).
     pub fn text(&self, i: usize) -> Result<&'r str, Diagnostic> {
-        let name = self.header.get(i).map_or("?", String::as_str);
+        let name = self.name(i);
         self.record.get(i).map(str::trim).ok_or_else(|| {
-            self.at.field(name, format!("{} columns", self.header.len()), format!("{} columns", self.record.len()))
+            self.at.field(&name, format!("{} columns", self.header.len()), format!("{} columns", self.record.len()))
         })
+    }
+
+    /// The header's name of column `i` ("column N" past a short header).
+    fn name(&self, i: usize) -> String {
+        self.header.get(i).cloned().unwrap_or_else(|| format!("column {}", i + 1))
     }
 
     /// Column `i` parsed as `T`; `what` describes the expected value.
     pub fn get<T: FromStr>(&self, i: usize, what: &str) -> Result<T, Diagnostic> {
         let raw = self.text(i)?;
-        raw.parse::<T>().map_err(|_| self.at.field(&self.header[i], what, raw))
+        raw.parse::<T>().map_err(|_| self.at.field(&self.name(i), what, raw))
     }
 
     /// A finite, non-negative number.
     pub fn non_negative(&self, i: usize) -> Result<f64, Diagnostic> {
         let v: f64 = self.get(i, "a non-negative number")?;
-        if v.is_finite() && v >= 0.0 { Ok(v) } else { Err(self.at.field(&self.header[i], "a non-negative number", v)) }
+        if v.is_finite() && v >= 0.0 { Ok(v) } else { Err(self.at.field(&self.name(i), "a non-negative number", v)) }
     }
 
     /// A positive integer.
     pub fn positive(&self, i: usize) -> Result<u32, Diagnostic> {
         let v: u32 = self.get(i, "a positive integer")?;
-        if v > 0 { Ok(v) } else { Err(self.at.field(&self.header[i], "a positive integer", v)) }
+        if v > 0 { Ok(v) } else { Err(self.at.field(&self.name(i), "a positive integer", v)) }
     }
 }
 
