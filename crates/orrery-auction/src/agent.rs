@@ -188,6 +188,16 @@ impl Agent {
         &self.placed
     }
 
+    /// Auctions open here.
+    pub fn open_auctions(&self) -> usize {
+        self.open.len()
+    }
+
+    /// Whether this agent has heard of the job (open or decided).
+    pub fn knows(&self, job: u64) -> bool {
+        self.open.contains_key(&job) || self.decided.contains_key(&job)
+    }
+
     /// Whether any auction is open here.
     pub fn is_idle(&self) -> bool {
         self.open.is_empty()

@@ -40,6 +40,24 @@ pub enum Body {
     Submit(JobRequest),
     /// A placed job finished (from a client).
     Finish(u64),
+    /// An agent's answer to a submission (to the client).
+    Receipt {
+        /// The job.
+        job: u64,
+        /// What became of it.
+        outcome: Receipt,
+    },
+}
+
+/// What an agent did with a submitted job.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Receipt {
+    /// Its auction is open (or was already, or is decided).
+    Accepted,
+    /// Too many auctions are open here: send it again later.
+    Busy,
+    /// It can never be placed: the reason.
+    Refused(String),
 }
 
 /// A datagram before sealing.

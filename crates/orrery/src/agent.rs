@@ -21,7 +21,7 @@ use anyhow::{Context, Result, anyhow, bail};
 use clap::Args as ClapArgs;
 use orrery_auction::agent::{Agent, Config, Output, Verdict};
 use orrery_auction::utility::{BidPolicy, Demand, JobRequest, Placement, Resources, Usage, Utility};
-use orrery_auction::wire::{self, Body, CLIENT, Envelope, Key};
+use orrery_auction::wire::{self, Body, CLIENT, Envelope, Key, Receipt};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -201,11 +201,98 @@ async fn submit(file: &Path, to: SocketAddr, key: &Key, topology_name: &str) -> 
         job.check().and_then(|()| fits_cluster(&job, &topo)).map_err(|e| anyhow!("{}: {e}", at()))?;
         jobs.push(job);
     }
-    let sock = UdpSocket::bind("127.0.0.1:0").await?;
-    for job in jobs {
-        sock.send_to(&wire::seal(key, &Envelope { sender: CLIENT, body: Body::Submit(job) }), to).await?;
+    let total = jobs.len();
+    let (outcome, busy) = send_jobs(jobs, to, key).await?;
+    let refused: Vec<String> =
+        outcome.iter().filter_map(|(id, o)| o.as_ref().err().map(|e| format!("job {id}: {e}"))).collect();
+    eprintln!("{} of {total} jobs accepted by {to} ({busy} busy answers, sent again)", total - refused.len());
+    if !refused.is_empty() {
+        bail!("{} of {total} jobs were not accepted:\n  {}", refused.len(), refused.join("\n  "));
     }
     Ok(())
+}
+
+/// Most auctions an agent holds open; a submission beyond is answered
+/// [`Receipt::Busy`] and the client sends it again later.
+const MAX_OPEN_AUCTIONS: usize = 64;
+/// Submissions a client has in flight (sent, not yet answered): more than an
+/// agent holds open, so that a burst meets the agent's back-pressure.
+const SUBMIT_WINDOW: usize = 128;
+/// A submission unanswered this long is sent again, ms.
+const SUBMIT_RETRY_MS: u64 = 300;
+/// Sends of one submission before it counts as unanswered.
+const SUBMIT_TRIES: u32 = 8;
+/// A busy agent is asked again after this long, ms.
+const BUSY_BACKOFF_MS: u64 = 250;
+/// Busy answers accepted for one job before the client gives up on it.
+const BUSY_TRIES: u32 = 400;
+
+/// Sends jobs with at most [`SUBMIT_WINDOW`] in flight, re-sending those
+/// unanswered and, later, those the agent was too busy for. Returns each job's
+/// outcome: accepted, or why not (refused, still busy, unanswered), and how
+/// many busy answers came back.
+async fn send_jobs(
+    jobs: Vec<JobRequest>,
+    to: SocketAddr,
+    key: &Key,
+) -> Result<(BTreeMap<u64, Result<(), String>>, u64)> {
+    struct Pending {
+        bytes: Vec<u8>,
+        due: Instant,
+        sent: u32,
+        busy: u32,
+    }
+    let bind = if to.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" };
+    let sock = UdpSocket::bind(bind).await?;
+    let mut queue: std::collections::VecDeque<(u64, Vec<u8>)> = jobs
+        .into_iter()
+        .map(|j| (j.id, wire::seal(key, &Envelope { sender: CLIENT, body: Body::Submit(j) })))
+        .collect();
+    let mut flight: BTreeMap<u64, Pending> = BTreeMap::new();
+    let mut done: BTreeMap<u64, Result<(), String>> = BTreeMap::new();
+    let mut buf = vec![0u8; 65_536];
+    let mut busy = 0u64;
+    while !queue.is_empty() || !flight.is_empty() {
+        while flight.len() < SUBMIT_WINDOW {
+            let Some((id, bytes)) = queue.pop_front() else { break };
+            flight.insert(id, Pending { bytes, due: Instant::now(), sent: 0, busy: 0 });
+        }
+        let now = Instant::now();
+        for (&id, p) in flight.iter_mut().filter(|(_, p)| p.due <= now) {
+            if p.sent >= SUBMIT_TRIES {
+                done.insert(id, Err(format!("no answer after {SUBMIT_TRIES} sends")));
+                continue;
+            }
+            sock.send_to(&p.bytes, to).await?;
+            p.sent += 1;
+            p.due = now + Duration::from_millis(SUBMIT_RETRY_MS);
+        }
+        flight.retain(|id, _| !done.contains_key(id));
+        let next = flight.values().map(|p| p.due).min().unwrap_or(now);
+        let wait = next.saturating_duration_since(Instant::now()).max(Duration::from_millis(1));
+        let Ok(Ok((n, _))) = tokio::time::timeout(wait, sock.recv_from(&mut buf)).await else { continue };
+        let Ok(Envelope { body: Body::Receipt { job, outcome }, .. }) = wire::open(key, &buf[..n]) else { continue };
+        let Some(p) = flight.get_mut(&job) else { continue };
+        match outcome {
+            Receipt::Accepted => {
+                done.insert(job, Ok(()));
+            }
+            Receipt::Refused(reason) => {
+                done.insert(job, Err(format!("refused: {reason}")));
+            }
+            Receipt::Busy if p.busy + 1 >= BUSY_TRIES => {
+                done.insert(job, Err(format!("the agent stayed busy ({BUSY_TRIES} tries)")));
+            }
+            Receipt::Busy => {
+                busy += 1;
+                p.busy += 1;
+                p.sent = 0;
+                p.due = Instant::now() + Duration::from_millis(BUSY_BACKOFF_MS);
+            }
+        }
+        flight.retain(|id, _| !done.contains_key(id));
+    }
+    Ok((done, busy))
 }
 
 async fn serve(args: &Args, key: &Key) -> Result<()> {
@@ -265,6 +352,7 @@ async fn serve(args: &Args, key: &Key) -> Result<()> {
     loop {
         let wait = agent.next_deadline().map_or(50_000, |d| d.saturating_sub(now())).clamp(100, 50_000);
         let mut out = Vec::new();
+        let mut receipts: Vec<(SocketAddr, Body)> = Vec::new();
         tokio::select! {
             r = sock.recv_from(&mut buf) => {
                 // Errors such as an ICMP "port unreachable" from a peer that
@@ -280,15 +368,29 @@ async fn serve(args: &Args, key: &Key) -> Result<()> {
                 let admitted = wire::open(key, &buf[..n]).map_err(|e| e.to_string()).and_then(|env| {
                     match (env.sender, env.body) {
                         (CLIENT, Body::Submit(job)) => {
-                            job.check().and_then(|()| fits_cluster(&job, &topo))?;
-                            agent.submit(now(), job, &mut out);
+                            // Every submission is answered: accepted, busy
+                            // (back-pressure: the client sends it again
+                            // later) or refused with the reason.
+                            let outcome = match job.check().and_then(|()| fits_cluster(&job, &topo)) {
+                                Err(reason) => Receipt::Refused(reason),
+                                Ok(()) if !agent.knows(job.id) && agent.open_auctions() >= MAX_OPEN_AUCTIONS => {
+                                    Receipt::Busy
+                                }
+                                Ok(()) => {
+                                    agent.submit(now(), job.clone(), &mut out);
+                                    Receipt::Accepted
+                                }
+                            };
+                            receipts.push((from, Body::Receipt { job: job.id, outcome }));
                             Ok(())
                         }
                         (CLIENT, Body::Finish(job)) => {
                             agent.finish(job);
                             Ok(())
                         }
-                        (CLIENT, Body::Protocol(_)) => Err("protocol traffic from a client".into()),
+                        (CLIENT, Body::Protocol(_) | Body::Receipt { .. }) => {
+                            Err("protocol traffic from a client".into())
+                        }
                         (s, Body::Protocol(msg)) if peers.get(&s) == Some(&from) && s != id => {
                             refused_bids += agent.receive_from(now(), s, msg, &mut out) as u64;
                             Ok(())
@@ -302,6 +404,9 @@ async fn serve(args: &Args, key: &Key) -> Result<()> {
                 }
             }
             _ = tokio::time::sleep(Duration::from_micros(wait)) => {}
+        }
+        for (to, body) in receipts.drain(..) {
+            let _ = sock.send_to(&wire::seal(key, &Envelope { sender: id, body }), to).await;
         }
         agent.tick(now(), &mut out);
         let mut decided = false;

@@ -249,7 +249,8 @@ fn forged_and_replayed_datagrams_change_nothing_and_a_killed_agent_restarts_with
     std::thread::sleep(Duration::from_millis(900));
     // Agent 1 wrote its state when job 30 was decided, after the forgeries.
     let attacked = read_state(&state(1));
-    assert_eq!(attacked["bad_datagrams"].as_u64(), Some(forged.len() as u64), "{attacked}");
+    // The two invalid jobs were authentic: they are answered "refused", not counted as bad.
+    assert_eq!(attacked["bad_datagrams"].as_u64(), Some(forged.len() as u64 - 2), "{attacked}");
     assert_eq!(attacked["refused_bids"].as_u64(), Some(2), "{attacked}");
     // Job 30 was auctioned among the real agents; node 3 did not win both
     // components on peer 7's word (1e9 would have beaten every honest bid).
@@ -295,4 +296,54 @@ fn forged_and_replayed_datagrams_change_nothing_and_a_killed_agent_restarts_with
         assert!((used - on_node.get(&id).copied().unwrap_or(0.0)).abs() < 1e-9, "agent {id}: {used} GPUs committed");
         assert!(s["free"]["gpus"].as_f64().unwrap_or(-1.0) >= 0.0);
     }
+}
+
+#[test]
+fn a_burst_of_submissions_is_answered_and_every_agent_decides_every_job_alike() {
+    let scratch = scratch_dir();
+    let dir = scratch.path().to_path_buf();
+    key_file(&dir);
+    let ports: Vec<u16> =
+        (0..4).map(|_| UdpSocket::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()).collect();
+    let addrs: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+    let peers = dir.join("peers.txt");
+    std::fs::write(&peers, addrs.iter().enumerate().map(|(i, a)| format!("{i} {a}\n")).collect::<String>())
+        .expect("peers file");
+    let state = |i: usize| dir.join(format!("agent-{i}.json"));
+    let mut children: Vec<(usize, Child)> = (0..4).map(|i| (i, spawn_agent(&dir, &peers, i, &state(i)))).collect();
+    let start = Instant::now();
+    while !(0..4).all(|i| state(i).exists()) {
+        assert!(start.elapsed() < Duration::from_secs(20), "agents did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // 150 one-GPU jobs in one file, more than an agent holds open at once
+    // (64): the rest are answered "busy" and sent again.
+    const JOBS: u64 = 150;
+    let file = dir.join("burst.jsonl");
+    std::fs::write(&file, (1..=JOBS).map(|j| job_line(j, 1, 1.0) + "\n").collect::<String>()).expect("jobs");
+    let out = Command::new(env!("CARGO_BIN_EXE_orrery"))
+        .args(["agent", "--submit"])
+        .arg(&file)
+        .args(["--to", &addrs[0], "--key"])
+        .arg(dir.join("cluster.key"))
+        .output()
+        .expect("submit");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && err.contains("150 of 150 jobs accepted"), "{err}");
+    let busy: u64 =
+        err.split(" busy answers").next().and_then(|h| h.rsplit('(').next()).and_then(|n| n.parse().ok()).unwrap_or(0);
+    assert!(busy > 0, "the burst never met back-pressure: {err}");
+    wait_all(&mut children, Duration::from_secs(60));
+    let states: Vec<serde_json::Value> = (0..4).map(|i| read_state(&state(i))).collect();
+    let verdicts = |s: &serde_json::Value| s["verdicts"].as_object().cloned().unwrap_or_default();
+    let first = verdicts(&states[0]);
+    assert_eq!(first.len(), JOBS as usize);
+    for s in &states[1..] {
+        let other = verdicts(s);
+        let differ: Vec<&String> = first.keys().filter(|k| other.get(*k) != first.get(*k)).collect();
+        assert!(differ.is_empty(), "agent {} decides {} jobs otherwise: {differ:?}", s["id"], differ.len());
+    }
+    // 32 GPUs, one per job, nothing finishes: exactly 32 placed.
+    let placed = first.values().filter(|v| v.get("Placed").is_some()).count();
+    assert_eq!(placed, 32, "{first:?}");
 }
