@@ -98,6 +98,9 @@ pub enum Output {
     },
 }
 
+/// A job placed and running, with its placement.
+pub type PlacedJob = (JobRequest, Placement);
+
 /// How an auction ended at one node.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Verdict {
@@ -297,6 +300,49 @@ impl Agent {
             self.apply(&job, &placement, 1.0);
             self.placed.insert(job.id, (job, placement));
         }
+    }
+
+    /// Learns from a peer what was decided while this agent was away: the
+    /// verdicts of jobs it has not heard of, and the placements among them
+    /// still running, which it commits (its own components included). A
+    /// placement that would take more than this node has left is not
+    /// committed. Returns the jobs learnt.
+    pub fn learn(&mut self, verdicts: Vec<(u64, Verdict)>, placed: Vec<PlacedJob>) -> usize {
+        let mut learnt = 0;
+        let mut new_jobs = std::collections::BTreeSet::new();
+        for (job, verdict) in verdicts {
+            if !self.knows(job) {
+                self.decided.insert(job, verdict);
+                new_jobs.insert(job);
+                learnt += 1;
+            }
+        }
+        for (job, placement) in placed {
+            let agreed = matches!(self.decided.get(&job.id), Some(Verdict::Placed(p)) if *p == placement);
+            if !agreed || !new_jobs.contains(&job.id) || job.check().is_err() || self.placed.contains_key(&job.id) {
+                continue;
+            }
+            let mut mine = self.resources;
+            for (role, nodes) in placement.iter().enumerate() {
+                if let Some(&(_, k)) = nodes.iter().find(|&&(n, _)| n == self.id) {
+                    mine.take(&job.demand(role), k as f64);
+                }
+            }
+            if [mine.free.gpus, mine.free.cpus, mine.free.mem_gib].iter().any(|&f| f < -1e-9) {
+                continue;
+            }
+            self.apply(&job, &placement, 1.0);
+            self.placed.insert(job.id, (job, placement));
+        }
+        learnt
+    }
+
+    /// What this agent would tell a restarted peer: every verdict and the
+    /// placements still running.
+    pub fn decided_and_placed(&self) -> (Vec<(u64, Verdict)>, Vec<PlacedJob>) {
+        let mut verdicts: Vec<(u64, Verdict)> = self.decided.iter().map(|(k, v)| (*k, v.clone())).collect();
+        verdicts.sort_by_key(|v| v.0);
+        (verdicts, self.placed.values().cloned().collect())
     }
 
     /// A placed job finished: give back its resources and bandwidth.

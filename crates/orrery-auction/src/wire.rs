@@ -40,6 +40,15 @@ pub enum Body {
     Submit(JobRequest),
     /// A placed job finished (from a client).
     Finish(u64),
+    /// A restarted agent asks a peer what was decided.
+    SyncRequest,
+    /// A peer's answer to [`Body::SyncRequest`], in chunks that fit a datagram.
+    SyncReply {
+        /// Verdicts by job.
+        verdicts: Vec<(u64, crate::agent::Verdict)>,
+        /// Placements still running.
+        placed: Vec<(JobRequest, crate::utility::Placement)>,
+    },
     /// An agent's answer to a submission (to the client).
     Receipt {
         /// The job.

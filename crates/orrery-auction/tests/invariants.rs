@@ -303,3 +303,26 @@ fn scaling_rows_hold_the_guarantees() {
     // More agents, more messages.
     assert!(rows.windows(2).all(|w| w[1].messages > w[0].messages));
 }
+
+/// A restarted agent learns what its peers decided, but never commits a
+/// placement beyond what its node has left, and never overrides what it knows.
+#[test]
+fn learning_from_peers_never_commits_beyond_the_node() {
+    let (map, res) = cluster(4, &[]);
+    let config = Config::new(BidPolicy::aware(Utility::Lgf));
+    let mut a = Agent::new(1, vec![0, 2, 3], res[1], map, config);
+    let four = |id| job(id, Arch::Ring, 2, 4.0, 1.0);
+    // Job 1: two 4-GPU workers on node 1 (8 GPUs, all of it). Job 2: three more on node 1.
+    let p1 = vec![vec![(1u32, 2usize)]];
+    let p2 = vec![vec![(1u32, 3usize)]];
+    let learnt = a.learn(
+        vec![(1, Verdict::Placed(p1.clone())), (2, Verdict::Placed(p2.clone()))],
+        vec![(four(1), p1), (four(2), p2)],
+    );
+    assert_eq!(learnt, 2);
+    assert_eq!(a.committed_free().free.gpus, 0.0, "job 1 committed, job 2 (12 more GPUs) refused");
+    assert_eq!(a.placed().len(), 1);
+    // What it already knows is not overridden.
+    assert_eq!(a.learn(vec![(1, Verdict::Aborted)], Vec::new()), 0);
+    assert_eq!(a.verdicts().get(&1).map(|v| matches!(v, Verdict::Placed(_))), Some(true));
+}

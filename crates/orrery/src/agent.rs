@@ -346,13 +346,15 @@ async fn serve(args: &Args, key: &Key) -> Result<()> {
     let mut sent = (0u64, 0u64, 0usize);
     let mut bad = 0u64;
     let mut refused_bids = 0u64;
+    let (mut synced, mut last_sync) = (false, Instant::now() - Duration::from_secs(2));
+    let mut wrote_verdicts = agent.verdicts().len();
     let mut buf = vec![0u8; 65_536];
     write_state(args, &agent, total, sent, (bad, refused_bids))?;
     eprintln!("agent {id} listening on {own}");
     loop {
         let wait = agent.next_deadline().map_or(50_000, |d| d.saturating_sub(now())).clamp(100, 50_000);
         let mut out = Vec::new();
-        let mut receipts: Vec<(SocketAddr, Body)> = Vec::new();
+        let mut replies: Vec<(SocketAddr, Body)> = Vec::new();
         tokio::select! {
             r = sock.recv_from(&mut buf) => {
                 // Errors such as an ICMP "port unreachable" from a peer that
@@ -381,7 +383,7 @@ async fn serve(args: &Args, key: &Key) -> Result<()> {
                                     Receipt::Accepted
                                 }
                             };
-                            receipts.push((from, Body::Receipt { job: job.id, outcome }));
+                            replies.push((from, Body::Receipt { job: job.id, outcome }));
                             Ok(())
                         }
                         (CLIENT, Body::Finish(job)) => {
@@ -395,6 +397,29 @@ async fn serve(args: &Args, key: &Key) -> Result<()> {
                             refused_bids += agent.receive_from(now(), s, msg, &mut out) as u64;
                             Ok(())
                         }
+                        (s, Body::SyncRequest) if peers.get(&s) == Some(&from) && s != id => {
+                            let (verdicts, placed) = agent.decided_and_placed();
+                            // Chunks of 40 jobs keep each reply well inside a
+                            // datagram; a job's placement travels with its
+                            // verdict. An empty reply still says "nothing".
+                            for chunk in verdicts.chunks(40) {
+                                let ids: std::collections::BTreeSet<u64> = chunk.iter().map(|v| v.0).collect();
+                                let placed = placed.iter().filter(|p| ids.contains(&p.0.id)).cloned().collect();
+                                replies.push((from, Body::SyncReply { verdicts: chunk.to_vec(), placed }));
+                            }
+                            if verdicts.is_empty() {
+                                replies.push((from, Body::SyncReply { verdicts: Vec::new(), placed: Vec::new() }));
+                            }
+                            Ok(())
+                        }
+                        (s, Body::SyncReply { verdicts, placed }) if peers.get(&s) == Some(&from) && s != id => {
+                            synced = true;
+                            let learnt = agent.learn(verdicts, placed);
+                            if learnt > 0 {
+                                eprintln!("agent {id}: learnt {learnt} decided jobs from agent {s}");
+                            }
+                            Ok(())
+                        }
                         (s, _) => Err(format!("sender id {s} is not the peer at this address")),
                     }
                 });
@@ -405,7 +430,15 @@ async fn serve(args: &Args, key: &Key) -> Result<()> {
             }
             _ = tokio::time::sleep(Duration::from_micros(wait)) => {}
         }
-        for (to, body) in receipts.drain(..) {
+        // Until a peer has answered, ask every peer what was decided while
+        // this agent was away (once a second; lost datagrams are asked again).
+        if !synced && last_sync.elapsed() >= Duration::from_secs(1) {
+            last_sync = Instant::now();
+            for (_, &addr) in peers.iter().filter(|&(&p, _)| p != id) {
+                replies.push((addr, Body::SyncRequest));
+            }
+        }
+        for (to, body) in replies.drain(..) {
             let _ = sock.send_to(&wire::seal(key, &Envelope { sender: id, body }), to).await;
         }
         agent.tick(now(), &mut out);
@@ -426,7 +459,8 @@ async fn serve(args: &Args, key: &Key) -> Result<()> {
                 }
             }
         }
-        if decided {
+        if decided || wrote_verdicts != agent.verdicts().len() {
+            wrote_verdicts = agent.verdicts().len();
             write_state(args, &agent, total, sent, (bad, refused_bids))?;
         }
         if let Some(idle) = args.exit_after_idle_s

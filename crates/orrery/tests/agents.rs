@@ -211,6 +211,7 @@ fn forged_and_replayed_datagrams_change_nothing_and_a_killed_agent_restarts_with
         if let Ok((n, from)) = me.recv_from(&mut buf)
             && from.to_string() == addrs[0]
             && captured.is_none()
+            && matches!(wire::open(&key, &buf[..n]), Ok(Envelope { body: Body::Protocol(_), .. }))
         {
             captured = Some(buf[..n].to_vec());
         }
@@ -277,6 +278,24 @@ fn forged_and_replayed_datagrams_change_nothing_and_a_killed_agent_restarts_with
     let after = read_state(&state(v));
     assert_eq!(after["free"], before["free"], "a restarted agent forgot its commitments");
     assert_eq!(after["verdicts"], before["verdicts"]);
+    // Killed again and its state file lost: it re-learns from its peers.
+    let at = children.iter().position(|(i, _)| *i == v).expect("victim");
+    let (_, mut victim) = children.remove(at);
+    victim.kill().expect("kill agent");
+    let _ = victim.wait();
+    std::fs::remove_file(state(v)).expect("remove state");
+    children.push((v, spawn_agent(&dir, &peers, v, &state(v))));
+    let until = Instant::now() + Duration::from_secs(5);
+    let relearnt = loop {
+        let s = state(v).exists().then(|| read_state(&state(v)));
+        if s.as_ref().is_some_and(|s| s["free"] == before["free"]) || Instant::now() > until {
+            break s;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let relearnt = relearnt.expect("state written");
+    assert_eq!(relearnt["free"], before["free"], "a restarted agent without its file offers committed GPUs");
+    assert_eq!(relearnt["verdicts"], before["verdicts"]);
     submit(&dir, &addrs[3], 2, 2, 4);
     // Keep answering nothing; the agents go idle and exit.
     wait_all(&mut children, Duration::from_secs(30));

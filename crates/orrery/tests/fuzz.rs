@@ -262,7 +262,8 @@ proptest! {
                     wire::Body::Protocol(msg) if sender != 1 => { agent.receive_from(now, sender, msg, &mut out); }
                     wire::Body::Submit(job) => agent.submit(now, job, &mut out),
                     wire::Body::Finish(job) => agent.finish(job),
-                    wire::Body::Protocol(_) | wire::Body::Receipt { .. } => {}
+                    wire::Body::SyncReply { verdicts, placed } => { agent.learn(verdicts, placed); }
+                    wire::Body::Protocol(_) | wire::Body::Receipt { .. } | wire::Body::SyncRequest => {}
                 }
             }
             now += 200_000;
