@@ -293,6 +293,40 @@ pub fn line_col(text: &str, offset: usize) -> (usize, usize) {
     (line, column)
 }
 
+/// The line of a field of a TOML document, by its dotted path as error
+/// messages name it (`workload.jobs`, `scenario[2].load`, `sim`): the line of
+/// its key, or of the element for an index. `None` for JSON, a path that is
+/// not there, or a document that does not parse. O(size of the document).
+pub fn line_of(text: &str, path: &str) -> Option<usize> {
+    use toml::de::{DeTable, DeValue};
+    if text.trim_start().starts_with('{') {
+        return None;
+    }
+    let root = DeTable::parse(text).ok()?;
+    let mut table: &DeTable = root.get_ref();
+    let mut at: Option<usize> = None;
+    let mut parts = path.split('.').peekable();
+    while let Some(part) = parts.next() {
+        let (name, index) = match part.split_once('[') {
+            Some((n, rest)) => (n, Some(rest.trim_end_matches(']').parse::<usize>().ok()?)),
+            None => (part, None),
+        };
+        let (key, value) = table.iter().find(|(k, _)| k.get_ref().as_ref() == name)?;
+        at = Some(key.span().start);
+        let mut value = value;
+        if let Some(i) = index {
+            let DeValue::Array(items) = value.get_ref() else { return at.map(|o| line_col(text, o).0) };
+            value = items.get(i)?;
+            at = Some(value.span().start);
+        }
+        if parts.peek().is_some() {
+            let DeValue::Table(t) = value.get_ref() else { break };
+            table = t;
+        }
+    }
+    at.map(|o| line_col(text, o).0)
+}
+
 /// Deserialises a configuration file: JSON if the text starts with `{`, TOML
 /// otherwise; errors carry `file:line:column`. `file` is used in messages only.
 pub fn parse_config<T: serde::de::DeserializeOwned>(file: &str, text: &str) -> Result<T, LoadError> {

@@ -503,6 +503,22 @@ jitter = 0.02
 /// Parses an experiment; messages carry `file:line:column`.
 pub fn parse(file: &str, text: &str) -> Result<Experiment, String> {
     let e: Experiment = orrery_model::setups::parse_config(file, text).map_err(|e| e.to_string())?;
+    check(file, e).map_err(|msg| with_line(file, text, &msg))
+}
+
+/// Adds the line of the field an error names: `f.toml: workload.jobs: ...`
+/// becomes `f.toml:7: workload.jobs: ...`.
+fn with_line(file: &str, text: &str, msg: &str) -> String {
+    let Some(rest) = msg.strip_prefix(&format!("{file}: ")) else { return msg.to_string() };
+    let path: String = rest.chars().take_while(|c| c.is_ascii_alphanumeric() || "._[]".contains(*c)).collect();
+    match orrery_model::setups::line_of(text, &path) {
+        Some(line) if !path.is_empty() => format!("{file}:{line}: {rest}"),
+        _ => msg.to_string(),
+    }
+}
+
+/// The checks serde cannot make, each error naming the file and field.
+fn check(file: &str, e: Experiment) -> Result<Experiment, String> {
     let names = || orrery_policy::CATALOGUE.iter().map(|c| c.0).collect::<Vec<_>>().join(", ");
     if e.policies.is_empty() {
         return Err(format!("{file}: policies: expected at least one of {}", names()));
@@ -1149,27 +1165,33 @@ mod tests {
         for (body, expected) in [
             (
                 "[workload]\ngenerator = \"poisson\"\njobs = 9223372036854775807\n",
-                "w.toml: workload.jobs: expected at most 1000000, found 9223372036854775807",
+                "w.toml:7: workload.jobs: expected at most 1000000, found 9223372036854775807",
             ),
             (
                 "[workload]\ngenerator = \"poisson\"\nload = -0.5\n",
-                "w.toml: workload.load: expected a finite number above 0, found -0.5",
+                "w.toml:7: workload.load: expected a finite number above 0, found -0.5",
             ),
             (
                 "[workload]\ngenerator = \"poisson\"\nload = nan\n",
-                "w.toml: workload.load: expected a finite number above 0, found NaN",
+                "w.toml:7: workload.load: expected a finite number above 0, found NaN",
             ),
             (
                 "[workload]\ngenerator = \"poisson\"\n[sim]\nmax_time_s = -1.0\n",
-                "w.toml: sim.max_time_s: expected a finite number of at least 0, found -1",
+                "w.toml:8: sim.max_time_s: expected a finite number of at least 0, found -1",
             ),
             (
                 "[workload]\ngenerator = \"poisson\"\n[sim]\nrestart_penalty_s = inf\n",
-                "w.toml: sim.restart_penalty_s: expected a finite number of at least 0, found inf",
+                "w.toml:8: sim.restart_penalty_s: expected a finite number of at least 0, found inf",
+            ),
+            (
+                "[workload]\ngenerator = \"poisson\"\n[[scenario]]\nname = \"a\"\n[[scenario]]\nname = \"b\"\nload = -2\n",
+                "w.toml:9: scenario[1] (b): load: expected a positive number",
             ),
         ] {
             assert_eq!(parse("w.toml", &format!("{head}{body}")).expect_err(body), expected);
         }
+        let text = "name = \"w\"\nseeds = []\npolicies = [\"fifo\"]\n[topology]\nbuiltin = \"cassini\"\n[workload]\ngenerator = \"poisson\"\n";
+        assert_eq!(parse("w.toml", text).expect_err("no seeds"), "w.toml:2: seeds: expected at least one seed");
     }
 
     #[test]
