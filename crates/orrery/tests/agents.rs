@@ -6,7 +6,9 @@
 //!
 //! A second test attacks four agents: forged, truncated, padded, misaddressed
 //! and replayed datagrams, a key holder bidding for another node, invalid
-//! jobs, and a SIGKILL with a restart from the state file.
+//! jobs, a flood of junk, and SIGKILLs with restarts from the state file and
+//! from the peers. A third sends a burst of submissions that meets the
+//! agents' back-pressure.
 
 use orrery_auction::agent::Msg;
 use orrery_auction::bundle::Bid;
@@ -258,6 +260,17 @@ fn forged_and_replayed_datagrams_change_nothing_and_a_killed_agent_restarts_with
     let job30 = &attacked["verdicts"]["30"]["Placed"][0];
     assert!(job30.is_array() && job30 != &serde_json::json!([[3, 2]]), "{attacked}");
 
+    // A flood of 2,000 junk datagrams of every length: dropped (some by the
+    // kernel's full buffer), and the agent still decides job 2 below.
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    for i in 0..2_000usize {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let junk: Vec<u8> = x.to_le_bytes().iter().copied().cycle().take(i % 300).collect();
+        let _ = me.send_to(&junk, to);
+    }
+
     // Invalid jobs never leave the client.
     let (ok, err) = try_submit(&dir, &addrs[2], 40, 2, -1.0);
     assert!(!ok && err.contains("job-40.jsonl:1: job 40: worker: expected a finite number at least 0"), "{err}");
@@ -296,7 +309,7 @@ fn forged_and_replayed_datagrams_change_nothing_and_a_killed_agent_restarts_with
     let relearnt = relearnt.expect("state written");
     assert_eq!(relearnt["free"], before["free"], "a restarted agent without its file offers committed GPUs");
     assert_eq!(relearnt["verdicts"], before["verdicts"]);
-    submit(&dir, &addrs[3], 2, 2, 4);
+    submit(&dir, &addrs[1], 2, 2, 4);
     // Keep answering nothing; the agents go idle and exit.
     wait_all(&mut children, Duration::from_secs(30));
 
