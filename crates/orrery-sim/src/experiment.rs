@@ -576,6 +576,11 @@ fn check(file: &str, e: Experiment) -> Result<Experiment, String> {
 
 /// The most jobs one workload may ask for (the full Philly trace has 82,247).
 pub const MAX_JOBS: usize = 1_000_000;
+/// Most iterations of one job (GPT-3's 175B run took about 10⁵; the
+/// simulator fast-forwards 1,024 at a time, so 10¹⁰ costs about 10⁷ events).
+pub const MAX_ITERATIONS: u64 = 10_000_000_000;
+/// Longest run time of one job alone, s (about 31 years).
+pub const MAX_SECONDS: f64 = 1e9;
 
 /// A policy by name, with the experiment's pins ([`orrery_policy::with_pins`]).
 fn policy(
@@ -877,6 +882,15 @@ pub fn check_workload(jobs: &[JobSpec], pins: &Pins, topo: &Topology) -> Result<
         if !(j.arrival_s.is_finite() && j.arrival_s >= 0.0) {
             return Err(format!("job {}: arrival_s: expected a finite time at least 0, found {}", j.id, j.arrival_s));
         }
+        match j.work {
+            orrery_model::Work::Iterations(n) if !(1..=MAX_ITERATIONS).contains(&n) => {
+                return Err(format!("job {}: work: expected 1 to {MAX_ITERATIONS} iterations, found {n}", j.id));
+            }
+            orrery_model::Work::Seconds(s) if !(s > 0.0 && s <= MAX_SECONDS) => {
+                return Err(format!("job {}: work: expected 0 to {MAX_SECONDS:e} s of run time, found {s:?}", j.id));
+            }
+            _ => {}
+        }
         let wanted = u64::from(j.workers) * u64::from(j.gpus_per_worker);
         if wanted > total {
             return Err(format!("job {} asks for {wanted} GPUs; the cluster {} has {total}", j.id, topo.name));
@@ -1124,6 +1138,15 @@ mod tests {
         let mut wide = job("wide", 1);
         wide.gpus_per_worker = 2;
         assert_eq!(check(&[wide], &none), "job wide: a worker asks for 2 GPUs; the largest host of cassini has 1");
+        let mut endless = job("endless", 1);
+        endless.work = orrery_model::Work::Iterations(u64::MAX);
+        assert_eq!(
+            check(&[endless], &none),
+            "job endless: work: expected 1 to 10000000000 iterations, found 18446744073709551615"
+        );
+        let mut forever = job("forever", 1);
+        forever.work = orrery_model::Work::Seconds(1e300);
+        assert_eq!(check(&[forever], &none), "job forever: work: expected 0 to 1e9 s of run time, found 1e300");
         let mut late = job("late", 1);
         late.arrival_s = f64::NAN;
         assert!(check(&[late], &none).starts_with("job late: arrival_s: expected a finite time"));
