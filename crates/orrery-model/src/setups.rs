@@ -293,6 +293,27 @@ pub fn line_col(text: &str, offset: usize) -> (usize, usize) {
     (line, column)
 }
 
+/// The dotted name of the key set on `line` of a TOML document (its table
+/// header and the key before `=`), if that line sets one. O(lines before).
+fn key_at(text: &str, line: usize) -> Option<String> {
+    let mut table = String::new();
+    for (i, l) in text.lines().enumerate().take(line) {
+        let t = l.trim();
+        if let Some(h) = t.strip_prefix('[') {
+            let h = h.trim_start_matches('[');
+            table = h.split(']').next().unwrap_or("").trim().to_string();
+        } else if i + 1 == line {
+            let (key, _) = t.split_once('=')?;
+            let key = key.trim().trim_matches('"');
+            if key.is_empty() || key.contains(['{', '[', '"', ' ']) {
+                return None;
+            }
+            return Some(if table.is_empty() { key.to_string() } else { format!("{table}.{key}") });
+        }
+    }
+    None
+}
+
 /// The line of a field of a TOML document, by its dotted path as error
 /// messages name it (`workload.jobs`, `scenario[2].load`, `sim`): the line of
 /// its key, or of the element for an index. `None` for JSON, a path that is
@@ -340,7 +361,13 @@ pub fn parse_config<T: serde::de::DeserializeOwned>(file: &str, text: &str) -> R
     } else {
         toml::from_str(text).map_err(|e| {
             let (line, column) = e.span().map_or((0, 0), |s| line_col(text, s.start));
-            LoadError::Syntax { file: file.into(), line, column, message: e.message().to_string() }
+            // Name the field, not only its place: `job = 40` under
+            // [workload] says "workload.job: ... expected a sequence".
+            let message = match key_at(text, line) {
+                Some(key) => format!("{key}: {}", e.message()),
+                None => e.message().to_string(),
+            };
+            LoadError::Syntax { file: file.into(), line, column, message }
         })
     }
 }

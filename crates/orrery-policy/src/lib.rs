@@ -1,7 +1,7 @@
 //! The scheduling API shared by both drivers, and the baseline policies.
 //!
 //! A policy never reads a clock or a socket: it gets a read-only
-//! [`ClusterView`] and returns [`Decision`]s (DESIGN.md). The simulator and the
+//! [`ClusterView`] and returns [`Decision`]s (ARCHITECTURE.md). The simulator and the
 //! service apply them.
 //!
 //! Architecture invariant: depends only on `orrery-model` and

@@ -1,6 +1,6 @@
 //! When an iteration may start: the meaning of `Shift`, `Align` and `Pace`
 //! in one function, so the simulator and the live node agents agree to the
-//! nanosecond (DESIGN.md: one core, two drivers).
+//! nanosecond (one core, two drivers: ARCHITECTURE.md).
 //!
 //! Times are nanoseconds on the cluster's clock (0 = the driver's start);
 //! offsets and periods come from the decisions in force.

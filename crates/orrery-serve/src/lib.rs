@@ -1,4 +1,4 @@
-//! orrery's real-clock driver: the scheduling service (DESIGN.md, "Service").
+//! orrery's real-clock driver: the scheduling service (ARCHITECTURE.md).
 //!
 //! The same [`orrery_policy::Policy`] objects the simulator drives make every
 //! decision here; this crate owns what the simulator simulates: the wall

@@ -502,7 +502,16 @@ jitter = 0.02
 
 /// Parses an experiment; messages carry `file:line:column`.
 pub fn parse(file: &str, text: &str) -> Result<Experiment, String> {
-    let e: Experiment = orrery_model::setups::parse_config(file, text).map_err(|e| e.to_string())?;
+    let e: Experiment = orrery_model::setups::parse_config(file, text).map_err(|e| {
+        let msg = e.to_string();
+        if msg.contains(": workload.job: ") {
+            format!(
+                "{msg} (workload.job is a list of [[workload.job]] tables; for a number of generated jobs use `jobs`)"
+            )
+        } else {
+            msg
+        }
+    })?;
     check(file, e).map_err(|msg| with_line(file, text, &msg))
 }
 
@@ -1213,6 +1222,13 @@ mod tests {
         ] {
             assert_eq!(parse("w.toml", &format!("{head}{body}")).expect_err(body), expected);
         }
+        let e =
+            parse("j.toml", &format!("{head}[workload]\ngenerator = \"poisson\"\njob = 40\n")).expect_err("job = 40");
+        assert!(
+            e.starts_with("j.toml:7:7: workload.job: invalid type: integer `40`, expected a sequence")
+                && e.ends_with("for a number of generated jobs use `jobs`)"),
+            "{e}"
+        );
         let text = "name = \"w\"\nseeds = []\npolicies = [\"fifo\"]\n[topology]\nbuiltin = \"cassini\"\n[workload]\ngenerator = \"poisson\"\n";
         assert_eq!(parse("w.toml", text).expect_err("no seeds"), "w.toml:2: seeds: expected at least one seed");
     }

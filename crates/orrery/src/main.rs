@@ -35,7 +35,7 @@ struct Cli {
 
 const EXAMPLES: &str = "Examples:
   orrery run                                   the built-in experiment: FIFO vs random vs ideal
-  orrery run experiments/default.toml --out out/default
+  orrery run experiments/cassini-pair.toml --out out/cassini-pair
   orrery zoo                                   every model with its derived iteration shape
   orrery zoo vgg16 --gpu a100 --workers 4 --gbps 50
   orrery zoo --calibration                     the zoo held against measured profiles

@@ -110,7 +110,10 @@ fn inspect(cmd: &Command, timings: &mut Timings) -> anyhow::Result<()> {
     if orrery_model::gpu::gpu_type(gpu).is_none() {
         anyhow::bail!("unknown GPU type {gpu:?}; run `orrery zoo --help`");
     }
-    let (fmt, parsed) = timings.phase("read", || orrery_trace::read_file(file, *format, *seed));
+    // A file that cannot be read is one error, not a summary of nothing.
+    let text = std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
+    let fmt = format.or_else(|| Format::sniff(&text));
+    let parsed = timings.phase("read", || orrery_trace::parse(&file.display().to_string(), &text, *format, *seed));
     let ctx = ShapeContext { gpu: gpu.clone(), gpus_per_host: *gpus_per_host, link_gbps: *gbps };
     let s = timings.phase("summarise", || inspect::summarize(&parsed.items, &ctx));
     for e in parsed.errors.iter().take(SHOW_ERRORS) {
@@ -119,7 +122,10 @@ fn inspect(cmd: &Command, timings: &mut Timings) -> anyhow::Result<()> {
     if parsed.errors.len() > SHOW_ERRORS {
         eprintln!("... and {} more bad rows", parsed.errors.len() - SHOW_ERRORS);
     }
-    if *json {
+    let all_failed = !parsed.errors.is_empty() && parsed.items.is_empty();
+    if all_failed {
+        // Nothing to summarise; the error below says why.
+    } else if *json {
         println!(
             "{}",
             serde_json::to_string_pretty(&serde_json::json!({
@@ -134,6 +140,22 @@ fn inspect(cmd: &Command, timings: &mut Timings) -> anyhow::Result<()> {
         orrery_model::files::write_atomic(out, orrery_trace::formats::jsonl::to_string(&parsed.items))
             .with_context(|| format!("{}", out.display()))?;
         eprintln!("wrote {} jobs to {}", parsed.items.len(), out.display());
+    }
+    if all_failed {
+        // Every row failed: most often the wrong --format.
+        let sniffed = Format::sniff(&text).filter(|&f| Some(f) != fmt);
+        let hint = match sniffed {
+            Some(f) => {
+                format!("; its header looks like {} (try --format {} or leave --format out)", f.name(), f.name())
+            }
+            None => String::new(),
+        };
+        anyhow::bail!(
+            "{}: every one of its {} rows failed as {}{hint}",
+            file.display(),
+            parsed.errors.len(),
+            fmt.map_or("an unknown format", Format::name)
+        );
     }
     if !parsed.errors.is_empty() {
         anyhow::bail!(

@@ -44,7 +44,14 @@ fn bad_rows_exit_non_zero_with_file_line_and_field() {
     assert!(stdout(&o).contains("jobs              1"), "the good row is still summarised");
     let o = orrery(&["trace", "inspect", "/definitely/not/here.csv"]);
     assert_eq!(o.status.code(), Some(1));
-    assert!(stderr(&o).contains("/definitely/not/here.csv:0: expected a readable UTF-8 text file"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("cannot read /definitely/not/here.csv"), "{}", stderr(&o));
+    assert!(stdout(&o).is_empty(), "no summary of nothing: {}", stdout(&o));
+    // The wrong --format: every row fails, and the header's format is named.
+    let muri = concat!(env!("CARGO_MANIFEST_DIR"), "/../../data/philly/muri_trace1.csv");
+    let o = orrery(&["trace", "inspect", muri, "--format", "philly"]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(err.contains("every one of its 1494 rows failed as philly; its header looks like muri"), "{err}");
 }
 
 #[test]
