@@ -296,6 +296,9 @@ async fn send_jobs(
 }
 
 async fn serve(args: &Args, key: &Key) -> Result<()> {
+    // Logs with levels on stderr; RUST_LOG=debug shows every dropped datagram.
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
     let id = args.id.ok_or_else(|| anyhow!("--id is required"))?;
     let mut peers = match &args.peers {
         Some(file) => read_peers(file)?,
@@ -337,7 +340,7 @@ async fn serve(args: &Args, key: &Key) -> Result<()> {
         }
         let placed = old.placed.len();
         agent.restore(old.verdicts, old.placed);
-        eprintln!("agent {id}: restored {placed} placed jobs from {}", path.display());
+        tracing::info!(agent = id, placed, file = %path.display(), "restored placed jobs from the state file");
     }
     let sock = UdpSocket::bind(own).await.with_context(|| format!("binding {own}"))?;
     let start = Instant::now();
@@ -350,7 +353,7 @@ async fn serve(args: &Args, key: &Key) -> Result<()> {
     let mut wrote_verdicts = agent.verdicts().len();
     let mut buf = vec![0u8; 65_536];
     write_state(args, &agent, total, sent, (bad, refused_bids))?;
-    eprintln!("agent {id} listening on {own}");
+    tracing::info!(agent = id, address = %own, "listening");
     loop {
         let wait = agent.next_deadline().map_or(50_000, |d| d.saturating_sub(now())).clamp(100, 50_000);
         let mut out = Vec::new();
@@ -362,7 +365,7 @@ async fn serve(args: &Args, key: &Key) -> Result<()> {
                 let (n, from) = match r {
                     Ok(x) => x,
                     Err(e) => {
-                        eprintln!("agent {id}: receive failed: {e}");
+                        tracing::warn!(agent = id, error = %e, "receive failed");
                         continue;
                     }
                 };
@@ -416,7 +419,7 @@ async fn serve(args: &Args, key: &Key) -> Result<()> {
                             synced = true;
                             let learnt = agent.learn(verdicts, placed);
                             if learnt > 0 {
-                                eprintln!("agent {id}: learnt {learnt} decided jobs from agent {s}");
+                                tracing::info!(agent = id, learnt, from = s, "learnt decided jobs from a peer");
                             }
                             Ok(())
                         }
@@ -425,7 +428,9 @@ async fn serve(args: &Args, key: &Key) -> Result<()> {
                 });
                 if let Err(e) = admitted {
                     bad += 1;
-                    eprintln!("agent {id}: dropped a {n}-byte datagram from {from}: {e}");
+                    // Debug, not warn: a flood must not become a flood of log lines
+                    // (the count is in the state file's bad_datagrams).
+                    tracing::debug!(agent = id, bytes = n, %from, reason = %e, "dropped a datagram");
                 }
             }
             _ = tokio::time::sleep(Duration::from_micros(wait)) => {}
@@ -455,7 +460,7 @@ async fn serve(args: &Args, key: &Key) -> Result<()> {
                 }
                 Output::Decided { job, verdict, consensus_us, rounds } => {
                     decided = true;
-                    eprintln!("agent {id}: job {job}: {verdict:?} (consensus at {consensus_us} us, {rounds} rounds)");
+                    tracing::info!(agent = id, job, ?verdict, consensus_us, rounds, "decided");
                 }
             }
         }
