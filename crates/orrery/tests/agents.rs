@@ -109,25 +109,81 @@ fn wait_all(children: &mut [(usize, Child)], limit: Duration) {
     }
 }
 
+/// `n` agents on free loopback ports (bind, note, release) with a cluster
+/// key and a peers file, plus `extra` peers that are not agents; returns once
+/// every agent has written its state file.
+struct Agents {
+    /// Removed when the test ends, even when it fails.
+    scratch: tempfile::TempDir,
+    addrs: Vec<String>,
+    peers: PathBuf,
+    children: Vec<(usize, Child)>,
+}
+
+impl Agents {
+    fn start(n: usize, extra: &[(usize, String)]) -> Agents {
+        let scratch = scratch_dir();
+        let dir = scratch.path().to_path_buf();
+        key_file(&dir);
+        let addrs: Vec<String> = (0..n)
+            .map(|_| UdpSocket::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port())
+            .map(|p| format!("127.0.0.1:{p}"))
+            .collect();
+        let peers = dir.join("peers.txt");
+        let lines =
+            addrs.iter().enumerate().chain(extra.iter().map(|(i, a)| (*i, a))).map(|(i, a)| format!("{i} {a}\n"));
+        std::fs::write(&peers, lines.collect::<String>()).expect("peers file");
+        let mut agents = Agents { scratch, addrs, peers, children: Vec::new() };
+        agents.children = (0..n).map(|i| (i, agents.spawn(i))).collect();
+        let start = Instant::now();
+        while !(0..n).all(|i| agents.state(i).exists()) {
+            assert!(start.elapsed() < Duration::from_secs(20), "agents did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        agents
+    }
+
+    fn dir(&self) -> &Path {
+        self.scratch.path()
+    }
+
+    fn state(&self, i: usize) -> PathBuf {
+        self.dir().join(format!("agent-{i}.json"))
+    }
+
+    fn spawn(&self, i: usize) -> Child {
+        spawn_agent(self.dir(), &self.peers, i, &self.state(i))
+    }
+
+    /// SIGKILLs agent `i`.
+    fn kill(&mut self, i: usize) {
+        let at = self.children.iter().position(|(j, _)| *j == i).expect("running agent");
+        let (_, mut victim) = self.children.remove(at);
+        victim.kill().expect("kill agent");
+        let _ = victim.wait();
+    }
+}
+
+/// Every agent's committed GPUs are exactly its components of the placed
+/// jobs (`gpus` per component), and never below zero.
+fn assert_no_gpu_committed_twice(
+    states: &[serde_json::Value],
+    placed: &serde_json::Map<String, serde_json::Value>,
+    gpus: f64,
+) {
+    let on_node = committed(placed, |_| gpus);
+    for s in states {
+        let id = s["id"].as_u64().unwrap_or(u64::MAX);
+        let used = s["total"]["gpus"].as_f64().unwrap_or(0.0) - s["free"]["gpus"].as_f64().unwrap_or(0.0);
+        assert!((used - on_node.get(&id).copied().unwrap_or(0.0)).abs() < 1e-9, "agent {id}: {used} GPUs committed");
+        assert!(s["free"]["gpus"].as_f64().unwrap_or(-1.0) >= 0.0);
+    }
+}
+
 #[test]
 fn eight_agents_place_a_stream_of_jobs_and_survive_a_kill() {
-    let scratch = scratch_dir();
-    let dir = scratch.path().to_path_buf();
-    // Free ports: bind, note, release.
-    let ports: Vec<u16> =
-        (0..AGENTS).map(|_| UdpSocket::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()).collect();
-    let addrs: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
-    let peers = dir.join("peers.txt");
-    let text: String = addrs.iter().enumerate().map(|(i, a)| format!("{i} {a}\n")).collect();
-    std::fs::write(&peers, text).expect("peers file");
-    key_file(&dir);
-    let state = |i: usize| dir.join(format!("agent-{i}.json"));
-    let mut children: Vec<(usize, Child)> = (0..AGENTS).map(|i| (i, spawn_agent(&dir, &peers, i, &state(i)))).collect();
-    let start = Instant::now();
-    while !(0..AGENTS).all(|i| state(i).exists()) {
-        assert!(start.elapsed() < Duration::from_secs(20), "agents did not start");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let mut agents = Agents::start(AGENTS, &[]);
+    let (dir, addrs) = (agents.dir().to_path_buf(), agents.addrs.clone());
     // Jobs of 3 workers x 4 GPUs on eight 8-GPU nodes (leaf-spine: racks of 4).
     for job in 1..=3u64 {
         submit(&dir, &addrs[job as usize % AGENTS], job, 3, 4);
@@ -135,20 +191,16 @@ fn eight_agents_place_a_stream_of_jobs_and_survive_a_kill() {
     }
     submit(&dir, &addrs[0], 4, 3, 4);
     std::thread::sleep(Duration::from_millis(2));
-    let (_, mut victim) = children.remove(KILLED);
-    victim.kill().expect("kill agent");
-    let _ = victim.wait();
+    agents.kill(KILLED);
     std::thread::sleep(Duration::from_millis(700));
     for (job, at) in [(5u64, 2usize), (6, 6)] {
         submit(&dir, &addrs[at], job, 2, 4);
         std::thread::sleep(Duration::from_millis(700));
     }
-    wait_all(&mut children, Duration::from_secs(30));
+    wait_all(&mut agents.children, Duration::from_secs(30));
 
-    let states: Vec<serde_json::Value> = (0..AGENTS)
-        .filter(|&i| i != KILLED)
-        .map(|i| serde_json::from_slice(&std::fs::read(state(i)).expect("state file")).expect("state JSON"))
-        .collect();
+    let states: Vec<serde_json::Value> =
+        (0..AGENTS).filter(|&i| i != KILLED).map(|i| read_state(&agents.state(i))).collect();
     // Every job decided, the same way at every surviving agent.
     let verdicts = |s: &serde_json::Value| s["verdicts"].as_object().cloned().unwrap_or_default();
     let first = verdicts(&states[0]);
@@ -168,41 +220,20 @@ fn eight_agents_place_a_stream_of_jobs_and_survive_a_kill() {
     for job in ["1", "2", "3"] {
         assert!(first[job].get("Placed").is_some(), "job {job}: {}", first[job]);
     }
-    // No GPU committed twice: each agent's committed GPUs are exactly its
-    // components of the placed jobs, within its 8.
-    let on_node = committed(&first, |_| 4.0); // every job's workers take 4 GPUs
-    for s in &states {
-        let id = s["id"].as_u64().unwrap_or(u64::MAX);
-        let used = s["total"]["gpus"].as_f64().unwrap_or(0.0) - s["free"]["gpus"].as_f64().unwrap_or(0.0);
-        assert!((used - on_node.get(&id).copied().unwrap_or(0.0)).abs() < 1e-9, "agent {id}: {used} GPUs committed");
-        assert!(s["free"]["gpus"].as_f64().unwrap_or(-1.0) >= 0.0);
-    }
+    // No GPU committed twice: every job's workers take 4 GPUs.
+    assert_no_gpu_committed_twice(&states, &first, 4.0);
 }
 
 #[test]
 fn forged_and_replayed_datagrams_change_nothing_and_a_killed_agent_restarts_with_its_commitments() {
-    let scratch = scratch_dir();
-    let dir = scratch.path().to_path_buf();
-    key_file(&dir);
     let key = Key::new(b"0123456789abcdef0123456789abcdef".to_vec()).expect("key");
     let wrong = Key::new(b"fedcba9876543210fedcba9876543210".to_vec()).expect("key");
     // Four agents, and this test as peer 7: a key holder on the peers list.
     let me = UdpSocket::bind("127.0.0.1:0").expect("bind");
     me.set_read_timeout(Some(Duration::from_millis(200))).expect("timeout");
-    let ports: Vec<u16> =
-        (0..4).map(|_| UdpSocket::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()).collect();
-    let addrs: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
-    let peers = dir.join("peers.txt");
-    let mut text: String = addrs.iter().enumerate().map(|(i, a)| format!("{i} {a}\n")).collect();
-    text += &format!("7 {}\n", me.local_addr().expect("addr"));
-    std::fs::write(&peers, text).expect("peers file");
+    let mut agents = Agents::start(4, &[(7, me.local_addr().expect("addr").to_string())]);
+    let (dir, addrs) = (agents.dir().to_path_buf(), agents.addrs.clone());
     let state = |i: usize| dir.join(format!("agent-{i}.json"));
-    let mut children: Vec<(usize, Child)> = (0..4).map(|i| (i, spawn_agent(&dir, &peers, i, &state(i)))).collect();
-    let start = Instant::now();
-    while !(0..4).all(|i| state(i).exists()) {
-        assert!(start.elapsed() < Duration::from_secs(20), "agents did not start");
-        std::thread::sleep(Duration::from_millis(20));
-    }
 
     // Job 1 (2 x 4 GPUs) is placed; capture one of agent 0's bundles on the way.
     submit(&dir, &addrs[0], 1, 2, 4);
@@ -282,22 +313,16 @@ fn forged_and_replayed_datagrams_change_nothing_and_a_killed_agent_restarts_with
     let v = placed[0][0].as_u64().expect("job 1 placed") as usize;
     let before = read_state(&state(v));
     assert!(before["free"]["gpus"].as_f64() < before["total"]["gpus"].as_f64(), "{before}");
-    let at = children.iter().position(|(i, _)| *i == v).expect("victim");
-    let (_, mut victim) = children.remove(at);
-    victim.kill().expect("kill agent");
-    let _ = victim.wait();
-    children.push((v, spawn_agent(&dir, &peers, v, &state(v))));
+    agents.kill(v);
+    agents.children.push((v, agents.spawn(v)));
     std::thread::sleep(Duration::from_millis(500));
     let after = read_state(&state(v));
     assert_eq!(after["free"], before["free"], "a restarted agent forgot its commitments");
     assert_eq!(after["verdicts"], before["verdicts"]);
     // Killed again and its state file lost: it re-learns from its peers.
-    let at = children.iter().position(|(i, _)| *i == v).expect("victim");
-    let (_, mut victim) = children.remove(at);
-    victim.kill().expect("kill agent");
-    let _ = victim.wait();
+    agents.kill(v);
     std::fs::remove_file(state(v)).expect("remove state");
-    children.push((v, spawn_agent(&dir, &peers, v, &state(v))));
+    agents.children.push((v, agents.spawn(v)));
     let until = Instant::now() + Duration::from_secs(5);
     let relearnt = loop {
         let s = state(v).exists().then(|| read_state(&state(v)));
@@ -311,7 +336,7 @@ fn forged_and_replayed_datagrams_change_nothing_and_a_killed_agent_restarts_with
     assert_eq!(relearnt["verdicts"], before["verdicts"]);
     submit(&dir, &addrs[1], 2, 2, 4);
     // Keep answering nothing; the agents go idle and exit.
-    wait_all(&mut children, Duration::from_secs(30));
+    wait_all(&mut agents.children, Duration::from_secs(30));
 
     let states: Vec<serde_json::Value> = (0..4).map(|i| read_state(&state(i))).collect();
     let verdicts = |s: &serde_json::Value| s["verdicts"].as_object().cloned().unwrap_or_default();
@@ -320,34 +345,16 @@ fn forged_and_replayed_datagrams_change_nothing_and_a_killed_agent_restarts_with
     for bad in ["20", "21", "22"] {
         assert!(!first.contains_key(bad), "job {bad} was accepted: {first:?}");
     }
-    let on_node = committed(&first, |_| 4.0);
     for s in &states {
-        let id = s["id"].as_u64().unwrap_or(u64::MAX);
-        assert_eq!(verdicts(s), first, "agent {id} disagrees");
-        let used = s["total"]["gpus"].as_f64().unwrap_or(0.0) - s["free"]["gpus"].as_f64().unwrap_or(0.0);
-        assert!((used - on_node.get(&id).copied().unwrap_or(0.0)).abs() < 1e-9, "agent {id}: {used} GPUs committed");
-        assert!(s["free"]["gpus"].as_f64().unwrap_or(-1.0) >= 0.0);
+        assert_eq!(verdicts(s), first, "agent {} disagrees", s["id"]);
     }
+    assert_no_gpu_committed_twice(&states, &first, 4.0);
 }
 
 #[test]
 fn a_burst_of_submissions_is_answered_and_every_agent_decides_every_job_alike() {
-    let scratch = scratch_dir();
-    let dir = scratch.path().to_path_buf();
-    key_file(&dir);
-    let ports: Vec<u16> =
-        (0..4).map(|_| UdpSocket::bind("127.0.0.1:0").expect("bind").local_addr().expect("addr").port()).collect();
-    let addrs: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
-    let peers = dir.join("peers.txt");
-    std::fs::write(&peers, addrs.iter().enumerate().map(|(i, a)| format!("{i} {a}\n")).collect::<String>())
-        .expect("peers file");
-    let state = |i: usize| dir.join(format!("agent-{i}.json"));
-    let mut children: Vec<(usize, Child)> = (0..4).map(|i| (i, spawn_agent(&dir, &peers, i, &state(i)))).collect();
-    let start = Instant::now();
-    while !(0..4).all(|i| state(i).exists()) {
-        assert!(start.elapsed() < Duration::from_secs(20), "agents did not start");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let mut agents = Agents::start(4, &[]);
+    let (dir, addrs) = (agents.dir().to_path_buf(), agents.addrs.clone());
     // 150 one-GPU jobs in one file, more than an agent holds open at once
     // (64): the rest are answered "busy" and sent again.
     const JOBS: u64 = 150;
@@ -365,8 +372,8 @@ fn a_burst_of_submissions_is_answered_and_every_agent_decides_every_job_alike() 
     let busy: u64 =
         err.split(" busy answers").next().and_then(|h| h.rsplit('(').next()).and_then(|n| n.parse().ok()).unwrap_or(0);
     assert!(busy > 0, "the burst never met back-pressure: {err}");
-    wait_all(&mut children, Duration::from_secs(60));
-    let states: Vec<serde_json::Value> = (0..4).map(|i| read_state(&state(i))).collect();
+    wait_all(&mut agents.children, Duration::from_secs(60));
+    let states: Vec<serde_json::Value> = (0..4).map(|i| read_state(&agents.state(i))).collect();
     let verdicts = |s: &serde_json::Value| s["verdicts"].as_object().cloned().unwrap_or_default();
     let first = verdicts(&states[0]);
     assert_eq!(first.len(), JOBS as usize);
