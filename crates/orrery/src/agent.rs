@@ -2,8 +2,9 @@
 //! process runs one node's sans-IO [`Agent`] on a tokio UDP socket: datagrams
 //! in, ticks from the wall clock, datagrams out. Peers come from a file of
 //! `id address` lines; the node's resources are those of host `id` of the
-//! topology. After every decision the agent rewrites its state file (JSON),
-//! so a test or an operator can check what it committed.
+//! topology. After every change (a decision, a finish, jobs learnt from a
+//! peer) the agent rewrites its state file (JSON) atomically, so a test or an
+//! operator can check what it committed, and a restart reads it back.
 //!
 //! `orrery agent --node` is the node agent of `orrery serve` instead
 //! ([`crate::live`], [`orrery_serve::node_agent`]).
@@ -350,7 +351,6 @@ async fn serve(args: &Args, key: &Key) -> Result<()> {
     let mut bad = 0u64;
     let mut refused_bids = 0u64;
     let (mut synced, mut last_sync) = (false, Instant::now() - Duration::from_secs(2));
-    let mut wrote_verdicts = agent.verdicts().len();
     let mut buf = vec![0u8; 65_536];
     write_state(args, &agent, total, sent, (bad, refused_bids))?;
     tracing::info!(agent = id, address = %own, "listening");
@@ -358,6 +358,8 @@ async fn serve(args: &Args, key: &Key) -> Result<()> {
         let wait = agent.next_deadline().map_or(50_000, |d| d.saturating_sub(now())).clamp(100, 50_000);
         let mut out = Vec::new();
         let mut replies: Vec<(SocketAddr, Body)> = Vec::new();
+        // Whether what the state file holds changed (a decision, a finish, jobs learnt).
+        let mut changed = false;
         tokio::select! {
             r = sock.recv_from(&mut buf) => {
                 // Errors such as an ICMP "port unreachable" from a peer that
@@ -391,6 +393,7 @@ async fn serve(args: &Args, key: &Key) -> Result<()> {
                         }
                         (CLIENT, Body::Finish(job)) => {
                             agent.finish(job);
+                            changed = true;
                             Ok(())
                         }
                         (CLIENT, Body::Protocol(_) | Body::Receipt { .. }) => {
@@ -418,6 +421,7 @@ async fn serve(args: &Args, key: &Key) -> Result<()> {
                         (s, Body::SyncReply { verdicts, placed }) if peers.get(&s) == Some(&from) && s != id => {
                             synced = true;
                             let learnt = agent.learn(verdicts, placed);
+                            changed |= learnt > 0;
                             if learnt > 0 {
                                 tracing::info!(agent = id, learnt, from = s, "learnt decided jobs from a peer");
                             }
@@ -447,7 +451,6 @@ async fn serve(args: &Args, key: &Key) -> Result<()> {
             let _ = sock.send_to(&wire::seal(key, &Envelope { sender: id, body }), to).await;
         }
         agent.tick(now(), &mut out);
-        let mut decided = false;
         for o in out {
             match o {
                 Output::Send { to, msg } => {
@@ -459,13 +462,12 @@ async fn serve(args: &Args, key: &Key) -> Result<()> {
                     let _ = sock.send_to(&bytes, addr).await;
                 }
                 Output::Decided { job, verdict, consensus_us, rounds } => {
-                    decided = true;
+                    changed = true;
                     tracing::info!(agent = id, job, ?verdict, consensus_us, rounds, "decided");
                 }
             }
         }
-        if decided || wrote_verdicts != agent.verdicts().len() {
-            wrote_verdicts = agent.verdicts().len();
+        if changed {
             write_state(args, &agent, total, sent, (bad, refused_bids))?;
         }
         if let Some(idle) = args.exit_after_idle_s
