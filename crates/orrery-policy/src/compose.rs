@@ -212,7 +212,7 @@ pub const CATALOGUE: &[(&str, &str)] = &[
     ("ORDER/PLACEMENT", "any ordering with any placement (see below), e.g. tiresias/random"),
     (
         "POLICY+foresight",
-        "FORESIGHT on any placement: per-iteration delays and throttles, spines by edge colouring, repair loop; ablations +ts, +ro, +sub, +routes, +perfect",
+        "FORESIGHT on any placement: per-iteration delays and throttles, spines by edge colouring, repair loop, then orrery's fallback ladder; +foresight-paper is the paper's rule alone (no valid schedule: ECMP); ablations +ts, +ro, +sub, +routes, +perfect",
     ),
     (
         "POLICY+cassini",
@@ -251,6 +251,7 @@ pub fn by_name(name: &str, seed: u64) -> Option<Box<dyn Policy>> {
         crate::foresight::policy::Mode::Ro,
         crate::foresight::policy::Mode::Sub,
         crate::foresight::policy::Mode::Foresight,
+        crate::foresight::policy::Mode::Paper,
         crate::foresight::policy::Mode::Routes,
         crate::foresight::policy::Mode::Perfect,
     ] {
@@ -325,6 +326,7 @@ pub fn with_pins(
         "ro" => mode(Mode::Ro),
         "sub" => mode(Mode::Sub),
         "foresight" => mode(Mode::Foresight),
+        "foresight-paper" => mode(Mode::Paper),
         "routes" => mode(Mode::Routes),
         "perfect" => mode(Mode::Perfect),
         "pinned+cassini" => {

@@ -57,7 +57,7 @@ fn with_one_spine_foresight_interleaves_two_jobs_by_timing_alone() {
     // and bring both back to their time alone, as CASSINI's shift does.
     let toml = r#"
 name = "pair"
-policies = ["ecmp", "foresight", "pinned+cassini"]
+policies = ["ecmp", "foresight", "foresight-paper", "pinned+cassini"]
 baseline = "ecmp"
 [topology.leaf_spine]
 racks = 2
@@ -91,4 +91,8 @@ arrival_s = 0.01
     assert!((ecmp - 433.0).abs() < 5.0, "sharing: {ecmp:.1} ms");
     assert!((foresight - 351.0).abs() < 5.0, "foresight: {foresight:.1} ms");
     assert!((foresight - cassini).abs() < 2.0, "foresight {foresight:.1} ms vs cassini {cassini:.1} ms");
+    // Here the repair loop finds a valid schedule that pays (rung 1), so the
+    // paper's rule alone does as well as orrery's ladder.
+    let paper = iter_ms("foresight-paper");
+    assert!((paper - foresight).abs() < 2.0, "foresight-paper {paper:.1} ms vs foresight {foresight:.1} ms");
 }

@@ -14,6 +14,8 @@
 //!   that pays (or one found in `max_rounds`), the unrepaired plan, then the
 //!   baseline's timing; both with the subflow colouring folded onto the
 //!   spines where it needs too many colours. With one spine: ECMP.
+//! - `foresight-paper`: the paper's rule alone: the repair loop's valid
+//!   schedule when it pays, otherwise ECMP. `foresight` minus orrery's ladder.
 //! - `routes`: FORESIGHT's routes without its timing (orrery's ablation).
 //! - `perfect`: no timing; every cross-rack flow is spread evenly over all
 //!   spines, a fluid, fully balanced network.
@@ -39,8 +41,12 @@ pub enum Mode {
     Ro,
     /// Timing and routing with subflows (SUB).
     Sub,
-    /// Timing, subflow routing and the repair loop.
+    /// Timing, subflow routing and the repair loop, then orrery's fallback
+    /// ladder (see [`Foresight::foresight_plan`]).
     Foresight,
+    /// The paper's rule: the repair loop's valid schedule when it pays,
+    /// otherwise ECMP with no delays (§IV), without orrery's ladder.
+    Paper,
     /// FORESIGHT's routes (the subflow colouring, folded onto the spines
     /// where it needs too many colours) under the baseline's timing: no
     /// delays or throttles. Orrery's ablation: space without time.
@@ -57,6 +63,7 @@ impl Mode {
             Mode::Ro => "ro",
             Mode::Sub => "sub",
             Mode::Foresight => "foresight",
+            Mode::Paper => "foresight-paper",
             Mode::Routes => "routes",
             Mode::Perfect => "perfect",
         }
@@ -235,7 +242,7 @@ impl Foresight {
         }
         // With subflows a flow may take several spines, so it is profiled
         // at its NIC rate; TS and RO keep one path per flow.
-        let spread = matches!(self.mode, Mode::Sub | Mode::Foresight | Mode::Routes);
+        let spread = matches!(self.mode, Mode::Sub | Mode::Foresight | Mode::Paper | Mode::Routes);
         let profiles: Vec<Vec<FlowProfile>> = jobs
             .iter()
             .map(|(_, spec, hosts)| {
@@ -268,7 +275,7 @@ impl Foresight {
             // TS, RO and SUB have no repair loop: an iteration waits only
             // when that is cheaper than overlapping. FORESIGHT keeps the
             // paper's rule (wait until it fits) for its repairable plan.
-            waits_only_if_cheaper: self.mode != Mode::Foresight,
+            waits_only_if_cheaper: !matches!(self.mode, Mode::Foresight | Mode::Paper),
             ..TimingParams::default()
         };
         let routing = RoutingParams {
@@ -293,10 +300,13 @@ impl Foresight {
                 (plan, routes)
             }
             Mode::Routes => return undo, // one spine: nothing to route
-            Mode::Foresight => match self.foresight_plan(&net, &profiles, &timed, &timing, &routing) {
-                Some(found) => found,
-                None => return undo, // ECMP
-            },
+            Mode::Foresight | Mode::Paper => {
+                let ladder = self.mode == Mode::Foresight;
+                match self.foresight_plan(&net, &profiles, &timed, &timing, &routing, ladder) {
+                    Some(found) => found,
+                    None => return undo, // ECMP
+                }
+            }
             Mode::Perfect => unreachable!("handled above"),
         };
         // Steps per job, in plan order. O(plan + routes).
@@ -348,7 +358,7 @@ impl Foresight {
     ///
     /// Rungs 2 and 3 route by the subflow colouring, folded onto the spines
     /// where it needs more colours than there are. With one spine, rung 3 is
-    /// ECMP.
+    /// ECMP. Without `ladder` (the paper's rule) only rung 1 is tried.
     fn foresight_plan(
         &mut self,
         net: &LogicalNetwork,
@@ -356,6 +366,7 @@ impl Foresight {
         timed: &[TimedJob],
         timing: &TimingParams,
         routing: &RoutingParams,
+        ladder: bool,
     ) -> Option<(Vec<Planned>, Vec<Route>)> {
         self.outcomes[0] += 1;
         let sharing = |plan: &[Planned]| sharing_cost(timed, &net.capacity, plan, timing.bin_ms);
@@ -366,6 +377,9 @@ impl Foresight {
         match found {
             Some(Schedule { plan, routes, .. }) if pays(&plan) => return Some((plan, routes)),
             _ => self.outcomes[if found.is_some() { 2 } else { 1 }] += 1,
+        }
+        if !ladder {
+            return None; // §IV: no valid schedule that pays, so ECMP
         }
         // The unrepaired plan delays but does not throttle: a throttle holds
         // a flow below the capacity others leave free when they are not where
@@ -466,7 +480,7 @@ impl Policy for Foresight {
     }
 
     fn counters(&self) -> Vec<(&'static str, f64)> {
-        if self.mode != Mode::Foresight {
+        if !matches!(self.mode, Mode::Foresight | Mode::Paper) {
             return Vec::new();
         }
         let [plans, invalid, costlier, unrepaired, routes_only] = self.outcomes.map(|x| x as f64);
