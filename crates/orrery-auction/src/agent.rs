@@ -345,6 +345,15 @@ impl Agent {
         (verdicts, self.placed.values().cloned().collect())
     }
 
+    /// A client says a placed job finished here: give back its resources and
+    /// bandwidth, and tell the neighbours, so every agent frees it alike.
+    pub fn finish_and_tell(&mut self, job: u64, out: &mut Vec<Output>) {
+        if self.placed.contains_key(&job) {
+            self.finish(job);
+            self.broadcast(&Msg::Finished { job }, out);
+        }
+    }
+
     /// A placed job finished: give back its resources and bandwidth.
     pub fn finish(&mut self, job: u64) {
         if let Some((req, placement)) = self.placed.remove(&job) {

@@ -392,7 +392,7 @@ async fn serve(args: &Args, key: &Key) -> Result<()> {
                             Ok(())
                         }
                         (CLIENT, Body::Finish(job)) => {
-                            agent.finish(job);
+                            agent.finish_and_tell(job, &mut out);
                             changed = true;
                             Ok(())
                         }
@@ -400,7 +400,9 @@ async fn serve(args: &Args, key: &Key) -> Result<()> {
                             Err("protocol traffic from a client".into())
                         }
                         (s, Body::Protocol(msg)) if peers.get(&s) == Some(&from) && s != id => {
+                            let running = agent.placed().len();
                             refused_bids += agent.receive_from(now(), s, msg, &mut out) as u64;
+                            changed |= agent.placed().len() != running; // a peer's finish
                             Ok(())
                         }
                         (s, Body::SyncRequest) if peers.get(&s) == Some(&from) && s != id => {

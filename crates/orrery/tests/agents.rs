@@ -335,6 +335,10 @@ fn forged_and_replayed_datagrams_change_nothing_and_a_killed_agent_restarts_with
     assert_eq!(relearnt["free"], before["free"], "a restarted agent without its file offers committed GPUs");
     assert_eq!(relearnt["verdicts"], before["verdicts"]);
     submit(&dir, &addrs[1], 2, 2, 4);
+    // Job 1 finishes; the client tells agent 0 only, and every agent frees it.
+    std::thread::sleep(Duration::from_millis(800));
+    me.send_to(&wire::seal(&key, &Envelope { sender: CLIENT, body: Body::Finish(1) }), &addrs[0]).expect("send");
+    std::thread::sleep(Duration::from_millis(300));
     // Keep answering nothing; the agents go idle and exit.
     wait_all(&mut agents.children, Duration::from_secs(30));
 
@@ -347,8 +351,17 @@ fn forged_and_replayed_datagrams_change_nothing_and_a_killed_agent_restarts_with
     }
     for s in &states {
         assert_eq!(verdicts(s), first, "agent {} disagrees", s["id"]);
+        assert_eq!(s["usage"], states[0]["usage"], "agent {} sees other reservations", s["id"]);
     }
-    assert_no_gpu_committed_twice(&states, &first, 4.0);
+    // What runs is what every agent holds: job 1 finished everywhere.
+    let running: serde_json::Map<String, serde_json::Value> = states[0]["placed"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|p| (p[0]["id"].to_string(), serde_json::json!({ "Placed": p[1] })))
+        .collect();
+    assert!(!running.contains_key("1") && running.contains_key("2"), "{running:?}");
+    assert_no_gpu_committed_twice(&states, &running, 4.0);
 }
 
 #[test]
