@@ -329,9 +329,10 @@ impl<'a> Dfs<'a> {
             let mut bound = partial + (self.volume_after[depth] - spare - slack).max(0.0);
             // (The last job alone is scored exactly by `last` at the same cost.)
             if depth + 2 < self.order.len() && !prunes(bound) && limit.is_some_and(|(l, _)| l.is_finite()) {
+                let line = Line::new(&tail[0], self.cap);
                 let alone: f64 = self.order[depth + 1..]
                     .iter()
-                    .map(|&r| least_increment(&tail[0], &self.supports[r], range(self.u, r), self.cap))
+                    .map(|&r| line.least_increment(&self.supports[r], range(self.u, r)))
                     .sum();
                 bound = bound.max(partial + alone - slack);
             }
@@ -515,29 +516,22 @@ impl Line {
         }
         Some(add)
     }
-}
 
-/// The least excess a job with demand `support` adds to `s` over its
-/// rotations `0..k_range`. O(k_range · |support|).
-fn least_increment(s: &[f64], support: &[(usize, f64)], k_range: usize, cap: f64) -> f64 {
-    let a = s.len();
-    let mut least = f64::INFINITY;
-    for k in 0..k_range {
-        let mut add = 0.0;
-        for &(b, v) in support {
-            let i = b + k;
-            let x = s[if i >= a { i - a } else { i }];
-            add += over(x + v, cap) - over(x, cap);
-            if add >= least {
-                break;
+    /// The least excess a job with demand `support` adds over its rotations
+    /// `0..k_range`: each rotation stops once it passes the least so far.
+    /// O(k_range · |support|).
+    fn least_increment(&self, support: &[(usize, f64)], k_range: usize) -> f64 {
+        let mut least = f64::INFINITY;
+        for k in 0..k_range {
+            if let Some(add) = self.increment(support, k, least) {
+                least = least.min(add);
+                if least <= 0.0 {
+                    return 0.0;
+                }
             }
         }
-        least = least.min(add);
-        if least <= 0.0 {
-            return 0.0;
-        }
+        least
     }
-    least
 }
 
 /// Excess over capacity (as [`excess`]) and spare capacity below it, summed
