@@ -322,13 +322,7 @@ impl Agent {
             if !agreed || !new_jobs.contains(&job.id) || job.check().is_err() || self.placed.contains_key(&job.id) {
                 continue;
             }
-            let mut mine = self.resources;
-            for (role, nodes) in placement.iter().enumerate() {
-                if let Some(&(_, k)) = nodes.iter().find(|&&(n, _)| n == self.id) {
-                    mine.take(&job.demand(role), k as f64);
-                }
-            }
-            if [mine.free.gpus, mine.free.cpus, mine.free.mem_gib].iter().any(|&f| f < -1e-9) {
+            if !self.can_hold(&job, &placement) {
                 continue;
             }
             self.apply(&job, &placement, 1.0);
@@ -469,18 +463,24 @@ impl Agent {
         }
         // Last line of defence: this node never commits beyond what it has,
         // whatever the bundles say (honest peers never ask it to).
-        let mut mine = self.resources;
-        for (role, nodes) in placement.iter().enumerate() {
-            if let Some(&(_, k)) = nodes.iter().find(|&&(n, _)| n == self.id) {
-                mine.take(&a.job.demand(role), k as f64);
-            }
-        }
-        if [mine.free.gpus, mine.free.cpus, mine.free.mem_gib].iter().any(|&f| f < -1e-9) {
+        if !self.can_hold(&a.job, &placement) {
             return Verdict::Failed(format!("node {} cannot hold its components", self.id));
         }
         self.apply(&a.job, &placement, 1.0);
         self.placed.insert(a.job.id, (a.job.clone(), placement.clone()));
         Verdict::Placed(placement)
+    }
+
+    /// Whether this node's committed resources can hold its components of
+    /// `placement` (conclusions and placements learnt from peers both ask).
+    fn can_hold(&self, job: &JobRequest, placement: &Placement) -> bool {
+        let mut mine = self.resources;
+        for (role, nodes) in placement.iter().enumerate() {
+            if let Some(&(_, k)) = nodes.iter().find(|&&(n, _)| n == self.id) {
+                mine.take(&job.demand(role), k as f64);
+            }
+        }
+        [mine.free.gpus, mine.free.cpus, mine.free.mem_gib].iter().all(|&f| f >= -1e-9)
     }
 
     /// Commits (`sign = 1`) or returns (`−1`) a placement: this node's
