@@ -21,7 +21,7 @@ use orrery_model::placed::{Placed, place};
 use orrery_model::{HostId, JobSpec, LinkId};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 /// CASSINI on top of a host scheduler.
 pub struct Cassini {
@@ -43,6 +43,25 @@ pub struct Cassini {
     /// Per job, how many watched jobs keep its phase with its measured
     /// iteration time (compatible, same period): it must be watched too.
     referenced: HashMap<JobId, u32>,
+    /// What happens to a job none of whose candidates is loop-free.
+    pub on_loop: OnLoop,
+    /// Jobs started outside the Affinity graph ([`OnLoop::RunUnaligned`]).
+    unaligned: HashSet<JobId>,
+}
+
+/// A job none of whose candidate placements keeps the Affinity graph
+/// loop-free.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnLoop {
+    /// CASSINI Alg. 2: every candidate is dropped; the job waits for the
+    /// next round.
+    Wait,
+    /// orrery's rule: it starts on the host scheduler's choice without a
+    /// time-shift and stays outside the Affinity graph while it runs (as do
+    /// jobs started on shared GPUs, whose place the host scheduler fixed).
+    /// An idle GPU costs more than an unaligned job, and one loop would
+    /// otherwise keep every later job that touches it waiting.
+    RunUnaligned,
 }
 
 /// How a job was aligned, to re-align it the same way later.
@@ -75,6 +94,8 @@ impl Cassini {
             unmeasured: HashMap::new(),
             readjustments: 0,
             referenced: HashMap::new(),
+            on_loop: OnLoop::Wait,
+            unaligned: HashSet::new(),
         }
     }
 
@@ -194,9 +215,40 @@ impl Policy for Cassini {
     fn schedule(&mut self, view: &ClusterView<'_>) -> Vec<Decision> {
         let proposed = self.inner.schedule(view);
         let mut free = view.free_gpus.to_vec();
-        let mut jobs: Vec<Net<'_>> = view.running.iter().filter_map(|r| net(view, r.id, r.spec, r.hosts)).collect();
-        let mut out = Vec::new();
+        // Jobs outside the Affinity graph are forgotten once they end. O(R + Q).
+        if !self.unaligned.is_empty() {
+            let present: HashSet<JobId> =
+                view.running.iter().map(|r| r.id).chain(view.queue.iter().map(|q| q.id)).collect();
+            self.unaligned.retain(|j| present.contains(j));
+        }
+        let mut jobs: Vec<Net<'_>> = view
+            .running
+            .iter()
+            .filter(|r| !self.unaligned.contains(&r.id))
+            .filter_map(|r| net(view, r.id, r.spec, r.hosts))
+            .collect();
+        // A job the host scheduler starts on shared GPUs (Castor) keeps its
+        // place; the free GPUs it also takes are reserved first, so that no
+        // candidate below moves another job onto them.
+        let mut reserved: Vec<Decision> = Vec::new();
+        for d in &proposed {
+            if let Decision::Share { job, free: taken, .. } = d
+                && taken.iter().all(|&(h, g)| free.get(h).is_some_and(|&f| f >= g))
+            {
+                for &(h, g) in taken {
+                    free[h] -= g;
+                }
+                if self.on_loop == OnLoop::RunUnaligned {
+                    self.unaligned.insert(*job);
+                }
+                reserved.push(d.clone());
+            }
+        }
+        let mut out = reserved;
         for d in proposed {
+            if matches!(d, Decision::Share { .. }) {
+                continue; // reserved above, or no longer fits
+            }
             if let Decision::Preempt { job } = d
                 && let Some(r) = view.running.iter().find(|r| r.id == job)
             {
@@ -217,6 +269,7 @@ impl Policy for Cassini {
             // The host scheduler chose the size (Pollux resizes jobs); keep it.
             let gpus: u32 = hosts.iter().map(|h| h.1).sum();
             let mut candidates = if fits { vec![hosts] } else { Vec::new() };
+            let own_choice = candidates.first().cloned();
             for _ in 1..self.candidates {
                 if let Some(c) = random_hosts(&mut self.rng, &crate::placement::capped(&free, spec), gpus) {
                     candidates.push(c);
@@ -234,7 +287,18 @@ impl Policy for Cassini {
                     best = Some(Ranked { score: s.mean_score, hosts: c, net: candidate });
                 }
             }
-            let Some(Ranked { hosts, net: chosen, .. }) = best else { continue };
+            let Some(Ranked { hosts, net: chosen, .. }) = best else {
+                if self.on_loop == OnLoop::RunUnaligned
+                    && let Some(hosts) = own_choice
+                {
+                    for &(h, g) in &hosts {
+                        free[h] -= g;
+                    }
+                    self.unaligned.insert(job);
+                    out.push(Decision::Place { job, hosts });
+                }
+                continue;
+            };
             for &(h, g) in &hosts {
                 free[h] -= g;
             }
@@ -353,6 +417,16 @@ impl Policy for Cassini {
         self.inner.tick_s()
     }
 
+    fn set_colocation(&mut self, estimate: &orrery_model::colocation::Colocation) {
+        self.inner.set_colocation(estimate);
+    }
+
+    fn counters(&self) -> Vec<(&'static str, f64)> {
+        let mut out = self.inner.counters();
+        out.push(("cassini_realignments", self.readjustments as f64));
+        out
+    }
+
     fn isolated_network(&self) -> bool {
         self.inner.isolated_network()
     }
@@ -416,6 +490,67 @@ mod tests {
         let mut cassini = Cassini::new(Box::new(Propose(vec![(2, 1), (0, 1)])), 0);
         cassini.candidates = 1;
         assert!(cassini.schedule(&view).iter().all(|d| !matches!(d, Decision::Place { .. })));
+        // orrery's rule: it starts on the host scheduler's choice, unaligned,
+        // and stays out of the Affinity graph while it runs.
+        let mut orrery = Cassini::new(Box::new(Propose(vec![(2, 1), (0, 1)])), 0);
+        orrery.candidates = 1;
+        orrery.on_loop = OnLoop::RunUnaligned;
+        let d = orrery.schedule(&view);
+        assert_eq!(d, [Decision::Place { job: 2, hosts: vec![(2, 1), (0, 1)] }]);
+        assert!(orrery.unaligned.contains(&2));
+        // Once it has ended, it is forgotten.
+        let ended = ClusterView { queue: Vec::new(), ..view };
+        assert!(orrery.schedule(&ended).is_empty());
+        assert!(orrery.unaligned.is_empty());
+    }
+
+    /// Starts the queued job on shared GPUs of job 0 plus one free GPU on host 2.
+    struct ShareWithFree;
+
+    impl Policy for ShareWithFree {
+        fn name(&self) -> String {
+            "share".into()
+        }
+        fn schedule(&mut self, view: &ClusterView<'_>) -> Vec<Decision> {
+            // Two GPUs on host 1, which has one free: random candidates only.
+            let mut out = vec![Decision::Place { job: view.queue[0].id, hosts: vec![(1, 2)] }];
+            out.push(Decision::Share {
+                job: view.queue[1].id,
+                free: vec![(2, 1)],
+                shared: vec![(0, 0, 1)],
+                sub_batch: 0,
+            });
+            out
+        }
+    }
+
+    #[test]
+    fn free_gpus_a_shared_start_takes_are_kept_from_other_candidates() {
+        // Hosts 0-2 have one free GPU each; the host scheduler starts C on A's
+        // GPU plus host 2's, and proposes for B a place that does not fit. No
+        // random candidate for B may take host 2's GPU, whatever the seed.
+        let t = three_racks();
+        let a = JobSpec::new("a", "vgg19", 32, 1, Work::Iterations(100), 0.0);
+        let b = JobSpec::new("b", "vgg19", 32, 2, Work::Iterations(100), 0.0);
+        let c = JobSpec::new("c", "vgg19", 32, 2, Work::Iterations(100), 0.0);
+        let ha = [(0, 1)];
+        for seed in 0..20 {
+            let view = ClusterView {
+                now_s: 1.0,
+                topology: &t,
+                free_gpus: &[1, 1, 1],
+                queue: vec![QueuedJob::new(1, &b, 0.0), QueuedJob::new(2, &c, 0.0)],
+                running: vec![running(0, &a, &ha)],
+            };
+            let d = Cassini::new(Box::new(ShareWithFree), seed).schedule(&view);
+            assert!(d.iter().any(|d| matches!(d, Decision::Share { job: 2, .. })), "{d:?}");
+            assert!(d.iter().any(|d| matches!(d, Decision::Place { job: 1, .. })), "{d:?}");
+            for x in &d {
+                if let Decision::Place { hosts, .. } = x {
+                    assert!(hosts.iter().all(|h| h.0 != 2), "seed {seed}: {d:?}");
+                }
+            }
+        }
     }
 
     #[test]

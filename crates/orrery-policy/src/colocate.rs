@@ -52,11 +52,23 @@ pub enum Rule {
 }
 
 /// A GPU-sharing policy.
-#[derive(Debug)]
 pub struct Colocator {
     rule: Rule,
     /// Stop at the first job that can start neither alone nor shared.
     pub blocking: bool,
+    /// Whether jobs may share GPUs at all (off: the same order and
+    /// backfilling on free GPUs only, the combined policy's ablation).
+    pub share: bool,
+    /// Never share the GPUs of a high-priority job, and never start a
+    /// high-priority job on shared GPUs: sharing slows both partners by ξ
+    /// (Castor Eq. 3), which Metronome's high-priority jobs must not pay.
+    /// High-priority jobs are also considered first (SJF within a class).
+    pub spare_high_priority: bool,
+    /// Where a job that fits in free GPUs goes (None: consolidated first
+    /// fit, Castor's own).
+    pub placement: Option<Box<dyn crate::placement::Placement>>,
+    /// Suffix of the reported name (set by the policies built on this one).
+    pub label: Option<String>,
     /// What Theorem 1 compares sharing with (the paper's: the running job first).
     pub back_to_back: BackToBack,
     estimate: Colocation,
@@ -73,6 +85,10 @@ impl Colocator {
         Colocator {
             rule,
             blocking: false,
+            share: true,
+            spare_high_priority: false,
+            placement: None,
+            label: None,
             back_to_back: BackToBack::RunningFirst,
             estimate: Colocation::default(),
             alone: HashMap::new(),
@@ -113,6 +129,9 @@ struct Offer {
 
 impl Policy for Colocator {
     fn name(&self) -> String {
+        if let Some(label) = &self.label {
+            return label.clone();
+        }
         let name = match self.rule {
             Rule::Bsbf => "castor",
             Rule::Ffs => "sjf-ffs",
@@ -141,7 +160,9 @@ impl Policy for Colocator {
         let rack_of = racks(view);
         let mut free = view.free_gpus.to_vec();
         let mut cands: Vec<Candidate> = Vec::new();
-        for r in view.running.iter().filter(|r| !r.paused) {
+        let spare = self.spare_high_priority;
+        let high = move |spec: &JobSpec| spare && spec.priority == orrery_model::Priority::High;
+        for r in view.running.iter().filter(|r| !r.paused && !high(r.spec)) {
             let (Some(m), Some(&(h0, _))) = (orrery_model::zoo::model(&r.spec.model), r.hosts.first()) else {
                 continue;
             };
@@ -164,7 +185,13 @@ impl Policy for Colocator {
             .enumerate()
             .map(|(i, q)| (self.alone_s(view, q.id, q.spec) * (1.0 - q.progress), q.spec.arrival_s, i))
             .collect();
-        order.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.total_cmp(&b.1)));
+        // With high-priority jobs spared, they also go first (Metronome's
+        // priority classes); SJF within each class.
+        let class = |i: usize| u8::from(!high(view.queue[i].spec));
+        order.sort_by(|a, b| class(a.2).cmp(&class(b.2)).then(a.0.total_cmp(&b.0)).then(a.1.total_cmp(&b.1)));
+        if let Some(p) = self.placement.as_mut() {
+            p.prepare(view, &[]);
+        }
         let mut out = Vec::new();
         let total = view.topology.gpu_count();
         // Decisions before the previous job was considered (blocking mode).
@@ -183,12 +210,21 @@ impl Policy for Colocator {
             let need = q.spec.gpus();
             // Lines 6-7: enough free GPUs.
             if free.iter().map(|&f| u64::from(f)).sum::<u64>() >= u64::from(need)
-                && let Some(hosts) = consolidated(view, &rack_of, &capped(&free, q.spec), need)
+                && let Some(hosts) = match self.placement.as_mut() {
+                    Some(p) => p.place(view, &rack_of, &free, q.spec),
+                    None => consolidated(view, &rack_of, &capped(&free, q.spec), need),
+                }
             {
                 for &(h, g) in &hosts {
                     free[h] -= g;
                 }
+                if let Some(p) = self.placement.as_mut() {
+                    p.commit(view, q.spec, &hosts);
+                }
                 out.push(Decision::Place { job: q.id, hosts });
+                continue;
+            }
+            if !self.share || high(q.spec) {
                 continue;
             }
             let solo_total: u64 = cands.iter().flat_map(|c| &c.solo).map(|s| u64::from(s.1)).sum();

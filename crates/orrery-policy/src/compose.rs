@@ -171,6 +171,7 @@ pub const PLACEMENTS: &[(&str, &str)] = &[
     ("spread", "kube-scheduler LeastAllocated, pod by pod"),
     ("latency", "Diktyo NetworkOverhead: lowest latency to the job's placed pods, pod by pod"),
     ("exclusive", "reserve each host's mean send rate on its NIC; wait when it does not fit"),
+    ("bidding", "Plebiscito's bandwidth-aware SGF bids (Eq. 9, alpha = 0.5), placed by the central greedy"),
 ];
 
 /// Every policy name with one line about it (`orrery policies`).
@@ -209,6 +210,10 @@ pub const CATALOGUE: &[(&str, &str)] = &[
         "plebiscito:UTILITY[:unaware]",
         "Plebiscito: one agent per host bids in a max-consensus auction (sgf, lgf, yarn, tetris, tiresias, drf, themis); :unaware sets alpha = 1",
     ),
+    (
+        "orrery[-no-PART...]",
+        "the five papers in one: Castor's SJF-BSBF and sharing (never with high priority), Plebiscito's bandwidth-aware bids, CASSINI shifts with Metronome's priorities, FORESIGHT's routes; parts share, bandwidth, interleave, routes",
+    ),
     ("ORDER/PLACEMENT", "any ordering with any placement (see below), e.g. tiresias/random"),
     (
         "POLICY+foresight",
@@ -239,6 +244,7 @@ fn placement(name: &str, seed: u64) -> Option<Box<dyn Placement>> {
         "spread" => Box::new(placement::Spread),
         "latency" => Box::new(placement::Latency::default()),
         "exclusive" => Box::new(placement::ExclusiveBandwidth::default()),
+        "bidding" => Box::new(crate::plebiscito::Bidding::aware(orrery_auction::utility::Utility::Sgf)),
         _ => return None,
     })
 }
@@ -259,6 +265,9 @@ pub fn by_name(name: &str, seed: u64) -> Option<Box<dyn Policy>> {
             return by_name(host, seed)
                 .map(|inner| Box::new(crate::foresight::policy::Foresight::new(inner, mode)) as Box<dyn Policy>);
         }
+    }
+    if let Some(parts) = crate::combined::Parts::parse(name) {
+        return Some(Box::new(crate::combined::Combined::new(parts, seed)));
     }
     if name.starts_with("plebiscito:") {
         return crate::plebiscito::Plebiscito::by_name(name, seed).map(|p| Box::new(p) as Box<dyn Policy>);

@@ -12,6 +12,7 @@ pub mod baseline;
 pub mod cassini;
 pub mod castor;
 pub mod colocate;
+pub mod combined;
 pub mod compose;
 pub mod foresight;
 pub mod metronome;

@@ -130,13 +130,144 @@ pub fn request(t: &Topology, id: JobId, spec: &JobSpec, isolated_s: f64) -> JobR
     }
 }
 
+/// What the agents start a round from: each host's resources (GPUs as the
+/// view has them free, CPUs and memory less what running workers hold) and
+/// the bandwidth the running jobs reserve on NICs and uplinks. O(R·W) for R
+/// running jobs of W workers.
+pub fn cluster_state(
+    view: &ClusterView<'_>,
+    map: &ClusterMap,
+    mut request_of: impl FnMut(&crate::RunningJob<'_>) -> JobRequest,
+) -> (Vec<Resources>, Usage) {
+    let t = view.topology;
+    let mut res: Vec<Resources> = t
+        .hosts
+        .iter()
+        .map(|h| Resources::new(Demand { gpus: f64::from(h.gpus), cpus: f64::from(h.cpus), mem_gib: h.memory_gib }))
+        .collect();
+    let mut usage = Usage::empty(map);
+    for r in &view.running {
+        let req = request_of(r);
+        let per = r.spec.gpus_per_worker.max(1);
+        let mut workers: Vec<(u32, usize)> = Vec::new();
+        for &(h, g) in r.hosts {
+            let k = (g / per) as usize;
+            workers.push((h as u32, k));
+            for _ in 0..k {
+                res[h].take(&Demand { gpus: 0.0, ..req.worker }, 1.0);
+            }
+        }
+        let placement: Placement = vec![workers];
+        usage.apply(&link_load(map, &req, &placement), 1.0);
+    }
+    for (h, r) in res.iter_mut().enumerate() {
+        r.free.gpus = f64::from(view.free_gpus[h]);
+    }
+    (res, usage)
+}
+
+/// A running job's request, built once per job (its rates come from its shape).
+fn cached_request(
+    requests: &mut BTreeMap<JobId, JobRequest>,
+    view: &ClusterView<'_>,
+    id: JobId,
+    spec: &JobSpec,
+) -> JobRequest {
+    requests
+        .entry(id)
+        .or_insert_with(|| request(view.topology, id, spec, crate::baseline::isolated_seconds(view, spec)))
+        .clone()
+}
+
+/// Plebiscito's bandwidth-aware utility as a centralised placement
+/// ([`orrery_auction::central::greedy`]: each component on the node with the
+/// highest marginal bid). Its Theorem 1 bounds the auction's outcome by this
+/// greedy's, so a central scheduler gets the auction's placements without
+/// its messages. Per job: O(Λ·N) bids for Λ workers on N hosts.
+pub struct Bidding {
+    policy: BidPolicy,
+    map: Option<Arc<ClusterMap>>,
+    res: Vec<Resources>,
+    usage: Option<Usage>,
+    requests: BTreeMap<JobId, JobRequest>,
+}
+
+impl Bidding {
+    /// Bids with `utility`, bandwidth-aware (α = 0.5, δ = 0.01).
+    pub fn aware(utility: Utility) -> Self {
+        Bidding {
+            policy: BidPolicy::aware(utility),
+            map: None,
+            res: Vec::new(),
+            usage: None,
+            requests: BTreeMap::new(),
+        }
+    }
+}
+
+impl crate::placement::Placement for Bidding {
+    fn name(&self) -> &'static str {
+        "bidding"
+    }
+
+    fn prepare(&mut self, view: &ClusterView<'_>, leaving: &[JobId]) {
+        let t = view.topology;
+        let map = self.map.get_or_insert_with(|| Arc::new(cluster_map(t))).clone();
+        let requests = &mut self.requests;
+        let (mut res, mut usage) = cluster_state(view, &map, |r| cached_request(requests, view, r.id, r.spec));
+        // Jobs the round preempts hold nothing.
+        for r in view.running.iter().filter(|r| leaving.contains(&r.id)) {
+            let req = &self.requests[&r.id];
+            let per = r.spec.gpus_per_worker.max(1);
+            let workers: Vec<(u32, usize)> = r.hosts.iter().map(|&(h, g)| (h as u32, (g / per) as usize)).collect();
+            for &(h, k) in &workers {
+                for _ in 0..k {
+                    res[h as usize].take(&Demand { gpus: 0.0, ..req.worker }, -1.0);
+                }
+            }
+            usage.apply(&link_load(&map, req, &vec![workers]), -1.0);
+        }
+        self.res = res;
+        self.usage = Some(usage);
+    }
+
+    fn place(
+        &mut self,
+        view: &ClusterView<'_>,
+        _: &[usize],
+        free: &[u32],
+        spec: &JobSpec,
+    ) -> Option<crate::placement::Hosts> {
+        let (Some(map), Some(usage)) = (&self.map, &self.usage) else { return None };
+        let req = request(view.topology, 0, spec, 0.0);
+        let per = spec.gpus_per_worker.max(1);
+        let mut nodes = self.res.clone();
+        for (node, &f) in nodes.iter_mut().zip(free) {
+            // GPUs the job may take on this host, in whole workers.
+            node.free.gpus = f64::from(spec.host_cap(f) / per * per);
+        }
+        let (placement, _) = orrery_auction::central::greedy(&nodes, map, usage, &req, &self.policy).ok()?;
+        Some(placement[0].iter().map(|&(n, k)| (n as usize, k as u32 * per)).collect())
+    }
+
+    fn commit(&mut self, view: &ClusterView<'_>, spec: &JobSpec, hosts: &[(orrery_model::HostId, u32)]) {
+        let (Some(map), Some(usage)) = (&self.map, &mut self.usage) else { return };
+        let req = request(view.topology, 0, spec, 0.0);
+        let per = spec.gpus_per_worker.max(1);
+        let workers: Vec<(u32, usize)> = hosts.iter().map(|&(h, g)| (h as u32, (g / per) as usize)).collect();
+        for &(h, k) in &workers {
+            for _ in 0..k {
+                self.res[h as usize].take(&Demand { gpus: 0.0, ..req.worker }, 1.0);
+            }
+        }
+        usage.apply(&link_load(map, &req, &vec![workers]), 1.0);
+    }
+}
+
 impl Plebiscito {
     /// The job's request, from the cache (a job's shape is derived once).
     fn request(&mut self, view: &ClusterView<'_>, id: JobId, spec: &JobSpec) -> JobRequest {
-        self.requests
-            .entry(id)
-            .or_insert_with(|| request(view.topology, id, spec, crate::baseline::isolated_seconds(view, spec)))
-            .clone()
+        cached_request(&mut self.requests, view, id, spec)
     }
 }
 
@@ -158,30 +289,8 @@ impl Policy for Plebiscito {
             return Vec::new();
         }
         let map = self.map.get_or_insert_with(|| Arc::new(cluster_map(t))).clone();
-        // Resources and reserved bandwidth from the running jobs.
-        let mut res: Vec<Resources> = t
-            .hosts
-            .iter()
-            .map(|h| Resources::new(Demand { gpus: f64::from(h.gpus), cpus: f64::from(h.cpus), mem_gib: h.memory_gib }))
-            .collect();
-        let mut usage = Usage::empty(&map);
-        for r in &view.running {
-            let req = self.request(view, r.id, r.spec);
-            let per = r.spec.gpus_per_worker.max(1);
-            let mut workers: Vec<(u32, usize)> = Vec::new();
-            for &(h, g) in r.hosts {
-                let k = (g / per) as usize;
-                workers.push((h as u32, k));
-                for _ in 0..k {
-                    res[h].take(&Demand { gpus: 0.0, ..req.worker }, 1.0);
-                }
-            }
-            let placement: Placement = vec![workers];
-            usage.apply(&link_load(&map, &req, &placement), 1.0);
-        }
-        for (h, r) in res.iter_mut().enumerate() {
-            r.free.gpus = f64::from(view.free_gpus[h]);
-        }
+        let requests = &mut self.requests;
+        let (res, usage) = cluster_state(view, &map, |r| cached_request(requests, view, r.id, r.spec));
         let n = res.len();
         let adj = overlay(n, DEGREE, self.seed);
         let agents: Vec<Agent> = (0..n)
@@ -316,6 +425,25 @@ mod tests {
         // win, and the initiator (host 19) is one of them.
         let unaware = place("plebiscito:lgf:unaware");
         assert!(unaware.iter().any(|&(h, _)| h < 20), "{unaware:?}");
+        // The same bids placed centrally (the combined policy's placement):
+        // rack 1 again, and committing it reserves its rate on the NICs it
+        // uses, which the next job of the round bids against.
+        use crate::placement::Placement as _;
+        let mut bids = Bidding::aware(Utility::Lgf);
+        bids.prepare(&view, &[]);
+        let nic_before = bids.usage.as_ref().expect("prepared").nic.clone();
+        let first = bids.place(&view, &[], &free, &spec).expect("fits");
+        assert!(first.iter().all(|&(h, g)| (20..40).contains(&h) && g == 4), "{first:?}");
+        bids.commit(&view, &spec, &first);
+        let nic = &bids.usage.as_ref().expect("prepared").nic;
+        for &(h, _) in &first {
+            assert!(
+                (nic[h] - nic_before[h] - b).abs() < 1e-9,
+                "host {h}: {} -> {} Gbps, B = {b}",
+                nic_before[h],
+                nic[h]
+            );
+        }
     }
 
     #[test]

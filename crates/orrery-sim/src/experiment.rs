@@ -227,6 +227,9 @@ pub struct WorkloadSpec {
     /// (`cluster_throughput.csv` of Lucid's Venus data) whose busiest 8 hours
     /// re-draw the arrivals (Castor's Venus workload).
     pub arrivals: Option<PathBuf>,
+    /// For `generator = "pollux-sample"`: the share of jobs marked high
+    /// priority (Metronome's class), drawn per seed; default 0.
+    pub high_priority: Option<f64>,
     /// For the `pinned` policy: job id → [[host, GPUs], ...].
     #[serde(default)]
     pub pins: std::collections::BTreeMap<String, Vec<(usize, u32)>>,
@@ -987,6 +990,10 @@ fn generate_workload(
             orrery_trace::castor::shape_arrivals(&mut jobs, &bins, seed)
                 .map_err(|e| format!("workload.arrivals: {e}"))?;
         }
+        if let Some(fraction) = w.high_priority {
+            orrery_trace::castor::mark_high_priority(&mut jobs, fraction, seed)
+                .map_err(|e| format!("workload.high_priority: {e}"))?;
+        }
         return Ok((jobs, w.pins.clone()));
     }
     if w.generator.as_deref() == Some("components") {
@@ -1100,6 +1107,30 @@ mod tests {
         let e = parse("default", DEFAULT).expect("valid");
         assert_eq!(e.policies, vec!["fifo", "random", "ideal"]);
         assert_eq!(e.topology(Path::new(".")).map(|t| t.gpu_count()), Ok(64));
+    }
+
+    #[test]
+    fn a_share_of_pollux_sample_jobs_is_high_priority() {
+        let file = |share: &str| {
+            format!(
+                "name = \"hp\"\npolicies = [\"castor\"]\n[topology]\nbuiltin = \"castor\"\n\
+                 [workload]\ngenerator = \"pollux-sample\"\njobs = 400\nhigh_priority = {share}\n"
+            )
+        };
+        let e = parse("hp.toml", &file("0.15")).expect("valid");
+        let high = |seed| {
+            let (_, jobs, _) = e.scenario(None, Path::new("."), seed).expect("jobs");
+            let n = jobs.iter().filter(|j| j.priority == orrery_model::Priority::High).count();
+            (n, jobs.len())
+        };
+        // 400 Bernoulli(0.15) draws: mean 60, standard deviation 7.1.
+        let (n, total) = high(1);
+        assert_eq!(total, 400);
+        assert!((39..=81).contains(&n), "{n} of 400 high priority");
+        assert_ne!(high(1), high(2), "drawn per seed");
+        let e = parse("hp.toml", &file("1.5")).expect("parses");
+        let err = e.scenario(None, Path::new("."), 1).expect_err("out of range");
+        assert!(err.contains("workload.high_priority: expected a fraction in [0, 1], found 1.5"), "{err}");
     }
 
     #[test]

@@ -64,6 +64,21 @@ pub fn sample_jobs(population: &[JobSpec], n: usize, seed: u64) -> Result<Vec<Jo
     Ok(jobs)
 }
 
+/// Marks each job high priority with probability `fraction` (seeded), as
+/// Metronome's traces mix priorities; the Philly sample has none of its own.
+pub fn mark_high_priority(jobs: &mut [JobSpec], fraction: f64, seed: u64) -> Result<(), String> {
+    if !(0.0..=1.0).contains(&fraction) {
+        return Err(format!("expected a fraction in [0, 1], found {fraction}"));
+    }
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x4849_4748_5052_494F);
+    for j in jobs {
+        if rng.random_bool(fraction) {
+            j.priority = orrery_model::Priority::High;
+        }
+    }
+    Ok(())
+}
+
 /// Width of a bin of the Venus series, s.
 pub const VENUS_BIN_S: f64 = 600.0;
 

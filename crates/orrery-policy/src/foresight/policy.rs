@@ -209,9 +209,11 @@ impl Foresight {
     /// Plans the running jobs (plus those being placed now) and returns the
     /// decisions for their first planned iteration.
     fn plan(&mut self, view: &ClusterView<'_>, jobs: &[PlacedJob<'_>]) -> Vec<Decision> {
-        // What the previous plan set stays set in the driver until undone.
+        // What the previous plan set stays set in the driver until undone;
+        // a job that has ended has nothing left to undo.
+        let running: std::collections::HashSet<JobId> = view.running.iter().map(|r| r.id).collect();
         let mut undo: Vec<Decision> = Vec::new();
-        for (&id, (steps, _)) in &self.steps {
+        for (&id, (steps, _)) in self.steps.iter().filter(|(id, _)| running.contains(id)) {
             undo.push(Decision::Throttle { job: id, gbps: None });
             let mut flows: Vec<usize> = steps.iter().flat_map(|s| s.routes.iter().map(|r| r.0)).collect();
             flows.sort_unstable();
@@ -471,8 +473,24 @@ impl Policy for Foresight {
         self.steps.get(&job).is_some_and(|(steps, _)| !steps.is_empty()) || self.inner.watches(job)
     }
 
-    fn on_iteration(&mut self, view: &ClusterView<'_>, job: JobId, _iteration_ms: f64) -> Vec<Decision> {
-        self.next(job, Some(view.now_s))
+    /// The inner policy's controller first (a CASSINI re-alignment), then
+    /// the job's next planned step.
+    fn on_iteration(&mut self, view: &ClusterView<'_>, job: JobId, iteration_ms: f64) -> Vec<Decision> {
+        let mut out = if self.inner.observes_iterations() {
+            self.inner.on_iteration(view, job, iteration_ms)
+        } else {
+            Vec::new()
+        };
+        out.extend(self.next(job, Some(view.now_s)));
+        out
+    }
+
+    fn tick_s(&self) -> Option<f64> {
+        self.inner.tick_s()
+    }
+
+    fn set_colocation(&mut self, estimate: &orrery_model::colocation::Colocation) {
+        self.inner.set_colocation(estimate);
     }
 
     fn isolated_network(&self) -> bool {
@@ -480,17 +498,19 @@ impl Policy for Foresight {
     }
 
     fn counters(&self) -> Vec<(&'static str, f64)> {
+        let mut out = self.inner.counters();
         if !matches!(self.mode, Mode::Foresight | Mode::Paper) {
-            return Vec::new();
+            return out;
         }
         let [plans, invalid, costlier, unrepaired, routes_only] = self.outcomes.map(|x| x as f64);
-        vec![
+        out.extend([
             ("plans", plans),
             ("no_valid_schedule", invalid),
             ("valid_but_not_paying", costlier),
             ("unrepaired_plan_used", unrepaired),
             ("routes_only", routes_only),
-        ]
+        ]);
+        out
     }
 }
 

@@ -1,0 +1,278 @@
+//! `orrery`: the five papers' decisions in one scheduler (issue 19), built
+//! from the parts the single-paper policies use, each of which can be
+//! switched off by name for ablations (`orrery-no-share`,
+//! `orrery-no-bandwidth-no-routes`, ...).
+//!
+//! A round, from the inside out:
+//! 1. **Order and sharing** (Castor, [`crate::colocate::Colocator`]): waiting
+//!    jobs by expected remaining time (SJF-BSBF, backfilling); a job that
+//!    free GPUs cannot hold shares a running job's GPUs when Theorem 1 says
+//!    it pays (Algorithms 1–2).
+//! 2. **Placement on free GPUs** (Plebiscito, [`crate::plebiscito::Bidding`]):
+//!    each worker to the host with the highest bandwidth-aware SGF bid
+//!    (Eq. 9, α = 0.5), the centralised greedy its Theorem 1 compares the
+//!    auction with. SGF is Plebiscito's best utility on our runs
+//!    (docs/results.md).
+//! 3. **Interleaving** (CASSINI, [`crate::cassini::Cassini`], with
+//!    Metronome's priorities): Alg. 2 ranks the placement above and 9 random
+//!    ones by link compatibility; one time-shift per job from the Affinity
+//!    graph, traversed from the highest-priority job, which is never moved
+//!    (Metronome Eq. 16); a job drifting more than 5% is re-aligned.
+//! 4. **Routes** (FORESIGHT, [`crate::foresight::policy::Foresight`]): on a
+//!    fabric of several spines, cross-rack flows are spread over spines by
+//!    edge colouring.
+//!
+//! Where two ideas conflict, the rule and why:
+//! - *A FORESIGHT delay against a CASSINI/Metronome shift*: the shift wins.
+//!   FORESIGHT contributes its routes only (its `routes` mode): its
+//!   per-iteration delays and throttles re-time every job each iteration and
+//!   would undo the interleaving, which costs nothing in bandwidth. With
+//!   interleaving switched off, FORESIGHT's full plan (delays, throttles,
+//!   routes) runs instead.
+//! - *Sharing a GPU with a high-priority job*: never. Sharing slows both
+//!   partners by their interference ratio ξ (1.1–2× in Gavel's
+//!   measurements), and Metronome's promise is that a high-priority job is
+//!   not slowed. A high-priority newcomer waits for free GPUs rather than
+//!   share.
+//! - *A shared job and interleaving*: a job started on shared GPUs is not
+//!   a CASSINI candidate (its GPUs are fixed by its partner); it runs
+//!   outside the Affinity graph, without a time-shift.
+//! - *CASSINI's loop rule against work conservation*: CASSINI drops every
+//!   candidate whose Affinity graph has a loop and the job waits; here it
+//!   starts on the host scheduler's (bid) placement without a time-shift
+//!   ([`OnLoop::RunUnaligned`]). Measured on the benchmark before this rule:
+//!   waiting for loop-free placements multiplied the mean queueing time
+//!   (docs/results.md).
+//!
+//! Per round: the Colocator's O(Q log Q + Q·(H + R log R)), the bids'
+//! O(W·H) per job of W workers, CASSINI's 10 candidates each scored on the
+//! links they share, and FORESIGHT's colouring of the flows crossing racks
+//! when the set of running jobs changes.
+
+use crate::cassini::{Cassini, OnLoop};
+use crate::colocate::{Colocator, Rule};
+use crate::foresight::policy::{Foresight, Mode};
+use crate::plebiscito::Bidding;
+use crate::{ClusterView, Decision, JobId, Policy};
+use orrery_auction::utility::Utility;
+
+/// The parts, by the name that switches each off (`orrery-no-<part>`), with
+/// what each does.
+pub const PARTS: &[(&str, &str)] = &[
+    ("share", "Castor: GPU sharing where Theorem 1 pays (off: the same SJF order and backfilling, free GPUs only)"),
+    ("bandwidth", "Plebiscito: workers placed by bandwidth-aware SGF bids, centralised (off: consolidated first fit)"),
+    (
+        "interleave",
+        "CASSINI candidates and time-shifts, the highest-priority job as reference (Metronome Eq. 16), 5% drift rule",
+    ),
+    ("routes", "FORESIGHT: spines by edge colouring (routes only; without interleave, its delays and throttles too)"),
+];
+
+/// Which parts run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Parts {
+    /// Castor's GPU sharing.
+    pub share: bool,
+    /// Plebiscito's bandwidth-aware placement.
+    pub bandwidth: bool,
+    /// CASSINI/Metronome interleaving.
+    pub interleave: bool,
+    /// FORESIGHT's routes.
+    pub routes: bool,
+}
+
+impl Parts {
+    /// Every part on.
+    pub const ALL: Parts = Parts { share: true, bandwidth: true, interleave: true, routes: true };
+
+    /// `orrery` or `orrery-no-<part>[-no-<part>...]`, parts as in [`PARTS`].
+    pub fn parse(name: &str) -> Option<Parts> {
+        let mut rest = name.strip_prefix("orrery")?;
+        let mut parts = Parts::ALL;
+        while let Some(tail) = rest.strip_prefix("-no-") {
+            let (part, next) = PARTS
+                .iter()
+                .map(|p| p.0)
+                .find_map(|p| tail.strip_prefix(p).filter(|n| n.is_empty() || n.starts_with('-')).map(|n| (p, n)))?;
+            let slot = parts.slot(part);
+            if !*slot {
+                return None; // named twice
+            }
+            *slot = false;
+            rest = next;
+        }
+        rest.is_empty().then_some(parts)
+    }
+
+    fn slot(&mut self, part: &str) -> &mut bool {
+        match part {
+            "share" => &mut self.share,
+            "bandwidth" => &mut self.bandwidth,
+            "interleave" => &mut self.interleave,
+            _ => &mut self.routes,
+        }
+    }
+
+    /// The name that builds these parts.
+    pub fn name(self) -> String {
+        let mut name = String::from("orrery");
+        let mut copy = self;
+        for (part, _) in PARTS {
+            if !*copy.slot(part) {
+                name.push_str("-no-");
+                name.push_str(part);
+            }
+        }
+        name
+    }
+
+    /// The parts that run, by name (for reports and `orrery policies`).
+    pub fn running(self) -> Vec<&'static str> {
+        let mut copy = self;
+        PARTS.iter().map(|p| p.0).filter(|p| *copy.slot(p)).collect()
+    }
+}
+
+/// The combined policy: the parts composed as the module doc says,
+/// reported under one name.
+pub struct Combined {
+    parts: Parts,
+    inner: Box<dyn Policy>,
+}
+
+impl Combined {
+    /// The policy with `parts`; `seed` draws CASSINI's extra candidates.
+    pub fn new(parts: Parts, seed: u64) -> Self {
+        let mut host = Colocator::new(Rule::Bsbf);
+        host.share = parts.share;
+        host.spare_high_priority = true;
+        if parts.bandwidth {
+            host.placement = Some(Box::new(Bidding::aware(Utility::Sgf)));
+        }
+        let mut inner: Box<dyn Policy> = Box::new(host);
+        if parts.interleave {
+            let mut cassini = Cassini::new(inner, seed ^ 0xCA55);
+            cassini.on_loop = OnLoop::RunUnaligned;
+            inner = Box::new(cassini);
+        }
+        if parts.routes {
+            let mode = if parts.interleave { Mode::Routes } else { Mode::Foresight };
+            inner = Box::new(Foresight::new(inner, mode));
+        }
+        Combined { parts, inner }
+    }
+
+    /// Which parts run.
+    pub fn parts(&self) -> Parts {
+        self.parts
+    }
+}
+
+impl Policy for Combined {
+    fn name(&self) -> String {
+        self.parts.name()
+    }
+
+    fn schedule(&mut self, view: &ClusterView<'_>) -> Vec<Decision> {
+        self.inner.schedule(view)
+    }
+
+    fn on_iteration(&mut self, view: &ClusterView<'_>, job: JobId, iteration_ms: f64) -> Vec<Decision> {
+        self.inner.on_iteration(view, job, iteration_ms)
+    }
+
+    fn observes_iterations(&self) -> bool {
+        self.inner.observes_iterations()
+    }
+
+    fn watches(&self, job: JobId) -> bool {
+        self.inner.watches(job)
+    }
+
+    fn tick_s(&self) -> Option<f64> {
+        self.inner.tick_s()
+    }
+
+    fn counters(&self) -> Vec<(&'static str, f64)> {
+        self.inner.counters()
+    }
+
+    fn set_colocation(&mut self, estimate: &orrery_model::colocation::Colocation) {
+        self.inner.set_colocation(estimate);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{QueuedJob, RunningJob};
+    use orrery_model::colocation::{Colocation, SharingMode};
+    use orrery_model::setups::LeafSpine;
+    use orrery_model::{JobSpec, Priority, Work};
+
+    #[test]
+    fn names_switch_parts_off_and_round_trip() {
+        assert_eq!(Parts::parse("orrery"), Some(Parts::ALL));
+        let p = Parts::parse("orrery-no-share-no-routes").expect("parses");
+        assert_eq!(p, Parts { share: false, routes: false, ..Parts::ALL });
+        assert_eq!(p.running(), ["bandwidth", "interleave"]);
+        // Canonical order in the reported name.
+        assert_eq!(
+            Parts::parse("orrery-no-routes-no-share").map(Parts::name).as_deref(),
+            Some("orrery-no-share-no-routes")
+        );
+        for bad in ["orrery-no-share-no-share", "orrery-no-gpus", "orrery-", "orrery-no-sharex", "orreryx"] {
+            assert_eq!(Parts::parse(bad), None, "{bad}");
+        }
+        for bits in 0..16u8 {
+            let p =
+                Parts { share: bits & 1 > 0, bandwidth: bits & 2 > 0, interleave: bits & 4 > 0, routes: bits & 8 > 0 };
+            assert_eq!(Parts::parse(&p.name()), Some(p));
+            assert_eq!(Combined::new(p, 0).name(), p.name());
+        }
+    }
+
+    /// Two hosts of 4 GPUs; a running job holds all of host 0 and 2 GPUs of
+    /// host 1; a 4-GPU newcomer cannot fit in the 2 free GPUs.
+    fn crowded<'a>(
+        t: &'a orrery_model::Topology,
+        running: &'a JobSpec,
+        newcomer: &'a JobSpec,
+        hosts: &'a [(usize, u32)],
+    ) -> ClusterView<'a> {
+        ClusterView {
+            now_s: 0.0,
+            topology: t,
+            free_gpus: &[0, 2],
+            queue: vec![QueuedJob::new(1, newcomer, 0.0)],
+            running: vec![RunningJob::new(0, running, hosts)],
+        }
+    }
+
+    #[test]
+    fn a_high_priority_job_never_shares_a_gpu() {
+        let t = LeafSpine::with_oversubscription(1, 2, 1, 4, "v100", 100.0, 1.0).build("t").expect("valid");
+        // A long low-priority job and a short newcomer: Theorem 1 says share
+        // (the newcomer is a few iterations; the running job has 10^6).
+        let long = JobSpec::new("long", "resnet18", 32, 6, Work::Iterations(1_000_000), 0.0);
+        let short = JobSpec::new("short", "resnet18", 32, 4, Work::Iterations(50), 0.0);
+        let hosts = [(0usize, 4u32), (1, 2)];
+        let time_sliced = Colocation { mode: SharingMode::Temporal, ..Colocation::default() };
+        let decide = |p: &mut Combined, run: &JobSpec, new: &JobSpec| {
+            p.set_colocation(&time_sliced);
+            p.schedule(&crowded(&t, run, new, &hosts))
+        };
+        let all = Parts { routes: false, interleave: false, ..Parts::ALL };
+        let d = decide(&mut Combined::new(all, 1), &long, &short);
+        assert!(matches!(d.as_slice(), [Decision::Share { job: 1, .. }]), "low-priority pair shares: {d:?}");
+        // The same pair with either job high priority: the newcomer waits.
+        let mut high_long = long.clone();
+        high_long.priority = Priority::High;
+        let mut high_short = short.clone();
+        high_short.priority = Priority::High;
+        assert!(decide(&mut Combined::new(all, 1), &high_long, &short).is_empty());
+        assert!(decide(&mut Combined::new(all, 1), &long, &high_short).is_empty());
+        // Without the sharing part, nobody shares.
+        assert!(decide(&mut Combined::new(Parts { share: false, ..all }, 1), &long, &short).is_empty());
+    }
+}
