@@ -5,7 +5,8 @@
 //!
 //! A round, from the inside out:
 //! 1. **Order and sharing** (Castor, [`crate::colocate::Colocator`]): waiting
-//!    jobs by expected remaining time (SJF-BSBF, backfilling); a job that
+//!    jobs by expected remaining time (SJF-BSBF, backfilling), high-priority
+//!    jobs first (Metronome's classes); a job that
 //!    free GPUs cannot hold shares a running job's GPUs when Theorem 1 says
 //!    it pays (Algorithms 1–2).
 //! 2. **Placement on free GPUs** (Plebiscito, [`crate::plebiscito::Bidding`]):
@@ -33,15 +34,15 @@
 //!   partners by their interference ratio ξ (1.1–2× in Gavel's
 //!   measurements), and Metronome's promise is that a high-priority job is
 //!   not slowed. A high-priority newcomer waits for free GPUs rather than
-//!   share.
+//!   share; being ordered first, it takes the next ones that free up.
 //! - *A shared job and interleaving*: a job started on shared GPUs is not
 //!   a CASSINI candidate (its GPUs are fixed by its partner); it runs
 //!   outside the Affinity graph, without a time-shift.
 //! - *CASSINI's loop rule against work conservation*: CASSINI drops every
 //!   candidate whose Affinity graph has a loop and the job waits; here it
 //!   starts on the host scheduler's (bid) placement without a time-shift
-//!   ([`OnLoop::RunUnaligned`]). Measured on the benchmark before this rule:
-//!   waiting for loop-free placements multiplied the mean queueing time
+//!   ([`OnLoop::RunUnaligned`]). Measured on the benchmark before this rule
+//!   (load 1, seed 1): mean queueing time 7,849 s, against 141 s with it
 //!   (docs/results.md).
 //!
 //! Per round: the Colocator's O(Q log Q + Q·(H + R log R)), the bids'

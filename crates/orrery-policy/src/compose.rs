@@ -212,7 +212,7 @@ pub const CATALOGUE: &[(&str, &str)] = &[
     ),
     (
         "orrery[-no-PART...]",
-        "the five papers in one: Castor's SJF-BSBF and sharing (never with high priority), Plebiscito's bandwidth-aware bids, CASSINI shifts with Metronome's priorities, FORESIGHT's routes; parts share, bandwidth, interleave, routes",
+        "the five papers in one: Castor's SJF-BSBF and sharing (never with high priority, which goes first), Plebiscito's bandwidth-aware bids, CASSINI shifts with Metronome's priorities (a job with no loop-free placement starts unaligned), FORESIGHT's routes; parts share, bandwidth, interleave, routes",
     ),
     ("ORDER/PLACEMENT", "any ordering with any placement (see below), e.g. tiresias/random"),
     (
