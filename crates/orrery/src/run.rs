@@ -107,8 +107,11 @@ fn run_one(
     }
     if !a.quiet {
         println!("\nexperiment {} — {}", summary.experiment, summary.runs.first().map_or("", |r| r.setup.as_str()));
+        // Columns as wide as the longest name, so rows stay aligned.
+        let sw = summary.runs.iter().map(|r| r.scenario.chars().count()).max().unwrap_or(0).max(8);
+        let pw = summary.runs.iter().map(|r| r.policy.chars().count()).max().unwrap_or(0).max(6);
         println!(
-            "{:<12} {:<16} {:>4} {:>9} {:>9} {:>9} {:>10} {:>8} {:>8} {:>6} {:>6} {:>9} {:>8} {:>9}",
+            "{:<sw$} {:<pw$} {:>4} {:>9} {:>9} {:>9} {:>10} {:>8} {:>8} {:>6} {:>6} {:>9} {:>8} {:>9}",
             "scenario",
             "policy",
             "seed",
@@ -127,7 +130,7 @@ fn run_one(
         for r in &summary.runs {
             let m = &r.metrics;
             println!(
-                "{:<12} {:<16} {:>4} {:>4}/{:<4} {:>8.0}s {:>8.0}s {:>9.0}s {:>7.3}s {:>7.3}s {:>6.2} {:>5.0}% {:>7.0}Gb {:>8.3} {:>9.0}",
+                "{:<sw$} {:<pw$} {:>4} {:>4}/{:<4} {:>8.0}s {:>8.0}s {:>9.0}s {:>7.3}s {:>7.3}s {:>6.2} {:>5.0}% {:>9} {:>8.3} {:>9.0}",
                 r.scenario,
                 r.policy,
                 r.seed,
@@ -140,7 +143,7 @@ fn run_one(
                 m.p99_iter_s,
                 m.avg_slowdown,
                 100.0 * m.gpu_util,
-                m.excess_gbit,
+                bits(m.excess_gbit),
                 m.bw_util_gamma,
                 r.events as f64 / r.wall_s.max(1e-9)
             );
@@ -150,9 +153,12 @@ fn run_one(
         print_comparison(&summary);
     }
     if timings.enabled() {
+        let sw = summary.runs.iter().map(|r| r.scenario.chars().count()).max().unwrap_or(0);
+        let pw = summary.runs.iter().map(|r| r.policy.chars().count()).max().unwrap_or(0);
         for r in &summary.runs {
             eprintln!(
-                "  {:<16} seed {:<4} {:>10} events in {:>8.3} s = {:>10.0} events/s ({}, {} iterations fast-forwarded)",
+                "  {:<sw$} {:<pw$} seed {:<4} {:>10} events in {:>8.3} s = {:>10.0} events/s ({}, {} iterations fast-forwarded)",
+                r.scenario,
                 r.policy,
                 r.seed,
                 r.events,
@@ -164,6 +170,24 @@ fn run_one(
         }
     }
     Ok(())
+}
+
+/// An amount of traffic in gigabits, in the unit that keeps it short:
+/// `830 Gb`, `24.8 Tb`, `1.66 Pb`.
+fn bits(gbit: f64) -> String {
+    let (value, unit) = match gbit.abs() {
+        g if g >= 1e6 => (gbit / 1e6, "Pb"),
+        g if g >= 1e3 => (gbit / 1e3, "Tb"),
+        _ => (gbit, "Gb"),
+    };
+    let digits = if value.abs() >= 100.0 || unit == "Gb" {
+        0
+    } else if value.abs() >= 10.0 {
+        1
+    } else {
+        2
+    };
+    format!("{value:.digits$} {unit}")
 }
 
 /// The comparison table: per scenario and policy, means over seeds and the
@@ -195,5 +219,19 @@ fn print_table(rows: &[Vec<String>]) {
             .map(|(k, (c, &w))| if k < 2 { format!("{c:<w$}") } else { format!("{c:>w$}") })
             .collect();
         println!("{}", cells.join("  "));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::bits;
+
+    #[test]
+    fn traffic_prints_in_a_short_unit() {
+        assert_eq!(bits(0.0), "0 Gb");
+        assert_eq!(bits(830.4), "830 Gb");
+        assert_eq!(bits(24_831.0), "24.8 Tb");
+        assert_eq!(bits(1_656_847.0), "1.66 Pb");
+        assert_eq!(bits(10_535_901.0), "10.5 Pb");
     }
 }
