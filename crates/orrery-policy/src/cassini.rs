@@ -308,8 +308,13 @@ impl Policy for Cassini {
         // One time-shift per job (Alg. 1, highest priority as reference). Jobs
         // already running keep their phase; each newly placed job that shares
         // a link is aligned so that its shift relative to its component's
-        // reference is the one the links want: offset = reference's iteration
-        // start + (t_new − t_ref).
+        // anchor is the one the links want: offset = anchor's iteration
+        // start + (t_new − t_anchor). The anchor is the reference when it
+        // runs; when the reference is new too, the highest-priority running
+        // job of the component (its phase is fixed); when every job of the
+        // component is new, the reference, which starts now.
+        let placed_now: HashSet<JobId> =
+            out.iter().filter_map(|d| if let Decision::Place { job, .. } = d { Some(*job) } else { None }).collect();
         let s = score(view, &jobs);
         let affinity: Vec<AffinityJob> = jobs
             .iter()
@@ -318,18 +323,18 @@ impl Policy for Cassini {
         if let Ok(t) = traverse(&affinity, &s.shifts) {
             let components = components(&s.shifts);
             for comp in components {
-                let Some(&reference) =
-                    comp.iter().min_by_key(|&&k| (std::cmp::Reverse(jobs[k].spec.priority), jobs[k].id))
-                else {
-                    continue;
-                };
-                let Some(start) = view.running.iter().find(|r| r.id == jobs[reference].id).map(|r| r.iteration_start_s)
-                else {
-                    continue; // the whole component is new: no phase to respect yet
-                };
+                let rank = |k: &&usize| (std::cmp::Reverse(jobs[**k].spec.priority), jobs[**k].id);
+                let running_start =
+                    |k: usize| view.running.iter().find(|r| r.id == jobs[k].id).map(|r| r.iteration_start_s);
+                let anchor = comp
+                    .iter()
+                    .filter(|&&k| !placed_now.contains(&jobs[k].id))
+                    .min_by_key(rank)
+                    .and_then(|&k| running_start(k).map(|start| (k, start)))
+                    .or_else(|| comp.iter().min_by_key(rank).map(|&k| (k, view.now_s)));
+                let Some((reference, start)) = anchor else { continue };
                 for &k in &comp {
-                    let placed_now = out.iter().any(|d| matches!(d, Decision::Place { job, .. } if *job == jobs[k].id));
-                    if !placed_now || k == reference {
+                    if !placed_now.contains(&jobs[k].id) || k == reference {
                         continue;
                     }
                     let period_ms = affinity[k].iter_ms;
@@ -502,6 +507,54 @@ mod tests {
         let ended = ClusterView { queue: Vec::new(), ..view };
         assert!(orrery.schedule(&ended).is_empty());
         assert!(orrery.unaligned.is_empty());
+    }
+
+    /// Proposes for the i-th queued job the i-th placement.
+    struct ProposeEach(Vec<Vec<(HostId, u32)>>);
+
+    impl Policy for ProposeEach {
+        fn name(&self) -> String {
+            "propose-each".into()
+        }
+        fn schedule(&mut self, view: &ClusterView<'_>) -> Vec<Decision> {
+            view.queue.iter().zip(&self.0).map(|(q, h)| Decision::Place { job: q.id, hosts: h.clone() }).collect()
+        }
+    }
+
+    #[test]
+    fn jobs_that_arrive_together_are_aligned_to_the_one_that_starts_now() {
+        // Two VGG19 rings on hosts 0 and 1, both new: nothing runs yet, so the
+        // high-priority one is the reference and starts now; the other is
+        // aligned to the shift the shared links want after it.
+        let t = three_racks();
+        let mut a = JobSpec::new("a", "vgg19", 32, 2, Work::Iterations(100), 0.0);
+        a.priority = orrery_model::Priority::High;
+        let b = JobSpec::new("b", "vgg19", 32, 2, Work::Iterations(100), 0.0);
+        let view = ClusterView {
+            now_s: 7.0,
+            topology: &t,
+            free_gpus: &[2, 2, 2],
+            queue: vec![QueuedJob::new(0, &b, 0.0), QueuedJob::new(1, &a, 0.0)],
+            running: Vec::new(),
+        };
+        let each = vec![vec![(0, 1), (1, 1)], vec![(0, 1), (1, 1)]];
+        let mut cassini = Cassini::new(Box::new(ProposeEach(each)), 0);
+        cassini.candidates = 1;
+        let d = cassini.schedule(&view);
+        assert_eq!(d.iter().filter(|d| matches!(d, Decision::Place { .. })).count(), 2, "{d:?}");
+        let aligned: Vec<(JobId, f64, f64)> = d
+            .iter()
+            .filter_map(|d| match d {
+                Decision::Align { job, period_ms, offset_s } => Some((*job, *period_ms, *offset_s)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(aligned.len(), 1, "{d:?}");
+        let (job, period_ms, offset_s) = aligned[0];
+        assert_eq!(job, 0, "the low-priority job is aligned, the high-priority one is not");
+        // Identical rings interleave: the shift is neither 0 nor a whole period.
+        assert!(offset_s > 7.0 && offset_s < 7.0 + period_ms / 1e3, "{offset_s}");
+        assert_eq!(cassini.aligned[&0].reference, 1);
     }
 
     /// Starts the queued job on shared GPUs of job 0 plus one free GPU on host 2.

@@ -286,22 +286,28 @@ impl Policy for Metronome {
                 break;
             };
             // The reference job of the node whose rotation set the shift: its
-            // highest-priority, earliest running pod other than the newcomer.
+            // highest-priority, earliest pod other than the newcomer, with its
+            // iteration start; a reference placed earlier in this round
+            // starts now.
             let reference = shift
                 .and_then(|(n, _, _)| node_pods.get(&n))
                 .and_then(|pods| pods.iter().filter(|p| p.0 != job.id).max_by_key(|p| (p.2, std::cmp::Reverse(p.0))))
-                .and_then(|p| view.running.iter().find(|r| r.id == p.0));
+                .and_then(|p| {
+                    let running = view.running.iter().find(|r| r.id == p.0).map(|r| (r.id, r.iteration_start_s));
+                    let placed_now = out.iter().any(|d| matches!(d, Decision::Place { job, .. } if *job == p.0));
+                    running.or(placed_now.then_some((p.0, view.now_s)))
+                });
             out.push(Decision::Place { job: job.id, hosts });
             // Pace a low-priority newcomer in the slots of its rotation, relative
             // to the node's reference job, at its period on the unified circle
             // (idle time injected, §III-B); the high-priority job is never
             // moved (Eq. 16).
-            if let (Some((_, rel_ms, period_ms)), Some(reference)) = (shift, reference)
+            if let (Some((_, rel_ms, period_ms)), Some((reference, start_s))) = (shift, reference)
                 && job.spec.priority == orrery_model::Priority::Low
                 && period_ms > 0.0
             {
-                let offset_s = reference.iteration_start_s + rel_ms.rem_euclid(period_ms) / 1e3;
-                let watch = Watch { period_ms, rel_ms, reference: reference.id, recent: Vec::new() };
+                let offset_s = start_s + rel_ms.rem_euclid(period_ms) / 1e3;
+                let watch = Watch { period_ms, rel_ms, reference, recent: Vec::new() };
                 self.watched.insert(job.id, watch);
                 out.push(Decision::Pace { job: job.id, period_ms, offset_s });
             }
@@ -453,6 +459,50 @@ mod tests {
         assert_eq!(aligned[0].0, 1, "only the low-priority job moves");
         // Its offset is measured from the reference job's current iteration start.
         assert!(aligned[0].1 >= 4.9);
+    }
+
+    #[test]
+    fn a_newcomer_is_paced_to_a_reference_placed_in_the_same_round() {
+        // The same two rings, both arriving at once: the high-priority one is
+        // placed first and starts now (5 s); the low-priority one shares its
+        // links and is paced in the slot the rotation gives it after that start.
+        let t = LeafSpine {
+            racks: 2,
+            hosts_per_rack: 2,
+            spines: 1,
+            gpus_per_host: 2,
+            gpu_type: "a30".into(),
+            host_gbps: 25.0,
+            uplink_gbps: 25.0,
+        }
+        .build("t")
+        .expect("valid");
+        // Pod anti-affinity: one pod per host, so both rings span h0 and h2.
+        let mut high = JobSpec::new("hi", "vgg16", 64, 2, Work::Iterations(100), 0.0);
+        high.priority = Priority::High;
+        high.anti_affinity = true;
+        let mut low = JobSpec::new("lo", "vgg16", 64, 2, Work::Iterations(100), 0.0);
+        low.anti_affinity = true;
+        let view = ClusterView {
+            now_s: 5.0,
+            topology: &t,
+            free_gpus: &[2, 0, 2, 0],
+            queue: vec![QueuedJob::new(0, &high, 0.0), QueuedJob::new(1, &low, 0.0)],
+            running: Vec::new(),
+        };
+        let d = Metronome::default().schedule(&view);
+        assert!(placed(&d, 0).is_some() && placed(&d, 1).is_some(), "{d:?}");
+        let paced: Vec<(JobId, f64, f64)> = d
+            .iter()
+            .filter_map(|d| match d {
+                Decision::Pace { job, period_ms, offset_s } => Some((*job, *period_ms, *offset_s)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(paced.len(), 1, "{d:?}");
+        let (job, period_ms, offset_s) = paced[0];
+        assert_eq!(job, 1, "only the low-priority job is paced");
+        assert!((5.0..5.0 + period_ms / 1e3).contains(&offset_s), "{offset_s} within one period of now");
     }
 
     #[test]
