@@ -412,13 +412,9 @@ mod tests {
         assert_eq!(rack(hosts[0].0), rack(hosts[1].0), "{hosts:?}");
     }
 
-    #[test]
-    fn only_the_low_priority_newcomer_is_aligned() {
-        // Two-GPU hosts. A high-priority VGG16 ring holds one GPU on h0 and on
-        // h2; h1 and h3 are full, so a low-priority VGG16 ring must share h0's
-        // and h2's links. It is placed there and aligned to the rotation the
-        // node's circle gives it; the high-priority job is never moved (Eq. 16).
-        let t = LeafSpine {
+    /// Two racks of two hosts with two A30s each, 25 Gbit/s links.
+    fn two_racks_of_two() -> orrery_model::Topology {
+        LeafSpine {
             racks: 2,
             hosts_per_rack: 2,
             spines: 1,
@@ -428,7 +424,16 @@ mod tests {
             uplink_gbps: 25.0,
         }
         .build("t")
-        .expect("valid");
+        .expect("valid")
+    }
+
+    #[test]
+    fn only_the_low_priority_newcomer_is_aligned() {
+        // Two-GPU hosts. A high-priority VGG16 ring holds one GPU on h0 and on
+        // h2; h1 and h3 are full, so a low-priority VGG16 ring must share h0's
+        // and h2's links. It is placed there and aligned to the rotation the
+        // node's circle gives it; the high-priority job is never moved (Eq. 16).
+        let t = two_racks_of_two();
         let mut high = JobSpec::new("hi", "vgg16", 64, 2, Work::Iterations(100), 0.0);
         high.priority = Priority::High;
         let low = JobSpec::new("lo", "vgg16", 64, 2, Work::Iterations(100), 0.0);
@@ -466,17 +471,7 @@ mod tests {
         // The same two rings, both arriving at once: the high-priority one is
         // placed first and starts now (5 s); the low-priority one shares its
         // links and is paced in the slot the rotation gives it after that start.
-        let t = LeafSpine {
-            racks: 2,
-            hosts_per_rack: 2,
-            spines: 1,
-            gpus_per_host: 2,
-            gpu_type: "a30".into(),
-            host_gbps: 25.0,
-            uplink_gbps: 25.0,
-        }
-        .build("t")
-        .expect("valid");
+        let t = two_racks_of_two();
         // Pod anti-affinity: one pod per host, so both rings span h0 and h2.
         let mut high = JobSpec::new("hi", "vgg16", 64, 2, Work::Iterations(100), 0.0);
         high.priority = Priority::High;
