@@ -67,8 +67,6 @@ pub struct Colocator {
     /// Where a job that fits in free GPUs goes (None: consolidated first
     /// fit, Castor's own).
     pub placement: Option<Box<dyn crate::placement::Placement>>,
-    /// Suffix of the reported name (set by the policies built on this one).
-    pub label: Option<String>,
     /// What Theorem 1 compares sharing with (the paper's: the running job first).
     pub back_to_back: BackToBack,
     estimate: Colocation,
@@ -88,7 +86,6 @@ impl Colocator {
             share: true,
             spare_high_priority: false,
             placement: None,
-            label: None,
             back_to_back: BackToBack::RunningFirst,
             estimate: Colocation::default(),
             alone: HashMap::new(),
@@ -129,9 +126,6 @@ struct Offer {
 
 impl Policy for Colocator {
     fn name(&self) -> String {
-        if let Some(label) = &self.label {
-            return label.clone();
-        }
         let name = match self.rule {
             Rule::Bsbf => "castor",
             Rule::Ffs => "sjf-ffs",

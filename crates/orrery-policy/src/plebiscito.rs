@@ -147,23 +147,35 @@ pub fn cluster_state(
         .collect();
     let mut usage = Usage::empty(map);
     for r in &view.running {
-        let req = request_of(r);
-        let per = r.spec.gpus_per_worker.max(1);
-        let mut workers: Vec<(u32, usize)> = Vec::new();
-        for &(h, g) in r.hosts {
-            let k = (g / per) as usize;
-            workers.push((h as u32, k));
-            for _ in 0..k {
-                res[h].take(&Demand { gpus: 0.0, ..req.worker }, 1.0);
-            }
-        }
-        let placement: Placement = vec![workers];
-        usage.apply(&link_load(map, &req, &placement), 1.0);
+        hold(&mut res, &mut usage, map, &request_of(r), r.spec, r.hosts, 1.0);
     }
     for (h, r) in res.iter_mut().enumerate() {
         r.free.gpus = f64::from(view.free_gpus[h]);
     }
     (res, usage)
+}
+
+/// Takes (`sign` 1) or gives back (−1) what a job placed on `hosts` holds:
+/// each worker's CPUs and memory on its host (its GPUs are counted by the
+/// caller) and its traffic on NICs and uplinks. O(W) for W workers.
+fn hold(
+    res: &mut [Resources],
+    usage: &mut Usage,
+    map: &ClusterMap,
+    req: &JobRequest,
+    spec: &JobSpec,
+    hosts: &[(orrery_model::HostId, u32)],
+    sign: f64,
+) {
+    let per = spec.gpus_per_worker.max(1);
+    let workers: Vec<(u32, usize)> = hosts.iter().map(|&(h, g)| (h as u32, (g / per) as usize)).collect();
+    for &(h, k) in &workers {
+        for _ in 0..k {
+            res[h as usize].take(&Demand { gpus: 0.0, ..req.worker }, sign);
+        }
+    }
+    let placement: Placement = vec![workers];
+    usage.apply(&link_load(map, req, &placement), sign);
 }
 
 /// A running job's request, built once per job (its rates come from its shape).
@@ -217,15 +229,7 @@ impl crate::placement::Placement for Bidding {
         let (mut res, mut usage) = cluster_state(view, &map, |r| cached_request(requests, view, r.id, r.spec));
         // Jobs the round preempts hold nothing.
         for r in view.running.iter().filter(|r| leaving.contains(&r.id)) {
-            let req = &self.requests[&r.id];
-            let per = r.spec.gpus_per_worker.max(1);
-            let workers: Vec<(u32, usize)> = r.hosts.iter().map(|&(h, g)| (h as u32, (g / per) as usize)).collect();
-            for &(h, k) in &workers {
-                for _ in 0..k {
-                    res[h as usize].take(&Demand { gpus: 0.0, ..req.worker }, -1.0);
-                }
-            }
-            usage.apply(&link_load(&map, req, &vec![workers]), -1.0);
+            hold(&mut res, &mut usage, &map, &self.requests[&r.id], r.spec, r.hosts, -1.0);
         }
         self.res = res;
         self.usage = Some(usage);
@@ -252,15 +256,7 @@ impl crate::placement::Placement for Bidding {
 
     fn commit(&mut self, view: &ClusterView<'_>, spec: &JobSpec, hosts: &[(orrery_model::HostId, u32)]) {
         let (Some(map), Some(usage)) = (&self.map, &mut self.usage) else { return };
-        let req = request(view.topology, 0, spec, 0.0);
-        let per = spec.gpus_per_worker.max(1);
-        let workers: Vec<(u32, usize)> = hosts.iter().map(|&(h, g)| (h as u32, (g / per) as usize)).collect();
-        for &(h, k) in &workers {
-            for _ in 0..k {
-                self.res[h as usize].take(&Demand { gpus: 0.0, ..req.worker }, 1.0);
-            }
-        }
-        usage.apply(&link_load(map, &req, &vec![workers]), 1.0);
+        hold(&mut self.res, usage, map, &request(view.topology, 0, spec, 0.0), spec, hosts, 1.0);
     }
 }
 

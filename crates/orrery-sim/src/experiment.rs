@@ -561,6 +561,9 @@ fn check(file: &str, e: Experiment) -> Result<Experiment, String> {
     // Numbers that size work or memory, checked before anything is allocated
     // (issue 21: `jobs = 9223372036854775807` aborted with "capacity overflow").
     let w = &e.workload;
+    if w.high_priority.is_some() && w.generator.as_deref() != Some("pollux-sample") {
+        return Err(format!("{file}: workload.high_priority: only read with generator = \"pollux-sample\""));
+    }
     if let Some(n) = w.jobs.filter(|&n| n > MAX_JOBS) {
         return Err(format!("{file}: workload.jobs: expected at most {MAX_JOBS}, found {n}"));
     }
@@ -574,6 +577,12 @@ fn check(file: &str, e: Experiment) -> Result<Experiment, String> {
             "workload.fragmentation",
             w.fragmentation,
             w.fragmentation.is_none_or(|f| (0.0..=1.0).contains(&f)),
+            "a number from 0 to 1",
+        ),
+        (
+            "workload.high_priority",
+            w.high_priority,
+            w.high_priority.is_none_or(|f| (0.0..=1.0).contains(&f)),
             "a number from 0 to 1",
         ),
         ("sim.max_time_s", max_time, at_least_0(max_time), "a finite number of at least 0"),
@@ -1128,9 +1137,11 @@ mod tests {
         assert_eq!(total, 400);
         assert!((39..=81).contains(&n), "{n} of 400 high priority");
         assert_ne!(high(1), high(2), "drawn per seed");
-        let e = parse("hp.toml", &file("1.5")).expect("parses");
-        let err = e.scenario(None, Path::new("."), 1).expect_err("out of range");
-        assert!(err.contains("workload.high_priority: expected a fraction in [0, 1], found 1.5"), "{err}");
+        let err = parse("hp.toml", &file("1.5")).err().expect("out of range");
+        assert_eq!(err, "hp.toml:8: workload.high_priority: expected a number from 0 to 1, found 1.5");
+        let other = file("0.1").replace("pollux-sample", "poisson");
+        let err = parse("hp.toml", &other).err().expect("not read by poisson");
+        assert!(err.contains("workload.high_priority: only read with generator = \"pollux-sample\""), "{err}");
     }
 
     #[test]
