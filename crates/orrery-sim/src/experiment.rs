@@ -1137,10 +1137,10 @@ mod tests {
         assert_eq!(total, 400);
         assert!((39..=81).contains(&n), "{n} of 400 high priority");
         assert_ne!(high(1), high(2), "drawn per seed");
-        let err = parse("hp.toml", &file("1.5")).err().expect("out of range");
+        let Err(err) = parse("hp.toml", &file("1.5")) else { panic!("out of range") };
         assert_eq!(err, "hp.toml:8: workload.high_priority: expected a number from 0 to 1, found 1.5");
         let other = file("0.1").replace("pollux-sample", "poisson");
-        let err = parse("hp.toml", &other).err().expect("not read by poisson");
+        let Err(err) = parse("hp.toml", &other) else { panic!("not read by poisson") };
         assert!(err.contains("workload.high_priority: only read with generator = \"pollux-sample\""), "{err}");
     }
 
