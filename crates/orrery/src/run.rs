@@ -49,7 +49,14 @@ pub struct Args {
     /// Simulate every iteration: do not fast-forward undisturbed jobs.
     #[arg(long)]
     no_skip: bool,
+    /// Print one row per policy, scenario and seed under the comparison
+    /// (without it, only when there are at most 16 such runs).
+    #[arg(long)]
+    runs: bool,
 }
+
+/// Runs printed one row each without `--runs`.
+const RUN_ROWS: usize = 16;
 
 pub fn run(a: &Args, timings: &mut Timings) -> anyhow::Result<()> {
     let (experiments, base) = match &a.file {
@@ -107,50 +114,15 @@ fn run_one(
     }
     if !a.quiet {
         println!("\nexperiment {} — {}", summary.experiment, summary.runs.first().map_or("", |r| r.setup.as_str()));
-        // Columns as wide as the longest name, so rows stay aligned.
-        let sw = summary.runs.iter().map(|r| r.scenario.chars().count()).max().unwrap_or(0).max(8);
-        let pw = summary.runs.iter().map(|r| r.policy.chars().count()).max().unwrap_or(0).max(6);
-        println!(
-            "{:<sw$} {:<pw$} {:>4} {:>9} {:>9} {:>9} {:>10} {:>8} {:>8} {:>6} {:>6} {:>9} {:>8} {:>9}",
-            "scenario",
-            "policy",
-            "seed",
-            "finished",
-            "avg JCT",
-            "p99 JCT",
-            "makespan",
-            "avg it",
-            "p99 it",
-            "slow",
-            "GPU",
-            "excess",
-            "Γ",
-            "events/s"
-        );
-        for r in &summary.runs {
-            let m = &r.metrics;
+        print_comparison(&summary);
+        if a.runs || summary.runs.len() <= RUN_ROWS {
+            print_runs(&summary);
+        } else {
             println!(
-                "{:<sw$} {:<pw$} {:>4} {:>4}/{:<4} {:>8.0}s {:>8.0}s {:>9.0}s {:>7.3}s {:>7.3}s {:>6.2} {:>5.0}% {:>9} {:>8.3} {:>9.0}",
-                r.scenario,
-                r.policy,
-                r.seed,
-                m.finished,
-                m.jobs,
-                m.avg_jct_s,
-                m.p99_jct_s,
-                m.makespan_s,
-                m.avg_iter_s,
-                m.p99_iter_s,
-                m.avg_slowdown,
-                100.0 * m.gpu_util,
-                bits(m.excess_gbit),
-                m.bw_util_gamma,
-                r.events as f64 / r.wall_s.max(1e-9)
+                "\n{} runs: --runs prints one row each (all of them are in --out's summary.json)",
+                summary.runs.len()
             );
         }
-    }
-    if !a.quiet {
-        print_comparison(&summary);
     }
     if timings.enabled() {
         let sw = summary.runs.iter().map(|r| r.scenario.chars().count()).max().unwrap_or(0);
@@ -170,6 +142,52 @@ fn run_one(
         }
     }
     Ok(())
+}
+
+/// One row per run: the metrics of each policy, scenario and seed.
+fn print_runs(summary: &experiment::Summary) {
+    println!();
+    // Columns as wide as the longest name, so rows stay aligned.
+    let sw = summary.runs.iter().map(|r| r.scenario.chars().count()).max().unwrap_or(0).max(8);
+    let pw = summary.runs.iter().map(|r| r.policy.chars().count()).max().unwrap_or(0).max(6);
+    println!(
+        "{:<sw$} {:<pw$} {:>4} {:>9} {:>9} {:>9} {:>10} {:>8} {:>8} {:>6} {:>6} {:>9} {:>8} {:>9}",
+        "scenario",
+        "policy",
+        "seed",
+        "finished",
+        "avg JCT",
+        "p99 JCT",
+        "makespan",
+        "avg it",
+        "p99 it",
+        "slow",
+        "GPU",
+        "excess",
+        "Γ",
+        "events/s"
+    );
+    for r in &summary.runs {
+        let m = &r.metrics;
+        println!(
+            "{:<sw$} {:<pw$} {:>4} {:>4}/{:<4} {:>8.0}s {:>8.0}s {:>9.0}s {:>7.3}s {:>7.3}s {:>6.2} {:>5.0}% {:>9} {:>8.3} {:>9.0}",
+            r.scenario,
+            r.policy,
+            r.seed,
+            m.finished,
+            m.jobs,
+            m.avg_jct_s,
+            m.p99_jct_s,
+            m.makespan_s,
+            m.avg_iter_s,
+            m.p99_iter_s,
+            m.avg_slowdown,
+            100.0 * m.gpu_util,
+            bits(m.excess_gbit),
+            m.bw_util_gamma,
+            r.events as f64 / r.wall_s.max(1e-9)
+        );
+    }
 }
 
 /// An amount of traffic in gigabits, in the unit that keeps it short:
