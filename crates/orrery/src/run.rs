@@ -94,14 +94,23 @@ fn run_one(
 ) -> anyhow::Result<()> {
     let bar = if a.quiet { ProgressBar::hidden() } else { ProgressBar::new(1000) };
     bar.set_style(
-        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:40} run {msg}")
+        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:40} {msg}, about {eta} left")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     let summary = timings
         .phase("simulate", || {
-            exp.run(base, |k, runs, sim_s, done, jobs| {
-                bar.set_position(((k as f64 + done as f64 / jobs.max(1) as f64) / runs as f64 * 1000.0) as u64);
-                bar.set_message(format!("{}/{runs}: {done}/{jobs} jobs done, {:.0} s simulated", k + 1, sim_s));
+            // Runs go in parallel: the bar shows the jobs finished over all
+            // of them, so it never moves back when another run reports.
+            let mut finished: Vec<f64> = Vec::new();
+            exp.run(base, |k, runs, _sim_s, done, jobs| {
+                finished.resize(runs, 0.0);
+                if let Some(f) = finished.get_mut(k) {
+                    *f = done as f64 / jobs.max(1) as f64;
+                }
+                let whole: f64 = finished.iter().sum();
+                bar.set_position((whole / runs.max(1) as f64 * 1000.0) as u64);
+                let complete = finished.iter().filter(|&&f| f >= 1.0).count();
+                bar.set_message(format!("{complete}/{runs} runs done"));
             })
         })
         .map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
