@@ -16,13 +16,18 @@ pub fn demand(u: &UnifiedCircle, rotations: &[usize]) -> Vec<f64> {
     s
 }
 
-/// `s[b] += d[(b − k) mod A]`.
+/// `s[b] += d[(b − k) mod A]`, as two straight runs (no division per bin:
+/// this is on the rotation search's hot path). O(A).
 pub fn add_rotated(s: &mut [f64], d: &[f64], k: usize) {
     let a = s.len();
-    let k = k % a;
-    for (b, &v) in d.iter().enumerate() {
-        s[(b + k) % a] += v;
+    debug_assert_eq!(d.len(), a, "a demand has one value per bin");
+    if a == 0 {
+        return;
     }
+    let k = k % a;
+    let (head, tail) = d.split_at(a - k);
+    s[k..].iter_mut().zip(head).for_each(|(x, &v)| *x += v);
+    s[..k].iter_mut().zip(tail).for_each(|(x, &v)| *x += v);
 }
 
 /// Sum over angles of the demand above capacity (CASSINI Eq. 1), Gbit/s·bins.
@@ -75,18 +80,22 @@ pub fn contend(u: &UnifiedCircle, a: usize, b: usize, capacity: f64) -> bool {
 }
 
 /// For every bin, the circular distance (in bins) to the nearest bin where the
-/// rotated demand `d` is non-zero; `usize::MAX` when `d` is all zero. O(A).
+/// rotated demand `d` is non-zero; `usize::MAX` when `d` is all zero. O(A),
+/// with no division per bin (the cushion search calls it at every node).
 pub fn distance_field(d: &[f64], k: usize) -> Vec<usize> {
     let a = d.len();
     let mut out = vec![usize::MAX; a];
     if d.iter().all(|&v| v <= 0.0) {
         return out;
     }
-    // Two sweeps around the circle (twice each, to wrap).
+    // Bin b of the circle carries d[(b − k) mod A]: walk the circle twice in
+    // each direction (to wrap) with that index kept in step.
+    let k = k % a;
+    let src = |b: usize| if b >= k { b - k } else { b + a - k };
     let mut last: Option<usize> = None;
     for i in 0..2 * a {
-        let b = i % a;
-        if d[(b + a - k % a) % a] > 0.0 {
+        let b = if i >= a { i - a } else { i };
+        if d[src(b)] > 0.0 {
             last = Some(i);
         }
         if let Some(l) = last {
@@ -95,8 +104,8 @@ pub fn distance_field(d: &[f64], k: usize) -> Vec<usize> {
     }
     last = None;
     for i in (0..2 * a).rev() {
-        let b = i % a;
-        if d[(b + a - k % a) % a] > 0.0 {
+        let b = if i >= a { i - a } else { i };
+        if d[src(b)] > 0.0 {
             last = Some(i);
         }
         if let Some(l) = last {
@@ -130,10 +139,37 @@ pub fn cushion(u: &UnifiedCircle, rotations: &[usize], capacity: f64) -> Option<
     best
 }
 
+/// The widest cushion any rotations could give, from bin counts alone: two
+/// contending jobs `i`, `j` at cushion Ψ ≥ 1 occupy disjoint bins, and each
+/// of the (at least two) places around the circle where one's communication
+/// gives way to the other's has Ψ bins used by neither, so
+/// `nnz_i + nnz_j + 2Ψ ≤ A`. The least of `⌊(A − nnz_i − nnz_j) / 2⌋` over
+/// contending pairs (0 when it is negative); `None` when no two jobs contend.
+/// O(jobs · A + jobs²).
+pub fn cushion_ceiling(u: &UnifiedCircle, capacity: f64) -> Option<usize> {
+    let nnz: Vec<usize> = u.jobs.iter().map(|j| j.demand.iter().filter(|&&v| v > 0.0).count()).collect();
+    let mut ceiling: Option<usize> = None;
+    for i in 0..u.jobs.len() {
+        for j in i + 1..u.jobs.len() {
+            if contend(u, i, j, capacity) {
+                let c = u.precision.saturating_sub(nnz[i] + nnz[j]) / 2;
+                ceiling = Some(ceiling.map_or(c, |x: usize| x.min(c)));
+            }
+        }
+    }
+    ceiling
+}
+
 /// min over bins where rotated `d` is non-zero of `field[bin]`.
 pub fn min_over_support(field: &[usize], d: &[f64], k: usize) -> usize {
     let a = field.len();
-    d.iter().enumerate().filter(|(_, v)| **v > 0.0).map(|(b, _)| field[(b + k) % a]).min().unwrap_or(usize::MAX)
+    let k = k % a.max(1);
+    d.iter()
+        .enumerate()
+        .filter(|(_, v)| **v > 0.0)
+        .map(|(b, _)| field[if b + k >= a { b + k - a } else { b + k }])
+        .min()
+        .unwrap_or(usize::MAX)
 }
 
 #[cfg(test)]
@@ -158,6 +194,32 @@ mod tests {
         // Metronome Eq. 5: (25·0.8/25 + 10·0.5/25) / 2 = (0.8 + 0.2) / 2.
         assert!((gamma(&[(25.0, 0.8), (10.0, 0.5)]) - 0.5).abs() < 1e-12);
         assert_eq!(gamma(&[]), 0.0);
+    }
+
+    #[test]
+    fn cushion_ceiling_from_bin_counts() {
+        use crate::unified::{CircleJob, Params, unify};
+        use orrery_model::{Arc, Circle, Priority};
+        let job = |ms: f64, gbps: f64| CircleJob {
+            name: String::new(),
+            priority: Priority::Low,
+            circle: Circle { period_ms: 100.0, arcs: vec![Arc { start_ms: 0.0, duration_ms: ms, gbps }] },
+        };
+        let p = Params { precision: 100, ..Params::default() };
+        // Two 30-bin jobs at 40 Gbit/s on 100 bins of a 50 Gbit/s link:
+        // (100 − 60) / 2 = 20 bins, reached by the exact search (the second
+        // starts 50 ms after the first). A 5 Gbit/s job contends with
+        // neither (40 + 5 < 50), so its 90 bins do not count.
+        let u = unify(&[job(30.0, 40.0), job(30.0, 40.0), job(90.0, 5.0)], &p).expect("unifies");
+        assert_eq!(cushion_ceiling(&u, 50.0), Some(20));
+        let sol = crate::solve(&u, 50.0, crate::Search::OptimalCushion);
+        assert_eq!((sol.score, sol.cushion_bins), (1.0, Some(20)));
+        // Two 60-bin jobs cannot avoid sharing bins: nothing beats 0.
+        let u = unify(&[job(60.0, 50.0), job(60.0, 50.0)], &p).expect("unifies");
+        assert_eq!(cushion_ceiling(&u, 50.0), Some(0));
+        // No contending pair, no cushion.
+        let u = unify(&[job(60.0, 20.0), job(60.0, 20.0)], &p).expect("unifies");
+        assert_eq!(cushion_ceiling(&u, 50.0), None);
     }
 
     #[test]
