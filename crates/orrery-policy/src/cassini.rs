@@ -157,6 +157,16 @@ struct Scored {
     loop_free: bool,
 }
 
+/// The unified circles CASSINI scores on are those it enforces: each job
+/// keeps its own iteration time (it is shifted, `Decision::Align` at its
+/// period, never paced), so Metronome's idle injection (E_T) is off. Periods
+/// whose multiples lie within G_T = 5 ms are still averaged, as the paper's
+/// LCM of iteration times in whole milliseconds rounds them; beyond the
+/// perimeter cap the circle is the closest fit (`Approximation::Fallback`).
+pub fn circle_params() -> Params {
+    Params { e_t_fraction: 0.0, ..Params::default() }
+}
+
 /// Scores a set of jobs: every link carrying two or more of them is solved.
 fn score(view: &ClusterView<'_>, jobs: &[Net<'_>]) -> Scored {
     let mut on_link: BTreeMap<LinkId, Vec<usize>> = BTreeMap::new();
@@ -178,7 +188,7 @@ fn score(view: &ClusterView<'_>, jobs: &[Net<'_>]) -> Scored {
             *e = l;
         }
     }
-    let params = Params::default();
+    let params = circle_params();
     let (mut total, mut n) = (0.0, 0);
     let mut shifts = Vec::new();
     for (ks, &l) in &groups {
@@ -443,6 +453,31 @@ mod tests {
     use crate::{QueuedJob, RunningJob};
     use orrery_model::setups::LeafSpine;
     use orrery_model::{Topology, Work};
+
+    #[test]
+    fn cassini_scores_the_circles_it_enforces() {
+        // Two jobs of 451 and 475 ms, each sending 40% of its iteration at
+        // the link's full 50 Gbit/s. Metronome pads the first to 475 ms (E_T
+        // = 10%) and the two interleave perfectly; CASSINI shifts without
+        // pacing, so each keeps its period and their phases drift past each
+        // other: no rotation is perfect on the circle it enforces.
+        use orrery_interleave::unified::{CircleJob, unify};
+        use orrery_interleave::{Search, solve};
+        use orrery_model::{Arc, Circle, Priority};
+        let job = |p: f64| CircleJob {
+            name: String::new(),
+            priority: Priority::Low,
+            circle: Circle { period_ms: p, arcs: vec![Arc { start_ms: 0.0, duration_ms: 0.4 * p, gbps: 50.0 }] },
+        };
+        let jobs = [job(475.0), job(451.0)];
+        let paced = unify(&jobs, &Params::default()).expect("unifies");
+        assert!(paced.jobs[1].idle_injected_ms > 0.0);
+        assert_eq!(solve(&paced, 50.0, Search::Exhaustive).score, 1.0);
+        let raw = unify(&jobs, &circle_params()).expect("unifies");
+        assert!(raw.jobs.iter().all(|j| j.idle_injected_ms == 0.0), "{raw:?}");
+        let score = solve(&raw, 50.0, Search::Exhaustive).score;
+        assert!(score < 0.95, "{score}");
+    }
 
     /// Three racks of one host with two GPUs under one spine.
     fn three_racks() -> Topology {

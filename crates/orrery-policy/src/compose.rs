@@ -205,6 +205,10 @@ pub const CATALOGUE: &[(&str, &str)] = &[
     ("lucid", "Lucid-style packing: same-size single-host pairs with light interference, only when a job would wait"),
     ("metronome-no-stage3", "Metronome ablation (Table VII): compact rotations, no cushion"),
     ("metronome-no-monitor", "Metronome ablation (Table VIII): no stop-and-wait monitoring"),
+    (
+        "metronome:place-on-loops",
+        "metronome without the Filter's dependency-loop rule (orrery's variant): a pod may close a loop in the Affinity graph, whose first path then sets the shifts",
+    ),
     ("pinned", "experiment files only: each job on the hosts `[workload] pins` gives it, in arrival order"),
     (
         "plebiscito:UTILITY[:unaware]",
@@ -300,6 +304,11 @@ pub fn by_name(name: &str, seed: u64) -> Option<Box<dyn Policy>> {
         "metronome-no-monitor" => {
             let mut m = crate::metronome::Metronome::default();
             m.monitor = false;
+            return Some(Box::new(m));
+        }
+        "metronome:place-on-loops" => {
+            let mut m = crate::metronome::Metronome::default();
+            m.loop_filter = false;
             return Some(Box::new(m));
         }
         "random" => ("fifo", "random"),
