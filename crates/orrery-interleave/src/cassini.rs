@@ -62,7 +62,7 @@ pub fn snapshot(s: &Snapshot) -> Report {
             gpu: Some("a100".into()),
         })
         .collect();
-    let req = Request { link_gbps: 50.0, precision: None, jobs };
+    let req = Request { link_gbps: 50.0, precision: None, idle_injection: Some(false), jobs };
     match req.solve(None) {
         Ok((_, _, report)) => report,
         Err(e) => unreachable!("static snapshot {} is valid: {e}", s.id),

@@ -22,6 +22,10 @@ pub struct Request {
     /// Angular steps (default 72 = 5°).
     #[serde(default)]
     pub precision: Option<usize>,
+    /// Metronome's idle injection (E_T = 10%) may line periods up (default
+    /// true); false scores the circles CASSINI enforces ([`Params::cassini`]).
+    #[serde(default)]
+    pub idle_injection: Option<bool>,
     /// Jobs on the link.
     pub jobs: Vec<JobInput>,
 }
@@ -116,7 +120,8 @@ impl Request {
     /// Solves the request.
     pub fn solve(&self, search: Option<Search>) -> Result<(UnifiedCircle, Solution, Report), String> {
         let jobs = self.circles()?;
-        let params = Params { precision: self.precision.unwrap_or(72), ..Params::default() };
+        let base = if self.idle_injection.unwrap_or(true) { Params::default() } else { Params::cassini() };
+        let params = Params { precision: self.precision.unwrap_or(72), ..base };
         let u = unify(&jobs, &params).map_err(|e| e.to_string())?;
         let search = search.unwrap_or_else(|| default_search(&u));
         let combos = combinations(&u);

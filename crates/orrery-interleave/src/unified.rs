@@ -38,6 +38,18 @@ impl Default for Params {
     }
 }
 
+impl Params {
+    /// The circles CASSINI enforces: each job keeps its own iteration time
+    /// (it is shifted, never paced), so Metronome's idle injection (E_T) is
+    /// off. Periods whose multiples lie within G_T = 5 ms are still
+    /// averaged, as the paper's LCM of iteration times in whole
+    /// milliseconds rounds them; beyond the perimeter cap the circle is the
+    /// closest fit (`Approximation::Fallback`).
+    pub fn cassini() -> Self {
+        Params { e_t_fraction: 0.0, ..Params::default() }
+    }
+}
+
 /// How the perimeter was obtained.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]

@@ -41,7 +41,8 @@ pub struct JobSpec {
     #[serde(default = "one")]
     pub gpus_per_worker: u32,
     /// Fraction of each GPU a worker needs (Alibaba v2023 `gpu_milli / 1000`);
-    /// 1.0 is a whole GPU.
+    /// 1.0 is a whole GPU. Read by `trace inspect` (GPU hours); the
+    /// simulator and the policies give each worker a whole GPU.
     #[serde(default = "whole", skip_serializing_if = "is_whole")]
     pub gpu_share: f64,
     /// Amount of work.
@@ -51,10 +52,14 @@ pub struct JobSpec {
     /// Priority.
     #[serde(default)]
     pub priority: Priority,
-    /// Application group (Metronome's AppGroup CRD): jobs of a group are placed together.
+    /// Application group (Metronome's AppGroup CRD): a label, kept in
+    /// outputs; the group's dependencies are `depends_on`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub app_group: Option<String>,
-    /// Ids of jobs that must start before this one (AppGroup dependencies).
+    /// Ids of jobs that must start before this one (AppGroup dependencies,
+    /// Diktyo's TopologicalSort): the drivers offer it to the policy only
+    /// then, and Metronome's PreFilter and Diktyo's NetworkOverhead count
+    /// the latency to their pods.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub depends_on: Vec<String>,
     /// Metronome's LowComm flag: communication is negligible, skip interleaving.

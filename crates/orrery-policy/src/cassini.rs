@@ -157,14 +157,10 @@ struct Scored {
     loop_free: bool,
 }
 
-/// The unified circles CASSINI scores on are those it enforces: each job
-/// keeps its own iteration time (it is shifted, `Decision::Align` at its
-/// period, never paced), so Metronome's idle injection (E_T) is off. Periods
-/// whose multiples lie within G_T = 5 ms are still averaged, as the paper's
-/// LCM of iteration times in whole milliseconds rounds them; beyond the
-/// perimeter cap the circle is the closest fit (`Approximation::Fallback`).
+/// The unified circles CASSINI scores on are those it enforces
+/// ([`Params::cassini`]: no idle injection).
 pub fn circle_params() -> Params {
-    Params { e_t_fraction: 0.0, ..Params::default() }
+    Params::cassini()
 }
 
 /// Scores a set of jobs: every link carrying two or more of them is solved.

@@ -169,7 +169,10 @@ pub const PLACEMENTS: &[(&str, &str)] = &[
     ("consolidated", "one host if possible, else the fewest racks (default)"),
     ("random", "hosts drawn at random (seeded)"),
     ("spread", "kube-scheduler LeastAllocated, pod by pod"),
-    ("latency", "Diktyo NetworkOverhead: lowest latency to the job's placed pods, pod by pod"),
+    (
+        "latency",
+        "Diktyo NetworkOverhead: lowest latency to the job's placed pods and its dependencies' pods, pod by pod",
+    ),
     ("exclusive", "reserve each host's mean send rate on its NIC; wait when it does not fit"),
     ("bidding", "Plebiscito's bandwidth-aware SGF bids (Eq. 9, alpha = 0.5), placed by the central greedy"),
 ];

@@ -118,6 +118,25 @@ pub struct ClusterView<'a> {
     pub running: Vec<RunningJob<'a>>,
 }
 
+impl ClusterView<'_> {
+    /// The hosts of the running jobs that `spec` depends on or that depend
+    /// on it (`depends_on`, Metronome's AppGroup dependencies), one entry
+    /// per pod: Metronome's PreFilter and Diktyo's NetworkOverhead sum the
+    /// latency from a candidate node to each. O(running · dependencies).
+    pub fn dependency_hosts(&self, spec: &JobSpec) -> Vec<HostId> {
+        let mut hosts = Vec::new();
+        for r in &self.running {
+            if spec.depends_on.contains(&r.spec.id) || r.spec.depends_on.contains(&spec.id) {
+                let per_pod = r.spec.gpus_per_worker.max(1);
+                for &(h, g) in r.hosts {
+                    hosts.extend(std::iter::repeat_n(h, (g / per_pod).max(1) as usize));
+                }
+            }
+        }
+        hosts
+    }
+}
+
 /// What a policy asks the driver to do.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]

@@ -3,8 +3,9 @@
 //!
 //! For each pod of the job at the head of the queue:
 //! * **PreFilter**: latency score Δn of every node — the summed latency to the
-//!   pods it depends on that are already placed (its job's other pods); with
-//!   none, the mean latency from the node to all nodes.
+//!   pods it depends on that are already placed (its job's other pods, and
+//!   the pods of jobs linked to it by `depends_on`, the AppGroup); with none,
+//!   the mean latency from the node to all nodes.
 //! * **Filter**: nodes with a free GPU whose host link can carry the pod's
 //!   bandwidth (Eq. 14), and that close no dependency loop in the Affinity
 //!   graph (after CASSINI; `metronome:place-on-loops` drops this rule).
@@ -32,8 +33,7 @@
 //! Simplifications: only host links are scored (as Metronome does, Eq. 14);
 //! a node already in the graph keeps its jobs' shifts and the offline
 //! recalculation rotates only the newcomer there (running jobs are not
-//! re-optimised); duty-cycle change detection is not modelled; AppGroup
-//! dependencies beyond a job's own pods are not read.
+//! re-optimised); duty-cycle change detection is not modelled.
 
 use crate::{ClusterView, Decision, JobId, Policy, QueuedJob};
 use orrery_interleave::score::{compatibility, demand};
@@ -248,14 +248,18 @@ impl Metronome {
         // derived once per kind of host, not per host and pod.
         let mut circles: HashMap<(&str, u64), Option<Circle>> = HashMap::new();
         let mut scores: HashMap<HostId, (f64, Option<UnifiedCircle>)> = HashMap::new();
+        // Pods of other jobs this one depends on, or that depend on it.
+        let dependencies = view.dependency_hosts(spec);
         for _pod in 0..spec.workers {
-            // PreFilter: latency to the job's pods placed so far, or the mean.
+            // PreFilter: latency to the pods it depends on that are placed
+            // (its job's own so far, and its AppGroup dependencies'), or the
+            // mean.
             let delta: Vec<f64> = (0..t.hosts.len())
                 .map(|n| {
-                    if chosen.is_empty() {
+                    if chosen.is_empty() && dependencies.is_empty() {
                         self.mean_latency[n]
                     } else {
-                        chosen.iter().map(|&c| self.latency[n][c]).sum()
+                        chosen.iter().chain(&dependencies).map(|&c| self.latency[n][c]).sum()
                     }
                 })
                 .collect();

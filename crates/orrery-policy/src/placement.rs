@@ -111,8 +111,15 @@ impl Placement for Latency {
 
     fn place(&mut self, view: &ClusterView<'_>, _: &[usize], free: &[u32], spec: &JobSpec) -> Option<Hosts> {
         let (t, latency) = (view.topology, &self.latency);
+        // NetworkOverhead counts the latency to the job's own pods and to
+        // those of its AppGroup dependencies (`depends_on`, either way).
+        let dependencies = view.dependency_hosts(spec);
         place_pods(view, spec, free, |n, chosen, scratch| {
-            let overhead: f64 = chosen.iter().map(|&c| latency.get(n).and_then(|r| r.get(c)).unwrap_or(&0.0)).sum();
+            let overhead: f64 = chosen
+                .iter()
+                .chain(&dependencies)
+                .map(|&c| latency.get(n).and_then(|r| r.get(c)).unwrap_or(&0.0))
+                .sum();
             let least = f64::from(scratch[n]) / f64::from(t.hosts[n].gpus.max(1));
             -1000.0 * overhead + least
         })
@@ -190,5 +197,49 @@ impl Placement for ExclusiveBandwidth {
                 self.reserved[h] += d;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::RunningJob;
+    use orrery_model::Work;
+    use orrery_model::setups::LeafSpine;
+
+    #[test]
+    fn diktyo_places_a_job_next_to_the_job_it_depends_on() {
+        // Two racks of two single-GPU hosts; the loader runs on h3. The
+        // trainer depends on it: its one pod goes to h2, in the loader's
+        // rack, not to h0 where it would go with nothing to be near.
+        let t = LeafSpine {
+            racks: 2,
+            hosts_per_rack: 2,
+            spines: 1,
+            gpus_per_host: 1,
+            gpu_type: "a100".into(),
+            host_gbps: 50.0,
+            uplink_gbps: 50.0,
+        }
+        .build("t")
+        .expect("valid");
+        let loader = JobSpec::new("loader", "resnet50", 32, 1, Work::Iterations(10), 0.0);
+        let mut trainer = JobSpec::new("trainer", "resnet50", 32, 1, Work::Iterations(10), 0.0);
+        let hosts = [(3usize, 1u32)];
+        let place = |trainer: &JobSpec| {
+            let view = ClusterView {
+                now_s: 1.0,
+                topology: &t,
+                free_gpus: &[1, 1, 1, 0],
+                queue: Vec::new(),
+                running: vec![RunningJob::new(0, &loader, &hosts)],
+            };
+            let mut p = Latency::default();
+            p.prepare(&view, &[]);
+            p.place(&view, &[0, 0, 1, 1], view.free_gpus, trainer).expect("fits")
+        };
+        assert_eq!(place(&trainer), vec![(0, 1)]);
+        trainer.depends_on = vec!["loader".into()];
+        assert_eq!(place(&trainer), vec![(2, 1)]);
     }
 }

@@ -245,11 +245,22 @@ impl Ledger {
         }
     }
 
-    /// The view a policy sees at `now_s`. O(jobs active + queued + hosts).
+    /// The view a policy sees at `now_s`. O(jobs active + queued · their
+    /// dependencies + hosts).
     pub fn view(&self, now_s: f64) -> ClusterView<'_> {
+        // A job is offered once every job it depends on (by id) has started;
+        // one not submitted yet has not.
+        let ready = |id: JobId| {
+            self.jobs[id]
+                .spec
+                .depends_on
+                .iter()
+                .all(|d| self.by_name.get(d).is_some_and(|&k| self.jobs[k].started_s.is_some()))
+        };
         let queue = self
             .waiting
             .iter()
+            .filter(|&&id| ready(id))
             .map(|&id| {
                 let j = &self.jobs[id];
                 QueuedJob {
@@ -931,6 +942,21 @@ mod tests {
         assert!(l.record(&Logged::Decision(Decision::Preempt { job: a }), 2.0).is_some());
         assert!(l.record(&Logged::Event(DriverEvent::NodeDown { node: 0 }), 2.0).is_some());
         assert_eq!(l.waiting(), &[b, a], "back in arrival order (after jobs of the same arrival, as the simulator)");
+    }
+
+    #[test]
+    fn a_job_is_offered_once_its_dependencies_have_started() {
+        let mut l = demo();
+        up(&mut l, 0);
+        let mut trainer = spec("trainer");
+        trainer.depends_on = vec!["loader".into()];
+        let t = l.submit(trainer, 0.0);
+        let queued = |l: &Ledger| l.view(1.0).queue.iter().map(|q| q.id).collect::<Vec<_>>();
+        assert!(queued(&l).is_empty(), "the loader is not even submitted");
+        let loader = l.submit(spec("loader"), 0.5);
+        assert_eq!(queued(&l), vec![loader]);
+        l.record(&Logged::Decision(Decision::Place { job: loader, hosts: vec![(0, 1)] }), 1.0).expect("placed");
+        assert_eq!(queued(&l), vec![t]);
     }
 
     #[test]

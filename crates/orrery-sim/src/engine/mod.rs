@@ -107,6 +107,12 @@ pub enum Status {
 /// A job inside the simulator.
 #[derive(Debug, Clone)]
 pub struct JobState {
+    /// The jobs that must have started before this one is offered to the
+    /// policy (its `depends_on`, Diktyo's TopologicalSort and Metronome's
+    /// AppGroup dependencies).
+    deps: Vec<JobId>,
+    /// Some job depends on this one.
+    has_dependents: bool,
     /// The specification.
     pub spec: JobSpec,
     /// Status.
@@ -305,6 +311,8 @@ impl<'a> Simulation<'a> {
             let arrival_ns = (spec.arrival_s.max(0.0) * NS).round() as u64;
             let rng = ChaCha8Rng::seed_from_u64(sim.cfg.seed ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
             sim.jobs.push(JobState {
+                deps: Vec::new(),
+                has_dependents: false,
                 spec: spec.clone(),
                 status: Status::Future,
                 hosts: Vec::new(),
@@ -362,6 +370,17 @@ impl<'a> Simulation<'a> {
                 routes: HashMap::new(),
             });
             sim.push(arrival_ns, Event::Arrival(i));
+        }
+        // Dependencies by id (an experiment refuses unknown ones and cycles;
+        // here an unknown id is ignored).
+        let index: HashMap<&str, JobId> = jobs.iter().enumerate().map(|(i, j)| (j.id.as_str(), i)).collect();
+        for (i, spec) in jobs.iter().enumerate() {
+            let deps: Vec<JobId> =
+                spec.depends_on.iter().filter_map(|d| index.get(d.as_str()).copied()).filter(|&d| d != i).collect();
+            for &d in &deps {
+                sim.jobs[d].has_dependents = true;
+            }
+            sim.jobs[i].deps = deps;
         }
         if let Some((link, start, end)) = sim.cfg.probe {
             sim.net.probe = Some(crate::network::Probe {
@@ -466,6 +485,7 @@ impl<'a> Simulation<'a> {
         let queue = self
             .waiting
             .iter()
+            .filter(|&&id| self.ready(id))
             .map(|&id| {
                 let j = &self.jobs[id];
                 QueuedJob {
@@ -515,9 +535,27 @@ impl<'a> Simulation<'a> {
         }
     }
 
-    /// The policy's decisions for the waiting jobs (None when none wait).
+    /// A waiting job is offered to the policy once every job it depends on
+    /// has started. O(dependencies).
+    fn ready(&self, job: JobId) -> bool {
+        self.jobs[job].deps.iter().all(|&d| self.jobs[d].first_start_ns.is_some())
+    }
+
+    /// The policy's decisions for the waiting jobs (None when none is ready).
+    /// A job one of whose dependencies was refused is refused too.
     fn decide(&mut self, policy: &mut dyn Policy) -> Option<Vec<Decision>> {
-        if self.waiting.is_empty() {
+        let orphans: Vec<JobId> = self
+            .waiting
+            .iter()
+            .copied()
+            .filter(|&w| self.jobs[w].deps.iter().any(|&d| self.jobs[d].status == Status::Rejected))
+            .collect();
+        for job in orphans {
+            self.waiting.retain(|&w| w != job);
+            self.jobs[job].status = Status::Rejected;
+            self.jobs[job].finish_ns = Some(self.now);
+        }
+        if !self.waiting.iter().any(|&w| self.ready(w)) {
             return None;
         }
         self.advance_skips();
@@ -551,7 +589,9 @@ impl<'a> Simulation<'a> {
         }
     }
 
-    /// Applies decisions; true when one freed GPUs by preempting a job.
+    /// Applies decisions; true when the policy should be asked again: one
+    /// freed GPUs by preempting a job, or started or refused a job that
+    /// others depend on.
     fn apply_once(&mut self, decisions: Vec<Decision>) -> bool {
         let mut freed = false;
         for d in decisions {
@@ -570,12 +610,17 @@ impl<'a> Simulation<'a> {
                 Decision::Place { job, hosts } => {
                     if !self.place(job, hosts) {
                         self.invalid_decisions += 1;
+                    } else if self.jobs[job].has_dependents {
+                        // Jobs waiting on it may now be offered: ask again.
+                        freed = true;
                     }
                 }
                 Decision::Reject { job, .. } if self.jobs.get(job).is_some_and(|j| j.status == Status::Queued) => {
                     self.waiting.retain(|&w| w != job);
                     self.jobs[job].status = Status::Rejected;
                     self.jobs[job].finish_ns = Some(self.now);
+                    // Jobs that depend on it are refused at the next ask.
+                    freed |= self.jobs[job].has_dependents;
                 }
                 Decision::Preempt { job } if self.is_active(job) => {
                     self.release(job);
