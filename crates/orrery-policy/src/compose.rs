@@ -212,6 +212,10 @@ pub const CATALOGUE: &[(&str, &str)] = &[
         "metronome:place-on-loops",
         "metronome without the Filter's dependency-loop rule (orrery's variant): a pod may close a loop in the Affinity graph, whose first path then sets the shifts",
     ),
+    (
+        "metronome:pause-only",
+        "metronome whose controller only pauses (orrery's variant): no re-profiling of a job that stays slow after a pause",
+    ),
     ("pinned", "experiment files only: each job on the hosts `[workload] pins` gives it, in arrival order"),
     (
         "plebiscito:UTILITY[:unaware]",
@@ -312,6 +316,11 @@ pub fn by_name(name: &str, seed: u64) -> Option<Box<dyn Policy>> {
         "metronome:place-on-loops" => {
             let mut m = crate::metronome::Metronome::default();
             m.loop_filter = false;
+            return Some(Box::new(m));
+        }
+        "metronome:pause-only" => {
+            let mut m = crate::metronome::Metronome::default();
+            m.reprofile = false;
             return Some(Box::new(m));
         }
         "random" => ("fifo", "random"),

@@ -28,12 +28,17 @@
 //! of 10, it is re-aligned (the stop-and-wait pause). The paper compares with
 //! the job's ideal iteration time; the slot period is the period it is paced
 //! to on the unified circle, which is at least that, so a job paced to a
-//! longer slot is not called slow for keeping it.
+//! longer slot is not called slow for keeping it. A job that trips again
+//! within two windows of a pause has changed its duty cycle: it is
+//! re-profiled at its mean iteration since the pause and rotated anew on its
+//! nodes, if that paces it at most 5% slower than it runs ("when
+//! necessary"; `metronome:pause-only` never re-profiles).
 //!
 //! Simplifications: only host links are scored (as Metronome does, Eq. 14);
 //! a node already in the graph keeps its jobs' shifts and the offline
 //! recalculation rotates only the newcomer there (running jobs are not
-//! re-optimised); duty-cycle change detection is not modelled.
+//! re-optimised); a re-profiled job's circle is its modelled one with the
+//! communication stretched to the measured iteration.
 
 use crate::{ClusterView, Decision, JobId, Policy, QueuedJob};
 use orrery_interleave::score::{compatibility, demand};
@@ -74,6 +79,10 @@ pub struct Metronome {
     /// orrery's variant, which places where the loop closes and lets the
     /// global offset's first path set the shifts).
     pub loop_filter: bool,
+    /// Duty-cycle change detection: a job that trips the controller again
+    /// soon after a pause is re-profiled (off: `metronome:pause-only`,
+    /// orrery's variant, which only ever pauses).
+    pub reprofile: bool,
     latency: Vec<Vec<f64>>,
     /// Mean latency from each host to all others (the first pod's PreFilter),
     /// computed with `latency`: O(hosts²) once, not per pod.
@@ -85,16 +94,34 @@ pub struct Metronome {
     schemes: BTreeMap<HostId, Scheme>,
     /// Re-alignments done by the controller.
     pub readjustments: u64,
+    /// Jobs re-profiled after a change of duty cycle.
+    pub reprofiles: u64,
 }
+
+/// A re-profiled job is paced at most this factor over its measured
+/// iteration, or the recalculation is not adopted.
+const REPROFILE_TOLERANCE: f64 = 1.05;
 
 /// A paced job: its slot period, its shift from its reference job, and its
 /// last iteration times.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Watch {
     period_ms: f64,
     rel_ms: f64,
     reference: JobId,
     recent: Vec<f64>,
+    /// Iterations seen since the watch began.
+    seen: u64,
+    /// `seen` at the last re-alignment.
+    realigned_at: Option<u64>,
+    /// Sum of the iteration times since the last re-alignment.
+    since_ms: f64,
+}
+
+impl Watch {
+    fn new(period_ms: f64, rel_ms: f64, reference: JobId) -> Self {
+        Watch { period_ms, rel_ms, reference, recent: Vec::new(), seen: 0, realigned_at: None, since_ms: 0.0 }
+    }
 }
 
 /// Communicating pods on each node: (job, its circle, its priority).
@@ -203,11 +230,13 @@ impl Default for Metronome {
             third_stage: true,
             monitor: true,
             loop_filter: true,
+            reprofile: true,
             latency: Vec::new(),
             mean_latency: Vec::new(),
             watched: HashMap::new(),
             schemes: BTreeMap::new(),
             readjustments: 0,
+            reprofiles: 0,
         }
     }
 }
@@ -404,6 +433,95 @@ impl Metronome {
 }
 
 impl Metronome {
+    /// Duty-cycle change detection (§III-C, "Continuous regulation"): a
+    /// job whose iterations now take `measured_ms` is re-profiled. Its
+    /// circle keeps its compute and its bytes; its communication arcs
+    /// stretch (at a proportionally lower rate) to fill the measured
+    /// iteration, as congestion elsewhere or a new batch size would make
+    /// them. On every node of the graph that holds it, it is rotated anew
+    /// against the others held at their shifts, and the global offset paces
+    /// whatever changed. None when nothing can be re-profiled (no longer
+    /// iteration, no communication, the job is on no scheme, or the new
+    /// rotation would pace it slower than it runs: then the caller pauses it
+    /// as before). O(scheme entries) to keep the graph for a rollback, and
+    /// O(jobs on its nodes · A + a two-job search per node + the global
+    /// offset).
+    fn recalculate(&mut self, view: &ClusterView<'_>, job: JobId, measured_ms: f64) -> Option<Vec<Decision>> {
+        let t = view.topology;
+        let r = view.running.iter().find(|r| r.id == job)?;
+        let circle = place(t, r.spec, r.hosts).map(|p| p.shape.circle())?;
+        let comm: f64 = circle.arcs.iter().map(|a| a.duration_ms).sum();
+        let extra = measured_ms - circle.period_ms;
+        if comm <= 0.0 || extra <= 0.0 {
+            return None;
+        }
+        let f = 1.0 + extra / comm;
+        let mut moved = 0.0;
+        let arcs = circle
+            .arcs
+            .iter()
+            .map(|a| {
+                let arc = orrery_model::Arc {
+                    start_ms: a.start_ms + moved,
+                    duration_ms: a.duration_ms * f,
+                    gbps: a.gbps / f,
+                };
+                moved += a.duration_ms * (f - 1.0);
+                arc
+            })
+            .collect();
+        let stretched = Circle { period_ms: circle.period_ms + extra, arcs };
+        let nodes: Vec<HostId> =
+            self.schemes.iter().filter(|(_, s)| s.jobs.iter().any(|j| j.0 == job)).map(|(&n, _)| n).collect();
+        if nodes.is_empty() {
+            return None;
+        }
+        // Kept to roll back a recalculation that is not adopted.
+        let (saved_schemes, saved_watched) = (self.schemes.clone(), self.watched.clone());
+        for n in nodes {
+            let mut old = self.schemes[&n].clone();
+            old.jobs.retain(|j| j.0 != job);
+            let others: Vec<(JobId, Circle, orrery_model::Priority)> = view
+                .running
+                .iter()
+                .filter(|o| o.id != job && o.hosts.iter().any(|h| h.0 == n))
+                .filter_map(|o| {
+                    let c = place(t, o.spec, o.hosts).map(|p| p.shape.circle()).filter(|c| !c.arcs.is_empty())?;
+                    Some((o.id, c, o.spec.priority))
+                })
+                .collect();
+            let circles: Vec<CircleJob> = others
+                .iter()
+                .map(|(id, c, p)| CircleJob { name: id.to_string(), priority: *p, circle: c.clone() })
+                .chain([CircleJob { name: job.to_string(), priority: r.spec.priority, circle: stretched.clone() }])
+                .collect();
+            let (Ok(u), false) = (unify(&circles, &Params::default()), others.is_empty()) else { continue };
+            let search = match (self.third_stage, u.jobs.len()) {
+                (false, _) => Search::Compact,
+                (true, 2) | (true, 5..) => Search::FastFeasible,
+                (true, _) => Search::OptimalCushion,
+            };
+            // (A scheme holds two jobs or more: `old` keeps at least one.)
+            let scheme = newcomer_on(&old, &others, &u, (job, r.spec.priority), t.host_nic_gbps(n), search);
+            self.schemes.insert(n, scheme);
+        }
+        self.watched.remove(&job);
+        let paces = self.global_offset(view, job, &[]);
+        // "When necessary" (§III-C): the new rotation is adopted only if it
+        // paces the job no slower than it already runs. The unified circle
+        // rounds periods up, and a job paced at a longer period than its
+        // measured one would pay for the recalculation twice.
+        let slower = paces.iter().any(|d| {
+            matches!(d, Decision::Pace { job: j, period_ms, .. } if *j == job && *period_ms > measured_ms * REPROFILE_TOLERANCE)
+        });
+        if slower {
+            self.schemes = saved_schemes;
+            self.watched = saved_watched;
+            return None;
+        }
+        Some(paces)
+    }
+
     /// The controller's global offset (§III-C): a BFS over the Affinity
     /// graph from the highest-priority job of `job`'s component (the
     /// reference, Eq. 16, earliest on ties) gives every job of the component
@@ -471,7 +589,7 @@ impl Metronome {
             if same {
                 continue;
             }
-            self.watched.insert(k, Watch { period_ms, rel_ms, reference, recent: Vec::new() });
+            self.watched.insert(k, Watch::new(period_ms, rel_ms, reference));
             paces.push(Decision::Pace { job: k, period_ms, offset_s: start_s + rel_ms / 1e3 });
         }
         paces
@@ -486,7 +604,9 @@ impl Policy for Metronome {
             (true, false) => "metronome-no-monitor",
             (false, false) => "metronome-no-stage3-no-monitor",
         };
-        if self.loop_filter { base.into() } else { format!("{base}:place-on-loops") }
+        let loops = if self.loop_filter { "" } else { ":place-on-loops" };
+        let pauses = if self.reprofile { "" } else { ":pause-only" };
+        format!("{base}{loops}{pauses}")
     }
 
     fn schedule(&mut self, view: &ClusterView<'_>) -> Vec<Decision> {
@@ -561,6 +681,8 @@ impl Policy for Metronome {
         }
         let Some(w) = self.watched.get_mut(&job) else { return Vec::new() };
         w.recent.push(iteration_ms);
+        w.seen += 1;
+        w.since_ms += iteration_ms;
         if w.recent.len() > th.window {
             w.recent.remove(0);
         }
@@ -570,7 +692,23 @@ impl Policy for Metronome {
         if slow <= th.slow_count {
             return Vec::new();
         }
+        // Tripping again within two windows of the last re-alignment means
+        // the pause did not help: the job's traffic pattern changed.
+        let again = w.realigned_at.is_some_and(|at| w.seen - at <= 2 * th.window as u64);
         w.recent.clear();
+        // The measured iteration: the mean since the last re-alignment (the
+        // window that tripped is by its choice the slowest stretch).
+        let measured_ms = w.since_ms / (w.seen - w.realigned_at.unwrap_or(0)) as f64;
+        w.since_ms = 0.0;
+        w.realigned_at = Some(w.seen);
+        if again
+            && self.reprofile
+            && let Some(paces) = self.recalculate(view, job, measured_ms)
+        {
+            self.reprofiles += 1;
+            return paces;
+        }
+        let Some(w) = self.watched.get_mut(&job) else { return Vec::new() };
         self.readjustments += 1;
         match view.running.iter().find(|r| r.id == w.reference) {
             Some(r) => {
@@ -687,6 +825,88 @@ mod tests {
         assert_eq!(aligned[0].0, 1, "only the low-priority job moves");
         // Its offset is measured from the reference job's current iteration start.
         assert!(aligned[0].1 >= 4.9);
+    }
+
+    /// The two rings of `only_the_low_priority_newcomer_is_aligned`; then
+    /// the low-priority one runs `factor` over its slot for twelve
+    /// iterations. The slot period, and the controller's answers to the
+    /// first six and the next six.
+    fn slow_after_pacing(m: &mut Metronome, factor: f64) -> (f64, Vec<Decision>, Vec<Decision>) {
+        let t = two_racks_of_two();
+        let mut high = JobSpec::new("hi", "vgg16", 64, 2, Work::Iterations(100), 0.0);
+        high.priority = Priority::High;
+        let low = JobSpec::new("lo", "vgg16", 64, 2, Work::Iterations(100), 0.0);
+        let hosts = [(0usize, 1u32), (2, 1)];
+        let running_high = RunningJob { iteration_start_s: 4.9, ..RunningJob::new(0, &high, &hosts) };
+        let view = ClusterView {
+            now_s: 5.0,
+            topology: &t,
+            free_gpus: &[1, 0, 1, 0],
+            queue: vec![QueuedJob::new(1, &low, 0.0)],
+            running: vec![running_high.clone()],
+        };
+        let d = m.schedule(&view);
+        let Some(&Decision::Pace { period_ms, .. }) = d.iter().find(|d| matches!(d, Decision::Pace { job: 1, .. }))
+        else {
+            panic!("paced: {d:?}")
+        };
+        let view = ClusterView {
+            now_s: 20.0,
+            topology: &t,
+            free_gpus: &[0, 0, 0, 0],
+            queue: Vec::new(),
+            running: vec![running_high, RunningJob { iteration_start_s: 19.5, ..RunningJob::new(1, &low, &hosts) }],
+        };
+        let mut answers = [Vec::new(), Vec::new()];
+        for answer in &mut answers {
+            for _ in 0..6 {
+                *answer = m.on_iteration(&view, 1, factor * period_ms);
+            }
+        }
+        let [first, second] = answers;
+        (period_ms, first, second)
+    }
+
+    #[test]
+    fn a_job_that_stays_slow_after_a_pause_is_re_profiled_at_its_measured_period() {
+        // 30% over its slot: the first time the controller pauses it (same
+        // slot); when it trips again within two windows, its duty cycle has
+        // changed, and it is re-profiled and paced at the period it now
+        // takes (§III-C).
+        let mut m = Metronome::default();
+        let (period_ms, first, second) = slow_after_pacing(&mut m, 1.3);
+        assert!(
+            matches!(first.as_slice(), [Decision::Pace { job: 1, period_ms: p, .. }] if *p == period_ms),
+            "{first:?}"
+        );
+        assert_eq!((m.readjustments, m.reprofiles), (1, 1));
+        let Some(&Decision::Pace { period_ms: p, .. }) =
+            second.iter().find(|d| matches!(d, Decision::Pace { job: 1, .. }))
+        else {
+            panic!("re-paced: {second:?}")
+        };
+        let slow = 1.3 * period_ms;
+        assert!((p - slow).abs() < 0.05 * slow, "paced at {p} ms, measured {slow} ms");
+        // orrery's `metronome:pause-only` pauses it again at its slot.
+        let mut m = Metronome { reprofile: false, ..Metronome::default() };
+        assert_eq!(m.name(), "metronome:pause-only");
+        let (_, _, second) = slow_after_pacing(&mut m, 1.3);
+        assert!(matches!(second.as_slice(), [Decision::Pace { job: 1, period_ms: p, .. }] if *p == period_ms));
+        assert_eq!((m.readjustments, m.reprofiles), (2, 0));
+    }
+
+    #[test]
+    fn a_recalculation_that_would_pace_slower_than_measured_is_not_adopted() {
+        // 25% over its slot: the unified circle of the re-profiled pair
+        // would pace it at more than 5% over what it takes now, so the
+        // controller keeps the scheme and pauses it at its slot again.
+        let mut m = Metronome::default();
+        let (period_ms, _, second) = slow_after_pacing(&mut m, 1.25);
+        assert_eq!((m.readjustments, m.reprofiles), (2, 0));
+        assert!(
+            matches!(second.as_slice(), [Decision::Pace { job: 1, period_ms: p, .. }] if *p == period_ms),
+            "{second:?}"
+        );
     }
 
     #[test]
