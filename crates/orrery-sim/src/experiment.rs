@@ -717,6 +717,17 @@ impl Experiment {
             })
             .collect()
     }
+    /// The same experiment under other policies (`orrery run --policies`).
+    /// The baseline stays if it is among them; otherwise the first is the
+    /// baseline. Checked as a file's policies are.
+    pub fn with_policies(mut self, file: &str, policies: Vec<String>) -> Result<Experiment, String> {
+        if self.baseline.as_ref().is_some_and(|b| !policies.contains(b)) {
+            self.baseline = None;
+        }
+        self.policies = policies;
+        check(&format!("{file} (--policies)"), self)
+    }
+
     /// Runs every policy for every seed. `progress(run, runs, sim_s, finished, jobs)`.
     pub fn run(
         &self,
@@ -1216,6 +1227,18 @@ mod tests {
         assert_eq!(check(&[job("a", 1)], &pins), "pins: a: host 0: 2 GPUs; it has 1");
         let pins: Pins = [("q".to_string(), vec![(0, 1)])].into_iter().collect();
         assert_eq!(check(&[job("a", 1)], &pins), "pins: \"q\": no such job");
+    }
+
+    #[test]
+    fn other_policies_keep_the_baseline_when_they_can() {
+        let text = "name = \"x\"\npolicies = [\"fifo\", \"sjf\"]\nbaseline = \"sjf\"\n[topology]\nbuiltin = \"cassini\"\n[workload]\ngenerator = \"poisson\"\n";
+        let e = parse("x.toml", text).expect("valid");
+        let kept = e.clone().with_policies("x.toml", vec!["random".into(), "sjf".into()]).expect("valid");
+        assert_eq!((kept.policies.len(), kept.baseline.as_deref()), (2, Some("sjf")));
+        let first = e.clone().with_policies("x.toml", vec!["random".into(), "ideal".into()]).expect("valid");
+        assert_eq!(first.baseline, None, "the first policy is the baseline");
+        let bad = e.with_policies("x.toml", vec!["magic".into()]).expect_err("unknown");
+        assert!(bad.starts_with("x.toml (--policies): policies: unknown policy \"magic\""), "{bad}");
     }
 
     #[test]

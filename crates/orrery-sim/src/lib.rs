@@ -11,7 +11,8 @@
 //! * [`experiment`]: TOML experiments, the built-in default, and output files;
 //! * [`plot`]: figures (CDFs, link utilisation, circles, Gantt) with
 //!   plotters, as SVG and PNG with an embedded font;
-//! * [`report`]: the busiest link up close and the self-contained `report.html`.
+//! * [`report`]: the busiest link up close and the self-contained `report.html`;
+//! * [`tables`]: markdown tables from `summary.json` (`orrery table`).
 //!
 //! Architecture invariant: the simulator embeds no policy logic; it owns the
 //! (simulated) clock and its only randomness is seeded from the experiment.
@@ -22,5 +23,6 @@ pub mod metrics;
 pub mod network;
 pub mod plot;
 pub mod report;
+pub mod tables;
 
 pub use engine::{SimConfig, Simulation};

@@ -11,6 +11,7 @@ mod live;
 mod numbers;
 mod run;
 mod scale;
+mod table;
 mod testbed;
 mod topo;
 mod trace;
@@ -64,6 +65,8 @@ enum Command {
     Trace(trace::Command),
     /// The scheduling policies `orrery run` knows, one line each.
     Policies,
+    /// A markdown table from an experiment's summary.json (the tables of docs/results.md).
+    Table(table::Args),
     /// Compatibility of jobs sharing one link: the best rotation of each job's
     /// circle, its time-shift, the score and the cushion (CASSINI §3, Metronome §III).
     Compat(compat::Args),
@@ -193,6 +196,7 @@ fn main() -> ExitCode {
         Command::Testbed(cmd) => testbed::run(&cmd),
         Command::K8s(cmd) => k8s::run(&cmd),
         Command::Worker(args) => testbed::worker(&args),
+        Command::Table(args) => table::run(&args),
         Command::Policies => {
             for (name, what) in orrery_policy::CATALOGUE {
                 println!("{name:<16} {what}");

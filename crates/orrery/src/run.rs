@@ -53,6 +53,10 @@ pub struct Args {
     /// (without it, only when there are at most 16 such runs).
     #[arg(long)]
     runs: bool,
+    /// Run these policies instead of the file's (comma-separated; the
+    /// file's baseline if it is among them, else the first).
+    #[arg(long, value_delimiter = ',')]
+    policies: Vec<String>,
 }
 
 /// Runs printed one row each without `--runs`.
@@ -66,9 +70,13 @@ pub fn run(a: &Args, timings: &mut Timings) -> anyhow::Result<()> {
             if crate::scale::is_scale(&text) {
                 return timings.phase("auction", || crate::scale::run(&name, &text, a.out.as_deref()));
             }
-            let exp = experiment::parse(&name, &text).map_err(anyhow::Error::msg)?;
+            let mut exp = experiment::parse(&name, &text).map_err(anyhow::Error::msg)?;
+            if !a.policies.is_empty() {
+                exp = exp.with_policies(&name, a.policies.clone()).map_err(anyhow::Error::msg)?;
+            }
             (vec![(name, exp)], p.parent().map(PathBuf::from).unwrap_or_default())
         }
+        None if !a.policies.is_empty() => anyhow::bail!("--policies needs an experiment file"),
         None => (suite()?, PathBuf::from(".")),
     };
     let several = experiments.len() > 1;

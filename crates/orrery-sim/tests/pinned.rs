@@ -1,0 +1,103 @@
+//! The headline results of every paper's experiment, pinned. Each test runs
+//! a short, deterministic version of an experiment file in `experiments/`
+//! (fewer seeds, scenarios or jobs where the full one takes minutes) and
+//! snapshots the table `orrery table` prints for it, with the cells
+//! `docs/results.md` quotes. A change that moves a headline number fails
+//! here, and its snapshot diff shows which; accept it with `cargo insta
+//! review` and rerun the full experiment for the docs.
+
+use orrery_sim::experiment::{Experiment, parse};
+use orrery_sim::tables::{Cell, Layout, table};
+use std::path::{Path, PathBuf};
+
+fn experiments() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../experiments")
+}
+
+fn load(name: &str) -> Experiment {
+    let file = experiments().join(format!("{name}.toml"));
+    let text = std::fs::read_to_string(&file).expect("experiment file");
+    parse(name, &text).expect("valid experiment")
+}
+
+/// Runs `e` and prints its table.
+fn pinned(e: &Experiment, cells: &[&str], layout: Layout) -> String {
+    let summary = e.run(&experiments(), |_, _, _, _, _| {}).expect("runs");
+    assert!(summary.runs.iter().all(|r| r.invalid_decisions == 0), "every decision applies");
+    let json = serde_json::to_value(&summary).expect("json");
+    let cells: Vec<Cell> = cells.iter().map(|c| c.parse().expect("cell")).collect();
+    table(&json, &cells, layout, &[]).expect("table")
+}
+
+fn keep_scenarios(e: &mut Experiment, names: &[&str]) {
+    e.scenarios.retain(|s| names.contains(&s.name.as_str()));
+    assert_eq!(e.scenarios.len(), names.len(), "scenarios {names:?} exist");
+}
+
+const H_L: [&str; 2] = ["H=by_priority.high.avg_iter_s", "L=by_priority.low.avg_iter_s"];
+
+#[test]
+fn metronome_table_iv() {
+    // docs/results.md "Table IV snapshots S1–S5", whole (1 s in release).
+    let e = load("metronome-snapshots");
+    insta::assert_snapshot!(pinned(&e, &H_L, Layout::Wide));
+}
+
+#[test]
+fn metronome_fig_10_trace() {
+    // docs/results.md "Fig. 10: 4-hour trace", whole: the makespan, mean
+    // queueing and mean iteration of each policy.
+    let e = load("metronome-trace");
+    insta::assert_snapshot!(pinned(
+        &e,
+        &["makespan (s)=metrics.makespan_s", "queue (s)=metrics.avg_queue_s", "iteration (s)=metrics.avg_iter_s"],
+        Layout::Long
+    ));
+}
+
+#[test]
+fn cassini_pair_and_snapshots() {
+    // docs/results.md "CASSINI": the pair of Fig. 2 and the snapshots of
+    // Table 2, every seed (they take milliseconds).
+    let cells = ["mean (ms)=metrics.avg_iter_s/0.001:1", "p99 (ms)=metrics.p99_iter_s/0.001:1"];
+    let pair = pinned(&load("cassini-pair"), &cells, Layout::Long);
+    let snapshots = pinned(&load("cassini-snapshots"), &cells, Layout::Long);
+    insta::assert_snapshot!(format!("cassini-pair\n{pair}\ncassini-snapshots\n{snapshots}"));
+}
+
+#[test]
+fn castor_table_5_short() {
+    // docs/results.md "Table 5" and the ablation, short: one seed, 120 of
+    // Philly's sample at twice the load (at load 1 a short run never
+    // queues, so every policy ties).
+    let mut e = load("castor-philly");
+    e.seeds.truncate(1);
+    e.workload.jobs = Some(120);
+    e.workload.load = Some(2.0);
+    e.policies.retain(|p| ["castor", "castor:shorter-first", "sjf-ffs", "sjf", "tiresias"].contains(&p.as_str()));
+    e.policies.insert(1, "castor:shorter-first".into());
+    insta::assert_snapshot!(pinned(
+        &e,
+        &[
+            "JCT (h)=metrics.avg_jct_s/3600:3",
+            "queue (h)=metrics.avg_queue_s/3600:3",
+            "GPU idle=metrics.gpu_idle%",
+            "GPU time shared=metrics.gpu_shared%"
+        ],
+        Layout::Long
+    ));
+}
+
+#[test]
+fn foresight_fig_5_at_two_to_one() {
+    // docs/results.md "Fig. 5": 4 spines (2:1), the first two of its six
+    // placements; ECMP's mean iteration over each policy's.
+    let mut e = load("foresight-spines");
+    keep_scenarios(&mut e, &["spines=4,frag=0.5"]);
+    e.seeds.truncate(2);
+    insta::assert_snapshot!(pinned(
+        &e,
+        &["gain=comparison.gain_avg_iter:3", "mean it (s)=metrics.avg_iter_s"],
+        Layout::Long
+    ));
+}
