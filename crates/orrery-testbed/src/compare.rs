@@ -9,8 +9,8 @@
 //! iterations on both sides.
 
 use crate::drive::{LinkSeries, Measured};
+use orrery_lab::plot::Figure;
 use orrery_model::{JobSpec, Topology};
-use orrery_sim::plot::Figure;
 use orrery_sim::{SimConfig, Simulation};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -261,7 +261,7 @@ mod tests {
         let base = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../experiments");
         let path = base.join("cassini-pair.toml");
         let text = std::fs::read_to_string(&path).expect("experiment file");
-        let exp = orrery_sim::experiment::parse("cassini-pair.toml", &text).expect("experiment");
+        let exp = orrery_lab::experiment::parse("cassini-pair.toml", &text).expect("experiment");
         let topo = exp.topology(&base).expect("topology");
         let (mut jobs, pins) = exp.jobs_and_pins(&base, &topo, 1).expect("jobs");
         for j in &mut jobs {

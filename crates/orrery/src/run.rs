@@ -3,7 +3,7 @@
 use crate::Timings;
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
-use orrery_sim::experiment::{self, DEFAULT, Experiment};
+use orrery_lab::experiment::{self, DEFAULT, Experiment};
 use std::path::{Path, PathBuf};
 
 /// The built-in suite `orrery run` runs without a file, in under a minute:

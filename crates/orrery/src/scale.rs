@@ -6,7 +6,7 @@
 use anyhow::{Context, Result, anyhow};
 use orrery_auction::scale::{ScaleRow, run as run_scale};
 use orrery_auction::utility::{BidPolicy, Utility};
-use orrery_sim::plot::Figure;
+use orrery_lab::plot::Figure;
 use serde::Deserialize;
 use std::path::Path;
 

@@ -1,7 +1,7 @@
 //! `orrery table`: a markdown table from an experiment's `summary.json`.
 
 use anyhow::Context;
-use orrery_sim::tables::{Cell, Layout, table};
+use orrery_lab::tables::{Cell, Layout, table};
 use std::path::PathBuf;
 
 #[derive(clap::Args, Debug)]

@@ -176,7 +176,7 @@ fn scenario(args: &ScenarioArgs, with_sim: bool) -> Result<()> {
     let text =
         std::fs::read_to_string(&args.experiment).with_context(|| format!("reading {}", args.experiment.display()))?;
     let file = args.experiment.display().to_string();
-    let exp = orrery_sim::experiment::parse(&file, &text).map_err(anyhow::Error::msg)?;
+    let exp = orrery_lab::experiment::parse(&file, &text).map_err(anyhow::Error::msg)?;
     let base = args.experiment.parent().unwrap_or(Path::new("."));
     let seed = args.seed.unwrap_or(exp.seeds[0]);
     let (topo, mut jobs, pins) = exp.scenario(args.scenario.as_deref(), base, seed).map_err(anyhow::Error::msg)?;

@@ -176,7 +176,7 @@ proptest! {
         let seeds = experiment_seeds();
         let (name, text) = &seeds[seed % seeds.len()];
         let text = mutate(text, &edits);
-        if let Ok(e) = orrery_sim::experiment::parse(name, &text) {
+        if let Ok(e) = orrery_lab::experiment::parse(name, &text) {
             let small = e.workload.jobs.unwrap_or(60) <= 5_000 && e.workload.listed.len() <= 5_000;
             if small {
                 let first = e.scenarios.iter().find(|s| s.congested.is_empty()).map(|s| s.name.as_str());

@@ -3,13 +3,13 @@
 //! utilisation over time, the busiest link's per-job rates and circles, and
 //! a Gantt of the jobs.
 
-use crate::engine::{NS, SimConfig, Simulation};
 use crate::experiment::{Run, Summary};
 use crate::plot::{Bar, Figure, Ring};
 use orrery_interleave::unified::{CircleJob, Params, unify};
 use orrery_interleave::{Search, solve};
 use orrery_model::{JobSpec, LinkId, Topology};
 use orrery_policy::Policy;
+use orrery_sim::engine::{NS, SimConfig, Simulation};
 use serde::Serialize;
 use std::fmt::Write;
 use std::path::Path;

@@ -1,6 +1,6 @@
 //! Development aid: where the fast-forward and the detailed run first differ.
-//! `cargo run --release -p orrery-sim --example skipdiff -- FILE.toml`
-use orrery_sim::experiment::parse;
+//! `cargo run --release -p orrery-lab --example skipdiff -- FILE.toml`
+use orrery_lab::experiment::parse;
 use orrery_sim::{SimConfig, Simulation};
 
 fn main() {

@@ -6,8 +6,8 @@
 //! here, and its snapshot diff shows which; accept it with `cargo insta
 //! review` and rerun the full experiment for the docs.
 
-use orrery_sim::experiment::{Experiment, parse};
-use orrery_sim::tables::{Cell, Layout, table};
+use orrery_lab::experiment::{Experiment, parse};
+use orrery_lab::tables::{Cell, Layout, table};
 use std::path::{Path, PathBuf};
 
 fn experiments() -> PathBuf {

@@ -1,7 +1,7 @@
 //! Max-min recomputation and an end-to-end run: `cargo bench -p orrery-sim`.
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
-use orrery_sim::experiment::{DEFAULT, parse};
+use orrery_lab::experiment::{DEFAULT, parse};
 use orrery_sim::network::Network;
 use std::hint::black_box;
 

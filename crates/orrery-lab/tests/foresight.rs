@@ -3,7 +3,7 @@
 //! placement, and with spines to choose from it gains on average. With one
 //! spine its timing alone interleaves two jobs as CASSINI does.
 
-use orrery_sim::experiment::parse;
+use orrery_lab::experiment::parse;
 use std::path::Path;
 
 #[test]

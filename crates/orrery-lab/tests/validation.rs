@@ -473,7 +473,7 @@ fn cassini_pair_experiment_file_reproduces_the_gain() {
     // experiments/cassini-pair.toml: the §2.2 pair, pinned, without and with CASSINI.
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../experiments/cassini-pair.toml");
     let text = std::fs::read_to_string(path).expect("experiment file");
-    let e = orrery_sim::experiment::parse(path, &text).expect("valid");
+    let e = orrery_lab::experiment::parse(path, &text).expect("valid");
     let runs = e.run(std::path::Path::new("."), |_, _, _, _, _| {}).expect("runs").runs;
     let p90 = |policy: &str| runs.iter().find(|r| r.policy == policy).map_or(0.0, |r| r.metrics.p90_iter_s);
     let gain = p90("pinned") / p90("pinned+cassini");

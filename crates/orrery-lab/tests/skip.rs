@@ -7,10 +7,10 @@
 //! percent either way with or without the skip. There the tolerance applies to
 //! metrics summed over seeds (no bias), and per run to everything else.
 
+use orrery_lab::experiment::{Run, parse};
 use orrery_model::setups::LeafSpine;
 use orrery_model::{JobSpec, Topology, Work};
 use orrery_policy::{ClusterView, Decision, Policy};
-use orrery_sim::experiment::{Run, parse};
 use orrery_sim::metrics::{Metrics, metrics};
 use orrery_sim::{SimConfig, Simulation};
 use std::path::Path;

@@ -7,9 +7,9 @@
 //! Times are rounded to the microsecond, so a rounding difference in the last
 //! bits of a float does not count as a new decision.
 
+use orrery_lab::experiment::parse;
 use orrery_model::{JobSpec, Topology};
 use orrery_policy::{ClusterView, Decision, JobId, Policy};
-use orrery_sim::experiment::parse;
 use orrery_sim::{SimConfig, Simulation};
 use std::fmt::Write;
 use std::path::Path;

@@ -15,11 +15,11 @@
 //! jitter = 0.02
 //! ```
 
-use crate::engine::{SimConfig, Simulation};
-use crate::metrics::{JobRow, LinkRow, Metrics, job_rows, link_rows, metrics_of};
 use orrery_model::colocation::Colocation;
 use orrery_model::setups::{LeafSpine, by_name, parse_topology};
 use orrery_model::{JobSpec, Priority, Topology};
+use orrery_sim::engine::{SimConfig, Simulation};
+use orrery_sim::metrics::{JobRow, LinkRow, Metrics, job_rows, link_rows, metrics_of};
 use orrery_trace::generate::{Mix, ShapeContext, poisson, snapshot};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
