@@ -6,7 +6,7 @@ use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use orrery_model::colocation::Colocation;
 use orrery_model::setups::LeafSpine;
 use orrery_model::{JobSpec, Work};
-use orrery_policy::colocate::{Colocator, Rule};
+use orrery_policy::castor::colocate::{Colocator, Rule};
 use orrery_policy::{ClusterView, Policy, QueuedJob, RunningJob};
 use std::hint::black_box;
 

@@ -4,7 +4,7 @@
 //! `orrery-no-bandwidth-no-routes`, ...).
 //!
 //! A round, from the inside out:
-//! 1. **Order and sharing** (Castor, [`crate::colocate::Colocator`]): waiting
+//! 1. **Order and sharing** (Castor, [`crate::castor::colocate::Colocator`]): waiting
 //!    jobs by expected remaining time (SJF-BSBF, backfilling), high-priority
 //!    jobs first (Metronome's classes); a job that
 //!    free GPUs cannot hold shares a running job's GPUs when Theorem 1 says
@@ -51,11 +51,11 @@
 //! when the set of running jobs changes.
 
 use crate::cassini::{Cassini, OnLoop};
-use crate::colocate::{Colocator, Rule};
+use crate::castor::colocate::{Colocator, Rule};
 use crate::foresight::policy::{Foresight, Mode};
 use crate::plebiscito::Bidding;
 use crate::{ClusterView, Decision, JobId, Policy};
-use orrery_auction::utility::Utility;
+use orrery_plebiscito::utility::Utility;
 
 /// The parts, by the name that switches each off (`orrery-no-<part>`), with
 /// what each does.

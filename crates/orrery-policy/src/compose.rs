@@ -255,7 +255,7 @@ fn placement(name: &str, seed: u64) -> Option<Box<dyn Placement>> {
         "spread" => Box::new(placement::Spread),
         "latency" => Box::new(placement::Latency::default()),
         "exclusive" => Box::new(placement::ExclusiveBandwidth::default()),
-        "bidding" => Box::new(crate::plebiscito::Bidding::aware(orrery_auction::utility::Utility::Sgf)),
+        "bidding" => Box::new(crate::plebiscito::Bidding::aware(orrery_plebiscito::utility::Utility::Sgf)),
         _ => return None,
     })
 }
@@ -290,19 +290,25 @@ pub fn by_name(name: &str, seed: u64) -> Option<Box<dyn Policy>> {
     let (o, p) = match name {
         "metronome" => return Some(Box::new(crate::metronome::Metronome::default())),
         "pollux" => return Some(Box::new(crate::pollux::Pollux::default())),
-        "castor" => return Some(Box::new(crate::colocate::Colocator::new(crate::colocate::Rule::Bsbf))),
+        "castor" => {
+            return Some(Box::new(crate::castor::colocate::Colocator::new(crate::castor::colocate::Rule::Bsbf)));
+        }
         "castor:blocking" => {
-            let mut c = crate::colocate::Colocator::new(crate::colocate::Rule::Bsbf);
+            let mut c = crate::castor::colocate::Colocator::new(crate::castor::colocate::Rule::Bsbf);
             c.blocking = true;
             return Some(Box::new(c));
         }
         "castor:shorter-first" => {
-            let mut c = crate::colocate::Colocator::new(crate::colocate::Rule::Bsbf);
+            let mut c = crate::castor::colocate::Colocator::new(crate::castor::colocate::Rule::Bsbf);
             c.back_to_back = crate::castor::BackToBack::ShorterFirst;
             return Some(Box::new(c));
         }
-        "sjf-ffs" => return Some(Box::new(crate::colocate::Colocator::new(crate::colocate::Rule::Ffs))),
-        "lucid" => return Some(Box::new(crate::colocate::Colocator::new(crate::colocate::Rule::Lucid))),
+        "sjf-ffs" => {
+            return Some(Box::new(crate::castor::colocate::Colocator::new(crate::castor::colocate::Rule::Ffs)));
+        }
+        "lucid" => {
+            return Some(Box::new(crate::castor::colocate::Colocator::new(crate::castor::colocate::Rule::Lucid)));
+        }
         "metronome-no-stage3" => {
             let mut m = crate::metronome::Metronome::default();
             m.third_stage = false;

@@ -11,7 +11,6 @@
 pub mod baseline;
 pub mod cassini;
 pub mod castor;
-pub mod colocate;
 pub mod combined;
 pub mod compose;
 pub mod foresight;
@@ -20,7 +19,6 @@ pub mod order;
 pub mod placement;
 pub mod plebiscito;
 pub mod pollux;
-pub mod share;
 pub mod slot;
 
 pub use compose::{CATALOGUE, by_name, with_pins};

@@ -1,6 +1,6 @@
 //! `plebiscito:<utility>[:unaware]`: every queued job is placed by a
 //! max-consensus auction between one agent per host (Plebiscito §IV), run
-//! message by message on [`orrery_auction::simnet`] with datacentre
+//! message by message on [`orrery_plebiscito::simnet`] with datacentre
 //! latencies. The agents start each scheduling round from the cluster view:
 //! free GPUs, the CPUs and memory the running jobs hold, and the bandwidth
 //! their placements reserve.
@@ -13,12 +13,12 @@
 
 use crate::placement::host_demand_gbps;
 use crate::{ClusterView, Decision, JobId, Policy};
-use orrery_auction::agent::{Agent, Config, Verdict};
-use orrery_auction::simnet::{NetConfig, SimNet, overlay};
-use orrery_auction::utility::{
+use orrery_model::{JobSpec, Topology};
+use orrery_plebiscito::agent::{Agent, Config, Verdict};
+use orrery_plebiscito::simnet::{NetConfig, SimNet, overlay};
+use orrery_plebiscito::utility::{
     Arch, BidPolicy, ClusterMap, Demand, JobRequest, Placement, Resources, Usage, Utility, link_load,
 };
-use orrery_model::{JobSpec, Topology};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
@@ -192,7 +192,7 @@ fn cached_request(
 }
 
 /// Plebiscito's bandwidth-aware utility as a centralised placement
-/// ([`orrery_auction::central::greedy`]: each component on the node with the
+/// ([`orrery_plebiscito::central::greedy`]: each component on the node with the
 /// highest marginal bid). Its Theorem 1 bounds the auction's outcome by this
 /// greedy's, so a central scheduler gets the auction's placements without
 /// its messages. Per job: O(Λ·N) bids for Λ workers on N hosts.
@@ -250,7 +250,7 @@ impl crate::placement::Placement for Bidding {
             // GPUs the job may take on this host, in whole workers.
             node.free.gpus = f64::from(spec.host_cap(f) / per * per);
         }
-        let (placement, _) = orrery_auction::central::greedy(&nodes, map, usage, &req, &self.policy).ok()?;
+        let (placement, _) = orrery_plebiscito::central::greedy(&nodes, map, usage, &req, &self.policy).ok()?;
         Some(placement[0].iter().map(|&(n, k)| (n as usize, k as u32 * per)).collect())
     }
 

@@ -550,7 +550,7 @@ impl Ledger {
         true
     }
 
-    /// Castor's sharing, checked by `orrery_policy::share::check` (the
+    /// Castor's sharing, checked by `orrery_policy::castor::share::check` (the
     /// simulator's rules). O(P · S).
     fn share(
         &mut self,
@@ -561,8 +561,8 @@ impl Ledger {
         now_s: f64,
     ) -> bool {
         let Some(j) = self.jobs.get(job).filter(|j| j.status == JobStatus::Queued) else { return false };
-        let Some(orrery_policy::share::Share { sub_batch: sub, hosts, taken: take }) =
-            orrery_policy::share::check(&self.topology, job, &j.spec, free, shared, sub_batch, self)
+        let Some(orrery_policy::castor::share::Share { sub_batch: sub, hosts, taken: take }) =
+            orrery_policy::castor::share::check(&self.topology, job, &j.spec, free, shared, sub_batch, self)
         else {
             return false;
         };
@@ -844,7 +844,7 @@ impl Ledger {
     }
 }
 
-impl orrery_policy::share::Partners for Ledger {
+impl orrery_policy::castor::share::Partners for Ledger {
     fn is_running(&self, job: JobId) -> bool {
         self.jobs.get(job).is_some_and(|j| j.status == JobStatus::Running)
     }

@@ -13,16 +13,16 @@
 //! `JobRequest` per line) to an agent, which starts their auctions.
 //!
 //! Every datagram is sealed with the cluster's pre-shared key (`--key`, a
-//! file of mode 600; [`orrery_auction::wire`]). An agent drops a datagram
+//! file of mode 600; [`orrery_plebiscito::wire`]). An agent drops a datagram
 //! whose tag does not verify, whose sender id is not the peer at its source
 //! address, or that a client sends as protocol traffic; it merges only the
 //! sender's own bids. A restarted agent reads its state file back.
 
 use anyhow::{Context, Result, anyhow, bail};
 use clap::Args as ClapArgs;
-use orrery_auction::agent::{Agent, Config, Output, Verdict};
-use orrery_auction::utility::{BidPolicy, Demand, JobRequest, Placement, Resources, Usage, Utility};
-use orrery_auction::wire::{self, Body, CLIENT, Envelope, Key, Receipt};
+use orrery_plebiscito::agent::{Agent, Config, Output, Verdict};
+use orrery_plebiscito::utility::{BidPolicy, Demand, JobRequest, Placement, Resources, Usage, Utility};
+use orrery_plebiscito::wire::{self, Body, CLIENT, Envelope, Key, Receipt};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;

@@ -4,9 +4,9 @@
 //! figures with `--out`.
 
 use anyhow::{Context, Result, anyhow};
-use orrery_auction::scale::{ScaleRow, run as run_scale};
-use orrery_auction::utility::{BidPolicy, Utility};
 use orrery_lab::plot::Figure;
+use orrery_plebiscito::scale::{ScaleRow, run as run_scale};
+use orrery_plebiscito::utility::{BidPolicy, Utility};
 use serde::Deserialize;
 use std::path::Path;
 

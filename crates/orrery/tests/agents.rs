@@ -10,10 +10,10 @@
 //! from the peers. A third sends a burst of submissions that meets the
 //! agents' back-pressure.
 
-use orrery_auction::agent::Msg;
-use orrery_auction::bundle::Bid;
-use orrery_auction::utility::JobRequest;
-use orrery_auction::wire::{self, Body, CLIENT, Envelope, Key};
+use orrery_plebiscito::agent::Msg;
+use orrery_plebiscito::bundle::Bid;
+use orrery_plebiscito::utility::JobRequest;
+use orrery_plebiscito::wire::{self, Body, CLIENT, Envelope, Key};
 use std::collections::BTreeMap;
 use std::net::UdpSocket;
 use std::path::{Path, PathBuf};

@@ -9,9 +9,9 @@
 //! `.ci/run`), thousands for a long hunt. A failure prints the smallest input
 //! proptest found; add it to the regression tests of the parser it broke.
 
-use orrery_auction::agent::{Agent, Config, Output};
-use orrery_auction::utility::{BidPolicy, ClusterMap, Demand, JobRequest, Resources, Utility};
-use orrery_auction::wire::{self, Envelope, Key};
+use orrery_plebiscito::agent::{Agent, Config, Output};
+use orrery_plebiscito::utility::{BidPolicy, ClusterMap, Demand, JobRequest, Resources, Utility};
+use orrery_plebiscito::wire::{self, Envelope, Key};
 use orrery_trace::formats::Format;
 use proptest::prelude::*;
 use std::path::{Path, PathBuf};

@@ -806,7 +806,7 @@ impl<'a> Simulation<'a> {
     /// Starts queued `job` on `free` GPUs plus `shared` GPUs of running jobs
     /// (Castor's GPU sharing) at per-GPU `sub_batch` (0: its batch); false
     /// if the decision is invalid: a GPU would hold three jobs, the pair
-    /// would not fit its memory (`orrery_policy::share::check`, the live
+    /// would not fit its memory (`orrery_policy::castor::share::check`, the live
     /// driver's rule too), or the GPUs do not add up to a placement.
     /// Both jobs of each pair are slowed by their ground-truth ξ
     /// ([`SimConfig::colocation`]). O(P·S) for P partners of S sharings each.
@@ -814,8 +814,8 @@ impl<'a> Simulation<'a> {
         let Some(j) = self.jobs.get(job).filter(|j| j.status == Status::Queued) else { return false };
         let Some(model) = orrery_model::zoo::model(&j.spec.model) else { return false };
         let batch = j.spec.batch.max(1);
-        let Some(orrery_policy::share::Share { sub_batch: sub, hosts, taken: take }) =
-            orrery_policy::share::check(self.topo, job, &j.spec, free, shared, sub_batch, &*self)
+        let Some(orrery_policy::castor::share::Share { sub_batch: sub, hosts, taken: take }) =
+            orrery_policy::castor::share::check(self.topo, job, &j.spec, free, shared, sub_batch, &*self)
         else {
             return false;
         };
@@ -1186,7 +1186,7 @@ impl<'a> Simulation<'a> {
     }
 }
 
-impl orrery_policy::share::Partners for Simulation<'_> {
+impl orrery_policy::castor::share::Partners for Simulation<'_> {
     fn is_running(&self, job: JobId) -> bool {
         self.jobs.get(job).is_some_and(|j| j.status == Status::Running)
     }

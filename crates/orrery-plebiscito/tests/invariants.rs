@@ -4,10 +4,10 @@
 //! (Theorem 3), and on a reliable network the auction places exactly as the
 //! centralised greedy (Theorem 1's argument).
 
-use orrery_auction::agent::{Agent, Config, Verdict};
-use orrery_auction::central::greedy;
-use orrery_auction::simnet::{NetConfig, Partition, SimNet, diameter, overlay};
-use orrery_auction::utility::{
+use orrery_plebiscito::agent::{Agent, Config, Verdict};
+use orrery_plebiscito::central::greedy;
+use orrery_plebiscito::simnet::{NetConfig, Partition, SimNet, diameter, overlay};
+use orrery_plebiscito::utility::{
     Arch, BidPolicy, ClusterMap, Demand, JobRequest, NodeContext, Resources, Usage, Utility, slot_values,
 };
 use proptest::prelude::*;
@@ -292,7 +292,7 @@ fn gang_all_or_nothing() {
 /// worth exactly the greedy's, rounds stay within Λ·N·D, messages stay small.
 #[test]
 fn scaling_rows_hold_the_guarantees() {
-    let rows = orrery_auction::scale::run(&[4, 16, 64], 16, 6, BidPolicy::aware(Utility::Lgf), 3);
+    let rows = orrery_plebiscito::scale::run(&[4, 16, 64], 16, 6, BidPolicy::aware(Utility::Lgf), 3);
     for r in &rows {
         assert!(r.agreed, "{r:?}");
         assert!((r.utility_vs_greedy - 1.0).abs() < 1e-9, "{r:?}");

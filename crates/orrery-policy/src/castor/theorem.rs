@@ -6,7 +6,7 @@
 //!
 //! Algorithm 2 (batch scaling) searches the new job's sub-batch on top of
 //! it; Algorithm 1 (SJF-BSBF), the scheduler that uses both, is
-//! [`crate::colocate`] with `Rule::Bsbf` (policy `castor`).
+//! [`crate::castor::colocate`] with `Rule::Bsbf` (policy `castor`).
 
 /// Sum of completion times when job 2 starts `offset` after job 1 (both
 /// submitted at 0) and they share while both run. O(1).
