@@ -31,9 +31,11 @@ pub enum Work {
 pub struct JobSpec {
     /// Unique id within a workload.
     pub id: String,
-    /// Zoo model name.
+    /// Zoo model name (a label only, with an explicit `shape`).
     pub model: String,
-    /// Per-worker batch size.
+    /// Per-worker batch size (0 when not given: an error for a zoo model,
+    /// not read with an explicit `shape`).
+    #[serde(default)]
     pub batch: u32,
     /// Number of workers.
     pub workers: u32,
@@ -79,6 +81,96 @@ pub struct JobSpec {
     /// Memory per worker, GiB (Alibaba v2023 `memory_mib / 1024`; 0 if unknown).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub memory_gib_per_worker: f64,
+    /// A measured iteration instead of the zoo's: with it, `model` is only a
+    /// label and `batch` is not read. It drives both the circle the policies
+    /// see and what the simulator executes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shape: Option<ShapeSpec>,
+}
+
+/// An iteration given explicitly (a job whose compute and communication were
+/// measured, or one imported from another simulator): per iteration,
+/// `compute_ms` of compute, and after it each collective in order. A
+/// collective split into `layers` parts is sent layer by layer, each part
+/// after its share of the compute (the compute is split evenly over all the
+/// parts), as frameworks overlap gradient buckets with the backward pass.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ShapeSpec {
+    /// Compute per iteration on one worker, ms (on an unshared GPU).
+    pub compute_ms: f64,
+    /// The collectives of an iteration, in order.
+    #[serde(default, rename = "collective", alias = "collectives")]
+    pub collectives: Vec<CollectiveSpec>,
+}
+
+/// One collective of an explicit iteration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CollectiveSpec {
+    /// `ring_all_reduce`, `all_gather`, `point_to_point` or `all_to_all`.
+    pub kind: crate::shape::Collective,
+    /// Payload, bytes (for an all-reduce the gradient size; each worker puts
+    /// `2(n−1)/n` of it on the wire).
+    pub bytes: f64,
+    /// Parts it is sent in (default 1).
+    #[serde(default = "one")]
+    pub layers: u32,
+}
+
+impl ShapeSpec {
+    /// What is wrong with it, as (field, what was expected, what was found;
+    /// for a collective, its index first).
+    pub fn check(&self) -> Result<(), (&'static str, &'static str, String)> {
+        if !(self.compute_ms.is_finite() && self.compute_ms >= 0.0) {
+            return Err(("shape.compute_ms", "a time in ms, 0 or more", format!("{:?}", self.compute_ms)));
+        }
+        for (i, c) in self.collectives.iter().enumerate() {
+            if !(c.bytes.is_finite() && c.bytes >= 0.0) {
+                return Err((
+                    "shape.collective.bytes",
+                    "a size in bytes, 0 or more",
+                    format!("collective[{i}]: {:?}", c.bytes),
+                ));
+            }
+            if c.layers == 0 || c.layers > 10_000 {
+                return Err(("shape.collective.layers", "1 to 10,000 parts", format!("collective[{i}]: {}", c.layers)));
+            }
+        }
+        if self.compute_ms == 0.0 && self.collectives.iter().all(|c| c.bytes == 0.0) {
+            return Err(("shape", "some compute or some bytes per iteration", "neither".into()));
+        }
+        Ok(())
+    }
+
+    /// The iteration among `workers` workers on `hosts` hosts, at `gbps`
+    /// between hosts (the intra-host rate on one host). O(parts).
+    pub fn iteration(&self, workers: u32, hosts: u32, gbps: f64) -> crate::shape::IterationShape {
+        use crate::shape::{IterationShape, Segment};
+        let rate = if hosts > 1 { gbps } else { crate::zoo::INTRA_HOST_GBPS };
+        let parts: u32 = self.collectives.iter().map(|c| c.layers.max(1)).sum();
+        let compute = self.compute_ms / f64::from(parts.max(1));
+        let mut segments = Vec::new();
+        for c in &self.collectives {
+            let layers = c.layers.max(1);
+            for _ in 0..layers {
+                if compute > 0.0 {
+                    segments.push(Segment::Compute { ms: compute });
+                }
+                segments.push(Segment::Comm {
+                    collective: c.kind,
+                    payload_bytes: c.bytes / f64::from(layers),
+                    participants: workers,
+                    hosts,
+                    gbps: rate,
+                });
+            }
+        }
+        if self.collectives.is_empty() {
+            segments.push(Segment::Compute { ms: self.compute_ms });
+        }
+        IterationShape { segments }
+    }
 }
 
 fn is_zero(v: &f64) -> bool {
@@ -117,6 +209,7 @@ impl JobSpec {
             model_inferred: false,
             cpus_per_worker: 0.0,
             memory_gib_per_worker: 0.0,
+            shape: None,
         }
     }
 
@@ -129,5 +222,32 @@ impl JobSpec {
     /// Total GPUs requested.
     pub fn gpus(&self) -> u32 {
         self.workers.saturating_mul(self.gpus_per_worker)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shape::{Collective, Segment};
+
+    #[test]
+    fn an_explicit_shape_splits_its_compute_over_the_layers() {
+        // 100 ms of compute, a 100 MB all-reduce in 2 layers, 4 workers on 4
+        // hosts at 50 Gbit/s: compute 50, send 50 MB, compute 50, send 50 MB;
+        // each send puts 2·3/4 · 50 MB = 75 MB = 0.6 Gbit on the wire, 12 ms.
+        let s = ShapeSpec {
+            compute_ms: 100.0,
+            collectives: vec![CollectiveSpec { kind: Collective::RingAllReduce, bytes: 1e8, layers: 2 }],
+        };
+        assert_eq!(s.check(), Ok(()));
+        let it = s.iteration(4, 4, 50.0);
+        assert_eq!(it.segments.len(), 4);
+        assert_eq!(it.segments[0], Segment::Compute { ms: 50.0 });
+        assert!((it.segments[1].duration_ms() - 12.0).abs() < 1e-9);
+        assert!((it.period_ms() - 124.0).abs() < 1e-9);
+        // On one host the collective runs at the intra-host rate.
+        assert!(s.iteration(4, 1, 50.0).period_ms() < 110.0);
+        let none = ShapeSpec { compute_ms: 0.0, collectives: Vec::new() };
+        assert_eq!(none.check().map_err(|e| e.0), Err("shape"));
     }
 }

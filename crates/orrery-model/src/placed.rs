@@ -19,9 +19,10 @@ pub struct Placed {
 /// Places `spec` on `hosts` (GPUs per host): workers take `gpus_per_worker`
 /// GPUs each, the GPU type is the first host's, flows run at the slowest link
 /// between neighbouring hosts. O(hosts · (V + E)) for the paths.
-/// None when the model is unknown or no GPUs are given.
+/// A job with an explicit `shape` runs it; otherwise its zoo model's. None
+/// when the model is unknown (and no shape given) or no GPUs are given.
 pub fn place(topo: &Topology, spec: &JobSpec, hosts: &[(HostId, u32)]) -> Option<Placed> {
-    let m = model(&spec.model)?;
+    let m = if spec.shape.is_some() { None } else { Some(model(&spec.model)?) };
     let first = hosts.first()?.0;
     let per_worker = spec.gpus_per_worker.max(1);
     let mut workers = Vec::new();
@@ -44,7 +45,11 @@ pub fn place(topo: &Topology, spec: &JobSpec, hosts: &[(HostId, u32)]) -> Option
             nic = nic.min(topo.bottleneck_gbps(used[i], used[(i + 1) % used.len()]));
         }
     }
-    let shape = m.shape(gpu, spec.batch, &Placement { gpus_per_host: per_host }, nic);
+    let shape = match (&spec.shape, m) {
+        (Some(explicit), _) => explicit.iteration(workers.len() as u32, per_host.len() as u32, nic),
+        (None, Some(m)) => m.shape(gpu, spec.batch, &Placement { gpus_per_host: per_host }, nic),
+        (None, None) => return None,
+    };
     Some(Placed { workers, shape })
 }
 

@@ -169,6 +169,9 @@ fn components<'a>(schemes: impl Iterator<Item = &'a Scheme>) -> HashMap<JobId, J
 
 /// The circle a job would have spread over `workers` hosts at `gbps`.
 fn circle_of(spec: &JobSpec, gpu: &str, gbps: f64) -> Option<Circle> {
+    if let Some(explicit) = &spec.shape {
+        return Some(explicit.iteration(spec.workers, spec.workers, gbps).circle());
+    }
     let m = model(&spec.model)?;
     Some(m.shape_on(gpu, spec.batch, &Placement::spread(spec.workers), gbps)?.circle())
 }

@@ -3,7 +3,11 @@
 //!
 //! ```text
 //! {"id": "j1", "model": "vgg16", "batch": 32, "workers": 4, "work": {"iterations": 1000}, "arrival_s": 0.0, "priority": "high"}
+//! {"id": "j2", "model": "measured", "workers": 4, "work": {"iterations": 500}, "arrival_s": 5.0,
+//!  "shape": {"compute_ms": 120.0, "collective": [{"kind": "ring_all_reduce", "bytes": 5.5e8, "layers": 4}]}}
 //! ```
+//!
+//! A job with a `shape` (its measured iteration) needs no zoo model.
 
 use crate::diag::{At, Parsed};
 use orrery_model::{JobSpec, Work};
@@ -64,18 +68,21 @@ pub struct BadField {
     pub found: String,
 }
 
-/// Checks one job's fields beyond their JSON types (the model is in the zoo,
-/// sizes are positive, times finite): the rules of a JSONL line, shared with
-/// the live service's submit endpoint.
+/// Checks one job's fields beyond their JSON types (the model is in the zoo
+/// unless the job gives its `shape`, sizes are positive, times finite): the
+/// rules of a JSONL line, shared with the live service's submit endpoint and
+/// an experiment's `[[workload.job]]`.
 pub fn validate(job: &JobSpec) -> Result<(), BadField> {
     let bad = |field, expected, found: String| Err(BadField { field, expected, found });
-    if orrery_model::zoo::model(&job.model).is_none() {
-        bad("model", "a model of the zoo (see `orrery zoo`)", format!("{:?}", job.model))
+    if let Some(Err((field, expected, found))) = job.shape.as_ref().map(|s| s.check()) {
+        bad(field, expected, found)
+    } else if job.shape.is_none() && orrery_model::zoo::model(&job.model).is_none() {
+        bad("model", "a model of the zoo (see `orrery zoo`), or an explicit `shape`", format!("{:?}", job.model))
     } else if job.id.trim().is_empty() {
         bad("id", "a non-empty id", format!("{:?}", job.id))
     } else if job.workers == 0 {
         bad("workers", "at least 1", format!("{:?}", job.workers))
-    } else if job.batch == 0 {
+    } else if job.batch == 0 && job.shape.is_none() {
         bad("batch", "at least 1", format!("{:?}", job.batch))
     } else if !(job.arrival_s.is_finite() && job.arrival_s >= 0.0) {
         bad("arrival_s", "a non-negative number of seconds", format!("{:?}", job.arrival_s))
@@ -96,4 +103,27 @@ pub fn to_string(jobs: &[JobSpec]) -> String {
         s.push('\n');
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_job_may_give_its_measured_shape_and_a_bad_one_is_named() {
+        let good = r#"{"id": "m", "model": "measured", "workers": 4, "work": {"iterations": 5}, "arrival_s": 0.0, "shape": {"compute_ms": 120.0, "collective": [{"kind": "ring_all_reduce", "bytes": 5.5e8, "layers": 4}]}}"#;
+        let bad = good.replace("\"id\": \"m\"", "\"id\": \"n\"").replace("\"layers\": 4", "\"layers\": 0");
+        let parsed = parse("jobs.jsonl", &format!("{good}\n{bad}\n"));
+        assert_eq!(parsed.items.len(), 1);
+        let shape = parsed.items[0].shape.as_ref().expect("shape");
+        assert_eq!((shape.compute_ms, shape.collectives[0].layers), (120.0, 4));
+        assert_eq!(parsed.errors.len(), 1);
+        let e = &parsed.errors[0];
+        assert_eq!(
+            (e.line, e.field.as_deref(), e.found.as_str()),
+            (2, Some("shape.collective.layers"), "collective[0]: 0")
+        );
+        // Written back, the shape survives.
+        assert_eq!(parse("again.jsonl", &to_string(&parsed.items)).items, parsed.items);
+    }
 }
