@@ -121,6 +121,9 @@ pub struct Scenario {
     /// Replaces `workload.pins`.
     #[serde(default)]
     pub pins: std::collections::BTreeMap<String, Vec<(usize, u32)>>,
+    /// Replaces `workload.decision` (`[[scenario.decision]]`).
+    #[serde(default, rename = "decision")]
+    pub decisions: Vec<serde_json::Value>,
     /// Host links congested in this scenario, on top of the topology's.
     #[serde(default)]
     pub congested: Vec<Congestion>,
@@ -233,6 +236,51 @@ pub struct WorkloadSpec {
     /// For the `pinned` policy: job id → [[host, GPUs], ...].
     #[serde(default)]
     pub pins: std::collections::BTreeMap<String, Vec<(usize, u32)>>,
+    /// Decisions applied at given times whatever the policy decides
+    /// (`[[workload.decision]]`: `at_s`, `job` by id, and a decision's
+    /// fields, e.g. `kind = "shift"`, `ms = 30`); see [`scripted`].
+    #[serde(default, rename = "decision")]
+    pub decisions: Vec<serde_json::Value>,
+}
+
+/// The decision kinds a script may give: those that act on a running job.
+/// Placements come from pins (`pinned`), not scripts.
+const SCRIPTABLE: [&str; 8] = ["shift", "align", "pace", "pause", "resume", "throttle", "route", "preempt"];
+
+/// A workload's scripted decisions for its jobs: `at_s` and the job's id
+/// become a time and the job's index, the rest must be one of the decisions
+/// in [`SCRIPTABLE`] with its fields. Errors name the entry and the field.
+/// O(decisions + jobs).
+pub fn scripted(
+    decisions: &[serde_json::Value],
+    jobs: &[JobSpec],
+) -> Result<Vec<(f64, orrery_policy::Decision)>, String> {
+    let index: std::collections::HashMap<&str, usize> =
+        jobs.iter().enumerate().map(|(k, j)| (j.id.as_str(), k)).collect();
+    let mut out = Vec::with_capacity(decisions.len());
+    for (i, d) in decisions.iter().enumerate() {
+        let at = |field: &str, expected: &str| format!("workload.decision[{i}]: {field}: expected {expected}");
+        let mut fields = d.as_object().cloned().ok_or_else(|| at("", "a table"))?;
+        let at_s = fields
+            .remove("at_s")
+            .and_then(|v| v.as_f64())
+            .filter(|t| t.is_finite() && *t >= 0.0)
+            .ok_or_else(|| at("at_s", "a time in seconds, 0 or more"))?;
+        let id =
+            fields.remove("job").and_then(|v| v.as_str().map(str::to_string)).ok_or_else(|| at("job", "a job id"))?;
+        let &job = index
+            .get(id.as_str())
+            .ok_or_else(|| format!("{}, found {id:?}", at("job", "the id of a job of the workload")))?;
+        let kind = fields.get("kind").and_then(|v| v.as_str()).unwrap_or("").to_string();
+        if !SCRIPTABLE.contains(&kind.as_str()) {
+            return Err(format!("{}, found {kind:?}", at("kind", &SCRIPTABLE.join(", "))));
+        }
+        fields.insert("job".into(), job.into());
+        let decision = serde_json::from_value(serde_json::Value::Object(fields))
+            .map_err(|e| format!("workload.decision[{i}] ({kind}): {e}"))?;
+        out.push((at_s, decision));
+    }
+    Ok(out)
 }
 
 /// Simulation knobs of an experiment.
@@ -707,6 +755,9 @@ impl Experiment {
                 if !sc.pins.is_empty() {
                     w.pins = sc.pins.clone();
                 }
+                if !sc.decisions.is_empty() {
+                    w.decisions = sc.decisions.clone();
+                }
                 w.load = sc.load.or(w.load);
                 w.fragmentation = sc.fragmentation.or(w.fragmentation);
                 w.jobs = sc.jobs.or(w.jobs);
@@ -765,6 +816,7 @@ impl Experiment {
             for &seed in &self.seeds {
                 let (jobs, pins) =
                     workload_jobs(workload, base, &topo, seed).map_err(|e| format!("scenario {scenario}: {e}"))?;
+                let script = scripted(&workload.decisions, &jobs).map_err(|e| format!("scenario {scenario}: {e}"))?;
                 // The policies run side by side, one per core; each run is
                 // seeded on its own, so the results do not depend on it.
                 let first_k = runs.len();
@@ -788,6 +840,7 @@ impl Experiment {
                     };
                     let start = std::time::Instant::now();
                     let mut sim = Simulation::new(&topo, &jobs, cfg.clone(), policy.isolated_network());
+                    sim.script(script.clone());
                     let k = first_k + i;
                     sim.run(policy.as_mut(), |t, done| {
                         if let Ok(mut p) = progress.lock() {
@@ -833,7 +886,7 @@ impl Experiment {
                         let mut fresh =
                             self::policy(name, seed, &pins).ok_or_else(|| format!("unknown policy {name}"))?;
                         fresh.set_colocation(&estimate);
-                        run.busiest = crate::report::busiest(&topo, &jobs, &run, fresh, &cfg);
+                        run.busiest = crate::report::busiest(&topo, &jobs, &run, fresh, &cfg, &script);
                     }
                     Ok(run)
                 };

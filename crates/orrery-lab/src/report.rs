@@ -43,15 +43,16 @@ pub struct Busiest {
 /// replays the run up to the end of a window around its busiest second with
 /// a probe on it, and collects the figure data. `policy` must be a fresh
 /// instance of the run's policy; the replay is the run again (same seed, same
-/// fast-forward) except that jobs crossing the probed link are simulated in
-/// detail so that the probe sees their flows. Cost: one more simulation up
-/// to the window's end.
+/// fast-forward, same scripted decisions) except that jobs crossing the
+/// probed link are simulated in detail so that the probe sees their flows.
+/// Cost: one more simulation up to the window's end.
 pub fn busiest(
     topo: &Topology,
     jobs: &[JobSpec],
     run: &Run,
     mut policy: Box<dyn Policy>,
     cfg: &SimConfig,
+    script: &[(f64, orrery_policy::Decision)],
 ) -> Option<Busiest> {
     let row = run
         .links
@@ -65,6 +66,7 @@ pub fn busiest(
     let end = start + 3.0;
     let cfg = SimConfig { max_time_s: Some(end), probe: Some((row.link, start, end)), ..cfg.clone() };
     let mut sim = Simulation::new(topo, jobs, cfg, policy.isolated_network());
+    sim.script(script.to_vec());
     sim.run(policy.as_mut(), |_, _| {});
     let trace = sim.net.probe.take()?.trace;
     let mut owners: Vec<usize> =

@@ -224,6 +224,11 @@ fn every_endpoint_refuses_a_missing_wrong_or_wrong_scope_token_and_changes_nothi
     assert_eq!((status, v["field"].as_str()), (422, Some("workers")), "{v}");
     let (status, v) =
         http.call("POST", &format!("{u}/v1/jobs"), Some(&user), Some(json!({"id": "c", "model": "vgg16"})));
+    assert_eq!((status, v["field"].as_str()), (422, Some("workers")), "{v}");
+    // A zoo model needs a batch (a job with its own `shape` does not).
+    let mut no_batch = job("c", "vgg16", 10, "low");
+    no_batch.as_object_mut().expect("object").remove("batch");
+    let (status, v) = http.call("POST", &format!("{u}/v1/jobs"), Some(&user), Some(no_batch));
     assert_eq!((status, v["field"].as_str()), (422, Some("batch")), "{v}");
     let big = "x".repeat(orrery_serve::http::BODY_LIMIT + 1);
     let (status, v) = http.call("POST", &format!("{u}/v1/jobs"), Some(&user), Some(json!({"id": big})));

@@ -249,6 +249,8 @@ enum Event {
     FlowDone(FlowId, u64),
     /// The policy's periodic wake-up ([`Policy::tick_s`]).
     Tick,
+    /// A scripted decision falls due (its index in `Simulation::script`).
+    Scripted(usize),
 }
 
 /// The simulator.
@@ -258,6 +260,8 @@ pub struct Simulation<'a> {
     now: u64,
     seq: u64,
     events: BinaryHeap<Reverse<(u64, u64, Event)>>,
+    /// Scripted decisions ([`Simulation::script`]).
+    scripted: Vec<Decision>,
     /// Jobs, indexed by [`JobId`].
     pub jobs: Vec<JobState>,
     free: Vec<u32>,
@@ -291,6 +295,7 @@ impl<'a> Simulation<'a> {
             now: 0,
             seq: 0,
             events: BinaryHeap::new(),
+            scripted: Vec::new(),
             jobs: Vec::with_capacity(jobs.len()),
             free: topo.hosts.iter().map(|h| h.gpus).collect(),
             waiting: Vec::new(),
@@ -418,6 +423,19 @@ impl<'a> Simulation<'a> {
         self.events.push(Reverse((t, self.seq, e)));
     }
 
+    /// Decisions to apply at given times, whatever the policy decides (a
+    /// schedule made elsewhere, replayed): (seconds, decision). Each is
+    /// applied as a policy's would be, and one the driver cannot apply is
+    /// counted in `invalid_decisions`. Call before [`Simulation::run`].
+    /// O(log events) each.
+    pub fn script(&mut self, decisions: Vec<(f64, Decision)>) {
+        for (at_s, d) in decisions {
+            let k = self.scripted.len();
+            self.scripted.push(d);
+            self.push((at_s.max(0.0) * NS).round() as u64, Event::Scripted(k));
+        }
+    }
+
     /// Runs to the end (all jobs done or rejected, no events left, or the time limit).
     /// `progress` is called every 4,096 events with (now in s, finished jobs).
     pub fn run(&mut self, policy: &mut dyn Policy, mut progress: impl FnMut(f64, usize)) {
@@ -454,6 +472,12 @@ impl<'a> Simulation<'a> {
                     self.run_segment(j, policy);
                 }
                 Event::FlowDone(f, version) => self.flow_done(f, version, policy),
+                Event::Scripted(k) => {
+                    let d = self.scripted[k].clone();
+                    if self.apply_once(vec![d]) {
+                        self.schedule(policy);
+                    }
+                }
                 Event::Tick => {
                     // Tick while any job can still change state; then stop, or
                     // the event queue would never drain.
