@@ -295,11 +295,26 @@ pub struct SimOptions {
     pub skip: bool,
     /// Checkpoint-restore time of a preempted job when it restarts, s.
     pub restart_penalty_s: f64,
+    /// How ring collectives run: `flows` (one flow per ring edge for the
+    /// whole collective, the default) or `steps` (NCCL's 2(n−1) steps with a
+    /// barrier between them).
+    pub all_reduce: AllReduce,
+}
+
+/// How the simulator runs a ring collective (`[sim] all_reduce`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AllReduce {
+    /// One flow per ring edge carries the whole collective.
+    #[default]
+    Flows,
+    /// NCCL's ring steps, each a barrier.
+    Steps,
 }
 
 impl Default for SimOptions {
     fn default() -> Self {
-        SimOptions { jitter: 0.0, max_time_s: None, skip: true, restart_penalty_s: 10.0 }
+        SimOptions { jitter: 0.0, max_time_s: None, skip: true, restart_penalty_s: 10.0, all_reduce: AllReduce::Flows }
     }
 }
 
@@ -837,6 +852,7 @@ impl Experiment {
                         background: background.clone(),
                         probe: None,
                         colocation: truth.clone(),
+                        ring_steps: self.sim.all_reduce == AllReduce::Steps,
                     };
                     let start = std::time::Instant::now();
                     let mut sim = Simulation::new(&topo, &jobs, cfg.clone(), policy.isolated_network());

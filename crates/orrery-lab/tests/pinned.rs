@@ -66,6 +66,17 @@ fn cassini_pair_and_snapshots() {
 }
 
 #[test]
+fn cassini_snapshots_with_ring_steps() {
+    // docs/results.md "Ring all-reduce as NCCL runs it": Table 2's snapshots
+    // with `[sim] all_reduce = "steps"`. Alone both take the same time;
+    // here T2-2 under `pinned` takes 507.6 ms against 504.0 ms as flows.
+    let mut e = load("cassini-snapshots");
+    e.sim.all_reduce = orrery_lab::experiment::AllReduce::Steps;
+    let cells = ["mean (ms)=metrics.avg_iter_s/0.001:1", "p99 (ms)=metrics.p99_iter_s/0.001:1"];
+    insta::assert_snapshot!(pinned(&e, &cells, Layout::Long));
+}
+
+#[test]
 fn castor_table_5_short() {
     // docs/results.md "Table 5" and the ablation, short: one seed, 120 of
     // Philly's sample at twice the load (at load 1 a short run never

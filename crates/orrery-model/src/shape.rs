@@ -121,6 +121,40 @@ impl IterationShape {
         self.segments.iter().filter(|s| matches!(s, Segment::Compute { .. })).map(Segment::duration_ms).sum()
     }
 
+    /// The same iteration with every ring collective as NCCL runs it: a
+    /// ring all-reduce among `n` workers becomes its 2(n−1) steps (reduce-
+    /// scatter, then all-gather), a ring all-gather its n−1, each step one
+    /// segment in which every worker sends `B/n` to the next, with a barrier
+    /// between steps (the next starts when the slowest edge is done). Alone
+    /// it takes the same time (the same bits at the same rate; per-step
+    /// latency is not modelled); under contention a step waits for its
+    /// slowest edge. O(segments · n).
+    pub fn ring_steps(&self) -> IterationShape {
+        let mut segments = Vec::with_capacity(self.segments.len());
+        for seg in &self.segments {
+            match *seg {
+                Segment::Comm { collective, payload_bytes, participants, hosts, gbps }
+                    if participants >= 2 && matches!(collective, Collective::RingAllReduce | Collective::AllGather) =>
+                {
+                    let n = participants;
+                    let steps = if collective == Collective::RingAllReduce { 2 * (n - 1) } else { n - 1 };
+                    // An all-gather step of payload B/(n−1) puts (n−1)/n · B/(n−1) = B/n
+                    // on each ring edge.
+                    let step = Segment::Comm {
+                        collective: Collective::AllGather,
+                        payload_bytes: payload_bytes / f64::from(n - 1),
+                        participants: n,
+                        hosts,
+                        gbps,
+                    };
+                    segments.extend(std::iter::repeat_n(step, steps as usize));
+                }
+                _ => segments.push(seg.clone()),
+            }
+        }
+        IterationShape { segments }
+    }
+
     /// Time per iteration spent in communication that crosses the network, in ms.
     pub fn network_ms(&self) -> f64 {
         self.segments.iter().filter(|s| s.network_gbps() > 0.0).map(Segment::duration_ms).sum()
@@ -198,6 +232,29 @@ impl Circle {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ring_steps_keep_the_bits_and_the_time_alone() {
+        // 4 workers, 100 MB all-reduce at 50 Gbit/s: 6 steps of 25 MB per
+        // edge (B/n), 150 MB in all = 2·3/4 · 100 MB, 24 ms as one flow.
+        let whole = IterationShape {
+            segments: vec![
+                Segment::Compute { ms: 100.0 },
+                Segment::Comm {
+                    collective: Collective::RingAllReduce,
+                    payload_bytes: 1e8,
+                    participants: 4,
+                    hosts: 4,
+                    gbps: 50.0,
+                },
+            ],
+        };
+        let steps = whole.ring_steps();
+        assert_eq!(steps.segments.len(), 1 + 6);
+        assert!((steps.segments[1].wire_bytes_per_worker() - 2.5e7).abs() < 1e-3);
+        assert!((steps.period_ms() - whole.period_ms()).abs() < 1e-9);
+        assert!((whole.period_ms() - 124.0).abs() < 1e-9);
+    }
 
     fn allreduce(bytes: f64, n: u32, hosts: u32, gbps: f64) -> Segment {
         Segment::Comm { collective: Collective::RingAllReduce, payload_bytes: bytes, participants: n, hosts, gbps }

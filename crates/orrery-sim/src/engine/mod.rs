@@ -69,6 +69,11 @@ pub struct SimConfig {
     /// slows shared jobs by (by default spatial with no measurements, which
     /// falls back to time slicing).
     pub colocation: orrery_model::colocation::Colocation,
+    /// Ring collectives as NCCL runs them, step by step with a barrier
+    /// between steps ([`orrery_model::IterationShape::ring_steps`]), instead
+    /// of one flow per ring edge for the whole collective. Policies still
+    /// predict with the whole collective: alone, both take the same time.
+    pub ring_steps: bool,
 }
 
 impl Default for SimConfig {
@@ -82,6 +87,7 @@ impl Default for SimConfig {
             background: Vec::new(),
             probe: None,
             colocation: orrery_model::colocation::Colocation::default(),
+            ring_steps: false,
         }
     }
 }
@@ -776,6 +782,7 @@ impl<'a> Simulation<'a> {
         else {
             return false;
         };
+        let shape = if self.cfg.ring_steps { shape.ring_steps() } else { shape };
         let period = shape.period_ms();
         for (&h, &g) in &need {
             self.free[h] -= g;
