@@ -58,6 +58,37 @@ pub struct Experiment {
     /// busiest link, for the report's figures (set by `orrery run --out`).
     #[serde(skip)]
     pub detail: bool,
+    /// Record every iteration of every run for `iterations.csv` (set by
+    /// `orrery run --iterations`); every iteration is then simulated.
+    #[serde(skip)]
+    pub iterations: bool,
+}
+
+/// A row of `iterations.csv`: one iteration of one job in one run.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct IterationRow {
+    /// Policy of the run.
+    pub policy: String,
+    /// Scenario of the run.
+    pub scenario: String,
+    /// Seed of the run.
+    pub seed: u64,
+    /// Job id.
+    pub job: String,
+    /// Iteration number of the job, from 0.
+    pub iteration: u64,
+    /// When it was due, s.
+    pub due_s: f64,
+    /// When it began (after its delay), s.
+    pub start_s: f64,
+    /// When it ended, s.
+    pub end_s: f64,
+    /// The delay a shift, alignment or pace imposed, ms.
+    pub delay_ms: f64,
+    /// The rate cap on its flows, Gbit/s (empty: uncapped).
+    pub throttle_gbps: Option<f64>,
+    /// `flow:path,path` per routed ring edge, `;` between them (empty: ECMP).
+    pub routes: String,
 }
 
 /// Where the policies' interference ratios come from.
@@ -353,6 +384,9 @@ pub struct Run {
     /// Per-link rows.
     #[serde(skip)]
     pub links: Vec<LinkRow>,
+    /// Per-iteration rows (with `Experiment::iterations`).
+    #[serde(skip)]
+    pub iterations: Vec<IterationRow>,
     /// Iteration times of all jobs, s (for plots).
     #[serde(skip)]
     pub iteration_s: Vec<f64>,
@@ -853,6 +887,7 @@ impl Experiment {
                         probe: None,
                         colocation: truth.clone(),
                         ring_steps: self.sim.all_reduce == AllReduce::Steps,
+                        record_iterations: self.iterations,
                     };
                     let start = std::time::Instant::now();
                     let mut sim = Simulation::new(&topo, &jobs, cfg.clone(), policy.isolated_network());
@@ -894,6 +929,25 @@ impl Experiment {
                         reschedules_cut: sim.reschedules_cut,
                         jobs: job_table,
                         links: link_table,
+                        iterations: sim
+                            .jobs
+                            .iter()
+                            .flat_map(|j| {
+                                j.iterations.iter().map(|r| IterationRow {
+                                    policy: policy.name(),
+                                    scenario: scenario.clone(),
+                                    seed,
+                                    job: j.spec.id.clone(),
+                                    iteration: r.iteration,
+                                    due_s: r.due_s,
+                                    start_s: r.start_s,
+                                    end_s: r.end_s,
+                                    delay_ms: r.delay_ms,
+                                    throttle_gbps: r.throttle_gbps,
+                                    routes: r.routes.clone(),
+                                })
+                            })
+                            .collect(),
                         iteration_s: sim.jobs.iter().flat_map(|j| j.iteration_ms.iter().map(|ms| ms / 1e3)).collect(),
                         busiest: None,
                         counters: policy.counters().into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
@@ -1181,6 +1235,11 @@ pub fn write(summary: &Summary, dir: &Path) -> Result<(), String> {
     let p = dir.join("links.csv");
     let bytes = csv_of(summary.runs.iter().flat_map(|r| &r.links)).map_err(|e| err(&p, &e))?;
     write_atomic(&p, bytes).map_err(|e| err(&p, &e))?;
+    if summary.runs.iter().any(|r| !r.iterations.is_empty()) {
+        let p = dir.join("iterations.csv");
+        let bytes = csv_of(summary.runs.iter().flat_map(|r| &r.iterations)).map_err(|e| err(&p, &e))?;
+        write_atomic(&p, bytes).map_err(|e| err(&p, &e))?;
+    }
     let figures = crate::report::figures(summary, dir)?;
     let p = dir.join("report.html");
     write_atomic(&p, crate::report::html(summary, &figures)).map_err(|e| err(&p, &e))?;
@@ -1365,6 +1424,42 @@ mod tests {
         );
         let text = "name = \"w\"\nseeds = []\npolicies = [\"fifo\"]\n[topology]\nbuiltin = \"cassini\"\n[workload]\ngenerator = \"poisson\"\n";
         assert_eq!(parse("w.toml", text).expect_err("no seeds"), "w.toml:2: seeds: expected at least one seed");
+    }
+
+    #[test]
+    fn every_iteration_is_written_with_the_delay_it_was_given() {
+        // CASSINI's §2.2 pair: under `pinned+cassini` the second job is
+        // aligned once, so exactly one of its iterations starts late; under
+        // `pinned` none does. Each iteration is due when the previous ends.
+        let mut e = parse("cassini-pair", include_str!("../../../experiments/cassini-pair.toml")).expect("valid");
+        e.iterations = true;
+        let summary = e.run(Path::new("."), |_, _, _, _, _| {}).expect("runs");
+        for run in &summary.runs {
+            assert_eq!(run.iterations.len(), 2 * 500, "{}", run.policy);
+            for job in ["a", "b"] {
+                let rows: Vec<&IterationRow> = run.iterations.iter().filter(|r| r.job == job).collect();
+                for w in rows.windows(2) {
+                    assert_eq!(w[1].iteration, w[0].iteration + 1);
+                    assert!((w[1].due_s - w[0].end_s).abs() < 1e-9, "{job}: {:?} then {:?}", w[0], w[1]);
+                }
+                for r in &rows {
+                    assert!(r.due_s <= r.start_s && r.start_s < r.end_s, "{r:?}");
+                    assert!((r.delay_ms - (r.start_s - r.due_s) * 1e3).abs() < 1e-6, "{r:?}");
+                    assert!(r.throttle_gbps.is_none() && r.routes.is_empty());
+                }
+                let delayed = rows.iter().filter(|r| r.delay_ms > 0.0).count();
+                let want = usize::from(run.policy == "pinned+cassini" && job == "b");
+                assert_eq!(delayed, want, "{} {job}", run.policy);
+            }
+        }
+        let dir = std::env::temp_dir().join(format!("orrery-iterations-{}", std::process::id()));
+        write(&summary, &dir).expect("written");
+        let csv = std::fs::read_to_string(dir.join("iterations.csv")).expect("iterations.csv");
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(
+            csv.starts_with("policy,scenario,seed,job,iteration,due_s,start_s,end_s,delay_ms,throttle_gbps,routes\n")
+        );
+        assert_eq!(csv.lines().count(), 1 + 2 * 1000);
     }
 
     #[test]

@@ -57,6 +57,11 @@ pub struct Args {
     /// file's baseline if it is among them, else the first).
     #[arg(long, value_delimiter = ',')]
     policies: Vec<String>,
+    /// With --out, also write iterations.csv: every iteration of every job
+    /// (due, start, end, delay applied, rate cap, routes). Simulates every
+    /// iteration (no fast-forward); for small runs.
+    #[arg(long, requires = "out")]
+    iterations: bool,
 }
 
 /// Runs printed one row each without `--runs`.
@@ -85,6 +90,7 @@ pub fn run(a: &Args, timings: &mut Timings) -> anyhow::Result<()> {
             exp.sim.skip = false;
         }
         exp.detail = a.out.is_some();
+        exp.iterations = a.iterations;
         // With several experiments, each writes into its own folder.
         let out = a.out.as_ref().map(|d| if several { d.join(&exp.name) } else { d.clone() });
         run_one(a, &name, &exp, &base, out.as_deref(), timings)?;

@@ -49,7 +49,7 @@ impl Simulation<'_> {
     /// Cost: O(min(remaining iterations, SKIP_STRETCH) · segments) draws.
     pub(super) fn try_skip(&mut self, job: JobId) -> bool {
         let j = &self.jobs[job];
-        let eligible = self.cfg.skip
+        let eligible = self.cfg.skip && !self.cfg.record_iterations
             && !j.watched
             && j.status == Status::Running
             && j.solo_streak >= 2

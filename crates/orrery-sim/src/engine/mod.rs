@@ -74,6 +74,30 @@ pub struct SimConfig {
     /// of one flow per ring edge for the whole collective. Policies still
     /// predict with the whole collective: alone, both take the same time.
     pub ring_steps: bool,
+    /// Keep a record of every iteration ([`IterationRecord`], in
+    /// `JobState::iterations`); turns the fast-forward off, so that every
+    /// iteration is simulated. For runs small enough to want it.
+    pub record_iterations: bool,
+}
+
+/// One iteration of a job, as the simulator ran it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct IterationRecord {
+    /// Iteration number of the job, from 0.
+    pub iteration: u64,
+    /// When it was due (the previous one ended, or the job was placed), s.
+    pub due_s: f64,
+    /// When it began: due plus the delay a shift, alignment or pace imposed, s.
+    pub start_s: f64,
+    /// When its last segment ended, s.
+    pub end_s: f64,
+    /// The delay applied before it, ms.
+    pub delay_ms: f64,
+    /// The rate cap on its flows, Gbit/s (None: uncapped).
+    pub throttle_gbps: Option<f64>,
+    /// Its routes: `flow:path,path` per routed ring edge (`;` between them),
+    /// empty under ECMP.
+    pub routes: String,
 }
 
 impl Default for SimConfig {
@@ -88,6 +112,7 @@ impl Default for SimConfig {
             probe: None,
             colocation: orrery_model::colocation::Colocation::default(),
             ring_steps: false,
+            record_iterations: false,
         }
     }
 }
@@ -153,6 +178,10 @@ pub struct JobState {
     pending_flows: usize,
     flows: Vec<FlowId>,
     iter_start_ns: u64,
+    /// The start delay of the current iteration, ns.
+    iter_delay_ns: u64,
+    /// Every iteration, with `SimConfig::record_iterations`.
+    pub iterations: Vec<IterationRecord>,
     pending_shift_ms: f64,
     /// A pending [`Decision::Align`]: (period, offset) in ns.
     pending_align: Option<(u64, u64)>,
@@ -343,6 +372,8 @@ impl<'a> Simulation<'a> {
                 pending_flows: 0,
                 flows: Vec::new(),
                 iter_start_ns: 0,
+                iter_delay_ns: 0,
+                iterations: Vec::new(),
                 pending_shift_ms: 0.0,
                 pending_align: None,
                 pace: None,
@@ -958,6 +989,7 @@ impl<'a> Simulation<'a> {
         j.segment = 0;
         let shift = std::mem::take(&mut j.pending_shift_ms);
         let delay = orrery_policy::slot::start_delay_ns(now, shift, j.pending_align.take(), j.pace);
+        j.iter_delay_ns = delay;
         let epoch = j.epoch;
         self.push(now + delay, Event::IterationStart(job, epoch));
     }
@@ -1154,6 +1186,24 @@ impl<'a> Simulation<'a> {
             let (j, net) = (&mut self.jobs[job], &mut self.net);
             net.close_links(&j.links_used, now);
             j.iteration_ms.push(ms);
+            if self.cfg.record_iterations {
+                let mut routes: Vec<(&usize, &Vec<usize>)> = j.routes.iter().collect();
+                routes.sort();
+                let routes = routes
+                    .iter()
+                    .map(|(f, p)| format!("{f}:{}", p.iter().map(usize::to_string).collect::<Vec<_>>().join(",")))
+                    .collect::<Vec<_>>()
+                    .join(";");
+                j.iterations.push(IterationRecord {
+                    iteration: j.iterations_done,
+                    due_s: j.iter_start_ns as f64 / NS,
+                    start_s: (j.iter_start_ns + j.iter_delay_ns) as f64 / NS,
+                    end_s: now as f64 / NS,
+                    delay_ms: j.iter_delay_ns as f64 / 1e6,
+                    throttle_gbps: j.throttle_gbps,
+                    routes,
+                });
+            }
             j.iterations_done += 1;
             // Alone all iteration: no other job's flow met it, no link was
             // added, and no other owner's traffic reached its links meanwhile
