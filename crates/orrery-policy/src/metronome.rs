@@ -517,7 +517,9 @@ impl Metronome {
         let slower = paces.iter().any(|d| {
             matches!(d, Decision::Pace { job: j, period_ms, .. } if *j == job && *period_ms > measured_ms * REPROFILE_TOLERANCE)
         });
-        if slower {
+        // A recalculation that did not re-pace the job (its slot did not
+        // change) would leave it unwatched: keep the old state and pause.
+        if slower || !self.watched.contains_key(&job) {
             self.schemes = saved_schemes;
             self.watched = saved_watched;
             return None;
