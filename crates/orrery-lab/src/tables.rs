@@ -145,7 +145,7 @@ pub enum Layout {
 
 /// The table of `summary` (`summary.json` as JSON). `policies` picks and
 /// orders the policies (all, in the summary's order, when empty).
-/// O(runs · cells).
+/// O(scenarios · policies · cells · runs): each cell scans the runs.
 pub fn table(summary: &Value, cells: &[Cell], layout: Layout, policies: &[String]) -> Result<String, TableError> {
     let runs = summary.get("runs").and_then(Value::as_array).ok_or(TableError::NotASummary)?;
     let mut scenarios: Vec<&str> = Vec::new();

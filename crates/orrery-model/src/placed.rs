@@ -22,7 +22,6 @@ pub struct Placed {
 /// A job with an explicit `shape` runs it; otherwise its zoo model's. None
 /// when the model is unknown (and no shape given) or no GPUs are given.
 pub fn place(topo: &Topology, spec: &JobSpec, hosts: &[(HostId, u32)]) -> Option<Placed> {
-    let m = if spec.shape.is_some() { None } else { Some(model(&spec.model)?) };
     let first = hosts.first()?.0;
     let per_worker = spec.gpus_per_worker.max(1);
     let mut workers = Vec::new();
@@ -45,10 +44,9 @@ pub fn place(topo: &Topology, spec: &JobSpec, hosts: &[(HostId, u32)]) -> Option
             nic = nic.min(topo.bottleneck_gbps(used[i], used[(i + 1) % used.len()]));
         }
     }
-    let shape = match (&spec.shape, m) {
-        (Some(explicit), _) => explicit.iteration(workers.len() as u32, per_host.len() as u32, nic),
-        (None, Some(m)) => m.shape(gpu, spec.batch, &Placement { gpus_per_host: per_host }, nic),
-        (None, None) => return None,
+    let shape = match &spec.shape {
+        Some(explicit) => explicit.iteration(workers.len() as u32, per_host.len() as u32, nic),
+        None => model(&spec.model)?.shape(gpu, spec.batch, &Placement { gpus_per_host: per_host }, nic),
     };
     Some(Placed { workers, shape })
 }
