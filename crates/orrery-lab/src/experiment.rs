@@ -278,25 +278,44 @@ pub struct WorkloadSpec {
 /// Placements come from pins (`pinned`), not scripts.
 const SCRIPTABLE: [&str; 8] = ["shift", "align", "pace", "pause", "resume", "throttle", "route", "preempt"];
 
-/// A workload's scripted decisions for its jobs: `at_s` and the job's id
-/// become a time and the job's index, the rest must be one of the decisions
-/// in [`SCRIPTABLE`] with its fields. Errors name the entry and the field.
-/// O(decisions + jobs).
-pub fn scripted(
-    decisions: &[serde_json::Value],
-    jobs: &[JobSpec],
-) -> Result<Vec<(f64, orrery_policy::Decision)>, String> {
+/// A workload's scripted decisions, resolved to job indices.
+#[derive(Debug, Clone, Default)]
+pub struct Script {
+    /// (seconds, decision): applied at that time.
+    pub at_time: Vec<(f64, orrery_policy::Decision)>,
+    /// (job, iteration from 0, communication step, decision): applied as the
+    /// job begins that iteration ([`Simulation::script_iterations`]).
+    pub at_iteration: Vec<(usize, u64, Option<usize>, orrery_policy::Decision)>,
+}
+
+impl Script {
+    /// Hands both lists to a simulation before it runs.
+    pub fn apply(&self, sim: &mut Simulation<'_>) {
+        sim.script(self.at_time.clone());
+        sim.script_iterations(self.at_iteration.clone());
+    }
+}
+
+/// Kinds a decision due at an iteration may be: FORESIGHT's per-iteration
+/// delay, rate and routes.
+const PER_ITERATION: [&str; 3] = ["shift", "throttle", "route"];
+
+/// A workload's scripted decisions for its jobs: `at_s` (a time) or
+/// `at_iteration` (as the job begins that iteration, from 0; a route may
+/// then name the iteration's communication `step` it is for) and the job's
+/// id become a trigger and the job's index; the rest must be one of the
+/// decisions in [`SCRIPTABLE`] with its fields. Errors name the entry and
+/// the field. O(decisions + jobs).
+pub fn scripted(decisions: &[serde_json::Value], jobs: &[JobSpec]) -> Result<Script, String> {
     let index: std::collections::HashMap<&str, usize> =
         jobs.iter().enumerate().map(|(k, j)| (j.id.as_str(), k)).collect();
-    let mut out = Vec::with_capacity(decisions.len());
+    let mut out = Script::default();
     for (i, d) in decisions.iter().enumerate() {
         let at = |field: &str, expected: &str| format!("workload.decision[{i}]: {field}: expected {expected}");
         let mut fields = d.as_object().cloned().ok_or_else(|| at("", "a table"))?;
-        let at_s = fields
-            .remove("at_s")
-            .and_then(|v| v.as_f64())
-            .filter(|t| t.is_finite() && *t >= 0.0)
-            .ok_or_else(|| at("at_s", "a time in seconds, 0 or more"))?;
+        let at_s = fields.remove("at_s");
+        let at_iteration = fields.remove("at_iteration");
+        let step = fields.remove("step");
         let id =
             fields.remove("job").and_then(|v| v.as_str().map(str::to_string)).ok_or_else(|| at("job", "a job id"))?;
         let &job = index
@@ -309,7 +328,35 @@ pub fn scripted(
         fields.insert("job".into(), job.into());
         let decision = serde_json::from_value(serde_json::Value::Object(fields))
             .map_err(|e| format!("workload.decision[{i}] ({kind}): {e}"))?;
-        out.push((at_s, decision));
+        match (at_s, at_iteration) {
+            (Some(t), None) => {
+                let t = t.as_f64().filter(|t| t.is_finite() && *t >= 0.0);
+                let t = t.ok_or_else(|| at("at_s", "a time in seconds, 0 or more"))?;
+                if step.is_some() {
+                    return Err(at("step", "only with at_iteration"));
+                }
+                out.at_time.push((t, decision));
+            }
+            (None, Some(k)) => {
+                let k = k.as_u64().ok_or_else(|| at("at_iteration", "an iteration number, 0 or more"))?;
+                if !PER_ITERATION.contains(&kind.as_str()) {
+                    return Err(format!(
+                        "{}, found {kind:?}",
+                        at("kind", "shift, throttle or route with at_iteration")
+                    ));
+                }
+                let step = match step {
+                    None => None,
+                    Some(v) if kind == "route" => Some(
+                        v.as_u64().map(|s| s as usize).ok_or_else(|| at("step", "a communication step, 0 or more"))?,
+                    ),
+                    Some(_) => return Err(at("step", "only on a route")),
+                };
+                out.at_iteration.push((job, k, step, decision));
+            }
+            (Some(_), Some(_)) => return Err(at("at_s", "either at_s or at_iteration, not both")),
+            (None, None) => return Err(at("at_s", "a time in seconds (or at_iteration, an iteration)")),
+        }
     }
     Ok(out)
 }
@@ -387,7 +434,7 @@ pub struct Run {
     /// Per-iteration rows (with `Experiment::iterations`).
     #[serde(skip)]
     pub iterations: Vec<IterationRow>,
-    /// Iteration times of all jobs, s (for plots).
+    /// Iteration times of all jobs, s, as 2,000 quantiles (for plots).
     #[serde(skip)]
     pub iteration_s: Vec<f64>,
     /// The busiest link up close (with `Experiment::detail`, first seed).
@@ -828,6 +875,14 @@ impl Experiment {
         check(&format!("{file} (--policies)"), self)
     }
 
+    /// The same experiment with `workload.jobs` set (`orrery run --jobs`):
+    /// the first `jobs` of a trace, or that many generated. Checked as a
+    /// file's value is.
+    pub fn with_jobs(mut self, file: &str, jobs: usize) -> Result<Experiment, String> {
+        self.workload.jobs = Some(jobs);
+        check(&format!("{file} (--jobs)"), self)
+    }
+
     /// Runs every policy for every seed. `progress(run, runs, sim_s, finished, jobs)`.
     pub fn run(
         &self,
@@ -891,7 +946,7 @@ impl Experiment {
                     };
                     let start = std::time::Instant::now();
                     let mut sim = Simulation::new(&topo, &jobs, cfg.clone(), policy.isolated_network());
-                    sim.script(script.clone());
+                    script.apply(&mut sim);
                     let k = first_k + i;
                     sim.run(policy.as_mut(), |t, done| {
                         if let Ok(mut p) = progress.lock() {
@@ -948,7 +1003,11 @@ impl Experiment {
                                 })
                             })
                             .collect(),
-                        iteration_s: sim.jobs.iter().flat_map(|j| j.iteration_ms.iter().map(|ms| ms / 1e3)).collect(),
+                        iteration_s: {
+                            let mut all = orrery_sim::durations::Durations::new();
+                            sim.jobs.iter().for_each(|j| all.merge(&j.iteration_ms));
+                            all.sample(2000).into_iter().map(|ms| ms / 1e3).collect()
+                        },
                         busiest: None,
                         counters: policy.counters().into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
                     };
@@ -1460,6 +1519,34 @@ mod tests {
             csv.starts_with("policy,scenario,seed,job,iteration,due_s,start_s,end_s,delay_ms,throttle_gbps,routes\n")
         );
         assert_eq!(csv.lines().count(), 1 + 2 * 1000);
+    }
+
+    #[test]
+    fn decisions_due_at_an_iteration_take_only_per_iteration_kinds() {
+        let jobs = vec![JobSpec::new("a", "resnet50", 32, 2, orrery_model::Work::Iterations(10), 0.0)];
+        let one = |v: serde_json::Value| scripted(&[v], &jobs);
+        let route =
+            serde_json::json!({"at_iteration": 3, "job": "a", "kind": "route", "flow": 1, "step": 2, "paths": [0]});
+        let s = one(route).expect("a route for step 2 of iteration 3");
+        assert!(s.at_time.is_empty());
+        assert_eq!((s.at_iteration[0].0, s.at_iteration[0].1, s.at_iteration[0].2), (0, 3, Some(2)));
+        let err = |v: serde_json::Value| one(v).expect_err("refused");
+        assert_eq!(
+            err(serde_json::json!({"at_iteration": 3, "job": "a", "kind": "pause"})),
+            "workload.decision[0]: kind: expected shift, throttle or route with at_iteration, found \"pause\""
+        );
+        assert_eq!(
+            err(serde_json::json!({"at_iteration": 1, "job": "a", "kind": "shift", "ms": 5, "step": 0})),
+            "workload.decision[0]: step: expected only on a route"
+        );
+        assert_eq!(
+            err(serde_json::json!({"at_s": 1.0, "at_iteration": 1, "job": "a", "kind": "shift", "ms": 5})),
+            "workload.decision[0]: at_s: expected either at_s or at_iteration, not both"
+        );
+        assert_eq!(
+            err(serde_json::json!({"at_iteration": -1, "job": "a", "kind": "shift", "ms": 5})),
+            "workload.decision[0]: at_iteration: expected an iteration number, 0 or more"
+        );
     }
 
     #[test]

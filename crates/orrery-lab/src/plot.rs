@@ -225,9 +225,17 @@ fn cdf<DB: DrawingBackend>(
     // A log axis for values over a decade or more; within one it would have
     // no tick labels, so a linear one.
     if hi / lo >= 10.0 {
-        let mut chart =
-            frame(root, title).build_cartesian_2d((lo * 0.9..hi * 1.1).log_scale(), 0.0..1.0).map_err(err)?;
-        chart.configure_mesh().x_desc(x_label).y_desc("fraction").label_style((FONT, 13)).draw().map_err(err)?;
+        let (x0, x1) = (lo * 0.9, hi * 1.1);
+        let x = (x0..x1).log_scale().with_key_points(log_ticks(x0, x1));
+        let mut chart = frame(root, title).build_cartesian_2d(x, 0.0..1.0).map_err(err)?;
+        chart
+            .configure_mesh()
+            .x_desc(x_label)
+            .y_desc("fraction")
+            .x_label_formatter(&|v| tick_label(*v))
+            .label_style((FONT, 13))
+            .draw()
+            .map_err(err)?;
         cdf_curves(&mut chart, series)?;
         legend(&mut chart, SeriesLabelPosition::LowerRight)
     } else {
@@ -393,6 +401,49 @@ fn heatmap<DB: DrawingBackend>(
     Ok(())
 }
 
+/// Ticks for a logarithmic axis over [lo, hi]: 1, 2 and 5 times each power
+/// of ten in it, or every digit's multiple when that gives fewer than three
+/// (a range within one decade), so every log axis carries labels.
+fn log_ticks(lo: f64, hi: f64) -> Vec<f64> {
+    if !(lo > 0.0 && hi > lo && hi.is_finite()) {
+        return Vec::new();
+    }
+    let pick = |mantissas: &[f64]| -> Vec<f64> {
+        let mut out = Vec::new();
+        for e in lo.log10().floor() as i32..=hi.log10().ceil() as i32 {
+            for &m in mantissas {
+                let v = m * 10f64.powi(e);
+                if v >= lo && v <= hi {
+                    out.push(v);
+                }
+            }
+        }
+        out
+    };
+    let coarse = pick(&[1.0, 2.0, 5.0]);
+    if coarse.len() >= 3 { coarse } else { pick(&[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0]) }
+}
+
+/// A tick's label without trailing zeros: `0.05`, `2`, `1,000`, `2e6`.
+fn tick_label(v: f64) -> String {
+    if v >= 1e6 || (v > 0.0 && v < 1e-3) {
+        return format!("{v:e}");
+    }
+    if v >= 1000.0 && v.fract() == 0.0 {
+        let digits = format!("{}", v as u64);
+        let mut out = String::new();
+        for (i, c) in digits.chars().enumerate() {
+            if i > 0 && (digits.len() - i).is_multiple_of(3) {
+                out.push(',');
+            }
+            out.push(c);
+        }
+        return out;
+    }
+    let s = format!("{v:.3}");
+    s.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
 /// Points joined by lines, both axes logarithmic.
 fn log_log<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
@@ -408,10 +459,19 @@ fn log_log<DB: DrawingBackend>(
     }
     let (x0, x1) = pts.iter().fold((f64::INFINITY, 0.0f64), |(a, b), p| (a.min(p.0), b.max(p.0)));
     let (y0, y1) = pts.iter().fold((f64::INFINITY, 0.0f64), |(a, b), p| (a.min(p.1), b.max(p.1)));
-    let mut chart = frame(root, title)
-        .build_cartesian_2d((x0 * 0.8..x1 * 1.25).log_scale(), (y0 * 0.5..y1 * 2.0).log_scale())
+    let (x0, x1, y0, y1) = (x0 * 0.8, x1 * 1.25, y0 * 0.5, y1 * 2.0);
+    let x = (x0..x1).log_scale().with_key_points(log_ticks(x0, x1));
+    let y = (y0..y1).log_scale().with_key_points(log_ticks(y0, y1));
+    let mut chart = frame(root, title).build_cartesian_2d(x, y).map_err(err)?;
+    chart
+        .configure_mesh()
+        .x_desc(x_label)
+        .y_desc(y_label)
+        .x_label_formatter(&|v| tick_label(*v))
+        .y_label_formatter(&|v| tick_label(*v))
+        .label_style((FONT, 13))
+        .draw()
         .map_err(err)?;
-    chart.configure_mesh().x_desc(x_label).y_desc(y_label).label_style((FONT, 13)).draw().map_err(err)?;
     for (i, (name, points)) in series.iter().enumerate() {
         let c = color(i);
         let p: Vec<(f64, f64)> = points.iter().filter(ok).copied().collect();
@@ -582,6 +642,17 @@ fn gantt<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, title: &str, panels:
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn log_axes_get_ticks_within_a_decade_and_clean_labels() {
+        assert_eq!(log_ticks(0.9, 110.0), vec![1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0]);
+        let fine = log_ticks(0.3, 0.8);
+        let want = [0.3, 0.4, 0.5, 0.6, 0.7, 0.8];
+        assert!(fine.len() == 6 && fine.iter().zip(want).all(|(a, b)| (a - b).abs() < 1e-12), "{fine:?}");
+        assert!(log_ticks(0.0, 1.0).is_empty());
+        let labels: Vec<String> = [0.05, 2.0, 1000.0, 12_500.0, 2e6].iter().map(|&v| tick_label(v)).collect();
+        assert_eq!(labels, ["0.05", "2", "1,000", "12,500", "2e6"]);
+    }
 
     #[test]
     fn every_figure_renders_to_svg_with_its_title_and_text() {

@@ -52,7 +52,7 @@ pub fn busiest(
     run: &Run,
     mut policy: Box<dyn Policy>,
     cfg: &SimConfig,
-    script: &[(f64, orrery_policy::Decision)],
+    script: &crate::experiment::Script,
 ) -> Option<Busiest> {
     let row = run
         .links
@@ -66,7 +66,7 @@ pub fn busiest(
     let end = start + 3.0;
     let cfg = SimConfig { max_time_s: Some(end), probe: Some((row.link, start, end)), ..cfg.clone() };
     let mut sim = Simulation::new(topo, jobs, cfg, policy.isolated_network());
-    sim.script(script.to_vec());
+    script.apply(&mut sim);
     sim.run(policy.as_mut(), |_, _| {});
     let trace = sim.net.probe.take()?.trace;
     let mut owners: Vec<usize> =

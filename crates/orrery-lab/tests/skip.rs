@@ -203,8 +203,7 @@ fn gpu_shared_jobs_each_run() {
             Simulation::new(&topo, &jobs, SimConfig { seed: 2, jitter: 0.01, skip, ..Default::default() }, false);
         sim.run(&mut Colocating, |_, _| {});
         let skipped: u64 = sim.jobs.iter().map(|j| j.skipped_iterations).sum();
-        let shared =
-            sim.jobs.iter().filter(|j| j.iteration_ms.iter().any(|&ms| ms > 1.15 * j.isolated_iter_ms)).count();
+        let shared = sim.jobs.iter().filter(|j| j.iteration_ms.max() > 1.15 * j.isolated_iter_ms).count();
         (values(&metrics(&sim, |_| true)), skipped, shared, sim.invalid_decisions)
     };
     let ((with, skipped, shared, invalid), (without, _, _, _)) = (go(true), go(false));
@@ -358,24 +357,27 @@ fn paced_jobs_are_fast_forwarded_slot_by_slot() {
         JobSpec::new("paced", "vgg19", 64, 2, Work::Iterations(400), 0.0),
         JobSpec::new("later", "vgg16", 64, 2, Work::Iterations(100), 30.0),
     ];
-    let go = |skip| {
-        let mut sim =
-            Simulation::new(&topo, &jobs, SimConfig { seed: 5, jitter: 0.02, skip, ..Default::default() }, false);
+    let go = |skip, max_time_s, record_iterations| {
+        let cfg = SimConfig { seed: 5, jitter: 0.02, skip, max_time_s, record_iterations, ..Default::default() };
+        let mut sim = Simulation::new(&topo, &jobs, cfg, false);
         sim.run(&mut PacesJobZero, |_, _| {});
-        let skipped = sim.jobs[0].skipped_iterations;
-        (values(&metrics(&sim, |_| true)), skipped, sim.jobs[0].iteration_ms.clone(), sim.jobs[0].isolated_iter_ms)
+        let j = &sim.jobs[0];
+        let each = j.recorded_iteration_ms();
+        (values(&metrics(&sim, |_| true)), j.skipped_iterations, j.iteration_ms.clone(), each, j.isolated_iter_ms)
     };
-    let ((with, skipped, fast, alone_ms), (without, _, detailed, _)) = (go(true), go(false));
+    let ((with, skipped, ..), (without, ..)) = (go(true, None, false), go(false, None, false));
     assert!(skipped > 50, "{skipped} iterations fast-forwarded");
     // Before job 1 arrives (30 s), every iteration is a slot: 1.3 × alone.
-    let before = detailed.iter().scan(0.0, |t, &ms| {
-        *t += ms;
-        (*t < 30_000.0).then_some(ms)
-    });
-    let n = before.count();
-    assert!(n > 20, "{n} iterations before the second job");
-    assert_eq!(fast[..n], detailed[..n], "iteration times while alone");
-    for &ms in &detailed[2..n] {
+    let (_, skipped_alone, fast, ..) = go(true, Some(29.0), false);
+    let (_, _, detailed, each, alone_ms) = go(false, Some(29.0), true);
+    assert!(each.len() > 20 && skipped_alone > 20, "{} iterations before the second job", each.len());
+    assert_eq!(
+        (fast.len(), fast.percentiles()),
+        (detailed.len(), detailed.percentiles()),
+        "iteration times while alone"
+    );
+    assert!((fast.sum() - detailed.sum()).abs() < 1e-6 * each.len() as f64, "to the nanosecond");
+    for &ms in &each[2..] {
         assert!((ms / (1.3 * alone_ms) - 1.0).abs() < 0.08, "{ms} ms against a slot of {}", 1.3 * alone_ms);
     }
     assert_close(&with, &without, "paced job woken by another");
@@ -401,4 +403,36 @@ fn a_job_of_billions_of_iterations_costs_only_the_simulated_time() {
     assert!(detailed > 100, "{detailed} iterations in 60 s");
     assert!(skipped > detailed / 2, "{skipped} of {fast} fast-forwarded");
     assert_eq!(fast, detailed);
+}
+
+#[test]
+fn a_job_without_noise_is_counted_in_one_stretch_to_the_nanosecond() {
+    // Without compute noise every fast-forwarded iteration is alike, so the
+    // rest of a job is one stretch, counted in O(1) (the full Philly trace
+    // fast-forwards 2.9 × 10⁹ iterations). 4.3 × 10⁹ iterations of a job
+    // alone end exactly that many periods after it starts, within a few
+    // events, and the 60 s the detailed run simulates agree with it.
+    let topo = two_racks();
+    let n = 4_300_000_000u64;
+    let jobs = [JobSpec::new("huge", "resnet50", 64, 2, Work::Iterations(n), 0.0)];
+    let go = |skip, max_time_s| {
+        let cfg = SimConfig { seed: 7, skip, max_time_s, ..Default::default() };
+        let mut sim = Simulation::new(&topo, &jobs, cfg, false);
+        let pins = [("huge".to_string(), vec![(0, 1), (1, 1)])].into();
+        sim.run(&mut orrery_policy::baseline::Pinned { pins, label: None }, |_, _| {});
+        let j = &sim.jobs[0];
+        (j.iterations_done, j.finish_ns, j.iteration_ms.clone(), sim.events_processed, j.isolated_iter_ms)
+    };
+    let (done, finish, times, events, period_ms) = go(true, None);
+    assert_eq!((done, times.len()), (n, n));
+    assert!(events < 100, "{events} events");
+    let period_ns = (period_ms * 1e6).round() as u64;
+    assert_eq!(finish, Some(n * period_ns), "{n} × {period_ns} ns");
+    assert_eq!((times.percentiles().p50, times.percentiles().p99), (period_ns as f64 / 1e6, period_ns as f64 / 1e6));
+    let (fast, _, fast_times, ..) = go(true, Some(60.0));
+    let (detailed, _, detailed_times, ..) = go(false, Some(60.0));
+    assert_eq!((fast, fast_times.len()), (detailed, detailed_times.len()));
+    let (f, d) = (fast_times.percentiles(), detailed_times.percentiles());
+    assert_eq!((f.p50, f.p90, f.p99), (d.p50, d.p90, d.p99));
+    assert!((f.mean - d.mean).abs() < 1e-9 * d.mean, "{f:?} vs {d:?}");
 }

@@ -48,7 +48,8 @@ fn two_racks() -> Topology {
 
 fn run(topo: &Topology, jobs: &[JobSpec], policy: &mut dyn Policy) -> Simulation<'static> {
     let topo: &'static Topology = Box::leak(Box::new(topo.clone()));
-    let mut sim = Simulation::new(topo, jobs, SimConfig::default(), policy.isolated_network());
+    let cfg = SimConfig { record_iterations: true, ..SimConfig::default() };
+    let mut sim = Simulation::new(topo, jobs, cfg, policy.isolated_network());
     sim.run(policy, |_, _| {});
     sim
 }
@@ -76,7 +77,7 @@ fn a_lone_ring_allreduce_takes_two_n_minus_one_over_n_b_over_r() {
     let j = &sim.jobs[0];
     assert_eq!(j.status, Status::Finished);
     let expected = 68.0 / 2.2 + 132.864;
-    for ms in &j.iteration_ms {
+    for ms in &j.recorded_iteration_ms() {
         assert!((ms - expected).abs() < 1e-3, "{ms} vs {expected}");
     }
     assert!((j.isolated_iter_ms - expected).abs() < 1e-6);
@@ -110,7 +111,7 @@ fn cassini_pair(batch: u32, interleave: bool) -> (f64, f64, Simulation<'static>)
     }
     let mut p = Fixed { hosts: vec![vec![(0, 1), (2, 1)], vec![(1, 1), (3, 1)]], shifts };
     let sim = run(&topo, &jobs, &mut p);
-    let all: Vec<f64> = sim.jobs.iter().flat_map(|j| j.iteration_ms.iter().copied()).collect();
+    let all: Vec<f64> = sim.jobs.iter().flat_map(|j| j.recorded_iteration_ms()).collect();
     (p90(&all), duty, sim)
 }
 
@@ -147,10 +148,14 @@ fn same_seed_same_run_to_the_bit() {
     let go = |seed| {
         let topo: &'static Topology = Box::leak(Box::new(topo.clone()));
         let mut p = Fixed { hosts: vec![vec![(0, 1), (2, 1)], vec![(1, 1), (3, 1)]], shifts: vec![0.0, 0.0] };
-        let mut sim =
-            Simulation::new(topo, &jobs, SimConfig { seed, jitter: 0.05, skip: false, ..Default::default() }, false);
+        let mut sim = Simulation::new(
+            topo,
+            &jobs,
+            SimConfig { seed, jitter: 0.05, skip: false, record_iterations: true, ..Default::default() },
+            false,
+        );
         sim.run(&mut p, |_, _| {});
-        sim.jobs.iter().map(|j| j.iteration_ms.clone()).collect::<Vec<_>>()
+        sim.jobs.iter().map(|j| j.recorded_iteration_ms()).collect::<Vec<_>>()
     };
     assert_eq!(go(7), go(7));
     assert_ne!(go(7), go(8));
@@ -251,8 +256,8 @@ fn routing_a_flow_over_two_spines_doubles_its_uplink_bandwidth() {
     let split = run(&topo, std::slice::from_ref(&job), &mut Routed { split: true });
     let shape = &ecmp.jobs[0].shape;
     let (compute, comm) = (shape.compute_ms(), shape.network_ms());
-    assert!((ecmp.jobs[0].iteration_ms[1] - (compute + comm)).abs() < 1e-3);
-    assert!((split.jobs[0].iteration_ms[1] - (compute + comm / 2.0)).abs() < 1e-3);
+    assert!((ecmp.jobs[0].recorded_iteration_ms()[1] - (compute + comm)).abs() < 1e-3);
+    assert!((split.jobs[0].recorded_iteration_ms()[1] - (compute + comm / 2.0)).abs() < 1e-3);
 }
 
 /// Starts job 0 on h0, then every later job on job 0's GPU at `sub_batch`
@@ -276,9 +281,10 @@ impl Policy for Share {
     }
 }
 
+/// Runs with `cfg`, every iteration recorded (`recorded_iteration_ms`).
 fn run_with(topo: &Topology, jobs: &[JobSpec], policy: &mut dyn Policy, cfg: SimConfig) -> Simulation<'static> {
     let topo: &'static Topology = Box::leak(Box::new(topo.clone()));
-    let mut sim = Simulation::new(topo, jobs, cfg, false);
+    let mut sim = Simulation::new(topo, jobs, SimConfig { record_iterations: true, ..cfg }, false);
     sim.run(policy, |_, _| {});
     sim
 }
@@ -286,7 +292,7 @@ fn run_with(topo: &Topology, jobs: &[JobSpec], policy: &mut dyn Policy, cfg: Sim
 /// Ground truth: a ResNet-50 beside a Transformer slows 1.25×, the
 /// Transformer (BERT's class) beside it 1.5×.
 fn measured() -> SimConfig {
-    let mut c = SimConfig::default();
+    let mut c = SimConfig { record_iterations: true, ..SimConfig::default() };
     c.colocation.table.insert("ResNet-50", "Transformer", 1.25);
     c.colocation.table.insert("Transformer", "ResNet-50", 1.5);
     c
@@ -304,14 +310,14 @@ fn shared_jobs_slow_by_their_measured_interference_ratios_and_recover() {
     // Both start at t = 0 (one GPU: compute only): while b runs, a's
     // iterations take 1.25×, b's 1.5×.
     assert!(
-        (b.iteration_ms[0] - 1.5 * b.isolated_iter_ms).abs() < 1e-3,
+        (b.recorded_iteration_ms()[0] - 1.5 * b.isolated_iter_ms).abs() < 1e-3,
         "{} vs {}",
-        b.iteration_ms[0],
+        b.recorded_iteration_ms()[0],
         b.isolated_iter_ms
     );
-    assert!((a.iteration_ms[0] - 1.25 * a.isolated_iter_ms).abs() < 1e-3);
+    assert!((a.recorded_iteration_ms()[0] - 1.25 * a.isolated_iter_ms).abs() < 1e-3);
     // After b finishes, a runs alone again.
-    assert!((a.iteration_ms[99] - a.isolated_iter_ms).abs() < 1e-3);
+    assert!((a.recorded_iteration_ms()[99] - a.isolated_iter_ms).abs() < 1e-3);
     assert_eq!((a.status, b.status), (Status::Finished, Status::Finished));
     assert_eq!(sim.invalid_decisions, 0);
     // The shared GPU was counted once and is free again; b shared its one
@@ -332,7 +338,7 @@ fn pairs_without_measurements_share_by_time_slicing() {
     ];
     let sim = run_with(&topo, &jobs, &mut Share { sub_batch: 0 }, SimConfig::default());
     let b = &sim.jobs[1];
-    assert!((b.iteration_ms[0] - 2.0 * b.isolated_iter_ms).abs() < 1e-3);
+    assert!((b.recorded_iteration_ms()[0] - 2.0 * b.isolated_iter_ms).abs() < 1e-3);
 }
 
 #[test]
@@ -371,7 +377,11 @@ fn a_gpu_holds_two_jobs_at_most_and_both_must_fit_its_memory() {
     let b = &sim.jobs[1];
     let f = accumulation_factor(bert, orrery_model::gpu::gpu_type("a100").expect("gpu"), 48, 12);
     assert!(f > 1.0);
-    assert!((b.iteration_ms[0] - 1.5 * f * b.isolated_iter_ms).abs() < 1e-3, "{} {f}", b.iteration_ms[0]);
+    assert!(
+        (b.recorded_iteration_ms()[0] - 1.5 * f * b.isolated_iter_ms).abs() < 1e-3,
+        "{} {f}",
+        b.recorded_iteration_ms()[0]
+    );
 }
 
 /// Job 0 on h0 + h2 at t = 0; job 1 on h1 + h3 when it arrives: both rings
@@ -410,7 +420,7 @@ fn the_cassini_module_aligns_a_newcomer_out_of_the_running_jobs_way() {
     cassini.candidates = 1;
     let aligned = run(&topo, &jobs, &mut cassini);
     let alone = plain.jobs[1].isolated_iter_ms;
-    let late = |s: &Simulation<'_>| s.jobs[1].iteration_ms[10..50].iter().sum::<f64>() / 40.0;
+    let late = |s: &Simulation<'_>| s.jobs[1].recorded_iteration_ms()[10..50].iter().sum::<f64>() / 40.0;
     assert!(late(&plain) > 1.15 * alone, "without CASSINI the rings collide: {} vs {alone}", late(&plain));
     assert!(
         (late(&aligned) - alone).abs() < 1e-3,
@@ -510,18 +520,22 @@ fn pacing_pads_short_iterations_to_the_slot_and_lets_late_ones_start_at_once() {
     let alone =
         run(&topo, std::slice::from_ref(&job), &mut Fixed { hosts: vec![vec![(0, 1), (2, 1)]], shifts: vec![0.0] })
             .jobs[0]
-            .iteration_ms[0];
+            .recorded_iteration_ms()[0];
     // Slots 20% longer than the iteration: from the second on (the first
     // starts in slot 0), every iteration idles to its slot.
     let slow = run(&topo, std::slice::from_ref(&job), &mut Paced { period_ms: 1.2 * alone });
-    for (i, ms) in slow.jobs[0].iteration_ms.iter().enumerate().skip(1) {
+    for (i, ms) in slow.jobs[0].recorded_iteration_ms().iter().enumerate().skip(1) {
         assert!((ms - 1.2 * alone).abs() < 1e-3, "iteration {i}: {ms} ms, slot {}", 1.2 * alone);
     }
     // Slots of 0.9a: iterations 1-4 become due 0.1a, 0.2a, 0.3a, 0.4a after
     // a slot began (less than half a slot: late), so each starts at once and
     // the job runs as if unpaced.
     let fast = run(&topo, std::slice::from_ref(&job), &mut Paced { period_ms: 0.9 * alone });
-    assert!(fast.jobs[0].iteration_ms.iter().all(|ms| (ms - alone).abs() < 1e-3), "{:?}", fast.jobs[0].iteration_ms);
+    assert!(
+        fast.jobs[0].recorded_iteration_ms().iter().all(|ms| (ms - alone).abs() < 1e-3),
+        "{:?}",
+        fast.jobs[0].recorded_iteration_ms()
+    );
 }
 
 #[test]
@@ -532,7 +546,7 @@ fn a_background_flow_halves_a_lone_job_flow_and_an_isolated_network_ignores_it()
     let uplink = topo.out_links(0)[0];
     let go = |isolated: bool| {
         let topo: &'static Topology = Box::leak(Box::new(topo.clone()));
-        let cfg = SimConfig { background: vec![(uplink, 50.0)], ..SimConfig::default() };
+        let cfg = SimConfig { background: vec![(uplink, 50.0)], record_iterations: true, ..SimConfig::default() };
         let mut sim = Simulation::new(topo, std::slice::from_ref(&job), cfg, isolated);
         sim.run(&mut Fixed { hosts: vec![vec![(0, 1), (2, 1)]], shifts: vec![0.0] }, |_, _| {});
         sim
@@ -542,8 +556,8 @@ fn a_background_flow_halves_a_lone_job_flow_and_an_isolated_network_ignores_it()
     let (compute, comm) = (shape.compute_ms(), shape.network_ms());
     // Max-min: the job's flow out of host 0 gets 25 of 50 Gbit/s; the ring
     // waits for it, so communication takes twice as long.
-    assert!((contended.jobs[0].iteration_ms[1] - (compute + 2.0 * comm)).abs() < 1e-3);
-    assert!((isolated.jobs[0].iteration_ms[1] - (compute + comm)).abs() < 1e-3);
+    assert!((contended.jobs[0].recorded_iteration_ms()[1] - (compute + 2.0 * comm)).abs() < 1e-3);
+    assert!((isolated.jobs[0].recorded_iteration_ms()[1] - (compute + comm)).abs() < 1e-3);
     // The simulation still ends when the job does.
     assert_eq!(contended.jobs[0].status, Status::Finished);
     assert!(contended.now_ns() < 10_000_000_000);
@@ -613,7 +627,7 @@ fn foresight_profiles_are_the_job_alone_at_each_throttle() {
         let net = LogicalNetwork::of(topo).expect("leaf-spine");
         let sim = run(topo, std::slice::from_ref(&job), &mut Throttled(throttle, spread));
         let p = profile(topo, &net, &job, &hosts, throttle, spread).expect("profile");
-        let simulated = sim.jobs[0].iteration_ms[1];
+        let simulated = sim.jobs[0].recorded_iteration_ms()[1];
         assert!(
             (simulated - p.length_ms).abs() < 1e-3,
             "{}, spread {spread}, {throttle:?}: simulated {simulated} vs profile {}",
@@ -648,7 +662,12 @@ fn a_policy_that_preempts_in_a_cycle_is_cut_off_not_a_stack_overflow() {
         JobSpec::new("b", "resnet50", 32, 1, Work::Iterations(3), 0.0),
     ];
     let topo: &'static Topology = Box::leak(Box::new(topo));
-    let mut sim = Simulation::new(topo, &jobs, SimConfig { max_time_s: Some(5.0), ..Default::default() }, false);
+    let mut sim = Simulation::new(
+        topo,
+        &jobs,
+        SimConfig { max_time_s: Some(5.0), record_iterations: true, ..Default::default() },
+        false,
+    );
     sim.run(&mut Thrash, |_, _| {});
     // Every instant with a waiting job is cut after 16 rounds of swapping.
     assert!(sim.reschedules_cut >= 1);

@@ -14,6 +14,7 @@
 //! Architecture invariant: the simulator embeds no policy logic; it owns the
 //! (simulated) clock and its only randomness is seeded from the experiment.
 
+pub mod durations;
 pub mod engine;
 pub mod metrics;
 pub mod network;

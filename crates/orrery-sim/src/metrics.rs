@@ -152,8 +152,7 @@ pub fn job_rows(sim: &Simulation<'_>) -> Vec<JobRow> {
     sim.jobs
         .iter()
         .map(|j| {
-            let mut it = j.iteration_ms.clone();
-            let p = Percentiles::of(&mut it);
+            let p = j.iteration_ms.percentiles();
             let run_alone = j.iterations_done as f64 * j.isolated_iter_ms / 1e3;
             JobRow {
                 policy: String::new(),
@@ -239,8 +238,12 @@ pub fn metrics_of(sim: &Simulation<'_>, rows: &[JobRow], keep: impl Fn(Priority)
     let mut jct: Vec<f64> = chosen.iter().filter_map(|(r, _)| r.jct_s).collect();
     let jct_p = Percentiles::of(&mut jct);
     let queue: Vec<f64> = chosen.iter().filter_map(|(r, _)| r.queue_s).collect();
-    let mut iters: Vec<f64> = chosen.iter().flat_map(|(_, j)| j.iteration_ms.iter().map(|ms| ms / 1e3)).collect();
-    let it = Percentiles::of(&mut iters);
+    let mut iters = crate::durations::Durations::new();
+    for (_, j) in &chosen {
+        iters.merge(&j.iteration_ms);
+    }
+    let it = iters.percentiles();
+    let it = Percentiles { p50: it.p50 / 1e3, p90: it.p90 / 1e3, p99: it.p99 / 1e3, mean: it.mean / 1e3 };
     let slow: Vec<f64> = chosen.iter().filter_map(|(r, _)| r.slowdown).collect();
     // Links that carried traffic: (capacity, mean utilisation, congested s, excess Gbit).
     let makespan_ns = (makespan_s * NS) as u64;

@@ -233,6 +233,9 @@ impl Network {
 
     /// Integrates a link's statistics up to `now`.
     fn integrate(&mut self, l: LinkId, now: u64) {
+        // Widen the buckets first: a link idle for days would otherwise
+        // grow its series to one bucket per second of the gap.
+        self.compact_series(now);
         let cap = self.capacity[l];
         let bucket_ns = self.bucket_ns;
         let s = &mut self.stats[l];
@@ -263,7 +266,9 @@ impl Network {
         s.updated_ns = now;
     }
 
-    /// Keeps at most 512 buckets by merging pairs and doubling the width.
+    /// Keeps at most 512 buckets by merging pairs and doubling the width:
+    /// O(1) when nothing is to merge, O(links · buckets) per doubling, and at
+    /// most 64 doublings in a run.
     pub fn compact_series(&mut self, now: u64) {
         while (now / self.bucket_ns) as usize >= MAX_BUCKETS {
             for s in &mut self.stats {
@@ -292,6 +297,7 @@ impl Network {
     /// fast-forwarded job): `bits` spread evenly over [from, to) in the
     /// utilisation series, plus excess bits and congested time.
     pub fn credit(&mut self, l: LinkId, from: u64, to: u64, bits: f64, excess_bits: f64, congested_ns: u64) {
+        self.compact_series(to);
         let bucket_ns = self.bucket_ns;
         let s = &mut self.stats[l];
         s.foreign += 1;

@@ -57,10 +57,10 @@ pub fn simulate(
     warmup: usize,
 ) -> Result<Simulated, String> {
     let mut p = orrery_policy::with_pins(policy, seed, pins).ok_or_else(|| format!("unknown policy {policy:?}"))?;
-    let cfg = SimConfig { seed, jitter, skip: false, ..SimConfig::default() };
+    let cfg = SimConfig { seed, jitter, skip: false, record_iterations: true, ..SimConfig::default() };
     let mut sim = Simulation::new(topo, jobs, cfg, p.isolated_network());
     sim.run(p.as_mut(), |_, _| {});
-    let iteration_ms = sim.jobs.iter().map(|j| j.iteration_ms.iter().skip(warmup).copied().collect()).collect();
+    let iteration_ms = sim.jobs.iter().map(|j| j.recorded_iteration_ms().into_iter().skip(warmup).collect()).collect();
     let isolated_ms = sim.jobs.iter().map(|j| j.isolated_iter_ms).collect();
     let bucket_s = sim.net.bucket_ns as f64 / 1e9;
     let links = sim

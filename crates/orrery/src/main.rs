@@ -6,6 +6,7 @@
 
 mod agent;
 mod compat;
+mod import;
 mod k8s;
 mod live;
 mod numbers;
@@ -67,6 +68,9 @@ enum Command {
     Policies,
     /// A markdown table from an experiment's summary.json (the tables of docs/results.md).
     Table(table::Args),
+    /// A scenario from another tool as an orrery experiment (`orrery import psim`).
+    #[command(subcommand)]
+    Import(import::Command),
     /// Compatibility of jobs sharing one link: the best rotation of each job's
     /// circle, its time-shift, the score and the cushion (CASSINI §3, Metronome §III).
     Compat(compat::Args),
@@ -173,7 +177,18 @@ impl Timings {
             eprintln!("  {name:<12} {:>10.3} ms", s * 1e3);
         }
         eprintln!("  {:<12} {:>10.3} ms", "total", self.start.elapsed().as_secs_f64() * 1e3);
+        if let Some(kib) = peak_memory_kib() {
+            eprintln!("  {:<12} {:>10.1} MiB (peak resident memory)", "memory", kib as f64 / 1024.0);
+        }
     }
+}
+
+/// The process's peak resident memory, KiB (`VmHWM` of /proc/self/status;
+/// None off Linux).
+fn peak_memory_kib() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
 }
 
 fn main() -> ExitCode {
@@ -197,6 +212,7 @@ fn main() -> ExitCode {
         Command::K8s(cmd) => k8s::run(&cmd),
         Command::Worker(args) => testbed::worker(&args),
         Command::Table(args) => table::run(&args),
+        Command::Import(cmd) => import::run(&cmd),
         Command::Policies => {
             for (name, what) in orrery_policy::CATALOGUE {
                 println!("{name:<16} {what}");

@@ -62,6 +62,10 @@ pub struct Args {
     /// iteration (no fast-forward); for small runs.
     #[arg(long, requires = "out")]
     iterations: bool,
+    /// Take the first N jobs of the workload's trace (or generate N),
+    /// replacing the file's `jobs`: for scale curves.
+    #[arg(long, requires = "file")]
+    jobs: Option<usize>,
 }
 
 /// Runs printed one row each without `--runs`.
@@ -78,6 +82,9 @@ pub fn run(a: &Args, timings: &mut Timings) -> anyhow::Result<()> {
             let mut exp = experiment::parse(&name, &text).map_err(anyhow::Error::msg)?;
             if !a.policies.is_empty() {
                 exp = exp.with_policies(&name, a.policies.clone()).map_err(anyhow::Error::msg)?;
+            }
+            if let Some(n) = a.jobs {
+                exp = exp.with_jobs(&name, n).map_err(anyhow::Error::msg)?;
             }
             (vec![(name, exp)], p.parent().map(PathBuf::from).unwrap_or_default())
         }
@@ -216,6 +223,8 @@ fn print_runs(summary: &experiment::Summary) {
 /// An amount of traffic in gigabits, in the unit that keeps it short:
 /// `830 Gb`, `24.8 Tb`, `1.66 Pb`.
 fn bits(gbit: f64) -> String {
+    // Traffic is never negative; a sum of rounding errors may be (-0 Gb).
+    let gbit = if gbit < 0.0 { 0.0 } else { gbit };
     let (value, unit) = match gbit.abs() {
         g if g >= 1e6 => (gbit / 1e6, "Pb"),
         g if g >= 1e3 => (gbit / 1e3, "Tb"),
@@ -270,6 +279,7 @@ mod tests {
     #[test]
     fn traffic_prints_in_a_short_unit() {
         assert_eq!(bits(0.0), "0 Gb");
+        assert_eq!(bits(-1e-9), "0 Gb");
         assert_eq!(bits(830.4), "830 Gb");
         assert_eq!(bits(24_831.0), "24.8 Tb");
         assert_eq!(bits(1_656_847.0), "1.66 Pb");

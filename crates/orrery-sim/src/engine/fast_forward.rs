@@ -51,6 +51,8 @@ impl Simulation<'_> {
         let j = &self.jobs[job];
         let eligible = self.cfg.skip && !self.cfg.record_iterations
             && !j.watched
+            && j.at_iteration.is_empty()
+            && j.step_routes.is_empty()
             && j.status == Status::Running
             && j.solo_streak >= 2
             && j.pending_shift_ms == 0.0
@@ -72,7 +74,7 @@ impl Simulation<'_> {
         }
         let j = &mut self.jobs[job];
         j.epoch += 1;
-        j.skip = Some(Skip { t0: self.now, t: self.now, rng: snapshot, done_ms: Vec::new(), next: None });
+        j.skip = Some(Skip { t0: self.now, t: self.now, rng: snapshot, done: 0, last_ms: 0.0, next: None });
         self.skipping.insert(job);
         self.next_stretch(job);
         true
@@ -85,12 +87,19 @@ impl Simulation<'_> {
     fn next_stretch(&mut self, job: JobId) {
         let j = &self.jobs[job];
         let Some(skip) = &j.skip else { return };
-        let left = j.target_iterations.saturating_sub(j.iterations_done + skip.done_ms.len() as u64);
-        let mut rng = skip.rng.clone();
-        let mut end = skip.t;
-        for _ in 0..left.min(SKIP_STRETCH) {
-            end = end.saturating_add(self.iteration_ns(job, end, &mut rng));
-        }
+        let left = j.target_iterations.saturating_sub(j.iterations_done + skip.done);
+        let end = match self.constant_iteration_ns(job) {
+            // Every iteration alike: the whole rest is one stretch, O(1).
+            Some(d) => skip.t.saturating_add(d.saturating_mul(left)),
+            None => {
+                let mut rng = skip.rng.clone();
+                let mut end = skip.t;
+                for _ in 0..left.min(SKIP_STRETCH) {
+                    end = end.saturating_add(self.iteration_ns(job, end, &mut rng));
+                }
+                end
+            }
+        };
         let epoch = j.epoch;
         self.push(end, Event::SkipStretch(job, epoch));
     }
@@ -99,7 +108,7 @@ impl Simulation<'_> {
     pub(super) fn stretch_end(&mut self, job: JobId, policy: &mut dyn Policy) {
         self.advance_skip(job, self.now);
         let j = &self.jobs[job];
-        let counted = j.skip.as_ref().map_or(0, |s| s.done_ms.len() as u64);
+        let counted = j.skip.as_ref().map_or(0, |s| s.done);
         if j.iterations_done + counted >= j.target_iterations {
             self.replay(job, self.now);
             self.complete(job, policy);
@@ -108,12 +117,47 @@ impl Simulation<'_> {
         }
     }
 
+    /// Duration of every iteration of a fast-forwarded job when they are all
+    /// alike: no compute noise and no slot to wait for. Then a stretch is
+    /// counted in O(1) instead of one draw per iteration.
+    fn constant_iteration_ns(&self, job: JobId) -> Option<u64> {
+        if self.cfg.jitter > 0.0 || self.jobs[job].pace.is_some() {
+            return None;
+        }
+        // As `iteration_ns` without noise (no draw, so no RNG to copy).
+        let j = &self.jobs[job];
+        let d: u64 = j
+            .shape
+            .segments
+            .iter()
+            .zip(&j.last_seg_ns)
+            .map(|(seg, &last)| match seg {
+                Segment::Compute { ms } => (ms * j.xi * j.accumulation * 1e6).round() as u64,
+                Segment::Comm { .. } => last,
+            })
+            .sum();
+        Some(d).filter(|&d| d > 0)
+    }
+
     /// Moves a fast-forwarded job's cursor over the iterations that end by
-    /// `until`. O(iterations passed + 1) draws.
+    /// `until`. O(1) when its iterations are all alike, else O(iterations
+    /// passed + 1) draws.
     fn advance_skip(&mut self, job: JobId, until: u64) {
         let Some(mut skip) = self.jobs[job].skip.take() else { return };
         let left = self.jobs[job].target_iterations.saturating_sub(self.jobs[job].iterations_done);
-        while (skip.done_ms.len() as u64) < left {
+        if let Some(d) = self.constant_iteration_ns(job) {
+            let fit = (until.saturating_sub(skip.t) / d).min(left.saturating_sub(skip.done));
+            if fit > 0 {
+                skip.t += fit * d;
+                skip.done += fit;
+                skip.last_ms = d as f64 / 1e6;
+                skip.next = None;
+                self.jobs[job].iteration_ms.add_n(skip.last_ms, fit);
+            }
+            self.jobs[job].skip = Some(skip);
+            return;
+        }
+        while skip.done < left {
             let (d, after) = skip.next.take().unwrap_or_else(|| {
                 let mut probe = skip.rng.clone();
                 (self.iteration_ns(job, skip.t, &mut probe), probe)
@@ -124,7 +168,9 @@ impl Simulation<'_> {
             }
             skip.rng = after;
             skip.t += d;
-            skip.done_ms.push(d as f64 / 1e6);
+            skip.done += 1;
+            skip.last_ms = d as f64 / 1e6;
+            self.jobs[job].iteration_ms.add(skip.last_ms);
         }
         self.jobs[job].skip = Some(skip);
     }
@@ -143,16 +189,16 @@ impl Simulation<'_> {
     /// Counts a fast-forwarded job's iterations that end by `until` and credits
     /// their traffic to its links; returns the start of the first iteration
     /// that does not end by then, with the job's RNG where the detailed
-    /// simulation would have it at that point.
-    pub(super) fn replay(&mut self, job: JobId, until: u64) -> u64 {
+    /// simulation would have it at that point, and the duration of the last
+    /// iteration counted, ms.
+    pub(super) fn replay(&mut self, job: JobId, until: u64) -> (u64, f64) {
         self.advance_skip(job, until);
-        let Some(skip) = self.jobs[job].skip.take() else { return self.now };
+        let Some(skip) = self.jobs[job].skip.take() else { return (self.now, 0.0) };
         self.skipping.remove(&job);
-        let n = skip.done_ms.len() as u64;
+        let n = skip.done;
         let j = &mut self.jobs[job];
         j.iterations_done += n;
         j.skipped_iterations += n;
-        j.iteration_ms.extend(skip.done_ms);
         let credits = self.per_iteration_credits(job);
         for (l, (bits, excess, congested)) in credits {
             self.net.credit(l, skip.t0, skip.t, bits * n as f64, excess * n as f64, congested * n);
@@ -162,7 +208,7 @@ impl Simulation<'_> {
         j.rng = skip.rng;
         j.epoch += 1;
         j.solo_streak = 0;
-        skip.t
+        (skip.t, skip.last_ms)
     }
 
     pub(super) fn per_iteration_credits(&self, job: JobId) -> Vec<(LinkId, (f64, f64, u64))> {
@@ -177,7 +223,7 @@ impl Simulation<'_> {
     /// credited pro rata, so a link may be off by up to one iteration's bytes.
     pub(super) fn materialise(&mut self, job: JobId) {
         let now = self.now;
-        let t = self.replay(job, now);
+        let (t, last) = self.replay(job, now);
         if self.jobs[job].iterations_done >= self.jobs[job].target_iterations {
             // It would have ended exactly now; its last stretch was cancelled, so end it here.
             let epoch = self.jobs[job].epoch;
@@ -185,7 +231,7 @@ impl Simulation<'_> {
             j.segment = j.shape.segments.len();
             j.iterations_done -= 1;
             j.skipped_iterations -= 1;
-            let last = j.iteration_ms.pop().unwrap_or(0.0);
+            j.iteration_ms.remove(last);
             j.iter_start_ns = now - (last * 1e6).round() as u64;
             self.push(now, Event::ComputeDone(job, epoch));
             return;
