@@ -24,18 +24,22 @@ impl Simulation<'_> {
     /// for its slot, compute segments drawn as the detailed simulation draws
     /// them, communication as last measured.
     pub(super) fn iteration_ns(&self, job: JobId, t: u64, rng: &mut ChaCha8Rng) -> u64 {
+        self.pace_wait_ns(job, t) + self.work_ns(job, |ms| self.job_compute_ns(job, ms, rng))
+    }
+
+    /// An iteration's segments: compute as `compute(ms)` gives it,
+    /// communication as last measured, ns. O(segments).
+    fn work_ns(&self, job: JobId, mut compute: impl FnMut(f64) -> u64) -> u64 {
         let j = &self.jobs[job];
-        let work: u64 = j
-            .shape
+        j.shape
             .segments
             .iter()
             .zip(&j.last_seg_ns)
             .map(|(seg, &last)| match seg {
-                Segment::Compute { ms } => self.job_compute_ns(job, *ms, rng),
+                Segment::Compute { ms } => compute(*ms),
                 Segment::Comm { .. } => last,
             })
-            .sum();
-        self.pace_wait_ns(job, t) + work
+            .sum()
     }
 
     /// Fast-forwards a job whose last two iterations ran alone on all its
@@ -126,16 +130,7 @@ impl Simulation<'_> {
         }
         // As `iteration_ns` without noise (no draw, so no RNG to copy).
         let j = &self.jobs[job];
-        let d: u64 = j
-            .shape
-            .segments
-            .iter()
-            .zip(&j.last_seg_ns)
-            .map(|(seg, &last)| match seg {
-                Segment::Compute { ms } => (ms * j.xi * j.accumulation * 1e6).round() as u64,
-                Segment::Comm { .. } => last,
-            })
-            .sum();
+        let d = self.work_ns(job, |ms| (ms * j.xi * j.accumulation * 1e6).round() as u64);
         Some(d).filter(|&d| d > 0)
     }
 
