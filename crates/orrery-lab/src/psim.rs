@@ -48,7 +48,7 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, thiserror::Error)]
 pub enum PsimError {
     /// A file could not be read.
-    #[error("{file}: {source}")]
+    #[error("{file}: cannot read it")]
     Read {
         /// The file.
         file: PathBuf,

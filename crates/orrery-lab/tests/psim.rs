@@ -114,5 +114,9 @@ fn a_bad_file_is_named_with_its_entry_and_field() {
     write(&format!("[{}]", job("[0, 1]")));
     let err = import("t", &files, &odd, Units::default()).expect_err("18 machines in racks of 4");
     assert!(err.to_string().starts_with("--machine-count: expected a multiple of"), "{err}");
+    let missing = PsimFiles { placement: tmp.join("none.json"), ..PsimFiles::default() };
+    let err = import("t", &missing, &network(), Units::default()).expect_err("no such file");
+    assert!(err.to_string().ends_with("none.json: cannot read it"), "{err}");
+    assert!(std::error::Error::source(&err).is_some(), "the I/O error is its source");
     std::fs::remove_dir_all(&tmp).ok();
 }

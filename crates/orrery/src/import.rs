@@ -87,7 +87,7 @@ pub fn run(cmd: &Command) -> anyhow::Result<()> {
     });
     let imported = import(&name, &files, &net, units)?;
     for note in &imported.notes {
-        tracing::warn!("{note}");
+        eprintln!("note: {note}");
     }
     match &a.out {
         Some(out) => {
