@@ -509,7 +509,7 @@ impl<'a> Simulation<'a> {
     /// iteration; a throttle holds from it on; a route holds from it on, or,
     /// with a `step` (the iteration's communication segments counted from
     /// 0), only for that step of that iteration. Other kinds are counted in
-    /// `invalid_decisions`. A job with such a plan is never fast-forwarded.
+    /// `invalid_decisions`. A job is not fast-forwarded while any are due.
     /// Call before [`Simulation::run`]. O(log iterations) each.
     pub fn script_iterations(&mut self, decisions: Vec<(JobId, u64, Option<usize>, Decision)>) {
         for (job, iteration, step, d) in decisions {
