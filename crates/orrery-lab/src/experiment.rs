@@ -32,6 +32,18 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 pub struct Experiment {
     /// Name, for reports.
     pub name: String,
+    /// What the experiment is, the first lines of its report (default: the
+    /// file's leading `#` comment).
+    #[serde(default)]
+    pub description: Option<String>,
+    /// The number the paper reports for this set-up, in the paper's words,
+    /// shown beside orrery's headline.
+    #[serde(default)]
+    pub paper: Option<String>,
+    /// The policy the report's headline measures against the baseline
+    /// (default: the one with the best mean JCT gain, ideal networks aside).
+    #[serde(default)]
+    pub headline: Option<String>,
     /// Seeds; each policy runs once per seed.
     #[serde(default = "one_seed")]
     pub seeds: Vec<u64>,
@@ -459,6 +471,12 @@ pub struct ByPriority {
 pub struct Summary {
     /// Experiment name.
     pub experiment: String,
+    /// What the experiment is.
+    pub description: Option<String>,
+    /// The paper's number for this set-up, in the paper's words.
+    pub paper: Option<String>,
+    /// The policy the report's headline measures (None: the best by mean JCT).
+    pub headline: Option<String>,
     /// First seed.
     pub seed: u64,
     /// Runs.
@@ -629,6 +647,7 @@ pub fn compare(runs: &[Run], baseline: &str) -> Vec<Comparison> {
 /// random placement and the ideal network.
 pub const DEFAULT: &str = r#"
 name = "default"
+description = "orrery's built-in default: 16 hosts of 4 A100s with 50 Gbit/s NICs in 4 racks under 2 spines at 2:1 oversubscription, and 60 jobs from CASSINI's model mix arriving as a Poisson process at 80% load. FIFO with packed placement, random placement, and FIFO on an ideal (non-blocking) network show what the network costs. Try `orrery run experiments/cassini-poisson.toml` for a paper's experiment."
 seeds = [1]
 policies = ["fifo", "random", "ideal"]
 [topology.leaf_spine]
@@ -659,7 +678,24 @@ pub fn parse(file: &str, text: &str) -> Result<Experiment, String> {
             msg
         }
     })?;
-    check(file, e).map_err(|msg| with_line(file, text, &msg))
+    let mut e = check(file, e).map_err(|msg| with_line(file, text, &msg))?;
+    if e.description.is_none() {
+        e.description = leading_comment(text);
+    }
+    Ok(e)
+}
+
+/// The `#` comment lines at the top of a file, as one paragraph.
+fn leading_comment(text: &str) -> Option<String> {
+    let lines: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .skip_while(|l| l.is_empty())
+        .take_while(|l| l.starts_with('#'))
+        .map(|l| l.trim_start_matches('#').trim())
+        .collect();
+    let joined = lines.join(" ").trim().to_string();
+    (!joined.is_empty()).then_some(joined)
 }
 
 /// Adds the line of the field an error names: `f.toml: workload.jobs: ...`
@@ -695,6 +731,9 @@ fn check(file: &str, e: Experiment) -> Result<Experiment, String> {
     }
     if let Some(b) = e.baseline.as_ref().filter(|b| !e.policies.contains(b)) {
         return Err(format!("{file}: baseline: {b:?} is not one of the policies"));
+    }
+    if let Some(h) = e.headline.as_ref().filter(|h| !e.policies.contains(h)) {
+        return Err(format!("{file}: headline: {h:?} is not one of the policies"));
     }
     if e.seeds.is_empty() {
         return Err(format!("{file}: seeds: expected at least one seed"));
@@ -871,6 +910,9 @@ impl Experiment {
         if self.baseline.as_ref().is_some_and(|b| !policies.contains(b)) {
             self.baseline = None;
         }
+        if self.headline.as_ref().is_some_and(|h| !policies.contains(h)) {
+            self.headline = None;
+        }
         self.policies = policies;
         check(&format!("{file} (--policies)"), self)
     }
@@ -1044,7 +1086,18 @@ impl Experiment {
         // The baseline is named as the policy reports itself.
         let baseline = policy(&baseline, 0, &self.workload.pins).map_or(baseline, |p| p.name());
         let comparison = compare(&runs, &baseline);
-        Ok(Summary { experiment: self.name.clone(), seed: self.seeds[0], runs, baseline, comparison })
+        let headline =
+            self.headline.as_ref().map(|h| policy(h, 0, &self.workload.pins).map_or(h.clone(), |p| p.name()));
+        Ok(Summary {
+            experiment: self.name.clone(),
+            description: self.description.clone(),
+            paper: self.paper.clone(),
+            headline,
+            seed: self.seeds[0],
+            runs,
+            baseline,
+            comparison,
+        })
     }
 }
 
@@ -1511,7 +1564,8 @@ mod tests {
                 assert_eq!(delayed, want, "{} {job}", run.policy);
             }
         }
-        let dir = std::env::temp_dir().join(format!("orrery-iterations-{}", std::process::id()));
+        let dir_guard = tempfile::tempdir().expect("temp dir");
+        let dir = dir_guard.path().to_path_buf();
         write(&summary, &dir).expect("written");
         let csv = std::fs::read_to_string(dir.join("iterations.csv")).expect("iterations.csv");
         let _ = std::fs::remove_dir_all(&dir);

@@ -4,7 +4,7 @@
 //! a Gantt of the jobs.
 
 use crate::experiment::{Run, Summary};
-use crate::plot::{Bar, Figure, Ring};
+use crate::plot::{Bar, Figure, Ring, Series};
 use orrery_interleave::unified::{CircleJob, Params, unify};
 use orrery_interleave::{Search, solve};
 use orrery_model::{JobSpec, LinkId, Topology};
@@ -37,6 +37,8 @@ pub struct Busiest {
     pub after: Vec<Ring>,
     /// Compatibility score before and after.
     pub score: (f64, f64),
+    /// Perimeter of the unified circle, ms.
+    pub perimeter_ms: f64,
 }
 
 /// Picks the run's busiest link (most excess demand, then most traffic),
@@ -88,7 +90,7 @@ pub fn busiest(
         .map(|j| (j.spec.id.clone(), j.shape.circle()))
         .filter(|(_, c)| !c.arcs.is_empty())
         .collect();
-    let (before, after, score) = rings(&on_link, row.gbps);
+    let (before, after, score, perimeter_ms) = rings(&on_link, row.gbps);
     Some(Busiest {
         link: format!("{} → {}", row.from, row.to),
         gbps: row.gbps,
@@ -98,16 +100,18 @@ pub fn busiest(
         before,
         after,
         score,
+        perimeter_ms,
     })
 }
 
 /// Rings of jobs on their unified circle, unrotated and at the best rotation.
-fn rings(jobs: &[(String, orrery_model::Circle)], gbps: f64) -> (Vec<Ring>, Vec<Ring>, (f64, f64)) {
+/// Also returns the scores and the circle's perimeter, ms.
+fn rings(jobs: &[(String, orrery_model::Circle)], gbps: f64) -> (Vec<Ring>, Vec<Ring>, (f64, f64), f64) {
     let circles: Vec<CircleJob> = jobs
         .iter()
         .map(|(name, c)| CircleJob { name: name.clone(), priority: orrery_model::Priority::Low, circle: c.clone() })
         .collect();
-    let Ok(u) = unify(&circles, &Params::default()) else { return (Vec::new(), Vec::new(), (1.0, 1.0)) };
+    let Ok(u) = unify(&circles, &Params::default()) else { return (Vec::new(), Vec::new(), (1.0, 1.0), 0.0) };
     let search = if jobs.len() <= 4 { Search::OptimalCushion } else { Search::Heuristic { restarts: 4, seed: 0 } };
     let sol = solve(&u, gbps, search);
     let zero = vec![0usize; u.jobs.len()];
@@ -135,47 +139,52 @@ fn rings(jobs: &[(String, orrery_model::Circle)], gbps: f64) -> (Vec<Ring>, Vec<
             })
             .collect()
     };
-    (ring(&|_| 0.0), ring(&|k| shifts[k]), (unrotated, sol.score))
+    (ring(&|_| 0.0), ring(&|k| shifts[k]), (unrotated, sol.score), u.perimeter_ms)
 }
 
 /// Figures of a summary, written as SVG and PNG into `dir`; returns
 /// (file stem, caption, SVG text) for the report.
 pub fn figures(summary: &Summary, dir: &Path) -> Result<Vec<(String, String, String)>, String> {
     let mut out = Vec::new();
-    let several_seeds =
-        |r: &Run| summary.runs.iter().filter(|x| x.policy == r.policy && x.scenario == r.scenario).count() > 1;
     let several_scenarios = summary.runs.iter().any(|r| r.scenario != summary.runs[0].scenario);
-    let label = |r: &Run| {
-        let mut s = r.policy.clone();
-        if several_scenarios {
-            s = format!("{} {s}", r.scenario);
-        }
-        if several_seeds(r) {
-            s = format!("{s} (seed {})", r.seed);
-        }
-        s
-    };
+    let label = |r: &Run| if several_scenarios { format!("{} {}", r.scenario, r.policy) } else { r.policy.clone() };
     let first_seed: Vec<&Run> = summary.runs.iter().filter(|r| r.seed == summary.seed).collect();
-    // A CDF with more than 16 curves cannot be read: then only the first seed's.
-    let cdf_runs: Vec<&Run> = if summary.runs.len() > 16 { first_seed.clone() } else { summary.runs.iter().collect() };
+    // One curve per policy, its seeds pooled, and a panel per scenario: the
+    // same policy keeps its colour in every panel.
+    let pooled = |f: &dyn Fn(&Run) -> Vec<f64>| -> Vec<Series<f64>> {
+        let mut series: Vec<Series<f64>> = Vec::new();
+        for r in &summary.runs {
+            match series.iter_mut().find(|s| s.name == r.policy && s.facet == r.scenario) {
+                Some(s) => s.values.extend(f(r)),
+                None => series.push(Series::in_facet(r.policy.clone(), r.scenario.clone(), f(r))),
+            }
+        }
+        series
+    };
+    let seeds = summary.runs.iter().map(|r| r.seed).collect::<std::collections::BTreeSet<_>>().len();
+    let pooled_note = if seeds > 1 { format!(", {seeds} seeds pooled") } else { String::new() };
     let jct = Figure::Cdf {
         title: format!("{}: job completion time", summary.experiment),
         x_label: "JCT (s, log scale)".into(),
-        series: cdf_runs.iter().map(|r| (label(r), r.jobs.iter().filter_map(|j| j.jct_s).collect())).collect(),
+        series: pooled(&|r| r.jobs.iter().filter_map(|j| j.jct_s).collect()),
     };
-    out.push(("jct_cdf".into(), "CDF of job completion times.".into(), jct.save(dir, "jct_cdf")?));
+    out.push((
+        "jct_cdf".into(),
+        format!("CDF of job completion times, a panel per scenario{pooled_note}."),
+        jct.save(dir, "jct_cdf")?,
+    ));
     let iters = Figure::Cdf {
         title: format!("{}: iteration time", summary.experiment),
         x_label: "iteration time (s, log scale)".into(),
-        series: cdf_runs.iter().map(|r| (label(r), r.iteration_s.clone())).collect(),
+        series: pooled(&|r| r.iteration_s.clone()),
     };
     out.push((
         "iteration_cdf".into(),
-        "CDF of iteration times (CASSINI Fig. 11b).".into(),
+        format!("CDF of iteration times, a panel per scenario{pooled_note} (CASSINI Fig. 11b)."),
         iters.save(dir, "iteration_cdf")?,
     ));
     // Utilisation over time of each run's busiest link (first seed).
-    let util: Vec<(String, Vec<(f64, f64)>)> = first_seed
+    let util: Vec<Series<(f64, f64)>> = first_seed
         .iter()
         .filter_map(|r| {
             let row = r.links.iter().max_by(|a, b| a.mean_util.total_cmp(&b.mean_util))?;
@@ -186,7 +195,7 @@ pub fn figures(summary: &Summary, dir: &Path) -> Result<Vec<(String, String, Str
                 .enumerate()
                 .map(|(i, u)| (i as f64 * row.bucket_s, 100.0 * u))
                 .collect();
-            Some((format!("{} ({} → {})", label(r), row.from, row.to), pts))
+            Some(Series::in_facet(r.policy.clone(), r.scenario.clone(), pts))
         })
         .collect();
     let util = Figure::Lines {
@@ -196,7 +205,8 @@ pub fn figures(summary: &Summary, dir: &Path) -> Result<Vec<(String, String, Str
     };
     out.push((
         "link_util".into(),
-        "Utilisation of the busiest link of each run over time (bucket means).".into(),
+        "Utilisation of the busiest link of each run over time (bucket means, first seed), a panel per scenario."
+            .into(),
         util.save(dir, "link_util")?,
     ));
     for (k, r) in first_seed.iter().enumerate() {
@@ -220,6 +230,7 @@ pub fn figures(summary: &Summary, dir: &Path) -> Result<Vec<(String, String, Str
             let stem = format!("circles_{k}");
             let fig = Figure::Circles {
                 title: format!("{}: circles of {}", label(r), b.link),
+                perimeter_ms: b.perimeter_ms,
                 panels: vec![
                     (format!("unrotated: score {:.2}", b.score.0), b.before.clone()),
                     (format!("best rotation: score {:.2}", b.score.1), b.after.clone()),
@@ -274,8 +285,7 @@ fn gain_figures(summary: &Summary, dir: &Path) -> Result<Vec<(String, String, St
     let mut out = Vec::new();
     let base = &summary.baseline;
     // Per policy, per scenario: the gain of each seed.
-    type Gains = (String, Vec<f64>);
-    let mut per_seed: Vec<(&str, Vec<Gains>)> = Vec::new();
+    let mut per_seed: Vec<(&str, Vec<Series<f64>>)> = Vec::new();
     for r in summary.runs.iter().filter(|r| &r.policy != base) {
         let Some(b) = summary.runs.iter().find(|b| &b.policy == base && b.scenario == r.scenario && b.seed == r.seed)
         else {
@@ -289,12 +299,12 @@ fn gain_figures(summary: &Summary, dir: &Path) -> Result<Vec<(String, String, St
                 per_seed.last_mut().expect("just pushed")
             }
         };
-        match policy.1.iter_mut().find(|s| s.0 == r.scenario) {
-            Some(s) => s.1.push(gain),
-            None => policy.1.push((r.scenario.clone(), vec![gain])),
+        match policy.1.iter_mut().find(|s| s.name == r.scenario) {
+            Some(s) => s.values.push(gain),
+            None => policy.1.push(Series::new(r.scenario.clone(), vec![gain])),
         }
     }
-    for (policy, series) in per_seed.into_iter().filter(|p| p.1.iter().any(|s| s.1.len() >= 5)) {
+    for (policy, series) in per_seed.into_iter().filter(|p| p.1.iter().any(|s| s.values.len() >= 5)) {
         let stem = format!("gain_cdf_{}", file_stem(policy));
         let fig = Figure::Cdf {
             title: format!("{}: {policy}'s gain over {base} per placement", summary.experiment),
@@ -584,66 +594,236 @@ fn esc(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
 }
 
-/// `report.html`: one self-contained page (inline SVG, no scripts).
+/// The policy the headline measures: the experiment's choice, else the one
+/// with the best mean gain in mean JCT over the baseline (ideal networks
+/// aside, as no scheduler can have one).
+fn headline_policy(summary: &Summary) -> Option<String> {
+    if let Some(h) = &summary.headline {
+        return Some(h.clone());
+    }
+    let mut best: Option<(String, f64)> = None;
+    for c in summary.comparison.iter().filter(|c| c.policy != summary.baseline && !c.policy.starts_with("ideal")) {
+        let lines: Vec<f64> = summary
+            .comparison
+            .iter()
+            .filter(|x| x.policy == c.policy && x.gain_avg_jct.is_finite())
+            .map(|x| x.gain_avg_jct)
+            .collect();
+        let mean = lines.iter().sum::<f64>() / lines.len().max(1) as f64;
+        if !lines.is_empty() && best.as_ref().is_none_or(|b| mean > b.1) {
+            best = Some((c.policy.clone(), mean));
+        }
+    }
+    best.map(|b| b.0)
+}
+
+/// orrery's headline: the headline policy's gains over the baseline in mean
+/// and p99 iteration time and mean JCT, means over scenarios (with their
+/// range when there are several). None without a policy to compare.
+pub fn headline(summary: &Summary) -> Option<String> {
+    let policy = headline_policy(summary)?;
+    let lines: Vec<_> = summary.comparison.iter().filter(|c| c.policy == policy).collect();
+    if lines.is_empty() || lines.iter().all(|c| !c.gain_avg_jct.is_finite()) {
+        return None;
+    }
+    let stat = |f: fn(&crate::experiment::Comparison) -> f64| {
+        let v: Vec<f64> = lines.iter().map(|c| f(c)).filter(|v| v.is_finite()).collect();
+        let mean = v.iter().sum::<f64>() / v.len().max(1) as f64;
+        let (lo, hi) = v.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &x| (a.min(x), b.max(x)));
+        if v.len() > 1 && hi - lo >= 0.005 {
+            format!("{mean:.2}× ({lo:.2}–{hi:.2}×)")
+        } else {
+            format!("{mean:.2}×")
+        }
+    };
+    let over = if lines.len() > 1 { format!(", means over {} scenarios", lines.len()) } else { String::new() };
+    Some(format!(
+        "{policy} against {}: mean iteration time {}, p99 iteration time {}, mean JCT {} (the baseline's over \
+         {policy}'s: above 1 is better{over}).",
+        summary.baseline,
+        stat(|c| c.gain_avg_iter),
+        stat(|c| c.gain_p99_iter),
+        stat(|c| c.gain_avg_jct),
+    ))
+}
+
+/// The figures the report leads with: the gain figures when there are any
+/// (FORESIGHT Figs. 6–7, Castor Fig. 16, Plebiscito Fig. 3), then the CDFs
+/// of JCT and iteration time; at most three.
+fn key_figures(figures: &[(String, String, String)]) -> Vec<usize> {
+    let rank = |stem: &str| match stem {
+        s if s.starts_with("heatmap_") || s.starts_with("gain_cdf_") => 0,
+        "jct_by_load" | "variant_gain" | "gpu_occupancy" => 0,
+        "iteration_cdf" => 1,
+        "jct_cdf" => 2,
+        _ => 9,
+    };
+    let mut order: Vec<usize> = (0..figures.len()).filter(|&i| rank(&figures[i].0) < 9).collect();
+    order.sort_by_key(|&i| rank(&figures[i].0));
+    order.truncate(3);
+    order
+}
+
+fn figure_html(h: &mut String, (stem, caption, svg): &(String, String, String)) {
+    // Drop the XML prolog, if any, to inline the SVG.
+    let body = svg.find("<svg").map_or(svg.as_str(), |i| &svg[i..]);
+    let _ = writeln!(
+        h,
+        "<figure id=\"{stem}\">{body}<figcaption>{} (<a href=\"{stem}.svg\">SVG</a>, <a href=\"{stem}.png\">PNG</a>)</figcaption></figure>",
+        esc(caption)
+    );
+}
+
+/// A table that scrolls sideways inside the page rather than widening it.
+fn table_html(h: &mut String, rows: &[Vec<String>]) {
+    h.push_str("<div class=\"scroll\"><table>\n");
+    table_rows(h, rows);
+    h.push_str("</table></div>\n");
+}
+
+/// The per-run rows of the report's Runs table.
+fn runs_rows(summary: &Summary) -> Vec<Vec<String>> {
+    let mut rows = vec![
+        [
+            "scenario",
+            "policy",
+            "seed",
+            "finished",
+            "avg JCT (s)",
+            "p99 JCT (s)",
+            "avg queue (s)",
+            "avg slowdown",
+            "GPU util",
+            "link util",
+            "Γ",
+            "excess (Gbit)",
+            "decision p99 (ms)",
+            "wall (s)",
+        ]
+        .map(String::from)
+        .to_vec(),
+    ];
+    for r in &summary.runs {
+        let m = &r.metrics;
+        rows.push(vec![
+            r.scenario.clone(),
+            r.policy.clone(),
+            r.seed.to_string(),
+            format!("{}/{}", m.finished, m.jobs),
+            format!("{:.0}", m.avg_jct_s),
+            format!("{:.0}", m.p99_jct_s),
+            format!("{:.0}", m.avg_queue_s),
+            format!("{:.3}", m.avg_slowdown),
+            format!("{:.0}%", 100.0 * m.gpu_util),
+            format!("{:.1}%", 100.0 * m.avg_link_util),
+            format!("{:.3}", m.bw_util_gamma),
+            format!("{:.0}", m.excess_gbit),
+            format!("{:.3}", m.decision_ms_p99),
+            format!("{:.2}", r.wall_s),
+        ]);
+    }
+    rows
+}
+
+/// `report.html`: one self-contained page (inline SVG, no scripts). It
+/// leads with what the experiment is, the paper's number, orrery's headline
+/// and the key figures; then the comparison, the other figures, and the
+/// long tables folded.
 pub fn html(summary: &Summary, figures: &[(String, String, String)]) -> String {
     let mut h = String::new();
     let _ = write!(
         h,
-        "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>orrery: {0}</title>\n<style>\
-         body{{font-family:'DejaVu Sans',Arial,sans-serif;margin:2em auto;max-width:1100px;color:#222}}\
+        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>orrery: {0}</title>\n<style>\
+         body{{font-family:'DejaVu Sans',Arial,sans-serif;margin:2em auto;max-width:1100px;padding:0 1em;color:#222;line-height:1.45}}\
+         .lead{{font-size:17px}}.claims{{background:#f5f7fa;border-left:4px solid #1f77b4;padding:.4em 1em;margin:1em 0}}\
+         .claims p{{margin:.4em 0}}nav{{font-size:14px;margin:1em 0}}nav a{{margin-right:1em}}\
+         .scroll{{overflow-x:auto;max-width:100%}}\
          table{{border-collapse:collapse;font-size:13px;margin:1em 0}}td,th{{border:1px solid #ccc;padding:3px 7px;text-align:right}}\
-         th{{background:#f3f3f3}}td:first-child,td:nth-child(2){{text-align:left}}figure{{margin:1.5em 0}}\
-         figcaption{{font-size:13px;color:#555}}svg{{max-width:100%;height:auto}}</style></head><body>\n\
-         <h1>{0}</h1>\n<p>Baseline for the ratios: <b>{1}</b> (baseline / policy; above 1 is better). \
-         Means over seeds.</p>\n",
+         th{{background:#f3f3f3;white-space:nowrap}}td:first-child,td:nth-child(2){{text-align:left;white-space:nowrap}}\
+         figure{{margin:1.5em 0}}figcaption{{font-size:13px;color:#555}}svg{{max-width:100%;height:auto}}\
+         details{{margin:1em 0}}summary{{cursor:pointer;font-weight:bold}}</style></head><body>\n\
+         <h1>{0}</h1>\n",
         esc(&summary.experiment),
+    );
+    if let Some(d) = &summary.description {
+        let _ = writeln!(h, "<p class=\"lead\">{}</p>", esc(d));
+    }
+    h.push_str("<div class=\"claims\">\n");
+    if let Some(p) = &summary.paper {
+        let _ = writeln!(h, "<p><b>The paper:</b> {}</p>", esc(p));
+    }
+    match headline(summary) {
+        Some(line) => {
+            let _ = writeln!(h, "<p><b>orrery:</b> {}</p>", esc(&line));
+        }
+        None => {
+            let _ = writeln!(h, "<p><b>orrery:</b> one policy, {}; nothing to compare.</p>", esc(&summary.baseline));
+        }
+    }
+    h.push_str("</div>\n");
+    let key = key_figures(figures);
+    let sizes = shares_gpus(summary);
+    let mut contents = vec![("key-figures", "Key figures"), ("comparison", "Comparison")];
+    if sizes {
+        contents.push(("by-size", "By job size"));
+    }
+    if figures.len() > key.len() {
+        contents.push(("figures", "More figures"));
+    }
+    contents.extend([("jobs", "Jobs"), ("runs", "Runs"), ("files", "Files")]);
+    h.push_str("<nav><b>Contents:</b> ");
+    for (id, name) in &contents {
+        let _ = write!(h, "<a href=\"#{id}\">{name}</a>");
+    }
+    h.push_str("</nav>\n<h2 id=\"key-figures\">Key figures</h2>\n");
+    for &i in &key {
+        figure_html(&mut h, &figures[i]);
+    }
+    let _ = writeln!(
+        h,
+        "<h2 id=\"comparison\">Comparison</h2>\n<p>Means over seeds; each <i>x</i> column is the baseline's value \
+         (<b>{}</b>) over the policy's: above 1 is better.</p>",
         esc(&summary.baseline)
     );
-    h.push_str("<h2>Comparison</h2>\n<table>\n");
-    table_rows(&mut h, &crate::experiment::comparison_table(&summary.comparison));
-    if shares_gpus(summary) {
-        h.push_str("</table>\n<h2>By job size</h2>\n<p>Castor Tables 5-6: large jobs use more than 8 GPUs; queueing is all time spent waiting.</p>\n<table>\n");
-        table_rows(&mut h, &size_table(summary));
-    }
-    h.push_str("</table>\n<h2>Jobs</h2>\n<p>Mean iteration time per job (first seed), against its time alone on the same placement.</p>\n");
-    for (scenario, rows) in crate::experiment::job_tables(summary) {
-        let _ = writeln!(h, "<h3>{}</h3>\n<table>", esc(&scenario));
-        table_rows(&mut h, &rows);
-        h.push_str("</table>\n");
-    }
-    h.push_str("<h2>Runs</h2>\n<table><tr><th>scenario</th><th>policy</th><th>seed</th><th>finished</th><th>avg JCT</th><th>p99 JCT</th><th>avg queue</th><th>avg slowdown</th><th>GPU util</th><th>link util</th><th>Γ</th><th>excess (Gbit)</th><th>decision p99 (ms)</th><th>wall (s)</th></tr>\n");
-    for r in &summary.runs {
-        let m = &r.metrics;
-        let _ = writeln!(
-            h,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}/{}</td><td>{:.0}</td><td>{:.0}</td><td>{:.0}</td><td>{:.3}</td><td>{:.0}%</td><td>{:.1}%</td><td>{:.3}</td><td>{:.0}</td><td>{:.3}</td><td>{:.2}</td></tr>",
-            esc(&r.scenario),
-            esc(&r.policy),
-            r.seed,
-            m.finished,
-            m.jobs,
-            m.avg_jct_s,
-            m.p99_jct_s,
-            m.avg_queue_s,
-            m.avg_slowdown,
-            100.0 * m.gpu_util,
-            100.0 * m.avg_link_util,
-            m.bw_util_gamma,
-            m.excess_gbit,
-            m.decision_ms_p99,
-            r.wall_s
+    table_html(&mut h, &crate::experiment::comparison_table(&summary.comparison));
+    if sizes {
+        h.push_str(
+            "<h2 id=\"by-size\">By job size</h2>\n<p>Castor Tables 5-6: large jobs use more than 8 GPUs; queueing is all \
+             time spent waiting.</p>\n",
         );
+        table_html(&mut h, &size_table(summary));
     }
-    h.push_str("</table>\n<h2>Figures</h2>\n");
-    for (stem, caption, svg) in figures {
-        // Drop the XML prolog, if any, to inline the SVG.
-        let body = svg.find("<svg").map_or(svg.as_str(), |i| &svg[i..]);
-        let _ = writeln!(
-            h,
-            "<figure id=\"{stem}\">{body}<figcaption>{} (<a href=\"{stem}.svg\">SVG</a>, <a href=\"{stem}.png\">PNG</a>)</figcaption></figure>",
-            esc(caption)
-        );
+    if figures.len() > key.len() {
+        h.push_str("<h2 id=\"figures\">More figures</h2>\n");
+        for (_, f) in figures.iter().enumerate().filter(|(i, _)| !key.contains(i)) {
+            figure_html(&mut h, f);
+        }
     }
-    h.push_str("<p>Files: summary.json, jobs.csv, links.csv. Made by orrery.</p></body></html>\n");
+    let jobs = crate::experiment::job_tables(summary);
+    let rows: usize = jobs.iter().map(|(_, r)| r.len().saturating_sub(1)).sum();
+    let _ = writeln!(
+        h,
+        "<h2 id=\"jobs\">Jobs</h2>\n<details><summary>Mean iteration time per job (first seed) against its time alone \
+         on the same placement: {rows} rows in {} tables</summary>",
+        jobs.len()
+    );
+    for (scenario, rows) in &jobs {
+        let _ = writeln!(h, "<h3>{}</h3>", esc(scenario));
+        table_html(&mut h, rows);
+    }
+    h.push_str("</details>\n");
+    let _ = writeln!(
+        h,
+        "<h2 id=\"runs\">Runs</h2>\n<details><summary>Metrics of each of the {} runs</summary>",
+        summary.runs.len()
+    );
+    table_html(&mut h, &runs_rows(summary));
+    h.push_str("</details>\n");
+    h.push_str(
+        "<h2 id=\"files\">Files</h2>\n<p>Beside this page: <a href=\"summary.json\">summary.json</a> (every number \
+         here), <a href=\"jobs.csv\">jobs.csv</a>, <a href=\"links.csv\">links.csv</a>, and each figure as SVG and \
+         PNG. Made by orrery.</p></body></html>\n",
+    );
     h
 }

@@ -87,7 +87,8 @@ fn jobs_crowded_on_one_spine_slow_down_as_in_psim() {
 
 #[test]
 fn a_bad_file_is_named_with_its_entry_and_field() {
-    let tmp = std::env::temp_dir().join(format!("orrery-psim-{}", std::process::id()));
+    let tmp_guard = tempfile::tempdir().expect("temp dir");
+    let tmp = tmp_guard.path().to_path_buf();
     std::fs::create_dir_all(&tmp).expect("tmp");
     let placement = tmp.join("placement.json");
     let write = |text: &str| std::fs::write(&placement, text).expect("write");

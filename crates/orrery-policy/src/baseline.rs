@@ -110,13 +110,15 @@ pub fn packed(t: &orrery_model::Topology, gpus: u32) -> Vec<(HostId, u32)> {
 /// Run time of a queued job alone on a consolidated placement, seconds
 /// (the zoo's shape on the hosts of the cluster's first host type).
 pub fn isolated_seconds(view: &ClusterView<'_>, spec: &orrery_model::JobSpec) -> f64 {
+    isolated_seconds_on(view.topology, spec)
+}
+
+/// [`isolated_seconds`] on a topology: the job alone, packed from host 0.
+pub fn isolated_seconds_on(t: &orrery_model::Topology, spec: &orrery_model::JobSpec) -> f64 {
     match spec.work {
         orrery_model::Work::Seconds(s) => s,
-        orrery_model::Work::Iterations(n) => {
-            let t = view.topology;
-            orrery_model::placed::place(t, spec, &packed(t, spec.gpus().max(1)))
-                .map_or(f64::INFINITY, |p| n as f64 * p.shape.period_ms() / 1e3)
-        }
+        orrery_model::Work::Iterations(n) => orrery_model::placed::place(t, spec, &packed(t, spec.gpus().max(1)))
+            .map_or(f64::INFINITY, |p| n as f64 * p.shape.period_ms() / 1e3),
     }
 }
 

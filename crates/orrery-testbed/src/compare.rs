@@ -9,7 +9,7 @@
 //! iterations on both sides.
 
 use crate::drive::{LinkSeries, Measured};
-use orrery_lab::plot::Figure;
+use orrery_lab::plot::{Figure, Series};
 use orrery_model::{JobSpec, Topology};
 use orrery_sim::{SimConfig, Simulation};
 use serde::Serialize;
@@ -210,9 +210,12 @@ pub fn figures(
     let mut series = Vec::new();
     for (i, spec) in jobs.iter().enumerate() {
         if let Some(m) = measured.jobs.iter().find(|j| j.id == spec.id) {
-            series.push((format!("{} testbed", spec.id), m.iteration_ms.clone()));
+            series.push(Series::new(format!("{} testbed", spec.id), m.iteration_ms.clone()));
         }
-        series.push((format!("{} simulator", spec.id), simulated.iteration_ms.get(i).cloned().unwrap_or_default()));
+        series.push(Series::new(
+            format!("{} simulator", spec.id),
+            simulated.iteration_ms.get(i).cloned().unwrap_or_default(),
+        ));
     }
     let cdf = Figure::Cdf {
         title: format!("Iteration time, testbed (real TCP) vs simulator: {}", measured.policy),
@@ -226,7 +229,10 @@ pub fn figures(
         let lines = Figure::Lines {
             title: format!("Link {} → {}: utilisation, {}", busiest.from, busiest.to, measured.policy),
             y_label: "utilisation of the link".into(),
-            series: vec![("testbed (tx counter)".into(), busiest.utilisation.clone()), ("simulator".into(), sim)],
+            series: vec![
+                Series::new("testbed (tx counter)", busiest.utilisation.clone()),
+                Series::new("simulator", sim),
+            ],
         };
         lines.save(dir, "links")?;
         written.push("links".into());

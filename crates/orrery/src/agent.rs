@@ -9,8 +9,9 @@
 //! `orrery agent --node` is the node agent of `orrery serve` instead
 //! ([`crate::live`], [`orrery_serve::node_agent`]).
 //!
-//! `orrery agent --submit jobs.jsonl --to ADDR` sends jobs (one JSON
-//! `JobRequest` per line) to an agent, which starts their auctions.
+//! `orrery agent --submit jobs.jsonl --to ADDR` sends jobs to an agent, which
+//! starts their auctions. A line is a job in orrery's format (as `orrery
+//! trace generate` writes it) or Plebiscito's own `JobRequest`.
 //!
 //! Every datagram is sealed with the cluster's pre-shared key (`--key`, a
 //! file of mode 600; [`orrery_plebiscito::wire`]). An agent drops a datagram
@@ -195,22 +196,89 @@ async fn submit(file: &Path, to: SocketAddr, key: &Key, topology_name: &str) -> 
     let topo = topology(topology_name)?;
     let text = std::fs::read_to_string(file).with_context(|| format!("{}", file.display()))?;
     // Every line is checked before anything is sent.
-    let mut jobs = Vec::new();
-    for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
-        let at = || format!("{}:{}", file.display(), i + 1);
-        let job: JobRequest = serde_json::from_str(line).map_err(|e| anyhow!("{}: {e}", at()))?;
-        job.check().and_then(|()| fits_cluster(&job, &topo)).map_err(|e| anyhow!("{}: {e}", at()))?;
-        jobs.push(job);
-    }
+    let (jobs, names) = requests(&file.display().to_string(), &text, &topo)?;
     let total = jobs.len();
     let (outcome, busy) = send_jobs(jobs, to, key).await?;
+    let name = |id: &u64| names.get(id).cloned().unwrap_or_else(|| id.to_string());
     let refused: Vec<String> =
-        outcome.iter().filter_map(|(id, o)| o.as_ref().err().map(|e| format!("job {id}: {e}"))).collect();
+        outcome.iter().filter_map(|(id, o)| o.as_ref().err().map(|e| format!("job {}: {e}", name(id)))).collect();
     eprintln!("{} of {total} jobs accepted by {to} ({busy} busy answers, sent again)", total - refused.len());
     if !refused.is_empty() {
         bail!("{} of {total} jobs were not accepted:\n  {}", refused.len(), refused.join("\n  "));
     }
     Ok(())
+}
+
+/// The auction requests of a submitted file. A line is either Plebiscito's
+/// own request (it has `arch`: workers, per-worker demand, rates, run time)
+/// or a job in orrery's format, the one `orrery trace generate`, `orrery
+/// submit` and experiment files use; the latter is turned into a request on
+/// `topo` as the simulator's Plebiscito does (its rates from the job's shape
+/// on the cluster, its run time alone), with its id kept for messages (a
+/// numeric id as it is, another by a 64-bit FNV-1a hash). Returns the
+/// requests and the original id of each job that had one.
+fn requests(file: &str, text: &str, topo: &orrery_model::Topology) -> Result<(Vec<JobRequest>, BTreeMap<u64, String>)> {
+    let mut jobs = Vec::new();
+    let mut names = BTreeMap::new();
+    let mut seen: BTreeMap<u64, usize> = BTreeMap::new();
+    let mut errors = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let l = line.trim();
+        if l.is_empty() || l.starts_with('#') {
+            continue;
+        }
+        let at = format!("{file}:{}", i + 1);
+        let value: serde_json::Value = match serde_json::from_str(l) {
+            Ok(v) => v,
+            Err(e) => {
+                errors.push(format!("{at}: expected a JSON job object, found {e}"));
+                continue;
+            }
+        };
+        let job = if value.get("arch").is_some() {
+            serde_json::from_value::<JobRequest>(value).map_err(|e| format!("{at}: as a Plebiscito request: {e}"))
+        } else {
+            // One line through orrery's own parser, at its line number.
+            let padded = "\n".repeat(i) + l;
+            let parsed = orrery_trace::formats::jsonl::parse(file, &padded);
+            match (parsed.items.into_iter().next(), parsed.errors.first()) {
+                (Some(spec), None) => {
+                    let id = spec.id.parse::<u64>().unwrap_or_else(|_| fnv1a(&spec.id));
+                    names.insert(id, spec.id.clone());
+                    let alone = orrery_policy::baseline::isolated_seconds_on(topo, &spec);
+                    Ok(orrery_policy::plebiscito::request(topo, id as usize, &spec, alone))
+                }
+                (_, Some(d)) => Err(d.to_string()),
+                (None, None) => Err(format!("{at}: expected a job")),
+            }
+        };
+        let job = match job
+            .and_then(|j| j.check().and_then(|()| fits_cluster(&j, topo)).map(|()| j).map_err(|e| format!("{at}: {e}")))
+        {
+            Ok(j) => j,
+            Err(e) => {
+                errors.push(e);
+                continue;
+            }
+        };
+        if let Some(first) = seen.insert(job.id, i + 1) {
+            errors.push(format!(
+                "{at}: id {}: already used on line {first}",
+                names.get(&job.id).cloned().unwrap_or(job.id.to_string())
+            ));
+            continue;
+        }
+        jobs.push(job);
+    }
+    if !errors.is_empty() {
+        bail!("{} of the file's jobs are not valid; nothing was sent:\n  {}", errors.len(), errors.join("\n  "));
+    }
+    Ok((jobs, names))
+}
+
+/// FNV-1a, 64 bits: a stable number for a job id that is not one.
+fn fnv1a(s: &str) -> u64 {
+    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3))
 }
 
 /// Most auctions an agent holds open; a submission beyond is answered
@@ -506,8 +574,37 @@ mod tests {
     use super::*;
 
     #[test]
+    fn orrery_jobs_and_plebiscito_requests_are_read_from_one_file() {
+        let topo = topology("leaf-spine").expect("topology");
+        let generated = r#"{"id":"job-0","model":"vgg16","batch":32,"workers":2,"gpus_per_worker":1,"work":{"iterations":150},"arrival_s":0.0,"priority":"low"}"#;
+        let request = r#"{"id":7,"arch":"Ring","workers":2,"worker":{"gpus":1.0,"cpus":0.0,"mem_gib":0.0},"server":{"gpus":0.0,"cpus":0.0,"mem_gib":0.0},"gbps":5.0,"runtime_s":600.0,"weight":1.0}"#;
+        let numbered = r#"{"id":"12","model":"resnet50","batch":32,"workers":1,"work":{"iterations":10},"arrival_s":0.0,"priority":"high"}"#;
+        let text = format!("# a mix\n{generated}\n\n{request}\n{numbered}\n");
+        let (jobs, names) = requests("jobs.jsonl", &text, &topo).expect("valid");
+        assert_eq!(jobs.iter().map(|j| j.id).collect::<Vec<_>>(), [fnv1a("job-0"), 7, 12]);
+        assert_eq!(names[&fnv1a("job-0")], "job-0");
+        // VGG16 on two GPUs: its rates come from the zoo's shape, its run time
+        // is 150 iterations alone, and a high-priority job weighs twice.
+        let vgg = &jobs[0];
+        assert!(vgg.gbps > 0.0 && vgg.peak_gbps >= vgg.gbps, "{vgg:?}");
+        assert!(vgg.runtime_s > 0.0 && vgg.runtime_s.is_finite());
+        assert_eq!((vgg.workers, vgg.worker.gpus, vgg.weight), (2, 1.0, 1.0));
+        assert_eq!(jobs[2].weight, 2.0);
+        // Bad lines are all named, with their line, and nothing is accepted.
+        let bad = format!(
+            "{generated}\n{{\"id\":\"x\",\"model\":\"nope\",\"batch\":1,\"workers\":1,\"work\":{{\"iterations\":1}},\"arrival_s\":0}}\n{generated}\nnot json\n"
+        );
+        let e = requests("jobs.jsonl", &bad, &topo).expect_err("bad lines").to_string();
+        assert!(e.starts_with("3 of the file's jobs are not valid; nothing was sent"), "{e}");
+        assert!(e.contains("jobs.jsonl:2: field `model`"), "{e}");
+        assert!(e.contains("jobs.jsonl:3: id job-0: already used on line 1"), "{e}");
+        assert!(e.contains("jobs.jsonl:4: expected a JSON job object"), "{e}");
+    }
+
+    #[test]
     fn peers_file_errors_name_the_line() {
-        let dir = std::env::temp_dir().join(format!("orrery-peers-{}", std::process::id()));
+        let dir_guard = tempfile::tempdir().expect("temp dir");
+        let dir = dir_guard.path().to_path_buf();
         std::fs::create_dir_all(&dir).expect("dir");
         let f = dir.join("peers.txt");
         std::fs::write(&f, "# agents\n0 127.0.0.1:7000\n1 localhost\n").expect("write");

@@ -4,7 +4,7 @@
 //! figures with `--out`.
 
 use anyhow::{Context, Result, anyhow};
-use orrery_lab::plot::Figure;
+use orrery_lab::plot::{Figure, Series};
 use orrery_plebiscito::scale::{ScaleRow, run as run_scale};
 use orrery_plebiscito::utility::{BidPolicy, Utility};
 use serde::Deserialize;
@@ -116,9 +116,9 @@ fn write(dir: &Path, spec: &ScaleSpec, rows: &[ScaleRow]) -> Result<()> {
         x_label: "agents".into(),
         y_label: "ms".into(),
         series: vec![
-            ("auction: simulated consensus".into(), pts(&|r| r.consensus_ms)),
-            ("auction: wall-clock to simulate".into(), pts(&|r| r.wall_ms)),
-            ("centralised greedy: compute + RTT".into(), pts(&|r| r.central_ms)),
+            Series::new("auction: simulated consensus", pts(&|r| r.consensus_ms)),
+            Series::new("auction: wall-clock to simulate", pts(&|r| r.wall_ms)),
+            Series::new("centralised greedy: compute + RTT", pts(&|r| r.central_ms)),
         ],
     };
     time.save(dir, "scale-time").map_err(anyhow::Error::msg)?;
@@ -127,8 +127,8 @@ fn write(dir: &Path, spec: &ScaleSpec, rows: &[ScaleRow]) -> Result<()> {
         x_label: "agents".into(),
         y_label: "messages".into(),
         series: vec![
-            ("auction".into(), pts(&|r| r.messages as f64)),
-            ("centralised (2N)".into(), pts(&|r| r.central_messages as f64)),
+            Series::new("auction", pts(&|r| r.messages as f64)),
+            Series::new("centralised (2N)", pts(&|r| r.central_messages as f64)),
         ],
     };
     msgs.save(dir, "scale-messages").map_err(anyhow::Error::msg)?;

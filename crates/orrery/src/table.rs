@@ -1,33 +1,56 @@
-//! `orrery table`: a markdown table from an experiment's `summary.json`.
+//! `orrery table`: a markdown table from an experiment's `summary.json`, or
+//! a table of jobs from its `jobs.csv`.
 
 use anyhow::Context;
-use orrery_lab::tables::{Cell, Layout, table};
+use orrery_lab::tables::{Cell, Layout, csv_rows, grid, job_table, table};
 use std::path::PathBuf;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// An experiment's `summary.json` (`orrery run FILE --out DIR` writes DIR/summary.json).
+    /// An experiment's `summary.json` (`orrery run FILE --out DIR` writes
+    /// DIR/summary.json), or its `jobs.csv` for a row per job.
     summary: PathBuf,
-    /// Cells: paths into a run, PATH[/DIVISOR][:DECIMALS], e.g.
-    /// `metrics.avg_jct_s/3600:1` (hours) or `by_priority.high.avg_iter_s`;
-    /// averaged over seeds.
+    /// Cells: `[NAME=]PATH[/DIVISOR][%][@AGG][:DECIMALS]`, e.g.
+    /// `JCT (h)=metrics.avg_jct_s/3600:1` or `by_priority.high.avg_iter_s`,
+    /// averaged over seeds; `comparison.gain_avg_iter` reads the comparison
+    /// line; `gain.metrics.avg_iter_s` is the baseline's over the run's,
+    /// seed by seed; `@min`, `@median`, `@max` or `@below1` ("k of n" below
+    /// 1) aggregate the seeds instead of their mean. With jobs.csv a PATH is
+    /// one of its columns (`iter_mean_ms`, `isolated_iter_ms`, `slowdown`).
     #[arg(long = "cell", required = true, value_parser = |s: &str| s.parse::<Cell>().map_err(|e| e.to_string()))]
     cells: Vec<Cell>,
     /// A column per policy and a row per scenario, the cells joined by " / "
     /// (default: a row per scenario and policy, a column per cell).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "grid")]
     wide: bool,
+    /// Scenarios named `a=x,b=y` as a grid: a row per value of a, a column
+    /// per value of b, each cell the policies' values.
+    #[arg(long)]
+    grid: bool,
     /// Only these policies, in this order (comma-separated).
     #[arg(long, value_delimiter = ',')]
     policies: Vec<String>,
 }
 
 pub fn run(args: &Args) -> anyhow::Result<()> {
-    let text = std::fs::read_to_string(&args.summary).with_context(|| format!("reading {}", args.summary.display()))?;
-    let summary: serde_json::Value =
-        serde_json::from_str(&text).with_context(|| format!("{}: not JSON", args.summary.display()))?;
-    let layout = if args.wide { Layout::Wide } else { Layout::Long };
-    let t = table(&summary, &args.cells, layout, &args.policies).with_context(|| args.summary.display().to_string())?;
+    let path = args.summary.display().to_string();
+    let text = std::fs::read_to_string(&args.summary).with_context(|| format!("reading {path}"))?;
+    let t = if args.summary.extension().is_some_and(|e| e == "csv") {
+        anyhow::ensure!(
+            !args.wide && !args.grid,
+            "{path}: --wide and --grid are for summary.json; jobs.csv gives a row per job"
+        );
+        csv_rows(&text).and_then(|rows| job_table(&rows, &args.cells, &args.policies))
+    } else {
+        let summary: serde_json::Value = serde_json::from_str(&text).with_context(|| format!("{path}: not JSON"))?;
+        if args.grid {
+            grid(&summary, &args.cells, &args.policies)
+        } else {
+            let layout = if args.wide { Layout::Wide } else { Layout::Long };
+            table(&summary, &args.cells, layout, &args.policies)
+        }
+    }
+    .with_context(|| path.clone())?;
     print!("{t}");
     Ok(())
 }

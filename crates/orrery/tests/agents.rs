@@ -224,6 +224,45 @@ fn eight_agents_place_a_stream_of_jobs_and_survive_a_kill() {
     assert_no_gpu_committed_twice(&states, &first, 4.0);
 }
 
+/// One job format everywhere: the live service's example jobs (orrery's
+/// JSON lines, as `orrery trace generate` writes them) go to the auction
+/// agents unchanged and are placed.
+#[test]
+fn the_live_examples_in_orrerys_job_format_are_placed_by_the_agents() {
+    let mut agents = Agents::start(AGENTS, &[]);
+    let dir = agents.dir().to_path_buf();
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/live/");
+    let jobs: String = ["vgg-a.jsonl", "vgg-b.jsonl"]
+        .iter()
+        .map(|f| std::fs::read_to_string(format!("{root}{f}")).expect("example job"))
+        .collect();
+    let file = dir.join("examples.jsonl");
+    std::fs::write(&file, jobs).expect("job file");
+    let out = Command::new(env!("CARGO_BIN_EXE_orrery"))
+        .args(["agent", "--submit"])
+        .arg(&file)
+        .args(["--to", &agents.addrs[0], "--key"])
+        .arg(dir.join("cluster.key"))
+        .output()
+        .expect("run orrery agent --submit");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("2 of 2 jobs accepted"), "{err}");
+    wait_all(&mut agents.children, Duration::from_secs(30));
+    let state = read_state(&agents.state(0));
+    let verdicts = state["verdicts"].as_object().cloned().unwrap_or_default();
+    assert_eq!(verdicts.len(), 2, "{verdicts:?}");
+    // Each VGG16 job: 2 workers of 1 GPU.
+    for (id, v) in &verdicts {
+        let placed = v.get("Placed").unwrap_or_else(|| panic!("job {id}: {v}"));
+        assert_eq!(
+            placed.as_array().map(|w| w.iter().flat_map(|r| r.as_array().into_iter().flatten()).count()),
+            Some(2),
+            "job {id}: {v}"
+        );
+    }
+}
+
 #[test]
 fn forged_and_replayed_datagrams_change_nothing_and_a_killed_agent_restarts_with_its_commitments() {
     let key = Key::new(b"0123456789abcdef0123456789abcdef".to_vec()).expect("key");

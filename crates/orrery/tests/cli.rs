@@ -32,7 +32,8 @@ fn trace_inspect_reports_82247_philly_jobs() {
 
 #[test]
 fn bad_rows_exit_non_zero_with_file_line_and_field() {
-    let dir = std::env::temp_dir().join(format!("orrery-cli-{}", std::process::id()));
+    let dir_guard = tempfile::tempdir().expect("temp dir");
+    let dir = dir_guard.path().to_path_buf();
     std::fs::create_dir_all(&dir).expect("tmp dir");
     let f = dir.join("bad.csv");
     std::fs::write(&f, "timestamp,duration,num_gpus,gpu_time,cluster\n2017-10-01 10:00:00,100,1,100,a\n2017-10-01 10:00:00,100,x,100,a\n")
@@ -87,7 +88,8 @@ fn topo_show_builtin_and_file_errors() {
     assert!(out.contains("oversubscription 2.00:1"), "{out}");
     let o = orrery(&["topo", "show", "philly"]);
     assert!(stdout(&o).contains("hosts      552 (2490 GPUs)"), "{}", stdout(&o));
-    let dir = std::env::temp_dir().join(format!("orrery-topo-{}", std::process::id()));
+    let dir_guard = tempfile::tempdir().expect("temp dir");
+    let dir = dir_guard.path().to_path_buf();
     std::fs::create_dir_all(&dir).expect("tmp dir");
     let f = dir.join("t.toml");
     std::fs::write(&f, "[leaf_spine]\nracks = 2\nhosts_per_rack = 4\nspines = \"two\"\n").expect("write");
@@ -98,7 +100,8 @@ fn topo_show_builtin_and_file_errors() {
 
 #[test]
 fn compat_reproduces_cassini_fig5_and_draws_it() {
-    let dir = std::env::temp_dir().join(format!("orrery-compat-{}", std::process::id()));
+    let dir_guard = tempfile::tempdir().expect("temp dir");
+    let dir = dir_guard.path().to_path_buf();
     std::fs::create_dir_all(&dir).expect("tmp dir");
     let svg = dir.join("fig5.svg");
     let o = orrery(&["compat", "experiments/compat/cassini-fig5.json", "--svg", svg.to_str().expect("utf-8")]);
@@ -115,7 +118,8 @@ fn compat_reproduces_cassini_fig5_and_draws_it() {
 
 #[test]
 fn compat_rejects_bad_phases_with_the_field() {
-    let dir = std::env::temp_dir().join(format!("orrery-compat-bad-{}", std::process::id()));
+    let dir_guard = tempfile::tempdir().expect("temp dir");
+    let dir = dir_guard.path().to_path_buf();
     std::fs::create_dir_all(&dir).expect("tmp dir");
     let f = dir.join("bad.json");
     std::fs::write(&f, r#"{"link_gbps": 50, "jobs": [{"name": "x", "period_ms": 100, "phases": [{"start_ms": 120, "duration_ms": 5, "gbps": 10}]}]}"#)
@@ -131,7 +135,8 @@ fn compat_rejects_bad_phases_with_the_field() {
 
 #[test]
 fn run_default_writes_summary_jobs_and_links() {
-    let dir = std::env::temp_dir().join(format!("orrery-run-{}", std::process::id()));
+    let dir_guard = tempfile::tempdir().expect("temp dir");
+    let dir = dir_guard.path().to_path_buf();
     let o = orrery(&["run", "--quiet", "--out", dir.to_str().expect("utf-8")]);
     assert!(o.status.success(), "{}", stderr(&o));
     // The suite: one folder per experiment.
@@ -187,12 +192,20 @@ fn run_default_writes_summary_jobs_and_links() {
         assert!(png.starts_with(b"\x89PNG"), "{stem}.png");
     }
     let html = std::fs::read_to_string(dir.join("report.html")).expect("report.html");
-    assert!(html.contains("<h2>Comparison</h2>") && html.matches("<svg").count() >= 4, "report.html");
+    assert!(html.contains("<h2 id=\"comparison\">Comparison</h2>") && html.matches("<svg").count() >= 4, "report.html");
+    // The page leads with what the experiment is, the headline and the key
+    // figures; the long tables come after, folded.
+    let at = |needle: &str| html.find(needle).unwrap_or_else(|| panic!("report.html lacks {needle}"));
+    assert!(at("orrery's built-in default: 16 hosts") < at("<b>orrery:</b>"));
+    assert!(at("<b>orrery:</b> random against fifo") < at("<figure"), "the headline names the best policy by mean JCT");
+    assert!(at("<figure") < at("id=\"comparison\""));
+    assert!(at("id=\"comparison\"") < at("<details><summary>Mean iteration time per job"));
 }
 
 #[test]
 fn run_rejects_a_bad_experiment_with_its_line() {
-    let dir = std::env::temp_dir().join(format!("orrery-run-bad-{}", std::process::id()));
+    let dir_guard = tempfile::tempdir().expect("temp dir");
+    let dir = dir_guard.path().to_path_buf();
     std::fs::create_dir_all(&dir).expect("tmp dir");
     let f = dir.join("x.toml");
     std::fs::write(&f, "name = \"x\"\npolicies = [\"fifo\"]\n[topology]\nbuiltin = \"cassini\"\n[workload]\ngenerator = \"poisson\"\nload = \"high\"\n")
@@ -204,7 +217,8 @@ fn run_rejects_a_bad_experiment_with_its_line() {
 
 #[test]
 fn auction_scale_experiment_prints_and_plots() {
-    let dir = std::env::temp_dir().join(format!("orrery-scale-{}", std::process::id()));
+    let dir_guard = tempfile::tempdir().expect("temp dir");
+    let dir = dir_guard.path().to_path_buf();
     std::fs::create_dir_all(&dir).expect("tmp dir");
     let f = dir.join("s.toml");
     std::fs::write(&f, "kind = \"auction-scale\"\nname = \"s\"\nagents = [4, 32]\nworkers = 8\n").expect("write");
@@ -231,7 +245,8 @@ fn auction_scale_experiment_prints_and_plots() {
 #[test]
 fn plebiscito_places_alibaba_shaped_jobs() {
     // Real rows of Alibaba's v2023 multi-GPU pod list (openb-pod-0000..0003, 0017).
-    let dir = std::env::temp_dir().join(format!("orrery-pods-{}", std::process::id()));
+    let dir_guard = tempfile::tempdir().expect("temp dir");
+    let dir = dir_guard.path().to_path_buf();
     std::fs::create_dir_all(&dir).expect("tmp dir");
     std::fs::write(
         dir.join("pods.csv"),
@@ -285,7 +300,8 @@ fn numeric_flags_refuse_nan_and_out_of_range_values_naming_the_flag() {
 fn castor_policies_share_gpus_and_report_by_job_size() {
     // Pollux's Philly jobs on 4 servers of 8 A6000s (jobs of more than 32
     // GPUs are rejected): sharing, its ablations, and Castor's tables.
-    let dir = std::env::temp_dir().join(format!("orrery-castor-{}", std::process::id()));
+    let dir_guard = tempfile::tempdir().expect("temp dir");
+    let dir = dir_guard.path().to_path_buf();
     std::fs::create_dir_all(&dir).expect("tmp dir");
     std::fs::write(
         dir.join("c.toml"),
