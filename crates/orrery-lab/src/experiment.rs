@@ -1352,7 +1352,7 @@ pub fn write(summary: &Summary, dir: &Path) -> Result<(), String> {
         let bytes = csv_of(summary.runs.iter().flat_map(|r| &r.iterations)).map_err(|e| err(&p, &e))?;
         write_atomic(&p, bytes).map_err(|e| err(&p, &e))?;
     }
-    let figures = crate::report::figures(summary, dir)?;
+    let figures = crate::report::figures(summary, dir).map_err(|e| e.to_string())?;
     let p = dir.join("report.html");
     write_atomic(&p, crate::report::html(summary, &figures)).map_err(|e| err(&p, &e))?;
     Ok(())

@@ -201,10 +201,30 @@ pub enum Figure {
     },
 }
 
-type DrawResult = Result<(), String>;
+/// What went wrong drawing or writing a figure.
+#[derive(Debug, thiserror::Error)]
+pub enum PlotError {
+    /// plotters could not draw (a backend error).
+    #[error("drawing the figure: {0}")]
+    Draw(String),
+    /// resvg could not read the SVG back, or the figure is too large.
+    #[error("rendering the PNG: {0}")]
+    Render(String),
+    /// A figure file could not be written.
+    #[error("{path}: {source}")]
+    Write {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+}
 
-fn err<E: std::fmt::Debug>(e: E) -> String {
-    format!("plot: {e:?}")
+type DrawResult = Result<(), PlotError>;
+
+fn err<E: std::fmt::Debug>(e: E) -> PlotError {
+    PlotError::Draw(format!("{e:?}"))
 }
 
 /// Size of one panel of a faceted figure, and of a figure of one panel.
@@ -327,7 +347,7 @@ impl Figure {
     }
 
     /// The figure as an SVG document.
-    pub fn svg(&self) -> Result<String, String> {
+    pub fn svg(&self) -> Result<String, PlotError> {
         register_font();
         let mut s = String::new();
         {
@@ -341,13 +361,13 @@ impl Figure {
     /// Writes `<stem>.svg` and `<stem>.png` into `dir`; returns the SVG text.
     /// The PNG is the SVG rendered by resvg at twice its size, with text
     /// shaped (kerned) from the embedded font.
-    pub fn save(&self, dir: &Path, stem: &str) -> Result<String, String> {
+    pub fn save(&self, dir: &Path, stem: &str) -> Result<String, PlotError> {
         let svg = self.svg()?;
-        let p = dir.join(format!("{stem}.svg"));
-        orrery_model::files::write_atomic(&p, &svg).map_err(|e| format!("{}: {e}", p.display()))?;
-        let p = dir.join(format!("{stem}.png"));
-        let png = png_of(&svg, 2.0).map_err(|e| format!("{}: {e}", p.display()))?;
-        orrery_model::files::write_atomic(&p, png).map_err(|e| format!("{}: {e}", p.display()))?;
+        let write = |path: std::path::PathBuf, bytes: &[u8]| {
+            orrery_model::files::write_atomic(&path, bytes).map_err(|source| PlotError::Write { path, source })
+        };
+        write(dir.join(format!("{stem}.svg")), svg.as_bytes())?;
+        write(dir.join(format!("{stem}.png")), &png_of(&svg, 2.0)?)?;
         Ok(svg)
     }
 
@@ -369,7 +389,7 @@ impl Figure {
 
 /// An SVG rendered to PNG bytes at `scale` (resvg; the font database holds
 /// only the embedded DejaVu Sans, so output does not depend on the machine).
-pub fn png_of(svg: &str, scale: f32) -> Result<Vec<u8>, String> {
+pub fn png_of(svg: &str, scale: f32) -> Result<Vec<u8>, PlotError> {
     use resvg::{tiny_skia, usvg};
     static FONTS: std::sync::OnceLock<std::sync::Arc<usvg::fontdb::Database>> = std::sync::OnceLock::new();
     let fonts = FONTS.get_or_init(|| {
@@ -379,12 +399,14 @@ pub fn png_of(svg: &str, scale: f32) -> Result<Vec<u8>, String> {
         std::sync::Arc::new(db)
     });
     let opt = usvg::Options { font_family: "DejaVu Sans".into(), fontdb: fonts.clone(), ..usvg::Options::default() };
-    let tree = usvg::Tree::from_str(svg, &opt).map_err(|e| format!("reading the SVG: {e}"))?;
-    let size = tree.size().to_int_size().scale_by(scale).ok_or("figure too large to render")?;
-    let mut pixmap = tiny_skia::Pixmap::new(size.width(), size.height()).ok_or("figure too large to render")?;
+    let render = |why: String| PlotError::Render(why);
+    let tree = usvg::Tree::from_str(svg, &opt).map_err(|e| render(format!("reading the SVG: {e}")))?;
+    let too_large = || render("the figure is too large".into());
+    let size = tree.size().to_int_size().scale_by(scale).ok_or_else(too_large)?;
+    let mut pixmap = tiny_skia::Pixmap::new(size.width(), size.height()).ok_or_else(too_large)?;
     pixmap.fill(tiny_skia::Color::WHITE);
     resvg::render(&tree, tiny_skia::Transform::from_scale(scale, scale), &mut pixmap.as_mut());
-    pixmap.encode_png().map_err(|e| format!("encoding the PNG: {e}"))
+    pixmap.encode_png().map_err(|e| render(format!("encoding the PNG: {e}")))
 }
 
 fn no_data<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, title: &str) -> DrawResult {
@@ -401,7 +423,7 @@ fn layout<'a, DB: DrawingBackend>(
     title: &str,
     facets: usize,
     names: &[String],
-) -> Result<Areas<'a, DB>, String> {
+) -> Result<Areas<'a, DB>, PlotError> {
     let (w, _) = root.dim_in_pixel();
     let key = key_width(names);
     let (plot, legend) = root.split_horizontally(w - key);
@@ -789,7 +811,8 @@ fn circles<DB: DrawingBackend>(
     for (area, (label, rings)) in body.split_evenly((1, panels.len())).iter().zip(panels) {
         let (pw, ph) = area.dim_in_pixel();
         let (cx, cy) = (pw as f64 / 2.0, (ph as f64 - 40.0) / 2.0 + 6.0);
-        let r_max = (pw.min(ph) as f64 / 2.0 - 48.0).max(20.0);
+        // Room outside the rings for the quarter-turn labels ("1,234 ms").
+        let r_max = (pw as f64 / 2.0 - 72.0).min(ph as f64 / 2.0 - 48.0).max(20.0);
         let width = (r_max * 0.8 / rings.len().max(1) as f64).min(28.0);
         let at = |r: f64, f: f64| {
             let a = f * std::f64::consts::TAU - std::f64::consts::FRAC_PI_2;

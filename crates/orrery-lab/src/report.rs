@@ -4,7 +4,7 @@
 //! a Gantt of the jobs.
 
 use crate::experiment::{Run, Summary};
-use crate::plot::{Bar, Figure, Ring, Series};
+use crate::plot::{Bar, Figure, PlotError, Ring, Series};
 use orrery_interleave::unified::{CircleJob, Params, unify};
 use orrery_interleave::{Search, solve};
 use orrery_model::{JobSpec, LinkId, Topology};
@@ -144,7 +144,7 @@ fn rings(jobs: &[(String, orrery_model::Circle)], gbps: f64) -> (Vec<Ring>, Vec<
 
 /// Figures of a summary, written as SVG and PNG into `dir`; returns
 /// (file stem, caption, SVG text) for the report.
-pub fn figures(summary: &Summary, dir: &Path) -> Result<Vec<(String, String, String)>, String> {
+pub fn figures(summary: &Summary, dir: &Path) -> Result<Vec<(String, String, String)>, PlotError> {
     let mut out = Vec::new();
     let several_scenarios = summary.runs.iter().any(|r| r.scenario != summary.runs[0].scenario);
     let label = |r: &Run| if several_scenarios { format!("{} {}", r.scenario, r.policy) } else { r.policy.clone() };
@@ -281,7 +281,7 @@ fn file_stem(name: &str) -> String {
 /// line per scenario (FORESIGHT Fig. 6, one seed = one placement); when
 /// scenario names form a grid `a=x,b=y`, one heatmap per policy (FORESIGHT
 /// Fig. 7).
-fn gain_figures(summary: &Summary, dir: &Path) -> Result<Vec<(String, String, String)>, String> {
+fn gain_figures(summary: &Summary, dir: &Path) -> Result<Vec<(String, String, String)>, PlotError> {
     let mut out = Vec::new();
     let base = &summary.baseline;
     // Per policy, per scenario: the gain of each seed.
@@ -382,7 +382,7 @@ fn gain_figures(summary: &Summary, dir: &Path) -> Result<Vec<(String, String, St
 /// When policies come in pairs `P` and `P:variant` (Plebiscito's
 /// `plebiscito:lgf` and `plebiscito:lgf:unaware`), a heatmap of each `P`'s
 /// gain in mean JCT over its variant per scenario (Plebiscito Fig. 3).
-fn variant_heatmap(summary: &Summary, dir: &Path) -> Result<Vec<(String, String, String)>, String> {
+fn variant_heatmap(summary: &Summary, dir: &Path) -> Result<Vec<(String, String, String)>, PlotError> {
     let mut policies: Vec<&str> = Vec::new();
     let mut scenarios: Vec<&str> = Vec::new();
     for c in &summary.comparison {
@@ -499,7 +499,7 @@ fn policy_heatmap(
 /// per policy (Figs. 9c-d, 12c-d, by occupancy rather than SM activity),
 /// and, when the scenarios are loads `load=x`, mean JCT per policy and load
 /// (Fig. 16).
-fn sharing_figures(summary: &Summary, dir: &Path) -> Result<Vec<(String, String, String)>, String> {
+fn sharing_figures(summary: &Summary, dir: &Path) -> Result<Vec<(String, String, String)>, PlotError> {
     if !shares_gpus(summary) {
         return Ok(Vec::new());
     }

@@ -294,8 +294,13 @@ pub fn table(summary: &Value, cells: &[Cell], layout: Layout, policies: &[String
 /// Every cell reads a number from some run, else the error naming it.
 fn check_cells(summary: &Value, cells: &[Cell]) -> Result<(), TableError> {
     for c in cells {
-        if c.path[0] == "gain" && summary.get("baseline").is_none() {
-            return Err(TableError::NoBaseline(c.spec.clone()));
+        if c.path[0] == "gain" {
+            let Some(b) = summary.get("baseline") else { return Err(TableError::NoBaseline(c.spec.clone())) };
+            let runs = summary.get("runs").and_then(Value::as_array).map_or(&[][..], Vec::as_slice);
+            if !runs.iter().any(|r| r.get("policy") == Some(b)) {
+                let name = b.as_str().unwrap_or_default().to_string();
+                return Err(TableError::NoSuchPolicy(name, chosen_policies(runs, &[])?.join(", ")));
+            }
         }
         if !c.source(summary).iter().any(|r| c.value(summary, r).is_some()) {
             return Err(TableError::NoSuchField(c.spec.clone()));

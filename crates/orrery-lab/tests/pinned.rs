@@ -7,7 +7,7 @@
 //! review` and rerun the full experiment for the docs.
 
 use orrery_lab::experiment::{Experiment, parse};
-use orrery_lab::tables::{Cell, Layout, table};
+use orrery_lab::tables::{Cell, Layout, grid, job_table, table};
 use std::path::{Path, PathBuf};
 
 fn experiments() -> PathBuf {
@@ -27,6 +27,10 @@ fn pinned(e: &Experiment, cells: &[&str], layout: Layout) -> String {
     let json = serde_json::to_value(&summary).expect("json");
     let cells: Vec<Cell> = cells.iter().map(|c| c.parse().expect("cell")).collect();
     table(&json, &cells, layout, &[]).expect("table")
+}
+
+fn cells(specs: &[&str]) -> Vec<Cell> {
+    specs.iter().map(|c| c.parse().expect("cell")).collect()
 }
 
 fn keep_scenarios(e: &mut Experiment, names: &[&str]) {
@@ -110,5 +114,69 @@ fn foresight_fig_5_at_two_to_one() {
         &e,
         &["gain=comparison.gain_avg_iter:3", "mean it (s)=metrics.avg_iter_s"],
         Layout::Long
+    ));
+}
+
+#[test]
+fn cassini_table_2_per_job() {
+    // docs/results.md "Table 2": each job's time alone and its mean
+    // iteration under each policy, as `orrery table jobs.csv` prints it.
+    let e = load("cassini-snapshots");
+    let summary = e.run(&experiments(), |_, _, _, _, _| {}).expect("runs");
+    let rows: Vec<serde_json::Value> =
+        summary.runs.iter().flat_map(|r| &r.jobs).map(|j| serde_json::to_value(j).expect("json")).collect();
+    let t = job_table(&rows, &cells(&["alone (ms)=isolated_iter_ms:0", "ms=iter_mean_ms:0"]), &[]).expect("table");
+    insta::assert_snapshot!(t);
+}
+
+#[test]
+fn foresight_fig_6_short() {
+    // docs/results.md "Fig. 6": per-placement gains over ECMP at
+    // fragmentation 0.5, the first 5 of its 20 placements.
+    let mut e = load("foresight-placements");
+    keep_scenarios(&mut e, &["frag=0.5"]);
+    e.seeds.truncate(5);
+    insta::assert_snapshot!(pinned(
+        &e,
+        &[
+            "mean=comparison.gain_avg_iter:2",
+            "min=gain.metrics.avg_iter_s@min:3",
+            "median=gain.metrics.avg_iter_s@median:2",
+            "max=gain.metrics.avg_iter_s@max:2",
+            "worse than ECMP=gain.metrics.avg_iter_s@below1",
+        ],
+        Layout::Long
+    ));
+}
+
+#[test]
+fn foresight_fig_7_short() {
+    // docs/results.md "Fig. 7" (left), a 2 x 2 corner of the grid, one seed.
+    let mut e = load("foresight-heatmap");
+    keep_scenarios(&mut e, &["frag=0.5,batch=4", "frag=0.5,batch=32", "frag=0.8,batch=4", "frag=0.8,batch=32"]);
+    e.seeds.truncate(1);
+    let summary = e.run(&experiments(), |_, _, _, _, _| {}).expect("runs");
+    let json = serde_json::to_value(&summary).expect("json");
+    let t = grid(&json, &cells(&["gain=comparison.gain_avg_iter:2"]), &["foresight".into(), "perfect".into()])
+        .expect("grid");
+    insta::assert_snapshot!(t);
+}
+
+#[test]
+fn cassini_fig_11_short() {
+    // docs/results.md "§5.2, Fig. 11", short: 24 jobs at load 0.9, one seed
+    // (the built-in suite's version); Themis' mean over each policy's.
+    let mut e = load("cassini-poisson");
+    keep_scenarios(&mut e, &["load=0.9"]);
+    e.seeds.truncate(1);
+    e.workload.jobs = Some(24);
+    insta::assert_snapshot!(pinned(
+        &e,
+        &[
+            "mean it=comparison.gain_avg_iter:2",
+            "p99 it=comparison.gain_p99_iter:2",
+            "mean JCT=comparison.gain_avg_jct:2"
+        ],
+        Layout::Wide
     ));
 }

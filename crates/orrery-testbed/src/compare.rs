@@ -222,7 +222,7 @@ pub fn figures(
         x_label: "iteration time (ms)".into(),
         series,
     };
-    cdf.save(dir, "iterations")?;
+    cdf.save(dir, "iterations").map_err(|e| e.to_string())?;
     let mut written = vec!["iterations".to_string()];
     if let Some(busiest) = busiest(&measured.links) {
         let sim = simulated.links.iter().find(|(l, _)| *l == busiest.link).map(|(_, s)| s.clone()).unwrap_or_default();
@@ -234,7 +234,7 @@ pub fn figures(
                 Series::new("simulator", sim),
             ],
         };
-        lines.save(dir, "links")?;
+        lines.save(dir, "links").map_err(|e| e.to_string())?;
         written.push("links".into());
     }
     Ok(written)

@@ -121,7 +121,7 @@ fn write(dir: &Path, spec: &ScaleSpec, rows: &[ScaleRow]) -> Result<()> {
             Series::new("centralised greedy: compute + RTT", pts(&|r| r.central_ms)),
         ],
     };
-    time.save(dir, "scale-time").map_err(anyhow::Error::msg)?;
+    time.save(dir, "scale-time")?;
     let msgs = Figure::LogLog {
         title: "Messages to place the job (Fig. 7b)".into(),
         x_label: "agents".into(),
@@ -131,7 +131,7 @@ fn write(dir: &Path, spec: &ScaleSpec, rows: &[ScaleRow]) -> Result<()> {
             Series::new("centralised (2N)", pts(&|r| r.central_messages as f64)),
         ],
     };
-    msgs.save(dir, "scale-messages").map_err(anyhow::Error::msg)?;
+    msgs.save(dir, "scale-messages")?;
     println!("wrote {}", dir.display());
     Ok(())
 }

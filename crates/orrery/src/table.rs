@@ -30,6 +30,10 @@ pub struct Args {
     /// Only these policies, in this order (comma-separated).
     #[arg(long, value_delimiter = ',')]
     policies: Vec<String>,
+    /// The policy `gain.` cells compare with (default: the summary's
+    /// baseline), e.g. `pollux` for pollux+cassini against pollux.
+    #[arg(long)]
+    baseline: Option<String>,
 }
 
 pub fn run(args: &Args) -> anyhow::Result<()> {
@@ -42,7 +46,11 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         );
         csv_rows(&text).and_then(|rows| job_table(&rows, &args.cells, &args.policies))
     } else {
-        let summary: serde_json::Value = serde_json::from_str(&text).with_context(|| format!("{path}: not JSON"))?;
+        let mut summary: serde_json::Value =
+            serde_json::from_str(&text).with_context(|| format!("{path}: not JSON"))?;
+        if let (Some(b), Some(map)) = (&args.baseline, summary.as_object_mut()) {
+            map.insert("baseline".into(), serde_json::Value::String(b.clone()));
+        }
         if args.grid {
             grid(&summary, &args.cells, &args.policies)
         } else {
