@@ -26,6 +26,49 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+/// What went wrong with an experiment: its file, its cluster, its
+/// workload, a run, or its output. Each message names the file, field or
+/// scenario it is about.
+#[derive(Debug, thiserror::Error)]
+pub enum ExperimentError {
+    /// The file does not parse, or a value is out of range or refers to
+    /// something missing (`f.toml:7: workload.jobs: expected at most ...`).
+    #[error("{0}")]
+    Invalid(String),
+    /// The cluster cannot be built: an unknown set-up, an unreadable or bad
+    /// topology file, a bad leaf-spine or congested link.
+    #[error("{0}")]
+    Topology(String),
+    /// A scenario's jobs cannot be made (a missing trace, a bad row) or
+    /// cannot run on its cluster (a job larger than the cluster, a
+    /// dependency cycle, a pin to a missing host).
+    #[error("{0}")]
+    Workload(String),
+    /// A simulation thread panicked; the other runs' results are lost.
+    #[error("a simulation thread panicked")]
+    Panicked,
+    /// An output file or folder could not be written.
+    #[error("{path}: {source}")]
+    Write {
+        /// The file or folder.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// An output table could not be serialised.
+    #[error("{path}: {message}")]
+    Serialise {
+        /// The file.
+        path: PathBuf,
+        /// The serialiser's message.
+        message: String,
+    },
+    /// A figure could not be drawn or written.
+    #[error(transparent)]
+    Plot(#[from] crate::plot::PlotError),
+}
+
 /// An experiment file.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -667,7 +710,7 @@ jitter = 0.02
 "#;
 
 /// Parses an experiment; messages carry `file:line:column`.
-pub fn parse(file: &str, text: &str) -> Result<Experiment, String> {
+pub fn parse(file: &str, text: &str) -> Result<Experiment, ExperimentError> {
     let e: Experiment = orrery_model::setups::parse_config(file, text).map_err(|e| {
         let msg = e.to_string();
         if msg.contains(": workload.job: ") {
@@ -677,8 +720,9 @@ pub fn parse(file: &str, text: &str) -> Result<Experiment, String> {
         } else {
             msg
         }
-    })?;
-    let mut e = check(file, e).map_err(|msg| with_line(file, text, &msg))?;
+    })
+    .map_err(ExperimentError::Invalid)?;
+    let mut e = check(file, e).map_err(|msg| ExperimentError::Invalid(with_line(file, text, &msg)))?;
     if e.description.is_none() {
         e.description = leading_comment(text);
     }
@@ -797,12 +841,16 @@ fn policy(
 
 impl Experiment {
     /// Builds the topology; `base` resolves relative paths.
-    pub fn topology(&self, base: &Path) -> Result<Topology, String> {
+    pub fn topology(&self, base: &Path) -> Result<Topology, ExperimentError> {
         self.topology_with_background(base).map(|t| t.0)
     }
 
     /// The topology and the background flows of its congested links.
-    pub fn topology_with_background(&self, base: &Path) -> Result<(Topology, Vec<(usize, f64)>), String> {
+    pub fn topology_with_background(&self, base: &Path) -> Result<(Topology, Vec<(usize, f64)>), ExperimentError> {
+        self.cluster(base).map_err(ExperimentError::Topology)
+    }
+
+    fn cluster(&self, base: &Path) -> Result<(Topology, Vec<(usize, f64)>), String> {
         let t = &self.topology;
         let topo = match (&t.builtin, &t.file, &t.leaf_spine) {
             (Some(name), None, None) => by_name(name)
@@ -822,8 +870,13 @@ impl Experiment {
 
     /// The jobs for a seed and the hosts each is pinned to (the file's pins,
     /// or those a `fragmented` placement draws).
-    pub fn jobs_and_pins(&self, base: &Path, topo: &Topology, seed: u64) -> Result<(Vec<JobSpec>, Pins), String> {
-        workload_jobs(&self.workload, base, topo, seed)
+    pub fn jobs_and_pins(
+        &self,
+        base: &Path,
+        topo: &Topology,
+        seed: u64,
+    ) -> Result<(Vec<JobSpec>, Pins), ExperimentError> {
+        workload_jobs(&self.workload, base, topo, seed).map_err(ExperimentError::Workload)
     }
 
     /// The cluster, jobs and pins of one scenario (by name; `None` for an
@@ -835,23 +888,24 @@ impl Experiment {
         name: Option<&str>,
         base: &Path,
         seed: u64,
-    ) -> Result<(Topology, Vec<JobSpec>, Pins), String> {
+    ) -> Result<(Topology, Vec<JobSpec>, Pins), ExperimentError> {
+        let invalid = ExperimentError::Invalid;
         let names: Vec<&str> = self.scenarios.iter().map(|s| s.name.as_str()).collect();
         let sc = match (name, self.scenarios.is_empty()) {
             (None, true) => None,
-            (None, false) => return Err(format!("scenario: expected one of {}", names.join(", "))),
+            (None, false) => return Err(invalid(format!("scenario: expected one of {}", names.join(", ")))),
             (Some(n), _) => Some(
                 self.scenarios
                     .iter()
                     .find(|s| s.name == n)
-                    .ok_or_else(|| format!("scenario: {n:?} is not one of [{}]", names.join(", ")))?,
+                    .ok_or_else(|| invalid(format!("scenario: {n:?} is not one of [{}]", names.join(", "))))?,
             ),
         };
         if let Some(sc) = sc.filter(|sc| !sc.congested.is_empty()) {
-            return Err(format!(
+            return Err(invalid(format!(
                 "scenario {}: it congests links with background traffic, which only the simulator adds",
                 sc.name
-            ));
+            )));
         }
         let topo = match sc.and_then(|sc| sc.topology.as_ref()) {
             Some(t) => Experiment { topology: t.clone(), ..self.clone() }.topology(base)?,
@@ -863,16 +917,16 @@ impl Experiment {
                 .into_iter()
                 .find(|w| w.0 == sc.name)
                 .map(|w| w.1)
-                .ok_or_else(|| format!("scenario {}: no workload", sc.name))?,
+                .ok_or_else(|| invalid(format!("scenario {}: no workload", sc.name)))?,
             None => self.workload.clone(),
         };
-        let (jobs, pins) = workload_jobs(&workload, base, &topo, seed)?;
+        let (jobs, pins) = workload_jobs(&workload, base, &topo, seed).map_err(ExperimentError::Workload)?;
         Ok((topo, jobs, pins))
     }
 
     /// Builds the jobs for a seed.
-    pub fn jobs(&self, base: &Path, topo: &Topology, seed: u64) -> Result<Vec<JobSpec>, String> {
-        workload_jobs(&self.workload, base, topo, seed).map(|w| w.0)
+    pub fn jobs(&self, base: &Path, topo: &Topology, seed: u64) -> Result<Vec<JobSpec>, ExperimentError> {
+        self.jobs_and_pins(base, topo, seed).map(|w| w.0)
     }
 
     /// The workload of each scenario, with its label.
@@ -906,7 +960,7 @@ impl Experiment {
     /// The same experiment under other policies (`orrery run --policies`).
     /// The baseline stays if it is among them; otherwise the first is the
     /// baseline. Checked as a file's policies are.
-    pub fn with_policies(mut self, file: &str, policies: Vec<String>) -> Result<Experiment, String> {
+    pub fn with_policies(mut self, file: &str, policies: Vec<String>) -> Result<Experiment, ExperimentError> {
         if self.baseline.as_ref().is_some_and(|b| !policies.contains(b)) {
             self.baseline = None;
         }
@@ -914,15 +968,15 @@ impl Experiment {
             self.headline = None;
         }
         self.policies = policies;
-        check(&format!("{file} (--policies)"), self)
+        check(&format!("{file} (--policies)"), self).map_err(ExperimentError::Invalid)
     }
 
     /// The same experiment with `workload.jobs` set (`orrery run --jobs`):
     /// the first `jobs` of a trace, or that many generated. Checked as a
     /// file's value is.
-    pub fn with_jobs(mut self, file: &str, jobs: usize) -> Result<Experiment, String> {
+    pub fn with_jobs(mut self, file: &str, jobs: usize) -> Result<Experiment, ExperimentError> {
         self.workload.jobs = Some(jobs);
-        check(&format!("{file} (--jobs)"), self)
+        check(&format!("{file} (--jobs)"), self).map_err(ExperimentError::Invalid)
     }
 
     /// Runs every policy for every seed. `progress(run, runs, sim_s, finished, jobs)`.
@@ -930,7 +984,8 @@ impl Experiment {
         &self,
         base: &Path,
         progress: impl FnMut(usize, usize, f64, usize, usize) + Send,
-    ) -> Result<Summary, String> {
+    ) -> Result<Summary, ExperimentError> {
+        use ExperimentError::{Invalid, Panicked, Topology as Cluster, Workload};
         let progress = Mutex::new(progress);
         let (topo, base_background) = self.topology_with_background(base)?;
         let total = self.seeds.len() * self.policies.len();
@@ -938,7 +993,8 @@ impl Experiment {
         let workloads = self.workloads();
         let total = total * workloads.len();
         // Gavel's measured interference, parsed once (1.2 MB of JSON).
-        let gavel = orrery_trace::interference::gavel_samples(orrery_trace::interference::GAVEL_THROUGHPUTS)?;
+        let gavel = orrery_trace::interference::gavel_samples(orrery_trace::interference::GAVEL_THROUGHPUTS)
+            .map_err(|e| Invalid(format!("colocation: Gavel's measurements: {e}")))?;
         let base_topo = topo;
         for (k, (scenario, workload)) in workloads.iter().enumerate() {
             let congested = self.scenarios.get(k).map(|s| s.congested.as_slice()).unwrap_or_default();
@@ -946,33 +1002,35 @@ impl Experiment {
             let own = match self.scenarios.get(k).and_then(|s| s.topology.as_ref()) {
                 Some(t) => {
                     let e = Experiment { topology: t.clone(), ..self.clone() };
-                    Some(e.topology_with_background(base).map_err(|e| format!("scenario {scenario}: {e}"))?.0)
+                    Some(e.cluster(base).map_err(|e| Cluster(format!("scenario {scenario}: {e}")))?.0)
                 }
                 None => None,
             };
             let (topo, mut background) = congest(own.unwrap_or_else(|| base_topo.clone()), congested)
-                .map_err(|e| format!("scenario {scenario}: {e}"))?;
+                .map_err(|e| Cluster(format!("scenario {scenario}: {e}")))?;
             background.extend_from_slice(&base_background);
             let mut sharing = self.colocation.clone();
             if let Some(sc) = self.scenarios.get(k) {
                 sharing.xi = sc.xi.unwrap_or(sharing.xi);
                 sharing.mode = sc.sharing.unwrap_or(sharing.mode);
             }
-            let (truth, estimate) = sharing.build(&gavel).map_err(|e| format!("scenario {scenario}: {e}"))?;
+            let (truth, estimate) = sharing.build(&gavel).map_err(|e| Invalid(format!("scenario {scenario}: {e}")))?;
             for &seed in &self.seeds {
-                let (jobs, pins) =
-                    workload_jobs(workload, base, &topo, seed).map_err(|e| format!("scenario {scenario}: {e}"))?;
-                let script = scripted(&workload.decisions, &jobs).map_err(|e| format!("scenario {scenario}: {e}"))?;
+                let (jobs, pins) = workload_jobs(workload, base, &topo, seed)
+                    .map_err(|e| Workload(format!("scenario {scenario}: {e}")))?;
+                let script =
+                    scripted(&workload.decisions, &jobs).map_err(|e| Invalid(format!("scenario {scenario}: {e}")))?;
                 // The policies run side by side, one per core; each run is
                 // seeded on its own, so the results do not depend on it.
                 let first_k = runs.len();
                 let next = AtomicUsize::new(0);
-                let results: Mutex<Vec<Option<Result<Run, String>>>> =
+                let results: Mutex<Vec<Option<Result<Run, ExperimentError>>>> =
                     Mutex::new((0..self.policies.len()).map(|_| None).collect());
                 let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(self.policies.len());
-                let one = |i: usize| -> Result<Run, String> {
+                let unknown = |name: &str| Invalid(format!("policies: unknown policy {name:?}"));
+                let one = |i: usize| -> Result<Run, ExperimentError> {
                     let name = &self.policies[i];
-                    let mut policy = policy(name, seed, &pins).ok_or_else(|| format!("unknown policy {name}"))?;
+                    let mut policy = policy(name, seed, &pins).ok_or_else(|| unknown(name))?;
                     policy.set_colocation(&estimate);
                     let cfg = SimConfig {
                         seed,
@@ -1054,8 +1112,7 @@ impl Experiment {
                         counters: policy.counters().into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
                     };
                     if self.detail && seed == self.seeds[0] {
-                        let mut fresh =
-                            self::policy(name, seed, &pins).ok_or_else(|| format!("unknown policy {name}"))?;
+                        let mut fresh = self::policy(name, seed, &pins).ok_or_else(|| unknown(name))?;
                         fresh.set_colocation(&estimate);
                         run.busiest = crate::report::busiest(&topo, &jobs, &run, fresh, &cfg, &script);
                     }
@@ -1077,8 +1134,8 @@ impl Experiment {
                         });
                     }
                 });
-                for r in results.into_inner().map_err(|_| "a simulation thread panicked")? {
-                    runs.push(r.ok_or("a simulation thread panicked")??);
+                for r in results.into_inner().map_err(|_| Panicked)? {
+                    runs.push(r.ok_or(Panicked)??);
                 }
             }
         }
@@ -1327,34 +1384,37 @@ fn workload_jobs_only(w: &WorkloadSpec, base: &Path, topo: &Topology, seed: u64)
 
 /// Writes `summary.json`, `jobs.csv`, `links.csv`, the figures and
 /// `report.html` into `dir`, each file atomically (written aside and renamed).
-pub fn write(summary: &Summary, dir: &Path) -> Result<(), String> {
-    use orrery_model::files::write_atomic;
-    let err = |p: &Path, e: &dyn std::fmt::Display| format!("{}: {e}", p.display());
-    std::fs::create_dir_all(dir).map_err(|e| err(dir, &e))?;
+pub fn write(summary: &Summary, dir: &Path) -> Result<(), ExperimentError> {
+    let write = |path: PathBuf, bytes: &[u8]| {
+        orrery_model::files::write_atomic(&path, bytes).map_err(|source| ExperimentError::Write { path, source })
+    };
+    std::fs::create_dir_all(dir).map_err(|source| ExperimentError::Write { path: dir.to_path_buf(), source })?;
     let p = dir.join("summary.json");
-    let json = serde_json::to_string_pretty(summary).map_err(|e| err(&p, &e))?;
-    write_atomic(&p, json + "\n").map_err(|e| err(&p, &e))?;
-    fn csv_of<'a, T: Serialize + 'a>(rows: impl Iterator<Item = &'a T>) -> Result<Vec<u8>, String> {
+    let json = serde_json::to_string_pretty(summary)
+        .map_err(|e| ExperimentError::Serialise { path: p.clone(), message: e.to_string() })?;
+    write(p, (json + "\n").as_bytes())?;
+    fn csv_of<'a, T: Serialize + 'a>(
+        path: &Path,
+        rows: impl Iterator<Item = &'a T>,
+    ) -> Result<Vec<u8>, ExperimentError> {
+        let bad =
+            |e: &dyn std::fmt::Display| ExperimentError::Serialise { path: path.to_path_buf(), message: e.to_string() };
         let mut w = csv::Writer::from_writer(Vec::new());
         for row in rows {
-            w.serialize(row).map_err(|e| e.to_string())?;
+            w.serialize(row).map_err(|e| bad(&e))?;
         }
-        w.into_inner().map_err(|e| e.to_string())
+        w.into_inner().map_err(|e| bad(&e))
     }
     let p = dir.join("jobs.csv");
-    let bytes = csv_of(summary.runs.iter().flat_map(|r| &r.jobs)).map_err(|e| err(&p, &e))?;
-    write_atomic(&p, bytes).map_err(|e| err(&p, &e))?;
+    write(p.clone(), &csv_of(&p, summary.runs.iter().flat_map(|r| &r.jobs))?)?;
     let p = dir.join("links.csv");
-    let bytes = csv_of(summary.runs.iter().flat_map(|r| &r.links)).map_err(|e| err(&p, &e))?;
-    write_atomic(&p, bytes).map_err(|e| err(&p, &e))?;
+    write(p.clone(), &csv_of(&p, summary.runs.iter().flat_map(|r| &r.links))?)?;
     if summary.runs.iter().any(|r| !r.iterations.is_empty()) {
         let p = dir.join("iterations.csv");
-        let bytes = csv_of(summary.runs.iter().flat_map(|r| &r.iterations)).map_err(|e| err(&p, &e))?;
-        write_atomic(&p, bytes).map_err(|e| err(&p, &e))?;
+        write(p.clone(), &csv_of(&p, summary.runs.iter().flat_map(|r| &r.iterations))?)?;
     }
-    let figures = crate::report::figures(summary, dir).map_err(|e| e.to_string())?;
-    let p = dir.join("report.html");
-    write_atomic(&p, crate::report::html(summary, &figures)).map_err(|e| err(&p, &e))?;
+    let figures = crate::report::figures(summary, dir)?;
+    write(dir.join("report.html"), crate::report::html(summary, &figures).as_bytes())?;
     Ok(())
 }
 
@@ -1366,7 +1426,7 @@ mod tests {
     fn default_experiment_parses() {
         let e = parse("default", DEFAULT).expect("valid");
         assert_eq!(e.policies, vec!["fifo", "random", "ideal"]);
-        assert_eq!(e.topology(Path::new(".")).map(|t| t.gpu_count()), Ok(64));
+        assert_eq!(e.topology(Path::new(".")).map(|t| t.gpu_count()).ok(), Some(64));
     }
 
     #[test]
@@ -1388,10 +1448,10 @@ mod tests {
         assert_eq!(total, 400);
         assert!((39..=81).contains(&n), "{n} of 400 high priority");
         assert_ne!(high(1), high(2), "drawn per seed");
-        let Err(err) = parse("hp.toml", &file("1.5")) else { panic!("out of range") };
+        let Err(err) = parse("hp.toml", &file("1.5")).map_err(|e| e.to_string()) else { panic!("out of range") };
         assert_eq!(err, "hp.toml:8: workload.high_priority: expected a number from 0 to 1, found 1.5");
         let other = file("0.1").replace("pollux-sample", "poisson");
-        let Err(err) = parse("hp.toml", &other) else { panic!("not read by poisson") };
+        let Err(err) = parse("hp.toml", &other).map_err(|e| e.to_string()) else { panic!("not read by poisson") };
         assert!(err.contains("workload.high_priority: only read with generator = \"pollux-sample\""), "{err}");
     }
 
@@ -1418,7 +1478,7 @@ mod tests {
                     match e.scenario(name, &dir, e.seeds.first().copied().unwrap_or(1)) {
                         Ok(_) => {}
                         // Experiments on ../shared/data skip where it is absent.
-                        Err(msg) if msg.contains("No such file") => eprintln!("skipped: {msg}"),
+                        Err(msg) if msg.to_string().contains("No such file") => eprintln!("skipped: {msg}"),
                         Err(msg) => panic!("{}: {name:?}: {msg}", p.display()),
                     }
                 }
@@ -1433,7 +1493,7 @@ mod tests {
         let topo = orrery_model::setups::cassini(); // 24 hosts of 1 A100
         let job =
             |id: &str, workers: u32| JobSpec::new(id, "vgg16", 32, workers, orrery_model::Work::Iterations(10), 0.0);
-        let check = |jobs: &[JobSpec], pins: &Pins| check_workload(jobs, pins, &topo).expect_err("refused");
+        let check = |jobs: &[JobSpec], pins: &Pins| check_workload(jobs, pins, &topo).expect_err("refused").to_string();
         let none = Pins::new();
         assert_eq!(check(&[job("a", 1), job("a", 2)], &none), "job id \"a\" is used twice (jobs 1 and 2)");
         assert_eq!(check(&[job("big", 25)], &none), "job big asks for 25 GPUs; the cluster cassini has 24");
@@ -1477,25 +1537,26 @@ mod tests {
         assert_eq!((kept.policies.len(), kept.baseline.as_deref()), (2, Some("sjf")));
         let first = e.clone().with_policies("x.toml", vec!["random".into(), "ideal".into()]).expect("valid");
         assert_eq!(first.baseline, None, "the first policy is the baseline");
-        let bad = e.with_policies("x.toml", vec!["magic".into()]).expect_err("unknown");
+        let bad = e.with_policies("x.toml", vec!["magic".into()]).expect_err("unknown").to_string();
         assert!(bad.starts_with("x.toml (--policies): policies: unknown policy \"magic\""), "{bad}");
     }
 
     #[test]
     fn bad_experiments_name_the_field() {
         let e = parse("x.toml", "name = \"x\"\npolicies = [\"magic\"]\n[topology]\nbuiltin = \"cassini\"\n[workload]\ngenerator = \"poisson\"\n")
-            .expect_err("bad policy");
+            .expect_err("bad policy").to_string();
         assert!(e.contains("unknown policy \"magic\""), "{e}");
         let e = parse(
             "y.toml",
             "name = \"y\"\npolicies = [\"fifo\"]\n[topology]\nbuiltin = \"cassini\"\n[workload]\njobs = \"ten\"\n",
         )
-        .expect_err("bad type");
+        .expect_err("bad type")
+        .to_string();
         assert!(e.starts_with("y.toml:6:"), "{e}");
         let e = parse("z.toml", "name = \"z\"\npolicies = [\"fifo\"]\n[topology]\nbuiltin = \"nope\"\n[workload]\ngenerator = \"poisson\"\n")
             .expect("parses")
             .topology(Path::new("."))
-            .expect_err("unknown topology");
+            .expect_err("unknown topology").to_string();
         assert!(e.contains("unknown set-up \"nope\""), "{e}");
         // Issue 21: sizes and times are range-checked before anything runs.
         let head = "name = \"w\"\npolicies = [\"fifo\"]\n[topology]\nbuiltin = \"cassini\"\n";
@@ -1525,17 +1586,21 @@ mod tests {
                 "w.toml:9: scenario[1] (b): load: expected a positive number",
             ),
         ] {
-            assert_eq!(parse("w.toml", &format!("{head}{body}")).expect_err(body), expected);
+            assert_eq!(parse("w.toml", &format!("{head}{body}")).expect_err(body).to_string(), expected);
         }
-        let e =
-            parse("j.toml", &format!("{head}[workload]\ngenerator = \"poisson\"\njob = 40\n")).expect_err("job = 40");
+        let e = parse("j.toml", &format!("{head}[workload]\ngenerator = \"poisson\"\njob = 40\n"))
+            .expect_err("job = 40")
+            .to_string();
         assert!(
             e.starts_with("j.toml:7:7: workload.job: invalid type: integer `40`, expected a sequence")
                 && e.ends_with("for a number of generated jobs use `jobs`)"),
             "{e}"
         );
         let text = "name = \"w\"\nseeds = []\npolicies = [\"fifo\"]\n[topology]\nbuiltin = \"cassini\"\n[workload]\ngenerator = \"poisson\"\n";
-        assert_eq!(parse("w.toml", text).expect_err("no seeds"), "w.toml:2: seeds: expected at least one seed");
+        assert_eq!(
+            parse("w.toml", text).expect_err("no seeds").to_string(),
+            "w.toml:2: seeds: expected at least one seed"
+        );
     }
 
     #[test]
@@ -1584,7 +1649,7 @@ mod tests {
         let s = one(route).expect("a route for step 2 of iteration 3");
         assert!(s.at_time.is_empty());
         assert_eq!((s.at_iteration[0].0, s.at_iteration[0].1, s.at_iteration[0].2), (0, 3, Some(2)));
-        let err = |v: serde_json::Value| one(v).expect_err("refused");
+        let err = |v: serde_json::Value| one(v).expect_err("refused").to_string();
         assert_eq!(
             err(serde_json::json!({"at_iteration": 3, "job": "a", "kind": "pause"})),
             "workload.decision[0]: kind: expected shift, throttle or route with at_iteration, found \"pause\""
@@ -1617,11 +1682,14 @@ mod tests {
         assert!((m.avg_iter_s - 0.124).abs() < 1e-6, "iteration {} s", m.avg_iter_s);
         // A label that is not a zoo model needs a shape; a bad shape is named.
         let no_shape = text.split("[workload.job.shape]").next().expect("head");
-        let err =
-            parse("m.toml", no_shape).expect("parses").run(Path::new("."), |_, _, _, _, _| {}).expect_err("no model");
+        let err = parse("m.toml", no_shape)
+            .expect("parses")
+            .run(Path::new("."), |_, _, _, _, _| {})
+            .expect_err("no model")
+            .to_string();
         assert!(err.contains("workload.job[0] (measured): model: expected a model of the zoo"), "{err}");
         let bad = parse("m.toml", &text.replace("bytes = 1e8", "bytes = -1.0")).expect("parses");
-        let err = bad.run(Path::new("."), |_, _, _, _, _| {}).expect_err("negative bytes");
+        let err = bad.run(Path::new("."), |_, _, _, _, _| {}).expect_err("negative bytes").to_string();
         assert!(
             err.contains("shape.collective.bytes: expected a size in bytes, 0 or more, found collective[0]: -1.0"),
             "{err}"
@@ -1648,17 +1716,22 @@ mod tests {
         assert_eq!(tables[1].1[1][..2], ["a".to_string(), "bert".to_string()]);
         // Errors name the scenario and the field.
         let dup = parse("d.toml", &format!("{base}[[scenario]]\nname = \"x\"\n[[scenario]]\nname = \"x\"\n"))
-            .expect_err("dup");
+            .expect_err("dup")
+            .to_string();
         assert!(dup.contains("scenario[1]") && dup.contains("used twice"), "{dup}");
-        let load = parse("l.toml", &format!("{base}[[scenario]]\nname = \"x\"\nload = -1\n")).expect_err("load");
+        let load =
+            parse("l.toml", &format!("{base}[[scenario]]\nname = \"x\"\nload = -1\n")).expect_err("load").to_string();
         assert!(load.contains("scenario[0] (x): load"), "{load}");
         let host =
             parse("h.toml", &format!("{base}[[scenario]]\nname = \"x\"\n[[scenario.congested]]\nhost = \"nope\"\n"))
                 .expect("parses")
                 .run(Path::new("."), |_, _, _, _, _| {})
-                .expect_err("unknown host");
+                .expect_err("unknown host")
+                .to_string();
         assert!(host.contains("scenario x") && host.contains("no host named \"nope\""), "{host}");
-        let b = parse("b.toml", &base.replace("baseline = \"themis\"", "baseline = \"sjf\"")).expect_err("baseline");
+        let b = parse("b.toml", &base.replace("baseline = \"themis\"", "baseline = \"sjf\""))
+            .expect_err("baseline")
+            .to_string();
         assert!(b.contains("baseline: \"sjf\" is not one of the policies"), "{b}");
     }
 }

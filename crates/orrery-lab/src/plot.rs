@@ -438,8 +438,11 @@ fn layout<'a, DB: DrawingBackend>(
     Ok((panels, legend))
 }
 
-/// Each facet's curves as (colour index, values), in facet order.
-fn by_facet<'s, T>(series: &'s [Series<T>], names: &[String]) -> Vec<(&'s str, Vec<(usize, &'s [T])>)> {
+/// A facet's name and its curves as (colour index, values).
+type Facet<'s, T> = (&'s str, Vec<(usize, &'s [T])>);
+
+/// Each facet's curves, in facet order.
+fn by_facet<'s, T>(series: &'s [Series<T>], names: &[String]) -> Vec<Facet<'s, T>> {
     facet_names(series)
         .into_iter()
         .map(|f| {

@@ -168,8 +168,11 @@ fn a_schedule_made_elsewhere_replays_as_a_script() {
     let iter_ms = |s: &orrery_lab::experiment::Summary, p: &str| {
         s.runs.iter().find(|r| r.policy == p).expect("run").metrics.avg_iter_s * 1e3
     };
-    let replay =
-        text.replace("policies = [\"pinned\", \"pinned+cassini\"]", "policies = [\"pinned\"]") + "\n" + &script;
+    let replay = text
+        .replace("policies = [\"pinned\", \"pinned+cassini\"]", "policies = [\"pinned\"]")
+        .replace("headline = \"pinned+cassini\"\n", "")
+        + "\n"
+        + &script;
     let replayed = parse("replay", &replay).expect("valid with a script").run(Path::new("."), |_, _, _, _, _| {});
     let replayed = replayed.expect("runs");
     assert_eq!(replayed.runs[0].invalid_decisions, 0);
@@ -180,5 +183,7 @@ fn a_schedule_made_elsewhere_replays_as_a_script() {
     // A script naming a job the workload lacks is refused, naming the entry.
     let bad = parse("bad", &(replay.clone() + "[[workload.decision]]\nat_s = 1.0\njob = \"zz\"\nkind = \"pause\"\n"));
     let err = bad.expect("parses").run(Path::new("."), |_, _, _, _, _| {}).expect_err("unknown job");
+    assert!(matches!(err, orrery_lab::experiment::ExperimentError::Invalid(_)), "{err:?}");
+    let err = err.to_string();
     assert!(err.contains("workload.decision[1]: job: expected the id of a job of the workload, found \"zz\""), "{err}");
 }

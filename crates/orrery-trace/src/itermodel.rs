@@ -293,11 +293,25 @@ mod tests {
 
     #[test]
     fn pollux_placements_fit_every_model() {
-        for (app, r) in fitted() {
+        // docs/results.md "§3.1, Eqs. 1-3" (`orrery zoo --iteration-model`):
+        // rows, relative RMS and max error (%), and δ per application.
+        let table = [
+            ("bert", 540, 12.2, 45.4, 1.10),
+            ("cifar10", 1183, 14.5, 57.0, 1.00),
+            ("deepspeech2", 754, 15.0, 43.5, 1.00),
+            ("imagenet", 864, 14.0, 51.4, 1.00),
+            ("ncf", 1661, 12.4, 46.9, 1.09),
+            ("yolov3", 540, 12.1, 38.2, 1.07),
+        ];
+        let fits = fitted();
+        assert_eq!(fits.len(), table.len());
+        for ((app, r), (name, rows, rms, max, delta)) in fits.into_iter().zip(table) {
             let (m, e) = r.unwrap_or_else(|err| panic!("{app}: {err}"));
+            assert_eq!((app, e.rows), (name, rows));
             assert!(m.beta_comp > 0.0, "{app}: compute grows with the batch: {m:?}");
-            assert!(e.rows > 50, "{app}: {} rows", e.rows);
-            assert!(e.rms_rel < 0.5, "{app}: relative RMS error {:.3}", e.rms_rel);
+            let pct = |x: f64| (1000.0 * x).round() / 10.0;
+            assert_eq!((pct(e.rms_rel), pct(e.max_rel)), (rms, max), "{app}");
+            assert!((m.delta - delta).abs() < 0.005, "{app}: δ {}", m.delta);
         }
     }
 

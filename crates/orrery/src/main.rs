@@ -53,7 +53,8 @@ const EXAMPLES: &str = "Examples:
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Simulate an experiment (a TOML file, or the built-in default) and
-    /// compare its policies; writes summary.json, jobs.csv and links.csv with --out.
+    /// compare its policies; with --out writes summary.json, jobs.csv, links.csv, figures and report.html.
+    #[command(after_long_help = run::EXAMPLE)]
     Run(run::Args),
     /// Models of the zoo: public facts and the iteration shape derived for a
     /// GPU type, batch, worker count and link rate.

@@ -25,6 +25,24 @@ fn suite() -> anyhow::Result<Vec<(String, Experiment)>> {
     Ok(vec![default, pair, poisson, snapshots].into_iter().map(|e| (e.name.clone(), e)).collect())
 }
 
+/// The example experiment at the end of `orrery run --help`, one key a line
+/// (a test parses it).
+pub const EXAMPLE: &str = r#"An experiment file (experiments/ holds the papers'; README "Simulation" lists every key):
+
+  name = "x"
+  seeds = [1, 2]
+  policies = ["fifo", "random", "ideal"]   # `orrery policies` lists them
+  baseline = "fifo"                        # the comparison's reference (default: the first)
+  [topology]
+  builtin = "cassini"                      # or file = "t.toml", or [topology.leaf_spine]
+  [workload]
+  generator = "poisson"                    # or "snapshot"; or trace = "data/philly/muri_trace1.csv"
+  jobs = 60
+  load = 0.8
+  [sim]
+  jitter = 0.02
+  max_time_s = 86400"#;
+
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// Experiment file (TOML). Without one, a built-in suite runs in under a
@@ -32,12 +50,7 @@ pub struct Args {
     /// mix at load 0.8 on 16 hosts of 4 A100s, 50 Gbit/s, 4 racks, 2:1, under
     /// FIFO, random placement and the ideal network), then short versions of
     /// experiments/cassini-pair, cassini-poisson and metronome-snapshots.
-    ///
-    /// name = "x"; seeds = [1, 2]; policies = ["fifo", "random", "ideal"]
-    /// [topology]  builtin = "cassini" | file = "t.toml" | [topology.leaf_spine] ...
-    /// [workload]  generator = "poisson" | "snapshot", jobs = 60, load = 0.8
-    ///             or trace = "data/philly/muri_trace1.csv", jobs = 200
-    /// [sim]       jitter = 0.02, max_time_s = 86400
+    /// An example file is at the end of this help.
     file: Option<PathBuf>,
     /// Write summary.json, jobs.csv, links.csv, report.html and plots here
     /// (for the built-in suite, one folder per experiment).
@@ -284,5 +297,12 @@ mod tests {
         assert_eq!(bits(24_831.0), "24.8 Tb");
         assert_eq!(bits(1_656_847.0), "1.66 Pb");
         assert_eq!(bits(10_535_901.0), "10.5 Pb");
+    }
+
+    #[test]
+    fn the_help_example_is_a_valid_experiment() {
+        let toml: String = super::EXAMPLE.lines().skip(2).map(|l| l.trim_start().to_string() + "\n").collect();
+        let e = orrery_lab::experiment::parse("help", &toml).expect("the example parses");
+        assert_eq!((e.policies.len(), e.workload.jobs), (3, Some(60)));
     }
 }

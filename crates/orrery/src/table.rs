@@ -14,9 +14,10 @@ pub struct Args {
     /// `JCT (h)=metrics.avg_jct_s/3600:1` or `by_priority.high.avg_iter_s`,
     /// averaged over seeds; `comparison.gain_avg_iter` reads the comparison
     /// line; `gain.metrics.avg_iter_s` is the baseline's over the run's,
-    /// seed by seed; `@min`, `@median`, `@max` or `@below1` ("k of n" below
-    /// 1) aggregate the seeds instead of their mean. With jobs.csv a PATH is
-    /// one of its columns (`iter_mean_ms`, `isolated_iter_ms`, `slowdown`).
+    /// seed by seed; `@min`, `@median`, `@max` or `@below1` (how many are
+    /// below one, "k of n") aggregate the seeds instead of their mean. With
+    /// jobs.csv a PATH is one of its columns (`iter_mean_ms`,
+    /// `isolated_iter_ms`, `slowdown`).
     #[arg(long = "cell", required = true, value_parser = |s: &str| s.parse::<Cell>().map_err(|e| e.to_string()))]
     cells: Vec<Cell>,
     /// A column per policy and a row per scenario, the cells joined by " / "
