@@ -99,37 +99,70 @@ pub struct JobReport {
     pub period_ms: f64,
 }
 
+/// What is wrong with a compatibility request.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum CompatError {
+    /// The text is not a request (syntax, types, unknown keys); the message
+    /// gives the file, line and column.
+    #[error("{0}")]
+    Parse(String),
+    /// A field out of range or inconsistent, named by its path
+    /// (`jobs[1] (b).phases[0].start_ms`).
+    #[error("{field}: {problem}")]
+    Field {
+        /// The field's path.
+        field: String,
+        /// What was expected and found.
+        problem: String,
+    },
+    /// The jobs' circles cannot be unified within the limits (precision,
+    /// iterations on the circle).
+    #[error(transparent)]
+    Unify(#[from] crate::unified::UnifyError),
+    /// An exact search over more rotations than it may try.
+    #[error(
+        "search: {combinations:.1e} combinations of rotations is too many for an exact search \
+         (at most {MAX_EXACT_COMBINATIONS:.0e}); use the heuristic (--search heuristic)"
+    )]
+    TooManyRotations {
+        /// Π_j K_j for the request.
+        combinations: f64,
+    },
+}
+
+fn field(field: String, problem: String) -> CompatError {
+    CompatError::Field { field, problem }
+}
+
 /// Parses a request from JSON (text starting with `{`) or TOML. `file` names
 /// the input in messages, which give line and column.
-pub fn parse(file: &str, text: &str) -> Result<Request, String> {
-    orrery_model::setups::parse_config(file, text).map_err(|e| e.to_string())
+pub fn parse(file: &str, text: &str) -> Result<Request, CompatError> {
+    orrery_model::setups::parse_config(file, text).map_err(|e| CompatError::Parse(e.to_string()))
 }
 
 impl Request {
     /// Checks every field and builds the circles; the error names the field.
-    pub fn circles(&self) -> Result<Vec<CircleJob>, String> {
+    pub fn circles(&self) -> Result<Vec<CircleJob>, CompatError> {
         if !(self.link_gbps > 0.0 && self.link_gbps.is_finite()) {
-            return Err(format!("link_gbps: expected a positive number, found {}", self.link_gbps));
+            return Err(field("link_gbps".into(), format!("expected a positive number, found {}", self.link_gbps)));
         }
         if self.jobs.is_empty() || self.jobs.len() > MAX_JOBS {
-            return Err(format!("jobs: expected 1 to {MAX_JOBS} jobs on the link, found {}", self.jobs.len()));
+            let found = self.jobs.len();
+            return Err(field("jobs".into(), format!("expected 1 to {MAX_JOBS} jobs on the link, found {found}")));
         }
         self.jobs.iter().enumerate().map(|(i, j)| j.circle(i, self.link_gbps)).collect()
     }
 
     /// Solves the request.
-    pub fn solve(&self, search: Option<Search>) -> Result<(UnifiedCircle, Solution, Report), String> {
+    pub fn solve(&self, search: Option<Search>) -> Result<(UnifiedCircle, Solution, Report), CompatError> {
         let jobs = self.circles()?;
         let base = if self.idle_injection.unwrap_or(true) { Params::default() } else { Params::cassini() };
         let params = Params { precision: self.precision.unwrap_or(72), ..base };
-        let u = unify(&jobs, &params).map_err(|e| e.to_string())?;
+        let u = unify(&jobs, &params)?;
         let search = search.unwrap_or_else(|| default_search(&u));
         let combos = combinations(&u);
         if combos > MAX_EXACT_COMBINATIONS && !matches!(search, Search::Heuristic { .. }) {
-            return Err(format!(
-                "search: {combos:.1e} combinations of rotations is too many for an exact search \
-                 (at most {MAX_EXACT_COMBINATIONS:.0e}); use the heuristic (--search heuristic)"
-            ));
+            return Err(CompatError::TooManyRotations { combinations: combos });
         }
         let sol = solve(&u, self.link_gbps, search);
         let unrotated = crate::score::compatibility(&crate::score::demand(&u, &vec![0; u.jobs.len()]), self.link_gbps);
@@ -179,72 +212,72 @@ fn combinations(u: &UnifiedCircle) -> f64 {
 }
 
 impl JobInput {
-    fn circle(&self, i: usize, link_gbps: f64) -> Result<CircleJob, String> {
+    fn circle(&self, i: usize, link_gbps: f64) -> Result<CircleJob, CompatError> {
         let at = |field: &str| format!("jobs[{i}] ({}).{field}", self.name);
         let circle = match (&self.model, self.period_ms, &self.phases) {
             (Some(name), None, None) => {
                 let m = model(name).ok_or_else(|| {
-                    format!("{}: expected a model of the zoo (see `orrery zoo`), found {name:?}", at("model"))
+                    field(at("model"), format!("expected a model of the zoo (see `orrery zoo`), found {name:?}"))
                 })?;
                 let workers = self.workers.unwrap_or(2);
                 if workers == 0 {
-                    return Err(format!("{}: expected at least 1, found 0", at("workers")));
+                    return Err(field(at("workers"), "expected at least 1, found 0".into()));
                 }
                 let gpu = self.gpu.as_deref().unwrap_or("a100");
                 m.shape_on(gpu, self.batch.unwrap_or(m.default_batch), &Placement::spread(workers), link_gbps)
-                    .ok_or_else(|| format!("{}: unknown GPU type {gpu:?}", at("gpu")))?
+                    .ok_or_else(|| field(at("gpu"), format!("unknown GPU type {gpu:?}")))?
                     .circle()
             }
             (None, Some(period), Some(phases)) => {
                 if !(period > 0.0 && period.is_finite()) {
-                    return Err(format!("{}: expected a positive number of ms, found {period}", at("period_ms")));
+                    return Err(field(at("period_ms"), format!("expected a positive number of ms, found {period}")));
                 }
                 let mut arcs: Vec<Arc> = Vec::with_capacity(phases.len());
                 for (k, p) in phases.iter().enumerate() {
                     let f = |n: &str| at(&format!("phases[{k}].{n}"));
                     if !(p.start_ms >= 0.0 && p.start_ms < period) {
-                        return Err(format!(
-                            "{}: expected a time in [0, {period}) ms, found {}",
+                        let found = p.start_ms;
+                        return Err(field(
                             f("start_ms"),
-                            p.start_ms
+                            format!("expected a time in [0, {period}) ms, found {found}"),
                         ));
                     }
                     if !(p.duration_ms > 0.0 && p.start_ms + p.duration_ms <= period + 1e-9) {
-                        return Err(format!(
-                            "{}: expected a positive length ending within the period ({period} ms), found {} (ends at {})",
+                        return Err(field(
                             f("duration_ms"),
-                            p.duration_ms,
-                            p.start_ms + p.duration_ms
+                            format!(
+                                "expected a positive length ending within the period ({period} ms), found {} (ends at {})",
+                                p.duration_ms,
+                                p.start_ms + p.duration_ms
+                            ),
                         ));
                     }
                     if !(p.gbps >= 0.0 && p.gbps.is_finite()) {
-                        return Err(format!("{}: expected a non-negative bandwidth, found {}", f("gbps"), p.gbps));
+                        return Err(field(f("gbps"), format!("expected a non-negative bandwidth, found {}", p.gbps)));
                     }
                     arcs.push(Arc { start_ms: p.start_ms, duration_ms: p.duration_ms, gbps: p.gbps });
                 }
                 arcs.sort_by(|a, b| a.start_ms.total_cmp(&b.start_ms));
                 let duty: f64 = arcs.iter().map(|a| a.duration_ms).sum::<f64>() / period;
                 if duty > 1.0 + 1e-9 {
-                    return Err(format!(
-                        "{}: phases cover {:.0}% of the period; expected a duty cycle of at most 100%",
+                    return Err(field(
                         at("phases"),
-                        duty * 100.0
+                        format!(
+                            "phases cover {:.0}% of the period; expected a duty cycle of at most 100%",
+                            duty * 100.0
+                        ),
                     ));
                 }
                 if let Some(w) = arcs.windows(2).find(|w| w[0].start_ms + w[0].duration_ms > w[1].start_ms + 1e-9) {
-                    return Err(format!(
-                        "{}: phases starting at {} and {} ms overlap",
-                        at("phases"),
-                        w[0].start_ms,
-                        w[1].start_ms
-                    ));
+                    let problem = format!("phases starting at {} and {} ms overlap", w[0].start_ms, w[1].start_ms);
+                    return Err(field(at("phases"), problem));
                 }
                 Circle { period_ms: period, arcs }
             }
             _ => {
-                return Err(format!(
-                    "jobs[{i}] ({}): expected either period_ms and phases, or model (with optional batch, workers, gpu)",
-                    self.name
+                return Err(field(
+                    format!("jobs[{i}] ({})", self.name),
+                    "expected either period_ms and phases, or model (with optional batch, workers, gpu)".into(),
                 ));
             }
         };
@@ -257,7 +290,7 @@ mod tests {
     use super::*;
 
     fn err(text: &str) -> String {
-        parse("req.json", text).and_then(|r| r.circles().map(|_| ())).expect_err("should fail")
+        parse("req.json", text).and_then(|r| r.circles().map(|_| ())).expect_err("should fail").to_string()
     }
 
     fn request(precision: usize, periods: &[f64]) -> String {
@@ -272,7 +305,7 @@ mod tests {
     }
 
     fn solve_err(text: &str, search: Option<Search>) -> String {
-        parse("req.json", text).and_then(|r| r.solve(search).map(|_| ())).expect_err("should fail")
+        parse("req.json", text).and_then(|r| r.solve(search).map(|_| ())).expect_err("should fail").to_string()
     }
 
     #[test]
@@ -342,6 +375,6 @@ mod tests {
         assert!(err(&base(r#"{"name": "x"}"#)).contains("expected either period_ms and phases, or model"));
         assert!(err(r#"{"link_gbps": -1, "jobs": []}"#).starts_with("link_gbps: expected a positive number"));
         let e = parse("q.json", "{\"link_gbps\": 50,\n \"jobz\": []}").expect_err("unknown field");
-        assert!(e.starts_with("q.json:2:"), "{e}");
+        assert!(matches!(&e, CompatError::Parse(m) if m.starts_with("q.json:2:")), "{e}");
     }
 }

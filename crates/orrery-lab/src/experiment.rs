@@ -184,7 +184,8 @@ impl ColocationSpec {
             .map_err(|e| format!("colocation.gpu: {e}"))?;
         let seen = match self.xi {
             XiSource::True => truth.clone(),
-            XiSource::Predicted => orrery_trace::interference::xi_table(samples, &self.gpu, Some(1))?,
+            XiSource::Predicted => orrery_trace::interference::xi_table(samples, &self.gpu, Some(1))
+                .map_err(|e| format!("colocation.xi = \"predicted\": {e}"))?,
         };
         Ok((Colocation { mode: self.mode, table: truth }, Colocation { mode: self.mode, table: seen }))
     }
@@ -271,7 +272,7 @@ fn one_ms() -> f64 {
 
 /// Applies congestion to a topology's host links: their added latency, and
 /// the background flows for [`SimConfig::background`].
-pub fn congest(mut t: Topology, congested: &[Congestion]) -> Result<(Topology, Vec<(usize, f64)>), String> {
+pub(crate) fn congest(mut t: Topology, congested: &[Congestion]) -> Result<(Topology, Vec<(usize, f64)>), String> {
     let mut background = Vec::new();
     for (i, c) in congested.iter().enumerate() {
         let Some(h) = t.hosts.iter().position(|h| h.name == c.host) else {
@@ -361,7 +362,7 @@ const PER_ITERATION: [&str; 3] = ["shift", "throttle", "route"];
 /// id become a trigger and the job's index; the rest must be one of the
 /// decisions in [`SCRIPTABLE`] with its fields. Errors name the entry and
 /// the field. O(decisions + jobs).
-pub fn scripted(decisions: &[serde_json::Value], jobs: &[JobSpec]) -> Result<Script, String> {
+pub(crate) fn scripted(decisions: &[serde_json::Value], jobs: &[JobSpec]) -> Result<Script, String> {
     let index: std::collections::HashMap<&str, usize> =
         jobs.iter().enumerate().map(|(k, j)| (j.id.as_str(), k)).collect();
     let mut out = Script::default();
@@ -822,6 +823,15 @@ fn check(file: &str, e: Experiment) -> Result<Experiment, String> {
     Ok(e)
 }
 
+/// A trace error as a message about the workload: a field's path goes
+/// under `workload.` (`workload.mix.models: ...`).
+fn in_workload(e: orrery_trace::TraceError) -> String {
+    match e {
+        orrery_trace::TraceError::Field { field, problem } => format!("workload.{field}: {problem}"),
+        other => format!("workload: {other}"),
+    }
+}
+
 /// The most jobs one workload may ask for (the full Philly trace has 82,247).
 pub const MAX_JOBS: usize = 1_000_000;
 /// Most iterations of one job (GPT-3's 175B run took about 10⁵; the
@@ -1195,7 +1205,7 @@ fn workload_jobs(w: &WorkloadSpec, base: &Path, topo: &Topology, seed: u64) -> R
 /// never fit the cluster (more GPUs than it has, or a worker larger than its
 /// largest host), a dependency on itself, on a missing job or in a cycle, a
 /// pin to a missing host or job, or beyond a host's GPUs. O(jobs + deps).
-pub fn check_workload(jobs: &[JobSpec], pins: &Pins, topo: &Topology) -> Result<(), String> {
+pub(crate) fn check_workload(jobs: &[JobSpec], pins: &Pins, topo: &Topology) -> Result<(), String> {
     let total = u64::from(topo.gpu_count());
     let largest = topo.hosts.iter().map(|h| h.gpus).max().unwrap_or(0);
     let mut index: std::collections::HashMap<&str, usize> = std::collections::HashMap::with_capacity(jobs.len());
@@ -1283,13 +1293,13 @@ fn generate_workload(
         let mix = w.mix.clone().unwrap_or_default();
         let target = w.fragmentation.unwrap_or(0.5);
         return orrery_trace::generate::fragmented(&rack_of, w.jobs.unwrap_or(usize::MAX), target, &mix, seed)
-            .map_err(|e| format!("workload: {e}"));
+            .map_err(in_workload);
     }
     if w.generator.as_deref() == Some("pollux-sample") {
         // Castor §9.1: `jobs` (240) × `load` jobs of Pollux's Philly sample.
         let n = (w.jobs.unwrap_or(240) as f64 * w.load.unwrap_or(1.0)).round() as usize;
-        let population = orrery_trace::castor::pollux_population()?;
-        let mut jobs = orrery_trace::castor::sample_jobs(&population, n, seed).map_err(|e| format!("workload.{e}"))?;
+        let population = orrery_trace::castor::pollux_population().map_err(in_workload)?;
+        let mut jobs = orrery_trace::castor::sample_jobs(&population, n, seed).map_err(in_workload)?;
         if let Some(series) = &w.arrivals {
             let path = base.join(series);
             let text =
@@ -1303,8 +1313,7 @@ fn generate_workload(
                 .map_err(|e| format!("workload.arrivals: {e}"))?;
         }
         if let Some(fraction) = w.high_priority {
-            orrery_trace::castor::mark_high_priority(&mut jobs, fraction, seed)
-                .map_err(|e| format!("workload.high_priority: {e}"))?;
+            orrery_trace::castor::mark_high_priority(&mut jobs, fraction, seed).map_err(in_workload)?;
         }
         return Ok((jobs, w.pins.clone()));
     }
@@ -1323,7 +1332,7 @@ fn generate_workload(
             &mix,
             seed,
         )
-        .map_err(|e| format!("workload: {e}"))?;
+        .map_err(in_workload)?;
         return Ok((jobs, w.pins.clone()));
     }
     workload_jobs_only(w, base, topo, seed).map(|j| (j, w.pins.clone()))
@@ -1357,10 +1366,9 @@ fn workload_jobs_only(w: &WorkloadSpec, base: &Path, topo: &Topology, seed: u64)
                         gpus_per_host: host.gpus,
                         link_gbps: topo.host_nic_gbps(0),
                     };
-                    poisson(n, w.load.unwrap_or(0.8), topo.gpu_count(), &mix, &ctx, seed)
-                        .map_err(|e| format!("workload: {e}"))
+                    poisson(n, w.load.unwrap_or(0.8), topo.gpu_count(), &mix, &ctx, seed).map_err(in_workload)
                 }
-                "snapshot" => snapshot(n, &mix, seed).map_err(|e| format!("workload: {e}")),
+                "snapshot" => snapshot(n, &mix, seed).map_err(in_workload),
                 other => Err(format!(
                     "workload.generator: expected poisson, snapshot, fragmented, components or pollux-sample, found {other:?}"
                 )),

@@ -15,6 +15,7 @@
 //!   series' busiest 8 hours: a bin with probability proportional to its GPU
 //!   jobs submitted, a uniform time within the bin.
 
+use crate::TraceError;
 use crate::diag::Parsed;
 use crate::formats::for_each_row;
 use orrery_model::JobSpec;
@@ -35,13 +36,13 @@ pub const POLLUX_WORKLOADS: [&str; 8] = [
 ];
 
 /// The 1,280 jobs of Pollux's workloads, ids prefixed by their workload.
-pub fn pollux_population() -> Result<Vec<JobSpec>, String> {
+pub fn pollux_population() -> Result<Vec<JobSpec>, TraceError> {
     let mut all = Vec::new();
     for (k, text) in POLLUX_WORKLOADS.iter().enumerate() {
         let file = format!("workload-{}.csv", k + 1);
         let parsed = crate::formats::pollux::parse(&file, text);
         if let Some(e) = parsed.errors.first() {
-            return Err(e.to_string());
+            return Err(TraceError::Bundled(e.to_string()));
         }
         all.extend(parsed.items.into_iter().map(|mut j| {
             j.id = format!("w{}-{}", k + 1, j.id);
@@ -53,9 +54,12 @@ pub fn pollux_population() -> Result<Vec<JobSpec>, String> {
 
 /// `n` jobs drawn without replacement from `population` (seeded), sorted by
 /// arrival. O(n log n).
-pub fn sample_jobs(population: &[JobSpec], n: usize, seed: u64) -> Result<Vec<JobSpec>, String> {
+pub fn sample_jobs(population: &[JobSpec], n: usize, seed: u64) -> Result<Vec<JobSpec>, TraceError> {
     if n == 0 || n > population.len() {
-        return Err(format!("jobs: expected 1 to {} jobs from the population, found {n}", population.len()));
+        return Err(TraceError::field(
+            "jobs",
+            format!("expected 1 to {} jobs from the population, found {n}", population.len()),
+        ));
     }
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let mut jobs: Vec<JobSpec> =
@@ -66,9 +70,9 @@ pub fn sample_jobs(population: &[JobSpec], n: usize, seed: u64) -> Result<Vec<Jo
 
 /// Marks each job high priority with probability `fraction` (seeded), as
 /// Metronome's traces mix priorities; the Philly sample has none of its own.
-pub fn mark_high_priority(jobs: &mut [JobSpec], fraction: f64, seed: u64) -> Result<(), String> {
+pub fn mark_high_priority(jobs: &mut [JobSpec], fraction: f64, seed: u64) -> Result<(), TraceError> {
     if !(0.0..=1.0).contains(&fraction) {
-        return Err(format!("expected a fraction in [0, 1], found {fraction}"));
+        return Err(TraceError::field("high_priority", format!("expected a fraction in [0, 1], found {fraction}")));
     }
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x4849_4748_5052_494F);
     for j in jobs {
@@ -120,10 +124,10 @@ pub fn busiest_window(series: &[f64], window_s: f64) -> Vec<(f64, f64)> {
 
 /// Re-draws the jobs' arrivals from `bins` (weighted by submissions,
 /// uniform within a bin), keeping the jobs' order. O(n · B).
-pub fn shape_arrivals(jobs: &mut [JobSpec], bins: &[(f64, f64)], seed: u64) -> Result<(), String> {
+pub fn shape_arrivals(jobs: &mut [JobSpec], bins: &[(f64, f64)], seed: u64) -> Result<(), TraceError> {
     let total: f64 = bins.iter().map(|b| b.1).sum();
     if total <= 0.0 {
-        return Err("the arrival series submits no jobs".into());
+        return Err(TraceError::Data("the arrival series submits no jobs".into()));
     }
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x7E4D5);
     let mut times: Vec<f64> = (0..jobs.len())

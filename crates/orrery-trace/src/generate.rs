@@ -6,6 +6,7 @@
 //! isolated duration `d_j`, the arrival rate is
 //! `λ = load · G / mean_j(g_j · d_j)`.
 
+use crate::TraceError;
 use orrery_model::zoo::{Placement, model};
 use orrery_model::{JobSpec, Work};
 use rand::seq::SliceRandom;
@@ -111,32 +112,38 @@ impl Default for Mix {
 
 impl Mix {
     /// Checks the mix; the message names the field at fault.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), TraceError> {
         if self.models.is_empty() {
-            return Err("mix.models: expected at least one model".into());
+            return Err(TraceError::field("mix.models", "expected at least one model"));
         }
         if let Some(m) = self.models.iter().find(|m| model(m).is_none()) {
-            return Err(format!("mix.models: {m:?} is not in the zoo (see `orrery zoo`)"));
+            return Err(TraceError::field("mix.models", format!("{m:?} is not in the zoo (see `orrery zoo`)")));
         }
         if self.workers.is_empty() || self.workers.iter().any(|&(n, w)| n == 0 || !(w >= 0.0 && w.is_finite())) {
-            return Err("mix.workers: expected [workers, weight] pairs with workers ≥ 1 and weights ≥ 0".into());
+            return Err(TraceError::field(
+                "mix.workers",
+                "expected [workers, weight] pairs with workers ≥ 1 and weights ≥ 0",
+            ));
         }
         if self.workers.iter().map(|w| w.1).sum::<f64>() <= 0.0 {
-            return Err("mix.workers: expected a positive total weight".into());
+            return Err(TraceError::field("mix.workers", "expected a positive total weight"));
         }
         if self.iterations.0 == 0 || self.iterations.0 > self.iterations.1 {
-            return Err(format!("mix.iterations: expected 1 ≤ low ≤ high, found {:?}", self.iterations));
+            return Err(TraceError::field(
+                "mix.iterations",
+                format!("expected 1 ≤ low ≤ high, found {:?}", self.iterations),
+            ));
         }
         if let Some((lo, hi)) = self.seconds
             && !(lo > 0.0 && lo <= hi && hi.is_finite())
         {
-            return Err(format!("mix.seconds: expected 0 < low ≤ high, found [{lo}, {hi}]"));
+            return Err(TraceError::field("mix.seconds", format!("expected 0 < low ≤ high, found [{lo}, {hi}]")));
         }
         if self.batch == Some(0) {
-            return Err("mix.batch: expected at least 1 sample per worker".into());
+            return Err(TraceError::field("mix.batch", "expected at least 1 sample per worker"));
         }
         if !(0.0..=1.0).contains(&self.high_priority_fraction) {
-            return Err("mix.high_priority_fraction: expected a fraction in [0, 1]".into());
+            return Err(TraceError::field("mix.high_priority_fraction", "expected a fraction in [0, 1]"));
         }
         Ok(())
     }
@@ -169,7 +176,7 @@ impl Mix {
 }
 
 /// `n` jobs all arriving at t = 0 (CASSINI's snapshot trace).
-pub fn snapshot(n: usize, mix: &Mix, seed: u64) -> Result<Vec<JobSpec>, String> {
+pub fn snapshot(n: usize, mix: &Mix, seed: u64) -> Result<Vec<JobSpec>, TraceError> {
     mix.validate()?;
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     Ok((0..n).map(|i| mix.draw(&mut rng, i)).collect())
@@ -180,16 +187,25 @@ pub fn snapshot(n: usize, mix: &Mix, seed: u64) -> Result<Vec<JobSpec>, String> 
 /// (workers) from `mix`, and the shape of one component from a pod of a
 /// public pod list (`pods`, e.g. Alibaba v2023 `openb_pod_list_multigpu50`):
 /// its GPUs (a fraction of a GPU counts as one), CPU cores and memory.
-pub fn components(pods: &[JobSpec], n: usize, mean_gap_s: f64, mix: &Mix, seed: u64) -> Result<Vec<JobSpec>, String> {
+pub fn components(
+    pods: &[JobSpec],
+    n: usize,
+    mean_gap_s: f64,
+    mix: &Mix,
+    seed: u64,
+) -> Result<Vec<JobSpec>, TraceError> {
     if pods.is_empty() {
-        return Err("the pod list has no GPU pods".into());
+        return Err(TraceError::Data("the pod list has no GPU pods".into()));
     }
     if !(mean_gap_s > 0.0 && mean_gap_s.is_finite()) {
-        return Err(format!("interarrival_s: expected a positive number of seconds, found {mean_gap_s}"));
+        return Err(TraceError::field(
+            "interarrival_s",
+            format!("expected a positive number of seconds, found {mean_gap_s}"),
+        ));
     }
     let mut jobs = snapshot(n, mix, seed)?;
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x9D5);
-    let gaps = Exp::new(1.0 / mean_gap_s).map_err(|e| e.to_string())?;
+    let gaps = Exp::new(1.0 / mean_gap_s).map_err(|e| TraceError::field("interarrival_s", e.to_string()))?;
     let mut t = 0.0;
     for j in &mut jobs {
         let pod = &pods[rng.random_range(0..pods.len())];
@@ -212,22 +228,24 @@ pub fn poisson(
     mix: &Mix,
     ctx: &ShapeContext,
     seed: u64,
-) -> Result<Vec<JobSpec>, String> {
+) -> Result<Vec<JobSpec>, TraceError> {
     if !(load > 0.0 && load.is_finite()) {
-        return Err(format!("load: expected a positive fraction of GPUs, found {load}"));
+        return Err(TraceError::field("load", format!("expected a positive fraction of GPUs, found {load}")));
     }
     if cluster_gpus == 0 {
-        return Err("cluster has no GPUs".into());
+        return Err(TraceError::Data("the cluster has no GPUs".into()));
     }
     let mut jobs = snapshot(n, mix, seed)?;
     let mut work = 0.0;
     for j in &jobs {
-        let d = ctx.duration_s(j).ok_or_else(|| format!("cannot shape {} on {}", j.model, ctx.gpu))?;
+        let d = ctx
+            .duration_s(j)
+            .ok_or_else(|| TraceError::field("mix.models", format!("cannot shape {} on {}", j.model, ctx.gpu)))?;
         work += f64::from(j.gpus()) * d;
     }
     let mean_gpu_seconds = work / jobs.len().max(1) as f64;
     let rate = load * f64::from(cluster_gpus) / mean_gpu_seconds.max(1e-9);
-    let exp = Exp::new(rate).map_err(|e| format!("arrival rate {rate}: {e}"))?;
+    let exp = Exp::new(rate).map_err(|e| TraceError::field("load", format!("arrival rate {rate}: {e}")))?;
     let mut rng = ChaCha8Rng::seed_from_u64(seed.wrapping_add(0x5EED));
     let mut t = 0.0;
     for j in &mut jobs {
@@ -247,7 +265,7 @@ pub fn dynamic(
     mix: &Mix,
     ctx: &ShapeContext,
     seed: u64,
-) -> Result<Vec<JobSpec>, String> {
+) -> Result<Vec<JobSpec>, TraceError> {
     let mut jobs = snapshot(running, mix, seed)?;
     let mut later = poisson(arrivals, load, cluster_gpus, mix, ctx, seed.wrapping_add(1))?;
     for (i, j) in later.iter_mut().enumerate() {
@@ -287,10 +305,10 @@ pub fn fragmented(
     target: f64,
     mix: &Mix,
     seed: u64,
-) -> Result<(Vec<JobSpec>, Pins), String> {
+) -> Result<(Vec<JobSpec>, Pins), TraceError> {
     mix.validate()?;
     if !(0.0..=1.0).contains(&target) {
-        return Err(format!("fragmentation: expected a fraction in [0, 1], found {target}"));
+        return Err(TraceError::field("fragmentation", format!("expected a fraction in [0, 1], found {target}")));
     }
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let smallest = mix.workers.iter().map(|w| w.0).min().unwrap_or(1) as usize;
@@ -378,9 +396,9 @@ mod tests {
     #[test]
     fn bad_mixes_are_named() {
         let mix = Mix { models: vec!["nope".into()], ..Mix::default() };
-        assert!(snapshot(1, &mix, 0).expect_err("bad").contains("\"nope\" is not in the zoo"));
+        assert!(snapshot(1, &mix, 0).expect_err("bad").to_string().contains("\"nope\" is not in the zoo"));
         let mix = Mix { iterations: (10, 5), ..Mix::default() };
-        assert!(snapshot(1, &mix, 0).expect_err("bad").starts_with("mix.iterations"));
+        assert!(matches!(snapshot(1, &mix, 0), Err(TraceError::Field { field, .. }) if field == "mix.iterations"));
         assert!(poisson(1, -1.0, 8, &Mix::default(), &ShapeContext::default(), 0).is_err());
     }
 
@@ -398,7 +416,7 @@ mod tests {
         let mix = Mix { batch: Some(8), ..Mix::default() };
         assert!(snapshot(20, &mix, 1).expect("valid").iter().all(|j| j.batch == 8));
         let bad = Mix { batch: Some(0), ..Mix::default() };
-        assert!(snapshot(1, &bad, 1).expect_err("zero batch").contains("mix.batch"));
+        assert!(snapshot(1, &bad, 1).expect_err("zero batch").to_string().starts_with("mix.batch: "));
     }
 
     #[test]

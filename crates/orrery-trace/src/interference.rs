@@ -15,6 +15,7 @@
 //! The split is 80/20 *by job pair*, so both directions of a pair fall on the
 //! same side.
 
+use crate::TraceError;
 use crate::diag::Parsed;
 use crate::formats::for_each_row;
 use rand::{Rng, SeedableRng};
@@ -61,9 +62,10 @@ fn gavel_key(key: &str) -> Option<(String, f64, u32)> {
 
 /// ξ samples from Gavel's throughputs: single-GPU job types (scale factor 1)
 /// sharing one GPU, on every consolidated GPU type.
-pub fn gavel_samples(text: &str) -> Result<Vec<Sample>, String> {
-    let v: serde_json::Value = serde_json::from_str(text).map_err(|e| format!("gavel throughputs: {e}"))?;
-    let by_gpu = v.as_object().ok_or("gavel throughputs: expected an object of GPU types")?;
+pub fn gavel_samples(text: &str) -> Result<Vec<Sample>, TraceError> {
+    let bundled = |why: String| TraceError::Bundled(format!("gavel throughputs: {why}"));
+    let v: serde_json::Value = serde_json::from_str(text).map_err(|e| bundled(e.to_string()))?;
+    let by_gpu = v.as_object().ok_or_else(|| bundled("expected an object of GPU types".into()))?;
     let mut codes = Codes::default();
     let mut out = Vec::new();
     for (gpu, jobs) in by_gpu.iter().filter(|(g, _)| !g.contains("unconsolidated")) {
@@ -178,7 +180,7 @@ pub struct Evaluation {
 
 /// Trains the boosted trees on 80% of the pairs (seeded) and evaluates on the
 /// rest. O(rounds · n · features · log n).
-pub fn evaluate(samples: &[Sample], seed: u64) -> Result<Evaluation, String> {
+pub fn evaluate(samples: &[Sample], seed: u64) -> Result<Evaluation, TraceError> {
     let (train, test) = split(samples, seed)?;
     let predict = train_predictor(&train, seed)?;
     let predicted = predict(&test)?;
@@ -212,10 +214,10 @@ pub fn evaluate(samples: &[Sample], seed: u64) -> Result<Evaluation, String> {
     })
 }
 
-type Predictor = Box<dyn Fn(&[&Sample]) -> Result<Vec<f64>, String>>;
+type Predictor = Box<dyn Fn(&[&Sample]) -> Result<Vec<f64>, TraceError>>;
 
 /// 80/20 by pair, seeded: (train, test).
-fn split(samples: &[Sample], seed: u64) -> Result<(Vec<&Sample>, Vec<&Sample>), String> {
+fn split(samples: &[Sample], seed: u64) -> Result<(Vec<&Sample>, Vec<&Sample>), TraceError> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let mut side: BTreeMap<&str, bool> = BTreeMap::new();
     for s in samples {
@@ -223,15 +225,16 @@ fn split(samples: &[Sample], seed: u64) -> Result<(Vec<&Sample>, Vec<&Sample>), 
     }
     let (test, train): (Vec<&Sample>, Vec<&Sample>) = samples.iter().partition(|s| side[s.pair.as_str()]);
     if train.len() < 10 || test.is_empty() {
-        return Err(format!("too few samples to split: {} train, {} test", train.len(), test.len()));
+        return Err(TraceError::Data(format!("too few samples to split: {} train, {} test", train.len(), test.len())));
     }
     Ok((train, test))
 }
 
 /// Boosted regression trees (200 rounds, depth 6, rate 0.1) fitted to `train`.
-fn train_predictor(train: &[&Sample], seed: u64) -> Result<Predictor, String> {
-    fn matrix(xs: &[&Sample]) -> Result<DenseMatrix<f64>, String> {
-        DenseMatrix::from_2d_vec(&xs.iter().map(|s| s.features.clone()).collect()).map_err(|e| e.to_string())
+fn train_predictor(train: &[&Sample], seed: u64) -> Result<Predictor, TraceError> {
+    fn matrix(xs: &[&Sample]) -> Result<DenseMatrix<f64>, TraceError> {
+        DenseMatrix::from_2d_vec(&xs.iter().map(|s| s.features.clone()).collect())
+            .map_err(|e| TraceError::Model(e.to_string()))
     }
     let y: Vec<f64> = train.iter().map(|s| s.xi).collect();
     let params = XGRegressorParameters::default()
@@ -239,8 +242,8 @@ fn train_predictor(train: &[&Sample], seed: u64) -> Result<Predictor, String> {
         .with_max_depth(6)
         .with_learning_rate(0.1)
         .with_seed(seed);
-    let model = XGRegressor::fit(&matrix(train)?, &y, params).map_err(|e| e.to_string())?;
-    Ok(Box::new(move |xs: &[&Sample]| model.predict(&matrix(xs)?).map_err(|e| e.to_string())))
+    let model = XGRegressor::fit(&matrix(train)?, &y, params).map_err(|e| TraceError::Model(e.to_string()))?;
+    Ok(Box::new(move |xs: &[&Sample]| model.predict(&matrix(xs)?).map_err(|e| TraceError::Model(e.to_string()))))
 }
 
 /// The ξ table the simulator and the Castor policies read
@@ -253,10 +256,10 @@ pub fn xi_table(
     samples: &[Sample],
     gpu: &str,
     predicted: Option<u64>,
-) -> Result<orrery_model::colocation::XiTable, String> {
+) -> Result<orrery_model::colocation::XiTable, TraceError> {
     let on_gpu: Vec<&Sample> = samples.iter().filter(|s| s.gpu == gpu).collect();
     if on_gpu.is_empty() {
-        return Err(format!("no interference measurements on {gpu:?}"));
+        return Err(TraceError::Data(format!("no interference measurements on {gpu:?}")));
     }
     let values: Vec<f64> = match predicted {
         None => on_gpu.iter().map(|s| s.xi).collect(),

@@ -11,6 +11,7 @@
 //!   across nodes, as the all-reduce algorithm changes with them [40].
 //! - Eq. 3: `t_iter = (s − 1)·t_comp(B/s) + (t_comp(B/s)^δ + t_comm^δ)^(1/δ)`.
 
+use crate::TraceError;
 use crate::diag::Parsed;
 use crate::formats::for_each_row;
 use serde::Serialize;
@@ -123,9 +124,10 @@ fn line(points: impl Iterator<Item = (f64, f64)> + Clone) -> Option<(f64, f64)> 
 /// on the multi-GPU rows' all-reduce times (one line within a node, one
 /// across), then `δ` by a golden-section search on [1, 10] minimising the
 /// squared relative error of Eq. 3 over the multi-GPU rows. O(n · 60).
-pub fn fit(rows: &[Measured]) -> Result<(IterModel, FitError), String> {
+pub fn fit(rows: &[Measured]) -> Result<(IterModel, FitError), TraceError> {
     let single = rows.iter().filter(|r| r.gpus == 1).map(|r| (r.local_bsz, r.step_s));
-    let (alpha_comp, beta_comp) = line(single).ok_or("Eq. 1 needs single-GPU rows at two batch sizes or more")?;
+    let (alpha_comp, beta_comp) = line(single)
+        .ok_or_else(|| TraceError::Data("Eq. 1 needs single-GPU rows at two batch sizes or more".into()))?;
     let volume = |r: &Measured| 2.0 * (f64::from(r.gpus) - 1.0) / f64::from(r.gpus);
     let local = line(rows.iter().filter(|r| r.gpus > 1 && r.nodes == 1).map(|r| (volume(r), r.sync_s)));
     let net = line(rows.iter().filter(|r| r.nodes > 1).map(|r| (volume(r), r.sync_s)));
@@ -133,7 +135,7 @@ pub fn fit(rows: &[Measured]) -> Result<(IterModel, FitError), String> {
         (Some(l), Some(n)) => (l, n),
         (Some(l), None) => (l, l),
         (None, Some(n)) => (n, n),
-        (None, None) => return Err("Eq. 2 needs multi-GPU rows at two GPU counts or more".into()),
+        (None, None) => return Err(TraceError::Data("Eq. 2 needs multi-GPU rows at two GPU counts or more".into())),
     };
     let mut m = IterModel {
         alpha_comp,
@@ -224,7 +226,7 @@ pub const POLLUX_PLACEMENTS: [(&str, &str); 6] = [
 ];
 
 /// A fitted model and its error, or why it could not be fitted.
-pub type Fit = Result<(IterModel, FitError), String>;
+pub type Fit = Result<(IterModel, FitError), TraceError>;
 
 /// Eqs. 1-3 fitted to each bundled Pollux application.
 pub fn fitted() -> Vec<(&'static str, Fit)> {
@@ -233,7 +235,7 @@ pub fn fitted() -> Vec<(&'static str, Fit)> {
         .map(|&(app, text)| {
             let parsed = parse_placements(app, text);
             let r = match parsed.errors.first() {
-                Some(e) => Err(e.to_string()),
+                Some(e) => Err(TraceError::Bundled(e.to_string())),
                 None => fit(&parsed.items),
             };
             (app, r)

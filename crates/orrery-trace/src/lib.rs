@@ -22,4 +22,34 @@ pub mod machines;
 pub mod mapping;
 
 pub use diag::{Diagnostic, Parsed};
+
+/// What went wrong in a generator, sampler, fit or predictor of this crate
+/// (a bad row of a trace file is a [`Diagnostic`] instead).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum TraceError {
+    /// A parameter out of range, named by its field (`mix.models`, `jobs`).
+    #[error("{field}: {problem}")]
+    Field {
+        /// The field's path.
+        field: String,
+        /// What was expected and found.
+        problem: String,
+    },
+    /// Too little data for what was asked (a fit, a split, a table).
+    #[error("{0}")]
+    Data(String),
+    /// Bundled data that does not read (a corrupted checkout).
+    #[error("{0}")]
+    Bundled(String),
+    /// The regression library failed.
+    #[error("boosted trees: {0}")]
+    Model(String),
+}
+
+impl TraceError {
+    /// A [`TraceError::Field`].
+    pub fn field(field: impl Into<String>, problem: impl Into<String>) -> Self {
+        TraceError::Field { field: field.into(), problem: problem.into() }
+    }
+}
 pub use formats::{Format, parse, read_file};

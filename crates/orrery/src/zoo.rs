@@ -194,7 +194,7 @@ fn print_iteration_model(json: bool) -> anyhow::Result<()> {
             .iter()
             .map(|(app, r)| match r {
                 Ok((m, e)) => serde_json::json!({ "app": app, "model": m, "error": e }),
-                Err(err) => serde_json::json!({ "app": app, "error": err }),
+                Err(err) => serde_json::json!({ "app": app, "error": err.to_string() }),
             })
             .collect();
         println!("{}", serde_json::to_string_pretty(&v)?);

@@ -88,10 +88,11 @@ impl Format {
 }
 
 impl FromStr for Format {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = crate::TraceError;
+    fn from_str(s: &str) -> Result<Self, crate::TraceError> {
         Format::ALL.into_iter().find(|f| f.name() == s.trim().to_ascii_lowercase()).ok_or_else(|| {
-            format!("unknown format {s:?}; expected one of {}", Format::ALL.map(Format::name).join(", "))
+            let names = Format::ALL.map(Format::name).join(", ");
+            crate::TraceError::field("format", format!("unknown format {s:?}; expected one of {names}"))
         })
     }
 }
