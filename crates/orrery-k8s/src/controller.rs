@@ -213,6 +213,7 @@ async fn reconcile(shared: &Shared, view: &mut View) {
                     }
                 }
                 Err(why) => {
+                    let why = why.to_string();
                     if view.held_back.insert(key.clone(), why.clone()).as_ref() != Some(&why) {
                         tracing::info!("holding back: {why}");
                     }

@@ -141,6 +141,30 @@ pub struct Placement {
 /// The answer a pod waiting at bind gets.
 type Reply = oneshot::Sender<Result<(), String>>;
 
+/// Why a job was not submitted to the service.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NotSubmitted {
+    /// It waits for a job of its AppGroup to start.
+    #[error("job {job} waits for {dependency} to start (AppGroup)")]
+    Waiting {
+        /// The job.
+        job: String,
+        /// The job it depends on.
+        dependency: String,
+    },
+    /// The service refused it.
+    #[error("the service refused job {job}: {reason}")]
+    Refused {
+        /// The job.
+        job: String,
+        /// The service's answer.
+        reason: String,
+    },
+    /// The service's core has stopped.
+    #[error("the service's core has stopped")]
+    Stopped,
+}
+
 /// Where a pod of a placed job stands.
 enum SlotState {
     /// Given a rank at filter time (kube-scheduler filters the next pod
@@ -256,19 +280,19 @@ impl Shared {
     /// Submits a job unless it waits for AppGroup dependencies not yet
     /// started. Idempotent (the service keys jobs by name). Returns why it
     /// is not submitted, if it is not.
-    pub async fn submit(&self, spec: orrery_model::JobSpec) -> Result<(), String> {
+    pub async fn submit(&self, spec: orrery_model::JobSpec) -> Result<(), NotSubmitted> {
         let waits: Vec<String> = lock(&self.waits_for).get(&spec.id).cloned().unwrap_or_default();
         for dep in &waits {
             let started = self.placement(dep).await.is_some_and(|p| p.status != JobStatus::Queued);
             if !started {
-                return Err(format!("job {} waits for {dep} to start (AppGroup)", spec.id));
+                return Err(NotSubmitted::Waiting { job: spec.id.clone(), dependency: dep.clone() });
             }
         }
-        let id = spec.id.clone();
+        let job = spec.id.clone();
         match self.core.call(move |core| core.submit(spec)).await {
             Ok(Ok(_)) => Ok(()),
-            Ok(Err(f)) => Err(format!("the service refused job {id}: {f:?}")),
-            Err(_) => Err("the service's core has stopped".into()),
+            Ok(Err(f)) => Err(NotSubmitted::Refused { job, reason: format!("{f:?}") }),
+            Err(_) => Err(NotSubmitted::Stopped),
         }
     }
 
@@ -374,7 +398,7 @@ impl Shared {
             Some(p) => p,
             None => {
                 if let Err(why) = self.submit(spec).await {
-                    return passed(Vec::new(), all_fail(&why), BTreeMap::new());
+                    return passed(Vec::new(), all_fail(&why.to_string()), BTreeMap::new());
                 }
                 match self.placement(&key).await {
                     Some(p) => p,

@@ -7,6 +7,23 @@ use crate::utility::{
     BidPolicy, ClusterMap, JobRequest, LinkLoad, NodeContext, Placement, Resources, Usage, link_load, slot_value,
 };
 
+/// Why the greedy cannot place a job.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Unplaced {
+    /// Some component found no node with room (and a bid) for it.
+    #[error("{placed} of {wanted} components had a node")]
+    NoNode {
+        /// Components of the role that had a node.
+        placed: usize,
+        /// Components of the role.
+        wanted: usize,
+    },
+    /// Every component had a node, but the placement's traffic does not
+    /// fit the NICs and uplinks (constraint 4).
+    #[error("the placement's traffic does not fit the links")]
+    LinksFull,
+}
+
 /// Places `job` on `nodes` (free resources per node) or says why not. Ties
 /// go to the lower node id.
 pub fn greedy(
@@ -15,7 +32,7 @@ pub fn greedy(
     usage: &Usage,
     job: &JobRequest,
     policy: &BidPolicy,
-) -> Result<(Placement, LinkLoad), String> {
+) -> Result<(Placement, LinkLoad), Unplaced> {
     let mut res: Vec<Resources> = nodes.to_vec();
     let mut placement = Placement::new();
     for (role, count) in job.roles().into_iter().enumerate() {
@@ -32,7 +49,7 @@ pub fn greedy(
                 }
             }
             let Some((n, v)) = best else {
-                return Err(format!("{} of {count} components had a node", held.iter().sum::<usize>()));
+                return Err(Unplaced::NoNode { placed: held.iter().sum::<usize>(), wanted: count });
             };
             held[n] += 1;
             last[n] = v;
@@ -42,7 +59,7 @@ pub fn greedy(
     }
     let load = link_load(map, job, &placement);
     if !usage.fits(map, &load) {
-        return Err("the placement's traffic does not fit the links".into());
+        return Err(Unplaced::LinksFull);
     }
     Ok((placement, load))
 }

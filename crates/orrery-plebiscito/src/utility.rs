@@ -75,9 +75,10 @@ impl JobRequest {
     /// Checks what a job says of itself, whoever sent it: at least one
     /// worker, every number finite and not negative, each component asking
     /// for something (GPUs, CPUs or memory). The error names the field.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), BadRequest> {
+        let bad = |field: &'static str, expected: String| BadRequest { job: self.id, field, expected };
         if self.workers == 0 {
-            return Err(format!("job {}: workers: expected at least 1, found 0", self.id));
+            return Err(bad("workers", "at least 1, found 0".into()));
         }
         let mut fields = vec![
             ("gbps", self.gbps),
@@ -92,17 +93,29 @@ impl JobRequest {
         }
         for (name, v) in fields {
             if !v.is_finite() || v < 0.0 {
-                return Err(format!("job {}: {name}: expected a finite number at least 0, found {v}", self.id));
+                return Err(bad(name, format!("a finite number at least 0, found {v}")));
             }
         }
         for (role, name) in roles {
             let d = self.demand(role);
             if d.gpus <= 0.0 && d.cpus <= 0.0 && d.mem_gib <= 0.0 {
-                return Err(format!("job {}: {name}: expected a demand above zero (gpus, cpus or mem_gib)", self.id));
+                return Err(bad(name, "a demand above zero (gpus, cpus or mem_gib)".into()));
             }
         }
         Ok(())
     }
+}
+
+/// A field of a job request that is out of range.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("job {job}: {field}: expected {expected}")]
+pub struct BadRequest {
+    /// The job's id.
+    pub job: u64,
+    /// The field (`workers`, `gbps`, `worker`, ...).
+    pub field: &'static str,
+    /// What was expected, and what was found.
+    pub expected: String,
 }
 
 /// A node's resources (ρ, Eq. 3) and what is left of them (Δ, Eq. 7).

@@ -26,12 +26,12 @@ pub const TCP_GOODPUT: f64 = 1448.0 / 1514.0;
 /// `topo` with every link's rate times `goodput`: what a transfer's payload
 /// gets. The service's policy and the simulator see it, so that their model
 /// of an iteration counts the headers the testbed sends.
-pub fn derated(topo: &Topology, goodput: f64) -> Result<Topology, String> {
+pub fn derated(topo: &Topology, goodput: f64) -> Result<Topology, orrery_model::topology::TopologyError> {
     let mut links = topo.links.clone();
     for l in &mut links {
         l.gbps *= goodput;
     }
-    Topology::new(topo.name.clone(), topo.hosts.clone(), topo.switches.clone(), links).map_err(|e| e.to_string())
+    Topology::new(topo.name.clone(), topo.hosts.clone(), topo.switches.clone(), links)
 }
 
 /// The simulator's view of the same run.
@@ -45,6 +45,17 @@ pub struct Simulated {
     pub links: Vec<(usize, Vec<(f64, f64)>)>,
 }
 
+/// What went wrong holding the simulator against the testbed.
+#[derive(Debug, thiserror::Error)]
+pub enum CompareError {
+    /// A policy name the catalogue does not have.
+    #[error("unknown policy {0:?} (see `orrery policies`)")]
+    UnknownPolicy(String),
+    /// A figure could not be drawn or written.
+    #[error(transparent)]
+    Plot(#[from] orrery_lab::plot::PlotError),
+}
+
 /// Simulates `jobs` on `topo` under `policy` (with the experiment's pins),
 /// with the given compute jitter. Deterministic for a seed.
 pub fn simulate(
@@ -55,8 +66,9 @@ pub fn simulate(
     seed: u64,
     jitter: f64,
     warmup: usize,
-) -> Result<Simulated, String> {
-    let mut p = orrery_policy::with_pins(policy, seed, pins).ok_or_else(|| format!("unknown policy {policy:?}"))?;
+) -> Result<Simulated, CompareError> {
+    let mut p =
+        orrery_policy::with_pins(policy, seed, pins).ok_or_else(|| CompareError::UnknownPolicy(policy.to_string()))?;
     let cfg = SimConfig { seed, jitter, skip: false, record_iterations: true, ..SimConfig::default() };
     let mut sim = Simulation::new(topo, jobs, cfg, p.isolated_network());
     sim.run(p.as_mut(), |_, _| {});
@@ -206,7 +218,7 @@ pub fn figures(
     jobs: &[JobSpec],
     measured: &Measured,
     simulated: &Simulated,
-) -> Result<Vec<String>, String> {
+) -> Result<Vec<String>, CompareError> {
     let mut series = Vec::new();
     for (i, spec) in jobs.iter().enumerate() {
         if let Some(m) = measured.jobs.iter().find(|j| j.id == spec.id) {
@@ -222,7 +234,7 @@ pub fn figures(
         x_label: "iteration time (ms)".into(),
         series,
     };
-    cdf.save(dir, "iterations").map_err(|e| e.to_string())?;
+    cdf.save(dir, "iterations")?;
     let mut written = vec!["iterations".to_string()];
     if let Some(busiest) = busiest(&measured.links) {
         let sim = simulated.links.iter().find(|(l, _)| *l == busiest.link).map(|(_, s)| s.clone()).unwrap_or_default();
@@ -234,7 +246,7 @@ pub fn figures(
                 Series::new("simulator", sim),
             ],
         };
-        lines.save(dir, "links").map_err(|e| e.to_string())?;
+        lines.save(dir, "links")?;
         written.push("links".into());
     }
     Ok(written)

@@ -252,9 +252,13 @@ fn requests(file: &str, text: &str, topo: &orrery_model::Topology) -> Result<(Ve
                 (None, None) => Err(format!("{at}: expected a job")),
             }
         };
-        let job = match job
-            .and_then(|j| j.check().and_then(|()| fits_cluster(&j, topo)).map(|()| j).map_err(|e| format!("{at}: {e}")))
-        {
+        let job = match job.and_then(|j| {
+            j.check()
+                .map_err(|e| e.to_string())
+                .and_then(|()| fits_cluster(&j, topo))
+                .map(|()| j)
+                .map_err(|e| format!("{at}: {e}"))
+        }) {
             Ok(j) => j,
             Err(e) => {
                 errors.push(e);
@@ -446,7 +450,7 @@ async fn serve(args: &Args, key: &Key) -> Result<()> {
                             // Every submission is answered: accepted, busy
                             // (back-pressure: the client sends it again
                             // later) or refused with the reason.
-                            let outcome = match job.check().and_then(|()| fits_cluster(&job, &topo)) {
+                            let outcome = match job.check().map_err(|e| e.to_string()).and_then(|()| fits_cluster(&job, &topo)) {
                                 Err(reason) => Receipt::Refused(reason),
                                 Ok(()) if !agent.knows(job.id) && agent.open_auctions() >= MAX_OPEN_AUCTIONS => {
                                     Receipt::Busy
