@@ -331,8 +331,7 @@ impl Figure {
                 faceted(1, &all)
             }
             Figure::Circles { panels, .. } => {
-                let names: Vec<String> =
-                    panels.first().map(|p| p.1.iter().map(|r| r.job.clone()).collect()).unwrap_or_default();
+                let names = ring_names(panels);
                 (
                     420 * panels.len().max(1) as u32 + circle_key_width(&names),
                     480.max(120 + KEY_ROW * names.len() as u32),
@@ -805,7 +804,7 @@ fn circles<DB: DrawingBackend>(
     if panels.is_empty() {
         return no_data(root, title);
     }
-    let names: Vec<String> = panels[0].1.iter().map(|r| r.job.clone()).collect();
+    let names = ring_names(panels);
     let colors = palette(names.len());
     let (w, _) = root.dim_in_pixel();
     let (plot, key) = root.split_horizontally(w - circle_key_width(&names));
@@ -822,7 +821,7 @@ fn circles<DB: DrawingBackend>(
             ((cx + r * a.cos()).round() as i32, (cy + r * a.sin()).round() as i32)
         };
         for (k, ring) in rings.iter().enumerate() {
-            let c = colors[k.min(colors.len().saturating_sub(1))];
+            let c = colors[k];
             let (r_in, r_out) = (r_max - (k + 1) as f64 * width, r_max - k as f64 * width - 2.0);
             // The whole ring, faint (computing), then its communication arcs.
             let full: Vec<(i32, i32)> = (0..=72).map(|i| at((r_in + r_out) / 2.0, i as f64 / 72.0)).collect();
@@ -861,6 +860,12 @@ fn circles<DB: DrawingBackend>(
 /// Text of `size` px centred vertically on its point, aligned by `h`.
 fn anchored(size: u32, h: HPos) -> TextStyle<'static> {
     TextStyle::from((FONT, size).into_font()).pos(Pos::new(h, VPos::Center))
+}
+
+/// The jobs of the panel with the most rings: the legend, and ring k's
+/// colour k in every panel.
+fn ring_names(panels: &[(String, Vec<Ring>)]) -> Vec<String> {
+    panels.iter().max_by_key(|p| p.1.len()).map_or_else(Vec::new, |p| p.1.iter().map(|r| r.job.clone()).collect())
 }
 
 /// The circles' legend column: the jobs' names, and room for its notes.
@@ -989,6 +994,18 @@ mod tests {
                 title: "circles".into(),
                 perimeter_ms: 200.0,
                 panels: vec![("before".into(), vec![Ring { job: "a".into(), arcs: vec![(0.5, 1.0)] }])],
+            },
+            // Panels with different rings: the fullest names the legend.
+            Figure::Circles {
+                title: "uneven".into(),
+                perimeter_ms: 200.0,
+                panels: vec![
+                    ("empty".into(), vec![]),
+                    (
+                        "two".into(),
+                        vec![Ring { job: "a".into(), arcs: vec![(0.0, 0.5)] }, Ring { job: "b".into(), arcs: vec![] }],
+                    ),
+                ],
             },
             Figure::Gantt {
                 title: "gantt".into(),
