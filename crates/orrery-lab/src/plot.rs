@@ -699,15 +699,7 @@ fn tick_label(v: f64) -> String {
         return format!("{v:e}");
     }
     if v.abs() >= 1000.0 && v.fract() == 0.0 {
-        let digits = format!("{}", v.abs() as u64);
-        let mut out = String::from(if v < 0.0 { "-" } else { "" });
-        for (i, c) in digits.chars().enumerate() {
-            if i > 0 && (digits.len() - i).is_multiple_of(3) {
-                out.push(',');
-            }
-            out.push(c);
-        }
-        return out;
+        return crate::tables::thousands(&format!("{v:.0}"));
     }
     let s = format!("{v:.3}");
     let s = s.trim_end_matches('0').trim_end_matches('.');

@@ -210,7 +210,7 @@ impl Cell {
 }
 
 /// `1234567.5` → `1,234,567.5`.
-fn thousands(number: &str) -> String {
+pub(crate) fn thousands(number: &str) -> String {
     let (sign, digits) = number.strip_prefix('-').map_or(("", number), |d| ("-", d));
     let (int, frac) = digits.split_once('.').map_or((digits, None), |(i, f)| (i, Some(f)));
     let mut out = String::from(sign);
