@@ -216,66 +216,73 @@ async fn submit(file: &Path, to: SocketAddr, key: &Key, topology_name: &str) -> 
 /// `topo` as the simulator's Plebiscito does (its rates from the job's shape
 /// on the cluster, its run time alone), with its id kept for messages (a
 /// numeric id as it is, another by a 64-bit FNV-1a hash). Returns the
-/// requests and the original id of each job that had one.
+/// requests, in the file's order, and the original id of each job that had
+/// one. Every bad line is named. O(lines): orrery's lines go through its
+/// JSON-lines reader in one pass, the others blanked to keep line numbers.
 fn requests(file: &str, text: &str, topo: &orrery_model::Topology) -> Result<(Vec<JobRequest>, BTreeMap<u64, String>)> {
+    enum Line {
+        Request(JobRequest),
+        Orrery,
+    }
+    let mut errors: Vec<(usize, String)> = Vec::new();
+    let mut lines: Vec<(usize, Line)> = Vec::new();
+    let mut orrery_text = String::with_capacity(text.len());
+    for (i, line) in text.lines().enumerate() {
+        let l = line.trim();
+        let at = format!("{file}:{}", i + 1);
+        let mut keep = "";
+        if !(l.is_empty() || l.starts_with('#')) {
+            match serde_json::from_str::<serde_json::Value>(l) {
+                Err(e) => errors.push((i, format!("{at}: expected a JSON job object, found {e}"))),
+                Ok(v) if v.get("arch").is_some() => match serde_json::from_value::<JobRequest>(v) {
+                    Ok(j) => lines.push((i, Line::Request(j))),
+                    Err(e) => errors.push((i, format!("{at}: as a Plebiscito request: {e}"))),
+                },
+                Ok(_) => {
+                    lines.push((i, Line::Orrery));
+                    keep = l;
+                }
+            }
+        }
+        orrery_text.push_str(keep);
+        orrery_text.push('\n');
+    }
+    // The reader keeps its rows in order and names each bad one by line.
+    let parsed = orrery_trace::formats::jsonl::parse(file, &orrery_text);
+    let bad: std::collections::BTreeSet<usize> = parsed.errors.iter().map(|d| d.line as usize - 1).collect();
+    errors.extend(parsed.errors.iter().map(|d| (d.line as usize - 1, d.to_string())));
+    let mut specs = parsed.items.into_iter();
     let mut jobs = Vec::new();
     let mut names = BTreeMap::new();
     let mut seen: BTreeMap<u64, usize> = BTreeMap::new();
-    let mut errors = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        let l = line.trim();
-        if l.is_empty() || l.starts_with('#') {
+    for (i, line) in lines {
+        let at = format!("{file}:{}", i + 1);
+        let job = match line {
+            Line::Request(j) => j,
+            Line::Orrery if bad.contains(&i) => continue,
+            Line::Orrery => {
+                let Some(spec) = specs.next() else { continue };
+                let id = spec.id.parse::<u64>().unwrap_or_else(|_| fnv1a(&spec.id));
+                names.insert(id, spec.id.clone());
+                let alone = orrery_policy::baseline::isolated_seconds_on(topo, &spec);
+                orrery_policy::plebiscito::request(topo, id as usize, &spec, alone)
+            }
+        };
+        if let Err(e) = job.check().map_err(|e| e.to_string()).and_then(|()| fits_cluster(&job, topo)) {
+            errors.push((i, format!("{at}: {e}")));
             continue;
         }
-        let at = format!("{file}:{}", i + 1);
-        let value: serde_json::Value = match serde_json::from_str(l) {
-            Ok(v) => v,
-            Err(e) => {
-                errors.push(format!("{at}: expected a JSON job object, found {e}"));
-                continue;
-            }
-        };
-        let job = if value.get("arch").is_some() {
-            serde_json::from_value::<JobRequest>(value).map_err(|e| format!("{at}: as a Plebiscito request: {e}"))
-        } else {
-            // One line through orrery's own parser, at its line number.
-            let padded = "\n".repeat(i) + l;
-            let parsed = orrery_trace::formats::jsonl::parse(file, &padded);
-            match (parsed.items.into_iter().next(), parsed.errors.first()) {
-                (Some(spec), None) => {
-                    let id = spec.id.parse::<u64>().unwrap_or_else(|_| fnv1a(&spec.id));
-                    names.insert(id, spec.id.clone());
-                    let alone = orrery_policy::baseline::isolated_seconds_on(topo, &spec);
-                    Ok(orrery_policy::plebiscito::request(topo, id as usize, &spec, alone))
-                }
-                (_, Some(d)) => Err(d.to_string()),
-                (None, None) => Err(format!("{at}: expected a job")),
-            }
-        };
-        let job = match job.and_then(|j| {
-            j.check()
-                .map_err(|e| e.to_string())
-                .and_then(|()| fits_cluster(&j, topo))
-                .map(|()| j)
-                .map_err(|e| format!("{at}: {e}"))
-        }) {
-            Ok(j) => j,
-            Err(e) => {
-                errors.push(e);
-                continue;
-            }
-        };
         if let Some(first) = seen.insert(job.id, i + 1) {
-            errors.push(format!(
-                "{at}: id {}: already used on line {first}",
-                names.get(&job.id).cloned().unwrap_or(job.id.to_string())
-            ));
+            let id = names.get(&job.id).cloned().unwrap_or(job.id.to_string());
+            errors.push((i, format!("{at}: id {id}: already used on line {first}")));
             continue;
         }
         jobs.push(job);
     }
     if !errors.is_empty() {
-        bail!("{} of the file's jobs are not valid; nothing was sent:\n  {}", errors.len(), errors.join("\n  "));
+        errors.sort_by_key(|e| e.0);
+        let list: Vec<String> = errors.into_iter().map(|e| e.1).collect();
+        bail!("{} of the file's jobs are not valid; nothing was sent:\n  {}", list.len(), list.join("\n  "));
     }
     Ok((jobs, names))
 }
@@ -601,7 +608,10 @@ mod tests {
         let e = requests("jobs.jsonl", &bad, &topo).expect_err("bad lines").to_string();
         assert!(e.starts_with("3 of the file's jobs are not valid; nothing was sent"), "{e}");
         assert!(e.contains("jobs.jsonl:2: field `model`"), "{e}");
-        assert!(e.contains("jobs.jsonl:3: id job-0: already used on line 1"), "{e}");
+        assert!(
+            e.contains("jobs.jsonl:3: field `id`: expected an id not used on an earlier line, found \"job-0\""),
+            "{e}"
+        );
         assert!(e.contains("jobs.jsonl:4: expected a JSON job object"), "{e}");
     }
 
