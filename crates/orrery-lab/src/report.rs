@@ -162,17 +162,16 @@ pub fn figures(summary: &Summary, dir: &Path) -> Result<Vec<(String, String, Str
         series
     };
     let seeds = summary.runs.iter().map(|r| r.seed).collect::<std::collections::BTreeSet<_>>().len();
-    let pooled_note = if seeds > 1 { format!(", {seeds} seeds pooled") } else { String::new() };
+    let mut pooled_note = if several_scenarios { ", a panel per scenario".to_string() } else { String::new() };
+    if seeds > 1 {
+        pooled_note += &format!(", {seeds} seeds pooled");
+    }
     let jct = Figure::Cdf {
         title: format!("{}: job completion time", summary.experiment),
         x_label: "JCT (s, log scale)".into(),
         series: pooled(&|r| r.jobs.iter().filter_map(|j| j.jct_s).collect()),
     };
-    out.push((
-        "jct_cdf".into(),
-        format!("CDF of job completion times, a panel per scenario{pooled_note}."),
-        jct.save(dir, "jct_cdf")?,
-    ));
+    out.push(("jct_cdf".into(), format!("CDF of job completion times{pooled_note}."), jct.save(dir, "jct_cdf")?));
     let iters = Figure::Cdf {
         title: format!("{}: iteration time", summary.experiment),
         x_label: "iteration time (s, log scale)".into(),
@@ -180,7 +179,7 @@ pub fn figures(summary: &Summary, dir: &Path) -> Result<Vec<(String, String, Str
     };
     out.push((
         "iteration_cdf".into(),
-        format!("CDF of iteration times, a panel per scenario{pooled_note} (CASSINI Fig. 11b)."),
+        format!("CDF of iteration times{pooled_note} (CASSINI Fig. 11b)."),
         iters.save(dir, "iteration_cdf")?,
     ));
     // Utilisation over time of each run's busiest link (first seed).
