@@ -241,24 +241,14 @@ pub enum Layout {
 pub fn table(summary: &Value, cells: &[Cell], layout: Layout, policies: &[String]) -> Result<String, TableError> {
     let runs = summary.get("runs").and_then(Value::as_array).ok_or(TableError::NotASummary)?;
     let mut scenarios: Vec<&str> = Vec::new();
-    let mut all: Vec<&str> = Vec::new();
     for r in runs {
         let sc = r.get("scenario").and_then(Value::as_str).unwrap_or("");
-        let p = r.get("policy").and_then(Value::as_str).unwrap_or("");
         if !scenarios.contains(&sc) {
             scenarios.push(sc);
         }
-        if !all.contains(&p) {
-            all.push(p);
-        }
     }
-    for p in policies {
-        if !all.contains(&p.as_str()) {
-            return Err(TableError::NoSuchPolicy(p.clone(), all.join(", ")));
-        }
-    }
+    let chosen = chosen_policies(runs, policies)?;
     check_cells(summary, cells)?;
-    let chosen: Vec<&str> = if policies.is_empty() { all } else { policies.iter().map(String::as_str).collect() };
     let mean = |sc: &str, p: &str, c: &Cell| over_seeds(summary, sc, p, c);
     let mut rows: Vec<Vec<String>> = Vec::new();
     let cell_names = cells.iter().map(|c| c.name.clone());
