@@ -44,9 +44,21 @@ pub enum ExperimentError {
     /// dependency cycle, a pin to a missing host).
     #[error("{0}")]
     Workload(String),
-    /// A simulation thread panicked; the other runs' results are lost.
-    #[error("a simulation thread panicked")]
-    Panicked,
+    /// A run panicked: a bug in orrery, named with the run that hit it so
+    /// it can be reproduced (`orrery run FILE --policies P`).
+    #[error(
+        "scenario {scenario}, policy {policy}, seed {seed}: orrery panicked ({message}); please report this with the experiment file"
+    )]
+    Panicked {
+        /// The scenario.
+        scenario: String,
+        /// The policy.
+        policy: String,
+        /// The seed.
+        seed: u64,
+        /// The panic's message.
+        message: String,
+    },
     /// An output file or folder could not be written.
     #[error("{path}: {source}")]
     Write {
@@ -1136,7 +1148,22 @@ impl Experiment {
                                 if i >= self.policies.len() {
                                     break;
                                 }
-                                let r = one(i);
+                                // A panic is a bug; it becomes an error naming
+                                // the run instead of tearing the scope down.
+                                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| one(i)))
+                                    .unwrap_or_else(|payload| {
+                                        let message = payload
+                                            .downcast_ref::<&str>()
+                                            .map(|s| s.to_string())
+                                            .or_else(|| payload.downcast_ref::<String>().cloned())
+                                            .unwrap_or_else(|| "no message".into());
+                                        Err(Panicked {
+                                            scenario: scenario.clone(),
+                                            policy: self.policies[i].clone(),
+                                            seed,
+                                            message,
+                                        })
+                                    });
                                 if let Ok(mut all) = results.lock() {
                                     all[i] = Some(r);
                                 }
@@ -1144,8 +1171,9 @@ impl Experiment {
                         });
                     }
                 });
-                for r in results.into_inner().map_err(|_| Panicked)? {
-                    runs.push(r.ok_or(Panicked)??);
+                let lost = || Invalid(format!("scenario {scenario}, seed {seed}: a run's result was lost"));
+                for r in results.into_inner().map_err(|_| lost())? {
+                    runs.push(r.ok_or_else(lost)??);
                 }
             }
         }

@@ -114,6 +114,8 @@ pub fn profile(
                     if a != b {
                         flows.push(TimedFlow {
                             flow: i,
+                            src,
+                            dst,
                             src_leaf: a,
                             dst_leaf: b,
                             start_ms: now,
@@ -232,11 +234,9 @@ impl Foresight {
             let mut out = Vec::new();
             for (id, spec, hosts) in jobs {
                 let Some(p) = profile(t, &net, spec, hosts, None, true) else { continue };
-                let placed = place(t, spec, hosts);
                 for f in &p.flows {
-                    let Some(pl) = placed.as_ref() else { continue };
-                    let (src, dst) = (pl.workers[f.flow], pl.workers[(f.flow + 1) % pl.workers.len()]);
-                    let paths: Vec<usize> = (0..net.spines).filter_map(|s| net.path_through(t, src, dst, s)).collect();
+                    let paths: Vec<usize> =
+                        (0..net.spines).filter_map(|s| net.path_through(t, f.src, f.dst, s)).collect();
                     out.push(Decision::Route { job: *id, flow: f.flow, paths });
                 }
             }
@@ -312,7 +312,6 @@ impl Foresight {
             Mode::Perfect => unreachable!("handled above"),
         };
         // Steps per job, in plan order. O(plan + routes).
-        let placed: Vec<_> = jobs.iter().map(|(_, spec, hosts)| place(t, spec, hosts)).collect();
         let mut routes_of: Vec<Vec<&Route>> = vec![Vec::new(); plan.len()];
         for r in &routes {
             routes_of[r.planned].push(r);
@@ -321,8 +320,7 @@ impl Foresight {
             let id = jobs[x.job].0;
             let mut step_routes = Vec::new();
             for r in &routes_of[k] {
-                let Some(pl) = placed[x.job].as_ref() else { continue };
-                let (src, dst) = (pl.workers[r.flow], pl.workers[(r.flow + 1) % pl.workers.len()]);
+                let (src, dst) = r.ends;
                 // Path indices repeated in proportion to the shares (the
                 // driver splits a flow equally over the list).
                 let shares: Vec<f64> = r.spines.iter().map(|x| x.1).collect();
@@ -560,6 +558,62 @@ mod tests {
             }
         }
         assert!(sub_throttles > 0 && unrepaired > 0, "{sub_throttles} throttles, {unrepaired} unrepaired plans");
+    }
+
+    #[test]
+    fn all_to_all_flows_are_routed_between_their_own_hosts() {
+        // DLRM's embedding all-to-all over 4 hosts in 2 racks has 4·3 = 12
+        // flows a collective: flow 5 is host 1 → host 3, not ring worker 5
+        // (there are 4). Issue 41: the policy took a flow's ends from the
+        // ring (`workers[flow]`) and panicked past the 4th. Every route
+        // decision must name paths that exist between some pair of the job's
+        // hosts in different racks, over each mode that routes.
+        use crate::baseline::Pinned;
+        let t = LeafSpine {
+            racks: 2,
+            hosts_per_rack: 2,
+            spines: 2,
+            gpus_per_host: 1,
+            gpu_type: "v100".into(),
+            host_gbps: 100.0,
+            uplink_gbps: 50.0,
+        }
+        .build("t")
+        .expect("valid");
+        let spec = JobSpec::new("dlrm", "dlrm", 1, 4, Work::Iterations(50), 0.0);
+        let hosts = vec![(0usize, 1u32), (1, 1), (2, 1), (3, 1)];
+        let net = LogicalNetwork::of(&t).expect("leaf-spine");
+        let p = profile(&t, &net, &spec, &hosts, None, true).expect("profile");
+        // 8 of the 12 all-to-all pairs cross racks, twice an iteration; and
+        // the 2 cross-rack ring edges of the dense all-reduce.
+        assert_eq!(p.flows.iter().filter(|f| f.flow >= 4).count(), 2 * 6, "{:?}", p.flows);
+        assert!(p.flows.iter().all(|f| net.leaf_of_host[f.src] != net.leaf_of_host[f.dst]));
+        let pins: std::collections::BTreeMap<String, Vec<(HostId, u32)>> =
+            [("dlrm".to_string(), hosts.clone())].into_iter().collect();
+        for mode in [Mode::Ro, Mode::Sub, Mode::Foresight, Mode::Routes, Mode::Perfect] {
+            let mut f = Foresight::new(Box::new(Pinned { pins: pins.clone(), label: None }), mode);
+            let free = vec![1u32; 4];
+            let queue = vec![crate::QueuedJob::new(0, &spec, 0.0)];
+            let view = ClusterView { now_s: 0.0, topology: &t, free_gpus: &free, queue, running: Vec::new() };
+            let out = f.schedule(&view);
+            // The first iteration's decisions, then every planned step's.
+            let mut routes: Vec<(usize, Vec<usize>)> = out
+                .iter()
+                .filter_map(|d| match d {
+                    Decision::Route { flow, paths, .. } if !paths.is_empty() => Some((*flow, paths.clone())),
+                    _ => None,
+                })
+                .collect();
+            routes.extend(f.steps.values().flat_map(|(s, _)| s).flat_map(|s| s.routes.iter().cloned()));
+            // Whole flows (RO) need 4 colours where 2 spines give 2: ECMP.
+            if mode != Mode::Ro {
+                assert!(routes.iter().any(|r| r.0 >= 4), "{mode:?}: no all-to-all flow routed: {out:?}");
+            }
+            for (flow, paths) in routes {
+                // Cross-rack pairs have one path per spine.
+                assert!(!paths.is_empty() && paths.iter().all(|&k| k < 2), "{mode:?}: flow {flow} over {paths:?}");
+            }
+        }
     }
 
     #[test]

@@ -22,12 +22,19 @@
 use super::coloring::color_bipartite;
 use super::logical::LogicalNetwork;
 use super::timing::{BadRange, Phase, Planned, Profile, TimedJob, TimingParams, solve_timing};
+use orrery_model::HostId;
 
 /// A cross-rack flow of a profiled iteration.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct TimedFlow {
-    /// Flow index within the job's collectives (what `Decision::Route` names).
+    /// Flow index within its collective's transfers (what `Decision::Route`
+    /// names; for a ring, worker `flow` to the next, for an all-to-all one of
+    /// n·(n − 1) pairs, so never an index into the workers).
     pub flow: usize,
+    /// Source host.
+    pub src: HostId,
+    /// Destination host.
+    pub dst: HostId,
     /// Source leaf.
     pub src_leaf: usize,
     /// Destination leaf.
@@ -78,6 +85,8 @@ pub struct Route {
     pub planned: usize,
     /// Flow index within the job.
     pub flow: usize,
+    /// The flow's source and destination hosts (its paths are theirs).
+    pub ends: (HostId, HostId),
     /// Spines and the share of the flow each carries (shares sum to 1).
     pub spines: Vec<(usize, f64)>,
 }
@@ -140,8 +149,13 @@ pub fn solve_routing(
             edges.extend(std::iter::repeat_n((iv.3.src_leaf, iv.3.dst_leaf), parts));
         }
         first.push(edges.len());
-        let coloring = color_bipartite(leaves, leaves, &edges)
-            .unwrap_or(super::coloring::Coloring { colors: Vec::new(), used: 0 });
+        // Every edge names a leaf below `leaves`, so the colouring exists;
+        // were it refused, the range is bad rather than routed blind.
+        let Some(coloring) = color_bipartite(leaves, leaves, &edges) else {
+            bad.push((start, end));
+            i = j;
+            continue;
+        };
         let uncolourable = coloring.used as usize > p.spines * m;
         if uncolourable {
             bad.push((start, end));
@@ -163,7 +177,7 @@ pub fn solve_routing(
                 for x in &mut spines {
                     x.1 /= parts.len() as f64;
                 }
-                routes.push(Route { planned: iv.2, flow: iv.3.flow, spines });
+                routes.push(Route { planned: iv.2, flow: iv.3.flow, ends: (iv.3.src, iv.3.dst), spines });
             }
         }
         i = j;
@@ -219,7 +233,7 @@ mod tests {
     use super::*;
 
     fn flow(flow: usize, src: usize, dst: usize, start: f64, end: f64, gbps: f64) -> TimedFlow {
-        TimedFlow { flow, src_leaf: src, dst_leaf: dst, start_ms: start, end_ms: end, gbps }
+        TimedFlow { flow, src, dst, src_leaf: src, dst_leaf: dst, start_ms: start, end_ms: end, gbps }
     }
 
     fn one(length: f64, flows: Vec<TimedFlow>) -> Vec<FlowProfile> {
