@@ -804,9 +804,10 @@ fn check(file: &str, e: Experiment) -> Result<Experiment, String> {
     if w.high_priority.is_some() && w.generator.as_deref() != Some("pollux-sample") {
         return Err(format!("{file}: workload.high_priority: only read with generator = \"pollux-sample\""));
     }
-    if let Some(n) = w.jobs.filter(|&n| n > MAX_JOBS) {
-        return Err(format!("{file}: workload.jobs: expected at most {MAX_JOBS}, found {n}"));
+    if let Some(n) = w.jobs.filter(|&n| n == 0 || n > MAX_JOBS) {
+        return Err(format!("{file}: workload.jobs: expected 1 to {MAX_JOBS}, found {n}"));
     }
+
     let above_0 = |x: Option<f64>| x.is_none_or(|x| x.is_finite() && x > 0.0);
     let at_least_0 = |x: Option<f64>| x.is_none_or(|x| x.is_finite() && x >= 0.0);
     let (max_time, penalty) = (e.sim.max_time_s, Some(e.sim.restart_penalty_s));
@@ -825,7 +826,12 @@ fn check(file: &str, e: Experiment) -> Result<Experiment, String> {
             w.high_priority.is_none_or(|f| (0.0..=1.0).contains(&f)),
             "a number from 0 to 1",
         ),
-        ("sim.max_time_s", max_time, at_least_0(max_time), "a finite number of at least 0"),
+        (
+            "sim.max_time_s",
+            max_time,
+            max_time.is_none_or(|x| x.is_finite() && x > 0.0 && x <= 2.0 * orrery_model::job::MAX_ARRIVAL_S),
+            "seconds above 0 and at most 8e9",
+        ),
         ("sim.restart_penalty_s", penalty, at_least_0(penalty), "a finite number of at least 0"),
     ] {
         if !ok {
@@ -846,11 +852,10 @@ fn in_workload(e: orrery_trace::TraceError) -> String {
 
 /// The most jobs one workload may ask for (the full Philly trace has 82,247).
 pub const MAX_JOBS: usize = 1_000_000;
-/// Most iterations of one job (GPT-3's 175B run took about 10⁵; the
-/// simulator fast-forwards 1,024 at a time, so 10¹⁰ costs about 10⁷ events).
-pub const MAX_ITERATIONS: u64 = 10_000_000_000;
-/// Longest run time of one job alone, s (about 31 years).
-pub const MAX_SECONDS: f64 = 1e9;
+
+/// Policies that place each job on its pin ([`orrery_policy::with_pins`]).
+const PINNED: [&str; 10] =
+    ["pinned", "ecmp", "ts", "ro", "sub", "foresight", "foresight-paper", "routes", "perfect", "pinned+cassini"];
 
 /// A policy by name, with the experiment's pins ([`orrery_policy::with_pins`]).
 fn policy(
@@ -1040,6 +1045,16 @@ impl Experiment {
             for &seed in &self.seeds {
                 let (jobs, pins) = workload_jobs(workload, base, &topo, seed)
                     .map_err(|e| Workload(format!("scenario {scenario}: {e}")))?;
+                // A pinned policy places only the jobs with a pin; the rest
+                // would wait forever.
+                if let Some(p) = self.policies.iter().find(|p| PINNED.contains(&p.as_str()))
+                    && let Some(j) = jobs.iter().find(|j| !pins.contains_key(&j.id))
+                {
+                    return Err(Workload(format!(
+                        "scenario {scenario}: workload.pins: policy {p:?} places each job where its pin says; job {:?} has no pin",
+                        j.id
+                    )));
+                }
                 let script =
                     scripted(&workload.decisions, &jobs).map_err(|e| Invalid(format!("scenario {scenario}: {e}")))?;
                 // The policies run side by side, one per core; each run is
@@ -1241,17 +1256,9 @@ pub(crate) fn check_workload(jobs: &[JobSpec], pins: &Pins, topo: &Topology) -> 
         if let Some(first) = index.insert(j.id.as_str(), i) {
             return Err(format!("job id {:?} is used twice (jobs {} and {})", j.id, first + 1, i + 1));
         }
-        if !(j.arrival_s.is_finite() && j.arrival_s >= 0.0) {
-            return Err(format!("job {}: arrival_s: expected a finite time at least 0, found {}", j.id, j.arrival_s));
-        }
-        match j.work {
-            orrery_model::Work::Iterations(n) if !(1..=MAX_ITERATIONS).contains(&n) => {
-                return Err(format!("job {}: work: expected 1 to {MAX_ITERATIONS} iterations, found {n}", j.id));
-            }
-            orrery_model::Work::Seconds(s) if !(s > 0.0 && s <= MAX_SECONDS) => {
-                return Err(format!("job {}: work: expected 0 to {MAX_SECONDS:e} s of run time, found {s:?}", j.id));
-            }
-            _ => {}
+        // The limits every reader applies (sizes, times, iterations, model).
+        if let Err(b) = j.check() {
+            return Err(format!("job {}: {}: expected {}, found {}", j.id, b.field, b.expected, b.found));
         }
         let wanted = u64::from(j.workers) * u64::from(j.gpus_per_worker);
         if wanted > total {
@@ -1544,10 +1551,13 @@ mod tests {
         );
         let mut forever = job("forever", 1);
         forever.work = orrery_model::Work::Seconds(1e300);
-        assert_eq!(check(&[forever], &none), "job forever: work: expected 0 to 1e9 s of run time, found 1e300");
+        assert_eq!(
+            check(&[forever], &none),
+            "job forever: work: expected 0 to 3.15576e8 s of run time (ten years), found 1e300"
+        );
         let mut late = job("late", 1);
         late.arrival_s = f64::NAN;
-        assert!(check(&[late], &none).starts_with("job late: arrival_s: expected a finite time"));
+        assert_eq!(check(&[late], &none), "job late: arrival_s: expected seconds from 0 to 4e9, found NaN");
         let dep =
             |id: &str, on: &[&str]| JobSpec { depends_on: on.iter().map(|s| s.to_string()).collect(), ..job(id, 1) };
         assert_eq!(check(&[dep("a", &["a"])], &none), "job a: depends_on itself");
@@ -1578,6 +1588,19 @@ mod tests {
     }
 
     #[test]
+    fn a_pinned_policy_needs_a_pin_for_every_job() {
+        // Issue 41: `pinned` without pins placed nothing, so 0 of 2 jobs
+        // finished, and the run exited 0.
+        let text = "name = \"p\"\npolicies = [\"pinned\"]\n[topology]\nbuiltin = \"cassini\"\n\
+                    [workload]\ngenerator = \"snapshot\"\njobs = 2\n";
+        let e = parse("p.toml", text).expect("parses").run(Path::new("."), |_, _, _, _, _| {}).expect_err("no pins");
+        assert_eq!(
+            e.to_string(),
+            "scenario snapshot x2: workload.pins: policy \"pinned\" places each job where its pin says; job \"job-0\" has no pin"
+        );
+    }
+
+    #[test]
     fn bad_experiments_name_the_field() {
         let e = parse("x.toml", "name = \"x\"\npolicies = [\"magic\"]\n[topology]\nbuiltin = \"cassini\"\n[workload]\ngenerator = \"poisson\"\n")
             .expect_err("bad policy").to_string();
@@ -1599,7 +1622,7 @@ mod tests {
         for (body, expected) in [
             (
                 "[workload]\ngenerator = \"poisson\"\njobs = 9223372036854775807\n",
-                "w.toml:7: workload.jobs: expected at most 1000000, found 9223372036854775807",
+                "w.toml:7: workload.jobs: expected 1 to 1000000, found 9223372036854775807",
             ),
             (
                 "[workload]\ngenerator = \"poisson\"\nload = -0.5\n",
@@ -1611,7 +1634,15 @@ mod tests {
             ),
             (
                 "[workload]\ngenerator = \"poisson\"\n[sim]\nmax_time_s = -1.0\n",
-                "w.toml:8: sim.max_time_s: expected a finite number of at least 0, found -1",
+                "w.toml:8: sim.max_time_s: expected seconds above 0 and at most 8e9, found -1",
+            ),
+            (
+                "[workload]\ngenerator = \"poisson\"\n[sim]\nmax_time_s = 0\n",
+                "w.toml:8: sim.max_time_s: expected seconds above 0 and at most 8e9, found 0",
+            ),
+            (
+                "[workload]\ngenerator = \"poisson\"\njobs = 0\n",
+                "w.toml:7: workload.jobs: expected 1 to 1000000, found 0",
             ),
             (
                 "[workload]\ngenerator = \"poisson\"\n[sim]\nrestart_penalty_s = inf\n",

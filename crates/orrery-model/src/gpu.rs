@@ -43,6 +43,11 @@ pub const GPU_TYPES: &[GpuType] = &[
     GpuType { name: "p40", memory_gib: 24.0, speed_vs_v100: 0.7, speed_source: VENDOR },
 ];
 
+/// The names of the known GPU types, for error messages.
+pub fn names() -> Vec<&'static str> {
+    GPU_TYPES.iter().map(|g| g.name).collect()
+}
+
 /// Looks up a GPU type by name, case-insensitively, accepting the spellings
 /// used by the traces (`V100M32`, `Tesla T4`, `A100-SXM4-40GB`, ...).
 pub fn gpu_type(name: &str) -> Option<&'static GpuType> {

@@ -118,6 +118,112 @@ pub struct CollectiveSpec {
     pub layers: u32,
 }
 
+/// The largest job orrery accepts, in workers: four times the largest
+/// published training runs (16,384 GPUs), and half of the 131,072 GPUs of
+/// the largest cluster a topology may describe ([`crate::topology::MAX_HOSTS`]
+/// hosts of 8).
+pub const MAX_WORKERS: u32 = 65_536;
+/// The largest all-to-all job: its collective has n·(n − 1) flows, 16.8
+/// million at 4,096 workers, the most the simulator holds in memory at once.
+pub const MAX_ALL_TO_ALL_WORKERS: u32 = 4_096;
+/// The largest per-worker batch, samples.
+pub const MAX_BATCH: u32 = 1 << 20;
+/// The longest run alone, s: ten years, far past any trace.
+pub const MAX_TIME_S: f64 = 10.0 * 365.25 * 86_400.0;
+/// The latest arrival, s: 4·10⁹, a Unix time in 2096 (traces such as
+/// Philly's give Unix times before they are made relative), with room for
+/// ten-year runs after it below the simulator's clock range (u64 ns:
+/// 1.8·10¹⁰ s).
+pub const MAX_ARRIVAL_S: f64 = 4.0e9;
+/// The most iterations a job may ask for: 10¹⁰. Gavel's trace holds jobs of
+/// 3.2·10⁸; the simulator fast-forwards an undisturbed job, so 10¹⁰ costs
+/// about 10⁷ events.
+pub const MAX_ITERATIONS: u64 = 10_000_000_000;
+/// The most CPU cores and GiB of memory a worker may ask for.
+pub const MAX_CPUS_PER_WORKER: f64 = 4_096.0;
+/// See [`MAX_CPUS_PER_WORKER`].
+pub const MAX_MEMORY_GIB_PER_WORKER: f64 = 65_536.0;
+
+/// A field of a job outside what orrery accepts.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BadField {
+    /// The field's name (as in orrery's JSON job format).
+    pub field: &'static str,
+    /// What it must be.
+    pub expected: String,
+    /// What it was (Rust debug formatting: strings quoted).
+    pub found: String,
+}
+
+/// The number inside a [`Work`], for messages.
+fn amount(w: Work) -> String {
+    match w {
+        Work::Iterations(n) => n.to_string(),
+        Work::Seconds(s) => format!("{s:?}"),
+    }
+}
+
+impl JobSpec {
+    /// Checks the fields beyond their types, against the limits above: the
+    /// model is in the zoo unless the job gives its `shape`; sizes, times and
+    /// counts are positive, finite and bounded; ids are non-empty and a job
+    /// does not depend on itself. Every reader of jobs (traces, experiment
+    /// files, the live service) refuses a job that fails it. O(fields).
+    pub fn check(&self) -> Result<(), BadField> {
+        let bad = |field, expected: String, found: String| Err(BadField { field, expected, found });
+        let seconds = |s: f64| s.is_finite() && (0.0..=MAX_TIME_S).contains(&s);
+        let all_to_all = match &self.shape {
+            Some(s) => s.collectives.iter().any(|c| c.kind == crate::shape::Collective::AllToAll),
+            None => crate::zoo::model(&self.model)
+                .is_some_and(|m| matches!(m.parallelism, crate::zoo::Parallelism::EmbeddingAllToAll { .. })),
+        };
+        if let Some(Err((field, expected, found))) = self.shape.as_ref().map(|s| s.check()) {
+            bad(field, expected.into(), found)
+        } else if self.shape.is_none() && crate::zoo::model(&self.model).is_none() {
+            bad(
+                "model",
+                "a model of the zoo (see `orrery zoo`), or an explicit `shape`".into(),
+                format!("{:?}", self.model),
+            )
+        } else if self.id.trim().is_empty() || self.id.len() > 256 {
+            bad("id", "a non-empty id of at most 256 bytes".into(), format!("{:?}", self.id))
+        } else if !(1..=MAX_WORKERS).contains(&self.workers) {
+            bad("workers", format!("1 to {MAX_WORKERS}"), self.workers.to_string())
+        } else if all_to_all && self.workers > MAX_ALL_TO_ALL_WORKERS {
+            bad("workers", format!("at most {MAX_ALL_TO_ALL_WORKERS} for an all-to-all job"), self.workers.to_string())
+        } else if !(1..=crate::topology::MAX_GPUS_PER_HOST).contains(&self.gpus_per_worker) {
+            bad(
+                "gpus_per_worker",
+                format!("1 to {} (the GPUs of one host)", crate::topology::MAX_GPUS_PER_HOST),
+                self.gpus_per_worker.to_string(),
+            )
+        } else if self.shape.is_none() && !(1..=MAX_BATCH).contains(&self.batch) {
+            bad("batch", format!("1 to {MAX_BATCH} samples per worker"), self.batch.to_string())
+        } else if !(self.arrival_s.is_finite() && (0.0..=MAX_ARRIVAL_S).contains(&self.arrival_s)) {
+            bad("arrival_s", format!("seconds from 0 to {MAX_ARRIVAL_S:e}"), format!("{:?}", self.arrival_s))
+        } else if !(self.gpu_share > 0.0 && self.gpu_share <= 1.0) {
+            bad("gpu_share", "a fraction in (0, 1]".into(), format!("{:?}", self.gpu_share))
+        } else if matches!(self.work, Work::Seconds(s) if !seconds(s)) {
+            // 0 s: a pod list without times (Alibaba's), placed but not timed.
+            bad("work", format!("0 to {MAX_TIME_S:e} s of run time (ten years)"), amount(self.work))
+        } else if matches!(self.work, Work::Iterations(n) if !(1..=MAX_ITERATIONS).contains(&n)) {
+            bad("work", format!("1 to {MAX_ITERATIONS} iterations"), amount(self.work))
+        } else if !(self.cpus_per_worker.is_finite() && (0.0..=MAX_CPUS_PER_WORKER).contains(&self.cpus_per_worker)) {
+            bad("cpus_per_worker", format!("0 to {MAX_CPUS_PER_WORKER} cores"), format!("{:?}", self.cpus_per_worker))
+        } else if !(self.memory_gib_per_worker.is_finite()
+            && (0.0..=MAX_MEMORY_GIB_PER_WORKER).contains(&self.memory_gib_per_worker))
+        {
+            bad(
+                "memory_gib_per_worker",
+                format!("0 to {MAX_MEMORY_GIB_PER_WORKER} GiB"),
+                format!("{:?}", self.memory_gib_per_worker),
+            )
+        } else {
+            Ok(())
+        }
+    }
+}
+
 impl ShapeSpec {
     /// What is wrong with it, as (field, what was expected, what was found;
     /// for a collective, its index first).

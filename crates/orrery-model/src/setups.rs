@@ -49,6 +49,20 @@ impl LeafSpine {
         if hosts > crate::topology::MAX_HOSTS as u128 {
             return Err(TopologyError::TooManyHosts { hosts });
         }
+        let switches = u128::from(self.racks) + u128::from(self.spines);
+        if switches > crate::topology::MAX_SWITCHES as u128 {
+            return Err(TopologyError::TooManySwitches { switches });
+        }
+        for (field, n) in
+            [("racks", self.racks), ("hosts_per_rack", self.hosts_per_rack), ("gpus_per_host", self.gpus_per_host)]
+        {
+            if n == 0 {
+                return Err(TopologyError::Zero { field });
+            }
+        }
+        if crate::gpu::gpu_type(&self.gpu_type).is_none() {
+            return Err(TopologyError::UnknownGpu(self.gpu_type.clone()));
+        }
         let mut b = Builder::new();
         let hosts: Vec<Ref> = (0..self.racks * self.hosts_per_rack)
             .map(|i| b.host(format!("h{i}"), self.gpus_per_host, &self.gpu_type, 0, 0.0))
@@ -640,6 +654,11 @@ gbps = 40
         let e = ls(2, 2, 1, 1e-300).build("z").map(|_| ()).expect_err("slow");
         assert!(e.to_string().contains("found 1e-300"), "{e}");
         let e = ls(0, 2, 1, 100.0).build("e").map(|_| ()).expect_err("empty");
-        assert_eq!(e.to_string(), "the topology has no hosts");
+        assert_eq!(e.to_string(), "racks: expected at least 1, found 0");
+        // 2^32 - 1 spines: refused before a switch is allocated.
+        let e = ls(2, 2, u32::MAX, 100.0).build("s").map(|_| ()).expect_err("spines");
+        assert_eq!(e.to_string(), "4294967297 switches; expected at most 32768");
+        let e = LeafSpine { gpu_type: "h900".into(), ..ls(2, 2, 1, 100.0) }.build("g").map(|_| ()).expect_err("gpu");
+        assert!(e.to_string().starts_with("GPU type \"h900\" is unknown; expected one of "), "{e}");
     }
 }

@@ -173,6 +173,21 @@ pub enum TopologyError {
     /// No host at all.
     #[error("the topology has no hosts")]
     NoHosts,
+    /// More switches than orrery handles.
+    #[error("{switches} switches; expected at most {MAX_SWITCHES}")]
+    TooManySwitches {
+        /// Switches asked for.
+        switches: u128,
+    },
+    /// A GPU type that is not in orrery's table (`orrery zoo` lists them).
+    #[error("GPU type {0:?} is unknown; expected one of {known}", known = crate::gpu::names().join(", "))]
+    UnknownGpu(String),
+    /// A size that must be at least 1.
+    #[error("{field}: expected at least 1, found 0")]
+    Zero {
+        /// The field.
+        field: &'static str,
+    },
     /// A host that cannot send to another: no path of links joins them.
     #[error("host {from} cannot reach host {to}: no path of links joins them")]
     Unreachable {
@@ -186,6 +201,8 @@ pub enum TopologyError {
 /// Most hosts a topology may have. Path and latency tables grow with the
 /// square of the hosts (Metronome's latency matrix: 2 GiB at this size).
 pub const MAX_HOSTS: usize = 16_384;
+/// Most switches a topology may have (a leaf per host and as many spines).
+pub const MAX_SWITCHES: usize = 2 * MAX_HOSTS;
 /// Most GPUs on one host.
 pub const MAX_GPUS_PER_HOST: u32 = 1024;
 /// Slowest link accepted, Gbit/s (1 Mbit/s).

@@ -331,7 +331,7 @@ impl ModelSpec {
                 // each pass takes m + n - 1 ticks of compute/(n·m); after every
                 // tick, fp16 activations of one micro-batch cross the stage
                 // boundaries. Forward ≈ 1/3 and backward ≈ 2/3 of the compute.
-                let m = batch.min(4 * n).max(1);
+                let m = batch.min(n.saturating_mul(4)).max(1);
                 let act = f64::from(batch) * f64::from(seq_len) * f64::from(hidden) * 2.0 / f64::from(m);
                 let boundary = Segment::Comm {
                     collective: Collective::PointToPoint,
@@ -340,9 +340,9 @@ impl ModelSpec {
                     hosts: hosts.min(2),
                     gbps: rate,
                 };
-                let per_tick = compute / f64::from(n * m);
+                let per_tick = compute / (f64::from(n) * f64::from(m));
                 for pass in [per_tick / 3.0, per_tick * 2.0 / 3.0] {
-                    for _ in 0..(m + n - 1) {
+                    for _ in 0..(u64::from(m) + u64::from(n) - 1) {
                         segments.push(Segment::Compute { ms: pass });
                         segments.push(boundary.clone());
                     }

@@ -107,6 +107,37 @@ fn muri_trace_has_1494_jobs_half_high_priority() {
 }
 
 #[test]
+fn every_trace_reader_refuses_nonsense_rows_and_keeps_the_rest() {
+    // Issue 41: zero iterations, times past any trace, and repeated ids were
+    // accepted by the CSV readers. Each is refused on its own line, naming
+    // the field, and the good rows before and after stay.
+    let head = "job_id,num_gpu,submit_time,iterations,model_name,batch_size,duration,interval,iteration_time,resource_time_0,resource_time_1,resource_time_2,priority\n";
+    let rows = [
+        "0,1,0,10,dqn,128,1,1,1,1,1,0,1",
+        "1,1,0,0,dqn,128,1,1,1,1,1,0,1",
+        "2,1,1e308,10,dqn,128,1,1,1,1,1,0,1",
+        "0,1,0,10,dqn,128,1,1,1,1,1,0,1",
+        "3,1,0,10,dqn,2000000,1,1,1,1,1,0,1",
+        "4,70000,0,10,dqn,128,1,1,1,1,1,0,1",
+        "5,1,0,10,dqn,128,1,1,1,1,1,0,0",
+    ];
+    let p = parse("m.csv", &format!("{head}{}\n", rows.join("\n")), None, 0);
+    let ids: Vec<&str> = p.items.iter().map(|j| j.id.as_str()).collect();
+    assert_eq!(ids, ["muri-0", "muri-5"]);
+    let msgs: Vec<String> = p.errors.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        msgs,
+        [
+            "m.csv:3: field `work`: expected 1 to 10000000000 iterations, found 0",
+            "m.csv:4: field `arrival_s`: expected seconds from 0 to 4e9, found 1e305",
+            "m.csv:5: field `id`: expected an id not used on an earlier line, found \"muri-0\"",
+            "m.csv:6: field `batch`: expected 1 to 1048576 samples per worker, found 2000000",
+            "m.csv:7: field `workers`: expected 1 to 65536, found 70000",
+        ]
+    );
+}
+
+#[test]
 fn muri_malformed_rows() {
     let text = "job_id,num_gpu,submit_time,iterations,model_name,batch_size,duration,interval,iteration_time,resource_time_0,resource_time_1,resource_time_2,priority\n\
                 0,1,0,10,dqn,128,1,1,1,1,1,0,1\n\
@@ -213,7 +244,7 @@ fn jsonl_round_trip_and_errors() {
     assert_eq!(p.items.len(), 1);
     let msgs: Vec<String> = p.errors.iter().map(ToString::to_string).collect();
     // A zoo model without a batch (only a job with its own `shape` may omit it).
-    assert_eq!(msgs[0], "j.jsonl:3: field `batch`: expected at least 1, found 0");
+    assert_eq!(msgs[0], "j.jsonl:3: field `batch`: expected 1 to 1048576 samples per worker, found 0");
     assert_eq!(
         msgs[1],
         "j.jsonl:4: field `model`: expected a model of the zoo (see `orrery zoo`), or an explicit `shape`, found \"vgg99\""

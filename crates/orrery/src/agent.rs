@@ -63,13 +63,13 @@ pub struct Args {
     #[arg(long)]
     unaware: bool,
     /// Quiescence time-out, ms.
-    #[arg(long, default_value_t = 500)]
+    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(1..=MAX_TIMEOUT_MS))]
     quiescence_ms: u64,
     /// Hard time-out, ms.
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=MAX_TIMEOUT_MS))]
     hard_timeout_ms: u64,
     /// Re-send an open auction's bundle this often, ms (UDP may drop datagrams).
-    #[arg(long, default_value_t = 100)]
+    #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..=MAX_TIMEOUT_MS))]
     resend_ms: u64,
     /// Where to write this agent's state after each decision (JSON).
     #[arg(long)]
@@ -295,6 +295,8 @@ fn fnv1a(s: &str) -> u64 {
 /// Most auctions an agent holds open; a submission beyond is answered
 /// [`Receipt::Busy`] and the client sends it again later.
 const MAX_OPEN_AUCTIONS: usize = 64;
+/// The longest time-out or re-send period an auction agent accepts: one day.
+const MAX_TIMEOUT_MS: u64 = 86_400_000;
 /// Submissions a client has in flight (sent, not yet answered): more than an
 /// agent holds open, so that a burst meets the agent's back-pressure.
 const SUBMIT_WINDOW: usize = 128;

@@ -29,7 +29,7 @@ pub enum Command {
         #[arg(long, default_value = "v100")]
         gpu: String,
         /// GPUs per host used to estimate durations.
-        #[arg(long, default_value_t = 8)]
+        #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=i64::from(orrery_model::topology::MAX_GPUS_PER_HOST)))]
         gpus_per_host: u32,
         /// Link rate (Gbit/s) used to estimate durations.
         #[arg(long, default_value_t = 100.0, value_parser = crate::numbers::positive)]
@@ -49,11 +49,12 @@ pub enum Command {
         /// Arrival process.
         #[arg(long, value_enum, default_value_t = Arrivals::Poisson)]
         arrivals: Arrivals,
-        /// Number of jobs (for `dynamic`: the arrivals after the running set).
-        #[arg(long, default_value_t = 100)]
+        /// Number of jobs (for `dynamic`: the arrivals after the running set),
+        /// at most 1,000,000 (Philly's whole trace is 117,325).
+        #[arg(long, default_value_t = 100, value_parser = jobs_in_range)]
         jobs: usize,
         /// Jobs already running at t = 0 (`dynamic` only).
-        #[arg(long, default_value_t = 10)]
+        #[arg(long, default_value_t = 10, value_parser = running_in_range)]
         running: usize,
         /// Target load: average fraction of the cluster's GPUs kept busy.
         #[arg(long, default_value_t = 0.8, value_parser = crate::numbers::positive)]
@@ -83,6 +84,26 @@ pub enum Arrivals {
 
 /// How many bad rows are printed before a count.
 const SHOW_ERRORS: usize = 20;
+
+/// The most jobs `trace generate` writes.
+const MAX_GENERATED_JOBS: usize = 1_000_000;
+
+fn job_count(s: &str, least: usize) -> Result<usize, String> {
+    let n: usize = s.trim().parse().map_err(|_| format!("expected a whole number of jobs, got {s:?}"))?;
+    if (least..=MAX_GENERATED_JOBS).contains(&n) {
+        Ok(n)
+    } else {
+        Err(format!("expected {least} to {MAX_GENERATED_JOBS} jobs, got {n}"))
+    }
+}
+
+fn jobs_in_range(s: &str) -> Result<usize, String> {
+    job_count(s, 1)
+}
+
+fn running_in_range(s: &str) -> Result<usize, String> {
+    job_count(s, 0)
+}
 
 pub fn run(cmd: &Command, timings: &mut Timings) -> anyhow::Result<()> {
     match cmd {

@@ -13,14 +13,14 @@ pub struct Args {
     #[arg(long, default_value = "v100")]
     gpu: String,
     /// Per-worker batch size (default: the model's typical batch).
-    #[arg(long)]
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=i64::from(orrery_model::job::MAX_BATCH)))]
     batch: Option<u32>,
     /// Number of workers (one GPU each).
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=65_536))]
     workers: u32,
     /// Workers per host (1 = every worker on its own host, so the collective
     /// crosses the network).
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=65_536))]
     per_host: u32,
     /// Host link rate in Gbit/s.
     #[arg(long, default_value_t = 50.0, value_parser = crate::numbers::positive)]

@@ -8,7 +8,7 @@
 //! `gpu_milli < 1000` becomes a fractional `gpu_share`. The trace names no
 //! model; [`crate::mapping`] assigns one from the GPU-time.
 
-use super::for_each_row;
+use super::for_each_job;
 use crate::diag::Parsed;
 use crate::mapping::model_for;
 use orrery_model::{JobSpec, Work};
@@ -18,7 +18,7 @@ pub fn parse_pods(file: &str, text: &str, seed: u64) -> Parsed<JobSpec> {
     let header = ["name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli"];
     let mut skipped = Vec::new();
     let mut index = 0u64;
-    let mut out = for_each_row(file, text, b',', true, &header, |row| {
+    let mut out = for_each_job(file, text, b',', true, &header, |row| {
         let name = row.text(0)?;
         let cpu_milli = row.non_negative(1)?;
         let memory_mib = row.non_negative(2)?;

@@ -5,7 +5,7 @@
 //! The job type names the model and batch (`ResNet-50 (batch size 64)`); work is
 //! `total_steps` iterations; one worker per GPU.
 
-use super::for_each_row;
+use super::for_each_job;
 use crate::diag::Parsed;
 use orrery_model::{JobSpec, Work};
 
@@ -36,7 +36,7 @@ pub fn parse(file: &str, text: &str) -> Parsed<JobSpec> {
     let header =
         ["job_type", "command", "num_steps_arg", "needs_data_dir", "total_steps", "arrival_time", "scale_factor"];
     let mut index = 0u64;
-    for_each_row(file, text, b'\t', false, &header, |row| {
+    for_each_job(file, text, b'\t', false, &header, |row| {
         let raw = row.text(0)?;
         let (name, batch) = split_job_type(raw);
         // A batch that is written must be read: "(batch size abc)" is an

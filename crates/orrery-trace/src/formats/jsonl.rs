@@ -10,7 +10,7 @@
 //! A job with a `shape` (its measured iteration) needs no zoo model.
 
 use crate::diag::{At, Parsed};
-use orrery_model::{JobSpec, Work};
+use orrery_model::JobSpec;
 
 /// Parses JSON lines.
 pub fn parse(file: &str, text: &str) -> Parsed<JobSpec> {
@@ -43,7 +43,7 @@ pub fn parse(file: &str, text: &str) -> Parsed<JobSpec> {
                 file: file.to_string(),
                 line: at.line,
                 field: Some(bad.field.to_string()),
-                expected: bad.expected.to_string(),
+                expected: bad.expected,
                 found: bad.found,
             }),
             Ok(()) if !ids.insert(job.id.clone()) => Some(at.field("id", "an id not used on an earlier line", &job.id)),
@@ -58,41 +58,13 @@ pub fn parse(file: &str, text: &str) -> Parsed<JobSpec> {
 }
 
 /// A field of a job that is out of range.
-#[derive(Debug, Clone, PartialEq)]
-pub struct BadField {
-    /// The field's name in the JSON object.
-    pub field: &'static str,
-    /// What it must be.
-    pub expected: &'static str,
-    /// What it was (Rust debug formatting: strings quoted).
-    pub found: String,
-}
+pub use orrery_model::job::BadField;
 
-/// Checks one job's fields beyond their JSON types (the model is in the zoo
-/// unless the job gives its `shape`, sizes are positive, times finite): the
-/// rules of a JSONL line, shared with the live service's submit endpoint and
-/// an experiment's `[[workload.job]]`.
+/// Checks one job's fields beyond their JSON types ([`JobSpec::check`]): the
+/// rules of a JSONL line, shared with every trace reader, the live service's
+/// submit endpoint and an experiment's `[[workload.job]]`.
 pub fn validate(job: &JobSpec) -> Result<(), BadField> {
-    let bad = |field, expected, found: String| Err(BadField { field, expected, found });
-    if let Some(Err((field, expected, found))) = job.shape.as_ref().map(|s| s.check()) {
-        bad(field, expected, found)
-    } else if job.shape.is_none() && orrery_model::zoo::model(&job.model).is_none() {
-        bad("model", "a model of the zoo (see `orrery zoo`), or an explicit `shape`", format!("{:?}", job.model))
-    } else if job.id.trim().is_empty() {
-        bad("id", "a non-empty id", format!("{:?}", job.id))
-    } else if job.workers == 0 {
-        bad("workers", "at least 1", format!("{:?}", job.workers))
-    } else if job.batch == 0 && job.shape.is_none() {
-        bad("batch", "at least 1", format!("{:?}", job.batch))
-    } else if !(job.arrival_s.is_finite() && job.arrival_s >= 0.0) {
-        bad("arrival_s", "a non-negative number of seconds", format!("{:?}", job.arrival_s))
-    } else if !(job.gpu_share > 0.0 && job.gpu_share <= 1.0) {
-        bad("gpu_share", "a fraction in (0, 1]", format!("{:?}", job.gpu_share))
-    } else if matches!(job.work, Work::Seconds(s) if !(s.is_finite() && s >= 0.0)) {
-        bad("work", "a non-negative number of seconds", format!("{:?}", job.work))
-    } else {
-        Ok(())
-    }
+    job.check()
 }
 
 /// Writes jobs as JSON lines.

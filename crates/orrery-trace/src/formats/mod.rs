@@ -250,6 +250,37 @@ pub(crate) fn for_each_row<T>(
     out
 }
 
+/// [`for_each_row`] for a job trace: every job a row gives must pass
+/// [`JobSpec::check`] (the same limits as a JSON line) and carry an id no
+/// earlier row used; a row that fails becomes a diagnostic naming its line
+/// and field, and the rows already accepted stay. O(rows).
+pub(crate) fn for_each_job(
+    file: &str,
+    text: &str,
+    delimiter: u8,
+    has_header: bool,
+    header: &[&str],
+    mut f: impl FnMut(&Row<'_>) -> Result<Option<JobSpec>, Diagnostic>,
+) -> Parsed<JobSpec> {
+    let mut ids = std::collections::HashSet::new();
+    for_each_row(file, text, delimiter, has_header, header, |row| {
+        let Some(job) = f(row)? else { return Ok(None) };
+        if let Err(bad) = job.check() {
+            return Err(Diagnostic {
+                file: row.at.file.to_string(),
+                line: row.at.line,
+                field: Some(bad.field.to_string()),
+                expected: bad.expected,
+                found: bad.found,
+            });
+        }
+        if !ids.insert(job.id.clone()) {
+            return Err(row.at.field("id", "an id not used on an earlier line", &job.id));
+        }
+        Ok(Some(job))
+    })
+}
+
 /// Resolves a model name from a trace against the zoo.
 pub(crate) fn zoo_model(row: &Row<'_>, i: usize) -> Result<&'static orrery_model::ModelSpec, Diagnostic> {
     let raw = row.text(i)?;

@@ -6,7 +6,7 @@
 //! on one 16–32 GB GPU with batch 4, which only the 124 M-parameter GPT-2 can
 //! do, so it maps to `gpt2-small`.
 
-use super::{for_each_row, zoo_model};
+use super::{for_each_job, zoo_model};
 use crate::diag::Parsed;
 use orrery_model::{JobSpec, Priority, Work};
 
@@ -27,7 +27,7 @@ pub fn parse(file: &str, text: &str) -> Parsed<JobSpec> {
         "resource_time_2",
         "priority",
     ];
-    for_each_row(file, text, b',', true, &header, |row| {
+    for_each_job(file, text, b',', true, &header, |row| {
         let id = row.text(0)?;
         let gpus = row.positive(1)?;
         let submit_ms = row.non_negative(2)?;

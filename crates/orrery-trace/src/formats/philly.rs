@@ -5,7 +5,7 @@
 //! worker per GPU; the model comes from [`crate::mapping`]. Jobs are returned
 //! sorted by arrival (ties in file order).
 
-use super::for_each_row;
+use super::for_each_job;
 use crate::diag::Parsed;
 use crate::mapping::model_for;
 use chrono::NaiveDateTime;
@@ -15,7 +15,7 @@ use orrery_model::{JobSpec, Work};
 pub fn parse(file: &str, text: &str, seed: u64) -> Parsed<JobSpec> {
     let header = ["timestamp", "duration", "num_gpus", "gpu_time", "cluster"];
     let mut index = 0u64;
-    let mut out = for_each_row(file, text, b',', true, &header, |row| {
+    let mut out = for_each_job(file, text, b',', true, &header, |row| {
         let raw = row.text(0)?;
         let t = NaiveDateTime::parse_from_str(raw, "%Y-%m-%d %H:%M:%S")
             .map_err(|_| row.at.field("timestamp", "a time as YYYY-MM-DD HH:MM:SS", raw))?;

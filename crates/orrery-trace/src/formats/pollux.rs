@@ -6,7 +6,7 @@
 //! profiles ([`orrery_model::convergence`]). `batch_size` is the total batch,
 //! split evenly over the replicas.
 
-use super::for_each_row;
+use super::for_each_job;
 use crate::diag::Parsed;
 use orrery_model::convergence::iterations_to_converge;
 use orrery_model::{JobSpec, Work};
@@ -27,7 +27,7 @@ pub fn zoo_name(app: &str) -> Option<&'static str> {
 /// Parses a Pollux workload.
 pub fn parse(file: &str, text: &str) -> Parsed<JobSpec> {
     let header = ["name", "time", "application", "num_replicas", "batch_size"];
-    for_each_row(file, text, b',', true, &header, |row| {
+    for_each_job(file, text, b',', true, &header, |row| {
         let name = row.text(0)?;
         let time = row.non_negative(1)?;
         let app = row.text(2)?;
