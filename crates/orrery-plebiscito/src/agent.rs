@@ -124,6 +124,16 @@ struct Auction {
     held: Demand,
 }
 
+/// A saved state that does not fit this agent (see [`Agent::restore`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("job {job}: {problem}")]
+pub struct BadState {
+    /// The job at fault (0 when the sum of all is).
+    pub job: u64,
+    /// What is wrong.
+    pub problem: &'static str,
+}
+
 /// A node's agent.
 #[derive(Debug, Clone)]
 pub struct Agent {
@@ -287,11 +297,51 @@ impl Agent {
     /// Restores what a previous run of this agent committed: its verdicts and
     /// the jobs placed and not finished. Resources and reserved bandwidth are
     /// recomputed from the placements, not read back, so they cannot drift.
+    ///
+    /// A state that does not fit this agent's cluster is refused whole, and
+    /// nothing of it is applied: a job that fails [`JobRequest::check`], a
+    /// placement naming a node outside the map or not placing exactly the
+    /// job's components (see [`Agent::fits_map`]), or placements that take
+    /// more than this node has (a file from another topology, or edited).
     pub fn restore(
         &mut self,
         verdicts: impl IntoIterator<Item = (u64, Verdict)>,
         placed: Vec<(JobRequest, Placement)>,
-    ) {
+    ) -> Result<(), BadState> {
+        let verdicts: Vec<(u64, Verdict)> = verdicts.into_iter().collect();
+        for (job, v) in &verdicts {
+            if let Verdict::Placed(p) = v
+                && !self.fits_map(p)
+            {
+                return Err(BadState { job: *job, problem: "its verdict places it on nodes outside the cluster" });
+            }
+        }
+        let mut trial = self.resources;
+        let mut seen = std::collections::BTreeSet::new();
+        for (job, placement) in &placed {
+            if job.check().is_err() {
+                return Err(BadState { job: job.id, problem: "the job's own fields are invalid" });
+            }
+            if !self.places_exactly(job, placement) {
+                return Err(BadState {
+                    job: job.id,
+                    problem: "its placement names a node outside the cluster or not exactly its components",
+                });
+            }
+            if seen.insert(job.id) {
+                for (role, nodes) in placement.iter().enumerate() {
+                    if let Some(&(_, k)) = nodes.iter().find(|&&(n, _)| n == self.id) {
+                        trial.take(&job.demand(role), k as f64);
+                    }
+                }
+            }
+        }
+        if [trial.free.gpus, trial.free.cpus, trial.free.mem_gib].iter().any(|&f| f < -1e-9) {
+            return Err(BadState {
+                job: 0,
+                problem: "the placements take more GPUs, CPUs or memory than this node has",
+            });
+        }
         self.decided.extend(verdicts);
         for (job, placement) in placed {
             if self.placed.contains_key(&job.id) {
@@ -300,6 +350,27 @@ impl Agent {
             self.apply(&job, &placement, 1.0);
             self.placed.insert(job.id, (job, placement));
         }
+        Ok(())
+    }
+
+    /// Whether every node a placement names is in this agent's map. O(nodes named).
+    pub fn fits_map(&self, placement: &Placement) -> bool {
+        let nodes = self.map.leaf_of.len();
+        placement.iter().flatten().all(|&(n, _)| (n as usize) < nodes)
+    }
+
+    /// Whether a placement names only nodes of the map, one entry per role,
+    /// and exactly the job's components in each role (counts summed without
+    /// overflow). What a peer or a state file says is held to this before it
+    /// is applied. O(nodes named).
+    pub fn places_exactly(&self, job: &JobRequest, placement: &Placement) -> bool {
+        let roles = job.roles();
+        placement.len() == roles.len()
+            && self.fits_map(placement)
+            && placement
+                .iter()
+                .zip(&roles)
+                .all(|(nodes, &count)| nodes.iter().try_fold(0usize, |sum, &(_, k)| sum.checked_add(k)) == Some(count))
     }
 
     /// Learns from a peer what was decided while this agent was away: the
@@ -311,6 +382,10 @@ impl Agent {
         let mut learnt = 0;
         let mut new_jobs = std::collections::BTreeSet::new();
         for (job, verdict) in verdicts {
+            // A verdict naming nodes outside the map is a peer's error or lie.
+            if matches!(&verdict, Verdict::Placed(p) if !self.fits_map(p)) {
+                continue;
+            }
             if !self.knows(job) {
                 self.decided.insert(job, verdict);
                 new_jobs.insert(job);
@@ -319,7 +394,12 @@ impl Agent {
         }
         for (job, placement) in placed {
             let agreed = matches!(self.decided.get(&job.id), Some(Verdict::Placed(p)) if *p == placement);
-            if !agreed || !new_jobs.contains(&job.id) || job.check().is_err() || self.placed.contains_key(&job.id) {
+            if !agreed
+                || !new_jobs.contains(&job.id)
+                || job.check().is_err()
+                || self.placed.contains_key(&job.id)
+                || !self.places_exactly(&job, &placement)
+            {
                 continue;
             }
             if !self.can_hold(&job, &placement) {
@@ -486,11 +566,10 @@ impl Agent {
     /// Commits (`sign = 1`) or returns (`−1`) a placement: this node's
     /// components and everyone's traffic.
     fn apply(&mut self, job: &JobRequest, placement: &Placement, sign: f64) {
+        // O(roles · nodes named), whatever the counts say.
         for (role, nodes) in placement.iter().enumerate() {
             if let Some(&(_, k)) = nodes.iter().find(|&&(n, _)| n == self.id) {
-                for _ in 0..k {
-                    self.resources.take(&job.demand(role), sign);
-                }
+                self.resources.take(&job.demand(role), sign * k as f64);
             }
         }
         let load = link_load(&self.map, job, placement);

@@ -80,6 +80,15 @@ impl JobRequest {
         if self.workers == 0 {
             return Err(bad("workers", "at least 1, found 0".into()));
         }
+        if usize::from(self.workers) > MAX_COMPONENTS {
+            return Err(bad(
+                "workers",
+                format!(
+                    "at most {MAX_COMPONENTS}, so that a bundle with a bid per component fits one UDP datagram; found {}",
+                    self.workers
+                ),
+            ));
+        }
         let mut fields = vec![
             ("gbps", self.gbps),
             ("peak_gbps", self.peak_gbps),
@@ -105,6 +114,12 @@ impl JobRequest {
         Ok(())
     }
 }
+
+/// The most components (workers) a job may have: its bundle carries a bid
+/// per component, at most 26 bytes each in postcard (an f64, a u32, a u64
+/// and a u16 as varints), and must fit one UDP datagram (65,507 bytes) with
+/// the job, the envelope and its MAC: 2,048 × 26 = 53,248 bytes.
+pub const MAX_COMPONENTS: usize = 2_048;
 
 /// A field of a job request that is out of range.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

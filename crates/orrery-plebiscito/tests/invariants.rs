@@ -312,17 +312,86 @@ fn learning_from_peers_never_commits_beyond_the_node() {
     let config = Config::new(BidPolicy::aware(Utility::Lgf));
     let mut a = Agent::new(1, vec![0, 2, 3], res[1], map, config);
     let four = |id| job(id, Arch::Ring, 2, 4.0, 1.0);
-    // Job 1: two 4-GPU workers on node 1 (8 GPUs, all of it). Job 2: three more on node 1.
+    // Job 1: two 4-GPU workers on node 1 (8 GPUs, all of it). Job 2: two more on node 1.
     let p1 = vec![vec![(1u32, 2usize)]];
-    let p2 = vec![vec![(1u32, 3usize)]];
+    let p2 = vec![vec![(1u32, 2usize)]];
     let learnt = a.learn(
         vec![(1, Verdict::Placed(p1.clone())), (2, Verdict::Placed(p2.clone()))],
         vec![(four(1), p1), (four(2), p2)],
     );
     assert_eq!(learnt, 2);
-    assert_eq!(a.committed_free().free.gpus, 0.0, "job 1 committed, job 2 (12 more GPUs) refused");
+    assert_eq!(a.committed_free().free.gpus, 0.0, "job 1 committed, job 2 (8 more GPUs) refused");
     assert_eq!(a.placed().len(), 1);
     // What it already knows is not overridden.
     assert_eq!(a.learn(vec![(1, Verdict::Aborted)], Vec::new()), 0);
     assert_eq!(a.verdicts().get(&1).map(|v| matches!(v, Verdict::Placed(_))), Some(true));
+}
+
+/// Issue 41: a key holder's SyncReply naming a node outside the cluster
+/// panicked the agent, and a count of 2^63 spun it at 100% CPU; a state file
+/// from another topology or over-committed left negative free GPUs. Each is
+/// refused before anything is applied.
+#[test]
+fn what_peers_and_state_files_say_is_checked_against_the_cluster() {
+    let (map, res) = cluster(4, &[]);
+    let config = Config::new(BidPolicy::aware(Utility::Lgf));
+    let mut a = Agent::new(1, vec![0, 2, 3], res[1], map.clone(), config);
+    let two = |id| job(id, Arch::Ring, 2, 1.0, 1.0);
+    let outside = vec![vec![(1u32, 1usize), (99u32, 1usize)]];
+    let huge = vec![vec![(1u32, 1usize << 63), (2u32, 1usize << 63)]];
+    let short = vec![vec![(1u32, 1usize)]];
+    let learnt = a.learn(
+        vec![
+            (1, Verdict::Placed(outside.clone())),
+            (2, Verdict::Placed(huge.clone())),
+            (3, Verdict::Placed(short.clone())),
+        ],
+        vec![(two(1), outside.clone()), (two(2), huge.clone()), (two(3), short.clone())],
+    );
+    // Verdicts 2 and 3 are learnt (their nodes exist), none is committed:
+    // 2^63 + 2^63 overflows and a single component is not the job's two.
+    assert_eq!(learnt, 2);
+    assert!(a.placed().is_empty());
+    assert_eq!(a.committed_free().free.gpus, 8.0);
+    // State files: another topology's node, an over-commitment, a bad job.
+    let mut b = Agent::new(1, vec![0, 2, 3], res[1], map, config);
+    let e = b.restore(vec![], vec![(two(4), outside)]).expect_err("node 99");
+    assert_eq!(e.to_string(), "job 4: its placement names a node outside the cluster or not exactly its components");
+    let greedy = |id| job(id, Arch::Ring, 2, 8.0, 1.0);
+    let e = b
+        .restore(vec![], vec![(greedy(5), vec![vec![(1, 1), (2, 1)]]), (greedy(6), vec![vec![(1, 1), (3, 1)]])])
+        .expect_err("16 GPUs on an 8-GPU node");
+    assert_eq!(e.to_string(), "job 0: the placements take more GPUs, CPUs or memory than this node has");
+    let mut bad = two(7);
+    bad.gbps = f64::NAN;
+    assert!(b.restore(vec![], vec![(bad, vec![vec![(1, 1), (2, 1)]])]).is_err());
+    // Nothing of a refused state was applied; a fitting one is.
+    assert_eq!(b.committed_free().free.gpus, 8.0);
+    b.restore(vec![(8, Verdict::Placed(vec![vec![(1, 1), (2, 1)]]))], vec![(greedy(8), vec![vec![(1, 1), (2, 1)]])])
+        .expect("fits");
+    assert_eq!(b.committed_free().free.gpus, 0.0);
+}
+
+/// Issue 41: a job of about 3,900 components made a bundle larger than a
+/// UDP datagram; the send failed unseen and two agents placed it twice. A
+/// job is refused past `MAX_COMPONENTS`, and the largest bundle a job within
+/// it can make, every bid at its widest encoding, fits one datagram.
+#[test]
+fn the_largest_bundle_fits_one_datagram() {
+    use orrery_plebiscito::agent::Msg;
+    use orrery_plebiscito::bundle::Bid;
+    use orrery_plebiscito::utility::MAX_COMPONENTS;
+    use orrery_plebiscito::wire::{Body, Envelope, Key, seal};
+    let max = MAX_COMPONENTS as u16;
+    let mut too_many = job(1, Arch::Ring, max + 1, 0.0001, 1.0);
+    let e = too_many.check().expect_err("over the limit");
+    assert!(e.to_string().starts_with("job 1: workers: expected at most 2048, so that a bundle"), "{e}");
+    too_many.workers = max;
+    too_many.check().expect("at the limit");
+    let widest = Bid { value: f64::MAX, node: u32::MAX - 1, stamp: u64::MAX, slot: u16::MAX };
+    let job = JobRequest { id: u64::MAX, ..too_many };
+    let body = Body::Protocol(Msg::Bundle { job, bids: vec![vec![widest; MAX_COMPONENTS]], depth: u32::MAX });
+    let key = Key::new(vec![7; 32]).expect("key");
+    let bytes = seal(&key, &Envelope { sender: u32::MAX - 1, body });
+    assert!(bytes.len() <= 65_507, "{} bytes", bytes.len());
 }

@@ -226,6 +226,28 @@ fn alibaba_v2023_pods() {
 }
 
 #[test]
+fn jsonl_dependency_cycles_are_refused_at_their_lines() {
+    // Issue 41: `orrery run` refused a cycle, `trace inspect` took it.
+    let job = |id: &str, on: &str| {
+        format!(
+            "{{\"id\":\"{id}\",\"model\":\"vgg16\",\"batch\":32,\"workers\":2,\"work\":{{\"iterations\":10}},\"arrival_s\":0,\"depends_on\":[{on}]}}\n"
+        )
+    };
+    let text = [job("a", ""), job("b", "\"c\""), job("c", "\"b\""), job("d", "\"a\"")].concat();
+    let p = parse("d.jsonl", &text, None, 0);
+    let ids: Vec<&str> = p.items.iter().map(|j| j.id.as_str()).collect();
+    assert_eq!(ids, ["a", "d"]);
+    let msgs: Vec<String> = p.errors.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        msgs,
+        [
+            "d.jsonl:2: field `depends_on`: expected no cycle of jobs waiting on one another, found [\"c\"]",
+            "d.jsonl:3: field `depends_on`: expected no cycle of jobs waiting on one another, found [\"b\"]",
+        ]
+    );
+}
+
+#[test]
 fn jsonl_round_trip_and_errors() {
     let jobs = parse("w6.csv", &data("profiles/pollux/workloads/workload-6.csv"), None, 0).items;
     let text = orrery_trace::formats::jsonl::to_string(&jobs);

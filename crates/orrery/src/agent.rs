@@ -421,7 +421,13 @@ async fn serve(args: &Args, key: &Key) -> Result<()> {
             bail!("{}: the state of agent {}, not of --id {id}", path.display(), old.id);
         }
         let placed = old.placed.len();
-        agent.restore(old.verdicts, old.placed);
+        agent.restore(old.verdicts, old.placed).with_context(|| {
+            format!(
+                "{}: this state does not fit agent {id} on topology {} (move it away to start afresh)",
+                path.display(),
+                args.topology
+            )
+        })?;
         tracing::info!(agent = id, placed, file = %path.display(), "restored placed jobs from the state file");
     }
     let sock = UdpSocket::bind(own).await.with_context(|| format!("binding {own}"))?;

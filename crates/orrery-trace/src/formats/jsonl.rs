@@ -16,6 +16,7 @@ use orrery_model::JobSpec;
 pub fn parse(file: &str, text: &str) -> Parsed<JobSpec> {
     let mut out = Parsed::default();
     let mut ids = std::collections::HashSet::new();
+    let mut lines = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let at = At { file, line: i as u64 + 1 };
         let l = line.trim();
@@ -51,10 +52,57 @@ pub fn parse(file: &str, text: &str) -> Parsed<JobSpec> {
         };
         match problem {
             Some(d) => out.errors.push(d),
-            None => out.items.push(job),
+            None => {
+                out.items.push(job);
+                lines.push(at.line);
+            }
         }
     }
+    refuse_cycles(file, &mut out, &lines);
     out
+}
+
+/// Refuses the jobs that wait on one another in a cycle of `depends_on`
+/// (no order starts them: a driver would hold them forever), each at its
+/// line; a dependency on a job not in the file is left to the driver, which
+/// may know it. Kahn's algorithm: O(jobs + dependencies).
+fn refuse_cycles(file: &str, out: &mut Parsed<JobSpec>, lines: &[u64]) {
+    let index: std::collections::HashMap<&str, usize> =
+        out.items.iter().enumerate().map(|(i, j)| (j.id.as_str(), i)).collect();
+    let n = out.items.len();
+    let mut waiting = vec![0usize; n];
+    let mut unblocks: Vec<Vec<usize>> = vec![Vec::new(); n];
+    for (i, j) in out.items.iter().enumerate() {
+        for d in &j.depends_on {
+            if let Some(&k) = index.get(d.as_str()) {
+                waiting[i] += 1;
+                unblocks[k].push(i);
+            }
+        }
+    }
+    let mut ready: Vec<usize> = (0..n).filter(|&i| waiting[i] == 0).collect();
+    while let Some(k) = ready.pop() {
+        for &i in &unblocks[k] {
+            waiting[i] -= 1;
+            if waiting[i] == 0 {
+                ready.push(i);
+            }
+        }
+    }
+    if waiting.iter().all(|&w| w == 0) {
+        return;
+    }
+    let mut kept = Vec::with_capacity(n);
+    for (i, job) in std::mem::take(&mut out.items).into_iter().enumerate() {
+        if waiting[i] == 0 {
+            kept.push(job);
+        } else {
+            let at = At { file, line: lines[i] };
+            out.errors.push(at.field("depends_on", "no cycle of jobs waiting on one another", &job.depends_on));
+        }
+    }
+    out.items = kept;
+    out.errors.sort_by_key(|d| d.line);
 }
 
 /// A field of a job that is out of range.
