@@ -150,6 +150,9 @@ pub fn read_peers(path: &Path) -> Result<BTreeMap<u32, SocketAddr>> {
         let id: u32 = id.parse().map_err(|_| anyhow!("{}: id: expected a non-negative integer, found {id:?}", at()))?;
         let addr: SocketAddr =
             addr.parse().map_err(|_| anyhow!("{}: address: expected IP:PORT, found {addr:?}", at()))?;
+        if addr.port() == 0 || id == CLIENT {
+            bail!("{}: expected an id below {} and a port from 1 to 65535, found {line:?}", at(), CLIENT);
+        }
         if peers.insert(id, addr).is_some() {
             bail!("{}: id {id} is listed twice", at());
         }
@@ -161,7 +164,10 @@ pub fn read_peers(path: &Path) -> Result<BTreeMap<u32, SocketAddr>> {
 fn parse_peer(s: &str) -> Result<(u32, SocketAddr)> {
     let (id, addr) = s.split_once('=').ok_or_else(|| anyhow!("--peer {s:?}: expected ID=IP:PORT"))?;
     let id = id.parse().map_err(|_| anyhow!("--peer {s:?}: id: expected a non-negative integer"))?;
-    let addr = addr.parse().map_err(|_| anyhow!("--peer {s:?}: address: expected IP:PORT"))?;
+    let addr: SocketAddr = addr.parse().map_err(|_| anyhow!("--peer {s:?}: address: expected IP:PORT"))?;
+    if addr.port() == 0 || id == CLIENT {
+        bail!("--peer {s:?}: expected an id below {} and a port from 1 to 65535", CLIENT);
+    }
     Ok((id, addr))
 }
 
@@ -295,6 +301,8 @@ fn fnv1a(s: &str) -> u64 {
 /// Most auctions an agent holds open; a submission beyond is answered
 /// [`Receipt::Busy`] and the client sends it again later.
 const MAX_OPEN_AUCTIONS: usize = 64;
+/// A peer's SyncRequest is answered at most this often (a restart asks once).
+const SYNC_ANSWER_EVERY: Duration = Duration::from_secs(1);
 /// The longest time-out or re-send period an auction agent accepts: one day.
 const MAX_TIMEOUT_MS: u64 = 86_400_000;
 /// Submissions a client has in flight (sent, not yet answered): more than an
@@ -434,6 +442,10 @@ async fn serve(args: &Args, key: &Key) -> Result<()> {
     let start = Instant::now();
     let now = || start.elapsed().as_micros() as u64;
     let mut last_heard = Instant::now();
+    // When each peer's SyncRequest was last answered: a reply is many
+    // datagrams, so a spoofed request (its source forged as a peer's) must
+    // not turn one datagram into many, over and over, at the victim.
+    let mut answered_sync: BTreeMap<u32, Instant> = BTreeMap::new();
     let mut sent = (0u64, 0u64, 0usize);
     let mut bad = 0u64;
     let mut refused_bids = 0u64;
@@ -492,7 +504,15 @@ async fn serve(args: &Args, key: &Key) -> Result<()> {
                             changed |= agent.placed().len() != running; // a peer's finish
                             Ok(())
                         }
+                        (s, Body::SyncRequest)
+                            if peers.get(&s) == Some(&from)
+                                && s != id
+                                && answered_sync.get(&s).is_some_and(|t| t.elapsed() < SYNC_ANSWER_EVERY) =>
+                        {
+                            Err(format!("a second SyncRequest from {s} within {SYNC_ANSWER_EVERY:?}"))
+                        }
                         (s, Body::SyncRequest) if peers.get(&s) == Some(&from) && s != id => {
+                            answered_sync.insert(s, Instant::now());
                             let (verdicts, placed) = agent.decided_and_placed();
                             // Chunks of 40 jobs keep each reply well inside a
                             // datagram; a job's placement travels with its
@@ -638,5 +658,15 @@ mod tests {
         assert_eq!(read_peers(&f).expect("valid").len(), 2);
         assert_eq!(parse_peer("3=127.0.0.1:9").expect("valid").0, 3);
         assert!(parse_peer("x=1").is_err());
+        // Issue 41: an agent on port 0 bound a random port no peer knew.
+        std::fs::write(&f, "0 127.0.0.1:0\n").expect("write");
+        let e = read_peers(&f).expect_err("port 0").to_string();
+        assert!(
+            e.ends_with(
+                "peers.txt:1: expected an id below 4294967295 and a port from 1 to 65535, found \"0 127.0.0.1:0\""
+            ),
+            "{e}"
+        );
+        assert!(parse_peer("3=127.0.0.1:0").is_err());
     }
 }
