@@ -853,10 +853,6 @@ fn in_workload(e: orrery_trace::TraceError) -> String {
 /// The most jobs one workload may ask for (the full Philly trace has 82,247).
 pub const MAX_JOBS: usize = 1_000_000;
 
-/// Policies that place each job on its pin ([`orrery_policy::with_pins`]).
-const PINNED: [&str; 10] =
-    ["pinned", "ecmp", "ts", "ro", "sub", "foresight", "foresight-paper", "routes", "perfect", "pinned+cassini"];
-
 /// A policy by name, with the experiment's pins ([`orrery_policy::with_pins`]).
 fn policy(
     name: &str,
@@ -1047,7 +1043,7 @@ impl Experiment {
                     .map_err(|e| Workload(format!("scenario {scenario}: {e}")))?;
                 // A pinned policy places only the jobs with a pin; the rest
                 // would wait forever.
-                if let Some(p) = self.policies.iter().find(|p| PINNED.contains(&p.as_str()))
+                if let Some(p) = self.policies.iter().find(|p| orrery_policy::PINNED_NAMES.contains(&p.as_str()))
                     && let Some(j) = jobs.iter().find(|j| !pins.contains_key(&j.id))
                 {
                     return Err(Workload(format!(

@@ -343,6 +343,11 @@ pub fn by_name(name: &str, seed: u64) -> Option<Box<dyn Policy>> {
     Some(Box::new(Composed::new(order(o)?, placement(p, seed)?, name)))
 }
 
+/// The names [`with_pins`] places on the experiment's pins: a job without a
+/// pin never starts under them. Kept beside its match (a test holds them in step).
+pub const PINNED_NAMES: [&str; 10] =
+    ["pinned", "ecmp", "ts", "ro", "sub", "foresight", "foresight-paper", "routes", "perfect", "pinned+cassini"];
+
 /// A policy by name: those of [`by_name`], plus `pinned` (and
 /// `pinned+cassini`) and FORESIGHT's modes over a placement given as pins
 /// (job id → GPUs per host), as experiments reproduce a paper's set-up.
@@ -376,6 +381,14 @@ pub fn with_pins(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn pinned_names_are_exactly_the_names_with_pins_adds() {
+        let pins = Default::default();
+        for name in PINNED_NAMES {
+            assert!(with_pins(name, 0, &pins).is_some() && by_name(name, 0).is_none(), "{name}");
+        }
+    }
+
     use super::*;
     use crate::QueuedJob;
     use orrery_model::setups::LeafSpine;

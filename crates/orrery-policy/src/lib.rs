@@ -21,7 +21,7 @@ pub mod plebiscito;
 pub mod pollux;
 pub mod slot;
 
-pub use compose::{CATALOGUE, by_name, with_pins};
+pub use compose::{CATALOGUE, PINNED_NAMES, by_name, with_pins};
 
 use orrery_model::{HostId, JobSpec, Topology};
 use serde::{Deserialize, Serialize};
