@@ -219,12 +219,21 @@ impl JobInput {
                 let m = model(name).ok_or_else(|| {
                     field(at("model"), format!("expected a model of the zoo (see `orrery zoo`), found {name:?}"))
                 })?;
+                use orrery_model::job::{MAX_ALL_TO_ALL_WORKERS, MAX_BATCH, MAX_WORKERS};
                 let workers = self.workers.unwrap_or(2);
-                if workers == 0 {
-                    return Err(field(at("workers"), "expected at least 1, found 0".into()));
+                let most = match m.parallelism {
+                    orrery_model::zoo::Parallelism::EmbeddingAllToAll { .. } => MAX_ALL_TO_ALL_WORKERS,
+                    _ => MAX_WORKERS,
+                };
+                if !(1..=most).contains(&workers) {
+                    return Err(field(at("workers"), format!("expected 1 to {most} for {name}, found {workers}")));
+                }
+                let batch = self.batch.unwrap_or(m.default_batch);
+                if !(1..=MAX_BATCH).contains(&batch) {
+                    return Err(field(at("batch"), format!("expected 1 to {MAX_BATCH} samples, found {batch}")));
                 }
                 let gpu = self.gpu.as_deref().unwrap_or("a100");
-                m.shape_on(gpu, self.batch.unwrap_or(m.default_batch), &Placement::spread(workers), link_gbps)
+                m.shape_on(gpu, batch, &Placement::spread(workers), link_gbps)
                     .ok_or_else(|| field(at("gpu"), format!("unknown GPU type {gpu:?}")))?
                     .circle()
             }

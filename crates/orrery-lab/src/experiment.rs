@@ -1266,6 +1266,26 @@ pub(crate) fn check_workload(jobs: &[JobSpec], pins: &Pins, topo: &Topology) -> 
                 j.id, j.gpus_per_worker, topo.name
             ));
         }
+        // A job counted in iterations runs at most MAX_TIME_S alone, as one
+        // counted in seconds does: jobs that share links are simulated
+        // iteration by iteration, so 4·10⁹ iterations would never end.
+        // Only long jobs are placed to find their period (a million
+        // iterations stay under ten years unless one lasts over 5 minutes).
+        if let orrery_model::Work::Iterations(n) = j.work
+            && n >= 1_000_000
+        {
+            let alone = orrery_policy::baseline::isolated_seconds_on(topo, j);
+            if alone > orrery_model::job::MAX_TIME_S {
+                return Err(format!(
+                    "job {}: work.iterations: {n} iterations of {:.1} ms run {:.0} years alone on {}; expected at most {:.0} years",
+                    j.id,
+                    alone / n as f64 * 1e3,
+                    alone / (365.25 * 86_400.0),
+                    topo.name,
+                    orrery_model::job::MAX_TIME_S / (365.25 * 86_400.0)
+                ));
+            }
+        }
     }
     // Dependencies: named, not the job itself, and no cycle (Kahn's order).
     let mut waiting_on = vec![0usize; jobs.len()];
@@ -1551,6 +1571,18 @@ mod tests {
             check(&[forever], &none),
             "job forever: work: expected 0 to 3.15576e8 s of run time (ten years), found 1e300"
         );
+        // The hang: 2³² − 1 iterations of a job that shares links.
+        let mut ages = job("ages", 2);
+        ages.work = orrery_model::Work::Iterations(4_294_967_295);
+        let e = check(&[ages], &none);
+        assert!(
+            e.starts_with("job ages: work.iterations: 4294967295 iterations of ")
+                && e.ends_with("expected at most 10 years"),
+            "{e}"
+        );
+        let mut long = job("long", 2);
+        long.work = orrery_model::Work::Iterations(1_000_000);
+        assert!(check_workload(&[long], &none, &topo).is_ok());
         let mut late = job("late", 1);
         late.arrival_s = f64::NAN;
         assert_eq!(check(&[late], &none), "job late: arrival_s: expected seconds from 0 to 4e9, found NaN");

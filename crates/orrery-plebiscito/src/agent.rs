@@ -13,6 +13,14 @@
 //!   otherwise it releases them. Every connected node decides the same.
 //! - **Hard time-out** (`hard_timeout_us` after the auction began without
 //!   quiescence): abort and purge.
+//! - **Re-bidding**: when resources this node held come free (its offers in
+//!   one auction are outbid, an auction ends, a placed job finishes), it bids
+//!   them in the other open auctions. Bidding only when it first hears of a
+//!   job would starve concurrent auctions: each node's resources go to the
+//!   first jobs it hears of, and when those are placed elsewhere the later
+//!   jobs never see them. Re-bids only add offers, merge like any bid and
+//!   lose ties to earlier ones (see [`Bid::rank`]), so consensus is kept and
+//!   each bundle still changes finitely often.
 
 use crate::bundle::{Bid, Bundle};
 use crate::utility::{
@@ -148,6 +156,9 @@ pub struct Agent {
     decided: HashMap<u64, Verdict>,
     /// Jobs placed and not finished: id → (request, placement).
     placed: BTreeMap<u64, (JobRequest, Placement)>,
+    /// Resources came free outside an auction (a finish) since the last
+    /// re-bid: the next tick offers them to the open auctions.
+    released: bool,
 }
 
 impl Agent {
@@ -164,6 +175,7 @@ impl Agent {
             open: BTreeMap::new(),
             decided: HashMap::new(),
             placed: BTreeMap::new(),
+            released: false,
         }
     }
 
@@ -223,6 +235,9 @@ impl Agent {
 
     /// The earliest time the agent needs a [`Agent::tick`], µs.
     pub fn next_deadline(&self) -> Option<u64> {
+        if self.released && !self.open.is_empty() {
+            return Some(0);
+        }
         self.open
             .values()
             .map(|a| {
@@ -432,6 +447,7 @@ impl Agent {
     pub fn finish(&mut self, job: u64) {
         if let Some((req, placement)) = self.placed.remove(&job) {
             self.apply(&req, &placement, -1.0);
+            self.released = true;
         }
     }
 
@@ -443,10 +459,13 @@ impl Agent {
             if now_us >= a.last_change_us + self.config.quiescence_us {
                 let a = self.open.remove(&id).expect("auction present");
                 let verdict = self.conclude(&a);
+                self.released |=
+                    !matches!(verdict, Verdict::Placed(_)) && a.held.gpus + a.held.cpus + a.held.mem_gib > 0.0;
                 self.decided.insert(id, verdict.clone());
                 out.push(Output::Decided { job: id, verdict, consensus_us: a.last_change_us, rounds: a.depth });
             } else if now_us >= a.started_us + self.config.hard_timeout_us {
                 let (consensus_us, rounds) = (a.last_change_us, a.depth);
+                self.released |= a.held.gpus + a.held.cpus + a.held.mem_gib > 0.0;
                 self.open.remove(&id);
                 self.decided.insert(id, Verdict::Aborted);
                 out.push(Output::Decided { job: id, verdict: Verdict::Aborted, consensus_us, rounds });
@@ -457,6 +476,37 @@ impl Agent {
                     a.last_send_us = now_us;
                 }
             }
+        }
+        if std::mem::take(&mut self.released) {
+            self.rebid(now_us, None, out);
+        }
+    }
+
+    /// Offers what is not held by other auctions to each open auction but
+    /// `except`: fresh bids merge into its bundles; a changed bundle is
+    /// broadcast. O(open auctions · components).
+    fn rebid(&mut self, now_us: u64, except: Option<u64>, out: &mut Vec<Output>) {
+        let ids: Vec<u64> = self.open.keys().copied().filter(|&id| Some(id) != except).collect();
+        for id in ids {
+            let Some(a) = self.open.get(&id) else { continue };
+            let mut res = self.free();
+            res.take(&a.held, -1.0);
+            let offers = self.offers(now_us, &a.job, res);
+            let me = self.id;
+            let Some(a) = self.open.get_mut(&id) else { continue };
+            let mut changed = false;
+            for (bundle, o) in a.bundles.iter_mut().zip(&offers) {
+                changed |= bundle.merge(o);
+            }
+            if !changed {
+                continue;
+            }
+            a.held = held_demand(&a.job, &a.bundles, me);
+            a.last_change_us = now_us;
+            a.last_send_us = now_us;
+            a.depth += 1;
+            let msg = Msg::Bundle { job: a.job.clone(), bids: bids_of(a), depth: a.depth };
+            self.broadcast(&msg, out);
         }
     }
 
@@ -479,33 +529,24 @@ impl Agent {
             return;
         }
         // Release what was outbid (Algorithm 1, line 18).
+        let before = a.held;
         a.held = held_demand(&a.job, &a.bundles, me);
+        let released = a.held.gpus < before.gpus || a.held.cpus < before.cpus || a.held.mem_gib < before.mem_gib;
         a.last_change_us = now_us;
         a.last_send_us = now_us;
         a.depth = a.depth.max(depth + 1);
         let msg = Msg::Bundle { job: a.job.clone(), bids: bids_of(a), depth: a.depth };
         self.broadcast(&msg, out);
+        if released {
+            self.rebid(now_us, Some(job.id), out);
+        }
     }
 
     /// The bidding event: offers for every role, against the resources not
     /// held elsewhere.
     fn bid(&self, now_us: u64, job: &JobRequest) -> Auction {
-        let mut res = self.free();
-        let mut bundles = Vec::new();
-        let mut offers = Vec::new();
-        for (role, count) in job.roles().into_iter().enumerate() {
-            let ctx = NodeContext { node: self.id, resources: res, map: &self.map, usage: &self.usage };
-            let (values, left) = slot_values(&ctx, job, role, &self.config.policy);
-            res = left;
-            offers.push(
-                values
-                    .into_iter()
-                    .enumerate()
-                    .map(|(slot, value)| Bid { value, node: self.id, stamp: now_us, slot: slot as u16 })
-                    .collect::<Vec<_>>(),
-            );
-            bundles.push(Bundle::new(count));
-        }
+        let offers = self.offers(now_us, job, self.free());
+        let mut bundles: Vec<Bundle> = job.roles().into_iter().map(Bundle::new).collect();
         for (b, o) in bundles.iter_mut().zip(&offers) {
             b.merge(o);
         }
@@ -519,6 +560,24 @@ impl Agent {
             depth: 0,
             held,
         }
+    }
+
+    /// This node's offers for every role of a job out of `res`, per role.
+    fn offers(&self, now_us: u64, job: &JobRequest, mut res: Resources) -> Vec<Vec<Bid>> {
+        let mut offers = Vec::new();
+        for role in 0..job.roles().len() {
+            let ctx = NodeContext { node: self.id, resources: res, map: &self.map, usage: &self.usage };
+            let (values, left) = slot_values(&ctx, job, role, &self.config.policy);
+            res = left;
+            offers.push(
+                values
+                    .into_iter()
+                    .enumerate()
+                    .map(|(slot, value)| Bid { value, node: self.id, stamp: now_us, slot: slot as u16 })
+                    .collect(),
+            );
+        }
+        offers
     }
 
     fn conclude(&mut self, a: &Auction) -> Verdict {

@@ -12,16 +12,31 @@
 //! a cluster holds the same key, so a key holder can claim any sender id; the
 //! driver therefore also checks the id against the peer's address (see
 //! [`Envelope::sender`]), and an agent accepts bids only for the node that sent
-//! them ([`crate::agent::Agent::receive_from`]). Datagrams are not encrypted,
-//! and a recorded datagram can be replayed: the protocol makes replays
-//! harmless (a bundle for a decided auction is ignored, merging a bundle
-//! twice changes nothing, a finish for a finished job is a no-op).
+//! them ([`crate::agent::Agent::receive_from`]). Datagrams are not encrypted.
+//!
+//! **Replays.** Every envelope carries its sender's wall-clock time and a
+//! random nonce, both under the tag. A receiver's [`ReplayGuard`] admits a
+//! datagram only if its time is within [`REPLAY_WINDOW_US`] of the receiver's
+//! clock and its `(time, sender, nonce)` has not been admitted before; it
+//! remembers admitted datagrams for the window only, so memory is bounded by
+//! the rate times the window (and capped at [`MAX_REMEMBERED`]).
+//!
+//! Why a timestamp window with a seen-set and not per-sender sequence
+//! numbers: every client shares the sender id [`CLIENT`], senders restart
+//! (a sequence would restart with them, or need a durable counter), and UDP
+//! reorders (a high-water mark would drop early datagrams that arrive late).
+//! The price is clocks within the window of each other, which NTP gives every
+//! real cluster by orders of magnitude. What the window leaves, a receiver
+//! that restarts inside it, the protocol covers: a restarted agent learns what
+//! was decided before it bids, and a Submit of a decided job is answered with
+//! its verdict, not a new auction ([`crate::daemon`]).
 
 use crate::agent::Msg;
 use crate::utility::JobRequest;
 use hmac::{Hmac, Mac};
 use serde::{Deserialize, Serialize};
 use sha2::Sha256;
+use std::collections::BTreeSet;
 use std::path::Path;
 
 /// Bytes of the tag at the end of every datagram.
@@ -48,6 +63,8 @@ pub enum Body {
         verdicts: Vec<(u64, crate::agent::Verdict)>,
         /// Placements still running.
         placed: Vec<(JobRequest, crate::utility::Placement)>,
+        /// Whether this is the reply's last chunk.
+        last: bool,
     },
     /// An agent's answer to a submission (to the client).
     Receipt {
@@ -61,9 +78,13 @@ pub enum Body {
 /// What an agent did with a submitted job.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Receipt {
-    /// Its auction is open (or was already, or is decided).
+    /// Its auction is open here (now, or already).
     Accepted,
-    /// Too many auctions are open here: send it again later.
+    /// It was decided before (a job id is auctioned once): the verdict, and
+    /// whether the job has finished since.
+    Decided(String),
+    /// Too many auctions are open here, or the agent is still learning what
+    /// was decided while it was away: send it again later.
     Busy,
     /// It can never be placed: the reason.
     Refused(String),
@@ -75,8 +96,68 @@ pub struct Envelope {
     /// The sending agent's id, or [`CLIENT`]. Covered by the tag; the
     /// receiving driver checks it against the datagram's source address.
     pub sender: u32,
+    /// The sender's wall clock when it sealed this, µs since the Unix epoch.
+    pub sent_us: u64,
+    /// Random, so that two datagrams of one sender in one µs differ.
+    pub nonce: u64,
     /// The message.
     pub body: Body,
+}
+
+impl Envelope {
+    /// An envelope stamped now with a fresh random nonce.
+    pub fn now(sender: u32, body: Body) -> Envelope {
+        Envelope { sender, sent_us: wall_clock_us(), nonce: rand::random(), body }
+    }
+}
+
+/// The wall clock, µs since the Unix epoch (0 if the clock is before it).
+pub fn wall_clock_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+}
+
+/// How far a datagram's send time may be from the receiver's clock, µs
+/// (either way): 30 s, far beyond NTP's error and any datagram's flight.
+pub const REPLAY_WINDOW_US: u64 = 30_000_000;
+/// Most datagrams a [`ReplayGuard`] remembers: past it, new datagrams are
+/// refused until old ones leave the window (only a key holder can fill it).
+pub const MAX_REMEMBERED: usize = 1 << 20;
+
+/// Refuses replayed datagrams (see the module doc).
+#[derive(Debug, Default, Clone)]
+pub struct ReplayGuard {
+    /// Admitted `(sent_us, sender, nonce)`, ordered by time so that the
+    /// window's tail is cut in one split. O(log n) per datagram.
+    seen: BTreeSet<(u64, u32, u64)>,
+}
+
+impl ReplayGuard {
+    /// Admits an envelope received at `wall_us` (the receiver's wall clock,
+    /// µs), or says why not. Amortised O(log n) for n remembered.
+    pub fn admit(&mut self, envelope: &Envelope, wall_us: u64) -> Result<(), WireError> {
+        let oldest = wall_us.saturating_sub(REPLAY_WINDOW_US);
+        self.seen = self.seen.split_off(&(oldest, 0, 0));
+        let sent = envelope.sent_us;
+        if sent < oldest || sent > wall_us.saturating_add(REPLAY_WINDOW_US) {
+            let skew_ms = (i128::from(sent) - i128::from(wall_us)) / 1000;
+            return Err(WireError::Stale { skew_ms });
+        }
+        if self.seen.contains(&(sent, envelope.sender, envelope.nonce)) {
+            return Err(WireError::Replayed);
+        }
+        if self.seen.len() >= MAX_REMEMBERED {
+            return Err(WireError::Flooded);
+        }
+        self.seen.insert((sent, envelope.sender, envelope.nonce));
+        Ok(())
+    }
+
+    /// Datagrams remembered now.
+    pub fn remembered(&self) -> usize {
+        self.seen.len()
+    }
 }
 
 /// Why a datagram or a key was refused.
@@ -94,6 +175,21 @@ pub enum WireError {
     /// Authentic envelope followed by bytes it does not cover.
     #[error("{0} bytes after the message")]
     Trailing(usize),
+    /// Sent outside the replay window of the receiver's clock.
+    #[error(
+        "sent {skew_ms} ms from this host's clock, outside the ±{} s replay window (a replay, or clocks not synchronised)",
+        REPLAY_WINDOW_US / 1_000_000
+    )]
+    Stale {
+        /// Send time minus the receiver's clock, ms.
+        skew_ms: i128,
+    },
+    /// Admitted before: a replay (or a duplicate the network made).
+    #[error("a replay of a datagram already received")]
+    Replayed,
+    /// The replay guard is full (a flood from a key holder).
+    #[error("more than {MAX_REMEMBERED} datagrams inside the replay window")]
+    Flooded,
     /// The key file could not be read.
     #[error("{path}: {source}")]
     KeyFile {
@@ -201,7 +297,7 @@ mod tests {
 
     #[test]
     fn sealed_datagrams_open_with_the_key_only() {
-        let env = Envelope { sender: 3, body: Body::Finish(42) };
+        let env = Envelope { sender: 3, sent_us: 5, nonce: 6, body: Body::Finish(42) };
         let d = seal(&key(1), &env);
         assert_eq!(open(&key(1), &d).expect("opens"), env);
         assert!(matches!(open(&key(2), &d), Err(WireError::BadTag)));
@@ -220,12 +316,41 @@ mod tests {
     #[test]
     fn an_authentic_body_with_trailing_bytes_is_refused() {
         let k = key(1);
-        let mut body = postcard::to_stdvec(&Envelope { sender: 0, body: Body::Finish(7) }).expect("encode");
+        let mut body =
+            postcard::to_stdvec(&Envelope { sender: 0, sent_us: 1, nonce: 2, body: Body::Finish(7) }).expect("encode");
         body.extend_from_slice(b"junk");
         let mut mac = k.mac();
         mac.update(&body);
         body.extend_from_slice(&mac.finalize().into_bytes());
         assert!(matches!(open(&k, &body), Err(WireError::Trailing(4))));
+    }
+
+    #[test]
+    fn replays_and_stale_datagrams_are_refused_and_the_window_forgets() {
+        let mut guard = ReplayGuard::default();
+        let now = 1_800_000_000_000_000; // 2027, µs
+        let env = |sender, sent_us, nonce| Envelope { sender, sent_us, nonce, body: Body::Finish(1) };
+        guard.admit(&env(CLIENT, now, 7), now).expect("fresh");
+        assert!(matches!(guard.admit(&env(CLIENT, now, 7), now + 1), Err(WireError::Replayed)));
+        // Same time, other nonce or other sender: a different datagram.
+        guard.admit(&env(CLIENT, now, 8), now).expect("other nonce");
+        guard.admit(&env(3, now, 7), now).expect("other sender");
+        // 30 s and 1 µs old, or that far ahead: refused with the skew named.
+        let e = guard.admit(&env(2, now - REPLAY_WINDOW_US - 1, 1), now).expect_err("stale");
+        assert!(e.to_string().contains("-30000 ms"), "{e}");
+        assert!(matches!(guard.admit(&env(2, now + REPLAY_WINDOW_US + 1, 1), now), Err(WireError::Stale { .. })));
+        // Exactly at the window's edges: admitted.
+        guard.admit(&env(2, now - REPLAY_WINDOW_US, 1), now).expect("oldest admitted");
+        guard.admit(&env(2, now + REPLAY_WINDOW_US, 1), now).expect("newest admitted");
+        assert_eq!(guard.remembered(), 5);
+        // Once the window has passed them, they are forgotten (and a replay
+        // of them is stale, so still refused).
+        let later = now + 2 * REPLAY_WINDOW_US;
+        assert!(matches!(guard.admit(&env(CLIENT, now, 7), later), Err(WireError::Stale { .. })));
+        assert_eq!(guard.remembered(), 1, "only the datagram stamped now + 30 s is inside the window");
+        // A clock before 1970 or at the end of time does not overflow.
+        assert!(guard.admit(&env(1, u64::MAX, 0), 0).is_err());
+        assert!(guard.admit(&env(1, 0, 0), u64::MAX).is_err());
     }
 
     #[test]

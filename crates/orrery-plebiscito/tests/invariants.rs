@@ -392,6 +392,37 @@ fn the_largest_bundle_fits_one_datagram() {
     let job = JobRequest { id: u64::MAX, ..too_many };
     let body = Body::Protocol(Msg::Bundle { job, bids: vec![vec![widest; MAX_COMPONENTS]], depth: u32::MAX });
     let key = Key::new(vec![7; 32]).expect("key");
-    let bytes = seal(&key, &Envelope { sender: u32::MAX - 1, body });
+    let bytes = seal(&key, &Envelope { sender: u32::MAX - 1, sent_us: u64::MAX, nonce: u64::MAX, body });
     assert!(bytes.len() <= 65_507, "{} bytes", bytes.len());
+}
+
+/// Concurrent auctions do not starve each other. Two nodes with 4 GPUs
+/// each; two 4-worker jobs submitted at once to node 0 (FIFO links). Both
+/// nodes offer all their GPUs to job 1, the first they hear of, and have
+/// none left to offer job 2. Job 1 is won 1 + 3 (or 3 + 1), so each node
+/// loses offers it held; offered again to job 2, they place it too. An
+/// agent that bid only on first hearing failed job 2 ("1 of 4 components
+/// had a bidder"). Every node agrees and nothing is committed twice.
+#[test]
+fn concurrent_auctions_fill_what_is_free() {
+    let map = Arc::new(ClusterMap { leaf_of: vec![0, 0], nic_gbps: vec![25.0, 10.0], uplink_gbps: vec![50.0] });
+    let total = Demand { gpus: 4.0, cpus: 96.0, mem_gib: 512.0 };
+    let res = vec![Resources::new(total); 2];
+    let adj = overlay(2, 1, 1);
+    let mut config = Config::new(BidPolicy::aware(Utility::Lgf));
+    config.resend_us = Some(50_000);
+    config.quiescence_us = 200_000;
+    config.hard_timeout_us = 5_000_000;
+    let fifo = NetConfig { latency_us: (100, 100), ..NetConfig::reliable(4) };
+    let mut net = SimNet::new(agents(&map, &res, &adj, config), fifo);
+    for id in 1..=2u64 {
+        net.submit(0, job(id, Arch::Ring, 4, 1.0, 2.0));
+    }
+    let reports = net.settle();
+    assert_eq!(reports.len(), 2);
+    assert!(reports.iter().all(|(_, r)| r.agreed().is_some()), "nodes disagree: {reports:?}");
+    let placed = reports.iter().filter(|(_, r)| matches!(r.agreed(), Some(Verdict::Placed(_)))).count();
+    assert_eq!(placed, 2, "{reports:?}");
+    assert_nothing_assigned_twice(&net, &map, &res);
+    assert!(net.agents().iter().all(|a| a.committed_free().free.gpus.abs() < 1e-9));
 }

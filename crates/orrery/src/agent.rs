@@ -21,10 +21,10 @@
 
 use anyhow::{Context, Result, anyhow, bail};
 use clap::Args as ClapArgs;
-use orrery_plebiscito::agent::{Agent, Config, Output, Verdict};
-use orrery_plebiscito::utility::{BidPolicy, Demand, JobRequest, Placement, Resources, Usage, Utility};
+use orrery_plebiscito::agent::{Agent, Config};
+use orrery_plebiscito::daemon::{Capacity, Clock, Daemon, State};
+use orrery_plebiscito::utility::{BidPolicy, Demand, JobRequest, Resources, Utility};
 use orrery_plebiscito::wire::{self, Body, CLIENT, Envelope, Key, Receipt};
-use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -90,34 +90,6 @@ pub struct Args {
     key: Option<PathBuf>,
 }
 
-/// What an agent writes to its state file.
-#[derive(Debug, Serialize, Deserialize)]
-pub struct State {
-    /// Node id.
-    pub id: u32,
-    /// Capacity.
-    pub total: Demand,
-    /// Free after committed jobs.
-    pub free: Demand,
-    /// Reserved bandwidth as this agent sees it.
-    pub usage: Usage,
-    /// Verdict per job id.
-    pub verdicts: BTreeMap<u64, Verdict>,
-    /// Datagrams sent, bytes sent, largest datagram.
-    pub sent: (u64, u64, usize),
-    /// Datagrams dropped: tag, decoding, sender or job refused.
-    pub bad_datagrams: u64,
-    /// The sender's own bids refused in authentic bundles (slot outside the
-    /// role, node outside the topology, value not finite). Bids it relays for
-    /// other nodes are dropped without counting: each node's bids come from it.
-    #[serde(default)]
-    pub refused_bids: u64,
-    /// Jobs placed and not finished, with their placements: what a restart
-    /// reads back.
-    #[serde(default)]
-    pub placed: Vec<(JobRequest, Placement)>,
-}
-
 /// Runs `orrery agent`.
 pub fn run(args: &Args) -> Result<()> {
     if args.node {
@@ -173,25 +145,13 @@ fn parse_peer(s: &str) -> Result<(u32, SocketAddr)> {
 
 /// Whether a job can ever fit the cluster: each component within the largest
 /// node, and all of them within the cluster's total.
-fn fits_cluster(job: &JobRequest, topo: &orrery_model::Topology) -> Result<(), String> {
-    let largest = topo.hosts.iter().map(|h| f64::from(h.gpus)).fold(0.0, f64::max);
-    let total: f64 = topo.hosts.iter().map(|h| f64::from(h.gpus)).sum();
-    let roles = job.roles();
-    let wanted: f64 = roles.iter().enumerate().map(|(r, &k)| k as f64 * job.demand(r).gpus).sum();
-    for (r, _) in roles.iter().enumerate() {
-        if job.demand(r).gpus > largest {
-            return Err(format!(
-                "job {}: a component asks for {} GPUs; the largest node of {} has {largest}",
-                job.id,
-                job.demand(r).gpus,
-                topo.name
-            ));
-        }
+/// The GPU capacity submissions are checked against.
+fn capacity(topo: &orrery_model::Topology) -> Capacity {
+    Capacity {
+        name: topo.name.clone(),
+        largest_gpus: topo.hosts.iter().map(|h| f64::from(h.gpus)).fold(0.0, f64::max),
+        total_gpus: topo.hosts.iter().map(|h| f64::from(h.gpus)).sum(),
     }
-    if wanted > total {
-        return Err(format!("job {}: asks for {wanted} GPUs; {} has {total}", job.id, topo.name));
-    }
-    Ok(())
 }
 
 fn topology(name: &str) -> Result<orrery_model::Topology> {
@@ -274,7 +234,7 @@ fn requests(file: &str, text: &str, topo: &orrery_model::Topology) -> Result<(Ve
                 orrery_policy::plebiscito::request(topo, id as usize, &spec, alone)
             }
         };
-        if let Err(e) = job.check().map_err(|e| e.to_string()).and_then(|()| fits_cluster(&job, topo)) {
+        if let Err(e) = job.check().map_err(|e| e.to_string()).and_then(|()| capacity(topo).admits(&job)) {
             errors.push((i, format!("{at}: {e}")));
             continue;
         }
@@ -298,11 +258,6 @@ fn fnv1a(s: &str) -> u64 {
     s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3))
 }
 
-/// Most auctions an agent holds open; a submission beyond is answered
-/// [`Receipt::Busy`] and the client sends it again later.
-const MAX_OPEN_AUCTIONS: usize = 64;
-/// A peer's SyncRequest is answered at most this often (a restart asks once).
-const SYNC_ANSWER_EVERY: Duration = Duration::from_secs(1);
 /// The longest time-out or re-send period an auction agent accepts: one day.
 const MAX_TIMEOUT_MS: u64 = 86_400_000;
 /// Submissions a client has in flight (sent, not yet answered): more than an
@@ -327,25 +282,22 @@ async fn send_jobs(
     key: &Key,
 ) -> Result<(BTreeMap<u64, Result<(), String>>, u64)> {
     struct Pending {
-        bytes: Vec<u8>,
+        job: JobRequest,
         due: Instant,
         sent: u32,
         busy: u32,
     }
     let bind = if to.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" };
     let sock = UdpSocket::bind(bind).await?;
-    let mut queue: std::collections::VecDeque<(u64, Vec<u8>)> = jobs
-        .into_iter()
-        .map(|j| (j.id, wire::seal(key, &Envelope { sender: CLIENT, body: Body::Submit(j) })))
-        .collect();
+    let mut queue: std::collections::VecDeque<JobRequest> = jobs.into_iter().collect();
     let mut flight: BTreeMap<u64, Pending> = BTreeMap::new();
     let mut done: BTreeMap<u64, Result<(), String>> = BTreeMap::new();
     let mut buf = vec![0u8; 65_536];
     let mut busy = 0u64;
     while !queue.is_empty() || !flight.is_empty() {
         while flight.len() < SUBMIT_WINDOW {
-            let Some((id, bytes)) = queue.pop_front() else { break };
-            flight.insert(id, Pending { bytes, due: Instant::now(), sent: 0, busy: 0 });
+            let Some(job) = queue.pop_front() else { break };
+            flight.insert(job.id, Pending { job, due: Instant::now(), sent: 0, busy: 0 });
         }
         let now = Instant::now();
         for (&id, p) in flight.iter_mut().filter(|(_, p)| p.due <= now) {
@@ -353,7 +305,9 @@ async fn send_jobs(
                 done.insert(id, Err(format!("no answer after {SUBMIT_TRIES} sends")));
                 continue;
             }
-            sock.send_to(&p.bytes, to).await?;
+            // Sealed afresh for every send: the agent refuses a datagram it
+            // has seen (a replay), so a re-send must be a new datagram.
+            sock.send_to(&wire::seal(key, &Envelope::now(CLIENT, Body::Submit(p.job.clone()))), to).await?;
             p.sent += 1;
             p.due = now + Duration::from_millis(SUBMIT_RETRY_MS);
         }
@@ -365,6 +319,10 @@ async fn send_jobs(
         let Some(p) = flight.get_mut(&job) else { continue };
         match outcome {
             Receipt::Accepted => {
+                done.insert(job, Ok(()));
+            }
+            Receipt::Decided(what) => {
+                eprintln!("{what}");
                 done.insert(job, Ok(()));
             }
             Receipt::Refused(reason) => {
@@ -438,168 +396,83 @@ async fn serve(args: &Args, key: &Key) -> Result<()> {
         })?;
         tracing::info!(agent = id, placed, file = %path.display(), "restored placed jobs from the state file");
     }
+    let capacity = capacity(&topo);
+    let mut daemon = Daemon::new(agent, peers, key.clone(), capacity);
     let sock = UdpSocket::bind(own).await.with_context(|| format!("binding {own}"))?;
     let start = Instant::now();
-    let now = || start.elapsed().as_micros() as u64;
+    let clock = || Clock { mono_us: start.elapsed().as_micros() as u64, wall_us: wire::wall_clock_us() };
     let mut last_heard = Instant::now();
-    // When each peer's SyncRequest was last answered: a reply is many
-    // datagrams, so a spoofed request (its source forged as a peer's) must
-    // not turn one datagram into many, over and over, at the victim.
-    let mut answered_sync: BTreeMap<u32, Instant> = BTreeMap::new();
-    let mut sent = (0u64, 0u64, 0usize);
-    let mut bad = 0u64;
-    let mut refused_bids = 0u64;
-    let (mut synced, mut last_sync) = (false, Instant::now() - Duration::from_secs(2));
     let mut buf = vec![0u8; 65_536];
-    write_state(args, &agent, total, sent, (bad, refused_bids))?;
-    tracing::info!(agent = id, address = %own, "listening");
+    write_state(args, &daemon, total)?;
+    tracing::info!(agent = id, address = %own, "listening (learning what was decided before bidding)");
     loop {
-        let wait = agent.next_deadline().map_or(50_000, |d| d.saturating_sub(now())).clamp(100, 50_000);
-        let mut out = Vec::new();
-        let mut replies: Vec<(SocketAddr, Body)> = Vec::new();
-        // Whether what the state file holds changed (a decision, a finish, jobs learnt).
-        let mut changed = false;
+        let wait = daemon.next_deadline().map_or(50_000, |d| d.saturating_sub(clock().mono_us)).clamp(100, 50_000);
+        let mut steps = Vec::new();
         tokio::select! {
-            r = sock.recv_from(&mut buf) => {
+            r = sock.recv_from(&mut buf) => match r {
+                Ok((n, from)) => {
+                    last_heard = Instant::now();
+                    let step = daemon.on_datagram(clock(), from, &buf[..n]);
+                    if let Some(reason) = &step.dropped {
+                        // Debug, not warn: a flood must not become a flood of log
+                        // lines (the counts are in the state file).
+                        tracing::debug!(agent = id, bytes = n, %from, %reason, "dropped a datagram");
+                    }
+                    steps.push(step);
+                }
                 // Errors such as an ICMP "port unreachable" from a peer that
                 // is gone are not fatal: the auction tolerates lost peers.
-                let (n, from) = match r {
-                    Ok(x) => x,
-                    Err(e) => {
-                        tracing::warn!(agent = id, error = %e, "receive failed");
-                        continue;
-                    }
-                };
-                last_heard = Instant::now();
-                let admitted = wire::open(key, &buf[..n]).map_err(|e| e.to_string()).and_then(|env| {
-                    match (env.sender, env.body) {
-                        (CLIENT, Body::Submit(job)) => {
-                            // Every submission is answered: accepted, busy
-                            // (back-pressure: the client sends it again
-                            // later) or refused with the reason.
-                            let outcome = match job.check().map_err(|e| e.to_string()).and_then(|()| fits_cluster(&job, &topo)) {
-                                Err(reason) => Receipt::Refused(reason),
-                                Ok(()) if !agent.knows(job.id) && agent.open_auctions() >= MAX_OPEN_AUCTIONS => {
-                                    Receipt::Busy
-                                }
-                                Ok(()) => {
-                                    agent.submit(now(), job.clone(), &mut out);
-                                    Receipt::Accepted
-                                }
-                            };
-                            replies.push((from, Body::Receipt { job: job.id, outcome }));
-                            Ok(())
-                        }
-                        (CLIENT, Body::Finish(job)) => {
-                            agent.finish_and_tell(job, &mut out);
-                            changed = true;
-                            Ok(())
-                        }
-                        (CLIENT, Body::Protocol(_) | Body::Receipt { .. }) => {
-                            Err("protocol traffic from a client".into())
-                        }
-                        (s, Body::Protocol(msg)) if peers.get(&s) == Some(&from) && s != id => {
-                            let running = agent.placed().len();
-                            refused_bids += agent.receive_from(now(), s, msg, &mut out) as u64;
-                            changed |= agent.placed().len() != running; // a peer's finish
-                            Ok(())
-                        }
-                        (s, Body::SyncRequest)
-                            if peers.get(&s) == Some(&from)
-                                && s != id
-                                && answered_sync.get(&s).is_some_and(|t| t.elapsed() < SYNC_ANSWER_EVERY) =>
-                        {
-                            Err(format!("a second SyncRequest from {s} within {SYNC_ANSWER_EVERY:?}"))
-                        }
-                        (s, Body::SyncRequest) if peers.get(&s) == Some(&from) && s != id => {
-                            answered_sync.insert(s, Instant::now());
-                            let (verdicts, placed) = agent.decided_and_placed();
-                            // Chunks of 40 jobs keep each reply well inside a
-                            // datagram; a job's placement travels with its
-                            // verdict. An empty reply still says "nothing".
-                            for chunk in verdicts.chunks(40) {
-                                let ids: std::collections::BTreeSet<u64> = chunk.iter().map(|v| v.0).collect();
-                                let placed = placed.iter().filter(|p| ids.contains(&p.0.id)).cloned().collect();
-                                replies.push((from, Body::SyncReply { verdicts: chunk.to_vec(), placed }));
-                            }
-                            if verdicts.is_empty() {
-                                replies.push((from, Body::SyncReply { verdicts: Vec::new(), placed: Vec::new() }));
-                            }
-                            Ok(())
-                        }
-                        (s, Body::SyncReply { verdicts, placed }) if peers.get(&s) == Some(&from) && s != id => {
-                            synced = true;
-                            let learnt = agent.learn(verdicts, placed);
-                            changed |= learnt > 0;
-                            if learnt > 0 {
-                                tracing::info!(agent = id, learnt, from = s, "learnt decided jobs from a peer");
-                            }
-                            Ok(())
-                        }
-                        (s, _) => Err(format!("sender id {s} is not the peer at this address")),
-                    }
-                });
-                if let Err(e) = admitted {
-                    bad += 1;
-                    // Debug, not warn: a flood must not become a flood of log lines
-                    // (the count is in the state file's bad_datagrams).
-                    tracing::debug!(agent = id, bytes = n, %from, reason = %e, "dropped a datagram");
-                }
-            }
+                Err(e) => tracing::warn!(agent = id, error = %e, "receive failed"),
+            },
             _ = tokio::time::sleep(Duration::from_micros(wait)) => {}
         }
-        // Until a peer has answered, ask every peer what was decided while
-        // this agent was away (once a second; lost datagrams are asked again).
-        if !synced && last_sync.elapsed() >= Duration::from_secs(1) {
-            last_sync = Instant::now();
-            for (_, &addr) in peers.iter().filter(|&(&p, _)| p != id) {
-                replies.push((addr, Body::SyncRequest));
+        let was_learning = daemon.is_learning();
+        steps.push(daemon.on_tick(clock()));
+        let mut changed = false;
+        for step in steps {
+            changed |= step.changed;
+            if step.learnt > 0 {
+                tracing::info!(agent = id, learnt = step.learnt, "learnt decided jobs from a peer");
+            }
+            for (job, verdict, consensus_us, rounds) in step.decided {
+                tracing::info!(agent = id, job, ?verdict, consensus_us, rounds, "decided");
+            }
+            for (to, bytes) in step.datagrams {
+                // A peer that is gone makes sends fail on some systems; the
+                // auction tolerates lost datagrams, and the failure is counted.
+                let ok = sock.send_to(&bytes, to).await.is_ok();
+                daemon.record_send(bytes.len(), ok);
             }
         }
-        for (to, body) in replies.drain(..) {
-            let _ = sock.send_to(&wire::seal(key, &Envelope { sender: id, body }), to).await;
-        }
-        agent.tick(now(), &mut out);
-        for o in out {
-            match o {
-                Output::Send { to, msg } => {
-                    let Some(addr) = peers.get(&to) else { continue };
-                    let bytes = wire::seal(key, &Envelope { sender: id, body: Body::Protocol(msg) });
-                    sent = (sent.0 + 1, sent.1 + bytes.len() as u64, sent.2.max(bytes.len()));
-                    // A peer that is gone makes sends fail on some systems; the
-                    // auction tolerates lost datagrams.
-                    let _ = sock.send_to(&bytes, addr).await;
-                }
-                Output::Decided { job, verdict, consensus_us, rounds } => {
-                    changed = true;
-                    tracing::info!(agent = id, job, ?verdict, consensus_us, rounds, "decided");
-                }
-            }
+        if was_learning && !daemon.is_learning() {
+            tracing::info!(agent = id, "learnt from a peer; bidding");
         }
         if changed {
-            write_state(args, &agent, total, sent, (bad, refused_bids))?;
+            write_state(args, &daemon, total)?;
         }
         if let Some(idle) = args.exit_after_idle_s
-            && agent.is_idle()
+            && daemon.agent().is_idle()
             && last_heard.elapsed().as_secs_f64() > idle
         {
-            write_state(args, &agent, total, sent, (bad, refused_bids))?;
+            write_state(args, &daemon, total)?;
             return Ok(());
         }
     }
 }
 
-fn write_state(args: &Args, agent: &Agent, total: Demand, sent: (u64, u64, usize), bad: (u64, u64)) -> Result<()> {
+fn write_state(args: &Args, daemon: &Daemon, total: Demand) -> Result<()> {
     let Some(path) = &args.state else { return Ok(()) };
+    let (agent, c) = (daemon.agent(), daemon.counters());
     let state = State {
         id: agent.id(),
         total,
         free: agent.committed_free().free,
         usage: agent.usage().clone(),
         verdicts: agent.verdicts().iter().map(|(k, v)| (*k, v.clone())).collect(),
-        sent,
-        bad_datagrams: bad.0,
-        refused_bids: bad.1,
+        sent: (c.sent, c.sent_bytes, c.largest),
+        bad_datagrams: c.bad,
+        refused_bids: c.refused_bids,
+        counters: c,
         placed: agent.placed().values().cloned().collect(),
     };
     // Write then rename, so a reader never sees half a file.

@@ -289,7 +289,7 @@ fn forged_and_replayed_datagrams_change_nothing_and_a_killed_agent_restarts_with
         }
     }
     let captured = captured.expect("agent 0 broadcasts to every peer, this test included");
-    assert!(matches!(wire::open(&key, &captured), Ok(Envelope { sender: 0, body: Body::Protocol(_) })));
+    assert!(matches!(wire::open(&key, &captured), Ok(Envelope { sender: 0, body: Body::Protocol(_), .. })));
 
     // Attacks on agent 1, each of which must be dropped whole.
     let job = |id: u64, gpus: f64| -> JobRequest { serde_json::from_str(&job_line(id, 2, gpus)).expect("job") };
@@ -300,16 +300,16 @@ fn forged_and_replayed_datagrams_change_nothing_and_a_killed_agent_restarts_with
     let forged: Vec<Vec<u8>> = vec![
         b"not a datagram".to_vec(),
         vec![0u8; 64],
-        wire::seal(&wrong, &Envelope { sender: CLIENT, body: Body::Submit(job(20, 4.0)) }),
+        wire::seal(&wrong, &Envelope::now(CLIENT, Body::Submit(job(20, 4.0)))),
         captured[..captured.len() - 1].to_vec(),
         junk,
         // Replayed from another address: agent 0's bundle, but not from agent 0.
         captured.clone(),
         // A client posing as protocol traffic.
-        wire::seal(&key, &Envelope { sender: CLIENT, body: Body::Protocol(Msg::Finished { job: 1 }) }),
+        wire::seal(&key, &Envelope::now(CLIENT, Body::Protocol(Msg::Finished { job: 1 }))),
         // Negative and oversized jobs sealed with the right key.
-        wire::seal(&key, &Envelope { sender: CLIENT, body: Body::Submit(job(21, -4.0)) }),
-        wire::seal(&key, &Envelope { sender: CLIENT, body: Body::Submit(job(22, 64.0)) }),
+        wire::seal(&key, &Envelope::now(CLIENT, Body::Submit(job(21, -4.0)))),
+        wire::seal(&key, &Envelope::now(CLIENT, Body::Submit(job(22, 64.0)))),
     ];
     for d in &forged {
         me.send_to(d, to).expect("send");
@@ -318,7 +318,7 @@ fn forged_and_replayed_datagrams_change_nothing_and_a_killed_agent_restarts_with
     // node speaks for itself), and two of its own are malformed.
     let nan = Bid { value: f64::NAN, ..bid(7, 0) };
     let lie = Msg::Bundle { job: job(30, 4.0), bids: vec![vec![bid(3, 0), bid(3, 1), bid(7, 5), nan]], depth: 0 };
-    me.send_to(&wire::seal(&key, &Envelope { sender: 7, body: Body::Protocol(lie) }), to).expect("send");
+    me.send_to(&wire::seal(&key, &Envelope::now(7, Body::Protocol(lie))), to).expect("send");
     std::thread::sleep(Duration::from_millis(900));
     // Agent 1 wrote its state when job 30 was decided, after the forgeries.
     let attacked = read_state(&state(1));
@@ -376,7 +376,7 @@ fn forged_and_replayed_datagrams_change_nothing_and_a_killed_agent_restarts_with
     submit(&dir, &addrs[1], 2, 2, 4);
     // Job 1 finishes; the client tells agent 0 only, and every agent frees it.
     std::thread::sleep(Duration::from_millis(800));
-    me.send_to(&wire::seal(&key, &Envelope { sender: CLIENT, body: Body::Finish(1) }), &addrs[0]).expect("send");
+    me.send_to(&wire::seal(&key, &Envelope::now(CLIENT, Body::Finish(1))), &addrs[0]).expect("send");
     std::thread::sleep(Duration::from_millis(300));
     // Keep answering nothing; the agents go idle and exit.
     wait_all(&mut agents.children, Duration::from_secs(30));

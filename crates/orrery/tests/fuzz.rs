@@ -9,11 +9,14 @@
 //! `.ci/run`), thousands for a long hunt. A failure prints the smallest input
 //! proptest found; add it to the regression tests of the parser it broke.
 
-use orrery_plebiscito::agent::{Agent, Config, Output};
-use orrery_plebiscito::utility::{BidPolicy, ClusterMap, Demand, JobRequest, Resources, Utility};
-use orrery_plebiscito::wire::{self, Envelope, Key};
+use orrery_plebiscito::agent::{Agent, Config, Msg, Verdict};
+use orrery_plebiscito::bundle::Bid;
+use orrery_plebiscito::daemon::{Capacity, Clock, Daemon, MAX_DATAGRAM};
+use orrery_plebiscito::utility::{Arch, BidPolicy, ClusterMap, Demand, JobRequest, Placement, Resources, Utility};
+use orrery_plebiscito::wire::{self, Body, CLIENT, Envelope, Key};
 use orrery_trace::formats::Format;
 use proptest::prelude::*;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -243,37 +246,184 @@ proptest! {
     }
 
     /// Agent datagrams: random bytes, and authentic envelopes decoded from
-    /// random bytes (so any message a key holder could send), fed to an
-    /// agent with time passing. Its committed GPUs stay within its node.
+    /// random bytes (so any message a key holder could send, under any
+    /// sender id, from a peer's address or not, at any time), fed to the
+    /// agent's datagram handler with time passing. Its committed GPUs stay
+    /// within its node and every answer fits a datagram.
     #[test]
-    fn agent_datagrams(datagrams in prop::collection::vec((prop::collection::vec(any::<u8>(), 0..160), 0u32..5, any::<bool>()), 1..24)) {
-        let key = Key::new(vec![9; 32]).expect("key");
-        let map = Arc::new(ClusterMap { leaf_of: vec![0, 0, 1, 1], nic_gbps: vec![25.0; 4], uplink_gbps: vec![50.0; 2] });
-        let total = Demand { gpus: 8.0, cpus: 32.0, mem_gib: 256.0 };
-        let config = Config { resend_us: Some(100_000), ..Config::new(BidPolicy::aware(Utility::Lgf)) };
-        let mut agent = Agent::new(1, vec![0, 2, 3], Resources::new(total), map, config);
+    fn agent_datagrams(datagrams in prop::collection::vec((prop::collection::vec(any::<u8>(), 0..200), 0u32..6, any::<bool>(), any::<bool>()), 1..24)) {
+        let mut d = daemon();
         let mut now = 0u64;
-        for (bytes, sender, sealed) in datagrams {
+        for (bytes, from, sealed, fresh) in datagrams {
             let datagram = match (sealed, postcard::take_from_bytes::<Envelope>(&bytes)) {
-                (true, Ok((env, _))) => wire::seal(&key, &env),
+                // Half of the authentic ones are stamped now (inside the replay window).
+                (true, Ok((mut env, _))) => {
+                    if fresh {
+                        env.sent_us = T0 + now;
+                    }
+                    wire::seal(&key(), &env)
+                }
                 _ => bytes,
             };
-            let mut out: Vec<Output> = Vec::new();
-            if let Ok(env) = wire::open(&key, &datagram) {
-                match env.body {
-                    wire::Body::Protocol(msg) if sender != 1 => { agent.receive_from(now, sender, msg, &mut out); }
-                    wire::Body::Submit(job) => agent.submit(now, job, &mut out),
-                    wire::Body::Finish(job) => agent.finish(job),
-                    wire::Body::SyncReply { verdicts, placed } => { agent.learn(verdicts, placed); }
-                    wire::Body::Protocol(_) | wire::Body::Receipt { .. } | wire::Body::SyncRequest => {}
-                }
-            }
+            let clock = Clock { mono_us: now, wall_us: T0 + now };
+            let step = d.on_datagram(clock, peer(from), &datagram);
+            prop_assert!(step.datagrams.iter().all(|(_, b)| b.len() <= MAX_DATAGRAM));
             now += 200_000;
-            agent.tick(now, &mut out);
-            let free = agent.committed_free().free.gpus;
+            let step = d.on_tick(Clock { mono_us: now, wall_us: T0 + now });
+            prop_assert!(step.datagrams.iter().all(|(_, b)| b.len() <= MAX_DATAGRAM));
+            let free = d.agent().committed_free().free.gpus;
             prop_assert!((-1e-9..=8.0 + 1e-9).contains(&free), "free GPUs {free}");
         }
     }
+
+    /// Messages only key holders can send, built from their parts (jobs,
+    /// bids, verdicts and placements with edge values), from a peer's own
+    /// address: no panic, no hang, committed GPUs within the node.
+    #[test]
+    fn key_holder_messages(bodies in prop::collection::vec(body(), 1..16)) {
+        let mut d = daemon();
+        let mut now = 0u64;
+        for (sender, body) in bodies {
+            let env = Envelope { sender, sent_us: T0 + now, nonce: now, body };
+            let clock = Clock { mono_us: now, wall_us: T0 + now };
+            d.on_datagram(clock, peer(sender), &wire::seal(&key(), &env));
+            now += 150_000;
+            d.on_tick(Clock { mono_us: now, wall_us: T0 + now });
+            let free = d.agent().committed_free().free.gpus;
+            prop_assert!((-1e-9..=8.0 + 1e-9).contains(&free), "free GPUs {free}");
+        }
+    }
+
+    /// Agent state files as a restart reads them: mutated real states are
+    /// refused with a reason or restored within the node's resources.
+    #[test]
+    fn agent_state_files(edits in prop::collection::vec(edit(), 1..5)) {
+        let text = mutate(STATE, &edits);
+        if let Ok(state) = serde_json::from_str::<orrery_plebiscito::daemon::State>(&text) {
+            let mut a = agent(state.id);
+            if a.restore(state.verdicts, state.placed).is_ok() {
+                let free = a.committed_free().free.gpus;
+                prop_assert!((-1e-9..=8.0 + 1e-9).contains(&free), "free GPUs {free}");
+            }
+        }
+    }
+}
+
+/// µs since the epoch at the fuzzers' start (2027).
+const T0: u64 = 1_800_000_000_000_000;
+
+/// A state file agent 1 wrote with two jobs placed, one on it.
+const STATE: &str = r#"{"id":1,"total":{"gpus":8.0,"cpus":32.0,"mem_gib":256.0},"free":{"gpus":4.0,"cpus":32.0,"mem_gib":256.0},
+"usage":{"nic":[0.0,5.0,5.0,0.0],"uplink":[5.0,5.0]},
+"verdicts":{"1":{"Placed":[[[1,1],[2,1]]]},"2":{"Failed":"1 of 2 components had a bidder"},"3":{"Placed":[[[0,2]]]}},
+"sent":[10,2000,300],"bad_datagrams":0,"refused_bids":0,
+"placed":[[{"id":1,"arch":"Ring","workers":2,"worker":{"gpus":4.0,"cpus":0.0,"mem_gib":0.0},"server":{"gpus":0.0,"cpus":0.0,"mem_gib":0.0},"gbps":5.0,"peak_gbps":5.0,"runtime_s":600.0,"weight":1.0},[[[1,1],[2,1]]]],
+[{"id":3,"arch":"Ring","workers":2,"worker":{"gpus":1.0,"cpus":0.0,"mem_gib":0.0},"server":{"gpus":0.0,"cpus":0.0,"mem_gib":0.0},"gbps":5.0,"peak_gbps":5.0,"runtime_s":600.0,"weight":1.0},[[[0,2]]]]]}"#;
+
+fn key() -> Key {
+    Key::new(vec![9; 32]).expect("key")
+}
+
+fn peer(i: u32) -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 7000 + (i % 1000) as u16))
+}
+
+fn agent(id: u32) -> Agent {
+    let map = Arc::new(ClusterMap { leaf_of: vec![0, 0, 1, 1], nic_gbps: vec![25.0; 4], uplink_gbps: vec![50.0; 2] });
+    let total = Demand { gpus: 8.0, cpus: 32.0, mem_gib: 256.0 };
+    let config = Config { resend_us: Some(100_000), ..Config::new(BidPolicy::aware(Utility::Lgf)) };
+    let neighbours = (0..4).filter(|&p| p != id).collect();
+    Agent::new(id, neighbours, Resources::new(total), map, config)
+}
+
+/// Agent 1 of four, done learning (peer 0 answered).
+fn daemon() -> Daemon {
+    let peers = (0..4).map(|p| (p, peer(p))).collect();
+    let capacity = Capacity { name: "fuzz".into(), largest_gpus: 8.0, total_gpus: 32.0 };
+    let mut d = Daemon::new(agent(1), peers, key(), capacity);
+    let done = Body::SyncReply { verdicts: Vec::new(), placed: Vec::new(), last: true };
+    let env = Envelope { sender: 0, sent_us: T0, nonce: 0, body: done };
+    d.on_datagram(Clock { mono_us: 0, wall_us: T0 }, peer(0), &wire::seal(&key(), &env));
+    assert!(!d.is_learning());
+    d
+}
+
+fn edge_f64() -> impl Strategy<Value = f64> {
+    prop_oneof![
+        Just(0.0),
+        Just(-1.0),
+        Just(1.0),
+        Just(4.0),
+        Just(1e300),
+        Just(f64::NAN),
+        Just(f64::INFINITY),
+        Just(-0.0),
+        Just(1e-300),
+        0.0f64..16.0
+    ]
+}
+
+fn edge_u64() -> impl Strategy<Value = u64> {
+    prop_oneof![Just(0u64), Just(1), Just(3), Just(u64::MAX), Just(1 << 63), 0u64..8]
+}
+
+fn job() -> impl Strategy<Value = JobRequest> {
+    (
+        edge_u64(),
+        any::<bool>(),
+        prop_oneof![Just(0u16), Just(1), Just(2), Just(4), Just(u16::MAX), 0u16..40],
+        edge_f64(),
+        edge_f64(),
+        edge_f64(),
+        edge_f64(),
+    )
+        .prop_map(|(id, ps, workers, gpus, gbps, runtime_s, weight)| JobRequest {
+            id,
+            arch: if ps { Arch::ParameterServer } else { Arch::Ring },
+            workers,
+            worker: Demand { gpus, cpus: 1.0, mem_gib: 1.0 },
+            server: Demand { gpus: 0.0, cpus: 1.0, mem_gib: 1.0 },
+            gbps,
+            peak_gbps: gbps,
+            runtime_s,
+            weight,
+        })
+}
+
+fn placement() -> impl Strategy<Value = Placement> {
+    prop::collection::vec(
+        prop::collection::vec((prop_oneof![0u32..5, Just(u32::MAX)], prop_oneof![0usize..4, Just(usize::MAX)]), 0..4),
+        0..3,
+    )
+}
+
+fn verdict() -> impl Strategy<Value = Verdict> {
+    prop_oneof![placement().prop_map(Verdict::Placed), Just(Verdict::Aborted), Just(Verdict::Failed("x".into()))]
+}
+
+fn bid() -> impl Strategy<Value = Bid> {
+    (edge_f64(), prop_oneof![0u32..5, Just(u32::MAX)], edge_u64(), prop_oneof![0u16..4, Just(u16::MAX)])
+        .prop_map(|(value, node, stamp, slot)| Bid { value, node, stamp, slot })
+}
+
+/// A sender (a peer, itself, a stranger or a client) and what it says.
+fn body() -> impl Strategy<Value = (u32, Body)> {
+    let sender = prop_oneof![0u32..5, Just(CLIENT)];
+    let body = prop_oneof![
+        (job(), prop::collection::vec(prop::collection::vec(bid(), 0..6), 0..3), any::<u32>())
+            .prop_map(|(job, bids, depth)| Body::Protocol(Msg::Bundle { job, bids, depth })),
+        edge_u64().prop_map(|job| Body::Protocol(Msg::Finished { job })),
+        job().prop_map(Body::Submit),
+        edge_u64().prop_map(Body::Finish),
+        Just(Body::SyncRequest),
+        (
+            prop::collection::vec((edge_u64(), verdict()), 0..6),
+            prop::collection::vec((job(), placement()), 0..4),
+            any::<bool>()
+        )
+            .prop_map(|(verdicts, placed, last)| Body::SyncReply { verdicts, placed, last }),
+    ];
+    (sender, body)
 }
 
 // Regressions: inputs the issue's testers found, each a class the targets
@@ -310,4 +460,29 @@ fn a_compat_request_with_a_1e300_ms_period_is_refused_at_once() {
     assert!(matches!(e, orrery_interleave::compat::CompatError::Unify(_)), "{e:?}");
     let e = e.to_string();
     assert!(e.contains("iterations of 60.0 ms") && e.contains("expected at most 100000"), "{e}");
+}
+
+#[test]
+fn a_compat_job_of_four_billion_workers_is_refused_with_the_limit_named() {
+    let text = r#"{"link_gbps": 50, "jobs": [{"name": "b", "model": "vgg19", "workers": 4294967295}, {"name": "c", "model": "dlrm", "workers": 5000}]}"#;
+    let e = orrery_interleave::compat::parse("req.json", text)
+        .and_then(|r| r.solve(None).map(|_| ()))
+        .expect_err("refused")
+        .to_string();
+    assert!(e.contains("jobs[0] (b).workers") && e.contains("1 to 65536") && e.contains("4294967295"), "{e}");
+    let text = text.replace("4294967295", "4");
+    let e = orrery_interleave::compat::parse("req.json", &text)
+        .and_then(|r| r.solve(None).map(|_| ()))
+        .expect_err("refused")
+        .to_string();
+    assert!(e.contains("jobs[1] (c).workers") && e.contains("1 to 4096 for dlrm"), "{e}");
+}
+
+#[test]
+fn the_state_files_fuzzer_starts_from_a_state_that_restores() {
+    let state: orrery_plebiscito::daemon::State = serde_json::from_str(STATE).expect("a state file");
+    let mut a = agent(state.id);
+    a.restore(state.verdicts, state.placed).expect("fits agent 1");
+    assert_eq!(a.committed_free().free.gpus, 4.0, "job 1 holds 4 of agent 1's 8 GPUs");
+    assert_eq!(a.placed().len(), 2);
 }
