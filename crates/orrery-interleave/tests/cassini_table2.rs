@@ -1,5 +1,5 @@
 //! CASSINI Table 2 recomputed from the model zoo. The numbers differ from the
-//! paper's (see the README's reproduction notes); these tests hold what can be
+//! paper's (see the reproduction notes in docs/guide/interleaving.md); these tests hold what can be
 //! checked by hand.
 
 use orrery_interleave::cassini::{TABLE2, snapshot};

@@ -337,7 +337,7 @@ pub struct WorkloadSpec {
     pub pins: std::collections::BTreeMap<String, Vec<(usize, u32)>>,
     /// Decisions applied at given times whatever the policy decides
     /// (`[[workload.decision]]`: `at_s`, `job` by id, and a decision's
-    /// fields, e.g. `kind = "shift"`, `ms = 30`); README "Scripted decisions" lists the kinds.
+    /// fields, e.g. `kind = "shift"`, `ms = 30`); docs/guide/simulation.md, "Scripted decisions", lists the kinds.
     #[serde(default, rename = "decision")]
     pub decisions: Vec<serde_json::Value>,
 }

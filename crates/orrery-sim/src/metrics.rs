@@ -1,4 +1,4 @@
-//! Metrics of a finished simulation (units in the names; see the README).
+//! Metrics of a finished simulation (units in the names; see docs/guide/simulation.md).
 
 use crate::engine::{NS, Simulation, Status};
 use orrery_model::Priority;

@@ -1,5 +1,5 @@
 //! `orrery k8s`: orrery inside a Kubernetes cluster (see `deploy/` and the
-//! README's Kubernetes section).
+//! docs/guide/kubernetes.md).
 
 use anyhow::{Context, Result, bail};
 use clap::{Args as ClapArgs, Subcommand};

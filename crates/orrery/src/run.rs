@@ -27,7 +27,7 @@ fn suite() -> anyhow::Result<Vec<(String, Experiment)>> {
 
 /// The example experiment at the end of `orrery run --help`, one key a line
 /// (a test parses it).
-pub const EXAMPLE: &str = r#"An experiment file (experiments/ holds the papers'; README "Simulation" lists every key):
+pub const EXAMPLE: &str = r#"An experiment file (experiments/ holds the papers'; docs/guide/simulation.md lists every key):
 
   name = "x"
   seeds = [1, 2]

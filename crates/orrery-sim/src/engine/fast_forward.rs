@@ -1,5 +1,5 @@
 //! The fast-forward: jobs that run undisturbed are counted analytically
-//! instead of simulated flow by flow (see the README's "Fast-forward").
+//! instead of simulated flow by flow (see "Fast-forward" in docs/guide/simulation.md).
 
 use super::{Event, Simulation, Skip, Status};
 use orrery_model::placed::transfers;
