@@ -15,7 +15,7 @@ fn main() {
         let mut p = orrery_policy::by_name(&e.policies[0], seed).expect("policy");
         let mut sim =
             Simulation::new(&topo, &jobs, SimConfig { seed, jitter: e.sim.jitter, skip, ..Default::default() }, false);
-        sim.run(p.as_mut(), |_, _| {});
+        sim.run(p.as_mut(), &mut |_, _| {});
         sim.jobs
             .iter()
             .map(|j| (j.first_start_ns, j.iteration_ms.clone(), j.hosts_used, j.finish_ns, j.hosts.clone()))

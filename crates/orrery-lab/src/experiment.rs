@@ -1081,7 +1081,7 @@ impl Experiment {
                     let mut sim = Simulation::new(&topo, &jobs, cfg.clone(), policy.isolated_network());
                     script.apply(&mut sim);
                     let k = first_k + i;
-                    sim.run(policy.as_mut(), |t, done| {
+                    sim.run(policy.as_mut(), &mut |t, done| {
                         if let Ok(mut p) = progress.lock() {
                             p(k, total, t, done, jobs.len());
                         }

@@ -69,7 +69,7 @@ pub fn busiest(
     let cfg = SimConfig { max_time_s: Some(end), probe: Some((row.link, start, end)), ..cfg.clone() };
     let mut sim = Simulation::new(topo, jobs, cfg, policy.isolated_network());
     script.apply(&mut sim);
-    sim.run(policy.as_mut(), |_, _| {});
+    sim.run(policy.as_mut(), &mut |_, _| {});
     let trace = sim.net.probe.take()?.trace;
     let mut owners: Vec<usize> =
         trace.iter().flat_map(|t| t.1.iter().map(|x| x.0)).filter(|&o| o < jobs.len()).collect();

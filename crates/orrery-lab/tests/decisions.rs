@@ -86,7 +86,7 @@ fn decisions(topo: &Topology, jobs: &[JobSpec], policy: &str, cfg: SimConfig) ->
     let mut recorder =
         Recorder { inner, ids: jobs.iter().map(|j| j.id.clone()).collect(), log: String::new(), taken: Vec::new() };
     let mut sim = Simulation::new(topo, jobs, cfg, recorder.isolated_network());
-    sim.run(&mut recorder, |_, _| {});
+    sim.run(&mut recorder, &mut |_, _| {});
     recorder.log
 }
 
@@ -143,7 +143,7 @@ fn a_schedule_made_elsewhere_replays_as_a_script() {
     let mut recorder =
         Recorder { inner, ids: jobs.iter().map(|j| j.id.clone()).collect(), log: String::new(), taken: Vec::new() };
     let mut sim = Simulation::new(&topo, &jobs, SimConfig { seed: 1, ..Default::default() }, false);
-    sim.run(&mut recorder, |_, _| {});
+    sim.run(&mut recorder, &mut |_, _| {});
     let mut script = String::new();
     for (at_s, d) in recorder.taken.iter().filter(|(_, d)| !matches!(d, Decision::Place { .. })) {
         let serde_json::Value::Object(fields) = serde_json::to_value(d).expect("json") else { panic!("{d:?}") };

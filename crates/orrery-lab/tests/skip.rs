@@ -151,7 +151,7 @@ fn time_shifted_interleaved_pair_each_run() {
     ];
     let go = |skip| {
         let mut sim = Simulation::new(&topo, &jobs, SimConfig { seed: 1, skip, ..Default::default() }, false);
-        sim.run(&mut Shifted, |_, _| {});
+        sim.run(&mut Shifted, &mut |_, _| {});
         let skipped: u64 = sim.jobs.iter().map(|j| j.skipped_iterations).sum();
         (values(&metrics(&sim, |_| true)), skipped)
     };
@@ -201,7 +201,7 @@ fn gpu_shared_jobs_each_run() {
     let go = |skip| {
         let mut sim =
             Simulation::new(&topo, &jobs, SimConfig { seed: 2, jitter: 0.01, skip, ..Default::default() }, false);
-        sim.run(&mut Colocating, |_, _| {});
+        sim.run(&mut Colocating, &mut |_, _| {});
         let skipped: u64 = sim.jobs.iter().map(|j| j.skipped_iterations).sum();
         let shared = sim.jobs.iter().filter(|j| j.iteration_ms.max() > 1.15 * j.isolated_iter_ms).count();
         (values(&metrics(&sim, |_| true)), skipped, shared, sim.invalid_decisions)
@@ -310,7 +310,7 @@ fn a_controller_sees_every_iteration_of_the_jobs_it_watches_and_exact_views_of_t
         let mut sim =
             Simulation::new(&topo, &jobs, SimConfig { seed: 3, jitter: 0.02, skip, ..Default::default() }, false);
         let mut policy = WatchesJobZero::default();
-        sim.run(&mut policy, |_, _| {});
+        sim.run(&mut policy, &mut |_, _| {});
         let skipped: Vec<u64> = sim.jobs.iter().map(|j| j.skipped_iterations).collect();
         (values(&metrics(&sim, |_| true)), skipped, policy)
     };
@@ -360,7 +360,7 @@ fn paced_jobs_are_fast_forwarded_slot_by_slot() {
     let go = |skip, max_time_s, record_iterations| {
         let cfg = SimConfig { seed: 5, jitter: 0.02, skip, max_time_s, record_iterations, ..Default::default() };
         let mut sim = Simulation::new(&topo, &jobs, cfg, false);
-        sim.run(&mut PacesJobZero, |_, _| {});
+        sim.run(&mut PacesJobZero, &mut |_, _| {});
         let j = &sim.jobs[0];
         let each = j.recorded_iteration_ms();
         (values(&metrics(&sim, |_| true)), j.skipped_iterations, j.iteration_ms.clone(), each, j.isolated_iter_ms)
@@ -396,7 +396,7 @@ fn a_job_of_billions_of_iterations_costs_only_the_simulated_time() {
         let cfg = SimConfig { seed: 7, jitter: 0.02, skip, max_time_s: Some(60.0), ..Default::default() };
         let mut sim = Simulation::new(&topo, &jobs, cfg, false);
         let pins = [("huge".to_string(), vec![(0, 1), (1, 1)])].into();
-        sim.run(&mut orrery_policy::baseline::Pinned { pins, label: None }, |_, _| {});
+        sim.run(&mut orrery_policy::baseline::Pinned { pins, label: None }, &mut |_, _| {});
         (sim.jobs[0].iterations_done, sim.jobs[0].skipped_iterations)
     };
     let ((fast, skipped), (detailed, _)) = (go(true), go(false));
@@ -419,7 +419,7 @@ fn a_job_without_noise_is_counted_in_one_stretch_to_the_nanosecond() {
         let cfg = SimConfig { seed: 7, skip, max_time_s, ..Default::default() };
         let mut sim = Simulation::new(&topo, &jobs, cfg, false);
         let pins = [("huge".to_string(), vec![(0, 1), (1, 1)])].into();
-        sim.run(&mut orrery_policy::baseline::Pinned { pins, label: None }, |_, _| {});
+        sim.run(&mut orrery_policy::baseline::Pinned { pins, label: None }, &mut |_, _| {});
         let j = &sim.jobs[0];
         (j.iterations_done, j.finish_ns, j.iteration_ms.clone(), sim.events_processed, j.isolated_iter_ms)
     };

@@ -50,7 +50,7 @@ fn run(topo: &Topology, jobs: &[JobSpec], policy: &mut dyn Policy) -> Simulation
     let topo: &'static Topology = Box::leak(Box::new(topo.clone()));
     let cfg = SimConfig { record_iterations: true, ..SimConfig::default() };
     let mut sim = Simulation::new(topo, jobs, cfg, policy.isolated_network());
-    sim.run(policy, |_, _| {});
+    sim.run(policy, &mut |_, _| {});
     sim
 }
 
@@ -154,7 +154,7 @@ fn same_seed_same_run_to_the_bit() {
             SimConfig { seed, jitter: 0.05, skip: false, record_iterations: true, ..Default::default() },
             false,
         );
-        sim.run(&mut p, |_, _| {});
+        sim.run(&mut p, &mut |_, _| {});
         sim.jobs.iter().map(|j| j.recorded_iteration_ms()).collect::<Vec<_>>()
     };
     assert_eq!(go(7), go(7));
@@ -285,7 +285,7 @@ impl Policy for Share {
 fn run_with(topo: &Topology, jobs: &[JobSpec], policy: &mut dyn Policy, cfg: SimConfig) -> Simulation<'static> {
     let topo: &'static Topology = Box::leak(Box::new(topo.clone()));
     let mut sim = Simulation::new(topo, jobs, SimConfig { record_iterations: true, ..cfg }, false);
-    sim.run(policy, |_, _| {});
+    sim.run(policy, &mut |_, _| {});
     sim
 }
 
@@ -548,7 +548,7 @@ fn a_background_flow_halves_a_lone_job_flow_and_an_isolated_network_ignores_it()
         let topo: &'static Topology = Box::leak(Box::new(topo.clone()));
         let cfg = SimConfig { background: vec![(uplink, 50.0)], record_iterations: true, ..SimConfig::default() };
         let mut sim = Simulation::new(topo, std::slice::from_ref(&job), cfg, isolated);
-        sim.run(&mut Fixed { hosts: vec![vec![(0, 1), (2, 1)]], shifts: vec![0.0] }, |_, _| {});
+        sim.run(&mut Fixed { hosts: vec![vec![(0, 1), (2, 1)]], shifts: vec![0.0] }, &mut |_, _| {});
         sim
     };
     let (contended, isolated) = (go(false), go(true));
@@ -668,7 +668,7 @@ fn a_policy_that_preempts_in_a_cycle_is_cut_off_not_a_stack_overflow() {
         SimConfig { max_time_s: Some(5.0), record_iterations: true, ..Default::default() },
         false,
     );
-    sim.run(&mut Thrash, |_, _| {});
+    sim.run(&mut Thrash, &mut |_, _| {});
     // Every instant with a waiting job is cut after 16 rounds of swapping.
     assert!(sim.reschedules_cut >= 1);
     assert!(sim.jobs.iter().map(|j| j.preemptions).sum::<u32>() >= 16);

@@ -115,7 +115,9 @@ pub fn router(core: Handle, tokens: Tokens) -> Router {
         .route("/v1/healthz", get(|| async { Json(serde_json::json!({"ok": true})) }))
         .merge(user)
         .merge(agent)
-        .fallback(|| async { Error::new(StatusCode::NOT_FOUND, "no such endpoint (see the API table in docs/guide/live.md)") })
+        .fallback(|| async {
+            Error::new(StatusCode::NOT_FOUND, "no such endpoint (see the API table in docs/guide/live.md)")
+        })
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .with_state(app)
 }

@@ -43,7 +43,7 @@ fn a_job_waits_for_its_dependencies_to_start_without_blocking_the_queue() {
     let jobs = [job("trainer", 0.0, &["loader"]), job("other", 5.0, &[]), job("loader", 20.0, &[])];
     let mut sim = Simulation::new(&topo, &jobs, SimConfig { seed: 1, ..Default::default() }, false);
     let mut policy = orrery_policy::compose::by_name("fifo", 1).expect("a policy");
-    sim.run(policy.as_mut(), |_, _| {});
+    sim.run(policy.as_mut(), &mut |_, _| {});
     assert!(sim.jobs.iter().all(|j| j.status == Status::Finished));
     assert!((start_s(&sim, 1) - 5.0).abs() < 1e-6, "other starts on arrival: {}", start_s(&sim, 1));
     let (trainer, loader) = (start_s(&sim, 0), start_s(&sim, 2));
@@ -61,7 +61,7 @@ fn a_job_whose_dependency_is_refused_is_refused() {
     let jobs = [big, job("trainer", 1.0, &["loader"])];
     let mut sim = Simulation::new(&topo, &jobs, SimConfig { seed: 1, ..Default::default() }, false);
     let mut policy = orrery_policy::compose::by_name("fifo", 1).expect("a policy");
-    sim.run(policy.as_mut(), |_, _| {});
+    sim.run(policy.as_mut(), &mut |_, _| {});
     assert_eq!(sim.jobs[0].status, Status::Rejected);
     assert_eq!(sim.jobs[1].status, Status::Rejected);
 }

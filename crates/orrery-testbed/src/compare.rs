@@ -71,7 +71,7 @@ pub fn simulate(
         orrery_policy::with_pins(policy, seed, pins).ok_or_else(|| CompareError::UnknownPolicy(policy.to_string()))?;
     let cfg = SimConfig { seed, jitter, skip: false, record_iterations: true, ..SimConfig::default() };
     let mut sim = Simulation::new(topo, jobs, cfg, p.isolated_network());
-    sim.run(p.as_mut(), |_, _| {});
+    sim.run(p.as_mut(), &mut |_, _| {});
     let iteration_ms = sim.jobs.iter().map(|j| j.recorded_iteration_ms().into_iter().skip(warmup).collect()).collect();
     let isolated_ms = sim.jobs.iter().map(|j| j.isolated_iter_ms).collect();
     let bucket_s = sim.net.bucket_ns as f64 / 1e9;

@@ -615,7 +615,7 @@ fn the_same_policy_places_and_shifts_alike_in_the_simulator_and_live() {
         Recorder { inner: orrery_policy::by_name("themis+cassini", 1).expect("policy"), decisions: recorded.clone() };
     let cfg = orrery_sim::engine::SimConfig { max_time_s: Some(3.0), ..Default::default() };
     let mut sim = orrery_sim::engine::Simulation::new(&topo, &[a.clone(), b.clone()], cfg, false);
-    sim.run(&mut policy, |_, _| {});
+    sim.run(&mut policy, &mut |_, _| {});
     let sim_decisions = recorded.borrow().clone();
 
     let dir = tempfile::tempdir().expect("tempdir");

@@ -548,7 +548,9 @@ impl<'a> Simulation<'a> {
 
     /// Runs to the end (all jobs done or rejected, no events left, or the time limit).
     /// `progress` is called every 4,096 events with (now in s, finished jobs).
-    pub fn run(&mut self, policy: &mut dyn Policy, mut progress: impl FnMut(f64, usize)) {
+    /// A `dyn` callback, so that the event loop is compiled once, here, at
+    /// this crate's optimisation level, not once per caller.
+    pub fn run(&mut self, policy: &mut dyn Policy, progress: &mut dyn FnMut(f64, usize)) {
         self.observes = policy.observes_iterations();
         let tick_ns = policy.tick_s().filter(|s| s.is_finite() && *s > 0.0).map(|s| (s * NS).round().max(1.0) as u64);
         if let Some(p) = tick_ns {
