@@ -92,8 +92,12 @@ pub struct Counters {
     pub send_errors: u64,
     /// Datagrams dropped: tag, decoding, sender, or a message not allowed.
     pub bad: u64,
-    /// Authentic datagrams refused as replays or outside the window.
+    /// Authentic datagrams refused as replays.
     pub replays: u64,
+    /// Authentic datagrams sent outside the replay window of this clock
+    /// (old replays, or a sender whose clock is off by more than the window).
+    #[serde(default)]
+    pub stale: u64,
     /// The senders' own bids refused in authentic bundles.
     pub refused_bids: u64,
     /// Bundles ignored while learning (their senders re-send them).
@@ -258,7 +262,10 @@ impl Daemon {
             }
         };
         if let Err(e) = self.guard.admit(&env, clock.wall_us) {
-            self.counters.replays += 1;
+            match e {
+                wire::WireError::Stale { .. } => self.counters.stale += 1,
+                _ => self.counters.replays += 1,
+            }
             step.dropped = Some(e.to_string());
             return step;
         }
@@ -525,5 +532,11 @@ mod tests {
         let req = seal(1, Body::SyncRequest);
         assert!(d.on_datagram(clock, addr(1), &req).datagrams.is_empty());
         assert_eq!((d.counters().bad, d.counters().sync_throttled), (2, 1));
+        // A peer whose clock is a minute behind: counted as stale, not as a replay.
+        let old =
+            wire::seal(&key(), &Envelope { sender: 1, sent_us: T0 - 60_000_000, nonce: 1, body: Body::SyncRequest });
+        let why = d.on_datagram(clock, addr(1), &old).dropped.expect("refused");
+        assert!(why.contains("-60000 ms"), "{why}");
+        assert_eq!((d.counters().stale, d.counters().replays), (1, 0));
     }
 }

@@ -402,6 +402,14 @@ async fn serve(args: &Args, key: &Key) -> Result<()> {
     let start = Instant::now();
     let clock = || Clock { mono_us: start.elapsed().as_micros() as u64, wall_us: wire::wall_clock_us() };
     let mut last_heard = Instant::now();
+    // Conditions an operator must hear of (not at debug level), at most once a minute.
+    let mut last_warning: Option<Instant> = None;
+    let mut warn = |what: String| {
+        if last_warning.is_none_or(|t| t.elapsed() >= Duration::from_secs(60)) {
+            last_warning = Some(Instant::now());
+            tracing::warn!(agent = id, "{what}");
+        }
+    };
     let mut buf = vec![0u8; 65_536];
     write_state(args, &daemon, total)?;
     tracing::info!(agent = id, address = %own, "listening (learning what was decided before bidding)");
@@ -412,7 +420,12 @@ async fn serve(args: &Args, key: &Key) -> Result<()> {
             r = sock.recv_from(&mut buf) => match r {
                 Ok((n, from)) => {
                     last_heard = Instant::now();
+                    let stale = daemon.counters().stale;
                     let step = daemon.on_datagram(clock(), from, &buf[..n]);
+                    if daemon.counters().stale > stale {
+                        let reason = step.dropped.clone().unwrap_or_default();
+                        warn(format!("a datagram from {from} was {reason}; check that NTP runs on every host"));
+                    }
                     if let Some(reason) = &step.dropped {
                         // Debug, not warn: a flood must not become a flood of log
                         // lines (the counts are in the state file).
@@ -446,6 +459,8 @@ async fn serve(args: &Args, key: &Key) -> Result<()> {
         }
         if was_learning && !daemon.is_learning() {
             tracing::info!(agent = id, "learnt from a peer; bidding");
+        } else if daemon.is_learning() && start.elapsed() > Duration::from_secs(5) {
+            warn("no peer has answered what was decided; submissions are answered busy until one does".into());
         }
         if changed {
             write_state(args, &daemon, total)?;
