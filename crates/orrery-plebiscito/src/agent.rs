@@ -484,7 +484,8 @@ impl Agent {
 
     /// Offers what is not held by other auctions to each open auction but
     /// `except`: fresh bids merge into its bundles; a changed bundle is
-    /// broadcast. O(open auctions · components).
+    /// broadcast. O(A · (A + components)) for A open auctions (each asks
+    /// [`Agent::free`], O(A)); A is bounded by the driver (64 in `orrery agent`).
     fn rebid(&mut self, now_us: u64, except: Option<u64>, out: &mut Vec<Output>) {
         let ids: Vec<u64> = self.open.keys().copied().filter(|&id| Some(id) != except).collect();
         for id in ids {

@@ -281,8 +281,7 @@ impl Daemon {
                 self.agent.finish_and_tell(job, &mut out);
                 step.changed = true;
             }
-            (s, Body::Protocol(crate::agent::Msg::Bundle { .. })) if peer && self.learning => {
-                let _ = s;
+            (_, Body::Protocol(crate::agent::Msg::Bundle { .. })) if peer && self.learning => {
                 self.counters.deferred += 1;
             }
             (s, Body::Protocol(msg)) if peer => {
@@ -299,14 +298,13 @@ impl Daemon {
                     self.answer_sync(&mut step, clock, from);
                 }
             }
-            (s, Body::SyncReply { verdicts, placed, last }) if peer => {
+            (_, Body::SyncReply { verdicts, placed, last }) if peer => {
                 let learnt = self.agent.learn(verdicts, placed);
                 step.learnt += learnt;
                 step.changed |= learnt > 0;
                 if last {
                     self.learning = false;
                 }
-                let _ = s;
             }
             (CLIENT, _) => {
                 self.counters.bad += 1;

@@ -143,9 +143,8 @@ fn parse_peer(s: &str) -> Result<(u32, SocketAddr)> {
     Ok((id, addr))
 }
 
-/// Whether a job can ever fit the cluster: each component within the largest
-/// node, and all of them within the cluster's total.
-/// The GPU capacity submissions are checked against.
+/// The GPU capacity submissions are checked against: a job can ever fit the
+/// cluster if each component fits the largest node and all fit the total.
 fn capacity(topo: &orrery_model::Topology) -> Capacity {
     Capacity {
         name: topo.name.clone(),
@@ -221,6 +220,7 @@ fn requests(file: &str, text: &str, topo: &orrery_model::Topology) -> Result<(Ve
     let mut jobs = Vec::new();
     let mut names = BTreeMap::new();
     let mut seen: BTreeMap<u64, usize> = BTreeMap::new();
+    let cluster = capacity(topo);
     for (i, line) in lines {
         let at = format!("{file}:{}", i + 1);
         let job = match line {
@@ -234,7 +234,7 @@ fn requests(file: &str, text: &str, topo: &orrery_model::Topology) -> Result<(Ve
                 orrery_policy::plebiscito::request(topo, id as usize, &spec, alone)
             }
         };
-        if let Err(e) = job.check().map_err(|e| e.to_string()).and_then(|()| capacity(topo).admits(&job)) {
+        if let Err(e) = job.check().map_err(|e| e.to_string()).and_then(|()| cluster.admits(&job)) {
             errors.push((i, format!("{at}: {e}")));
             continue;
         }
