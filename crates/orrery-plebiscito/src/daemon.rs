@@ -160,7 +160,9 @@ pub struct State {
     #[serde(default)]
     pub placed: Vec<(JobRequest, crate::utility::Placement)>,
     /// Every count of the datagram handler (replays, send errors, bundles
-    /// deferred while learning, ...).
+    /// deferred while learning, ...). `sent`, `bad_datagrams` and
+    /// `refused_bids` above repeat three of them for readers of the state
+    /// files earlier versions wrote.
     #[serde(default)]
     pub counters: Counters,
 }
