@@ -10,11 +10,13 @@
 //! 3. **From whom it says**: protocol traffic, sync requests and sync replies
 //!    only from a peer's own address under its own id; clients only submit and
 //!    finish.
-//! 4. **Learn before bidding.** A started (or restarted) agent asks its peers
-//!    what was decided while it was away and neither bids nor accepts
-//!    submissions until one peer's whole answer has arrived: without it, a
-//!    restarted agent that lost its state would auction a decided job again
-//!    and split the decision. A sync request is answered at most once per
+//! 4. **Learn before starting auctions.** A started (or restarted) agent asks
+//!    its peers what was decided while it was away and accepts no submission
+//!    until one peer's whole answer has arrived: without it, a restarted agent
+//!    that lost its state would start a second auction for a decided job and
+//!    split the decision. It does take part in auctions its peers are running
+//!    (their bundles are live, and a job decided while it learns must be
+//!    decided here too, or its view of the links would differ). A sync request is answered at most once per
 //!    [`SYNC_ANSWER_EVERY_US`] per peer, so a forged request cannot make an
 //!    agent flood a victim.
 //! 5. **A job id is auctioned once.** A Submit of a decided job is answered
@@ -100,8 +102,6 @@ pub struct Counters {
     pub stale: u64,
     /// The senders' own bids refused in authentic bundles.
     pub refused_bids: u64,
-    /// Bundles ignored while learning (their senders re-send them).
-    pub deferred: u64,
     /// Sync requests not answered because the peer's last one was answered
     /// less than [`SYNC_ANSWER_EVERY_US`] ago.
     pub sync_throttled: u64,
@@ -159,8 +159,8 @@ pub struct State {
     /// reads back.
     #[serde(default)]
     pub placed: Vec<(JobRequest, crate::utility::Placement)>,
-    /// Every count of the datagram handler (replays, send errors, bundles
-    /// deferred while learning, ...). `sent`, `bad_datagrams` and
+    /// Every count of the datagram handler (replays, stale datagrams, send
+    /// errors, ...). `sent`, `bad_datagrams` and
     /// `refused_bids` above repeat three of them for readers of the state
     /// files earlier versions wrote.
     #[serde(default)]
@@ -282,9 +282,6 @@ impl Daemon {
             (CLIENT, Body::Finish(job)) => {
                 self.agent.finish_and_tell(job, &mut out);
                 step.changed = true;
-            }
-            (_, Body::Protocol(crate::agent::Msg::Bundle { .. })) if peer && self.learning => {
-                self.counters.deferred += 1;
             }
             (s, Body::Protocol(msg)) if peer => {
                 let running = self.agent.placed().len();

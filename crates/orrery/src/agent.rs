@@ -412,7 +412,7 @@ async fn serve(args: &Args, key: &Key) -> Result<()> {
     };
     let mut buf = vec![0u8; 65_536];
     write_state(args, &daemon, total)?;
-    tracing::info!(agent = id, address = %own, "listening (learning what was decided before bidding)");
+    tracing::info!(agent = id, address = %own, "listening (learning what was decided before accepting submissions)");
     loop {
         let wait = daemon.next_deadline().map_or(50_000, |d| d.saturating_sub(clock().mono_us)).clamp(100, 50_000);
         let mut steps = Vec::new();
@@ -458,7 +458,7 @@ async fn serve(args: &Args, key: &Key) -> Result<()> {
             }
         }
         if was_learning && !daemon.is_learning() {
-            tracing::info!(agent = id, "learnt from a peer; bidding");
+            tracing::info!(agent = id, "learnt from a peer; accepting submissions");
         } else if daemon.is_learning() && start.elapsed() > Duration::from_secs(5) {
             warn("no peer has answered what was decided; submissions are answered busy until one does".into());
         }
