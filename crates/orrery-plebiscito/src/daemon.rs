@@ -375,7 +375,7 @@ impl Daemon {
     /// Seals a message for `to`; one that cannot fit a datagram is counted
     /// as a failed send, never sent cut.
     fn push(&mut self, step: &mut Step, clock: Clock, to: SocketAddr, body: Body) {
-        let env = Envelope { sender: self.agent.id(), sent_us: clock.wall_us, nonce: rand::random(), body };
+        let env = Envelope::at(self.agent.id(), clock.wall_us, body);
         let bytes = wire::seal(&self.key, &env);
         if bytes.len() > MAX_DATAGRAM {
             self.counters.send_errors += 1;

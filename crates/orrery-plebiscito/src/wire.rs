@@ -107,7 +107,13 @@ pub struct Envelope {
 impl Envelope {
     /// An envelope stamped now with a fresh random nonce.
     pub fn now(sender: u32, body: Body) -> Envelope {
-        Envelope { sender, sent_us: wall_clock_us(), nonce: rand::random(), body }
+        Envelope::at(sender, wall_clock_us(), body)
+    }
+
+    /// An envelope stamped `sent_us` (a sans-IO caller's wall clock) with a
+    /// fresh random nonce.
+    pub fn at(sender: u32, sent_us: u64, body: Body) -> Envelope {
+        Envelope { sender, sent_us, nonce: rand::random(), body }
     }
 }
 
