@@ -216,6 +216,10 @@ pub const CATALOGUE: &[(&str, &str)] = &[
         "metronome:pause-only",
         "metronome whose controller only pauses (orrery's variant): no re-profiling of a job that stays slow after a pause",
     ),
+    (
+        "metronome:open-loop",
+        "metronome whose slots keep the modelled period (the paper's rule): they do not follow the reference job's measured period and phase",
+    ),
     ("pinned", "experiment files only: each job on the hosts `[workload] pins` gives it, in arrival order"),
     (
         "plebiscito:UTILITY[:unaware]",
@@ -327,6 +331,11 @@ pub fn by_name(name: &str, seed: u64) -> Option<Box<dyn Policy>> {
         "metronome:pause-only" => {
             let mut m = crate::metronome::Metronome::default();
             m.reprofile = false;
+            return Some(Box::new(m));
+        }
+        "metronome:open-loop" => {
+            let mut m = crate::metronome::Metronome::default();
+            m.closed_loop = false;
             return Some(Box::new(m));
         }
         "random" => ("fifo", "random"),

@@ -13,6 +13,7 @@ pub mod cassini;
 pub mod castor;
 pub mod combined;
 pub mod compose;
+pub mod estimate;
 pub mod foresight;
 pub mod metronome;
 pub mod order;

@@ -40,6 +40,7 @@
 //! re-optimised); a re-profiled job's circle is its modelled one with the
 //! communication stretched to the measured iteration.
 
+use crate::estimate::PeriodEstimate;
 use crate::{ClusterView, Decision, JobId, Policy, QueuedJob};
 use orrery_interleave::score::{compatibility, demand};
 use orrery_interleave::unified::{CircleJob, Params, UnifiedCircle, UnifiedJob, unify};
@@ -96,6 +97,13 @@ pub struct Metronome {
     pub readjustments: u64,
     /// Jobs re-profiled after a change of duty cycle.
     pub reprofiles: u64,
+    /// Closed-loop slots: the slots follow each reference's measured
+    /// period and phase (off: `metronome:open-loop`, the model's period).
+    pub closed_loop: bool,
+    /// Each reference job's measured period.
+    tracks: HashMap<JobId, Track>,
+    /// Slots re-timed to a reference's measured period or phase.
+    pub retimings: u64,
 }
 
 /// A re-profiled job is paced at most this factor over its measured
@@ -106,8 +114,18 @@ const REPROFILE_TOLERANCE: f64 = 1.05;
 /// last iteration times.
 #[derive(Debug, Clone)]
 struct Watch {
+    /// The slot period in force, ms: `model_period_ms` scaled to the
+    /// reference's measured period.
     period_ms: f64,
+    /// Its shift from the reference in force, ms (scaled alike).
     rel_ms: f64,
+    /// Slot period and shift on the unified circle (the model).
+    model_period_ms: f64,
+    model_rel_ms: f64,
+    /// The reference's period on the unified circle, ms.
+    ref_model_ms: f64,
+    /// The offset of the Pace in force, s.
+    offset_s: f64,
     reference: JobId,
     recent: Vec<f64>,
     /// Iterations seen since the watch began.
@@ -119,10 +137,41 @@ struct Watch {
 }
 
 impl Watch {
-    fn new(period_ms: f64, rel_ms: f64, reference: JobId) -> Self {
-        Watch { period_ms, rel_ms, reference, recent: Vec::new(), seen: 0, realigned_at: None, since_ms: 0.0 }
+    fn new(period_ms: f64, rel_ms: f64, ref_model_ms: f64, offset_s: f64, reference: JobId) -> Self {
+        Watch {
+            period_ms,
+            rel_ms,
+            model_period_ms: period_ms,
+            model_rel_ms: rel_ms,
+            ref_model_ms,
+            offset_s,
+            reference,
+            recent: Vec::new(),
+            seen: 0,
+            realigned_at: None,
+            since_ms: 0.0,
+        }
     }
 }
+
+/// A reference job's measured period: the time between the starts of its
+/// iterations, per iteration.
+#[derive(Debug, Clone, Default)]
+struct Track {
+    /// Its last iteration's start (s) and its iterations done then.
+    last: Option<(f64, u64)>,
+    period: PeriodEstimate,
+}
+
+/// A slot period more than this fraction off the one the reference's
+/// measured period gives is re-paced (0.5%: 2.4 ms on a 483 ms slot, which
+/// would drift a whole communication phase out of place in 40 iterations).
+const PERIOD_TOLERANCE: f64 = 0.005;
+
+/// Slots whose phase is more than this fraction of the period off the
+/// reference's latest start are re-anchored (2%: 10 ms on a 483 ms slot,
+/// above the few ms by which a real start wanders).
+const PHASE_TOLERANCE: f64 = 0.02;
 
 /// Communicating pods on each node: (job, its circle, its priority).
 type NodePods = HashMap<HostId, Vec<(JobId, Circle, orrery_model::Priority)>>;
@@ -240,6 +289,9 @@ impl Default for Metronome {
             schemes: BTreeMap::new(),
             readjustments: 0,
             reprofiles: 0,
+            closed_loop: true,
+            tracks: HashMap::new(),
+            retimings: 0,
         }
     }
 }
@@ -588,14 +640,15 @@ impl Metronome {
             }
             let same = self.watched.get(&k).is_some_and(|w| {
                 w.reference == reference
-                    && (w.period_ms - period_ms).abs() <= 1e-9 * period_ms
-                    && (w.rel_ms - rel_ms).abs() <= 1e-6
+                    && (w.model_period_ms - period_ms).abs() <= 1e-9 * period_ms
+                    && (w.model_rel_ms - rel_ms).abs() <= 1e-6
             });
             if same {
                 continue;
             }
-            self.watched.insert(k, Watch::new(period_ms, rel_ms, reference));
-            paces.push(Decision::Pace { job: k, period_ms, offset_s: start_s + rel_ms / 1e3 });
+            let offset_s = start_s + rel_ms / 1e3;
+            self.watched.insert(k, Watch::new(period_ms, rel_ms, root_period, offset_s, reference));
+            paces.push(Decision::Pace { job: k, period_ms, offset_s });
         }
         paces
     }
@@ -611,7 +664,8 @@ impl Policy for Metronome {
         };
         let loops = if self.loop_filter { "" } else { ":place-on-loops" };
         let pauses = if self.reprofile { "" } else { ":pause-only" };
-        format!("{base}{loops}{pauses}")
+        let open = if self.closed_loop { "" } else { ":open-loop" };
+        format!("{base}{loops}{pauses}{open}")
     }
 
     fn schedule(&mut self, view: &ClusterView<'_>) -> Vec<Decision> {
@@ -667,6 +721,14 @@ impl Policy for Metronome {
         true
     }
 
+    fn counters(&self) -> Vec<(&'static str, f64)> {
+        vec![
+            ("metronome_readjustments", self.readjustments as f64),
+            ("metronome_reprofiles", self.reprofiles as f64),
+            ("metronome_retimings", self.retimings as f64),
+        ]
+    }
+
     /// The controller watches the low-priority jobs it paced, and only while
     /// their window holds a slow iteration; others' iterations change
     /// nothing. An undisturbed paced job's iteration lasts its slot period
@@ -679,7 +741,82 @@ impl Policy for Metronome {
         self.monitor && self.watched.get(&job).is_some_and(|w| w.recent.iter().any(|&ms| ms > slow * w.period_ms))
     }
 
+    /// The reference's measured period re-times its partners' slots
+    /// (closed loop), then the stop-and-wait controller watches the paced
+    /// job.
     fn on_iteration(&mut self, view: &ClusterView<'_>, job: JobId, iteration_ms: f64) -> Vec<Decision> {
+        let mut out = if self.closed_loop { self.follow_reference(view, job) } else { Vec::new() };
+        out.extend(self.control(view, job, iteration_ms));
+        out
+    }
+}
+
+impl Metronome {
+    /// Closed loop (issue 36): when `job` is a reference of paced jobs, its
+    /// measured period ([`PeriodEstimate`] over the time between its
+    /// iterations' starts, leaving out slow ones) scales each partner's slot period and shift on
+    /// the unified circle, and its latest start anchors their phase. A
+    /// partner is re-paced only when its slot period is off by more than
+    /// [`PERIOD_TOLERANCE`] or its phase by more than [`PHASE_TOLERANCE`]:
+    /// in the simulator without jitter the reference runs its modelled
+    /// period and nothing changes. O(paced jobs) per iteration, plus the
+    /// estimate's O(w log w).
+    fn follow_reference(&mut self, view: &ClusterView<'_>, job: JobId) -> Vec<Decision> {
+        if !self.watched.values().any(|w| w.reference == job) {
+            self.tracks.remove(&job);
+            return Vec::new();
+        }
+        let Some(r) = view.running.iter().find(|r| r.id == job) else { return Vec::new() };
+        let model_ms = self.watched.values().find(|w| w.reference == job).map_or(0.0, |w| w.ref_model_ms);
+        let slow_factor = self.thresholds.slow_factor;
+        let track = self.tracks.entry(job).or_default();
+        if let Some((start_s, done)) = track.last {
+            let n = r.iterations_done.saturating_sub(done);
+            if n > 0 && r.iteration_start_s > start_s {
+                // A slow iteration (over A_T × the model: a collision, the
+                // start-up) is not the reference's own period; following it
+                // would stretch the slots into more collisions.
+                let ms = (r.iteration_start_s - start_s) * 1e3 / n as f64;
+                track.period.observe(ms, ms > slow_factor * model_ms);
+            }
+        }
+        track.last = Some((r.iteration_start_s, r.iterations_done));
+        let Some(measured_ms) = track.period.period_ms() else { return Vec::new() };
+        let mut partners: Vec<JobId> =
+            self.watched.iter().filter(|(_, w)| w.reference == job).map(|(&k, _)| k).collect();
+        partners.sort_unstable();
+        let mut out = Vec::new();
+        for k in partners {
+            let Some(w) = self.watched.get_mut(&k) else { continue };
+            if w.ref_model_ms <= 0.0 {
+                continue;
+            }
+            let scale = measured_ms / w.ref_model_ms;
+            let period_ms = w.model_period_ms * scale;
+            // Where the slots in force put the reference's start, against
+            // where it was, modulo the shorter of the two periods (a job
+            // paced at a multiple of the reference's period sees each of
+            // its starts at the same phase of that).
+            let modulus = w.period_ms.min(w.ref_model_ms * w.period_ms / w.model_period_ms);
+            let implied_s = w.offset_s - w.rel_ms.rem_euclid(w.period_ms) / 1e3;
+            let error_ms = ((r.iteration_start_s - implied_s) * 1e3).rem_euclid(modulus);
+            let error_ms = error_ms.min(modulus - error_ms);
+            if (period_ms - w.period_ms).abs() <= PERIOD_TOLERANCE * w.period_ms
+                && error_ms <= PHASE_TOLERANCE * w.period_ms
+            {
+                continue;
+            }
+            w.period_ms = period_ms;
+            w.rel_ms = w.model_rel_ms * scale;
+            w.offset_s = r.iteration_start_s + w.rel_ms.rem_euclid(period_ms) / 1e3;
+            self.retimings += 1;
+            out.push(Decision::Pace { job: k, period_ms, offset_s: w.offset_s });
+        }
+        out
+    }
+
+    /// The stop-and-wait controller (§III-C) on a paced job's iteration.
+    fn control(&mut self, view: &ClusterView<'_>, job: JobId, iteration_ms: f64) -> Vec<Decision> {
         let th = self.thresholds;
         if !self.monitor {
             return Vec::new();
@@ -717,8 +854,8 @@ impl Policy for Metronome {
         self.readjustments += 1;
         match view.running.iter().find(|r| r.id == w.reference) {
             Some(r) => {
-                let offset_s = r.iteration_start_s + w.rel_ms.rem_euclid(w.period_ms) / 1e3;
-                vec![Decision::Pace { job, period_ms: w.period_ms, offset_s }]
+                w.offset_s = r.iteration_start_s + w.rel_ms.rem_euclid(w.period_ms) / 1e3;
+                vec![Decision::Pace { job, period_ms: w.period_ms, offset_s: w.offset_s }]
             }
             None => {
                 // The reference is gone: nothing to keep time with.
@@ -870,6 +1007,76 @@ mod tests {
         }
         let [first, second] = answers;
         (period_ms, first, second)
+    }
+
+    /// Paces "lo" against "hi" as in `slow_after_pacing`, then "hi" runs
+    /// `stretch` times its modelled period for `iterations` iterations,
+    /// from its 30th. The slot period, and every Pace the policy sends meanwhile
+    /// (slot period, offset).
+    fn reference_runs_long(m: &mut Metronome, stretch: f64, iterations: u64) -> (f64, Vec<(f64, f64)>) {
+        let t = two_racks_of_two();
+        let mut high = JobSpec::new("hi", "vgg16", 64, 2, Work::Iterations(1000), 0.0);
+        high.priority = Priority::High;
+        let low = JobSpec::new("lo", "vgg16", 64, 2, Work::Iterations(1000), 0.0);
+        let hosts = [(0usize, 1u32), (2, 1)];
+        let running_high = RunningJob { iteration_start_s: 4.9, ..RunningJob::new(0, &high, &hosts) };
+        let view = ClusterView {
+            now_s: 5.0,
+            topology: &t,
+            free_gpus: &[1, 0, 1, 0],
+            queue: vec![QueuedJob::new(1, &low, 0.0)],
+            running: vec![running_high],
+        };
+        let d = m.schedule(&view);
+        let Some(&Decision::Pace { period_ms, .. }) = d.iter().find(|d| matches!(d, Decision::Pace { job: 1, .. }))
+        else {
+            panic!("paced: {d:?}")
+        };
+        let mut paces = Vec::new();
+        for i in 0..iterations {
+            // Iteration 30 + i of a reference that started at 4.9 s.
+            let start_s = 4.9 + (30 + i) as f64 * stretch * period_ms / 1e3;
+            let hi =
+                RunningJob { iteration_start_s: start_s, iterations_done: 30 + i, ..RunningJob::new(0, &high, &hosts) };
+            let lo = RunningJob { iteration_start_s: start_s, ..RunningJob::new(1, &low, &hosts) };
+            let view = ClusterView {
+                now_s: start_s + 0.4,
+                topology: &t,
+                free_gpus: &[0, 0, 0, 0],
+                queue: Vec::new(),
+                running: vec![hi, lo],
+            };
+            for d in m.on_iteration(&view, 0, stretch * period_ms) {
+                if let Decision::Pace { job: 1, period_ms, offset_s } = d {
+                    paces.push((period_ms, offset_s));
+                }
+            }
+        }
+        (period_ms, paces)
+    }
+
+    #[test]
+    fn slots_follow_the_reference_s_measured_period_and_phase() {
+        // "hi" really runs 4% over its modelled period. After three
+        // measured periods (the estimate's minimum) the slots are re-timed
+        // once: period 1.04 × the model's, anchored at the reference's
+        // latest start plus the shift scaled alike; then they hold.
+        let mut m = Metronome::default();
+        let (model_ms, paces) = reference_runs_long(&mut m, 1.04, 20);
+        assert_eq!(paces.len(), 1, "{paces:?}");
+        let (period_ms, offset_s) = paces[0];
+        assert!((period_ms / model_ms - 1.04).abs() < 1e-9, "{period_ms} against {model_ms}");
+        // Re-timed at the fourth iteration (three intervals measured).
+        let start_s = 4.9 + 33.0 * 1.04 * model_ms / 1e3;
+        assert!((start_s..start_s + period_ms / 1e3).contains(&offset_s), "{offset_s} after {start_s}");
+        assert_eq!(m.retimings, 1);
+        // The paper's open loop keeps the modelled slot.
+        let mut open = Metronome { closed_loop: false, ..Metronome::default() };
+        assert!(reference_runs_long(&mut open, 1.04, 20).1.is_empty());
+        assert_eq!(open.name(), "metronome:open-loop");
+        // A reference on time changes nothing.
+        let mut on_time = Metronome::default();
+        assert!(reference_runs_long(&mut on_time, 1.0, 20).1.is_empty());
     }
 
     #[test]
