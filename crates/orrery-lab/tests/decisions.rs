@@ -39,6 +39,10 @@ impl Recorder {
                 Decision::Pace { job, period_ms, offset_s } => {
                     format!("pace {} at {offset_s:.6} s every {period_ms:.3} ms", id(job))
                 }
+                Decision::Timetable { job, from_iteration, starts_s } => {
+                    let starts: Vec<String> = starts_s.iter().map(|t| format!("{t:.6}")).collect();
+                    format!("timetable {} from iteration {from_iteration}: {}", id(job), starts.join(" "))
+                }
                 Decision::Pause { job } => format!("pause {}", id(job)),
                 Decision::Resume { job } => format!("resume {}", id(job)),
                 Decision::Throttle { job, gbps } => format!("throttle {} to {gbps:?}", id(job)),
@@ -61,8 +65,8 @@ impl Policy for Recorder {
         self.note(view.now_s, &out);
         out
     }
-    fn on_iteration(&mut self, view: &ClusterView<'_>, job: JobId, ms: f64) -> Vec<Decision> {
-        let out = self.inner.on_iteration(view, job, ms);
+    fn on_iteration(&mut self, view: &ClusterView<'_>, job: JobId, it: orrery_policy::Iteration) -> Vec<Decision> {
+        let out = self.inner.on_iteration(view, job, it);
         self.note(view.now_s, &out);
         out
     }

@@ -284,7 +284,12 @@ impl Policy for WatchesJobZero {
     fn watches(&self, job: orrery_policy::JobId) -> bool {
         job == 0
     }
-    fn on_iteration(&mut self, _: &ClusterView<'_>, job: orrery_policy::JobId, _: f64) -> Vec<Decision> {
+    fn on_iteration(
+        &mut self,
+        _: &ClusterView<'_>,
+        job: orrery_policy::JobId,
+        _: orrery_policy::Iteration,
+    ) -> Vec<Decision> {
         self.iterations_of[job] += 1;
         Vec::new()
     }

@@ -179,7 +179,7 @@ impl Policy for PauseOne {
     fn observes_iterations(&self) -> bool {
         true
     }
-    fn on_iteration(&mut self, view: &ClusterView<'_>, job: JobId, _ms: f64) -> Vec<Decision> {
+    fn on_iteration(&mut self, view: &ClusterView<'_>, job: JobId, _it: orrery_policy::Iteration) -> Vec<Decision> {
         let done = view.running.iter().find(|r| r.id == job).map_or(0, |r| r.iterations_done);
         if job == 0 && done == 3 {
             return vec![Decision::Pause { job: 0 }];

@@ -12,7 +12,7 @@
 //! communication phase, which the policy does not see.
 
 use crate::baseline::random_hosts;
-use crate::{ClusterView, Decision, JobId, Policy};
+use crate::{ClusterView, Decision, Iteration, JobId, Policy};
 use orrery_interleave::affinity::{AffinityJob, LinkShifts, traverse};
 use orrery_interleave::compat::default_search;
 use orrery_interleave::unified::{CircleJob, Params, unify};
@@ -381,8 +381,9 @@ impl Policy for Cassini {
             || self.inner.watches(job)
     }
 
-    fn on_iteration(&mut self, view: &ClusterView<'_>, job: JobId, iteration_ms: f64) -> Vec<Decision> {
-        let mut out = self.inner.on_iteration(view, job, iteration_ms);
+    fn on_iteration(&mut self, view: &ClusterView<'_>, job: JobId, it: Iteration) -> Vec<Decision> {
+        let mut out = self.inner.on_iteration(view, job, it);
+        let iteration_ms = it.ms;
         // §5.7: a job whose links were fully compatible but whose iteration ran
         // more than 5% long has drifted into another's phase: re-align it, at
         // most once every 10 iterations. The shift is kept after the
@@ -698,10 +699,10 @@ mod tests {
             queue: Vec::new(),
             running: vec![RunningJob { iteration_start_s: 5.0, ..running(0, &a, &ha) }, running(1, &b, &hb)],
         };
-        assert!(cassini.on_iteration(&later, 0, 420.0).is_empty());
+        assert!(cassini.on_iteration(&later, 0, Iteration::of(420.0)).is_empty());
         // The iteration after the alignment includes its wait: not drift.
-        assert!(cassini.on_iteration(&later, 1, 2.0 * period_ms).is_empty());
-        let again = cassini.on_iteration(&later, 1, 1.2 * period_ms);
+        assert!(cassini.on_iteration(&later, 1, Iteration::of(2.0 * period_ms)).is_empty());
+        let again = cassini.on_iteration(&later, 1, Iteration::of(1.2 * period_ms));
         let Some(&Decision::Align { job, period_ms: p, offset_s: o }) = again.first() else {
             unreachable!("re-aligned: {again:?}")
         };

@@ -178,8 +178,8 @@ impl Policy for Combined {
         self.inner.schedule(view)
     }
 
-    fn on_iteration(&mut self, view: &ClusterView<'_>, job: JobId, iteration_ms: f64) -> Vec<Decision> {
-        self.inner.on_iteration(view, job, iteration_ms)
+    fn on_iteration(&mut self, view: &ClusterView<'_>, job: JobId, it: crate::Iteration) -> Vec<Decision> {
+        self.inner.on_iteration(view, job, it)
     }
 
     fn observes_iterations(&self) -> bool {

@@ -232,7 +232,7 @@ pub const CATALOGUE: &[(&str, &str)] = &[
     ("ORDER/PLACEMENT", "any ordering with any placement (see below), e.g. tiresias/random"),
     (
         "POLICY+foresight",
-        "FORESIGHT on any placement: per-iteration delays and throttles, spines by edge colouring, repair loop, then orrery's fallback ladder; +foresight-paper is the paper's rule alone (no valid schedule: ECMP); ablations +ts, +ro, +sub, +routes, +perfect",
+        "FORESIGHT on any placement: per-iteration delays and throttles, spines by edge colouring, repair loop, then orrery's fallback ladder; +foresight-paper is the paper's rule alone (no valid schedule: ECMP); ablations +ts, +ro, +sub, +routes, +perfect; +MODE:open-loop times the plan with the model and a Shift per iteration (the paper's open loop) instead of a timetable on the measured time base",
     ),
     (
         "POLICY+cassini",
@@ -279,6 +279,11 @@ pub fn by_name(name: &str, seed: u64) -> Option<Box<dyn Policy>> {
         if let Some(host) = name.strip_suffix(&format!("+{}", mode.name())) {
             return by_name(host, seed)
                 .map(|inner| Box::new(crate::foresight::policy::Foresight::new(inner, mode)) as Box<dyn Policy>);
+        }
+        if let Some(host) = name.strip_suffix(&format!("+{}:open-loop", mode.name())) {
+            return by_name(host, seed).map(|inner| {
+                Box::new(crate::foresight::policy::Foresight::new(inner, mode).open_loop()) as Box<dyn Policy>
+            });
         }
     }
     if let Some(parts) = crate::combined::Parts::parse(name) {
@@ -354,8 +359,19 @@ pub fn by_name(name: &str, seed: u64) -> Option<Box<dyn Policy>> {
 
 /// The names [`with_pins`] places on the experiment's pins: a job without a
 /// pin never starts under them. Kept beside its match (a test holds them in step).
-pub const PINNED_NAMES: [&str; 10] =
-    ["pinned", "ecmp", "ts", "ro", "sub", "foresight", "foresight-paper", "routes", "perfect", "pinned+cassini"];
+pub const PINNED_NAMES: [&str; 11] = [
+    "pinned",
+    "ecmp",
+    "ts",
+    "ro",
+    "sub",
+    "foresight",
+    "foresight-paper",
+    "foresight:open-loop",
+    "routes",
+    "perfect",
+    "pinned+cassini",
+];
 
 /// A policy by name: those of [`by_name`], plus `pinned` (and
 /// `pinned+cassini`) and FORESIGHT's modes over a placement given as pins
@@ -377,6 +393,7 @@ pub fn with_pins(
         "sub" => mode(Mode::Sub),
         "foresight" => mode(Mode::Foresight),
         "foresight-paper" => mode(Mode::Paper),
+        "foresight:open-loop" => Some(Box::new(Foresight::new(pinned(), Mode::Foresight).open_loop())),
         "routes" => mode(Mode::Routes),
         "perfect" => mode(Mode::Perfect),
         "pinned+cassini" => {

@@ -191,6 +191,22 @@ pub enum Decision {
         /// A time, in seconds since the start, at which a slot begins.
         offset_s: f64,
     },
+    /// Start the job's coming iterations no earlier than these times: the
+    /// iteration it begins with `from_iteration` iterations done starts at
+    /// `starts_s[0]` (seconds since the start) or later, the next at
+    /// `starts_s[1]` or later, and so on; one due after its time starts at
+    /// once. FORESIGHT's per-iteration plan handed out ahead, so that a
+    /// driver whose decisions reach a job one iteration late (the live
+    /// service) still holds it to the plan. Replaces the job's previous
+    /// timetable; an empty one removes it.
+    Timetable {
+        /// Job.
+        job: JobId,
+        /// Iterations done when the first listed one begins.
+        from_iteration: u64,
+        /// Earliest starts, seconds since the start.
+        starts_s: Vec<f64>,
+    },
     /// Stop a running job after its current iteration until resumed.
     Pause {
         /// Job.
@@ -237,6 +253,29 @@ pub enum Decision {
     },
 }
 
+/// One iteration's times, as both drivers measure it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Iteration {
+    /// From the end of the job's previous iteration to the end of this one,
+    /// ms: the slot delay before it included (the simulator's iteration time).
+    pub ms: f64,
+    /// The part of `ms` the job waited for its slot (shifts, alignment,
+    /// pacing, a timetable), ms; the rest is the job's own time.
+    pub waited_ms: f64,
+}
+
+impl Iteration {
+    /// An iteration of `ms` with no wait.
+    pub fn of(ms: f64) -> Self {
+        Iteration { ms, waited_ms: 0.0 }
+    }
+
+    /// The job's own time: `ms` without the wait, ms.
+    pub fn own_ms(&self) -> f64 {
+        (self.ms - self.waited_ms).max(0.0)
+    }
+}
+
 /// A scheduling policy.
 pub trait Policy {
     /// Name used in reports.
@@ -246,9 +285,9 @@ pub trait Policy {
     fn schedule(&mut self, view: &ClusterView<'_>) -> Vec<Decision>;
 
     /// Controller hook: called after each iteration of a running job with its
-    /// duration, when [`Policy::observes_iterations`] is true; may return
+    /// times, when [`Policy::observes_iterations`] is true; may return
     /// decisions (drift re-alignment, pauses, ...).
-    fn on_iteration(&mut self, _view: &ClusterView<'_>, _job: JobId, _iteration_ms: f64) -> Vec<Decision> {
+    fn on_iteration(&mut self, _view: &ClusterView<'_>, _job: JobId, _it: Iteration) -> Vec<Decision> {
         Vec::new()
     }
 

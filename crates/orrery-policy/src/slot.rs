@@ -34,9 +34,35 @@ pub fn start_delay_ns(now_ns: u64, shift_ms: f64, align: Option<(u64, u64)>, pac
     (shift * 1e6).round() as u64
 }
 
+/// Most entries a timetable may hold (a policy hands out the next few).
+pub const MAX_TIMETABLE: usize = 4096;
+
+/// Nanoseconds from `now_ns` until the iteration begun with `done`
+/// iterations done may start under a timetable (`Decision::Timetable`):
+/// until its listed start, or 0 when it is not listed or already due. The
+/// driver waits the longer of this and [`start_delay_ns`]. O(1).
+pub fn timetable_wait_ns(now_ns: u64, done: u64, from_iteration: u64, starts_ns: &[u64]) -> u64 {
+    done.checked_sub(from_iteration)
+        .and_then(|i| starts_ns.get(usize::try_from(i).ok()?))
+        .map_or(0, |&t| t.saturating_sub(now_ns))
+}
+
 #[cfg(test)]
 mod tests {
-    use super::start_delay_ns;
+    use super::{start_delay_ns, timetable_wait_ns};
+
+    #[test]
+    fn a_timetable_holds_each_listed_iteration_to_its_start() {
+        // Iterations 10, 11, 12 (counted by iterations done) at 1.0, 1.5, 2.0 s.
+        let starts = [1_000 * MS, 1_500 * MS, 2_000 * MS];
+        // The 11th, due at 1.2 s, waits until 1.5 s.
+        assert_eq!(timetable_wait_ns(1_200 * MS, 11, 10, &starts), 300 * MS);
+        // Late: it starts at once.
+        assert_eq!(timetable_wait_ns(1_600 * MS, 11, 10, &starts), 0);
+        // Before or past the list: no wait.
+        assert_eq!(timetable_wait_ns(0, 9, 10, &starts), 0);
+        assert_eq!(timetable_wait_ns(0, 13, 10, &starts), 0);
+    }
 
     const MS: u64 = 1_000_000;
 

@@ -99,6 +99,10 @@ pub struct InForce {
     pub align: Option<AlignSlot>,
     /// The `Pace` in force.
     pub pace: Option<PaceSlot>,
+    /// The `Timetable` in force: iterations done at its first entry, and
+    /// the earliest start of each listed iteration, cluster-clock s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timetable: Option<(u64, Vec<f64>)>,
     /// Paused after its current iteration.
     pub paused: bool,
     /// Cap on each of the job's flows, Gbit/s.
@@ -131,7 +135,10 @@ pub struct JobInfo {
     pub iterations_done: u64,
     /// Iterations it runs in all (0 until first placed).
     pub target_iterations: u64,
-    /// Its iteration time alone on its placement, ms (0 when not placed).
+    /// Its iteration time on its placement, ms (0 when not placed): the
+    /// measured one (a windowed median of its reported durations, slot
+    /// delays left out; `orrery_policy::estimate`) once it has run three
+    /// iterations there, the model's alone before.
     pub period_ms: f64,
     /// Mean reported iteration time on its current placement, ms.
     pub mean_iteration_ms: Option<f64>,
@@ -284,6 +291,21 @@ pub struct Registered {
     pub gpus: u32,
 }
 
+/// `POST /v1/nodes/{host}/heartbeat` answer: when the service received the
+/// heartbeat and answered it, µs on its clock (NTP's t1 and t2; the agent's
+/// clock offset, [`crate::clock`]).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+pub struct HeartbeatAnswer {
+    /// Accepted.
+    pub ok: bool,
+    /// t1, µs since the Unix epoch (service clock).
+    #[serde(default)]
+    pub received_unix_us: i64,
+    /// t2, µs since the Unix epoch (service clock).
+    #[serde(default)]
+    pub sent_unix_us: i64,
+}
+
 /// `POST /v1/nodes/{host}/heartbeat` body.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -317,7 +339,8 @@ pub struct Assignment {
     /// emulated worker runs (`orrery worker`).
     #[serde(default)]
     pub shape: orrery_model::IterationShape,
-    /// Iteration time alone, ms.
+    /// Iteration time, ms: measured once the job has run three iterations
+    /// on this placement, the model's alone before (as `JobInfo::period_ms`).
     pub period_ms: f64,
     /// Compute part of an iteration alone, ms.
     pub compute_ms: f64,
@@ -357,6 +380,9 @@ pub struct IterationReport {
     /// Its communication phase, ms, when the loop marks it.
     #[serde(default)]
     pub comm_ms: Option<f64>,
+    /// The slot delay the agent gave before it, ms (not in `duration_ms`).
+    #[serde(default)]
+    pub delay_ms: Option<f64>,
     /// The training process ended its work with this iteration.
     #[serde(default)]
     pub done: bool,

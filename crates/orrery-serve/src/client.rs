@@ -131,7 +131,7 @@ impl Client {
     }
 
     /// A heartbeat.
-    pub async fn heartbeat(&self, host: usize, session: u64) -> Answer<serde_json::Value> {
+    pub async fn heartbeat(&self, host: usize, session: u64) -> Answer<crate::api::HeartbeatAnswer> {
         self.send(self.http.post(self.url(&format!("/v1/nodes/{host}/heartbeat"))).json(&Heartbeat { session })).await
     }
 

@@ -18,7 +18,7 @@ use orrery_model::{JobSpec, Topology};
 use orrery_policy::{Decision, JobId, Policy};
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 use tokio::sync::{oneshot, watch};
 
 /// Rounds of re-asking the policy in one instant after it preempted (as the simulator).
@@ -96,9 +96,9 @@ impl From<Refused> for Failure {
     }
 }
 
-/// Unix time now, ms.
+/// Unix time now on this host's clock, ms ([`crate::clock::host_unix_us`]).
 pub fn unix_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+    crate::clock::host_unix_us().div_euclid(1000)
 }
 
 impl Core {
@@ -199,7 +199,11 @@ impl Core {
                             let t = Instant::now();
                             let decisions = {
                                 let view = self.ledger.view(now);
-                                self.policy.on_iteration(&view, r.job, r.duration_ms)
+                                // The simulator's iteration time: the slot delay
+                                // before it included.
+                                let waited_ms = r.delay_ms.unwrap_or(0.0);
+                                let it = orrery_policy::Iteration { ms: r.duration_ms + waited_ms, waited_ms };
+                                self.policy.on_iteration(&view, r.job, it)
                             };
                             self.metrics.decision_seconds.observe(t.elapsed().as_secs_f64());
                             self.apply(decisions);

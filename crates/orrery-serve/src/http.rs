@@ -282,9 +282,12 @@ async fn heartbeat(
     Path(host): Path<usize>,
     body: Result<Bytes, BytesRejection>,
 ) -> Answer<Response> {
+    // NTP's t1 and t2 (crate::clock): the agent estimates its clock's offset.
+    let received_unix_us = crate::clock::host_unix_us();
     let hb: Heartbeat = parse(body, "heartbeat {\"session\"}")?;
     app.core.call(move |c| c.heartbeat(host, hb.session)).await??;
-    Ok(Json(serde_json::json!({"ok": true})).into_response())
+    let answer = crate::api::HeartbeatAnswer { ok: true, received_unix_us, sent_unix_us: crate::clock::host_unix_us() };
+    Ok(Json(answer).into_response())
 }
 
 #[derive(Deserialize)]

@@ -15,6 +15,7 @@
 //! | `Shift` | job active, ms finite ≥ 0 | added to `shift_ms_total`; the agent waits the new part before the next iteration |
 //! | `Align` | job active, period > 0 | one-shot phase for the next iteration (a new `seq`) |
 //! | `Pace` | job active | slot for every iteration (`period_ms ≤ 0` removes it) |
+//! | `Timetable` | job active, starts finite, at most `slot::MAX_TIMETABLE` | earliest start of each listed iteration (empty removes it) |
 //! | `Pause` / `Resume` | running / paused | the agent holds / releases the next iteration |
 //! | `Throttle` | job active | cap for the agent (tc) or the training process |
 //! | `Route` | job active | recorded per flow (applied where the fabric can pin flows) |
@@ -73,6 +74,9 @@ pub struct LiveJob {
     /// Iterations and their summed time on the current placement.
     iter_count: u64,
     iter_sum_ms: f64,
+    /// Its own iteration time on this placement, measured (slot delays left
+    /// out): what `period_ms` reports once it has three iterations.
+    measured: orrery_policy::estimate::PeriodEstimate,
     /// When it was last placed.
     placed_s: f64,
     /// Seconds it ran on earlier placements.
@@ -107,6 +111,7 @@ impl LiveJob {
             iteration_start_s: 0.0,
             iter_count: 0,
             iter_sum_ms: 0.0,
+            measured: Default::default(),
             placed_s: 0.0,
             run_s: 0.0,
             preemptions: 0,
@@ -404,6 +409,17 @@ impl Ledger {
                     .then(|| PaceSlot { period_ms: *period_ms, offset_s: offset_s.max(0.0) });
                 true
             }
+            Decision::Timetable { job, from_iteration, starts_s } => {
+                if !active(self, *job)
+                    || starts_s.len() > orrery_policy::slot::MAX_TIMETABLE
+                    || !starts_s.iter().all(|t| t.is_finite())
+                {
+                    return false;
+                }
+                self.jobs[*job].in_force.timetable =
+                    (!starts_s.is_empty()).then(|| (*from_iteration, starts_s.iter().map(|t| t.max(0.0)).collect()));
+                true
+            }
             Decision::Pause { job } => {
                 let Some(j) = self.jobs.get_mut(*job).filter(|j| j.status == JobStatus::Running) else {
                     return false;
@@ -537,6 +553,7 @@ impl Ledger {
         j.hosts = need.into_iter().collect();
         j.workers = placed.workers;
         j.period_ms = period;
+        j.measured.clear();
         j.compute_ms = compute;
         j.shape = placed.shape;
         j.status = JobStatus::Running;
@@ -739,6 +756,15 @@ impl Ledger {
                 found: format!("{} at {}", r.duration_ms, r.start_s),
             });
         }
+        if let Some(d) = r.delay_ms
+            && !(d.is_finite() && d >= 0.0)
+        {
+            return Err(Refused::Field {
+                field: "delay_ms",
+                expected: "a non-negative number of ms".into(),
+                found: d.to_string(),
+            });
+        }
         let mut effect = ReportEffect::default();
         if r.iteration > j.iterations_done {
             // A report cannot claim more than the job has to run.
@@ -747,6 +773,7 @@ impl Ledger {
             j.iteration_start_s = r.start_s.min(now_s);
             j.iter_count += 1;
             j.iter_sum_ms += r.duration_ms;
+            j.measured.observe(r.duration_ms, false);
             effect.advanced = true;
         }
         effect.finished = r.done || (j.target_iterations > 0 && j.iterations_done >= j.target_iterations);
@@ -767,7 +794,7 @@ impl Ledger {
             epoch: j.epoch,
             iterations_done: j.iterations_done,
             target_iterations: j.target_iterations,
-            period_ms: if j.status.is_active() { j.period_ms } else { 0.0 },
+            period_ms: if j.status.is_active() { j.measured.or_model(j.period_ms) } else { 0.0 },
             mean_iteration_ms: (j.iter_count > 0).then(|| j.iter_sum_ms / j.iter_count as f64),
             preemptions: j.preemptions,
             reason: j.reason.clone(),
@@ -823,7 +850,7 @@ impl Ledger {
                     workers: j.workers.iter().map(|&h| self.topology.hosts[h].name.clone()).collect(),
                     worker_addrs: j.workers.iter().map(|&h| self.nodes.get(h).and_then(|n| n.data_addr)).collect(),
                     shape: j.shape.clone(),
-                    period_ms: j.period_ms,
+                    period_ms: j.measured.or_model(j.period_ms),
                     compute_ms: j.compute_ms,
                     iterations_done: j.iterations_done,
                     target_iterations: j.target_iterations,
@@ -867,6 +894,7 @@ pub fn decision_job(d: &Decision) -> JobId {
         | Decision::Shift { job, .. }
         | Decision::Align { job, .. }
         | Decision::Pace { job, .. }
+        | Decision::Timetable { job, .. }
         | Decision::Pause { job }
         | Decision::Resume { job }
         | Decision::Throttle { job, .. }
@@ -884,6 +912,7 @@ pub fn decision_kind(d: &Decision) -> &'static str {
         Decision::Shift { .. } => "shift",
         Decision::Align { .. } => "align",
         Decision::Pace { .. } => "pace",
+        Decision::Timetable { .. } => "timetable",
         Decision::Pause { .. } => "pause",
         Decision::Resume { .. } => "resume",
         Decision::Throttle { .. } => "throttle",
@@ -1019,6 +1048,7 @@ mod tests {
             start_s: 1.5,
             duration_ms: 200.0,
             comm_ms: None,
+            delay_ms: None,
             done: false,
         };
         assert!(matches!(l.report(0, &r(0, 1), 2.0), Err(Refused::Conflict(_))), "stale epoch");

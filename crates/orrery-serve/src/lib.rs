@@ -39,6 +39,7 @@ pub mod api;
 pub mod auth;
 pub mod bench;
 pub mod client;
+pub mod clock;
 pub mod core;
 pub mod http;
 pub mod ledger;

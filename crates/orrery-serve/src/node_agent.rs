@@ -44,7 +44,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::Notify;
@@ -107,7 +107,16 @@ struct State {
     gpu_jobs: Vec<Vec<JobId>>,
     /// Throttles installed with tc.
     shaped: HashMap<JobId, Shaped>,
+    /// This host's clock against the service's (NTP over heartbeats).
+    clock: crate::clock::ClockOffset,
+    /// The slot delay handed out for (job, epoch, iteration), until its
+    /// report carries it to the service.
+    handed: HashMap<(JobId, u64, u64), f64>,
 }
+
+/// Delays remembered for iterations not yet reported, at most (a process
+/// that asks and never reports cannot grow the map without bound).
+const MAX_HANDED: usize = 4096;
 
 impl State {
     /// Local GPU indices for a job placed here: free ones first, then the
@@ -258,10 +267,35 @@ async fn heartbeats(shared: Arc<Shared>) {
             let s = shared.lock();
             (s.host, s.session, s.heartbeat_s)
         };
-        if let Err(e) = shared.client.heartbeat(host, session).await
-            && !on_stale(&shared, session, &e).await
-        {
-            tracing::warn!("heartbeat: {e}");
+        let sent = crate::clock::host_unix_us();
+        match shared.client.heartbeat(host, session).await {
+            Ok(a) if a.received_unix_us > 0 && a.sent_unix_us > 0 => {
+                let received = crate::clock::host_unix_us();
+                let e = crate::clock::Exchange {
+                    sent,
+                    server_received: a.received_unix_us,
+                    server_sent: a.sent_unix_us,
+                    received,
+                };
+                let mut s = shared.lock();
+                let before = s.clock.estimate();
+                s.clock.record(e);
+                if before.is_none()
+                    && let Some((theta, bound)) = s.clock.estimate()
+                {
+                    tracing::info!(
+                        offset_ms = theta as f64 / 1e3,
+                        within_ms = bound as f64 / 1e3,
+                        "clock offset to the service"
+                    );
+                }
+            }
+            Ok(_) => {}
+            Err(e) => {
+                if !on_stale(&shared, session, &e).await {
+                    tracing::warn!("heartbeat: {e}");
+                }
+            }
         }
         // As often as the service asks (a fifth of its time-out, at most 1 s).
         tokio::time::sleep(Duration::from_secs_f64(if every > 0.0 { every.clamp(0.05, 1.0) } else { 0.5 })).await;
@@ -610,10 +644,11 @@ fn resolve(s: &State, job: &str) -> Option<JobId> {
     job.parse::<JobId>().ok().or_else(|| s.jobs.values().find(|a| a.name == job).map(|a| a.job))
 }
 
-/// Cluster-clock nanoseconds now.
-fn cluster_now_ns(epoch_unix_ms: i64) -> u64 {
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as i128);
-    (now - i128::from(epoch_unix_ms) * 1_000_000).max(0) as u64
+/// Cluster-clock nanoseconds now: this host's clock moved by its offset to
+/// the service's, from the service's epoch.
+fn cluster_now_ns(epoch_unix_ms: i64, offset_us: i64) -> u64 {
+    let now_us = i128::from(crate::clock::host_unix_us()) + i128::from(offset_us);
+    ((now_us - i128::from(epoch_unix_ms) * 1000) * 1000).max(0) as u64
 }
 
 async fn wait(shared: &Shared, job: &str, rank: Option<u32>, epoch: Option<u64>) -> Reply {
@@ -634,7 +669,7 @@ async fn wait(shared: &Shared, job: &str, rank: Option<u32>, epoch: Option<u64>)
                 }
                 if a.status == crate::api::JobStatus::Running {
                     let rank = rank.or_else(|| a.ranks.first().copied()).unwrap_or(0);
-                    let now = cluster_now_ns(s.epoch_unix_ms);
+                    let now = cluster_now_ns(s.epoch_unix_ms, s.clock.offset_us());
                     let applied = s.applied.entry((id, a.epoch, rank)).or_default();
                     let f = &a.in_force;
                     let shift = (f.shift_ms_total - applied.shift_ms).max(0.0);
@@ -647,6 +682,20 @@ async fn wait(shared: &Shared, job: &str, rank: Option<u32>, epoch: Option<u64>)
                     let delay = orrery_policy::slot::start_delay_ns(now, shift, align, pace);
                     let it = s.iteration.entry((id, a.epoch)).or_insert(a.iterations_done);
                     let iteration = *it + 1;
+                    // The timetable (handed out ahead): this iteration's
+                    // earliest start, with `*it` iterations done.
+                    let delay = match &f.timetable {
+                        Some((from, starts_s)) => {
+                            let i = it.checked_sub(*from).and_then(|i| usize::try_from(i).ok());
+                            let start_ns = i.and_then(|i| starts_s.get(i)).map(|t| (t * 1e9).round() as u64);
+                            delay.max(start_ns.map_or(0, |t| t.saturating_sub(now)))
+                        }
+                        None => delay,
+                    };
+                    if s.handed.len() >= MAX_HANDED {
+                        s.handed.clear();
+                    }
+                    s.handed.insert((id, a.epoch, iteration), delay as f64 / 1e6);
                     return Reply::Go {
                         go: true,
                         delay_ms: delay as f64 / 1e6,
@@ -682,7 +731,8 @@ fn report(
 ) -> Reply {
     let mut s = shared.lock();
     let Some(id) = resolve(&s, job) else { return Reply::Error { error: format!("job {job} is not on this node") } };
-    let start_s = (start_unix_ms - s.epoch_unix_ms as f64) / 1e3;
+    // The process timed its start on this host's clock.
+    let start_s = (start_unix_ms + s.clock.offset_us() as f64 / 1e3 - s.epoch_unix_ms as f64) / 1e3;
     let it = s.iteration.entry((id, epoch)).or_default();
     *it = (*it).max(iteration);
     let target = s.jobs.get(&id).map_or(0, |a| a.target_iterations);
@@ -690,7 +740,8 @@ fn report(
     if finished {
         s.done.insert(id);
     }
-    s.reports.push(IterationReport { job: id, epoch, iteration, start_s, duration_ms, comm_ms, done });
+    let delay_ms = s.handed.remove(&(id, epoch, iteration));
+    s.reports.push(IterationReport { job: id, epoch, iteration, start_s, duration_ms, comm_ms, delay_ms, done });
     Reply::Ok { ok: true, done: finished }
 }
 

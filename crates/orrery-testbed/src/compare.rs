@@ -114,12 +114,14 @@ pub struct Row {
     pub hosts: String,
     /// Iteration time alone, per the model, ms.
     pub isolated_ms: f64,
-    /// Iterations measured (without the first).
+    /// Iterations measured per run (without the warm-up).
     pub measured_n: usize,
-    /// Measured mean, ms.
+    /// Measured mean, ms: the median over the runs of each run's mean.
     pub measured_mean_ms: f64,
-    /// Measured p99, ms.
+    /// Measured p99, ms: the median over the runs.
     pub measured_p99_ms: f64,
+    /// Each run's mean, ms, in run order.
+    pub run_means_ms: Vec<f64>,
     /// Simulated mean, ms.
     pub simulated_mean_ms: f64,
     /// Simulated p99, ms.
@@ -130,25 +132,50 @@ pub struct Row {
     pub p99_ratio: f64,
 }
 
-/// The rows of one policy's run.
-pub fn rows(jobs: &[JobSpec], measured: &Measured, simulated: &Simulated) -> Vec<Row> {
+/// Median of a list (NaN when empty; the mean of the middle two for an even
+/// length).
+pub fn median(xs: &[f64]) -> f64 {
+    let mut v: Vec<f64> = xs.to_vec();
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+/// The rows of one policy's runs (one `Measured` per run; the simulator is
+/// deterministic and runs once): the testbed's mean and p99 are the
+/// medians over the runs.
+pub fn rows(jobs: &[JobSpec], runs: &[Measured], simulated: &Simulated) -> Vec<Row> {
+    let policy = runs.first().map(|m| m.policy.clone()).unwrap_or_default();
     jobs.iter()
         .enumerate()
         .map(|(i, spec)| {
-            let m = measured.jobs.iter().find(|j| j.id == spec.id);
-            let mi = m.map(|j| j.iteration_ms.as_slice()).unwrap_or_default();
-            let (mm, mp) = mean_p99(mi);
+            let per_run: Vec<(f64, f64, usize)> = runs
+                .iter()
+                .filter_map(|m| m.jobs.iter().find(|j| j.id == spec.id))
+                .map(|j| {
+                    let (mean, p99) = mean_p99(&j.iteration_ms);
+                    (mean, p99, j.iteration_ms.len())
+                })
+                .collect();
+            let run_means_ms: Vec<f64> = per_run.iter().map(|r| r.0).collect();
+            let mm = median(&run_means_ms);
+            let mp = median(&per_run.iter().map(|r| r.1).collect::<Vec<_>>());
+            let m = runs.first().and_then(|m| m.jobs.iter().find(|j| j.id == spec.id));
             let (sm, sp) = mean_p99(simulated.iteration_ms.get(i).map(Vec::as_slice).unwrap_or_default());
             Row {
-                policy: measured.policy.clone(),
+                policy: policy.clone(),
                 job: spec.id.clone(),
                 hosts: m
                     .map(|j| j.hosts.iter().map(|(h, g)| format!("{h}:{g}")).collect::<Vec<_>>().join(" "))
                     .unwrap_or_default(),
                 isolated_ms: simulated.isolated_ms.get(i).copied().unwrap_or(f64::NAN),
-                measured_n: mi.len(),
+                measured_n: per_run.iter().map(|r| r.2).min().unwrap_or(0),
                 measured_mean_ms: mm,
                 measured_p99_ms: mp,
+                run_means_ms,
                 simulated_mean_ms: sm,
                 simulated_p99_ms: sp,
                 mean_ratio: mm / sm,
@@ -160,18 +187,29 @@ pub fn rows(jobs: &[JobSpec], measured: &Measured, simulated: &Simulated) -> Vec
 
 /// The comparison as a Markdown table.
 pub fn markdown(rows: &[Row]) -> String {
-    let mut s = String::from(
+    let runs = rows.iter().map(|r| r.run_means_ms.len()).max().unwrap_or(0);
+    let mut s = String::new();
+    if runs > 1 {
+        let _ = writeln!(s, "Testbed: median over {runs} runs, with the range of the runs' means.\n");
+    }
+    s.push_str(
         "| policy | job | hosts | alone ms | testbed mean ms | sim mean ms | ratio | testbed p99 ms | sim p99 ms | ratio | iterations |\n|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for r in rows {
+        let lo = r.run_means_ms.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = r.run_means_ms.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let mean = if r.run_means_ms.len() > 1 {
+            format!("{:.1} ({lo:.1}–{hi:.1})", r.measured_mean_ms)
+        } else {
+            format!("{:.1}", r.measured_mean_ms)
+        };
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {:.1} | {:.1} | {:.1} | {:.3} | {:.1} | {:.1} | {:.3} | {} |",
+            "| {} | {} | {} | {:.1} | {mean} | {:.1} | {:.3} | {:.1} | {:.1} | {:.3} | {} |",
             r.policy,
             r.job,
             r.hosts,
             r.isolated_ms,
-            r.measured_mean_ms,
             r.simulated_mean_ms,
             r.mean_ratio,
             r.measured_p99_ms,
@@ -186,12 +224,13 @@ pub fn markdown(rows: &[Row]) -> String {
 /// The comparison as CSV.
 pub fn csv(rows: &[Row]) -> String {
     let mut s = String::from(
-        "policy,job,hosts,isolated_ms,measured_n,measured_mean_ms,measured_p99_ms,simulated_mean_ms,simulated_p99_ms,mean_ratio,p99_ratio\n",
+        "policy,job,hosts,isolated_ms,measured_n,measured_mean_ms,measured_p99_ms,simulated_mean_ms,simulated_p99_ms,mean_ratio,p99_ratio,run_means_ms\n",
     );
     for r in rows {
+        let runs: Vec<String> = r.run_means_ms.iter().map(|m| format!("{m:.3}")).collect();
         let _ = writeln!(
             s,
-            "{},{},{},{:.3},{},{:.3},{:.3},{:.3},{:.3},{:.4},{:.4}",
+            "{},{},{},{:.3},{},{:.3},{:.3},{:.3},{:.3},{:.4},{:.4},{}",
             r.policy,
             r.job,
             r.hosts,
@@ -202,7 +241,8 @@ pub fn csv(rows: &[Row]) -> String {
             r.simulated_mean_ms,
             r.simulated_p99_ms,
             r.mean_ratio,
-            r.p99_ratio
+            r.p99_ratio,
+            runs.join(";")
         );
     }
     s
@@ -263,6 +303,13 @@ pub fn busiest(links: &[LinkSeries]) -> Option<&LinkSeries> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_median_of_runs() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), 2.5);
+        assert!(median(&[]).is_nan());
+    }
 
     #[test]
     fn mean_and_nearest_rank_p99() {

@@ -312,11 +312,15 @@ fn read_cycles(path: &Path, warmup: usize) -> Result<Vec<f64>> {
     if lines.next() != Some(LOG_HEADER) {
         bail!("{}: line 1: expected the header {LOG_HEADER}", path.display());
     }
+    // A worker stopped while writing leaves its last row without its
+    // newline: that row is left out, any other bad row is an error.
+    let complete = if text.ends_with('\n') { usize::MAX } else { text.lines().count().saturating_sub(2) };
     let mut out = Vec::new();
     for (i, line) in lines.enumerate() {
         let cycle = line.rsplit(',').next().and_then(|v| v.parse::<f64>().ok());
         match cycle {
             Some(c) if c.is_finite() => out.push(c),
+            _ if i >= complete => break,
             _ => bail!("{}: line {}: cycle_ms: expected a number in {line:?}", path.display(), i + 2),
         }
     }
@@ -327,4 +331,22 @@ fn read_cycles(path: &Path, warmup: usize) -> Result<Vec<f64>> {
 /// `text` as one single-quoted shell word.
 fn shell_quote(text: &str) -> String {
     format!("'{}'", text.replace('\'', r"'\''"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{LOG_HEADER, read_cycles};
+
+    #[test]
+    fn a_row_cut_short_by_a_stop_is_left_out_and_a_bad_row_is_not() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("w.csv");
+        let rows = "0,0,1,1,1000.0,0.000,200.0,100.0,201.5\n0,0,1,2,1201.5,0.000,200.0,100.0,202.5\n";
+        std::fs::write(&path, format!("{LOG_HEADER}\n{rows}0,0,1,3,1404.0,0.000,241.487,210.359,")).expect("write");
+        assert_eq!(read_cycles(&path, 0).expect("read"), vec![201.5, 202.5]);
+        assert_eq!(read_cycles(&path, 1).expect("read"), vec![202.5]);
+        std::fs::write(&path, format!("{LOG_HEADER}\n0,0,1,1,1000.0,0.000,200.0,100.0,\n{rows}")).expect("write");
+        let e = read_cycles(&path, 0).expect_err("a bad row inside the log");
+        assert!(e.to_string().contains("line 2: cycle_ms"), "{e}");
+    }
 }

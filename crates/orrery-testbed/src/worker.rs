@@ -32,7 +32,7 @@ use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 /// How long a worker waits for a peer (to listen, or to send a step).
 const PEER_TIMEOUT: Duration = Duration::from_secs(120);
@@ -315,8 +315,9 @@ impl Ring {
     }
 }
 
+/// This host's clock, ms (the agent converts to the service's).
 fn unix_ms() -> f64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64() * 1e3)
+    orrery_serve::clock::host_unix_us() as f64 / 1e3
 }
 
 /// What one worker did.
@@ -424,11 +425,13 @@ pub fn run(env: &WorkerEnv, opts: &WorkerOptions) -> Result<WorkerSummary> {
         last_end = Instant::now();
         summary.iterations += 1;
         if let Some(f) = log.as_mut() {
-            writeln!(
-                f,
-                "{},{},{},{iteration},{start:.3},{delay_ms:.3},{duration_ms:.3},{comm_ms:.3},{cycle_ms:.3}",
+            // One write per row, so that a worker stopped meanwhile leaves
+            // whole rows (and at most a last one without its newline).
+            let row = format!(
+                "{},{},{},{iteration},{start:.3},{delay_ms:.3},{duration_ms:.3},{comm_ms:.3},{cycle_ms:.3}\n",
                 env.job, env.rank, env.epoch
-            )?;
+            );
+            f.write_all(row.as_bytes())?;
         }
         let answer = agent.call(&json!({
             "op": "report", "job": env.job.to_string(), "epoch": env.epoch, "iteration": iteration,

@@ -60,6 +60,11 @@ pub struct ScenarioArgs {
     /// Output folder.
     #[arg(long, default_value = "out/testbed")]
     out: PathBuf,
+    /// Run each policy this many times; the testbed's figures are the
+    /// median over the runs, with their range (real TCP varies from run to
+    /// run; the simulator runs once).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
+    runs: u32,
     /// Give up on a policy's run after this many seconds.
     #[arg(long, default_value_t = 600.0, value_parser = crate::numbers::positive)]
     time_limit_s: f64,
@@ -201,39 +206,49 @@ fn scenario(args: &ScenarioArgs, with_sim: bool) -> Result<()> {
     let mut all_rows = Vec::new();
     for policy in &policies {
         let dir = out.join(policy.replace(['/', '+', ':'], "_"));
-        let opts = DriveOptions {
-            fabric: args.fabric.options(),
-            policy: policy.clone(),
-            seed,
-            orrery: orrery.clone(),
-            dir: dir.join("run"),
-            time_limit_s: args.time_limit_s,
-            sample_s: args.sample_s,
-            congestion_control: args.cc.clone(),
-            goodput: args.goodput,
-            warmup: args.warmup,
-        };
-        eprintln!("{policy}: {} jobs on the testbed ({} at {}x)", jobs.len(), topo.name, args.fabric.scale);
-        let measured = runtime.block_on(drive(&topo, &jobs, &pins, &opts, |m| eprintln!("  {m}")))?;
-        compare::write_atomic(&dir.join("measured.json"), &serde_json::to_string_pretty(&measured)?)?;
-        if !with_sim {
-            for j in &measured.jobs {
-                let (mean, p99) = compare::mean_p99(&j.iteration_ms);
-                println!(
-                    "{policy:<16} {:<10} {:<10} mean {mean:>8.1} ms  p99 {p99:>8.1} ms  ({} iterations)",
-                    j.id,
-                    j.status,
-                    j.iteration_ms.len()
-                );
+        let mut runs = Vec::new();
+        for run in 1..=args.runs {
+            // One run in `dir`; several in `dir/run-K`.
+            let run_dir = if args.runs == 1 { dir.clone() } else { dir.join(format!("run-{run}")) };
+            let opts = DriveOptions {
+                fabric: args.fabric.options(),
+                policy: policy.clone(),
+                seed,
+                orrery: orrery.clone(),
+                dir: run_dir.join("run"),
+                time_limit_s: args.time_limit_s,
+                sample_s: args.sample_s,
+                congestion_control: args.cc.clone(),
+                goodput: args.goodput,
+                warmup: args.warmup,
+            };
+            let of = if args.runs > 1 { format!(", run {run} of {}", args.runs) } else { String::new() };
+            eprintln!("{policy}: {} jobs on the testbed ({} at {}x{of})", jobs.len(), topo.name, args.fabric.scale);
+            let measured = runtime.block_on(drive(&topo, &jobs, &pins, &opts, |m| eprintln!("  {m}")))?;
+            compare::write_atomic(&run_dir.join("measured.json"), &serde_json::to_string_pretty(&measured)?)?;
+            if !with_sim {
+                for j in &measured.jobs {
+                    let (mean, p99) = compare::mean_p99(&j.iteration_ms);
+                    println!(
+                        "{policy:<16} {:<10} {:<10} mean {mean:>8.1} ms  p99 {p99:>8.1} ms  ({} iterations{of})",
+                        j.id,
+                        j.status,
+                        j.iteration_ms.len()
+                    );
+                }
             }
+            runs.push(measured);
+        }
+        if !with_sim {
             continue;
         }
         let modelled = compare::derated(&topo, args.goodput).map_err(anyhow::Error::msg)?;
         let simulated = compare::simulate(&modelled, &jobs, &pins, policy, seed, exp.sim.jitter, args.warmup)
             .map_err(anyhow::Error::msg)?;
-        let rows = compare::rows(&jobs, &measured, &simulated);
+        let rows = compare::rows(&jobs, &runs, &simulated);
         compare::write_atomic(&dir.join("simulated.json"), &serde_json::to_string(&simulated)?)?;
-        compare::figures(&dir, &jobs, &measured, &simulated).map_err(anyhow::Error::msg)?;
+        // The figures show the first run.
+        compare::figures(&dir, &jobs, &runs[0], &simulated).map_err(anyhow::Error::msg)?;
         all_rows.extend(rows);
     }
     if with_sim {

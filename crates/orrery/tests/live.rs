@@ -168,6 +168,24 @@ fn agent_offering(server: &Server, name: &str, exec: Option<&str>, offer: &[&str
     Proc(c.spawn().expect("agent starts"))
 }
 
+/// An agent offering the topology's GPUs and NIC, on a host whose clock
+/// runs `skew_ms` ahead of the service's (it and the processes it starts
+/// read `ORRERY_CLOCK_SKEW_MS`).
+fn skewed_agent(server: &Server, name: &str, exec: &str, skew_ms: f64) -> Proc {
+    let mut c = Command::new(BIN);
+    c.args(["agent", "--node", "--name", name, "--exec", exec])
+        .arg("--server")
+        .arg(server.url())
+        .arg("--token")
+        .arg(server.dir.join("agent.token"))
+        .arg("--socket")
+        .arg(server.dir.join(format!("agent-{name}.sock")))
+        .env("RUST_LOG", "warn")
+        .env("ORRERY_CLOCK_SKEW_MS", skew_ms.to_string())
+        .current_dir(repo());
+    Proc(c.spawn().expect("agent starts"))
+}
+
 fn nodes_up(http: &Http, s: &Server, n: usize) {
     let user = s.token("user.token");
     wait_until("agents to register", Duration::from_secs(20), || {
@@ -488,8 +506,11 @@ fn python_training_processes_run_their_iterations_in_the_slots_metronome_paces()
          ORRERY_PRINT_STARTS=1 python3 python/examples/train.py > {out}/job-$ORRERY_JOB-$ORRERY_RANK.out 2>&1"
     );
     let _a0 = agent(&s, "h0", Some(&exec));
-    // h1's agent offers what the topology says (2 GPUs, 50 Gbit/s).
-    let _a1 = agent_offering(&s, "h1", Some(&exec), &[]);
+    // h1's agent offers what the topology says (2 GPUs, 50 Gbit/s), and
+    // h1's clock runs 50 ms ahead of the service's: its agent measures the
+    // offset (NTP over heartbeats), so its slots land where h0's do (50 ms
+    // off, a start after a wait would miss its slot by 50 ms).
+    let _a1 = skewed_agent(&s, "h1", &exec, 50.0);
     nodes_up(&http, &s, 2);
     // A high-priority job, then a low-priority one on the same two hosts.
     let (status, v) = http.call("POST", &format!("{u}/v1/jobs"), Some(&user), Some(job("hi", "vgg16", 60, "high")));
@@ -587,8 +608,13 @@ impl orrery_policy::Policy for Recorder {
         self.decisions.borrow_mut().extend(out.iter().map(|d| (d.clone(), phase_of_first)));
         out
     }
-    fn on_iteration(&mut self, view: &orrery_policy::ClusterView<'_>, job: usize, ms: f64) -> Vec<Decision> {
-        self.inner.on_iteration(view, job, ms)
+    fn on_iteration(
+        &mut self,
+        view: &orrery_policy::ClusterView<'_>,
+        job: usize,
+        it: orrery_policy::Iteration,
+    ) -> Vec<Decision> {
+        self.inner.on_iteration(view, job, it)
     }
     fn observes_iterations(&self) -> bool {
         self.inner.observes_iterations()

@@ -148,6 +148,20 @@ fn repeats(shares: &[f64]) -> Vec<usize> {
     shares.iter().map(|x| ((x * d as f64).round() as usize).max(1)).collect()
 }
 
+/// Steps of the plan a timetable hands out ahead.
+const TIMETABLE_AHEAD: usize = 8;
+
+/// The plan moves for a job that starts late only in its first steps:
+/// start-up (launching processes, connecting rings) is what the model
+/// leaves out; a job late later met contention, and the plan's slack lets
+/// it catch up (moving every job for it would make them all wait).
+const START_UP_STEPS: usize = 3;
+
+/// A job that starts a planned iteration later than this fraction of its
+/// length moves the plan (2%: 2.5 ms on the testbed's 123 ms VGG16 rings,
+/// above the ms a real start wanders).
+const LATE_TOLERANCE: f64 = 0.02;
+
 /// A job with its placement: (id, spec, GPUs per host).
 type PlacedJob<'a> = (JobId, &'a JobSpec, Vec<(HostId, u32)>);
 
@@ -157,6 +171,8 @@ struct Step {
     delay_ms: f64,
     /// Planned start, ms after the plan was made.
     start_ms: f64,
+    /// The iteration's modelled length at its rate, delay excluded, ms.
+    length_ms: f64,
     throttle: Option<f64>,
     /// (flow, ECMP path indices, repeated in proportion to the share).
     routes: Vec<(usize, Vec<usize>)>,
@@ -178,6 +194,17 @@ pub struct Foresight {
     steps: HashMap<JobId, (Vec<Step>, usize)>,
     /// When the current plan was made, s.
     planned_at_s: f64,
+    /// Closed loop (issue 36): the plan's first pass is handed out ahead as
+    /// a `Timetable`, anchored at the jobs' measured start-up (off:
+    /// `+foresight:open-loop`, a `Shift` per iteration after each report).
+    pub closed_loop: bool,
+    /// How far the whole plan has moved later, ms: when a job starts a
+    /// planned iteration late (real jobs start and run later than planned),
+    /// every job's later starts move with it, so that their relative phases,
+    /// which are what the plan is for, hold.
+    anchor_ms: f64,
+    /// Times the closed loop moved the plan.
+    retimings: u64,
     /// Plans tried; no valid schedule; a valid one that does not pay (its
     /// delays cost more than the sharing they avoid); the unrepaired plan
     /// used; routes only, with the baseline's timing.
@@ -203,9 +230,20 @@ impl Foresight {
             net: None,
             steps: HashMap::new(),
             planned_at_s: 0.0,
+            closed_loop: true,
+            anchor_ms: 0.0,
+            retimings: 0,
             outcomes: [0; 5],
             label,
         }
+    }
+
+    /// The paper's open loop: a `Shift` per iteration timed with the
+    /// modelled iteration times (named `…:open-loop`).
+    pub fn open_loop(mut self) -> Self {
+        self.closed_loop = false;
+        self.label.push_str(":open-loop");
+        self
     }
 
     /// Plans the running jobs (plus those being placed now) and returns the
@@ -335,6 +373,7 @@ impl Foresight {
             let step = Step {
                 delay_ms: x.delay_ms,
                 start_ms: x.start_ms,
+                length_ms: profiles[x.job][x.profile].length_ms,
                 throttle: profiles[x.job][x.profile].rate_gbps,
                 routes: step_routes,
             };
@@ -342,7 +381,8 @@ impl Foresight {
         }
         let ids: Vec<JobId> = jobs.iter().map(|j| j.0).collect();
         self.planned_at_s = view.now_s;
-        let first: Vec<Decision> = ids.into_iter().flat_map(|id| self.next(id, None)).collect();
+        self.anchor_ms = 0.0;
+        let first: Vec<Decision> = ids.into_iter().flat_map(|id| self.next(id, None, None)).collect();
         undo.into_iter().chain(first).collect()
     }
 
@@ -408,8 +448,11 @@ impl Foresight {
     /// pass an iteration starts at its planned time: a job ahead of the plan
     /// waits for it, one behind starts at once, so errors of the model do
     /// not pile up as delays. Past the horizon the delays are relative.
-    fn next(&mut self, job: JobId, now_s: Option<f64>) -> Vec<Decision> {
+    /// `done`: iterations the job has done, so its next iteration begins
+    /// with that many done (the timetable's first entry).
+    fn next(&mut self, job: JobId, now_s: Option<f64>, done: Option<u64>) -> Vec<Decision> {
         let planned_at_s = self.planned_at_s;
+        let (closed_loop, anchor_ms) = (self.closed_loop, self.anchor_ms);
         let Some((steps, k)) = self.steps.get_mut(&job) else { return Vec::new() };
         if steps.is_empty() {
             return Vec::new();
@@ -422,15 +465,51 @@ impl Foresight {
             Some(now) if *k > 0 && *k < steps.len() => (planned_at_s * 1e3 + step.start_ms - now * 1e3).max(0.0),
             _ => step.delay_ms,
         };
-        *k += 1;
         let mut out = vec![Decision::Throttle { job, gbps: step.throttle }];
         for (flow, paths) in &step.routes {
             out.push(Decision::Route { job, flow: *flow, paths: paths.clone() });
         }
-        if delay_ms > 0.0 {
+        // Closed loop, in the first pass: this step and the next ones as a
+        // timetable (the driver holds each iteration to its start even when
+        // this decision reaches it late).
+        let timed = closed_loop && now_s.is_some() && done.is_some() && *k > 0 && *k < steps.len();
+        if timed {
+            let starts_s: Vec<f64> = steps[*k..steps.len().min(*k + TIMETABLE_AHEAD)]
+                .iter()
+                .map(|st| planned_at_s + (anchor_ms + st.start_ms) / 1e3)
+                .collect();
+            let from_iteration = done.unwrap_or(0);
+            out.push(Decision::Timetable { job, from_iteration, starts_s });
+        } else if closed_loop && *k == steps.len() && steps.len() > 1 {
+            // The first pass is over: relative delays from here on.
+            out.push(Decision::Timetable { job, from_iteration: 0, starts_s: Vec::new() });
+        }
+        *k += 1;
+        if !timed && delay_ms > 0.0 {
             out.push(Decision::Shift { job, ms: delay_ms });
         }
         out
+    }
+
+    /// Closed loop, after the iteration that ran a step of the first pass:
+    /// when one of its first [`START_UP_STEPS`] started more than
+    /// [`LATE_TOLERANCE`] of its length after its planned time, the whole
+    /// plan moves later by as much (`anchor_ms`). O(1).
+    fn measure(&mut self, job: JobId, started_s: Option<f64>) {
+        let Some((steps, k)) = self.steps.get(&job) else { return };
+        // The iteration that ended ran step k − 1 (within the first pass).
+        let Some(step) = k.checked_sub(1).and_then(|i| steps.get(i)) else { return };
+        if *k > steps.len() || step.length_ms <= 0.0 {
+            return;
+        }
+        if let Some(start_s) = started_s.filter(|_| *k <= START_UP_STEPS) {
+            let planned_s = self.planned_at_s + (self.anchor_ms + step.start_ms) / 1e3;
+            let late_ms = (start_s - planned_s) * 1e3;
+            if late_ms > LATE_TOLERANCE * step.length_ms {
+                self.anchor_ms += late_ms;
+                self.retimings += 1;
+            }
+        }
     }
 }
 
@@ -473,13 +552,16 @@ impl Policy for Foresight {
 
     /// The inner policy's controller first (a CASSINI re-alignment), then
     /// the job's next planned step.
-    fn on_iteration(&mut self, view: &ClusterView<'_>, job: JobId, iteration_ms: f64) -> Vec<Decision> {
-        let mut out = if self.inner.observes_iterations() {
-            self.inner.on_iteration(view, job, iteration_ms)
-        } else {
-            Vec::new()
-        };
-        out.extend(self.next(job, Some(view.now_s)));
+    fn on_iteration(&mut self, view: &ClusterView<'_>, job: JobId, it: crate::Iteration) -> Vec<Decision> {
+        let mut out =
+            if self.inner.observes_iterations() { self.inner.on_iteration(view, job, it) } else { Vec::new() };
+        if self.closed_loop {
+            let started_s = view.running.iter().find(|r| r.id == job).map(|r| r.iteration_start_s);
+            self.measure(job, started_s);
+        }
+        // Its next iteration begins with this many iterations done.
+        let done = view.running.iter().find(|r| r.id == job).map(|r| r.iterations_done);
+        out.extend(self.next(job, Some(view.now_s), done));
         out
     }
 
@@ -508,6 +590,9 @@ impl Policy for Foresight {
             ("unrepaired_plan_used", unrepaired),
             ("routes_only", routes_only),
         ]);
+        if self.closed_loop {
+            out.push(("plan_retimings", self.retimings as f64));
+        }
         out
     }
 }

@@ -61,6 +61,7 @@ impl Simulation<'_> {
             && j.solo_streak >= 2
             && j.pending_shift_ms == 0.0
             && j.pending_align.is_none()
+            && j.timetable.is_none()
             && !j.pause_requested
             && j.last_seg_ns.len() == j.shape.segments.len()
             && j.iterations_done < j.target_iterations

@@ -189,6 +189,9 @@ pub struct JobState {
     pending_align: Option<(u64, u64)>,
     /// TDM slots every iteration starts in: (period, offset), ns.
     pace: Option<(u64, u64)>,
+    /// A [`Decision::Timetable`]: iterations done at its first entry, and
+    /// the earliest starts, ns.
+    timetable: Option<(u64, Vec<u64>)>,
     pause_requested: bool,
     throttle_gbps: Option<f64>,
     rng: ChaCha8Rng,
@@ -405,6 +408,7 @@ impl<'a> Simulation<'a> {
                 pending_shift_ms: 0.0,
                 pending_align: None,
                 pace: None,
+                timetable: None,
                 pause_requested: false,
                 throttle_gbps: None,
                 rng,
@@ -742,6 +746,7 @@ impl<'a> Simulation<'a> {
             | Decision::Shift { job, .. }
             | Decision::Align { job, .. }
             | Decision::Pace { job, .. }
+            | Decision::Timetable { job, .. }
             | Decision::Pause { job }
             | Decision::Throttle { job, .. }
             | Decision::Route { job, .. } = d
@@ -795,6 +800,16 @@ impl<'a> Simulation<'a> {
                 Decision::Pace { job, period_ms, offset_s } if self.is_active(job) && offset_s.is_finite() => {
                     self.jobs[job].pace = (period_ms > 0.0 && period_ms.is_finite())
                         .then(|| ((period_ms * 1e6).round() as u64, (offset_s.max(0.0) * NS).round() as u64));
+                    self.jobs[job].shifts += 1;
+                    self.restart_unbegun_iteration(job);
+                }
+                Decision::Timetable { job, from_iteration, starts_s }
+                    if self.is_active(job)
+                        && starts_s.len() <= orrery_policy::slot::MAX_TIMETABLE
+                        && starts_s.iter().all(|t| t.is_finite()) =>
+                {
+                    self.jobs[job].timetable = (!starts_s.is_empty())
+                        .then(|| (from_iteration, starts_s.iter().map(|t| (t.max(0.0) * NS).round() as u64).collect()));
                     self.jobs[job].shifts += 1;
                     self.restart_unbegun_iteration(job);
                 }
@@ -1048,6 +1063,7 @@ impl<'a> Simulation<'a> {
         j.count_run_until(self.now);
         j.hosts.clear();
         j.pace = None;
+        j.timetable = None;
         j.epoch += 1;
         j.pending_flows = 0;
     }
@@ -1075,6 +1091,12 @@ impl<'a> Simulation<'a> {
         j.segment = 0;
         let shift = std::mem::take(&mut j.pending_shift_ms);
         let delay = orrery_policy::slot::start_delay_ns(now, shift, j.pending_align.take(), j.pace);
+        let delay = match &j.timetable {
+            Some((from, starts)) => {
+                delay.max(orrery_policy::slot::timetable_wait_ns(now, j.iterations_done, *from, starts))
+            }
+            None => delay,
+        };
         j.iter_delay_ns = delay;
         let epoch = j.epoch;
         self.push(now + delay, Event::IterationStart(job, epoch));
@@ -1332,11 +1354,12 @@ impl<'a> Simulation<'a> {
         // the view is O(jobs), too much for every iteration of every job otherwise).
         if self.observes {
             self.advance_skips();
+            let waited_ms = self.jobs[job].iter_delay_ns as f64 / 1e6;
             let decisions = {
                 let (queue, running) = self.view();
                 let view =
                     ClusterView { now_s: now as f64 / NS, topology: self.topo, free_gpus: &self.free, queue, running };
-                policy.on_iteration(&view, job, ms)
+                policy.on_iteration(&view, job, orrery_policy::Iteration { ms, waited_ms })
             };
             if !decisions.is_empty() {
                 self.apply(decisions, policy);
