@@ -759,16 +759,19 @@ impl Policy for Metronome {
 }
 
 impl Metronome {
-    /// Closed loop (issue 36): when `job` is a reference of paced jobs, its
-    /// measured period ([`PeriodEstimate`] over its iteration times,
-    /// leaving out slow ones and any it waited in) over its modelled one
-    /// scales each partner's slot period and shift on
-    /// the unified circle, and its latest start anchors their phase. A
-    /// partner is re-paced only when its slot period is off by more than
-    /// [`PERIOD_TOLERANCE`] or its phase by more than [`PHASE_TOLERANCE`]:
-    /// in the simulator without jitter the reference runs its modelled
-    /// period and nothing changes. O(paced jobs) per iteration, plus the
-    /// estimate's O(w log w).
+    /// Closed loop (issue 36), after an iteration of `job`, when it is the
+    /// reference of paced jobs. Its measured iteration time
+    /// ([`PeriodEstimate`]; slow iterations and any it waited in left out)
+    /// over its modelled one scales each partner's slot period and shift on
+    /// the unified circle when that moves the period by more than
+    /// [`PERIOD_TOLERANCE`]. A partner paced at the reference's own period
+    /// is also re-anchored at the reference's latest start when its phase
+    /// is more than [`PHASE_TOLERANCE`] off; before there is an estimate
+    /// (every iteration slow: the slots put the partner into the
+    /// reference's communication) only that phase follows. In the
+    /// simulator without jitter the reference runs its modelled period and
+    /// nothing changes. O(paced jobs) per iteration, plus the estimate's
+    /// O(w log w).
     fn follow_reference(&mut self, view: &ClusterView<'_>, job: JobId, it: Iteration) -> Vec<Decision> {
         if !self.watched.values().any(|w| w.reference == job) {
             self.tracks.remove(&job);
@@ -783,7 +786,10 @@ impl Metronome {
         let slow = it.ms > self.thresholds.slow_factor * model_ms;
         let track = self.tracks.entry(job).or_default();
         track.observe(it.ms, slow || it.waited_ms > 0.0);
-        let Some(measured_ms) = track.period_ms() else { return Vec::new() };
+        // Without an estimate yet (every iteration slow: the slots put the
+        // partners into the reference's communication), the slots keep
+        // their period and only their phase follows the reference.
+        let measured_ms = track.period_ms();
         // (Partners still running: one that ended since the last round is
         // still watched until then.)
         let mut partners: Vec<JobId> = self
@@ -799,7 +805,7 @@ impl Metronome {
             if w.ref_model_ms <= 0.0 {
                 continue;
             }
-            let scale = measured_ms / w.ref_model_ms;
+            let scale = measured_ms.map_or(w.period_ms / w.model_period_ms, |m| m / w.ref_model_ms);
             let period_ms = w.model_period_ms * scale;
             // A job paced at the reference's own period keeps a phase to
             // it: where the slots in force put the reference's start,
@@ -1069,20 +1075,25 @@ mod tests {
 
     #[test]
     fn slots_follow_the_reference_s_measured_period_and_phase() {
-        // "hi" really runs 4% over its modelled period. After three
-        // measured iterations (the estimate's minimum) the slots are re-timed
-        // once: period 1.04 × the model's, anchored at the reference's
-        // latest start plus the shift scaled alike; then they hold.
+        // "hi" really runs 4% over its modelled period, from its 30th
+        // iteration on: 30 × 4% = 1.2 periods later than the slots say.
         let mut m = Metronome::default();
         let (model_ms, paces) = reference_runs_long(&mut m, 1.04, 20);
-        assert_eq!(paces.len(), 1, "{paces:?}");
+        assert_eq!(paces.len(), 2, "{paces:?}");
+        let start = |i: f64| 4.9 + i * 1.04 * model_ms / 1e3;
+        // First, with no estimate yet, only the phase: the slot keeps its
+        // period and is re-anchored at the reference's start (0.2 of a
+        // period off, over the 5% tolerance).
         let (period_ms, offset_s) = paces[0];
+        assert_eq!(period_ms, model_ms);
+        assert!((start(30.0)..start(30.0) + period_ms / 1e3).contains(&offset_s), "{offset_s}");
+        // After three measured iterations (the estimate's minimum) the
+        // period too: 1.04 × the model's, anchored at that iteration's
+        // start plus the shift scaled alike; then they hold.
+        let (period_ms, offset_s) = paces[1];
         assert!((period_ms / model_ms - 1.04).abs() < 1e-9, "{period_ms} against {model_ms}");
-        // Re-timed after the third iteration (the estimate's minimum), at
-        // that iteration's start.
-        let start_s = 4.9 + 32.0 * 1.04 * model_ms / 1e3;
-        assert!((start_s..start_s + period_ms / 1e3).contains(&offset_s), "{offset_s} after {start_s}");
-        assert_eq!(m.retimings, 1);
+        assert!((start(32.0)..start(32.0) + period_ms / 1e3).contains(&offset_s), "{offset_s}");
+        assert_eq!(m.retimings, 2);
         // The paper's open loop keeps the modelled slot.
         let mut open = Metronome { closed_loop: false, ..Metronome::default() };
         assert!(reference_runs_long(&mut open, 1.04, 20).1.is_empty());

@@ -76,6 +76,17 @@ pub struct AgentOptions {
     pub shape_dev: Option<String>,
     /// Rates on the device are the topology's times this (the testbed's scale).
     pub rate_scale: f64,
+    /// This host's clock runs this much ahead of the wall clock, ms, on top
+    /// of `ORRERY_CLOCK_SKEW_MS` (the testbed's agents share one process);
+    /// its processes are started with the sum in `ORRERY_CLOCK_SKEW_MS`.
+    pub clock_skew_ms: f64,
+}
+
+impl AgentOptions {
+    /// This host's clock, µs since the Unix epoch.
+    fn host_unix_us(&self) -> i64 {
+        crate::clock::host_unix_us() + (self.clock_skew_ms * 1e3) as i64
+    }
 }
 
 /// One worker's progress through the decisions in force.
@@ -267,10 +278,10 @@ async fn heartbeats(shared: Arc<Shared>) {
             let s = shared.lock();
             (s.host, s.session, s.heartbeat_s)
         };
-        let sent = crate::clock::host_unix_us();
+        let sent = shared.opts.host_unix_us();
         match shared.client.heartbeat(host, session).await {
             Ok(a) if a.received_unix_us > 0 && a.sent_unix_us > 0 => {
-                let received = crate::clock::host_unix_us();
+                let received = shared.opts.host_unix_us();
                 let e = crate::clock::Exchange {
                     sent,
                     server_received: a.received_unix_us,
@@ -505,6 +516,10 @@ fn launch(opts: &AgentOptions, s: &State, a: &Assignment, cmd: &str, gpus: &[usi
             .env("ORRERY_SHAPE", serde_json::to_string(&a.shape).unwrap_or_default())
             .env("CUDA_VISIBLE_DEVICES", mine.join(","))
             .kill_on_drop(true);
+        if opts.clock_skew_ms != 0.0 {
+            let inherited = std::env::var(crate::clock::SKEW_VAR).ok().and_then(|v| v.trim().parse::<f64>().ok());
+            c.env(crate::clock::SKEW_VAR, (inherited.unwrap_or(0.0) + opts.clock_skew_ms).to_string());
+        }
         match c.spawn() {
             Ok(child) => out.push(child),
             Err(e) => tracing::error!(job = a.job, rank, "starting `{cmd}`: {e}"),
@@ -644,10 +659,10 @@ fn resolve(s: &State, job: &str) -> Option<JobId> {
     job.parse::<JobId>().ok().or_else(|| s.jobs.values().find(|a| a.name == job).map(|a| a.job))
 }
 
-/// Cluster-clock nanoseconds now: this host's clock moved by its offset to
-/// the service's, from the service's epoch.
-fn cluster_now_ns(epoch_unix_ms: i64, offset_us: i64) -> u64 {
-    let now_us = i128::from(crate::clock::host_unix_us()) + i128::from(offset_us);
+/// Cluster-clock nanoseconds now: this host's clock (`host_us`) moved by
+/// its offset to the service's, from the service's epoch.
+fn cluster_now_ns(host_us: i64, epoch_unix_ms: i64, offset_us: i64) -> u64 {
+    let now_us = i128::from(host_us) + i128::from(offset_us);
     ((now_us - i128::from(epoch_unix_ms) * 1000) * 1000).max(0) as u64
 }
 
@@ -669,7 +684,7 @@ async fn wait(shared: &Shared, job: &str, rank: Option<u32>, epoch: Option<u64>)
                 }
                 if a.status == crate::api::JobStatus::Running {
                     let rank = rank.or_else(|| a.ranks.first().copied()).unwrap_or(0);
-                    let now = cluster_now_ns(s.epoch_unix_ms, s.clock.offset_us());
+                    let now = cluster_now_ns(shared.opts.host_unix_us(), s.epoch_unix_ms, s.clock.offset_us());
                     let applied = s.applied.entry((id, a.epoch, rank)).or_default();
                     let f = &a.in_force;
                     let shift = (f.shift_ms_total - applied.shift_ms).max(0.0);

@@ -43,6 +43,11 @@ pub struct DriveOptions {
     /// byte on the wire, [`crate::compare::TCP_GOODPUT`]; 1 models frames as
     /// payload). The fabric is shaped at the full rate.
     pub goodput: f64,
+    /// Workers compute this many times the model's time (1: the model).
+    pub compute_stretch: f64,
+    /// Every other host's clock (odd host indices) runs this much ahead of
+    /// the service's, ms.
+    pub clock_skew_ms: f64,
 }
 
 /// One job as the testbed ran it.
@@ -59,6 +64,8 @@ pub struct MeasuredJob {
     /// Rank 0's iteration times (end to end, slot delays included), ms,
     /// after the warm-up iterations.
     pub iteration_ms: Vec<f64>,
+    /// Rank 0's communication time in each of those iterations, ms.
+    pub comm_ms: Vec<f64>,
     /// Submission to the end, s.
     pub jct_s: Option<f64>,
 }
@@ -148,17 +155,19 @@ pub async fn drive(
             nic_gbps: modelled.host_nic_gbps(h),
             socket: opts.dir.join(format!("agent-{h}.sock")),
             exec: Some(format!(
-                "exec {} worker --scale {} --log-dir {} --cc {}",
+                "exec {} worker --scale {} --log-dir {} --cc {} --compute-stretch {}",
                 shell_quote(&opts.orrery.display().to_string()),
                 opts.fabric.scale,
                 shell_quote(&logs.display().to_string()),
-                shell_quote(&opts.congestion_control)
+                shell_quote(&opts.congestion_control),
+                opts.compute_stretch
             )),
             poll_s: 20.0,
             data_addr: Some(fabric.host_addrs[h].into()),
             netns: Some(fabric.host_netns(h).to_string()),
             shape_dev: Some(HOST_DEV.to_string()),
             rate_scale: opts.fabric.scale,
+            clock_skew_ms: if h % 2 == 1 { opts.clock_skew_ms } else { 0.0 },
         };
         let mut stop = stop_rx.clone();
         agents.push(tokio::spawn(orrery_serve::node_agent::run_until(agent, async move {
@@ -178,9 +187,9 @@ pub async fn drive(
     let mut measured = Vec::new();
     for spec in jobs {
         let info = by_spec.get(spec.id.as_str());
-        let iteration_ms = match info {
-            Some(j) => read_cycles(&logs.join(log_name(j.id as u64, 0)), opts.warmup)?,
-            None => Vec::new(),
+        let (iteration_ms, comm_ms) = match info {
+            Some(j) => read_cycles(&logs.join(log_name(j.id as u64, 0)), opts.warmup)?.into_iter().unzip(),
+            None => (Vec::new(), Vec::new()),
         };
         measured.push(MeasuredJob {
             id: spec.id.clone(),
@@ -188,6 +197,7 @@ pub async fn drive(
             hosts: placements.get(&spec.id).cloned().unwrap_or_default(),
             isolated_ms: info.map_or(0.0, |j| j.period_ms),
             iteration_ms,
+            comm_ms,
             jct_s: info.and_then(|j| j.ended_s.map(|e| e - j.submitted_s)),
         });
     }
@@ -302,8 +312,9 @@ fn link_series(topo: &Topology, fabric: &Fabric, samples: &Samples) -> Vec<LinkS
     out
 }
 
-/// Iteration times (`cycle_ms`) from a worker's log, without the first `warmup`.
-fn read_cycles(path: &Path, warmup: usize) -> Result<Vec<f64>> {
+/// Iteration and communication times (`cycle_ms`, `comm_ms`) from a
+/// worker's log, without the first `warmup`.
+fn read_cycles(path: &Path, warmup: usize) -> Result<Vec<(f64, f64)>> {
     if !path.exists() {
         return Ok(Vec::new());
     }
@@ -317,11 +328,13 @@ fn read_cycles(path: &Path, warmup: usize) -> Result<Vec<f64>> {
     let complete = if text.ends_with('\n') { usize::MAX } else { text.lines().count().saturating_sub(2) };
     let mut out = Vec::new();
     for (i, line) in lines.enumerate() {
-        let cycle = line.rsplit(',').next().and_then(|v| v.parse::<f64>().ok());
-        match cycle {
-            Some(c) if c.is_finite() => out.push(c),
+        let mut fields = line.rsplit(',');
+        let cycle = fields.next().and_then(|v| v.parse::<f64>().ok());
+        let comm = fields.next().and_then(|v| v.parse::<f64>().ok());
+        match (cycle, comm) {
+            (Some(c), Some(m)) if c.is_finite() && m.is_finite() => out.push((c, m)),
             _ if i >= complete => break,
-            _ => bail!("{}: line {}: cycle_ms: expected a number in {line:?}", path.display(), i + 2),
+            _ => bail!("{}: line {}: cycle_ms and comm_ms: expected numbers in {line:?}", path.display(), i + 2),
         }
     }
     out.drain(..warmup.min(out.len()));
@@ -343,10 +356,10 @@ mod tests {
         let path = dir.path().join("w.csv");
         let rows = "0,0,1,1,1000.0,0.000,200.0,100.0,201.5\n0,0,1,2,1201.5,0.000,200.0,100.0,202.5\n";
         std::fs::write(&path, format!("{LOG_HEADER}\n{rows}0,0,1,3,1404.0,0.000,241.487,210.359,")).expect("write");
-        assert_eq!(read_cycles(&path, 0).expect("read"), vec![201.5, 202.5]);
-        assert_eq!(read_cycles(&path, 1).expect("read"), vec![202.5]);
+        assert_eq!(read_cycles(&path, 0).expect("read"), vec![(201.5, 100.0), (202.5, 100.0)]);
+        assert_eq!(read_cycles(&path, 1).expect("read"), vec![(202.5, 100.0)]);
         std::fs::write(&path, format!("{LOG_HEADER}\n0,0,1,1,1000.0,0.000,200.0,100.0,\n{rows}")).expect("write");
         let e = read_cycles(&path, 0).expect_err("a bad row inside the log");
-        assert!(e.to_string().contains("line 2: cycle_ms"), "{e}");
+        assert!(e.to_string().contains("line 2: cycle_ms and comm_ms"), "{e}");
     }
 }

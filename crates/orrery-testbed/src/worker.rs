@@ -117,6 +117,8 @@ pub struct WorkerOptions {
     pub log_dir: Option<PathBuf>,
     /// TCP congestion control of its connections (None: the system's).
     pub congestion_control: Option<String>,
+    /// Compute sleeps this many times the shape's time (1: the model).
+    pub compute_stretch: f64,
 }
 
 /// The agent's local protocol, blocking.
@@ -334,6 +336,9 @@ pub fn run(env: &WorkerEnv, opts: &WorkerOptions) -> Result<WorkerSummary> {
     if !(opts.scale.is_finite() && opts.scale > 0.0) {
         bail!("--scale: expected a positive factor, found {}", opts.scale);
     }
+    if !(opts.compute_stretch.is_finite() && opts.compute_stretch > 0.0) {
+        bail!("--compute-stretch: expected a positive factor, found {}", opts.compute_stretch);
+    }
     let n = env.addrs.len();
     let mut agent = Agent::connect(&env.socket)?;
     let needs_ring = n > 1
@@ -397,7 +402,9 @@ pub fn run(env: &WorkerEnv, opts: &WorkerOptions) -> Result<WorkerSummary> {
         let mut comm_ms = 0.0;
         for seg in &env.shape.segments {
             match *seg {
-                Segment::Compute { ms } => std::thread::sleep(Duration::from_secs_f64(ms.max(0.0) / 1e3)),
+                Segment::Compute { ms } => {
+                    std::thread::sleep(Duration::from_secs_f64(ms.max(0.0) * opts.compute_stretch / 1e3))
+                }
                 Segment::Comm { collective, payload_bytes, hosts, .. } => {
                     let c0 = Instant::now();
                     let steps = match collective {

@@ -327,6 +327,7 @@ pub fn node_agent(args: &NodeArgs) -> Result<()> {
         netns: args.netns.clone(),
         shape_dev: args.shape_dev.clone(),
         rate_scale: args.rate_scale,
+        clock_skew_ms: 0.0,
     };
     runtime()?.block_on(orrery_serve::node_agent::run(opts))
 }

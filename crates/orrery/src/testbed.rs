@@ -74,6 +74,14 @@ pub struct ScenarioArgs {
     /// TCP congestion control of the workers' connections (cubic, reno, bbr).
     #[arg(long, default_value = "cubic")]
     cc: String,
+    /// Workers compute this many times the model's time: real iterations
+    /// longer than modelled, as closed-loop timing must absorb.
+    #[arg(long, default_value_t = 1.0, value_parser = crate::numbers::positive)]
+    compute_stretch: f64,
+    /// Every other host's clock (h1, h3, ...) runs this much ahead of the
+    /// service's, ms: agents must measure the offset.
+    #[arg(long, default_value_t = 0.0)]
+    clock_skew_ms: f64,
     /// The policy and the simulator model links at this fraction of their
     /// rate: TCP payload per byte on the wire (1448/1514 at MTU 1500); 1
     /// models the shaped rate as payload.
@@ -156,6 +164,10 @@ pub struct WorkerArgs {
     /// TCP congestion control of its connections (default: the system's).
     #[arg(long)]
     cc: Option<String>,
+    /// Compute takes this many times the model's (real iterations that run
+    /// longer than modelled, for tests of closed-loop timing).
+    #[arg(long, default_value_t = 1.0, value_parser = crate::numbers::positive)]
+    compute_stretch: f64,
 }
 
 /// `orrery worker`.
@@ -167,6 +179,7 @@ pub fn worker(args: &WorkerArgs) -> Result<()> {
         scale: args.scale,
         log_dir: args.log_dir.clone(),
         congestion_control: args.cc.clone(),
+        compute_stretch: args.compute_stretch,
     };
     let s = orrery_testbed::worker::run(&env, &opts)?;
     eprintln!("orrery worker: job {} rank {}: {} iterations, {}", env.job, env.rank, s.iterations, s.stopped);
@@ -221,6 +234,8 @@ fn scenario(args: &ScenarioArgs, with_sim: bool) -> Result<()> {
                 congestion_control: args.cc.clone(),
                 goodput: args.goodput,
                 warmup: args.warmup,
+                compute_stretch: args.compute_stretch,
+                clock_skew_ms: args.clock_skew_ms,
             };
             let of = if args.runs > 1 { format!(", run {run} of {}", args.runs) } else { String::new() };
             eprintln!("{policy}: {} jobs on the testbed ({} at {}x{of})", jobs.len(), topo.name, args.fabric.scale);

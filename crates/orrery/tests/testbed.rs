@@ -2,8 +2,9 @@
 //! uplink) on network namespaces with tc-shaped links at 1/100 of the rate,
 //! driven by the live service, node agents and `orrery worker` processes
 //! running a real TCP ring all-reduce; then the same scenario in the
-//! simulator. Needs root; where namespaces cannot be made it says why and
-//! passes without running.
+//! simulator. Real iterations run 5% longer than modelled and half the
+//! hosts' clocks are 50 ms ahead. Needs root; where namespaces cannot be
+//! made it says why and passes without running.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -53,6 +54,9 @@ fn cassinis_pair_on_real_tcp_against_the_simulator() {
         .args(["testbed", "compare"])
         .arg(repo().join("experiments/cassini-pair.toml"))
         .args(["--iterations", "40", "--warmup", "8", "--prefix", &prefix, "--time-limit-s", "120"])
+        // Real iterations 5% longer than modelled in their compute, and h1's
+        // and h3's clocks 50 ms ahead of the service's (issue 36).
+        .args(["--compute-stretch", "1.05", "--clock-skew-ms", "50"])
         .arg("--out")
         .arg(out.path())
         .status()
@@ -70,12 +74,11 @@ fn cassinis_pair_on_real_tcp_against_the_simulator() {
     for job in ["a", "b"] {
         // Shifted, the rings interleave on real TCP as in the model: the
         // simulator's mean iteration time (~355 ms, the time alone with
-        // TCP/IP headers counted) is within 15% of the measured one.
+        // TCP/IP headers counted) is within 15% of the measured one (whose
+        // compute runs 5% longer: ~3% of the iteration).
         let (measured, simulated, alone) = get("pinned+cassini", job);
         assert!((simulated - alone).abs() < 0.01 * alone, "shifted {job}: simulated {simulated} vs alone {alone}");
-        // Up to 15% over: the shift is timed open loop, so the rings drift
-        // back into each other's phase now and then (1.10 in one run of
-        // six on this 2-core machine; issue 36 closes the loop).
+        // Up to 15% over: a re-alignment waits up to a period now and then.
         let ratio = measured / simulated;
         assert!(
             (0.97..1.15).contains(&ratio),
@@ -91,6 +94,26 @@ fn cassinis_pair_on_real_tcp_against_the_simulator() {
         assert!(
             measured > 0.97 * alone && measured < 1.08 * simulated,
             "unshifted {job}: testbed {measured:.1} ms; alone {alone:.1}, simulator {simulated:.1}"
+        );
+    }
+    // Shifted, the rings stay apart: fewer than 10% of iterations' all-reduce
+    // takes over 1.4 times the run's median (a collision doubles it).
+    let measured_of = |policy: &str| -> serde_json::Value {
+        let path = out.path().join(policy.replace('+', "_")).join("measured.json");
+        serde_json::from_str(&std::fs::read_to_string(path).expect("measured.json")).expect("json")
+    };
+    for job in measured_of("pinned+cassini")["jobs"].as_array().expect("jobs") {
+        let mut comm: Vec<f64> =
+            job["comm_ms"].as_array().expect("comm_ms").iter().filter_map(|v| v.as_f64()).collect();
+        assert!(comm.len() >= 30, "{job}");
+        comm.sort_by(f64::total_cmp);
+        let median = comm[comm.len() / 2];
+        let collided = comm.iter().filter(|&&c| c > 1.4 * median).count();
+        assert!(
+            (collided as f64) < 0.1 * comm.len() as f64,
+            "job {}: {collided} of {} iterations collided (median all-reduce {median:.1} ms)",
+            job["id"],
+            comm.len()
         );
     }
     // The shift never costs the pair more than noise, and gains when the
