@@ -255,13 +255,17 @@ impl Foresight {
         let mut undo: Vec<Decision> = Vec::new();
         for (&id, (steps, _)) in self.steps.iter().filter(|(id, _)| running.contains(id)) {
             undo.push(Decision::Throttle { job: id, gbps: None });
+            if self.closed_loop {
+                // The old plan's starts no longer hold.
+                undo.push(Decision::Timetable { job: id, from_iteration: 0, starts_s: Vec::new() });
+            }
             let mut flows: Vec<usize> = steps.iter().flat_map(|s| s.routes.iter().map(|r| r.0)).collect();
             flows.sort_unstable();
             flows.dedup();
             undo.extend(flows.into_iter().map(|flow| Decision::Route { job: id, flow, paths: Vec::new() }));
         }
         undo.sort_by_key(|d| match d {
-            Decision::Throttle { job, .. } | Decision::Route { job, .. } => *job,
+            Decision::Throttle { job, .. } | Decision::Route { job, .. } | Decision::Timetable { job, .. } => *job,
             _ => 0,
         });
         self.steps.clear();
