@@ -987,29 +987,42 @@ mod tests {
         assert!(aligned[0].1 >= 4.9);
     }
 
-    /// The two rings of `only_the_low_priority_newcomer_is_aligned`; then
-    /// the low-priority one runs `factor` over its slot for twelve
-    /// iterations. The slot period, and the controller's answers to the
-    /// first six and the next six.
-    fn slow_after_pacing(m: &mut Metronome, factor: f64) -> (f64, Vec<Decision>, Vec<Decision>) {
-        let t = two_racks_of_two();
-        let mut high = JobSpec::new("hi", "vgg16", 64, 2, Work::Iterations(100), 0.0);
+    const PAIR_HOSTS: [(HostId, u32); 2] = [(0, 1), (2, 1)];
+
+    /// The two rings of `only_the_low_priority_newcomer_is_aligned`, each
+    /// `iterations` long: "hi" (high priority) and "lo".
+    fn ring_pair(iterations: u64) -> (Topology, JobSpec, JobSpec) {
+        let mut high = JobSpec::new("hi", "vgg16", 64, 2, Work::Iterations(iterations), 0.0);
         high.priority = Priority::High;
-        let low = JobSpec::new("lo", "vgg16", 64, 2, Work::Iterations(100), 0.0);
-        let hosts = [(0usize, 1u32), (2, 1)];
-        let running_high = RunningJob { iteration_start_s: 4.9, ..RunningJob::new(0, &high, &hosts) };
+        let low = JobSpec::new("lo", "vgg16", 64, 2, Work::Iterations(iterations), 0.0);
+        (two_racks_of_two(), high, low)
+    }
+
+    /// "lo" arrives at 5 s while "hi" runs (its iteration began at 4.9 s) on
+    /// the same hosts: the slot period Metronome paces "lo" at.
+    fn pace_low(m: &mut Metronome, t: &Topology, high: &JobSpec, low: &JobSpec) -> f64 {
         let view = ClusterView {
             now_s: 5.0,
-            topology: &t,
+            topology: t,
             free_gpus: &[1, 0, 1, 0],
-            queue: vec![QueuedJob::new(1, &low, 0.0)],
-            running: vec![running_high.clone()],
+            queue: vec![QueuedJob::new(1, low, 0.0)],
+            running: vec![RunningJob { iteration_start_s: 4.9, ..RunningJob::new(0, high, &PAIR_HOSTS) }],
         };
         let d = m.schedule(&view);
-        let Some(&Decision::Pace { period_ms, .. }) = d.iter().find(|d| matches!(d, Decision::Pace { job: 1, .. }))
-        else {
-            panic!("paced: {d:?}")
-        };
+        match d.iter().find(|d| matches!(d, Decision::Pace { job: 1, .. })) {
+            Some(&Decision::Pace { period_ms, .. }) => period_ms,
+            _ => panic!("paced: {d:?}"),
+        }
+    }
+
+    /// `ring_pair` paced; then the low-priority one runs `factor` over its
+    /// slot for twelve iterations. The slot period, and the controller's
+    /// answers to the first six and the next six.
+    fn slow_after_pacing(m: &mut Metronome, factor: f64) -> (f64, Vec<Decision>, Vec<Decision>) {
+        let (t, high, low) = ring_pair(100);
+        let hosts = PAIR_HOSTS;
+        let period_ms = pace_low(m, &t, &high, &low);
+        let running_high = RunningJob { iteration_start_s: 4.9, ..RunningJob::new(0, &high, &hosts) };
         let view = ClusterView {
             now_s: 20.0,
             topology: &t,
@@ -1027,29 +1040,14 @@ mod tests {
         (period_ms, first, second)
     }
 
-    /// Paces "lo" against "hi" as in `slow_after_pacing`, then "hi" runs
+    /// `ring_pair` paced; then "hi" runs
     /// `stretch` times its modelled period for `iterations` iterations,
     /// from its 30th. The slot period, and every Pace the policy sends meanwhile
     /// (slot period, offset).
     fn reference_runs_long(m: &mut Metronome, stretch: f64, iterations: u64) -> (f64, Vec<(f64, f64)>) {
-        let t = two_racks_of_two();
-        let mut high = JobSpec::new("hi", "vgg16", 64, 2, Work::Iterations(1000), 0.0);
-        high.priority = Priority::High;
-        let low = JobSpec::new("lo", "vgg16", 64, 2, Work::Iterations(1000), 0.0);
-        let hosts = [(0usize, 1u32), (2, 1)];
-        let running_high = RunningJob { iteration_start_s: 4.9, ..RunningJob::new(0, &high, &hosts) };
-        let view = ClusterView {
-            now_s: 5.0,
-            topology: &t,
-            free_gpus: &[1, 0, 1, 0],
-            queue: vec![QueuedJob::new(1, &low, 0.0)],
-            running: vec![running_high],
-        };
-        let d = m.schedule(&view);
-        let Some(&Decision::Pace { period_ms, .. }) = d.iter().find(|d| matches!(d, Decision::Pace { job: 1, .. }))
-        else {
-            panic!("paced: {d:?}")
-        };
+        let (t, high, low) = ring_pair(1000);
+        let hosts = PAIR_HOSTS;
+        let period_ms = pace_low(m, &t, &high, &low);
         let mut paces = Vec::new();
         for i in 0..iterations {
             // Iteration 30 + i of a reference that started at 4.9 s.

@@ -151,6 +151,20 @@ fn agent(server: &Server, name: &str, exec: Option<&str>) -> Proc {
 /// An agent with its own `--gpus`/`--nic-gbps` flags (none: the topology's,
 /// as a Kubernetes DaemonSet's agents register).
 fn agent_offering(server: &Server, name: &str, exec: Option<&str>, offer: &[&str]) -> Proc {
+    Proc(agent_command(server, name, exec, offer).spawn().expect("agent starts"))
+}
+
+/// An agent offering the topology's GPUs and NIC, on a host whose clock
+/// runs `skew_ms` ahead of the service's (it and the processes it starts
+/// read `ORRERY_CLOCK_SKEW_MS`).
+fn skewed_agent(server: &Server, name: &str, exec: &str, skew_ms: f64) -> Proc {
+    let mut c = agent_command(server, name, Some(exec), &[]);
+    c.env("ORRERY_CLOCK_SKEW_MS", skew_ms.to_string());
+    Proc(c.spawn().expect("agent starts"))
+}
+
+/// `orrery agent --node` for `name` against `server`.
+fn agent_command(server: &Server, name: &str, exec: Option<&str>, offer: &[&str]) -> Command {
     let mut c = Command::new(BIN);
     c.args(["agent", "--node", "--name", name])
         .args(offer)
@@ -165,25 +179,7 @@ fn agent_offering(server: &Server, name: &str, exec: Option<&str>, offer: &[&str
     if let Some(e) = exec {
         c.args(["--exec", e]);
     }
-    Proc(c.spawn().expect("agent starts"))
-}
-
-/// An agent offering the topology's GPUs and NIC, on a host whose clock
-/// runs `skew_ms` ahead of the service's (it and the processes it starts
-/// read `ORRERY_CLOCK_SKEW_MS`).
-fn skewed_agent(server: &Server, name: &str, exec: &str, skew_ms: f64) -> Proc {
-    let mut c = Command::new(BIN);
-    c.args(["agent", "--node", "--name", name, "--exec", exec])
-        .arg("--server")
-        .arg(server.url())
-        .arg("--token")
-        .arg(server.dir.join("agent.token"))
-        .arg("--socket")
-        .arg(server.dir.join(format!("agent-{name}.sock")))
-        .env("RUST_LOG", "warn")
-        .env("ORRERY_CLOCK_SKEW_MS", skew_ms.to_string())
-        .current_dir(repo());
-    Proc(c.spawn().expect("agent starts"))
+    c
 }
 
 fn nodes_up(http: &Http, s: &Server, n: usize) {
