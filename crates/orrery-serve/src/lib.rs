@@ -22,7 +22,11 @@
 //! * `Align` / `Pace`: the agent starts the next (Align) or every (Pace)
 //!   iteration in its slot on the cluster clock (`epoch_unix_ms` + offset),
 //!   with [`orrery_policy::slot::start_delay_ns`], the function the simulator
-//!   uses.
+//!   uses. The cluster clock is the service's: each agent measures its
+//!   host's offset to it ([`clock`]).
+//! * `Timetable`: the agent holds each listed iteration until its start
+//!   ([`orrery_policy::slot::timetable_wait_ns`]; FORESIGHT's plan, handed
+//!   out ahead so that it holds although decisions arrive an iteration late).
 //! * `Pause` / `Resume`: the agent holds the job's next iteration until resumed.
 //! * `Throttle`: the cap reaches the training process through its agent
 //!   (`throttle_gbps` in its slot answer); shaping with tc is the testbed's.
@@ -32,8 +36,9 @@
 //! Architecture: [`ledger`] is the state with no I/O (replayable from the
 //! log); [`store`] is SQLite; [`core`] the one thread that owns both and the
 //! policy, with group commit; [`http`] the axum API; [`auth`] the tokens;
-//! [`api`] the JSON both ends share; [`client`] the HTTP client and
-//! [`node_agent`] the agent that enforces decisions on a node.
+//! [`api`] the JSON both ends share; [`client`] the HTTP client,
+//! [`clock`] host clocks against the service's, and [`node_agent`] the
+//! agent that enforces decisions on a node.
 
 pub mod api;
 pub mod auth;
