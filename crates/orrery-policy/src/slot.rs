@@ -37,6 +37,12 @@ pub fn start_delay_ns(now_ns: u64, shift_ms: f64, align: Option<(u64, u64)>, pac
 /// Most entries a timetable may hold (a policy hands out the next few).
 pub const MAX_TIMETABLE: usize = 4096;
 
+/// Whether a `Decision::Timetable`'s starts are valid, in both drivers:
+/// finite and at most [`MAX_TIMETABLE`] of them. O(entries).
+pub fn timetable_is_valid(starts_s: &[f64]) -> bool {
+    starts_s.len() <= MAX_TIMETABLE && starts_s.iter().all(|t| t.is_finite())
+}
+
 /// Nanoseconds from `now_ns` until the iteration begun with `done`
 /// iterations done may start under a timetable (`Decision::Timetable`):
 /// until its listed start, or 0 when it is not listed or already due. The

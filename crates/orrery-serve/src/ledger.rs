@@ -410,10 +410,7 @@ impl Ledger {
                 true
             }
             Decision::Timetable { job, from_iteration, starts_s } => {
-                if !active(self, *job)
-                    || starts_s.len() > orrery_policy::slot::MAX_TIMETABLE
-                    || !starts_s.iter().all(|t| t.is_finite())
-                {
+                if !active(self, *job) || !orrery_policy::slot::timetable_is_valid(starts_s) {
                     return false;
                 }
                 self.jobs[*job].in_force.timetable =

@@ -804,9 +804,7 @@ impl<'a> Simulation<'a> {
                     self.restart_unbegun_iteration(job);
                 }
                 Decision::Timetable { job, from_iteration, starts_s }
-                    if self.is_active(job)
-                        && starts_s.len() <= orrery_policy::slot::MAX_TIMETABLE
-                        && starts_s.iter().all(|t| t.is_finite()) =>
+                    if self.is_active(job) && orrery_policy::slot::timetable_is_valid(&starts_s) =>
                 {
                     self.jobs[job].timetable = (!starts_s.is_empty())
                         .then(|| (from_iteration, starts_s.iter().map(|t| (t.max(0.0) * NS).round() as u64).collect()));
