@@ -36,11 +36,26 @@ fn policies() -> Vec<String> {
     }
     out.push("themis+cassini+foresight".into());
     out.extend(
-        ["themis+cassini", "tiresias/random+cassini", "plebiscito:sgf", "plebiscito:tetris:unaware"].map(String::from),
+        [
+            "themis+cassini",
+            "themis+cassini:paper",
+            "tiresias/random+cassini",
+            "plebiscito:sgf",
+            "plebiscito:tetris:unaware",
+        ]
+        .map(String::from),
     );
     out.extend(
-        ["orrery", "orrery-no-share", "orrery-no-bandwidth", "orrery-no-interleave", "orrery-no-routes"]
-            .map(String::from),
+        [
+            "orrery",
+            "orrery-no-share",
+            "orrery-no-bandwidth",
+            "orrery-no-interleave",
+            "orrery-no-routes",
+            "orrery-no-size",
+            "orrery-no-bandwidth-no-size",
+        ]
+        .map(String::from),
     );
     out.sort();
     out.dedup();

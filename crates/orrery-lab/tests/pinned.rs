@@ -180,3 +180,50 @@ fn cassini_fig_11_short() {
         Layout::Wide
     ));
 }
+
+#[test]
+fn benchmark_network_short() {
+    // docs/results.md "The combined policy where the network matters",
+    // short: seed 1, load 1.5, the first 50 jobs.
+    let mut e = load("benchmark-network");
+    keep_scenarios(&mut e, &["load=1.5"]);
+    e.seeds.truncate(1);
+    e.workload.jobs = Some(50);
+    let keep = ["themis", "themis+cassini", "pollux", "sjf+foresight", "orrery", "orrery-no-share", "orrery-no-size"];
+    e.policies.retain(|p| keep.contains(&p.as_str()));
+    e.baseline = Some("themis".into());
+    insta::assert_snapshot!(pinned(
+        &e,
+        &[
+            "mean JCT (s)=metrics.avg_jct_s",
+            "p99 JCT (s)=metrics.p99_jct_s",
+            "high-priority slowdown=by_priority.high.avg_slowdown:3",
+            "shrunk=counters.shrunk_starts:0",
+            "shared=counters.shared_starts:0"
+        ],
+        Layout::Long
+    ));
+}
+
+#[test]
+fn benchmark_philly_short() {
+    // docs/results.md "The combined policy on a shared benchmark", short:
+    // seed 1, load 1, 60 of Philly's sample.
+    let mut e = load("benchmark");
+    keep_scenarios(&mut e, &["load=1"]);
+    e.seeds.truncate(1);
+    e.workload.jobs = Some(60);
+    let keep = ["themis", "pollux", "orrery", "orrery-no-share", "orrery-no-size"];
+    e.policies.retain(|p| keep.contains(&p.as_str()));
+    e.baseline = Some("themis".into());
+    insta::assert_snapshot!(pinned(
+        &e,
+        &[
+            "mean JCT (s)=metrics.avg_jct_s",
+            "p99 JCT (s)=metrics.p99_jct_s",
+            "high-priority slowdown=by_priority.high.avg_slowdown:3",
+            "low-priority slowdown=by_priority.low.avg_slowdown:3"
+        ],
+        Layout::Long
+    ));
+}

@@ -8,6 +8,16 @@
 //! shares a link is aligned to it on a common clock. A job whose iteration runs
 //! more than 5% over its time alone is re-aligned (§5.7).
 //!
+//! **Ranking (orrery's rule, issue 38).** Alg. 2 ranks candidates by
+//! compatibility alone, so a random candidate that crosses more racks than
+//! the host scheduler's can win, and its cross-rack traffic then loads the
+//! oversubscribed uplinks for every later job (on a 3:1 fabric of 1-GPU
+//! hosts, `themis+cassini` ran 3-5% longer than `themis`). Here candidates
+//! rank first by the fabric links (switch to switch) they cross, then by
+//! compatibility: CASSINI chooses among placements no less local than the
+//! host scheduler's. [`Rank::Compatibility`] (`+cassini:paper`) is the
+//! paper's ranking.
+//!
 //! Simplification: the 5% rule watches iteration times, not the start of the
 //! communication phase, which the policy does not see.
 
@@ -45,6 +55,8 @@ pub struct Cassini {
     referenced: HashMap<JobId, u32>,
     /// What happens to a job none of whose candidates is loop-free.
     pub on_loop: OnLoop,
+    /// How candidates are ranked.
+    pub rank: Rank,
     /// Jobs started outside the Affinity graph ([`OnLoop::RunUnaligned`]).
     unaligned: HashSet<JobId>,
 }
@@ -62,6 +74,33 @@ pub enum OnLoop {
     /// An idle GPU costs more than an unaligned job, and one loop would
     /// otherwise keep every later job that touches it waiting.
     RunUnaligned,
+}
+
+/// How Alg. 2 ranks candidate placements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rank {
+    /// CASSINI's: by mean compatibility; the host scheduler's choice wins ties.
+    Compatibility,
+    /// orrery's: by the fabric links the candidate crosses (fewer first),
+    /// then by compatibility, then the host scheduler's choice.
+    LocalityFirst,
+}
+
+/// Fabric (switch-to-switch) links a job's traffic crosses: its cross-rack
+/// traffic, which oversubscribed uplinks carry. 0 for a job that sends
+/// nothing. O(links of the job).
+fn fabric_links(view: &ClusterView<'_>, net: &Net<'_>) -> usize {
+    if net.placed.shape.network_ms() <= 0.0 {
+        return 0;
+    }
+    let hosts = view.topology.hosts.len();
+    net.links
+        .iter()
+        .filter(|&&l| {
+            let link = &view.topology.links[l];
+            link.from >= hosts && link.to >= hosts
+        })
+        .count()
 }
 
 /// How a job was aligned, to re-align it the same way later.
@@ -95,6 +134,7 @@ impl Cassini {
             readjustments: 0,
             referenced: HashMap::new(),
             on_loop: OnLoop::Wait,
+            rank: Rank::LocalityFirst,
             unaligned: HashSet::new(),
         }
     }
@@ -143,8 +183,9 @@ fn net<'a>(view: &ClusterView<'_>, id: JobId, spec: &'a JobSpec, hosts: &[(HostI
     Some(Net { id, spec, placed, links })
 }
 
-/// A candidate placement with its mean compatibility.
+/// A candidate placement with its fabric links and mean compatibility.
 struct Ranked<'a> {
+    fabric: usize,
     score: f64,
     hosts: Vec<(HostId, u32)>,
     net: Net<'a>,
@@ -215,7 +256,8 @@ fn score(view: &ClusterView<'_>, jobs: &[Net<'_>]) -> Scored {
 
 impl Policy for Cassini {
     fn name(&self) -> String {
-        format!("{}+cassini", self.inner.name())
+        let paper = if self.rank == Rank::Compatibility { ":paper" } else { "" };
+        format!("{}+cassini{paper}", self.inner.name())
     }
 
     fn schedule(&mut self, view: &ClusterView<'_>) -> Vec<Decision> {
@@ -281,16 +323,22 @@ impl Policy for Cassini {
                     candidates.push(c);
                 }
             }
-            // Alg. 2: rank loop-free candidates by mean compatibility; the host
-            // scheduler's own choice wins ties.
+            // Alg. 2: rank loop-free candidates (by fabric links crossed, then)
+            // by mean compatibility; the host scheduler's own choice wins ties.
             let mut best: Option<Ranked<'_>> = None;
             for c in candidates {
                 let Some(candidate) = net(view, job, spec, &c) else { continue };
+                let fabric = if self.rank == Rank::LocalityFirst { fabric_links(view, &candidate) } else { 0 };
+                if best.as_ref().is_some_and(|b| fabric > b.fabric) {
+                    continue; // less local than the best so far: not scored
+                }
                 jobs.push(candidate);
                 let s = score(view, &jobs);
                 let candidate = jobs.pop().expect("just pushed");
-                if s.loop_free && best.as_ref().is_none_or(|b| s.mean_score > b.score + 1e-9) {
-                    best = Some(Ranked { score: s.mean_score, hosts: c, net: candidate });
+                let better =
+                    |b: &Ranked<'_>| fabric < b.fabric || (fabric == b.fabric && s.mean_score > b.score + 1e-9);
+                if s.loop_free && best.as_ref().is_none_or(better) {
+                    best = Some(Ranked { fabric, score: s.mean_score, hosts: c, net: candidate });
                 }
             }
             let Some(Ranked { hosts, net: chosen, .. }) = best else {
@@ -539,6 +587,50 @@ mod tests {
         let ended = ClusterView { queue: Vec::new(), ..view };
         assert!(orrery.schedule(&ended).is_empty());
         assert!(orrery.unaligned.is_empty());
+    }
+
+    #[test]
+    fn a_more_compatible_candidate_that_crosses_racks_loses_to_a_local_one() {
+        // Three racks of two 2-GPU hosts under one spine. A VGG19 ring runs
+        // on hosts 0 and 1 (rack 0). The host scheduler puts a second VGG19
+        // ring beside it on the same two hosts: no fabric link, but it shares
+        // both hosts' links with A, and two VGG19 rings (55% of an iteration
+        // on the network) cannot interleave fully. Free GPUs on hosts 2
+        // (rack 1) and 4 (rack 2) give a candidate that shares no link at
+        // all, through the spine: compatibility prefers it, locality does not.
+        let t = LeafSpine::with_oversubscription(3, 2, 1, 2, "a100", 50.0, 1.0).build("t").expect("valid");
+        let a = JobSpec::new("a", "vgg19", 32, 2, Work::Iterations(1000), 0.0);
+        let c = JobSpec::new("c", "vgg19", 32, 2, Work::Iterations(1000), 0.0);
+        let ha = [(0, 1), (1, 1)];
+        let view = ClusterView {
+            now_s: 1.0,
+            topology: &t,
+            free_gpus: &[1, 1, 1, 0, 1, 0],
+            queue: vec![QueuedJob::new(1, &c, 0.0)],
+            running: vec![running(0, &a, &ha)],
+        };
+        let local = net(&view, 1, &c, &ha).expect("placeable");
+        let across = net(&view, 1, &c, &[(2, 1), (4, 1)]).expect("placeable");
+        assert_eq!((fabric_links(&view, &local), fabric_links(&view, &across)), (0, 4));
+        let with_a = |n: Net<'_>| score(&view, &[net(&view, 0, &a, &ha).expect("placeable"), n]).mean_score;
+        let (local_score, across_score) = (with_a(local), with_a(across));
+        assert!(local_score < 0.99 && across_score == 1.0, "{local_score} {across_score}");
+        let decide = |rank: Rank| {
+            let mut cassini = Cassini::new(Box::new(Propose(ha.to_vec())), 3);
+            cassini.candidates = 30; // every pair of the four free hosts is drawn
+            cassini.rank = rank;
+            cassini.schedule(&view)
+        };
+        let placed = |d: &[Decision]| match d {
+            [Decision::Place { hosts, .. }, ..] => {
+                let mut h: Vec<HostId> = hosts.iter().map(|x| x.0).collect();
+                h.sort();
+                h
+            }
+            other => panic!("expected a placement, found {other:?}"),
+        };
+        assert_eq!(placed(&decide(Rank::Compatibility)), [2, 4], "the paper's ranking crosses the spine");
+        assert_eq!(placed(&decide(Rank::LocalityFirst)), [0, 1], "orrery's keeps the host scheduler's rack");
     }
 
     /// Proposes for the i-th queued job the i-th placement.

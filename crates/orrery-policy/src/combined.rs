@@ -1,27 +1,43 @@
-//! `orrery`: the five papers' decisions in one scheduler (issue 19), built
-//! from the parts the single-paper policies use, each of which can be
-//! switched off by name for ablations (`orrery-no-share`,
-//! `orrery-no-bandwidth-no-routes`, ...).
+//! `orrery`: the five papers' decisions in one scheduler (issues 19, 38),
+//! built from the parts the single-paper policies use. Each part acts only
+//! where its predicted benefit is positive, judged per job and per round
+//! from what the policy sees, and each can be switched off by name for
+//! ablations (`orrery-no-share`, `orrery-no-bandwidth-no-routes`, ...).
 //!
 //! A round, from the inside out:
-//! 1. **Order and sharing** (Castor, [`crate::castor::colocate::Colocator`]): waiting
+//! 1. **Order** (Castor, [`crate::castor::colocate::Colocator`]): waiting
 //!    jobs by expected remaining time (SJF-BSBF, backfilling), high-priority
-//!    jobs first (Metronome's classes); a job that
-//!    free GPUs cannot hold shares a running job's GPUs when Theorem 1 says
-//!    it pays (Algorithms 1–2).
-//! 2. **Placement on free GPUs** (Plebiscito, [`crate::plebiscito::Bidding`]):
-//!    each worker to the host with the highest bandwidth-aware SGF bid
-//!    (Eq. 9, α = 0.5), the centralised greedy its Theorem 1 compares the
-//!    auction with. SGF is Plebiscito's best utility on our runs
-//!    (docs/results.md).
-//! 3. **Interleaving** (CASSINI, [`crate::cassini::Cassini`], with
-//!    Metronome's priorities): Alg. 2 ranks the placement above and 9 random
-//!    ones by link compatibility; one time-shift per job from the Affinity
-//!    graph, traversed from the highest-priority job, which is never moved
-//!    (Metronome Eq. 16); a job drifting more than 5% is re-aligned.
-//! 4. **Routes** (FORESIGHT, [`crate::foresight::policy::Foresight`]): on a
-//!    fabric of several spines, cross-rack flows are spread over spines by
-//!    edge colouring.
+//!    jobs first (Metronome's classes). SJF was chosen from evidence: on
+//!    benchmark-network `sjf` beats `themis` and `tiresias` on mean JCT; on
+//!    Philly `themis` wins at load 1.5 (docs/results.md).
+//! 2. **Size** (Pollux's goodput, part `size`): a job the free GPUs cannot
+//!    hold starts now on fewer when, by its iteration time on that many GPUs
+//!    and Pollux's statistical efficiency, it would end before waiting for
+//!    the next free GPUs (the running jobs' remaining times) and running at
+//!    its request.
+//! 3. **Sharing** (Castor, part `share`): otherwise it shares a running
+//!    job's GPUs when Theorem 1 says the pair ends sooner together than if
+//!    the newcomer waits for the next free GPUs. The paper compares with
+//!    waiting for *that partner*, which on Philly shared where free GPUs
+//!    came back much sooner and slowed low-priority jobs 1.3-2x.
+//! 4. **Placement** (Plebiscito, part `bandwidth`, [`BidsWhenLoaded`]):
+//!    consolidated first fit, unless that placement sends traffic over a
+//!    link running jobs already load; then the bandwidth-aware SGF bids
+//!    (Eq. 9, alpha = 0.5), the centralised greedy its Theorem 1 compares
+//!    the auction with. On an idle fabric bids only fragment the cluster.
+//! 5. **Interleaving** (CASSINI, [`crate::cassini::Cassini`], with
+//!    Metronome's priorities, part `interleave`): one time-shift per job from
+//!    the Affinity graph, traversed from the highest-priority job, which is
+//!    never moved (Metronome Eq. 16); only jobs that share a link get one,
+//!    and a job drifting more than 5% is re-aligned. With the bids on,
+//!    CASSINI shifts the host scheduler's placement and draws no random
+//!    candidates (one network-aware placement at a time; its random
+//!    candidates cost 8-10% mean JCT on benchmark-network). Without them it
+//!    ranks 10 candidates, the less local ones last.
+//! 6. **Routes** (FORESIGHT, [`crate::foresight::policy::Foresight`], part
+//!    `routes`): on a fabric of several spines, cross-rack flows are spread
+//!    over spines by edge colouring; flows that stay in a rack are not
+//!    touched.
 //!
 //! Where two ideas conflict, the rule and why:
 //! - *A FORESIGHT delay against a CASSINI/Metronome shift*: the shift wins.
@@ -45,17 +61,24 @@
 //!   (load 1, seed 1): mean queueing time 7,849 s, against 141 s with it
 //!   (docs/results.md).
 //!
-//! Per round: the Colocator's O(Q log Q + Q·(H + R log R)), the bids'
-//! O(W·H) per job of W workers, CASSINI's 10 candidates each scored on the
-//! links they share, and FORESIGHT's colouring of the flows crossing racks
-//! when the set of running jobs changes.
+//! Per round: the Colocator's O(Q log Q + Q·(H + R log R)) plus O(n) sizes
+//! per job that does not fit, the loaded links' O(Σ links of the running
+//! jobs) and the bids' O(W·H) per job whose first fit crosses them,
+//! CASSINI's candidates each scored on the links they share, and
+//! FORESIGHT's colouring of the flows crossing racks when the set of
+//! running jobs changes.
 
+use crate::baseline::consolidated;
 use crate::cassini::{Cassini, OnLoop};
 use crate::castor::colocate::{Colocator, Rule};
 use crate::foresight::policy::{Foresight, Mode};
+use crate::placement::{Hosts, Placement, capped};
 use crate::plebiscito::Bidding;
 use crate::{ClusterView, Decision, JobId, Policy};
+use orrery_model::placed::place;
+use orrery_model::{HostId, JobSpec, LinkId};
 use orrery_plebiscito::utility::Utility;
+use std::collections::HashSet;
 
 /// The parts, by the name that switches each off (`orrery-no-<part>`), with
 /// what each does.
@@ -67,6 +90,10 @@ pub const PARTS: &[(&str, &str)] = &[
         "CASSINI candidates and time-shifts, the highest-priority job as reference (Metronome Eq. 16), 5% drift rule",
     ),
     ("routes", "FORESIGHT: spines by edge colouring (routes only; without interleave, its delays and throttles too)"),
+    (
+        "size",
+        "Pollux's goodput: a job that free GPUs cannot hold starts on fewer when that ends sooner than waiting for the next free GPUs",
+    ),
 ];
 
 /// Which parts run.
@@ -80,11 +107,13 @@ pub struct Parts {
     pub interleave: bool,
     /// FORESIGHT's routes.
     pub routes: bool,
+    /// Pollux's goodput-aware sizing at the start.
+    pub size: bool,
 }
 
 impl Parts {
     /// Every part on.
-    pub const ALL: Parts = Parts { share: true, bandwidth: true, interleave: true, routes: true };
+    pub const ALL: Parts = Parts { share: true, bandwidth: true, interleave: true, routes: true, size: true };
 
     /// `orrery` or `orrery-no-<part>[-no-<part>...]`, parts as in [`PARTS`].
     pub fn parse(name: &str) -> Option<Parts> {
@@ -110,6 +139,7 @@ impl Parts {
             "share" => &mut self.share,
             "bandwidth" => &mut self.bandwidth,
             "interleave" => &mut self.interleave,
+            "size" => &mut self.size,
             _ => &mut self.routes,
         }
     }
@@ -147,13 +177,22 @@ impl Combined {
         let mut host = Colocator::new(Rule::Bsbf);
         host.share = parts.share;
         host.spare_high_priority = true;
+        host.next_free = true;
+        host.shrink = parts.size;
         if parts.bandwidth {
-            host.placement = Some(Box::new(Bidding::aware(Utility::Sgf)));
+            host.placement = Some(Box::new(BidsWhenLoaded::default()));
         }
         let mut inner: Box<dyn Policy> = Box::new(host);
         if parts.interleave {
             let mut cassini = Cassini::new(inner, seed ^ 0xCA55);
             cassini.on_loop = OnLoop::RunUnaligned;
+            // One network-aware placement at a time: with the bids on,
+            // CASSINI shifts the host scheduler's choice and draws no random
+            // candidates (they cost 8-10% mean JCT on benchmark-network,
+            // seed 1, docs/results.md).
+            if parts.bandwidth {
+                cassini.candidates = 1;
+            }
             inner = Box::new(cassini);
         }
         if parts.routes {
@@ -203,6 +242,86 @@ impl Policy for Combined {
     }
 }
 
+/// Plebiscito's bandwidth-aware bids where they can pay, consolidated first
+/// fit elsewhere (issue 38): a job goes where consolidated first fit puts it
+/// unless that placement sends traffic over a link that running jobs (or
+/// jobs placed earlier in the round) already load; then the bids choose.
+/// Bids spread workers to hosts with spare bandwidth, which on an idle
+/// fabric only fragments the cluster (`plebiscito:sgf` on Philly:
+/// docs/results.md). Per round O(Σ links of the running jobs); per job
+/// O(links of its placement) plus the bids' O(W·H) when they are asked.
+#[derive(Default)]
+pub struct BidsWhenLoaded {
+    bids: Option<Bidding>,
+    /// Links carrying some job's traffic this round.
+    loaded: HashSet<LinkId>,
+}
+
+impl BidsWhenLoaded {
+    fn bids(&mut self) -> &mut Bidding {
+        self.bids.get_or_insert_with(|| Bidding::aware(Utility::Sgf))
+    }
+
+    /// Adds the links `spec` on `hosts` may send over.
+    fn load(&mut self, view: &ClusterView<'_>, spec: &JobSpec, hosts: &[(HostId, u32)]) {
+        self.loaded.extend(links_of(view, spec, hosts));
+    }
+
+    /// Whether `spec` on `hosts` would send over a loaded link.
+    fn crosses_load(&self, view: &ClusterView<'_>, spec: &JobSpec, hosts: &[(HostId, u32)]) -> bool {
+        links_of(view, spec, hosts).iter().any(|l| self.loaded.contains(l))
+    }
+}
+
+/// Every link `spec` on `hosts` may send over: all equal-cost paths of its
+/// transfers (which spine ECMP or FORESIGHT's routes pick is not known
+/// here); none for a job that sends nothing. O(transfers × path length).
+fn links_of(view: &ClusterView<'_>, spec: &JobSpec, hosts: &[(HostId, u32)]) -> Vec<LinkId> {
+    let Some(p) = place(view.topology, spec, hosts).filter(|p| p.shape.network_ms() > 0.0) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for seg in &p.shape.segments {
+        let orrery_model::Segment::Comm { collective, payload_bytes, .. } = *seg else { continue };
+        for (src, dst, _) in orrery_model::placed::transfers(&p.workers, collective, payload_bytes) {
+            if src != dst {
+                for path in view.topology.shared_paths(src, dst).iter() {
+                    out.extend_from_slice(path);
+                }
+            }
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+impl Placement for BidsWhenLoaded {
+    fn name(&self) -> &'static str {
+        "bids-when-loaded"
+    }
+
+    fn prepare(&mut self, view: &ClusterView<'_>, leaving: &[JobId]) {
+        self.bids().prepare(view, leaving);
+        self.loaded.clear();
+        for r in view.running.iter().filter(|r| !r.paused && !leaving.contains(&r.id)) {
+            self.load(view, r.spec, r.hosts);
+        }
+    }
+
+    fn place(&mut self, view: &ClusterView<'_>, rack_of: &[usize], free: &[u32], spec: &JobSpec) -> Option<Hosts> {
+        match consolidated(view, rack_of, &capped(free, spec), spec.gpus()) {
+            Some(hosts) if !self.crosses_load(view, spec, &hosts) => Some(hosts),
+            first_fit => self.bids().place(view, rack_of, free, spec).or(first_fit),
+        }
+    }
+
+    fn commit(&mut self, view: &ClusterView<'_>, spec: &JobSpec, hosts: &[(HostId, u32)]) {
+        self.bids().commit(view, spec, hosts);
+        self.load(view, spec, hosts);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -216,7 +335,7 @@ mod tests {
         assert_eq!(Parts::parse("orrery"), Some(Parts::ALL));
         let p = Parts::parse("orrery-no-share-no-routes").expect("parses");
         assert_eq!(p, Parts { share: false, routes: false, ..Parts::ALL });
-        assert_eq!(p.running(), ["bandwidth", "interleave"]);
+        assert_eq!(p.running(), ["bandwidth", "interleave", "size"]);
         // Canonical order in the reported name.
         assert_eq!(
             Parts::parse("orrery-no-routes-no-share").map(Parts::name).as_deref(),
@@ -225,12 +344,54 @@ mod tests {
         for bad in ["orrery-no-share-no-share", "orrery-no-gpus", "orrery-", "orrery-no-sharex", "orreryx"] {
             assert_eq!(Parts::parse(bad), None, "{bad}");
         }
-        for bits in 0..16u8 {
-            let p =
-                Parts { share: bits & 1 > 0, bandwidth: bits & 2 > 0, interleave: bits & 4 > 0, routes: bits & 8 > 0 };
+        for bits in 0..32u8 {
+            let p = Parts {
+                share: bits & 1 > 0,
+                bandwidth: bits & 2 > 0,
+                interleave: bits & 4 > 0,
+                routes: bits & 8 > 0,
+                size: bits & 16 > 0,
+            };
             assert_eq!(Parts::parse(&p.name()), Some(p));
             assert_eq!(Combined::new(p, 0).name(), p.name());
         }
+    }
+
+    #[test]
+    fn bids_place_only_where_first_fit_would_cross_a_loaded_link() {
+        // Three racks of two 2-GPU hosts. Free: one GPU on each of hosts 0
+        // and 1 (rack 0) and on host 4 (rack 2). First fit takes rack 0.
+        let t = LeafSpine::with_oversubscription(3, 2, 1, 2, "a100", 50.0, 1.0).build("t").expect("valid");
+        let x = JobSpec::new("x", "vgg19", 32, 2, Work::Iterations(1000), 0.0);
+        let c = JobSpec::new("c", "vgg19", 32, 2, Work::Iterations(1000), 0.0);
+        let free = [1u32, 1, 0, 0, 1, 0];
+        let rack_of = crate::baseline::racks(&ClusterView {
+            now_s: 0.0,
+            topology: &t,
+            free_gpus: &free,
+            queue: Vec::new(),
+            running: Vec::new(),
+        });
+        let choose = |running: Vec<RunningJob<'_>>| {
+            let view = ClusterView { now_s: 0.0, topology: &t, free_gpus: &free, queue: Vec::new(), running };
+            let mut p = BidsWhenLoaded::default();
+            p.prepare(&view, &[]);
+            let chosen = p.place(&view, &rack_of, &free, &c);
+            let mut bids = Bidding::aware(Utility::Sgf);
+            bids.prepare(&view, &[]);
+            (chosen, bids.place(&view, &rack_of, &free, &c), p.crosses_load(&view, &c, &[(0, 1), (1, 1)]))
+        };
+        // An idle fabric: first fit, rack 0.
+        let (idle, _, crosses) = choose(Vec::new());
+        assert_eq!(idle, Some(vec![(0, 1), (1, 1)]));
+        assert!(!crosses);
+        // A ring from host 0 (its other GPU) to host 2 loads host 0's link:
+        // first fit would share it, so the bids choose, away from host 0.
+        let hx = [(0usize, 1u32), (2, 1)];
+        let (loaded, bids, crosses) = choose(vec![RunningJob::new(0, &x, &hx)]);
+        assert!(crosses);
+        assert_eq!(loaded, bids);
+        assert!(loaded.as_ref().is_some_and(|h| h.iter().all(|&(host, _)| host != 0)), "{loaded:?}");
     }
 
     /// Two hosts of 4 GPUs; a running job holds all of host 0 and 2 GPUs of
@@ -263,7 +424,8 @@ mod tests {
             p.set_colocation(&time_sliced);
             p.schedule(&crowded(&t, run, new, &hosts))
         };
-        let all = Parts { routes: false, interleave: false, ..Parts::ALL };
+        // Without sizing, which would start the newcomer on the 2 free GPUs.
+        let all = Parts { routes: false, interleave: false, size: false, ..Parts::ALL };
         let d = decide(&mut Combined::new(all, 1), &long, &short);
         assert!(matches!(d.as_slice(), [Decision::Share { job: 1, .. }]), "low-priority pair shares: {d:?}");
         // The same pair with either job high priority: the newcomer waits.

@@ -204,6 +204,10 @@ pub const CATALOGUE: &[(&str, &str)] = &[
         "castor:shorter-first",
         "castor whose Theorem 1 compares sharing with the shorter job first (orrery's earlier rule), not the running job first",
     ),
+    (
+        "castor:next-free",
+        "castor whose Theorem 1 compares sharing with waiting for the next free GPUs (running jobs' remaining times), not for the partner (orrery's rule)",
+    ),
     ("sjf-ffs", "SJF with first-fit GPU sharing whenever free GPUs are short (Castor's baseline)"),
     ("lucid", "Lucid-style packing: same-size single-host pairs with light interference, only when a job would wait"),
     ("metronome-no-stage3", "Metronome ablation (Table VII): compact rotations, no cushion"),
@@ -227,7 +231,7 @@ pub const CATALOGUE: &[(&str, &str)] = &[
     ),
     (
         "orrery[-no-PART...]",
-        "the five papers in one: Castor's SJF-BSBF and sharing (never with high priority, which goes first), Plebiscito's bandwidth-aware bids, CASSINI shifts with Metronome's priorities (a job with no loop-free placement starts unaligned), FORESIGHT's routes; parts share, bandwidth, interleave, routes",
+        "the five papers in one, each part only where it pays: Castor's SJF order (high priority first), Pollux's goodput sizing and Castor's sharing when they beat waiting for the next free GPUs (never sharing with high priority), Plebiscito's bids where first fit would cross a loaded link, CASSINI shifts with Metronome's priorities, FORESIGHT's routes; parts share, bandwidth, interleave, routes, size",
     ),
     ("ORDER/PLACEMENT", "any ordering with any placement (see below), e.g. tiresias/random"),
     (
@@ -236,7 +240,7 @@ pub const CATALOGUE: &[(&str, &str)] = &[
     ),
     (
         "POLICY+cassini",
-        "CASSINI Alg. 2 on any of the above: ranks 10 candidate placements by link compatibility, aligns time-shifts",
+        "CASSINI Alg. 2 on any of the above: ranks 10 candidate placements by the fabric links they cross, then link compatibility (+cassini:paper: compatibility only), aligns time-shifts",
     ),
 ];
 
@@ -292,6 +296,13 @@ pub fn by_name(name: &str, seed: u64) -> Option<Box<dyn Policy>> {
     if name.starts_with("plebiscito:") {
         return crate::plebiscito::Plebiscito::by_name(name, seed).map(|p| Box::new(p) as Box<dyn Policy>);
     }
+    if let Some(host) = name.strip_suffix("+cassini:paper") {
+        return by_name(host, seed).map(|inner| {
+            let mut cassini = crate::cassini::Cassini::new(inner, seed ^ 0xCA55);
+            cassini.rank = crate::cassini::Rank::Compatibility;
+            Box::new(cassini) as Box<dyn Policy>
+        });
+    }
     if let Some(host) = name.strip_suffix("+cassini") {
         return by_name(host, seed)
             .map(|inner| Box::new(crate::cassini::Cassini::new(inner, seed ^ 0xCA55)) as Box<dyn Policy>);
@@ -310,6 +321,11 @@ pub fn by_name(name: &str, seed: u64) -> Option<Box<dyn Policy>> {
         "castor:shorter-first" => {
             let mut c = crate::castor::colocate::Colocator::new(crate::castor::colocate::Rule::Bsbf);
             c.back_to_back = crate::castor::BackToBack::ShorterFirst;
+            return Some(Box::new(c));
+        }
+        "castor:next-free" => {
+            let mut c = crate::castor::colocate::Colocator::new(crate::castor::colocate::Rule::Bsbf);
+            c.next_free = true;
             return Some(Box::new(c));
         }
         "sjf-ffs" => {

@@ -69,8 +69,22 @@ pub struct Colocator {
     pub placement: Option<Box<dyn crate::placement::Placement>>,
     /// What Theorem 1 compares sharing with (the paper's: the running job first).
     pub back_to_back: BackToBack,
+    /// Goodput-aware sizing at the start (orrery's rule after Pollux §4): a
+    /// job the free GPUs cannot hold starts now on fewer of them when, by
+    /// the zoo's iteration time on that many GPUs and Pollux's statistical
+    /// efficiency, it would finish before waiting for the next free GPUs
+    /// and running at its request. It keeps that size until it ends.
+    pub shrink: bool,
+    /// Compare sharing with waiting for the next free GPUs instead
+    /// ([`BackToBack::NextFree`], orrery's rule): the wait is read off the
+    /// running jobs' remaining times each round.
+    pub next_free: bool,
     estimate: Colocation,
     alone: HashMap<JobId, f64>,
+    /// Time alone of the whole job on k workers over its time at its
+    /// request, per (job, k): Pollux's goodput in units of the job's work.
+    stretch: HashMap<(JobId, u32), f64>,
+    shrunk: u64,
     shares: u64,
     waits: u64,
     benefit_sum: f64,
@@ -87,8 +101,12 @@ impl Colocator {
             spare_high_priority: false,
             placement: None,
             back_to_back: BackToBack::RunningFirst,
+            next_free: false,
+            shrink: false,
             estimate: Colocation::default(),
             alone: HashMap::new(),
+            stretch: HashMap::new(),
+            shrunk: 0,
             shares: 0,
             waits: 0,
             benefit_sum: 0.0,
@@ -97,6 +115,56 @@ impl Colocator {
 
     fn alone_s(&mut self, view: &ClusterView<'_>, id: JobId, spec: &JobSpec) -> f64 {
         *self.alone.entry(id).or_insert_with(|| isolated_seconds(view, spec))
+    }
+
+    /// How much longer the job takes alone on `k` workers than at its
+    /// request, both packed from host 0: `I(k·b)/I(n·b) · T(k)/T(n)`
+    /// (Pollux Eq. 1-2: statistical efficiency times throughput). Infinite
+    /// when it cannot be shaped. Cached; O(shape) once per (job, k).
+    fn stretch(&mut self, view: &ClusterView<'_>, id: JobId, spec: &JobSpec, k: u32) -> f64 {
+        *self.stretch.entry((id, k)).or_insert_with(|| {
+            let (t, per, n) = (view.topology, spec.gpus_per_worker.max(1), spec.workers.max(1));
+            let period = |w: u32| {
+                orrery_model::placed::place(t, spec, &crate::baseline::packed(t, w * per))
+                    .map_or(f64::INFINITY, |p| p.shape.period_ms())
+            };
+            let ratio =
+                orrery_model::convergence::iterations_per_reference(&spec.model, n * spec.batch, k * spec.batch);
+            ratio * period(k) / period(n)
+        })
+    }
+
+    /// The size that finishes soonest on the free GPUs, if it beats waiting
+    /// `wait_s` and then taking `t_new` at the request: (workers, hosts).
+    /// O(n) sizes per job, each placed once.
+    fn shrunk_start(
+        &mut self,
+        view: &ClusterView<'_>,
+        rack_of: &[usize],
+        free: &[u32],
+        id: JobId,
+        spec: &JobSpec,
+        t_new: f64,
+        wait_s: f64,
+    ) -> Option<Vec<(HostId, u32)>> {
+        let per = spec.gpus_per_worker.max(1);
+        let free_total: u64 = free.iter().map(|&f| u64::from(f)).sum();
+        let most = (free_total / u64::from(per)).min(u64::from(spec.workers.max(1) - 1)) as u32;
+        let (k, stretch) =
+            (1..=most).map(|k| (k, self.stretch(view, id, spec, k))).min_by(|a, b| a.1.total_cmp(&b.1))?;
+        if !(t_new * stretch < wait_s + t_new) {
+            return None;
+        }
+        let mut smaller = spec.clone();
+        smaller.workers = k;
+        let hosts = match self.placement.as_mut() {
+            Some(p) => p.place(view, rack_of, free, &smaller),
+            None => consolidated(view, rack_of, &capped(free, &smaller), k * per),
+        }?;
+        if let Some(p) = self.placement.as_mut() {
+            p.commit(view, &smaller, &hosts);
+        }
+        Some(hosts)
     }
 }
 
@@ -131,7 +199,11 @@ impl Policy for Colocator {
             Rule::Ffs => "sjf-ffs",
             Rule::Lucid => "lucid",
         };
-        let order = if self.back_to_back == BackToBack::ShorterFirst { ":shorter-first" } else { "" };
+        let order = match self.back_to_back {
+            BackToBack::ShorterFirst => ":shorter-first",
+            _ if self.next_free => ":next-free",
+            _ => "",
+        };
         let blocking = if self.blocking { ":blocking" } else { "" };
         format!("{name}{order}{blocking}")
     }
@@ -142,6 +214,7 @@ impl Policy for Colocator {
 
     fn counters(&self) -> Vec<(&'static str, f64)> {
         vec![
+            ("shrunk_starts", self.shrunk as f64),
             ("shared_starts", self.shares as f64),
             ("sharing_refused", self.waits as f64),
             // Castor Eq. 24, estimated when deciding: JCT waiting for free GPUs
@@ -171,6 +244,16 @@ impl Policy for Colocator {
                 left_s,
                 gpu,
             });
+        }
+        // When each running job's GPUs free up, soonest first, for the
+        // next-free rule: O(R log R) per round.
+        let mut ends: Vec<(f64, u32)> = Vec::new();
+        if self.next_free || self.shrink {
+            for r in view.running.iter().filter(|r| !r.paused) {
+                let left_s = self.alone_s(view, r.id, r.spec) * (1.0 - r.progress) * r.xi.max(1.0);
+                ends.push((left_s, r.solo_gpus.iter().map(|s| s.1).sum()));
+            }
+            ends.sort_by(|a, b| a.0.total_cmp(&b.0));
         }
         // Line 1: pending jobs by expected remaining time.
         let mut order: Vec<(f64, f64, usize)> = view
@@ -218,6 +301,17 @@ impl Policy for Colocator {
                 out.push(Decision::Place { job: q.id, hosts });
                 continue;
             }
+            if self.shrink {
+                let wait_s = next_free_s(&ends, free.iter().map(|&f| u64::from(f)).sum(), u64::from(need));
+                if let Some(hosts) = self.shrunk_start(view, &rack_of, &free, q.id, q.spec, t_new, wait_s) {
+                    for &(h, g) in &hosts {
+                        free[h] -= g;
+                    }
+                    self.shrunk += 1;
+                    out.push(Decision::Place { job: q.id, hosts });
+                    continue;
+                }
+            }
             if !self.share || high(q.spec) {
                 continue;
             }
@@ -227,7 +321,13 @@ impl Policy for Colocator {
                 continue;
             }
             // Lines 10-14: candidate partners, ranked.
-            let offers = self.offers(&cands, q.spec, model, t_new);
+            let back_to_back = if self.next_free {
+                let free_now = free.iter().map(|&f| u64::from(f)).sum();
+                BackToBack::NextFree { wait_s: next_free_s(&ends, free_now, u64::from(need)) }
+            } else {
+                self.back_to_back
+            };
+            let offers = self.offers(&cands, q.spec, model, t_new, back_to_back);
             if offers.is_empty() {
                 self.waits += 1;
                 continue;
@@ -303,6 +403,27 @@ impl Policy for Colocator {
     }
 }
 
+/// Seconds until `need` GPUs are free: `free` now, plus each running job's
+/// own GPUs when it ends (`ends`, soonest first). Jobs queued ahead of the
+/// newcomer may take some of them first, so this is the earliest it could
+/// start: counting what they wait for (as EASY backfilling reserves) made
+/// `orrery` shrink and share more, and its mean JCT on benchmark-network
+/// longer in 3 of 4 (seeds, load) cells. Infinite when the running jobs
+/// never free enough. O(R).
+fn next_free_s(ends: &[(f64, u32)], free: u64, need: u64) -> f64 {
+    let mut have = free;
+    for &(left_s, gpus) in ends {
+        if have >= need {
+            break;
+        }
+        have += u64::from(gpus);
+        if have >= need {
+            return left_s;
+        }
+    }
+    if have >= need { 0.0 } else { f64::INFINITY }
+}
+
 /// When the newcomer ends if it starts beside a job with `left_s` to go
 /// alone, taking `t_new` alone, with ratios `(ξ_run, ξ_new)` (the two cases
 /// of Theorem 1's proof). O(1).
@@ -317,7 +438,14 @@ fn newcomer_end(left_s: f64, t_new: f64, (xi_run, xi_new): (f64, f64)) -> f64 {
 impl Colocator {
     /// The partners worth sharing with, best first.
     /// Only jobs that free GPUs cannot start get here (Lucid's indolence).
-    fn offers(&self, cands: &[Candidate], spec: &JobSpec, model: &ModelSpec, t_new: f64) -> Vec<Offer> {
+    fn offers(
+        &self,
+        cands: &[Candidate],
+        spec: &JobSpec,
+        model: &ModelSpec,
+        t_new: f64,
+        back_to_back: BackToBack,
+    ) -> Vec<Offer> {
         let batch = spec.batch.max(1);
         let mut offers: Vec<Offer> = Vec::new();
         for (k, c) in cands.iter().enumerate() {
@@ -332,7 +460,7 @@ impl Colocator {
             match self.rule {
                 Rule::Bsbf => {
                     let time = |b: u32| fits(b).then(|| t_at(b));
-                    if let Some(s) = batch_scaling(batch, c.left_s, time, xi, self.back_to_back)
+                    if let Some(s) = batch_scaling(batch, c.left_s, time, xi, back_to_back)
                         && s.share
                     {
                         let (xi, t_new_s) = (xi(s.sub_batch), t_at(s.sub_batch));
@@ -354,7 +482,7 @@ impl Colocator {
                     let one_host = c.solo.len() == 1 && solo == c.gpus;
                     let (xr, xn) = xi(batch);
                     if one_host && c.gpus == spec.gpus() && fits(batch) && xr <= LUCID_MAX_XI && xn <= LUCID_MAX_XI {
-                        let (_, sum) = pair_choice(c.left_s, t_new, xr, xn, self.back_to_back);
+                        let (_, sum) = pair_choice(c.left_s, t_new, xr, xn, back_to_back);
                         offers.push(Offer { cand: k, sub_batch: batch, jct_sum: sum, xi: (xr, xn), t_new_s: t_new });
                     }
                 }
@@ -450,6 +578,79 @@ mod tests {
         // First-fit sharing shares regardless, with the first running job.
         let d = decide(Rule::Ffs, 2.0, run(), queue(), &t);
         assert_eq!(d, vec![Decision::Share { job: 2, free: vec![], shared: vec![(0, 0, 4)], sub_batch: 32 }]);
+    }
+
+    #[test]
+    fn with_next_free_a_share_must_beat_the_gpus_that_free_up_first() {
+        // Job a has 1,800 s left on host 0; job c ends in 200 s on host 1. A
+        // 600 s newcomer with ξ = 2: Theorem 1 against a (3,600 s together
+        // against 1,800 + 2,400 back to back) says share. But c's GPUs free
+        // up in 200 s: 1,800 + 200 + 600 = 2,600 s < 3,600 s, so it waits.
+        let t = cluster();
+        let a = JobSpec::new("a", "resnet50", 32, 4, Work::Seconds(3600.0), 0.0);
+        let c = JobSpec::new("c", "resnet50", 32, 4, Work::Seconds(2000.0), 0.0);
+        let new = JobSpec::new("n", "resnet50", 32, 4, Work::Seconds(600.0), 0.0);
+        let (ha, hc) = ([(0usize, 4u32)], [(1usize, 4u32)]);
+        let view = |c_progress: f64| ClusterView {
+            now_s: 0.0,
+            topology: &t,
+            free_gpus: &[0, 0],
+            queue: vec![QueuedJob::new(2, &new, 0.0)],
+            running: vec![running(0, &a, &ha, 0.5), running(1, &c, &hc, c_progress)],
+        };
+        let paper = decide(Rule::Bsbf, 2.0, view(0.9).running, view(0.9).queue, &t);
+        assert_eq!(paper, vec![Decision::Share { job: 2, free: vec![], shared: vec![(0, 0, 4)], sub_batch: 32 }]);
+        let mut next_free = Colocator::new(Rule::Bsbf);
+        next_free.next_free = true;
+        assert_eq!(next_free.name(), "castor:next-free");
+        next_free.set_colocation(&uniform(2.0));
+        assert!(next_free.schedule(&view(0.9)).is_empty(), "c's GPUs come back in 200 s");
+        // When c has 1,400 s left, sharing pays against waiting too, and c
+        // is the better partner for both rules: together 1,200 + 2,000 =
+        // 3,200 s against 1,400 + 1,400 + 600 = 3,400 s.
+        let later = decide(Rule::Bsbf, 2.0, view(0.3).running, view(0.3).queue, &t);
+        assert_eq!(later, vec![Decision::Share { job: 2, free: vec![], shared: vec![(1, 1, 4)], sub_batch: 32 }]);
+        assert_eq!(next_free.schedule(&view(0.3)), later);
+        assert_eq!(next_free_s(&[(200.0, 4), (1800.0, 4)], 0, 4), 200.0);
+        assert_eq!(next_free_s(&[(200.0, 4), (1800.0, 4)], 2, 8), 1800.0);
+        assert_eq!(next_free_s(&[(200.0, 4)], 4, 4), 0.0);
+        assert_eq!(next_free_s(&[(200.0, 4)], 0, 8), f64::INFINITY);
+    }
+
+    #[test]
+    fn a_job_starts_smaller_only_when_that_beats_waiting_for_its_gpus() {
+        // Host 0 is busy for 36,000 s; host 1 has 2 free GPUs and 2 held by
+        // job b. A 600 s ResNet-50 newcomer asks for 4 GPUs. On 2 it needs
+        // I(64)/I(128) times the iterations (Pollux's ImageNet profile), each
+        // of the 2-GPU iteration time: `stretch` of its time at 4.
+        let t = cluster();
+        let a = JobSpec::new("a", "resnet50", 32, 4, Work::Seconds(36_000.0), 0.0);
+        let b = JobSpec::new("b", "resnet50", 32, 2, Work::Seconds(10_000.0), 0.0);
+        let new = JobSpec::new("n", "resnet50", 32, 4, Work::Seconds(600.0), 0.0);
+        let (ha, hb) = ([(0usize, 4u32)], [(1usize, 2u32)]);
+        let view = |b_progress: f64| ClusterView {
+            now_s: 0.0,
+            topology: &t,
+            free_gpus: &[0, 2],
+            queue: vec![QueuedJob::new(2, &new, 0.0)],
+            running: vec![running(0, &a, &ha, 0.0), running(1, &b, &hb, b_progress)],
+        };
+        let mut p = Colocator::new(Rule::Bsbf);
+        p.share = false;
+        p.shrink = true;
+        let stretch = p.stretch(&view(0.0), 2, &new, 2);
+        let ratio = orrery_model::convergence::iterations_per_reference("resnet50", 128, 64);
+        // Halving the batch at most doubles the iterations (the same samples).
+        assert!(ratio > 1.0 && ratio < 2.0 + 1e-3, "{ratio}");
+        assert!(stretch > 1.0 && stretch < 2.5, "{stretch}");
+        // b frees its GPUs in 10,000 s: 600 · stretch < 10,000 + 600, start on 2.
+        assert_eq!(p.schedule(&view(0.0)), vec![Decision::Place { job: 2, hosts: vec![(1, 2)] }]);
+        assert_eq!(p.counters()[0], ("shrunk_starts", 1.0));
+        // b ends in 10 s: 600 · stretch > 610, so it waits for 4.
+        assert!(p.schedule(&view(0.999)).is_empty());
+        // Without the rule it always waits.
+        p.shrink = false;
+        assert!(p.schedule(&view(0.0)).is_empty());
     }
 
     #[test]

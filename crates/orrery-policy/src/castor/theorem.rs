@@ -34,7 +34,7 @@ pub fn pair_jct_sum(t1: f64, t2: f64, xi1: f64, xi2: f64, offset: f64) -> f64 {
 }
 
 /// What Theorem 1 compares sharing with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub enum BackToBack {
     /// The paper's κ = t_A·i_A: the running job (1) ends, then the newcomer
     /// (2) starts, since scheduling is not preemptive: sum 2·t1 + t2.
@@ -44,6 +44,16 @@ pub enum BackToBack {
     /// earlier rule (policy `castor:shorter-first`); it counts on an order
     /// that is not available when the running job is the longer one.
     ShorterFirst,
+    /// orrery's: the newcomer otherwise starts on the next free GPUs, which
+    /// the scheduler expects after `wait_s` (running jobs' remaining times;
+    /// at most the partner's, whose end frees its GPUs): sum
+    /// `t1 + min(wait, t1) + t2`. Sharing slows both jobs by ξ; it pays
+    /// only when waiting for *any* GPUs costs more, not just waiting for
+    /// this partner (issue 38).
+    NextFree {
+        /// Seconds until enough GPUs are free for the newcomer.
+        wait_s: f64,
+    },
 }
 
 /// Theorem 1's choice for a pair: `(start together, sum)` — `true` when
@@ -54,6 +64,7 @@ pub fn pair_choice(t1: f64, t2: f64, xi1: f64, xi2: f64, back_to_back: BackToBac
     let sequential = match back_to_back {
         BackToBack::RunningFirst => 2.0 * t1 + t2,
         BackToBack::ShorterFirst => 2.0 * t1.min(t2) + t1.max(t2),
+        BackToBack::NextFree { wait_s } => t1 + wait_s.clamp(0.0, t1) + t2,
     };
     if together < sequential { (true, together) } else { (false, sequential) }
 }
@@ -119,6 +130,22 @@ mod tests {
         assert_eq!(pair_choice(1.0, 2.0, 2.0, 2.0, BackToBack::RunningFirst), (false, 4.0));
         // Starting job 2 after job 1 is the sequential schedule.
         assert_eq!(pair_jct_sum(1.0, 2.0, 2.0, 2.0, 1.0), 4.0);
+    }
+
+    #[test]
+    fn sharing_must_beat_the_next_free_gpus_not_only_the_partner() {
+        // The issue-17 pair (1,800 s left, a 600 s newcomer, ξ = 2): together
+        // 3,600. Against the partner ending first (4,200) it shares; when
+        // other GPUs free up in 300 s, waiting gives 1,800 + 300 + 600 =
+        // 2,700, so it waits. With 1,300 s to wait, 3,700 > 3,600: it shares.
+        assert_eq!(pair_choice(1800.0, 600.0, 2.0, 2.0, BackToBack::RunningFirst), (true, 3600.0));
+        assert_eq!(pair_choice(1800.0, 600.0, 2.0, 2.0, BackToBack::NextFree { wait_s: 300.0 }), (false, 2700.0));
+        assert_eq!(pair_choice(1800.0, 600.0, 2.0, 2.0, BackToBack::NextFree { wait_s: 1300.0 }), (true, 3600.0));
+        // A wait past the partner's end is the paper's rule (its GPUs free up).
+        assert_eq!(
+            pair_choice(1800.0, 600.0, 2.0, 2.0, BackToBack::NextFree { wait_s: 1e9 }),
+            pair_choice(1800.0, 600.0, 2.0, 2.0, BackToBack::RunningFirst)
+        );
     }
 
     #[test]
