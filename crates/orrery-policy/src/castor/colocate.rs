@@ -142,17 +142,20 @@ impl Colocator {
         view: &ClusterView<'_>,
         rack_of: &[usize],
         free: &[u32],
-        id: JobId,
-        spec: &JobSpec,
+        q: &crate::QueuedJob<'_>,
         t_new: f64,
         wait_s: f64,
     ) -> Option<Vec<(HostId, u32)>> {
+        let (id, spec) = (q.id, q.spec);
         let per = spec.gpus_per_worker.max(1);
         let free_total: u64 = free.iter().map(|&f| u64::from(f)).sum();
         let most = (free_total / u64::from(per)).min(u64::from(spec.workers.max(1) - 1)) as u32;
         let (k, stretch) =
             (1..=most).map(|k| (k, self.stretch(view, id, spec, k))).min_by(|a, b| a.1.total_cmp(&b.1))?;
-        if !(t_new * stretch < wait_s + t_new) {
+        // An unknown wait (the running jobs never free enough) is no
+        // evidence for a size the job keeps for its whole run.
+        let pays = wait_s.is_finite() && stretch.is_finite() && t_new * stretch < wait_s + t_new;
+        if !pays {
             return None;
         }
         let mut smaller = spec.clone();
@@ -251,7 +254,11 @@ impl Policy for Colocator {
         if self.next_free || self.shrink {
             for r in view.running.iter().filter(|r| !r.paused) {
                 let left_s = self.alone_s(view, r.id, r.spec) * (1.0 - r.progress) * r.xi.max(1.0);
-                ends.push((left_s, r.solo_gpus.iter().map(|s| s.1).sum()));
+                // A GPU two jobs share frees when both have ended: half of
+                // it is counted at each one's end.
+                let solo: u32 = r.solo_gpus.iter().map(|s| s.1).sum();
+                let held: u32 = r.hosts.iter().map(|h| h.1).sum();
+                ends.push((left_s, solo + held.saturating_sub(solo) / 2));
             }
             ends.sort_by(|a, b| a.0.total_cmp(&b.0));
         }
@@ -303,7 +310,7 @@ impl Policy for Colocator {
             }
             if self.shrink {
                 let wait_s = next_free_s(&ends, free.iter().map(|&f| u64::from(f)).sum(), u64::from(need));
-                if let Some(hosts) = self.shrunk_start(view, &rack_of, &free, q.id, q.spec, t_new, wait_s) {
+                if let Some(hosts) = self.shrunk_start(view, &rack_of, &free, q, t_new, wait_s) {
                     for &(h, g) in &hosts {
                         free[h] -= g;
                     }
@@ -648,6 +655,10 @@ mod tests {
         assert_eq!(p.counters()[0], ("shrunk_starts", 1.0));
         // b ends in 10 s: 600 · stretch > 610, so it waits for 4.
         assert!(p.schedule(&view(0.999)).is_empty());
+        // A wait nobody can predict (the running jobs never free 4 GPUs) is
+        // no reason to keep a smaller size for the whole run.
+        let v = view(0.0);
+        assert!(p.shrunk_start(&v, &crate::baseline::racks(&v), &[0, 2], &v.queue[0], 600.0, f64::INFINITY).is_none());
         // Without the rule it always waits.
         p.shrink = false;
         assert!(p.schedule(&view(0.0)).is_empty());
