@@ -250,18 +250,19 @@ impl Policy for Combined {
 /// fabric only fragments the cluster (`plebiscito:sgf` on Philly:
 /// docs/results.md). Per round O(Σ links of the running jobs); per job
 /// O(links of its placement) plus the bids' O(W·H) when they are asked.
-#[derive(Default)]
 pub struct BidsWhenLoaded {
-    bids: Option<Bidding>,
+    bids: Bidding,
     /// Links carrying some job's traffic this round.
     loaded: HashSet<LinkId>,
 }
 
-impl BidsWhenLoaded {
-    fn bids(&mut self) -> &mut Bidding {
-        self.bids.get_or_insert_with(|| Bidding::aware(Utility::Sgf))
+impl Default for BidsWhenLoaded {
+    fn default() -> Self {
+        BidsWhenLoaded { bids: Bidding::aware(Utility::Sgf), loaded: HashSet::new() }
     }
+}
 
+impl BidsWhenLoaded {
     /// Adds the links `spec` on `hosts` may send over.
     fn load(&mut self, view: &ClusterView<'_>, spec: &JobSpec, hosts: &[(HostId, u32)]) {
         self.loaded.extend(links_of(view, spec, hosts));
@@ -302,7 +303,7 @@ impl Placement for BidsWhenLoaded {
     }
 
     fn prepare(&mut self, view: &ClusterView<'_>, leaving: &[JobId]) {
-        self.bids().prepare(view, leaving);
+        self.bids.prepare(view, leaving);
         self.loaded.clear();
         for r in view.running.iter().filter(|r| !r.paused && !leaving.contains(&r.id)) {
             self.load(view, r.spec, r.hosts);
@@ -312,12 +313,12 @@ impl Placement for BidsWhenLoaded {
     fn place(&mut self, view: &ClusterView<'_>, rack_of: &[usize], free: &[u32], spec: &JobSpec) -> Option<Hosts> {
         match consolidated(view, rack_of, &capped(free, spec), spec.gpus()) {
             Some(hosts) if !self.crosses_load(view, spec, &hosts) => Some(hosts),
-            first_fit => self.bids().place(view, rack_of, free, spec).or(first_fit),
+            first_fit => self.bids.place(view, rack_of, free, spec).or(first_fit),
         }
     }
 
     fn commit(&mut self, view: &ClusterView<'_>, spec: &JobSpec, hosts: &[(HostId, u32)]) {
-        self.bids().commit(view, spec, hosts);
+        self.bids.commit(view, spec, hosts);
         self.load(view, spec, hosts);
     }
 }

@@ -134,9 +134,10 @@ impl Colocator {
         })
     }
 
-    /// The size that finishes soonest on the free GPUs, if it beats waiting
-    /// `wait_s` and then taking `t_new` at the request: (workers, hosts).
-    /// O(n) sizes per job, each placed once.
+    /// Where `q` starts on fewer GPUs than it asks for: at the size that
+    /// finishes soonest on the free GPUs, if that beats waiting `wait_s` and
+    /// then taking `t_new` at the request. O(n) sizes per job, each shaped
+    /// once.
     fn shrunk_start(
         &mut self,
         view: &ClusterView<'_>,
@@ -250,7 +251,7 @@ impl Policy for Colocator {
         }
         // When each running job's GPUs free up, soonest first, for the
         // next-free rule: O(R log R) per round.
-        let mut ends: Vec<(f64, u32)> = Vec::new();
+        let mut ends: Vec<(f64, f64)> = Vec::new();
         if self.next_free || self.shrink {
             for r in view.running.iter().filter(|r| !r.paused) {
                 let left_s = self.alone_s(view, r.id, r.spec) * (1.0 - r.progress) * r.xi.max(1.0);
@@ -258,7 +259,7 @@ impl Policy for Colocator {
                 // it is counted at each one's end.
                 let solo: u32 = r.solo_gpus.iter().map(|s| s.1).sum();
                 let held: u32 = r.hosts.iter().map(|h| h.1).sum();
-                ends.push((left_s, solo + held.saturating_sub(solo) / 2));
+                ends.push((left_s, f64::from(solo) + f64::from(held.saturating_sub(solo)) / 2.0));
             }
             ends.sort_by(|a, b| a.0.total_cmp(&b.0));
         }
@@ -309,7 +310,7 @@ impl Policy for Colocator {
                 continue;
             }
             if self.shrink {
-                let wait_s = next_free_s(&ends, free.iter().map(|&f| u64::from(f)).sum(), u64::from(need));
+                let wait_s = next_free_s(&ends, free.iter().sum(), need);
                 if let Some(hosts) = self.shrunk_start(view, &rack_of, &free, q, t_new, wait_s) {
                     for &(h, g) in &hosts {
                         free[h] -= g;
@@ -329,8 +330,7 @@ impl Policy for Colocator {
             }
             // Lines 10-14: candidate partners, ranked.
             let back_to_back = if self.next_free {
-                let free_now = free.iter().map(|&f| u64::from(f)).sum();
-                BackToBack::NextFree { wait_s: next_free_s(&ends, free_now, u64::from(need)) }
+                BackToBack::NextFree { wait_s: next_free_s(&ends, free.iter().sum(), need) }
             } else {
                 self.back_to_back
             };
@@ -417,13 +417,14 @@ impl Policy for Colocator {
 /// `orrery` shrink and share more, and its mean JCT on benchmark-network
 /// longer in 3 of 4 (seeds, load) cells. Infinite when the running jobs
 /// never free enough. O(R).
-fn next_free_s(ends: &[(f64, u32)], free: u64, need: u64) -> f64 {
-    let mut have = free;
+fn next_free_s(ends: &[(f64, f64)], free: u32, need: u32) -> f64 {
+    let need = f64::from(need);
+    let mut have = f64::from(free);
     for &(left_s, gpus) in ends {
         if have >= need {
             break;
         }
-        have += u64::from(gpus);
+        have += gpus;
         if have >= need {
             return left_s;
         }
@@ -618,10 +619,12 @@ mod tests {
         let later = decide(Rule::Bsbf, 2.0, view(0.3).running, view(0.3).queue, &t);
         assert_eq!(later, vec![Decision::Share { job: 2, free: vec![], shared: vec![(1, 1, 4)], sub_batch: 32 }]);
         assert_eq!(next_free.schedule(&view(0.3)), later);
-        assert_eq!(next_free_s(&[(200.0, 4), (1800.0, 4)], 0, 4), 200.0);
-        assert_eq!(next_free_s(&[(200.0, 4), (1800.0, 4)], 2, 8), 1800.0);
-        assert_eq!(next_free_s(&[(200.0, 4)], 4, 4), 0.0);
-        assert_eq!(next_free_s(&[(200.0, 4)], 0, 8), f64::INFINITY);
+        assert_eq!(next_free_s(&[(200.0, 4.0), (1800.0, 4.0)], 0, 4), 200.0);
+        assert_eq!(next_free_s(&[(200.0, 4.0), (1800.0, 4.0)], 2, 8), 1800.0);
+        assert_eq!(next_free_s(&[(200.0, 4.0)], 4, 4), 0.0);
+        assert_eq!(next_free_s(&[(200.0, 4.0)], 0, 8), f64::INFINITY);
+        // One GPU two jobs share: half of it at each end, whole at the later.
+        assert_eq!(next_free_s(&[(200.0, 0.5), (900.0, 0.5)], 0, 1), 900.0);
     }
 
     #[test]
