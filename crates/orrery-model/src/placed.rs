@@ -76,6 +76,18 @@ impl Placed {
     /// Directed links the job's flows cross under ECMP (`job` seeds the hash,
     /// as in the simulator), sorted and without repeats.
     pub fn links(&self, topo: &Topology, job: usize) -> Vec<LinkId> {
+        self.links_where(topo, |i, paths, out| out.extend_from_slice(&paths[ecmp_index(job, i, paths.len())]))
+    }
+
+    /// Directed links on any equal-cost path of the job's flows: those it
+    /// may cross whichever spine ECMP or a route picks. Sorted, no repeats.
+    pub fn links_on_any_path(&self, topo: &Topology) -> Vec<LinkId> {
+        self.links_where(topo, |_, paths, out| paths.iter().for_each(|p| out.extend_from_slice(p)))
+    }
+
+    /// The links `pick` takes from the paths of each transfer (by its index)
+    /// between two hosts. O(transfers × path length).
+    fn links_where(&self, topo: &Topology, pick: impl Fn(usize, &[Vec<LinkId>], &mut Vec<LinkId>)) -> Vec<LinkId> {
         let mut out = Vec::new();
         for seg in &self.shape.segments {
             let Segment::Comm { collective, payload_bytes, .. } = *seg else { continue };
@@ -85,7 +97,7 @@ impl Placed {
                 }
                 let paths = topo.shared_paths(src, dst);
                 if !paths.is_empty() {
-                    out.extend_from_slice(&paths[ecmp_index(job, i, paths.len())]);
+                    pick(i, &paths, &mut out);
                 }
             }
         }

@@ -274,27 +274,13 @@ impl BidsWhenLoaded {
     }
 }
 
-/// Every link `spec` on `hosts` may send over: all equal-cost paths of its
-/// transfers (which spine ECMP or FORESIGHT's routes pick is not known
-/// here); none for a job that sends nothing. O(transfers × path length).
+/// Every link `spec` on `hosts` may send over, on any equal-cost path (which
+/// spine ECMP or FORESIGHT's routes pick is not known here); none for a job
+/// that sends nothing.
 fn links_of(view: &ClusterView<'_>, spec: &JobSpec, hosts: &[(HostId, u32)]) -> Vec<LinkId> {
-    let Some(p) = place(view.topology, spec, hosts).filter(|p| p.shape.network_ms() > 0.0) else {
-        return Vec::new();
-    };
-    let mut out = Vec::new();
-    for seg in &p.shape.segments {
-        let orrery_model::Segment::Comm { collective, payload_bytes, .. } = *seg else { continue };
-        for (src, dst, _) in orrery_model::placed::transfers(&p.workers, collective, payload_bytes) {
-            if src != dst {
-                for path in view.topology.shared_paths(src, dst).iter() {
-                    out.extend_from_slice(path);
-                }
-            }
-        }
-    }
-    out.sort_unstable();
-    out.dedup();
-    out
+    place(view.topology, spec, hosts)
+        .filter(|p| p.shape.network_ms() > 0.0)
+        .map_or_else(Vec::new, |p| p.links_on_any_path(view.topology))
 }
 
 impl Placement for BidsWhenLoaded {
