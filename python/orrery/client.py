@@ -5,6 +5,7 @@ import contextlib
 import json
 import os
 import socket
+import threading
 import time
 
 
@@ -13,6 +14,20 @@ def host_time():
     ``ORRERY_CLOCK_SKEW_MS`` when set (tests of hosts whose clocks differ;
     the agent reads the same variable and converts to the service's clock)."""
     return time.time() + float(os.environ.get("ORRERY_CLOCK_SKEW_MS", "0") or 0) / 1e3
+
+
+def union_length(intervals):
+    """Total length covered by ``(start, end)`` intervals, overlaps once.
+    O(n log n) in their number (a sort, then one sweep)."""
+    total, reach = 0.0, None
+    for start, end in sorted(intervals):
+        if reach is None or start > reach:
+            total += end - start
+            reach = end
+        elif end > reach:
+            total += end - reach
+            reach = end
+    return total
 
 
 class JobEnded(Exception):
@@ -45,8 +60,14 @@ class Client:
         self.period_ms = None
         #: Seconds waited for slots so far.
         self.waited_s = 0.0
-        self._comm_start = None
-        self._comm_ms = None
+        #: Communication time of the last reported iteration, ms (None: none marked).
+        self.last_comm_ms = None
+        #: Number of communication intervals marked in the last reported iteration.
+        self.last_comm_intervals = 0
+        # (start, end) on time.monotonic() of this iteration's communication;
+        # DDP's hook adds them from its communication thread, hence the lock.
+        self._comm = []
+        self._comm_lock = threading.Lock()
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._sock.settimeout(timeout_s)
         try:
@@ -85,10 +106,18 @@ class Client:
         self.close()
 
     def _call(self, request):
-        self._sock.sendall((json.dumps(request) + "\n").encode("utf-8"))
-        line = self._reader.readline()
+        # An agent that stopped or died ends the job on this node: the
+        # caller's checkpoint-and-exit path (JobEnded) runs, not a bare
+        # BrokenPipeError (its next placement starts new processes).
+        try:
+            self._sock.sendall((json.dumps(request) + "\n").encode("utf-8"))
+            line = self._reader.readline()
+        except OSError as e:
+            self.done = True
+            raise JobEnded("the agent went away (%s)" % e) from e
         if not line:
-            raise AgentError("the agent closed the connection")
+            self.done = True
+            raise JobEnded("the agent went away (it closed the connection)")
         reply = json.loads(line)
         if "error" in reply:
             raise AgentError(reply["error"])
@@ -136,23 +165,40 @@ class Client:
 
     @contextlib.contextmanager
     def iteration(self):
-        """Waits for the slot, runs the block, reports its duration."""
+        """Waits for the slot, runs the block, reports its duration and its
+        communication time (the union of the intervals marked by ``comm()``,
+        ``record_comm()`` or ``orrery.torch_hook``)."""
         self.wait_for_slot()
-        self._comm_ms = None
+        with self._comm_lock:
+            self._comm = []
         start_unix = host_time()
         t0 = time.monotonic()
         yield self
         duration = time.monotonic() - t0
-        self.report(start_unix, duration, None if self._comm_ms is None else self._comm_ms / 1e3)
+        with self._comm_lock:
+            intervals, self._comm = self._comm, []
+        self.last_comm_intervals = len(intervals)
+        self.last_comm_ms = union_length(intervals) * 1e3 if intervals else None
+        self.report(start_unix, duration, None if self.last_comm_ms is None else self.last_comm_ms / 1e3)
+
+    def record_comm(self, start, end):
+        """Marks ``[start, end]`` (``time.monotonic()`` seconds) as
+        communication of the current iteration. Thread-safe: a framework's
+        communication thread may call it. Overlapping intervals (buckets
+        all-reduced while others are in flight) count once."""
+        if end < start:
+            raise ValueError("record_comm: end %r is before start %r" % (end, start))
+        with self._comm_lock:
+            self._comm.append((float(start), float(end)))
 
     @contextlib.contextmanager
     def comm(self):
-        """Marks the communication phase of the current iteration."""
+        """Marks the block as communication of the current iteration."""
         t0 = time.monotonic()
         try:
             yield self
         finally:
-            self._comm_ms = (self._comm_ms or 0.0) + (time.monotonic() - t0) * 1e3
+            self.record_comm(t0, time.monotonic())
 
     def finish(self):
         """Tells the scheduler this job ended its work with the current iteration."""

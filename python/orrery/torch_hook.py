@@ -1,30 +1,69 @@
-"""An optional PyTorch DDP communication hook that marks the all-reduce as
-the iteration's communication phase. torch is imported only when used.
+"""A PyTorch DDP communication hook that reports each iteration's all-reduce
+to orrery. torch is imported only when it is used.
 
-    model = torch.nn.parallel.DistributedDataParallel(model)
-    orrery.torch_hook.register(model, client)
+    model = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=25)
+    hook = orrery.torch_hook.register(model, client)
+    while not client.done:
+        with client.iteration():        # starts when the agent's schedule says
+            loss_fn(model(x), y).backward()
+            optimizer.step()
+
+The hook all-reduces each gradient bucket as DDP's default hook does (the sum
+over ranks divided by the world size) and marks the interval from the bucket
+being ready to its all-reduce completing with ``client.record_comm``; the
+client reports the union of those intervals as the iteration's
+communication time (buckets in flight together count once). Under
+``model.no_sync()`` (gradient accumulation) DDP calls no hook, so the
+iteration's communication is the synchronising micro-step's alone.
 """
 
+import threading
+import time
 
-def register(ddp_model, client):
-    """Registers a hook on ``ddp_model`` that all-reduces gradients as DDP
-    does and adds the time of each bucket's all-reduce to the client's
-    communication time for the current iteration."""
-    import time
 
-    import torch.distributed as dist  # lazily: only where torch is installed
+class CommHook:
+    """The state of one DDP model's hook: counters a caller can read."""
 
-    def hook(state, bucket):
-        t0 = time.monotonic()
+    def __init__(self, client, process_group=None):
+        self.client = client
+        self.process_group = process_group
+        #: Buckets all-reduced so far, over all iterations.
+        self.buckets = 0
+        #: Bytes all-reduced so far (each bucket's gradient buffer).
+        self.bytes = 0
+        self._lock = threading.Lock()
+
+    def allreduce(self, bucket):
+        """All-reduces one bucket, timed; returns DDP's future."""
+        import torch.distributed as dist  # lazily: only where torch is installed
+
+        group = self.process_group if self.process_group is not None else dist.group.WORLD
+        start = time.monotonic()
         tensor = bucket.buffer()
-        tensor.div_(dist.get_world_size())
-        fut = dist.all_reduce(tensor, async_op=True).get_future()
+        with self._lock:
+            self.buckets += 1
+            self.bytes += tensor.numel() * tensor.element_size()
+        tensor.div_(dist.get_world_size(group))
+        fut = dist.all_reduce(tensor, group=group, async_op=True).get_future()
+        client = self.client
 
         def done(f):
-            client._comm_ms = (client._comm_ms or 0.0) + (time.monotonic() - t0) * 1e3
+            # Runs on the process group's thread when the all-reduce is over.
+            client.record_comm(start, time.monotonic())
             return f.value()[0]
 
         return fut.then(done)
 
-    ddp_model.register_comm_hook(state=None, hook=hook)
+
+def register(ddp_model, client, process_group=None):
+    """Registers the hook on ``ddp_model`` (a DistributedDataParallel);
+    returns its :class:`CommHook`. ``process_group``: the group DDP
+    all-reduces over (default: the world)."""
+    hook = CommHook(client, process_group)
+    ddp_model.register_comm_hook(state=hook, hook=timed_allreduce)
     return hook
+
+
+def timed_allreduce(state, bucket):
+    """DDP's hook function (DDP passes the :class:`CommHook` as ``state``)."""
+    return state.allreduce(bucket)
