@@ -60,6 +60,10 @@ class Client:
         self.period_ms = None
         #: Seconds waited for slots so far.
         self.waited_s = 0.0
+        #: The delay the agent asked before the current iteration, ms.
+        self.delay_ms = 0.0
+        #: When the current (or last) iteration started, host clock, s.
+        self.started_unix_s = None
         #: Communication time of the last reported iteration, ms (None: none marked).
         self.last_comm_ms = None
         #: Number of communication intervals marked in the last reported iteration.
@@ -137,6 +141,7 @@ class Client:
             self.done = True
             raise JobEnded(reply["stop"])
         delay_s = max(0.0, float(reply["delay_ms"]) / 1e3)
+        self.delay_ms = delay_s * 1e3
         if delay_s > 0:
             time.sleep(delay_s)
         self.waited_s += time.monotonic() - t0
@@ -171,7 +176,7 @@ class Client:
         self.wait_for_slot()
         with self._comm_lock:
             self._comm = []
-        start_unix = host_time()
+        start_unix = self.started_unix_s = host_time()
         t0 = time.monotonic()
         yield self
         duration = time.monotonic() - t0

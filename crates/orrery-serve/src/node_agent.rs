@@ -11,6 +11,11 @@
 //! data-network address of each rank's host, empty where unknown),
 //! `ORRERY_SHAPE` (the iteration shape as JSON) and `CUDA_VISIBLE_DEVICES`
 //! (its share of the local GPUs the agent gave the job: free ones first).
+//! For `torch.distributed` (and torchrun's conventions) it also sets `RANK`,
+//! `WORLD_SIZE`, `LOCAL_RANK`, `LOCAL_WORLD_SIZE`, `MASTER_ADDR` (rank 0's
+//! data address, where known) and `MASTER_PORT` (the job's rank-0
+//! [`crate::api::worker_port`], distinct per job), and with `--data-dev`
+//! `GLOO_SOCKET_IFNAME` and `NCCL_SOCKET_IFNAME`.
 //!
 //! With `--netns NS` the processes start inside that network namespace (the
 //! testbed's host), while the agent itself speaks to the service from its
@@ -74,6 +79,9 @@ pub struct AgentOptions {
     pub netns: Option<String>,
     /// Enforce throttles with tc on this device (in `netns`).
     pub shape_dev: Option<String>,
+    /// The data network's device (in `netns`): `GLOO_SOCKET_IFNAME` and
+    /// `NCCL_SOCKET_IFNAME` of the training processes.
+    pub data_dev: Option<String>,
     /// Rates on the device are the topology's times this (the testbed's scale).
     pub rate_scale: f64,
     /// This host's clock runs this much ahead of the wall clock, ms, on top
@@ -515,7 +523,18 @@ fn launch(opts: &AgentOptions, s: &State, a: &Assignment, cmd: &str, gpus: &[usi
             .env("ORRERY_WORKER_ADDRS", addrs.join(","))
             .env("ORRERY_SHAPE", serde_json::to_string(&a.shape).unwrap_or_default())
             .env("CUDA_VISIBLE_DEVICES", mine.join(","))
+            .env("RANK", rank.to_string())
+            .env("WORLD_SIZE", a.workers.len().to_string())
+            .env("LOCAL_RANK", k.to_string())
+            .env("LOCAL_WORLD_SIZE", a.ranks.len().to_string())
+            .env("MASTER_PORT", crate::api::worker_port(a.job, 0).to_string())
             .kill_on_drop(true);
+        if let Some(Some(master)) = a.worker_addrs.first() {
+            c.env("MASTER_ADDR", master.to_string());
+        }
+        if let Some(dev) = &opts.data_dev {
+            c.env("GLOO_SOCKET_IFNAME", dev).env("NCCL_SOCKET_IFNAME", dev);
+        }
         if opts.clock_skew_ms != 0.0 {
             let inherited = std::env::var(crate::clock::SKEW_VAR).ok().and_then(|v| v.trim().parse::<f64>().ok());
             c.env(crate::clock::SKEW_VAR, (inherited.unwrap_or(0.0) + opts.clock_skew_ms).to_string());

@@ -166,6 +166,7 @@ pub async fn drive(
             data_addr: Some(fabric.host_addrs[h].into()),
             netns: Some(fabric.host_netns(h).to_string()),
             shape_dev: Some(HOST_DEV.to_string()),
+            data_dev: Some(HOST_DEV.to_string()),
             rate_scale: opts.fabric.scale,
             clock_skew_ms: if h % 2 == 1 { opts.clock_skew_ms } else { 0.0 },
         };

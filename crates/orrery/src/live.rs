@@ -79,6 +79,10 @@ pub struct NodeArgs {
     /// testbed host.
     #[arg(long, value_name = "DEV")]
     shape_dev: Option<String>,
+    /// The data network's device (in --netns), given to training processes
+    /// as GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME (default: --shape-dev).
+    #[arg(long, value_name = "DEV")]
+    data_dev: Option<String>,
     /// The device's rates are the topology's times this (the testbed's --scale).
     #[arg(long, default_value_t = 1.0, value_name = "FACTOR", value_parser = crate::numbers::positive)]
     rate_scale: f64,
@@ -326,6 +330,7 @@ pub fn node_agent(args: &NodeArgs) -> Result<()> {
         data_addr: args.data_addr,
         netns: args.netns.clone(),
         shape_dev: args.shape_dev.clone(),
+        data_dev: args.data_dev.clone().or_else(|| args.shape_dev.clone()),
         rate_scale: args.rate_scale,
         clock_skew_ms: 0.0,
     };

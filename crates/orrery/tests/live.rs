@@ -698,3 +698,111 @@ fn the_same_policy_places_and_shifts_alike_in_the_simulator_and_live() {
     }
     assert!(live.iter().any(|(d, _)| matches!(d, Decision::Align { job: 1, .. })), "b is aligned: {live:?}");
 }
+
+/// A Python interpreter that imports torch (`ORRERY_TORCH_PYTHON`, Debian's
+/// `/usr/bin/python3` with python3-torch, or `python3`), or why there is none.
+fn torch_python() -> Result<String, String> {
+    let candidates: Vec<String> = std::env::var("ORRERY_TORCH_PYTHON")
+        .into_iter()
+        .chain(["/usr/bin/python3".to_string(), "python3".to_string()])
+        .collect();
+    for py in &candidates {
+        let ok = Command::new(py).args(["-c", "import torch.distributed as d; assert d.is_gloo_available()"]).output();
+        if ok.is_ok_and(|o| o.status.success()) {
+            return Ok(py.clone());
+        }
+    }
+    Err(format!("none of {candidates:?} imports torch with gloo (.ci/run installs Debian's python3-torch)"))
+}
+
+/// The events `python/examples/ddp_train.py` wrote for a job (rank 0's).
+fn ddp_events(path: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    text.lines().map(|l| serde_json::from_str(l).expect("an event per line")).collect()
+}
+
+#[test]
+fn a_ddp_job_whose_node_dies_resumes_from_its_checkpoint_elsewhere() {
+    let py = match torch_python() {
+        Ok(py) => py,
+        Err(why) => {
+            eprintln!("skipped: {why}");
+            return;
+        }
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = Server::start(dir.path(), &["--policy", "fifo", "--node-timeout-s", "1.5"]);
+    let http = Http::new();
+    let user = s.token("user.token");
+    let u = s.url();
+    let out = dir.path().display().to_string();
+    // Real DDP over gloo on loopback; checkpoints only when it stops, so
+    // what resumes is what the stop saved.
+    let exec = format!(
+        "exec {py} python/examples/ddp_train.py --log-dir {out}/logs --checkpoint-dir {out}/ck \
+         --checkpoint-every 0 --width 512 > {out}/rank-$ORRERY_RANK-epoch-$ORRERY_EPOCH.out 2>&1"
+    );
+    let _a0 = agent(&s, "h0", Some(&exec));
+    let mut a1 = agent(&s, "h1", Some(&exec));
+    nodes_up(&http, &s, 2);
+    let iterations = 60;
+    let (status, v) =
+        http.call("POST", &format!("{u}/v1/jobs"), Some(&user), Some(job("ddp", "vgg16", iterations, "low")));
+    assert_eq!(status, 201, "{v}");
+    wait_until("DDP to run 10 iterations on h0 and h1", Duration::from_secs(60), || {
+        let j: JobInfo = http.get(&format!("{u}/v1/jobs/ddp"), &user);
+        (j.iterations_done >= 10).then_some(())
+    });
+    // h1's agent dies; its rank is orphaned and finds out from its socket
+    // (or from gloo, when rank 0 leaves).
+    a1.0.kill().expect("kill the agent");
+    let _ = a1.0.wait();
+    let _a2 = agent(&s, "h2", Some(&exec));
+    let done = wait_until("the job to move and finish", Duration::from_secs(90), || {
+        let j: JobInfo = http.get(&format!("{u}/v1/jobs/ddp"), &user);
+        j.status.is_over().then_some(j)
+    });
+    assert_eq!(done.status, orrery_serve::api::JobStatus::Finished, "{done:?}");
+    assert_eq!(done.iterations_done, iterations);
+    assert_eq!(done.preemptions, 1, "{done:?}");
+    // Rank 0 writes its last event after its last report.
+    let events = wait_until("rank 0's last event", Duration::from_secs(30), || {
+        let events = ddp_events(&dir.path().join("logs/ddp-0.jsonl"));
+        (events.iter().filter(|e| e["event"] == "end").count() >= 2).then_some(events)
+    });
+    let of = |kind: &str| events.iter().filter(|e| e["event"] == kind).collect::<Vec<_>>();
+    let (starts, firsts, ends) = (of("start"), of("first_iteration"), of("end"));
+    assert_eq!((starts.len(), ends.len()), (2, 2), "one run before and one after the move: {events:?}");
+    // The first placement checkpointed where it stopped; the second loaded
+    // that step and lost at most one iteration the service had counted.
+    let stopped = ends[0]["step"].as_u64().expect("step");
+    assert!(stopped >= 10, "{events:?}");
+    assert!(starts[1]["resumed"].as_bool() == Some(true) && starts[1]["step"].as_u64() == Some(stopped), "{events:?}");
+    let counted = firsts[1]["service_iteration"].as_u64().expect("iteration") - 1;
+    assert!(counted.abs_diff(stopped) <= 1, "service counted {counted} iterations, the checkpoint has {stopped}");
+    assert_eq!(ends[1]["reason"], "done", "{events:?}");
+    assert!(ends[1]["epoch"].as_u64() > ends[0]["epoch"].as_u64(), "{events:?}");
+    // Every bucket of every iteration went through the hook, and the ranks'
+    // reports carried their communication time.
+    assert!(ends[1]["buckets"].as_u64().is_some_and(|b| b + stopped >= iterations), "{events:?}");
+    // No training process outlives the job, the orphaned rank included.
+    let t0 = Instant::now();
+    loop {
+        // The training processes' command lines (the agents' hold the same text later).
+        let pattern = format!("^{py} python/examples/ddp_train.py --log-dir {out}/logs");
+        let ps = Command::new("pgrep").args(["-af", &pattern]).output().expect("pgrep");
+        if ps.stdout.is_empty() {
+            break;
+        }
+        if t0.elapsed() > Duration::from_secs(30) {
+            let outputs: Vec<String> = std::fs::read_dir(dir.path())
+                .expect("dir")
+                .filter_map(|e| e.ok())
+                .filter(|e| e.file_name().to_string_lossy().starts_with("rank-"))
+                .map(|e| format!("{:?}: {}", e.file_name(), std::fs::read_to_string(e.path()).unwrap_or_default()))
+                .collect();
+            panic!("DDP processes outlived the job: {}\n{outputs:#?}", String::from_utf8_lossy(&ps.stdout));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

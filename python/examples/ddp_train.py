@@ -1,0 +1,182 @@
+"""A PyTorch DistributedDataParallel training loop that orrery schedules.
+
+Each rank runs under a node agent (``orrery agent --node --exec "python3
+python/examples/ddp_train.py"``) or in a Kubernetes pod beside one. The agent
+sets the rank, the world, ``MASTER_ADDR``/``MASTER_PORT`` (rank 0's data
+address, the job's port) and ``GLOO_SOCKET_IFNAME``; ``orrery.torch_hook``
+times every gradient bucket's all-reduce, and every iteration starts when the
+agent's schedule says (time-shift, slot, delay).
+
+The model is an MLP (``--layers`` × ``--width``²) on synthetic data, on the
+CPU with the gloo backend: its gradient (16 MiB at the defaults) makes the
+all-reduce a large part of an iteration over the testbed's shaped links.
+``--min-compute-ms`` holds each iteration's compute to at least that long
+(the real forward and backward run inside it, a sleep pads the rest before
+the forward): a GPU's compute time, steady on a small shared CPU, so that the
+measured shape is the one the scheduler plans with.
+
+Preemption: when the job leaves this node (``orrery.JobEnded``: preempted,
+cancelled, the agent gone) or a peer does (gloo raises), rank 0 checkpoints
+the state after the last completed step and every rank exits 0; the next
+placement resumes from that checkpoint (a shared folder: ``--checkpoint-dir``
+or ``ORRERY_CHECKPOINT_DIR``). With ``--log-dir`` every rank appends its
+iterations in ``orrery worker``'s CSV format and rank 0 its start and end
+events to ``ddp-JOB.jsonl`` (what ``orrery testbed compare --ddp`` reads).
+"""
+
+import argparse
+import datetime
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+import orrery  # noqa: E402
+import orrery.torch_hook  # noqa: E402
+
+LOG_HEADER = "job,rank,epoch,iteration,start_unix_ms,delay_ms,duration_ms,comm_ms,cycle_ms"
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--width", type=int, default=1024, help="hidden width (default 1024)")
+    p.add_argument("--layers", type=int, default=4, help="linear layers (default 4: 16 MiB of gradient)")
+    p.add_argument("--batch", type=int, default=16, help="samples per rank per micro-step")
+    p.add_argument("--accumulate", type=int, default=1, help="micro-steps per iteration (all but the last under no_sync)")
+    p.add_argument("--bucket-cap-mb", type=float, default=25.0, help="DDP's gradient bucket size")
+    p.add_argument("--min-compute-ms", type=float, default=0.0, help="pad each iteration's compute to at least this")
+    p.add_argument("--threads", type=int, default=1, help="torch's CPU threads per rank")
+    p.add_argument("--checkpoint-dir", default=os.environ.get("ORRERY_CHECKPOINT_DIR", "orrery-checkpoints"))
+    p.add_argument("--checkpoint-every", type=int, default=50, help="also checkpoint every N steps (0: only on exit)")
+    p.add_argument("--log-dir", default=os.environ.get("ORRERY_LOG_DIR"), help="append iteration rows here")
+    p.add_argument("--timeout-s", type=float, default=60.0, help="gloo's timeout for a collective")
+    args = p.parse_args(argv)
+    for name in ("width", "layers", "batch", "accumulate", "threads"):
+        if getattr(args, name) < 1:
+            p.error("--%s: expected at least 1, found %d" % (name.replace("_", "-"), getattr(args, name)))
+    if args.min_compute_ms < 0 or args.bucket_cap_mb <= 0 or args.timeout_s <= 0:
+        p.error("--min-compute-ms must be ≥ 0, --bucket-cap-mb and --timeout-s > 0")
+    return args
+
+
+def env_int(name):
+    value = os.environ.get(name)
+    if value in (None, ""):
+        raise SystemExit("ddp_train.py: %s is not set (the node agent sets it with --exec)" % name)
+    try:
+        return int(value)
+    except ValueError:
+        raise SystemExit("ddp_train.py: %s: expected an integer, found %r" % (name, value))
+
+
+def build_model(torch, args):
+    torch.manual_seed(0)
+    layers = []
+    for k in range(args.layers):
+        layers.append(torch.nn.Linear(args.width, args.width))
+        if k + 1 < args.layers:
+            layers.append(torch.nn.ReLU())
+    return torch.nn.Sequential(*layers)
+
+
+def save_checkpoint(torch, path, model, optimizer, step):
+    """Writes atomically: a rank killed while saving leaves the last one whole."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = path + ".tmp"
+    torch.save({"step": step, "model": model.state_dict(), "optimizer": optimizer.state_dict()}, tmp)
+    os.replace(tmp, path)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    import torch
+    import torch.distributed as dist
+
+    client = orrery.Client.from_env()
+    rank, world = env_int("RANK"), env_int("WORLD_SIZE")
+    job = client.job
+    master = "tcp://%s:%s" % (os.environ.get("MASTER_ADDR", "127.0.0.1"), os.environ.get("MASTER_PORT", "29500"))
+    torch.set_num_threads(args.threads)
+    dist.init_process_group("gloo", init_method=master, rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=args.timeout_s))
+    model = build_model(torch, args)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
+    ckpt_path = os.path.join(args.checkpoint_dir, "job-%s.pt" % job)
+    step = 0
+    if os.path.exists(ckpt_path):
+        state = torch.load(ckpt_path)
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        step = int(state["step"])
+    ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=args.bucket_cap_mb)
+    hook = orrery.torch_hook.register(ddp, client)
+    grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
+
+    log = events = None
+    if args.log_dir:
+        os.makedirs(args.log_dir, exist_ok=True)
+        path = os.path.join(args.log_dir, "worker-%s-%d.csv" % (job, rank))
+        fresh = not os.path.exists(path)
+        log = open(path, "a", buffering=1)
+        if fresh:
+            log.write(LOG_HEADER + "\n")
+        if rank == 0:
+            events = open(os.path.join(args.log_dir, "ddp-%s.jsonl" % job), "a", buffering=1)
+
+    def event(**fields):
+        if events is not None:
+            events.write(json.dumps(dict(fields, epoch=client.epoch, unix_s=time.time())) + "\n")
+
+    event(event="start", step=step, grad_bytes=grad_bytes, world=world, resumed=step > 0)
+    reason, real_compute_ms, last_end, first = "done", 0.0, time.monotonic(), True
+    try:
+        while not client.done:
+            with client.iteration():
+                if first:  # the service's iteration number against the checkpoint's step
+                    first = False
+                    event(event="first_iteration", step=step, service_iteration=client.iteration_number)
+                t0 = time.monotonic()
+                pad_s = (args.min_compute_ms - real_compute_ms) / 1e3
+                if pad_s > 0:
+                    time.sleep(pad_s)  # before the forward: the all-reduce stays at the end
+                optimizer.zero_grad()
+                generator = torch.Generator().manual_seed(1_000_003 * step + rank)
+                for micro in range(args.accumulate):
+                    x = torch.randn(args.batch, args.width, generator=generator)
+                    if micro + 1 < args.accumulate:
+                        with ddp.no_sync():
+                            ddp(x).square().mean().backward()
+                    else:
+                        ddp(x).square().mean().backward()
+                optimizer.step()
+                step += 1
+                duration_ms = (time.monotonic() - t0) * 1e3
+            comm_ms = client.last_comm_ms or 0.0
+            real_compute_ms = max(0.0, duration_ms - comm_ms - max(pad_s, 0.0) * 1e3)
+            cycle_ms = (time.monotonic() - last_end) * 1e3
+            last_end = time.monotonic()
+            if log is not None:
+                log.write("%s,%d,%d,%d,%.3f,%.3f,%.3f,%.3f,%.3f\n" % (
+                    job, rank, client.epoch, client.iteration_number, client.started_unix_s * 1e3,
+                    client.delay_ms, duration_ms, comm_ms, cycle_ms))
+            if rank == 0 and args.checkpoint_every and step % args.checkpoint_every == 0:
+                save_checkpoint(torch, ckpt_path, model, optimizer, step)
+    except orrery.JobEnded as e:
+        reason = e.reason
+    except RuntimeError as e:  # gloo: a peer left mid-collective (it was preempted)
+        reason = "a peer left (%s)" % str(e).splitlines()[0]
+    if rank == 0:
+        # The state after the last completed step: the optimizer steps after
+        # the all-reduce, so a collective cut short changed no weight.
+        save_checkpoint(torch, ckpt_path, model, optimizer, step)
+    event(event="end", step=step, reason=reason, buckets=hook.buckets)
+    print("job %s rank %d: %s at step %d" % (job, rank, reason, step), flush=True)
+    client.close()
+    # A peer that left can keep gloo's threads waiting: exit without them.
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()
