@@ -130,7 +130,16 @@ pub struct Row {
     pub mean_ratio: f64,
     /// measured / simulated p99.
     pub p99_ratio: f64,
+    /// Fraction of the measured iterations (all runs) whose communication
+    /// took over [`COLLIDED`] times its time alone: collided with another
+    /// job's. NaN when the time alone is not known (emulated workers).
+    pub collided: f64,
 }
+
+/// An iteration's communication over this many times its time alone
+/// collided: sharing a link with one other flow doubles it, noise on an
+/// uncontended run stays well under.
+pub const COLLIDED: f64 = 1.4;
 
 /// Median of a list (NaN when empty; the mean of the middle two for an even
 /// length).
@@ -146,8 +155,9 @@ pub fn median(xs: &[f64]) -> f64 {
 
 /// The rows of one policy's runs (one `Measured` per run; the simulator is
 /// deterministic and runs once): the testbed's mean and p99 are the
-/// medians over the runs.
-pub fn rows(jobs: &[JobSpec], runs: &[Measured], simulated: &Simulated) -> Vec<Row> {
+/// medians over the runs. `comm_alone_ms`: every job's communication time
+/// alone, where measured (DDP jobs).
+pub fn rows(jobs: &[JobSpec], runs: &[Measured], simulated: &Simulated, comm_alone_ms: Option<f64>) -> Vec<Row> {
     let policy = runs.first().map(|m| m.policy.clone()).unwrap_or_default();
     jobs.iter()
         .enumerate()
@@ -165,6 +175,17 @@ pub fn rows(jobs: &[JobSpec], runs: &[Measured], simulated: &Simulated) -> Vec<R
             let mp = median(&per_run.iter().map(|r| r.1).collect::<Vec<_>>());
             let m = runs.first().and_then(|m| m.jobs.iter().find(|j| j.id == spec.id));
             let (sm, sp) = mean_p99(simulated.iteration_ms.get(i).map(Vec::as_slice).unwrap_or_default());
+            let comms: Vec<f64> = runs
+                .iter()
+                .filter_map(|m| m.jobs.iter().find(|j| j.id == spec.id))
+                .flat_map(|j| j.comm_ms.iter().copied())
+                .collect();
+            let collided = match comm_alone_ms {
+                Some(alone) if !comms.is_empty() => {
+                    comms.iter().filter(|&&c| c > COLLIDED * alone).count() as f64 / comms.len() as f64
+                }
+                _ => f64::NAN,
+            };
             Row {
                 policy: policy.clone(),
                 job: spec.id.clone(),
@@ -180,6 +201,7 @@ pub fn rows(jobs: &[JobSpec], runs: &[Measured], simulated: &Simulated) -> Vec<R
                 simulated_p99_ms: sp,
                 mean_ratio: mm / sm,
                 p99_ratio: mp / sp,
+                collided,
             }
         })
         .collect()
@@ -193,7 +215,7 @@ pub fn markdown(rows: &[Row]) -> String {
         let _ = writeln!(s, "Testbed: median over {runs} runs, with the range of the runs' means.\n");
     }
     s.push_str(
-        "| policy | job | hosts | alone ms | testbed mean ms | sim mean ms | ratio | testbed p99 ms | sim p99 ms | ratio | iterations |\n|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        "| policy | job | hosts | alone ms | testbed mean ms | sim mean ms | ratio | testbed p99 ms | sim p99 ms | ratio | collided | iterations |\n|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for r in rows {
         let lo = r.run_means_ms.iter().copied().fold(f64::INFINITY, f64::min);
@@ -203,9 +225,10 @@ pub fn markdown(rows: &[Row]) -> String {
         } else {
             format!("{:.1}", r.measured_mean_ms)
         };
+        let collided = if r.collided.is_nan() { "–".to_string() } else { format!("{:.0}%", 100.0 * r.collided) };
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {:.1} | {mean} | {:.1} | {:.3} | {:.1} | {:.1} | {:.3} | {} |",
+            "| {} | {} | {} | {:.1} | {mean} | {:.1} | {:.3} | {:.1} | {:.1} | {:.3} | {collided} | {} |",
             r.policy,
             r.job,
             r.hosts,
@@ -224,13 +247,13 @@ pub fn markdown(rows: &[Row]) -> String {
 /// The comparison as CSV.
 pub fn csv(rows: &[Row]) -> String {
     let mut s = String::from(
-        "policy,job,hosts,isolated_ms,measured_n,measured_mean_ms,measured_p99_ms,simulated_mean_ms,simulated_p99_ms,mean_ratio,p99_ratio,run_means_ms\n",
+        "policy,job,hosts,isolated_ms,measured_n,measured_mean_ms,measured_p99_ms,simulated_mean_ms,simulated_p99_ms,mean_ratio,p99_ratio,collided,run_means_ms\n",
     );
     for r in rows {
         let runs: Vec<String> = r.run_means_ms.iter().map(|m| format!("{m:.3}")).collect();
         let _ = writeln!(
             s,
-            "{},{},{},{:.3},{},{:.3},{:.3},{:.3},{:.3},{:.4},{:.4},{}",
+            "{},{},{},{:.3},{},{:.3},{:.3},{:.3},{:.3},{:.4},{:.4},{:.4},{}",
             r.policy,
             r.job,
             r.hosts,
@@ -242,6 +265,7 @@ pub fn csv(rows: &[Row]) -> String {
             r.simulated_p99_ms,
             r.mean_ratio,
             r.p99_ratio,
+            r.collided,
             runs.join(";")
         );
     }

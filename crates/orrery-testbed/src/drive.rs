@@ -1,8 +1,9 @@
 //! Runs an experiment's workload on a fabric, driven by the real system: the
 //! live service ([`orrery_serve::start`]) with the experiment's policy, one
 //! node agent per host ([`orrery_serve::node_agent::run_until`]) whose
-//! workers are `orrery worker` processes inside the host's namespace, and the
-//! jobs submitted through the HTTP API at their arrival times.
+//! workers are `orrery worker` processes (or real PyTorch DDP ranks,
+//! [`Workers::Ddp`]) inside the host's namespace, and the jobs submitted
+//! through the HTTP API at their arrival times.
 //!
 //! Control traffic (HTTP between agents and the service) runs on the root
 //! namespace's loopback, a management network; training traffic only inside
@@ -18,9 +19,33 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+/// What the agents start for each worker.
+#[derive(Debug, Clone)]
+pub enum Workers {
+    /// `orrery worker`: the job's modelled shape, compute as a sleep and a
+    /// TCP ring all-reduce of its bytes.
+    Emulated,
+    /// A PyTorch DDP rank (`python/examples/ddp_train.py` or a script that
+    /// writes the same logs): real gradients all-reduced by gloo.
+    Ddp(DdpWorkers),
+}
+
+/// A DDP training script and how to start it.
+#[derive(Debug, Clone)]
+pub struct DdpWorkers {
+    /// Python interpreter with torch.
+    pub python: String,
+    /// The training script (it takes `--log-dir` and `--checkpoint-dir`).
+    pub script: PathBuf,
+    /// More arguments to the script.
+    pub args: Vec<String>,
+}
+
 /// How to run a workload on the testbed.
 #[derive(Debug, Clone)]
 pub struct DriveOptions {
+    /// What the agents start for each worker.
+    pub workers: Workers,
     /// The fabric.
     pub fabric: FabricOptions,
     /// Policy name (`orrery policies`, or `pinned` with pins).
@@ -66,6 +91,13 @@ pub struct MeasuredJob {
     pub iteration_ms: Vec<f64>,
     /// Rank 0's communication time in each of those iterations, ms.
     pub comm_ms: Vec<f64>,
+    /// Rank 0's compute and communication in each (start to end, slot
+    /// delays excluded), ms.
+    pub duration_ms: Vec<f64>,
+    /// When rank 0 started each, ms on the service's clock since its epoch.
+    pub start_ms: Vec<f64>,
+    /// The slot delay before each, ms.
+    pub delay_ms: Vec<f64>,
     /// Submission to the end, s.
     pub jct_s: Option<f64>,
 }
@@ -98,6 +130,8 @@ pub struct Measured {
     pub wall_s: f64,
     /// Warnings from building the fabric.
     pub warnings: Vec<String>,
+    /// The service's decision log (its clock: seconds since its epoch).
+    pub decisions: Vec<orrery_serve::api::LogEntry>,
 }
 
 /// Runs `jobs` (with their `pins`) on `topo` built as a fabric; returns what
@@ -154,14 +188,7 @@ pub async fn drive(
             gpus: host.gpus,
             nic_gbps: modelled.host_nic_gbps(h),
             socket: opts.dir.join(format!("agent-{h}.sock")),
-            exec: Some(format!(
-                "exec {} worker --scale {} --log-dir {} --cc {} --compute-stretch {}",
-                shell_quote(&opts.orrery.display().to_string()),
-                opts.fabric.scale,
-                shell_quote(&logs.display().to_string()),
-                shell_quote(&opts.congestion_control),
-                opts.compute_stretch
-            )),
+            exec: Some(worker_command(opts, &logs)),
             poll_s: 20.0,
             data_addr: Some(fabric.host_addrs[h].into()),
             netns: Some(fabric.host_netns(h).to_string()),
@@ -182,23 +209,26 @@ pub async fn drive(
         let _ = a.await;
     }
     service.stop();
-    let (samples, infos, placements, wall_s) = outcome?;
+    let Watched { samples, infos, placements, wall_s, decisions, epoch_unix_ms } = outcome?;
     progress("reading the workers' logs");
     let by_spec: BTreeMap<&str, &orrery_serve::api::JobInfo> = infos.iter().map(|j| (j.spec.id.as_str(), j)).collect();
     let mut measured = Vec::new();
     for spec in jobs {
         let info = by_spec.get(spec.id.as_str());
-        let (iteration_ms, comm_ms) = match info {
-            Some(j) => read_cycles(&logs.join(log_name(j.id as u64, 0)), opts.warmup)?.into_iter().unzip(),
-            None => (Vec::new(), Vec::new()),
+        let rows = match info {
+            Some(j) => read_cycles(&logs.join(log_name(j.id as u64, 0)), opts.warmup)?,
+            None => Vec::new(),
         };
         measured.push(MeasuredJob {
             id: spec.id.clone(),
             status: info.map_or("never submitted".into(), |j| j.status.name().to_string()),
             hosts: placements.get(&spec.id).cloned().unwrap_or_default(),
             isolated_ms: info.map_or(0.0, |j| j.period_ms),
-            iteration_ms,
-            comm_ms,
+            iteration_ms: rows.iter().map(|r| r.cycle_ms).collect(),
+            comm_ms: rows.iter().map(|r| r.comm_ms).collect(),
+            duration_ms: rows.iter().map(|r| r.duration_ms).collect(),
+            start_ms: rows.iter().map(|r| r.start_unix_ms - epoch_unix_ms as f64).collect(),
+            delay_ms: rows.iter().map(|r| r.delay_ms).collect(),
             jct_s: info.and_then(|j| j.ended_s.map(|e| e - j.submitted_s)),
         });
     }
@@ -208,7 +238,48 @@ pub async fn drive(
         links: link_series(topo, &fabric, &samples),
         wall_s,
         warnings: fabric.warnings.clone(),
+        decisions,
     })
+}
+
+/// The command an agent starts for each worker (`sh -c`).
+fn worker_command(opts: &DriveOptions, logs: &Path) -> String {
+    match &opts.workers {
+        Workers::Emulated => format!(
+            "exec {} worker --scale {} --log-dir {} --cc {} --compute-stretch {}",
+            shell_quote(&opts.orrery.display().to_string()),
+            opts.fabric.scale,
+            shell_quote(&logs.display().to_string()),
+            shell_quote(&opts.congestion_control),
+            opts.compute_stretch
+        ),
+        // Checkpoints only when a rank stops (the testbed does not preempt);
+        // each run starts from scratch in its own folder.
+        Workers::Ddp(d) => {
+            let mut cmd = format!(
+                "exec {} {} --log-dir {} --checkpoint-dir {} --checkpoint-every 0",
+                shell_quote(&d.python),
+                shell_quote(&d.script.display().to_string()),
+                shell_quote(&logs.display().to_string()),
+                shell_quote(&opts.dir.join("checkpoints").display().to_string()),
+            );
+            for a in &d.args {
+                cmd.push(' ');
+                cmd.push_str(&shell_quote(a));
+            }
+            cmd
+        }
+    }
+}
+
+/// What watching a run collected.
+struct Watched {
+    samples: Samples,
+    infos: Vec<orrery_serve::api::JobInfo>,
+    placements: Placements,
+    wall_s: f64,
+    decisions: Vec<orrery_serve::api::LogEntry>,
+    epoch_unix_ms: i64,
 }
 
 type Samples = Vec<(f64, Vec<u64>)>;
@@ -223,7 +294,7 @@ async fn watch(
     client: &orrery_serve::client::Client,
     opts: &DriveOptions,
     progress: &mut impl FnMut(&str),
-) -> Result<(Samples, Vec<orrery_serve::api::JobInfo>, Placements, f64)> {
+) -> Result<Watched> {
     // Every agent up before the first job, as in a simulation.
     let start = Instant::now();
     loop {
@@ -271,7 +342,9 @@ async fn watch(
                 samples.push((t0.elapsed().as_secs_f64(), fabric.link_tx_bytes()?));
                 let done = infos.iter().filter(|j| j.status == JobStatus::Finished).count();
                 progress(&format!("{done}/{} jobs finished in {:.1} s", infos.len(), now));
-                return Ok((samples, infos, placements, now));
+                let decisions = client.decisions(0).await.map_err(|e| anyhow::anyhow!("{e}"))?;
+                let epoch_unix_ms = client.cluster().await.map_err(|e| anyhow::anyhow!("{e}"))?.epoch_unix_ms;
+                return Ok(Watched { samples, infos, placements, wall_s: now, decisions, epoch_unix_ms });
             }
         }
         if now > opts.time_limit_s {
@@ -313,9 +386,18 @@ fn link_series(topo: &Topology, fabric: &Fabric, samples: &Samples) -> Vec<LinkS
     out
 }
 
-/// Iteration and communication times (`cycle_ms`, `comm_ms`) from a
-/// worker's log, without the first `warmup`.
-fn read_cycles(path: &Path, warmup: usize) -> Result<Vec<(f64, f64)>> {
+/// One row of a worker's log.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct LogRow {
+    start_unix_ms: f64,
+    delay_ms: f64,
+    duration_ms: f64,
+    comm_ms: f64,
+    cycle_ms: f64,
+}
+
+/// A worker's iterations from its log, without the first `warmup`.
+fn read_cycles(path: &Path, warmup: usize) -> Result<Vec<LogRow>> {
     if !path.exists() {
         return Ok(Vec::new());
     }
@@ -329,13 +411,20 @@ fn read_cycles(path: &Path, warmup: usize) -> Result<Vec<(f64, f64)>> {
     let complete = if text.ends_with('\n') { usize::MAX } else { text.lines().count().saturating_sub(2) };
     let mut out = Vec::new();
     for (i, line) in lines.enumerate() {
-        let mut fields = line.rsplit(',');
-        let cycle = fields.next().and_then(|v| v.parse::<f64>().ok());
-        let comm = fields.next().and_then(|v| v.parse::<f64>().ok());
-        match (cycle, comm) {
-            (Some(c), Some(m)) if c.is_finite() && m.is_finite() => out.push((c, m)),
+        // start_unix_ms, delay_ms, duration_ms, comm_ms, cycle_ms: the last five.
+        let mut last: Vec<Option<f64>> =
+            line.rsplit(',').take(5).map(|v| v.parse::<f64>().ok().filter(|x| x.is_finite())).collect();
+        last.reverse();
+        match last[..] {
+            [Some(start_unix_ms), Some(delay_ms), Some(duration_ms), Some(comm_ms), Some(cycle_ms)] => {
+                out.push(LogRow { start_unix_ms, delay_ms, duration_ms, comm_ms, cycle_ms })
+            }
             _ if i >= complete => break,
-            _ => bail!("{}: line {}: cycle_ms and comm_ms: expected numbers in {line:?}", path.display(), i + 2),
+            _ => bail!(
+                "{}: line {}: start_unix_ms, delay_ms, duration_ms, comm_ms and cycle_ms: expected numbers in {line:?}",
+                path.display(),
+                i + 2
+            ),
         }
     }
     out.drain(..warmup.min(out.len()));
@@ -349,7 +438,7 @@ fn shell_quote(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{LOG_HEADER, read_cycles};
+    use super::{LOG_HEADER, LogRow, read_cycles};
 
     #[test]
     fn a_row_cut_short_by_a_stop_is_left_out_and_a_bad_row_is_not() {
@@ -357,10 +446,15 @@ mod tests {
         let path = dir.path().join("w.csv");
         let rows = "0,0,1,1,1000.0,0.000,200.0,100.0,201.5\n0,0,1,2,1201.5,0.000,200.0,100.0,202.5\n";
         std::fs::write(&path, format!("{LOG_HEADER}\n{rows}0,0,1,3,1404.0,0.000,241.487,210.359,")).expect("write");
-        assert_eq!(read_cycles(&path, 0).expect("read"), vec![(201.5, 100.0), (202.5, 100.0)]);
-        assert_eq!(read_cycles(&path, 1).expect("read"), vec![(202.5, 100.0)]);
+        let cycles = |rows: Vec<LogRow>| rows.iter().map(|r| (r.cycle_ms, r.comm_ms)).collect::<Vec<_>>();
+        assert_eq!(cycles(read_cycles(&path, 0).expect("read")), vec![(201.5, 100.0), (202.5, 100.0)]);
+        let second = read_cycles(&path, 1).expect("read");
+        assert_eq!(
+            second,
+            vec![LogRow { start_unix_ms: 1201.5, delay_ms: 0.0, duration_ms: 200.0, comm_ms: 100.0, cycle_ms: 202.5 }]
+        );
         std::fs::write(&path, format!("{LOG_HEADER}\n0,0,1,1,1000.0,0.000,200.0,100.0,\n{rows}")).expect("write");
         let e = read_cycles(&path, 0).expect_err("a bad row inside the log");
-        assert!(e.to_string().contains("line 2: cycle_ms and comm_ms"), "{e}");
+        assert!(e.to_string().contains("line 2: start_unix_ms"), "{e}");
     }
 }

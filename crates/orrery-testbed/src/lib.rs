@@ -1,11 +1,13 @@
 //! orrery on real TCP. [`fabric`] builds an orrery leaf-spine topology out of
 //! Linux network namespaces with tc-shaped veth links; [`worker`] is an
 //! emulated data-parallel worker that runs a job's iteration shape as sleeps
-//! and a real TCP ring all-reduce, paced by its node agent.
+//! and a real TCP ring all-reduce, paced by its node agent; [`ddp`] measures
+//! the shape of real PyTorch DDP jobs run there instead.
 //!
 //! Needs root (CAP_NET_ADMIN) and iproute2 (`ip`, `tc`).
 
 pub mod compare;
+pub mod ddp;
 pub mod drive;
 pub mod fabric;
 pub mod worker;

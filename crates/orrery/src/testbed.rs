@@ -1,9 +1,10 @@
 //! `orrery testbed`: orrery topologies as Linux network namespaces with
-//! tc-shaped links, driven by the live service and emulated workers.
+//! tc-shaped links, driven by the live service and emulated workers (or real
+//! PyTorch DDP ranks with `--ddp`).
 
 use anyhow::{Context, Result, bail};
 use orrery_testbed::compare;
-use orrery_testbed::drive::{DriveOptions, drive};
+use orrery_testbed::drive::{DdpWorkers, DriveOptions, Workers, drive};
 use orrery_testbed::fabric::{self, Fabric, FabricOptions};
 use std::path::{Path, PathBuf};
 
@@ -13,11 +14,11 @@ pub enum Command {
     Up(UpArgs),
     /// Run an experiment's workload on the testbed, driven by the live
     /// service, agents and emulated workers; writes measured.json per policy.
-    Run(ScenarioArgs),
+    Run(Box<ScenarioArgs>),
     /// Run an experiment on the testbed and in the simulator at the same
     /// scale; writes compare.md/.csv and figures (iteration-time CDFs, the
     /// busiest link over time) per policy.
-    Compare(ScenarioArgs),
+    Compare(Box<ScenarioArgs>),
     /// Remove every namespace a testbed with this prefix made.
     Down {
         /// Namespace prefix.
@@ -87,8 +88,46 @@ pub struct ScenarioArgs {
     /// models the shaped rate as payload.
     #[arg(long, default_value_t = orrery_testbed::compare::TCP_GOODPUT, value_parser = crate::numbers::fraction)]
     goodput: f64,
+    /// Run every job as real PyTorch DDP ranks (`--ddp-script`, gloo) instead
+    /// of `orrery worker`. The first job runs alone first; its measured
+    /// compute and all-reduce become every job's shape (shape.json), for the
+    /// policy and the simulator alike.
+    #[arg(long)]
+    ddp: bool,
+    /// Python with torch for --ddp (default: /usr/bin/python3 or python3,
+    /// the first that imports torch).
+    #[arg(long, value_name = "PATH")]
+    python: Option<String>,
+    /// The DDP training script (it writes orrery worker's logs with --log-dir).
+    #[arg(long, default_value = "python/examples/ddp_train.py", value_name = "PATH")]
+    ddp_script: PathBuf,
+    /// Arguments to the DDP script, one string (the default: a 16 MiB
+    /// gradient, compute held to 300 ms).
+    #[arg(long, default_value = "--width 1024 --layers 4 --min-compute-ms 300", allow_hyphen_values = true)]
+    ddp_args: String,
+    /// Iterations of the run alone that measures the DDP shape (after the warm-up).
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(3..))]
+    calibration_iterations: u64,
     #[command(flatten)]
     fabric: FabricArgs,
+}
+
+/// The Python that runs `--ddp` workers: `--python`, else the first of
+/// Debian's /usr/bin/python3 and `python3` that imports torch.
+fn torch_python(given: Option<&str>) -> Result<String> {
+    let tried: Vec<&str> = match given {
+        Some(p) => vec![p],
+        None => vec!["/usr/bin/python3", "python3"],
+    };
+    for py in &tried {
+        let ok = std::process::Command::new(py)
+            .args(["-c", "import torch.distributed as d; assert d.is_gloo_available()"])
+            .output();
+        if ok.is_ok_and(|o| o.status.success()) {
+            return Ok(py.to_string());
+        }
+    }
+    bail!("--ddp: none of {tried:?} imports torch with gloo (install Debian's python3-torch, or pass --python)")
 }
 
 /// How the fabric is built.
@@ -213,9 +252,74 @@ fn scenario(args: &ScenarioArgs, with_sim: bool) -> Result<()> {
         }
     }
     let orrery = std::env::current_exe().context("locating the orrery binary for the workers")?;
+    let workers = if args.ddp {
+        let script = std::fs::canonicalize(&args.ddp_script)
+            .with_context(|| format!("--ddp-script: {} does not exist", args.ddp_script.display()))?;
+        let python = torch_python(args.python.as_deref())?;
+        Workers::Ddp(DdpWorkers { python, script, args: args.ddp_args.split_whitespace().map(String::from).collect() })
+    } else {
+        Workers::Emulated
+    };
     std::fs::create_dir_all(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
     let out = std::fs::canonicalize(&args.out)?;
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let options = |policy: &str, dir: PathBuf| DriveOptions {
+        workers: workers.clone(),
+        fabric: args.fabric.options(),
+        policy: policy.to_string(),
+        seed,
+        orrery: orrery.clone(),
+        dir,
+        time_limit_s: args.time_limit_s,
+        sample_s: args.sample_s,
+        congestion_control: args.cc.clone(),
+        goodput: args.goodput,
+        warmup: args.warmup,
+        compute_stretch: args.compute_stretch,
+        clock_skew_ms: args.clock_skew_ms,
+    };
+    // DDP: the first job alone on its placement measures every job's shape.
+    let mut comm_alone_ms = None;
+    if args.ddp {
+        let mut first = jobs[0].clone();
+        first.work = orrery_model::Work::Iterations(args.warmup as u64 + args.calibration_iterations);
+        first.arrival_s = 0.0;
+        let alone_pins: std::collections::BTreeMap<_, _> =
+            pins.iter().filter(|(id, _)| **id == first.id).map(|(k, v)| (k.clone(), v.clone())).collect();
+        let policy = if alone_pins.is_empty() { policies[0].clone() } else { "pinned".to_string() };
+        eprintln!("{}: measuring its DDP shape alone ({policy})", first.id);
+        let opts = options(&policy, out.join("alone").join("run"));
+        let alone =
+            runtime.block_on(drive(&topo, std::slice::from_ref(&first), &alone_pins, &opts, |m| eprintln!("  {m}")))?;
+        let job = &alone.jobs[0];
+        let bytes = orrery_testbed::ddp::logged_gradient_bytes(&out.join("alone/run/workers"))?;
+        let modelled = compare::derated(&topo, args.goodput).map_err(anyhow::Error::msg)?;
+        let gbps = job
+            .hosts
+            .iter()
+            .filter_map(|(name, _)| modelled.hosts.iter().position(|h| &h.name == name))
+            .map(|h| modelled.host_nic_gbps(h))
+            .fold(f64::INFINITY, f64::min);
+        if !gbps.is_finite() {
+            bail!("{}: its run alone was never placed ({})", first.id, job.status);
+        }
+        let shape = orrery_testbed::ddp::measured_shape(job, bytes, first.workers, gbps)?;
+        compare::write_atomic(&out.join("shape.json"), &serde_json::to_string_pretty(&shape)?)?;
+        eprintln!(
+            "  alone: {:.1} ms an iteration, compute {:.1} ms, all-reduce {:.1} ms of a {:.1} MB gradient \
+             (the model's payload: {:.2}× the exact ring's at scale {})",
+            shape.alone_ms,
+            shape.compute_ms,
+            shape.comm_ms,
+            shape.gradient_bytes / 1e6,
+            shape.model_bytes * args.fabric.scale / shape.gradient_bytes,
+            args.fabric.scale
+        );
+        for j in &mut jobs {
+            j.shape = Some(shape.spec());
+        }
+        comm_alone_ms = Some(shape.comm_ms);
+    }
     let mut all_rows = Vec::new();
     for policy in &policies {
         let dir = out.join(policy.replace(['/', '+', ':'], "_"));
@@ -223,20 +327,7 @@ fn scenario(args: &ScenarioArgs, with_sim: bool) -> Result<()> {
         for run in 1..=args.runs {
             // One run in `dir`; several in `dir/run-K`.
             let run_dir = if args.runs == 1 { dir.clone() } else { dir.join(format!("run-{run}")) };
-            let opts = DriveOptions {
-                fabric: args.fabric.options(),
-                policy: policy.clone(),
-                seed,
-                orrery: orrery.clone(),
-                dir: run_dir.join("run"),
-                time_limit_s: args.time_limit_s,
-                sample_s: args.sample_s,
-                congestion_control: args.cc.clone(),
-                goodput: args.goodput,
-                warmup: args.warmup,
-                compute_stretch: args.compute_stretch,
-                clock_skew_ms: args.clock_skew_ms,
-            };
+            let opts = options(policy, run_dir.join("run"));
             let of = if args.runs > 1 { format!(", run {run} of {}", args.runs) } else { String::new() };
             eprintln!("{policy}: {} jobs on the testbed ({} at {}x{of})", jobs.len(), topo.name, args.fabric.scale);
             let measured = runtime.block_on(drive(&topo, &jobs, &pins, &opts, |m| eprintln!("  {m}")))?;
@@ -260,7 +351,7 @@ fn scenario(args: &ScenarioArgs, with_sim: bool) -> Result<()> {
         let modelled = compare::derated(&topo, args.goodput).map_err(anyhow::Error::msg)?;
         let simulated = compare::simulate(&modelled, &jobs, &pins, policy, seed, exp.sim.jitter, args.warmup)
             .map_err(anyhow::Error::msg)?;
-        let rows = compare::rows(&jobs, &runs, &simulated);
+        let rows = compare::rows(&jobs, &runs, &simulated, comm_alone_ms);
         compare::write_atomic(&dir.join("simulated.json"), &serde_json::to_string(&simulated)?)?;
         // The figures show the first run.
         compare::figures(&dir, &jobs, &runs[0], &simulated).map_err(anyhow::Error::msg)?;

@@ -42,8 +42,12 @@ fn read_compare(path: &Path) -> std::collections::BTreeMap<(String, String), (f6
         .collect()
 }
 
+/// The testbed's runs measure time on a 2-core machine: one at a time.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn cassinis_pair_on_real_tcp_against_the_simulator() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     if let Some(why) = orrery_testbed::fabric::unavailable() {
         eprintln!("skipped: network namespaces are unavailable here ({why})");
         return;
@@ -152,6 +156,106 @@ fn cassinis_pair_on_real_tcp_against_the_simulator() {
     let peak =
         uplink["utilisation"].as_array().expect("series").iter().filter_map(|p| p[1].as_f64()).fold(0.0, f64::max);
     assert!(peak > 0.3 && peak < 1.05, "uplink peak utilisation {peak}");
+}
+
+/// A Python that imports torch with gloo, as `orrery testbed compare --ddp` looks for it.
+fn torch_python() -> Option<&'static str> {
+    ["/usr/bin/python3", "python3"].into_iter().find(|py| {
+        Command::new(py)
+            .args(["-c", "import torch.distributed as d; assert d.is_gloo_available()"])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    })
+}
+
+#[test]
+fn two_real_ddp_jobs_start_their_iterations_at_cassinis_shift() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(why) = orrery_testbed::fabric::unavailable() {
+        eprintln!("skipped: network namespaces are unavailable here ({why})");
+        return;
+    }
+    if torch_python().is_none() {
+        eprintln!("skipped: no python3 here imports torch (.ci/run installs Debian's python3-torch)");
+        return;
+    }
+    let prefix = format!("od{}", std::process::id() % 100_000);
+    let out = tempfile::tempdir().expect("tempdir");
+    // A smaller DDP job than the experiment's, for CI's time: an 8.4 MB
+    // gradient (~150 ms on the shaped link) and 250 ms of compute.
+    let status = Command::new(BIN)
+        .args(["testbed", "compare"])
+        .arg(repo().join("experiments/testbed-ddp.toml"))
+        .args(["--ddp", "--ddp-args", "--width 1024 --layers 2 --min-compute-ms 250"])
+        .arg("--ddp-script")
+        .arg(repo().join("python/examples/ddp_train.py"))
+        .args(["--policies", "pinned+cassini", "--iterations", "30", "--warmup", "4"])
+        .args(["--calibration-iterations", "8", "--prefix", &prefix, "--time-limit-s", "120"])
+        .arg("--out")
+        .arg(out.path())
+        .status()
+        .expect("orrery testbed compare");
+    let left = namespaces_with(&prefix);
+    for n in &left {
+        let _ = Command::new("ip").args(["netns", "del", n]).status();
+    }
+    assert!(left.is_empty(), "namespaces left behind: {left:?}");
+    assert!(status.success(), "orrery testbed compare --ddp failed");
+    // The shape was measured alone: the padded compute (less the part of
+    // the backward pass the first bucket's all-reduce overlaps), and an
+    // all-reduce of the real gradient (2 layers of 1024² + 1024 fp32 values).
+    let shape: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.path().join("shape.json")).expect("shape.json"))
+            .expect("json");
+    assert_eq!(shape["gradient_bytes"].as_f64(), Some(2.0 * (1024.0 * 1024.0 + 1024.0) * 4.0), "{shape}");
+    assert!(shape["compute_ms"].as_f64().is_some_and(|c| c >= 0.9 * 250.0), "{shape}");
+    assert!(shape["comm_ms"].as_f64().is_some_and(|c| c > 50.0), "{shape}");
+    let measured: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(out.path().join("pinned_cassini/measured.json")).expect("measured.json"),
+    )
+    .expect("json");
+    // Both DDP jobs ran and reported every iteration with its all-reduce.
+    for job in measured["jobs"].as_array().expect("jobs") {
+        assert_eq!(job["status"], "finished", "{}", job["id"]);
+        let comm = job["comm_ms"].as_array().expect("comm_ms");
+        assert!(comm.len() >= 25 && comm.iter().all(|c| c.as_f64().is_some_and(|c| c > 0.0)), "{job}");
+    }
+    // Job b keeps CASSINI's shift: an iteration that waits for its slot
+    // starts at the Align in force (offset + k·period on the service's
+    // clock), within 10 ms. One that is already late starts at once (the
+    // slot rule), so only waits are held to it.
+    let aligns: Vec<(f64, f64, f64)> = measured["decisions"]
+        .as_array()
+        .expect("decisions")
+        .iter()
+        .filter(|d| d["entry"]["kind"] == "align" && d["entry"]["job"] == 1)
+        .map(|d| {
+            let e = &d["entry"];
+            (
+                d["at_s"].as_f64().expect("at"),
+                e["period_ms"].as_f64().expect("period"),
+                e["offset_s"].as_f64().expect("offset"),
+            )
+        })
+        .collect();
+    assert!(!aligns.is_empty(), "CASSINI aligned the second job");
+    let b = measured["jobs"].as_array().expect("jobs").iter().find(|j| j["id"] == "b").expect("b");
+    let nums = |k: &str| b[k].as_array().expect(k).iter().filter_map(|v| v.as_f64()).collect::<Vec<f64>>();
+    let (starts, delays) = (nums("start_ms"), nums("delay_ms"));
+    let mut held = 0;
+    for (&start, _) in starts.iter().zip(&delays).filter(|(_, d)| **d > 1.0) {
+        let Some(&(_, period, offset)) = aligns.iter().rev().find(|a| a.0 + 0.05 <= start / 1e3) else { continue };
+        let past = (start - offset * 1e3).rem_euclid(period);
+        assert!(
+            past <= 10.0 || past >= period - 2.0,
+            "a start after a wait is {past:.1} ms past its slot (period {period:.1})"
+        );
+        held += 1;
+    }
+    eprintln!(
+        "{held} of job b's {} measured iterations waited for their slot; each started within 10 ms of it",
+        starts.len()
+    );
 }
 
 #[test]
