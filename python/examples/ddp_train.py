@@ -25,9 +25,11 @@ events to ``ddp-JOB.jsonl`` (what ``orrery testbed compare --ddp`` reads).
 """
 
 import argparse
+import collections
 import datetime
 import json
 import os
+import statistics
 import sys
 import time
 
@@ -130,7 +132,11 @@ def main(argv=None):
             events.write(json.dumps(dict(fields, epoch=client.epoch, unix_s=time.time())) + "\n")
 
     event(event="start", step=step, grad_bytes=grad_bytes, world=world, resumed=step > 0)
-    reason, real_compute_ms, last_end, first = "done", 0.0, time.monotonic(), True
+    # The real compute of the last iterations (not the first: DDP builds its
+    # buckets then), whose median sets the padding: steady, so that two jobs
+    # started together stay together unless the network parts them.
+    real_compute = collections.deque(maxlen=5)
+    reason, last_end, first, iterations = "done", time.monotonic(), True, 0
     try:
         while not client.done:
             with client.iteration():
@@ -138,7 +144,7 @@ def main(argv=None):
                     first = False
                     event(event="first_iteration", step=step, service_iteration=client.iteration_number)
                 t0 = time.monotonic()
-                pad_s = (args.min_compute_ms - real_compute_ms) / 1e3
+                pad_s = (args.min_compute_ms - (statistics.median(real_compute) if real_compute else 0.0)) / 1e3
                 if pad_s > 0:
                     time.sleep(pad_s)  # before the forward: the all-reduce stays at the end
                 optimizer.zero_grad()
@@ -154,7 +160,9 @@ def main(argv=None):
                 step += 1
                 duration_ms = (time.monotonic() - t0) * 1e3
             comm_ms = client.last_comm_ms or 0.0
-            real_compute_ms = max(0.0, duration_ms - comm_ms - max(pad_s, 0.0) * 1e3)
+            iterations += 1
+            if iterations > 1:
+                real_compute.append(max(0.0, duration_ms - comm_ms - max(pad_s, 0.0) * 1e3))
             cycle_ms = (time.monotonic() - last_end) * 1e3
             last_end = time.monotonic()
             if log is not None:

@@ -173,6 +173,24 @@ fn the_example_job_describes_a_valid_gang_on_a_valid_cluster() {
     let js = orrery_k8s::job_spec(&pod).expect("valid annotations").expect("an orrery pod");
     assert_eq!(Some(js.workers as i32), spec.parallelism, "one pod per worker, all at once");
     assert_eq!(js.id, "ml/vgg19");
+    // DDP's rendezvous: WORLD_SIZE is the gang, RANK the completion index,
+    // and MASTER_ADDR names pod 0 under the headless Service of the pods'
+    // subdomain (ddp_train.py reads these).
+    let pod_spec = pod.spec.as_ref().expect("pod spec");
+    let env: std::collections::BTreeMap<String, k8s_openapi::api::core::v1::EnvVar> =
+        pod_spec.containers[0].env.clone().unwrap_or_default().into_iter().map(|e| (e.name.clone(), e)).collect();
+    let value = |k: &str| env.get(k).and_then(|e| e.value.clone()).unwrap_or_default();
+    assert_eq!(value("WORLD_SIZE"), js.workers.to_string());
+    let rank = env["RANK"].value_from.as_ref().and_then(|v| v.field_ref.as_ref()).expect("RANK from a field");
+    assert_eq!(rank.field_path, "metadata.annotations['batch.kubernetes.io/job-completion-index']");
+    let subdomain = pod_spec.subdomain.clone().expect("a subdomain for pod names");
+    let job_name = job.metadata.name.clone().expect("name");
+    let ns = job.metadata.namespace.clone().expect("namespace");
+    assert_eq!(value("MASTER_ADDR"), format!("{job_name}-0.{subdomain}.{ns}.svc"));
+    let service = docs.iter().find(|d| d["kind"] == "Service").expect("the headless Service");
+    assert_eq!(service["metadata"]["name"], subdomain);
+    assert_eq!(service["spec"]["clusterIP"], "None");
+    assert_eq!(service["spec"]["selector"]["orrery.io/job"], job_name);
     let cluster = documents("cluster-example.yaml");
     let topo: NetworkTopology =
         serde_json::from_value(cluster.iter().find(|d| d["kind"] == "NetworkTopology").expect("topology").clone())

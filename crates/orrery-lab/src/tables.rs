@@ -1,6 +1,6 @@
 //! Markdown tables from `summary.json`. The result tables of
 //! `docs/results.md` are printed by `orrery table` from an experiment's
-//! summary, and the pinned tests (`tests/pinned.rs`) print the same tables on
+//! summary, and the pinned tests (`tests/lab/pinned.rs`) print the same tables on
 //! short versions of the experiments, so a typed number and a moved number
 //! both show.
 //!

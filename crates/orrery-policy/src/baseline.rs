@@ -209,3 +209,52 @@ impl Policy for Pinned {
         })
     }
 }
+
+/// `pinned:in-step`: the pinned placement with every job's first iteration
+/// held to one common start, [`IN_STEP_LEAD_S`] after the first placement
+/// (a one-entry `Timetable`), and free after it. Unshifted rings that start
+/// together stay in step, the condition the fluid model and CASSINI's RDMA
+/// testbed share (§2.2); on real TCP rings that start a few milliseconds
+/// apart often drift apart and interleave by themselves, so this is the
+/// testbed's controlled unshifted baseline (issue 36).
+#[derive(Debug, Default, Clone)]
+pub struct InStep {
+    /// The placement.
+    pub pinned: Pinned,
+    /// The common first start, seconds since the start.
+    start_s: Option<f64>,
+}
+
+/// How long after the first placement the jobs of `pinned:in-step` start
+/// together, s: long enough for every rank to start (a PyTorch DDP rank
+/// takes about 10 s to import torch and join its group on the testbed).
+pub const IN_STEP_LEAD_S: f64 = 20.0;
+
+impl InStep {
+    /// In step on `pinned`'s placement.
+    pub fn new(pinned: Pinned) -> Self {
+        InStep { pinned, start_s: None }
+    }
+}
+
+impl Policy for InStep {
+    fn name(&self) -> String {
+        "pinned:in-step".into()
+    }
+
+    /// O(placed jobs) on top of `pinned`'s.
+    fn schedule(&mut self, view: &ClusterView<'_>) -> Vec<Decision> {
+        let placed = self.pinned.schedule(view);
+        let mut out = Vec::with_capacity(2 * placed.len());
+        for d in placed {
+            if let Decision::Place { job, .. } = d {
+                let start_s = *self.start_s.get_or_insert(view.now_s + IN_STEP_LEAD_S);
+                out.push(d);
+                out.push(Decision::Timetable { job, from_iteration: 0, starts_s: vec![start_s] });
+            } else {
+                out.push(d);
+            }
+        }
+        out
+    }
+}

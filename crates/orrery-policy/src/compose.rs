@@ -226,6 +226,10 @@ pub const CATALOGUE: &[(&str, &str)] = &[
     ),
     ("pinned", "experiment files only: each job on the hosts `[workload] pins` gives it, in arrival order"),
     (
+        "pinned:in-step",
+        "pinned, with every job's first iteration held to one common start 20 s after the first placement (unshifted rings in step, as the fluid model assumes)",
+    ),
+    (
         "plebiscito:UTILITY[:unaware]",
         "Plebiscito: one agent per host bids in a max-consensus auction (sgf, lgf, yarn, tetris, tiresias, drf, themis); :unaware sets alpha = 1",
     ),
@@ -375,8 +379,9 @@ pub fn by_name(name: &str, seed: u64) -> Option<Box<dyn Policy>> {
 
 /// The names [`with_pins`] places on the experiment's pins: a job without a
 /// pin never starts under them. Kept beside its match (a test holds them in step).
-pub const PINNED_NAMES: [&str; 11] = [
+pub const PINNED_NAMES: [&str; 12] = [
     "pinned",
+    "pinned:in-step",
     "ecmp",
     "ts",
     "ro",
@@ -402,6 +407,9 @@ pub fn with_pins(
     let mode = |m| Some(Box::new(Foresight::new(pinned(), m)) as Box<dyn crate::Policy>);
     match name {
         "pinned" => Some(pinned()),
+        "pinned:in-step" => {
+            Some(Box::new(crate::baseline::InStep::new(crate::baseline::Pinned { pins: pins.clone(), label: None })))
+        }
         // FORESIGHT's names over the experiment's placement (Fig. 5).
         "ecmp" => Some(Box::new(crate::baseline::Pinned { pins: pins.clone(), label: Some("ecmp".into()) })),
         "ts" => mode(Mode::Ts),
@@ -491,9 +499,10 @@ mod tests {
         assert_eq!(order(by_name("ssf", 0).expect("ssf").as_mut()), vec![2, 1, 0]);
         assert!(by_name("ssf+cassini", 0).is_some_and(|p| p.name() == "ssf+cassini"));
         assert!(by_name("lottery", 0).is_none());
-        // Every catalogued name (but the experiment-only `pinned` and the
+        // Every catalogued name (but the experiment-only pinned ones and the
         // `HOST+` pattern) builds.
-        for (name, _) in CATALOGUE.iter().filter(|c| c.0 != "pinned" && !c.0.contains(char::is_uppercase)) {
+        for (name, _) in CATALOGUE.iter().filter(|c| !PINNED_NAMES.contains(&c.0) && !c.0.contains(char::is_uppercase))
+        {
             assert!(by_name(name, 0).is_some(), "{name}");
         }
     }

@@ -102,8 +102,8 @@ pub struct ScenarioArgs {
     #[arg(long, default_value = "python/examples/ddp_train.py", value_name = "PATH")]
     ddp_script: PathBuf,
     /// Arguments to the DDP script, one string (the default: a 16 MiB
-    /// gradient, compute held to 300 ms).
-    #[arg(long, default_value = "--width 1024 --layers 4 --min-compute-ms 300", allow_hyphen_values = true)]
+    /// gradient, compute held to 450 ms).
+    #[arg(long, default_value = "--width 1024 --layers 4 --min-compute-ms 450", allow_hyphen_values = true)]
     ddp_args: String,
     /// Iterations of the run alone that measures the DDP shape (after the warm-up).
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(3..))]

@@ -123,7 +123,8 @@ iterations = [200, 600]
 #[test]
 fn metronome_on_its_snapshots() {
     // Metronome Table IV's snapshots S1-S3 (S4 and S5 add background traffic).
-    let e = parse("metronome-snapshots", include_str!("../../../experiments/metronome-snapshots.toml")).expect("valid");
+    let e =
+        parse("metronome-snapshots", include_str!("../../../../experiments/metronome-snapshots.toml")).expect("valid");
     let mut log = String::new();
     for scenario in ["S1", "S2", "S3"] {
         let (topo, jobs, _) = e.scenario(Some(scenario), Path::new("."), 1).expect("scenario");
@@ -140,7 +141,7 @@ fn a_schedule_made_elsewhere_replays_as_a_script() {
     // first. Written as `[[workload.decision]]` entries (job by id, time,
     // the decision's fields) and replayed under `pinned`, which decides
     // nothing itself, it gives the same iterations: 351 ms, not 433 ms.
-    let text = include_str!("../../../experiments/cassini-pair.toml");
+    let text = include_str!("../../../../experiments/cassini-pair.toml");
     let e = parse("cassini-pair", text).expect("valid");
     let (topo, jobs, pins) = e.scenario(None, Path::new("."), 1).expect("scenario");
     let inner = orrery_policy::with_pins("pinned+cassini", 1, &pins).expect("policy");

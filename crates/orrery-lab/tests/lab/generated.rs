@@ -28,7 +28,9 @@ fn policies() -> Vec<String> {
     let mut out: Vec<String> = orrery_policy::CATALOGUE
         .iter()
         .map(|c| c.0)
-        .filter(|n| *n != "pinned" && !n.contains(char::is_uppercase) && !n.contains('['))
+        .filter(|n| {
+            !orrery_policy::compose::PINNED_NAMES.contains(n) && !n.contains(char::is_uppercase) && !n.contains('[')
+        })
         .map(String::from)
         .collect();
     for mode in ["ts", "ro", "sub", "foresight", "foresight-paper", "routes", "perfect"] {
@@ -125,7 +127,7 @@ fn every_policy_survives_generated_poisson_workloads_on_leaf_spines() {
 }
 
 /// Writes the generated cases as files, for `orrery run` (`cargo test --release
-/// -p orrery-lab --test generated -- --ignored write_cases`).
+/// -p orrery-lab --test lab -- --ignored write_cases`).
 #[test]
 #[ignore = "writes files for inspection"]
 fn write_cases() {
