@@ -16,7 +16,8 @@ the forward): a GPU's compute time, steady on a small shared CPU, so that the
 measured shape is the one the scheduler plans with.
 
 Preemption: when the job leaves this node (``orrery.JobEnded``: preempted,
-cancelled, the agent gone) or a peer does (gloo raises), rank 0 checkpoints
+cancelled, the agent gone; SIGTERM from the agent, which follows with
+SIGKILL after its grace period) or a peer does (gloo raises), rank 0 checkpoints
 the state after the last completed step and every rank exits 0; the next
 placement resumes from that checkpoint (a shared folder: ``--checkpoint-dir``
 or ``ORRERY_CHECKPOINT_DIR``). With ``--log-dir`` every rank appends its
@@ -29,6 +30,7 @@ import collections
 import datetime
 import json
 import os
+import signal
 import statistics
 import sys
 import time
@@ -131,6 +133,18 @@ def main(argv=None):
         if events is not None:
             events.write(json.dumps(dict(fields, epoch=client.epoch, unix_s=time.time())) + "\n")
 
+    # SIGTERM (the agent stopping the job, or dying: PR_SET_PDEATHSIG) ends
+    # the job at a safe point: at once while waiting for a slot, after the
+    # iteration (step and report) while inside one, so the checkpoint is a
+    # whole step the service has counted.
+    term = {"asked": False, "in_step": False}
+
+    def on_sigterm(signum, frame):
+        term["asked"] = True
+        if not term["in_step"]:
+            raise orrery.JobEnded("stopped by SIGTERM")
+
+    signal.signal(signal.SIGTERM, on_sigterm)
     event(event="start", step=step, grad_bytes=grad_bytes, world=world, resumed=step > 0)
     # The real compute of the last iterations (not the first: DDP builds its
     # buckets then), whose median sets the padding: steady, so that two jobs
@@ -143,6 +157,7 @@ def main(argv=None):
                 if first:  # the service's iteration number against the checkpoint's step
                     first = False
                     event(event="first_iteration", step=step, service_iteration=client.iteration_number)
+                term["in_step"] = True
                 t0 = time.monotonic()
                 pad_s = (args.min_compute_ms - (statistics.median(real_compute) if real_compute else 0.0)) / 1e3
                 if pad_s > 0:
@@ -171,10 +186,15 @@ def main(argv=None):
                     client.delay_ms, duration_ms, comm_ms, cycle_ms))
             if rank == 0 and args.checkpoint_every and step % args.checkpoint_every == 0:
                 save_checkpoint(torch, ckpt_path, model, optimizer, step)
+            # The step and its report are done, and logged: a SIGTERM that came meanwhile ends it here.
+            term["in_step"] = False
+            if term["asked"]:
+                raise orrery.JobEnded("stopped by SIGTERM")
     except orrery.JobEnded as e:
         reason = e.reason
     except RuntimeError as e:  # gloo: a peer left mid-collective (it was preempted)
         reason = "a peer left (%s)" % str(e).splitlines()[0]
+    term["in_step"] = True  # leaving: a SIGTERM now (the job is over) must not cut the checkpoint short
     if rank == 0:
         # The state after the last completed step: the optimizer steps after
         # the all-reduce, so a collective cut short changed no weight.

@@ -119,7 +119,7 @@ struct State {
     /// Last iteration handed out per (job, epoch).
     iteration: HashMap<(JobId, u64), u64>,
     reports: Vec<IterationReport>,
-    children: HashMap<(JobId, u64), Vec<tokio::process::Child>>,
+    children: HashMap<(JobId, u64), Vec<Worker>>,
     /// Jobs whose target this agent saw reached.
     done: HashSet<JobId>,
     /// Jobs holding each local GPU (two when Castor shares it).
@@ -220,10 +220,56 @@ pub async fn run_until(opts: AgentOptions, stop: impl std::future::Future<Output
     }
     let _ = std::fs::remove_file(&shared.opts.socket);
     let children: Vec<_> = shared.lock().children.drain().flat_map(|(_, c)| c).collect();
-    for mut c in children {
-        let _ = c.start_kill();
-    }
+    stop_processes(children).await;
     Ok(())
+}
+
+/// How long a job's training processes have between SIGTERM and SIGKILL:
+/// time to finish the iteration in flight and checkpoint (Kubernetes gives
+/// pods 30 s; an iteration here is well under a second).
+pub const GRACE: Duration = Duration::from_secs(10);
+
+/// Sends `signal` to process group `pgid` (None: only checks that it has a
+/// member); whether any process was in it.
+fn signal_group(pgid: i32, signal: Option<nix::sys::signal::Signal>) -> bool {
+    nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pgid), signal).is_ok()
+}
+
+/// Stops training processes as an operator expects: SIGTERM to each
+/// worker's process group (its command and everything it forked), then
+/// SIGKILL to what is left of the group after [`GRACE`]. It returns when
+/// every group is empty. Linux frees a pid only when no process uses it as
+/// its pid, group or session id, so a group id cannot be reused while any
+/// member lives.
+async fn stop_processes(mut groups: Vec<Worker>) {
+    for w in &groups {
+        signal_group(w.pgid, Some(nix::sys::signal::Signal::SIGTERM));
+    }
+    let deadline = tokio::time::Instant::now() + GRACE;
+    while !groups.is_empty() {
+        let late = tokio::time::Instant::now() >= deadline;
+        groups.retain_mut(|w| {
+            if let Some(leader) = w.leader.as_mut()
+                && matches!(leader.try_wait(), Ok(Some(_)))
+            {
+                w.leader = None; // reaped (a zombie would count as a member)
+            }
+            if late {
+                signal_group(w.pgid, Some(nix::sys::signal::Signal::SIGKILL));
+            }
+            signal_group(w.pgid, None)
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// One worker's processes: the command the agent started leads its own
+/// process group.
+struct Worker {
+    /// The group's id (the leader's pid).
+    pgid: i32,
+    /// The leader, until reaped.
+    leader: Option<tokio::process::Child>,
 }
 
 /// Registers until the service accepts (retrying every second).
@@ -362,9 +408,7 @@ fn apply_assignments(shared: &Shared, jobs: Vec<Assignment>) {
         let why = if s.done.contains(&id) { "finished" } else { "withdrawn (preempted, cancelled or finished)" };
         s.gone.insert(id, (epoch, why.to_string()));
         if let Some(children) = s.children.remove(&(id, epoch)) {
-            for mut c in children {
-                let _ = c.start_kill();
-            }
+            tokio::spawn(stop_processes(children));
         }
         s.release_gpus(id);
         tracing::info!(job = id, epoch, "job left this node: {why}");
@@ -489,25 +533,42 @@ fn run_tc(args: &[String]) {
     }
 }
 
+/// Whether `setpriv --pdeathsig` (util-linux) runs here; checked once.
+fn pdeathsig_available() -> bool {
+    static AVAILABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *AVAILABLE.get_or_init(|| {
+        let ok = std::process::Command::new("setpriv")
+            .args(["--pdeathsig", "TERM", "--", "true"])
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if !ok {
+            tracing::warn!("setpriv --pdeathsig is unavailable: training processes may outlive a killed agent");
+        }
+        ok
+    })
+}
+
 /// Starts one process per worker rank on this node, each on its share of
 /// the job's local GPUs (`CUDA_VISIBLE_DEVICES`).
-fn launch(opts: &AgentOptions, s: &State, a: &Assignment, cmd: &str, gpus: &[usize]) -> Vec<tokio::process::Child> {
+fn launch(opts: &AgentOptions, s: &State, a: &Assignment, cmd: &str, gpus: &[usize]) -> Vec<Worker> {
     let mut out = Vec::new();
     let per_rank = gpus.len() / a.ranks.len().max(1);
     for (k, &rank) in a.ranks.iter().enumerate() {
         let mine: Vec<String> = gpus.iter().skip(k * per_rank).take(per_rank.max(1)).map(ToString::to_string).collect();
-        let mut c = match &opts.netns {
-            Some(ns) => {
-                let mut c = tokio::process::Command::new("ip");
-                c.args(["netns", "exec", ns, "sh", "-c", cmd]);
-                c
-            }
-            None => {
-                let mut c = tokio::process::Command::new("sh");
-                c.args(["-c", cmd]);
-                c
-            }
-        };
+        // Under `setpriv --pdeathsig TERM` where util-linux has it: the
+        // process gets SIGTERM when the agent dies, SIGKILL included (issue
+        // 39: no training process outlives its agent). The signal survives
+        // the exec of `ip netns exec` and of `sh -c CMD`'s last command.
+        let mut argv: Vec<&str> = Vec::new();
+        if pdeathsig_available() {
+            argv.extend(["setpriv", "--pdeathsig", "TERM", "--"]);
+        }
+        if let Some(ns) = &opts.netns {
+            argv.extend(["ip", "netns", "exec", ns]);
+        }
+        argv.extend(["sh", "-c", cmd]);
+        let mut c = tokio::process::Command::new(argv[0]);
+        c.args(&argv[1..]);
         let addrs: Vec<String> =
             a.worker_addrs.iter().map(|x| x.map(|ip| ip.to_string()).unwrap_or_default()).collect();
         c.env("ORRERY_AGENT_SOCKET", &opts.socket)
@@ -528,7 +589,10 @@ fn launch(opts: &AgentOptions, s: &State, a: &Assignment, cmd: &str, gpus: &[usi
             .env("LOCAL_RANK", k.to_string())
             .env("LOCAL_WORLD_SIZE", a.ranks.len().to_string())
             .env("MASTER_PORT", crate::api::worker_port(a.job, 0).to_string())
-            .kill_on_drop(true);
+            .kill_on_drop(true)
+            // Its own process group, so that stopping the job reaches every
+            // process its command started (`sh -c` and what it forks).
+            .process_group(0);
         if let Some(Some(master)) = a.worker_addrs.first() {
             c.env("MASTER_ADDR", master.to_string());
         }
@@ -540,7 +604,10 @@ fn launch(opts: &AgentOptions, s: &State, a: &Assignment, cmd: &str, gpus: &[usi
             c.env(crate::clock::SKEW_VAR, (inherited.unwrap_or(0.0) + opts.clock_skew_ms).to_string());
         }
         match c.spawn() {
-            Ok(child) => out.push(child),
+            Ok(child) => match child.id().and_then(|p| i32::try_from(p).ok()) {
+                Some(pgid) => out.push(Worker { pgid, leader: Some(child) }),
+                None => tracing::error!(job = a.job, rank, "`{cmd}` exited at once"),
+            },
             Err(e) => tracing::error!(job = a.job, rank, "starting `{cmd}`: {e}"),
         }
     }
@@ -552,14 +619,17 @@ async fn reap(shared: Arc<Shared>) {
     loop {
         tokio::time::sleep(Duration::from_millis(500)).await;
         let mut s = shared.lock();
-        for ((job, epoch), children) in s.children.iter_mut() {
-            children.retain_mut(|c| match c.try_wait() {
-                Ok(Some(status)) => {
+        // Leaders that exited are reaped; their groups stay listed until
+        // the job leaves (what they forked is stopped with the job).
+        for ((job, epoch), workers) in s.children.iter_mut() {
+            for w in workers.iter_mut() {
+                if let Some(leader) = w.leader.as_mut()
+                    && let Ok(Some(status)) = leader.try_wait()
+                {
                     tracing::info!(job, epoch, "training process exited: {status}");
-                    false
+                    w.leader = None;
                 }
-                _ => true,
-            });
+            }
         }
     }
 }

@@ -133,6 +133,14 @@ fn job(id: &str, model: &str, iterations: u64, priority: &str) -> Value {
            "work": {"iterations": iterations}, "arrival_s": 0, "priority": priority})
 }
 
+/// Tests whose processes time iterations or load both cores (PyTorch
+/// ranks, paced Python loops) run one at a time.
+static HEAVY: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn heavy() -> std::sync::MutexGuard<'static, ()> {
+    HEAVY.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 fn wait_until<T>(what: &str, limit: Duration, mut f: impl FnMut() -> Option<T>) -> T {
     let t0 = Instant::now();
     loop {
@@ -487,6 +495,7 @@ fn past_slot_ms(start_s: f64, offset_s: f64, period_ms: f64) -> f64 {
 
 #[test]
 fn python_training_processes_run_their_iterations_in_the_slots_metronome_paces() {
+    let _heavy = heavy();
     if Command::new("python3").arg("--version").output().is_err() {
         eprintln!("skipped: python3 is not installed");
         return;
@@ -715,6 +724,21 @@ fn torch_python() -> Result<String, String> {
     Err(format!("none of {candidates:?} imports torch with gloo (.ci/run installs Debian's python3-torch)"))
 }
 
+/// Pids of the DDP training processes of placement `epoch` started with
+/// logs in `out` (their command line, then `ORRERY_EPOCH` in their environment).
+fn ddp_processes(py: &str, out: &str, epoch: u64) -> Vec<String> {
+    let pattern = format!("^{py} python/examples/ddp_train.py --log-dir {out}/logs");
+    let ps = Command::new("pgrep").args(["-f", &pattern]).output().expect("pgrep");
+    String::from_utf8_lossy(&ps.stdout)
+        .lines()
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .is_ok_and(|env| env.split(|&b| b == 0).any(|v| v == format!("ORRERY_EPOCH={epoch}").as_bytes()))
+        })
+        .map(String::from)
+        .collect()
+}
+
 /// The events `python/examples/ddp_train.py` wrote for a job (rank 0's).
 fn ddp_events(path: &Path) -> Vec<Value> {
     let text = std::fs::read_to_string(path).unwrap_or_default();
@@ -723,6 +747,7 @@ fn ddp_events(path: &Path) -> Vec<Value> {
 
 #[test]
 fn a_ddp_job_whose_node_dies_resumes_from_its_checkpoint_elsewhere() {
+    let _heavy = heavy();
     let py = match torch_python() {
         Ok(py) => py,
         Err(why) => {
@@ -757,6 +782,14 @@ fn a_ddp_job_whose_node_dies_resumes_from_its_checkpoint_elsewhere() {
     // (or from gloo, when rank 0 leaves).
     a1.0.kill().expect("kill the agent");
     let _ = a1.0.wait();
+    // Its rank gets SIGTERM as its agent dies (PR_SET_PDEATHSIG) and ends
+    // at its next safe point; rank 0 loses its peer: no process of the
+    // first placement is alive 2 s later (issue 39).
+    let killed = Instant::now();
+    wait_until("the first placement's processes to exit", Duration::from_secs(2), || {
+        ddp_processes(&py, &out, 1).is_empty().then_some(())
+    });
+    eprintln!("the first placement's processes exited {:.2} s after its agent", killed.elapsed().as_secs_f64());
     let _a2 = agent(&s, "h2", Some(&exec));
     let done = wait_until("the job to move and finish", Duration::from_secs(90), || {
         let j: JobInfo = http.get(&format!("{u}/v1/jobs/ddp"), &user);
@@ -805,4 +838,52 @@ fn a_ddp_job_whose_node_dies_resumes_from_its_checkpoint_elsewhere() {
         }
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+#[test]
+fn a_cancelled_ddp_job_checkpoints_and_its_processes_exit() {
+    let _heavy = heavy();
+    let py = match torch_python() {
+        Ok(py) => py,
+        Err(why) => {
+            eprintln!("skipped: {why}");
+            return;
+        }
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = Server::start(dir.path(), &["--policy", "fifo"]);
+    let http = Http::new();
+    let user = s.token("user.token");
+    let u = s.url();
+    let out = dir.path().display().to_string();
+    // Not `exec`: `sh` forks the rank, so only a signal to the whole
+    // process group reaches it.
+    let exec = format!(
+        "{py} python/examples/ddp_train.py --log-dir {out}/logs --checkpoint-dir {out}/ck \
+         --checkpoint-every 0 --width 512 > {out}/rank-$ORRERY_RANK.out 2>&1; echo exited"
+    );
+    let _a0 = agent(&s, "h0", Some(&exec));
+    let _a1 = agent(&s, "h1", Some(&exec));
+    nodes_up(&http, &s, 2);
+    let (status, v) =
+        http.call("POST", &format!("{u}/v1/jobs"), Some(&user), Some(job("ddp", "vgg16", 100_000, "low")));
+    assert_eq!(status, 201, "{v}");
+    wait_until("DDP to run 5 iterations", Duration::from_secs(60), || {
+        let j: JobInfo = http.get(&format!("{u}/v1/jobs/ddp"), &user);
+        (j.iterations_done >= 5).then_some(())
+    });
+    let (status, v) = http.call("DELETE", &format!("{u}/v1/jobs/ddp"), Some(&user), None);
+    assert_eq!(status, 200, "{v}");
+    let cancelled = Instant::now();
+    // The agents SIGTERM each rank's group; the ranks end at their next safe
+    // point, well inside the agents' 10 s grace before SIGKILL.
+    wait_until("the ranks to exit", Duration::from_secs(8), || ddp_processes(&py, &out, 1).is_empty().then_some(()));
+    eprintln!("the ranks exited {:.2} s after the cancellation", cancelled.elapsed().as_secs_f64());
+    let events = wait_until("rank 0's end event", Duration::from_secs(5), || {
+        let events = ddp_events(&dir.path().join("logs/ddp-0.jsonl"));
+        events.iter().any(|e| e["event"] == "end").then_some(events)
+    });
+    let end = events.iter().find(|e| e["event"] == "end").expect("end");
+    assert!(end["step"].as_u64().is_some_and(|k| k >= 5), "{end}");
+    assert!(dir.path().join("ck/job-0.pt").exists(), "rank 0 checkpointed on its way out");
 }
