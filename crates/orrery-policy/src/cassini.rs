@@ -22,7 +22,6 @@
 //! communication phase, which the policy does not see.
 
 use crate::baseline::random_hosts;
-use crate::estimate::PeriodEstimate;
 use crate::{ClusterView, Decision, Iteration, JobId, Policy};
 use orrery_interleave::affinity::{AffinityJob, LinkShifts, traverse};
 use orrery_interleave::compat::default_search;
@@ -44,11 +43,8 @@ pub struct Cassini {
     aligned: HashMap<JobId, Aligned>,
     /// Iterations left before a job may be re-aligned again.
     cooldown: HashMap<JobId, u32>,
-    /// Each watched job's measured iteration time (a windowed median; not
-    /// the iterations that waited for an alignment or collided).
-    measured: HashMap<JobId, PeriodEstimate>,
-    /// The modelled period of each job others keep their phase with, ms.
-    reference_ms: HashMap<JobId, f64>,
+    /// Each job's latest measured iteration time, ms.
+    measured_ms: HashMap<JobId, f64>,
     /// Iterations of a just-aligned job not to measure (they include the
     /// wait for the alignment, which is not its period).
     unmeasured: HashMap<JobId, u32>,
@@ -107,9 +103,6 @@ fn fabric_links(view: &ClusterView<'_>, net: &Net<'_>) -> usize {
         .count()
 }
 
-/// An iteration this many times its modelled time collided (Metronome's A_T).
-const COLLIDED: f64 = 1.1;
-
 /// How a job was aligned, to re-align it the same way later.
 #[derive(Debug, Clone, Copy)]
 struct Aligned {
@@ -136,8 +129,7 @@ impl Cassini {
             rng: ChaCha8Rng::seed_from_u64(seed),
             aligned: HashMap::new(),
             cooldown: HashMap::new(),
-            measured: HashMap::new(),
-            reference_ms: HashMap::new(),
+            measured_ms: HashMap::new(),
             unmeasured: HashMap::new(),
             readjustments: 0,
             referenced: HashMap::new(),
@@ -157,7 +149,6 @@ impl Cassini {
         }
         if uses(&a) {
             *self.referenced.entry(a.reference).or_insert(0) += 1;
-            self.reference_ms.insert(a.reference, a.period_ms);
         }
     }
 }
@@ -445,22 +436,17 @@ impl Policy for Cassini {
         // more than 5% long has drifted into another's phase: re-align it, at
         // most once every 10 iterations. The shift is kept after the
         // reference's latest iteration start, and (jobs of one period) its
-        // later starts are extrapolated with its measured iteration time, not
-        // with the modelled one: on a real cluster iterations do not last
-        // exactly their modelled time, and a phase counted in modelled
-        // periods drifts (by 3% of a period per iteration on the testbed's
-        // real TCP). The measure is robust (issue 36): a windowed median that
-        // leaves out iterations that waited for an alignment and those over
-        // A_T = 1.1× the model (Metronome's threshold), which collided. With
-        // the latest iteration instead, one collision (18% long on the
-        // testbed, 2–3× with real DDP) set the period of the next alignment
-        // and the job collided again.
+        // later starts are extrapolated with its latest measured iteration
+        // time, not with the modelled one: on a real cluster iterations do not last exactly their
+        // modelled time, and a phase counted in modelled periods drifts (by 3%
+        // of a period per iteration on the testbed's real TCP, 18% while two
+        // rings collide).
         let skip = self.unmeasured.entry(job).or_insert(0);
-        let waited = *skip > 0;
-        *skip = skip.saturating_sub(1);
-        let model_ms = self.reference_ms.get(&job).copied().or_else(|| self.aligned.get(&job).map(|a| a.period_ms));
-        let collided = model_ms.is_some_and(|m| iteration_ms > COLLIDED * m);
-        self.measured.entry(job).or_default().observe(iteration_ms, waited || collided);
+        if *skip > 0 {
+            *skip -= 1;
+        } else if iteration_ms.is_finite() && iteration_ms > 0.0 {
+            self.measured_ms.insert(job, iteration_ms);
+        }
         let cool = self.cooldown.entry(job).or_insert(0);
         *cool = cool.saturating_sub(1);
         if let Some(a) = self.aligned.get(&job).copied()
@@ -476,11 +462,7 @@ impl Policy for Cassini {
                     // Jobs of one period: the reference's next start is its
                     // last one plus its measured iteration. Otherwise the
                     // offset repeats with the job's own modelled period.
-                    self.measured
-                        .get(&a.reference)
-                        .and_then(PeriodEstimate::period_ms)
-                        .filter(|_| a.same_period)
-                        .unwrap_or(a.period_ms),
+                    self.measured_ms.get(&a.reference).copied().filter(|_| a.same_period).unwrap_or(a.period_ms),
                     r.iteration_start_s + a.shift_after_ms / 1e3,
                 ),
                 None => (a.period_ms, a.offset_s),
@@ -778,14 +760,11 @@ mod tests {
 
     #[test]
     fn a_drifted_job_is_realigned_after_the_references_measured_phase() {
-        // CASSINI's pair: two VGG19 rings (batch 128, 351 ms modelled) on
-        // hosts 0 and 1. B is aligned to A when placed. Later A runs at
-        // 378–380 ms (measured), once 600 ms (a collision, over A_T = 1.1×
-        // the model), its latest iteration began at 5 s, and B's iteration
-        // ran 20% long: B is re-aligned to 5 s + the same shift, repeating
-        // every 379 ms (the median of A's uncollided iterations), not on the
-        // clock of the first alignment in modelled periods nor at the
-        // collided 600 ms.
+        // CASSINI's pair: two VGG19 rings (batch 128) on hosts 0 and 1. B is
+        // aligned to A when placed. Later A runs at 420 ms (measured), its
+        // latest iteration began at 5 s, and B's iteration ran 20% long: B is
+        // re-aligned to 5 s + the same shift, repeating every 420 ms, not on
+        // the clock of the first alignment in modelled periods.
         let t = three_racks();
         let a = JobSpec::new("a", "vgg19", 128, 2, Work::Iterations(100), 0.0);
         let b = JobSpec::new("b", "vgg19", 128, 2, Work::Iterations(100), 0.0);
@@ -812,9 +791,7 @@ mod tests {
             queue: Vec::new(),
             running: vec![RunningJob { iteration_start_s: 5.0, ..running(0, &a, &ha) }, running(1, &b, &hb)],
         };
-        for ms in [378.0, 379.0, 600.0, 380.0] {
-            assert!(cassini.on_iteration(&later, 0, Iteration::of(ms)).is_empty());
-        }
+        assert!(cassini.on_iteration(&later, 0, Iteration::of(420.0)).is_empty());
         // The iteration after the alignment includes its wait: not drift.
         assert!(cassini.on_iteration(&later, 1, Iteration::of(2.0 * period_ms)).is_empty());
         let again = cassini.on_iteration(&later, 1, Iteration::of(1.2 * period_ms));
@@ -822,7 +799,7 @@ mod tests {
             unreachable!("re-aligned: {again:?}")
         };
         assert_eq!(job, 1);
-        assert!((p - 379.0).abs() < 1e-9, "the reference's measured period, {p}");
+        assert!((p - 420.0).abs() < 1e-9, "the reference's measured period, {p}");
         assert!((o - (5.0 + offset_s)).abs() < 1e-9, "5 s + the shift ({offset_s} s), {o}");
         assert_eq!(cassini.readjustments, 1);
     }

@@ -724,18 +724,24 @@ fn torch_python() -> Result<String, String> {
     Err(format!("none of {candidates:?} imports torch with gloo (.ci/run installs Debian's python3-torch)"))
 }
 
-/// Pids of the DDP training processes of placement `epoch` started with
-/// logs in `out` (their command line, then `ORRERY_EPOCH` in their environment).
-fn ddp_processes(py: &str, out: &str, epoch: u64) -> Vec<String> {
-    let pattern = format!("^{py} python/examples/ddp_train.py --log-dir {out}/logs");
-    let ps = Command::new("pgrep").args(["-f", &pattern]).output().expect("pgrep");
-    String::from_utf8_lossy(&ps.stdout)
-        .lines()
+/// Pids of the DDP training processes started with logs in `out` (their
+/// command line, read from /proc), of placement `epoch` if given
+/// (`ORRERY_EPOCH` in their environment).
+fn ddp_processes(py: &str, out: &str, epoch: Option<u64>) -> Vec<String> {
+    let prefix = format!("{py}\0python/examples/ddp_train.py\0--log-dir\0{out}/logs\0");
+    let epoch_var = epoch.map(|e| format!("ORRERY_EPOCH={e}"));
+    let Ok(procs) = std::fs::read_dir("/proc") else { return Vec::new() };
+    procs
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|pid| pid.bytes().all(|b| b.is_ascii_digit()))
         .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/environ"))
-                .is_ok_and(|env| env.split(|&b| b == 0).any(|v| v == format!("ORRERY_EPOCH={epoch}").as_bytes()))
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c.starts_with(prefix.as_bytes()))
+                && epoch_var.as_ref().is_none_or(|var| {
+                    std::fs::read(format!("/proc/{pid}/environ"))
+                        .is_ok_and(|env| env.split(|&b| b == 0).any(|v| v == var.as_bytes()))
+                })
         })
-        .map(String::from)
         .collect()
 }
 
@@ -787,7 +793,7 @@ fn a_ddp_job_whose_node_dies_resumes_from_its_checkpoint_elsewhere() {
     // first placement is alive 2 s later (issue 39).
     let killed = Instant::now();
     wait_until("the first placement's processes to exit", Duration::from_secs(2), || {
-        ddp_processes(&py, &out, 1).is_empty().then_some(())
+        ddp_processes(&py, &out, Some(1)).is_empty().then_some(())
     });
     eprintln!("the first placement's processes exited {:.2} s after its agent", killed.elapsed().as_secs_f64());
     let _a2 = agent(&s, "h2", Some(&exec));
@@ -819,25 +825,9 @@ fn a_ddp_job_whose_node_dies_resumes_from_its_checkpoint_elsewhere() {
     // reports carried their communication time.
     assert!(ends[1]["buckets"].as_u64().is_some_and(|b| b + stopped >= iterations), "{events:?}");
     // No training process outlives the job, the orphaned rank included.
-    let t0 = Instant::now();
-    loop {
-        // The training processes' command lines (the agents' hold the same text later).
-        let pattern = format!("^{py} python/examples/ddp_train.py --log-dir {out}/logs");
-        let ps = Command::new("pgrep").args(["-af", &pattern]).output().expect("pgrep");
-        if ps.stdout.is_empty() {
-            break;
-        }
-        if t0.elapsed() > Duration::from_secs(30) {
-            let outputs: Vec<String> = std::fs::read_dir(dir.path())
-                .expect("dir")
-                .filter_map(|e| e.ok())
-                .filter(|e| e.file_name().to_string_lossy().starts_with("rank-"))
-                .map(|e| format!("{:?}: {}", e.file_name(), std::fs::read_to_string(e.path()).unwrap_or_default()))
-                .collect();
-            panic!("DDP processes outlived the job: {}\n{outputs:#?}", String::from_utf8_lossy(&ps.stdout));
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_until("every DDP process to exit", Duration::from_secs(30), || {
+        ddp_processes(&py, &out, None).is_empty().then_some(())
+    });
 }
 
 #[test]
@@ -877,7 +867,9 @@ fn a_cancelled_ddp_job_checkpoints_and_its_processes_exit() {
     let cancelled = Instant::now();
     // The agents SIGTERM each rank's group; the ranks end at their next safe
     // point, well inside the agents' 10 s grace before SIGKILL.
-    wait_until("the ranks to exit", Duration::from_secs(8), || ddp_processes(&py, &out, 1).is_empty().then_some(()));
+    wait_until("the ranks to exit", Duration::from_secs(8), || {
+        ddp_processes(&py, &out, Some(1)).is_empty().then_some(())
+    });
     eprintln!("the ranks exited {:.2} s after the cancellation", cancelled.elapsed().as_secs_f64());
     let events = wait_until("rank 0's end event", Duration::from_secs(5), || {
         let events = ddp_events(&dir.path().join("logs/ddp-0.jsonl"));
