@@ -25,6 +25,29 @@ fn namespaces_with(prefix: &str) -> Vec<String> {
         .collect()
 }
 
+/// Runs `orrery testbed compare experiments/EXPERIMENT ARGS` on namespaces
+/// named `PREFIX<pid>-*` into a temporary folder, returned. Whatever
+/// happened, no namespace is left behind; the run must succeed.
+fn compare(prefix: &str, experiment: &str, args: &[&str]) -> tempfile::TempDir {
+    let prefix = format!("{prefix}{}", std::process::id() % 100_000);
+    let out = tempfile::tempdir().expect("tempdir");
+    let status = Command::new(BIN)
+        .args(["testbed", "compare"])
+        .arg(repo().join("experiments").join(experiment))
+        .args(args)
+        .args(["--prefix", &prefix, "--time-limit-s", "120", "--out"])
+        .arg(out.path())
+        .status()
+        .expect("orrery testbed compare");
+    let left = namespaces_with(&prefix);
+    for n in &left {
+        let _ = Command::new("ip").args(["netns", "del", n]).status();
+    }
+    assert!(left.is_empty(), "namespaces left behind: {left:?}");
+    assert!(status.success(), "orrery testbed compare {experiment} {args:?} failed");
+    out
+}
+
 /// compare.csv as (policy, job) → (measured mean, simulated mean, alone).
 fn read_compare(path: &Path) -> std::collections::BTreeMap<(String, String), (f64, f64, f64)> {
     let text = std::fs::read_to_string(path).expect("compare.csv");
@@ -52,26 +75,22 @@ fn cassinis_pair_on_real_tcp_against_the_simulator() {
         eprintln!("skipped: network namespaces are unavailable here ({why})");
         return;
     }
-    let prefix = format!("ot{}", std::process::id() % 100_000);
-    let out = tempfile::tempdir().expect("tempdir");
-    let status = Command::new(BIN)
-        .args(["testbed", "compare"])
-        .arg(repo().join("experiments/cassini-pair.toml"))
-        .args(["--iterations", "40", "--warmup", "8", "--prefix", &prefix, "--time-limit-s", "120"])
-        // Real iterations 5% longer than modelled in their compute, and h1's
-        // and h3's clocks 50 ms ahead of the service's (issue 36).
-        .args(["--compute-stretch", "1.05", "--clock-skew-ms", "50"])
-        .arg("--out")
-        .arg(out.path())
-        .status()
-        .expect("orrery testbed compare");
-    // Nothing is left behind, whatever happened.
-    let left = namespaces_with(&prefix);
-    for n in &left {
-        let _ = Command::new("ip").args(["netns", "del", n]).status();
-    }
-    assert!(left.is_empty(), "namespaces left behind: {left:?}");
-    assert!(status.success(), "orrery testbed compare failed");
+    let out = compare(
+        "ot",
+        "cassini-pair.toml",
+        &[
+            "--iterations",
+            "40",
+            "--warmup",
+            "8",
+            // Real iterations 5% longer than modelled in their compute, and
+            // h1's and h3's clocks 50 ms ahead of the service's (issue 36).
+            "--compute-stretch",
+            "1.05",
+            "--clock-skew-ms",
+            "50",
+        ],
+    );
 
     let rows = read_compare(&out.path().join("compare.csv"));
     let get = |policy: &str, job: &str| rows[&(policy.to_string(), job.to_string())];
@@ -179,28 +198,28 @@ fn two_real_ddp_jobs_start_their_iterations_at_cassinis_shift() {
         eprintln!("skipped: no python3 here imports torch (.ci/run installs Debian's python3-torch)");
         return;
     }
-    let prefix = format!("od{}", std::process::id() % 100_000);
-    let out = tempfile::tempdir().expect("tempdir");
     // A smaller DDP job than the experiment's, for CI's time: an 8.4 MB
     // gradient (~150 ms on the shaped link) and 250 ms of compute.
-    let status = Command::new(BIN)
-        .args(["testbed", "compare"])
-        .arg(repo().join("experiments/testbed-ddp.toml"))
-        .args(["--ddp", "--ddp-args", "--width 1024 --layers 2 --min-compute-ms 250"])
-        .arg("--ddp-script")
-        .arg(repo().join("python/examples/ddp_train.py"))
-        .args(["--policies", "pinned+cassini", "--iterations", "30", "--warmup", "4"])
-        .args(["--calibration-iterations", "8", "--prefix", &prefix, "--time-limit-s", "120"])
-        .arg("--out")
-        .arg(out.path())
-        .status()
-        .expect("orrery testbed compare");
-    let left = namespaces_with(&prefix);
-    for n in &left {
-        let _ = Command::new("ip").args(["netns", "del", n]).status();
-    }
-    assert!(left.is_empty(), "namespaces left behind: {left:?}");
-    assert!(status.success(), "orrery testbed compare --ddp failed");
+    let script = repo().join("python/examples/ddp_train.py").display().to_string();
+    let out = compare(
+        "od",
+        "testbed-ddp.toml",
+        &[
+            "--ddp",
+            "--ddp-args",
+            "--width 1024 --layers 2 --min-compute-ms 250",
+            "--ddp-script",
+            &script,
+            "--policies",
+            "pinned+cassini",
+            "--iterations",
+            "30",
+            "--warmup",
+            "4",
+            "--calibration-iterations",
+            "8",
+        ],
+    );
     // The shape was measured alone: the padded compute (less the part of
     // the backward pass the first bucket's all-reduce overlaps), and an
     // all-reduce of the real gradient (2 layers of 1024² + 1024 fp32 values).
