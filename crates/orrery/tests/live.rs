@@ -745,6 +745,11 @@ fn ddp_processes(py: &str, out: &str, epoch: Option<u64>) -> Vec<String> {
         .collect()
 }
 
+/// [`torch_python`], or None after printing why the test skips.
+fn torch_python_or_skip() -> Option<String> {
+    torch_python().map_err(|why| eprintln!("skipped: {why}")).ok()
+}
+
 /// The events `python/examples/ddp_train.py` wrote for a job (rank 0's).
 fn ddp_events(path: &Path) -> Vec<Value> {
     let text = std::fs::read_to_string(path).unwrap_or_default();
@@ -754,13 +759,7 @@ fn ddp_events(path: &Path) -> Vec<Value> {
 #[test]
 fn a_ddp_job_whose_node_dies_resumes_from_its_checkpoint_elsewhere() {
     let _heavy = heavy();
-    let py = match torch_python() {
-        Ok(py) => py,
-        Err(why) => {
-            eprintln!("skipped: {why}");
-            return;
-        }
-    };
+    let Some(py) = torch_python_or_skip() else { return };
     let dir = tempfile::tempdir().expect("tempdir");
     let s = Server::start(dir.path(), &["--policy", "fifo", "--node-timeout-s", "1.5"]);
     let http = Http::new();
@@ -833,13 +832,7 @@ fn a_ddp_job_whose_node_dies_resumes_from_its_checkpoint_elsewhere() {
 #[test]
 fn a_cancelled_ddp_job_checkpoints_and_its_processes_exit() {
     let _heavy = heavy();
-    let py = match torch_python() {
-        Ok(py) => py,
-        Err(why) => {
-            eprintln!("skipped: {why}");
-            return;
-        }
-    };
+    let Some(py) = torch_python_or_skip() else { return };
     let dir = tempfile::tempdir().expect("tempdir");
     let s = Server::start(dir.path(), &["--policy", "fifo"]);
     let http = Http::new();
