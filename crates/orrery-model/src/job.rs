@@ -185,8 +185,11 @@ impl JobSpec {
                 "a model of the zoo (see `orrery zoo`), or an explicit `shape`".into(),
                 format!("{:?}", self.model),
             )
-        } else if self.id.trim().is_empty() || self.id.len() > 256 {
-            bad("id", "a non-empty id of at most 256 bytes".into(), format!("{:?}", self.id))
+        } else if self.id.trim().is_empty() || self.id.len() > 256 || self.id.chars().any(char::is_control) {
+            let shown: String = self.id.chars().take(40).collect();
+            let more =
+                if self.id.chars().count() > 40 { format!("… ({} bytes)", self.id.len()) } else { String::new() };
+            bad("id", "a non-empty id of at most 256 bytes, no control characters".into(), format!("{shown:?}{more}"))
         } else if !(1..=MAX_WORKERS).contains(&self.workers) {
             bad("workers", format!("1 to {MAX_WORKERS}"), self.workers.to_string())
         } else if all_to_all && self.workers > MAX_ALL_TO_ALL_WORKERS {

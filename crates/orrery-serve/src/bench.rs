@@ -41,8 +41,12 @@ pub struct BenchReport {
     pub decisions: usize,
     /// Of which placements.
     pub placements: usize,
-    /// Decisions committed per second.
-    pub decisions_per_s: f64,
+    /// Policy calls (`schedule`, `on_iteration`) during the run.
+    pub policy_calls: u64,
+    /// Their mean time, ms: what one decision costs the policy. (Decisions
+    /// logged per second of the run are bounded by the submissions, not by
+    /// the policy: with FIFO each job is one placement.)
+    pub policy_call_ms_mean: f64,
 }
 
 fn percentile(sorted: &[f64], q: f64) -> f64 {
@@ -115,6 +119,12 @@ pub async fn run(opts: BenchOptions) -> Result<BenchReport> {
     let decisions: Vec<&LogEntry> = log.iter().filter(|e| e.source == "policy").collect();
     let placements =
         decisions.iter().filter(|e| matches!(e.entry, Logged::Decision(orrery_policy::Decision::Place { .. }))).count();
+    // The policy's own time, from the service's histogram.
+    let text = running.handle.metrics.encode();
+    let metric = |name: &str| {
+        text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse::<f64>().ok()).unwrap_or(0.0)
+    };
+    let (calls, call_s) = (metric("orrery_decision_seconds_count"), metric("orrery_decision_seconds_sum"));
     Ok(BenchReport {
         jobs: latencies.len(),
         seconds,
@@ -123,6 +133,7 @@ pub async fn run(opts: BenchOptions) -> Result<BenchReport> {
         latency_ms_p99: percentile(&latencies, 0.99),
         decisions: decisions.len(),
         placements,
-        decisions_per_s: decisions.len() as f64 / seconds,
+        policy_calls: calls as u64,
+        policy_call_ms_mean: if calls > 0.0 { call_s / calls * 1e3 } else { 0.0 },
     })
 }

@@ -35,6 +35,30 @@ impl ClientError {
     }
 }
 
+/// An error with its causes (reqwest's own message leaves out the one a
+/// user needs: "Connection refused").
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let text = c.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        cause = c.source();
+    }
+    out
+}
+
+impl ClientError {
+    /// Whether the service could not be reached at all (no answer), as
+    /// opposed to an answer refusing the request.
+    pub fn is_unreachable(&self) -> bool {
+        matches!(self, ClientError::Transport(_))
+    }
+}
+
 /// A client bound to one service and token.
 #[derive(Clone, Debug)]
 pub struct Client {
@@ -44,6 +68,9 @@ pub struct Client {
 }
 
 type Answer<T> = Result<T, ClientError>;
+
+/// Log entries asked for per request.
+pub const DECISIONS_PAGE: usize = 10_000;
 
 impl Client {
     /// A client of the service at `base` (e.g. `http://127.0.0.1:7400`).
@@ -57,7 +84,7 @@ impl Client {
     }
 
     async fn send<T: DeserializeOwned>(&self, req: reqwest::RequestBuilder) -> Answer<T> {
-        let resp = req.bearer_auth(&self.token).send().await.map_err(|e| ClientError::Transport(format!("{e}")))?;
+        let resp = req.bearer_auth(&self.token).send().await.map_err(|e| ClientError::Transport(chain(&e)))?;
         let status = resp.status();
         let body = resp.bytes().await.map_err(|e| ClientError::Transport(e.to_string()))?;
         if !status.is_success() {
@@ -120,9 +147,19 @@ impl Client {
         self.send(self.http.get(self.url("/v1/cluster"))).await
     }
 
-    /// Log entries after `since`.
+    /// Every log entry after `since`, in pages of [`DECISIONS_PAGE`].
     pub async fn decisions(&self, since: u64) -> Answer<Vec<LogEntry>> {
-        self.send(self.http.get(self.url("/v1/decisions")).query(&[("since", since)])).await
+        let mut out: Vec<LogEntry> = Vec::new();
+        loop {
+            let from = out.last().map_or(since, |e| e.seq);
+            let q = [("since", from), ("limit", DECISIONS_PAGE as u64)];
+            let page: Vec<LogEntry> = self.send(self.http.get(self.url("/v1/decisions")).query(&q)).await?;
+            let done = page.len() < DECISIONS_PAGE;
+            out.extend(page);
+            if done {
+                return Ok(out);
+            }
+        }
     }
 
     /// Registers a node.
@@ -133,6 +170,14 @@ impl Client {
     /// A heartbeat.
     pub async fn heartbeat(&self, host: usize, session: u64) -> Answer<crate::api::HeartbeatAnswer> {
         self.send(self.http.post(self.url(&format!("/v1/nodes/{host}/heartbeat"))).json(&Heartbeat { session })).await
+    }
+
+    /// Leaves: the agent stopped its processes; its jobs are re-queued now.
+    pub async fn deregister(&self, host: usize, session: u64) -> Answer<()> {
+        let _: serde_json::Value = self
+            .send(self.http.post(self.url(&format!("/v1/nodes/{host}/deregister"))).json(&Heartbeat { session }))
+            .await?;
+        Ok(())
     }
 
     /// Long-polls a node's assignments.

@@ -113,6 +113,7 @@ impl Core {
             return Err(Failure::Field { field: b.field.into(), expected: b.expected, found: b.found });
         }
         if let Some(id) = self.ledger.job_by_name(&spec.id) {
+            // Idempotent: the same spec again is the same job, checked below.
             let mut old = self.ledger.jobs()[id].spec.clone();
             old.arrival_s = spec.arrival_s;
             return if old == spec {
@@ -121,6 +122,7 @@ impl Core {
                 Err(Failure::Conflict(format!("job id {:?} is taken by job {id} with a different spec", spec.id)))
             };
         }
+        self.check_at_the_door(&spec)?;
         let now = self.now_s();
         let id = self.ledger.submit(spec, now);
         let j = &self.ledger.jobs()[id];
@@ -128,6 +130,41 @@ impl Core {
         self.metrics.submissions.inc();
         self.dirty = true;
         Ok(Submitted { id, existing: false })
+    }
+
+    /// What only the service can check: a job must fit the cluster's GPUs,
+    /// and it may depend only on jobs already submitted, other than itself
+    /// (so the dependencies can form no cycle: each job's are older).
+    fn check_at_the_door(&self, spec: &JobSpec) -> Result<(), Failure> {
+        let total: u64 = self.ledger.topology().hosts.iter().map(|h| u64::from(h.gpus)).sum();
+        let gpus = u64::from(spec.workers) * u64::from(spec.gpus_per_worker.max(1));
+        if gpus > total {
+            return Err(Failure::Field {
+                field: "workers".into(),
+                expected: format!(
+                    "workers × gpus_per_worker at most {total}, the GPUs of topology {}",
+                    self.ledger.topology().name
+                ),
+                found: format!("{} × {} = {gpus}", spec.workers, spec.gpus_per_worker.max(1)),
+            });
+        }
+        for d in &spec.depends_on {
+            if *d == spec.id {
+                return Err(Failure::Field {
+                    field: "depends_on".into(),
+                    expected: "ids of other jobs".into(),
+                    found: format!("{d:?}, the job itself"),
+                });
+            }
+            if self.ledger.job_by_name(d).is_none() {
+                return Err(Failure::Field {
+                    field: "depends_on".into(),
+                    expected: "ids of jobs already submitted (submit the jobs it depends on first)".into(),
+                    found: format!("{d:?}, which no job submitted has"),
+                });
+            }
+        }
+        Ok(())
     }
 
     /// Cancels a job that has not ended.
@@ -152,7 +189,8 @@ impl Core {
                 req.nic_gbps = self.ledger.topology().host_nic_gbps(h);
             }
         }
-        let host = self.ledger.check_register(&req.name, req.gpus, req.nic_gbps)?;
+        let now = self.now_s();
+        let host = self.ledger.check_register(&req.name, req.gpus, req.nic_gbps, now, self.config.node_timeout_s)?;
         let nic = self.ledger.topology().host_nic_gbps(host);
         if (nic - req.nic_gbps).abs() > 1e-6 * nic.max(1.0) {
             tracing::warn!(host = %req.name, "agent reports a {} Gbit/s NIC; the topology's {nic} Gbit/s is what the policy sees", req.nic_gbps);
@@ -170,6 +208,22 @@ impl Core {
             timeout_s: self.config.node_timeout_s,
             gpus: req.gpus,
         })
+    }
+
+    /// An agent leaves (it stopped its processes first): the node's jobs are
+    /// re-queued and it is marked down now, not after the time-out, so an
+    /// agent restarted on the node registers at once.
+    pub fn deregister(&mut self, host: usize, session: u64) -> Result<(), Failure> {
+        self.ledger.session_is_current(host, session)?;
+        self.node_down(host);
+        Ok(())
+    }
+
+    fn node_down(&mut self, host: usize) {
+        for job in self.ledger.jobs_on(host) {
+            self.record(Logged::Decision(Decision::Preempt { job }), "driver");
+        }
+        self.record(Logged::Event(DriverEvent::NodeDown { node: host }), "driver");
     }
 
     /// A heartbeat.
@@ -278,10 +332,7 @@ impl Core {
         for host in self.ledger.silent_nodes(now - self.config.node_timeout_s) {
             let name = self.ledger.topology().hosts[host].name.clone();
             tracing::warn!(host = %name, "node silent for {:.1} s: down, its jobs re-queued", self.config.node_timeout_s);
-            for job in self.ledger.jobs_on(host) {
-                self.record(Logged::Decision(Decision::Preempt { job }), "driver");
-            }
-            self.record(Logged::Event(DriverEvent::NodeDown { node: host }), "driver");
+            self.node_down(host);
         }
     }
 }
@@ -292,6 +343,9 @@ pub struct Handle {
     tx: Sender<Job>,
     /// Last committed log sequence (changes wake long-polls).
     pub committed: watch::Receiver<u64>,
+    /// Counts committed batches of any kind (submissions and progress too;
+    /// the dashboard's long-poll wakes on it).
+    pub version: watch::Receiver<u64>,
     /// Metrics.
     pub metrics: Arc<Metrics>,
 }
@@ -357,6 +411,7 @@ pub fn start(config: Config, db_path: &std::path::Path) -> Result<(Handle, std::
     let metrics = Arc::new(Metrics::default());
     let (tx, rx) = std::sync::mpsc::channel::<Job>();
     let (seq_tx, seq_rx) = watch::channel(ledger.next_seq() - 1);
+    let (version_tx, version_rx) = watch::channel(0u64);
     // The policy is built on the core thread (policies need not be Send).
     let name = config.policy.clone();
     orrery_policy::with_pins(&name, config.seed, &config.pins)
@@ -367,12 +422,12 @@ pub fn start(config: Config, db_path: &std::path::Path) -> Result<(Handle, std::
         policy.set_colocation(&orrery_model::colocation::Colocation::default());
         let core =
             Core { ledger, store, policy, config, epoch_unix_ms, metrics: m, batch: Batch::default(), dirty: true };
-        run(core, rx, seq_tx);
+        run(core, rx, seq_tx, version_tx);
     })?;
-    Ok((Handle { tx, committed: seq_rx, metrics }, thread))
+    Ok((Handle { tx, committed: seq_rx, version: version_rx, metrics }, thread))
 }
 
-fn run(mut core: Core, rx: Receiver<Job>, seq_tx: watch::Sender<u64>) {
+fn run(mut core: Core, rx: Receiver<Job>, seq_tx: watch::Sender<u64>, version_tx: watch::Sender<u64>) {
     let tick = core.policy.tick_s().filter(|t| *t > 0.0).map(Duration::from_secs_f64);
     let liveness = Duration::from_secs_f64((core.config.node_timeout_s / 4.0).clamp(0.05, 1.0));
     let mut next_tick = tick.map(|t| Instant::now() + t);
@@ -420,6 +475,7 @@ fn run(mut core: Core, rx: Receiver<Job>, seq_tx: watch::Sender<u64>) {
             if let Some(last) = batch.log.last() {
                 seq_tx.send_replace(last.seq);
             }
+            version_tx.send_modify(|v| *v += 1);
         }
         if n > 0 {
             core.metrics.batch_size.observe(n as f64);

@@ -10,15 +10,19 @@
 //! | `GET /v1/cluster`, `GET /v1/nodes` | user | cluster and node state |
 //! | `GET /v1/decisions?since=SEQ&limit=` | user | the committed decision log |
 //! | `GET /metrics` | user | Prometheus text |
+//! | `GET /` | none | the live dashboard's page (it asks for the user token) |
+//! | `GET /v1/dashboard?after=VERSION&wait_s=` | user | long-poll: the dashboard's snapshot once a batch newer than `VERSION` is committed, or after `wait_s` (≤ 60) |
 //! | `POST /v1/nodes/register` | agent | `RegisterRequest` → session |
 //! | `POST /v1/nodes/{host}/heartbeat` | agent | `{"session"}` |
+//! | `POST /v1/nodes/{host}/deregister` | agent | `{"session"}`: the agent stopped its processes and leaves; its jobs are re-queued now |
 //! | `GET /v1/nodes/{host}/assignments?session=&after=&wait_s=` | agent | long-poll: returns when the node's version passes `after` or after `wait_s` (≤ 60) |
 //! | `POST /v1/nodes/{host}/reports` | agent | iteration reports |
 //!
 //! Errors are JSON `{"error", "field"?, "expected"?}`: 400 malformed JSON,
 //! 401 no or unknown token, 403 wrong scope, 404, 409 conflict (stale
-//! session or epoch, taken id), 413 body over 1 MiB, 422 a field out of
-//! range, 503 the core stopped.
+//! session or epoch, taken id, a node another live agent holds), 413 body
+//! over 1 MiB, 422 a field out of range, 503 the core stopped. `field` is
+//! always a field's name or path (`work.iterations`, `host`), never a value.
 
 use crate::api::{ApiError, Heartbeat, JobStatus, RegisterRequest, Reports};
 use crate::auth::{Scope, Tokens};
@@ -89,9 +93,18 @@ type Answer<T> = Result<T, Error>;
 /// A query string as the extractor gave it: parsed, or why not.
 type QueryArg<T> = Result<Query<T>, axum::extract::rejection::QueryRejection>;
 
-/// The parsed query, or a JSON 400 saying what was wrong with it.
+/// The parsed query, or a JSON 400 saying what was wrong with it and naming
+/// the parameter (axum says `...query string: NAME: why`).
 fn query<T>(q: QueryArg<T>) -> Answer<T> {
-    q.map(|Query(q)| q).map_err(|e| Error::new(StatusCode::BAD_REQUEST, e.body_text()))
+    q.map(|Query(q)| q).map_err(|e| {
+        let text = e.body_text();
+        let field = text
+            .split_once("query string: ")
+            .and_then(|(_, rest)| rest.split_once(": "))
+            .map(|(name, _)| name.to_string())
+            .filter(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'));
+        Error(StatusCode::BAD_REQUEST, ApiError { error: text, field, expected: None })
+    })
 }
 
 /// The router with every endpoint.
@@ -103,16 +116,19 @@ pub fn router(core: Handle, tokens: Tokens) -> Router {
         .route("/v1/cluster", get(cluster))
         .route("/v1/nodes", get(nodes))
         .route("/v1/decisions", get(decisions))
+        .route("/v1/dashboard", get(dashboard))
         .route("/metrics", get(metrics))
         .route_layer(middleware::from_fn_with_state(app.clone(), user_scope));
     let agent = Router::new()
         .route("/v1/nodes/register", post(register))
         .route("/v1/nodes/{host}/heartbeat", post(heartbeat))
+        .route("/v1/nodes/{host}/deregister", post(deregister))
         .route("/v1/nodes/{host}/assignments", get(assignments))
         .route("/v1/nodes/{host}/reports", post(reports))
         .route_layer(middleware::from_fn_with_state(app.clone(), agent_scope));
     Router::new()
         .route("/v1/healthz", get(|| async { Json(serde_json::json!({"ok": true})) }))
+        .route("/", get(|| async { axum::response::Html(crate::dashboard::PAGE) }))
         .merge(user)
         .merge(agent)
         .fallback(|| async {
@@ -152,14 +168,49 @@ async fn agent_scope(State(app): State<App>, req: Request, next: Next) -> Respon
     check_scope(&app, Scope::Agent, req, next).await
 }
 
-/// Parses a JSON body, naming the field serde complains about.
+/// Parses a JSON body; an error names the field by its path in the body
+/// (`work.iterations`), never the value found there.
 fn parse<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>, what: &str) -> Answer<T> {
     let body = body.map_err(|e| Error::new(e.status(), format!("request body: {}", e.body_text())))?;
-    serde_json::from_slice(&body).map_err(|e| {
-        let msg = e.to_string();
-        let field = msg.split('`').nth(1).map(str::to_string);
-        let code = if e.is_data() { StatusCode::UNPROCESSABLE_ENTITY } else { StatusCode::BAD_REQUEST };
+    let de = &mut serde_json::Deserializer::from_slice(&body);
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        let msg = inner.to_string();
+        let field = error_field(&path, &msg);
+        let code = if inner.is_data() { StatusCode::UNPROCESSABLE_ENTITY } else { StatusCode::BAD_REQUEST };
         Error(code, ApiError { error: format!("{what}: {msg}"), field, expected: Some(format!("a JSON {what}")) })
+    })
+}
+
+/// The field a deserialisation error is about: its path, or for a missing or
+/// unknown field (reported at the object holding it) that field's name
+/// under the path. None for errors of the whole body (not JSON, not an object).
+fn error_field(path: &str, msg: &str) -> Option<String> {
+    let named = ["missing field `", "unknown field `"]
+        .iter()
+        .find_map(|p| msg.strip_prefix(p))
+        .and_then(|rest| rest.split('`').next())
+        .map(str::to_string);
+    let path = (path != "." && !path.is_empty()).then(|| path.to_string());
+    match (path, named) {
+        (Some(p), Some(n)) if !p.ends_with(&n) => Some(format!("{p}.{n}")),
+        (Some(p), _) => Some(p),
+        (None, n) => n,
+    }
+}
+
+/// A host index from a path segment, or a JSON 400 naming it.
+fn host_arg(raw: &str) -> Answer<usize> {
+    raw.parse().map_err(|_| {
+        Error(
+            StatusCode::BAD_REQUEST,
+            ApiError {
+                error: format!("host {raw:?} in the path is not a host index"),
+                field: Some("host".into()),
+                expected: Some("the host index the registration answered (a non-negative integer)".into()),
+            },
+        )
     })
 }
 
@@ -261,13 +312,71 @@ async fn decisions(State(app): State<App>, q: QueryArg<SinceQuery>) -> Answer<Re
     Ok(Json(log).into_response())
 }
 
+#[derive(Deserialize)]
+struct DashboardQuery {
+    #[serde(default)]
+    after: Option<u64>,
+    #[serde(default)]
+    wait_s: f64,
+}
+
+async fn dashboard(State(app): State<App>, q: QueryArg<DashboardQuery>) -> Answer<Response> {
+    let q = query(q)?;
+    let wait = if q.wait_s.is_finite() { q.wait_s.clamp(0.0, MAX_WAIT_S) } else { 0.0 };
+    let mut version = app.core.version.clone();
+    if let Some(after) = q.after {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs_f64(wait);
+        while *version.borrow_and_update() <= after {
+            tokio::select! {
+                r = version.changed() => { if r.is_err() { return Err(Unavailable.into()); } }
+                _ = tokio::time::sleep_until(deadline) => break,
+            }
+        }
+    }
+    let v = *version.borrow();
+    let snap = app
+        .core
+        .call(move |c| {
+            let last = c.ledger.next_seq() - 1;
+            let since = last.saturating_sub(crate::dashboard::RECENT_DECISIONS);
+            let log = c
+                .store
+                .log_since(since, crate::dashboard::RECENT_DECISIONS as usize)
+                .map_err(|e| Failure::Internal(format!("{e:#}")))?;
+            Ok::<_, Failure>(crate::dashboard::snapshot(&c.ledger, &c.config.policy, c.now_s(), v, log))
+        })
+        .await??;
+    Ok(Json(snap).into_response())
+}
+
 async fn metrics(State(app): State<App>) -> Answer<Response> {
-    let (counts, up) = app.core.call(|c| (c.ledger.counts(), c.ledger.nodes_up())).await?;
+    let (counts, up, gpus, links) = app
+        .core
+        .call(|c| {
+            let nodes = c.ledger.node_infos(c.now_s());
+            let (used, free) = nodes.iter().filter(|n| n.up).fold((0u64, 0u64), |(u, f), n| {
+                (u + u64::from(n.gpus - n.free_gpus.min(n.gpus)), f + u64::from(n.free_gpus))
+            });
+            (
+                c.ledger.counts(),
+                c.ledger.nodes_up(),
+                [("used", used), ("free", free)],
+                crate::dashboard::link_loads(&c.ledger),
+            )
+        })
+        .await?;
     let m = &app.core.metrics;
     for (state, n) in counts {
         m.jobs.get_or_create(&crate::metrics::StateLabels { state }).set(n as i64);
     }
     m.agents_up.set(up as i64);
+    for (state, n) in gpus {
+        m.gpus.get_or_create(&crate::metrics::StateLabels { state: state.into() }).set(n as i64);
+    }
+    m.link_utilisation.clear();
+    for l in links {
+        m.link_utilisation.get_or_create(&crate::metrics::LinkLabels { link: l.name }).set(l.utilisation);
+    }
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], m.encode()).into_response())
 }
 
@@ -279,9 +388,10 @@ async fn register(State(app): State<App>, body: Result<Bytes, BytesRejection>) -
 
 async fn heartbeat(
     State(app): State<App>,
-    Path(host): Path<usize>,
+    Path(host): Path<String>,
     body: Result<Bytes, BytesRejection>,
 ) -> Answer<Response> {
+    let host = host_arg(&host)?;
     // NTP's t1 and t2 (crate::clock): the agent estimates its clock's offset.
     let received_unix_us = crate::clock::host_unix_us();
     let hb: Heartbeat = parse(body, "heartbeat {\"session\"}")?;
@@ -299,7 +409,8 @@ struct AssignQuery {
     wait_s: f64,
 }
 
-async fn assignments(State(app): State<App>, Path(host): Path<usize>, q: QueryArg<AssignQuery>) -> Answer<Response> {
+async fn assignments(State(app): State<App>, Path(host): Path<String>, q: QueryArg<AssignQuery>) -> Answer<Response> {
+    let host = host_arg(&host)?;
     let q = query(q)?;
     let wait = if q.wait_s.is_finite() { q.wait_s.clamp(0.0, MAX_WAIT_S) } else { 0.0 };
     let deadline = tokio::time::Instant::now() + Duration::from_secs_f64(wait);
@@ -326,11 +437,23 @@ async fn assignments(State(app): State<App>, Path(host): Path<usize>, q: QueryAr
     }
 }
 
-async fn reports(
+async fn deregister(
     State(app): State<App>,
-    Path(host): Path<usize>,
+    Path(host): Path<String>,
     body: Result<Bytes, BytesRejection>,
 ) -> Answer<Response> {
+    let host = host_arg(&host)?;
+    let hb: Heartbeat = parse(body, "deregistration {\"session\"}")?;
+    app.core.call(move |c| c.deregister(host, hb.session)).await??;
+    Ok(Json(serde_json::json!({"ok": true})).into_response())
+}
+
+async fn reports(
+    State(app): State<App>,
+    Path(host): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Answer<Response> {
+    let host = host_arg(&host)?;
     let r: Reports = parse(body, "reports {\"session\", \"reports\": [...]}")?;
     let out = app.core.call(move |c| c.reports(host, r.session, &r.reports)).await??;
     Ok(Json(out).into_response())

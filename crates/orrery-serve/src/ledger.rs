@@ -641,8 +641,17 @@ impl Ledger {
         }
     }
 
-    /// A registration: the host by name, checked against the topology.
-    pub fn check_register(&self, name: &str, gpus: u32, nic_gbps: f64) -> Result<HostId, Refused> {
+    /// A registration: the host by name, checked against the topology. A
+    /// host whose agent was heard within `live_s` of `now_s` is refused: one
+    /// agent per node, so no rank of a job runs under two agents (issue 39).
+    pub fn check_register(
+        &self,
+        name: &str,
+        gpus: u32,
+        nic_gbps: f64,
+        now_s: f64,
+        live_s: f64,
+    ) -> Result<HostId, Refused> {
         let host = self
             .topology
             .hosts
@@ -665,6 +674,14 @@ impl Ledger {
             });
         }
         let n = &self.nodes[host];
+        let heard = now_s - n.last_seen_s;
+        if n.up && heard < live_s {
+            return Err(Refused::Conflict(format!(
+                "host {name} is held by a live agent (session {}, heard {heard:.1} s ago); a second agent \
+                 cannot register it. It is free once that agent stops or has been silent for {live_s} s",
+                n.session
+            )));
+        }
         let held = n.capacity - self.free[host].min(n.capacity);
         if n.up && gpus < held {
             return Err(Refused::Conflict(format!(
@@ -677,6 +694,11 @@ impl Ledger {
     /// Highest session ever given to `host` (a new one must be higher).
     pub fn last_session(&self, host: HostId) -> u64 {
         self.nodes.get(host).map_or(0, |n| n.session)
+    }
+
+    /// Whether `session` is `host`'s current one, its node up.
+    pub fn session_is_current(&self, host: HostId, session: u64) -> Result<(), Refused> {
+        self.check_session(host, session)
     }
 
     /// A heartbeat; refused when the session is not the node's current one.

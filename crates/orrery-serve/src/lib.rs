@@ -46,6 +46,8 @@ pub mod bench;
 pub mod client;
 pub mod clock;
 pub mod core;
+pub mod dashboard;
+pub mod fleet;
 pub mod http;
 pub mod ledger;
 pub mod metrics;

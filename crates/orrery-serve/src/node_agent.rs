@@ -111,6 +111,13 @@ struct State {
     epoch_unix_ms: i64,
     /// How often the service wants a heartbeat, s.
     heartbeat_s: f64,
+    /// After how long a silent node is marked down by the service, s.
+    timeout_s: f64,
+    /// When the last heartbeat the service acknowledged was sent.
+    last_ack: Option<std::time::Instant>,
+    /// Raised each time the agent fences itself: the assignments' long-poll
+    /// then takes the whole state again.
+    fences: u64,
     registered: bool,
     jobs: HashMap<JobId, Assignment>,
     /// Why jobs left (for processes that ask later).
@@ -183,7 +190,19 @@ pub async fn run(opts: AgentOptions) -> Result<()> {
 /// training processes and the socket go with it.
 pub async fn run_until(opts: AgentOptions, stop: impl std::future::Future<Output = ()>) -> Result<()> {
     let client = Client::new(&opts.server, &opts.token).map_err(|e| anyhow::anyhow!("{e}"))?;
+    // Training processes get the socket's path in their environment and may
+    // run in another directory: it must be absolute.
+    let mut opts = opts;
+    opts.socket =
+        std::path::absolute(&opts.socket).with_context(|| format!("the socket path {}", opts.socket.display()))?;
     if opts.socket.exists() {
+        // A socket that answers belongs to a running agent: one per node.
+        if std::os::unix::net::UnixStream::connect(&opts.socket).is_ok() {
+            anyhow::bail!(
+                "another agent is serving {} (one agent per node; stop it first, or give --socket)",
+                opts.socket.display()
+            );
+        }
         std::fs::remove_file(&opts.socket)
             .with_context(|| format!("removing stale socket {}", opts.socket.display()))?;
     }
@@ -213,6 +232,7 @@ pub async fn run_until(opts: AgentOptions, stop: impl std::future::Future<Output
         tokio::spawn(flush_reports(shared.clone())),
         tokio::spawn(serve_socket(shared.clone(), listener)),
         tokio::spawn(reap(shared.clone())),
+        tokio::spawn(fence_watch(shared.clone())),
     ];
     stop.await;
     for t in tasks {
@@ -221,6 +241,19 @@ pub async fn run_until(opts: AgentOptions, stop: impl std::future::Future<Output
     let _ = std::fs::remove_file(&shared.opts.socket);
     let children: Vec<_> = shared.lock().children.drain().flat_map(|(_, c)| c).collect();
     stop_processes(children).await;
+    // Its processes are gone: the service may re-queue its jobs now rather
+    // than after the time-out, and an agent restarted here registers at once.
+    let (host, session, registered) = {
+        let s = shared.lock();
+        (s.host, s.session, s.registered)
+    };
+    if registered {
+        match tokio::time::timeout(Duration::from_secs(5), shared.client.deregister(host, session)).await {
+            Ok(Ok(())) => tracing::info!("deregistered"),
+            Ok(Err(e)) => tracing::warn!("deregistering: {e}"),
+            Err(_) => tracing::warn!("deregistering: no answer in 5 s"),
+        }
+    }
     Ok(())
 }
 
@@ -241,11 +274,16 @@ fn signal_group(pgid: i32, signal: Option<nix::sys::signal::Signal>) -> bool {
 /// every group is empty. Linux frees a pid only when no process uses it as
 /// its pid, group or session id, so a group id cannot be reused while any
 /// member lives.
-async fn stop_processes(mut groups: Vec<Worker>) {
+async fn stop_processes(groups: Vec<Worker>) {
+    stop_processes_within(groups, GRACE).await;
+}
+
+/// [`stop_processes`] with SIGKILL after `grace`.
+async fn stop_processes_within(mut groups: Vec<Worker>, grace: Duration) {
     for w in &groups {
         signal_group(w.pgid, Some(nix::sys::signal::Signal::SIGTERM));
     }
-    let deadline = tokio::time::Instant::now() + GRACE;
+    let deadline = tokio::time::Instant::now() + grace;
     while !groups.is_empty() {
         let late = tokio::time::Instant::now() >= deadline;
         groups.retain_mut(|w| {
@@ -272,6 +310,19 @@ struct Worker {
     leader: Option<tokio::process::Child>,
 }
 
+/// Seconds between registrations the service refused because another
+/// agent holds the node.
+const REGISTER_RETRY_S: f64 = 2.0;
+
+/// The part of the service's node time-out after which an agent that has had
+/// no heartbeat acknowledged fences itself: it stops its training processes
+/// (SIGTERM, then SIGKILL at [`FENCE_KILL`] of the time-out), so they are gone
+/// before the service, which counts from the later moment it received that
+/// heartbeat, marks the node down and places the jobs elsewhere.
+const FENCE_AT: f64 = 0.6;
+/// The part of the time-out by which fenced processes are killed.
+const FENCE_KILL: f64 = 0.9;
+
 /// Registers until the service accepts (retrying every second).
 async fn register(shared: &Shared) {
     let req = RegisterRequest {
@@ -288,6 +339,8 @@ async fn register(shared: &Shared) {
                 s.session = r.session;
                 s.epoch_unix_ms = r.epoch_unix_ms;
                 s.heartbeat_s = r.heartbeat_s;
+                s.timeout_s = r.timeout_s;
+                s.last_ack = Some(std::time::Instant::now());
                 // Local GPUs by index, for CUDA_VISIBLE_DEVICES (what the
                 // service registered, which is the topology's when asked for 0).
                 let gpus = if r.gpus > 0 { r.gpus } else { shared.opts.gpus };
@@ -299,6 +352,12 @@ async fn register(shared: &Shared) {
             Err(e @ ClientError::Api { status: 401 | 403 | 404 | 422, .. }) => {
                 tracing::error!("registration refused: {e}; retrying in 5 s");
                 tokio::time::sleep(Duration::from_secs(5)).await;
+            }
+            // Another live agent holds this node (or it cannot shrink now):
+            // one agent per node, so this one waits, starting nothing.
+            Err(e @ ClientError::Api { status: 409, .. }) => {
+                tracing::error!("registration refused: {e}; retrying in {REGISTER_RETRY_S} s");
+                tokio::time::sleep(Duration::from_secs_f64(REGISTER_RETRY_S)).await;
             }
             Err(e) => {
                 tracing::warn!("registering: {e}; retrying");
@@ -333,7 +392,15 @@ async fn heartbeats(shared: Arc<Shared>) {
             (s.host, s.session, s.heartbeat_s)
         };
         let sent = shared.opts.host_unix_us();
-        match shared.client.heartbeat(host, session).await {
+        let sent_at = std::time::Instant::now();
+        let answer = shared.client.heartbeat(host, session).await;
+        if answer.is_ok() {
+            let mut s = shared.lock();
+            if s.session == session {
+                s.last_ack = Some(s.last_ack.map_or(sent_at, |t| t.max(sent_at)));
+            }
+        }
+        match answer {
             Ok(a) if a.received_unix_us > 0 && a.sent_unix_us > 0 => {
                 let received = shared.opts.host_unix_us();
                 let e = crate::clock::Exchange {
@@ -367,17 +434,56 @@ async fn heartbeats(shared: Arc<Shared>) {
     }
 }
 
+/// Self-fencing: when no heartbeat has been acknowledged for [`FENCE_AT`]
+/// of the service's time-out (a partition, or the service gone), the agent
+/// stops every training process here, since the service is about to place
+/// those jobs elsewhere; no rank may run twice. When the service answers
+/// again the assignments say what still runs here, and it starts again
+/// (from its checkpoint).
+async fn fence_watch(shared: Arc<Shared>) {
+    loop {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let (silent, timeout, busy) = {
+            let s = shared.lock();
+            (s.last_ack.map(|t| t.elapsed().as_secs_f64()), s.timeout_s, !s.children.is_empty() || !s.jobs.is_empty())
+        };
+        let Some(silent) = silent else { continue };
+        if timeout > 0.0 && busy && silent > FENCE_AT * timeout {
+            tracing::error!(
+                "no heartbeat acknowledged for {silent:.1} s (the service marks a node down after {timeout} s): \
+                 stopping this node's training processes"
+            );
+            let children: Vec<Worker> = {
+                let mut s = shared.lock();
+                let ids: Vec<(JobId, u64)> = s.jobs.values().map(|a| (a.job, a.epoch)).collect();
+                for (id, epoch) in ids {
+                    s.gone.insert(id, (epoch, "fenced: this node lost the service".to_string()));
+                    s.release_gpus(id);
+                }
+                s.jobs.clear();
+                s.fences += 1;
+                s.children.drain().flat_map(|(_, c)| c).collect()
+            };
+            shared.changed.notify_waiters();
+            let grace = Duration::from_secs_f64(((FENCE_KILL - FENCE_AT) * timeout).max(0.1)).min(GRACE);
+            stop_processes_within(children, grace).await;
+        }
+    }
+}
+
 async fn poll_assignments(shared: Arc<Shared>) {
     let mut after = 0u64;
     let mut session = 0u64;
+    let mut fences = 0u64;
     loop {
-        let (host, current) = {
+        let (host, current, fenced) = {
             let s = shared.lock();
-            (s.host, s.session)
+            (s.host, s.session, s.fences)
         };
-        if current != session {
-            after = 0; // a new session: take the whole state again
+        if current != session || fenced != fences {
+            after = 0; // a new session, or fenced: take the whole state again
             session = current;
+            fences = fenced;
         }
         match shared.client.assignments(host, session, after, shared.opts.poll_s).await {
             Ok(a) => {

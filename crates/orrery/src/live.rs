@@ -5,6 +5,7 @@
 use anyhow::{Context, Result, bail};
 use clap::Args as ClapArgs;
 use orrery_serve::client::Client;
+use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
@@ -167,16 +168,26 @@ pub fn submit(args: &ClientArgs, file: &Path) -> Result<()> {
         eprintln!("{e}");
     }
     let c = client(args)?;
+    let unreachable = std::sync::Arc::new(std::sync::OnceLock::<String>::new());
     let results = runtime()?.block_on(async {
         use std::sync::Arc;
         let sem = Arc::new(tokio::sync::Semaphore::new(32));
         let mut tasks = Vec::new();
         for spec in parsed.items {
-            let (c, sem) = (c.clone(), sem.clone());
+            let (c, sem, unreachable) = (c.clone(), sem.clone(), unreachable.clone());
             tasks.push(tokio::spawn(async move {
                 let _permit = sem.acquire().await;
+                // Once the service cannot be reached, the rest are not tried.
+                if unreachable.get().is_some() {
+                    return (spec.id, None);
+                }
                 let r = c.submit(&spec).await;
-                (spec.id, r)
+                if let Err(e) = &r
+                    && e.is_unreachable()
+                {
+                    let _ = unreachable.set(e.to_string());
+                }
+                (spec.id, Some(r))
             }));
         }
         let mut out = Vec::new();
@@ -186,15 +197,21 @@ pub fn submit(args: &ClientArgs, file: &Path) -> Result<()> {
         anyhow::Ok(out)
     })?;
     let mut failed = parsed.errors.len();
+    let mut out = std::io::stdout().lock();
     for (name, r) in results {
         match r {
-            Ok(s) if s.existing => println!("{name}\tjob {}\t(already submitted)", s.id),
-            Ok(s) => println!("{name}\tjob {}", s.id),
-            Err(e) => {
+            Some(Ok(s)) if s.existing => writeln!(out, "{name}\tjob {}\t(already submitted)", s.id)?,
+            Some(Ok(s)) => writeln!(out, "{name}\tjob {}", s.id)?,
+            Some(Err(e)) if e.is_unreachable() => failed += 1,
+            Some(Err(e)) => {
                 failed += 1;
                 eprintln!("{name}: {e}");
             }
+            None => failed += 1,
         }
+    }
+    if let Some(why) = unreachable.get() {
+        bail!("cannot reach the service at {}: {why}; {failed} job(s) not submitted", args.server);
     }
     if failed > 0 {
         bail!("{failed} job(s) not submitted");
@@ -206,29 +223,41 @@ pub fn submit(args: &ClientArgs, file: &Path) -> Result<()> {
 pub fn jobs(args: &ClientArgs, status: Option<&str>, json: bool) -> Result<()> {
     let c = client(args)?;
     let jobs = runtime()?.block_on(c.jobs(status)).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut out = std::io::stdout().lock();
     if json {
-        println!("{}", serde_json::to_string_pretty(&jobs)?);
+        writeln!(out, "{}", serde_json::to_string_pretty(&jobs)?)?;
         return Ok(());
     }
-    println!(
+    writeln!(
+        out,
         "{:>5}  {:<20} {:<10} {:<12} {:>5} {:>12} {:>9} {:>9}  {:<18} in force",
-        "id", "name", "status", "model", "gpus", "iterations", "alone ms", "mean ms", "hosts"
-    );
+        "id", "name", "status", "model", "gpus", "iterations", "period ms", "mean ms", "hosts"
+    )?;
     for j in jobs {
         let hosts: Vec<String> = j.hosts.iter().map(|(h, g)| format!("{h}:{g}")).collect();
-        println!(
-            "{:>5}  {:<20} {:<10} {:<12} {:>5} {:>12} {:>9.1} {:>9}  {:<18} {}",
+        // The target is known once placed (for a time-bound job), or from
+        // the spec; the period only while placed; the mean over the current
+        // placement's reports since the service started.
+        let target = match (j.target_iterations, j.spec.work) {
+            (0, orrery_model::Work::Iterations(n)) => n.to_string(),
+            (0, _) => "-".into(),
+            (n, _) => n.to_string(),
+        };
+        let dash = |x: Option<f64>| x.filter(|v| *v > 0.0).map_or("-".into(), |v| format!("{v:.1}"));
+        writeln!(
+            out,
+            "{:>5}  {:<20} {:<10} {:<12} {:>5} {:>12} {:>9} {:>9}  {:<18} {}",
             j.id,
             j.spec.id,
             j.status.name(),
             j.spec.model,
             j.spec.gpus(),
-            format!("{}/{}", j.iterations_done, j.target_iterations),
-            j.period_ms,
-            j.mean_iteration_ms.map_or("-".into(), |m| format!("{m:.1}")),
-            hosts.join(","),
+            format!("{}/{target}", j.iterations_done),
+            dash(Some(j.period_ms)),
+            dash(j.mean_iteration_ms),
+            if hosts.is_empty() { "-".into() } else { hosts.join(",") },
             in_force(&j.in_force)
-        );
+        )?;
     }
     Ok(())
 }
@@ -261,11 +290,12 @@ fn in_force(f: &orrery_serve::api::InForce) -> String {
 pub fn decisions(args: &ClientArgs, since: u64, json: bool) -> Result<()> {
     let c = client(args)?;
     let log = runtime()?.block_on(c.decisions(since)).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut out = std::io::stdout().lock();
     for e in log {
         if json {
-            println!("{}", serde_json::to_string(&e)?);
+            writeln!(out, "{}", serde_json::to_string(&e)?)?;
         } else {
-            println!("{:>6} {:>10.3} s  {:<7} {}", e.seq, e.at_s, e.source, serde_json::to_string(&e.entry)?);
+            writeln!(out, "{:>6} {:>10.3} s  {:<7} {}", e.seq, e.at_s, e.source, serde_json::to_string(&e.entry)?)?;
         }
     }
     Ok(())
@@ -358,6 +388,125 @@ pub struct BenchServeArgs {
     /// Print JSON.
     #[arg(long)]
     json: bool,
+    /// Emulate this many node agents against a real `orrery serve` (started
+    /// as a child process on a leaf-spine of at least that many hosts, 8
+    /// GPUs each): they register, heartbeat, long-poll and report every
+    /// iteration of their jobs. 0: the submission benchmark alone.
+    #[arg(long, default_value_t = 0)]
+    nodes: usize,
+    /// With --nodes: the measured window, s.
+    #[arg(long, default_value_t = 20.0, value_parser = crate::numbers::positive)]
+    seconds: f64,
+    /// With --nodes: iterations per second each job runs and reports.
+    #[arg(long, default_value_t = 5.0, value_parser = crate::numbers::positive)]
+    iterations_per_s: f64,
+}
+
+/// Hosts per rack of the `--nodes` fleet's leaf-spine.
+const FLEET_RACK: usize = 25;
+
+/// `orrery bench serve --nodes N`: a real `orrery serve` (this binary, as a
+/// child) against N emulated agents in this process.
+fn bench_fleet(args: &BenchServeArgs, trace_jobs: Vec<orrery_model::JobSpec>) -> Result<()> {
+    let n = args.nodes;
+    let dir = std::env::temp_dir().join(format!("orrery-fleet-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir)?;
+    let racks = n.div_ceil(FLEET_RACK);
+    let per_rack = n.div_ceil(racks);
+    let topo_file = dir.join("fleet.toml");
+    std::fs::write(
+        &topo_file,
+        format!(
+            "name = \"fleet-{n}\"\n[leaf_spine]\nracks = {racks}\nhosts_per_rack = {per_rack}\nspines = 4\n\
+             gpus_per_host = 8\ngpu_type = \"v100\"\nhost_gbps = 100.0\nuplink_gbps = 400.0\n"
+        ),
+    )?;
+    let topo = crate::topo::load(&topo_file.display().to_string())?;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let mut child = std::process::Command::new(std::env::current_exe()?)
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--policy", &args.policy, "--topology"])
+        .arg(&topo_file)
+        .arg("--data")
+        .arg(dir.join("data"))
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .context("starting orrery serve")?;
+    let result = (|| {
+        let mut first = String::new();
+        let stdout = child.stdout.take().context("serve's stdout")?;
+        let mut out = std::io::BufReader::new(stdout);
+        std::io::BufRead::read_line(&mut out, &mut first)?;
+        if !first.starts_with("orrery serving") {
+            bail!("orrery serve did not start: {first:?}");
+        }
+        std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
+        let read = |f: &str| orrery_serve::auth::read_token(&dir.join("data").join(f));
+        // Jobs from the trace, each running until the run ends: enough to
+        // fill about 90% of the GPUs, then `--jobs` more during the window.
+        let capacity: u32 = topo.hosts.iter().take(n).map(|h| h.gpus).sum();
+        let mut specs = trace_jobs.into_iter().cycle().enumerate().map(|(i, mut s)| {
+            s.id = format!("fleet-{i}-{}", s.id);
+            s.work = orrery_model::Work::Iterations(10_000_000);
+            s.arrival_s = 0.0;
+            s.depends_on.clear();
+            s
+        });
+        let (mut load, mut gpus) = (Vec::new(), 0u32);
+        while gpus < capacity * 9 / 10 {
+            let Some(s) = specs.next() else { break };
+            gpus += s.gpus();
+            load.push(s);
+        }
+        let burst: Vec<_> = specs.take(args.jobs).collect();
+        let opts = orrery_serve::fleet::FleetOptions {
+            url: format!("http://127.0.0.1:{port}"),
+            agent_token: read("agent.token")?,
+            user_token: read("user.token")?,
+            hosts: topo.hosts.iter().take(n).map(|h| h.name.clone()).collect(),
+            load,
+            burst,
+            concurrency: args.concurrency,
+            iterations_per_s: args.iterations_per_s,
+            seconds: args.seconds,
+            server_pid: Some(child.id()),
+        };
+        runtime()?.block_on(orrery_serve::fleet::run(opts))
+    })();
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+    let r = result?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+    } else {
+        println!(
+            "{} emulated agents against orrery serve ({}) for {:.1} s, {} jobs running, {} iterations/s each",
+            r.nodes, args.policy, r.seconds, r.jobs_running, args.iterations_per_s
+        );
+        println!(
+            "  iteration reports    {:>9.0} /s   ({} requests, {} refused)",
+            r.iterations_reported as f64 / r.seconds,
+            r.report_requests,
+            r.reports_refused
+        );
+        println!("  report latency       {:>9.2} ms p50 {:>9.2} ms p99", r.report_ms_p50, r.report_ms_p99);
+        println!(
+            "  heartbeats           {:>9.0} /s   ({} refused)",
+            r.heartbeats as f64 / r.seconds,
+            r.heartbeats_refused
+        );
+        println!("  nodes marked down    {:>9}      (every agent was alive)", r.false_downs);
+        println!(
+            "  durable submissions  {:>9.0} /s   ({:.2} ms p99, during the load)",
+            r.submissions_per_s, r.submit_ms_p99
+        );
+        if let Some(c) = r.server_cores {
+            println!("  service CPU          {:>9.2} cores", c);
+        }
+    }
+    Ok(())
 }
 
 /// `orrery bench serve`.
@@ -365,6 +514,9 @@ pub fn bench_serve(args: &BenchServeArgs) -> Result<()> {
     let (_, parsed) = orrery_trace::formats::read_file(&args.trace, None, 1);
     if parsed.items.is_empty() {
         bail!("{}: no jobs read ({} bad rows)", args.trace.display(), parsed.errors.len());
+    }
+    if args.nodes > 0 {
+        return bench_fleet(args, parsed.items);
     }
     let jobs: Vec<_> = parsed.items.into_iter().take(args.jobs).collect();
     let dir = std::env::temp_dir().join(format!("orrery-bench-{}", std::process::id()));
@@ -391,9 +543,10 @@ pub fn bench_serve(args: &BenchServeArgs) -> Result<()> {
         println!("  durable submissions  {:>9.0} /s   ({} in flight)", r.submissions_per_s, args.concurrency);
         println!("  submit latency       {:>9.2} ms p50 {:>9.2} ms p99", r.latency_ms_p50, r.latency_ms_p99);
         println!(
-            "  decisions committed  {:>9.0} /s   ({} decisions, {} placements, policy {})",
-            r.decisions_per_s, r.decisions, r.placements, args.policy
+            "  policy decisions     {:>9} logged ({} placements, policy {})",
+            r.decisions, r.placements, args.policy
         );
+        println!("  policy call          {:>9.3} ms mean over {} calls", r.policy_call_ms_mean, r.policy_calls);
     }
     Ok(())
 }

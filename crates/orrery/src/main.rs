@@ -232,6 +232,14 @@ fn main() -> ExitCode {
     timings.report();
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        // The reader went away (`orrery decisions | head`): not an error.
+        Err(e)
+            if e.chain().any(|c| {
+                c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+            }) =>
+        {
+            ExitCode::SUCCESS
+        }
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::from(1)

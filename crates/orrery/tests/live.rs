@@ -173,6 +173,11 @@ fn skewed_agent(server: &Server, name: &str, exec: &str, skew_ms: f64) -> Proc {
 
 /// `orrery agent --node` for `name` against `server`.
 fn agent_command(server: &Server, name: &str, exec: Option<&str>, offer: &[&str]) -> Command {
+    agent_command_on(server, name, exec, offer, &server.dir.join(format!("agent-{name}.sock")))
+}
+
+/// [`agent_command`] serving training processes on `socket`.
+fn agent_command_on(server: &Server, name: &str, exec: Option<&str>, offer: &[&str], socket: &Path) -> Command {
     let mut c = Command::new(BIN);
     c.args(["agent", "--node", "--name", name])
         .args(offer)
@@ -181,7 +186,7 @@ fn agent_command(server: &Server, name: &str, exec: Option<&str>, offer: &[&str]
         .arg("--token")
         .arg(server.dir.join("agent.token"))
         .arg("--socket")
-        .arg(server.dir.join(format!("agent-{name}.sock")))
+        .arg(socket)
         .env("RUST_LOG", "warn")
         .current_dir(repo());
     if let Some(e) = exec {
@@ -215,6 +220,7 @@ fn every_endpoint_refuses_a_missing_wrong_or_wrong_scope_token_and_changes_nothi
         ("GET", format!("{u}/v1/nodes"), None, "user"),
         ("GET", format!("{u}/v1/decisions?since=0"), None, "user"),
         ("GET", format!("{u}/metrics"), None, "user"),
+        ("GET", format!("{u}/v1/dashboard"), None, "user"),
         ("POST", format!("{u}/v1/nodes/register"), Some(reg.clone()), "agent"),
         ("POST", format!("{u}/v1/nodes/0/heartbeat"), Some(json!({"session": 1})), "agent"),
         ("GET", format!("{u}/v1/nodes/0/assignments?session=1"), None, "agent"),
@@ -297,6 +303,51 @@ fn check_no_gpu_held_twice(log: &[LogEntry]) {
             _ => {}
         }
     }
+}
+
+/// The dashboard in headless Chromium (python/dashboard_check.py): it asks
+/// for a token and is refused a wrong one, renders with no console error,
+/// shows a job submitted while it is open within 2 s, and its first screen
+/// (1,280 × 800) holds every panel without scrolling. Two jobs share a link
+/// first, so the links and circles panels have something to draw.
+#[test]
+fn the_dashboard_shows_a_job_submitted_while_it_is_open_and_refuses_without_a_token() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = Server::start(dir.path(), &["--policy", "themis+cassini"]);
+    let http = Http::new();
+    let user = s.token("user.token");
+    let _agents: Vec<Proc> = ["h0", "h1", "h2", "h3"].iter().map(|n| agent(&s, n, None)).collect();
+    nodes_up(&http, &s, 4);
+    for id in ["resnet-a", "vgg-b"] {
+        let model = if id.starts_with("vgg") { "vgg16" } else { "resnet50" };
+        let (status, v) =
+            http.call("POST", &format!("{}/v1/jobs", s.url()), Some(&user), Some(job(id, model, 100_000, "low")));
+        assert_eq!(status, 201, "{v}");
+    }
+    let spec = dir.path().join("late.json");
+    std::fs::write(&spec, job("submitted-while-open", "bert", 100, "low").to_string()).expect("spec");
+    let shot = dir.path().join("dashboard.png");
+    let out = Command::new("python3")
+        .arg(repo().join("python/dashboard_check.py"))
+        .arg(format!("{}/", s.url()))
+        .arg("--token-file")
+        .arg(dir.path().join("user.token"))
+        .arg("--submit")
+        .arg(&spec)
+        .arg("--screenshot")
+        .arg(&shot)
+        .output()
+        .expect("python3 runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    if out.status.code() == Some(2) {
+        println!("skipped: {stdout}");
+        return;
+    }
+    assert!(out.status.success(), "the dashboard check failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    let facts: Value = serde_json::from_str(&stdout).expect("the check's JSON");
+    assert_eq!(facts["status_without_token"], 401, "{facts}");
+    assert!(facts["appeared_s"].as_f64().is_some_and(|t| t <= 2.0), "{facts}");
+    assert!(std::fs::metadata(&shot).is_ok_and(|m| m.len() > 10_000), "a screenshot of the first screen");
 }
 
 #[test]
@@ -486,6 +537,173 @@ fn a_silent_agent_loses_its_jobs_and_its_stale_reports_are_refused() {
     assert!(v["refused"][0][1].as_str().is_some_and(|w| w.contains("epoch")), "{v}");
     let j: JobInfo = http.get(&format!("{u}/v1/jobs/j"), &user);
     assert_eq!(j.iterations_done, 0, "no stale report counted");
+}
+
+/// Pids of the training processes an agent started: those whose
+/// environment names its socket.
+fn processes_of_agent(socket: &Path) -> Vec<String> {
+    let var = format!("ORRERY_AGENT_SOCKET={}", socket.display());
+    let Ok(procs) = std::fs::read_dir("/proc") else { return Vec::new() };
+    procs
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|pid| pid.bytes().all(|b| b.is_ascii_digit()))
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .is_ok_and(|env| env.split(|&b| b == 0).any(|v| v == var.as_bytes()))
+        })
+        .collect()
+}
+
+fn node_ups(http: &Http, s: &Server, node: usize) -> usize {
+    let log: Vec<LogEntry> = http.get(&format!("{}/v1/decisions?since=0", s.url()), &s.token("user.token"));
+    log.iter().filter(|e| matches!(e.entry, Logged::Event(DriverEvent::NodeUp { node: n, .. }) if n == node)).count()
+}
+
+/// Issue 39, item 1: a second agent for a node another live agent holds is
+/// refused (and retries quietly: the log does not grow), starts nothing, and
+/// takes the node over once the first stops. A third on the first's socket
+/// does not start at all.
+#[test]
+fn a_second_agent_for_a_live_node_is_refused_and_no_rank_runs_twice() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = Server::start(dir.path(), &["--policy", "fifo"]);
+    let http = Http::new();
+    let user = s.token("user.token");
+    let exec = Some("sleep 600");
+    let first = agent(&s, "h0", exec);
+    let _h1 = agent(&s, "h1", exec);
+    nodes_up(&http, &s, 2);
+    let (status, v) =
+        http.call("POST", &format!("{}/v1/jobs", s.url()), Some(&user), Some(job("j", "resnet50", 100_000, "low")));
+    assert_eq!(status, 201, "{v}");
+    let socket1 = s.dir.join("agent-h0.sock");
+    wait_until("the first agent to start h0's ranks", Duration::from_secs(15), || {
+        (!processes_of_agent(&socket1).is_empty()).then_some(())
+    });
+    // Same name, same socket: it refuses to start.
+    let out = agent_command(&s, "h0", exec, &["--gpus", "2", "--nic-gbps", "50"])
+        .stderr(Stdio::piped())
+        .output()
+        .expect("agent runs");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("another agent is serving"), "{err}");
+    // Same name, another socket: the service refuses it while the first lives.
+    let socket2 = s.dir.join("agent-h0-second.sock");
+    let log2 = s.dir.join("second.log");
+    let mut second = agent_command_on(&s, "h0", exec, &["--gpus", "2", "--nic-gbps", "50"], &socket2);
+    second.stderr(std::fs::File::create(&log2).expect("log"));
+    let _second = Proc(second.spawn().expect("agent starts"));
+    let ranks = processes_of_agent(&socket1).len();
+    std::thread::sleep(Duration::from_secs(4));
+    assert_eq!(node_ups(&http, &s, 0), 1, "the second agent never registered");
+    assert!(processes_of_agent(&socket2).is_empty(), "the second agent started nothing");
+    assert_eq!(processes_of_agent(&socket1).len(), ranks, "h0's ranks run once");
+    let said = std::fs::read_to_string(&log2).unwrap_or_default();
+    assert!(said.contains("held by a live agent"), "{said}");
+    // The first stops (SIGTERM): it stops rank 0, deregisters, and the
+    // second takes the node over and runs rank 0, never both at once.
+    let pid = first.0.id().to_string();
+    assert!(Command::new("kill").args(["-TERM", &pid]).status().expect("kill").success());
+    wait_until("the second agent to run h0's ranks", Duration::from_secs(20), || {
+        let (a, b) = (processes_of_agent(&socket1), processes_of_agent(&socket2));
+        assert!(a.is_empty() || b.is_empty(), "h0's ranks run under both agents: {a:?} {b:?}");
+        (a.is_empty() && b.len() == ranks).then_some(())
+    });
+    assert_eq!(node_ups(&http, &s, 0), 2, "one more registration, not a fight");
+    drop(first);
+}
+
+/// Issue 39, item 1 (fencing): an agent that loses the service stops its
+/// training processes before the service's time-out, so a job re-placed
+/// elsewhere never runs beside its old ranks; it runs them again once the
+/// service answers.
+#[test]
+fn an_agent_cut_off_from_the_service_stops_its_processes_before_the_time_out() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut s = Server::start(dir.path(), &["--policy", "fifo", "--node-timeout-s", "3"]);
+    let http = Http::new();
+    let user = s.token("user.token");
+    let _a = [agent(&s, "h0", Some("sleep 600")), agent(&s, "h1", Some("sleep 600"))];
+    nodes_up(&http, &s, 2);
+    let (status, v) =
+        http.call("POST", &format!("{}/v1/jobs", s.url()), Some(&user), Some(job("j", "resnet50", 100_000, "low")));
+    assert_eq!(status, 201, "{v}");
+    let sockets = [s.dir.join("agent-h0.sock"), s.dir.join("agent-h1.sock")];
+    let running = || sockets.iter().map(|p| processes_of_agent(p).len()).sum::<usize>();
+    let ranks = wait_until("the job's ranks to run", Duration::from_secs(15), || {
+        let n = running();
+        (n > 0).then_some(n)
+    });
+    let pid = s.proc.as_ref().expect("server").0.id().to_string();
+    assert!(Command::new("kill").args(["-STOP", &pid]).status().expect("kill").success());
+    let frozen = Instant::now();
+    // Fenced at 0.6 and killed by 0.9 of the 3 s time-out, counted from the
+    // last acknowledged heartbeat (sent at most 0.6 s before the freeze).
+    wait_until("the cut-off agents to stop their ranks", Duration::from_secs(3), || (running() == 0).then_some(()));
+    let stopped = frozen.elapsed();
+    assert!(stopped < Duration::from_millis(2900), "ranks stopped {stopped:?} after the freeze");
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(Command::new("kill").args(["-CONT", &pid]).status().expect("kill").success());
+    wait_until("the ranks to run again", Duration::from_secs(20), || (running() == ranks).then_some(()));
+    s.kill9();
+}
+
+/// Issue 39, item 4: what can never run is refused at the door, with JSON
+/// errors whose `field` names a field, never a value.
+#[test]
+fn submissions_that_can_never_run_are_refused_with_the_field_named() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = Server::start(dir.path(), &["--policy", "fifo"]);
+    let http = Http::new();
+    let (user, agent_token) = (s.token("user.token"), s.token("agent.token"));
+    let u = s.url();
+    let submit = |v: Value| http.call("POST", &format!("{u}/v1/jobs"), Some(&user), Some(v));
+    let (status, v) = submit(job("base", "resnet50", 10, "low"));
+    assert_eq!(status, 201, "{v}");
+    let with = |f: &dyn Fn(&mut Value)| {
+        let mut j = job("x", "resnet50", 10, "low");
+        f(&mut j);
+        j
+    };
+    let cases: Vec<(Value, u16, &str, &str)> = vec![
+        (with(&|j| j["depends_on"] = json!(["x"])), 422, "depends_on", "itself"),
+        (with(&|j| j["depends_on"] = json!(["nobody"])), 422, "depends_on", "nobody"),
+        (with(&|j| j["id"] = json!("a\nb")), 422, "id", "control"),
+        (with(&|j| j["id"] = json!("nul\u{0}")), 422, "id", "control"),
+        (with(&|j| j["id"] = json!("y".repeat(100_000))), 422, "id", "256"),
+        (with(&|j| j["workers"] = json!(1_000_000_000u64)), 422, "workers", "workers"),
+        // The demo cluster has 8 GPUs.
+        (with(&|j| j["workers"] = json!(9)), 422, "workers", "8"),
+        (with(&|j| j["priority"] = json!("urgent")), 422, "priority", "urgent"),
+        (with(&|j| j["work"] = json!({"iterations": "many"})), 422, "work.iterations", "many"),
+        (
+            with(&|j| {
+                j.as_object_mut().expect("object").remove("work");
+            }),
+            422,
+            "work",
+            "work",
+        ),
+    ];
+    for (body, want, field, says) in cases {
+        let (status, v) = submit(body.clone());
+        assert_eq!(status, want, "{body}: {v}");
+        assert!(v["field"].as_str().is_some_and(|f| f.starts_with(field)), "field {field}: {v}");
+        assert!(format!("{} {}", v["error"], v["expected"]).contains(says), "{v}");
+    }
+    // A dependency on a job already submitted is fine.
+    let (status, v) = submit(with(&|j| j["depends_on"] = json!(["base"])));
+    assert_eq!(status, 201, "{v}");
+    // Path and query errors are JSON too, naming the parameter.
+    let (status, v) =
+        http.call("POST", &format!("{u}/v1/nodes/h2/heartbeat"), Some(&agent_token), Some(json!({"session": 1})));
+    assert_eq!((status, v["field"].as_str()), (400, Some("host")), "{v}");
+    let (status, v) = http.call("GET", &format!("{u}/v1/nodes/0/assignments?session=x"), Some(&agent_token), None);
+    assert_eq!((status, v["field"].as_str()), (400, Some("session")), "{v}");
+    let jobs: Vec<JobInfo> = http.get(&format!("{u}/v1/jobs"), &user);
+    assert_eq!(jobs.len(), 2, "only the valid jobs were accepted");
 }
 
 /// The slot a start falls in: how far past the last slot boundary, ms.
