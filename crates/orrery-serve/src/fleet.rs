@@ -78,6 +78,9 @@ pub struct FleetReport {
     /// The service's CPU time over the window per second of it (1.0 = one
     /// core busy), when its pid was given.
     pub server_cores: Option<f64>,
+    /// The same for this process, the emulated fleet (on one machine the two
+    /// share its cores).
+    pub fleet_cores: Option<f64>,
 }
 
 /// CPU seconds a process has used (user + system), from `/proc/PID/stat`,
@@ -155,6 +158,7 @@ pub async fn run(opts: FleetOptions) -> Result<FleetReport> {
     let first_seq = user.cluster().await.map_err(api)?.last_seq;
     let before = Snapshot::take(&counters);
     let cpu0 = opts.server_pid.and_then(cpu_seconds);
+    let own0 = cpu_seconds(std::process::id());
     measuring.store(true, Ordering::Relaxed);
     let t0 = Instant::now();
     let burst = submit_all(&user, &opts.burst, opts.concurrency).await?;
@@ -163,6 +167,7 @@ pub async fn run(opts: FleetOptions) -> Result<FleetReport> {
     measuring.store(false, Ordering::Relaxed);
     let seconds = t0.elapsed().as_secs_f64();
     let cpu1 = opts.server_pid.and_then(cpu_seconds);
+    let own1 = cpu_seconds(std::process::id());
     let after = Snapshot::take(&counters);
     stop.store(true, Ordering::Relaxed);
     for t in &tasks {
@@ -189,6 +194,7 @@ pub async fn run(opts: FleetOptions) -> Result<FleetReport> {
         submissions_per_s: if burst.seconds > 0.0 { burst.latencies.len() as f64 / burst.seconds } else { 0.0 },
         submit_ms_p99: percentile(&burst.latencies, 0.99),
         server_cores: cpu0.zip(cpu1).map(|(a, b)| (b - a) / seconds),
+        fleet_cores: own0.zip(own1).map(|(a, b)| (b - a) / seconds),
     })
 }
 

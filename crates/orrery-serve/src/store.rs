@@ -172,8 +172,16 @@ impl Store {
                     j.iterations_done as i64
                 ])?;
             }
-            let mut progress = tx.prepare_cached("UPDATE jobs SET iterations_done = ?2 WHERE id = ?1")?;
+            // The last update of each job in the batch wins: one UPDATE per
+            // job, however many of its nodes reported (a 1,000-node fleet
+            // sends ~30,000 iteration reports a second in a few hundred
+            // batches). O(progress).
+            let mut latest: std::collections::HashMap<usize, u64> = std::collections::HashMap::new();
             for &(id, done) in &batch.progress {
+                latest.insert(id, done);
+            }
+            let mut progress = tx.prepare_cached("UPDATE jobs SET iterations_done = ?2 WHERE id = ?1")?;
+            for (id, done) in latest {
                 progress.execute(params![id as i64, done as i64])?;
             }
             let mut log = tx.prepare_cached("INSERT INTO log (seq, at_s, source, entry) VALUES (?1, ?2, ?3, ?4)")?;

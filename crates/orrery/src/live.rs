@@ -402,6 +402,10 @@ pub struct BenchServeArgs {
     iterations_per_s: f64,
 }
 
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
 /// Hosts per rack of the `--nodes` fleet's leaf-spine.
 const FLEET_RACK: usize = 25;
 
@@ -504,6 +508,9 @@ fn bench_fleet(args: &BenchServeArgs, trace_jobs: Vec<orrery_model::JobSpec>) ->
         );
         if let Some(c) = r.server_cores {
             println!("  service CPU          {:>9.2} cores", c);
+        }
+        if let Some(c) = r.fleet_cores {
+            println!("  emulated fleet CPU   {:>9.2} cores (this process; {} cores on this machine)", c, cores());
         }
     }
     Ok(())

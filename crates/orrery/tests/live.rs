@@ -706,6 +706,36 @@ fn submissions_that_can_never_run_are_refused_with_the_field_named() {
     assert_eq!(jobs.len(), 2, "only the valid jobs were accepted");
 }
 
+/// Issue 39's scale run, short: `orrery bench serve --nodes 50` drives 50
+/// emulated agents (register, heartbeat, long-poll, a report per iteration
+/// at 5 per second per job) against a real `orrery serve`. No node is marked
+/// down, nothing is refused, every running job reports, and submissions
+/// still commit. (The 1,000-node run is a benchmark; its numbers are in the
+/// guide.)
+#[test]
+fn fifty_emulated_nodes_heartbeat_and_report_without_a_false_down() {
+    let _one = heavy();
+    let out = Command::new(BIN)
+        .args(["bench", "serve", "--nodes", "50", "--seconds", "3", "--jobs", "200", "--json"])
+        .current_dir(repo())
+        .output()
+        .expect("orrery bench serve runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r: Value = serde_json::from_slice(&out.stdout).expect("the report's JSON");
+    assert_eq!(r["nodes"], 50, "{r}");
+    assert_eq!(r["false_downs"], 0, "{r}");
+    assert_eq!(r["reports_refused"], 0, "{r}");
+    assert_eq!(r["heartbeats_refused"], 0, "{r}");
+    let running = r["jobs_running"].as_f64().expect("jobs running");
+    let seconds = r["seconds"].as_f64().expect("seconds");
+    // Every running job reports 5 iterations a second from each of its
+    // nodes: at least 5 per job per second, less a second for start-up.
+    let reported = r["iterations_reported"].as_f64().expect("iterations");
+    assert!(running >= 50.0, "the 400 GPUs are busy: {r}");
+    assert!(reported >= 5.0 * running * (seconds - 1.0), "{reported} reports for {running} jobs over {seconds} s: {r}");
+    assert!(r["submissions_per_s"].as_f64().is_some_and(|x| x > 0.0), "{r}");
+}
+
 /// The slot a start falls in: how far past the last slot boundary, ms.
 fn past_slot_ms(start_s: f64, offset_s: f64, period_ms: f64) -> f64 {
     ((start_s - offset_s) * 1e3).rem_euclid(period_ms)
