@@ -312,6 +312,7 @@ fn check_no_gpu_held_twice(log: &[LogEntry]) {
 /// first, so the links and circles panels have something to draw.
 #[test]
 fn the_dashboard_shows_a_job_submitted_while_it_is_open_and_refuses_without_a_token() {
+    let _one = heavy(); // Chromium takes both cores for a moment
     let dir = tempfile::tempdir().expect("tempdir");
     let s = Server::start(dir.path(), &["--policy", "themis+cassini"]);
     let http = Http::new();
