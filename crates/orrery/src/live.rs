@@ -172,27 +172,32 @@ pub fn submit(args: &ClientArgs, file: &Path) -> Result<()> {
     let results = runtime()?.block_on(async {
         use std::sync::Arc;
         let sem = Arc::new(tokio::sync::Semaphore::new(32));
-        let mut tasks = Vec::new();
-        for spec in parsed.items {
-            let (c, sem, unreachable) = (c.clone(), sem.clone(), unreachable.clone());
-            tasks.push(tokio::spawn(async move {
-                let _permit = sem.acquire().await;
-                // Once the service cannot be reached, the rest are not tried.
-                if unreachable.get().is_some() {
-                    return (spec.id, None);
-                }
-                let r = c.submit(&spec).await;
-                if let Err(e) = &r
-                    && e.is_unreachable()
-                {
-                    let _ = unreachable.set(e.to_string());
-                }
-                (spec.id, Some(r))
-            }));
-        }
         let mut out = Vec::new();
-        for t in tasks {
-            out.push(t.await?);
+        // The service takes a dependency only on a job it already has, so a
+        // file's jobs go in waves: each after the jobs of the file it
+        // depends on (requests within a wave run 32 at a time).
+        for wave in dependency_waves(parsed.items) {
+            let mut tasks = Vec::new();
+            for spec in wave {
+                let (c, sem, unreachable) = (c.clone(), sem.clone(), unreachable.clone());
+                tasks.push(tokio::spawn(async move {
+                    let _permit = sem.acquire().await;
+                    // Once the service cannot be reached, the rest are not tried.
+                    if unreachable.get().is_some() {
+                        return (spec.id, None);
+                    }
+                    let r = c.submit(&spec).await;
+                    if let Err(e) = &r
+                        && e.is_unreachable()
+                    {
+                        let _ = unreachable.set(e.to_string());
+                    }
+                    (spec.id, Some(r))
+                }));
+            }
+            for t in tasks {
+                out.push(t.await?);
+            }
         }
         anyhow::Ok(out)
     })?;
@@ -217,6 +222,29 @@ pub fn submit(args: &ClientArgs, file: &Path) -> Result<()> {
         bail!("{failed} job(s) not submitted");
     }
     Ok(())
+}
+
+/// Jobs in submission waves: a job comes in the wave after the last of the
+/// file's jobs it depends on (dependencies outside the file are the
+/// service's to check). Jobs in a cycle, or depending on one, go last, where
+/// the service refuses them by name. O(jobs × dependencies × waves).
+fn dependency_waves(jobs: Vec<orrery_model::JobSpec>) -> Vec<Vec<orrery_model::JobSpec>> {
+    let in_file: std::collections::HashSet<String> = jobs.iter().map(|j| j.id.clone()).collect();
+    let mut placed: std::collections::HashSet<String> = std::collections::HashSet::new();
+    let mut left = jobs;
+    let mut waves = Vec::new();
+    while !left.is_empty() {
+        let (ready, rest): (Vec<_>, Vec<_>) =
+            left.into_iter().partition(|j| j.depends_on.iter().all(|d| !in_file.contains(d) || placed.contains(d)));
+        if ready.is_empty() {
+            waves.push(rest);
+            break;
+        }
+        placed.extend(ready.iter().map(|j| j.id.clone()));
+        waves.push(ready);
+        left = rest;
+    }
+    waves
 }
 
 /// `orrery jobs`.
@@ -556,4 +584,23 @@ pub fn bench_serve(args: &BenchServeArgs) -> Result<()> {
         println!("  policy call          {:>9.3} ms mean over {} calls", r.policy_call_ms_mean, r.policy_calls);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::dependency_waves;
+
+    #[test]
+    fn a_files_jobs_are_submitted_after_the_jobs_they_depend_on() {
+        let spec = |id: &str, deps: &[&str]| -> orrery_model::JobSpec {
+            let line = serde_json::json!({"id": id, "model": "resnet50", "workers": 1, "arrival_s": 0,
+                                          "work": {"iterations": 1}, "depends_on": deps});
+            serde_json::from_value(line).expect("a job spec")
+        };
+        let jobs =
+            vec![spec("c", &["b"]), spec("b", &["a"]), spec("a", &[]), spec("d", &["elsewhere"]), spec("e", &["e"])];
+        let waves: Vec<Vec<String>> =
+            dependency_waves(jobs).into_iter().map(|w| w.into_iter().map(|j| j.id).collect()).collect();
+        assert_eq!(waves, [vec!["a", "d"], vec!["b"], vec!["c"], vec!["e"]]);
+    }
 }
