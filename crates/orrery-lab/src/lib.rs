@@ -1,8 +1,11 @@
 //! orrery's experiment harness, around the simulator (`orrery-sim`):
 //!
-//! * [`experiment`]: TOML experiments (policies × scenarios × seeds), the
-//!   built-in default, runs side by side, the comparison against a baseline
-//!   and the output files (`summary.json`, `jobs.csv`, `links.csv`);
+//! * [`spec`]: the experiment file (policies × scenarios × seeds) and the
+//!   built-in default; [`workload`]: its jobs for a seed; [`script`]: its
+//!   scripted decisions;
+//! * [`experiment`]: runs side by side and the output files (`summary.json`,
+//!   `jobs.csv`, `links.csv`); [`summary`]: what runs measured and the
+//!   comparison against a baseline;
 //! * [`report`]: the busiest link up close and the self-contained `report.html`;
 //! * [`plot`]: figures (CDFs, link utilisation, circles, Gantt) with
 //!   plotters, as SVG and PNG with an embedded font;
@@ -17,4 +20,8 @@ pub mod experiment;
 pub mod plot;
 pub mod psim;
 pub mod report;
+pub mod script;
+pub mod spec;
+pub mod summary;
 pub mod tables;
+pub mod workload;

@@ -3,43 +3,15 @@
 //! utilisation over time, the busiest link's per-job rates and circles, and
 //! a Gantt of the jobs.
 
-use crate::experiment::{Run, Summary};
 use crate::plot::{Bar, Figure, PlotError, Ring, Series};
+use crate::summary::{Busiest, Run, Summary};
 use orrery_interleave::unified::{CircleJob, Params, unify};
 use orrery_interleave::{Search, solve};
 use orrery_model::{JobSpec, LinkId, Topology};
 use orrery_policy::Policy;
 use orrery_sim::engine::{NS, SimConfig, Simulation};
-use serde::Serialize;
 use std::fmt::Write;
 use std::path::Path;
-
-/// The busiest link of a run, seen up close: exact per-job rates over a
-/// window, and the jobs' circles before and after CASSINI's rotation.
-#[derive(Debug, Clone, Serialize)]
-pub struct Busiest {
-    /// `from → to`.
-    pub link: String,
-    /// Capacity, Gbit/s.
-    pub gbps: f64,
-    /// Window, s.
-    pub window_s: (f64, f64),
-    /// Job ids, in the order of the rates below.
-    pub jobs: Vec<String>,
-    /// (t s, rate of each job) after every change in the window.
-    #[serde(skip)]
-    pub steps: Vec<(f64, Vec<f64>)>,
-    /// The jobs' communication arcs on their unified circle, unrotated.
-    #[serde(skip)]
-    pub before: Vec<Ring>,
-    /// The same after the best rotation (exact search up to 4 jobs).
-    #[serde(skip)]
-    pub after: Vec<Ring>,
-    /// Compatibility score before and after.
-    pub score: (f64, f64),
-    /// Perimeter of the unified circle, ms.
-    pub perimeter_ms: f64,
-}
 
 /// Picks the run's busiest link (most excess demand, then most traffic),
 /// replays the run up to the end of a window around its busiest second with
@@ -54,7 +26,7 @@ pub fn busiest(
     run: &Run,
     mut policy: Box<dyn Policy>,
     cfg: &SimConfig,
-    script: &crate::experiment::Script,
+    script: &crate::script::Script,
 ) -> Option<Busiest> {
     let row = run
         .links
@@ -625,7 +597,7 @@ pub fn headline(summary: &Summary) -> Option<String> {
     if lines.is_empty() || lines.iter().all(|c| !c.gain_avg_jct.is_finite()) {
         return None;
     }
-    let stat = |f: fn(&crate::experiment::Comparison) -> f64| {
+    let stat = |f: fn(&crate::summary::Comparison) -> f64| {
         let v: Vec<f64> = lines.iter().map(|c| f(c)).filter(|v| v.is_finite()).collect();
         let mean = v.iter().sum::<f64>() / v.len().max(1) as f64;
         let (lo, hi) = v.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &x| (a.min(x), b.max(x)));
@@ -785,7 +757,7 @@ pub fn html(summary: &Summary, figures: &[(String, String, String)]) -> String {
          (<b>{}</b>) over the policy's: above 1 is better.</p>",
         esc(&summary.baseline)
     );
-    table_html(&mut h, &crate::experiment::comparison_table(&summary.comparison));
+    table_html(&mut h, &crate::summary::comparison_table(&summary.comparison));
     if sizes {
         h.push_str(
             "<h2 id=\"by-size\">By job size</h2>\n<p>Castor Tables 5-6: large jobs use more than 8 GPUs; queueing is all \
@@ -799,7 +771,7 @@ pub fn html(summary: &Summary, figures: &[(String, String, String)]) -> String {
             figure_html(&mut h, f);
         }
     }
-    let jobs = crate::experiment::job_tables(summary);
+    let jobs = crate::summary::job_tables(summary);
     let rows: usize = jobs.iter().map(|(_, r)| r.len().saturating_sub(1)).sum();
     let _ = writeln!(
         h,

@@ -65,7 +65,7 @@ pub struct DriveOptions {
     /// Leave this many first iterations of each job out of its times.
     pub warmup: usize,
     /// The policy models links at this fraction of their rate (payload per
-    /// byte on the wire, [`crate::compare::TCP_GOODPUT`]; 1 models frames as
+    /// byte on the wire, [`crate::fabric::TCP_GOODPUT`]; 1 models frames as
     /// payload). The fabric is shaped at the full rate.
     pub goodput: f64,
     /// Workers compute this many times the model's time (1: the model).
@@ -160,7 +160,7 @@ pub async fn drive(
     if !(opts.goodput.is_finite() && opts.goodput > 0.0 && opts.goodput <= 1.0) {
         bail!("goodput: expected a fraction in (0, 1], found {}", opts.goodput);
     }
-    let modelled = crate::compare::derated(topo, opts.goodput).map_err(anyhow::Error::msg)?;
+    let modelled = crate::fabric::derated(topo, opts.goodput).map_err(anyhow::Error::msg)?;
     let config = orrery_serve::core::Config {
         policy: opts.policy.clone(),
         seed: opts.seed,

@@ -538,6 +538,23 @@ pub fn unavailable() -> Option<String> {
     }
 }
 
+/// TCP's payload per byte on the wire at MTU 1500 with timestamps: 1,448
+/// bytes of every 1,514-byte Ethernet frame (the 4-byte FCS, preamble and
+/// gap are not shaped by tc). The model's rates are payload rates; the
+/// testbed shapes frames, so a transfer takes 1/0.956 of the model's time.
+pub const TCP_GOODPUT: f64 = 1448.0 / 1514.0;
+
+/// `topo` with every link's rate times `goodput`: what a transfer's payload
+/// gets. The service's policy and the simulator see it, so that their model
+/// of an iteration counts the headers the testbed sends.
+pub fn derated(topo: &Topology, goodput: f64) -> Result<Topology, orrery_model::topology::TopologyError> {
+    let mut links = topo.links.clone();
+    for l in &mut links {
+        l.gbps *= goodput;
+    }
+    Topology::new(topo.name.clone(), topo.hosts.clone(), topo.switches.clone(), links)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

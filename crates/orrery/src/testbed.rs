@@ -86,7 +86,7 @@ pub struct ScenarioArgs {
     /// The policy and the simulator model links at this fraction of their
     /// rate: TCP payload per byte on the wire (1448/1514 at MTU 1500); 1
     /// models the shaped rate as payload.
-    #[arg(long, default_value_t = orrery_testbed::compare::TCP_GOODPUT, value_parser = crate::numbers::fraction)]
+    #[arg(long, default_value_t = orrery_testbed::fabric::TCP_GOODPUT, value_parser = crate::numbers::fraction)]
     goodput: f64,
     /// Run every job as real PyTorch DDP ranks (`--ddp-script`, gloo) instead
     /// of `orrery worker`. The first job runs alone first; its measured
@@ -293,7 +293,7 @@ fn scenario(args: &ScenarioArgs, with_sim: bool) -> Result<()> {
             runtime.block_on(drive(&topo, std::slice::from_ref(&first), &alone_pins, &opts, |m| eprintln!("  {m}")))?;
         let job = &alone.jobs[0];
         let bytes = orrery_testbed::ddp::logged_gradient_bytes(&out.join("alone/run/workers"))?;
-        let modelled = compare::derated(&topo, args.goodput).map_err(anyhow::Error::msg)?;
+        let modelled = orrery_testbed::fabric::derated(&topo, args.goodput).map_err(anyhow::Error::msg)?;
         let gbps = job
             .hosts
             .iter()
@@ -348,7 +348,7 @@ fn scenario(args: &ScenarioArgs, with_sim: bool) -> Result<()> {
         if !with_sim {
             continue;
         }
-        let modelled = compare::derated(&topo, args.goodput).map_err(anyhow::Error::msg)?;
+        let modelled = orrery_testbed::fabric::derated(&topo, args.goodput).map_err(anyhow::Error::msg)?;
         let simulated = compare::simulate(&modelled, &jobs, &pins, policy, seed, exp.sim.jitter, args.warmup)
             .map_err(anyhow::Error::msg)?;
         let rows = compare::rows(&jobs, &runs, &simulated, comm_alone_ms);

@@ -1,0 +1,503 @@
+//! An experiment file's types and their parsing: the topology, the
+//! workload, scenarios, policies, seeds and the simulator's knobs, checked
+//! with errors naming the file, line and field. The built-in default is
+//! [`DEFAULT`].
+
+use orrery_model::colocation::Colocation;
+use orrery_model::setups::LeafSpine;
+use orrery_model::{JobSpec, Topology};
+use orrery_trace::generate::Mix;
+use serde::Deserialize;
+use std::path::PathBuf;
+
+/// What went wrong with an experiment: its file, its cluster, its
+/// workload, a run, or its output. Each message names the file, field or
+/// scenario it is about.
+#[derive(Debug, thiserror::Error)]
+pub enum ExperimentError {
+    /// The file does not parse, or a value is out of range or refers to
+    /// something missing (`f.toml:7: workload.jobs: expected at most ...`).
+    #[error("{0}")]
+    Invalid(String),
+    /// The cluster cannot be built: an unknown set-up, an unreadable or bad
+    /// topology file, a bad leaf-spine or congested link.
+    #[error("{0}")]
+    Topology(String),
+    /// A scenario's jobs cannot be made (a missing trace, a bad row) or
+    /// cannot run on its cluster (a job larger than the cluster, a
+    /// dependency cycle, a pin to a missing host).
+    #[error("{0}")]
+    Workload(String),
+    /// A run panicked: a bug in orrery, named with the run that hit it so
+    /// it can be reproduced (`orrery run FILE --policies P`).
+    #[error(
+        "scenario {scenario}, policy {policy}, seed {seed}: orrery panicked ({message}); please report this with the experiment file"
+    )]
+    Panicked {
+        /// The scenario.
+        scenario: String,
+        /// The policy.
+        policy: String,
+        /// The seed.
+        seed: u64,
+        /// The panic's message.
+        message: String,
+    },
+    /// An output file or folder could not be written.
+    #[error("{path}: {source}")]
+    Write {
+        /// The file or folder.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// An output table could not be serialised.
+    #[error("{path}: {message}")]
+    Serialise {
+        /// The file.
+        path: PathBuf,
+        /// The serialiser's message.
+        message: String,
+    },
+    /// A figure could not be drawn or written.
+    #[error(transparent)]
+    Plot(#[from] crate::plot::PlotError),
+}
+
+/// An experiment file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Experiment {
+    /// Name, for reports.
+    pub name: String,
+    /// What the experiment is, the first lines of its report (default: the
+    /// file's leading `#` comment).
+    #[serde(default)]
+    pub description: Option<String>,
+    /// The number the paper reports for this set-up, in the paper's words,
+    /// shown beside orrery's headline.
+    #[serde(default)]
+    pub paper: Option<String>,
+    /// The policy the report's headline measures against the baseline
+    /// (default: the one with the best mean JCT gain, ideal networks aside).
+    #[serde(default)]
+    pub headline: Option<String>,
+    /// Seeds; each policy runs once per seed.
+    #[serde(default = "one_seed")]
+    pub seeds: Vec<u64>,
+    /// Policies to compare (see `orrery run --help`).
+    pub policies: Vec<String>,
+    /// The cluster.
+    pub topology: TopologySpec,
+    /// The jobs.
+    pub workload: WorkloadSpec,
+    /// Simulation knobs.
+    #[serde(default)]
+    pub sim: SimOptions,
+    /// Named variations of the workload (`[[scenario]]`); every policy runs
+    /// in each. Without any, the workload runs as given.
+    #[serde(default, rename = "scenario")]
+    pub scenarios: Vec<Scenario>,
+    /// The policy the comparison table measures the others against (default:
+    /// the first).
+    pub baseline: Option<String>,
+    /// GPU sharing: how jobs on one GPU interfere (`[colocation]`, Castor).
+    #[serde(default)]
+    pub colocation: ColocationSpec,
+    /// Also replay each (scenario, policy)'s first seed with a probe on its
+    /// busiest link, for the report's figures (set by `orrery run --out`).
+    #[serde(skip)]
+    pub detail: bool,
+    /// Record every iteration of every run for `iterations.csv` (set by
+    /// `orrery run --iterations`); every iteration is then simulated.
+    #[serde(skip)]
+    pub iterations: bool,
+}
+
+/// Where the policies' interference ratios come from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum XiSource {
+    /// The measured ξ the simulator also applies.
+    #[default]
+    True,
+    /// The boosted trees' predictions (Castor §6.4).
+    Predicted,
+}
+
+/// `[colocation]`: the ground truth of GPU sharing and what policies know of it.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ColocationSpec {
+    /// Spatial (MPS; ξ measured by Gavel) or temporal (time slicing).
+    pub mode: orrery_model::colocation::SharingMode,
+    /// ξ the policies see: `true` or `predicted`.
+    pub xi: XiSource,
+    /// GPU type whose measurements are read.
+    pub gpu: String,
+}
+
+impl Default for ColocationSpec {
+    fn default() -> Self {
+        ColocationSpec { mode: orrery_model::colocation::SharingMode::Spatial, xi: XiSource::True, gpu: "v100".into() }
+    }
+}
+
+impl ColocationSpec {
+    /// (ground truth for the simulator, estimate for the policies) from
+    /// Gavel's samples. The predictor is trained on 80% of Gavel's pairs
+    /// (split seed 1).
+    pub(crate) fn build(
+        &self,
+        samples: &[orrery_trace::interference::Sample],
+    ) -> Result<(Colocation, Colocation), String> {
+        let truth = orrery_trace::interference::xi_table(samples, &self.gpu, None)
+            .map_err(|e| format!("colocation.gpu: {e}"))?;
+        let seen = match self.xi {
+            XiSource::True => truth.clone(),
+            XiSource::Predicted => orrery_trace::interference::xi_table(samples, &self.gpu, Some(1))
+                .map_err(|e| format!("colocation.xi = \"predicted\": {e}"))?,
+        };
+        Ok((Colocation { mode: self.mode, table: truth }, Colocation { mode: self.mode, table: seen }))
+    }
+}
+
+/// A named variation of the experiment's workload: a load, a job count, or
+/// its own listed jobs and pins (`S1`..`S5`, `load=0.9`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Scenario {
+    /// Label in `summary.json` and the tables.
+    pub name: String,
+    /// Replaces `workload.load`.
+    pub load: Option<f64>,
+    /// Replaces `workload.jobs`.
+    pub jobs: Option<usize>,
+    /// Replaces the workload by these jobs (`[[scenario.job]]`).
+    #[serde(default, rename = "job")]
+    pub listed: Vec<JobSpec>,
+    /// Replaces `workload.pins`.
+    #[serde(default)]
+    pub pins: std::collections::BTreeMap<String, Vec<(usize, u32)>>,
+    /// Replaces `workload.decision` (`[[scenario.decision]]`).
+    #[serde(default, rename = "decision")]
+    pub decisions: Vec<serde_json::Value>,
+    /// Host links congested in this scenario, on top of the topology's.
+    #[serde(default)]
+    pub congested: Vec<Congestion>,
+    /// Replaces `workload.fragmentation`.
+    pub fragmentation: Option<f64>,
+    /// Replaces the experiment's topology.
+    pub topology: Option<TopologySpec>,
+    /// Replaces `workload.mix` (job sizes, batch: FORESIGHT's Fig. 7 grids).
+    pub mix: Option<Mix>,
+    /// Replaces `colocation.xi` (Castor's ablation: `xi=predicted`).
+    pub xi: Option<XiSource>,
+    /// Replaces `colocation.mode` (spatial or temporal sharing).
+    pub sharing: Option<orrery_model::colocation::SharingMode>,
+}
+
+fn one_seed() -> Vec<u64> {
+    vec![1]
+}
+
+/// Where the cluster comes from.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TopologySpec {
+    /// A built-in set-up (`orrery topo list`).
+    pub builtin: Option<String>,
+    /// A topology file, relative to the experiment file.
+    pub file: Option<PathBuf>,
+    /// A generated leaf-spine.
+    pub leaf_spine: Option<LeafSpine>,
+    /// Congested host links (`[[topology.congested]]`).
+    #[serde(default)]
+    pub congested: Vec<Congestion>,
+}
+
+/// A host link congested by traffic the scheduler does not control
+/// (Metronome §IV-A's iPerf3 node): in both directions an endless flow of
+/// `share` of the link's capacity competes max-min with the jobs (so a lone
+/// job flow gets half the link), and the link gains `latency_us`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Congestion {
+    /// Host name.
+    pub host: String,
+    /// Rate of the competing flow as a fraction of the link (default 1: iPerf3 at full speed).
+    #[serde(default = "full")]
+    pub share: f64,
+    /// Added one-way latency, µs (default 1,000).
+    #[serde(default = "one_ms")]
+    pub latency_us: f64,
+}
+
+fn full() -> f64 {
+    1.0
+}
+
+fn one_ms() -> f64 {
+    1000.0
+}
+
+/// Applies congestion to a topology's host links: their added latency, and
+/// the background flows for [`SimConfig::background`].
+pub(crate) fn congest(mut t: Topology, congested: &[Congestion]) -> Result<(Topology, Vec<(usize, f64)>), String> {
+    let mut background = Vec::new();
+    for (i, c) in congested.iter().enumerate() {
+        let Some(h) = t.hosts.iter().position(|h| h.name == c.host) else {
+            return Err(format!("congested[{i}].host: no host named {:?} in {}", c.host, t.name));
+        };
+        if !(c.share > 0.0 && c.share <= 1.0 && c.latency_us >= 0.0 && c.latency_us.is_finite()) {
+            return Err(format!("congested[{i}]: expected 0 < share <= 1 and latency_us >= 0"));
+        }
+        for (k, l) in t.links.iter_mut().enumerate().filter(|(_, l)| l.from == h || l.to == h) {
+            background.push((k, c.share * l.gbps));
+            l.latency_us += c.latency_us;
+        }
+    }
+    Ok((t, background))
+}
+
+/// Where the jobs come from.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkloadSpec {
+    /// `poisson` or `snapshot` (jobs from the zoo, CASSINI's mix by default).
+    pub generator: Option<String>,
+    /// A trace file, relative to the experiment file.
+    pub trace: Option<PathBuf>,
+    /// Trace format (sniffed when absent).
+    pub format: Option<orrery_trace::Format>,
+    /// Number of jobs to generate, or the first N of the trace.
+    pub jobs: Option<usize>,
+    /// Target load for `poisson`.
+    pub load: Option<f64>,
+    /// Generated job mix.
+    pub mix: Option<Mix>,
+    /// Jobs listed in the file (`[[workload.job]]`), instead of a generator or trace.
+    #[serde(default, rename = "job")]
+    pub listed: Vec<JobSpec>,
+    /// For `generator = "fragmented"`: the share of ring flows that cross
+    /// racks (FORESIGHT §II; default 0.5).
+    pub fragmentation: Option<f64>,
+    /// For `generator = "components"`: mean gap between arrivals, s.
+    pub interarrival_s: Option<f64>,
+    /// For `generator = "pollux-sample"`: a submission series
+    /// (`cluster_throughput.csv` of Lucid's Venus data) whose busiest 8 hours
+    /// re-draw the arrivals (Castor's Venus workload).
+    pub arrivals: Option<PathBuf>,
+    /// For `generator = "pollux-sample"`: the share of jobs marked high
+    /// priority (Metronome's class), drawn per seed; default 0.
+    pub high_priority: Option<f64>,
+    /// For the `pinned` policy: job id → [[host, GPUs], ...].
+    #[serde(default)]
+    pub pins: std::collections::BTreeMap<String, Vec<(usize, u32)>>,
+    /// Decisions applied at given times whatever the policy decides
+    /// (`[[workload.decision]]`: `at_s`, `job` by id, and a decision's
+    /// fields, e.g. `kind = "shift"`, `ms = 30`); docs/guide/simulation.md, "Scripted decisions", lists the kinds.
+    #[serde(default, rename = "decision")]
+    pub decisions: Vec<serde_json::Value>,
+}
+
+/// Simulation knobs of an experiment.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SimOptions {
+    /// Relative standard deviation of compute times.
+    pub jitter: f64,
+    /// Stop at this simulated time, s.
+    pub max_time_s: Option<f64>,
+    /// Fast-forward undisturbed jobs (default on; `orrery run --no-skip` turns it off).
+    pub skip: bool,
+    /// Checkpoint-restore time of a preempted job when it restarts, s.
+    pub restart_penalty_s: f64,
+    /// How ring collectives run: `flows` (one flow per ring edge for the
+    /// whole collective, the default) or `steps` (NCCL's 2(n−1) steps with a
+    /// barrier between them).
+    pub all_reduce: AllReduce,
+}
+
+/// How the simulator runs a ring collective (`[sim] all_reduce`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AllReduce {
+    /// One flow per ring edge carries the whole collective.
+    #[default]
+    Flows,
+    /// NCCL's ring steps, each a barrier.
+    Steps,
+}
+
+impl Default for SimOptions {
+    fn default() -> Self {
+        SimOptions { jitter: 0.0, max_time_s: None, skip: true, restart_penalty_s: 10.0, all_reduce: AllReduce::Flows }
+    }
+}
+
+/// The built-in default experiment: 16 hosts of 4 A100s with 50 Gbit/s NICs
+/// (CASSINI's NIC rate) in 4 racks under 2 spines at 2:1, and a Poisson
+/// workload of 60 jobs from CASSINI's mix at load 0.8, comparing FIFO,
+/// random placement and the ideal network.
+pub const DEFAULT: &str = r#"
+name = "default"
+description = "orrery's built-in default: 16 hosts of 4 A100s with 50 Gbit/s NICs in 4 racks under 2 spines at 2:1 oversubscription, and 60 jobs from CASSINI's model mix arriving as a Poisson process at 80% load. FIFO with packed placement, random placement, and FIFO on an ideal (non-blocking) network show what the network costs. Try `orrery run experiments/cassini-poisson.toml` for a paper's experiment."
+seeds = [1]
+policies = ["fifo", "random", "ideal"]
+[topology.leaf_spine]
+racks = 4
+hosts_per_rack = 4
+spines = 2
+gpus_per_host = 4
+gpu_type = "a100"
+host_gbps = 50.0
+uplink_gbps = 50.0
+[workload]
+generator = "poisson"
+jobs = 60
+load = 0.8
+[sim]
+jitter = 0.02
+"#;
+
+/// Parses an experiment; messages carry `file:line:column`.
+pub fn parse(file: &str, text: &str) -> Result<Experiment, ExperimentError> {
+    let e: Experiment = orrery_model::setups::parse_config(file, text).map_err(|e| {
+        let msg = e.to_string();
+        if msg.contains(": workload.job: ") {
+            format!(
+                "{msg} (workload.job is a list of [[workload.job]] tables; for a number of generated jobs use `jobs`)"
+            )
+        } else {
+            msg
+        }
+    })
+    .map_err(ExperimentError::Invalid)?;
+    let mut e = check(file, e).map_err(|msg| ExperimentError::Invalid(with_line(file, text, &msg)))?;
+    if e.description.is_none() {
+        e.description = leading_comment(text);
+    }
+    Ok(e)
+}
+
+/// The `#` comment lines at the top of a file, as one paragraph.
+fn leading_comment(text: &str) -> Option<String> {
+    let lines: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .skip_while(|l| l.is_empty())
+        .take_while(|l| l.starts_with('#'))
+        .map(|l| l.trim_start_matches('#').trim())
+        .collect();
+    let joined = lines.join(" ").trim().to_string();
+    (!joined.is_empty()).then_some(joined)
+}
+
+/// Adds the line of the field an error names: `f.toml: workload.jobs: ...`
+/// becomes `f.toml:7: workload.jobs: ...`.
+fn with_line(file: &str, text: &str, msg: &str) -> String {
+    let Some(rest) = msg.strip_prefix(&format!("{file}: ")) else { return msg.to_string() };
+    let path: String = rest.chars().take_while(|c| c.is_ascii_alphanumeric() || "._[]".contains(*c)).collect();
+    match orrery_model::setups::line_of(text, &path) {
+        Some(line) if !path.is_empty() => format!("{file}:{line}: {rest}"),
+        _ => msg.to_string(),
+    }
+}
+
+/// The checks serde cannot make, each error naming the file and field.
+pub(crate) fn check(file: &str, e: Experiment) -> Result<Experiment, String> {
+    let names = || orrery_policy::CATALOGUE.iter().map(|c| c.0).collect::<Vec<_>>().join(", ");
+    if e.policies.is_empty() {
+        return Err(format!("{file}: policies: expected at least one of {}", names()));
+    }
+    if let Some(p) = e.policies.iter().find(|p| policy(p, 0, &Default::default()).is_none()) {
+        return Err(format!(
+            "{file}: policies: unknown policy {p:?}; expected one of {} (see `orrery policies`)",
+            names()
+        ));
+    }
+    for (i, sc) in e.scenarios.iter().enumerate() {
+        if sc.load.is_some_and(|l| !(l > 0.0 && l.is_finite())) {
+            return Err(format!("{file}: scenario[{i}] ({}): load: expected a positive number", sc.name));
+        }
+        if e.scenarios[..i].iter().any(|o| o.name == sc.name) {
+            return Err(format!("{file}: scenario[{i}]: name {:?} is used twice", sc.name));
+        }
+    }
+    if let Some(b) = e.baseline.as_ref().filter(|b| !e.policies.contains(b)) {
+        return Err(format!("{file}: baseline: {b:?} is not one of the policies"));
+    }
+    if let Some(h) = e.headline.as_ref().filter(|h| !e.policies.contains(h)) {
+        return Err(format!("{file}: headline: {h:?} is not one of the policies"));
+    }
+    if e.seeds.is_empty() {
+        return Err(format!("{file}: seeds: expected at least one seed"));
+    }
+    if !(e.sim.jitter >= 0.0 && e.sim.jitter < 1.0) {
+        return Err(format!("{file}: sim.jitter: expected a fraction in [0, 1), found {}", e.sim.jitter));
+    }
+    // Numbers that size work or memory, checked before anything is allocated
+    // (issue 21: `jobs = 9223372036854775807` aborted with "capacity overflow").
+    let w = &e.workload;
+    if w.high_priority.is_some() && w.generator.as_deref() != Some("pollux-sample") {
+        return Err(format!("{file}: workload.high_priority: only read with generator = \"pollux-sample\""));
+    }
+    if let Some(n) = w.jobs.filter(|&n| n == 0 || n > MAX_JOBS) {
+        return Err(format!("{file}: workload.jobs: expected 1 to {MAX_JOBS}, found {n}"));
+    }
+
+    let above_0 = |x: Option<f64>| x.is_none_or(|x| x.is_finite() && x > 0.0);
+    let at_least_0 = |x: Option<f64>| x.is_none_or(|x| x.is_finite() && x >= 0.0);
+    let (max_time, penalty) = (e.sim.max_time_s, Some(e.sim.restart_penalty_s));
+    for (field, value, ok, expected) in [
+        ("workload.load", w.load, above_0(w.load), "a finite number above 0"),
+        ("workload.interarrival_s", w.interarrival_s, above_0(w.interarrival_s), "a finite number above 0"),
+        (
+            "workload.fragmentation",
+            w.fragmentation,
+            w.fragmentation.is_none_or(|f| (0.0..=1.0).contains(&f)),
+            "a number from 0 to 1",
+        ),
+        (
+            "workload.high_priority",
+            w.high_priority,
+            w.high_priority.is_none_or(|f| (0.0..=1.0).contains(&f)),
+            "a number from 0 to 1",
+        ),
+        (
+            "sim.max_time_s",
+            max_time,
+            max_time.is_none_or(|x| x.is_finite() && x > 0.0 && x <= 2.0 * orrery_model::job::MAX_ARRIVAL_S),
+            "seconds above 0 and at most 8e9",
+        ),
+        ("sim.restart_penalty_s", penalty, at_least_0(penalty), "a finite number of at least 0"),
+    ] {
+        if !ok {
+            return Err(format!("{file}: {field}: expected {expected}, found {}", value.unwrap_or(f64::NAN)));
+        }
+    }
+    Ok(e)
+}
+
+/// A trace error as a message about the workload: a field's path goes
+/// under `workload.` (`workload.mix.models: ...`).
+pub(crate) fn in_workload(e: orrery_trace::TraceError) -> String {
+    match e {
+        orrery_trace::TraceError::Field { field, problem } => format!("workload.{field}: {problem}"),
+        other => format!("workload: {other}"),
+    }
+}
+
+/// The most jobs one workload may ask for (the full Philly trace has 82,247).
+pub const MAX_JOBS: usize = 1_000_000;
+
+/// A policy by name, with the experiment's pins ([`orrery_policy::with_pins`]).
+pub(crate) fn policy(
+    name: &str,
+    seed: u64,
+    pins: &std::collections::BTreeMap<String, Vec<(usize, u32)>>,
+) -> Option<Box<dyn orrery_policy::Policy>> {
+    orrery_policy::with_pins(name, seed, pins)
+}
