@@ -110,7 +110,8 @@ pub struct LinkJob {
     pub arcs: Vec<(f64, f64)>,
 }
 
-/// Builds the snapshot. O(jobs + links + Σ active jobs' flows × path length).
+/// Builds the snapshot. O(jobs · log jobs (ended jobs sorted by end) + links
+/// + Σ active jobs' flows × path length).
 pub fn snapshot(ledger: &Ledger, policy: &str, now_s: f64, version: u64, decisions: Vec<LogEntry>) -> Snapshot {
     let jobs = ledger.jobs();
     let active = (0..jobs.len()).filter(|&id| jobs[id].status.is_active());
