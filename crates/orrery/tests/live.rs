@@ -544,16 +544,7 @@ fn a_silent_agent_loses_its_jobs_and_its_stale_reports_are_refused() {
 /// environment names its socket.
 fn processes_of_agent(socket: &Path) -> Vec<String> {
     let var = format!("ORRERY_AGENT_SOCKET={}", socket.display());
-    let Ok(procs) = std::fs::read_dir("/proc") else { return Vec::new() };
-    procs
-        .filter_map(|e| e.ok())
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|pid| pid.bytes().all(|b| b.is_ascii_digit()))
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/environ"))
-                .is_ok_and(|env| env.split(|&b| b == 0).any(|v| v == var.as_bytes()))
-        })
-        .collect()
+    pids_where(|pid| has_env(pid, &var))
 }
 
 fn node_ups(http: &Http, s: &Server, node: usize) -> usize {
@@ -622,6 +613,8 @@ fn a_second_agent_for_a_live_node_is_refused_and_no_rank_runs_twice() {
 /// service answers.
 #[test]
 fn an_agent_cut_off_from_the_service_stops_its_processes_before_the_time_out() {
+    // Its bounds are on the wall clock: not beside the DDP ranks' load.
+    let _one = heavy();
     let dir = tempfile::tempdir().expect("tempdir");
     let mut s = Server::start(dir.path(), &["--policy", "fifo", "--node-timeout-s", "3"]);
     let http = Http::new();
@@ -979,19 +972,25 @@ fn torch_python() -> Result<String, String> {
 fn ddp_processes(py: &str, out: &str, epoch: Option<u64>) -> Vec<String> {
     let prefix = format!("{py}\0python/examples/ddp_train.py\0--log-dir\0{out}/logs\0");
     let epoch_var = epoch.map(|e| format!("ORRERY_EPOCH={e}"));
+    pids_where(|pid| {
+        std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c.starts_with(prefix.as_bytes()))
+            && epoch_var.as_ref().is_none_or(|var| has_env(pid, var))
+    })
+}
+
+/// Pids of the processes `keep` accepts, from /proc.
+fn pids_where(keep: impl Fn(&str) -> bool) -> Vec<String> {
     let Ok(procs) = std::fs::read_dir("/proc") else { return Vec::new() };
     procs
         .filter_map(|e| e.ok())
         .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|pid| pid.bytes().all(|b| b.is_ascii_digit()))
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c.starts_with(prefix.as_bytes()))
-                && epoch_var.as_ref().is_none_or(|var| {
-                    std::fs::read(format!("/proc/{pid}/environ"))
-                        .is_ok_and(|env| env.split(|&b| b == 0).any(|v| v == var.as_bytes()))
-                })
-        })
+        .filter(|pid| pid.bytes().all(|b| b.is_ascii_digit()) && keep(pid))
         .collect()
+}
+
+/// Whether process `pid`'s environment holds `var` (`NAME=value`).
+fn has_env(pid: &str, var: &str) -> bool {
+    std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| env.split(|&b| b == 0).any(|v| v == var.as_bytes()))
 }
 
 /// [`torch_python`], or None after printing why the test skips.
