@@ -23,6 +23,7 @@
 
 pub use crate::script::Script;
 use crate::script::scripted;
+pub use crate::shard::Shard;
 pub use crate::spec::*;
 use crate::spec::{check, policy};
 pub use crate::summary::*;
@@ -182,13 +183,32 @@ impl Experiment {
         base: &Path,
         progress: impl FnMut(usize, usize, f64, usize, usize) + Send,
     ) -> Result<Summary, ExperimentError> {
+        self.run_shard(base, Shard::WHOLE, progress).map(|(summary, _)| summary)
+    }
+
+    /// The number of runs: scenarios × seeds × policies.
+    pub fn run_count(&self) -> usize {
+        self.workloads().len() * self.seeds.len() * self.policies.len()
+    }
+
+    /// Runs the runs `shard` takes, and the index of each among all runs
+    /// (scenario, then seed, then policy, as [`Experiment::run`] orders them).
+    /// The summary's comparison covers only these runs; [`crate::shard::merge`]
+    /// rebuilds the whole one. `progress(run, runs, sim_s, finished, jobs)`
+    /// counts the shard's runs.
+    pub fn run_shard(
+        &self,
+        base: &Path,
+        shard: Shard,
+        progress: impl FnMut(usize, usize, f64, usize, usize) + Send,
+    ) -> Result<(Summary, Vec<usize>), ExperimentError> {
         use ExperimentError::{Invalid, Panicked, Topology as Cluster, Workload};
         let progress = Mutex::new(progress);
         let (topo, base_background) = self.topology_with_background(base)?;
-        let total = self.seeds.len() * self.policies.len();
         let mut runs = Vec::new();
+        let mut indices = Vec::new();
         let workloads = self.workloads();
-        let total = total * workloads.len();
+        let total = (0..self.run_count()).filter(|&g| shard.takes(g)).count();
         // Gavel's measured interference, parsed once (1.2 MB of JSON).
         let gavel = orrery_trace::interference::gavel_samples(orrery_trace::interference::GAVEL_THROUGHPUTS)
             .map_err(|e| Invalid(format!("colocation: Gavel's measurements: {e}")))?;
@@ -212,7 +232,13 @@ impl Experiment {
                 sharing.mode = sc.sharing.unwrap_or(sharing.mode);
             }
             let (truth, estimate) = sharing.build(&gavel).map_err(|e| Invalid(format!("scenario {scenario}: {e}")))?;
-            for &seed in &self.seeds {
+            for (s, &seed) in self.seeds.iter().enumerate() {
+                // This (scenario, seed)'s runs in the shard, by policy index.
+                let first_g = (k * self.seeds.len() + s) * self.policies.len();
+                let chosen: Vec<usize> = (0..self.policies.len()).filter(|i| shard.takes(first_g + i)).collect();
+                if chosen.is_empty() {
+                    continue;
+                }
                 let (jobs, pins) = workload_jobs(workload, base, &topo, seed)
                     .map_err(|e| Workload(format!("scenario {scenario}: {e}")))?;
                 // A pinned policy places only the jobs with a pin; the rest
@@ -232,11 +258,12 @@ impl Experiment {
                 let first_k = runs.len();
                 let next = AtomicUsize::new(0);
                 let results: Mutex<Vec<Option<Result<Run, ExperimentError>>>> =
-                    Mutex::new((0..self.policies.len()).map(|_| None).collect());
-                let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(self.policies.len());
+                    Mutex::new(chosen.iter().map(|_| None).collect());
+                let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(chosen.len());
                 let unknown = |name: &str| Invalid(format!("policies: unknown policy {name:?}"));
-                let one = |i: usize| -> Result<Run, ExperimentError> {
-                    let name = &self.policies[i];
+                // The `c`-th chosen run, policy `chosen[c]`.
+                let one = |c: usize| -> Result<Run, ExperimentError> {
+                    let name = &self.policies[chosen[c]];
                     let mut policy = policy(name, seed, &pins).ok_or_else(|| unknown(name))?;
                     policy.set_colocation(&estimate);
                     let cfg = SimConfig {
@@ -254,7 +281,7 @@ impl Experiment {
                     let start = std::time::Instant::now();
                     let mut sim = Simulation::new(&topo, &jobs, cfg.clone(), policy.isolated_network());
                     script.apply(&mut sim);
-                    let k = first_k + i;
+                    let k = first_k + c;
                     sim.run(policy.as_mut(), &mut |t, done| {
                         if let Ok(mut p) = progress.lock() {
                             p(k, total, t, done, jobs.len());
@@ -281,7 +308,7 @@ impl Experiment {
                         scenario: scenario.clone(),
                         setup: format!("{} on {}", workload_source(workload), topo.name),
                         seed,
-                        fidelity: if self.sim.skip { "iteration+skip" } else { "iteration" },
+                        fidelity: if self.sim.skip { "iteration+skip" } else { "iteration" }.to_string(),
                         skipped_iterations: sim.jobs.iter().map(|j| j.skipped_iterations).sum(),
                         metrics: m,
                         by_priority,
@@ -329,13 +356,13 @@ impl Experiment {
                     for _ in 0..threads {
                         s.spawn(|| {
                             loop {
-                                let i = next.fetch_add(1, Ordering::Relaxed);
-                                if i >= self.policies.len() {
+                                let c = next.fetch_add(1, Ordering::Relaxed);
+                                if c >= chosen.len() {
                                     break;
                                 }
                                 // A panic is a bug; it becomes an error naming
                                 // the run instead of tearing the scope down.
-                                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| one(i)))
+                                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| one(c)))
                                     .unwrap_or_else(|payload| {
                                         let message = payload
                                             .downcast_ref::<&str>()
@@ -344,21 +371,22 @@ impl Experiment {
                                             .unwrap_or_else(|| "no message".into());
                                         Err(Panicked {
                                             scenario: scenario.clone(),
-                                            policy: self.policies[i].clone(),
+                                            policy: self.policies[chosen[c]].clone(),
                                             seed,
                                             message,
                                         })
                                     });
                                 if let Ok(mut all) = results.lock() {
-                                    all[i] = Some(r);
+                                    all[c] = Some(r);
                                 }
                             }
                         });
                     }
                 });
                 let lost = || Invalid(format!("scenario {scenario}, seed {seed}: a run's result was lost"));
-                for r in results.into_inner().map_err(|_| lost())? {
+                for (r, i) in results.into_inner().map_err(|_| lost())?.into_iter().zip(&chosen) {
                     runs.push(r.ok_or_else(lost)??);
+                    indices.push(first_g + i);
                 }
             }
         }
@@ -368,7 +396,7 @@ impl Experiment {
         let comparison = compare(&runs, &baseline);
         let headline =
             self.headline.as_ref().map(|h| policy(h, 0, &self.workload.pins).map_or(h.clone(), |p| p.name()));
-        Ok(Summary {
+        let summary = Summary {
             experiment: self.name.clone(),
             description: self.description.clone(),
             paper: self.paper.clone(),
@@ -377,13 +405,29 @@ impl Experiment {
             runs,
             baseline,
             comparison,
-        })
+        };
+        Ok((summary, indices))
     }
 }
 
 /// Writes `summary.json`, `jobs.csv`, `links.csv`, the figures and
 /// `report.html` into `dir`, each file atomically (written aside and renamed).
 pub fn write(summary: &Summary, dir: &Path) -> Result<(), ExperimentError> {
+    write_timed(summary, dir, &mut |_, _| {})
+}
+
+/// [`write`], telling `phase(name, seconds)` how long each output took
+/// (`orrery run --timings`).
+pub fn write_timed(
+    summary: &Summary,
+    dir: &Path,
+    phase: &mut dyn FnMut(&'static str, f64),
+) -> Result<(), ExperimentError> {
+    let mut clock = std::time::Instant::now();
+    let mut lap = |name: &'static str| {
+        phase(name, clock.elapsed().as_secs_f64());
+        clock = std::time::Instant::now();
+    };
     let write = |path: PathBuf, bytes: &[u8]| {
         orrery_model::files::write_atomic(&path, bytes).map_err(|source| ExperimentError::Write { path, source })
     };
@@ -392,6 +436,7 @@ pub fn write(summary: &Summary, dir: &Path) -> Result<(), ExperimentError> {
     let json = serde_json::to_string_pretty(summary)
         .map_err(|e| ExperimentError::Serialise { path: p.clone(), message: e.to_string() })?;
     write(p, (json + "\n").as_bytes())?;
+    lap("summary.json");
     fn csv_of<'a, T: Serialize + 'a>(
         path: &Path,
         rows: impl Iterator<Item = &'a T>,
@@ -406,14 +451,19 @@ pub fn write(summary: &Summary, dir: &Path) -> Result<(), ExperimentError> {
     }
     let p = dir.join("jobs.csv");
     write(p.clone(), &csv_of(&p, summary.runs.iter().flat_map(|r| &r.jobs))?)?;
+    lap("jobs.csv");
     let p = dir.join("links.csv");
     write(p.clone(), &csv_of(&p, summary.runs.iter().flat_map(|r| &r.links))?)?;
+    lap("links.csv");
     if summary.runs.iter().any(|r| !r.iterations.is_empty()) {
         let p = dir.join("iterations.csv");
         write(p.clone(), &csv_of(&p, summary.runs.iter().flat_map(|r| &r.iterations))?)?;
+        lap("iterations.csv");
     }
     let figures = crate::report::figures(summary, dir)?;
+    lap("figures");
     write(dir.join("report.html"), crate::report::html(summary, &figures).as_bytes())?;
+    lap("report.html");
     Ok(())
 }
 

@@ -6,6 +6,8 @@
 //! * [`experiment`]: runs side by side and the output files (`summary.json`,
 //!   `jobs.csv`, `links.csv`); [`summary`]: what runs measured and the
 //!   comparison against a baseline;
+//! * [`shard`]: an experiment's runs cut into slices for several machines
+//!   (`orrery run --shard K/N`), and the merge of their files;
 //! * [`report`]: the busiest link up close and the self-contained `report.html`;
 //! * [`plot`]: figures (CDFs, link utilisation, circles, Gantt) with
 //!   plotters, as SVG and PNG with an embedded font;
@@ -21,6 +23,7 @@ pub mod plot;
 pub mod psim;
 pub mod report;
 pub mod script;
+pub mod shard;
 pub mod spec;
 pub mod summary;
 pub mod tables;

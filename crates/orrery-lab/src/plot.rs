@@ -91,7 +91,7 @@ pub struct Bar {
 
 /// A job on a circle: its name and the arcs where it communicates, as
 /// fractions of the circle [start, end).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Ring {
     /// Job name.
     pub job: String,

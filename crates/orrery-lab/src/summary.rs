@@ -5,10 +5,10 @@
 
 use crate::plot::Ring;
 use orrery_sim::metrics::{JobRow, LinkRow, Metrics};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// A row of `iterations.csv`: one iteration of one job in one run.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct IterationRow {
     /// Policy of the run.
     pub policy: String,
@@ -36,7 +36,7 @@ pub struct IterationRow {
 
 /// The busiest link of a run, seen up close: exact per-job rates over a
 /// window, and the jobs' circles before and after CASSINI's rotation.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Busiest {
     /// `from → to`.
     pub link: String,
@@ -62,7 +62,7 @@ pub struct Busiest {
 }
 
 /// One policy × seed.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Run {
     /// Policy name.
     pub policy: String,
@@ -74,13 +74,13 @@ pub struct Run {
     pub seed: u64,
     /// Which fidelity was used: `iteration` (every iteration simulated) or
     /// `iteration+skip` (undisturbed jobs fast-forwarded).
-    pub fidelity: &'static str,
+    pub fidelity: String,
     /// Iterations counted analytically by the fast-forward.
     pub skipped_iterations: u64,
     /// Cluster metrics over all jobs.
     pub metrics: Metrics,
     /// Metrics per priority class, when jobs carry priorities.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub by_priority: Option<ByPriority>,
     /// Simulated events.
     pub events: u64,
@@ -103,15 +103,15 @@ pub struct Run {
     #[serde(skip)]
     pub iteration_s: Vec<f64>,
     /// The busiest link up close (with `Experiment::detail`, first seed).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub busiest: Option<Busiest>,
     /// The policy's own counters (Plebiscito's auctions, failure rate, ...).
-    #[serde(skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub counters: std::collections::BTreeMap<String, f64>,
 }
 
 /// Metrics per priority.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ByPriority {
     /// High-priority jobs.
     pub high: Metrics,

@@ -3,10 +3,10 @@
 use crate::engine::{NS, Simulation, Status};
 use orrery_model::Priority;
 use orrery_trace::inspect::Percentiles;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Cluster metrics, the `metrics` object of `summary.json`.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Metrics {
     /// Jobs in the workload.
     pub jobs: usize,
@@ -63,7 +63,7 @@ pub struct Metrics {
 }
 
 /// Per-job row of `jobs.csv`.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct JobRow {
     /// Policy of the run (filled in by the experiment).
     pub policy: String,
@@ -114,7 +114,7 @@ pub struct JobRow {
 }
 
 /// Per-link row of `links.csv` (links that carried traffic).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LinkRow {
     /// Policy of the run (filled in by the experiment).
     pub policy: String,

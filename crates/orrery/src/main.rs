@@ -38,6 +38,8 @@ struct Cli {
 const EXAMPLES: &str = "Examples:
   orrery run                                   the built-in experiment: FIFO vs random vs ideal
   orrery run experiments/cassini-pair.toml --out out/cassini-pair
+  orrery run experiments/benchmark.toml --shard 0/4 --out shards   (and 1/4, 2/4, 3/4 elsewhere)
+  orrery merge shards --out out/benchmark      the four shards as one run's outputs
   orrery zoo                                   every model with its derived iteration shape
   orrery zoo vgg16 --gpu a100 --workers 4 --gbps 50
   orrery zoo --calibration                     the zoo held against measured profiles
@@ -56,6 +58,9 @@ enum Command {
     /// compare its policies; with --out writes summary.json, jobs.csv, links.csv, figures and report.html.
     #[command(after_long_help = run::EXAMPLE)]
     Run(run::Args),
+    /// Combine the shard files of `orrery run FILE --shard K/N` into the
+    /// summary, tables, figures and report one unsharded run writes.
+    Merge(run::MergeArgs),
     /// Models of the zoo: public facts and the iteration shape derived for a
     /// GPU type, batch, worker count and link rate.
     Zoo(zoo::Args),
@@ -164,6 +169,11 @@ impl Timings {
         out
     }
 
+    /// Records a phase timed elsewhere.
+    pub fn record(&mut self, name: &'static str, seconds: f64) {
+        self.phases.push((name, seconds));
+    }
+
     /// Whether `--timings` was given.
     pub fn enabled(&self) -> bool {
         self.enabled
@@ -197,6 +207,7 @@ fn main() -> ExitCode {
     let mut timings = Timings::new(cli.timings);
     let result = match cli.command {
         Command::Run(args) => run::run(&args, &mut timings),
+        Command::Merge(args) => run::merge(&args, &mut timings),
         Command::Zoo(args) => zoo::run(&args),
         Command::Topo(cmd) => topo::run(&cmd),
         Command::Trace(cmd) => trace::run(&cmd, &mut timings),

@@ -79,6 +79,29 @@ pub struct Args {
     /// replacing the file's `jobs`: for scale curves.
     #[arg(long, requires = "file")]
     jobs: Option<usize>,
+    /// Run only slice K of N of the experiment's runs (scenario × seed ×
+    /// policy; K from 0, as Kubernetes' JOB_COMPLETION_INDEX) and write
+    /// --out/shard-K-of-N.cbor; `orrery merge` combines the N files into the
+    /// outputs of one unsharded run.
+    #[arg(long, requires_all = ["file", "out"], value_name = "K/N")]
+    shard: Option<experiment::Shard>,
+}
+
+/// `orrery merge`.
+#[derive(clap::Args, Debug)]
+pub struct MergeArgs {
+    /// Shard files, or folders of them (`shard-K-of-N.cbor` from `orrery run --shard`).
+    #[arg(required = true)]
+    shards: Vec<PathBuf>,
+    /// Write summary.json, jobs.csv, links.csv, report.html and plots here.
+    #[arg(long)]
+    out: PathBuf,
+    /// No table.
+    #[arg(long)]
+    quiet: bool,
+    /// Print one row per policy, scenario and seed.
+    #[arg(long)]
+    runs: bool,
 }
 
 /// Runs printed one row each without `--runs`.
@@ -99,13 +122,18 @@ pub fn run(a: &Args, timings: &mut Timings) -> anyhow::Result<()> {
             if let Some(n) = a.jobs {
                 exp = exp.with_jobs(&name, n).map_err(anyhow::Error::msg)?;
             }
-            (vec![(name, exp)], p.parent().map(PathBuf::from).unwrap_or_default())
+            // What a shard was run from: merged shards must agree on it.
+            let source = format!(
+                "{text}\n# orrery run options: policies {:?}, jobs {:?}, no_skip {}, iterations {}",
+                a.policies, a.jobs, a.no_skip, a.iterations
+            );
+            (vec![(name, exp, source)], p.parent().map(PathBuf::from).unwrap_or_default())
         }
         None if !a.policies.is_empty() => anyhow::bail!("--policies needs an experiment file"),
-        None => (suite()?, PathBuf::from(".")),
+        None => (suite()?.into_iter().map(|(n, e)| (n, e, String::new())).collect(), PathBuf::from(".")),
     };
     let several = experiments.len() > 1;
-    for (name, mut exp) in experiments {
+    for (name, mut exp, source) in experiments {
         if a.no_skip {
             exp.sim.skip = false;
         }
@@ -113,30 +141,35 @@ pub fn run(a: &Args, timings: &mut Timings) -> anyhow::Result<()> {
         exp.iterations = a.iterations;
         // With several experiments, each writes into its own folder.
         let out = a.out.as_ref().map(|d| if several { d.join(&exp.name) } else { d.clone() });
-        run_one(a, &name, &exp, &base, out.as_deref(), timings)?;
+        match (a.shard, out) {
+            (Some(shard), Some(dir)) => run_shard(a, &name, &exp, &base, shard, &source, &dir, timings)?,
+            (_, out) => run_one(a, &name, &exp, &base, out.as_deref(), timings)?,
+        }
     }
     Ok(())
 }
 
-fn run_one(
-    a: &Args,
+/// Runs the runs of `shard`, with a progress bar unless `quiet`; the
+/// summary and each run's index among all runs.
+fn simulate(
+    quiet: bool,
     name: &str,
     exp: &Experiment,
     base: &Path,
-    out: Option<&Path>,
+    shard: experiment::Shard,
     timings: &mut Timings,
-) -> anyhow::Result<()> {
-    let bar = if a.quiet { ProgressBar::hidden() } else { ProgressBar::new(1000) };
+) -> anyhow::Result<(experiment::Summary, Vec<usize>)> {
+    let bar = if quiet { ProgressBar::hidden() } else { ProgressBar::new(1000) };
     bar.set_style(
         ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:40} {msg}, about {eta} left")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
-    let summary = timings
+    let out = timings
         .phase("simulate", || {
             // Runs go in parallel: the bar shows the jobs finished over all
             // of them, so it never moves back when another run reports.
             let mut finished: Vec<f64> = Vec::new();
-            exp.run(base, |k, runs, _sim_s, done, jobs| {
+            exp.run_shard(base, shard, |k, runs, _sim_s, done, jobs| {
                 finished.resize(runs, 0.0);
                 if let Some(f) = finished.get_mut(k) {
                     *f = done as f64 / jobs.max(1) as f64;
@@ -149,17 +182,80 @@ fn run_one(
         })
         .map_err(|e| anyhow::anyhow!("{name}: {e}"))?;
     bar.finish_and_clear();
+    Ok(out)
+}
+
+fn run_one(
+    a: &Args,
+    name: &str,
+    exp: &Experiment,
+    base: &Path,
+    out: Option<&Path>,
+    timings: &mut Timings,
+) -> anyhow::Result<()> {
+    let (summary, _) = simulate(a.quiet, name, exp, base, experiment::Shard::WHOLE, timings)?;
     if let Some(dir) = out {
-        timings.phase("write", || experiment::write(&summary, dir)).map_err(anyhow::Error::msg)?;
-        if !a.quiet {
-            eprintln!("wrote {}/summary.json, jobs.csv, links.csv, report.html and plots", dir.display());
-        }
+        write_outputs(&summary, dir, a.quiet, timings)?;
     }
+    print_summary(&summary, a.quiet, a.runs, timings);
+    Ok(())
+}
+
+/// `orrery run FILE --shard K/N --out DIR`: the slice's runs into one shard file.
+#[allow(clippy::too_many_arguments)]
+fn run_shard(
+    a: &Args,
+    name: &str,
+    exp: &Experiment,
+    base: &Path,
+    shard: experiment::Shard,
+    source: &str,
+    dir: &Path,
+    timings: &mut Timings,
+) -> anyhow::Result<()> {
+    let total = exp.run_count();
+    let (summary, indices) = simulate(a.quiet, name, exp, base, shard, timings)?;
+    let runs = indices.len();
+    let path = timings
+        .phase("write shard", || orrery_lab::shard::write_shard(summary, &indices, shard, total, source, dir))
+        .map_err(anyhow::Error::msg)?;
     if !a.quiet {
+        eprintln!(
+            "wrote {} ({runs} of {total} runs); when all {} shards are written: orrery merge {} --out OUT",
+            path.display(),
+            shard.count,
+            dir.display()
+        );
+    }
+    Ok(())
+}
+
+/// `orrery merge SHARDS... --out DIR`.
+pub fn merge(a: &MergeArgs, timings: &mut Timings) -> anyhow::Result<()> {
+    let summary = timings
+        .phase("merge", || orrery_lab::shard::shard_files(&a.shards).and_then(|f| orrery_lab::shard::merge(&f)))
+        .map_err(anyhow::Error::msg)?;
+    write_outputs(&summary, &a.out, a.quiet, timings)?;
+    print_summary(&summary, a.quiet, a.runs, timings);
+    Ok(())
+}
+
+fn write_outputs(summary: &experiment::Summary, dir: &Path, quiet: bool, timings: &mut Timings) -> anyhow::Result<()> {
+    experiment::write_timed(summary, dir, &mut |phase, s| timings.record(phase, s)).map_err(anyhow::Error::msg)?;
+    if !quiet {
+        eprintln!("wrote {}/summary.json, jobs.csv, links.csv, report.html and plots", dir.display());
+    }
+    Ok(())
+}
+
+/// The comparison, the runs (all with `runs`, else when few) and, with
+/// `--timings`, each run's event rate.
+fn print_summary(summary: &experiment::Summary, quiet: bool, runs: bool, timings: &Timings) {
+    if !quiet {
         println!("\nexperiment {} — {}", summary.experiment, summary.runs.first().map_or("", |r| r.setup.as_str()));
-        print_comparison(&summary);
-        if a.runs || summary.runs.len() <= RUN_ROWS {
-            print_runs(&summary);
+        print_comparison(summary);
+        if runs || summary.runs.len() <= RUN_ROWS {
+            print_runs(summary);
         } else {
             println!(
                 "\n{} runs: --runs prints one row each (all of them are in --out's summary.json)",
@@ -184,7 +280,6 @@ fn run_one(
             );
         }
     }
-    Ok(())
 }
 
 /// One row per run: the metrics of each policy, scenario and seed.
