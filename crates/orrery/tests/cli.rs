@@ -346,3 +346,47 @@ fn castor_policies_share_gpus_and_report_by_job_size() {
         assert!(std::fs::read(out.join(format!("{stem}.png"))).expect("png").starts_with(b"\x89PNG"), "{stem}");
     }
 }
+
+#[test]
+fn shards_run_apart_merge_into_the_outputs_of_one_run() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let path = |p: &str| tmp.path().join(p).to_str().expect("utf-8").to_string();
+    let file = "experiments/cassini-pair.toml";
+    let whole = orrery(&["run", file, "--quiet", "--out", &path("whole")]);
+    assert!(whole.status.success(), "{}", stderr(&whole));
+    for k in ["1/2", "0/2"] {
+        let o = orrery(&["run", file, "--shard", k, "--out", &path("shards")]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        assert!(stderr(&o).contains("(1 of 2 runs)"), "{}", stderr(&o));
+    }
+    let missing = orrery(&["merge", &path("shards/shard-0-of-2.cbor"), "--out", &path("merged")]);
+    assert_eq!(missing.status.code(), Some(1));
+    assert!(stderr(&missing).contains("1 of 2 shards missing: shard-1-of-2.cbor"), "{}", stderr(&missing));
+    let merged = orrery(&["--timings", "merge", &path("shards"), "--out", &path("merged")]);
+    assert!(merged.status.success(), "{}", stderr(&merged));
+    // The comparison table as one run prints it, and each output phase timed.
+    assert!(stdout(&merged).contains("comparison against pinned"), "{}", stdout(&merged));
+    for phase in ["merge", "summary.json", "jobs.csv", "links.csv", "figures", "report.html"] {
+        assert!(stderr(&merged).contains(&format!("\n  {phase} ")), "no {phase} in {}", stderr(&merged));
+    }
+    for csv in ["jobs.csv", "links.csv"] {
+        let read = |dir: &str| std::fs::read_to_string(tmp.path().join(dir).join(csv)).expect("csv");
+        assert_eq!(read("merged"), read("whole"), "{csv}");
+    }
+    let summary = |dir: &str| -> serde_json::Value {
+        let mut v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(tmp.path().join(dir).join("summary.json")).expect("summary"))
+                .expect("json");
+        for run in v["runs"].as_array_mut().expect("runs") {
+            for key in ["/wall_s", "/metrics/decision_ms_p50", "/metrics/decision_ms_p99"] {
+                *run.pointer_mut(key).expect(key) = serde_json::Value::Null;
+            }
+        }
+        v
+    };
+    assert_eq!(summary("merged"), summary("whole"));
+    assert!(tmp.path().join("merged/report.html").exists() && tmp.path().join("merged/gantt.svg").exists());
+    let bad = orrery(&["run", file, "--shard", "2/2", "--out", &path("x")]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(stderr(&bad).contains("expected K/N with 0 <= K < N (K counts from 0), found \"2/2\""), "{}", stderr(&bad));
+}
