@@ -10,6 +10,8 @@ use orrery_k8s::crd::{NetworkTopology, NodeBandwidth, PodBandwidth};
 use serde::Deserialize;
 use std::path::PathBuf;
 
+mod fake_apiserver;
+
 fn deploy() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../deploy")
 }
@@ -52,7 +54,7 @@ fn typed(file: &str, doc: &serde_json::Value) -> String {
 #[test]
 fn every_manifest_parses_into_its_kubernetes_type() {
     let mut kinds = Vec::new();
-    for file in ["orrery.yaml", "agent.yaml", "cluster-example.yaml", "example-job.yaml"] {
+    for file in ["orrery.yaml", "agent.yaml", "cluster-example.yaml", "example-job.yaml", "sweep-job.yaml"] {
         for doc in documents(file) {
             kinds.push(typed(file, &doc));
         }
@@ -196,4 +198,127 @@ fn the_example_job_describes_a_valid_gang_on_a_valid_cluster() {
         serde_json::from_value(cluster.iter().find(|d| d["kind"] == "NetworkTopology").expect("topology").clone())
             .expect("topology");
     orrery_k8s::crd::validate_topology("default", &topo.spec).expect("valid topology");
+}
+
+/// `$(VAR)` in a container's arguments, expanded as the kubelet does from
+/// the container's environment (`$$` is a literal `$`; unknown names stay).
+fn expand(arg: &str, env: &std::collections::BTreeMap<String, String>) -> String {
+    let mut out = String::new();
+    let mut rest = arg;
+    while let Some(at) = rest.find('$') {
+        out.push_str(&rest[..at]);
+        let tail = &rest[at..];
+        if let Some(t) = tail.strip_prefix("$$") {
+            out.push('$');
+            rest = t;
+        } else if let Some((name, t)) = tail.strip_prefix("$(").and_then(|t| t.split_once(')'))
+            && let Some(value) = env.get(name)
+        {
+            out.push_str(value);
+            rest = t;
+        } else {
+            out.push('$');
+            rest = &tail[1..];
+        }
+    }
+    out + rest
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sweep_job_runs_each_shard_once_and_merges_them_all() {
+    use kube::api::{Api, ListParams};
+    let docs = documents("sweep-job.yaml");
+    let fake = fake_apiserver::Fake::start().await;
+    for doc in &docs {
+        let collection = match doc["kind"].as_str() {
+            Some("Job") => "apis/batch/v1/jobs",
+            Some("PersistentVolumeClaim") => "api/v1/persistentvolumeclaims",
+            _ => continue,
+        };
+        fake.put(collection, doc.clone());
+    }
+    // The Jobs as kube's typed client reads them back from the API server.
+    let jobs: Api<Job> = Api::namespaced(fake.client(), "orrery-sweep");
+    let sweep = jobs.get("orrery-sweep").await.expect("the sweep Job");
+    let merge = jobs.get("orrery-sweep-merge").await.expect("the merge Job");
+    let spec = sweep.spec.clone().expect("spec");
+    assert_eq!(spec.completion_mode.as_deref(), Some("Indexed"));
+    let n = spec.completions.expect("completions") as usize;
+    // Play the Job controller: one pod per completion index, carrying the
+    // index annotation it sets.
+    let template = spec.template.clone();
+    for k in 0..n {
+        let mut meta = template.metadata.clone().unwrap_or_default();
+        meta.name = Some(format!("orrery-sweep-{k}"));
+        meta.namespace = Some("orrery-sweep".into());
+        meta.annotations
+            .get_or_insert_default()
+            .insert("batch.kubernetes.io/job-completion-index".into(), k.to_string());
+        let pod = Pod { metadata: meta, spec: template.spec.clone(), ..Pod::default() };
+        fake.put("api/v1/pods", serde_json::to_value(&pod).expect("pod"));
+    }
+    let pods: Api<Pod> = Api::namespaced(fake.client(), "orrery-sweep");
+    let listed = pods.list(&ListParams::default().labels("orrery.io/sweep=orrery-sweep")).await.expect("pods");
+    assert_eq!(listed.items.len(), n);
+    // Each pod's arguments, expanded from its environment, run one shard
+    // into the shared folder: the index is the shard, each exactly once.
+    let mut shards = Vec::new();
+    for pod in &listed.items {
+        let c = &pod.spec.as_ref().expect("pod spec").containers[0];
+        let annotations = pod.metadata.annotations.clone().unwrap_or_default();
+        let env: std::collections::BTreeMap<String, String> = c
+            .env
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|e| {
+                let from_field = e.value_from.and_then(|v| v.field_ref).map(|f| {
+                    let key = f.field_path.strip_prefix("metadata.annotations['").and_then(|k| k.strip_suffix("']"));
+                    annotations.get(key.expect("an annotation")).cloned().expect("set by the Job controller")
+                });
+                (e.name, e.value.or(from_field).expect("a value"))
+            })
+            .collect();
+        let args: Vec<String> = c.args.clone().unwrap_or_default().iter().map(|a| expand(a, &env)).collect();
+        let at = |flag: &str| args[args.iter().position(|a| a == flag).expect(flag) + 1].clone();
+        assert_eq!(args[0], "run");
+        let experiment = args[1].strip_prefix("/opt/orrery/").expect("a file of the image");
+        assert!(deploy().join("..").join(experiment).exists(), "{experiment} is not in the repository");
+        assert_eq!(at("--out"), "/sweep/shards");
+        let shard = at("--shard");
+        let (k, of) = shard.split_once('/').expect("K/N");
+        assert_eq!(of.parse::<usize>().ok(), Some(n), "{shard}: N is the Job's completions");
+        assert_eq!(k, annotations["batch.kubernetes.io/job-completion-index"]);
+        shards.push(k.parse::<usize>().expect("K"));
+    }
+    shards.sort_unstable();
+    assert_eq!(shards, (0..n).collect::<Vec<_>>());
+    // The merge waits for all N files of that folder and merges them.
+    let merge_pod = merge.spec.expect("spec").template.spec.expect("pod spec");
+    let wait = merge_pod.init_containers.clone().expect("init")[0].command.clone().expect("command").join(" ");
+    assert!(
+        wait.contains(&format!("/sweep/shards/shard-*-of-{n}.cbor")) && wait.contains(&format!("-eq {n} ")),
+        "{wait}"
+    );
+    let merge_args = merge_pod.containers[0].args.clone().expect("args");
+    assert_eq!(merge_args[..2], ["merge".to_string(), "/sweep/shards".to_string()]);
+    // Both write to one ReadWriteMany claim (the pods may be on different nodes).
+    let claim = |p: &k8s_openapi::api::core::v1::PodSpec| {
+        p.volumes.clone().unwrap_or_default()[0].persistent_volume_claim.clone().expect("a claim").claim_name
+    };
+    assert_eq!(claim(&merge_pod), claim(template.spec.as_ref().expect("spec")));
+    let pvc = docs.iter().find(|d| d["kind"] == "PersistentVolumeClaim").expect("the claim");
+    assert_eq!(pvc["spec"]["accessModes"][0], "ReadWriteMany");
+    // The image carries the experiments and the data they read.
+    let dockerfile = std::fs::read_to_string(deploy().join("Dockerfile")).expect("Dockerfile");
+    for copy in ["COPY experiments /opt/orrery/experiments", "COPY data /opt/orrery/data"] {
+        assert!(dockerfile.contains(copy), "the Dockerfile lacks {copy}");
+    }
+}
+
+#[test]
+fn expansion_follows_the_kubelet() {
+    let env: std::collections::BTreeMap<String, String> = [("SHARD".to_string(), "3".to_string())].into();
+    assert_eq!(expand("$(SHARD)/8", &env), "3/8");
+    assert_eq!(expand("$$(SHARD) $(NONE) $", &env), "$(SHARD) $(NONE) $");
 }
