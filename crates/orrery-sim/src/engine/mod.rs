@@ -588,7 +588,19 @@ impl<'a> Simulation<'a> {
                     self.end_segment(j);
                     self.run_segment(j, policy);
                 }
-                Event::FlowDone(f, version) => self.flow_done(f, version, policy),
+                Event::FlowDone(f, version) => {
+                    // Flows ending at this instant (a ring's flows end
+                    // together) leave the network at once.
+                    let mut ended = vec![(f, version)];
+                    while let Some(&Reverse((next, _, Event::FlowDone(g, v)))) = self.events.peek()
+                        && next == t
+                    {
+                        self.events.pop();
+                        self.events_processed += 1;
+                        ended.push((g, v));
+                    }
+                    self.flows_done(&ended, policy)
+                }
                 Event::Scripted(k) => {
                     let d = self.scripted[k].clone();
                     if self.apply_once(vec![d]) {
@@ -1196,7 +1208,10 @@ impl<'a> Simulation<'a> {
         // (which already counts a slower uplink), decides what they get.
         let gbps = self.nic(job);
         let epoch = self.jobs[job].epoch;
-        let mut started = 0;
+        // The flows start together: the network re-rates each component
+        // they touch once (`Network::add_all`).
+        let mut new = Vec::new();
+        let mut index = Vec::new();
         for (i, (src, dst, bits)) in transfers.into_iter().enumerate() {
             if bits <= 0.0 {
                 continue;
@@ -1214,14 +1229,18 @@ impl<'a> Simulation<'a> {
                         self.jobs[job].links_grew = true;
                     }
                 }
-                let (f, changed) = self.net.add(self.now, path, bits * share, cap, job);
-                self.note_interactions();
-                self.flow_job.insert(f, (job, epoch, i));
-                self.jobs[job].flows.push(f);
-                self.reschedule(&changed);
-                started += 1;
+                new.push((path, bits * share, cap, job));
+                index.push(i);
             }
         }
+        let (ids, changed) = self.net.add_all(self.now, new);
+        self.note_interactions();
+        for (&f, &i) in ids.iter().zip(&index) {
+            self.flow_job.insert(f, (job, epoch, i));
+            self.jobs[job].flows.push(f);
+        }
+        self.reschedule(&changed);
+        let started = ids.len();
         self.jobs[job].pending_flows = started;
         started
     }
@@ -1264,17 +1283,40 @@ impl<'a> Simulation<'a> {
         }
     }
 
-    fn flow_done(&mut self, f: FlowId, version: u64, policy: &mut dyn Policy) {
-        if self.net.flow(f).is_none_or(|fl| fl.version != version) {
+    /// Flows that end at this instant, as (flow, version) of their events
+    /// (a stale version is skipped): they leave the network together, each
+    /// max-min component they leave re-rated once, then each one's job
+    /// moves on, in event order.
+    fn flows_done(&mut self, events: &[(FlowId, u64)], policy: &mut dyn Policy) {
+        let mut ended = Vec::with_capacity(events.len());
+        for &(f, version) in events {
+            if self.net.flow(f).is_none_or(|fl| fl.version != version) {
+                continue;
+            }
+            if let Some((job, epoch, index)) = self.flow_job.remove(&f) {
+                ended.push((f, job, epoch, index));
+            }
+        }
+        if ended.is_empty() {
             return;
         }
-        let Some((job, epoch, index)) = self.flow_job.remove(&f) else { return };
-        let changed = self.net.remove(self.now, f);
+        let ids: Vec<FlowId> = ended.iter().map(|e| e.0).collect();
+        let changed = self.net.remove_all(self.now, &ids);
         self.note_interactions();
         self.reschedule(&changed);
+        for &(f, job, ..) in &ended {
+            self.jobs[job].flows.retain(|&x| x != f);
+        }
+        for (_, job, epoch, index) in ended {
+            self.flow_ended(job, epoch, index, policy);
+        }
+    }
+
+    /// A flow of `job` (the `index`-th of its collective, started in
+    /// `epoch`) ended: the collective ends with its last flow.
+    fn flow_ended(&mut self, job: JobId, epoch: u64, index: usize, policy: &mut dyn Policy) {
         let now = self.now;
         let j = &mut self.jobs[job];
-        j.flows.retain(|&x| x != f);
         if j.epoch != epoch {
             return;
         }
