@@ -74,8 +74,9 @@ pub struct RunningJob<'a> {
     /// Seconds since it was (last) placed.
     pub running_s: f64,
     /// GPUs on each host that no other job shares (all of `hosts` unless
-    /// it shares GPUs).
-    pub solo_gpus: Vec<(HostId, u32)>,
+    /// it shares GPUs): borrowed from `hosts` in that common case, so a
+    /// view costs no allocation per job.
+    pub solo_gpus: std::borrow::Cow<'a, [(HostId, u32)]>,
     /// Per-GPU sub-batch it runs at (its batch unless it accumulates).
     pub sub_batch: u32,
     /// Its current interference slow-down (1 when it shares no GPU).
@@ -95,7 +96,7 @@ impl<'a> RunningJob<'a> {
             progress: 0.0,
             service_gpu_s: 0.0,
             running_s: 0.0,
-            solo_gpus: hosts.to_vec(),
+            solo_gpus: std::borrow::Cow::Borrowed(hosts),
             sub_batch: spec.batch,
             xi: 1.0,
         }

@@ -294,7 +294,7 @@ impl Ledger {
                     progress: progress(j),
                     service_gpu_s: (j.run_s + running_s) * f64::from(j.spec.gpus()),
                     running_s,
-                    solo_gpus: self.solo_gpus(id),
+                    solo_gpus: self.solo_gpus(id).into(),
                     sub_batch: j.sub_batch,
                     xi: measured_xi(j),
                 }

@@ -958,19 +958,21 @@ impl<'a> Simulation<'a> {
     }
 
     /// GPUs of `job` on each host that no other job holds.
-    fn solo_gpus(&self, job: JobId) -> Vec<(HostId, u32)> {
+    fn solo_gpus(&self, job: JobId) -> std::borrow::Cow<'_, [(HostId, u32)]> {
         let j = &self.jobs[job];
         if j.sharing.is_empty() && j.hosts.windows(2).all(|w| w[0].0 < w[1].0) {
-            return j.hosts.clone(); // the common case, on every policy call
+            return std::borrow::Cow::Borrowed(&j.hosts); // the common case, on every policy call
         }
         let mut per_host: std::collections::BTreeMap<HostId, u32> = std::collections::BTreeMap::new();
         for &(h, g) in &j.hosts {
             *per_host.entry(h).or_default() += g;
         }
-        per_host
-            .into_iter()
-            .map(|(h, g)| (h, g - j.sharing.iter().filter(|s| s.host == h).map(|s| s.gpus).sum::<u32>().min(g)))
-            .collect()
+        std::borrow::Cow::Owned(
+            per_host
+                .into_iter()
+                .map(|(h, g)| (h, g - j.sharing.iter().filter(|s| s.host == h).map(|s| s.gpus).sum::<u32>().min(g)))
+                .collect(),
+        )
     }
 
     /// Starts queued `job` on `free` GPUs plus `shared` GPUs of running jobs
