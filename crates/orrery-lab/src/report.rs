@@ -13,13 +13,24 @@ use orrery_sim::engine::{NS, SimConfig, Simulation};
 use std::fmt::Write;
 use std::path::Path;
 
+/// Rows of a scenario's job table the page shows (jobs.csv has them all).
+const PAGE_JOB_ROWS: usize = 200;
+
+/// Jobs a run's Gantt panel draws at most (a sample by arrival beyond).
+const GANTT_JOBS: usize = 400;
+
+/// Runs of more events than this have their busiest link's window chosen
+/// in the first tenth of the run ([`busiest`]).
+pub const REPLAY_WHOLE_EVENTS: u64 = 2_000_000;
+
 /// Picks the run's busiest link (most excess demand, then most traffic),
 /// replays the run up to the end of a window around its busiest second with
 /// a probe on it, and collects the figure data. `policy` must be a fresh
 /// instance of the run's policy; the replay is the run again (same seed, same
 /// fast-forward, same scripted decisions) except that jobs crossing the
 /// probed link are simulated in detail so that the probe sees their flows.
-/// Cost: one more simulation up to the window's end.
+/// Cost: one more simulation up to the window's end, which for a run of
+/// more than [`REPLAY_WHOLE_EVENTS`] events is within its first tenth.
 pub fn busiest(
     topo: &Topology,
     jobs: &[JobSpec],
@@ -34,7 +45,12 @@ pub fn busiest(
         .filter(|l| l.mean_util > 0.0)
         .max_by(|a, b| a.excess_gbit.total_cmp(&b.excess_gbit).then(a.mean_util.total_cmp(&b.mean_util)))?;
     let series: Vec<f64> = row.util_series.split(';').filter_map(|x| x.parse().ok()).collect();
-    let peak = series.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).map_or(0, |p| p.0);
+    // The replay simulates the run up to the window, its link's jobs flow by
+    // flow: for a large run, the window is the busiest bucket of the first
+    // tenth, so the replay costs a fraction of the run instead of all of it.
+    let horizon_s = (run.events > REPLAY_WHOLE_EVENTS).then_some(run.metrics.makespan_s / 10.0);
+    let buckets = horizon_s.map_or(series.len(), |h| ((h / row.bucket_s) as usize).clamp(1, series.len().max(1)));
+    let peak = series.iter().take(buckets).enumerate().max_by(|a, b| a.1.total_cmp(b.1)).map_or(0, |p| p.0);
     // A few iterations of the jobs on the link: 3 s, inside the busiest bucket.
     let start = peak as f64 * row.bucket_s + (row.bucket_s - 3.0).max(0.0) / 2.0;
     let end = start + 3.0;
@@ -67,6 +83,7 @@ pub fn busiest(
         link: format!("{} → {}", row.from, row.to),
         gbps: row.gbps,
         window_s: (start, end),
+        horizon_s,
         jobs: owners.iter().map(|&o| jobs[o].id.clone()).collect(),
         steps,
         before,
@@ -189,13 +206,19 @@ pub fn figures(summary: &Summary, dir: &Path) -> Result<Vec<(String, String, Str
             names: b.jobs.clone(),
             steps: b.steps.clone(),
         };
-        let caption = format!(
+        let mut caption = format!(
             "{}: per-job rates on its busiest link {} over {:.1}–{:.1} s (CASSINI Fig. 15).",
             label(r),
             b.link,
             b.window_s.0,
             b.window_s.1
         );
+        if let Some(h) = b.horizon_s {
+            caption += &format!(
+                " The window is the link's busiest second before {h:.0} s, the first tenth of the run: a run of {} events is not replayed whole for a figure.",
+                r.events
+            );
+        }
         out.push((stem.clone(), caption, fig.save(dir, &stem)?));
         if !b.before.is_empty() {
             let stem = format!("circles_{k}");
@@ -223,9 +246,13 @@ pub fn figures(summary: &Summary, dir: &Path) -> Result<Vec<(String, String, Str
             .iter()
             .take(8)
             .map(|r| {
+                // Every k-th job by arrival when there are more than a
+                // figure can show (all of them are in jobs.csv).
+                let every = r.jobs.len().div_ceil(GANTT_JOBS).max(1);
                 let bars = r
                     .jobs
                     .iter()
+                    .step_by(every)
                     .map(|j| Bar {
                         job: j.id.clone(),
                         arrival_s: j.arrival_s,
@@ -237,7 +264,16 @@ pub fn figures(summary: &Summary, dir: &Path) -> Result<Vec<(String, String, Str
             })
             .collect(),
     };
-    out.push(("gantt".into(), "Job Gantt per run (first seed).".into(), gantt.save(dir, "gantt")?));
+    let most = first_seed.iter().take(8).map(|r| r.jobs.len()).max().unwrap_or(0);
+    let caption = if most > GANTT_JOBS {
+        format!(
+            "Job Gantt per run (first seed): every {}th job by arrival, at most {GANTT_JOBS} of a run's {most} (all of them are in jobs.csv).",
+            most.div_ceil(GANTT_JOBS)
+        )
+    } else {
+        "Job Gantt per run (first seed).".into()
+    };
+    out.push(("gantt".into(), caption, gantt.save(dir, "gantt")?));
     Ok(out)
 }
 
@@ -781,7 +817,15 @@ pub fn html(summary: &Summary, figures: &[(String, String, String)]) -> String {
     );
     for (scenario, rows) in &jobs {
         let _ = writeln!(h, "<h3>{}</h3>", esc(scenario));
-        table_html(&mut h, rows);
+        // The header and the first rows: a page of 80,000 rows helps no one.
+        table_html(&mut h, &rows[..rows.len().min(PAGE_JOB_ROWS + 1)]);
+        if rows.len() > PAGE_JOB_ROWS + 1 {
+            let _ = writeln!(
+                h,
+                "<p>The first {PAGE_JOB_ROWS} of {} jobs; all of them are in <a href=\"jobs.csv\">jobs.csv</a>.</p>",
+                rows.len() - 1
+            );
+        }
     }
     h.push_str("</details>\n");
     let _ = writeln!(

@@ -96,8 +96,16 @@ struct ShardRun {
     links: Vec<orrery_sim::metrics::LinkRow>,
     iterations: Vec<crate::summary::IterationRow>,
     iteration_s: Vec<f64>,
-    /// The busiest link's rates and circles: `(steps, before, after)`.
-    busiest: Option<(Vec<(f64, Vec<f64>)>, Vec<Ring>, Vec<Ring>)>,
+    /// The busiest link's rates and circles.
+    busiest: Option<BusiestDetail>,
+}
+
+/// What `summary.json` leaves out of [`crate::summary::Busiest`].
+#[derive(Debug, Serialize, Deserialize)]
+struct BusiestDetail {
+    steps: Vec<(f64, Vec<f64>)>,
+    before: Vec<Ring>,
+    after: Vec<Ring>,
 }
 
 /// Why shards could not be written or merged; each names its file.
@@ -140,10 +148,11 @@ pub fn write_shard(
         .into_iter()
         .zip(indices)
         .map(|(mut run, &index)| {
-            let busiest = run
-                .busiest
-                .as_mut()
-                .map(|b| (std::mem::take(&mut b.steps), std::mem::take(&mut b.before), std::mem::take(&mut b.after)));
+            let busiest = run.busiest.as_mut().map(|b| BusiestDetail {
+                steps: std::mem::take(&mut b.steps),
+                before: std::mem::take(&mut b.before),
+                after: std::mem::take(&mut b.after),
+            });
             ShardRun {
                 index,
                 jobs: std::mem::take(&mut run.jobs),
@@ -296,8 +305,8 @@ pub fn merge(files: &[PathBuf]) -> Result<Summary, ShardError> {
         .map(|r| {
             let mut run = r.run;
             (run.jobs, run.links, run.iterations, run.iteration_s) = (r.jobs, r.links, r.iterations, r.iteration_s);
-            if let (Some(b), Some((steps, before, after))) = (run.busiest.as_mut(), r.busiest) {
-                (b.steps, b.before, b.after) = (steps, before, after);
+            if let (Some(b), Some(d)) = (run.busiest.as_mut(), r.busiest) {
+                (b.steps, b.before, b.after) = (d.steps, d.before, d.after);
             }
             run
         })

@@ -44,6 +44,10 @@ pub struct Busiest {
     pub gbps: f64,
     /// Window, s.
     pub window_s: (f64, f64),
+    /// For a large run, the window was chosen before this time, s (the
+    /// first tenth of the run), so that its replay stays short.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub horizon_s: Option<f64>,
     /// Job ids, in the order of the rates below.
     pub jobs: Vec<String>,
     /// (t s, rate of each job) after every change in the window.

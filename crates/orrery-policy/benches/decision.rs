@@ -5,7 +5,8 @@
 //! Every paper's policy: Metronome, CASSINI (on Themis), Castor, Plebiscito
 //! (its auction, run to agreement in-process) and FORESIGHT (on FIFO).
 //!
-//! `cargo bench -p orrery-policy --bench decision`
+//! `cargo bench -p orrery-policy --bench decision` (one size:
+//! `-- 'decision/.*/4096x8'`)
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use orrery_model::setups::LeafSpine;
@@ -18,19 +19,23 @@ const MODELS: [&str; 5] = ["vgg16", "resnet50", "bert", "vgg19", "resnet18"];
 fn bench(c: &mut Criterion) {
     let mut g = c.benchmark_group("decision");
     g.sample_size(10);
-    for &hosts in &[64u32, 256, 1024, 4096] {
-        let topo = LeafSpine::with_oversubscription(hosts / 32, 32, 4, 2, "v100", 100.0, 2.0)
+    // (hosts, GPUs per host): 2-GPU hosts up to 4,096, and the 4,096 hosts
+    // of 8 GPUs of experiments/decision-scale-4096.toml (issue 43).
+    for &(hosts, per_host) in &[(64u32, 2u32), (256, 2), (1024, 2), (4096, 2), (4096, 8)] {
+        let topo = LeafSpine::with_oversubscription(hosts / 32, 32, 4, per_host, "v100", 100.0, 2.0)
             .build("decision-bench")
             .expect("valid");
         let jobs = (hosts / 2) as usize;
+        let half = per_host / 2;
         let running: Vec<JobSpec> = (0..jobs)
-            .map(|i| JobSpec::new(format!("r{i}"), MODELS[i % MODELS.len()], 32, 2, Work::Iterations(1000), 0.0))
+            .map(|i| JobSpec::new(format!("r{i}"), MODELS[i % MODELS.len()], 32, 2 * half, Work::Iterations(1000), 0.0))
             .collect();
-        // Job i on hosts 2i and 2i+1, one GPU each: half the GPUs busy.
-        let placed: Vec<[(HostId, u32); 2]> = (0..jobs).map(|i| [(2 * i, 1), (2 * i + 1, 1)]).collect();
-        let free = vec![1u32; hosts as usize];
+        // Job i on hosts 2i and 2i+1, half their GPUs each: half the GPUs busy.
+        let placed: Vec<[(HostId, u32); 2]> = (0..jobs).map(|i| [(2 * i, half), (2 * i + 1, half)]).collect();
+        let free = vec![per_host - half; hosts as usize];
         let waiting = JobSpec::new("new", "vgg16", 32, 2, Work::Iterations(1000), 0.0);
-        for policy in ["metronome", "themis+cassini", "castor", "plebiscito:tetris", "fifo+foresight"] {
+        let size = format!("{hosts}x{per_host}");
+        for policy in ["metronome", "themis+cassini", "orrery", "castor", "plebiscito:tetris", "fifo+foresight"] {
             let mut p = orrery_policy::by_name(policy, 1).expect("catalogued");
             let view = || ClusterView {
                 now_s: 10.0,
@@ -41,7 +46,7 @@ fn bench(c: &mut Criterion) {
             };
             // The first call builds what a policy keeps between calls (latencies).
             black_box(p.schedule(&view()));
-            g.bench_with_input(BenchmarkId::new(policy, hosts), &hosts, |b, _| {
+            g.bench_with_input(BenchmarkId::new(policy, &size), &hosts, |b, _| {
                 b.iter(|| black_box(p.schedule(&view())));
             });
         }
