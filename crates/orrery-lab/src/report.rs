@@ -19,9 +19,13 @@ const PAGE_JOB_ROWS: usize = 200;
 /// Jobs a run's Gantt panel draws at most (a sample by arrival beyond).
 const GANTT_JOBS: usize = 400;
 
-/// Runs of more events than this have their busiest link's window chosen
-/// in the first tenth of the run ([`busiest`]).
+/// Runs of more events than this, or more jobs than [`REPLAY_WHOLE_JOBS`],
+/// have their busiest link's window chosen in the first tenth of the run
+/// ([`busiest`]).
 pub const REPLAY_WHOLE_EVENTS: u64 = 2_000_000;
+
+/// See [`REPLAY_WHOLE_EVENTS`].
+pub const REPLAY_WHOLE_JOBS: usize = 2_000;
 
 /// Picks the run's busiest link (most excess demand, then most traffic),
 /// replays the run up to the end of a window around its busiest second with
@@ -29,8 +33,9 @@ pub const REPLAY_WHOLE_EVENTS: u64 = 2_000_000;
 /// instance of the run's policy; the replay is the run again (same seed, same
 /// fast-forward, same scripted decisions) except that jobs crossing the
 /// probed link are simulated in detail so that the probe sees their flows.
-/// Cost: one more simulation up to the window's end, which for a run of
-/// more than [`REPLAY_WHOLE_EVENTS`] events is within its first tenth.
+/// Cost: one more simulation up to the window's end, which for a large run
+/// ([`REPLAY_WHOLE_EVENTS`]) is within its first tenth; jobs on the link are
+/// fast-forwarded as in the run until the window opens.
 pub fn busiest(
     topo: &Topology,
     jobs: &[JobSpec],
@@ -48,7 +53,8 @@ pub fn busiest(
     // The replay simulates the run up to the window, its link's jobs flow by
     // flow: for a large run, the window is the busiest bucket of the first
     // tenth, so the replay costs a fraction of the run instead of all of it.
-    let horizon_s = (run.events > REPLAY_WHOLE_EVENTS).then_some(run.metrics.makespan_s / 10.0);
+    let large = run.events > REPLAY_WHOLE_EVENTS || run.jobs.len() > REPLAY_WHOLE_JOBS;
+    let horizon_s = large.then_some(run.metrics.makespan_s / 10.0);
     let buckets = horizon_s.map_or(series.len(), |h| ((h / row.bucket_s) as usize).clamp(1, series.len().max(1)));
     let peak = series.iter().take(buckets).enumerate().max_by(|a, b| a.1.total_cmp(b.1)).map_or(0, |p| p.0);
     // A few iterations of the jobs on the link: 3 s, inside the busiest bucket.
@@ -215,7 +221,8 @@ pub fn figures(summary: &Summary, dir: &Path) -> Result<Vec<(String, String, Str
         );
         if let Some(h) = b.horizon_s {
             caption += &format!(
-                " The window is the link's busiest second before {h:.0} s, the first tenth of the run: a run of {} events is not replayed whole for a figure.",
+                " The window is the link's busiest second before {h:.0} s, the first tenth of the run: a run of {} jobs and {} events is not replayed whole for a figure.",
+                r.jobs.len(),
                 r.events
             );
         }

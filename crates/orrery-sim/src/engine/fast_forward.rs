@@ -65,8 +65,13 @@ impl Simulation<'_> {
             && !j.pause_requested
             && j.last_seg_ns.len() == j.shape.segments.len()
             && j.iterations_done < j.target_iterations
-            // A probed link records every rate change: its jobs stay detailed.
-            && self.cfg.probe.is_none_or(|(probed, ..)| !j.links_used.contains(&probed))
+            // A probed link records every rate change: its jobs are detailed
+            // from the window's start (`Event::ProbeStart` brings back those
+            // fast-forwarded until then), so a replay for a figure costs what
+            // the run cost up to the window, not all of it in detail.
+            && self.cfg.probe.is_none_or(|(probed, start_s, _)| {
+                !j.links_used.contains(&probed) || self.now < (start_s.max(0.0) * super::NS) as u64
+            })
             // Another job's flows already on a link would meet this job's next
             // collective without anything waking it up: stay detailed.
             && j.links_used.iter().all(|&l| !self.skip_owner.contains_key(&l) && !self.net.busy(l));

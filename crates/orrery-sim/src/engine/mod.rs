@@ -309,6 +309,9 @@ enum Event {
     Tick,
     /// A scripted decision falls due (its index in `Simulation::script`).
     Scripted(usize),
+    /// The probe's window opens: fast-forwarded jobs on the probed link
+    /// rejoin the detailed simulation, so the probe sees their flows.
+    ProbeStart,
 }
 
 /// The simulator.
@@ -459,12 +462,10 @@ impl<'a> Simulation<'a> {
             sim.jobs[i].deps = deps;
         }
         if let Some((link, start, end)) = sim.cfg.probe {
-            sim.net.probe = Some(crate::network::Probe {
-                link,
-                start_ns: (start.max(0.0) * NS) as u64,
-                end_ns: (end.max(0.0) * NS) as u64,
-                trace: Vec::new(),
-            });
+            let start_ns = (start.max(0.0) * NS) as u64;
+            sim.net.probe =
+                Some(crate::network::Probe { link, start_ns, end_ns: (end.max(0.0) * NS) as u64, trace: Vec::new() });
+            sim.push(start_ns, Event::ProbeStart);
         }
         for (l, gbps) in sim.cfg.background.clone() {
             if l < topo.links.len() && gbps > 0.0 {
@@ -605,6 +606,18 @@ impl<'a> Simulation<'a> {
                     let d = self.scripted[k].clone();
                     if self.apply_once(vec![d]) {
                         self.schedule(policy);
+                    }
+                }
+                Event::ProbeStart => {
+                    let probed = self.net.probe.as_ref().map(|p| p.link);
+                    let on_link: Vec<JobId> = self
+                        .skipping
+                        .iter()
+                        .copied()
+                        .filter(|&j| probed.is_some_and(|l| self.jobs[j].links_used.contains(&l)))
+                        .collect();
+                    for j in on_link {
+                        self.materialise(j);
                     }
                 }
                 Event::Tick => {
