@@ -646,51 +646,50 @@ impl<'a> Simulation<'a> {
         }
     }
 
+    /// The policy's view: O(waiting + active jobs), each list allocated once
+    /// at its final size (a filtered `collect` would grow it step by step).
     fn view(&self) -> (Vec<QueuedJob<'_>>, Vec<RunningJob<'_>>) {
-        let queue = self
-            .waiting
-            .iter()
-            .filter(|&&id| self.ready(id))
-            .map(|&id| {
-                let j = &self.jobs[id];
-                QueuedJob {
-                    id,
-                    spec: &j.spec,
-                    waiting_s: (self.now - j.arrival_ns) as f64 / NS,
-                    progress: if j.ref_total > 0.0 { 1.0 - j.ref_left / j.ref_total } else { 0.0 },
-                    service_gpu_s: j.run_ns as f64 / NS * f64::from(j.spec.gpus()),
-                }
-            })
-            .collect();
-        let running = self
-            .active
-            .iter()
-            .map(|&id| (id, &self.jobs[id]))
-            .filter(|(_, j)| matches!(j.status, Status::Running | Status::Paused))
-            .map(|(id, j)| {
-                let done = j.iterations_done + j.skip.as_ref().map_or(0, |s| s.done);
-                let running_s = (self.now - j.last_start_ns) as f64 / NS;
-                RunningJob {
-                    id,
-                    spec: &j.spec,
-                    hosts: &j.hosts,
-                    iterations_done: done,
-                    paused: j.status == Status::Paused,
-                    iteration_start_s: j.skip.as_ref().map_or(j.iter_start_ns, |s| s.t) as f64 / NS,
-                    progress: if j.ref_total > 0.0 {
-                        let run = done.saturating_sub(j.iters_at_place) as f64 / j.ratio;
-                        (1.0 - (j.ref_left - run) / j.ref_total).clamp(0.0, 1.0)
-                    } else {
-                        0.0
-                    },
-                    service_gpu_s: (j.run_ns as f64 / NS + running_s) * f64::from(j.spec.gpus()),
-                    running_s,
-                    solo_gpus: self.solo_gpus(id),
-                    sub_batch: j.sub_batch,
-                    xi: j.xi,
-                }
-            })
-            .collect();
+        let mut queue = Vec::with_capacity(self.waiting.len());
+        let mut running = Vec::with_capacity(self.active.len());
+        queue.extend(self.waiting.iter().filter(|&&id| self.ready(id)).map(|&id| {
+            let j = &self.jobs[id];
+            QueuedJob {
+                id,
+                spec: &j.spec,
+                waiting_s: (self.now - j.arrival_ns) as f64 / NS,
+                progress: if j.ref_total > 0.0 { 1.0 - j.ref_left / j.ref_total } else { 0.0 },
+                service_gpu_s: j.run_ns as f64 / NS * f64::from(j.spec.gpus()),
+            }
+        }));
+        running.extend(
+            self.active
+                .iter()
+                .map(|&id| (id, &self.jobs[id]))
+                .filter(|(_, j)| matches!(j.status, Status::Running | Status::Paused))
+                .map(|(id, j)| {
+                    let done = j.iterations_done + j.skip.as_ref().map_or(0, |s| s.done);
+                    let running_s = (self.now - j.last_start_ns) as f64 / NS;
+                    RunningJob {
+                        id,
+                        spec: &j.spec,
+                        hosts: &j.hosts,
+                        iterations_done: done,
+                        paused: j.status == Status::Paused,
+                        iteration_start_s: j.skip.as_ref().map_or(j.iter_start_ns, |s| s.t) as f64 / NS,
+                        progress: if j.ref_total > 0.0 {
+                            let run = done.saturating_sub(j.iters_at_place) as f64 / j.ratio;
+                            (1.0 - (j.ref_left - run) / j.ref_total).clamp(0.0, 1.0)
+                        } else {
+                            0.0
+                        },
+                        service_gpu_s: (j.run_ns as f64 / NS + running_s) * f64::from(j.spec.gpus()),
+                        running_s,
+                        solo_gpus: self.solo_gpus(id),
+                        sub_batch: j.sub_batch,
+                        xi: j.xi,
+                    }
+                }),
+        );
         (queue, running)
     }
 
