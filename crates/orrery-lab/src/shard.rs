@@ -288,9 +288,18 @@ pub fn merge(files: &[PathBuf]) -> Result<Summary, ShardError> {
             missing.join(", ")
         )));
     }
-    let (total, head) = (first.total_runs, (first.experiment.clone(), first.description.clone()));
-    let (paper, headline, seed, baseline) =
-        (first.paper.clone(), first.headline.clone(), first.seed, first.baseline.clone());
+    let total = first.total_runs;
+    // The experiment's head, from the first shard (all agree on the source).
+    let mut summary = Summary {
+        experiment: first.experiment.clone(),
+        description: first.description.clone(),
+        paper: first.paper.clone(),
+        headline: first.headline.clone(),
+        seed: first.seed,
+        runs: Vec::new(),
+        baseline: first.baseline.clone(),
+        comparison: Vec::new(),
+    };
     let mut all: Vec<ShardRun> = shards.into_iter().flat_map(|(_, s)| s.runs).collect();
     all.sort_by_key(|r| r.index);
     // Every index once: the shards are disjoint slices of 0..total.
@@ -311,8 +320,9 @@ pub fn merge(files: &[PathBuf]) -> Result<Summary, ShardError> {
             run
         })
         .collect();
-    let comparison = compare(&runs, &baseline);
-    Ok(Summary { experiment: head.0, description: head.1, paper, headline, seed, runs, baseline, comparison })
+    summary.comparison = compare(&runs, &summary.baseline);
+    summary.runs = runs;
+    Ok(summary)
 }
 
 #[cfg(test)]

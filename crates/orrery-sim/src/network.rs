@@ -240,12 +240,7 @@ impl Network {
 
     /// Removes a flow; returns the flows whose rate changed.
     pub fn remove(&mut self, now: u64, id: FlowId) -> Vec<FlowId> {
-        let Some(flow) = self.flows.get_mut(id).and_then(Option::take) else { return Vec::new() };
-        self.free.push(id);
-        for &l in &flow.path {
-            self.link_flows[l].retain(|&f| f != id);
-        }
-        self.recompute(now, &flow.path, None).0
+        self.remove_all(now, &[id])
     }
 
     /// Removes flows that end at the same instant and re-rates what they
