@@ -222,7 +222,9 @@ impl Usage {
 /// Where a job's components went: per role, `(node, count)` sorted by node.
 pub type Placement = Vec<Vec<(u32, usize)>>;
 
-/// The traffic a placement puts on NICs and leaf uplinks, Gbit/s.
+/// The traffic a placement puts on NICs and leaf uplinks, Gbit/s: one entry
+/// per link, sorted by index ([`Usage::fits`] checks entries one by one, so a
+/// link listed twice would be checked against half its load).
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct LinkLoad {
     /// `(node, Gbit/s)`.
@@ -231,12 +233,33 @@ pub struct LinkLoad {
     pub uplink: Vec<(usize, f64)>,
 }
 
+/// Sorts by link and sums the entries of one link into one. O(e log e).
+fn one_entry_per_link(entries: &mut Vec<(usize, f64)>) {
+    entries.sort_by_key(|&(link, _)| link);
+    entries.dedup_by(|later, kept| {
+        let same = later.0 == kept.0;
+        if same {
+            kept.1 += later.1;
+        }
+        same
+    });
+}
+
 /// Traffic of a placed job (constraint 4). Ring: nodes in (leaf, id) order;
 /// each node that holds some but not all workers sends and receives `B`, and
 /// each leaf the ring spans sends and receives `B` over its uplink when it
 /// spans more than one. Parameter server: each worker off the server's node
-/// sends `B` to it, over both leaves' uplinks when they differ. O(nodes).
+/// sends `B` to it, over both leaves' uplinks when they differ (a leaf with
+/// several such workers carries their sum). O(nodes · log nodes).
 pub fn link_load(map: &ClusterMap, job: &JobRequest, placement: &Placement) -> LinkLoad {
+    let mut load = link_load_entries(map, job, placement);
+    one_entry_per_link(&mut load.nic);
+    one_entry_per_link(&mut load.uplink);
+    load
+}
+
+/// [`link_load`] before entries of one link are summed.
+fn link_load_entries(map: &ClusterMap, job: &JobRequest, placement: &Placement) -> LinkLoad {
     let mut load = LinkLoad::default();
     let workers = placement.first().map(Vec::as_slice).unwrap_or(&[]);
     match job.arch {
@@ -545,7 +568,25 @@ mod tests {
         let ps = job(Arch::ParameterServer, 3);
         // Server on node 0 with one worker; two workers on node 2 in the other rack.
         let l = link_load(&map, &ps, &vec![vec![(0, 1), (2, 2)], vec![(0, 1)]]);
-        assert_eq!(l.nic, vec![(2, 20.0), (0, 20.0)]);
-        assert_eq!(l.uplink, vec![(1, 20.0), (0, 20.0)]);
+        assert_eq!(l.nic, vec![(0, 20.0), (2, 20.0)]);
+        assert_eq!(l.uplink, vec![(0, 20.0), (1, 20.0)]);
+    }
+
+    /// Two workers on two nodes of one leaf, the server in another: the leaf
+    /// carries their sum once, and that sum is what must fit. With 5 Gbps
+    /// left on the leaf, two 5 Gbps workers (10) do not fit; listed apart,
+    /// each entry alone would have.
+    #[test]
+    fn a_leaf_with_two_parameter_server_workers_carries_their_sum() {
+        let map = ClusterMap { leaf_of: vec![0, 0, 1], nic_gbps: vec![25.0; 3], uplink_gbps: vec![50.0; 2] };
+        let mut ps = job(Arch::ParameterServer, 2);
+        ps.gbps = 5.0;
+        let l = link_load(&map, &ps, &vec![vec![(0, 1), (1, 1)], vec![(2, 1)]]);
+        assert_eq!(l.uplink, vec![(0, 10.0), (1, 10.0)]);
+        let mut usage = Usage::empty(&map);
+        usage.uplink[0] = 45.0;
+        assert!(!usage.fits(&map, &l));
+        usage.uplink[0] = 40.0;
+        assert!(usage.fits(&map, &l));
     }
 }
