@@ -96,6 +96,7 @@ pub async fn start(client: kube::Client, opts: Options) -> Result<Running> {
         config,
         listen: opts.listen,
         data_dir: opts.data_dir.clone(),
+        ha: None,
     })
     .await?;
     let shared = Shared::new(service.handle.clone(), client, opts.policy.clone(), opts.group_timeout);

@@ -69,6 +69,61 @@ impl Tokens {
     }
 }
 
+impl Tokens {
+    /// The tokens every replica of a highly available service shares: the
+    /// first replica to start puts its own (from `dir`, made if missing)
+    /// under `PREFIX/tokens/` in etcd, if none are there yet (a guarded
+    /// transaction, so two first starts agree); every replica then uses
+    /// etcd's and writes them to its `dir` for the CLI on its machine. etcd
+    /// is the trusted store here, as it is for Kubernetes Secrets.
+    pub async fn shared(etcd: &crate::etcd::Etcd, prefix: &str, dir: &Path) -> Result<Tokens> {
+        use crate::etcd::{Compare, Op};
+        let local = Tokens::load_or_create(dir)?;
+        let mut agreed = Vec::new();
+        for (scope, mine) in [(Scope::User, &local.user), (Scope::Agent, &local.agent)] {
+            let name = if scope == Scope::User { "user" } else { "agent" };
+            let key = format!("{prefix}tokens/{name}").into_bytes();
+            let r = etcd
+                .txn(
+                    &[Compare::CreateRevision(key.clone(), 0)],
+                    &[Op::Put { key: key.clone(), value: mine.clone().into_bytes(), lease: 0 }],
+                    &[Op::Get(key)],
+                )
+                .await
+                .context("agreeing on the tokens in etcd")?;
+            let token = match r.read.first() {
+                Some(kv) if !r.succeeded => String::from_utf8_lossy(&kv.value).trim().to_string(),
+                _ => mine.clone(),
+            };
+            if token.len() < 16 {
+                bail!("etcd {prefix}tokens/{name}: token must be at least 16 characters");
+            }
+            if token != *mine {
+                write_token(&token_path(dir, scope), &token)?;
+            }
+            agreed.push(token);
+        }
+        let agent = agreed.pop().unwrap_or_default();
+        let user = agreed.pop().unwrap_or_default();
+        Ok(Tokens { user, agent })
+    }
+}
+
+/// Replaces a token file (mode 0600, written then renamed).
+fn write_token(path: &Path, token: &str) -> Result<()> {
+    let tmp = path.with_extension("token.new");
+    let _ = std::fs::remove_file(&tmp);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)
+        .with_context(|| format!("creating {}", tmp.display()))?;
+    writeln!(f, "{token}")?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path).with_context(|| format!("replacing {}", path.display()))
+}
+
 fn load_or_create(path: &Path) -> Result<String> {
     match std::fs::read_to_string(path) {
         Ok(s) => {

@@ -70,6 +70,7 @@ pub async fn run(opts: BenchOptions) -> Result<BenchReport> {
         config,
         listen: "127.0.0.1:0".parse().context("address")?,
         data_dir: opts.data_dir.clone(),
+        ha: None,
     })
     .await?;
     let url = format!("http://{}", running.addr);

@@ -59,11 +59,31 @@ impl ClientError {
     }
 }
 
-/// A client bound to one service and token.
+/// A URL's path and query, to resend a request to another replica.
+fn path_and_query(url: &reqwest::Url) -> String {
+    match url.query() {
+        Some(q) => format!("{}?{q}", url.path()),
+        None => url.path().to_string(),
+    }
+}
+
+/// The header in which a standby replica names the leader's URL.
+pub const LEADER_HEADER: &str = "x-orrery-leader";
+
+/// How long a client of several replicas keeps looking for the leader
+/// before it reports the service unreachable: a failover takes about one
+/// lease (3 s by default) plus the time the new leader rebuilds its state.
+pub const FAILOVER_WINDOW: Duration = Duration::from_secs(30);
+
+/// A client bound to a service (one address, or the replicas of a highly
+/// available one) and a token.
 #[derive(Clone, Debug)]
 pub struct Client {
     http: reqwest::Client,
-    base: String,
+    /// The addresses given, in order.
+    bases: std::sync::Arc<Vec<String>>,
+    /// The one in use: the last that answered as the leader.
+    base: std::sync::Arc<std::sync::RwLock<String>>,
     token: String,
 }
 
@@ -73,18 +93,95 @@ type Answer<T> = Result<T, ClientError>;
 pub const DECISIONS_PAGE: usize = 10_000;
 
 impl Client {
-    /// A client of the service at `base` (e.g. `http://127.0.0.1:7400`).
+    /// A client of the service at `base` (e.g. `http://127.0.0.1:7400`), or
+    /// of the replicas at a comma-separated list of addresses. A standby's
+    /// answer naming the leader ([`LEADER_HEADER`]) is followed and the
+    /// request resent there; with several addresses, one that does not
+    /// answer is skipped for the next, for up to [`FAILOVER_WINDOW`]. Every
+    /// request the API has is safe to resend: submissions are idempotent on
+    /// the spec's id, reports on (job, epoch, iteration).
     pub fn new(base: &str, token: &str) -> Answer<Client> {
         let http = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(5))
             .timeout(Duration::from_secs(90))
             .build()
             .map_err(|e| ClientError::Transport(e.to_string()))?;
-        Ok(Client { http, base: base.trim_end_matches('/').to_string(), token: token.to_string() })
+        let bases: Vec<String> =
+            base.split(',').map(|b| b.trim().trim_end_matches('/').to_string()).filter(|b| !b.is_empty()).collect();
+        if bases.is_empty() {
+            return Err(ClientError::Transport(format!("no service address in {base:?}")));
+        }
+        let first = bases[0].clone();
+        Ok(Client {
+            http,
+            bases: std::sync::Arc::new(bases),
+            base: std::sync::Arc::new(std::sync::RwLock::new(first)),
+            token: token.to_string(),
+        })
+    }
+
+    fn base(&self) -> String {
+        self.base.read().map(|b| b.clone()).unwrap_or_else(|p| p.into_inner().clone())
+    }
+
+    fn set_base(&self, base: &str) {
+        if let Ok(mut b) = self.base.write() {
+            *b = base.trim_end_matches('/').to_string();
+        }
+    }
+
+    /// The next address of the list after the one in use.
+    fn rotate(&self) {
+        let now = self.base();
+        let i = self.bases.iter().position(|b| *b == now).map_or(0, |i| (i + 1) % self.bases.len());
+        self.set_base(&self.bases[i].clone());
+    }
+
+    /// Sends a request, following the leader (see [`Client::new`]).
+    async fn execute(&self, req: reqwest::RequestBuilder) -> Answer<reqwest::Response> {
+        let request = req.bearer_auth(&self.token).build().map_err(|e| ClientError::Transport(chain(&e)))?;
+        let several = self.bases.len() > 1;
+        let deadline = std::time::Instant::now() + FAILOVER_WINDOW;
+        let mut hops = 0;
+        loop {
+            let mut attempt =
+                request.try_clone().ok_or_else(|| ClientError::Transport("request not resendable".into()))?;
+            let base = self.base();
+            let url = reqwest::Url::parse(&format!("{base}{}", path_and_query(attempt.url())))
+                .map_err(|e| ClientError::Transport(format!("service address {base:?}: {e}")))?;
+            *attempt.url_mut() = url;
+            let retry_allowed = std::time::Instant::now() < deadline;
+            match self.http.execute(attempt).await {
+                Err(e) if several && retry_allowed => {
+                    tracing::debug!("{base} did not answer ({}); trying the next replica", chain(&e));
+                    self.rotate();
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(e) => return Err(ClientError::Transport(chain(&e))),
+                Ok(resp)
+                    if resp.status() == reqwest::StatusCode::SERVICE_UNAVAILABLE && retry_allowed && hops < 1000 =>
+                {
+                    hops += 1;
+                    let leader = resp.headers().get(LEADER_HEADER).and_then(|v| v.to_str().ok()).map(str::to_string);
+                    match &leader {
+                        Some(l) if l.trim_end_matches('/') != base => self.set_base(l),
+                        // A standby that knows no leader yet, or names itself
+                        // (it won and is rebuilding): wait, then ask again.
+                        _ if several => self.rotate(),
+                        _ => {}
+                    }
+                    if leader.is_none() && !several {
+                        return Ok(resp);
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Ok(resp) => return Ok(resp),
+            }
+        }
     }
 
     async fn send<T: DeserializeOwned>(&self, req: reqwest::RequestBuilder) -> Answer<T> {
-        let resp = req.bearer_auth(&self.token).send().await.map_err(|e| ClientError::Transport(chain(&e)))?;
+        let resp = self.execute(req).await?;
         let status = resp.status();
         let body = resp.bytes().await.map_err(|e| ClientError::Transport(e.to_string()))?;
         if !status.is_success() {
@@ -99,7 +196,7 @@ impl Client {
     }
 
     fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.base)
+        format!("{}{path}", self.base())
     }
 
     /// Submits a job.

@@ -373,18 +373,17 @@ impl Handle {
     }
 }
 
-/// Opens the store in `data_dir`, rebuilds the state from it and starts the
-/// core thread.
-pub fn start(config: Config, db_path: &std::path::Path) -> Result<(Handle, std::thread::JoinHandle<()>)> {
-    let store = Store::open(db_path)?;
+/// Rebuilds the state from the store and starts the core thread.
+pub fn start(config: Config, mut store: Store) -> Result<(Handle, std::thread::JoinHandle<()>)> {
     let loaded = store.load()?;
     let topo_name = config.topology.name.clone();
     if let Some(t) = &loaded.topology
         && *t != topo_name
     {
         bail!(
-            "{}: this database belongs to topology {t:?}, not {topo_name:?} (use --data for another directory)",
-            db_path.display()
+            "{}: this store belongs to topology {t:?}, not {topo_name:?} (use --data for another directory, \
+             or another etcd prefix)",
+            store.describe()
         );
     }
     let epoch_unix_ms = match loaded.epoch_unix_ms {
@@ -407,7 +406,7 @@ pub fn start(config: Config, db_path: &std::path::Path) -> Result<(Handle, std::
     }
     let now_s = (unix_ms() - epoch_unix_ms) as f64 / 1e3;
     ledger.touch_all(now_s);
-    tracing::info!(jobs = loaded.jobs.len(), log = loaded.log.len(), "state rebuilt from {}", db_path.display());
+    tracing::info!(jobs = loaded.jobs.len(), log = loaded.log.len(), "state rebuilt from {}", store.describe());
     let metrics = Arc::new(Metrics::default());
     let (tx, rx) = std::sync::mpsc::channel::<Job>();
     let (seq_tx, seq_rx) = watch::channel(ledger.next_seq() - 1);
@@ -468,7 +467,7 @@ fn run(mut core: Core, rx: Receiver<Job>, seq_tx: watch::Sender<u64>, version_tx
             match core.store.write(&batch) {
                 Ok(took) => core.metrics.commit_seconds.observe(took.as_secs_f64()),
                 Err(e) => {
-                    tracing::error!("commit failed, stopping (a restart recovers from the database): {e:#}");
+                    tracing::error!("commit failed, stopping (a restart recovers from the store): {e:#}");
                     std::process::exit(70);
                 }
             }

@@ -47,6 +47,9 @@ pub mod client;
 pub mod clock;
 pub mod core;
 pub mod dashboard;
+pub mod election;
+pub mod etcd;
+pub mod etcd_store;
 pub mod fleet;
 pub mod http;
 pub mod ledger;
@@ -67,6 +70,21 @@ pub struct ServeOptions {
     pub listen: SocketAddr,
     /// Directory of the database and the token files.
     pub data_dir: PathBuf,
+    /// Run as one replica of a highly available service on etcd (`None`:
+    /// alone, on SQLite in `data_dir`).
+    pub ha: Option<HaOptions>,
+}
+
+/// One replica of a highly available service (`orrery serve --store etcd://...`).
+#[derive(Debug, Clone)]
+pub struct HaOptions {
+    /// The etcd members and key prefix.
+    pub etcd: etcd::EtcdUrl,
+    /// The URL other replicas send clients to while this one leads.
+    pub advertise: String,
+    /// Lease of the leader key, s: a dead leader is replaced about this long
+    /// after its last renewal.
+    pub lease_s: i64,
 }
 
 /// A running service.
@@ -95,14 +113,143 @@ impl Running {
 pub async fn start(opts: ServeOptions) -> Result<Running> {
     std::fs::create_dir_all(&opts.data_dir)
         .with_context(|| format!("creating data directory {}", opts.data_dir.display()))?;
+    if opts.ha.is_some() {
+        anyhow::bail!("a replica on etcd starts with start_replica");
+    }
     let tokens = auth::Tokens::load_or_create(&opts.data_dir)?;
-    let (handle, _thread) = core::start(opts.config.clone(), &opts.data_dir.join("orrery.db"))?;
+    let db = store::SqliteStore::open(&opts.data_dir.join("orrery.db"))?;
+    let (handle, _thread) = core::start(opts.config.clone(), store::Store::Sqlite(db))?;
     let listener =
         tokio::net::TcpListener::bind(opts.listen).await.with_context(|| format!("listening on {}", opts.listen))?;
     let addr = listener.local_addr()?;
     let app = http::router(handle.clone(), tokens);
     let server = tokio::spawn(async move { axum::serve(listener, app).await });
     Ok(Running { addr, handle, server })
+}
+
+/// A replica of a highly available service: it serves HTTP at once, as a
+/// standby until it wins the election ([`election`]), then as the leader.
+pub struct Replica {
+    /// The address it listens on.
+    pub addr: SocketAddr,
+    server: tokio::task::JoinHandle<std::io::Result<()>>,
+    term: std::sync::Arc<std::sync::OnceLock<(election::Candidate, election::Term)>>,
+}
+
+impl Replica {
+    /// Serves until the listener fails or the task is aborted.
+    pub async fn wait(&mut self) -> Result<()> {
+        (&mut self.server).await.context("server task")?.context("serving HTTP")
+    }
+
+    /// A clean stop: a leader revokes its lease, so a standby takes over at
+    /// once instead of after the lease.
+    pub async fn resign(&self) {
+        if let Some((candidate, term)) = self.term.get() {
+            candidate.resign(term).await;
+        }
+    }
+}
+
+/// What a replica's HTTP front answers with: the leader's router once this
+/// replica leads; until then, standby answers naming the leader.
+struct Front {
+    active: std::sync::OnceLock<axum::Router>,
+    leader: std::sync::RwLock<Option<String>>,
+}
+
+/// Every request of a replica: forwarded to the leader's router when this
+/// replica leads. A standby answers `/v1/healthz` (it is alive),
+/// `/v1/readyz` with 503 (so a Kubernetes Service sends traffic only to the
+/// leader), and everything else with 503, the leader's URL in the
+/// `x-orrery-leader` header and the body. It redirects nothing itself: the
+/// clients ([`client::Client`]) switch to the leader and resend, with their
+/// token, which an HTTP redirect to another host would drop.
+async fn front(
+    axum::extract::State(front): axum::extract::State<std::sync::Arc<Front>>,
+    req: axum::extract::Request,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    use tower::ServiceExt;
+    if let Some(router) = front.active.get() {
+        if req.uri().path() == "/v1/readyz" {
+            return axum::Json(serde_json::json!({"ok": true, "role": "leader"})).into_response();
+        }
+        return router.clone().oneshot(req).await.unwrap_or_else(|never| match never {});
+    }
+    let leader = front.leader.read().map(|l| l.clone()).unwrap_or_default();
+    if req.uri().path() == "/v1/healthz" {
+        return axum::Json(serde_json::json!({"ok": true, "role": "standby", "leader": leader})).into_response();
+    }
+    let error = match &leader {
+        Some(l) => format!("this replica is a standby; the leader is {l}"),
+        None => "this replica is a standby and no leader is elected yet; retry shortly".into(),
+    };
+    let mut resp =
+        (axum::http::StatusCode::SERVICE_UNAVAILABLE, axum::Json(api::ApiError { error, field: None, expected: None }))
+            .into_response();
+    if let Some(l) = leader.and_then(|l| axum::http::HeaderValue::from_str(&l).ok()) {
+        resp.headers_mut().insert(client::LEADER_HEADER, l);
+    }
+    resp
+}
+
+/// Starts a replica on etcd: agrees on the tokens, serves as a standby and
+/// campaigns; once it wins, rebuilds the state from etcd (its writes fenced
+/// by its term) and serves as the leader until it loses its lease, when the
+/// process exits ([`election::LOST_LEADERSHIP_EXIT`]). Call in a tokio runtime.
+pub async fn start_replica(opts: ServeOptions) -> Result<Replica> {
+    let ha = opts.ha.clone().context("start_replica needs HaOptions")?;
+    std::fs::create_dir_all(&opts.data_dir)
+        .with_context(|| format!("creating data directory {}", opts.data_dir.display()))?;
+    let client = etcd::Etcd::new(&ha.etcd.endpoints, std::time::Duration::from_secs(2))?;
+    let tokens = auth::Tokens::shared(&client, &ha.etcd.prefix, &opts.data_dir).await?;
+    let listener =
+        tokio::net::TcpListener::bind(opts.listen).await.with_context(|| format!("listening on {}", opts.listen))?;
+    let addr = listener.local_addr()?;
+    let state = std::sync::Arc::new(Front { active: std::sync::OnceLock::new(), leader: Default::default() });
+    let app = axum::Router::new().fallback(front).with_state(state.clone());
+    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+    let candidate = election::Candidate::new(client, &ha.etcd.prefix, &ha.advertise, ha.lease_s);
+    let held = std::sync::Arc::new(std::sync::OnceLock::new());
+    let term_slot = held.clone();
+    tokio::spawn(async move {
+        let term = candidate
+            .campaign(|leader| {
+                if let Ok(mut l) = state.leader.write() {
+                    *l = leader;
+                }
+            })
+            .await;
+        tracing::info!(revision = term.fence.revision, "elected leader; rebuilding the state from etcd");
+        let (url, fence, config) = (ha.etcd.clone(), term.fence.clone(), opts.config.clone());
+        let started = tokio::task::spawn_blocking(move || -> Result<core::Handle> {
+            let store = etcd_store::EtcdStore::open(&url, Some(fence))?;
+            Ok(core::start(config, store::Store::Etcd(store))?.0)
+        })
+        .await;
+        let handle = match started {
+            Ok(Ok(h)) => h,
+            Ok(Err(e)) => {
+                tracing::error!("elected, but the state could not be rebuilt from etcd: {e:#}");
+                std::process::exit(election::LOST_LEADERSHIP_EXIT);
+            }
+            Err(e) => {
+                tracing::error!("elected, but rebuilding the state panicked: {e}");
+                std::process::exit(election::LOST_LEADERSHIP_EXIT);
+            }
+        };
+        if let Ok(mut l) = state.leader.write() {
+            *l = Some(ha.advertise.clone());
+        }
+        let _ = state.active.set(http::router(handle, tokens));
+        let _ = term_slot.set((candidate.clone(), term.clone()));
+        tracing::info!("leading: serving as {}", ha.advertise);
+        let why = candidate.hold(term).await;
+        tracing::error!("lost the leadership ({why}); stopping so that a standby can lead");
+        std::process::exit(election::LOST_LEADERSHIP_EXIT);
+    });
+    Ok(Replica { addr, server, term: held })
 }
 
 /// Resolves on Ctrl-C (SIGINT) or SIGTERM (`kill`, systemd, Kubernetes), so

@@ -1,13 +1,17 @@
-//! The durable store: one SQLite file (rusqlite, bundled) in WAL mode with
-//! `synchronous = FULL`: a transaction is on disk (the WAL fsynced) when
-//! `COMMIT` returns, so it survives a crash of the process *and* of the
-//! machine. Writes come in batches from the core thread (group commit: one
-//! fsync for every job and decision of a batch).
+//! The durable store. Two engines keep the same three things: `meta` (the
+//! cluster clock's zero, topology, format version), `jobs` (accepted specs
+//! and reported progress) and `log` (every decision and driver event, by
+//! sequence number). The state in force is the fold of `log` over the jobs
+//! ([`crate::ledger::Ledger::replay`]). Writes come in batches from the core
+//! thread (group commit).
 //!
-//! Tables: `meta` (the cluster clock's zero, topology, format version),
-//! `jobs` (accepted specs and reported progress) and `log` (every decision
-//! and driver event, by sequence number). The state in force is the fold of
-//! `log` over the jobs ([`crate::ledger::Ledger::replay`]).
+//! - [`SqliteStore`], the default: one SQLite file (rusqlite, bundled) in WAL
+//!   mode with `synchronous = FULL`: a transaction is on disk (the WAL
+//!   fsynced) when `COMMIT` returns, so it survives a crash of the process
+//!   *and* of the machine; one fsync for every job and decision of a batch.
+//! - [`crate::etcd_store::EtcdStore`] (`--store etcd://...`): the same rows in
+//!   etcd, committed to a quorum of its members, each write guarded by the
+//!   leader's fence ([`crate::election`]).
 
 use crate::api::{LogEntry, Logged};
 use anyhow::{Context, Result, bail};
@@ -16,7 +20,8 @@ use rusqlite::{Connection, OptionalExtension, params};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-const SCHEMA_VERSION: &str = "1";
+/// Format version of the stored rows (both engines).
+pub const SCHEMA_VERSION: &str = "1";
 
 /// A job row.
 #[derive(Debug, Clone, PartialEq)]
@@ -62,14 +67,65 @@ pub struct Loaded {
     pub log: Vec<LogEntry>,
 }
 
-/// The database.
-pub struct Store {
-    conn: Connection,
+/// The store the core thread writes to.
+pub enum Store {
+    /// One SQLite file.
+    Sqlite(SqliteStore),
+    /// etcd, fenced by the leader's key.
+    Etcd(crate::etcd_store::EtcdStore),
 }
 
 impl Store {
+    /// Reads everything back. O(jobs + log).
+    pub fn load(&self) -> Result<Loaded> {
+        match self {
+            Store::Sqlite(s) => s.load(),
+            Store::Etcd(s) => s.load(),
+        }
+    }
+
+    /// Records the cluster clock's zero and the topology of a new store.
+    pub fn init(&mut self, epoch_unix_ms: i64, topology: &str) -> Result<()> {
+        match self {
+            Store::Sqlite(s) => s.init(epoch_unix_ms, topology),
+            Store::Etcd(s) => s.init(epoch_unix_ms, topology),
+        }
+    }
+
+    /// Log entries with `seq > since`, at most `limit`.
+    pub fn log_since(&self, since: u64, limit: usize) -> Result<Vec<LogEntry>> {
+        match self {
+            Store::Sqlite(s) => s.log_since(since, limit),
+            Store::Etcd(s) => s.log_since(since, limit),
+        }
+    }
+
+    /// Writes a batch; returns how long the commit took.
+    pub fn write(&mut self, batch: &Batch) -> Result<Duration> {
+        match self {
+            Store::Sqlite(s) => s.write(batch),
+            Store::Etcd(s) => s.write(batch),
+        }
+    }
+
+    /// What the store is, for logs: the file or the etcd members.
+    pub fn describe(&self) -> String {
+        match self {
+            Store::Sqlite(s) => s.path.display().to_string(),
+            Store::Etcd(s) => s.describe(),
+        }
+    }
+}
+
+/// The SQLite database.
+pub struct SqliteStore {
+    conn: Connection,
+    path: std::path::PathBuf,
+}
+
+impl SqliteStore {
     /// Opens (or creates) the database at `path`.
-    pub fn open(path: &Path) -> Result<Store> {
+    pub fn open(path: &Path) -> Result<SqliteStore> {
         let conn = Connection::open(path).with_context(|| format!("opening database {}", path.display()))?;
         conn.busy_timeout(Duration::from_secs(5))?;
         let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
@@ -101,7 +157,7 @@ impl Store {
             Some(SCHEMA_VERSION) => {}
             Some(v) => bail!("{}: schema version {v}, this orrery reads {SCHEMA_VERSION}", path.display()),
         }
-        Ok(Store { conn })
+        Ok(SqliteStore { conn, path: path.to_path_buf() })
     }
 
     /// Reads everything back. O(jobs + log).
@@ -194,40 +250,108 @@ impl Store {
     }
 }
 
+/// The store suite: what every engine must do, run on SQLite here and on
+/// a real 3-member etcd in `etcd_store`'s tests.
 #[cfg(test)]
-mod tests {
+pub(crate) mod suite {
     use super::*;
+    use crate::api::DriverEvent;
     use orrery_model::Work;
     use orrery_policy::Decision;
 
-    #[test]
-    fn a_batch_reads_back_after_reopening() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("orrery.db");
-        {
-            let mut s = Store::open(&path).expect("open");
-            s.init(1_700_000_000_000, "demo").expect("init");
-            let spec = JobSpec::new("a", "vgg16", 32, 2, Work::Iterations(10), 0.5);
-            let batch = Batch {
-                jobs: vec![JobRow { id: 0, spec, submitted_s: 0.5, iterations_done: 0 }],
-                progress: vec![(0, 3)],
-                log: vec![LogEntry {
-                    seq: 1,
-                    at_s: 0.5,
-                    source: "policy".into(),
-                    entry: Logged::Decision(Decision::Place { job: 0, hosts: vec![(0, 1), (1, 1)] }),
-                }],
-            };
-            s.write(&batch).expect("write");
+    fn job(id: usize, name: &str) -> JobRow {
+        let spec = JobSpec::new(name, "vgg16", 32, 2, Work::Iterations(10), 0.5);
+        JobRow { id, spec, submitted_s: 0.5 + id as f64, iterations_done: 0 }
+    }
+
+    fn entry(seq: u64, job: usize) -> LogEntry {
+        LogEntry {
+            seq,
+            at_s: seq as f64 / 4.0,
+            source: "policy".into(),
+            entry: Logged::Decision(Decision::Place { job, hosts: vec![(0, 1), (1, 1)] }),
         }
-        let s = Store::open(&path).expect("reopen");
+    }
+
+    /// A batch reads back after reopening: meta, jobs in id order with their
+    /// last progress, the log in order, and `log_since` pages.
+    pub fn a_batch_reads_back_after_reopening(open: &mut dyn FnMut() -> Store) {
+        {
+            let mut s = open();
+            assert!(s.load().expect("load").epoch_unix_ms.is_none(), "a new store has no clock");
+            s.init(1_700_000_000_000, "demo").expect("init");
+            let batch =
+                Batch { jobs: vec![job(0, "a"), job(1, "b")], progress: vec![(0, 3), (0, 5)], log: vec![entry(1, 0)] };
+            s.write(&batch).expect("write");
+            let more = Batch {
+                jobs: vec![job(2, "c")],
+                progress: vec![(1, 2)],
+                log: vec![
+                    entry(2, 1),
+                    LogEntry {
+                        seq: 3,
+                        at_s: 1.0,
+                        source: "driver".into(),
+                        entry: Logged::Event(DriverEvent::Finished { job: 0 }),
+                    },
+                ],
+            };
+            s.write(&more).expect("write");
+            s.write(&Batch::default()).expect("an empty batch");
+        }
+        let s = open();
         let l = s.load().expect("load");
         assert_eq!(l.epoch_unix_ms, Some(1_700_000_000_000));
         assert_eq!(l.topology.as_deref(), Some("demo"));
-        assert_eq!(l.jobs.len(), 1);
-        assert_eq!(l.jobs[0].iterations_done, 3);
-        assert_eq!(l.log.len(), 1);
-        assert_eq!(l.log[0].entry, Logged::Decision(Decision::Place { job: 0, hosts: vec![(0, 1), (1, 1)] }));
-        assert_eq!(s.log_since(1, 10).expect("since").len(), 0);
+        let names: Vec<&str> = l.jobs.iter().map(|j| j.spec.id.as_str()).collect();
+        assert_eq!(names, ["a", "b", "c"]);
+        let done: Vec<u64> = l.jobs.iter().map(|j| j.iterations_done).collect();
+        assert_eq!(done, [5, 2, 0], "the last progress of each job wins");
+        assert_eq!(l.jobs[2].submitted_s, 2.5);
+        let seqs: Vec<u64> = l.log.iter().map(|e| e.seq).collect();
+        assert_eq!(seqs, [1, 2, 3]);
+        assert_eq!(l.log[0], entry(1, 0));
+        assert_eq!(l.log[2].entry, Logged::Event(DriverEvent::Finished { job: 0 }));
+        let page: Vec<u64> = s.log_since(1, 1).expect("since").iter().map(|e| e.seq).collect();
+        assert_eq!(page, [2]);
+        assert_eq!(s.log_since(1, 10).expect("since").len(), 2);
+        assert!(s.log_since(3, 10).expect("since").is_empty());
+    }
+
+    /// A thousand jobs and log entries in one batch (a burst of
+    /// submissions) come back whole and in order.
+    pub fn a_large_batch_reads_back_whole(open: &mut dyn FnMut() -> Store) {
+        let mut s = open();
+        s.init(1, "demo").expect("init");
+        let n = 1_000;
+        let batch = Batch {
+            jobs: (0..n).map(|i| job(i, &format!("job-{i:04}"))).collect(),
+            progress: (0..n).map(|i| (i, i as u64)).collect(),
+            log: (1..=n as u64).map(|q| entry(q, q as usize - 1)).collect(),
+        };
+        s.write(&batch).expect("write");
+        let l = open().load().expect("load");
+        assert_eq!(l.jobs.len(), n);
+        assert!(l.jobs.iter().enumerate().all(|(i, j)| j.id == i && j.iterations_done == i as u64));
+        assert_eq!(l.log.len(), n);
+        assert!(l.log.iter().enumerate().all(|(i, e)| e.seq == i as u64 + 1));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sqlite(dir: &Path) -> impl FnMut() -> Store {
+        let path = dir.join("orrery.db");
+        move || Store::Sqlite(SqliteStore::open(&path).expect("open"))
+    }
+
+    #[test]
+    fn sqlite_passes_the_store_suite() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        suite::a_batch_reads_back_after_reopening(&mut sqlite(dir.path()));
+        let dir = tempfile::tempdir().expect("tempdir");
+        suite::a_large_batch_reads_back_whole(&mut sqlite(dir.path()));
     }
 }

@@ -173,6 +173,7 @@ pub async fn drive(
         config,
         listen: ([127, 0, 0, 1], 0).into(),
         data_dir: opts.dir.join("service"),
+        ha: None,
     })
     .await?;
     let server = format!("http://{}", service.addr);

@@ -30,6 +30,20 @@ pub struct ServeArgs {
     /// Seed of the policy's randomness.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Where the state lives: `sqlite` (orrery.db in --data, one service),
+    /// or `etcd://HOST:PORT[,HOST:PORT...][/PREFIX]` to run as one replica of
+    /// a highly available service: one replica leads, the others stand by
+    /// and take over when its lease lapses.
+    #[arg(long, default_value = "sqlite")]
+    store: String,
+    /// With --store etcd://: the URL clients and other replicas reach this
+    /// replica at (default http://LISTEN).
+    #[arg(long)]
+    advertise: Option<String>,
+    /// With --store etcd://: the leader's lease, s; a dead leader is replaced
+    /// about this long after its last renewal.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(i64).range(2..=60))]
+    lease_s: i64,
 }
 
 /// Where the client commands find the service.
@@ -113,7 +127,21 @@ pub fn serve(args: &ServeArgs) -> Result<()> {
         heartbeat_s: (args.node_timeout_s / 5.0).min(1.0),
         pins: Default::default(),
     };
-    let opts = orrery_serve::ServeOptions { config, listen: args.listen, data_dir: args.data.clone() };
+    let ha = match args.store.as_str() {
+        "sqlite" => None,
+        url => Some(orrery_serve::HaOptions {
+            etcd: url.parse().context("--store")?,
+            advertise: args.advertise.clone().unwrap_or_else(|| format!("http://{}", args.listen)),
+            lease_s: args.lease_s,
+        }),
+    };
+    if ha.is_none() && args.advertise.is_some() {
+        bail!("--advertise: only a replica on etcd (--store etcd://...) advertises itself");
+    }
+    let opts = orrery_serve::ServeOptions { config, listen: args.listen, data_dir: args.data.clone(), ha };
+    if opts.ha.is_some() {
+        return serve_replica(args, opts);
+    }
     runtime()?.block_on(async {
         let running = orrery_serve::start(opts).await?;
         let url = format!("http://{}", running.addr);
@@ -145,6 +173,43 @@ pub fn serve(args: &ServeArgs) -> Result<()> {
         tokio::select! {
             r = running.wait() => r,
             _ = orrery_serve::shutdown_signal() => { tracing::info!("stopping"); Ok(()) }
+        }
+    })
+}
+
+/// `orrery serve --store etcd://...`: one replica of a highly available service.
+fn serve_replica(args: &ServeArgs, opts: orrery_serve::ServeOptions) -> Result<()> {
+    let ha = opts.ha.clone().context("a replica needs --store etcd://")?;
+    runtime()?.block_on(async {
+        let mut replica = orrery_serve::start_replica(opts).await?;
+        let d = args.data.display();
+        let banner = format!(
+            "orrery replica listening on http://{} (advertised as {}; policy {}, topology {})\n\
+             \x20 store     etcd {} (prefix {}), leader lease {} s\n\
+             \x20 tokens    {d}/user.token, {d}/agent.token (shared by every replica through etcd)\n\
+             \x20 standby until elected: /v1/readyz answers 503, other requests name the leader\n\
+             clients and agents take every replica: --server URL1,URL2,URL3\n",
+            replica.addr,
+            ha.advertise,
+            args.policy,
+            args.topology,
+            ha.etcd.endpoints.join(","),
+            ha.etcd.prefix,
+            ha.lease_s
+        );
+        {
+            use std::io::Write;
+            let mut out = std::io::stdout().lock();
+            let _ = out.write_all(banner.as_bytes());
+            let _ = out.flush();
+        }
+        tokio::select! {
+            r = replica.wait() => r,
+            _ = orrery_serve::shutdown_signal() => {
+                tracing::info!("stopping; a leader resigns");
+                replica.resign().await;
+                Ok(())
+            }
         }
     })
 }

@@ -1,0 +1,440 @@
+//! The store on etcd (`orrery serve --store etcd://...`): the rows SQLite
+//! keeps, as keys under one prefix, each write committed to a quorum of the
+//! members before the core thread answers anyone.
+//!
+//! | key | value |
+//! |---|---|
+//! | `PREFIX/meta/schema`, `meta/epoch_unix_ms`, `meta/topology` | text |
+//! | `PREFIX/jobs/ID` (20 digits, the first id of a batch) | JSON array of the batch's new jobs |
+//! | `PREFIX/log/SEQ` (20 digits, the first seq of a batch) | JSON array of the batch's log entries |
+//! | `PREFIX/progress/ID` | iterations done by job ID |
+//! | `PREFIX/leader` | the leader's URL, under its lease ([`crate::election`]) |
+//!
+//! **Fencing.** Every transaction is guarded by the leader key's revision
+//! when this replica won ([`Fence`]): if the lease lapsed (the key is gone)
+//! or another replica won since (a newer revision), etcd refuses the write,
+//! the core thread stops (crash-only, as on a failed SQLite commit) and the
+//! decision never reaches an agent. So a paused leader cannot decide after
+//! it resumes.
+//!
+//! **Atomicity.** A batch is one transaction unless it exceeds etcd's limits
+//! (128 operations, 1.5 MiB per request by default); then it is several, in
+//! the order jobs, log, progress, each fenced. A crash between them leaves a
+//! prefix: jobs before the decisions that name them, the log without holes,
+//! and progress (monotonic, re-reported by the agents) possibly behind. No
+//! caller has heard of the batch, so nothing acknowledged is lost.
+
+use crate::api::LogEntry;
+use crate::etcd::{Compare, Etcd, EtcdUrl, Op};
+use crate::store::{Batch, JobRow, Loaded, SCHEMA_VERSION};
+use anyhow::{Context, Result, bail};
+use orrery_model::JobSpec;
+use serde::{Deserialize, Serialize};
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+/// Operations per transaction (etcd's `--max-txn-ops` is 128 by default).
+const TXN_OPS: usize = 100;
+/// Bytes of values per transaction (etcd's `--max-request-bytes` is 1.5 MiB).
+const TXN_BYTES: usize = 1 << 20;
+/// Keys per range request when reading back.
+const PAGE: i64 = 1_000;
+
+/// The leader key and the revision at which this replica created it: every
+/// write requires the key to be unchanged since.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fence {
+    /// The leader key.
+    pub key: Vec<u8>,
+    /// Its mod revision when this replica won.
+    pub revision: i64,
+}
+
+#[derive(Serialize, Deserialize)]
+struct StoredJob {
+    id: usize,
+    spec: JobSpec,
+    submitted_s: f64,
+}
+
+/// The etcd store. It owns a small tokio runtime of its own: the core thread
+/// that calls it is not async.
+pub struct EtcdStore {
+    rt: tokio::runtime::Runtime,
+    etcd: Etcd,
+    url: EtcdUrl,
+    fence: Option<Fence>,
+    /// First seq → last seq of each log key, so `log_since` reads only the
+    /// keys it needs. One entry per committed batch; filled by `load`.
+    log_keys: RefCell<BTreeMap<u64, u64>>,
+}
+
+fn key(prefix: &str, rest: &str) -> Vec<u8> {
+    format!("{prefix}{rest}").into_bytes()
+}
+
+impl EtcdStore {
+    /// Connects, and checks (or writes) the schema version. `fence` is the
+    /// leader's; `None` writes unguarded (tests, and tools that own the store).
+    pub fn open(url: &EtcdUrl, fence: Option<Fence>) -> Result<EtcdStore> {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        let etcd = Etcd::new(&url.endpoints, Duration::from_secs(3))?;
+        let mut store = EtcdStore { rt, etcd, url: url.clone(), fence, log_keys: RefCell::default() };
+        let schema = key(&url.prefix, "meta/schema");
+        let found = store.rt.block_on(store.etcd.get(&schema)).with_context(|| store.describe())?;
+        match found.map(|kv| String::from_utf8_lossy(&kv.value).into_owned()) {
+            None => store.commit(vec![Op::Put { key: schema, value: SCHEMA_VERSION.into(), lease: 0 }])?,
+            Some(v) if v == SCHEMA_VERSION => {}
+            Some(v) => bail!("{}: schema version {v}, this orrery reads {SCHEMA_VERSION}", store.describe()),
+        }
+        Ok(store)
+    }
+
+    /// The members and prefix, for messages.
+    pub fn describe(&self) -> String {
+        format!("etcd {} (prefix {})", self.url.endpoints.join(","), self.url.prefix)
+    }
+
+    fn guard(&self) -> Vec<Compare> {
+        self.fence.iter().map(|f| Compare::ModRevision(f.key.clone(), f.revision)).collect()
+    }
+
+    /// Runs `ops` as fenced transactions of at most [`TXN_OPS`] operations
+    /// and [`TXN_BYTES`] bytes, in order.
+    fn commit(&mut self, ops: Vec<Op>) -> Result<()> {
+        let guard = self.guard();
+        let mut chunk: Vec<Op> = Vec::new();
+        let mut bytes = 0;
+        let mut chunks = Vec::new();
+        for op in ops {
+            let size = match &op {
+                Op::Put { key, value, .. } => key.len() + value.len(),
+                Op::Get(k) | Op::Delete(k) => k.len(),
+            };
+            if !chunk.is_empty() && (chunk.len() == TXN_OPS || bytes + size > TXN_BYTES) {
+                chunks.push(std::mem::take(&mut chunk));
+                bytes = 0;
+            }
+            bytes += size;
+            chunk.push(op);
+        }
+        if !chunk.is_empty() {
+            chunks.push(chunk);
+        }
+        for chunk in chunks {
+            let r = self.rt.block_on(self.etcd.txn(&guard, &chunk, &[])).with_context(|| self.describe())?;
+            if !r.succeeded {
+                bail!(
+                    "{}: this replica is no longer the leader (its leader key changed since revision {}); \
+                     it stops deciding",
+                    self.describe(),
+                    self.fence.as_ref().map_or(0, |f| f.revision)
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads everything back. O(jobs + log), in pages of [`PAGE`] keys.
+    pub fn load(&self) -> Result<Loaded> {
+        let p = &self.url.prefix;
+        let read =
+            |rest: &str| self.rt.block_on(self.etcd.range_prefix(&key(p, rest), PAGE)).with_context(|| self.describe());
+        let mut loaded = Loaded::default();
+        for kv in read("meta/")? {
+            let value = String::from_utf8_lossy(&kv.value).into_owned();
+            match String::from_utf8_lossy(&kv.key).strip_prefix(p.as_str()) {
+                Some("meta/epoch_unix_ms") => {
+                    loaded.epoch_unix_ms =
+                        Some(value.parse().with_context(|| format!("{}: meta/epoch_unix_ms", self.describe()))?)
+                }
+                Some("meta/topology") => loaded.topology = Some(value),
+                _ => {}
+            }
+        }
+        for kv in read("jobs/")? {
+            let jobs: Vec<StoredJob> = serde_json::from_slice(&kv.value)
+                .with_context(|| format!("{}: {}", self.describe(), String::from_utf8_lossy(&kv.key)))?;
+            for j in jobs {
+                if j.id != loaded.jobs.len() {
+                    bail!("{}: job {} out of sequence (expected {})", self.describe(), j.id, loaded.jobs.len());
+                }
+                loaded.jobs.push(JobRow { id: j.id, spec: j.spec, submitted_s: j.submitted_s, iterations_done: 0 });
+            }
+        }
+        for kv in read("progress/")? {
+            let name = String::from_utf8_lossy(&kv.key).into_owned();
+            let id: usize = name
+                .rsplit('/')
+                .next()
+                .and_then(|s| s.parse().ok())
+                .with_context(|| format!("{}: key {name}", self.describe()))?;
+            let done: u64 =
+                String::from_utf8_lossy(&kv.value).parse().with_context(|| format!("{}: {name}", self.describe()))?;
+            if let Some(j) = loaded.jobs.get_mut(id) {
+                j.iterations_done = done;
+            }
+        }
+        let mut log_keys = self.log_keys.borrow_mut();
+        log_keys.clear();
+        for kv in read("log/")? {
+            let entries: Vec<LogEntry> = serde_json::from_slice(&kv.value)
+                .with_context(|| format!("{}: {}", self.describe(), String::from_utf8_lossy(&kv.key)))?;
+            if let (Some(first), Some(last)) = (entries.first(), entries.last()) {
+                log_keys.insert(first.seq, last.seq);
+            }
+            loaded.log.extend(entries);
+        }
+        Ok(loaded)
+    }
+
+    /// Records the cluster clock's zero and the topology of a new store.
+    pub fn init(&mut self, epoch_unix_ms: i64, topology: &str) -> Result<()> {
+        let p = self.url.prefix.clone();
+        self.commit(vec![
+            Op::Put { key: key(&p, "meta/epoch_unix_ms"), value: epoch_unix_ms.to_string().into(), lease: 0 },
+            Op::Put { key: key(&p, "meta/topology"), value: topology.as_bytes().to_vec(), lease: 0 },
+        ])
+    }
+
+    /// Log entries with `seq > since`, at most `limit`: reads the log keys
+    /// whose batches end after `since`. O(batches skipped + entries read).
+    pub fn log_since(&self, since: u64, limit: usize) -> Result<Vec<LogEntry>> {
+        let mut out = Vec::new();
+        let keys: Vec<u64> =
+            self.log_keys.borrow().iter().filter(|(_, last)| **last > since).map(|(first, _)| *first).collect();
+        for first in keys {
+            if out.len() >= limit {
+                break;
+            }
+            let k = key(&self.url.prefix, &format!("log/{first:020}"));
+            let Some(kv) = self.rt.block_on(self.etcd.get(&k)).with_context(|| self.describe())? else { continue };
+            let entries: Vec<LogEntry> =
+                serde_json::from_slice(&kv.value).with_context(|| format!("{}: log/{first:020}", self.describe()))?;
+            out.extend(entries.into_iter().filter(|e| e.seq > since).take(limit - out.len()));
+        }
+        Ok(out)
+    }
+
+    /// Writes a batch (see the module doc for when it is several
+    /// transactions); returns how long the commit took.
+    pub fn write(&mut self, batch: &Batch) -> Result<Duration> {
+        let t = Instant::now();
+        let p = self.url.prefix.clone();
+        let mut ops = Vec::new();
+        // Jobs and log entries in keys of at most TXN_BYTES / 2 each.
+        for jobs in chunks_by_size(&batch.jobs, |j| serde_json::to_vec(&j.spec).map_or(0, |v| v.len()) + 64) {
+            let stored: Vec<StoredJob> =
+                jobs.iter().map(|j| StoredJob { id: j.id, spec: j.spec.clone(), submitted_s: j.submitted_s }).collect();
+            ops.push(Op::Put {
+                key: key(&p, &format!("jobs/{:020}", jobs[0].id)),
+                value: serde_json::to_vec(&stored)?,
+                lease: 0,
+            });
+        }
+        let mut new_keys = Vec::new();
+        for entries in chunks_by_size(&batch.log, |e| serde_json::to_vec(e).map_or(0, |v| v.len())) {
+            let (first, last) = (entries[0].seq, entries[entries.len() - 1].seq);
+            new_keys.push((first, last));
+            ops.push(Op::Put {
+                key: key(&p, &format!("log/{first:020}")),
+                value: serde_json::to_vec(entries)?,
+                lease: 0,
+            });
+        }
+        let mut latest: BTreeMap<usize, u64> = BTreeMap::new();
+        for &(id, done) in &batch.progress {
+            latest.insert(id, done);
+        }
+        for (id, done) in latest {
+            ops.push(Op::Put { key: key(&p, &format!("progress/{id:020}")), value: done.to_string().into(), lease: 0 });
+        }
+        if !ops.is_empty() {
+            self.commit(ops)?;
+        }
+        self.log_keys.borrow_mut().extend(new_keys);
+        Ok(t.elapsed())
+    }
+}
+
+/// Splits `items` into runs whose estimated encoded size stays under half a
+/// transaction's bytes (one item alone may exceed it).
+fn chunks_by_size<T>(items: &[T], size: impl Fn(&T) -> usize) -> Vec<&[T]> {
+    let mut out = Vec::new();
+    let (mut start, mut bytes) = (0, 0);
+    for (i, item) in items.iter().enumerate() {
+        let s = size(item);
+        if i > start && bytes + s > TXN_BYTES / 2 {
+            out.push(&items[start..i]);
+            (start, bytes) = (i, 0);
+        }
+        bytes += s;
+    }
+    if start < items.len() {
+        out.push(&items[start..]);
+    }
+    out
+}
+
+/// A 3-member etcd on loopback ports in a temporary folder, for tests: it
+/// starts Debian's `etcd` (3.4) and stops the members when dropped.
+pub mod testing {
+    use std::net::TcpListener;
+    use std::path::PathBuf;
+    use std::process::{Child, Command, Stdio};
+    use std::time::{Duration, Instant};
+
+    /// A running test cluster.
+    pub struct EtcdCluster {
+        /// Members' client URLs.
+        pub endpoints: Vec<String>,
+        members: Vec<Option<Child>>,
+        args: Vec<Vec<String>>,
+        _dir: tempfile::TempDir,
+    }
+
+    /// Why etcd cannot run here (printed by tests that skip), or `None`.
+    pub fn unavailable() -> Option<String> {
+        match Command::new("etcd").arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status() {
+            Ok(s) if s.success() => None,
+            _ => Some("no `etcd` on PATH (Debian's etcd-server; .ci/run installs it)".into()),
+        }
+    }
+
+    fn free_port() -> u16 {
+        TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).unwrap_or(0)
+    }
+
+    impl EtcdCluster {
+        /// Starts `n` members and waits until they answer (at most 20 s).
+        pub fn start(n: usize) -> anyhow::Result<EtcdCluster> {
+            let dir = tempfile::tempdir()?;
+            let ports: Vec<(u16, u16)> = (0..n).map(|_| (free_port(), free_port())).collect();
+            let initial: Vec<String> =
+                ports.iter().enumerate().map(|(i, (_, peer))| format!("m{i}=http://127.0.0.1:{peer}")).collect();
+            let mut args = Vec::new();
+            for (i, (client, peer)) in ports.iter().enumerate() {
+                let data: PathBuf = dir.path().join(format!("m{i}"));
+                args.push(vec![
+                    format!("--name=m{i}"),
+                    format!("--data-dir={}", data.display()),
+                    format!("--listen-client-urls=http://127.0.0.1:{client}"),
+                    format!("--advertise-client-urls=http://127.0.0.1:{client}"),
+                    format!("--listen-peer-urls=http://127.0.0.1:{peer}"),
+                    format!("--initial-advertise-peer-urls=http://127.0.0.1:{peer}"),
+                    format!("--initial-cluster={}", initial.join(",")),
+                    "--initial-cluster-state=new".into(),
+                    "--initial-cluster-token=orrery-test".into(),
+                    // Loopback: a short heartbeat and election keep failover tests quick.
+                    "--heartbeat-interval=50".into(),
+                    "--election-timeout=500".into(),
+                    "--log-level=error".into(),
+                ]);
+            }
+            let mut cluster = EtcdCluster {
+                endpoints: ports.iter().map(|(c, _)| format!("http://127.0.0.1:{c}")).collect(),
+                members: (0..n).map(|_| None).collect(),
+                args,
+                _dir: dir,
+            };
+            for i in 0..n {
+                cluster.restart(i)?;
+            }
+            let deadline = Instant::now() + Duration::from_secs(20);
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+            let etcd = crate::etcd::Etcd::new(&cluster.endpoints, Duration::from_secs(1))?;
+            loop {
+                match rt.block_on(etcd.get(b"/probe")) {
+                    Ok(_) => return Ok(cluster),
+                    Err(e) if Instant::now() > deadline => anyhow::bail!("etcd did not start in 20 s: {e:#}"),
+                    Err(_) => std::thread::sleep(Duration::from_millis(100)),
+                }
+            }
+        }
+
+        /// `etcd://...` for these members under `prefix`.
+        pub fn url(&self, prefix: &str) -> String {
+            let hosts: Vec<&str> = self.endpoints.iter().map(|e| e.trim_start_matches("http://")).collect();
+            format!("etcd://{}/{prefix}", hosts.join(","))
+        }
+
+        /// Kills member `i` (SIGKILL).
+        pub fn kill(&mut self, i: usize) {
+            if let Some(mut c) = self.members[i].take() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+
+        /// Starts member `i` again (with its data).
+        pub fn restart(&mut self, i: usize) -> anyhow::Result<()> {
+            let child = Command::new("etcd")
+                .args(&self.args[i])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .map_err(|e| anyhow::anyhow!("starting etcd: {e}"))?;
+            self.members[i] = Some(child);
+            Ok(())
+        }
+    }
+
+    impl Drop for EtcdCluster {
+        fn drop(&mut self) {
+            for i in 0..self.members.len() {
+                self.kill(i);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::{EtcdCluster, unavailable};
+    use super::*;
+    use crate::store::{Store, suite};
+
+    fn cluster_or_skip() -> Option<EtcdCluster> {
+        if let Some(why) = unavailable() {
+            eprintln!("skipped: {why}");
+            return None;
+        }
+        Some(EtcdCluster::start(3).expect("a 3-member etcd"))
+    }
+
+    fn store(cluster: &EtcdCluster, prefix: &str, fence: Option<Fence>) -> Store {
+        let url: EtcdUrl = cluster.url(prefix).parse().expect("url");
+        let s = EtcdStore::open(&url, fence).expect("open");
+        s.load().expect("load");
+        Store::Etcd(s)
+    }
+
+    #[test]
+    fn etcd_passes_the_store_suite_and_a_stale_fence_writes_nothing() {
+        let Some(mut cluster) = cluster_or_skip() else { return };
+        suite::a_batch_reads_back_after_reopening(&mut || store(&cluster, "suite-a", None));
+        suite::a_large_batch_reads_back_whole(&mut || store(&cluster, "suite-b", None));
+
+        // A fence on a key that changed since: refused, and nothing written.
+        let url: EtcdUrl = cluster.url("fenced").parse().expect("url");
+        let etcd = Etcd::new(&url.endpoints, Duration::from_secs(3)).expect("client");
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("rt");
+        let leader = key(&url.prefix, "leader");
+        let won = rt.block_on(etcd.txn(&[], &[Op::Put { key: leader.clone(), value: b"a".to_vec(), lease: 0 }], &[]));
+        let revision = won.expect("put").revision;
+        let mut s = store(&cluster, "fenced", Some(Fence { key: leader.clone(), revision }));
+        s.init(5, "demo").expect("the fence holds");
+        rt.block_on(etcd.txn(&[], &[Op::Put { key: leader, value: b"b".to_vec(), lease: 0 }], &[]))
+            .expect("a new leader");
+        let err = s.init(6, "demo").expect_err("a stale fence");
+        assert!(err.to_string().contains("no longer the leader"), "{err:#}");
+        assert_eq!(s.load().expect("load").epoch_unix_ms, Some(5), "the refused write left nothing");
+
+        // One member of three down: reads and writes go on.
+        cluster.kill(0);
+        let mut s = store(&cluster, "one-down", None);
+        s.init(7, "demo").expect("a write with two members of three");
+        assert_eq!(s.load().expect("load").epoch_unix_ms, Some(7));
+    }
+}
