@@ -1,6 +1,7 @@
 //! `orrery bench serve`: durable submissions per second over real HTTP on
-//! loopback, with every job committed (SQLite, synchronous=FULL) before its
-//! answer, and the decisions the policy commits meanwhile.
+//! loopback, with every job committed (SQLite with synchronous=FULL, or a
+//! quorum of etcd members) before its answer, and the decisions the policy
+//! commits meanwhile.
 
 use crate::api::{LogEntry, Logged, RegisterRequest};
 use crate::client::Client;
@@ -22,6 +23,9 @@ pub struct BenchOptions {
     pub topology: Topology,
     /// Where the database goes (a fresh directory).
     pub data_dir: std::path::PathBuf,
+    /// Run the service as a replica on etcd instead of on SQLite (it is
+    /// measured once it leads).
+    pub ha: Option<crate::HaOptions>,
 }
 
 /// What was measured.
@@ -66,14 +70,31 @@ pub async fn run(opts: BenchOptions) -> Result<BenchReport> {
         heartbeat_s: 1.0,
         pins: Default::default(),
     };
-    let running = crate::start(crate::ServeOptions {
+    let serve = crate::ServeOptions {
         config,
         listen: "127.0.0.1:0".parse().context("address")?,
         data_dir: opts.data_dir.clone(),
-        ha: None,
-    })
-    .await?;
-    let url = format!("http://{}", running.addr);
+        ha: opts.ha.clone(),
+    };
+    // The service runs in this process: alone on SQLite, or as the one
+    // replica on etcd (which leads within a moment of starting).
+    let (addr, _service) = match opts.ha {
+        None => {
+            let running = crate::start(serve).await?;
+            (running.addr, Some(running))
+        }
+        Some(_) => {
+            let replica = crate::start_replica(serve).await?;
+            let ready = format!("http://{}/v1/readyz", replica.addr);
+            let t = Instant::now();
+            while !reqwest::get(&ready).await.is_ok_and(|r| r.status().is_success()) {
+                anyhow::ensure!(t.elapsed() < Duration::from_secs(20), "the replica did not lead within 20 s");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            (replica.addr, None)
+        }
+    };
+    let url = format!("http://{addr}");
     let read = |f: &str| crate::auth::read_token(&opts.data_dir.join(f));
     let (user, agent) = (read("user.token")?, read("agent.token")?);
     let err = |e: crate::client::ClientError| anyhow::anyhow!("{e}");
@@ -121,7 +142,15 @@ pub async fn run(opts: BenchOptions) -> Result<BenchReport> {
     let placements =
         decisions.iter().filter(|e| matches!(e.entry, Logged::Decision(orrery_policy::Decision::Place { .. }))).count();
     // The policy's own time, from the service's histogram.
-    let text = running.handle.metrics.encode();
+    let text = reqwest::Client::new()
+        .get(format!("{url}/metrics"))
+        .bearer_auth(&user)
+        .send()
+        .await
+        .context("reading /metrics")?
+        .text()
+        .await
+        .context("reading /metrics")?;
     let metric = |name: &str| {
         text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse::<f64>().ok()).unwrap_or(0.0)
     };

@@ -481,6 +481,12 @@ pub struct BenchServeArgs {
     /// Print JSON.
     #[arg(long)]
     json: bool,
+    /// Where the service commits: `sqlite` (one file, synchronous=FULL),
+    /// `etcd` (a 3-member etcd started on loopback for the run; needs
+    /// Debian's etcd-server) or `etcd://HOST:PORT[,...][/PREFIX]` (an
+    /// existing one).
+    #[arg(long, default_value = "sqlite")]
+    store: String,
     /// Emulate this many node agents against a real `orrery serve` (started
     /// as a child process on a leaf-spine of at least that many hosts, 8
     /// GPUs each): they register, heartbeat, long-poll and report every
@@ -621,21 +627,44 @@ pub fn bench_serve(args: &BenchServeArgs) -> Result<()> {
     let jobs: Vec<_> = parsed.items.into_iter().take(args.jobs).collect();
     let dir = std::env::temp_dir().join(format!("orrery-bench-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
+    // `etcd`: a throwaway 3-member cluster on loopback, stopped when dropped.
+    let mut local_etcd = None;
+    let (ha, committed_to) = match args.store.as_str() {
+        "sqlite" => (None, "SQLite (WAL, synchronous=FULL)".to_string()),
+        other => {
+            let url = if other == "etcd" {
+                if let Some(why) = orrery_serve::etcd_store::testing::unavailable() {
+                    bail!("--store etcd: {why}");
+                }
+                let cluster = orrery_serve::etcd_store::testing::EtcdCluster::start(3)?;
+                let url = cluster.url("bench");
+                local_etcd = Some(cluster);
+                url
+            } else {
+                other.to_string()
+            };
+            let etcd: orrery_serve::etcd::EtcdUrl = url.parse().context("--store")?;
+            let what = format!("a quorum of etcd {}", etcd.endpoints.join(","));
+            (Some(orrery_serve::HaOptions { etcd, advertise: "http://127.0.0.1".into(), lease_s: 3 }), what)
+        }
+    };
     let opts = orrery_serve::bench::BenchOptions {
         jobs,
         concurrency: args.concurrency,
         policy: args.policy.clone(),
         topology: crate::topo::load(&args.topology)?,
         data_dir: dir.clone(),
+        ha,
     };
     let report = runtime()?.block_on(orrery_serve::bench::run(opts));
     let _ = std::fs::remove_dir_all(&dir);
+    drop(local_etcd);
     let r = report?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&r)?);
     } else {
         println!(
-            "{} jobs from {} in {:.2} s over HTTP on loopback, each committed to SQLite (WAL, synchronous=FULL) before its answer",
+            "{} jobs from {} in {:.2} s over HTTP on loopback, each committed to {committed_to} before its answer",
             r.jobs,
             args.trace.display(),
             r.seconds

@@ -6,6 +6,7 @@
 
 mod agent;
 mod compat;
+mod failover;
 mod import;
 mod k8s;
 mod live;
@@ -147,6 +148,8 @@ enum Command {
 enum BenchCommand {
     /// Submissions per second to a live service on loopback, each durably committed.
     Serve(live::BenchServeArgs),
+    /// The highly available service (`serve --store etcd://`) under load while its leader is killed.
+    Failover(failover::FailoverArgs),
 }
 
 /// Records phase durations for `--timings`.
@@ -220,6 +223,7 @@ fn main() -> ExitCode {
         Command::Cancel { id, client } => live::cancel(&client, &id),
         Command::Decisions { since, json, client } => live::decisions(&client, since, json),
         Command::Bench(BenchCommand::Serve(args)) => live::bench_serve(&args),
+        Command::Bench(BenchCommand::Failover(args)) => failover::bench(&args),
         Command::Testbed(cmd) => testbed::run(&cmd),
         Command::K8s(cmd) => k8s::run(&cmd),
         Command::Worker(args) => testbed::worker(&args),
