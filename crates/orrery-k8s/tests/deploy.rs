@@ -2,9 +2,10 @@
 //! the CRDs are the ones the code generates, and the pieces agree with each
 //! other and with the code (verbs, RBAC, time-outs, the example job).
 
-use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Namespace, PersistentVolumeClaim, Pod, Service, ServiceAccount};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use orrery_k8s::crd::{NetworkTopology, NodeBandwidth, PodBandwidth};
 use serde::Deserialize;
@@ -42,6 +43,8 @@ fn typed(file: &str, doc: &serde_json::Value) -> String {
         "Deployment" => parse::<Deployment>(file, doc),
         "Service" => parse::<Service>(file, doc),
         "DaemonSet" => parse::<DaemonSet>(file, doc),
+        "StatefulSet" => parse::<StatefulSet>(file, doc),
+        "PodDisruptionBudget" => parse::<PodDisruptionBudget>(file, doc),
         "Job" => parse::<Job>(file, doc),
         "NetworkTopology" => parse::<NetworkTopology>(file, doc),
         "NodeBandwidth" => parse::<NodeBandwidth>(file, doc),
@@ -54,7 +57,9 @@ fn typed(file: &str, doc: &serde_json::Value) -> String {
 #[test]
 fn every_manifest_parses_into_its_kubernetes_type() {
     let mut kinds = Vec::new();
-    for file in ["orrery.yaml", "agent.yaml", "cluster-example.yaml", "example-job.yaml", "sweep-job.yaml"] {
+    for file in
+        ["orrery.yaml", "orrery-ha.yaml", "agent.yaml", "cluster-example.yaml", "example-job.yaml", "sweep-job.yaml"]
+    {
         for doc in documents(file) {
             kinds.push(typed(file, &doc));
         }
@@ -321,4 +326,73 @@ fn expansion_follows_the_kubelet() {
     let env: std::collections::BTreeMap<String, String> = [("SHARD".to_string(), "3".to_string())].into();
     assert_eq!(expand("$(SHARD)/8", &env), "3/8");
     assert_eq!(expand("$$(SHARD) $(NONE) $", &env), "$(SHARD) $(NONE) $");
+}
+
+/// deploy/orrery-ha.yaml (issue 40): every replica's `--store` names exactly
+/// the etcd StatefulSet's members (pod `NAME-i` of the headless Service), the
+/// members' `--initial-cluster` lists the same pods, the Service reaches only
+/// the leader (readiness is `/v1/readyz`, which only the leader passes), the
+/// agents' `--server` is that Service, and the disruption budgets keep etcd's
+/// quorum and a standby.
+#[test]
+fn the_ha_deployment_points_every_replica_at_the_etcd_members_and_routes_to_the_leader() {
+    let docs = documents("orrery-ha.yaml");
+    let find = |kind: &str, name: &str| {
+        docs.iter()
+            .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("no {kind} {name} in orrery-ha.yaml"))
+            .clone()
+    };
+    let sts: StatefulSet = serde_json::from_value(find("StatefulSet", "etcd")).expect("StatefulSet");
+    let spec = sts.spec;
+    let members = spec.replicas.expect("replicas");
+    assert_eq!(members, 3, "three etcd members: one may fail");
+    let pods: Vec<String> =
+        (0..members).map(|i| format!("etcd-{i}.{}", spec.service_name.as_deref().unwrap_or(""))).collect();
+    let etcd = &spec.template.spec.expect("pod spec").containers[0];
+    let command = etcd.command.clone().unwrap_or_default();
+    let initial = command.iter().find_map(|a| a.strip_prefix("--initial-cluster=")).expect("--initial-cluster");
+    let peers: Vec<String> = (0..members).map(|i| format!("etcd-{i}=http://{}:2380", pods[i as usize])).collect();
+    assert_eq!(initial, peers.join(","));
+
+    let deployment: Deployment = serde_json::from_value(find("Deployment", "orrery")).expect("Deployment");
+    let dspec = deployment.spec;
+    assert!(dspec.replicas.is_some_and(|r| r >= 2), "a standby at least");
+    let pod = dspec.template.spec.expect("pod spec");
+    let orrery = &pod.containers[0];
+    let args = orrery.args.clone().unwrap_or_default();
+    let value = |flag: &str| args.iter().position(|a| a == flag).map(|i| args[i + 1].clone());
+    let store: orrery_serve::etcd::EtcdUrl = value("--store").expect("--store").parse().expect("an etcd:// URL");
+    let want: Vec<String> = pods.iter().map(|p| format!("http://{p}:2379")).collect();
+    assert_eq!(store.endpoints, want, "the replicas use every etcd member");
+    assert!(value("--advertise").is_some_and(|a| a.contains("$(POD_IP)")), "each replica advertises its own address");
+    let readiness = orrery.readiness_probe.as_ref().and_then(|p| p.http_get.as_ref()).expect("readiness");
+    assert_eq!(readiness.path.as_deref(), Some("/v1/readyz"), "only the leader is ready");
+    let liveness = orrery.liveness_probe.as_ref().and_then(|p| p.http_get.as_ref()).expect("liveness");
+    assert_eq!(liveness.path.as_deref(), Some("/v1/healthz"), "a standby is alive");
+
+    let service: Service = serde_json::from_value(find("Service", "orrery")).expect("Service");
+    let selector = service.spec.and_then(|s| s.selector).expect("selector");
+    let labels = dspec.template.metadata.and_then(|m| m.labels).expect("labels");
+    assert!(selector.iter().all(|(k, v)| labels.get(k) == Some(v)), "the Service selects the replicas");
+    let agents = documents("agent.yaml");
+    let agent_args: Vec<String> = agents
+        .iter()
+        .find(|d| d["kind"] == "DaemonSet")
+        .and_then(|d| serde_json::from_value(d["spec"]["template"]["spec"]["containers"][0]["args"].clone()).ok())
+        .expect("the agents' args");
+    let server = agent_args.iter().position(|a| a == "--server").map(|i| agent_args[i + 1].clone());
+    assert_eq!(
+        server.as_deref(),
+        Some("http://orrery.orrery-system.svc:7400"),
+        "agents reach the leader through the Service"
+    );
+
+    let budget = |name: &str| -> PodDisruptionBudget {
+        serde_json::from_value(find("PodDisruptionBudget", name)).expect("PodDisruptionBudget")
+    };
+    let etcd_pdb = budget("etcd").spec.expect("spec");
+    assert_eq!(etcd_pdb.min_available, Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(2)));
+    let orrery_pdb = budget("orrery").spec.expect("spec");
+    assert_eq!(orrery_pdb.max_unavailable, Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(1)));
 }

@@ -1165,7 +1165,7 @@ impl Replica {
     fn start(dir: &Path, store: &str) -> Replica {
         let port = free_port();
         let mut child = Command::new(BIN)
-            .args(["serve", "--policy", "fifo", "--topology", "leaf-spine", "--lease-s", "2", "--store", store])
+            .args(["serve", "--policy", "fifo", "--topology", "demo", "--lease-s", "2", "--store", store])
             .arg("--listen")
             .arg(format!("127.0.0.1:{port}"))
             .arg("--data")
@@ -1206,6 +1206,9 @@ impl Replica {
 /// 2 s lease, is replaced by the standby; resumed, it decides nothing (a
 /// submission the kernel queued for it while paused is not committed by it,
 /// and the log is as the new leader has it) and exits as a fenced leader does.
+/// Meanwhile two real agents, given both replicas, keep the training
+/// processes of a running job: same pids, same epoch, no preemption, and
+/// its iterations go on under the new leader.
 #[test]
 fn a_leader_paused_past_its_lease_decides_nothing_when_it_resumes() {
     use orrery_serve::etcd_store::testing::{EtcdCluster, unavailable};
@@ -1222,6 +1225,34 @@ fn a_leader_paused_past_its_lease_decides_nothing_when_it_resumes() {
     let user = std::fs::read_to_string(dirs[lead].path().join("user.token")).expect("token").trim().to_string();
     let servers = format!("{},{}", replicas[0].url(), replicas[1].url());
     let users = orrery_serve::client::Client::new(&servers, &user).expect("client");
+    // Two agents given both replicas; the job's ranks are the emulated
+    // training loop (python/examples/train.py), reporting every iteration.
+    let sockets = [dirs[0].path().join("h0.sock"), dirs[0].path().join("h1.sock")];
+    let _agents: Vec<Proc> = ["h0", "h1"]
+        .iter()
+        .zip(&sockets)
+        .map(|(name, socket)| {
+            let mut c = Command::new(BIN);
+            c.args(["agent", "--node", "--name", name, "--gpus", "2", "--nic-gbps", "50"])
+                .args(["--exec", "exec python3 python/examples/train.py"])
+                .arg("--server")
+                .arg(&servers)
+                .arg("--token")
+                .arg(dirs[lead].path().join("agent.token"))
+                .arg("--socket")
+                .arg(socket)
+                .env("RUST_LOG", "warn")
+                .current_dir(repo());
+            Proc(c.spawn().expect("agent starts"))
+        })
+        .collect();
+    let training: JobSpec = serde_json::from_value(job("training", "resnet50", 1_000_000, "low")).expect("spec");
+    http.rt.block_on(users.submit(&training)).expect("submitted");
+    let running = wait_until("the job's ranks to run", Duration::from_secs(20), || {
+        let j = http.rt.block_on(users.job("training")).ok()?;
+        let pids: Vec<Vec<String>> = sockets.iter().map(|s| processes_of_agent(s)).collect();
+        (j.hosts.len() == 2 && j.iterations_done > 0 && pids.iter().all(|p| !p.is_empty())).then_some((j, pids))
+    });
     for i in 0..3 {
         let spec: JobSpec = serde_json::from_value(job(&format!("before-{i}"), "vgg16", 100, "low")).expect("spec");
         http.rt.block_on(users.submit(&spec)).expect("submitted");
@@ -1256,5 +1287,28 @@ fn a_leader_paused_past_its_lease_decides_nothing_when_it_resumes() {
     assert!(!matches!(held, Some(200 | 201)) || present, "acknowledged, so it must be durable");
     assert!(replicas[new].leads(&http), "the new leader still leads");
     let jobs = http.rt.block_on(users.jobs(None)).expect("jobs");
-    assert_eq!(jobs.len(), 3 + usize::from(present), "the jobs acknowledged before the pause, once each");
+    assert_eq!(jobs.len(), 4 + usize::from(present), "the jobs acknowledged before the pause, once each");
+    // The running job went through the failover untouched.
+    let (before_job, before_pids) = running;
+    let after = wait_until("iterations under the new leader", Duration::from_secs(20), || {
+        let j = http.rt.block_on(users.job("training")).ok()?;
+        (j.iterations_done > before_job.iterations_done + 5).then_some(j)
+    });
+    assert_eq!((after.epoch, after.preemptions, &after.hosts), (before_job.epoch, 0, &before_job.hosts));
+    // (Other jobs placed since may have started processes beside them.)
+    let pids: Vec<Vec<String>> = sockets.iter().map(|s| processes_of_agent(s)).collect();
+    for (now, before) in pids.iter().zip(&before_pids) {
+        assert!(
+            before.iter().all(|p| now.contains(p)),
+            "the same training processes, not restarted: {before:?} then {now:?}"
+        );
+    }
+    let log: Vec<LogEntry> = http.rt.block_on(users.decisions(0)).expect("log");
+    assert!(
+        !log.iter().any(|e| matches!(
+            e.entry,
+            Logged::Decision(Decision::Preempt { .. }) | Logged::Event(DriverEvent::NodeDown { .. })
+        )),
+        "no preemption and no node down across the failover"
+    );
 }
