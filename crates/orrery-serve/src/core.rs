@@ -325,6 +325,28 @@ impl Core {
         }
     }
 
+    /// A follower replays what the leader committed since it last read;
+    /// true if anything was new.
+    fn follow(&mut self) -> Result<bool> {
+        let Store::Etcd(store) = &self.store else { return Ok(false) };
+        let new = store.follow(self.ledger.jobs().len(), self.ledger.next_seq() - 1)?;
+        if new.is_empty() {
+            return Ok(false);
+        }
+        for j in new.jobs {
+            self.ledger.restore_job(j.spec, j.submitted_s);
+        }
+        for e in &new.log {
+            self.ledger.replay(e.seq, &e.entry, e.at_s);
+        }
+        for (id, done) in new.progress {
+            self.ledger.restore_progress(id, done);
+        }
+        let now = self.now_s();
+        self.ledger.touch_all(now);
+        Ok(true)
+    }
+
     /// Nodes silent past the time-out: their jobs are preempted (logged as
     /// the driver's), then the node is marked down.
     fn check_liveness(&mut self) {
@@ -373,8 +395,25 @@ impl Handle {
     }
 }
 
+/// How often a standby's copy reads what the leader committed.
+pub const FOLLOW_EVERY: Duration = Duration::from_millis(250);
+
 /// Rebuilds the state from the store and starts the core thread.
-pub fn start(config: Config, mut store: Store) -> Result<(Handle, std::thread::JoinHandle<()>)> {
+pub fn start(config: Config, store: Store) -> Result<(Handle, std::thread::JoinHandle<()>)> {
+    spawn(config, store, false)
+}
+
+/// A standby's read-only copy of the leader's state: rebuilt from etcd, then
+/// every [`FOLLOW_EVERY`] it replays what the leader committed since
+/// ([`crate::etcd_store::EtcdStore::follow`]). It answers reads; it never
+/// calls the policy, checks liveness or writes (a request that would write
+/// is a bug of the caller: its batch is dropped). Node liveness is the
+/// leader's: the copy shows a node up from its NodeUp to its NodeDown.
+pub fn start_follower(config: Config, store: Store) -> Result<(Handle, std::thread::JoinHandle<()>)> {
+    spawn(config, store, true)
+}
+
+fn spawn(config: Config, mut store: Store, follower: bool) -> Result<(Handle, std::thread::JoinHandle<()>)> {
     let loaded = store.load()?;
     let topo_name = config.topology.name.clone();
     if let Some(t) = &loaded.topology
@@ -388,6 +427,7 @@ pub fn start(config: Config, mut store: Store) -> Result<(Handle, std::thread::J
     }
     let epoch_unix_ms = match loaded.epoch_unix_ms {
         Some(e) => e,
+        None if follower => bail!("{}: nothing to follow yet (no leader has written)", store.describe()),
         None => {
             let e = unix_ms();
             store.init(e, &topo_name)?;
@@ -421,9 +461,43 @@ pub fn start(config: Config, mut store: Store) -> Result<(Handle, std::thread::J
         policy.set_colocation(&orrery_model::colocation::Colocation::default());
         let core =
             Core { ledger, store, policy, config, epoch_unix_ms, metrics: m, batch: Batch::default(), dirty: true };
-        run(core, rx, seq_tx, version_tx);
+        if follower {
+            follow(core, rx, seq_tx, version_tx);
+        } else {
+            run(core, rx, seq_tx, version_tx);
+        }
     })?;
     Ok((Handle { tx, committed: seq_rx, version: version_rx, metrics }, thread))
+}
+
+/// The follower's loop: answer reads at once, replay what is new every
+/// [`FOLLOW_EVERY`]; ends when every handle is gone.
+fn follow(mut core: Core, rx: Receiver<Job>, seq_tx: watch::Sender<u64>, version_tx: watch::Sender<u64>) {
+    let mut next = Instant::now();
+    loop {
+        match rx.recv_timeout(next.saturating_duration_since(Instant::now())) {
+            Ok(job) => {
+                let deliver = job(&mut core);
+                if !core.batch.is_empty() {
+                    tracing::error!("a request tried to write on a standby's copy; dropped");
+                    core.batch = Batch::default();
+                }
+                deliver();
+                continue;
+            }
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => return,
+        }
+        next = Instant::now() + FOLLOW_EVERY;
+        match core.follow() {
+            Ok(true) => {
+                seq_tx.send_replace(core.ledger.next_seq() - 1);
+                version_tx.send_modify(|v| *v += 1);
+            }
+            Ok(false) => {}
+            Err(e) => tracing::warn!("following the leader: {e:#}"),
+        }
+    }
 }
 
 fn run(mut core: Core, rx: Receiver<Job>, seq_tx: watch::Sender<u64>, version_tx: watch::Sender<u64>) {

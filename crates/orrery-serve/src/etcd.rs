@@ -71,6 +71,16 @@ pub struct Kv {
     pub mod_revision: i64,
 }
 
+/// Which version of the keys a read sees: all at `revision` (0: the
+/// latest), and only keys changed at or after `min_mod_revision` (0: all).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Snapshot {
+    /// Read as of this revision.
+    pub revision: i64,
+    /// Only keys last changed at this revision or later.
+    pub min_mod_revision: i64,
+}
+
 /// A comparison in a transaction's guard.
 #[derive(Debug, Clone)]
 pub enum Compare {
@@ -221,22 +231,46 @@ impl Etcd {
     /// Keys in `[key, end)` (or only `key` when `end` is empty), in key order,
     /// at most `limit` (0: all). O(keys returned).
     pub async fn range(&self, key: &[u8], end: &[u8], limit: i64) -> Result<Vec<Kv>> {
+        Ok(self.range_at(key, end, limit, &Snapshot::default()).await?.0)
+    }
+
+    /// [`Etcd::range`] as of a snapshot; also returns the store's revision
+    /// the answer is of.
+    pub async fn range_at(&self, key: &[u8], end: &[u8], limit: i64, at: &Snapshot) -> Result<(Vec<Kv>, i64)> {
         let mut body = json!({ "key": b64(key), "limit": limit.to_string() });
         if !end.is_empty() {
             body["range_end"] = json!(b64(end));
         }
+        if at.revision > 0 {
+            body["revision"] = json!(at.revision.to_string());
+        }
+        if at.min_mod_revision > 0 {
+            body["min_mod_revision"] = json!(at.min_mod_revision.to_string());
+        }
         let v = self.call("/v3/kv/range", &body).await?;
+        let header: Header = serde_json::from_value(v.get("header").cloned().unwrap_or(json!({})))?;
         let kvs: Vec<RawKv> = serde_json::from_value(v.get("kvs").cloned().unwrap_or(json!([])))?;
-        kvs.into_iter().map(RawKv::decode).collect()
+        Ok((kvs.into_iter().map(RawKv::decode).collect::<Result<_>>()?, header.revision))
+    }
+
+    /// The store's current revision.
+    pub async fn revision(&self) -> Result<i64> {
+        Ok(self.range_at(b"\0", &[], 1, &Snapshot::default()).await?.1)
     }
 
     /// Every key with this prefix, in key order, read in pages of `page`.
     pub async fn range_prefix(&self, prefix: &[u8], page: i64) -> Result<Vec<Kv>> {
+        self.range_prefix_at(prefix, prefix, page, &Snapshot::default()).await
+    }
+
+    /// The keys of `[from, end of prefix)` as of a snapshot, in pages of
+    /// `page` (all pages read at the snapshot's revision, so they agree).
+    pub async fn range_prefix_at(&self, prefix: &[u8], from: &[u8], page: i64, at: &Snapshot) -> Result<Vec<Kv>> {
         let end = prefix_end(prefix);
         let mut out: Vec<Kv> = Vec::new();
-        let mut from = prefix.to_vec();
+        let mut from = from.to_vec();
         loop {
-            let got = self.range(&from, &end, page).await?;
+            let got = self.range_at(&from, &end, page, at).await?.0;
             let full = got.len() as i64 == page;
             if let Some(last) = got.last() {
                 from = last.key.clone();

@@ -25,7 +25,7 @@
 //! caller has heard of the batch, so nothing acknowledged is lost.
 
 use crate::api::LogEntry;
-use crate::etcd::{Compare, Etcd, EtcdUrl, Op};
+use crate::etcd::{Compare, Etcd, EtcdUrl, Kv, Op, Snapshot};
 use crate::store::{Batch, JobRow, Loaded, SCHEMA_VERSION};
 use anyhow::{Context, Result, bail};
 use orrery_model::JobSpec;
@@ -68,6 +68,26 @@ pub struct EtcdStore {
     /// First seq → last seq of each log key, so `log_since` reads only the
     /// keys it needs. One entry per committed batch; filled by `load`.
     log_keys: RefCell<BTreeMap<u64, u64>>,
+    /// The revision the last `load` or `follow` read at.
+    read_revision: std::cell::Cell<i64>,
+}
+
+/// What other replicas committed since the last read ([`EtcdStore::follow`]).
+#[derive(Debug, Default)]
+pub struct Followed {
+    /// New jobs, by id.
+    pub jobs: Vec<JobRow>,
+    /// New log entries, in order.
+    pub log: Vec<LogEntry>,
+    /// Jobs' progress changed since.
+    pub progress: Vec<(usize, u64)>,
+}
+
+impl Followed {
+    /// Whether nothing was committed since.
+    pub fn is_empty(&self) -> bool {
+        self.jobs.is_empty() && self.log.is_empty() && self.progress.is_empty()
+    }
 }
 
 fn key(prefix: &str, rest: &str) -> Vec<u8> {
@@ -80,7 +100,14 @@ impl EtcdStore {
     pub fn open(url: &EtcdUrl, fence: Option<Fence>) -> Result<EtcdStore> {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
         let etcd = Etcd::new(&url.endpoints, Duration::from_secs(3))?;
-        let mut store = EtcdStore { rt, etcd, url: url.clone(), fence, log_keys: RefCell::default() };
+        let mut store = EtcdStore {
+            rt,
+            etcd,
+            url: url.clone(),
+            fence,
+            log_keys: RefCell::default(),
+            read_revision: Default::default(),
+        };
         let schema = key(&url.prefix, "meta/schema");
         let found = store.rt.block_on(store.etcd.get(&schema)).with_context(|| store.describe())?;
         match found.map(|kv| String::from_utf8_lossy(&kv.value).into_owned()) {
@@ -89,6 +116,30 @@ impl EtcdStore {
             Some(v) => bail!("{}: schema version {v}, this orrery reads {SCHEMA_VERSION}", store.describe()),
         }
         Ok(store)
+    }
+
+    /// Connects for reading only (a standby's copy): nothing is written, not
+    /// even the schema; a store another version wrote is refused.
+    pub fn open_read_only(url: &EtcdUrl) -> Result<EtcdStore> {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        let etcd = Etcd::new(&url.endpoints, Duration::from_secs(3))?;
+        let store = EtcdStore {
+            rt,
+            etcd,
+            url: url.clone(),
+            fence: None,
+            log_keys: RefCell::default(),
+            read_revision: Default::default(),
+        };
+        let schema = key(&url.prefix, "meta/schema");
+        match store.rt.block_on(store.etcd.get(&schema)).with_context(|| store.describe())? {
+            Some(kv) if kv.value != SCHEMA_VERSION.as_bytes() => bail!(
+                "{}: schema version {}, this orrery reads {SCHEMA_VERSION}",
+                store.describe(),
+                String::from_utf8_lossy(&kv.value)
+            ),
+            _ => Ok(store),
+        }
     }
 
     /// The members and prefix, for messages.
@@ -136,11 +187,18 @@ impl EtcdStore {
         Ok(())
     }
 
-    /// Reads everything back. O(jobs + log), in pages of [`PAGE`] keys.
+    /// Reads everything back, all at one revision. O(jobs + log), in pages
+    /// of [`PAGE`] keys.
     pub fn load(&self) -> Result<Loaded> {
         let p = &self.url.prefix;
-        let read =
-            |rest: &str| self.rt.block_on(self.etcd.range_prefix(&key(p, rest), PAGE)).with_context(|| self.describe());
+        let at = Snapshot {
+            revision: self.rt.block_on(self.etcd.revision()).with_context(|| self.describe())?,
+            min_mod_revision: 0,
+        };
+        let read = |rest: &str| {
+            let prefix = key(p, rest);
+            self.rt.block_on(self.etcd.range_prefix_at(&prefix, &prefix, PAGE, &at)).with_context(|| self.describe())
+        };
         let mut loaded = Loaded::default();
         for kv in read("meta/")? {
             let value = String::from_utf8_lossy(&kv.value).into_owned();
@@ -153,40 +211,87 @@ impl EtcdStore {
                 _ => {}
             }
         }
-        for kv in read("jobs/")? {
-            let jobs: Vec<StoredJob> = serde_json::from_slice(&kv.value)
-                .with_context(|| format!("{}: {}", self.describe(), String::from_utf8_lossy(&kv.key)))?;
-            for j in jobs {
-                if j.id != loaded.jobs.len() {
-                    bail!("{}: job {} out of sequence (expected {})", self.describe(), j.id, loaded.jobs.len());
-                }
-                loaded.jobs.push(JobRow { id: j.id, spec: j.spec, submitted_s: j.submitted_s, iterations_done: 0 });
-            }
-        }
-        for kv in read("progress/")? {
-            let name = String::from_utf8_lossy(&kv.key).into_owned();
-            let id: usize = name
-                .rsplit('/')
-                .next()
-                .and_then(|s| s.parse().ok())
-                .with_context(|| format!("{}: key {name}", self.describe()))?;
-            let done: u64 =
-                String::from_utf8_lossy(&kv.value).parse().with_context(|| format!("{}: {name}", self.describe()))?;
+        self.log_keys.borrow_mut().clear();
+        let rows = self.rows(read("jobs/")?, read("log/")?, read("progress/")?, 0)?;
+        loaded.jobs = rows.jobs;
+        for (id, done) in rows.progress {
             if let Some(j) = loaded.jobs.get_mut(id) {
                 j.iterations_done = done;
             }
         }
+        loaded.log = rows.log;
+        self.read_revision.set(at.revision);
+        Ok(loaded)
+    }
+
+    /// Decodes job, log and progress keys; `first_job` is the id the first
+    /// job must have. Notes the log keys for `log_since`.
+    fn rows(&self, jobs: Vec<Kv>, log: Vec<Kv>, progress: Vec<Kv>, first_job: usize) -> Result<Followed> {
+        let mut out = Followed::default();
+        let name = |kv: &Kv| String::from_utf8_lossy(&kv.key).into_owned();
+        for kv in jobs {
+            let stored: Vec<StoredJob> =
+                serde_json::from_slice(&kv.value).with_context(|| format!("{}: {}", self.describe(), name(&kv)))?;
+            for j in stored {
+                if j.id != first_job + out.jobs.len() {
+                    bail!(
+                        "{}: job {} out of sequence (expected {})",
+                        self.describe(),
+                        j.id,
+                        first_job + out.jobs.len()
+                    );
+                }
+                out.jobs.push(JobRow { id: j.id, spec: j.spec, submitted_s: j.submitted_s, iterations_done: 0 });
+            }
+        }
+        for kv in progress {
+            let id: usize = name(&kv)
+                .rsplit('/')
+                .next()
+                .and_then(|s| s.parse().ok())
+                .with_context(|| format!("{}: key {}", self.describe(), name(&kv)))?;
+            let done: u64 = String::from_utf8_lossy(&kv.value)
+                .parse()
+                .with_context(|| format!("{}: {}", self.describe(), name(&kv)))?;
+            out.progress.push((id, done));
+        }
         let mut log_keys = self.log_keys.borrow_mut();
-        log_keys.clear();
-        for kv in read("log/")? {
-            let entries: Vec<LogEntry> = serde_json::from_slice(&kv.value)
-                .with_context(|| format!("{}: {}", self.describe(), String::from_utf8_lossy(&kv.key)))?;
+        for kv in log {
+            let entries: Vec<LogEntry> =
+                serde_json::from_slice(&kv.value).with_context(|| format!("{}: {}", self.describe(), name(&kv)))?;
             if let (Some(first), Some(last)) = (entries.first(), entries.last()) {
                 log_keys.insert(first.seq, last.seq);
             }
-            loaded.log.extend(entries);
+            out.log.extend(entries);
         }
-        Ok(loaded)
+        Ok(out)
+    }
+
+    /// What was committed since the last `load` or `follow`, for a standby
+    /// that follows the leader: jobs from id `next_job`, log entries after
+    /// `last_seq`, and progress changed since, all read at one revision.
+    /// O(what is new + progress keys scanned by etcd).
+    pub fn follow(&self, next_job: usize, last_seq: u64) -> Result<Followed> {
+        let p = &self.url.prefix;
+        let revision = self.rt.block_on(self.etcd.revision()).with_context(|| self.describe())?;
+        let since = self.read_revision.get();
+        if revision == since {
+            return Ok(Followed::default());
+        }
+        let at = Snapshot { revision, min_mod_revision: 0 };
+        let read = |rest: &str, from: String, at: Snapshot| {
+            let prefix = key(p, rest);
+            let from = key(p, &from);
+            self.rt.block_on(self.etcd.range_prefix_at(&prefix, &from, PAGE, &at)).with_context(|| self.describe())
+        };
+        // Keys are named by the first id or seq of their batch, and a batch's
+        // key is written whole: the new ones start after what was read.
+        let jobs = read("jobs/", format!("jobs/{next_job:020}"), at)?;
+        let log = read("log/", format!("log/{:020}", last_seq + 1), at)?;
+        let progress = read("progress/", "progress/".into(), Snapshot { revision, min_mod_revision: since + 1 })?;
+        let rows = self.rows(jobs, log, progress, next_job)?;
+        self.read_revision.set(revision);
+        Ok(rows)
     }
 
     /// Records the cluster clock's zero and the topology of a new store.
@@ -430,6 +535,30 @@ mod tests {
         let err = s.init(6, "demo").expect_err("a stale fence");
         assert!(err.to_string().contains("no longer the leader"), "{err:#}");
         assert_eq!(s.load().expect("load").epoch_unix_ms, Some(5), "the refused write left nothing");
+
+        // A standby's copy: loads, then follows only what is new.
+        let url: EtcdUrl = cluster.url("follow").parse().expect("url");
+        let mut leader = EtcdStore::open(&url, None).expect("open");
+        leader.init(9, "demo").expect("init");
+        let spec = orrery_model::JobSpec::new("a", "vgg16", 32, 2, orrery_model::Work::Iterations(10), 0.5);
+        let row = |id: usize| JobRow { id, spec: spec.clone(), submitted_s: 1.0, iterations_done: 0 };
+        leader.write(&Batch { jobs: vec![row(0)], progress: vec![], log: vec![] }).expect("write");
+        let copy = EtcdStore::open_read_only(&url).expect("read only");
+        assert_eq!(copy.load().expect("load").jobs.len(), 1);
+        assert!(copy.follow(1, 0).expect("follow").is_empty(), "nothing new");
+        let entry = crate::api::LogEntry {
+            seq: 1,
+            at_s: 2.0,
+            source: "driver".into(),
+            entry: crate::api::Logged::Event(crate::api::DriverEvent::Cancelled { job: 0 }),
+        };
+        leader.write(&Batch { jobs: vec![row(1)], progress: vec![(0, 4)], log: vec![entry.clone()] }).expect("write");
+        let new = copy.follow(1, 0).expect("follow");
+        assert_eq!(new.jobs.iter().map(|j| j.id).collect::<Vec<_>>(), [1]);
+        assert_eq!(new.log, vec![entry]);
+        assert_eq!(new.progress, vec![(0, 4)]);
+        assert!(copy.follow(2, 1).expect("follow").is_empty(), "read once");
+        assert!(copy.log_since(0, 10).expect("since").len() == 1, "the copy pages the log too");
 
         // One member of three down: reads and writes go on.
         cluster.kill(0);

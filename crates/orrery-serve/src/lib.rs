@@ -152,19 +152,38 @@ impl Replica {
 }
 
 /// What a replica's HTTP front answers with: the leader's router once this
-/// replica leads; until then, standby answers naming the leader.
+/// replica leads; until then, standby answers naming the leader, and reads
+/// from the standby's copy of the state.
 struct Front {
     active: std::sync::OnceLock<axum::Router>,
+    /// The router of the standby's read-only copy ([`core::start_follower`]);
+    /// dropped when this replica leads, which stops the copy's thread.
+    follower: std::sync::RwLock<Option<axum::Router>>,
     leader: std::sync::RwLock<Option<String>>,
+}
+
+/// The header that says a standby's copy answered (its state may be up to
+/// [`core::FOLLOW_EVERY`] behind the leader's).
+pub const ROLE_HEADER: &str = "x-orrery-role";
+
+/// The requests a standby's copy answers: the user's reads.
+fn is_read(req: &axum::extract::Request) -> bool {
+    let path = req.uri().path();
+    req.method() == axum::http::Method::GET
+        && (matches!(
+            path,
+            "/" | "/v1/jobs" | "/v1/cluster" | "/v1/nodes" | "/v1/decisions" | "/v1/dashboard" | "/metrics"
+        ) || path.strip_prefix("/v1/jobs/").is_some_and(|id| !id.is_empty() && !id.contains('/')))
 }
 
 /// Every request of a replica: forwarded to the leader's router when this
 /// replica leads. A standby answers `/v1/healthz` (it is alive),
 /// `/v1/readyz` with 503 (so a Kubernetes Service sends traffic only to the
-/// leader), and everything else with 503, the leader's URL in the
-/// `x-orrery-leader` header and the body. It redirects nothing itself: the
-/// clients ([`client::Client`]) switch to the leader and resend, with their
-/// token, which an HTTP redirect to another host would drop.
+/// leader), the user's reads from its copy of the state (marked
+/// [`ROLE_HEADER`]`: standby`), and everything else with 503, the leader's
+/// URL in the `x-orrery-leader` header and the body. It redirects nothing
+/// itself: the clients ([`client::Client`]) switch to the leader and resend,
+/// with their token, which an HTTP redirect to another host would drop.
 async fn front(
     axum::extract::State(front): axum::extract::State<std::sync::Arc<Front>>,
     req: axum::extract::Request,
@@ -180,6 +199,15 @@ async fn front(
     let leader = front.leader.read().map(|l| l.clone()).unwrap_or_default();
     if req.uri().path() == "/v1/healthz" {
         return axum::Json(serde_json::json!({"ok": true, "role": "standby", "leader": leader})).into_response();
+    }
+    let copy = if is_read(&req) { front.follower.read().ok().and_then(|f| f.clone()) } else { None };
+    if let Some(router) = copy {
+        let mut resp = router.oneshot(req).await.unwrap_or_else(|never| match never {});
+        resp.headers_mut().insert(ROLE_HEADER, axum::http::HeaderValue::from_static("standby"));
+        if let Some(l) = leader.and_then(|l| axum::http::HeaderValue::from_str(&l).ok()) {
+            resp.headers_mut().insert(client::LEADER_HEADER, l);
+        }
+        return resp;
     }
     let error = match &leader {
         Some(l) => format!("this replica is a standby; the leader is {l}"),
@@ -207,9 +235,39 @@ pub async fn start_replica(opts: ServeOptions) -> Result<Replica> {
     let listener =
         tokio::net::TcpListener::bind(opts.listen).await.with_context(|| format!("listening on {}", opts.listen))?;
     let addr = listener.local_addr()?;
-    let state = std::sync::Arc::new(Front { active: std::sync::OnceLock::new(), leader: Default::default() });
+    let state = std::sync::Arc::new(Front {
+        active: std::sync::OnceLock::new(),
+        follower: Default::default(),
+        leader: Default::default(),
+    });
     let app = axum::Router::new().fallback(front).with_state(state.clone());
     let server = tokio::spawn(async move { axum::serve(listener, app).await });
+    // The standby's copy, once a leader has written something to follow.
+    let (copy_state, copy_url, copy_config, copy_tokens) =
+        (state.clone(), ha.etcd.clone(), opts.config.clone(), tokens.clone());
+    tokio::spawn(async move {
+        while copy_state.active.get().is_none() {
+            let (url, config) = (copy_url.clone(), copy_config.clone());
+            let started = tokio::task::spawn_blocking(move || -> Result<core::Handle> {
+                let store = etcd_store::EtcdStore::open_read_only(&url)?;
+                Ok(core::start_follower(config, store::Store::Etcd(store))?.0)
+            })
+            .await;
+            match started {
+                Ok(Ok(handle)) => {
+                    if copy_state.active.get().is_none()
+                        && let Ok(mut f) = copy_state.follower.write()
+                    {
+                        *f = Some(http::router(handle, copy_tokens));
+                    }
+                    return;
+                }
+                Ok(Err(e)) => tracing::debug!("standby copy not started yet: {e:#}"),
+                Err(e) => tracing::warn!("standby copy: {e}"),
+            }
+            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        }
+    });
     let candidate = election::Candidate::new(client, &ha.etcd.prefix, &ha.advertise, ha.lease_s);
     let held = std::sync::Arc::new(std::sync::OnceLock::new());
     let term_slot = held.clone();
@@ -243,6 +301,10 @@ pub async fn start_replica(opts: ServeOptions) -> Result<Replica> {
             *l = Some(ha.advertise.clone());
         }
         let _ = state.active.set(http::router(handle, tokens));
+        // The standby's copy is not needed any more: its thread ends with its router.
+        if let Ok(mut f) = state.follower.write() {
+            *f = None;
+        }
         let _ = term_slot.set((candidate.clone(), term.clone()));
         tracing::info!("leading: serving as {}", ha.advertise);
         let why = candidate.hold(term).await;

@@ -1208,7 +1208,8 @@ impl Replica {
 /// and the log is as the new leader has it) and exits as a fenced leader does.
 /// Meanwhile two real agents, given both replicas, keep the training
 /// processes of a running job: same pids, same epoch, no preemption, and
-/// its iterations go on under the new leader.
+/// its iterations go on under the new leader. Before the pause, the standby
+/// answers reads from its copy and refuses writes, naming the leader.
 #[test]
 fn a_leader_paused_past_its_lease_decides_nothing_when_it_resumes() {
     use orrery_serve::etcd_store::testing::{EtcdCluster, unavailable};
@@ -1258,6 +1259,27 @@ fn a_leader_paused_past_its_lease_decides_nothing_when_it_resumes() {
         http.rt.block_on(users.submit(&spec)).expect("submitted");
     }
     let before: Vec<LogEntry> = http.rt.block_on(users.decisions(0)).expect("log");
+    // The standby answers reads from its copy (at most a moment behind) and
+    // sends writes to the leader.
+    let standby = replicas[1 - lead].url();
+    let copied = wait_until("the standby's copy to catch up", Duration::from_secs(5), || {
+        let (status, v) = http.call("GET", &format!("{standby}/v1/jobs"), Some(&user), None);
+        (status == 200 && v.as_array().is_some_and(|a| a.len() == 4)).then_some(v)
+    });
+    assert!(copied.as_array().is_some_and(|a| a.iter().any(|j| j["spec"]["id"] == "training")), "{copied}");
+    let url = format!("{standby}/v1/decisions?since=0");
+    let resp = http.rt.block_on(async { http.c.get(&url).bearer_auth(&user).send().await }).expect("read");
+    assert_eq!(resp.headers().get("x-orrery-role").and_then(|v| v.to_str().ok()), Some("standby"));
+    assert_eq!(
+        resp.headers().get("x-orrery-leader").and_then(|v| v.to_str().ok()),
+        Some(replicas[lead].url().as_str())
+    );
+    let (status, v) = http.call("GET", &format!("{standby}/v1/jobs"), None, None);
+    assert_eq!(status, 401, "the copy asks for the token too: {v}");
+    let (status, v) =
+        http.call("POST", &format!("{standby}/v1/jobs"), Some(&user), Some(job("to-standby", "vgg16", 10, "low")));
+    assert_eq!(status, 503, "a standby does not write: {v}");
+    assert!(v["error"].as_str().is_some_and(|e| e.contains(&replicas[lead].url())), "{v}");
     replicas[lead].signal("STOP");
     // A submission sent straight to the paused leader (no failover): the
     // kernel queues it; the leader reads it when resumed.
