@@ -9,8 +9,8 @@
 //! etcd member is killed halfway. It then checks what an operator relies on
 //! and reports it: the time from each kill until another replica leads
 //! (answers `/v1/readyz`, its state rebuilt), every acknowledged job present
-//! exactly once with its id, each log read before a kill a prefix of the
-//! final log, no GPU held twice, and no running job preempted.
+//! exactly once with its id, each log read before a kill (the leader's and
+//! each standby's copy) a prefix of the final log, no GPU held twice, and no running job preempted.
 
 use anyhow::{Context, Result, bail};
 use clap::Args as ClapArgs;
@@ -73,8 +73,11 @@ pub struct FailoverReport {
     pub lost_or_renumbered: usize,
     /// Spec ids present more than once.
     pub duplicates: usize,
-    /// Logs read before a kill that are not a prefix of the final log.
+    /// Logs read before a kill (the leader's, and each standby's copy) that
+    /// are not a prefix of the final log.
     pub logs_not_a_prefix: usize,
+    /// Of the logs read before kills, how many were standbys' copies.
+    pub standby_logs: usize,
     /// Placements that took a GPU already held.
     pub gpus_held_twice: usize,
     /// Preemptions and nodes marked down in the log (none happen when
@@ -241,7 +244,8 @@ pub fn run(args: &FailoverArgs) -> Result<FailoverReport> {
     let token = |f: &str| orrery_serve::auth::read_token(&dirs[first].path().join(f));
     let err = |e: orrery_serve::client::ClientError| anyhow::anyhow!("{e}");
     let agents = Client::new(&servers, &token("agent.token")?).map_err(err)?;
-    let users = Client::new(&servers, &token("user.token")?).map_err(err)?;
+    let user_token = token("user.token")?;
+    let users = Client::new(&servers, &user_token).map_err(err)?;
     let topo = orrery_model::setups::by_name("leaf-spine").context("leaf-spine")?;
     for (h, host) in topo.hosts.iter().enumerate() {
         let req = RegisterRequest {
@@ -266,6 +270,7 @@ pub fn run(args: &FailoverArgs) -> Result<FailoverReport> {
     let mut logs_before: Vec<Vec<LogEntry>> = Vec::new();
     let mut takeover_s = Vec::new();
     let mut etcd_members_killed = 0;
+    let mut standby_logs = 0;
     let t0 = Instant::now();
     let per_thread = jobs.len().div_ceil(args.threads.max(1));
     let outcome: Result<()> = std::thread::scope(|scope| {
@@ -292,6 +297,17 @@ pub fn run(args: &FailoverArgs) -> Result<FailoverReport> {
                 etcd_members_killed += 1;
             }
             logs_before.push(rt.block_on(users.decisions(0)).map_err(err)?);
+            // And each standby's own copy of the log.
+            for (i, r) in replicas.iter().enumerate().filter(|(i, r)| *i != lead && r.child.is_some()) {
+                let standby = Client::new(&r.url(), &user_token).map_err(err)?;
+                match rt.block_on(standby.decisions(0)) {
+                    Ok(log) => {
+                        logs_before.push(log);
+                        standby_logs += 1;
+                    }
+                    Err(e) => eprintln!("replica {i}'s log: {e}"),
+                }
+            }
             let t = Instant::now();
             replicas[lead].kill();
             lead = leader(&rt, &replicas, limit)?;
@@ -332,6 +348,7 @@ pub fn run(args: &FailoverArgs) -> Result<FailoverReport> {
         lost_or_renumbered,
         duplicates: by_name.values().filter(|ids| ids.len() > 1).count(),
         logs_not_a_prefix: logs_before.iter().filter(|b| b.len() > log.len() || log[..b.len()] != b[..]).count(),
+        standby_logs,
         gpus_held_twice: gpus_held_twice(&log),
         preemptions,
         log_entries: log.len(),
@@ -363,8 +380,12 @@ pub fn bench(args: &FailoverArgs) -> Result<()> {
         r.acknowledged, r.jobs_present, r.lost_or_renumbered, r.duplicates
     );
     println!(
-        "  committed log        {:>7}   entries ({} placements); logs read before a kill that are not a prefix: {}",
-        r.log_entries, r.placements, r.logs_not_a_prefix
+        "  committed log        {:>7}   entries ({} placements); of {} logs read before kills ({} from standbys' copies), not a prefix: {}",
+        r.log_entries,
+        r.placements,
+        r.kills + r.standby_logs,
+        r.standby_logs,
+        r.logs_not_a_prefix
     );
     println!("  GPUs held twice      {:>7}   preemptions or nodes down: {}", r.gpus_held_twice, r.preemptions);
     println!(
