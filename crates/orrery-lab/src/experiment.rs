@@ -148,6 +148,10 @@ impl Experiment {
                 w.load = sc.load.or(w.load);
                 w.fragmentation = sc.fragmentation.or(w.fragmentation);
                 w.jobs = sc.jobs.or(w.jobs);
+                if sc.durations.is_some() {
+                    w.durations = sc.durations.clone();
+                }
+                w.work_scale = sc.work_scale.or(w.work_scale);
                 if sc.mix.is_some() {
                     w.mix = sc.mix.clone();
                 }
@@ -477,6 +481,43 @@ mod tests {
         let e = parse("default", DEFAULT).expect("valid");
         assert_eq!(e.policies, vec!["fifo", "random", "ideal"]);
         assert_eq!(e.topology(Path::new(".")).map(|t| t.gpu_count()).ok(), Some(64));
+    }
+
+    /// `work_scale` (issue 38's isolation of Castor's queueing) scales every
+    /// job's iterations and nothing else; `durations` gives each job a
+    /// duration Philly recorded for its GPU count; bad values are refused.
+    #[test]
+    fn work_scale_lengthens_the_jobs_and_durations_come_from_philly() {
+        let file = |extra: &str| {
+            format!(
+                "name = \"w\"\npolicies = [\"sjf\"]\n[topology]\nbuiltin = \"castor\"\n\
+                 [workload]\ngenerator = \"pollux-sample\"\njobs = 240\n{extra}"
+            )
+        };
+        let jobs = |text: &str| {
+            let e = parse("w.toml", text).expect("valid");
+            let base = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../experiments");
+            e.scenario(None, &base, 1).expect("jobs").1
+        };
+        let plain = jobs(&file(""));
+        let scaled = jobs(&file("work_scale = 3.2\n"));
+        for (a, b) in plain.iter().zip(&scaled) {
+            assert_eq!((&a.id, a.arrival_s, a.gpus()), (&b.id, b.arrival_s, b.gpus()), "only the length changes");
+            let (orrery_model::Work::Iterations(n), orrery_model::Work::Iterations(m)) = (&a.work, &b.work) else {
+                panic!("iterations")
+            };
+            assert_eq!(*m, ((*n as f64) * 3.2).round() as u64);
+        }
+        let philly = jobs(&file("durations = \"../data/philly/philly_jobs_pollux.csv\"\n"));
+        assert!(
+            philly.iter().all(|j| matches!(j.work, orrery_model::Work::Seconds(s) if s >= 60.0)),
+            "Philly's kept durations"
+        );
+        let Err(err) = parse("w.toml", &file("work_scale = 0\n")).map_err(|e| e.to_string()) else { panic!("zero") };
+        assert!(err.contains("workload.work_scale: expected a number in (0, 1000], found 0"), "{err}");
+        let other = file("work_scale = 2\n").replace("pollux-sample", "poisson");
+        let Err(err) = parse("w.toml", &other).map_err(|e| e.to_string()) else { panic!("not read by poisson") };
+        assert!(err.contains("workload.work_scale: only read with generator = \"pollux-sample\""), "{err}");
     }
 
     #[test]

@@ -196,6 +196,10 @@ pub struct Scenario {
     pub xi: Option<XiSource>,
     /// Replaces `colocation.mode` (spatial or temporal sharing).
     pub sharing: Option<orrery_model::colocation::SharingMode>,
+    /// Replaces `workload.durations`.
+    pub durations: Option<PathBuf>,
+    /// Replaces `workload.work_scale`.
+    pub work_scale: Option<f64>,
 }
 
 fn one_seed() -> Vec<u64> {
@@ -292,6 +296,17 @@ pub struct WorkloadSpec {
     /// For `generator = "pollux-sample"`: the share of jobs marked high
     /// priority (Metronome's class), drawn per seed; default 0.
     pub high_priority: Option<f64>,
+    /// For `generator = "pollux-sample"`: a Philly trace (Pollux's
+    /// `philly.csv`) whose recorded durations replace the jobs' iterations to
+    /// converge: each job runs, alone, a duration drawn (seeded) from the
+    /// trace's jobs of its GPU count submitted in the trace's busiest 8 hours
+    /// (`orrery_trace::castor::philly_durations`). Default: Pollux's
+    /// iterations to converge.
+    pub durations: Option<PathBuf>,
+    /// For `generator = "pollux-sample"`: every job's work (iterations or
+    /// seconds) times this factor, arrivals and sizes unchanged: the knob
+    /// that isolates job length from everything else. Default 1.
+    pub work_scale: Option<f64>,
     /// For the `pinned` policy: job id → [[host, GPUs], ...].
     #[serde(default)]
     pub pins: std::collections::BTreeMap<String, Vec<(usize, u32)>>,
@@ -443,6 +458,19 @@ pub(crate) fn check(file: &str, e: Experiment) -> Result<Experiment, String> {
     let w = &e.workload;
     if w.high_priority.is_some() && w.generator.as_deref() != Some("pollux-sample") {
         return Err(format!("{file}: workload.high_priority: only read with generator = \"pollux-sample\""));
+    }
+    let durations = w.durations.is_some() || e.scenarios.iter().any(|s| s.durations.is_some());
+    if durations && w.generator.as_deref() != Some("pollux-sample") {
+        return Err(format!("{file}: workload.durations: only read with generator = \"pollux-sample\""));
+    }
+    let scales = std::iter::once(w.work_scale).chain(e.scenarios.iter().map(|s| s.work_scale)).flatten();
+    for k in scales {
+        if w.generator.as_deref() != Some("pollux-sample") {
+            return Err(format!("{file}: workload.work_scale: only read with generator = \"pollux-sample\""));
+        }
+        if !(k.is_finite() && k > 0.0 && k <= 1e3) {
+            return Err(format!("{file}: workload.work_scale: expected a number in (0, 1000], found {k}"));
+        }
     }
     if let Some(n) = w.jobs.filter(|&n| n == 0 || n > MAX_JOBS) {
         return Err(format!("{file}: workload.jobs: expected 1 to {MAX_JOBS}, found {n}"));

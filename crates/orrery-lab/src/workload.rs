@@ -167,6 +167,25 @@ fn generate_workload(
             orrery_trace::castor::shape_arrivals(&mut jobs, &bins, seed)
                 .map_err(|e| format!("workload.arrivals: {e}"))?;
         }
+        if let Some(trace) = &w.durations {
+            let path = base.join(trace);
+            let (_, parsed) = orrery_trace::read_file(&path, Some(orrery_trace::Format::Philly), seed);
+            if let Some(e) = parsed.errors.first() {
+                return Err(format!("workload.durations: {e} ({} bad rows in all)", parsed.errors.len()));
+            }
+            orrery_trace::castor::philly_durations(&mut jobs, &parsed.items, seed)
+                .map_err(|e| format!("workload.durations: {}: {e}", path.display()))?;
+        }
+        if let Some(k) = w.work_scale {
+            for j in &mut jobs {
+                j.work = match j.work {
+                    orrery_model::Work::Iterations(n) => {
+                        orrery_model::Work::Iterations(((n as f64) * k).round().max(1.0) as u64)
+                    }
+                    orrery_model::Work::Seconds(s) => orrery_model::Work::Seconds(s * k),
+                };
+            }
+        }
         if let Some(fraction) = w.high_priority {
             orrery_trace::castor::mark_high_priority(&mut jobs, fraction, seed).map_err(in_workload)?;
         }

@@ -68,6 +68,64 @@ pub fn sample_jobs(population: &[JobSpec], n: usize, seed: u64) -> Result<Vec<Jo
     Ok(jobs)
 }
 
+/// Philly's recorded durations for a Pollux sample (`workload.durations`,
+/// issue 38's Castor queueing): each job keeps its model, GPUs and arrival,
+/// and runs, alone, a duration drawn (seeded) from Philly's jobs of its GPU
+/// count submitted in the trace's busiest 8 hours (most submissions), kept as
+/// Pollux's `workload.py` keeps them (at least 60 s, under 1,000 GPU-hours).
+/// A GPU count absent from that window draws from the whole trace's jobs of
+/// the smallest count at least as large (or the largest count). Castor's
+/// Table 5 implies jobs that hold their GPUs 0.8–1.2 h on average (JCT minus
+/// queueing); Pollux's iterations to converge at the zoo's speed give
+/// 0.25 h. O(trace log trace + jobs).
+pub fn philly_durations(jobs: &mut [JobSpec], philly: &[JobSpec], seed: u64) -> Result<(), TraceError> {
+    use std::collections::BTreeMap;
+    let kept: Vec<(f64, u32, f64)> = philly
+        .iter()
+        .filter_map(|j| match j.work {
+            orrery_model::Work::Seconds(d) if d >= 60.0 && d * f64::from(j.gpus()) < 1000.0 * 3600.0 => {
+                Some((j.arrival_s, j.gpus(), d))
+            }
+            _ => None,
+        })
+        .collect();
+    if kept.is_empty() {
+        return Err(TraceError::field("durations", "a Philly trace with jobs of at least 60 s".to_string()));
+    }
+    let mut by_arrival = kept.clone();
+    by_arrival.sort_by(|a, b| a.0.total_cmp(&b.0));
+    // The 8-hour window with the most submissions (two pointers).
+    let (mut best, mut from, mut end) = (0, 0, 0);
+    for start in 0..by_arrival.len() {
+        while end < by_arrival.len() && by_arrival[end].0 < by_arrival[start].0 + 8.0 * 3600.0 {
+            end += 1;
+        }
+        if end - start > best {
+            (best, from) = (end - start, start);
+        }
+    }
+    let pools = |rows: &[(f64, u32, f64)]| {
+        let mut m: BTreeMap<u32, Vec<f64>> = BTreeMap::new();
+        for &(_, g, d) in rows {
+            m.entry(g).or_default().push(d);
+        }
+        m
+    };
+    let window = pools(&by_arrival[from..from + best]);
+    let all = pools(&kept);
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5048_494C_4C59_4455);
+    for j in jobs {
+        let g = j.gpus();
+        let pool = window
+            .get(&g)
+            .or_else(|| all.range(g..).next().map(|(_, v)| v))
+            .or_else(|| all.values().next_back())
+            .expect("the trace kept at least one job");
+        j.work = orrery_model::Work::Seconds(pool[rng.random_range(0..pool.len())]);
+    }
+    Ok(())
+}
+
 /// Marks each job high priority with probability `fraction` (seeded), as
 /// Metronome's traces mix priorities; the Philly sample has none of its own.
 pub fn mark_high_priority(jobs: &mut [JobSpec], fraction: f64, seed: u64) -> Result<(), TraceError> {
