@@ -98,46 +98,45 @@ impl EtcdStore {
     /// Connects, and checks (or writes) the schema version. `fence` is the
     /// leader's; `None` writes unguarded (tests, and tools that own the store).
     pub fn open(url: &EtcdUrl, fence: Option<Fence>) -> Result<EtcdStore> {
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-        let etcd = Etcd::new(&url.endpoints, Duration::from_secs(3))?;
-        let mut store = EtcdStore {
-            rt,
-            etcd,
-            url: url.clone(),
-            fence,
-            log_keys: RefCell::default(),
-            read_revision: Default::default(),
-        };
-        let schema = key(&url.prefix, "meta/schema");
-        let found = store.rt.block_on(store.etcd.get(&schema)).with_context(|| store.describe())?;
-        match found.map(|kv| String::from_utf8_lossy(&kv.value).into_owned()) {
-            None => store.commit(vec![Op::Put { key: schema, value: SCHEMA_VERSION.into(), lease: 0 }])?,
+        let mut store = EtcdStore::connect(url, fence)?;
+        match store.schema()? {
+            None => store.commit(vec![Op::Put {
+                key: key(&url.prefix, "meta/schema"),
+                value: SCHEMA_VERSION.into(),
+                lease: 0,
+            }])?,
             Some(v) if v == SCHEMA_VERSION => {}
             Some(v) => bail!("{}: schema version {v}, this orrery reads {SCHEMA_VERSION}", store.describe()),
         }
         Ok(store)
     }
 
+    /// A client of the members with its own runtime; reads and writes nothing.
+    fn connect(url: &EtcdUrl, fence: Option<Fence>) -> Result<EtcdStore> {
+        Ok(EtcdStore {
+            rt: tokio::runtime::Builder::new_current_thread().enable_all().build()?,
+            etcd: Etcd::new(&url.endpoints, Duration::from_secs(3))?,
+            url: url.clone(),
+            fence,
+            log_keys: RefCell::default(),
+            read_revision: Default::default(),
+        })
+    }
+
+    /// The stored schema version, if any.
+    fn schema(&self) -> Result<Option<String>> {
+        let found = self.rt.block_on(self.etcd.get(&key(&self.url.prefix, "meta/schema")));
+        Ok(found.with_context(|| self.describe())?.map(|kv| String::from_utf8_lossy(&kv.value).into_owned()))
+    }
+
     /// Connects for reading only (a standby's copy): nothing is written, not
     /// even the schema; a store another version wrote is refused.
     pub fn open_read_only(url: &EtcdUrl) -> Result<EtcdStore> {
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-        let etcd = Etcd::new(&url.endpoints, Duration::from_secs(3))?;
-        let store = EtcdStore {
-            rt,
-            etcd,
-            url: url.clone(),
-            fence: None,
-            log_keys: RefCell::default(),
-            read_revision: Default::default(),
-        };
-        let schema = key(&url.prefix, "meta/schema");
-        match store.rt.block_on(store.etcd.get(&schema)).with_context(|| store.describe())? {
-            Some(kv) if kv.value != SCHEMA_VERSION.as_bytes() => bail!(
-                "{}: schema version {}, this orrery reads {SCHEMA_VERSION}",
-                store.describe(),
-                String::from_utf8_lossy(&kv.value)
-            ),
+        let store = EtcdStore::connect(url, None)?;
+        match store.schema()? {
+            Some(v) if v != SCHEMA_VERSION => {
+                bail!("{}: schema version {v}, this orrery reads {SCHEMA_VERSION}", store.describe())
+            }
             _ => Ok(store),
         }
     }
