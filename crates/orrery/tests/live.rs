@@ -53,25 +53,7 @@ impl Server {
 
     fn restart(&mut self) {
         self.proc = None;
-        let mut child = Command::new(BIN)
-            .arg("serve")
-            .arg("--listen")
-            .arg(format!("127.0.0.1:{}", self.port))
-            .arg("--data")
-            .arg(&self.dir)
-            .args(&self.args)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("orrery serve starts");
-        let mut first = String::new();
-        let mut out = BufReader::new(child.stdout.take().expect("stdout"));
-        out.read_line(&mut first).expect("a line");
-        assert!(first.starts_with("orrery serving"), "serve printed {first:?}");
-        // Keep reading the rest of its output, so it never writes to a closed pipe.
-        std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
-        self.proc = Some(Proc(child));
+        self.proc = Some(serve(self.port, &self.dir, &self.args, "orrery serving"));
     }
 
     fn kill9(&mut self) {
@@ -88,6 +70,30 @@ impl Server {
     fn token(&self, file: &str) -> String {
         std::fs::read_to_string(self.dir.join(file)).expect("token").trim().to_string()
     }
+}
+
+/// `orrery serve` on a loopback port with a data folder and `args`, once
+/// its first line starts with `banner`.
+fn serve(port: u16, dir: &Path, args: &[String], banner: &str) -> Proc {
+    let mut child = Command::new(BIN)
+        .arg("serve")
+        .arg("--listen")
+        .arg(format!("127.0.0.1:{port}"))
+        .arg("--data")
+        .arg(dir)
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("orrery serve starts");
+    let mut first = String::new();
+    let mut out = BufReader::new(child.stdout.take().expect("stdout"));
+    out.read_line(&mut first).expect("a line");
+    assert!(first.starts_with(banner), "serve printed {first:?}");
+    // Keep reading the rest of its output, so it never writes to a closed pipe.
+    std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
+    Proc(child)
 }
 
 fn rt() -> tokio::runtime::Runtime {
@@ -1164,23 +1170,8 @@ struct Replica {
 impl Replica {
     fn start(dir: &Path, store: &str) -> Replica {
         let port = free_port();
-        let mut child = Command::new(BIN)
-            .args(["serve", "--policy", "fifo", "--topology", "demo", "--lease-s", "2", "--store", store])
-            .arg("--listen")
-            .arg(format!("127.0.0.1:{port}"))
-            .arg("--data")
-            .arg(dir)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("orrery serve starts");
-        let mut first = String::new();
-        let mut out = BufReader::new(child.stdout.take().expect("stdout"));
-        out.read_line(&mut first).expect("a line");
-        assert!(first.starts_with("orrery replica listening"), "serve printed {first:?}");
-        std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
-        Replica { proc: Proc(child), port }
+        let args = ["--policy", "fifo", "--topology", "demo", "--lease-s", "2", "--store", store].map(String::from);
+        Replica { proc: serve(port, dir, &args, "orrery replica listening"), port }
     }
 
     fn url(&self) -> String {
