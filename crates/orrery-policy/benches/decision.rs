@@ -6,7 +6,7 @@
 //! (its auction, run to agreement in-process) and FORESIGHT (on FIFO).
 //!
 //! `cargo bench -p orrery-policy --bench decision` (one size:
-//! `-- 'decision/.*/4096x8'`)
+//! `-- 'decision/.*/4096x8'`, both layouts)
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use orrery_model::setups::LeafSpine;
@@ -21,7 +21,12 @@ fn bench(c: &mut Criterion) {
     g.sample_size(10);
     // (hosts, GPUs per host): 2-GPU hosts up to 4,096, and the 4,096 hosts
     // of 8 GPUs of experiments/decision-scale-4096.toml (issue 43).
-    for &(hosts, per_host) in &[(64u32, 2u32), (256, 2), (1024, 2), (4096, 2), (4096, 8)] {
+    // `x8-across`: the same 4,096 hosts with every running job's two hosts
+    // in different racks (hosts i and i + 2,048), so each ring crosses the
+    // spines and FORESIGHT plans all 2,048 of them.
+    for &(hosts, per_host, across) in
+        &[(64u32, 2u32, false), (256, 2, false), (1024, 2, false), (4096, 2, false), (4096, 8, false), (4096, 8, true)]
+    {
         let topo = LeafSpine::with_oversubscription(hosts / 32, 32, 4, per_host, "v100", 100.0, 2.0)
             .build("decision-bench")
             .expect("valid");
@@ -30,11 +35,14 @@ fn bench(c: &mut Criterion) {
         let running: Vec<JobSpec> = (0..jobs)
             .map(|i| JobSpec::new(format!("r{i}"), MODELS[i % MODELS.len()], 32, 2 * half, Work::Iterations(1000), 0.0))
             .collect();
-        // Job i on hosts 2i and 2i+1, half their GPUs each: half the GPUs busy.
-        let placed: Vec<[(HostId, u32); 2]> = (0..jobs).map(|i| [(2 * i, half), (2 * i + 1, half)]).collect();
+        // Job i on hosts 2i and 2i+1 (one rack), or i and i + hosts/2 (two
+        // racks), half their GPUs each: half the GPUs busy.
+        let placed: Vec<[(HostId, u32); 2]> = (0..jobs)
+            .map(|i| if across { [(i, half), (i + jobs, half)] } else { [(2 * i, half), (2 * i + 1, half)] })
+            .collect();
         let free = vec![per_host - half; hosts as usize];
         let waiting = JobSpec::new("new", "vgg16", 32, 2, Work::Iterations(1000), 0.0);
-        let size = format!("{hosts}x{per_host}");
+        let size = format!("{hosts}x{per_host}{}", if across { "-across" } else { "" });
         for policy in ["metronome", "themis+cassini", "orrery", "castor", "plebiscito:tetris", "fifo+foresight"] {
             let mut p = orrery_policy::by_name(policy, 1).expect("catalogued");
             let view = || ClusterView {

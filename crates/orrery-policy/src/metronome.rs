@@ -104,6 +104,11 @@ pub struct Metronome {
     tracks: HashMap<JobId, PeriodEstimate>,
     /// Slots re-timed to a reference's measured period or phase.
     pub retimings: u64,
+    /// Each running job's circle on its placement (None: it does not
+    /// communicate), kept while the placement holds: a round derives only
+    /// the newcomers' (issue 43: 2,048 running jobs' shapes a round at
+    /// 4,096 hosts).
+    running_circles: HashMap<JobId, (Vec<(HostId, u32)>, Option<Circle>)>,
 }
 
 /// A re-profiled job is paced at most this factor over its measured
@@ -217,6 +222,52 @@ fn circle_of(spec: &JobSpec, gpu: &str, gbps: f64) -> Option<Circle> {
     Some(m.shape_on(gpu, spec.batch, &Placement::spread(spec.workers), gbps)?.circle())
 }
 
+/// What a node's Score (Eq. 18) depends on, for the newcomer: its GPU type
+/// and rate (the newcomer's circle there) and its pods' circles and
+/// priorities, in order (the unified circle's reference is the first of the
+/// highest priority). O(pods · arcs).
+fn node_key(gpu: &str, nic: f64, pods: &[(JobId, Circle, orrery_model::Priority)]) -> Vec<u64> {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    gpu.hash(&mut h);
+    let mut key = vec![h.finish(), nic.to_bits()];
+    for (_, c, p) in pods {
+        key.extend([matches!(p, orrery_model::Priority::High) as u64, c.period_ms.to_bits(), c.arcs.len() as u64]);
+        key.extend(c.arcs.iter().flat_map(|a| [a.start_ms.to_bits(), a.duration_ms.to_bits(), a.gbps.to_bits()]));
+    }
+    key
+}
+
+/// Score (Eq. 18) of a node holding `others` for the newcomer `spec` whose
+/// circle there is `circle`, with the early returns: 100 when the node is
+/// not contended (no other communicating pod, or their peaks and the
+/// newcomer's fit the NIC), else 100 × the compatibility of the rotations
+/// found, with the unified circle for Reserve. O(unify + a FastFeasible
+/// search).
+fn score_node(
+    spec: &JobSpec,
+    id: JobId,
+    circle: &Circle,
+    others: &[(JobId, Circle, orrery_model::Priority)],
+    nic: f64,
+) -> (f64, Option<UnifiedCircle>) {
+    let bw = circle.arcs.iter().map(|a| a.gbps).fold(0.0, f64::max);
+    let total_bw: f64 = others.iter().map(|o| o.1.arcs.iter().map(|a| a.gbps).fold(0.0, f64::max)).sum::<f64>() + bw;
+    if spec.low_comm || bw == 0.0 || others.is_empty() || total_bw <= nic {
+        return (100.0, None);
+    }
+    let mut circles: Vec<CircleJob> =
+        others.iter().map(|(id, c, p)| CircleJob { name: id.to_string(), priority: *p, circle: c.clone() }).collect();
+    circles.push(CircleJob { name: id.to_string(), priority: spec.priority, circle: circle.clone() });
+    match unify(&circles, &Params::default()) {
+        Ok(u) => {
+            let sol = solve(&u, nic, Search::FastFeasible);
+            (100.0 * compatibility(&demand(&u, &sol.rotations), nic), Some(u))
+        }
+        Err(_) => (0.0, None),
+    }
+}
+
 /// Eq. 19: latency scores normalised to 0–100, lower latency scoring higher.
 pub fn normalize(delta: &[f64]) -> Vec<f64> {
     let lo = delta.iter().copied().fold(f64::INFINITY, f64::min);
@@ -284,6 +335,7 @@ impl Default for Metronome {
             closed_loop: true,
             tracks: HashMap::new(),
             retimings: 0,
+            running_circles: HashMap::new(),
         }
     }
 }
@@ -324,6 +376,11 @@ impl Metronome {
         // derived once per kind of host, not per host and pod.
         let mut circles: HashMap<(&str, u64), Option<Circle>> = HashMap::new();
         let mut scores: HashMap<HostId, (f64, Option<UnifiedCircle>)> = HashMap::new();
+        // A node's score depends only on its kind (GPU, rate) and on its
+        // pods' circles and priorities in order, not on which node it is:
+        // nodes alike share one unification and search (issue 43: 4,096
+        // nodes holding a handful of kinds of job). O(pods on n) a key.
+        let mut alike: HashMap<Vec<u64>, (f64, Option<UnifiedCircle>)> = HashMap::new();
         // Pods of other jobs this one depends on, or that depend on it.
         let dependencies = view.dependency_hosts(spec);
         for _pod in 0..spec.workers {
@@ -358,32 +415,12 @@ impl Metronome {
                 // Score (Eq. 18) with the early returns. A node's score
                 // depends on its pods and the newcomer's circle, not on which
                 // pod of the job is being placed: computed once per job.
-                scores.entry(n).or_insert_with(|| {
-                    let bw = circle.arcs.iter().map(|a| a.gbps).fold(0.0, f64::max);
+                if !scores.contains_key(&n) {
                     let others = node_pods.get(&n).map(Vec::as_slice).unwrap_or_default();
-                    let total_bw: f64 =
-                        others.iter().map(|o| o.1.arcs.iter().map(|a| a.gbps).fold(0.0, f64::max)).sum::<f64>() + bw;
-                    if spec.low_comm || bw == 0.0 || others.is_empty() || total_bw <= nic {
-                        (100.0, None)
-                    } else {
-                        let mut circles: Vec<CircleJob> = others
-                            .iter()
-                            .map(|(id, c, p)| CircleJob { name: id.to_string(), priority: *p, circle: c.clone() })
-                            .collect();
-                        circles.push(CircleJob {
-                            name: job.id.to_string(),
-                            priority: spec.priority,
-                            circle: circle.clone(),
-                        });
-                        match unify(&circles, &Params::default()) {
-                            Ok(u) => {
-                                let sol = solve(&u, nic, Search::FastFeasible);
-                                (100.0 * compatibility(&demand(&u, &sol.rotations), nic), Some(u))
-                            }
-                            Err(_) => (0.0, None),
-                        }
-                    }
-                });
+                    let key = node_key(gpu, nic, others);
+                    let score = alike.entry(key).or_insert_with(|| score_node(spec, job.id, circle, others, nic));
+                    scores.insert(n, score.clone());
+                }
                 // Filter (after Cassini): a node that would close a loop in the
                 // Affinity graph is dropped, as no global offset could keep
                 // every link's shifts. A contended node that is already a
@@ -684,11 +721,23 @@ impl Policy for Metronome {
         }
         let mut free = view.free_gpus.to_vec();
         // Pods already on each node with their circles (communicating jobs only).
+        // O(R) lookups, a shape derived per newly placed job.
         let mut node_pods: NodePods = HashMap::new();
+        let live: HashSet<JobId> = view.running.iter().map(|r| r.id).collect();
+        self.running_circles.retain(|j, _| live.contains(j));
         for r in &view.running {
-            if let Some(c) =
-                place(view.topology, r.spec, r.hosts).map(|p| p.shape.circle()).filter(|c| !c.arcs.is_empty())
-            {
+            let cached = self.running_circles.get(&r.id).filter(|(hosts, _)| hosts.as_slice() == r.hosts);
+            let circle = match cached {
+                Some((_, c)) => c.clone(),
+                None => {
+                    let c = place(view.topology, r.spec, r.hosts)
+                        .map(|p| p.shape.circle())
+                        .filter(|c| !c.arcs.is_empty());
+                    self.running_circles.insert(r.id, (r.hosts.to_vec(), c.clone()));
+                    c
+                }
+            };
+            if let Some(c) = circle {
                 for &(n, _) in r.hosts {
                     node_pods.entry(n).or_default().push((r.id, c.clone(), r.spec.priority));
                 }
@@ -696,7 +745,6 @@ impl Policy for Metronome {
         }
         // Jobs that ended leave the Affinity graph; the shifts of the others
         // on each link still hold. O(scheme entries + R).
-        let live: HashSet<JobId> = view.running.iter().map(|r| r.id).collect();
         for scheme in self.schemes.values_mut() {
             scheme.jobs.retain(|j| live.contains(&j.0));
         }

@@ -56,6 +56,16 @@ pub enum Mode {
 }
 
 impl Mode {
+    /// Whether the mode times iterations (delays, throttles, timetables).
+    /// `routes` and `perfect` are space without time: every iteration starts
+    /// when the previous one ends, as without FORESIGHT. Holding their jobs
+    /// to a plan of modelled iteration times made a job that ran ahead wait
+    /// for it (high-priority slowdown 1.028 under `orrery` on Philly, load
+    /// 2, against 1.004 without).
+    pub fn times(self) -> bool {
+        !matches!(self, Mode::Routes | Mode::Perfect)
+    }
+
     /// The name in results.
     pub fn name(self) -> &'static str {
         match self {
@@ -255,7 +265,7 @@ impl Foresight {
         let mut undo: Vec<Decision> = Vec::new();
         for (&id, (steps, _)) in self.steps.iter().filter(|(id, _)| running.contains(id)) {
             undo.push(Decision::Throttle { job: id, gbps: None });
-            if self.closed_loop {
+            if self.closed_loop && self.mode.times() {
                 // The old plan's starts no longer hold.
                 undo.push(Decision::Timetable { job: id, from_iteration: 0, starts_s: Vec::new() });
             }
@@ -287,31 +297,50 @@ impl Foresight {
         // With subflows a flow may take several spines, so it is profiled
         // at its NIC rate; TS and RO keep one path per flow.
         let spread = matches!(self.mode, Mode::Sub | Mode::Foresight | Mode::Paper | Mode::Routes);
-        let profiles: Vec<Vec<FlowProfile>> = jobs
-            .iter()
-            .map(|(_, spec, hosts)| {
-                let base = profile(t, &net, spec, hosts, None, spread);
-                let nominal = base.as_ref().and_then(|b| b.flows.first().map(|f| f.gbps));
-                let mut ps: Vec<FlowProfile> = base.into_iter().collect();
-                if let Some(r) = nominal {
-                    ps.extend(RATES[1..].iter().filter_map(|x| profile(t, &net, spec, hosts, Some(r * x), spread)));
-                }
-                ps
-            })
-            .collect();
+        let unthrottled: Vec<Option<FlowProfile>> =
+            jobs.iter().map(|(_, spec, hosts)| profile(t, &net, spec, hosts, None, spread)).collect();
         // The horizon: the whole run of the longest job when it fits the cap
         // (so the plan need not repeat), in at most 400,000 bins.
         let run_ms = jobs
             .iter()
-            .zip(&profiles)
-            .filter_map(|((_, spec, _), ps)| {
-                let len = ps.first()?.length_ms;
+            .zip(&unthrottled)
+            .filter_map(|((_, spec, _), p)| {
+                let len = p.as_ref()?.length_ms;
                 Some(match spec.work {
                     orrery_model::Work::Iterations(n) => n as f64 * len,
                     orrery_model::Work::Seconds(s) => s * 1e3,
                 })
             })
             .fold(0.0, f64::max);
+        // Only jobs with a flow across racks are planned: the others put no
+        // demand on a logical link, so SolveTiming never delays them, the
+        // shortest throttled profile is the unthrottled one, and routing has
+        // nothing of theirs to colour. Their plan would be no-ops after
+        // every iteration, and watching them keeps the simulator from
+        // fast-forwarding them (issue 43: at 4,096 hosts most jobs fit in a
+        // rack). O(jobs) to filter.
+        let (jobs, unthrottled): (Vec<&PlacedJob<'_>>, Vec<FlowProfile>) = jobs
+            .iter()
+            .zip(unthrottled)
+            .filter_map(|(j, p)| p.filter(|p| !p.flows.is_empty()).map(|p| (j, p)))
+            .unzip();
+        // Throttled profiles only where SolveTiming may choose them: the
+        // routes-only ablation runs the baseline's timing (unthrottled).
+        let throttles = !matches!(self.mode, Mode::Routes);
+        let profiles: Vec<Vec<FlowProfile>> = jobs
+            .iter()
+            .zip(unthrottled)
+            .map(|((_, spec, hosts), base)| {
+                let nominal = base.flows[0].gbps;
+                let mut ps = vec![base];
+                if throttles {
+                    ps.extend(
+                        RATES[1..].iter().filter_map(|x| profile(t, &net, spec, hosts, Some(nominal * x), spread)),
+                    );
+                }
+                ps
+            })
+            .collect();
         let horizon_ms = run_ms.clamp(1.0, self.horizon_ms);
         let timing = TimingParams {
             horizon_ms,
@@ -456,7 +485,7 @@ impl Foresight {
     /// with that many done (the timetable's first entry).
     fn next(&mut self, job: JobId, now_s: Option<f64>, done: Option<u64>) -> Vec<Decision> {
         let planned_at_s = self.planned_at_s;
-        let (closed_loop, anchor_ms) = (self.closed_loop, self.anchor_ms);
+        let (closed_loop, anchor_ms, times) = (self.closed_loop, self.anchor_ms, self.mode.times());
         let Some((steps, k)) = self.steps.get_mut(&job) else { return Vec::new() };
         if steps.is_empty() {
             return Vec::new();
@@ -466,6 +495,7 @@ impl Foresight {
         let i = if *k < steps.len() || steps.len() == 1 { *k % steps.len() } else { 1 + (*k - 1) % (steps.len() - 1) };
         let step = &steps[i];
         let delay_ms = match now_s {
+            _ if !times => 0.0,
             Some(now) if *k > 0 && *k < steps.len() => (planned_at_s * 1e3 + step.start_ms - now * 1e3).max(0.0),
             _ => step.delay_ms,
         };
@@ -476,7 +506,7 @@ impl Foresight {
         // Closed loop, in the first pass: this step and the next ones as a
         // timetable (the driver holds each iteration to its start even when
         // this decision reaches it late).
-        let timed = closed_loop && now_s.is_some() && done.is_some() && *k > 0 && *k < steps.len();
+        let timed = closed_loop && times && now_s.is_some() && done.is_some() && *k > 0 && *k < steps.len();
         if timed {
             let starts_s: Vec<f64> = steps[*k..steps.len().min(*k + TIMETABLE_AHEAD)]
                 .iter()
@@ -484,7 +514,7 @@ impl Foresight {
                 .collect();
             let from_iteration = done.unwrap_or(0);
             out.push(Decision::Timetable { job, from_iteration, starts_s });
-        } else if closed_loop && *k == steps.len() && steps.len() > 1 {
+        } else if closed_loop && times && *k == steps.len() && steps.len() > 1 {
             // The first pass is over: relative delays from here on.
             out.push(Decision::Timetable { job, from_iteration: 0, starts_s: Vec::new() });
         }
@@ -701,6 +731,82 @@ mod tests {
             for (flow, paths) in routes {
                 // Cross-rack pairs have one path per spine.
                 assert!(!paths.is_empty() && paths.iter().all(|&k| k < 2), "{mode:?}: flow {flow} over {paths:?}");
+            }
+        }
+    }
+
+    /// Two racks of two 2-GPU hosts under two spines (uplinks at half a
+    /// NIC) and two VGG19 rings pinned on them: job 0, "inside", on hosts 0
+    /// and 1 (rack 0); job 1, "across", on hosts 0 and 2 (both racks).
+    fn two_rings(mode: Mode) -> (Foresight, Topology, [JobSpec; 2]) {
+        use crate::baseline::Pinned;
+        let t = LeafSpine {
+            racks: 2,
+            hosts_per_rack: 2,
+            spines: 2,
+            gpus_per_host: 2,
+            gpu_type: "a100".into(),
+            host_gbps: 100.0,
+            uplink_gbps: 50.0,
+        }
+        .build("t")
+        .expect("valid");
+        let inside = JobSpec::new("inside", "vgg19", 32, 2, Work::Iterations(200), 0.0);
+        let across = JobSpec::new("across", "vgg19", 32, 2, Work::Iterations(200), 0.0);
+        let pins: std::collections::BTreeMap<String, Vec<(HostId, u32)>> = [
+            ("inside".to_string(), vec![(0usize, 1u32), (1, 1)]),
+            ("across".to_string(), vec![(0usize, 1u32), (2, 1)]),
+        ]
+        .into_iter()
+        .collect();
+        (Foresight::new(Box::new(Pinned { pins, label: None }), mode), t, [inside, across])
+    }
+
+    #[test]
+    fn a_job_inside_one_rack_is_not_planned_or_watched() {
+        // Its flows never reach a logical link: SolveTiming cannot delay it
+        // and routing has nothing to colour. Planning it only held it to
+        // modelled starts and kept the simulator from fast-forwarding it.
+        for mode in [Mode::Ts, Mode::Foresight, Mode::Routes] {
+            let (mut f, t, specs) = two_rings(mode);
+            let free = vec![2u32; 4];
+            let queue = specs.iter().enumerate().map(|(i, s)| crate::QueuedJob::new(i, s, 0.0)).collect();
+            let view = ClusterView { now_s: 0.0, topology: &t, free_gpus: &free, queue, running: Vec::new() };
+            let out = f.schedule(&view);
+            assert_eq!(out.iter().filter(|d| matches!(d, Decision::Place { .. })).count(), 2, "{mode:?}: {out:?}");
+            assert!(!f.watches(0), "{mode:?}: the ring inside rack 0 is watched");
+            assert!(f.watches(1), "{mode:?}: the ring across the racks is not watched");
+            assert!(
+                out.iter().all(|d| !matches!(d, Decision::Throttle { job: 0, .. } | Decision::Shift { job: 0, .. })),
+                "{mode:?}: {out:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn routes_alone_never_hold_an_iteration() {
+        // `routes` is space without time: after any iteration, early or late
+        // against the plan, the job gets routes and no Shift or Timetable,
+        // closed loop or open.
+        for open in [false, true] {
+            let (f, t, specs) = two_rings(Mode::Routes);
+            let mut f = if open { f.open_loop() } else { f };
+            let free = vec![2u32; 4];
+            let queue = specs.iter().enumerate().map(|(i, s)| crate::QueuedJob::new(i, s, 0.0)).collect();
+            let view = ClusterView { now_s: 0.0, topology: &t, free_gpus: &free, queue, running: Vec::new() };
+            f.schedule(&view);
+            let hosts = [(0usize, 1u32), (2, 1)];
+            for (k, now_s) in [0.05, 0.3, 0.4, 2.0].into_iter().enumerate() {
+                let mut r = crate::RunningJob::new(1, &specs[1], &hosts);
+                r.iterations_done = k as u64 + 1;
+                r.iteration_start_s = now_s;
+                let view = ClusterView { now_s, topology: &t, free_gpus: &free, queue: Vec::new(), running: vec![r] };
+                let out = f.on_iteration(&view, 1, crate::Iteration::of(100.0));
+                assert!(out.iter().any(|d| matches!(d, Decision::Route { .. })), "open {open}: {out:?}");
+                assert!(
+                    out.iter().all(|d| !matches!(d, Decision::Shift { .. } | Decision::Timetable { .. })),
+                    "open {open}, iteration {k}: {out:?}"
+                );
             }
         }
     }

@@ -7,10 +7,13 @@
 //! Time is discretised in bins of `bin_ms` (1 ms by default). Link usage is a
 //! dense array per logical link. Fitting an iteration at delay d costs
 //! O(Σ phase bins), and delays are tried in increasing order up to one
-//! iteration length. The whole solve is therefore O(iterations · max delay ·
-//! phase bins) in the worst case, and much less when links are free.
+//! iteration length. The whole solve is therefore O(iterations · (log jobs +
+//! max delay · phase bins)) in the worst case, and much less when links are
+//! free.
 
 use super::logical::LogicalLink;
+use std::cmp::{Ordering, Reverse};
+use std::collections::BinaryHeap;
 
 /// Demand of one phase of an iteration on one logical link.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -156,11 +159,14 @@ pub fn solve_timing(jobs: &[TimedJob], capacity: &[f64], bad: &[BadRange], p: &T
                 .collect()
         })
         .collect();
-    // Least attained service among jobs with an iteration left in the horizon.
-    while let Some(j) = (0..jobs.len())
+    // Least attained service among jobs with an iteration left in the
+    // horizon, the lower index on ties: a min-heap, O(log J) a pick (a scan
+    // of every job per iteration made 2,049 jobs' plan 0.8 s at 4,096 hosts).
+    let mut least_served: BinaryHeap<Reverse<Served>> = (0..jobs.len())
         .filter(|&j| next[j] < horizon && !jobs[j].profiles.is_empty())
-        .min_by(|&a, &b| service[a].total_cmp(&service[b]).then(a.cmp(&b)))
-    {
+        .map(|j| Reverse(Served(service[j], j)))
+        .collect();
+    while let Some(Reverse(Served(_, j))) = least_served.pop() {
         let start = next[j];
         let t0 = start as f64 * p.bin_ms;
         // Lines 5–9: a bad range the iteration overlaps changes its rules.
@@ -247,8 +253,36 @@ pub fn solve_timing(jobs: &[TimedJob], capacity: &[f64], bad: &[BadRange], p: &T
         count[j] += 1;
         service[j] += pr.length_ms;
         next[j] = finish.max(start + 1);
+        if next[j] < horizon {
+            least_served.push(Reverse(Served(service[j], j)));
+        }
     }
     out
+}
+
+/// A job's attained service (ms) and its index, ordered by service (total
+/// order on f64) and then by index, for the least-attained-service heap.
+#[derive(Debug, Clone, Copy)]
+struct Served(f64, usize);
+
+impl PartialEq for Served {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+
+impl Eq for Served {}
+
+impl PartialOrd for Served {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Served {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.0.total_cmp(&other.0).then(self.1.cmp(&other.1))
+    }
 }
 
 /// The baseline's timing: every iteration as soon as the previous one ends,
