@@ -730,9 +730,8 @@ impl Policy for Metronome {
             let circle = match cached {
                 Some((_, c)) => c.clone(),
                 None => {
-                    let c = place(view.topology, r.spec, r.hosts)
-                        .map(|p| p.shape.circle())
-                        .filter(|c| !c.arcs.is_empty());
+                    let c =
+                        place(view.topology, r.spec, r.hosts).map(|p| p.shape.circle()).filter(|c| !c.arcs.is_empty());
                     self.running_circles.insert(r.id, (r.hosts.to_vec(), c.clone()));
                     c
                 }

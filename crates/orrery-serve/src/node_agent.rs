@@ -597,36 +597,40 @@ fn throttle_commands(s: &mut State, netns: Option<&str>, dev: &str, scale: f64, 
         if old == Some(shaped) {
             continue;
         }
-        let (class, prio) = throttle_class(job);
-        let (class, rate) = (format!("1:{class:x}"), format!("{}bit", shaped.rate_bps));
+        // The filters go in once; a new rate replaces the class alone.
+        let ports = if old.is_none() { ports.as_slice() } else { &[] };
+        out.extend(throttle_class_commands(netns, dev, job, shaped.rate_bps, ports));
+    }
+    out
+}
+
+/// tc commands (arguments after `tc`) that cap job `job`'s packets on
+/// `dev` (inside `netns`) at `rate_bps` on the wire: its htb class under the
+/// device's root class `1:1`, rate and ceiling alike, created or replaced,
+/// and, for each of `ports`, a u32 filter sending packets to that
+/// destination port into the class. The node agent enforces `Throttle`s
+/// with exactly these; `orrery testbed throttle` measures them. O(ports).
+pub fn throttle_class_commands(
+    netns: Option<&str>,
+    dev: &str,
+    job: JobId,
+    rate_bps: u64,
+    ports: &[u16],
+) -> Vec<Vec<String>> {
+    let ns: Vec<String> = netns.map(|n| vec!["-n".to_string(), n.to_string()]).unwrap_or_default();
+    let cmd = |args: &[&str]| -> Vec<String> { ns.iter().cloned().chain(args.iter().map(|a| a.to_string())).collect() };
+    let (class, prio) = throttle_class(job);
+    let (class, rate, prio) = (format!("1:{class:x}"), format!("{rate_bps}bit"), prio.to_string());
+    let mut out = vec![cmd(&[
+        "class", "replace", "dev", dev, "parent", "1:1", "classid", &class, "htb", "rate", &rate, "ceil", &rate,
+        "quantum", "60000",
+    ])];
+    for port in ports {
+        let port = port.to_string();
         out.push(cmd(&[
-            "class", "replace", "dev", dev, "parent", "1:1", "classid", &class, "htb", "rate", &rate, "ceil", &rate,
-            "quantum", "60000",
+            "filter", "add", "dev", dev, "parent", "1:", "protocol", "ip", "prio", &prio, "u32", "match", "ip",
+            "dport", &port, "0xffff", "classid", &class,
         ]));
-        if old.is_none() {
-            for port in ports {
-                out.push(cmd(&[
-                    "filter",
-                    "add",
-                    "dev",
-                    dev,
-                    "parent",
-                    "1:",
-                    "protocol",
-                    "ip",
-                    "prio",
-                    &prio.to_string(),
-                    "u32",
-                    "match",
-                    "ip",
-                    "dport",
-                    &port.to_string(),
-                    "0xffff",
-                    "classid",
-                    &class,
-                ]));
-            }
-        }
     }
     out
 }

@@ -2,7 +2,8 @@
 //! Linux network namespaces with tc-shaped veth links; [`worker`] is an
 //! emulated data-parallel worker that runs a job's iteration shape as sleeps
 //! and a real TCP ring all-reduce, paced by its node agent; [`ddp`] measures
-//! the shape of real PyTorch DDP jobs run there instead.
+//! the shape of real PyTorch DDP jobs run there instead; [`throttle`]
+//! measures the node agent's tc throttles on real TCP.
 //!
 //! Needs root (CAP_NET_ADMIN) and iproute2 (`ip`, `tc`).
 
@@ -10,4 +11,5 @@ pub mod compare;
 pub mod ddp;
 pub mod drive;
 pub mod fabric;
+pub mod throttle;
 pub mod worker;

@@ -19,6 +19,10 @@ pub enum Command {
     /// scale; writes compare.md/.csv and figures (iteration-time CDFs, the
     /// busiest link over time) per policy.
     Compare(Box<ScenarioArgs>),
+    /// Measure the node agent's tc throttles on real TCP: two hosts, one
+    /// job's class at each cap, one TCP transfer each, against the payload
+    /// the cap allows (1448/1514 of it), and an unthrottled control.
+    Throttle(ThrottleArgs),
     /// Remove every namespace a testbed with this prefix made.
     Down {
         /// Namespace prefix.
@@ -33,6 +37,25 @@ pub struct UpArgs {
     /// Built-in topology name or file (`orrery topo list`).
     #[arg(long, default_value = "demo")]
     topology: String,
+    #[command(flatten)]
+    fabric: FabricArgs,
+}
+
+/// Flags of `orrery testbed throttle`.
+#[derive(clap::Args, Debug)]
+pub struct ThrottleArgs {
+    /// Per-flow caps, Gbit/s at the model's scale (the links run at 100).
+    #[arg(long, value_delimiter = ',', default_value = "10,25,50,75", value_parser = crate::numbers::positive)]
+    gbps: Vec<f64>,
+    /// Length of each transfer, s.
+    #[arg(long, default_value_t = 4.0, value_parser = crate::numbers::positive)]
+    seconds: f64,
+    /// Left out at the start of each transfer, s.
+    #[arg(long, default_value_t = 1.0, value_parser = crate::numbers::non_negative)]
+    warmup_s: f64,
+    /// Also write the rows as JSON to this file.
+    #[arg(long, value_name = "FILE")]
+    out: Option<PathBuf>,
     #[command(flatten)]
     fabric: FabricArgs,
 }
@@ -178,6 +201,7 @@ pub fn run(cmd: &Command) -> Result<()> {
             f.keep();
             Ok(())
         }
+        Command::Throttle(args) => throttle(args),
         Command::Run(args) => scenario(args, false),
         Command::Compare(args) => scenario(args, true),
         Command::Down { prefix } => {
@@ -189,6 +213,31 @@ pub fn run(cmd: &Command) -> Result<()> {
             Ok(())
         }
     }
+}
+
+/// `orrery testbed throttle`: the table, and the JSON with `--out`.
+fn throttle(args: &ThrottleArgs) -> Result<()> {
+    use orrery_testbed::throttle::{ThrottleOptions, check};
+    let opts = ThrottleOptions {
+        gbps: args.gbps.clone(),
+        seconds: args.seconds,
+        warmup_s: args.warmup_s,
+        fabric: args.fabric.options(),
+    };
+    let rows = check(&opts)?;
+    println!(
+        "| cap asked (Gbit/s, model) | on the wire (Mbit/s) | payload expected (Mbit/s) | measured (Mbit/s) | measured / expected |"
+    );
+    println!("|---|---:|---:|---:|---:|");
+    for r in &rows {
+        let asked = r.asked_gbps.map_or("none (the link)".to_string(), |g| format!("{g}"));
+        println!("| {asked} | {:.1} | {:.1} | {:.1} | {:.3} |", r.wire_mbps, r.expected_mbps, r.measured_mbps, r.ratio);
+    }
+    if let Some(out) = &args.out {
+        let json = serde_json::to_vec_pretty(&rows)?;
+        orrery_model::files::write_atomic(out, &json).with_context(|| format!("writing {}", out.display()))?;
+    }
+    Ok(())
 }
 
 /// Flags of `orrery worker`.

@@ -291,3 +291,47 @@ fn testbed_down_and_bad_options_say_what_is_wrong() {
         assert!(String::from_utf8_lossy(&out.stdout).contains("removed 0 namespaces"));
     }
 }
+
+#[test]
+fn a_throttle_holds_a_real_tcp_transfer_to_the_rate_asked() {
+    // Issue 36, item 3: the node agent's htb class for a job's port caps
+    // one TCP transfer within 10% of the payload the rate allows (the rate
+    // on the wire × 1448/1514), and only that job's port: the unthrottled
+    // control to another port runs at the link's rate.
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(why) = orrery_testbed::fabric::unavailable() {
+        eprintln!("skipped: network namespaces are unavailable here ({why})");
+        return;
+    }
+    let prefix = format!("thr{}", std::process::id() % 100_000);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let json = dir.path().join("throttle.json");
+    let status = Command::new(BIN)
+        .args(["testbed", "throttle", "--gbps", "10,50", "--seconds", "2.5", "--warmup-s", "0.5", "--prefix", &prefix])
+        .arg("--out")
+        .arg(&json)
+        .status()
+        .expect("orrery testbed throttle");
+    let left = namespaces_with(&prefix);
+    for n in &left {
+        let _ = Command::new("ip").args(["netns", "del", n]).status();
+    }
+    assert!(left.is_empty(), "namespaces left behind: {left:?}");
+    assert!(status.success(), "orrery testbed throttle failed");
+    let rows: Vec<serde_json::Value> = serde_json::from_slice(&std::fs::read(&json).expect("json")).expect("rows");
+    let field = |r: &serde_json::Value, k: &str| r[k].as_f64().unwrap_or(f64::NAN);
+    assert_eq!(rows.len(), 3, "{rows:?}");
+    for r in &rows {
+        let ratio = field(r, "ratio");
+        assert!(
+            (0.9..=1.1).contains(&ratio),
+            "measured {} Mbit/s against {} expected",
+            field(r, "measured_mbps"),
+            field(r, "expected_mbps")
+        );
+    }
+    // The control (1 Gbit/s on the wire) is not held to the 500 Mbit/s class.
+    assert!(
+        rows[0]["asked_gbps"].is_null() && field(&rows[0], "measured_mbps") > 1.5 * field(&rows[2], "measured_mbps")
+    );
+}

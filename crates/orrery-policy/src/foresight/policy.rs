@@ -319,11 +319,8 @@ impl Foresight {
         // every iteration, and watching them keeps the simulator from
         // fast-forwarding them (issue 43: at 4,096 hosts most jobs fit in a
         // rack). O(jobs) to filter.
-        let (jobs, unthrottled): (Vec<&PlacedJob<'_>>, Vec<FlowProfile>) = jobs
-            .iter()
-            .zip(unthrottled)
-            .filter_map(|(j, p)| p.filter(|p| !p.flows.is_empty()).map(|p| (j, p)))
-            .unzip();
+        let (jobs, unthrottled): (Vec<&PlacedJob<'_>>, Vec<FlowProfile>) =
+            jobs.iter().zip(unthrottled).filter_map(|(j, p)| p.filter(|p| !p.flows.is_empty()).map(|p| (j, p))).unzip();
         // Throttled profiles only where SolveTiming may choose them: the
         // routes-only ablation runs the baseline's timing (unthrottled).
         let throttles = !matches!(self.mode, Mode::Routes);
