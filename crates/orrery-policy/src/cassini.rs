@@ -59,6 +59,36 @@ pub struct Cassini {
     pub rank: Rank,
     /// Jobs started outside the Affinity graph ([`OnLoop::RunUnaligned`]).
     unaligned: HashSet<JobId>,
+    /// Each link's solution by what it depends on ([`Solved`]).
+    solved: Solved,
+}
+
+/// Links solved, by what the solution depends on: the link's rate and its
+/// jobs' priorities and circles, in order ([`link_key`]). A score costs one
+/// unification and search per link carrying two jobs, for every candidate
+/// of every decision, and most links hold the same jobs from one to the
+/// next (issue 43: 2,048 rings across 128 racks took 2 s a decision). The
+/// value: the link's score and time-shifts, None when the circles cannot be
+/// unified. Cleared past [`SOLVED_MAX`] entries.
+type Solved = HashMap<Vec<u64>, Option<(f64, Vec<f64>)>>;
+
+/// Most link solutions kept (a few MB).
+const SOLVED_MAX: usize = 20_000;
+
+/// What a link's solution depends on: its rate, then each job's priority and
+/// circle (period and arcs), in the order given. O(jobs · arcs).
+fn link_key(gbps: f64, circles: &[CircleJob]) -> Vec<u64> {
+    let mut key = vec![gbps.to_bits()];
+    for c in circles {
+        let arcs = &c.circle.arcs;
+        key.extend([
+            matches!(c.priority, orrery_model::Priority::High) as u64,
+            c.circle.period_ms.to_bits(),
+            arcs.len() as u64,
+        ]);
+        key.extend(arcs.iter().flat_map(|a| [a.start_ms.to_bits(), a.duration_ms.to_bits(), a.gbps.to_bits()]));
+    }
+    key
 }
 
 /// A job none of whose candidate placements keeps the Affinity graph
@@ -136,6 +166,7 @@ impl Cassini {
             on_loop: OnLoop::Wait,
             rank: Rank::LocalityFirst,
             unaligned: HashSet::new(),
+            solved: HashMap::new(),
         }
     }
 
@@ -204,8 +235,11 @@ pub fn circle_params() -> Params {
     Params::cassini()
 }
 
-/// Scores a set of jobs: every link carrying two or more of them is solved.
-fn score(view: &ClusterView<'_>, jobs: &[Net<'_>]) -> Scored {
+/// Scores a set of jobs: every link carrying two or more of them is solved,
+/// or its solution taken from `solved` when the same circles met on a link
+/// of the same rate before. O(Σ jobs on shared links) plus a unification
+/// and search per link not solved before.
+fn score(view: &ClusterView<'_>, jobs: &[Net<'_>], solved: &mut Solved) -> Scored {
     let mut on_link: BTreeMap<LinkId, Vec<usize>> = BTreeMap::new();
     for (k, j) in jobs.iter().enumerate() {
         if j.placed.shape.network_ms() > 0.0 {
@@ -237,16 +271,24 @@ fn score(view: &ClusterView<'_>, jobs: &[Net<'_>]) -> Scored {
                 circle: jobs[k].placed.shape.circle(),
             })
             .collect();
-        let Ok(u) = unify(&circles, &params) else { continue };
         let cap = view.topology.links[l].gbps;
-        let search = match default_search(&u) {
-            Search::OptimalCushion if ks.len() > 4 => Search::Heuristic { restarts: 4, seed: 0 },
-            s => s,
-        };
-        let sol = solve(&u, cap, search);
-        total += sol.score;
+        let key = link_key(cap, &circles);
+        if !solved.contains_key(&key) && solved.len() >= SOLVED_MAX {
+            solved.clear();
+        }
+        let found = solved.entry(key).or_insert_with(|| {
+            let u = unify(&circles, &params).ok()?;
+            let search = match default_search(&u) {
+                Search::OptimalCushion if ks.len() > 4 => Search::Heuristic { restarts: 4, seed: 0 },
+                s => s,
+            };
+            let sol = solve(&u, cap, search);
+            Some((sol.score, sol.shifts_ms(&u)))
+        });
+        let Some((link_score, link_shifts)) = found else { continue };
+        total += *link_score;
         n += 1;
-        shifts.push(LinkShifts { link: l, shifts: ks.iter().zip(sol.shifts_ms(&u)).map(|(&k, t)| (k, t)).collect() });
+        shifts.push(LinkShifts { link: l, shifts: ks.iter().zip(link_shifts.iter()).map(|(&k, &t)| (k, t)).collect() });
     }
     let affinity: Vec<AffinityJob> =
         jobs.iter().map(|j| AffinityJob { iter_ms: j.placed.shape.period_ms(), priority: j.spec.priority }).collect();
@@ -333,7 +375,7 @@ impl Policy for Cassini {
                     continue; // less local than the best so far: not scored
                 }
                 jobs.push(candidate);
-                let s = score(view, &jobs);
+                let s = score(view, &jobs, &mut self.solved);
                 let candidate = jobs.pop().expect("just pushed");
                 let better =
                     |b: &Ranked<'_>| fabric < b.fabric || (fabric == b.fabric && s.mean_score > b.score + 1e-9);
@@ -369,7 +411,7 @@ impl Policy for Cassini {
         // component is new, the reference, which starts now.
         let placed_now: HashSet<JobId> =
             out.iter().filter_map(|d| if let Decision::Place { job, .. } = d { Some(*job) } else { None }).collect();
-        let s = score(view, &jobs);
+        let s = score(view, &jobs, &mut self.solved);
         let affinity: Vec<AffinityJob> = jobs
             .iter()
             .map(|j| AffinityJob { iter_ms: j.placed.shape.period_ms(), priority: j.spec.priority })
@@ -566,11 +608,23 @@ mod tests {
         let base = || [net(&view, 0, &a, &ha), net(&view, 1, &b, &hb)].into_iter().flatten().collect::<Vec<_>>();
         let mut looped = base();
         looped.extend(net(&view, 2, &c, &[(2, 1), (0, 1)]));
-        assert!(!score(&view, &looped).loop_free);
+        assert!(!score(&view, &looped, &mut HashMap::new()).loop_free);
         // On one host (a single worker) it sends nothing over the network: no loop.
         let mut alone = base();
         alone.extend(net(&view, 2, &c, &[(0, 1)]));
-        assert!(score(&view, &alone).loop_free);
+        assert!(score(&view, &alone, &mut HashMap::new()).loop_free);
+        // A link whose circles and rate were solved before is not solved
+        // again: the looped set's links (A with B, B with C, C with A: the
+        // same two VGG19 circles on links of one rate) are one entry, and
+        // scoring again gives the same shifts from it.
+        let mut solved = HashMap::new();
+        let first = score(&view, &looped, &mut solved);
+        assert_eq!(solved.len(), 1, "three links of the same two circles");
+        let again = score(&view, &looped, &mut solved);
+        assert_eq!(solved.len(), 1);
+        let shifts = |s: &Scored| s.shifts.iter().map(|l| (l.link, l.shifts.clone())).collect::<Vec<_>>();
+        assert_eq!(shifts(&first), shifts(&again));
+        assert_eq!(first.mean_score, score(&view, &looped, &mut HashMap::new()).mean_score);
         // As a policy with only the host's candidate, CASSINI leaves the job waiting.
         let mut cassini = Cassini::new(Box::new(Propose(vec![(2, 1), (0, 1)])), 0);
         cassini.candidates = 1;
@@ -612,7 +666,7 @@ mod tests {
         let local = net(&view, 1, &c, &ha).expect("placeable");
         let across = net(&view, 1, &c, &[(2, 1), (4, 1)]).expect("placeable");
         assert_eq!((fabric_links(&view, &local), fabric_links(&view, &across)), (0, 4));
-        let with_a = |n: Net<'_>| score(&view, &[net(&view, 0, &a, &ha).expect("placeable"), n]).mean_score;
+        let with_a = |n: Net<'_>| score(&view, &[net(&view, 0, &a, &ha).expect("placeable"), n], &mut HashMap::new()).mean_score;
         let (local_score, across_score) = (with_a(local), with_a(across));
         assert!(local_score < 0.99 && across_score == 1.0, "{local_score} {across_score}");
         let decide = |rank: Rank| {
