@@ -666,7 +666,8 @@ mod tests {
         let local = net(&view, 1, &c, &ha).expect("placeable");
         let across = net(&view, 1, &c, &[(2, 1), (4, 1)]).expect("placeable");
         assert_eq!((fabric_links(&view, &local), fabric_links(&view, &across)), (0, 4));
-        let with_a = |n: Net<'_>| score(&view, &[net(&view, 0, &a, &ha).expect("placeable"), n], &mut HashMap::new()).mean_score;
+        let with_a =
+            |n: Net<'_>| score(&view, &[net(&view, 0, &a, &ha).expect("placeable"), n], &mut HashMap::new()).mean_score;
         let (local_score, across_score) = (with_a(local), with_a(across));
         assert!(local_score < 0.99 && across_score == 1.0, "{local_score} {across_score}");
         let decide = |rank: Rank| {
