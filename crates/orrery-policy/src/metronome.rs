@@ -108,8 +108,12 @@ pub struct Metronome {
     /// communicate), kept while the placement holds: a round derives only
     /// the newcomers' (issue 43: 2,048 running jobs' shapes a round at
     /// 4,096 hosts).
-    running_circles: HashMap<JobId, (Vec<(HostId, u32)>, Option<Circle>)>,
+    running_circles: HashMap<JobId, PlacedCircle>,
 }
+
+/// A running job's placement and its circle there (None: it does not
+/// communicate).
+type PlacedCircle = (Vec<(HostId, u32)>, Option<Circle>);
 
 /// A re-profiled job is paced at most this factor over its measured
 /// iteration, or the recalculation is not adopted.
@@ -415,12 +419,11 @@ impl Metronome {
                 // Score (Eq. 18) with the early returns. A node's score
                 // depends on its pods and the newcomer's circle, not on which
                 // pod of the job is being placed: computed once per job.
-                if !scores.contains_key(&n) {
+                scores.entry(n).or_insert_with(|| {
                     let others = node_pods.get(&n).map(Vec::as_slice).unwrap_or_default();
                     let key = node_key(gpu, nic, others);
-                    let score = alike.entry(key).or_insert_with(|| score_node(spec, job.id, circle, others, nic));
-                    scores.insert(n, score.clone());
-                }
+                    alike.entry(key).or_insert_with(|| score_node(spec, job.id, circle, others, nic)).clone()
+                });
                 // Filter (after Cassini): a node that would close a loop in the
                 // Affinity graph is dropped, as no global offset could keep
                 // every link's shifts. A contended node that is already a

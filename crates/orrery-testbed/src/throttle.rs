@@ -230,9 +230,11 @@ mod tests {
     #[test]
     fn bad_options_are_refused_before_any_namespace_is_made() {
         let bad = ThrottleOptions { gbps: vec![150.0], ..ThrottleOptions::default() };
-        assert!(check(&bad).unwrap_err().to_string().contains("at most the link's 100"));
+        assert!(check(&bad).expect_err("a cap over the link").to_string().contains("at most the link's 100"));
         let bad = ThrottleOptions { seconds: 1.0, warmup_s: 2.0, ..ThrottleOptions::default() };
-        assert!(check(&bad).unwrap_err().to_string().contains("must exceed the warm-up"));
+        assert!(
+            check(&bad).expect_err("a warm-up longer than the run").to_string().contains("must exceed the warm-up")
+        );
     }
 
     #[test]
