@@ -39,13 +39,19 @@ fn compare(prefix: &str, experiment: &str, args: &[&str]) -> tempfile::TempDir {
         .arg(out.path())
         .status()
         .expect("orrery testbed compare");
-    let left = namespaces_with(&prefix);
+    assert_none_left(&prefix);
+    assert!(status.success(), "orrery testbed compare {experiment} {args:?} failed");
+    out
+}
+
+/// Removes any namespace named `PREFIX-*` and fails if there was one: a
+/// testbed command must remove what it made, whatever happened.
+fn assert_none_left(prefix: &str) {
+    let left = namespaces_with(prefix);
     for n in &left {
         let _ = Command::new("ip").args(["netns", "del", n]).status();
     }
     assert!(left.is_empty(), "namespaces left behind: {left:?}");
-    assert!(status.success(), "orrery testbed compare {experiment} {args:?} failed");
-    out
 }
 
 /// compare.csv as (policy, job) → (measured mean, simulated mean, alone).
@@ -312,11 +318,7 @@ fn a_throttle_holds_a_real_tcp_transfer_to_the_rate_asked() {
         .arg(&json)
         .status()
         .expect("orrery testbed throttle");
-    let left = namespaces_with(&prefix);
-    for n in &left {
-        let _ = Command::new("ip").args(["netns", "del", n]).status();
-    }
-    assert!(left.is_empty(), "namespaces left behind: {left:?}");
+    assert_none_left(&prefix);
     assert!(status.success(), "orrery testbed throttle failed");
     let rows: Vec<serde_json::Value> = serde_json::from_slice(&std::fs::read(&json).expect("json")).expect("rows");
     let field = |r: &serde_json::Value, k: &str| r[k].as_f64().unwrap_or(f64::NAN);

@@ -690,6 +690,22 @@ mod tests {
     use orrery_model::Work;
     use orrery_model::setups::LeafSpine;
 
+    /// Two racks of two hosts (100 Gbit/s NICs) under `spines` spines whose
+    /// links run at half a NIC (50 Gbit/s).
+    fn two_racks_of_two(spines: u32, gpus_per_host: u32, gpu: &str) -> Topology {
+        LeafSpine {
+            racks: 2,
+            hosts_per_rack: 2,
+            spines,
+            gpus_per_host,
+            gpu_type: gpu.into(),
+            host_gbps: 100.0,
+            uplink_gbps: 50.0,
+        }
+        .build("t")
+        .expect("valid")
+    }
+
     #[test]
     fn the_unrepaired_plan_delays_but_never_throttles() {
         // Fig. 6's set-up (2:1, batch 8, fragmentation 0.8), on two
@@ -741,17 +757,7 @@ mod tests {
         // decision must name paths that exist between some pair of the job's
         // hosts in different racks, over each mode that routes.
         use crate::baseline::Pinned;
-        let t = LeafSpine {
-            racks: 2,
-            hosts_per_rack: 2,
-            spines: 2,
-            gpus_per_host: 1,
-            gpu_type: "v100".into(),
-            host_gbps: 100.0,
-            uplink_gbps: 50.0,
-        }
-        .build("t")
-        .expect("valid");
+        let t = two_racks_of_two(2, 1, "v100");
         let spec = JobSpec::new("dlrm", "dlrm", 1, 4, Work::Iterations(50), 0.0);
         let hosts = vec![(0usize, 1u32), (1, 1), (2, 1), (3, 1)];
         let net = LogicalNetwork::of(&t).expect("leaf-spine");
@@ -793,17 +799,7 @@ mod tests {
     /// and 1 (rack 0); job 1, "across", on hosts 0 and 2 (both racks).
     fn two_rings(mode: Mode) -> (Foresight, Topology, [JobSpec; 2]) {
         use crate::baseline::Pinned;
-        let t = LeafSpine {
-            racks: 2,
-            hosts_per_rack: 2,
-            spines: 2,
-            gpus_per_host: 2,
-            gpu_type: "a100".into(),
-            host_gbps: 100.0,
-            uplink_gbps: 50.0,
-        }
-        .build("t")
-        .expect("valid");
+        let t = two_racks_of_two(2, 2, "a100");
         let inside = JobSpec::new("inside", "vgg19", 32, 2, Work::Iterations(200), 0.0);
         let across = JobSpec::new("across", "vgg19", 32, 2, Work::Iterations(200), 0.0);
         let pins: std::collections::BTreeMap<String, Vec<(HostId, u32)>> = [
@@ -873,17 +869,7 @@ mod tests {
         // the testbed) drop its timing: both jobs' timetables go, and no
         // later decision delays or throttles them.
         use crate::baseline::Pinned;
-        let t = LeafSpine {
-            racks: 2,
-            hosts_per_rack: 2,
-            spines: 1,
-            gpus_per_host: 1,
-            gpu_type: "a100".into(),
-            host_gbps: 100.0,
-            uplink_gbps: 50.0,
-        }
-        .build("t")
-        .expect("valid");
+        let t = two_racks_of_two(1, 1, "a100");
         let specs: Vec<JobSpec> =
             ["a", "b"].iter().map(|n| JobSpec::new(*n, "vgg19", 32, 2, Work::Iterations(300), 0.0)).collect();
         let hosts = [[(0usize, 1u32), (2, 1)], [(1, 1), (3, 1)]];
@@ -944,17 +930,7 @@ mod tests {
         // heatmap's cluster). One path caps a cross-rack flow at 50; spread
         // over the spines as subflows it runs at 100, so its transfers take
         // half as long.
-        let t = LeafSpine {
-            racks: 2,
-            hosts_per_rack: 2,
-            spines: 4,
-            gpus_per_host: 1,
-            gpu_type: "a100".into(),
-            host_gbps: 100.0,
-            uplink_gbps: 50.0,
-        }
-        .build("t")
-        .expect("valid");
+        let t = two_racks_of_two(4, 1, "a100");
         let net = LogicalNetwork::of(&t).expect("leaf-spine");
         let spec = JobSpec::new("j", "vgg19", 1, 2, Work::Iterations(10), 0.0);
         let hosts = vec![(0usize, 1u32), (2, 1)];
