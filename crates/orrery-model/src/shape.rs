@@ -206,6 +206,15 @@ pub struct Circle {
 }
 
 impl Circle {
+    /// Appends the circle's exact bits (period, arc count, each arc's start,
+    /// length and rate) to `key`: equal keys, equal circles. For memo keys
+    /// of what a circle decides (a node's Score, a link's solution).
+    /// O(arcs).
+    pub fn push_bits(&self, key: &mut Vec<u64>) {
+        key.extend([self.period_ms.to_bits(), self.arcs.len() as u64]);
+        key.extend(self.arcs.iter().flat_map(|a| [a.start_ms.to_bits(), a.duration_ms.to_bits(), a.gbps.to_bits()]));
+    }
+
     /// Fraction of the iteration with network demand (Metronome's duty cycle d_p).
     pub fn duty_cycle(&self) -> f64 {
         if self.period_ms <= 0.0 {

@@ -80,13 +80,8 @@ const SOLVED_MAX: usize = 20_000;
 fn link_key(gbps: f64, circles: &[CircleJob]) -> Vec<u64> {
     let mut key = vec![gbps.to_bits()];
     for c in circles {
-        let arcs = &c.circle.arcs;
-        key.extend([
-            matches!(c.priority, orrery_model::Priority::High) as u64,
-            c.circle.period_ms.to_bits(),
-            arcs.len() as u64,
-        ]);
-        key.extend(arcs.iter().flat_map(|a| [a.start_ms.to_bits(), a.duration_ms.to_bits(), a.gbps.to_bits()]));
+        key.push(matches!(c.priority, orrery_model::Priority::High) as u64);
+        c.circle.push_bits(&mut key);
     }
     key
 }

@@ -236,8 +236,8 @@ fn node_key(gpu: &str, nic: f64, pods: &[(JobId, Circle, orrery_model::Priority)
     gpu.hash(&mut h);
     let mut key = vec![h.finish(), nic.to_bits()];
     for (_, c, p) in pods {
-        key.extend([matches!(p, orrery_model::Priority::High) as u64, c.period_ms.to_bits(), c.arcs.len() as u64]);
-        key.extend(c.arcs.iter().flat_map(|a| [a.start_ms.to_bits(), a.duration_ms.to_bits(), a.gbps.to_bits()]));
+        key.push(matches!(p, orrery_model::Priority::High) as u64);
+        c.push_bits(&mut key);
     }
     key
 }
