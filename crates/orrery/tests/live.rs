@@ -359,6 +359,9 @@ fn the_dashboard_shows_a_job_submitted_while_it_is_open_and_refuses_without_a_to
 
 #[test]
 fn crash_safety_under_sigkill_loses_no_acknowledged_job_or_committed_decision() {
+    // Loads both cores (replicas and etcd, or a fleet): not beside the tests
+    // whose bounds are on the wall clock.
+    let _one = heavy();
     let dir = tempfile::tempdir().expect("tempdir");
     let mut s = Server::start(dir.path(), &["--policy", "fifo", "--topology", "leaf-spine", "--node-timeout-s", "60"]);
     let (user, agent) = (s.token("user.token"), s.token("agent.token"));
@@ -1136,6 +1139,9 @@ fn a_cancelled_ddp_job_checkpoints_and_its_processes_exit() {
 /// preempted, and a new leader decided within 5 s of each kill.
 #[test]
 fn a_standby_takes_over_from_a_killed_leader_and_nothing_acknowledged_is_lost() {
+    // Loads both cores (replicas and etcd, or a fleet): not beside the tests
+    // whose bounds are on the wall clock.
+    let _one = heavy();
     if let Some(why) = orrery_serve::etcd_store::testing::unavailable() {
         println!("skipped: {why}");
         return;
@@ -1203,6 +1209,9 @@ impl Replica {
 /// answers reads from its copy and refuses writes, naming the leader.
 #[test]
 fn a_leader_paused_past_its_lease_decides_nothing_when_it_resumes() {
+    // Loads both cores (replicas and etcd, or a fleet): not beside the tests
+    // whose bounds are on the wall clock.
+    let _one = heavy();
     use orrery_serve::etcd_store::testing::{EtcdCluster, unavailable};
     if let Some(why) = unavailable() {
         println!("skipped: {why}");
