@@ -169,6 +169,12 @@ struct Shared {
     client: Client,
     state: Mutex<State>,
     changed: Notify,
+    /// Fences so far: the assignments' long-poll is cut short by a fence, so
+    /// the jobs the service still places here start again as soon as it
+    /// answers (not when a poll sent before the fence times out, up to
+    /// `poll_s` later; the service may keep the session when the
+    /// heartbeats that queued while it was unreachable arrive in time).
+    fenced: tokio::sync::watch::Sender<u64>,
     /// One re-registration at a time.
     registering: tokio::sync::Mutex<()>,
 }
@@ -222,6 +228,7 @@ pub async fn run_until(opts: AgentOptions, stop: impl std::future::Future<Output
         client,
         state: Mutex::new(State::default()),
         changed: Notify::new(),
+        fenced: tokio::sync::watch::Sender::new(0),
         registering: tokio::sync::Mutex::new(()),
     });
     register(&shared).await;
@@ -462,6 +469,7 @@ async fn fence_watch(shared: Arc<Shared>) {
                 }
                 s.jobs.clear();
                 s.fences += 1;
+                shared.fenced.send_replace(s.fences);
                 s.children.drain().flat_map(|(_, c)| c).collect()
             };
             shared.changed.notify_waiters();
@@ -475,7 +483,9 @@ async fn poll_assignments(shared: Arc<Shared>) {
     let mut after = 0u64;
     let mut session = 0u64;
     let mut fences = 0u64;
+    let mut fence_seen = shared.fenced.subscribe();
     loop {
+        fence_seen.mark_unchanged();
         let (host, current, fenced) = {
             let s = shared.lock();
             (s.host, s.session, s.fences)
@@ -485,7 +495,12 @@ async fn poll_assignments(shared: Arc<Shared>) {
             session = current;
             fences = fenced;
         }
-        match shared.client.assignments(host, session, after, shared.opts.poll_s).await {
+        let answer = tokio::select! {
+            a = shared.client.assignments(host, session, after, shared.opts.poll_s) => a,
+            // Fenced while polling: ask again for the whole state.
+            _ = fence_seen.changed() => continue,
+        };
+        match answer {
             Ok(a) => {
                 after = a.version;
                 apply_assignments(&shared, a.jobs);

@@ -189,7 +189,17 @@ fn benchmark_network_short() {
     keep_scenarios(&mut e, &["load=1.5"]);
     e.seeds.truncate(1);
     e.workload.jobs = Some(50);
-    let keep = ["themis", "themis+cassini", "pollux", "sjf+foresight", "orrery", "orrery-no-share", "orrery-no-size"];
+    let keep = [
+        "themis",
+        "themis+cassini",
+        "pollux",
+        "srtf",
+        "sjf+foresight",
+        "orrery",
+        "orrery-no-share",
+        "orrery-no-size",
+        "orrery-no-preempt",
+    ];
     e.policies.retain(|p| keep.contains(&p.as_str()));
     insta::assert_snapshot!(pinned(
         &e,
@@ -198,7 +208,8 @@ fn benchmark_network_short() {
             "p99 JCT (s)=metrics.p99_jct_s",
             "high-priority slowdown=by_priority.high.avg_slowdown:3",
             "shrunk=counters.shrunk_starts:0",
-            "shared=counters.shared_starts:0"
+            "shared=counters.shared_starts:0",
+            "preempted=counters.preemptions:0"
         ],
         Layout::Long
     ));
@@ -216,7 +227,7 @@ fn benchmark_philly_short() {
     e.scenarios[0].load = Some(2.0);
     e.seeds.truncate(1);
     e.workload.jobs = Some(120);
-    let keep = ["themis", "pollux", "orrery", "orrery-no-size"];
+    let keep = ["themis", "pollux", "srtf", "orrery", "orrery-no-size", "orrery-no-preempt"];
     e.policies.retain(|p| keep.contains(&p.as_str()));
     e.baseline = Some("themis".into());
     insta::assert_snapshot!(pinned(

@@ -37,6 +37,10 @@ use orrery_model::gpu::{GpuType, gpu_type};
 use orrery_model::{HostId, JobSpec, ModelSpec};
 use std::collections::HashMap;
 
+/// A job started this round grows only when that makes it at least this
+/// much faster (Pollux's threshold for restarting a job on a new size).
+pub const GROW_GAIN: f64 = 1.1;
+
 /// Lucid-style packing allows pairs whose estimated ξ are both at most this.
 pub const LUCID_MAX_XI: f64 = 1.25;
 
@@ -62,8 +66,13 @@ pub struct Colocator {
     /// Never share the GPUs of a high-priority job, and never start a
     /// high-priority job on shared GPUs: sharing slows both partners by ξ
     /// (Castor Eq. 3), which Metronome's high-priority jobs must not pay.
-    /// High-priority jobs are also considered first (SJF within a class).
+    /// Nor preempt one ([`Self::preempt`]).
     pub spare_high_priority: bool,
+    /// Consider waiting high-priority jobs before all low-priority ones
+    /// (shortest first within each class). Off in `orrery`: on Philly it
+    /// put long high-priority jobs ahead of short ones, and the mean JCT of
+    /// its core with preemption was 53% longer at load 1.5 (docs/results.md).
+    pub high_first: bool,
     /// Where a job that fits in free GPUs goes (None: consolidated first
     /// fit, Castor's own).
     pub placement: Option<Box<dyn crate::placement::Placement>>,
@@ -73,18 +82,25 @@ pub struct Colocator {
     /// job the free GPUs cannot hold starts now on fewer of them when, by
     /// the zoo's iteration time on that many GPUs and Pollux's statistical
     /// efficiency, it would finish before waiting for the next free GPUs
-    /// and running at its request. It keeps that size until it ends.
+    /// and running at its request. It keeps that size until it ends. The
+    /// same part grows jobs on idle GPUs ([`Self::grow`]).
     pub shrink: bool,
     /// Compare sharing with waiting for the next free GPUs instead
     /// ([`BackToBack::NextFree`], orrery's rule): the wait is read off the
     /// running jobs' remaining times each round.
     pub next_free: bool,
+    /// Shortest remaining time first with preemption (orrery's part
+    /// `preempt`): a waiting job takes the GPUs of running low-priority
+    /// jobs with more time left, when that lets it start ([`Self::victims`]).
+    pub preempt: bool,
     estimate: Colocation,
     alone: HashMap<JobId, f64>,
     /// Time alone of the whole job on k workers over its time at its
     /// request, per (job, k): Pollux's goodput in units of the job's work.
     stretch: HashMap<(JobId, u32), f64>,
     shrunk: u64,
+    grown: u64,
+    preempted: u64,
     shares: u64,
     waits: u64,
     benefit_sum: f64,
@@ -99,14 +115,18 @@ impl Colocator {
             blocking: false,
             share: true,
             spare_high_priority: false,
+            high_first: false,
             placement: None,
             back_to_back: BackToBack::RunningFirst,
             next_free: false,
             shrink: false,
+            preempt: false,
             estimate: Colocation::default(),
             alone: HashMap::new(),
             stretch: HashMap::new(),
             shrunk: 0,
+            grown: 0,
+            preempted: 0,
             shares: 0,
             waits: 0,
             benefit_sum: 0.0,
@@ -170,6 +190,146 @@ impl Colocator {
         }
         Some(hosts)
     }
+    /// Pollux's other half (part `size`): when every waiting job has been
+    /// placed this round and GPUs are still free, a job started this round
+    /// at its request takes up to twice its workers, at the size that
+    /// finishes it soonest by the zoo's iteration time and Pollux's
+    /// statistical efficiency ([`Self::stretch`]), if that is at least
+    /// [`GROW_GAIN`] times faster (Pollux restarts a job only for 10%). It
+    /// keeps that size until it ends or is preempted; a later arrival with
+    /// less time left may take its GPUs ([`Self::preempt`]). O(started ×
+    /// n) sizes, each shaped once.
+    fn grow(&mut self, view: &ClusterView<'_>, rack_of: &[usize], free: &mut [u32], out: &mut [Decision]) {
+        let decided: std::collections::HashSet<JobId> = out
+            .iter()
+            .filter_map(|d| match d {
+                Decision::Place { job, .. } | Decision::Share { job, .. } | Decision::Reject { job, .. } => Some(*job),
+                _ => None,
+            })
+            .collect();
+        if view.queue.iter().any(|q| !decided.contains(&q.id)) {
+            return; // someone still waits for these GPUs
+        }
+        for d in out.iter_mut() {
+            let Decision::Place { job, hosts } = d else { continue };
+            let Some(q) = view.queue.iter().find(|q| q.id == *job) else { continue };
+            let (spec, per) = (q.spec, q.spec.gpus_per_worker.max(1));
+            let n = spec.workers.max(1);
+            if hosts.iter().map(|h| h.1).sum::<u32>() != spec.gpus() {
+                continue; // started smaller
+            }
+            let spare: u32 = free.iter().sum();
+            let most = (2 * n).min(n + spare / per);
+            let Some((k, stretch)) =
+                (n + 1..=most).map(|k| (k, self.stretch(view, q.id, spec, k))).min_by(|a, b| a.1.total_cmp(&b.1))
+            else {
+                continue;
+            };
+            if stretch * GROW_GAIN > 1.0 {
+                continue;
+            }
+            let mut trial = free.to_vec();
+            for &(h, g) in hosts.iter() {
+                trial[h] += g;
+            }
+            let mut larger = spec.clone();
+            larger.workers = k;
+            if let Some(bigger) = consolidated(view, rack_of, &capped(&trial, &larger), k * per) {
+                for &(h, g) in &bigger {
+                    trial[h] -= g;
+                }
+                free.copy_from_slice(&trial);
+                *hosts = bigger;
+                self.grown += 1;
+            }
+        }
+    }
+
+    /// The running jobs (indices into `view.running`) that lose their GPUs
+    /// this round under shortest-remaining-time-first, most time left
+    /// first. Running and waiting jobs are walked by (class, remaining time
+    /// alone), a running job first among equals; a job deserves GPUs while
+    /// the GPUs not held by unmovable jobs last. Unmovable: high-priority
+    /// jobs (Metronome's promise), paused ones, and jobs that share a GPU
+    /// (their partner's GPUs are not theirs to give). Running jobs that do
+    /// not deserve theirs are preempted, most time left first, only until
+    /// the deserving waiting jobs all fit by consolidated first fit, and
+    /// only if they then do (else the victims would be placed again at once).
+    /// A preempted job keeps its progress and pays the driver's restore
+    /// time when placed again. O((Q + R) log(Q + R)) plus one trial
+    /// placement of the deserving jobs per victim.
+    fn victims(
+        &mut self,
+        view: &ClusterView<'_>,
+        rack_of: &[usize],
+        order: &[(f64, f64, usize)],
+        high: &dyn Fn(&JobSpec) -> bool,
+    ) -> Vec<usize> {
+        let mut budget: i64 = i64::from(view.topology.gpu_count());
+        // (class, remaining s, running?, index)
+        let mut contenders: Vec<(u8, f64, bool, usize)> = Vec::new();
+        for (i, r) in view.running.iter().enumerate() {
+            let held: u32 = r.hosts.iter().map(|h| h.1).sum();
+            let solo: u32 = r.solo_gpus.iter().map(|s| s.1).sum();
+            if r.paused || high(r.spec) || solo != held || r.xi > 1.0 {
+                budget -= i64::from(held);
+            } else {
+                let left_s = self.alone_s(view, r.id, r.spec) * (1.0 - r.progress);
+                contenders.push((1, left_s, true, i));
+            }
+        }
+        if contenders.is_empty() {
+            return Vec::new();
+        }
+        let first = self.high_first;
+        contenders
+            .extend(order.iter().map(|&(t, _, qi)| (u8::from(!first || !high(view.queue[qi].spec)), t, false, qi)));
+        contenders.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)).then(b.2.cmp(&a.2)));
+        let (mut deserving, mut losers) = (Vec::new(), Vec::new());
+        for &(_, _, running, i) in &contenders {
+            let gpus = i64::from(if running {
+                view.running[i].hosts.iter().map(|h| h.1).sum()
+            } else {
+                view.queue[i].spec.gpus()
+            });
+            if gpus <= budget {
+                budget -= gpus;
+                if !running {
+                    deserving.push(i);
+                }
+            } else if running {
+                losers.push(i);
+            }
+        }
+        if deserving.is_empty() {
+            return Vec::new();
+        }
+        losers.reverse(); // most time left first
+        let all_fit = |free: &[u32]| {
+            let mut free = free.to_vec();
+            deserving.iter().all(|&qi| {
+                let spec = view.queue[qi].spec;
+                consolidated(view, rack_of, &capped(&free, spec), spec.gpus()).is_some_and(|hosts| {
+                    for (h, g) in hosts {
+                        free[h] -= g;
+                    }
+                    true
+                })
+            })
+        };
+        let mut free = view.free_gpus.to_vec();
+        let mut out = Vec::new();
+        for v in losers {
+            if all_fit(&free) {
+                return out;
+            }
+            for &(h, g) in view.running[v].hosts {
+                free[h] += g;
+            }
+            out.push(v);
+        }
+        if all_fit(&free) { out } else { Vec::new() }
+    }
 }
 
 /// A running job that could lend GPUs this round.
@@ -219,6 +379,8 @@ impl Policy for Colocator {
     fn counters(&self) -> Vec<(&'static str, f64)> {
         vec![
             ("shrunk_starts", self.shrunk as f64),
+            ("grown_starts", self.grown as f64),
+            ("preemptions", self.preempted as f64),
             ("shared_starts", self.shares as f64),
             ("sharing_refused", self.waits as f64),
             // Castor Eq. 24, estimated when deciding: JCT waiting for free GPUs
@@ -230,10 +392,33 @@ impl Policy for Colocator {
     fn schedule(&mut self, view: &ClusterView<'_>) -> Vec<Decision> {
         let rack_of = racks(view);
         let mut free = view.free_gpus.to_vec();
-        let mut cands: Vec<Candidate> = Vec::new();
         let spare = self.spare_high_priority;
         let high = move |spec: &JobSpec| spare && spec.priority == orrery_model::Priority::High;
-        for r in view.running.iter().filter(|r| !r.paused && !high(r.spec)) {
+        // Line 1: pending jobs by expected remaining time.
+        let mut order: Vec<(f64, f64, usize)> = view
+            .queue
+            .iter()
+            .enumerate()
+            .map(|(i, q)| (self.alone_s(view, q.id, q.spec) * (1.0 - q.progress), q.spec.arrival_s, i))
+            .collect();
+        // High-priority jobs may go first (Metronome's priority classes);
+        // SJF within each class.
+        let first = self.high_first;
+        let class = |i: usize| u8::from(!first || !high(view.queue[i].spec));
+        order.sort_by(|a, b| class(a.2).cmp(&class(b.2)).then(a.0.total_cmp(&b.0)).then(a.1.total_cmp(&b.1)));
+        let mut out = Vec::new();
+        let victims = if self.preempt { self.victims(view, &rack_of, &order, &high) } else { Vec::new() };
+        for &v in &victims {
+            for &(h, g) in view.running[v].hosts {
+                free[h] += g;
+            }
+            self.preempted += 1;
+            out.push(Decision::Preempt { job: view.running[v].id });
+        }
+        let staying =
+            || view.running.iter().enumerate().filter(|(i, r)| !r.paused && !victims.contains(i)).map(|p| p.1);
+        let mut cands: Vec<Candidate> = Vec::new();
+        for r in staying().filter(|r| !high(r.spec)) {
             let (Some(m), Some(&(h0, _))) = (orrery_model::zoo::model(&r.spec.model), r.hosts.first()) else {
                 continue;
             };
@@ -253,7 +438,7 @@ impl Policy for Colocator {
         // next-free rule: O(R log R) per round.
         let mut ends: Vec<(f64, f64)> = Vec::new();
         if self.next_free || self.shrink {
-            for r in view.running.iter().filter(|r| !r.paused) {
+            for r in staying() {
                 let left_s = self.alone_s(view, r.id, r.spec) * (1.0 - r.progress) * r.xi.max(1.0);
                 // A GPU two jobs share frees when both have ended: half of
                 // it is counted at each one's end.
@@ -263,21 +448,10 @@ impl Policy for Colocator {
             }
             ends.sort_by(|a, b| a.0.total_cmp(&b.0));
         }
-        // Line 1: pending jobs by expected remaining time.
-        let mut order: Vec<(f64, f64, usize)> = view
-            .queue
-            .iter()
-            .enumerate()
-            .map(|(i, q)| (self.alone_s(view, q.id, q.spec) * (1.0 - q.progress), q.spec.arrival_s, i))
-            .collect();
-        // With high-priority jobs spared, they also go first (Metronome's
-        // priority classes); SJF within each class.
-        let class = |i: usize| u8::from(!high(view.queue[i].spec));
-        order.sort_by(|a, b| class(a.2).cmp(&class(b.2)).then(a.0.total_cmp(&b.0)).then(a.1.total_cmp(&b.1)));
         if let Some(p) = self.placement.as_mut() {
-            p.prepare(view, &[]);
+            let gone: Vec<JobId> = victims.iter().map(|&v| view.running[v].id).collect();
+            p.prepare(view, &gone);
         }
-        let mut out = Vec::new();
         let total = view.topology.gpu_count();
         // Decisions before the previous job was considered (blocking mode).
         let mut before_previous: Option<usize> = None;
@@ -405,6 +579,11 @@ impl Policy for Colocator {
                 }
             }
             out.push(Decision::Share { job: q.id, free: from_free, shared, sub_batch: sub });
+        }
+        // Not in a round that preempts: GPUs are short, and the victims
+        // come back to the queue at once.
+        if self.shrink && victims.is_empty() {
+            self.grow(view, &rack_of, &mut free, &mut out);
         }
         out
     }
@@ -665,6 +844,108 @@ mod tests {
         // Without the rule it always waits.
         p.shrink = false;
         assert!(p.schedule(&view(0.0)).is_empty());
+    }
+
+    #[test]
+    fn a_waiting_job_preempts_only_the_job_with_more_time_left_and_only_when_it_then_starts() {
+        // Two hosts of 4 GPUs, both busy: a (36,000 s alone) on host 0, b
+        // (1,000 s) on host 1. A 600 s newcomer asks for 4 GPUs.
+        let t = cluster();
+        let mut a = JobSpec::new("a", "resnet50", 32, 4, Work::Seconds(36_000.0), 0.0);
+        let b = JobSpec::new("b", "resnet50", 32, 4, Work::Seconds(1_000.0), 0.0);
+        let short = JobSpec::new("n", "resnet50", 32, 4, Work::Seconds(600.0), 0.0);
+        let long = JobSpec::new("n", "resnet50", 32, 4, Work::Seconds(50_000.0), 0.0);
+        let whole = JobSpec::new("n", "resnet50", 32, 8, Work::Seconds(600.0), 0.0);
+        let (ha, hb) = ([(0usize, 4u32)], [(1usize, 4u32)]);
+        let decide = |a: &JobSpec, new: &JobSpec, preempt: bool| {
+            let view = ClusterView {
+                now_s: 0.0,
+                topology: &t,
+                free_gpus: &[0, 0],
+                queue: vec![QueuedJob::new(2, new, 0.0)],
+                running: vec![running(0, a, &ha, 0.0), running(1, &b, &hb, 0.0)],
+            };
+            let mut p = Colocator::new(Rule::Bsbf);
+            p.share = false;
+            p.spare_high_priority = true;
+            p.preempt = preempt;
+            p.schedule(&view)
+        };
+        // Shortest remaining time first: the newcomer's 600 s beats both, and
+        // the job with the most time left (a) gives up its host.
+        let place_on = |h: usize| Decision::Place { job: 2, hosts: vec![(h, 4)] };
+        assert_eq!(decide(&a, &short, true), vec![Decision::Preempt { job: 0 }, place_on(0)]);
+        // Without the part, it waits (Castor's Algorithm 1 never preempts).
+        assert!(decide(&a, &short, false).is_empty());
+        // A newcomer with more time left than every running job waits.
+        assert!(decide(&a, &long, true).is_empty());
+        // A high-priority job is never preempted: b (1,000 s > 600 s) is.
+        a.priority = orrery_model::Priority::High;
+        assert_eq!(decide(&a, &short, true), vec![Decision::Preempt { job: 1 }, place_on(1)]);
+        // Preempting b alone cannot make room for 8 GPUs, so nothing is
+        // preempted (the victim would only be placed again).
+        assert!(decide(&a, &whole, true).is_empty());
+    }
+
+    #[test]
+    fn high_priority_goes_first_only_when_asked() {
+        // 4 free GPUs, a long high-priority job and a short low-priority one.
+        let t = cluster();
+        let b = JobSpec::new("b", "resnet50", 32, 4, Work::Seconds(1_000.0), 0.0);
+        let mut high = JobSpec::new("h", "resnet50", 32, 4, Work::Seconds(36_000.0), 0.0);
+        high.priority = orrery_model::Priority::High;
+        let low = JobSpec::new("l", "resnet50", 32, 4, Work::Seconds(600.0), 0.0);
+        let hb = [(1usize, 4u32)];
+        let view = ClusterView {
+            now_s: 0.0,
+            topology: &t,
+            free_gpus: &[4, 0],
+            queue: vec![QueuedJob::new(2, &high, 0.0), QueuedJob::new(3, &low, 0.0)],
+            running: vec![running(1, &b, &hb, 0.0)],
+        };
+        let mut p = Colocator::new(Rule::Bsbf);
+        p.spare_high_priority = true;
+        let first = |d: Vec<Decision>| match d.first() {
+            Some(Decision::Place { job, .. }) => Some(*job),
+            _ => None,
+        };
+        assert_eq!(first(p.schedule(&view)), Some(3), "shortest first");
+        p.high_first = true;
+        assert_eq!(first(p.schedule(&view)), Some(2), "its class first");
+    }
+
+    #[test]
+    fn a_job_grows_on_idle_gpus_only_when_that_is_faster_and_nobody_waits() {
+        // Two idle hosts of 4 GPUs; a 2-worker ResNet-50 at 32 a GPU. On 4
+        // workers each iteration does twice the samples, and Pollux's
+        // ImageNet profile needs fewer iterations at batch 128 than at 64.
+        let t = cluster();
+        let job = JobSpec::new("j", "resnet50", 32, 2, Work::Seconds(1_000.0), 0.0);
+        let huge = JobSpec::new("h", "resnet50", 8_192, 2, Work::Seconds(1_000.0), 0.0);
+        let big = JobSpec::new("b", "resnet50", 32, 8, Work::Seconds(1_000.0), 0.0);
+        fn view<'a>(t: &'a Topology, queue: Vec<QueuedJob<'a>>) -> ClusterView<'a> {
+            ClusterView { now_s: 0.0, topology: t, free_gpus: &[4, 4], queue, running: Vec::new() }
+        }
+        let mut p = Colocator::new(Rule::Bsbf);
+        p.shrink = true;
+        let alone = view(&t, vec![QueuedJob::new(0, &job, 0.0)]);
+        let stretch = p.stretch(&alone, 0, &job, 4);
+        assert!(stretch * GROW_GAIN < 1.0, "4 workers finish sooner: {stretch}");
+        assert_eq!(p.schedule(&alone), vec![Decision::Place { job: 0, hosts: vec![(0, 4)] }]);
+        assert_eq!(p.counters()[1], ("grown_starts", 1.0));
+        // Past the profile's largest batch, more samples an iteration buy
+        // no fewer iterations: it stays at its request.
+        let alone = view(&t, vec![QueuedJob::new(1, &huge, 0.0)]);
+        assert!(p.stretch(&alone, 1, &huge, 4) >= 1.0);
+        assert_eq!(p.schedule(&alone), vec![Decision::Place { job: 1, hosts: vec![(0, 2)] }]);
+        // A job that still waits (8 GPUs, 6 left free) keeps the idle GPUs
+        // for itself: nobody grows.
+        let both = view(&t, vec![QueuedJob::new(0, &job, 0.0), QueuedJob::new(2, &big, 0.0)]);
+        assert_eq!(p.schedule(&both), vec![Decision::Place { job: 0, hosts: vec![(0, 2)] }]);
+        // Without the part, never.
+        p.shrink = false;
+        let alone = view(&t, vec![QueuedJob::new(0, &job, 0.0)]);
+        assert_eq!(p.schedule(&alone), vec![Decision::Place { job: 0, hosts: vec![(0, 2)] }]);
     }
 
     #[test]

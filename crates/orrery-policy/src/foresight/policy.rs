@@ -286,8 +286,11 @@ impl Foresight {
     /// decisions for their first planned iteration.
     fn plan(&mut self, view: &ClusterView<'_>, jobs: &[PlacedJob<'_>]) -> Vec<Decision> {
         // What the previous plan set stays set in the driver until undone;
-        // a job that has ended has nothing left to undo.
-        let running: std::collections::HashSet<JobId> = view.running.iter().map(|r| r.id).collect();
+        // a job that has ended, or is preempted this round, has nothing
+        // left to undo.
+        let planned: std::collections::HashSet<JobId> = jobs.iter().map(|j| j.0).collect();
+        let running: std::collections::HashSet<JobId> =
+            view.running.iter().map(|r| r.id).filter(|id| planned.contains(id)).collect();
         let mut undo: Vec<Decision> = Vec::new();
         for (&id, (steps, _)) in self.steps.iter().filter(|(id, _)| running.contains(id)) {
             undo.push(Decision::Throttle { job: id, gbps: None });
@@ -606,7 +609,16 @@ impl Policy for Foresight {
         if placed.is_empty() {
             return out;
         }
-        let mut jobs: Vec<PlacedJob<'_>> = view.running.iter().map(|r| (r.id, r.spec, r.hosts.to_vec())).collect();
+        // Jobs the inner policy preempts this round leave the plan: they
+        // hold no GPUs and no flows once the round applies.
+        let preempted: Vec<JobId> =
+            out.iter().filter_map(|d| if let Decision::Preempt { job } = d { Some(*job) } else { None }).collect();
+        let mut jobs: Vec<PlacedJob<'_>> = view
+            .running
+            .iter()
+            .filter(|r| !preempted.contains(&r.id))
+            .map(|r| (r.id, r.spec, r.hosts.to_vec()))
+            .collect();
         for (id, hosts) in placed {
             if let Some(q) = view.queue.iter().find(|q| q.id == id) {
                 jobs.push((id, q.spec, hosts));
@@ -636,8 +648,10 @@ impl Policy for Foresight {
             let dropped = self.timing_dropped;
             self.measure(job, started_s, it);
             if self.timing_dropped && !dropped {
-                // Every planned job's timetable and throttle go at once.
-                let mut jobs: Vec<JobId> = self.steps.keys().copied().collect();
+                // Every planned job's timetable and throttle go at once
+                // (those still running: an ended job has nothing to undo).
+                let mut jobs: Vec<JobId> =
+                    self.steps.keys().copied().filter(|j| view.running.iter().any(|r| r.id == *j)).collect();
                 jobs.sort_unstable();
                 for j in jobs {
                     out.push(Decision::Timetable { job: j, from_iteration: 0, starts_s: Vec::new() });
@@ -833,6 +847,45 @@ mod tests {
     }
 
     #[test]
+    fn a_job_preempted_in_the_round_leaves_the_plan_with_nothing_to_undo() {
+        // A long 8-GPU ring holds all four hosts; a short 2-GPU job arrives
+        // and shortest-remaining-time-first preempts the ring. Routes,
+        // throttles or timetables for the ring would reach a job that holds
+        // no GPUs once the round applies (the simulator counted hundreds
+        // of such invalid decisions a run under `orrery`).
+        for mode in [Mode::Foresight, Mode::Routes] {
+            let t = two_racks_of_two(2, 2, "a100");
+            let ring = JobSpec::new("ring", "vgg19", 32, 8, Work::Iterations(100_000), 0.0);
+            let short = JobSpec::new("short", "vgg19", 32, 2, Work::Iterations(10), 0.0);
+            let inner = crate::compose::by_name("srtf", 1).expect("srtf");
+            let mut f = Foresight::new(inner, mode);
+            let all = vec![2u32; 4];
+            let queue = vec![crate::QueuedJob::new(0, &ring, 0.0)];
+            let view = ClusterView { now_s: 0.0, topology: &t, free_gpus: &all, queue, running: Vec::new() };
+            let first = f.schedule(&view);
+            assert!(first.iter().any(|d| matches!(d, Decision::Route { job: 0, .. })), "{mode:?}: {first:?}");
+            let hosts: Vec<(HostId, u32)> = (0..4).map(|h| (h, 2)).collect();
+            let view = ClusterView {
+                now_s: 1.0,
+                topology: &t,
+                free_gpus: &[0, 0, 0, 0],
+                queue: vec![crate::QueuedJob::new(1, &short, 1.0)],
+                running: vec![crate::RunningJob::new(0, &ring, &hosts)],
+            };
+            let out = f.schedule(&view);
+            assert!(out.contains(&Decision::Preempt { job: 0 }), "{mode:?}: {out:?}");
+            assert!(out.iter().any(|d| matches!(d, Decision::Place { job: 1, .. })), "{mode:?}: {out:?}");
+            let about_ring = |d: &&Decision| match d {
+                Decision::Route { job, .. } | Decision::Throttle { job, .. } | Decision::Timetable { job, .. } => {
+                    *job == 0
+                }
+                _ => false,
+            };
+            assert_eq!(out.iter().filter(about_ring).count(), 0, "{mode:?}: {out:?}");
+        }
+    }
+
+    #[test]
     fn routes_alone_never_hold_an_iteration() {
         // `routes` is space without time: after any iteration, early or late
         // against the plan, the job gets routes and no Shift or Timetable,
@@ -890,7 +943,9 @@ mod tests {
                 r.iterations_done = k;
                 let now_s = k as f64 * length_ms * stretch / 1e3;
                 r.iteration_start_s = now_s - length_ms * stretch / 1e3;
-                let view = ClusterView { now_s, topology: &t, free_gpus: &free, queue: Vec::new(), running: vec![r] };
+                let b = crate::RunningJob::new(1, &specs[1], &hosts[1]);
+                let view =
+                    ClusterView { now_s, topology: &t, free_gpus: &free, queue: Vec::new(), running: vec![r, b] };
                 let out = f.on_iteration(&view, 0, crate::Iteration::of(length_ms * stretch));
                 for d in &out {
                     match d {
