@@ -628,7 +628,7 @@ fn an_agent_cut_off_from_the_service_stops_its_processes_before_the_time_out() {
     let mut s = Server::start(dir.path(), &["--policy", "fifo", "--node-timeout-s", "3"]);
     let http = Http::new();
     let user = s.token("user.token");
-    let _a = [agent(&s, "h0", Some("sleep 600")), agent(&s, "h1", Some("sleep 600"))];
+    let agents = [agent(&s, "h0", Some("sleep 600")), agent(&s, "h1", Some("sleep 600"))];
     nodes_up(&http, &s, 2);
     let (status, v) =
         http.call("POST", &format!("{}/v1/jobs", s.url()), Some(&user), Some(job("j", "resnet50", 100_000, "low")));
@@ -649,8 +649,18 @@ fn an_agent_cut_off_from_the_service_stops_its_processes_before_the_time_out() {
     assert!(stopped < Duration::from_millis(2900), "ranks stopped {stopped:?} after the freeze");
     std::thread::sleep(Duration::from_millis(500));
     assert!(Command::new("kill").args(["-CONT", &pid]).status().expect("kill").success());
-    wait_until("the ranks to run again", Duration::from_secs(20), || (running() == ranks).then_some(()));
+    // Within half the agents' 20 s long-poll: a fence cuts the poll short
+    // (before, a poll sent before the freeze held the restart up to 20 s).
+    let resumed = Instant::now();
+    wait_until("the ranks to run again", Duration::from_secs(10), || (running() == ranks).then_some(()));
+    eprintln!("ranks ran again {:?} after the service resumed", resumed.elapsed());
     s.kill9();
+    // SIGKILLed agents leave no rank behind: each rank's group leader hears
+    // of its agent's death (PR_SET_PDEATHSIG) and ends its group. Debian's
+    // dash forks `sleep 600` under `sh -c`, so before the leader passed the
+    // signal on, the sleeps outlived the test.
+    drop(agents);
+    wait_until("the SIGKILLed agents' ranks to exit", Duration::from_secs(2), || (running() == 0).then_some(()));
 }
 
 /// Issue 39, item 4: what can never run is refused at the door, with JSON
