@@ -49,36 +49,19 @@ impl Composed {
         contenders.extend(queued.iter().map(|&(k, i)| (k, false, i)));
         // Ties: running jobs first (no swaps between equals).
         contenders.sort_by(|a, b| a.0.0.total_cmp(&b.0.0).then(a.0.1.total_cmp(&b.0.1)).then(b.1.cmp(&a.1)));
-        let (mut deserving, mut losers) = (Vec::new(), Vec::new());
-        for &(_, running, i) in &contenders {
-            let gpus = i64::from(if running { view.running[i].spec.gpus() } else { view.queue[i].spec.gpus() });
-            if gpus <= budget {
-                budget -= gpus;
-                if !running {
-                    deserving.push(i);
-                }
-            } else if running {
-                losers.push(i);
-            }
-        }
-        losers.reverse(); // worst key first
-        let mut free = view.free_gpus.to_vec();
-        let mut out = Vec::new();
-        for &v in &losers {
-            self.placement.prepare(view, &out);
-            if self.all_fit(view, rack_of, &free, &deserving) {
-                return out;
-            }
-            for &(h, g) in view.running[v].hosts {
-                free[h] += g;
-            }
-            out.push(view.running[v].id);
-        }
+        let walk = contenders.iter().map(|&(_, running, i)| {
+            (running, i, if running { view.running[i].spec.gpus() } else { view.queue[i].spec.gpus() })
+        });
+        let (deserving, losers) = deserving_and_losers(walk, budget);
         // Preempt only if that lets the deserving jobs in: when they still do
         // not fit (fragmentation), the victims would be placed again at once
         // and preempted again in the next round, forever.
-        self.placement.prepare(view, &out);
-        if self.all_fit(view, rack_of, &free, &deserving) { out } else { Vec::new() }
+        let victims = fewest_victims(view, &losers, |free, victims| {
+            let leaving: Vec<JobId> = victims.iter().map(|&v| view.running[v].id).collect();
+            self.placement.prepare(view, &leaving);
+            self.all_fit(view, rack_of, free, &deserving)
+        });
+        victims.into_iter().map(|v| view.running[v].id).collect()
     }
 
     /// Whether the waiting jobs `queue_idx` all fit in `free`, in order.
@@ -152,6 +135,54 @@ impl Policy for Composed {
     fn isolated_network(&self) -> bool {
         self.isolated
     }
+}
+
+/// Jobs walked in key order, best first, as (running?, index, GPUs): the
+/// waiting jobs that deserve GPUs (in order) and the running jobs that lose
+/// theirs (worst first). A job deserves GPUs while `budget`, the GPUs not
+/// held by jobs that cannot be preempted, lasts. O(n).
+pub(crate) fn deserving_and_losers(
+    walk: impl IntoIterator<Item = (bool, usize, u32)>,
+    mut budget: i64,
+) -> (Vec<usize>, Vec<usize>) {
+    let (mut deserving, mut losers) = (Vec::new(), Vec::new());
+    for (running, i, gpus) in walk {
+        let gpus = i64::from(gpus);
+        if gpus <= budget {
+            budget -= gpus;
+            if !running {
+                deserving.push(i);
+            }
+        } else if running {
+            losers.push(i);
+        }
+    }
+    losers.reverse();
+    (deserving, losers)
+}
+
+/// The fewest of `losers` (indices into `view.running`, in the order they
+/// go) whose GPUs let the deserving jobs in: `fits(free, victims)` says
+/// whether they fit in `free` once `victims` leave. None when even all of
+/// them do not suffice (the victims would be placed again at once and
+/// preempted again in the next round). One `fits` per victim.
+pub(crate) fn fewest_victims(
+    view: &ClusterView<'_>,
+    losers: &[usize],
+    mut fits: impl FnMut(&[u32], &[usize]) -> bool,
+) -> Vec<usize> {
+    let mut free = view.free_gpus.to_vec();
+    let mut out = Vec::new();
+    for &v in losers {
+        if fits(&free, &out) {
+            return out;
+        }
+        for &(h, g) in view.running[v].hosts {
+            free[h] += g;
+        }
+        out.push(v);
+    }
+    if fits(&free, &out) { out } else { Vec::new() }
 }
 
 /// Orderings by name.

@@ -285,27 +285,18 @@ impl Colocator {
         contenders
             .extend(order.iter().map(|&(t, _, qi)| (u8::from(!first || !high(view.queue[qi].spec)), t, false, qi)));
         contenders.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)).then(b.2.cmp(&a.2)));
-        let (mut deserving, mut losers) = (Vec::new(), Vec::new());
-        for &(_, _, running, i) in &contenders {
-            let gpus = i64::from(if running {
-                view.running[i].hosts.iter().map(|h| h.1).sum()
-            } else {
-                view.queue[i].spec.gpus()
-            });
-            if gpus <= budget {
-                budget -= gpus;
-                if !running {
-                    deserving.push(i);
-                }
-            } else if running {
-                losers.push(i);
-            }
-        }
+        let walk = contenders.iter().map(|&(_, _, running, i)| {
+            (
+                running,
+                i,
+                if running { view.running[i].hosts.iter().map(|h| h.1).sum() } else { view.queue[i].spec.gpus() },
+            )
+        });
+        let (deserving, losers) = crate::compose::deserving_and_losers(walk, budget);
         if deserving.is_empty() {
             return Vec::new();
         }
-        losers.reverse(); // most time left first
-        let all_fit = |free: &[u32]| {
+        crate::compose::fewest_victims(view, &losers, |free, _| {
             let mut free = free.to_vec();
             deserving.iter().all(|&qi| {
                 let spec = view.queue[qi].spec;
@@ -316,19 +307,7 @@ impl Colocator {
                     true
                 })
             })
-        };
-        let mut free = view.free_gpus.to_vec();
-        let mut out = Vec::new();
-        for v in losers {
-            if all_fit(&free) {
-                return out;
-            }
-            for &(h, g) in view.running[v].hosts {
-                free[h] += g;
-            }
-            out.push(v);
-        }
-        if all_fit(&free) { out } else { Vec::new() }
+        })
     }
 }
 
