@@ -190,6 +190,7 @@ impl Colocator {
         }
         Some(hosts)
     }
+
     /// Pollux's other half (part `size`): when every waiting job has been
     /// placed this round and GPUs are still free, a job started this round
     /// at its request takes up to twice its workers, at the size that
@@ -197,8 +198,8 @@ impl Colocator {
     /// statistical efficiency ([`Self::stretch`]), if that is at least
     /// [`GROW_GAIN`] times faster (Pollux restarts a job only for 10%). It
     /// keeps that size until it ends or is preempted; a later arrival with
-    /// less time left may take its GPUs ([`Self::preempt`]). O(started ×
-    /// n) sizes, each shaped once.
+    /// less time left may take its GPUs ([`Self::preempt`]). O(Q) plus
+    /// O(n) sizes per started job, each shaped once.
     fn grow(&mut self, view: &ClusterView<'_>, rack_of: &[usize], free: &mut [u32], out: &mut [Decision]) {
         let decided: std::collections::HashSet<JobId> = out
             .iter()
@@ -210,9 +211,10 @@ impl Colocator {
         if view.queue.iter().any(|q| !decided.contains(&q.id)) {
             return; // someone still waits for these GPUs
         }
+        let queued: HashMap<JobId, &crate::QueuedJob<'_>> = view.queue.iter().map(|q| (q.id, q)).collect();
         for d in out.iter_mut() {
             let Decision::Place { job, hosts } = d else { continue };
-            let Some(q) = view.queue.iter().find(|q| q.id == *job) else { continue };
+            let Some(q) = queued.get(job) else { continue };
             let (spec, per) = (q.spec, q.spec.gpus_per_worker.max(1));
             let n = spec.workers.max(1);
             if hosts.iter().map(|h| h.1).sum::<u32>() != spec.gpus() {
