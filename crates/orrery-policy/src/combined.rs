@@ -56,7 +56,8 @@
 //!   partners by their interference ratio ξ (1.1–2× in Gavel's
 //!   measurements), and Metronome's promise is that a high-priority job is
 //!   not slowed. A high-priority newcomer waits for free GPUs rather than
-//!   share; being ordered first, it takes the next ones that free up.
+//!   share (or preempts low-priority jobs with more time left); it is
+//!   itself never preempted.
 //! - *A shared job and interleaving*: a job started on shared GPUs is not
 //!   a CASSINI candidate (its GPUs are fixed by its partner); it runs
 //!   outside the Affinity graph, without a time-shift.
