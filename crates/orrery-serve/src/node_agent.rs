@@ -659,19 +659,21 @@ fn run_tc(args: &[String]) {
 }
 
 /// The shell that leads a rank's process group: it runs the command (`$1`)
-/// and, on SIGHUP (the agent's death, by `setpriv --pdeathsig`), sends
+/// and, on SIGUSR1 (the agent's death, by `setpriv --pdeathsig`), sends
 /// SIGTERM to the whole group, itself included. It exits with the
 /// command's status. The agent's own stops signal the group directly, so a
 /// rank gets one SIGTERM either way (a second could interrupt its
-/// checkpoint).
-const RANK_LEADER: &str = r#"trap 'kill -TERM 0' HUP; sh -c "$1" & wait $!"#;
+/// checkpoint). Not SIGHUP: a shell cannot trap a signal ignored when it
+/// started, and an agent under `nohup` passes SIGHUP on ignored (CI runs
+/// so: the ranks of its SIGKILLed agents outlived them).
+const RANK_LEADER: &str = r#"trap 'kill -TERM 0' USR1; sh -c "$1" & wait $!"#;
 
 /// Whether `setpriv --pdeathsig` (util-linux) runs here; checked once.
 fn pdeathsig_available() -> bool {
     static AVAILABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *AVAILABLE.get_or_init(|| {
         let ok = std::process::Command::new("setpriv")
-            .args(["--pdeathsig", "HUP", "--", "true"])
+            .args(["--pdeathsig", "USR1", "--", "true"])
             .output()
             .is_ok_and(|o| o.status.success());
         if !ok {
@@ -689,14 +691,14 @@ fn launch(opts: &AgentOptions, s: &State, a: &Assignment, cmd: &str, gpus: &[usi
     for (k, &rank) in a.ranks.iter().enumerate() {
         let mine: Vec<String> = gpus.iter().skip(k * per_rank).take(per_rank.max(1)).map(ToString::to_string).collect();
         // The group's leader is [`RANK_LEADER`], under `setpriv --pdeathsig
-        // HUP` where util-linux has it: when the agent dies (SIGKILL
-        // included) the leader gets SIGHUP and sends SIGTERM to its whole
+        // USR1` where util-linux has it: when the agent dies (SIGKILL
+        // included) the leader gets SIGUSR1 and sends SIGTERM to its whole
         // group (issue 39: no training process outlives its agent). The
         // signal survives the exec of `ip netns exec`, but not a fork, and
         // Debian's dash forks `sh -c CMD`'s command: the leader must pass it on.
         let mut argv: Vec<&str> = Vec::new();
         if pdeathsig_available() {
-            argv.extend(["setpriv", "--pdeathsig", "HUP", "--"]);
+            argv.extend(["setpriv", "--pdeathsig", "USR1", "--"]);
         }
         if let Some(ns) = &opts.netns {
             argv.extend(["ip", "netns", "exec", ns]);

@@ -635,9 +635,15 @@ fn an_agent_cut_off_from_the_service_stops_its_processes_before_the_time_out() {
     assert_eq!(status, 201, "{v}");
     let sockets = [s.dir.join("agent-h0.sock"), s.dir.join("agent-h1.sock")];
     let running = || sockets.iter().map(|p| processes_of_agent(p).len()).sum::<usize>();
+    // Each rank is a few processes (its group's leader, `sh -c`, `sleep`),
+    // started one after another: count them once the count holds.
     let ranks = wait_until("the job's ranks to run", Duration::from_secs(15), || {
         let n = running();
-        (n > 0).then_some(n)
+        (n > 0 && {
+            std::thread::sleep(Duration::from_millis(300));
+            running() == n
+        })
+        .then_some(n)
     });
     let pid = s.proc.as_ref().expect("server").0.id().to_string();
     assert!(Command::new("kill").args(["-STOP", &pid]).status().expect("kill").success());
