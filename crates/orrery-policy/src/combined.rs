@@ -11,7 +11,7 @@
 //!    when that lets it start (shortest remaining time first). Chosen from
 //!    evidence: on Philly's heavy-tailed durations `srtf` beats `sjf`,
 //!    `themis` and `tiresias` at both loads, and without preemption
-//!    `orrery`'s mean JCT was 6-37% longer (docs/results.md). High-priority
+//!    `orrery`'s mean JCT on Philly is 16-29% longer (docs/results.md). High-priority
 //!    jobs are not ordered first (a long one ahead of short ones cost the
 //!    core 53% mean JCT at load 1.5); they are never preempted or shared.
 //! 2. **Size** (Pollux's goodput, part `size`): a job the free GPUs cannot

@@ -115,9 +115,6 @@ struct State {
     timeout_s: f64,
     /// When the last heartbeat the service acknowledged was sent.
     last_ack: Option<std::time::Instant>,
-    /// Raised each time the agent fences itself: the assignments' long-poll
-    /// then takes the whole state again.
-    fences: u64,
     registered: bool,
     jobs: HashMap<JobId, Assignment>,
     /// Why jobs left (for processes that ask later).
@@ -169,7 +166,9 @@ struct Shared {
     client: Client,
     state: Mutex<State>,
     changed: Notify,
-    /// Fences so far: the assignments' long-poll is cut short by a fence, so
+    /// Fences so far (raised each time the agent fences itself): the
+    /// assignments' long-poll takes the whole state again after one, and is
+    /// cut short by one, so
     /// the jobs the service still places here start again as soon as it
     /// answers (not when a poll sent before the fence times out, up to
     /// `poll_s` later; the service may keep the session when the
@@ -468,8 +467,7 @@ async fn fence_watch(shared: Arc<Shared>) {
                     s.release_gpus(id);
                 }
                 s.jobs.clear();
-                s.fences += 1;
-                shared.fenced.send_replace(s.fences);
+                shared.fenced.send_modify(|n| *n += 1);
                 s.children.drain().flat_map(|(_, c)| c).collect()
             };
             shared.changed.notify_waiters();
@@ -485,10 +483,10 @@ async fn poll_assignments(shared: Arc<Shared>) {
     let mut fences = 0u64;
     let mut fence_seen = shared.fenced.subscribe();
     loop {
-        fence_seen.mark_unchanged();
-        let (host, current, fenced) = {
+        let fenced = *fence_seen.borrow_and_update();
+        let (host, current) = {
             let s = shared.lock();
-            (s.host, s.session, s.fences)
+            (s.host, s.session)
         };
         if current != session || fenced != fences {
             after = 0; // a new session, or fenced: take the whole state again
