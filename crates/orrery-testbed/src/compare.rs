@@ -117,6 +117,30 @@ pub struct Row {
     /// took over [`COLLIDED`] times its time alone: collided with another
     /// job's. NaN when the time alone is not known (emulated workers).
     pub collided: f64,
+    /// Mean iteration time alone on the testbed on the same hosts
+    /// (`--alone`), ms: the median over the runs' placements. NaN when not
+    /// measured.
+    pub alone_testbed_ms: f64,
+    /// The testbed's slowdown over its own time alone: the median over the
+    /// runs of each run's mean / the time alone on that run's hosts.
+    pub slowdown: f64,
+}
+
+/// Times alone on the testbed, by [`placement_key`]: mean iteration, ms.
+pub type Alone = BTreeMap<String, f64>;
+
+/// A job on a set of hosts: the key of its time alone there.
+pub fn placement_key(job: &str, hosts: &[(String, u32)]) -> String {
+    let hosts: Vec<String> = hosts.iter().map(|(h, g)| format!("{h}:{g}")).collect();
+    format!("{job}@{}", hosts.join(","))
+}
+
+/// A run's slowdown of one job over its time alone on the same hosts
+/// (None when that was not measured or the job has no iterations).
+fn run_slowdown(j: &crate::drive::MeasuredJob, alone: &Alone) -> Option<f64> {
+    let a = *alone.get(&placement_key(&j.id, &j.hosts))?;
+    let (mean, _) = mean_p99(&j.iteration_ms);
+    (mean.is_finite() && a > 0.0).then(|| mean / a)
 }
 
 /// An iteration's communication over this many times its time alone
@@ -140,7 +164,14 @@ pub fn median(xs: &[f64]) -> f64 {
 /// deterministic and runs once): the testbed's mean and p99 are the
 /// medians over the runs. `comm_alone_ms`: every job's communication time
 /// alone, where measured (DDP jobs).
-pub fn rows(jobs: &[JobSpec], runs: &[Measured], simulated: &Simulated, comm_alone_ms: Option<f64>) -> Vec<Row> {
+/// `alone`: times alone on the testbed, where measured.
+pub fn rows(
+    jobs: &[JobSpec],
+    runs: &[Measured],
+    simulated: &Simulated,
+    comm_alone_ms: Option<f64>,
+    alone: &Alone,
+) -> Vec<Row> {
     let policy = runs.first().map(|m| m.policy.clone()).unwrap_or_default();
     jobs.iter()
         .enumerate()
@@ -169,7 +200,13 @@ pub fn rows(jobs: &[JobSpec], runs: &[Measured], simulated: &Simulated, comm_alo
                 }
                 _ => f64::NAN,
             };
+            let of_job = || runs.iter().filter_map(|m| m.jobs.iter().find(|j| j.id == spec.id));
+            let alone_ms: Vec<f64> =
+                of_job().filter_map(|j| alone.get(&placement_key(&j.id, &j.hosts)).copied()).collect();
+            let slowdowns: Vec<f64> = of_job().filter_map(|j| run_slowdown(j, alone)).collect();
             Row {
+                alone_testbed_ms: median(&alone_ms),
+                slowdown: median(&slowdowns),
                 policy: policy.clone(),
                 job: spec.id.clone(),
                 hosts: m
@@ -190,6 +227,93 @@ pub fn rows(jobs: &[JobSpec], runs: &[Measured], simulated: &Simulated, comm_alo
         .collect()
 }
 
+/// One policy over all its jobs, per run: what CASSINI's Fig. 11 plots.
+#[derive(Debug, Clone, Serialize)]
+pub struct PolicySummary {
+    /// Policy.
+    pub policy: String,
+    /// Per run: the mean over jobs of each job's mean iteration time, ms.
+    pub run_mean_iter_ms: Vec<f64>,
+    /// Per run: p99 of all jobs' iterations pooled, ms.
+    pub run_p99_iter_ms: Vec<f64>,
+    /// Per run: the mean over jobs of their slowdown over their time alone
+    /// on the testbed (empty without `--alone`).
+    pub run_slowdown: Vec<f64>,
+    /// The simulator's mean over jobs of each job's mean iteration, ms.
+    pub sim_mean_iter_ms: f64,
+    /// The simulator's p99 of all iterations pooled, ms.
+    pub sim_p99_iter_ms: f64,
+    /// The simulator's mean over jobs of their mean / their time alone.
+    pub sim_slowdown: f64,
+}
+
+/// Mean of the finite values (NaN when none).
+fn mean_finite(xs: impl Iterator<Item = f64>) -> f64 {
+    let v: Vec<f64> = xs.filter(|x| x.is_finite()).collect();
+    if v.is_empty() { f64::NAN } else { v.iter().sum::<f64>() / v.len() as f64 }
+}
+
+/// The summary of one policy's runs. Jobs with no measured iteration (never
+/// placed, or shorter than the warm-up) are left out of that run's means.
+pub fn summary(jobs: &[JobSpec], runs: &[Measured], simulated: &Simulated, alone: &Alone) -> PolicySummary {
+    let in_workload = |id: &str| jobs.iter().any(|s| s.id == id);
+    let per_run = |f: &dyn Fn(&crate::drive::MeasuredJob) -> Option<f64>| -> Vec<f64> {
+        runs.iter().map(|m| mean_finite(m.jobs.iter().filter(|j| in_workload(&j.id)).filter_map(f))).collect()
+    };
+    let run_mean_iter_ms = per_run(&|j| Some(mean_p99(&j.iteration_ms).0));
+    let mut run_slowdown = per_run(&|j| run_slowdown(j, alone));
+    if run_slowdown.iter().all(|x| x.is_nan()) {
+        run_slowdown.clear();
+    }
+    let run_p99_iter_ms = runs
+        .iter()
+        .map(|m| mean_p99(&m.jobs.iter().flat_map(|j| j.iteration_ms.iter().copied()).collect::<Vec<_>>()).1)
+        .collect();
+    let sim_means: Vec<f64> = simulated.iteration_ms.iter().map(|v| mean_p99(v).0).collect();
+    let pooled: Vec<f64> = simulated.iteration_ms.iter().flatten().copied().collect();
+    PolicySummary {
+        policy: runs.first().map(|m| m.policy.clone()).unwrap_or_default(),
+        run_mean_iter_ms,
+        run_p99_iter_ms,
+        run_slowdown,
+        sim_mean_iter_ms: mean_finite(sim_means.iter().copied()),
+        sim_p99_iter_ms: mean_p99(&pooled).1,
+        sim_slowdown: mean_finite(sim_means.iter().zip(&simulated.isolated_ms).map(|(m, a)| m / a)),
+    }
+}
+
+/// The policies' summaries as a Markdown table: the testbed's median over
+/// the runs with their range, and the simulator's.
+pub fn summary_markdown(summaries: &[PolicySummary]) -> String {
+    let cell = |xs: &[f64], digits: usize| -> String {
+        let m = median(xs);
+        if xs.is_empty() || m.is_nan() {
+            return "–".into();
+        }
+        let lo = xs.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = xs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        if xs.len() > 1 { format!("{m:.digits$} ({lo:.digits$}–{hi:.digits$})") } else { format!("{m:.digits$}") }
+    };
+    let mut s = String::from(
+        "| policy | testbed mean it (ms) | sim mean it (ms) | testbed / sim | testbed p99 it (ms) | sim p99 it (ms) | testbed slowdown over alone on the testbed | sim slowdown over alone |\n|---|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    for p in summaries {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {:.1} | {:.3} | {} | {:.1} | {} | {:.3} |",
+            p.policy,
+            cell(&p.run_mean_iter_ms, 1),
+            p.sim_mean_iter_ms,
+            median(&p.run_mean_iter_ms) / p.sim_mean_iter_ms,
+            cell(&p.run_p99_iter_ms, 1),
+            p.sim_p99_iter_ms,
+            cell(&p.run_slowdown, 3),
+            p.sim_slowdown
+        );
+    }
+    s
+}
+
 /// The comparison as a Markdown table.
 pub fn markdown(rows: &[Row]) -> String {
     let runs = rows.iter().map(|r| r.run_means_ms.len()).max().unwrap_or(0);
@@ -198,7 +322,7 @@ pub fn markdown(rows: &[Row]) -> String {
         let _ = writeln!(s, "Testbed: median over {runs} runs, with the range of the runs' means.\n");
     }
     s.push_str(
-        "| policy | job | hosts | alone ms | testbed mean ms | sim mean ms | ratio | testbed p99 ms | sim p99 ms | ratio | collided | iterations |\n|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        "| policy | job | hosts | alone ms (model) | alone ms (testbed) | testbed mean ms | slowdown | sim mean ms | ratio | testbed p99 ms | sim p99 ms | ratio | collided | iterations |\n|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for r in rows {
         let lo = r.run_means_ms.iter().copied().fold(f64::INFINITY, f64::min);
@@ -209,13 +333,16 @@ pub fn markdown(rows: &[Row]) -> String {
             format!("{:.1}", r.measured_mean_ms)
         };
         let collided = if r.collided.is_nan() { "–".to_string() } else { format!("{:.0}%", 100.0 * r.collided) };
+        let or_dash = |x: f64, digits: usize| if x.is_nan() { "–".to_string() } else { format!("{x:.digits$}") };
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {:.1} | {mean} | {:.1} | {:.3} | {:.1} | {:.1} | {:.3} | {collided} | {} |",
+            "| {} | {} | {} | {:.1} | {} | {mean} | {} | {:.1} | {:.3} | {:.1} | {:.1} | {:.3} | {collided} | {} |",
             r.policy,
             r.job,
             r.hosts,
             r.isolated_ms,
+            or_dash(r.alone_testbed_ms, 1),
+            or_dash(r.slowdown, 3),
             r.simulated_mean_ms,
             r.mean_ratio,
             r.measured_p99_ms,
@@ -230,13 +357,13 @@ pub fn markdown(rows: &[Row]) -> String {
 /// The comparison as CSV.
 pub fn csv(rows: &[Row]) -> String {
     let mut s = String::from(
-        "policy,job,hosts,isolated_ms,measured_n,measured_mean_ms,measured_p99_ms,simulated_mean_ms,simulated_p99_ms,mean_ratio,p99_ratio,collided,run_means_ms\n",
+        "policy,job,hosts,isolated_ms,measured_n,measured_mean_ms,measured_p99_ms,simulated_mean_ms,simulated_p99_ms,mean_ratio,p99_ratio,collided,run_means_ms,alone_testbed_ms,slowdown\n",
     );
     for r in rows {
         let runs: Vec<String> = r.run_means_ms.iter().map(|m| format!("{m:.3}")).collect();
         let _ = writeln!(
             s,
-            "{},{},{},{:.3},{},{:.3},{:.3},{:.3},{:.3},{:.4},{:.4},{:.4},{}",
+            "{},{},{},{:.3},{},{:.3},{:.3},{:.3},{:.3},{:.4},{:.4},{:.4},{},{:.3},{:.4}",
             r.policy,
             r.job,
             r.hosts,
@@ -249,7 +376,9 @@ pub fn csv(rows: &[Row]) -> String {
             r.mean_ratio,
             r.p99_ratio,
             r.collided,
-            runs.join(";")
+            runs.join(";"),
+            r.alone_testbed_ms,
+            r.slowdown
         );
     }
     s

@@ -73,6 +73,10 @@ pub struct DriveOptions {
     /// Every other host's clock (odd host indices) runs this much ahead of
     /// the service's, ms.
     pub clock_skew_ms: f64,
+    /// Submit each job only when every job submitted before it is over, in
+    /// arrival order, whatever its arrival time: each runs alone (times
+    /// alone on the testbed).
+    pub one_at_a_time: bool,
 }
 
 /// One job as the testbed ran it.
@@ -321,13 +325,16 @@ async fn watch(
     let mut next_sample = opts.sample_s;
     let mut last_check = 0.0;
     let mut placements = Placements::new();
+    // One at a time: a job submitted and not yet seen over.
+    let mut running = false;
     let stop = orrery_serve::shutdown_signal();
     tokio::pin!(stop);
     loop {
         let now = t0.elapsed().as_secs_f64();
-        while next < order.len() && order[next].arrival_s <= now {
+        while next < order.len() && if opts.one_at_a_time { !running } else { order[next].arrival_s <= now } {
             client.submit(order[next]).await.map_err(|e| anyhow::anyhow!("submitting {}: {e}", order[next].id))?;
             next += 1;
+            running = true;
         }
         if now >= next_sample {
             samples.push((now, fabric.link_tx_bytes()?));
@@ -338,6 +345,12 @@ async fn watch(
             let infos = client.jobs(None).await.map_err(|e| anyhow::anyhow!("{e}"))?;
             for j in infos.iter().filter(|j| !j.hosts.is_empty()) {
                 placements.insert(j.spec.id.clone(), j.hosts.clone());
+            }
+            if running && infos.len() == next && infos.iter().all(|j| j.status.is_over()) {
+                running = false;
+                if opts.one_at_a_time && next < order.len() {
+                    progress(&format!("{next}/{} over", order.len()));
+                }
             }
             if next == order.len() && infos.iter().all(|j| j.status.is_over()) {
                 samples.push((t0.elapsed().as_secs_f64(), fabric.link_tx_bytes()?));

@@ -131,6 +131,14 @@ pub struct ScenarioArgs {
     /// Iterations of the run alone that measures the DDP shape (after the warm-up).
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(3..))]
     calibration_iterations: u64,
+    /// After each policy's runs, run every job again by itself on each set
+    /// of hosts it was given (one job at a time, `pinned`): each job's
+    /// slowdown is then measured against its own time alone on real TCP.
+    #[arg(long)]
+    alone: bool,
+    /// Iterations of each run alone (after the warm-up).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(3..))]
+    alone_iterations: u64,
     #[command(flatten)]
     fabric: FabricArgs,
 }
@@ -326,6 +334,7 @@ fn scenario(args: &ScenarioArgs, with_sim: bool) -> Result<()> {
         warmup: args.warmup,
         compute_stretch: args.compute_stretch,
         clock_skew_ms: args.clock_skew_ms,
+        one_at_a_time: false,
     };
     // DDP: the first job alone on its placement measures every job's shape.
     let mut comm_alone_ms = None;
@@ -370,6 +379,8 @@ fn scenario(args: &ScenarioArgs, with_sim: bool) -> Result<()> {
         comm_alone_ms = Some(shape.comm_ms);
     }
     let mut all_rows = Vec::new();
+    let mut summaries = Vec::new();
+    let mut alone = compare::Alone::new();
     for policy in &policies {
         let dir = out.join(policy.replace(['/', '+', ':'], "_"));
         let mut runs = Vec::new();
@@ -394,27 +405,89 @@ fn scenario(args: &ScenarioArgs, with_sim: bool) -> Result<()> {
             }
             runs.push(measured);
         }
+        if args.alone {
+            let opts = DriveOptions { one_at_a_time: true, ..options("pinned", dir.join("alone").join("run")) };
+            let iterations = args.warmup as u64 + args.alone_iterations;
+            let measured = runtime.block_on(measure_alone(&topo, &jobs, &runs, iterations, &opts, &mut alone))?;
+            if let Some(m) = measured {
+                compare::write_atomic(&dir.join("alone").join("measured.json"), &serde_json::to_string_pretty(&m)?)?;
+            }
+        }
         if !with_sim {
             continue;
         }
         let modelled = orrery_testbed::fabric::derated(&topo, args.goodput).map_err(anyhow::Error::msg)?;
         let simulated = compare::simulate(&modelled, &jobs, &pins, policy, seed, exp.sim.jitter, args.warmup)
             .map_err(anyhow::Error::msg)?;
-        let rows = compare::rows(&jobs, &runs, &simulated, comm_alone_ms);
+        let rows = compare::rows(&jobs, &runs, &simulated, comm_alone_ms, &alone);
+        summaries.push(compare::summary(&jobs, &runs, &simulated, &alone));
         compare::write_atomic(&dir.join("simulated.json"), &serde_json::to_string(&simulated)?)?;
         // The figures show the first run.
         compare::figures(&dir, &jobs, &runs[0], &simulated).map_err(anyhow::Error::msg)?;
         all_rows.extend(rows);
     }
     if with_sim {
-        let md = compare::markdown(&all_rows);
+        let md = format!("{}\n{}", compare::summary_markdown(&summaries), compare::markdown(&all_rows));
         compare::write_atomic(&out.join("compare.md"), &md)?;
+        compare::write_atomic(&out.join("summary.json"), &serde_json::to_string_pretty(&summaries)?)?;
         compare::write_atomic(&out.join("compare.csv"), compare::csv(&all_rows))?;
         print!("{md}");
         println!(
-            "\nwrote {}/compare.md, compare.csv and per policy measured.json, iterations.svg, links.svg",
+            "\nwrote {}/compare.md, compare.csv, summary.json and per policy measured.json, iterations.svg, links.svg",
             out.display()
         );
     }
     Ok(())
+}
+
+/// Runs, one at a time and pinned, every job on each set of hosts `runs`
+/// gave it that `alone` has no time for yet, and adds their mean iteration
+/// times to `alone`. Returns that run's measurements (None when every
+/// placement was already measured).
+async fn measure_alone(
+    topo: &orrery_model::Topology,
+    jobs: &[orrery_model::JobSpec],
+    runs: &[orrery_testbed::drive::Measured],
+    iterations: u64,
+    opts: &DriveOptions,
+    alone: &mut compare::Alone,
+) -> Result<Option<orrery_testbed::drive::Measured>> {
+    let mut todo: Vec<(String, orrery_model::JobSpec)> = Vec::new();
+    let mut pins = std::collections::BTreeMap::new();
+    for m in runs {
+        for j in m.jobs.iter().filter(|j| !j.hosts.is_empty()) {
+            let key = compare::placement_key(&j.id, &j.hosts);
+            if alone.contains_key(&key) || todo.iter().any(|(k, _)| *k == key) {
+                continue;
+            }
+            let Some(spec) = jobs.iter().find(|s| s.id == j.id) else { continue };
+            let mut pin = Vec::new();
+            for (name, gpus) in &j.hosts {
+                let h = topo.hosts.iter().position(|h| &h.name == name);
+                pin.push((h.with_context(|| format!("{}: host {name} is not in the topology", j.id))?, *gpus));
+            }
+            let mut one = spec.clone();
+            one.id = format!("{}-alone-{}", spec.id, todo.len());
+            one.arrival_s = todo.len() as f64;
+            one.work = orrery_model::Work::Iterations(iterations);
+            one.workers = pin.iter().map(|p| p.1).sum();
+            pins.insert(one.id.clone(), pin);
+            todo.push((key, one));
+        }
+    }
+    if todo.is_empty() {
+        return Ok(None);
+    }
+    eprintln!("{} placements alone, one at a time", todo.len());
+    let specs: Vec<orrery_model::JobSpec> = todo.iter().map(|(_, s)| s.clone()).collect();
+    let measured = drive(topo, &specs, &pins, opts, |m| eprintln!("  {m}")).await?;
+    for ((key, spec), m) in todo.iter().zip(&measured.jobs) {
+        let (mean, _) = compare::mean_p99(&m.iteration_ms);
+        if mean.is_finite() {
+            alone.insert(key.clone(), mean);
+        } else {
+            eprintln!("  {}: no iteration measured alone ({})", spec.id, m.status);
+        }
+    }
+    Ok(Some(measured))
 }
