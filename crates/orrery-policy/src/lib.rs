@@ -263,12 +263,16 @@ pub struct Iteration {
     /// The part of `ms` the job waited for its slot (shifts, alignment,
     /// pacing, a timetable), ms; the rest is the job's own time.
     pub waited_ms: f64,
+    /// The part of its own time the job spent communicating, ms, when the
+    /// driver measured it: the simulator always does, a live worker when it
+    /// reports its collectives' time (`orrery worker`, `orrery.torch_hook`).
+    pub comm_ms: Option<f64>,
 }
 
 impl Iteration {
-    /// An iteration of `ms` with no wait.
+    /// An iteration of `ms` with no wait and no communication time measured.
     pub fn of(ms: f64) -> Self {
-        Iteration { ms, waited_ms: 0.0 }
+        Iteration { ms, waited_ms: 0.0, comm_ms: None }
     }
 
     /// The job's own time: `ms` without the wait, ms.

@@ -256,7 +256,11 @@ impl Core {
                                 // The simulator's iteration time: the slot delay
                                 // before it included.
                                 let waited_ms = r.delay_ms.unwrap_or(0.0);
-                                let it = orrery_policy::Iteration { ms: r.duration_ms + waited_ms, waited_ms };
+                                let it = orrery_policy::Iteration {
+                                    ms: r.duration_ms + waited_ms,
+                                    waited_ms,
+                                    comm_ms: r.comm_ms.filter(|c| c.is_finite() && *c >= 0.0),
+                                };
                                 self.policy.on_iteration(&view, r.job, it)
                             };
                             self.metrics.decision_seconds.observe(t.elapsed().as_secs_f64());

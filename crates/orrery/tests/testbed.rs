@@ -95,6 +95,10 @@ fn cassinis_pair_on_real_tcp_against_the_simulator() {
             "1.05",
             "--clock-skew-ms",
             "50",
+            // Each job again by itself on its hosts: its time alone on real TCP.
+            "--alone",
+            "--alone-iterations",
+            "6",
         ],
     );
 
@@ -167,6 +171,29 @@ fn cassinis_pair_on_real_tcp_against_the_simulator() {
         pair("pinned+cassini"),
         pair("pinned")
     );
+    // Alone, one job at a time, each ring runs at the model's time alone
+    // (compute 5% longer, TCP's per-step overheads: 2-4%), not at the
+    // contended ~441 ms it would show if the two ran together. Both policies
+    // gave the jobs the same hosts, so they were measured once.
+    let text = std::fs::read_to_string(out.path().join("compare.csv")).expect("compare.csv");
+    let header: Vec<&str> = text.lines().next().expect("header").split(',').collect();
+    let col = |name: &str| header.iter().position(|h| *h == name).expect(name);
+    for line in text.lines().skip(1) {
+        let f: Vec<&str> = line.split(',').collect();
+        let num = |name: &str| f[col(name)].parse::<f64>().expect("number");
+        let (alone, model) = (num("alone_testbed_ms"), num("isolated_ms"));
+        assert!(
+            (0.98..1.15).contains(&(alone / model)),
+            "{line}: alone on the testbed {alone:.1} ms vs model {model:.1}"
+        );
+    }
+    assert!(!out.path().join("pinned_cassini/alone").exists(), "the pinned run's placements were reused");
+    let summary: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.path().join("summary.json")).expect("summary.json"))
+            .expect("json");
+    let slowdown = |i: usize| summary[i]["run_slowdown"][0].as_f64().expect("a slowdown");
+    assert_eq!(summary[1]["policy"], "pinned+cassini");
+    assert!(slowdown(1) < 1.2, "shifted pair over its time alone: {}", slowdown(1));
     // The figures and the per-run data are there.
     for f in ["compare.md", "pinned/iterations.svg", "pinned/links.svg", "pinned_cassini/measured.json"] {
         assert!(out.path().join(f).exists(), "{f} missing");

@@ -259,6 +259,21 @@ impl JobState {
     pub fn recorded_iteration_ms(&self) -> Vec<f64> {
         self.iterations.iter().map(|r| (r.end_s - r.due_s) * 1e3).collect()
     }
+
+    /// The communication segments' time in the iteration that just ended,
+    /// ms (None when its segments were not all timed). O(segments).
+    fn last_comm_ms(&self) -> Option<f64> {
+        let segments = &self.shape.segments;
+        (self.last_seg_ns.len() == segments.len()).then(|| {
+            let ns: u64 = segments
+                .iter()
+                .zip(&self.last_seg_ns)
+                .filter(|(seg, _)| matches!(seg, orrery_model::Segment::Comm { .. }))
+                .map(|(_, &ns)| ns)
+                .sum();
+            ns as f64 / 1e6
+        })
+    }
 }
 
 /// Some of a job's GPUs that another job also holds.
@@ -1409,11 +1424,12 @@ impl<'a> Simulation<'a> {
         if self.observes {
             self.advance_skips();
             let waited_ms = self.jobs[job].iter_delay_ns as f64 / 1e6;
+            let comm_ms = self.jobs[job].last_comm_ms();
             let decisions = {
                 let (queue, running) = self.view();
                 let view =
                     ClusterView { now_s: now as f64 / NS, topology: self.topo, free_gpus: &self.free, queue, running };
-                policy.on_iteration(&view, job, orrery_policy::Iteration { ms, waited_ms })
+                policy.on_iteration(&view, job, orrery_policy::Iteration { ms, waited_ms, comm_ms })
             };
             if !decisions.is_empty() {
                 self.apply(decisions, policy);
