@@ -588,6 +588,29 @@ mod tests {
         RunningJob { iterations_done: 1, running_s: 1.0, ..RunningJob::new(id, spec, hosts) }
     }
 
+    /// CASSINI's pair on hosts 0 and 1 of `t`: A runs, B waits (at 1 s),
+    /// or, `later`, both run and A's latest iteration began at 5 s (at 6 s).
+    fn pair_view<'a>(t: &'a Topology, a: &'a JobSpec, b: &'a JobSpec, later: bool) -> ClusterView<'a> {
+        const HOSTS: [(HostId, u32); 2] = [(0, 1), (1, 1)];
+        if later {
+            ClusterView {
+                now_s: 6.0,
+                topology: t,
+                free_gpus: &[0, 0, 2],
+                queue: Vec::new(),
+                running: vec![RunningJob { iteration_start_s: 5.0, ..running(0, a, &HOSTS) }, running(1, b, &HOSTS)],
+            }
+        } else {
+            ClusterView {
+                now_s: 1.0,
+                topology: t,
+                free_gpus: &[1, 1, 2],
+                queue: vec![QueuedJob::new(1, b, 0.0)],
+                running: vec![RunningJob { iteration_start_s: 0.0, ..running(0, a, &HOSTS) }],
+            }
+        }
+    }
+
     /// Proposes one fixed placement for every queued job.
     struct Propose(Vec<(HostId, u32)>);
 
@@ -836,29 +859,15 @@ mod tests {
         let t = three_racks();
         let a = JobSpec::new("a", "vgg19", 128, 2, Work::Iterations(100), 0.0);
         let b = JobSpec::new("b", "vgg19", 128, 2, Work::Iterations(100), 0.0);
-        let (ha, hb) = ([(0, 1), (1, 1)], [(0, 1), (1, 1)]);
-        let view = ClusterView {
-            now_s: 1.0,
-            topology: &t,
-            free_gpus: &[1, 1, 2],
-            queue: vec![QueuedJob::new(1, &b, 0.0)],
-            running: vec![RunningJob { iteration_start_s: 0.0, ..running(0, &a, &ha) }],
-        };
-        let mut cassini = Cassini::new(Box::new(Propose(hb.to_vec())), 0);
+        let mut cassini = Cassini::new(Box::new(Propose(vec![(0, 1), (1, 1)])), 0);
         cassini.candidates = 1;
-        let first = cassini.schedule(&view);
+        let first = cassini.schedule(&pair_view(&t, &a, &b, false));
         let Some(&Decision::Align { period_ms, offset_s, .. }) =
             first.iter().find(|d| matches!(d, Decision::Align { .. }))
         else {
             unreachable!("B is aligned to A: {first:?}")
         };
-        let later = ClusterView {
-            now_s: 6.0,
-            topology: &t,
-            free_gpus: &[0, 0, 2],
-            queue: Vec::new(),
-            running: vec![RunningJob { iteration_start_s: 5.0, ..running(0, &a, &ha) }, running(1, &b, &hb)],
-        };
+        let later = pair_view(&t, &a, &b, true);
         assert!(cassini.on_iteration(&later, 0, Iteration::of(420.0)).is_empty());
         // The iteration after the alignment includes its wait: not drift.
         assert!(cassini.on_iteration(&later, 1, Iteration::of(2.0 * period_ms)).is_empty());
@@ -882,31 +891,17 @@ mod tests {
         let t = three_racks();
         let a = JobSpec::new("a", "vgg19", 128, 2, Work::Iterations(100), 0.0);
         let b = JobSpec::new("b", "vgg19", 128, 2, Work::Iterations(100), 0.0);
-        let (ha, hb) = ([(0, 1), (1, 1)], [(0, 1), (1, 1)]);
-        let shape = place(&t, &b, &hb).expect("placed").shape;
+        let shape = place(&t, &b, &[(0, 1), (1, 1)]).expect("placed").shape;
         let (period, comm) = (shape.period_ms(), shape.period_ms() - shape.compute_ms());
         assert!(comm > 0.2 * period, "a communication-heavy ring: {comm} of {period} ms");
         let aligned = || {
-            let view = ClusterView {
-                now_s: 1.0,
-                topology: &t,
-                free_gpus: &[1, 1, 2],
-                queue: vec![QueuedJob::new(1, &b, 0.0)],
-                running: vec![RunningJob { iteration_start_s: 0.0, ..running(0, &a, &ha) }],
-            };
-            let mut cassini = Cassini::new(Box::new(Propose(hb.to_vec())), 0);
+            let mut cassini = Cassini::new(Box::new(Propose(vec![(0, 1), (1, 1)])), 0);
             cassini.candidates = 1;
-            let first = cassini.schedule(&view);
+            let first = cassini.schedule(&pair_view(&t, &a, &b, false));
             assert!(first.iter().any(|d| matches!(d, Decision::Align { job: 1, .. })), "{first:?}");
             cassini
         };
-        let later = ClusterView {
-            now_s: 6.0,
-            topology: &t,
-            free_gpus: &[0, 0, 2],
-            queue: Vec::new(),
-            running: vec![RunningJob { iteration_start_s: 5.0, ..running(0, &a, &ha) }, running(1, &b, &hb)],
-        };
+        let later = pair_view(&t, &a, &b, true);
         let it = |ms: f64, comm_ms: Option<f64>| Iteration { ms, waited_ms: 0.0, comm_ms };
         let mut cassini = aligned();
         assert!(cassini.on_iteration(&later, 1, it(2.0 * period, Some(comm))).is_empty(), "the alignment's wait");
