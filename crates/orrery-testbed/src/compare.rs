@@ -441,6 +441,62 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_policy_summary_takes_each_run_against_the_time_alone_on_its_own_hosts() {
+        // Job a ran on h0+h1 in run 1 and on h2+h3 in run 2, 300 ms alone on
+        // each pair; job b never ran in run 2. By hand: run 1's mean over
+        // jobs is (330 + 200) / 2 = 265 ms and its slowdown (1.1 + 1.0) / 2;
+        // run 2 has a alone: 360 ms, 1.2.
+        let job = |id: &str, hosts: &[&str], ms: &[f64]| crate::drive::MeasuredJob {
+            id: id.into(),
+            status: "finished".into(),
+            hosts: hosts.iter().map(|h| (h.to_string(), 1)).collect(),
+            isolated_ms: 0.0,
+            iteration_ms: ms.to_vec(),
+            comm_ms: Vec::new(),
+            duration_ms: Vec::new(),
+            start_ms: Vec::new(),
+            delay_ms: Vec::new(),
+            jct_s: None,
+        };
+        let run = |jobs| Measured {
+            policy: "p".into(),
+            jobs,
+            links: Vec::new(),
+            wall_s: 1.0,
+            warnings: Vec::new(),
+            decisions: Vec::new(),
+        };
+        let runs = [
+            run(vec![job("a", &["h0", "h1"], &[320.0, 340.0]), job("b", &["h4", "h5"], &[200.0])]),
+            run(vec![job("a", &["h2", "h3"], &[360.0]), job("b", &[], &[])]),
+        ];
+        let mut alone = Alone::new();
+        alone.insert(placement_key("a", &[("h0".into(), 1), ("h1".into(), 1)]), 300.0);
+        alone.insert(placement_key("a", &[("h2".into(), 1), ("h3".into(), 1)]), 300.0);
+        alone.insert(placement_key("b", &[("h4".into(), 1), ("h5".into(), 1)]), 200.0);
+        let specs = [
+            JobSpec::new("a", "vgg19", 16, 2, orrery_model::Work::Iterations(10), 0.0),
+            JobSpec::new("b", "vgg16", 16, 2, orrery_model::Work::Iterations(10), 0.0),
+        ];
+        let sim = Simulated {
+            iteration_ms: vec![vec![400.0, 400.0], vec![250.0]],
+            isolated_ms: vec![400.0, 200.0],
+            links: Vec::new(),
+        };
+        let s = summary(&specs, &runs, &sim, &alone);
+        assert_eq!(s.run_mean_iter_ms, vec![265.0, 360.0]);
+        assert!((s.run_slowdown[0] - 1.05).abs() < 1e-12 && (s.run_slowdown[1] - 1.2).abs() < 1e-12);
+        assert_eq!((s.sim_mean_iter_ms, s.sim_slowdown), (325.0, 1.125));
+        let rows = rows(&specs, &runs, &sim, None, &alone);
+        assert_eq!(rows[0].alone_testbed_ms, 300.0);
+        assert!((rows[0].slowdown - 1.15).abs() < 1e-12, "median of 1.1 and 1.2: {}", rows[0].slowdown);
+        // Without times alone there is no slowdown, and the table says so.
+        let bare = summary(&specs, &runs, &sim, &Alone::new());
+        assert!(bare.run_slowdown.is_empty());
+        assert!(summary_markdown(&[bare]).contains("| – |"));
+    }
+
+    #[test]
     fn the_median_of_runs() {
         assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
         assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), 2.5);
