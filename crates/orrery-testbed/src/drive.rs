@@ -161,6 +161,16 @@ pub async fn drive(
     std::fs::create_dir_all(&logs).with_context(|| format!("creating {}", logs.display()))?;
     let fabric = Fabric::up(topo, opts.fabric.clone())?;
     progress(&format!("fabric up: {} namespaces", fabric.netns.len()));
+    // Every training connection uses the run's congestion control: `orrery
+    // worker` sets it on its sockets, but gloo's (DDP ranks) take their
+    // namespace's default, which a new namespace inherits from the machine.
+    for h in 0..topo.hosts.len() {
+        let ns = fabric.host_netns(h);
+        let set = format!("echo {} > /proc/sys/net/ipv4/tcp_congestion_control", shell_quote(&opts.congestion_control));
+        crate::fabric::run("ip", &["netns", "exec", ns, "sh", "-c", &set]).with_context(|| {
+            format!("setting {ns}'s default TCP congestion control to {:?}", opts.congestion_control)
+        })?;
+    }
     if !(opts.goodput.is_finite() && opts.goodput > 0.0 && opts.goodput <= 1.0) {
         bail!("goodput: expected a fraction in (0, 1], found {}", opts.goodput);
     }
