@@ -27,6 +27,7 @@
 use super::logical::LogicalNetwork;
 use super::routing::{FlowProfile, Route, RoutingParams, Schedule, TimedFlow, schedule, solve_routing};
 use super::timing::{Planned, TimedJob, TimingParams, baseline_timing, sharing_cost, solve_timing};
+use crate::estimate::PeriodEstimate;
 use crate::{ClusterView, Decision, JobId, Policy};
 use orrery_model::placed::{place, transfers};
 use orrery_model::{HostId, JobSpec, Segment, Topology};
@@ -97,19 +98,59 @@ pub fn profile(
     throttle: Option<f64>,
     spread: bool,
 ) -> Option<FlowProfile> {
+    measured_profile(t, net, spec, hosts, throttle, spread, Stretch::MODEL)
+}
+
+/// How a job's measured iteration departs from its model on its placement:
+/// its compute and its communication, each as measured over modelled time.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Stretch {
+    /// Measured compute over the model's.
+    pub compute: f64,
+    /// Measured communication over the model's: the job's flows are taken
+    /// to run at the modelled rate divided by this.
+    pub comm: f64,
+}
+
+impl Stretch {
+    /// The model as it is.
+    pub const MODEL: Stretch = Stretch { compute: 1.0, comm: 1.0 };
+
+    /// Whether `self` and `other` differ by more than [`REPLAN_TOLERANCE`]
+    /// in either part.
+    fn differs(self, other: Stretch) -> bool {
+        (self.compute / other.compute - 1.0).abs() > REPLAN_TOLERANCE
+            || (self.comm / other.comm - 1.0).abs() > REPLAN_TOLERANCE
+    }
+}
+
+/// [`profile`] with the job's compute and communication stretched to what
+/// was measured (issue 36: timing re-planned from measured times). A
+/// stretched communication is a slower line rate (on real TCP a ring's
+/// per-step barriers and slow start lower its mean rate), and a throttle
+/// caps that rate. O(segments · flows).
+pub fn measured_profile(
+    t: &Topology,
+    net: &LogicalNetwork,
+    spec: &JobSpec,
+    hosts: &[(HostId, u32)],
+    throttle: Option<f64>,
+    spread: bool,
+    stretch: Stretch,
+) -> Option<FlowProfile> {
     let placed = place(t, spec, hosts)?;
     let nic = hosts.iter().map(|&(h, _)| t.host_nic_gbps(h)).fold(f64::INFINITY, f64::min);
     let mut now = 0.0;
     let mut flows = Vec::new();
     for seg in &placed.shape.segments {
         match *seg {
-            Segment::Compute { ms } => now += ms,
+            Segment::Compute { ms } => now += ms * stretch.compute,
             Segment::Comm { collective, payload_bytes, gbps, hosts: h, .. } => {
                 if h <= 1 {
-                    now += seg.duration_ms();
+                    now += seg.duration_ms() * stretch.comm;
                     continue;
                 }
-                let line = if spread && nic.is_finite() { nic.max(gbps) } else { gbps };
+                let line = if spread && nic.is_finite() { nic.max(gbps) } else { gbps } / stretch.comm;
                 let rate = throttle.map_or(line, |r| r.min(line));
                 let mut end = now;
                 for (i, (src, dst, bits)) in
@@ -182,6 +223,12 @@ const OVERRUN: f64 = 0.05;
 /// hold on this network, and its timing is dropped for its routes.
 const OVERRUN_STREAK: u32 = 5;
 
+/// A job's measured compute or communication that differs from the plan's
+/// by more than this fraction makes a tripped plan re-planned rather than
+/// dropped (2%: the simulator's compute jitter moves a windowed median by
+/// well under it, so its plans stay the model's).
+const REPLAN_TOLERANCE: f64 = 0.02;
+
 /// A job with its placement: (id, spec, GPUs per host).
 type PlacedJob<'a> = (JobId, &'a JobSpec, Vec<(HostId, u32)>);
 
@@ -193,6 +240,8 @@ struct Step {
     start_ms: f64,
     /// The iteration's modelled length at its rate, delay excluded, ms.
     length_ms: f64,
+    /// Its compute within that, ms.
+    compute_ms: f64,
     throttle: Option<f64>,
     /// (flow, ECMP path indices, repeated in proportion to the share).
     routes: Vec<(usize, Vec<usize>)>,
@@ -237,6 +286,14 @@ pub struct Foresight {
     timing_dropped: bool,
     /// Plans whose timing was dropped.
     drops: u64,
+    /// Per job, its measured compute and communication per iteration over
+    /// the planned ones (robust windowed estimates of the ratios), when the
+    /// driver reports communication.
+    measured: HashMap<JobId, (PeriodEstimate, PeriodEstimate)>,
+    /// Per job, the stretch of the model its plan used (absent: the model).
+    stretch: HashMap<JobId, Stretch>,
+    /// Plans re-made from measured times after the one in force tripped.
+    replans: u64,
     /// Plans tried; no valid schedule; a valid one that does not pay (its
     /// delays cost more than the sharing they avoid); the unrepaired plan
     /// used; routes only, with the baseline's timing.
@@ -269,6 +326,9 @@ impl Foresight {
             overruns: HashMap::new(),
             timing_dropped: false,
             drops: 0,
+            measured: HashMap::new(),
+            stretch: HashMap::new(),
+            replans: 0,
             outcomes: [0; 5],
             label,
         }
@@ -308,6 +368,11 @@ impl Foresight {
             _ => 0,
         });
         self.steps.clear();
+        // Iterations are measured against the plan they ran (a new plan
+        // starts afresh); the stretches of jobs that left it go, and a job
+        // placed anew starts from its model (`schedule`).
+        self.measured.clear();
+        self.stretch.retain(|id, _| planned.contains(id));
         (self.valid_plan, self.timing_dropped) = (false, false);
         self.overruns.clear();
         let t = view.topology;
@@ -328,8 +393,12 @@ impl Foresight {
         // With subflows a flow may take several spines, so it is profiled
         // at its NIC rate; TS and RO keep one path per flow.
         let spread = matches!(self.mode, Mode::Sub | Mode::Foresight | Mode::Paper | Mode::Routes);
-        let unthrottled: Vec<Option<FlowProfile>> =
-            jobs.iter().map(|(_, spec, hosts)| profile(t, &net, spec, hosts, None, spread)).collect();
+        let stretches = self.stretch.clone();
+        let stretch_of = |id: &JobId| stretches.get(id).copied().unwrap_or(Stretch::MODEL);
+        let unthrottled: Vec<Option<FlowProfile>> = jobs
+            .iter()
+            .map(|(id, spec, hosts)| measured_profile(t, &net, spec, hosts, None, spread, stretch_of(id)))
+            .collect();
         // The horizon: the whole run of the longest job when it fits the cap
         // (so the plan need not repeat), in at most 400,000 bins.
         let run_ms = jobs
@@ -358,13 +427,13 @@ impl Foresight {
         let profiles: Vec<Vec<FlowProfile>> = jobs
             .iter()
             .zip(unthrottled)
-            .map(|((_, spec, hosts), base)| {
+            .map(|((id, spec, hosts), base)| {
                 let nominal = base.flows[0].gbps;
                 let mut ps = vec![base];
                 if throttles {
-                    ps.extend(
-                        RATES[1..].iter().filter_map(|x| profile(t, &net, spec, hosts, Some(nominal * x), spread)),
-                    );
+                    ps.extend(RATES[1..].iter().filter_map(|x| {
+                        measured_profile(t, &net, spec, hosts, Some(nominal * x), spread, stretch_of(id))
+                    }));
                 }
                 ps
             })
@@ -410,6 +479,13 @@ impl Foresight {
             }
             Mode::Perfect => unreachable!("handled above"),
         };
+        // Each job's compute per iteration, as planned.
+        let compute_ms: Vec<f64> = jobs
+            .iter()
+            .map(|(id, spec, hosts)| {
+                place(t, spec, hosts).map_or(0.0, |p| p.shape.compute_ms()) * stretch_of(id).compute
+            })
+            .collect();
         // Steps per job, in plan order. O(plan + routes).
         let mut routes_of: Vec<Vec<&Route>> = vec![Vec::new(); plan.len()];
         for r in &routes {
@@ -435,6 +511,7 @@ impl Foresight {
                 delay_ms: x.delay_ms,
                 start_ms: x.start_ms,
                 length_ms: profiles[x.job][x.profile].length_ms,
+                compute_ms: compute_ms[x.job],
                 throttle: profiles[x.job][x.profile].rate_gbps,
                 routes: step_routes,
             };
@@ -564,22 +641,30 @@ impl Foresight {
     /// whose own time (waits left out) runs [`OVERRUN`] over the step's
     /// length [`OVERRUN_STREAK`] times running shows that the network does
     /// not run the plan (on the testbed, real TCP's all-reduce took 1.2× the
-    /// model and every planned start was missed): the plan's timing is
-    /// dropped for its routes. O(1).
-    fn measure(&mut self, job: JobId, started_s: Option<f64>, it: crate::Iteration) {
-        let Some((steps, k)) = self.steps.get(&job) else { return };
+    /// model and every planned start was missed): returns true, and the
+    /// caller re-plans from measured times or drops the plan's timing. The
+    /// job's compute and communication are measured on the way. O(1).
+    fn measure(&mut self, job: JobId, started_s: Option<f64>, it: crate::Iteration) -> bool {
+        let Some((steps, k)) = self.steps.get(&job) else { return false };
         // The iteration that ended ran step k − 1 (within the first pass).
-        let Some(step) = k.checked_sub(1).and_then(|i| steps.get(i)) else { return };
+        let Some(step) = k.checked_sub(1).and_then(|i| steps.get(i)) else { return false };
         if *k > steps.len() || step.length_ms <= 0.0 {
-            return;
+            return false;
         }
+        let planned_comm_ms = step.length_ms - step.compute_ms;
+        if let Some(comm) = it.comm_ms.filter(|c| c.is_finite() && *c >= 0.0)
+            && step.compute_ms > 0.0
+            && planned_comm_ms > 0.0
+        {
+            let (compute, network) = self.measured.entry(job).or_default();
+            compute.observe((it.own_ms() - comm) / step.compute_ms, false);
+            network.observe(comm / planned_comm_ms, false);
+        }
+        let mut tripped = false;
         if self.valid_plan && !self.timing_dropped {
             let streak = self.overruns.entry(job).or_insert(0);
             *streak = if it.own_ms() > (1.0 + OVERRUN) * step.length_ms { *streak + 1 } else { 0 };
-            if *streak >= OVERRUN_STREAK {
-                self.timing_dropped = true;
-                self.drops += 1;
-            }
+            tripped = *streak >= OVERRUN_STREAK;
         }
         if let Some(start_s) = started_s.filter(|_| *k <= START_UP_STEPS) {
             let planned_s = self.planned_at_s + (self.anchor_ms + step.start_ms) / 1e3;
@@ -589,6 +674,59 @@ impl Foresight {
                 self.retimings += 1;
             }
         }
+        tripped
+    }
+
+    /// Each running job's measured stretch of its model: the plan's stretch
+    /// times the measured over planned compute and communication, where
+    /// they have been measured; within [`REPLAN_TOLERANCE`] of the model it
+    /// is the model. O(running).
+    fn measured_stretches(&self, view: &ClusterView<'_>) -> HashMap<JobId, Stretch> {
+        let mut out = HashMap::new();
+        for r in &view.running {
+            let Some((compute, network)) = self.measured.get(&r.id) else { continue };
+            let (Some(compute), Some(comm)) = (compute.period_ms(), network.period_ms()) else { continue };
+            let planned = self.stretch.get(&r.id).copied().unwrap_or(Stretch::MODEL);
+            let s = Stretch { compute: planned.compute * compute, comm: planned.comm * comm };
+            if s.differs(Stretch::MODEL) {
+                out.insert(r.id, s);
+            }
+        }
+        out
+    }
+
+    /// The plan in force tripped (`measure`). When some job's measured
+    /// stretch is not the one the plan used, the running jobs are planned
+    /// again with their measured times (issue 36); otherwise the model was
+    /// not what failed, and the plan's timing is dropped for its routes.
+    fn plan_tripped(&mut self, view: &ClusterView<'_>) -> Vec<Decision> {
+        let measured = self.measured_stretches(view);
+        let planned = |id: &JobId| self.stretch.get(id).copied().unwrap_or(Stretch::MODEL);
+        let changed = view.running.iter().any(|r| {
+            self.steps.contains_key(&r.id)
+                && measured.get(&r.id).copied().unwrap_or(Stretch::MODEL).differs(planned(&r.id))
+        });
+        if changed {
+            self.replans += 1;
+            self.stretch = measured;
+            let jobs: Vec<PlacedJob<'_>> = view.running.iter().map(|r| (r.id, r.spec, r.hosts.to_vec())).collect();
+            return self.plan(view, &jobs);
+        }
+        self.timing_dropped = true;
+        self.drops += 1;
+        // Every planned job's timetable and throttle go at once (those
+        // still running: an ended job has nothing to undo).
+        let mut jobs: Vec<JobId> =
+            self.steps.keys().copied().filter(|j| view.running.iter().any(|r| r.id == *j)).collect();
+        jobs.sort_unstable();
+        jobs.into_iter()
+            .flat_map(|j| {
+                [
+                    Decision::Timetable { job: j, from_iteration: 0, starts_s: Vec::new() },
+                    Decision::Throttle { job: j, gbps: None },
+                ]
+            })
+            .collect()
     }
 }
 
@@ -620,6 +758,8 @@ impl Policy for Foresight {
             .map(|r| (r.id, r.spec, r.hosts.to_vec()))
             .collect();
         for (id, hosts) in placed {
+            self.measured.remove(&id);
+            self.stretch.remove(&id);
             if let Some(q) = view.queue.iter().find(|q| q.id == id) {
                 jobs.push((id, q.spec, hosts));
             }
@@ -645,17 +785,13 @@ impl Policy for Foresight {
             if self.inner.observes_iterations() { self.inner.on_iteration(view, job, it) } else { Vec::new() };
         if self.closed_loop {
             let started_s = view.running.iter().find(|r| r.id == job).map(|r| r.iteration_start_s);
-            let dropped = self.timing_dropped;
-            self.measure(job, started_s, it);
-            if self.timing_dropped && !dropped {
-                // Every planned job's timetable and throttle go at once
-                // (those still running: an ended job has nothing to undo).
-                let mut jobs: Vec<JobId> =
-                    self.steps.keys().copied().filter(|j| view.running.iter().any(|r| r.id == *j)).collect();
-                jobs.sort_unstable();
-                for j in jobs {
-                    out.push(Decision::Timetable { job: j, from_iteration: 0, starts_s: Vec::new() });
-                    out.push(Decision::Throttle { job: j, gbps: None });
+            if self.measure(job, started_s, it) {
+                let replans = self.replans;
+                out.extend(self.plan_tripped(view));
+                if self.replans > replans {
+                    // The new plan's first decisions for every job, this
+                    // one's included, are in `out`.
+                    return out;
                 }
             }
         }
@@ -693,6 +829,7 @@ impl Policy for Foresight {
         if self.closed_loop {
             out.push(("plan_retimings", self.retimings as f64));
             out.push(("plan_timing_dropped", self.drops as f64));
+            out.push(("plan_replans", self.replans as f64));
         }
         out
     }
@@ -967,6 +1104,82 @@ mod tests {
                 assert!(f.counters().contains(&("plan_timing_dropped", 1.0)));
             }
         }
+    }
+
+    #[test]
+    fn a_plan_whose_all_reduce_runs_long_is_re_planned_from_measured_times() {
+        // The same two rings under one spine. Each iteration's compute runs
+        // at the model and its all-reduce at 1.2x (real TCP on the testbed):
+        // five overruns in a row, and FORESIGHT plans again with the
+        // measured times instead of dropping its timing. The new plan's
+        // iterations are the measured ones (compute + 1.2 x the modelled
+        // communication), and iterations of that length then hold it.
+        use crate::baseline::Pinned;
+        let t = two_racks_of_two(1, 1, "a100");
+        let specs: Vec<JobSpec> =
+            ["a", "b"].iter().map(|n| JobSpec::new(*n, "vgg19", 32, 2, Work::Iterations(300), 0.0)).collect();
+        let hosts = [[(0usize, 1u32), (2, 1)], [(1, 1), (3, 1)]];
+        let pins: std::collections::BTreeMap<String, Vec<(HostId, u32)>> =
+            specs.iter().zip(&hosts).map(|(s, h)| (s.id.clone(), h.to_vec())).collect();
+        let mut f = Foresight::new(Box::new(Pinned { pins, label: None }), Mode::Foresight);
+        let free = vec![1u32; 4];
+        let queue = specs.iter().enumerate().map(|(i, s)| crate::QueuedJob::new(i, s, 0.0)).collect();
+        f.schedule(&ClusterView { now_s: 0.0, topology: &t, free_gpus: &free, queue, running: Vec::new() });
+        assert!(f.valid_plan, "the set-up must give a valid schedule: {:?}", f.outcomes);
+        let shape = place(&t, &specs[0], &hosts[0]).expect("placed").shape;
+        let compute = shape.compute_ms();
+        let planned_ms = f.steps[&0].0[0].length_ms;
+        // The plan's iteration is the model's: its compute, then its
+        // communication (subflows at the NIC rate may make that shorter
+        // than the shape's).
+        let comm = planned_ms - compute;
+        assert!(comm > 0.0 && comm <= shape.period_ms() - compute + 1e-9, "{planned_ms} vs {compute}");
+        let running = |k: u64, now_s: f64| {
+            let mut a = crate::RunningJob::new(0, &specs[0], &hosts[0]);
+            a.iterations_done = k;
+            a.iteration_start_s = now_s;
+            let mut b = crate::RunningJob::new(1, &specs[1], &hosts[1]);
+            b.iterations_done = k;
+            b.iteration_start_s = now_s;
+            vec![a, b]
+        };
+        let measured =
+            |comm_ms: f64| crate::Iteration { ms: compute + comm_ms, waited_ms: 0.0, comm_ms: Some(comm_ms) };
+        let mut now_s = 0.0;
+        let mut replanned_at = None;
+        for k in 1..=5u64 {
+            now_s += (compute + 1.2 * comm) / 1e3;
+            let view =
+                ClusterView { now_s, topology: &t, free_gpus: &free, queue: Vec::new(), running: running(k, now_s) };
+            for job in [0, 1] {
+                let out = f.on_iteration(&view, job, measured(1.2 * comm));
+                if f.replans == 1 && replanned_at.is_none() {
+                    replanned_at = Some(k);
+                    assert!(
+                        out.iter().any(|d| matches!(d, Decision::Route { job: 1, .. })),
+                        "the new plan's decisions for both jobs: {out:?}"
+                    );
+                }
+            }
+        }
+        assert_eq!(replanned_at, Some(5), "re-planned at the fifth overrun");
+        assert_eq!((f.drops, f.timing_dropped), (0, false), "re-planned, not dropped");
+        let s = f.stretch[&0];
+        assert!((s.compute - 1.0).abs() < 1e-9 && (s.comm - 1.2).abs() < 1e-9, "{s:?}");
+        let replanned_ms = f.steps[&0].0[0].length_ms;
+        let expected = compute + 1.2 * comm;
+        assert!((replanned_ms - expected).abs() < 1e-6 * expected, "{replanned_ms} vs {expected}");
+        // Iterations of the measured length hold the new plan.
+        for k in 6..=20u64 {
+            now_s += replanned_ms / 1e3;
+            let view =
+                ClusterView { now_s, topology: &t, free_gpus: &free, queue: Vec::new(), running: running(k, now_s) };
+            for job in [0, 1] {
+                f.on_iteration(&view, job, measured(1.2 * comm));
+            }
+        }
+        assert_eq!((f.replans, f.drops), (1, 0));
+        assert!(f.counters().contains(&("plan_replans", 1.0)));
     }
 
     #[test]
