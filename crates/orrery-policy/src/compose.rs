@@ -271,7 +271,7 @@ pub const CATALOGUE: &[(&str, &str)] = &[
     ("ORDER/PLACEMENT", "any ordering with any placement (see below), e.g. tiresias/random"),
     (
         "POLICY+foresight",
-        "FORESIGHT on any placement: per-iteration delays and throttles, spines by edge colouring, repair loop, then orrery's fallback ladder; +foresight-paper is the paper's rule alone (no valid schedule: ECMP); ablations +ts, +ro, +sub, +routes, +perfect; +MODE:open-loop times the plan with the model and a Shift per iteration (the paper's open loop) instead of a timetable on the measured time base",
+        "FORESIGHT on any placement: per-iteration delays and throttles, spines by edge colouring, repair loop, then orrery's fallback ladder; +foresight-paper is the paper's rule alone (no valid schedule: ECMP); ablations +ts, +ro, +sub, +routes, +perfect; +MODE:open-loop times the plan with the model and a Shift per iteration (the paper's open loop) instead of a timetable on the measured time base; +MODE:replan re-makes a plan its jobs overrun from their measured compute and communication instead of dropping its timing",
     ),
     (
         "POLICY+cassini",
@@ -322,6 +322,11 @@ pub fn by_name(name: &str, seed: u64) -> Option<Box<dyn Policy>> {
         if let Some(host) = name.strip_suffix(&format!("+{}:open-loop", mode.name())) {
             return by_name(host, seed).map(|inner| {
                 Box::new(crate::foresight::policy::Foresight::new(inner, mode).open_loop()) as Box<dyn Policy>
+            });
+        }
+        if let Some(host) = name.strip_suffix(&format!("+{}:replan", mode.name())) {
+            return by_name(host, seed).map(|inner| {
+                Box::new(crate::foresight::policy::Foresight::new(inner, mode).replanning()) as Box<dyn Policy>
             });
         }
     }
@@ -410,7 +415,7 @@ pub fn by_name(name: &str, seed: u64) -> Option<Box<dyn Policy>> {
 
 /// The names [`with_pins`] places on the experiment's pins: a job without a
 /// pin never starts under them. Kept beside its match (a test holds them in step).
-pub const PINNED_NAMES: [&str; 12] = [
+pub const PINNED_NAMES: [&str; 13] = [
     "pinned",
     "pinned:in-step",
     "ecmp",
@@ -420,6 +425,7 @@ pub const PINNED_NAMES: [&str; 12] = [
     "foresight",
     "foresight-paper",
     "foresight:open-loop",
+    "foresight:replan",
     "routes",
     "perfect",
     "pinned+cassini",
@@ -449,6 +455,7 @@ pub fn with_pins(
         "foresight" => mode(Mode::Foresight),
         "foresight-paper" => mode(Mode::Paper),
         "foresight:open-loop" => Some(Box::new(Foresight::new(pinned(), Mode::Foresight).open_loop())),
+        "foresight:replan" => Some(Box::new(Foresight::new(pinned(), Mode::Foresight).replanning())),
         "routes" => mode(Mode::Routes),
         "perfect" => mode(Mode::Perfect),
         "pinned+cassini" => {
