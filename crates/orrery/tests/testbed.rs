@@ -128,7 +128,10 @@ fn cassinis_pair_on_real_tcp_against_the_simulator() {
         let median = median_ms(job);
         assert!(
             (0.97..1.15).contains(&(median / simulated)),
-            "shifted {job}: testbed median {median:.1} ms vs simulator {simulated:.1} ms"
+            "shifted {job}: testbed median {median:.1} ms vs simulator {simulated:.1} ms; the run's jobs {} and \
+             alignments {}",
+            shifted["jobs"],
+            alignments(&shifted)
         );
         assert!(
             measured < 1.25 * simulated,
@@ -157,9 +160,10 @@ fn cassinis_pair_on_real_tcp_against_the_simulator() {
         let collided = comm.iter().filter(|&&c| c > 1.4 * median).count();
         assert!(
             (collided as f64) < 0.1 * comm.len() as f64,
-            "job {}: {collided} of {} iterations collided (median all-reduce {median:.1} ms)",
+            "job {}: {collided} of {} iterations collided (median all-reduce {median:.1} ms): {job}; alignments {}",
             job["id"],
-            comm.len()
+            comm.len(),
+            alignments(&shifted)
         );
     }
     // The shift never costs the pair more than noise, and gains when the
@@ -208,6 +212,13 @@ fn cassinis_pair_on_real_tcp_against_the_simulator() {
     let peak =
         uplink["utilisation"].as_array().expect("series").iter().filter_map(|p| p[1].as_f64()).fold(0.0, f64::max);
     assert!(peak > 0.3 && peak < 1.05, "uplink peak utilisation {peak}");
+}
+
+/// The `align` decisions of a run's measured.json, to say why a shifted
+/// pair collided.
+fn alignments(measured: &serde_json::Value) -> String {
+    let decisions = measured["decisions"].as_array().map(Vec::as_slice).unwrap_or_default();
+    decisions.iter().filter(|d| d["entry"]["kind"] == "align").map(|d| format!("{} ", d)).collect()
 }
 
 /// A Python that imports torch with gloo, as `orrery testbed compare --ddp` looks for it.
