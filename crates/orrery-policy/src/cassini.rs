@@ -935,6 +935,25 @@ mod tests {
         assert_eq!(cassini.readjustments, 1);
     }
 
+    /// Two VGG19 rings (batch 128, 2 workers) and, on `pair_view`'s
+    /// placement, the second's modelled period and communication, ms.
+    fn vgg19_rings(t: &Topology) -> (JobSpec, JobSpec, f64, f64) {
+        let a = JobSpec::new("a", "vgg19", 128, 2, Work::Iterations(100), 0.0);
+        let b = JobSpec::new("b", "vgg19", 128, 2, Work::Iterations(100), 0.0);
+        let shape = place(t, &b, &[(0, 1), (1, 1)]).expect("placed").shape;
+        let (period, comm) = (shape.period_ms(), shape.period_ms() - shape.compute_ms());
+        (a, b, period, comm)
+    }
+
+    /// CASSINI over `pair_view`'s fixed placement, with B aligned to A.
+    fn aligned_pair(t: &Topology, a: &JobSpec, b: &JobSpec) -> Cassini {
+        let mut cassini = Cassini::new(Box::new(Propose(vec![(0, 1), (1, 1)])), 0);
+        cassini.candidates = 1;
+        let first = cassini.schedule(&pair_view(t, a, b, false));
+        assert!(first.iter().any(|d| matches!(d, Decision::Align { job: 1, .. })), "{first:?}");
+        cassini
+    }
+
     #[test]
     fn drift_is_counted_in_the_communication_when_the_driver_measures_it() {
         // The same pair. B's iteration runs 8% long: with its all-reduce at
@@ -943,18 +962,9 @@ mod tests {
         // 6% of a period over its time alone, another job's communication is
         // in it: re-aligned. Without a measured all-reduce, the 8% counts.
         let t = three_racks();
-        let a = JobSpec::new("a", "vgg19", 128, 2, Work::Iterations(100), 0.0);
-        let b = JobSpec::new("b", "vgg19", 128, 2, Work::Iterations(100), 0.0);
-        let shape = place(&t, &b, &[(0, 1), (1, 1)]).expect("placed").shape;
-        let (period, comm) = (shape.period_ms(), shape.period_ms() - shape.compute_ms());
+        let (a, b, period, comm) = vgg19_rings(&t);
         assert!(comm > 0.2 * period, "a communication-heavy ring: {comm} of {period} ms");
-        let aligned = || {
-            let mut cassini = Cassini::new(Box::new(Propose(vec![(0, 1), (1, 1)])), 0);
-            cassini.candidates = 1;
-            let first = cassini.schedule(&pair_view(&t, &a, &b, false));
-            assert!(first.iter().any(|d| matches!(d, Decision::Align { job: 1, .. })), "{first:?}");
-            cassini
-        };
+        let aligned = || aligned_pair(&t, &a, &b);
         let later = pair_view(&t, &a, &b, true);
         let it = |ms: f64, comm_ms: Option<f64>| Iteration { ms, waited_ms: 0.0, comm_ms };
         let mut cassini = aligned();
@@ -980,20 +990,12 @@ mod tests {
         // the model at every iteration: the two rings overlap in part, a
         // state real TCP holds for tens of iterations.
         let t = three_racks();
-        let a = JobSpec::new("a", "vgg19", 128, 2, Work::Iterations(100), 0.0);
-        let b = JobSpec::new("b", "vgg19", 128, 2, Work::Iterations(100), 0.0);
-        let shape = place(&t, &b, &[(0, 1), (1, 1)]).expect("placed").shape;
-        let (period, comm) = (shape.period_ms(), shape.period_ms() - shape.compute_ms());
+        let (a, b, period, comm) = vgg19_rings(&t);
         let tcp = 1.15 * comm;
         // The premise: TCP's own overhead with +/- 5% noise, measured
         // against the model alone, would cross the bar.
         assert!(1.05 * tcp - comm > 0.05 * period, "{comm} of {period} ms");
-        let aligned = || {
-            let mut cassini = Cassini::new(Box::new(Propose(vec![(0, 1), (1, 1)])), 0);
-            cassini.candidates = 1;
-            cassini.schedule(&pair_view(&t, &a, &b, false));
-            cassini
-        };
+        let aligned = || aligned_pair(&t, &a, &b);
         let later = pair_view(&t, &a, &b, true);
         let it = |comm_ms: f64| Iteration { ms: period - comm + comm_ms, waited_ms: 0.0, comm_ms: Some(comm_ms) };
         let mut cassini = aligned();

@@ -671,7 +671,7 @@ impl Foresight {
             return false;
         }
         let planned_comm_ms = step.length_ms - step.compute_ms;
-        if let Some(comm) = it.comm_ms.filter(|c| c.is_finite() && *c >= 0.0)
+        if let Some(comm) = it.comm_ms.filter(|c| self.replan && c.is_finite() && *c >= 0.0)
             && step.compute_ms > 0.0
             && planned_comm_ms > 0.0
         {
@@ -679,7 +679,9 @@ impl Foresight {
             compute.observe((it.own_ms() - comm) / step.compute_ms, false);
             network.observe(comm / planned_comm_ms, false);
         }
-        self.cycle.entry(job).or_default().observe(it.ms, false);
+        if self.replan {
+            self.cycle.entry(job).or_default().observe(it.ms, false);
+        }
         let mut tripped = false;
         if self.valid_plan && !self.timing_dropped {
             let streak = self.overruns.entry(job).or_insert(0);
@@ -1109,6 +1111,30 @@ mod tests {
         }
     }
 
+    /// A two-worker ring's GPUs per host.
+    type RingHosts = [(HostId, u32); 2];
+
+    /// Two VGG19 rings across the same two racks under one spine whose
+    /// uplinks run at half a NIC, pinned one worker per rack, and FORESIGHT
+    /// (`replan`: `…:replan`) having planned them (a valid schedule, in
+    /// turn). Returns the policy, the topology, the specs and their hosts.
+    fn two_planned_rings(replan: bool) -> (Foresight, Topology, Vec<JobSpec>, [RingHosts; 2]) {
+        use crate::baseline::Pinned;
+        let t = two_racks_of_two(1, 1, "a100");
+        let specs: Vec<JobSpec> =
+            ["a", "b"].iter().map(|n| JobSpec::new(*n, "vgg19", 32, 2, Work::Iterations(300), 0.0)).collect();
+        let hosts = [[(0usize, 1u32), (2, 1)], [(1, 1), (3, 1)]];
+        let pins: std::collections::BTreeMap<String, Vec<(HostId, u32)>> =
+            specs.iter().zip(&hosts).map(|(s, h)| (s.id.clone(), h.to_vec())).collect();
+        let f = Foresight::new(Box::new(Pinned { pins, label: None }), Mode::Foresight);
+        let mut f = if replan { f.replanning() } else { f };
+        let free = vec![1u32; 4];
+        let queue = specs.iter().enumerate().map(|(i, s)| crate::QueuedJob::new(i, s, 0.0)).collect();
+        f.schedule(&ClusterView { now_s: 0.0, topology: &t, free_gpus: &free, queue, running: Vec::new() });
+        assert!(f.valid_plan, "the set-up must give a valid schedule: {:?}", f.outcomes);
+        (f, t, specs, hosts)
+    }
+
     #[test]
     fn a_valid_plan_the_network_does_not_run_is_dropped_for_its_routes() {
         // Two VGG19 rings across the same two racks under one spine whose
@@ -1117,20 +1143,9 @@ mod tests {
         // running 10% over it (real TCP's all-reduce ran 1.2× the model on
         // the testbed) drop its timing: both jobs' timetables go, and no
         // later decision delays or throttles them.
-        use crate::baseline::Pinned;
-        let t = two_racks_of_two(1, 1, "a100");
-        let specs: Vec<JobSpec> =
-            ["a", "b"].iter().map(|n| JobSpec::new(*n, "vgg19", 32, 2, Work::Iterations(300), 0.0)).collect();
-        let hosts = [[(0usize, 1u32), (2, 1)], [(1, 1), (3, 1)]];
-        let pins: std::collections::BTreeMap<String, Vec<(HostId, u32)>> =
-            specs.iter().zip(&hosts).map(|(s, h)| (s.id.clone(), h.to_vec())).collect();
         for stretch in [1.0, 1.1] {
-            let mut f = Foresight::new(Box::new(Pinned { pins: pins.clone(), label: None }), Mode::Foresight);
+            let (mut f, t, specs, hosts) = two_planned_rings(false);
             let free = vec![1u32; 4];
-            let queue = specs.iter().enumerate().map(|(i, s)| crate::QueuedJob::new(i, s, 0.0)).collect();
-            let view = ClusterView { now_s: 0.0, topology: &t, free_gpus: &free, queue, running: Vec::new() };
-            f.schedule(&view);
-            assert!(f.valid_plan, "the set-up must give a valid schedule: {:?}", f.outcomes);
             let length_ms = f.steps[&0].0[0].length_ms;
             let mut timed_after_drop = 0;
             let mut cleared = Vec::new();
@@ -1177,13 +1192,7 @@ mod tests {
         // and iterations of its length then hold it. When the jobs ran
         // without waiting, the new plan (which runs the rings in turn, with
         // delays) cannot beat them: its timing is dropped, its routes kept.
-        use crate::baseline::Pinned;
-        let t = two_racks_of_two(1, 1, "a100");
-        let specs: Vec<JobSpec> =
-            ["a", "b"].iter().map(|n| JobSpec::new(*n, "vgg19", 32, 2, Work::Iterations(300), 0.0)).collect();
-        let hosts = [[(0usize, 1u32), (2, 1)], [(1, 1), (3, 1)]];
-        let pins: std::collections::BTreeMap<String, Vec<(HostId, u32)>> =
-            specs.iter().zip(&hosts).map(|(s, h)| (s.id.clone(), h.to_vec())).collect();
+        let (_, t, specs, hosts) = two_planned_rings(true);
         let compute = place(&t, &specs[0], &hosts[0]).expect("placed").shape.compute_ms();
         let running = |k: u64, now_s: f64| {
             let mut a = crate::RunningJob::new(0, &specs[0], &hosts[0]);
@@ -1195,13 +1204,9 @@ mod tests {
             vec![a, b]
         };
         for waited in [true, false] {
-            let mut f =
-                Foresight::new(Box::new(Pinned { pins: pins.clone(), label: None }), Mode::Foresight).replanning();
+            let (mut f, ..) = two_planned_rings(true);
             assert_eq!(f.name(), "foresight:replan");
             let free = vec![1u32; 4];
-            let queue = specs.iter().enumerate().map(|(i, s)| crate::QueuedJob::new(i, s, 0.0)).collect();
-            f.schedule(&ClusterView { now_s: 0.0, topology: &t, free_gpus: &free, queue, running: Vec::new() });
-            assert!(f.valid_plan, "the set-up must give a valid schedule: {:?}", f.outcomes);
             // The plan's iteration: its compute, then its communication.
             let planned_ms = f.steps[&0].0[0].length_ms;
             let comm = planned_ms - compute;
