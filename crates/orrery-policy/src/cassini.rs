@@ -522,10 +522,11 @@ impl Policy for Cassini {
         // most once every 10 iterations. The shift is kept after the
         // reference's latest iteration start, and (jobs of one period) its
         // later starts are extrapolated with its measured iteration time (a
-        // windowed median, `PeriodEstimate`), not with the modelled one: on a real cluster iterations do not last exactly their
-        // modelled time, and a phase counted in modelled periods drifts (by 3%
-        // of a period per iteration on the testbed's real TCP, 18% while two
-        // rings collide).
+        // windowed median, `PeriodEstimate`), not with the modelled one: on
+        // a real cluster iterations do not last exactly their modelled time,
+        // and a phase counted in modelled periods drifts (by 3% of a period
+        // per iteration on the testbed's real TCP, 18% while two rings
+        // collide).
         // The usual all-reduce is taken before this one joins it (one
         // collision does not raise its own bar), from as few samples as
         // there are since the alignment.
@@ -534,7 +535,8 @@ impl Policy for Cassini {
         // all-reduce over its usual one): a reference's later starts are
         // extrapolated once the job re-aligned is out of its way. Taking the
         // collided period put the re-aligned job back onto the reference's
-        // all-reduce on the testbed (a 451 ms period against 360 ms apart).
+        // all-reduce on the testbed (a period of 451 ms taken, where it ran
+        // 360 ms once the rings were apart).
         let own_period_ms = match (it.comm_ms, usual_comm_ms) {
             (Some(comm), Some(usual)) => iteration_ms - (comm - usual).max(0.0),
             _ => iteration_ms,
@@ -542,8 +544,8 @@ impl Policy for Cassini {
         let skip = self.unmeasured.entry(job).or_insert(0);
         let waited = *skip > 0;
         *skip = skip.saturating_sub(1);
-        // With fewer than three samples the latest one counts (a reference's
-        // next start is its latest plus that iteration).
+        // An estimate from the first sample on (a reference's next start is
+        // its latest plus that iteration).
         self.measured.entry(job).or_insert_with(|| PeriodEstimate::new(16, 1)).observe(own_period_ms, waited);
         if let Some(comm) = it.comm_ms {
             self.measured_comm.entry(job).or_insert_with(|| PeriodEstimate::new(16, 1)).observe(comm, false);
