@@ -529,7 +529,7 @@ impl Policy for Cassini {
         // collide).
         // The usual all-reduce is taken before this one joins it (one
         // collision does not raise its own bar), from as few samples as
-        // there are since the alignment.
+        // there are since the alignment. O(w log w) for the window of 16.
         let usual_comm_ms = self.measured_comm.get(&job).and_then(PeriodEstimate::period_ms);
         // The job's period is measured without the collision in it (its
         // all-reduce over its usual one): a reference's later starts are

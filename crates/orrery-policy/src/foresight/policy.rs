@@ -229,6 +229,17 @@ const OVERRUN_STREAK: u32 = 5;
 /// well under it, so its plans stay the model's).
 const REPLAN_TOLERANCE: f64 = 0.02;
 
+/// Whether a decision is part of a plan's timing: a delay, a throttle or a
+/// timetable of starts (undoing one, an empty timetable or no throttle, is
+/// not). O(1).
+fn times_an_iteration(d: &Decision) -> bool {
+    match d {
+        Decision::Shift { .. } | Decision::Throttle { gbps: Some(_), .. } => true,
+        Decision::Timetable { starts_s, .. } => !starts_s.is_empty(),
+        _ => false,
+    }
+}
+
 /// A job with its placement: (id, spec, GPUs per host).
 type PlacedJob<'a> = (JobId, &'a JobSpec, Vec<(HostId, u32)>);
 
@@ -760,11 +771,7 @@ impl Foresight {
             return out;
         }
         // Its routes stay; its timing goes before any of it is applied.
-        out.retain(|d| match d {
-            Decision::Shift { .. } | Decision::Throttle { gbps: Some(_), .. } => false,
-            Decision::Timetable { starts_s, .. } => starts_s.is_empty(),
-            _ => true,
-        });
+        out.retain(|d| !times_an_iteration(d));
         out.extend(self.drop_timing(view));
         out
     }
@@ -1194,19 +1201,20 @@ mod tests {
         // delays) cannot beat them: its timing is dropped, its routes kept.
         let (_, t, specs, hosts) = two_planned_rings(true);
         let compute = place(&t, &specs[0], &hosts[0]).expect("placed").shape.compute_ms();
-        let running = |k: u64, now_s: f64| {
+        let free = vec![1u32; 4];
+        // Both rings with k iterations done, the latest begun at now_s.
+        let view_at = |k: u64, now_s: f64| {
             let mut a = crate::RunningJob::new(0, &specs[0], &hosts[0]);
             a.iterations_done = k;
             a.iteration_start_s = now_s;
             let mut b = crate::RunningJob::new(1, &specs[1], &hosts[1]);
             b.iterations_done = k;
             b.iteration_start_s = now_s;
-            vec![a, b]
+            ClusterView { now_s, topology: &t, free_gpus: &free, queue: Vec::new(), running: vec![a, b] }
         };
         for waited in [true, false] {
             let (mut f, ..) = two_planned_rings(true);
             assert_eq!(f.name(), "foresight:replan");
-            let free = vec![1u32; 4];
             // The plan's iteration: its compute, then its communication.
             let planned_ms = f.steps[&0].0[0].length_ms;
             let comm = planned_ms - compute;
@@ -1222,13 +1230,7 @@ mod tests {
             let mut tripped = Vec::new();
             for k in 1..=5u64 {
                 now_s += (slow + wait) / 1e3;
-                let view = ClusterView {
-                    now_s,
-                    topology: &t,
-                    free_gpus: &free,
-                    queue: Vec::new(),
-                    running: running(k, now_s),
-                };
+                let view = view_at(k, now_s);
                 for job in [0, 1] {
                     let out = f.on_iteration(&view, job, measured(1.2 * comm, wait));
                     if f.replans == 1 && tripped.is_empty() {
@@ -1247,25 +1249,14 @@ mod tests {
             );
             if !waited {
                 assert_eq!((f.drops, f.timing_dropped), (1, true), "the re-made plan cannot beat free-running jobs");
-                let timed = |d: &&Decision| match d {
-                    Decision::Shift { .. } | Decision::Throttle { gbps: Some(_), .. } => true,
-                    Decision::Timetable { starts_s, .. } => !starts_s.is_empty(),
-                    _ => false,
-                };
-                assert_eq!(tripped.iter().filter(timed).count(), 0, "{tripped:?}");
+                assert_eq!(tripped.iter().filter(|d| times_an_iteration(d)).count(), 0, "{tripped:?}");
                 continue;
             }
             assert_eq!((f.drops, f.timing_dropped), (0, false), "re-planned and kept");
             // Iterations of the measured length hold the new plan.
             for k in 6..=20u64 {
                 now_s += replanned_ms / 1e3;
-                let view = ClusterView {
-                    now_s,
-                    topology: &t,
-                    free_gpus: &free,
-                    queue: Vec::new(),
-                    running: running(k, now_s),
-                };
+                let view = view_at(k, now_s);
                 for job in [0, 1] {
                     f.on_iteration(&view, job, measured(1.2 * comm, 0.0));
                 }
