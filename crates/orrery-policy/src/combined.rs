@@ -20,7 +20,15 @@
 //!    the next free GPUs (the running jobs' remaining times) and running at
 //!    its request. When every waiting job has started and GPUs are still
 //!    idle, a job started in the round takes up to twice its request
-//!    (Pollux's cap) if that ends it at least 10% sooner.
+//!    (Pollux's cap) if that ends it at least 10% sooner. GPU time has a
+//!    price while others wait: a low-priority job starts on the k ≤ n
+//!    workers that minimise its own time plus the delay its GPU-seconds
+//!    impose on the jobs behind it and on those expected to arrive before
+//!    the work behind it drains (`castor::colocate::gpu_second_price`), so
+//!    a job that spends its extra GPUs on the network starts smaller when
+//!    the cluster is busy, and grows back when nobody waits. On
+//!    benchmark-network at load 1.5 this is what beats Pollux
+//!    (docs/results.md).
 //! 3. **Sharing** (Castor, part `share`): otherwise it shares a running
 //!    job's GPUs when Theorem 1 says the pair ends sooner together than if
 //!    the newcomer waits for the next free GPUs. The paper compares with
@@ -101,7 +109,7 @@ pub const PARTS: &[(&str, &str)] = &[
     ("routes", "FORESIGHT: spines by edge colouring (routes only; without interleave, its delays and throttles too)"),
     (
         "size",
-        "Pollux's goodput: a job that free GPUs cannot hold starts on fewer when that ends sooner than waiting for the next free GPUs; on GPUs nobody waits for, it starts on up to twice its request when that is 10% faster",
+        "Pollux's goodput: a job that free GPUs cannot hold starts on fewer when that ends sooner than waiting for the next free GPUs; a low-priority job starts on fewer when its GPU time, priced by the jobs it delays, costs more than the time it saves (jobs that spend their GPUs on the network), and grows back when nobody waits; on GPUs nobody waits for, it starts on up to twice its request when that is 10% faster",
     ),
     (
         "preempt",
@@ -196,6 +204,7 @@ impl Combined {
         host.spare_high_priority = true;
         host.next_free = true;
         host.shrink = parts.size;
+        host.price_gpu_time = parts.size;
         host.preempt = parts.preempt;
         if parts.bandwidth {
             host.placement = Some(Box::new(BidsWhenLoaded::default()));

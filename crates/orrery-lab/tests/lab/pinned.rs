@@ -208,6 +208,7 @@ fn benchmark_network_short() {
             "p99 JCT (s)=metrics.p99_jct_s",
             "high-priority slowdown=by_priority.high.avg_slowdown:3",
             "shrunk=counters.shrunk_starts:0",
+            "priced=counters.priced_starts:0",
             "shared=counters.shared_starts:0",
             "preempted=counters.preemptions:0"
         ],

@@ -35,11 +35,15 @@ use crate::{ClusterView, Decision, JobId, Policy};
 use orrery_model::colocation::{Colocation, accumulation_factor, memory_mib};
 use orrery_model::gpu::{GpuType, gpu_type};
 use orrery_model::{HostId, JobSpec, ModelSpec};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 
 /// A job started this round grows only when that makes it at least this
 /// much faster (Pollux's threshold for restarting a job on a new size).
 pub const GROW_GAIN: f64 = 1.1;
+
+/// The arrival rate behind [`gpu_second_price`] is measured over the
+/// arrivals of this many seconds past.
+pub const ARRIVAL_WINDOW_S: f64 = 3600.0;
 
 /// Lucid-style packing allows pairs whose estimated ξ are both at most this.
 pub const LUCID_MAX_XI: f64 = 1.25;
@@ -85,6 +89,15 @@ pub struct Colocator {
     /// and running at its request. It keeps that size until it ends. The
     /// same part grows jobs on idle GPUs ([`Self::grow`]).
     pub shrink: bool,
+    /// The size a job starts at prices its GPU time (orrery's rule, part
+    /// `size`): a low-priority job starts on the k ≤ n workers that
+    /// minimise its own time plus the delay its GPU-seconds impose on the
+    /// jobs still to be served, `T(k)·(1 + k·N/G)` ([`gpu_second_price`],
+    /// [`Self::priced_workers`]). A job whose extra workers are spent on
+    /// the network starts smaller while others wait; one that scales
+    /// linearly never does. Started smaller, it grows back when nobody
+    /// waits ([`Self::regrow`]).
+    pub price_gpu_time: bool,
     /// Compare sharing with waiting for the next free GPUs instead
     /// ([`BackToBack::NextFree`], orrery's rule): the wait is read off the
     /// running jobs' remaining times each round.
@@ -98,7 +111,14 @@ pub struct Colocator {
     /// Time alone of the whole job on k workers over its time at its
     /// request, per (job, k): Pollux's goodput in units of the job's work.
     stretch: HashMap<(JobId, u32), f64>,
+    /// Arrival times seen within [`ARRIVAL_WINDOW_S`], oldest first.
+    arrivals: VecDeque<f64>,
+    /// The first and latest arrival seen (a job arriving later is new).
+    first_arrival_s: f64,
+    latest_arrival_s: f64,
     shrunk: u64,
+    priced: u64,
+    regrown: u64,
     grown: u64,
     preempted: u64,
     shares: u64,
@@ -120,11 +140,17 @@ impl Colocator {
             back_to_back: BackToBack::RunningFirst,
             next_free: false,
             shrink: false,
+            price_gpu_time: false,
             preempt: false,
             estimate: Colocation::default(),
             alone: HashMap::new(),
             stretch: HashMap::new(),
+            arrivals: VecDeque::new(),
+            first_arrival_s: f64::INFINITY,
+            latest_arrival_s: f64::NEG_INFINITY,
             shrunk: 0,
+            priced: 0,
+            regrown: 0,
             grown: 0,
             preempted: 0,
             shares: 0,
@@ -154,6 +180,18 @@ impl Colocator {
         })
     }
 
+    /// How much longer the job takes on `k` workers than at its request
+    /// when it must process the same samples: `(n/k)·T(k)/T(n)` with the
+    /// zoo's iteration times, [`Self::stretch`] without Pollux's statistical
+    /// efficiency. k times this over n is its GPU time on k workers
+    /// against its request's: above 1 exactly when its extra workers are
+    /// spent on the network. O(1) after [`Self::stretch`].
+    fn hardware_stretch(&mut self, view: &ClusterView<'_>, id: JobId, spec: &JobSpec, k: u32) -> f64 {
+        let n = spec.workers.max(1);
+        let ratio = orrery_model::convergence::iterations_per_reference(&spec.model, n * spec.batch, k * spec.batch);
+        self.stretch(view, id, spec, k) / ratio * f64::from(n) / f64::from(k)
+    }
+
     /// Where `q` starts on fewer GPUs than it asks for: at the size that
     /// finishes soonest on the free GPUs, if that beats waiting `wait_s` and
     /// then taking `t_new` at the request. O(n) sizes per job, each shaped
@@ -179,16 +217,136 @@ impl Colocator {
         if !pays {
             return None;
         }
+        self.place_smaller(view, rack_of, free, spec, k)
+    }
+
+    /// `spec` on `k` of its workers, where the host scheduler puts it.
+    fn place_smaller(
+        &mut self,
+        view: &ClusterView<'_>,
+        rack_of: &[usize],
+        free: &[u32],
+        spec: &JobSpec,
+        k: u32,
+    ) -> Option<Vec<(HostId, u32)>> {
         let mut smaller = spec.clone();
         smaller.workers = k;
         let hosts = match self.placement.as_mut() {
             Some(p) => p.place(view, rack_of, free, &smaller),
-            None => consolidated(view, rack_of, &capped(free, &smaller), k * per),
+            None => consolidated(view, rack_of, &capped(free, &smaller), k * spec.gpus_per_worker.max(1)),
         }?;
         if let Some(p) = self.placement.as_mut() {
             p.commit(view, &smaller, &hosts);
         }
         Some(hosts)
+    }
+
+    /// Records the jobs that arrived since the last round and forgets
+    /// those older than [`ARRIVAL_WINDOW_S`]. A job is new when it arrived
+    /// after every job seen so far (preempted jobs come back with their
+    /// old arrival time). O(Q) per round, amortised O(1) per arrival.
+    fn note_arrivals(&mut self, view: &ClusterView<'_>) {
+        let mut new: Vec<f64> =
+            view.queue.iter().map(|q| q.spec.arrival_s).filter(|&a| a > self.latest_arrival_s).collect();
+        new.sort_by(f64::total_cmp);
+        for a in new {
+            self.first_arrival_s = self.first_arrival_s.min(a);
+            self.latest_arrival_s = a;
+            self.arrivals.push_back(a);
+        }
+        while self.arrivals.front().is_some_and(|&a| a < view.now_s - ARRIVAL_WINDOW_S) {
+            self.arrivals.pop_front();
+        }
+    }
+
+    /// Jobs per second arriving, by the maximum-likelihood estimate of a
+    /// Poisson rate: the arrivals within [`ARRIVAL_WINDOW_S`] over the
+    /// window, or, before a window has passed since the first arrival, the
+    /// arrivals after the first over the time since it. 0 until two have
+    /// been seen.
+    fn arrival_rate(&self, now_s: f64) -> f64 {
+        let n = self.arrivals.len() as f64;
+        if now_s - self.first_arrival_s >= ARRIVAL_WINDOW_S {
+            n / ARRIVAL_WINDOW_S
+        } else if n >= 2.0 && now_s > self.first_arrival_s {
+            (n - 1.0) / (now_s - self.first_arrival_s)
+        } else {
+            0.0
+        }
+    }
+
+    /// The workers `q` starts on when its GPU time is priced at `price`
+    /// per GPU ([`gpu_second_price`]): the k ≤ n minimising
+    /// `T(k)·(1 + price·k·g)`, its own time plus the delay to others, with
+    /// `T(k)` its time on k workers of g GPUs for the same samples
+    /// ([`Self::hardware_stretch`]). n at a price of 0. O(n) sizes, each
+    /// shaped once per job.
+    ///
+    /// Pollux's statistical efficiency is left out on purpose: with it,
+    /// Philly's compute-bound jobs, whose smaller batches converge in
+    /// fewer samples, started small whenever long jobs waited, and the
+    /// GPUs they left could not start those jobs (`orrery` on
+    /// benchmark.toml at load 1.5: mean JCT 1,563 → 1,786 s,
+    /// docs/results.md).
+    fn priced_workers(&mut self, view: &ClusterView<'_>, q: &crate::QueuedJob<'_>, price: f64) -> u32 {
+        let (n, per) = (q.spec.workers.max(1), f64::from(q.spec.gpus_per_worker.max(1)));
+        let cost = |k: u32, stretch: f64| stretch * (1.0 + price * f64::from(k) * per);
+        let mut best = (n, cost(n, 1.0));
+        for k in 1..n {
+            let c = cost(k, self.hardware_stretch(view, q.id, q.spec, k));
+            if c < best.1 {
+                best = (k, c);
+            }
+        }
+        best.0
+    }
+
+    /// Running jobs that started below their request grow back (part
+    /// `size`, with [`Self::price_gpu_time`]): when nobody waits and GPUs
+    /// are idle, a job on fewer workers than it asked for restarts on up to
+    /// its request, at the size that finishes it soonest, if that is at
+    /// least [`GROW_GAIN`] times faster. This makes a start priced small
+    /// undoable, as Pollux's re-allocation is. Jobs that share GPUs, paused
+    /// ones and those started this round stay. O(R) plus O(n) sizes per
+    /// smaller job, each shaped once.
+    fn regrow(&mut self, view: &ClusterView<'_>, rack_of: &[usize], free: &mut [u32], out: &mut Vec<Decision>) {
+        let mut grown = Vec::new();
+        for r in view.running.iter().filter(|r| !r.paused && r.xi <= 1.0) {
+            let (spec, per) = (r.spec, r.spec.gpus_per_worker.max(1));
+            let held: u32 = r.hosts.iter().map(|h| h.1).sum();
+            let solo: u32 = r.solo_gpus.iter().map(|s| s.1).sum();
+            let (now, n) = (held / per, spec.workers.max(1));
+            if solo != held || now >= n || now == 0 {
+                continue;
+            }
+            let spare: u32 = free.iter().sum();
+            let most = n.min(now + spare / per);
+            let stretch_now = self.stretch(view, r.id, spec, now);
+            let Some((k, stretch)) =
+                (now + 1..=most).map(|k| (k, self.stretch(view, r.id, spec, k))).min_by(|a, b| a.1.total_cmp(&b.1))
+            else {
+                continue;
+            };
+            if stretch * GROW_GAIN > stretch_now {
+                continue;
+            }
+            let mut trial = free.to_vec();
+            for &(h, g) in r.hosts {
+                trial[h] += g;
+            }
+            let mut larger = spec.clone();
+            larger.workers = k;
+            if let Some(hosts) = consolidated(view, rack_of, &capped(&trial, &larger), k * per) {
+                for &(h, g) in &hosts {
+                    trial[h] -= g;
+                }
+                free.copy_from_slice(&trial);
+                grown.push(Decision::Preempt { job: r.id });
+                grown.push(Decision::Place { job: r.id, hosts });
+                self.regrown += 1;
+            }
+        }
+        out.extend(grown);
     }
 
     /// Pollux's other half (part `size`): when every waiting job has been
@@ -201,14 +359,7 @@ impl Colocator {
     /// less time left may take its GPUs ([`Self::preempt`]). O(Q) plus
     /// O(n) sizes per started job, each shaped once.
     fn grow(&mut self, view: &ClusterView<'_>, rack_of: &[usize], free: &mut [u32], out: &mut [Decision]) {
-        let decided: std::collections::HashSet<JobId> = out
-            .iter()
-            .filter_map(|d| match d {
-                Decision::Place { job, .. } | Decision::Share { job, .. } | Decision::Reject { job, .. } => Some(*job),
-                _ => None,
-            })
-            .collect();
-        if view.queue.iter().any(|q| !decided.contains(&q.id)) {
+        if !nobody_waits(view, out) {
             return; // someone still waits for these GPUs
         }
         let queued: HashMap<JobId, &crate::QueuedJob<'_>> = view.queue.iter().map(|q| (q.id, q)).collect();
@@ -367,6 +518,8 @@ impl Policy for Colocator {
             // Castor Eq. 24, estimated when deciding: JCT waiting for free GPUs
             // over JCT sharing.
             ("sharing_benefit", if self.shares > 0 { self.benefit_sum / self.shares as f64 } else { 0.0 }),
+            ("priced_starts", self.priced as f64),
+            ("regrown", self.regrown as f64),
         ]
     }
 
@@ -433,10 +586,23 @@ impl Policy for Colocator {
             let gone: Vec<JobId> = victims.iter().map(|&v| view.running[v].id).collect();
             p.prepare(view, &gone);
         }
+        // The price of GPU time: who its GPU-seconds delay. The GPU-seconds
+        // the jobs behind each position wait to run, suffix sums: O(Q).
+        let arrival_rate = if self.price_gpu_time {
+            self.note_arrivals(view);
+            self.arrival_rate(view.now_s)
+        } else {
+            0.0
+        };
+        let mut backlog_behind = vec![0.0; order.len() + 1];
+        for (pos, &(t, _, qi)) in order.iter().enumerate().rev() {
+            backlog_behind[pos] = backlog_behind[pos + 1] + f64::from(view.queue[qi].spec.gpus()) * t;
+        }
+        let waiting = order.len();
         let total = view.topology.gpu_count();
         // Decisions before the previous job was considered (blocking mode).
         let mut before_previous: Option<usize> = None;
-        for (t_new, _, qi) in order {
+        for (pos, (t_new, _, qi)) in order.into_iter().enumerate() {
             let q = &view.queue[qi];
             if q.spec.gpus() == 0 || q.spec.gpus() > total {
                 let reason = format!("needs {} GPUs; the cluster has {total}", q.spec.gpus());
@@ -448,6 +614,21 @@ impl Policy for Colocator {
             }
             before_previous = Some(out.len());
             let need = q.spec.gpus();
+            if self.price_gpu_time && !high(q.spec) {
+                let behind = waiting - pos - 1;
+                let price = gpu_second_price(behind, arrival_rate, backlog_behind[pos + 1], total);
+                let k = self.priced_workers(view, q, price);
+                if k < q.spec.workers.max(1)
+                    && let Some(hosts) = self.place_smaller(view, &rack_of, &free, q.spec, k)
+                {
+                    for &(h, g) in &hosts {
+                        free[h] -= g;
+                    }
+                    self.priced += 1;
+                    out.push(Decision::Place { job: q.id, hosts });
+                    continue;
+                }
+            }
             // Lines 6-7: enough free GPUs.
             if free.iter().map(|&f| u64::from(f)).sum::<u64>() >= u64::from(need)
                 && let Some(hosts) = match self.placement.as_mut() {
@@ -565,6 +746,9 @@ impl Policy for Colocator {
         // come back to the queue at once.
         if self.shrink && victims.is_empty() {
             self.grow(view, &rack_of, &mut free, &mut out);
+            if self.price_gpu_time && nobody_waits(view, &out) {
+                self.regrow(view, &rack_of, &mut free, &mut out);
+            }
         }
         out
     }
@@ -590,6 +774,30 @@ fn next_free_s(ends: &[(f64, f64)], free: u32, need: u32) -> f64 {
         }
     }
     if have >= need { 0.0 } else { f64::INFINITY }
+}
+
+/// Whether every waiting job is started, shared or rejected by `out`. O(Q).
+fn nobody_waits(view: &ClusterView<'_>, out: &[Decision]) -> bool {
+    let decided: std::collections::HashSet<JobId> = out
+        .iter()
+        .filter_map(|d| match d {
+            Decision::Place { job, .. } | Decision::Share { job, .. } | Decision::Reject { job, .. } => Some(*job),
+            _ => None,
+        })
+        .collect();
+    view.queue.iter().all(|q| decided.contains(&q.id))
+}
+
+/// What a GPU-second is worth in delay to other jobs, per GPU: the jobs it
+/// delays over the cluster's `gpus`. In a fluid view of a busy cluster,
+/// every GPU-second a job takes delays each job still to be served by
+/// 1/G s: the `behind` jobs waiting after it, and those that arrive (at
+/// `arrival_rate` per second) before the work now queued and running,
+/// `backlog_gpu_s`, drains through G GPUs. A job on k GPUs for T s then
+/// costs the others `T·k·price` s in all. O(1).
+pub fn gpu_second_price(behind: usize, arrival_rate: f64, backlog_gpu_s: f64, gpus: u32) -> f64 {
+    let g = f64::from(gpus.max(1));
+    (behind as f64 + arrival_rate * backlog_gpu_s / g) / g
 }
 
 /// When the newcomer ends if it starts beside a job with `left_s` to go
@@ -893,6 +1101,154 @@ mod tests {
         assert_eq!(first(p.schedule(&view)), Some(3), "shortest first");
         p.high_first = true;
         assert_eq!(first(p.schedule(&view)), Some(2), "its class first");
+    }
+
+    /// CASSINI's testbed wired as benchmark-network: 4 racks of 6 one-A100
+    /// hosts, 2 spines, 50 Gbit/s everywhere (3:1).
+    fn one_gpu_hosts() -> Topology {
+        LeafSpine {
+            racks: 4,
+            hosts_per_rack: 6,
+            spines: 2,
+            gpus_per_host: 1,
+            gpu_type: "a100".into(),
+            host_gbps: 50.0,
+            uplink_gbps: 50.0,
+        }
+        .build("one-gpu-hosts")
+        .expect("valid")
+    }
+
+    fn counter(p: &Colocator, name: &str) -> f64 {
+        p.counters().into_iter().find(|c| c.0 == name).map_or(f64::NAN, |c| c.1)
+    }
+
+    #[test]
+    fn a_gpu_second_costs_the_jobs_behind_and_those_arriving_before_the_backlog_drains() {
+        // 2 jobs wait behind; 0.01 jobs/s arrive; 4,800 GPU-s wait on 24
+        // GPUs, which drain in 200 s, long enough for 2 more arrivals: 4
+        // jobs delayed by 1/24 s per GPU-second.
+        assert!((gpu_second_price(2, 0.01, 4_800.0, 24) - 4.0 / 24.0).abs() < 1e-12);
+        assert_eq!(gpu_second_price(0, 0.5, 0.0, 24), 0.0, "nobody waits: free");
+        // The arrival rate: arrivals after the first over the time since it,
+        // then the arrivals of the last hour over the hour.
+        let t = one_gpu_hosts();
+        let spec = |at: f64| JobSpec::new("j", "vgg19", 32, 30, Work::Seconds(1.0), at);
+        let specs = [spec(0.0), spec(10.0), spec(20.0), spec(4_000.0)];
+        let mut p = Colocator::new(Rule::Bsbf);
+        let seen = |p: &mut Colocator, now_s: f64, jobs: &[usize]| {
+            let queue = jobs.iter().map(|&i| QueuedJob::new(i as JobId, &specs[i], 0.0)).collect();
+            p.note_arrivals(&ClusterView { now_s, topology: &t, free_gpus: &[], queue, running: Vec::new() });
+            p.arrival_rate(now_s)
+        };
+        assert_eq!(seen(&mut p, 0.0, &[0]), 0.0, "one arrival is no rate");
+        assert!((seen(&mut p, 20.0, &[0, 1, 2]) - 2.0 / 20.0).abs() < 1e-12);
+        // A job seen again (preempted, back in the queue) is not new.
+        assert!((seen(&mut p, 40.0, &[1]) - 2.0 / 40.0).abs() < 1e-12);
+        assert!((seen(&mut p, 4_000.0, &[3]) - 1.0 / 3_600.0).abs() < 1e-12, "the three at 0-20 s aged out");
+    }
+
+    #[test]
+    fn a_job_that_spends_its_gpus_on_the_network_starts_smaller_while_others_wait() {
+        // VGG19 on 12 one-GPU hosts spends most of each iteration on the
+        // 3:1 fabric: on one worker it takes 3.5 times as long for the same
+        // samples, 29% of the GPU time. ResNet-50 on one 8-GPU host scales
+        // almost linearly (91% of the GPU time on one worker).
+        let t = one_gpu_hosts();
+        let vgg = JobSpec::new("v", "vgg19", 32, 12, Work::Seconds(600.0), 100.0);
+        let free = [1u32; 24];
+        let view = |queue| ClusterView { now_s: 100.0, topology: &t, free_gpus: &free, queue, running: Vec::new() };
+        let mut p = Colocator::new(Rule::Bsbf);
+        let alone = view(vec![QueuedJob::new(0, &vgg, 0.0)]);
+        let one = p.hardware_stretch(&alone, 0, &vgg, 1);
+        assert!((3.3..3.6).contains(&one), "{one}");
+        // cost(12) = 1 + 12·price, cost(1) = 3.46·(1 + price): 1 worker
+        // wins above a price of about 0.29.
+        assert_eq!(p.priced_workers(&alone, &alone.queue[0], 0.0), 12);
+        assert_eq!(p.priced_workers(&alone, &alone.queue[0], 0.2), 12);
+        assert_eq!(p.priced_workers(&alone, &alone.queue[0], 0.5), 1);
+        let host = LeafSpine {
+            racks: 1,
+            hosts_per_rack: 2,
+            spines: 1,
+            gpus_per_host: 8,
+            gpu_type: "a100".into(),
+            host_gbps: 100.0,
+            uplink_gbps: 100.0,
+        }
+        .build("two-8-gpu-hosts")
+        .expect("valid");
+        let resnet = JobSpec::new("r", "resnet50", 32, 8, Work::Seconds(600.0), 0.0);
+        let on_host = ClusterView {
+            now_s: 0.0,
+            topology: &host,
+            free_gpus: &[8, 8],
+            queue: vec![QueuedJob::new(1, &resnet, 0.0)],
+            running: Vec::new(),
+        };
+        for price in [0.0, 0.1, 0.5, 1.0] {
+            assert_eq!(p.priced_workers(&on_host, &on_host.queue[0], price), 8, "price {price}");
+        }
+
+        // In a round: three 12-GPU jobs of 6,000 s arrived before it, at 0
+        // and 50 s, and wait behind it (shortest remaining time first). Their
+        // 216,000 GPU-s drain through 24 GPUs in 9,000 s, in which 0.03
+        // jobs/s bring 270 more: the price is (3 + 270)/24, and VGG19 starts
+        // on one GPU, leaving 23 to the jobs behind.
+        // (One worker of 12 GPUs each, so that only VGG19's size is in play.)
+        let long =
+            |at: f64| JobSpec { gpus_per_worker: 12, ..JobSpec::new("l", "xlm", 32, 1, Work::Seconds(6_000.0), at) };
+        let longs = [long(0.0), long(50.0), long(50.0)];
+        let mut queue = vec![QueuedJob::new(0, &vgg, 0.0)];
+        queue.extend(longs.iter().enumerate().map(|(i, s)| QueuedJob::new(i as JobId + 1, s, 0.0)));
+        let busy = view(queue);
+        let mut p = Colocator::new(Rule::Bsbf);
+        p.share = false;
+        p.price_gpu_time = true;
+        let d = p.schedule(&busy);
+        assert_eq!(d.first(), Some(&Decision::Place { job: 0, hosts: vec![(0, 1)] }), "{d:?}");
+        assert_eq!(counter(&p, "priced_starts"), 1.0);
+        // Alone, nothing waits behind it: its request.
+        let mut p = Colocator::new(Rule::Bsbf);
+        p.price_gpu_time = true;
+        let d = p.schedule(&view(vec![QueuedJob::new(0, &vgg, 0.0)]));
+        let Some(Decision::Place { hosts, .. }) = d.first() else { panic!("{d:?}") };
+        assert_eq!(hosts.iter().map(|h| h.1).sum::<u32>(), 12);
+        assert_eq!(counter(&p, "priced_starts"), 0.0);
+    }
+
+    #[test]
+    fn a_job_started_smaller_grows_back_only_when_nobody_waits() {
+        // VGG19 asked for 12 workers and runs on one; 23 GPUs are idle.
+        let t = one_gpu_hosts();
+        let vgg = JobSpec::new("v", "vgg19", 32, 12, Work::Seconds(600.0), 0.0);
+        // One worker of 24 GPUs: it cannot start smaller.
+        let big = JobSpec { gpus_per_worker: 24, ..JobSpec::new("b", "xlm", 32, 1, Work::Seconds(600.0), 0.0) };
+        let held = [(0usize, 1u32)];
+        let mut free = [1u32; 24];
+        free[0] = 0;
+        let view = |queue| ClusterView {
+            now_s: 100.0,
+            topology: &t,
+            free_gpus: &free,
+            queue,
+            running: vec![running(0, &vgg, &held, 0.1)],
+        };
+        let mut p = Colocator::new(Rule::Bsbf);
+        p.share = false;
+        p.shrink = true;
+        p.price_gpu_time = true;
+        let d = p.schedule(&view(Vec::new()));
+        assert_eq!(d.len(), 2, "{d:?}");
+        assert_eq!(d[0], Decision::Preempt { job: 0 });
+        let Decision::Place { job: 0, hosts } = &d[1] else { panic!("{d:?}") };
+        assert_eq!(hosts.iter().map(|h| h.1).sum::<u32>(), 12, "its request, the fastest size");
+        assert_eq!(counter(&p, "regrown"), 1.0);
+        // A 24-GPU job waits for the idle GPUs: VGG19 keeps its one.
+        assert!(p.schedule(&view(vec![QueuedJob::new(1, &big, 0.0)])).is_empty());
+        // Without the price, sizes chosen at the start stay.
+        p.price_gpu_time = false;
+        assert!(p.schedule(&view(Vec::new())).is_empty());
     }
 
     #[test]
