@@ -19,14 +19,15 @@
 //!    and Pollux's statistical efficiency, it would end before waiting for
 //!    the next free GPUs (the running jobs' remaining times) and running at
 //!    its request. When every waiting job has started and GPUs are still
-//!    idle, a job started in the round takes up to twice its request
-//!    (Pollux's cap) if that ends it at least 10% sooner. GPU time has a
+//!    idle, a job started in the round, or a running one, takes up to
+//!    twice its request (Pollux's cap) if that ends it at least 10% sooner
+//!    (a running job restarts on the new size). GPU time has a
 //!    price while others wait: a low-priority job starts on the k ≤ n
 //!    workers that minimise its own time plus the delay its GPU-seconds
 //!    impose on the jobs behind it and on those expected to arrive before
 //!    the work behind it drains (`castor::colocate::gpu_second_price`), so
 //!    a job that spends its extra GPUs on the network starts smaller when
-//!    the cluster is busy, and grows back when nobody waits. On
+//!    the cluster is busy, and grows back once nobody waits. On
 //!    benchmark-network at load 1.5 this is what beats Pollux
 //!    (docs/results.md).
 //! 3. **Sharing** (Castor, part `share`): otherwise it shares a running
@@ -109,7 +110,7 @@ pub const PARTS: &[(&str, &str)] = &[
     ("routes", "FORESIGHT: spines by edge colouring (routes only; without interleave, its delays and throttles too)"),
     (
         "size",
-        "Pollux's goodput: a job that free GPUs cannot hold starts on fewer when that ends sooner than waiting for the next free GPUs; a low-priority job starts on fewer when its GPU time, priced by the jobs it delays, costs more than the time it saves (jobs that spend their GPUs on the network), and grows back when nobody waits; on GPUs nobody waits for, it starts on up to twice its request when that is 10% faster",
+        "Pollux's goodput: a job that free GPUs cannot hold starts on fewer when that ends sooner than waiting for the next free GPUs; a low-priority job starts on fewer when its GPU time, priced by the jobs it delays, costs more than the time it saves (jobs that spend their GPUs on the network); on GPUs nobody waits for, a job starts or restarts on up to twice its request when that is 10% faster",
     ),
     (
         "preempt",

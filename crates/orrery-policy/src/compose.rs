@@ -266,7 +266,7 @@ pub const CATALOGUE: &[(&str, &str)] = &[
     ),
     (
         "orrery[-no-PART...]",
-        "the five papers in one, each part only where it pays: shortest remaining time first with preemption (never of high priority), Pollux's goodput sizing (smaller when that beats waiting for the next free GPUs or when its GPU time, priced by the jobs it delays, is spent on the network; up to twice the request on idle GPUs) and Castor's sharing when it beats that wait (never sharing with high priority), Plebiscito's bids where first fit would cross a loaded link, CASSINI shifts with Metronome's priorities, FORESIGHT's routes; parts share, bandwidth, interleave, routes, size, preempt",
+        "the five papers in one, each part only where it pays: shortest remaining time first with preemption (never of high priority), Pollux's goodput sizing (smaller when that beats waiting for the next free GPUs or when its GPU time, priced by the jobs it delays, is spent on the network; up to twice the request on idle GPUs, for running jobs too) and Castor's sharing when it beats that wait (never sharing with high priority), Plebiscito's bids where first fit would cross a loaded link, CASSINI shifts with Metronome's priorities, FORESIGHT's routes; parts share, bandwidth, interleave, routes, size, preempt",
     ),
     ("ORDER/PLACEMENT", "any ordering with any placement (see below), e.g. tiresias/random"),
     (
