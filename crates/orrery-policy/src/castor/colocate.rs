@@ -602,8 +602,10 @@ impl Policy for Colocator {
             0.0
         };
         let mut backlog_behind = vec![0.0; order.len() + 1];
-        for (pos, &(t, _, qi)) in order.iter().enumerate().rev() {
-            backlog_behind[pos] = backlog_behind[pos + 1] + f64::from(view.queue[qi].spec.gpus()) * t;
+        if self.price_gpu_time {
+            for (pos, &(t, _, qi)) in order.iter().enumerate().rev() {
+                backlog_behind[pos] = backlog_behind[pos + 1] + f64::from(view.queue[qi].spec.gpus()) * t;
+            }
         }
         let waiting = order.len();
         let total = view.topology.gpu_count();
@@ -801,7 +803,7 @@ fn nobody_waits(view: &ClusterView<'_>, out: &[Decision]) -> bool {
 /// delays over the cluster's `gpus`. In a fluid view of a busy cluster,
 /// every GPU-second a job takes delays each job still to be served by
 /// 1/G s: the `behind` jobs waiting after it, and those that arrive (at
-/// `arrival_rate` per second) before the work now queued and running,
+/// `arrival_rate` per second) before the work those jobs wait to run,
 /// `backlog_gpu_s`, drains through G GPUs. A job on k GPUs for T s then
 /// costs the others `T·k·price` s in all. O(1).
 pub fn gpu_second_price(behind: usize, arrival_rate: f64, backlog_gpu_s: f64, gpus: u32) -> f64 {
