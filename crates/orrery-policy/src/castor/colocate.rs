@@ -337,17 +337,7 @@ impl Colocator {
             if stretch * GROW_GAIN > stretch_now {
                 continue;
             }
-            let mut trial = free.to_vec();
-            for &(h, g) in r.hosts {
-                trial[h] += g;
-            }
-            let mut larger = spec.clone();
-            larger.workers = k;
-            if let Some(hosts) = consolidated(view, rack_of, &capped(&trial, &larger), k * per) {
-                for &(h, g) in &hosts {
-                    trial[h] -= g;
-                }
-                free.copy_from_slice(&trial);
+            if let Some(hosts) = resized(view, rack_of, free, r.hosts, spec, k) {
                 grown.push(Decision::Preempt { job: r.id });
                 grown.push(Decision::Place { job: r.id, hosts });
                 self.regrown += 1;
@@ -388,17 +378,7 @@ impl Colocator {
             if stretch * GROW_GAIN > 1.0 {
                 continue;
             }
-            let mut trial = free.to_vec();
-            for &(h, g) in hosts.iter() {
-                trial[h] += g;
-            }
-            let mut larger = spec.clone();
-            larger.workers = k;
-            if let Some(bigger) = consolidated(view, rack_of, &capped(&trial, &larger), k * per) {
-                for &(h, g) in &bigger {
-                    trial[h] -= g;
-                }
-                free.copy_from_slice(&trial);
+            if let Some(bigger) = resized(view, rack_of, free, hosts, spec, k) {
                 *hosts = bigger;
                 self.grown += 1;
             }
@@ -785,6 +765,31 @@ fn next_free_s(ends: &[(f64, f64)], free: u32, need: u32) -> f64 {
         }
     }
     if have >= need { 0.0 } else { f64::INFINITY }
+}
+
+/// `spec` on `k` workers, consolidated on the `free` GPUs plus the ones it
+/// `holds`; on success `free` gets those back and loses the new hosts.
+/// O(H).
+fn resized(
+    view: &ClusterView<'_>,
+    rack_of: &[usize],
+    free: &mut [u32],
+    holds: &[(HostId, u32)],
+    spec: &JobSpec,
+    k: u32,
+) -> Option<Vec<(HostId, u32)>> {
+    let mut trial = free.to_vec();
+    for &(h, g) in holds {
+        trial[h] += g;
+    }
+    let mut resized = spec.clone();
+    resized.workers = k;
+    let hosts = consolidated(view, rack_of, &capped(&trial, &resized), k * spec.gpus_per_worker.max(1))?;
+    for &(h, g) in &hosts {
+        trial[h] -= g;
+    }
+    free.copy_from_slice(&trial);
+    Some(hosts)
 }
 
 /// Whether every waiting job is started, shared or rejected by `out`. O(Q).
