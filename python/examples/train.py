@@ -3,7 +3,8 @@ iteration computes (sleeps the model's compute time on its placement) and
 communicates (sleeps the rest of its iteration time alone), inside
 ``client.iteration()``. The agent starts it with ORRERY_* variables set
 (orrery agent --exec). With ORRERY_PRINT_STARTS=1 it prints
-``iteration start_unix_ms`` for every iteration."""
+``iteration start_unix_ms wait_ms`` for every iteration: when it started,
+and how long it waited for its slot first."""
 
 import os
 import sys
@@ -21,7 +22,7 @@ try:
     while not client.done:
         with client.iteration():
             if print_starts:
-                print("%d %.3f" % (client.iteration_number, time.time() * 1e3), flush=True)
+                print("%d %.3f %.3f" % (client.iteration_number, time.time() * 1e3, client.last_wait_ms), flush=True)
             time.sleep(compute_s)          # forward and backward
             with client.comm():
                 time.sleep(max(0.0, period_s - compute_s))  # all-reduce

@@ -62,6 +62,9 @@ class Client:
         self.waited_s = 0.0
         #: The delay the agent asked before the current iteration, ms.
         self.delay_ms = 0.0
+        #: How long the current iteration waited for its slot, ms: the
+        #: agent's hold of the request plus ``delay_ms``.
+        self.last_wait_ms = 0.0
         #: When the current (or last) iteration started, host clock, s.
         self.started_unix_s = None
         #: Communication time of the last reported iteration, ms (None: none marked).
@@ -144,7 +147,9 @@ class Client:
         self.delay_ms = delay_s * 1e3
         if delay_s > 0:
             time.sleep(delay_s)
-        self.waited_s += time.monotonic() - t0
+        waited_s = time.monotonic() - t0
+        self.waited_s += waited_s
+        self.last_wait_ms = waited_s * 1e3
         self.epoch = reply["epoch"]
         self.iteration_number = reply["iteration"]
         self.throttle_gbps = reply.get("throttle_gbps")
