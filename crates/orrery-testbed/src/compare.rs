@@ -113,6 +113,11 @@ pub struct Row {
     pub mean_ratio: f64,
     /// measured / simulated p99.
     pub p99_ratio: f64,
+    /// The simulator's mean when it replays each run from the run's
+    /// measured starts ([`replayed`]): the median over the runs, ms.
+    pub replayed_mean_ms: f64,
+    /// Each run's mean over its replay's: the median over the runs.
+    pub replay_ratio: f64,
     /// Fraction of the measured iterations (all runs) whose communication
     /// took over [`COLLIDED`] times its time alone: collided with another
     /// job's. NaN when the time alone is not known (emulated workers).
@@ -164,11 +169,14 @@ pub fn median(xs: &[f64]) -> f64 {
 /// deterministic and runs once): the testbed's mean and p99 are the
 /// medians over the runs. `comm_alone_ms`: every job's communication time
 /// alone, where measured (DDP jobs).
-/// `alone`: times alone on the testbed, where measured.
+/// `alone`: times alone on the testbed, where measured. `replays`: the
+/// simulator's replay of each run from its measured starts
+/// ([`replayed`]), one per run (or none).
 pub fn rows(
     jobs: &[JobSpec],
     runs: &[Measured],
     simulated: &Simulated,
+    replays: &[Simulated],
     comm_alone_ms: Option<f64>,
     alone: &Alone,
 ) -> Vec<Row> {
@@ -204,7 +212,21 @@ pub fn rows(
             let alone_ms: Vec<f64> =
                 of_job().filter_map(|j| alone.get(&placement_key(&j.id, &j.hosts)).copied()).collect();
             let slowdowns: Vec<f64> = of_job().filter_map(|j| run_slowdown(j, alone)).collect();
+            let replay_means: Vec<f64> = replays
+                .iter()
+                .map(|r| mean_p99(r.iteration_ms.get(i).map(Vec::as_slice).unwrap_or_default()).0)
+                .collect();
+            let replay_ratios: Vec<f64> = runs
+                .iter()
+                .zip(&replay_means)
+                .filter_map(|(m, &sim)| {
+                    m.jobs.iter().find(|j| j.id == spec.id).map(|j| mean_p99(&j.iteration_ms).0 / sim)
+                })
+                .filter(|x| x.is_finite())
+                .collect();
             Row {
+                replayed_mean_ms: median(&replay_means),
+                replay_ratio: median(&replay_ratios),
                 alone_testbed_ms: median(&alone_ms),
                 slowdown: median(&slowdowns),
                 policy: policy.clone(),
@@ -245,6 +267,10 @@ pub struct PolicySummary {
     pub sim_p99_iter_ms: f64,
     /// The simulator's mean over jobs of their mean / their time alone.
     pub sim_slowdown: f64,
+    /// Per run: the simulator's mean over jobs when it replays the run
+    /// from its measured starts ([`replayed`]), ms (empty without replays).
+    #[serde(default)]
+    pub replay_mean_iter_ms: Vec<f64>,
 }
 
 /// Mean of the finite values (NaN when none).
@@ -255,7 +281,13 @@ fn mean_finite(xs: impl Iterator<Item = f64>) -> f64 {
 
 /// The summary of one policy's runs. Jobs with no measured iteration (never
 /// placed, or shorter than the warm-up) are left out of that run's means.
-pub fn summary(jobs: &[JobSpec], runs: &[Measured], simulated: &Simulated, alone: &Alone) -> PolicySummary {
+pub fn summary(
+    jobs: &[JobSpec],
+    runs: &[Measured],
+    simulated: &Simulated,
+    replays: &[Simulated],
+    alone: &Alone,
+) -> PolicySummary {
     let in_workload = |id: &str| jobs.iter().any(|s| s.id == id);
     let per_run = |f: &dyn Fn(&crate::drive::MeasuredJob) -> Option<f64>| -> Vec<f64> {
         runs.iter().map(|m| mean_finite(m.jobs.iter().filter(|j| in_workload(&j.id)).filter_map(f))).collect()
@@ -279,7 +311,37 @@ pub fn summary(jobs: &[JobSpec], runs: &[Measured], simulated: &Simulated, alone
         sim_mean_iter_ms: mean_finite(sim_means.iter().copied()),
         sim_p99_iter_ms: mean_p99(&pooled).1,
         sim_slowdown: mean_finite(sim_means.iter().zip(&simulated.isolated_ms).map(|(m, a)| m / a)),
+        replay_mean_iter_ms: replays
+            .iter()
+            .map(|r| mean_finite(r.iteration_ms.iter().map(|v| mean_p99(v).0)))
+            .collect(),
     }
+}
+
+/// The jobs as one testbed run started them, for the simulator to replay:
+/// each job whose rank 0 logged its first iteration arrives when it was
+/// ready on the testbed ([`crate::drive::MeasuredJob::ready_ms`]), counted
+/// from the first job ready and placed at the workload's first arrival.
+/// The file's arrivals say when jobs are submitted; on the testbed a job's
+/// first iteration starts once its processes are up and its ring is
+/// connected, 0.1–1.2 s later and differently per job. That offset decides
+/// an unshifted pair's contention in the fluid model, which keeps it for
+/// ever: of two rings with all-reduce C alone, the one ahead by δ has the
+/// link alone for δ, then they share it, and each all-reduce takes 2C − δ.
+/// O(jobs).
+pub fn replayed(jobs: &[JobSpec], run: &Measured) -> Vec<JobSpec> {
+    let ready = |spec: &JobSpec| run.jobs.iter().find(|j| j.id == spec.id).and_then(|j| j.ready_ms);
+    let first_ready = jobs.iter().filter_map(ready).fold(f64::INFINITY, f64::min);
+    let first_arrival = jobs.iter().map(|j| j.arrival_s).fold(f64::INFINITY, f64::min);
+    jobs.iter()
+        .map(|spec| {
+            let mut spec = spec.clone();
+            if let Some(r) = ready(&spec) {
+                spec.arrival_s = first_arrival + (r - first_ready) / 1000.0;
+            }
+            spec
+        })
+        .collect()
 }
 
 /// The policies' summaries as a Markdown table: the testbed's median over
@@ -295,16 +357,18 @@ pub fn summary_markdown(summaries: &[PolicySummary]) -> String {
         if xs.len() > 1 { format!("{m:.digits$} ({lo:.digits$}–{hi:.digits$})") } else { format!("{m:.digits$}") }
     };
     let mut s = String::from(
-        "| policy | testbed mean it (ms) | sim mean it (ms) | testbed / sim | testbed p99 it (ms) | sim p99 it (ms) | testbed slowdown over alone on the testbed | sim slowdown over alone |\n|---|---:|---:|---:|---:|---:|---:|---:|\n",
+        "| policy | testbed mean it (ms) | sim mean it (ms) | testbed / sim | sim from each run's starts (ms) | testbed / that | testbed p99 it (ms) | sim p99 it (ms) | testbed slowdown over alone on the testbed | sim slowdown over alone |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for p in summaries {
         let _ = writeln!(
             s,
-            "| {} | {} | {:.1} | {:.3} | {} | {:.1} | {} | {:.3} |",
+            "| {} | {} | {:.1} | {:.3} | {} | {} | {} | {:.1} | {} | {:.3} |",
             p.policy,
             cell(&p.run_mean_iter_ms, 1),
             p.sim_mean_iter_ms,
             median(&p.run_mean_iter_ms) / p.sim_mean_iter_ms,
+            cell(&p.replay_mean_iter_ms, 1),
+            cell(&p.run_mean_iter_ms.iter().zip(&p.replay_mean_iter_ms).map(|(t, s)| t / s).collect::<Vec<_>>(), 3),
             cell(&p.run_p99_iter_ms, 1),
             p.sim_p99_iter_ms,
             cell(&p.run_slowdown, 3),
@@ -322,7 +386,7 @@ pub fn markdown(rows: &[Row]) -> String {
         let _ = writeln!(s, "Testbed: median over {runs} runs, with the range of the runs' means.\n");
     }
     s.push_str(
-        "| policy | job | hosts | alone ms (model) | alone ms (testbed) | testbed mean ms | slowdown | sim mean ms | ratio | testbed p99 ms | sim p99 ms | ratio | collided | iterations |\n|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        "| policy | job | hosts | alone ms (model) | alone ms (testbed) | testbed mean ms | slowdown | sim mean ms | ratio | sim from each run's starts, ms | ratio | testbed p99 ms | sim p99 ms | ratio | collided | iterations |\n|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for r in rows {
         let lo = r.run_means_ms.iter().copied().fold(f64::INFINITY, f64::min);
@@ -336,7 +400,7 @@ pub fn markdown(rows: &[Row]) -> String {
         let or_dash = |x: f64, digits: usize| if x.is_nan() { "–".to_string() } else { format!("{x:.digits$}") };
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {:.1} | {} | {mean} | {} | {:.1} | {:.3} | {:.1} | {:.1} | {:.3} | {collided} | {} |",
+            "| {} | {} | {} | {:.1} | {} | {mean} | {} | {:.1} | {:.3} | {} | {} | {:.1} | {:.1} | {:.3} | {collided} | {} |",
             r.policy,
             r.job,
             r.hosts,
@@ -345,6 +409,8 @@ pub fn markdown(rows: &[Row]) -> String {
             or_dash(r.slowdown, 3),
             r.simulated_mean_ms,
             r.mean_ratio,
+            or_dash(r.replayed_mean_ms, 1),
+            or_dash(r.replay_ratio, 3),
             r.measured_p99_ms,
             r.simulated_p99_ms,
             r.p99_ratio,
@@ -357,13 +423,13 @@ pub fn markdown(rows: &[Row]) -> String {
 /// The comparison as CSV.
 pub fn csv(rows: &[Row]) -> String {
     let mut s = String::from(
-        "policy,job,hosts,isolated_ms,measured_n,measured_mean_ms,measured_p99_ms,simulated_mean_ms,simulated_p99_ms,mean_ratio,p99_ratio,collided,run_means_ms,alone_testbed_ms,slowdown\n",
+        "policy,job,hosts,isolated_ms,measured_n,measured_mean_ms,measured_p99_ms,simulated_mean_ms,simulated_p99_ms,mean_ratio,p99_ratio,collided,run_means_ms,alone_testbed_ms,slowdown,replayed_mean_ms,replay_ratio\n",
     );
     for r in rows {
         let runs: Vec<String> = r.run_means_ms.iter().map(|m| format!("{m:.3}")).collect();
         let _ = writeln!(
             s,
-            "{},{},{},{:.3},{},{:.3},{:.3},{:.3},{:.3},{:.4},{:.4},{:.4},{},{:.3},{:.4}",
+            "{},{},{},{:.3},{},{:.3},{:.3},{:.3},{:.3},{:.4},{:.4},{:.4},{},{:.3},{:.4},{:.3},{:.4}",
             r.policy,
             r.job,
             r.hosts,
@@ -378,7 +444,9 @@ pub fn csv(rows: &[Row]) -> String {
             r.collided,
             runs.join(";"),
             r.alone_testbed_ms,
-            r.slowdown
+            r.slowdown,
+            r.replayed_mean_ms,
+            r.replay_ratio
         );
     }
     s
@@ -455,6 +523,7 @@ mod tests {
             comm_ms: Vec::new(),
             duration_ms: Vec::new(),
             start_ms: Vec::new(),
+            ready_ms: None,
             delay_ms: Vec::new(),
             jct_s: None,
         };
@@ -483,17 +552,73 @@ mod tests {
             isolated_ms: vec![400.0, 200.0],
             links: Vec::new(),
         };
-        let s = summary(&specs, &runs, &sim, &alone);
+        let s = summary(&specs, &runs, &sim, &[], &alone);
         assert_eq!(s.run_mean_iter_ms, vec![265.0, 360.0]);
         assert!((s.run_slowdown[0] - 1.05).abs() < 1e-12 && (s.run_slowdown[1] - 1.2).abs() < 1e-12);
         assert_eq!((s.sim_mean_iter_ms, s.sim_slowdown), (325.0, 1.125));
-        let rows = rows(&specs, &runs, &sim, None, &alone);
+        let rows = rows(&specs, &runs, &sim, &[], None, &alone);
         assert_eq!(rows[0].alone_testbed_ms, 300.0);
         assert!((rows[0].slowdown - 1.15).abs() < 1e-12, "median of 1.1 and 1.2: {}", rows[0].slowdown);
         // Without times alone there is no slowdown, and the table says so.
-        let bare = summary(&specs, &runs, &sim, &Alone::new());
+        let bare = summary(&specs, &runs, &sim, &[], &Alone::new());
         assert!(bare.run_slowdown.is_empty());
         assert!(summary_markdown(&[bare]).contains("| – |"));
+    }
+
+    #[test]
+    fn a_replay_starts_each_job_when_it_was_ready_on_the_testbed() {
+        // b's ranks were ready 1,155 ms before a's; c logged no iteration
+        // and keeps the file's arrival.
+        let job = |id: &str, ready_ms: Option<f64>| crate::drive::MeasuredJob {
+            id: id.into(),
+            status: "finished".into(),
+            hosts: Vec::new(),
+            isolated_ms: 0.0,
+            iteration_ms: Vec::new(),
+            comm_ms: Vec::new(),
+            duration_ms: Vec::new(),
+            start_ms: Vec::new(),
+            ready_ms,
+            delay_ms: Vec::new(),
+            jct_s: None,
+        };
+        let run = Measured {
+            policy: "k8s-default".into(),
+            jobs: vec![job("a", Some(5_000.0)), job("b", Some(3_845.0)), job("c", None)],
+            links: Vec::new(),
+            wall_s: 1.0,
+            warnings: Vec::new(),
+            decisions: Vec::new(),
+        };
+        let spec = |id: &str, at: f64| JobSpec::new(id, "vgg19", 16, 2, orrery_model::Work::Iterations(10), at);
+        let specs = [spec("a", 0.0), spec("b", 0.01), spec("c", 2.0)];
+        let arrivals: Vec<f64> = replayed(&specs, &run).iter().map(|j| j.arrival_s).collect();
+        assert!((arrivals[0] - 1.155).abs() < 1e-9 && arrivals[1] == 0.0 && arrivals[2] == 2.0, "{arrivals:?}");
+    }
+
+    #[test]
+    fn two_rings_started_apart_keep_their_offset_in_the_fluid_model() {
+        // CASSINI §2.2's two VGG19 rings on one uplink, unshifted. Started
+        // together each all-reduce takes 2C (half the link throughout);
+        // started δ apart, the first has the link alone for δ and both then
+        // share it, so each takes 2C − δ, iteration after iteration: the
+        // premise of replaying a run from its measured starts.
+        let base = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../experiments");
+        let text = std::fs::read_to_string(base.join("cassini-pair.toml")).expect("experiment file");
+        let exp = orrery_lab::experiment::parse("cassini-pair.toml", &text).expect("experiment");
+        let topo = exp.topology(&base).expect("topology");
+        let (mut jobs, pins) = exp.jobs_and_pins(&base, &topo, 1).expect("jobs");
+        for j in &mut jobs {
+            j.work = orrery_model::Work::Iterations(30);
+            j.arrival_s = 0.0;
+        }
+        let mean = |s: &Simulated| s.iteration_ms.iter().map(|v| mean_p99(v).0).sum::<f64>() / 2.0;
+        let together = simulate(&topo, &jobs, &pins, "pinned", 1, 0.0, 2).expect("together");
+        let comm_ms = mean(&together) - together.isolated_ms[0];
+        assert!(comm_ms > 60.0, "C = {comm_ms} ms: the rings must overlap for a test of δ = 40 ms");
+        jobs[1].arrival_s = 0.040;
+        let apart = simulate(&topo, &jobs, &pins, "pinned", 1, 0.0, 2).expect("apart");
+        assert!((mean(&apart) - (mean(&together) - 40.0)).abs() < 1.0, "{} vs {} − 40", mean(&apart), mean(&together));
     }
 
     #[test]

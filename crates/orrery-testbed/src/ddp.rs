@@ -11,11 +11,11 @@ use crate::drive::MeasuredJob;
 use anyhow::{Context, Result, bail};
 use orrery_model::Collective;
 use orrery_model::job::{CollectiveSpec, ShapeSpec};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::path::Path;
 
 /// What the run alone measured, and the shape made of it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DdpShape {
     /// Iterations measured (after the warm-up).
     pub iterations: usize,
@@ -113,6 +113,7 @@ mod tests {
             comm_ms: comms.to_vec(),
             duration_ms: vec![],
             start_ms: vec![],
+            ready_ms: None,
             delay_ms: delays.to_vec(),
             jct_s: None,
         }

@@ -80,7 +80,7 @@ pub struct DriveOptions {
 }
 
 /// One job as the testbed ran it.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct MeasuredJob {
     /// Spec id.
     pub id: String,
@@ -102,12 +102,18 @@ pub struct MeasuredJob {
     pub start_ms: Vec<f64>,
     /// The slot delay before each, ms.
     pub delay_ms: Vec<f64>,
+    /// When rank 0 was ready for its first iteration (that iteration's
+    /// start less the slot delay before it), ms on the service's clock
+    /// since its epoch: processes started and the ring connected. A replay
+    /// in the simulator starts the job there ([`crate::compare::replayed`]).
+    #[serde(default)]
+    pub ready_ms: Option<f64>,
     /// Submission to the end, s.
     pub jct_s: Option<f64>,
 }
 
 /// Throughput of one directed link over time.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct LinkSeries {
     /// Link index.
     pub link: usize,
@@ -122,7 +128,7 @@ pub struct LinkSeries {
 }
 
 /// What a testbed run measured.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Measured {
     /// Policy.
     pub policy: String,
@@ -230,10 +236,12 @@ pub async fn drive(
     let mut measured = Vec::new();
     for spec in jobs {
         let info = by_spec.get(spec.id.as_str());
-        let rows = match info {
-            Some(j) => read_cycles(&logs.join(log_name(j.id as u64, 0)), opts.warmup)?,
+        let mut rows = match info {
+            Some(j) => read_cycles(&logs.join(log_name(j.id as u64, 0)))?,
             None => Vec::new(),
         };
+        let ready_ms = rows.first().map(|r| r.start_unix_ms - r.delay_ms - epoch_unix_ms as f64);
+        rows.drain(..opts.warmup.min(rows.len()));
         measured.push(MeasuredJob {
             id: spec.id.clone(),
             status: info.map_or("never submitted".into(), |j| j.status.name().to_string()),
@@ -244,6 +252,7 @@ pub async fn drive(
             duration_ms: rows.iter().map(|r| r.duration_ms).collect(),
             start_ms: rows.iter().map(|r| r.start_unix_ms - epoch_unix_ms as f64).collect(),
             delay_ms: rows.iter().map(|r| r.delay_ms).collect(),
+            ready_ms,
             jct_s: info.and_then(|j| j.ended_s.map(|e| e - j.submitted_s)),
         });
     }
@@ -412,16 +421,22 @@ fn link_series(topo: &Topology, fabric: &Fabric, samples: &Samples) -> Vec<LinkS
 
 /// One row of a worker's log.
 #[derive(Debug, Clone, Copy, PartialEq)]
-struct LogRow {
-    start_unix_ms: f64,
-    delay_ms: f64,
+pub(crate) struct LogRow {
+    pub(crate) start_unix_ms: f64,
+    pub(crate) delay_ms: f64,
     duration_ms: f64,
     comm_ms: f64,
     cycle_ms: f64,
 }
 
-/// A worker's iterations from its log, without the first `warmup`.
-fn read_cycles(path: &Path, warmup: usize) -> Result<Vec<LogRow>> {
+/// When the worker of `log` was ready for its first iteration (its start
+/// less its slot delay), Unix ms; None without a logged iteration.
+pub fn first_ready_unix_ms(log: &Path) -> Result<Option<f64>> {
+    Ok(read_cycles(log)?.first().map(|r| r.start_unix_ms - r.delay_ms))
+}
+
+/// A worker's iterations from its log, in order. O(rows).
+pub(crate) fn read_cycles(path: &Path) -> Result<Vec<LogRow>> {
     if !path.exists() {
         return Ok(Vec::new());
     }
@@ -451,7 +466,6 @@ fn read_cycles(path: &Path, warmup: usize) -> Result<Vec<LogRow>> {
             ),
         }
     }
-    out.drain(..warmup.min(out.len()));
     Ok(out)
 }
 
@@ -471,14 +485,14 @@ mod tests {
         let rows = "0,0,1,1,1000.0,0.000,200.0,100.0,201.5\n0,0,1,2,1201.5,0.000,200.0,100.0,202.5\n";
         std::fs::write(&path, format!("{LOG_HEADER}\n{rows}0,0,1,3,1404.0,0.000,241.487,210.359,")).expect("write");
         let cycles = |rows: Vec<LogRow>| rows.iter().map(|r| (r.cycle_ms, r.comm_ms)).collect::<Vec<_>>();
-        assert_eq!(cycles(read_cycles(&path, 0).expect("read")), vec![(201.5, 100.0), (202.5, 100.0)]);
-        let second = read_cycles(&path, 1).expect("read");
+        let read = read_cycles(&path).expect("read");
+        assert_eq!(cycles(read.clone()), vec![(201.5, 100.0), (202.5, 100.0)]);
         assert_eq!(
-            second,
-            vec![LogRow { start_unix_ms: 1201.5, delay_ms: 0.0, duration_ms: 200.0, comm_ms: 100.0, cycle_ms: 202.5 }]
+            read[1],
+            LogRow { start_unix_ms: 1201.5, delay_ms: 0.0, duration_ms: 200.0, comm_ms: 100.0, cycle_ms: 202.5 }
         );
         std::fs::write(&path, format!("{LOG_HEADER}\n0,0,1,1,1000.0,0.000,200.0,100.0,\n{rows}")).expect("write");
-        let e = read_cycles(&path, 0).expect_err("a bad row inside the log");
+        let e = read_cycles(&path).expect_err("a bad row inside the log");
         assert!(e.to_string().contains("line 2: start_unix_ms"), "{e}");
     }
 }

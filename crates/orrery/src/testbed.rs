@@ -139,6 +139,13 @@ pub struct ScenarioArgs {
     /// Iterations of each run alone (after the warm-up).
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(3..))]
     alone_iterations: u64,
+    /// Run nothing on the testbed: read the runs an earlier `compare` saved
+    /// in --out (each run's measured.json, and with --ddp the shape.json)
+    /// and compare them with the simulator again, including its replay of
+    /// each run from the run's measured starts. The other flags must be the
+    /// ones the runs were made with.
+    #[arg(long)]
+    replay: bool,
     #[command(flatten)]
     fabric: FabricArgs,
 }
@@ -309,7 +316,7 @@ fn scenario(args: &ScenarioArgs, with_sim: bool) -> Result<()> {
         }
     }
     let orrery = std::env::current_exe().context("locating the orrery binary for the workers")?;
-    let workers = if args.ddp {
+    let workers = if args.ddp && !args.replay {
         let script = std::fs::canonicalize(&args.ddp_script)
             .with_context(|| format!("--ddp-script: {} does not exist", args.ddp_script.display()))?;
         let python = torch_python(args.python.as_deref())?;
@@ -338,7 +345,16 @@ fn scenario(args: &ScenarioArgs, with_sim: bool) -> Result<()> {
     };
     // DDP: the first job alone on its placement measures every job's shape.
     let mut comm_alone_ms = None;
-    if args.ddp {
+    if args.ddp && args.replay {
+        let path = out.join("shape.json");
+        let text = std::fs::read_to_string(&path).with_context(|| format!("--replay: reading {}", path.display()))?;
+        let shape: orrery_testbed::ddp::DdpShape =
+            serde_json::from_str(&text).with_context(|| format!("--replay: {}", path.display()))?;
+        for j in &mut jobs {
+            j.shape = Some(shape.spec());
+        }
+        comm_alone_ms = Some(shape.comm_ms);
+    } else if args.ddp {
         let mut first = jobs[0].clone();
         first.work = orrery_model::Work::Iterations(args.warmup as u64 + args.calibration_iterations);
         first.arrival_s = 0.0;
@@ -387,6 +403,10 @@ fn scenario(args: &ScenarioArgs, with_sim: bool) -> Result<()> {
         for run in 1..=args.runs {
             // One run in `dir`; several in `dir/run-K`.
             let run_dir = if args.runs == 1 { dir.clone() } else { dir.join(format!("run-{run}")) };
+            if args.replay {
+                runs.push(saved_run(&run_dir, &jobs)?);
+                continue;
+            }
             let opts = options(policy, run_dir.join("run"));
             let of = if args.runs > 1 { format!(", run {run} of {}", args.runs) } else { String::new() };
             eprintln!("{policy}: {} jobs on the testbed ({} at {}x{of})", jobs.len(), topo.name, args.fabric.scale);
@@ -405,7 +425,7 @@ fn scenario(args: &ScenarioArgs, with_sim: bool) -> Result<()> {
             }
             runs.push(measured);
         }
-        if args.alone {
+        if args.alone && !args.replay {
             let opts = DriveOptions { one_at_a_time: true, ..options("pinned", dir.join("alone").join("run")) };
             let iterations = args.warmup as u64 + args.alone_iterations;
             let measured = runtime.block_on(measure_alone(&topo, &jobs, &runs, iterations, &opts, &mut alone))?;
@@ -419,8 +439,18 @@ fn scenario(args: &ScenarioArgs, with_sim: bool) -> Result<()> {
         let modelled = orrery_testbed::fabric::derated(&topo, args.goodput).map_err(anyhow::Error::msg)?;
         let simulated = compare::simulate(&modelled, &jobs, &pins, policy, seed, exp.sim.jitter, args.warmup)
             .map_err(anyhow::Error::msg)?;
-        let rows = compare::rows(&jobs, &runs, &simulated, comm_alone_ms, &alone);
-        summaries.push(compare::summary(&jobs, &runs, &simulated, &alone));
+        // The simulator again from each run's own starts: O(runs) more
+        // simulations of the same few jobs.
+        let replays = runs
+            .iter()
+            .map(|m| {
+                let started = compare::replayed(&jobs, m);
+                compare::simulate(&modelled, &started, &pins, policy, seed, exp.sim.jitter, args.warmup)
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(anyhow::Error::msg)?;
+        let rows = compare::rows(&jobs, &runs, &simulated, &replays, comm_alone_ms, &alone);
+        summaries.push(compare::summary(&jobs, &runs, &simulated, &replays, &alone));
         compare::write_atomic(&dir.join("simulated.json"), &serde_json::to_string(&simulated)?)?;
         // The figures show the first run.
         compare::figures(&dir, &jobs, &runs[0], &simulated).map_err(anyhow::Error::msg)?;
@@ -438,6 +468,26 @@ fn scenario(args: &ScenarioArgs, with_sim: bool) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// A run an earlier `compare` saved in `run_dir` (its measured.json). Runs
+/// saved before `ready_ms` was recorded get it from the workers' logs
+/// (`run/workers/worker-K-0.csv`, K the job's place in the workload: the
+/// service numbers jobs as they are submitted, from 0), in Unix ms: a
+/// replay needs only the offsets between a run's jobs.
+fn saved_run(run_dir: &Path, jobs: &[orrery_model::JobSpec]) -> Result<orrery_testbed::drive::Measured> {
+    let path = run_dir.join("measured.json");
+    let text = std::fs::read_to_string(&path).with_context(|| format!("--replay: reading {}", path.display()))?;
+    let mut m: orrery_testbed::drive::Measured =
+        serde_json::from_str(&text).with_context(|| format!("--replay: {}", path.display()))?;
+    if m.jobs.iter().all(|j| j.ready_ms.is_none()) {
+        for j in &mut m.jobs {
+            let Some(k) = jobs.iter().position(|s| s.id == j.id) else { continue };
+            let log = run_dir.join("run/workers").join(orrery_testbed::worker::log_name(k as u64, 0));
+            j.ready_ms = orrery_testbed::drive::first_ready_unix_ms(&log)?;
+        }
+    }
+    Ok(m)
 }
 
 /// Runs, one at a time and pinned, every job on each set of hosts `runs`

@@ -198,6 +198,34 @@ fn cassinis_pair_on_real_tcp_against_the_simulator() {
     let slowdown = |i: usize| summary[i]["run_slowdown"][0].as_f64().expect("a slowdown");
     assert_eq!(summary[1]["policy"], "pinned+cassini");
     assert!(slowdown(1) < 1.2, "shifted pair over its time alone: {}", slowdown(1));
+    // Each run is replayed in the simulator from its own starts: every job
+    // logged when it was ready, and the shifted pair's replay is the
+    // simulator's own (a shift does not depend on the starts).
+    for policy in ["pinned", "pinned+cassini"] {
+        for job in measured_of(policy)["jobs"].as_array().expect("jobs") {
+            assert!(job["ready_ms"].as_f64().is_some_and(f64::is_finite), "{policy}: no ready time in {job}");
+        }
+    }
+    let replay = |i: usize| summary[i]["replay_mean_iter_ms"][0].as_f64().expect("a replay");
+    let sim_of = |i: usize| summary[i]["sim_mean_iter_ms"].as_f64().expect("the simulator's mean");
+    assert!((replay(1) - sim_of(1)).abs() < 0.02 * sim_of(1), "shifted: replay {} vs {}", replay(1), sim_of(1));
+    // `--replay` reads the saved runs back and simulates them again, the
+    // same (the simulator is deterministic), without root or the testbed.
+    let again = Command::new(BIN)
+        .args(["testbed", "compare"])
+        .arg(repo().join("experiments/cassini-pair.toml"))
+        .args(["--iterations", "40", "--warmup", "8", "--replay", "--out"])
+        .arg(out.path())
+        .output()
+        .expect("orrery testbed compare --replay");
+    assert!(again.status.success(), "--replay: {}", String::from_utf8_lossy(&again.stderr));
+    let replayed: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.path().join("summary.json")).expect("summary.json"))
+            .expect("json");
+    for i in 0..2 {
+        assert_eq!(replayed[i]["replay_mean_iter_ms"], summary[i]["replay_mean_iter_ms"], "policy {i}");
+        assert_eq!(replayed[i]["run_mean_iter_ms"], summary[i]["run_mean_iter_ms"], "policy {i}");
+    }
     // The figures and the per-run data are there.
     for f in ["compare.md", "pinned/iterations.svg", "pinned/links.svg", "pinned_cassini/measured.json"] {
         assert!(out.path().join(f).exists(), "{f} missing");
