@@ -815,8 +815,9 @@ impl Metronome {
     /// over its modelled one scales each partner's slot period and shift on
     /// the unified circle when that moves the period by more than
     /// [`PERIOD_TOLERANCE`]. A partner paced at the reference's own period
-    /// is also re-anchored at the reference's latest start when its phase
-    /// is more than [`PHASE_TOLERANCE`] off; before there is an estimate
+    /// is also re-anchored at the reference's next start (the end of the
+    /// iteration just reported: the reference is never paced) when its
+    /// phase is more than [`PHASE_TOLERANCE`] off; before there is an estimate
     /// (every iteration slow: the slots put the partner into the
     /// reference's communication) only that phase follows. In the
     /// simulator without jitter the reference runs its modelled period and
@@ -840,6 +841,14 @@ impl Metronome {
         // partners into the reference's communication), the slots keep
         // their period and only their phase follows the reference.
         let measured_ms = track.period_ms();
+        // Where the reference's next iteration starts. Not its latest
+        // start: while the slots keep the model's period P and the pair
+        // collides, the reference takes P + C (C: the partner's offset on
+        // the circle, its all-reduce), and a slot C after its latest start,
+        // plus P, lands on its next start: the partner is held in step, in
+        // the collision it is paced to avoid (on the testbed, 3 of 5 runs
+        // of Metronome's S2 and 1 of 5 of its DDP pair).
+        let next_start_s = r.iteration_start_s + it.own_ms() / 1e3;
         // (Partners still running: one that ended since the last round is
         // still watched until then.)
         let mut partners: Vec<JobId> = self
@@ -864,7 +873,7 @@ impl Metronome {
             let same_period = (w.model_period_ms - w.ref_model_ms).abs() <= PERIOD_TOLERANCE * w.ref_model_ms;
             let error_ms = if same_period {
                 let implied_s = w.offset_s - w.rel_ms.rem_euclid(w.period_ms) / 1e3;
-                let e = ((r.iteration_start_s - implied_s) * 1e3).rem_euclid(w.period_ms);
+                let e = ((next_start_s - implied_s) * 1e3).rem_euclid(w.period_ms);
                 e.min(w.period_ms - e)
             } else {
                 0.0
@@ -876,7 +885,7 @@ impl Metronome {
             }
             w.period_ms = period_ms;
             w.rel_ms = w.model_rel_ms * scale;
-            w.offset_s = r.iteration_start_s + w.rel_ms.rem_euclid(period_ms) / 1e3;
+            w.offset_s = next_start_s + w.rel_ms.rem_euclid(period_ms) / 1e3;
             self.retimings += 1;
             out.push(Decision::Pace { job: k, period_ms, offset_s: w.offset_s });
         }
@@ -1130,17 +1139,17 @@ mod tests {
         assert_eq!(paces.len(), 2, "{paces:?}");
         let start = |i: f64| 4.9 + i * 1.04 * model_ms / 1e3;
         // First, with no estimate yet, only the phase: the slot keeps its
-        // period and is re-anchored at the reference's start (0.2 of a
-        // period off, over the 5% tolerance).
+        // period and is re-anchored at the reference's next start, the end
+        // of iteration 30 (0.2 of a period off, over the 5% tolerance).
         let (period_ms, offset_s) = paces[0];
         assert_eq!(period_ms, model_ms);
-        assert!((start(30.0)..start(30.0) + period_ms / 1e3).contains(&offset_s), "{offset_s}");
+        assert!((start(31.0)..start(31.0) + period_ms / 1e3).contains(&offset_s), "{offset_s}");
         // After three measured iterations (the estimate's minimum) the
-        // period too: 1.04 × the model's, anchored at that iteration's
-        // start plus the shift scaled alike; then they hold.
+        // period too: 1.04 × the model's, anchored at the end of that
+        // iteration plus the shift scaled alike; then they hold.
         let (period_ms, offset_s) = paces[1];
         assert!((period_ms / model_ms - 1.04).abs() < 1e-9, "{period_ms} against {model_ms}");
-        assert!((start(32.0)..start(32.0) + period_ms / 1e3).contains(&offset_s), "{offset_s}");
+        assert!((start(33.0)..start(33.0) + period_ms / 1e3).contains(&offset_s), "{offset_s}");
         assert_eq!(m.retimings, 2);
         // The paper's open loop keeps the modelled slot.
         let mut open = Metronome { closed_loop: false, ..Metronome::default() };
@@ -1149,6 +1158,36 @@ mod tests {
         // A reference on time changes nothing.
         let mut on_time = Metronome::default();
         assert!(reference_runs_long(&mut on_time, 1.0, 20).1.is_empty());
+    }
+
+    #[test]
+    fn a_partner_held_in_step_by_its_slots_is_moved_out_of_the_reference_s_communication() {
+        // The pair collides: "hi" takes its period P plus lo's offset `rel`
+        // on the circle in every iteration, so there is no estimate and the
+        // slots keep P. Anchored at hi's latest start T, lo's next slot
+        // would be T + rel + P: hi's next start, in step again. Anchored
+        // at hi's next start T + P + rel, lo's slot is `rel` after it.
+        let mut m = Metronome::default();
+        let (t, high, low) = ring_pair(1000);
+        let hosts = PAIR_HOSTS;
+        let model_ms = pace_low(&mut m, &t, &high, &low);
+        let rel_ms = m.watched[&1].rel_ms;
+        assert!(rel_ms > 0.05 * model_ms && rel_ms < 0.95 * model_ms, "lo's slot is inside hi's period: {rel_ms}");
+        let collided_ms = model_ms + rel_ms;
+        let start_s = 30.0;
+        let hi = RunningJob { iteration_start_s: start_s, iterations_done: 30, ..RunningJob::new(0, &high, &hosts) };
+        let lo = RunningJob { iteration_start_s: start_s, ..RunningJob::new(1, &low, &hosts) };
+        let now_s = start_s + collided_ms / 1e3;
+        let view = ClusterView { now_s, topology: &t, free_gpus: &[0, 0, 0, 0], queue: Vec::new(), running: vec![hi, lo] };
+        let out = m.on_iteration(&view, 0, Iteration::of(collided_ms));
+        let Some(&Decision::Pace { period_ms, offset_s, .. }) =
+            out.iter().find(|d| matches!(d, Decision::Pace { job: 1, .. }))
+        else {
+            panic!("lo re-anchored: {out:?}")
+        };
+        assert_eq!(period_ms, model_ms);
+        let phase_ms = ((offset_s - now_s) * 1e3).rem_euclid(period_ms);
+        assert!((phase_ms - rel_ms).abs() < 1e-6, "lo's slot {phase_ms:.1} ms after hi's next start, not {rel_ms:.1}");
     }
 
     #[test]

@@ -421,9 +421,9 @@ fn link_series(topo: &Topology, fabric: &Fabric, samples: &Samples) -> Vec<LinkS
 
 /// One row of a worker's log.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) struct LogRow {
-    pub(crate) start_unix_ms: f64,
-    pub(crate) delay_ms: f64,
+struct LogRow {
+    start_unix_ms: f64,
+    delay_ms: f64,
     duration_ms: f64,
     comm_ms: f64,
     cycle_ms: f64,
@@ -436,7 +436,7 @@ pub fn first_ready_unix_ms(log: &Path) -> Result<Option<f64>> {
 }
 
 /// A worker's iterations from its log, in order. O(rows).
-pub(crate) fn read_cycles(path: &Path) -> Result<Vec<LogRow>> {
+fn read_cycles(path: &Path) -> Result<Vec<LogRow>> {
     if !path.exists() {
         return Ok(Vec::new());
     }

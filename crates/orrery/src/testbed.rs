@@ -143,7 +143,8 @@ pub struct ScenarioArgs {
     /// in --out (each run's measured.json, and with --ddp the shape.json)
     /// and compare them with the simulator again, including its replay of
     /// each run from the run's measured starts. The other flags must be the
-    /// ones the runs were made with.
+    /// ones the runs were made with; times alone (`--alone`) are not read
+    /// back.
     #[arg(long)]
     replay: bool,
     #[command(flatten)]
@@ -308,6 +309,9 @@ fn scenario(args: &ScenarioArgs, with_sim: bool) -> Result<()> {
         for j in &mut jobs {
             j.work = orrery_model::Work::Iterations(n);
         }
+    }
+    if args.replay && !with_sim {
+        bail!("--replay: only `orrery testbed compare` replays saved runs");
     }
     let policies: Vec<String> = if args.policies.is_empty() { exp.policies.clone() } else { args.policies.clone() };
     for p in &policies {
