@@ -170,7 +170,7 @@ impl Watch {
 const PERIOD_TOLERANCE: f64 = 0.01;
 
 /// Slots whose phase is more than this fraction of the period off the
-/// reference's latest start are re-anchored (5%: 24 ms on a 483 ms slot,
+/// reference's next start are re-anchored (5%: 24 ms on a 483 ms slot,
 /// above the wander of a start under 1% compute jitter, σ ≈ 5 ms).
 const PHASE_TOLERANCE: f64 = 0.05;
 
