@@ -1178,7 +1178,8 @@ mod tests {
         let hi = RunningJob { iteration_start_s: start_s, iterations_done: 30, ..RunningJob::new(0, &high, &hosts) };
         let lo = RunningJob { iteration_start_s: start_s, ..RunningJob::new(1, &low, &hosts) };
         let now_s = start_s + collided_ms / 1e3;
-        let view = ClusterView { now_s, topology: &t, free_gpus: &[0, 0, 0, 0], queue: Vec::new(), running: vec![hi, lo] };
+        let view =
+            ClusterView { now_s, topology: &t, free_gpus: &[0, 0, 0, 0], queue: Vec::new(), running: vec![hi, lo] };
         let out = m.on_iteration(&view, 0, Iteration::of(collided_ms));
         let Some(&Decision::Pace { period_ms, offset_s, .. }) =
             out.iter().find(|d| matches!(d, Decision::Pace { job: 1, .. }))
