@@ -328,7 +328,7 @@ pub fn summary(
 /// an unshifted pair's contention in the fluid model, which keeps it for
 /// ever: of two rings with all-reduce C alone, the one ahead by δ has the
 /// link alone for δ, then they share it, and each all-reduce takes 2C − δ.
-/// O(jobs).
+/// O(jobs × measured jobs), a handful each.
 pub fn replayed(jobs: &[JobSpec], run: &Measured) -> Vec<JobSpec> {
     let ready = |spec: &JobSpec| run.jobs.iter().find(|j| j.id == spec.id).and_then(|j| j.ready_ms);
     let first_ready = jobs.iter().filter_map(ready).fold(f64::INFINITY, f64::min);
