@@ -197,6 +197,32 @@ impl Etcd {
     /// that answered. An answer with an error body is returned as an error
     /// without trying others (the cluster refused it, not the member).
     async fn call(&self, path: &str, body: &Value) -> Result<Value> {
+        self.call_round(path, body).await?.map_err(|failures| anyhow::anyhow!(failures))
+    }
+
+    /// [`Etcd::call`] for a request that is safe to repeat (a read): while no
+    /// member answers, it tries the members again after 0.25, 0.5 and 1 s.
+    /// After a member dies the others answer "leader changed" until they
+    /// have elected a new leader (about a second); etcd's own clients retry
+    /// those. Writes are not repeated: one that failed in an election may
+    /// still have been committed.
+    async fn call_repeatable(&self, path: &str, body: &Value) -> Result<Value> {
+        let mut wait = Duration::from_millis(250);
+        loop {
+            match self.call_round(path, body).await? {
+                Ok(v) => return Ok(v),
+                Err(failures) if wait > Duration::from_secs(1) => bail!(failures),
+                Err(_) => {
+                    tokio::time::sleep(wait).await;
+                    wait *= 2;
+                }
+            }
+        }
+    }
+
+    /// One round of [`Etcd::call`]: the answer, or (inner error) why no
+    /// member answered; an outer error is the cluster refusing the request.
+    async fn call_round(&self, path: &str, body: &Value) -> Result<std::result::Result<Value, String>> {
         let n = self.endpoints.len();
         let first = self.current.load(Ordering::Relaxed) % n;
         let mut failures = Vec::new();
@@ -213,19 +239,19 @@ impl Etcd {
                     // errors of code 14 (unavailable): try another.
                     let code = v.get("code").and_then(Value::as_i64);
                     if let Some(err) = v.get("error").and_then(Value::as_str) {
-                        if code == Some(14) && k + 1 < n {
+                        if code == Some(14) {
                             failures.push(format!("{url}: {err}"));
                             continue;
                         }
                         bail!("etcd {path}: {err}");
                     }
                     self.current.store(i, Ordering::Relaxed);
-                    return Ok(v);
+                    return Ok(Ok(v));
                 }
                 Err(e) => failures.push(format!("{url}: {e}")),
             }
         }
-        bail!("no etcd member answered {path}: {}", failures.join("; "))
+        Ok(Err(format!("no etcd member answered {path}: {}", failures.join("; "))))
     }
 
     /// Keys in `[key, end)` (or only `key` when `end` is empty), in key order,
@@ -247,7 +273,7 @@ impl Etcd {
         if at.min_mod_revision > 0 {
             body["min_mod_revision"] = json!(at.min_mod_revision.to_string());
         }
-        let v = self.call("/v3/kv/range", &body).await?;
+        let v = self.call_repeatable("/v3/kv/range", &body).await?;
         let header: Header = serde_json::from_value(v.get("header").cloned().unwrap_or(json!({})))?;
         let kvs: Vec<RawKv> = serde_json::from_value(v.get("kvs").cloned().unwrap_or(json!([])))?;
         Ok((kvs.into_iter().map(RawKv::decode).collect::<Result<_>>()?, header.revision))
