@@ -406,15 +406,35 @@ pub mod testing {
         }
     }
 
-    fn free_port() -> u16 {
-        TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).unwrap_or(0)
+    /// `n` distinct free loopback ports: each listener is held until all are
+    /// chosen (one dropped at once can be handed out again by the next bind,
+    /// and an etcd given one port twice never starts). O(n).
+    fn free_ports(n: usize) -> Vec<u16> {
+        let held: Vec<TcpListener> = (0..n).filter_map(|_| TcpListener::bind("127.0.0.1:0").ok()).collect();
+        held.iter().filter_map(|l| l.local_addr().ok()).map(|a| a.port()).collect()
     }
 
     impl EtcdCluster {
-        /// Starts `n` members and waits until they answer (at most 20 s).
+        /// Starts `n` members and waits until they answer (at most 20 s), on
+        /// fresh ports up to three times: a port another process took
+        /// between our choice and etcd's bind stops a member, and without a
+        /// quorum none answers.
         pub fn start(n: usize) -> anyhow::Result<EtcdCluster> {
+            let mut tries = 0;
+            loop {
+                tries += 1;
+                match Self::start_once(n) {
+                    Err(e) if tries < 3 => eprintln!("etcd test cluster, try {tries}: {e:#}; again on other ports"),
+                    done => return done,
+                }
+            }
+        }
+
+        fn start_once(n: usize) -> anyhow::Result<EtcdCluster> {
             let dir = tempfile::tempdir()?;
-            let ports: Vec<(u16, u16)> = (0..n).map(|_| (free_port(), free_port())).collect();
+            let free = free_ports(2 * n);
+            anyhow::ensure!(free.len() == 2 * n, "no {} free loopback ports for etcd", 2 * n);
+            let ports: Vec<(u16, u16)> = free.chunks(2).map(|p| (p[0], p[1])).collect();
             let initial: Vec<String> =
                 ports.iter().enumerate().map(|(i, (_, peer))| format!("m{i}=http://127.0.0.1:{peer}")).collect();
             let mut args = Vec::new();
