@@ -74,13 +74,20 @@ fn read_compare(path: &Path) -> std::collections::BTreeMap<(String, String), (f6
 /// The testbed's runs measure time on a 2-core machine: one at a time.
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-#[test]
-fn cassinis_pair_on_real_tcp_against_the_simulator() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+/// This test's turn on the testbed (one at a time), or None after saying
+/// why it skips: network namespaces are unavailable here.
+fn testbed_turn() -> Option<std::sync::MutexGuard<'static, ()>> {
+    let turn = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     if let Some(why) = orrery_testbed::fabric::unavailable() {
         eprintln!("skipped: network namespaces are unavailable here ({why})");
-        return;
+        return None;
     }
+    Some(turn)
+}
+
+#[test]
+fn cassinis_pair_on_real_tcp_against_the_simulator() {
+    let Some(_one) = testbed_turn() else { return };
     let out = compare(
         "ot",
         "cassini-pair.toml",
@@ -261,11 +268,7 @@ fn torch_python() -> Option<&'static str> {
 
 #[test]
 fn two_real_ddp_jobs_start_their_iterations_at_cassinis_shift() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    if let Some(why) = orrery_testbed::fabric::unavailable() {
-        eprintln!("skipped: network namespaces are unavailable here ({why})");
-        return;
-    }
+    let Some(_one) = testbed_turn() else { return };
     if torch_python().is_none() {
         eprintln!("skipped: no python3 here imports torch (.ci/run installs Debian's python3-torch)");
         return;
@@ -351,11 +354,7 @@ fn two_real_ddp_jobs_start_their_iterations_at_cassinis_shift() {
 
 #[test]
 fn metronomes_paced_pair_stays_out_of_step_on_real_tcp() {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    if let Some(why) = orrery_testbed::fabric::unavailable() {
-        eprintln!("skipped: network namespaces are unavailable here ({why})");
-        return;
-    }
+    let Some(_one) = testbed_turn() else { return };
     // Metronome's S2 (VGG19 high priority, VGG16 paced beside it on the
     // same two hosts), with real iterations 5% longer than modelled and
     // h1's clock 50 ms ahead (issue 36). The closed loop once held the
@@ -426,11 +425,7 @@ fn a_throttle_holds_a_real_tcp_transfer_to_the_rate_asked() {
     // one TCP transfer within 10% of the payload the rate allows (the rate
     // on the wire × 1448/1514), and only that job's port: the unthrottled
     // control to another port runs at the link's rate.
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    if let Some(why) = orrery_testbed::fabric::unavailable() {
-        eprintln!("skipped: network namespaces are unavailable here ({why})");
-        return;
-    }
+    let Some(_one) = testbed_turn() else { return };
     let prefix = format!("thr{}", std::process::id() % 100_000);
     let dir = tempfile::tempdir().expect("tempdir");
     let json = dir.path().join("throttle.json");
