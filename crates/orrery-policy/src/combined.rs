@@ -18,10 +18,13 @@
 //!    hold starts now on fewer when, by its iteration time on that many GPUs
 //!    and Pollux's statistical efficiency, it would end before waiting for
 //!    the next free GPUs (the running jobs' remaining times) and running at
-//!    its request. When every waiting job has started and GPUs are still
-//!    idle, a job started in the round, or a running one, takes up to
-//!    twice its request (Pollux's cap) if that ends it at least 10% sooner
-//!    (a running job restarts on the new size). GPU time has a
+//!    its request. When GPUs are still idle after the round and no waiting
+//!    job can use them (all started or, with preemption, all needing more
+//!    GPUs than are free), a job started in the round takes up to twice
+//!    its request (Pollux's cap) if that ends it at least 10% sooner; when
+//!    nobody waits at all, a running one does too (it restarts on the new
+//!    size). On Philly a 48-GPU job waiting for hours used to hold every
+//!    other job at its request beside 30-40 idle GPUs. GPU time has a
 //!    price while others wait: a low-priority job starts on the k ≤ n
 //!    workers that minimise its own time plus the delay its GPU-seconds
 //!    impose on the jobs behind it and on those expected to arrive before
@@ -110,7 +113,7 @@ pub const PARTS: &[(&str, &str)] = &[
     ("routes", "FORESIGHT: spines by edge colouring (routes only; without interleave, its delays and throttles too)"),
     (
         "size",
-        "Pollux's goodput: a job that free GPUs cannot hold starts on fewer when that ends sooner than waiting for the next free GPUs; a low-priority job starts on fewer when its GPU time, priced by the jobs it delays, costs more than the time it saves (jobs that spend their GPUs on the network); on GPUs nobody waits for, a job starts or restarts on up to twice its request when that is 10% faster",
+        "Pollux's goodput: a job that free GPUs cannot hold starts on fewer when that ends sooner than waiting for the next free GPUs; a low-priority job starts on fewer when its GPU time, priced by the jobs it delays, costs more than the time it saves (jobs that spend their GPUs on the network); on GPUs no waiting job can use (with preemption, a job that needs more than are free cannot), a job started in the round takes up to twice its request when that is 10% faster; when nobody waits, a running job restarts so",
     ),
     (
         "preempt",

@@ -346,8 +346,10 @@ impl Colocator {
         out.extend(grown);
     }
 
-    /// Pollux's other half (part `size`): when every waiting job has been
-    /// placed this round and GPUs are still free, a job started this round
+    /// Pollux's other half (part `size`): when GPUs are still free after
+    /// this round and no waiting job can use them ([`idle_for_the_queue`]:
+    /// all started, or, with preemption, all needing more GPUs than are
+    /// free, as a 48-GPU job on Philly does for hours), a job started this round
     /// at its request takes up to twice its workers, at the size that
     /// finishes it soonest by the zoo's iteration time and Pollux's
     /// statistical efficiency ([`Self::stretch`]), if that is at least
@@ -356,7 +358,7 @@ impl Colocator {
     /// less time left may take its GPUs ([`Self::preempt`]). O(Q) plus
     /// O(n) sizes per started job, each shaped once.
     fn grow(&mut self, view: &ClusterView<'_>, rack_of: &[usize], free: &mut [u32], out: &mut [Decision]) {
-        if !nobody_waits(view, out) {
+        if !idle_for_the_queue(view, out, free.iter().sum(), self.preempt) {
             return; // someone still waits for these GPUs
         }
         let queued: HashMap<JobId, &crate::QueuedJob<'_>> = view.queue.iter().map(|q| (q.id, q)).collect();
@@ -792,15 +794,29 @@ fn resized(
     Some(hosts)
 }
 
-/// Whether every waiting job is started, shared or rejected by `out`. O(Q).
-fn nobody_waits(view: &ClusterView<'_>, out: &[Decision]) -> bool {
-    let decided: std::collections::HashSet<JobId> = out
-        .iter()
+/// Whether nobody waiting can use the `free` GPUs left after `out`: every
+/// waiting job is started, shared or rejected by `out`, or, when the GPUs
+/// can be taken back (`revocable`: with preemption a waiting job with less
+/// time left takes them), needs more GPUs than are free in all, so that it
+/// waits for running jobs to end whoever holds these. O(Q).
+fn idle_for_the_queue(view: &ClusterView<'_>, out: &[Decision], free: u32, revocable: bool) -> bool {
+    let decided = decided(out);
+    view.queue.iter().all(|q| decided.contains(&q.id) || (revocable && q.spec.gpus() > free))
+}
+
+/// The jobs `out` starts, shares or rejects. O(D).
+fn decided(out: &[Decision]) -> std::collections::HashSet<JobId> {
+    out.iter()
         .filter_map(|d| match d {
             Decision::Place { job, .. } | Decision::Share { job, .. } | Decision::Reject { job, .. } => Some(*job),
             _ => None,
         })
-        .collect();
+        .collect()
+}
+
+/// Whether every waiting job is started, shared or rejected by `out`. O(Q).
+fn nobody_waits(view: &ClusterView<'_>, out: &[Decision]) -> bool {
+    let decided = decided(out);
     view.queue.iter().all(|q| decided.contains(&q.id))
 }
 
@@ -1284,7 +1300,7 @@ mod tests {
     }
 
     #[test]
-    fn a_job_grows_on_idle_gpus_only_when_that_is_faster_and_nobody_waits() {
+    fn a_job_grows_on_idle_gpus_only_when_that_is_faster_and_no_waiting_job_could_use_them() {
         // Two idle hosts of 4 GPUs; a 2-worker ResNet-50 at 32 a GPU. On 4
         // workers each iteration does twice the samples, and Pollux's
         // ImageNet profile needs fewer iterations at batch 128 than at 64.
@@ -1311,6 +1327,12 @@ mod tests {
         // for itself: nobody grows.
         let both = view(&t, vec![QueuedJob::new(0, &job, 0.0), QueuedJob::new(2, &big, 0.0)]);
         assert_eq!(p.schedule(&both), vec![Decision::Place { job: 0, hosts: vec![(0, 2)] }]);
+        // With preemption the GPUs can be taken back, and the 8-GPU job
+        // needs more than the 6 left free: it waits for j to end whoever
+        // holds them, and j, grown, ends sooner. So j grows.
+        p.preempt = true;
+        assert_eq!(p.schedule(&both), vec![Decision::Place { job: 0, hosts: vec![(0, 4)] }]);
+        p.preempt = false;
         // Without the part, never.
         p.shrink = false;
         let alone = view(&t, vec![QueuedJob::new(0, &job, 0.0)]);
