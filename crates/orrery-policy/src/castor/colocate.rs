@@ -803,24 +803,19 @@ fn resized(
 /// sooner too; keeping it at its request while others waited was slower
 /// on Philly (1,037 / 1,488 s against 1,024 / 1,442 s, seeds 1–3). O(Q).
 fn idle_for_the_queue(view: &ClusterView<'_>, out: &[Decision], free: u32, revocable: bool) -> bool {
-    let decided = decided(out);
-    view.queue.iter().all(|q| decided.contains(&q.id) || (revocable && q.spec.gpus() > free))
-}
-
-/// The jobs `out` starts, shares or rejects. O(D).
-fn decided(out: &[Decision]) -> std::collections::HashSet<JobId> {
-    out.iter()
+    let decided: std::collections::HashSet<JobId> = out
+        .iter()
         .filter_map(|d| match d {
             Decision::Place { job, .. } | Decision::Share { job, .. } | Decision::Reject { job, .. } => Some(*job),
             _ => None,
         })
-        .collect()
+        .collect();
+    view.queue.iter().all(|q| decided.contains(&q.id) || (revocable && q.spec.gpus() > free))
 }
 
 /// Whether every waiting job is started, shared or rejected by `out`. O(Q).
 fn nobody_waits(view: &ClusterView<'_>, out: &[Decision]) -> bool {
-    let decided = decided(out);
-    view.queue.iter().all(|q| decided.contains(&q.id))
+    idle_for_the_queue(view, out, 0, false)
 }
 
 /// What a GPU-second is worth in delay to other jobs, per GPU: the jobs it
