@@ -35,7 +35,10 @@
 //!    (docs/results.md).
 //! 3. **Sharing** (Castor, part `share`): otherwise it shares a running
 //!    job's GPUs when Theorem 1 says the pair ends sooner together than if
-//!    the newcomer waits for the next free GPUs. The paper compares with
+//!    the newcomer waits for the next free GPUs, with each job's ξ raised
+//!    by the time its network phase waits for the partner's traffic when
+//!    both cross the network from the hosts they share
+//!    (`castor::colocate::shared_nic_xi`). The paper compares with
 //!    waiting for *that partner*, which on Philly shared where free GPUs
 //!    came back much sooner and slowed low-priority jobs 1.3-2x.
 //! 4. **Placement** (Plebiscito, part `bandwidth`, [`BidsWhenLoaded`]):
@@ -207,6 +210,7 @@ impl Combined {
         host.share = parts.share;
         host.spare_high_priority = true;
         host.next_free = true;
+        host.nic_interference = true;
         host.shrink = parts.size;
         host.price_gpu_time = parts.size;
         host.preempt = parts.preempt;

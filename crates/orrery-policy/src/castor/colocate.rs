@@ -106,11 +106,18 @@ pub struct Colocator {
     /// `preempt`): a waiting job takes the GPUs of running low-priority
     /// jobs with more time left, when that lets it start ([`Self::victims`]).
     pub preempt: bool,
+    /// Add to a share's ξ the time each job's network phase loses to its
+    /// partner's traffic on the hosts they share (orrery's rule,
+    /// [`shared_nic_xi`]); Castor's ξ counts compute interference only.
+    pub nic_interference: bool,
     estimate: Colocation,
     alone: HashMap<JobId, f64>,
     /// Time alone of the whole job on k workers over its time at its
     /// request, per (job, k): Pollux's goodput in units of the job's work.
     stretch: HashMap<(JobId, u32), f64>,
+    /// Fraction of an iteration spent crossing the network on k workers,
+    /// packed from host 0, per (job, k).
+    network_share: HashMap<(JobId, u32), f64>,
     /// Arrival times seen within [`ARRIVAL_WINDOW_S`], oldest first.
     arrivals: VecDeque<f64>,
     /// The first and latest arrival seen (a job arriving later is new).
@@ -142,9 +149,11 @@ impl Colocator {
             shrink: false,
             price_gpu_time: false,
             preempt: false,
+            nic_interference: false,
             estimate: Colocation::default(),
             alone: HashMap::new(),
             stretch: HashMap::new(),
+            network_share: HashMap::new(),
             arrivals: VecDeque::new(),
             first_arrival_s: f64::INFINITY,
             latest_arrival_s: f64::NEG_INFINITY,
@@ -177,6 +186,21 @@ impl Colocator {
             let ratio =
                 orrery_model::convergence::iterations_per_reference(&spec.model, n * spec.batch, k * spec.batch);
             ratio * period(k) / period(n)
+        })
+    }
+
+    /// The fraction of the job's iteration alone on `k` workers, packed
+    /// from host 0, that crosses the network (0 on one host): its circle's
+    /// duty cycle. Cached; O(shape) once per (job, k).
+    fn network_share(&mut self, view: &ClusterView<'_>, id: JobId, spec: &JobSpec, k: u32) -> f64 {
+        *self.network_share.entry((id, k)).or_insert_with(|| {
+            let (t, per, k) = (view.topology, spec.gpus_per_worker.max(1), k.max(1));
+            let mut on_k = spec.clone();
+            on_k.workers = k;
+            orrery_model::placed::place(t, &on_k, &crate::baseline::packed(t, k * per)).map_or(0.0, |p| {
+                let period = p.shape.period_ms();
+                if period > 0.0 { p.shape.network_ms() / period } else { 0.0 }
+            })
         })
     }
 
@@ -464,6 +488,8 @@ struct Candidate {
     /// Remaining time alone, s.
     left_s: f64,
     gpu: &'static GpuType,
+    /// Fraction of its iteration on the network where it runs.
+    network_share: f64,
 }
 
 /// A chosen partner: the candidate, the newcomer's sub-batch, and the
@@ -542,6 +568,12 @@ impl Policy for Colocator {
             || view.running.iter().enumerate().filter(|(i, r)| !r.paused && !victims.contains(i)).map(|p| p.1);
         let mut cands: Vec<Candidate> = Vec::new();
         for r in staying().filter(|r| !high(r.spec)) {
+            let held: u32 = r.hosts.iter().map(|h| h.1).sum();
+            let network_share = if self.nic_interference {
+                self.network_share(view, r.id, r.spec, held / r.spec.gpus_per_worker.max(1))
+            } else {
+                0.0
+            };
             let (Some(m), Some(&(h0, _))) = (orrery_model::zoo::model(&r.spec.model), r.hosts.first()) else {
                 continue;
             };
@@ -555,6 +587,7 @@ impl Policy for Colocator {
                 gpus: r.spec.gpus(),
                 left_s,
                 gpu,
+                network_share,
             });
         }
         // When each running job's GPUs free up, soonest first, for the
@@ -661,7 +694,9 @@ impl Policy for Colocator {
             } else {
                 self.back_to_back
             };
-            let offers = self.offers(&cands, q.spec, model, t_new, back_to_back);
+            let network_share =
+                if self.nic_interference { self.network_share(view, q.id, q.spec, q.spec.workers) } else { 0.0 };
+            let offers = self.offers(&cands, q.spec, model, t_new, back_to_back, network_share);
             if offers.is_empty() {
                 self.waits += 1;
                 continue;
@@ -833,6 +868,25 @@ pub fn gpu_second_price(behind: usize, arrival_rate: f64, backlog_gpu_s: f64, gp
 /// When the newcomer ends if it starts beside a job with `left_s` to go
 /// alone, taking `t_new` alone, with ratios `(ξ_run, ξ_new)` (the two cases
 /// of Theorem 1's proof). O(1).
+/// A share's interference ratios `(ξ_run, ξ_new)` with the time each
+/// job's network phase waits for its partner's traffic on the NICs they
+/// share. Castor's ξ (Gavel's, here) is a ratio of whole-iteration
+/// throughputs measured on one GPU, so it says nothing of the network:
+/// Castor §6.1 found no cross-node indicator of ξ on its InfiniBand
+/// testbed, where cross-node bandwidth was not the bottleneck. When both
+/// jobs cross the network (`network_share` f > 0: the fraction of each
+/// one's iteration on the network alone), both rings leave the shared
+/// hosts through the same NICs. With unaligned phases the partner is on
+/// the network a fraction f_other of the time (its duty cycle), during
+/// which fair sharing halves the rate, so the job's network phase takes
+/// f·f_other of an iteration longer: `ξ + f·f_other`. With either job on
+/// one host nothing is added. On every fabric of docs/results.md this
+/// lowered `orrery`'s mean JCT (4:1 with two GPUs a host: 545 → 525 s at
+/// load 2). O(1).
+pub fn shared_nic_xi((xi_run, xi_new): (f64, f64), (f_run, f_new): (f64, f64)) -> (f64, f64) {
+    if f_run > 0.0 && f_new > 0.0 { (xi_run + f_run * f_new, xi_new + f_new * f_run) } else { (xi_run, xi_new) }
+}
+
 fn newcomer_end(left_s: f64, t_new: f64, (xi_run, xi_new): (f64, f64)) -> f64 {
     if xi_new * t_new <= xi_run * left_s {
         xi_new * t_new
@@ -851,6 +905,7 @@ impl Colocator {
         model: &ModelSpec,
         t_new: f64,
         back_to_back: BackToBack,
+        network_share: f64,
     ) -> Vec<Offer> {
         let batch = spec.batch.max(1);
         let mut offers: Vec<Offer> = Vec::new();
@@ -861,7 +916,10 @@ impl Colocator {
             }
             let mem = c.gpu.memory_gib * 1024.0 - memory_mib(c.spec_model, c.sub_batch);
             let fits = |b: u32| memory_mib(model, b) <= mem;
-            let xi = |b: u32| self.estimate.pair(c.spec_model, c.sub_batch, model, b, c.gpu);
+            let xi = |b: u32| {
+                let (xr, xn) = self.estimate.pair(c.spec_model, c.sub_batch, model, b, c.gpu);
+                shared_nic_xi((xr, xn), (c.network_share, network_share))
+            };
             let t_at = |b: u32| t_new * accumulation_factor(model, c.gpu, batch, b);
             match self.rule {
                 Rule::Bsbf => {
@@ -984,6 +1042,60 @@ mod tests {
         // First-fit sharing shares regardless, with the first running job.
         let d = decide(Rule::Ffs, 2.0, run(), queue(), &t);
         assert_eq!(d, vec![Decision::Share { job: 2, free: vec![], shared: vec![(0, 0, 4)], sub_batch: 32 }]);
+    }
+
+    #[test]
+    fn a_share_pays_for_the_network_only_when_both_jobs_cross_it_from_the_shared_hosts() {
+        // By hand: each job's network phase waits f·f_other longer.
+        let (xr, xn) = shared_nic_xi((1.2, 1.1), (0.5, 0.4));
+        assert!((xr - 1.4).abs() < 1e-12 && (xn - 1.3).abs() < 1e-12, "{xr} {xn}");
+        assert_eq!(shared_nic_xi((1.2, 1.1), (0.0, 0.4)), (1.2, 1.1));
+        let t = cluster();
+        // Theorem 1 against the partner (Castor's rule): a 600 s newcomer
+        // beside 1,800 s left ends the pair at 1,200·ξ + 1,200 s together
+        // against 2·1,800 + 600 = 4,200 s back to back, so it shares while
+        // ξ < 2.5. Take ξ = 2.4.
+        let (xi, left, new_s) = (2.4, 1800.0, 600.0);
+        let mut p = Colocator::new(Rule::Bsbf);
+        p.nic_interference = true;
+        p.set_colocation(&uniform(xi));
+        let new = JobSpec::new("n", "vgg19", 32, 8, Work::Seconds(new_s), 0.0);
+        // VGG19 on 8 workers over both hosts spends 35% of an iteration on
+        // the network (V100s, 100 Gbit/s NICs), so ξ + f² = 2.52.
+        let wide = JobSpec::new("a", "vgg19", 32, 8, Work::Seconds(2.0 * left), 0.0);
+        let view0 = ClusterView { now_s: 0.0, topology: &t, free_gpus: &[0, 0], queue: vec![], running: vec![] };
+        let f = p.network_share(&view0, 9, &new, 8);
+        assert!((f - 0.35).abs() < 0.01, "f = {f}");
+        assert_eq!(p.network_share(&view0, 9, &new, 4), 0.0, "one host");
+        // Both cross the network from both hosts: 2.52 > 2.5, so it waits.
+        let both = [(0usize, 4u32), (1, 4)];
+        let view = ClusterView {
+            now_s: 0.0,
+            topology: &t,
+            free_gpus: &[0, 0],
+            queue: vec![QueuedJob::new(2, &new, 0.0)],
+            running: vec![running(0, &wide, &both, 0.5)],
+        };
+        assert!(p.schedule(&view).is_empty());
+        // Without the NIC term (Castor's ξ alone) it would share.
+        let mut castor = Colocator::new(Rule::Bsbf);
+        castor.set_colocation(&uniform(xi));
+        assert!(matches!(castor.schedule(&view)[..], [Decision::Share { job: 2, .. }]));
+        // A partner on one host sends nothing over the NIC: the same share
+        // pays, the newcomer taking its 4 GPUs and the 4 free ones.
+        let narrow = JobSpec::new("b", "vgg19", 32, 4, Work::Seconds(2.0 * left), 0.0);
+        let one = [(0usize, 4u32)];
+        let view = ClusterView {
+            now_s: 0.0,
+            topology: &t,
+            free_gpus: &[0, 4],
+            queue: vec![QueuedJob::new(2, &new, 0.0)],
+            running: vec![running(1, &narrow, &one, 0.5)],
+        };
+        assert_eq!(
+            p.schedule(&view),
+            vec![Decision::Share { job: 2, free: vec![(1, 4)], shared: vec![(1, 0, 4)], sub_batch: 32 }]
+        );
     }
 
     #[test]
