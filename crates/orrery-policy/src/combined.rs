@@ -14,6 +14,12 @@
 //!    `orrery`'s mean JCT on Philly is 16-29% longer (docs/results.md). High-priority
 //!    jobs are not ordered first (a long one ahead of short ones cost the
 //!    core 53% mean JCT at load 1.5); they are never preempted or shared.
+//!    Nor is a job that has already waited longer than its time alone
+//!    (time in the system less time on GPUs): shortest remaining time
+//!    first otherwise preempts a long job again and again, and those jobs
+//!    made `orrery`'s p99. The bound is Tiresias' starvation limit applied to
+//!    preemption, at the job's own time alone; on benchmark-network it cut
+//!    the p99 by 3-20% on all three seed sets (docs/results.md).
 //! 2. **Size** (Pollux's goodput, part `size`): a job the free GPUs cannot
 //!    hold starts now on fewer when, by its iteration time on that many GPUs
 //!    and Pollux's statistical efficiency, it would end before waiting for
@@ -120,7 +126,7 @@ pub const PARTS: &[(&str, &str)] = &[
     ),
     (
         "preempt",
-        "shortest remaining time first: a waiting job preempts running low-priority jobs with more time left (off: non-preemptive SJF)",
+        "shortest remaining time first: a waiting job preempts running low-priority jobs with more time left, unless they have already waited longer than their time alone (off: non-preemptive SJF)",
     ),
 ];
 
@@ -214,6 +220,7 @@ impl Combined {
         host.shrink = parts.size;
         host.price_gpu_time = parts.size;
         host.preempt = parts.preempt;
+        host.starvation_guard = parts.preempt;
         if parts.bandwidth {
             host.placement = Some(Box::new(BidsWhenLoaded::default()));
         }

@@ -35,7 +35,7 @@ use crate::{ClusterView, Decision, JobId, Policy};
 use orrery_model::colocation::{Colocation, accumulation_factor, memory_mib};
 use orrery_model::gpu::{GpuType, gpu_type};
 use orrery_model::{HostId, JobSpec, ModelSpec};
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 
 /// A job started this round grows only when that makes it at least this
 /// much faster (Pollux's threshold for restarting a job on a new size).
@@ -106,6 +106,9 @@ pub struct Colocator {
     /// `preempt`): a waiting job takes the GPUs of running low-priority
     /// jobs with more time left, when that lets it start ([`Self::victims`]).
     pub preempt: bool,
+    /// A running job that has already waited as long as it takes alone is
+    /// never a preemption victim again ([`Self::victims`]; orrery's rule).
+    pub starvation_guard: bool,
     /// Add to a share's ξ the time each job's network phase loses to its
     /// partner's traffic on the hosts they share (orrery's rule,
     /// [`shared_nic_xi`]); Castor's ξ counts compute interference only.
@@ -118,6 +121,10 @@ pub struct Colocator {
     /// Fraction of an iteration spent crossing the network on k workers,
     /// packed from host 0, per (job, k).
     network_share: HashMap<(JobId, u32), f64>,
+    /// Seconds each job has held GPUs so far, summed between rounds.
+    run_s: HashMap<JobId, f64>,
+    /// The previous round's time and the jobs holding GPUs after it.
+    last_round: Option<(f64, HashSet<JobId>)>,
     /// Arrival times seen within [`ARRIVAL_WINDOW_S`], oldest first.
     arrivals: VecDeque<f64>,
     /// The first and latest arrival seen (a job arriving later is new).
@@ -149,11 +156,14 @@ impl Colocator {
             shrink: false,
             price_gpu_time: false,
             preempt: false,
+            starvation_guard: false,
             nic_interference: false,
             estimate: Colocation::default(),
             alone: HashMap::new(),
             stretch: HashMap::new(),
             network_share: HashMap::new(),
+            run_s: HashMap::new(),
+            last_round: None,
             arrivals: VecDeque::new(),
             first_arrival_s: f64::INFINITY,
             latest_arrival_s: f64::NEG_INFINITY,
@@ -411,13 +421,49 @@ impl Colocator {
         }
     }
 
+    /// Credits the time since the previous round to each job that held
+    /// GPUs through it. O(R).
+    fn note_running_time(&mut self, view: &ClusterView<'_>) {
+        if let Some((then, holders)) = self.last_round.take() {
+            for r in view.running.iter().filter(|r| holders.contains(&r.id)) {
+                *self.run_s.entry(r.id).or_insert(0.0) += (view.now_s - then).max(0.0);
+            }
+        }
+    }
+
+    /// Records who holds GPUs after this round's decisions: the running
+    /// jobs not preempted and the jobs started. O(R + D).
+    fn note_holders(&mut self, view: &ClusterView<'_>, out: &[Decision]) {
+        let mut holders: HashSet<JobId> = view.running.iter().map(|r| r.id).collect();
+        for d in out {
+            match d {
+                Decision::Preempt { job } => {
+                    holders.remove(job);
+                }
+                Decision::Place { job, .. } | Decision::Share { job, .. } => {
+                    holders.insert(*job);
+                }
+                _ => {}
+            }
+        }
+        self.last_round = Some((view.now_s, holders));
+    }
+
+    /// Seconds the job has spent in the system without GPUs: since its
+    /// arrival, less the time it has held GPUs. O(1).
+    fn waited_s(&self, view: &ClusterView<'_>, id: JobId, spec: &JobSpec) -> f64 {
+        view.now_s - spec.arrival_s - self.run_s.get(&id).copied().unwrap_or(0.0)
+    }
+
     /// The running jobs (indices into `view.running`) that lose their GPUs
     /// this round under shortest-remaining-time-first, most time left
     /// first. Running and waiting jobs are walked by (class, remaining time
     /// alone), a running job first among equals; a job deserves GPUs while
     /// the GPUs not held by unmovable jobs last. Unmovable: high-priority
-    /// jobs (Metronome's promise), paused ones, and jobs that share a GPU
-    /// (their partner's GPUs are not theirs to give). Running jobs that do
+    /// jobs (Metronome's promise), paused ones, jobs that share a GPU
+    /// (their partner's GPUs are not theirs to give) and, with
+    /// [`Self::starvation_guard`], jobs that have already waited longer
+    /// than their time alone. Running jobs that do
     /// not deserve theirs are preempted, most time left first, only until
     /// the deserving waiting jobs all fit by consolidated first fit, and
     /// only if they then do (else the victims would be placed again at once).
@@ -437,7 +483,8 @@ impl Colocator {
         for (i, r) in view.running.iter().enumerate() {
             let held: u32 = r.hosts.iter().map(|h| h.1).sum();
             let solo: u32 = r.solo_gpus.iter().map(|s| s.1).sum();
-            if r.paused || high(r.spec) || solo != held || r.xi > 1.0 {
+            let starved = self.starvation_guard && self.waited_s(view, r.id, r.spec) > self.alone_s(view, r.id, r.spec);
+            if r.paused || high(r.spec) || solo != held || r.xi > 1.0 || starved {
                 budget -= i64::from(held);
             } else {
                 let left_s = self.alone_s(view, r.id, r.spec) * (1.0 - r.progress);
@@ -539,6 +586,9 @@ impl Policy for Colocator {
     }
 
     fn schedule(&mut self, view: &ClusterView<'_>) -> Vec<Decision> {
+        if self.starvation_guard {
+            self.note_running_time(view);
+        }
         let rack_of = racks(view);
         let mut free = view.free_gpus.to_vec();
         let spare = self.spare_high_priority;
@@ -777,6 +827,9 @@ impl Policy for Colocator {
             if self.preempt && nobody_waits(view, &out) {
                 self.regrow(view, &rack_of, &mut free, &mut out);
             }
+        }
+        if self.starvation_guard {
+            self.note_holders(view, &out);
         }
         out
     }
@@ -1216,6 +1269,68 @@ mod tests {
         // Preempting b alone cannot make room for 8 GPUs, so nothing is
         // preempted (the victim would only be placed again).
         assert!(decide(&a, &whole, true).is_empty());
+    }
+
+    #[test]
+    fn a_job_that_has_waited_its_time_alone_is_not_preempted_again() {
+        // Host 0 runs a (3,000 s alone); host 1 runs b (2,000 s). At t =
+        // 5,000 s a 600 s newcomer asks for 4 GPUs: shortest remaining time
+        // first takes a's host, the one with more time left.
+        let t = cluster();
+        let a = JobSpec::new("a", "resnet50", 32, 4, Work::Seconds(3_000.0), 0.0);
+        let b = JobSpec::new("b", "resnet50", 32, 4, Work::Seconds(2_000.0), 4_000.0);
+        let new = JobSpec::new("n", "resnet50", 32, 4, Work::Seconds(600.0), 5_000.0);
+        let (ha, hb) = ([(0usize, 4u32)], [(1usize, 4u32)]);
+        let mut p = Colocator::new(Rule::Bsbf);
+        p.share = false;
+        p.preempt = true;
+        p.starvation_guard = true;
+        // Round 1 at t = 1,000 s: a has just started (it arrived at 0 and
+        // waited 1,000 s); rounds at 4,000 s and 5,000 s see it still on
+        // host 0, so it has held GPUs for 4,000 s of its 5,000 in the
+        // system: it has waited 1,000 s, less than its 3,000 s alone.
+        let mut at = |now_s: f64, free_gpus: &[u32], running: Vec<RunningJob<'_>>, queue| {
+            p.schedule(&ClusterView { now_s, topology: &t, free_gpus, queue, running })
+        };
+        assert!(at(1_000.0, &[0, 4], vec![running(0, &a, &ha, 0.0)], vec![]).is_empty());
+        assert!(at(4_000.0, &[0, 4], vec![running(0, &a, &ha, 0.0)], vec![]).is_empty());
+        let d = at(
+            5_000.0,
+            &[0, 0],
+            vec![running(0, &a, &ha, 0.0), running(1, &b, &hb, 0.5)],
+            vec![QueuedJob::new(2, &new, 0.0)],
+        );
+        assert_eq!(d, vec![Decision::Preempt { job: 0 }, Decision::Place { job: 2, hosts: vec![(0, 4)] }]);
+        // A policy that first saw a at t = 4,000 s knows of no time on GPUs
+        // before: a has been in the system 5,000 s and held GPUs 1,000 s, so
+        // it has waited 4,000 s, more than its 3,000 s alone. It keeps its
+        // host, and b (1,000 s left, more than 600) gives up its own.
+        let mut fresh = Colocator::new(Rule::Bsbf);
+        fresh.share = false;
+        fresh.preempt = true;
+        fresh.starvation_guard = true;
+        let view = ClusterView {
+            now_s: 4_000.0,
+            topology: &t,
+            free_gpus: &[0, 4],
+            queue: vec![],
+            running: vec![running(0, &a, &ha, 0.0)],
+        };
+        let _ = fresh.schedule(&view);
+        let view = ClusterView {
+            now_s: 5_000.0,
+            topology: &t,
+            free_gpus: &[0, 0],
+            queue: vec![QueuedJob::new(2, &new, 0.0)],
+            running: vec![running(0, &a, &ha, 0.0), running(1, &b, &hb, 0.5)],
+        };
+        assert_eq!(
+            fresh.schedule(&view),
+            vec![Decision::Preempt { job: 1 }, Decision::Place { job: 2, hosts: vec![(1, 4)] }]
+        );
+        // Without the guard, a goes, as above.
+        fresh.starvation_guard = false;
+        assert_eq!(fresh.schedule(&view)[0], Decision::Preempt { job: 0 });
     }
 
     #[test]
