@@ -108,6 +108,9 @@ pub struct Colocator {
     pub preempt: bool,
     /// A running job that has already waited as long as it takes alone is
     /// never a preemption victim again ([`Self::victims`]; orrery's rule).
+    /// The time on GPUs is summed by this policy between its rounds, so a
+    /// policy built late (a restarted service) counts a job's earlier time
+    /// on GPUs as waiting and protects it: the side that preempts less.
     pub starvation_guard: bool,
     /// Add to a share's ξ the time each job's network phase loses to its
     /// partner's traffic on the hosts they share (orrery's rule,
