@@ -191,11 +191,8 @@ impl Colocator {
     /// when it cannot be shaped. Cached; O(shape) once per (job, k).
     fn stretch(&mut self, view: &ClusterView<'_>, id: JobId, spec: &JobSpec, k: u32) -> f64 {
         *self.stretch.entry((id, k)).or_insert_with(|| {
-            let (t, per, n) = (view.topology, spec.gpus_per_worker.max(1), spec.workers.max(1));
-            let period = |w: u32| {
-                orrery_model::placed::place(t, spec, &crate::baseline::packed(t, w * per))
-                    .map_or(f64::INFINITY, |p| p.shape.period_ms())
-            };
+            let (t, n) = (view.topology, spec.workers.max(1));
+            let period = |w: u32| packed_placement(t, spec, w).map_or(f64::INFINITY, |p| p.shape.period_ms());
             let ratio =
                 orrery_model::convergence::iterations_per_reference(&spec.model, n * spec.batch, k * spec.batch);
             ratio * period(k) / period(n)
@@ -207,10 +204,7 @@ impl Colocator {
     /// duty cycle. Cached; O(shape) once per (job, k).
     fn network_share(&mut self, view: &ClusterView<'_>, id: JobId, spec: &JobSpec, k: u32) -> f64 {
         *self.network_share.entry((id, k)).or_insert_with(|| {
-            let (t, per, k) = (view.topology, spec.gpus_per_worker.max(1), k.max(1));
-            let mut on_k = spec.clone();
-            on_k.workers = k;
-            orrery_model::placed::place(t, &on_k, &crate::baseline::packed(t, k * per)).map_or(0.0, |p| {
+            packed_placement(view.topology, spec, k.max(1)).map_or(0.0, |p| {
                 let period = p.shape.period_ms();
                 if period > 0.0 { p.shape.network_ms() / period } else { 0.0 }
             })
@@ -621,17 +615,17 @@ impl Policy for Colocator {
             || view.running.iter().enumerate().filter(|(i, r)| !r.paused && !victims.contains(i)).map(|p| p.1);
         let mut cands: Vec<Candidate> = Vec::new();
         for r in staying().filter(|r| !high(r.spec)) {
+            let (Some(m), Some(&(h0, _))) = (orrery_model::zoo::model(&r.spec.model), r.hosts.first()) else {
+                continue;
+            };
+            let Some(gpu) = gpu_type(&view.topology.hosts[h0].gpu_type) else { continue };
+            let left_s = self.alone_s(view, r.id, r.spec) * (1.0 - r.progress) * r.xi.max(1.0);
             let held: u32 = r.hosts.iter().map(|h| h.1).sum();
             let network_share = if self.nic_interference {
                 self.network_share(view, r.id, r.spec, held / r.spec.gpus_per_worker.max(1))
             } else {
                 0.0
             };
-            let (Some(m), Some(&(h0, _))) = (orrery_model::zoo::model(&r.spec.model), r.hosts.first()) else {
-                continue;
-            };
-            let Some(gpu) = gpu_type(&view.topology.hosts[h0].gpu_type) else { continue };
-            let left_s = self.alone_s(view, r.id, r.spec) * (1.0 - r.progress) * r.xi.max(1.0);
             cands.push(Candidate {
                 id: r.id,
                 solo: r.solo_gpus.iter().copied().filter(|s| s.1 > 0).collect(),
@@ -921,9 +915,12 @@ pub fn gpu_second_price(behind: usize, arrival_rate: f64, backlog_gpu_s: f64, gp
     (behind as f64 + arrival_rate * backlog_gpu_s / g) / g
 }
 
-/// When the newcomer ends if it starts beside a job with `left_s` to go
-/// alone, taking `t_new` alone, with ratios `(ξ_run, ξ_new)` (the two cases
-/// of Theorem 1's proof). O(1).
+/// `spec` on `workers` of its workers, packed from host 0, as the zoo
+/// shapes it alone. O(shape).
+fn packed_placement(t: &orrery_model::Topology, spec: &JobSpec, workers: u32) -> Option<orrery_model::placed::Placed> {
+    orrery_model::placed::place(t, spec, &crate::baseline::packed(t, workers * spec.gpus_per_worker.max(1)))
+}
+
 /// A share's interference ratios `(ξ_run, ξ_new)` with the time each
 /// job's network phase waits for its partner's traffic on the NICs they
 /// share. Castor's ξ (Gavel's, here) is a ratio of whole-iteration
@@ -943,6 +940,9 @@ pub fn shared_nic_xi((xi_run, xi_new): (f64, f64), (f_run, f_new): (f64, f64)) -
     if f_run > 0.0 && f_new > 0.0 { (xi_run + f_run * f_new, xi_new + f_new * f_run) } else { (xi_run, xi_new) }
 }
 
+/// When the newcomer ends if it starts beside a job with `left_s` to go
+/// alone, taking `t_new` alone, with ratios `(ξ_run, ξ_new)` (the two cases
+/// of Theorem 1's proof). O(1).
 fn newcomer_end(left_s: f64, t_new: f64, (xi_run, xi_new): (f64, f64)) -> f64 {
     if xi_new * t_new <= xi_run * left_s {
         xi_new * t_new
@@ -1284,56 +1284,53 @@ mod tests {
         let b = JobSpec::new("b", "resnet50", 32, 4, Work::Seconds(2_000.0), 4_000.0);
         let new = JobSpec::new("n", "resnet50", 32, 4, Work::Seconds(600.0), 5_000.0);
         let (ha, hb) = ([(0usize, 4u32)], [(1usize, 4u32)]);
-        let mut p = Colocator::new(Rule::Bsbf);
-        p.share = false;
-        p.preempt = true;
-        p.starvation_guard = true;
-        // Round 1 at t = 1,000 s: a has just started (it arrived at 0 and
-        // waited 1,000 s); rounds at 4,000 s and 5,000 s see it still on
-        // host 0, so it has held GPUs for 4,000 s of its 5,000 in the
-        // system: it has waited 1,000 s, less than its 3,000 s alone.
-        let mut at = |now_s: f64, free_gpus: &[u32], running: Vec<RunningJob<'_>>, queue| {
-            p.schedule(&ClusterView { now_s, topology: &t, free_gpus, queue, running })
+        let guarded = || {
+            let mut p = Colocator::new(Rule::Bsbf);
+            p.share = false;
+            p.preempt = true;
+            p.starvation_guard = true;
+            p
         };
-        assert!(at(1_000.0, &[0, 4], vec![running(0, &a, &ha, 0.0)], vec![]).is_empty());
-        assert!(at(4_000.0, &[0, 4], vec![running(0, &a, &ha, 0.0)], vec![]).is_empty());
-        let d = at(
-            5_000.0,
-            &[0, 0],
-            vec![running(0, &a, &ha, 0.0), running(1, &b, &hb, 0.5)],
-            vec![QueuedJob::new(2, &new, 0.0)],
-        );
-        assert_eq!(d, vec![Decision::Preempt { job: 0 }, Decision::Place { job: 2, hosts: vec![(0, 4)] }]);
-        // A policy that first saw a at t = 4,000 s knows of no time on GPUs
-        // before: a has been in the system 5,000 s and held GPUs 1,000 s, so
-        // it has waited 4,000 s, more than its 3,000 s alone. It keeps its
-        // host, and b (1,000 s left, more than 600) gives up its own.
-        let mut fresh = Colocator::new(Rule::Bsbf);
-        fresh.share = false;
-        fresh.preempt = true;
-        fresh.starvation_guard = true;
-        let view = ClusterView {
-            now_s: 4_000.0,
+        // a alone on host 0 (a round with nothing to decide), then the
+        // newcomer's round at 5,000 s.
+        let quiet = |now_s| ClusterView {
+            now_s,
             topology: &t,
             free_gpus: &[0, 4],
             queue: vec![],
             running: vec![running(0, &a, &ha, 0.0)],
         };
-        let _ = fresh.schedule(&view);
-        let view = ClusterView {
+        let contest = ClusterView {
             now_s: 5_000.0,
             topology: &t,
             free_gpus: &[0, 0],
             queue: vec![QueuedJob::new(2, &new, 0.0)],
             running: vec![running(0, &a, &ha, 0.0), running(1, &b, &hb, 0.5)],
         };
+        // Rounds at 1,000 s (a has just started: it arrived at 0 and waited
+        // 1,000 s) and 4,000 s see a on host 0, so by 5,000 s it has held
+        // GPUs for 4,000 s: it has waited 1,000 s, less than its 3,000 s
+        // alone, and is preempted.
+        let mut p = guarded();
+        assert!(p.schedule(&quiet(1_000.0)).is_empty());
+        assert!(p.schedule(&quiet(4_000.0)).is_empty());
         assert_eq!(
-            fresh.schedule(&view),
+            p.schedule(&contest),
+            vec![Decision::Preempt { job: 0 }, Decision::Place { job: 2, hosts: vec![(0, 4)] }]
+        );
+        // A policy that first saw a at 4,000 s knows of no time on GPUs
+        // before: a has been in the system 5,000 s and held GPUs 1,000 s, so
+        // it has waited 4,000 s, more than its 3,000 s alone. It keeps its
+        // host, and b (1,000 s left, more than 600) gives up its own.
+        let mut late = guarded();
+        assert!(late.schedule(&quiet(4_000.0)).is_empty());
+        assert_eq!(
+            late.schedule(&contest),
             vec![Decision::Preempt { job: 1 }, Decision::Place { job: 2, hosts: vec![(1, 4)] }]
         );
         // Without the guard, a goes, as above.
-        fresh.starvation_guard = false;
-        assert_eq!(fresh.schedule(&view)[0], Decision::Preempt { job: 0 });
+        late.starvation_guard = false;
+        assert_eq!(late.schedule(&contest)[0], Decision::Preempt { job: 0 });
     }
 
     #[test]
