@@ -122,7 +122,7 @@ pub const PARTS: &[(&str, &str)] = &[
     ("routes", "FORESIGHT: spines by edge colouring (routes only; without interleave, its delays and throttles too)"),
     (
         "size",
-        "Pollux's goodput: a job that free GPUs cannot hold starts on fewer when that ends sooner than waiting for the next free GPUs; a low-priority job starts on fewer when its GPU time, priced by the jobs it delays, costs more than the time it saves (jobs that spend their GPUs on the network); on GPUs no waiting job can use (with preemption, a job that needs more than are free cannot), a job started in the round takes up to twice its request when that is 10% faster; when nobody waits, a running job restarts so",
+        "Pollux's goodput: a job that free GPUs cannot hold starts on fewer when that ends sooner than waiting for the next free GPUs; a low-priority job starts on fewer when its GPU time, priced by the jobs it delays, costs more than the time it saves (jobs that spend their GPUs on the network); on GPUs no waiting job can use (with preemption, a job that needs more than are free cannot), a job started in the round takes up to twice its request when that is 10% faster; when nobody waits, a running job restarts on up to twice its request when that is 10% faster",
     ),
     (
         "preempt",
