@@ -1,4 +1,5 @@
-//! Building blocks shared by the policies (racks, consolidated first fit,
+//! Building blocks shared by the policies (racks, consolidated first fit
+//! and its index [`FreeIndex`],
 //! random hosts, pod-by-pod placement, run time alone) and the `pinned`
 //! policy of experiment files. The named baselines are compositions of
 //! [`crate::order`] and [`crate::placement`] ([`crate::compose`]).
@@ -8,6 +9,8 @@ use orrery_model::HostId;
 use rand::Rng;
 use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;
+use std::cmp::Reverse;
+use std::collections::BTreeSet;
 
 /// Rack of each host: the leaf switch it is cabled to (hosts without one are
 /// their own rack). O(links).
@@ -54,6 +57,135 @@ pub fn consolidated(view: &ClusterView<'_>, rack_of: &[usize], free: &[u32], gpu
         }
     }
     None
+}
+
+/// The free GPUs of every host, indexed so that [`consolidated`]'s choice
+/// costs what it takes: O(log H) for one host, O(m log H) for a placement
+/// over m hosts, and O(log H) per host whose count changes, where the slice
+/// version scans and sorts all H hosts (O(H log H)). Built once per round,
+/// O(H log H), for rounds that place many jobs, such as growing every
+/// running job when nobody waits ([`crate::castor::colocate`]).
+#[derive(Debug, Clone)]
+pub struct FreeIndex {
+    free: Vec<u32>,
+    total: u64,
+    /// Dense rack number of each host.
+    rack: Vec<usize>,
+    /// Hosts with free GPUs by (free, host): the best single-host fit.
+    by_free: BTreeSet<(u32, HostId)>,
+    /// Free GPUs per rack, over its hosts.
+    rack_free: Vec<u32>,
+    /// Racks with free GPUs, most first (ties: the lower rack id first).
+    racks: BTreeSet<(Reverse<u32>, usize, usize)>,
+    /// Per dense rack: its id in [`racks`].
+    rack_id: Vec<usize>,
+    /// Per dense rack: its hosts with free GPUs, most first.
+    in_rack: Vec<BTreeSet<(Reverse<u32>, HostId)>>,
+}
+
+impl FreeIndex {
+    /// The index of `free` (GPUs per host) with the racks of `rack_of`
+    /// ([`racks`]). O(H log H).
+    pub fn new(free: &[u32], rack_of: &[usize]) -> FreeIndex {
+        let mut ids: Vec<usize> = rack_of.to_vec();
+        ids.sort_unstable();
+        ids.dedup();
+        let rack: Vec<usize> = rack_of.iter().map(|r| ids.binary_search(r).unwrap_or(0)).collect();
+        let mut index = FreeIndex {
+            free: vec![0; free.len()],
+            total: 0,
+            rack,
+            by_free: BTreeSet::new(),
+            rack_free: vec![0; ids.len()],
+            racks: BTreeSet::new(),
+            in_rack: vec![BTreeSet::new(); ids.len()],
+            rack_id: ids,
+        };
+        for (h, &f) in free.iter().enumerate() {
+            index.set(h, f);
+        }
+        index
+    }
+
+    /// Free GPUs per host.
+    pub fn free(&self) -> &[u32] {
+        &self.free
+    }
+
+    /// Free GPUs in all.
+    pub fn total(&self) -> u64 {
+        self.total
+    }
+
+    /// Sets host `h`'s free GPUs. O(log H).
+    pub fn set(&mut self, h: HostId, to: u32) {
+        let (was, r) = (self.free[h], self.rack[h]);
+        if was == to {
+            return;
+        }
+        if was > 0 {
+            self.by_free.remove(&(was, h));
+            self.in_rack[r].remove(&(Reverse(was), h));
+        }
+        if to > 0 {
+            self.by_free.insert((to, h));
+            self.in_rack[r].insert((Reverse(to), h));
+        }
+        let (rack_was, id) = (self.rack_free[r], self.rack_id[r]);
+        let rack_to = rack_was - was + to;
+        if rack_was > 0 {
+            self.racks.remove(&(Reverse(rack_was), id, r));
+        }
+        if rack_to > 0 {
+            self.racks.insert((Reverse(rack_to), id, r));
+        }
+        self.rack_free[r] = rack_to;
+        self.total = self.total - u64::from(was) + u64::from(to);
+        self.free[h] = to;
+    }
+
+    /// Returns `hosts`' GPUs to the free ones. O(m log H).
+    pub fn give_back(&mut self, hosts: &[(HostId, u32)]) {
+        for &(h, g) in hosts {
+            self.set(h, self.free[h] + g);
+        }
+    }
+
+    /// Takes `hosts`' GPUs from the free ones. O(m log H).
+    pub fn take(&mut self, hosts: &[(HostId, u32)]) {
+        for &(h, g) in hosts {
+            self.set(h, self.free[h] - g);
+        }
+    }
+
+    /// [`consolidated`] on these free GPUs: the same hosts, in the same
+    /// order. O(log H) when one host fits, else O(m log H) for the m hosts
+    /// taken.
+    pub fn consolidated(&self, gpus: u32) -> Option<Vec<(HostId, u32)>> {
+        if self.total < u64::from(gpus) {
+            return None;
+        }
+        if gpus == 0 {
+            // Every host fits; the slice version takes the emptiest, lowest.
+            return Some(vec![((0..self.free.len()).min_by_key(|&h| (self.free[h], h))?, 0)]);
+        }
+        if let Some(&(_, h)) = self.by_free.range((gpus, 0)..).next() {
+            return Some(vec![(h, gpus)]);
+        }
+        let mut left = gpus;
+        let mut out = Vec::new();
+        for &(_, _, r) in &self.racks {
+            for &(Reverse(f), h) in &self.in_rack[r] {
+                let take = f.min(left);
+                out.push((h, take));
+                left -= take;
+                if left == 0 {
+                    return Some(out);
+                }
+            }
+        }
+        None
+    }
 }
 
 /// Walks the queue in `order` (arrival order when empty), placing each job
@@ -256,5 +388,59 @@ impl Policy for InStep {
             }
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use orrery_model::setups::LeafSpine;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The index chooses what the slice version chooses, host for host,
+        /// through a sequence of placements and returns: 4 racks of 4 hosts
+        /// of 8 GPUs with random free counts.
+        #[test]
+        fn the_free_index_places_as_consolidated_does(
+            free in proptest::collection::vec(0u32..=8, 16),
+            steps in proptest::collection::vec((1u32..=40, any::<bool>()), 1..30),
+        ) {
+            let topo = LeafSpine {
+                racks: 4,
+                hosts_per_rack: 4,
+                spines: 2,
+                gpus_per_host: 8,
+                gpu_type: "a100".into(),
+                host_gbps: 100.0,
+                uplink_gbps: 100.0,
+            }
+            .build("index")
+            .expect("valid");
+            let view = ClusterView { now_s: 0.0, topology: &topo, free_gpus: &free, queue: vec![], running: vec![] };
+            let rack_of = racks(&view);
+            let mut index = FreeIndex::new(&free, &rack_of);
+            let mut slice = free.clone();
+            let mut placed: Vec<Vec<(HostId, u32)>> = Vec::new();
+            for (gpus, give_back) in steps {
+                if give_back && let Some(hosts) = placed.pop() {
+                    index.give_back(&hosts);
+                    for (h, g) in hosts {
+                        slice[h] += g;
+                    }
+                }
+                let want = consolidated(&view, &rack_of, &slice, gpus);
+                prop_assert_eq!(&index.consolidated(gpus), &want);
+                if let Some(hosts) = want {
+                    index.take(&hosts);
+                    for &(h, g) in &hosts {
+                        slice[h] -= g;
+                    }
+                    placed.push(hosts);
+                }
+                prop_assert_eq!(index.free(), &slice[..]);
+                prop_assert_eq!(index.total(), slice.iter().map(|&f| u64::from(f)).sum::<u64>());
+            }
+        }
     }
 }

@@ -28,7 +28,7 @@
 //! O(Q log Q) to sort, then per job O(H) for free GPUs and, when short,
 //! O(R log B) for Algorithm 2 over the partners and O(R log R) to rank them.
 
-use crate::baseline::{consolidated, isolated_seconds, racks};
+use crate::baseline::{FreeIndex, consolidated, isolated_seconds, racks};
 use crate::castor::{BackToBack, batch_scaling, pair_choice};
 use crate::placement::capped;
 use crate::{ClusterView, Decision, JobId, Policy};
@@ -342,11 +342,12 @@ impl Colocator {
     /// Only with [`Self::preempt`] on: without it, an arrival waits for the
     /// grown job to end (`orrery-no-preempt` on Philly's short pinned run
     /// at load 2: mean JCT 1,319 → 1,689 s).
-    /// O(R) plus O(n) sizes per running job, each shaped once. On Philly
+    /// O(R) plus O(n) sizes per running job, each shaped once, and
+    /// O(m log H) per grown job on m hosts ([`Free`]). On Philly
     /// (benchmark.toml, seeds 1-3) it cut `orrery`'s mean JCT by 2% at
     /// load 1 and 1% at 1.5, where growth only at the start left GPUs idle
     /// that Pollux uses.
-    fn regrow(&mut self, view: &ClusterView<'_>, rack_of: &[usize], free: &mut [u32], out: &mut Vec<Decision>) {
+    fn regrow(&mut self, view: &ClusterView<'_>, free: &mut Free<'_>, out: &mut Vec<Decision>) {
         let mut grown = Vec::new();
         for r in view.running.iter().filter(|r| !r.paused && r.xi <= 1.0) {
             let (spec, per) = (r.spec, r.spec.gpus_per_worker.max(1));
@@ -357,7 +358,7 @@ impl Colocator {
             if solo != held || now >= cap || now == 0 {
                 continue;
             }
-            let spare: u32 = free.iter().sum();
+            let spare = free.total();
             let most = cap.min(now + spare / per);
             let stretch_now = self.stretch(view, r.id, spec, now);
             let Some((k, stretch)) =
@@ -368,7 +369,7 @@ impl Colocator {
             if stretch * GROW_GAIN > stretch_now {
                 continue;
             }
-            if let Some(hosts) = resized(view, rack_of, free, r.hosts, spec, k) {
+            if let Some(hosts) = free.resized(view, r.hosts, spec, k) {
                 grown.push(Decision::Preempt { job: r.id });
                 grown.push(Decision::Place { job: r.id, hosts });
                 self.regrown += 1;
@@ -387,9 +388,10 @@ impl Colocator {
     /// [`GROW_GAIN`] times faster (Pollux restarts a job only for 10%). It
     /// keeps that size until it ends or is preempted; a later arrival with
     /// less time left may take its GPUs ([`Self::preempt`]). O(Q) plus
-    /// O(n) sizes per started job, each shaped once.
-    fn grow(&mut self, view: &ClusterView<'_>, rack_of: &[usize], free: &mut [u32], out: &mut [Decision]) {
-        if !idle_for_the_queue(view, out, free.iter().sum(), self.preempt) {
+    /// O(n) sizes per started job, each shaped once, and O(m log H) per
+    /// grown job on m hosts ([`Free`]).
+    fn grow(&mut self, view: &ClusterView<'_>, free: &mut Free<'_>, out: &mut [Decision]) {
+        if !idle_for_the_queue(view, out, free.total(), self.preempt) {
             return; // someone still waits for these GPUs
         }
         let queued: HashMap<JobId, &crate::QueuedJob<'_>> = view.queue.iter().map(|q| (q.id, q)).collect();
@@ -401,7 +403,7 @@ impl Colocator {
             if hosts.iter().map(|h| h.1).sum::<u32>() != spec.gpus() {
                 continue; // started smaller
             }
-            let spare: u32 = free.iter().sum();
+            let spare = free.total();
             let most = (2 * n).min(n + spare / per);
             let Some((k, stretch)) =
                 (n + 1..=most).map(|k| (k, self.stretch(view, q.id, spec, k))).min_by(|a, b| a.1.total_cmp(&b.1))
@@ -411,7 +413,7 @@ impl Colocator {
             if stretch * GROW_GAIN > 1.0 {
                 continue;
             }
-            if let Some(bigger) = resized(view, rack_of, free, hosts, spec, k) {
+            if let Some(bigger) = free.resized(view, hosts, spec, k) {
                 *hosts = bigger;
                 self.grown += 1;
             }
@@ -818,12 +820,14 @@ impl Policy for Colocator {
         // Not in a round that preempts: GPUs are short, and the victims
         // come back to the queue at once.
         if self.shrink && victims.is_empty() {
-            self.grow(view, &rack_of, &mut free, &mut out);
+            let mut spare = Free::new(&rack_of, &mut free);
+            self.grow(view, &mut spare, &mut out);
             // A running job grows only where a later arrival can take the
             // GPUs back by preempting it.
             if self.preempt && nobody_waits(view, &out) {
-                self.regrow(view, &rack_of, &mut free, &mut out);
+                self.regrow(view, &mut spare, &mut out);
             }
+            spare.write_back();
         }
         if self.starvation_guard {
             self.note_holders(view, &out);
@@ -854,29 +858,59 @@ fn next_free_s(ends: &[(f64, f64)], free: u32, need: u32) -> f64 {
     if have >= need { 0.0 } else { f64::INFINITY }
 }
 
-/// `spec` on `k` workers, consolidated on the `free` GPUs plus the ones it
-/// `holds`; on success `free` gets those back and loses the new hosts.
-/// O(H).
-fn resized(
-    view: &ClusterView<'_>,
-    rack_of: &[usize],
-    free: &mut [u32],
-    holds: &[(HostId, u32)],
-    spec: &JobSpec,
-    k: u32,
-) -> Option<Vec<(HostId, u32)>> {
-    let mut trial = free.to_vec();
-    for &(h, g) in holds {
-        trial[h] += g;
+/// The free GPUs that growth takes from. Growing may place every running
+/// job of a round (all of them when nobody waits and half the cluster is
+/// idle), so the first resize builds a [`FreeIndex`] and each placement then
+/// costs O(m log H) for its m hosts instead of O(H log H).
+struct Free<'a> {
+    rack_of: &'a [usize],
+    free: &'a mut [u32],
+    /// Their sum until indexed.
+    total: u32,
+    index: Option<FreeIndex>,
+}
+
+impl<'a> Free<'a> {
+    /// O(H).
+    fn new(rack_of: &'a [usize], free: &'a mut [u32]) -> Free<'a> {
+        let total = free.iter().sum();
+        Free { rack_of, free, total, index: None }
     }
-    let mut resized = spec.clone();
-    resized.workers = k;
-    let hosts = consolidated(view, rack_of, &capped(&trial, &resized), k * spec.gpus_per_worker.max(1))?;
-    for &(h, g) in &hosts {
-        trial[h] -= g;
+
+    /// Free GPUs in all. O(1).
+    fn total(&self) -> u32 {
+        self.index.as_ref().map_or(self.total, |index| index.total() as u32)
     }
-    free.copy_from_slice(&trial);
-    Some(hosts)
+
+    /// `spec` on `k` workers, consolidated on the free GPUs plus the ones it
+    /// `holds`; on success the free GPUs get those back and lose the new
+    /// hosts. O(m log H) for m hosts held or taken (O(H log H) for the first
+    /// call of a round, which builds the index).
+    fn resized(
+        &mut self,
+        view: &ClusterView<'_>,
+        holds: &[(HostId, u32)],
+        spec: &JobSpec,
+        k: u32,
+    ) -> Option<Vec<(HostId, u32)>> {
+        let index = self.index.get_or_insert_with(|| FreeIndex::new(self.free, self.rack_of));
+        let gpus = k * spec.gpus_per_worker.max(1);
+        index.give_back(holds);
+        let hosts = if spec.anti_affinity {
+            consolidated(view, self.rack_of, &capped(index.free(), spec), gpus)
+        } else {
+            index.consolidated(gpus)
+        };
+        index.take(hosts.as_deref().unwrap_or(holds));
+        hosts
+    }
+
+    /// Copies the index's counts back to the round's free GPUs.
+    fn write_back(self) {
+        if let Some(index) = self.index {
+            self.free.copy_from_slice(index.free());
+        }
+    }
 }
 
 /// Whether nobody waiting can use the `free` GPUs left after `out`: every
