@@ -30,6 +30,35 @@ use serde::{Deserialize, Serialize};
 /// Index of a job in the driver's job table (stable for the whole run).
 pub type JobId = usize;
 
+/// When a policy drops what it caches per job for the jobs that have left
+/// its view (ended or cancelled). A long-running service sees jobs come and
+/// go for months; a cache keyed by job would otherwise grow with every job
+/// ever submitted. Pruned once its entries have doubled since the last
+/// pruning (at least [`Forget::FLOOR`]), each pruning costs O(entries +
+/// Q + R), amortised O(1) per entry added.
+#[derive(Debug, Default, Clone)]
+pub struct Forget {
+    kept: usize,
+}
+
+impl Forget {
+    /// Entries below which a cache is never pruned.
+    pub const FLOOR: usize = 256;
+
+    /// The jobs `view` holds (queued or running) when caches of `entries`
+    /// are due for pruning, else None; report what is left with
+    /// [`Forget::pruned`].
+    pub fn due(&self, view: &ClusterView<'_>, entries: usize) -> Option<std::collections::HashSet<JobId>> {
+        (entries > 2 * self.kept.max(Self::FLOOR / 2))
+            .then(|| view.queue.iter().map(|q| q.id).chain(view.running.iter().map(|r| r.id)).collect())
+    }
+
+    /// Records the entries left after pruning.
+    pub fn pruned(&mut self, entries: usize) {
+        self.kept = entries;
+    }
+}
+
 /// A job waiting for GPUs.
 #[derive(Debug, Clone, Copy)]
 pub struct QueuedJob<'a> {

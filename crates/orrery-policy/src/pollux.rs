@@ -26,7 +26,7 @@
 //!   from gradient statistics.
 
 use crate::baseline::{consolidated, racks};
-use crate::{ClusterView, Decision, JobId, Policy};
+use crate::{ClusterView, Decision, Forget, JobId, Policy};
 use orrery_model::JobSpec;
 use orrery_model::convergence::iterations_per_reference;
 use orrery_model::placed::place;
@@ -42,11 +42,19 @@ pub struct Pollux {
     last_full: f64,
     /// Cached reference-iteration rate per (job, GPUs).
     rates: HashMap<(JobId, u32), f64>,
+    /// When `rates` drops the jobs that have left.
+    forget: Forget,
 }
 
 impl Default for Pollux {
     fn default() -> Self {
-        Pollux { interval_s: 60.0, resize_gain: 1.1, last_full: f64::NEG_INFINITY, rates: HashMap::new() }
+        Pollux {
+            interval_s: 60.0,
+            resize_gain: 1.1,
+            last_full: f64::NEG_INFINITY,
+            rates: HashMap::new(),
+            forget: Forget::default(),
+        }
     }
 }
 
@@ -122,6 +130,10 @@ impl Policy for Pollux {
     }
 
     fn schedule(&mut self, view: &ClusterView<'_>) -> Vec<Decision> {
+        if let Some(live) = self.forget.due(view, self.rates.len()) {
+            self.rates.retain(|(j, _), _| live.contains(j));
+            self.forget.pruned(self.rates.len());
+        }
         let total = view.topology.gpu_count();
         let mut out = Vec::new();
         let full = view.now_s - self.last_full >= self.interval_s - 1e-9;
@@ -227,6 +239,29 @@ mod tests {
             Decision::Place { job: j, hosts } if *j == job => Some(hosts.iter().map(|h| h.1).sum()),
             _ => None,
         })
+    }
+
+    #[test]
+    fn the_rates_of_jobs_that_have_left_are_forgotten() {
+        // 2,000 one-GPU jobs, each alone in its round and gone by the next:
+        // each caches its rate on 1 and 2 GPUs; the cache stays within
+        // twice Forget's floor.
+        let t = two_hosts();
+        let mut p = Pollux::default();
+        let mut most = 0;
+        for i in 0..2_000usize {
+            let job = JobSpec::new(format!("j{i}"), "resnet50", 32, 1, Work::Iterations(100), 0.0);
+            let view = ClusterView {
+                now_s: 60.0 * i as f64,
+                topology: &t,
+                free_gpus: &[4, 4],
+                queue: vec![QueuedJob::new(i, &job, 0.0)],
+                running: Vec::new(),
+            };
+            assert!(placed_gpus(&p.schedule(&view), i).is_some());
+            most = most.max(p.rates.len());
+        }
+        assert!((100..=2 * Forget::FLOOR + 2).contains(&most), "{most}");
     }
 
     #[test]

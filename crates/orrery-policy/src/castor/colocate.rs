@@ -31,7 +31,7 @@
 use crate::baseline::{FreeIndex, consolidated, isolated_seconds, racks};
 use crate::castor::{BackToBack, batch_scaling, pair_choice};
 use crate::placement::capped;
-use crate::{ClusterView, Decision, JobId, Policy};
+use crate::{ClusterView, Decision, Forget, JobId, Policy};
 use orrery_model::colocation::{Colocation, accumulation_factor, memory_mib};
 use orrery_model::gpu::{GpuType, gpu_type};
 use orrery_model::{HostId, JobSpec, ModelSpec};
@@ -126,6 +126,8 @@ pub struct Colocator {
     network_share: HashMap<(JobId, u32), f64>,
     /// Seconds each job has held GPUs so far, summed between rounds.
     run_s: HashMap<JobId, f64>,
+    /// When the four caches above drop the jobs that have left.
+    forget: Forget,
     /// The previous round's time and the jobs holding GPUs after it.
     last_round: Option<(f64, HashSet<JobId>)>,
     /// Arrival times seen within [`ARRIVAL_WINDOW_S`], oldest first.
@@ -166,6 +168,7 @@ impl Colocator {
             stretch: HashMap::new(),
             network_share: HashMap::new(),
             run_s: HashMap::new(),
+            forget: Forget::default(),
             last_round: None,
             arrivals: VecDeque::new(),
             first_arrival_s: f64::INFINITY,
@@ -420,6 +423,21 @@ impl Colocator {
         }
     }
 
+    /// Entries cached per job, in all.
+    fn cached(&self) -> usize {
+        self.alone.len() + self.stretch.len() + self.network_share.len() + self.run_s.len()
+    }
+
+    /// Drops the cached times of jobs that have left the view ([`Forget`]).
+    fn forget_departed(&mut self, view: &ClusterView<'_>) {
+        let Some(live) = self.forget.due(view, self.cached()) else { return };
+        self.alone.retain(|j, _| live.contains(j));
+        self.stretch.retain(|(j, _), _| live.contains(j));
+        self.network_share.retain(|(j, _), _| live.contains(j));
+        self.run_s.retain(|j, _| live.contains(j));
+        self.forget.pruned(self.cached());
+    }
+
     /// Credits the time since the previous round to each job that held
     /// GPUs through it. O(R).
     fn note_running_time(&mut self, view: &ClusterView<'_>) {
@@ -585,6 +603,7 @@ impl Policy for Colocator {
     }
 
     fn schedule(&mut self, view: &ClusterView<'_>) -> Vec<Decision> {
+        self.forget_departed(view);
         if self.starvation_guard {
             self.note_running_time(view);
         }
@@ -1365,6 +1384,38 @@ mod tests {
         // Without the guard, a goes, as above.
         late.starvation_guard = false;
         assert_eq!(late.schedule(&contest)[0], Decision::Preempt { job: 0 });
+    }
+
+    #[test]
+    fn a_long_running_policy_forgets_the_jobs_that_have_left() {
+        // Job 0 holds host 0 for the whole run; every 10 s a one-GPU job
+        // arrives, starts on host 1 and has ended by the next round. 2,000
+        // jobs pass through; the caches keep at most twice Forget's floor,
+        // and job 0's time on GPUs survives every pruning.
+        let t = cluster();
+        let long = JobSpec::new("long", "resnet50", 32, 4, Work::Seconds(1e6), 0.0);
+        let home = [(0usize, 4u32)];
+        let mut p = Colocator::new(Rule::Bsbf);
+        (p.share, p.preempt, p.starvation_guard, p.shrink, p.price_gpu_time) = (false, true, true, true, true);
+        let mut most = 0;
+        for i in 1..=2_000usize {
+            let now_s = 10.0 * i as f64;
+            let short = JobSpec::new(format!("s{i}"), "resnet50", 32, 1, Work::Seconds(5.0), now_s);
+            let view = ClusterView {
+                now_s,
+                topology: &t,
+                free_gpus: &[0, 4],
+                queue: vec![QueuedJob::new(i, &short, 0.0)],
+                running: vec![running(0, &long, &home, 0.0)],
+            };
+            let out = p.schedule(&view);
+            assert!(out.iter().any(|d| matches!(d, Decision::Place { job, .. } if *job == i)), "{out:?}");
+            most = most.max(p.cached());
+        }
+        assert!(most > 100, "the caches fill ({most})");
+        assert!(most <= 2 * Forget::FLOOR + 8, "bounded: {most}");
+        // Held GPUs from the first round (10 s) to the last (20,000 s).
+        assert_eq!(p.run_s.get(&0), Some(&19_990.0));
     }
 
     #[test]
