@@ -336,16 +336,21 @@ pub fn by_name(name: &str, seed: u64) -> Option<Box<dyn Policy>> {
     if name.starts_with("plebiscito:") {
         return crate::plebiscito::Plebiscito::by_name(name, seed).map(|p| Box::new(p) as Box<dyn Policy>);
     }
-    if let Some(host) = name.strip_suffix("+cassini:paper") {
-        return by_name(host, seed).map(|inner| {
-            let mut cassini = crate::cassini::Cassini::new(inner, seed ^ 0xCA55);
-            cassini.rank = crate::cassini::Rank::Compatibility;
-            Box::new(cassini) as Box<dyn Policy>
-        });
-    }
-    if let Some(host) = name.strip_suffix("+cassini") {
-        return by_name(host, seed)
-            .map(|inner| Box::new(crate::cassini::Cassini::new(inner, seed ^ 0xCA55)) as Box<dyn Policy>);
+    for (suffix, rank) in
+        [("+cassini:paper", crate::cassini::Rank::Compatibility), ("+cassini", crate::cassini::Rank::LocalityFirst)]
+    {
+        if let Some(host) = name.strip_suffix(suffix) {
+            return by_name(host, seed).map(|inner| {
+                let mut cassini = crate::cassini::Cassini::new(inner, seed ^ 0xCA55);
+                cassini.rank = rank;
+                // The host scheduler's candidates: random ones for a host
+                // scheduler that places at random.
+                if host == "random" || host.ends_with("/random") {
+                    cassini.draw = crate::cassini::Candidates::Random;
+                }
+                Box::new(cassini) as Box<dyn Policy>
+            });
+        }
     }
     let (o, p) = match name {
         "metronome" => return Some(Box::new(crate::metronome::Metronome::default())),
