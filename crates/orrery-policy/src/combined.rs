@@ -59,10 +59,13 @@
 //!    the Affinity graph, traversed from the highest-priority job, which is
 //!    never moved (Metronome Eq. 16); only jobs that share a link get one,
 //!    and a job drifting more than 5% is re-aligned. With the bids on,
-//!    CASSINI shifts the host scheduler's placement and draws no random
-//!    candidates (one network-aware placement at a time; its random
-//!    candidates cost 8-10% mean JCT on benchmark-network). Without them it
-//!    ranks 10 candidates, the less local ones last.
+//!    CASSINI shifts the host scheduler's placement and draws no other
+//!    candidates (one network-aware placement at a time; random candidates
+//!    cost 8-10% mean JCT on benchmark-network, and the host scheduler's
+//!    first fit per rack was even on average: better on the 4:1 check,
+//!    worse on four-GPU hosts, docs/results.md). Without them it ranks 10
+//!    candidates, the host scheduler's first fit anchored at each rack, the
+//!    less local ones last.
 //! 6. **Routes** (FORESIGHT, [`crate::foresight::policy::Foresight`], part
 //!    `routes`): on a fabric of several spines, cross-rack flows are spread
 //!    over spines by edge colouring; flows that stay in a rack are not
@@ -231,9 +234,10 @@ impl Combined {
             let mut cassini = Cassini::new(inner, seed ^ 0xCA55);
             cassini.on_loop = OnLoop::RunUnaligned;
             // One network-aware placement at a time: with the bids on,
-            // CASSINI shifts the host scheduler's choice and draws no random
-            // candidates (they cost 8-10% mean JCT on benchmark-network,
-            // seed 1, docs/results.md).
+            // CASSINI shifts the host scheduler's choice and draws no other
+            // candidates (random ones cost 8-10% mean JCT on
+            // benchmark-network, seed 1; first fit per rack was even on
+            // average; docs/results.md).
             if parts.bandwidth {
                 cassini.candidates = 1;
             }

@@ -275,7 +275,7 @@ pub const CATALOGUE: &[(&str, &str)] = &[
     ),
     (
         "POLICY+cassini",
-        "CASSINI Alg. 2 on any of the above: ranks 10 candidate placements by the fabric links they cross, then link compatibility (+cassini:paper: compatibility only), aligns time-shifts",
+        "CASSINI Alg. 2 on any of the above: ranks 10 candidate placements (the host scheduler's, and its first fit anchored at each other rack; random hosts under a random host scheduler) by the fabric links they cross, then link compatibility (+cassini:paper: compatibility only), aligns time-shifts",
     ),
 ];
 
