@@ -1,8 +1,9 @@
 //! CASSINI as a network augmentation of any host scheduler (CASSINI §4.2,
 //! Alg. 2): the host scheduler's placement for each job it starts is one
-//! candidate; up to `candidates − 1` more are placements the host scheduler
-//! could have made ([`Candidates`]). Every candidate is scored by the mean compatibility of the links it
-//! would share (CASSINI Eq. 2 after the best rotation), candidates whose
+//! candidate; up to `candidates − 1` more are placements the host
+//! scheduler could have made ([`Candidates`]). Every candidate is scored by
+//! the mean compatibility of the links it would share (CASSINI Eq. 2 after
+//! the best rotation), candidates whose
 //! Affinity graph has a loop are dropped, and the best one is placed. Then one
 //! time-shift per job comes from the Affinity graph (Alg. 1) and every job that
 //! shares a link is aligned to it on a common clock. A job whose iteration runs
@@ -25,9 +26,9 @@
 //! still scatters the job over hosts the host scheduler would have kept
 //! whole, and the next wide job crosses more racks. With the host
 //! scheduler's own first fit anchored at each rack in turn
-//! ([`Candidates::PerRack`]), `themis+cassini` runs 5–12% shorter mean JCT
-//! than `themis` on benchmark-network, where random candidates ran 0–9%
-//! longer (docs/results.md). A host scheduler that places at random keeps
+//! ([`Candidates::PerRack`]), `themis+cassini`'s mean JCT on
+//! benchmark-network is 4–12% below `themis`' (seeds 1–12, both loads),
+//! where with random candidates it was up to 12% above (docs/results.md). A host scheduler that places at random keeps
 //! random candidates ([`Candidates::Random`]).
 //!
 //! Simplification: the 5% rule watches iteration times, not the start of the
