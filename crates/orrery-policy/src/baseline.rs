@@ -44,19 +44,30 @@ pub fn consolidated(view: &ClusterView<'_>, rack_of: &[usize], free: &[u32], gpu
         })
         .collect();
     rack_list.sort_by_key(|(f, r, _)| (std::cmp::Reverse(*f), *r));
-    let mut left = gpus;
     let mut out = Vec::new();
-    for (_, _, hosts) in rack_list {
-        for h in hosts {
-            let take = free[h].min(left);
-            out.push((h, take));
-            left -= take;
-            if left == 0 {
-                return Some(out);
-            }
+    let left = take_in_order(free, rack_list.into_iter().flat_map(|(_, _, hosts)| hosts), gpus, &mut out);
+    (left == 0 && !out.is_empty()).then_some(out)
+}
+
+/// Takes `gpus` from `hosts` in the order given, each host's free GPUs up
+/// to what is left, appending (host, GPUs) to `out`; returns what is left
+/// (0 when they sufficed). O(hosts taken).
+pub fn take_in_order(
+    free: &[u32],
+    hosts: impl IntoIterator<Item = HostId>,
+    gpus: u32,
+    out: &mut Vec<(HostId, u32)>,
+) -> u32 {
+    let mut left = gpus;
+    for h in hosts {
+        if left == 0 {
+            break;
         }
+        let take = free[h].min(left);
+        out.push((h, take));
+        left -= take;
     }
-    None
+    left
 }
 
 /// The free GPUs of every host, indexed so that [`consolidated`]'s choice
@@ -172,19 +183,9 @@ impl FreeIndex {
         if let Some(&(_, h)) = self.by_free.range((gpus, 0)..).next() {
             return Some(vec![(h, gpus)]);
         }
-        let mut left = gpus;
         let mut out = Vec::new();
-        for &(_, _, r) in &self.racks {
-            for &(Reverse(f), h) in &self.in_rack[r] {
-                let take = f.min(left);
-                out.push((h, take));
-                left -= take;
-                if left == 0 {
-                    return Some(out);
-                }
-            }
-        }
-        None
+        let hosts = self.racks.iter().flat_map(|&(_, _, r)| self.in_rack[r].iter().map(|&(_, h)| h));
+        (take_in_order(&self.free, hosts, gpus, &mut out) == 0).then_some(out)
     }
 }
 

@@ -191,17 +191,13 @@ fn first_fit_from(
         return Some(vec![(h, gpus)]);
     }
     hosts.sort_by_key(|&h| (std::cmp::Reverse(free[h]), h));
-    let (mut left, mut out) = (gpus, Vec::new());
-    for h in hosts {
-        let take = free[h].min(left);
-        out.push((h, take));
-        left -= take;
-        if left == 0 {
-            return Some(out);
-        }
-    }
+    let mut out = Vec::new();
+    let left = crate::baseline::take_in_order(free, hosts, gpus, &mut out);
     if out.is_empty() {
         return None;
+    }
+    if left == 0 {
+        return Some(out);
     }
     let mut rest = free.to_vec();
     for &(h, g) in &out {
