@@ -410,7 +410,9 @@ impl Policy for Cassini {
     fn schedule(&mut self, view: &ClusterView<'_>) -> Vec<Decision> {
         let proposed = self.inner.schedule(view);
         let mut free = view.free_gpus.to_vec();
-        let (rack_of, in_rack) = if self.draw == Candidates::PerRack && self.candidates > 1 {
+        // Racks and their hosts, O(H), only in a round that places a job.
+        let placing = proposed.iter().any(|d| matches!(d, Decision::Place { .. }));
+        let (rack_of, in_rack) = if placing && self.draw == Candidates::PerRack && self.candidates > 1 {
             let rack_of = crate::baseline::racks(view);
             let mut in_rack: HashMap<usize, Vec<HostId>> = HashMap::new();
             for (h, &r) in rack_of.iter().enumerate() {
