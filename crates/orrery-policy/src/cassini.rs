@@ -476,7 +476,9 @@ impl Policy for Cassini {
                 out.push(d);
                 continue;
             };
-            let Some(spec) = view.queue.iter().find(|q| q.id == job).map(|q| q.spec) else { continue };
+            // A running job preempted above to restart on a new size (Pollux's
+            // resizes, `orrery`'s growth) is placed again like a waiting one.
+            let Some(spec) = view.spec_of(job) else { continue };
             // The host scheduler's choice may use GPUs an earlier job of this
             // round took in another candidate: keep it only if it still fits.
             let fits = hosts.iter().all(|&(h, g)| free.get(h).is_some_and(|&f| f >= g));
@@ -789,6 +791,55 @@ mod tests {
         fn schedule(&mut self, view: &ClusterView<'_>) -> Vec<Decision> {
             view.queue.iter().map(|q| Decision::Place { job: q.id, hosts: self.0.clone() }).collect()
         }
+    }
+
+    /// Restarts every running job on these GPUs (Pollux's resize).
+    struct Resize(Vec<(HostId, u32)>);
+
+    impl Policy for Resize {
+        fn name(&self) -> String {
+            "resize".into()
+        }
+        fn schedule(&mut self, view: &ClusterView<'_>) -> Vec<Decision> {
+            view.running
+                .iter()
+                .flat_map(|r| [Decision::Preempt { job: r.id }, Decision::Place { job: r.id, hosts: self.0.clone() }])
+                .collect()
+        }
+    }
+
+    #[test]
+    fn a_running_job_restarted_on_a_new_size_is_placed_again() {
+        // The inner policy grows A from hosts 0-1 to 0-2 (Pollux's resize,
+        // orrery's growth): a preemption and a placement of a job that is
+        // running, not waiting. Both must pass; dropping the placement
+        // left the job preempted and restarted at its old size in the next
+        // round, again and again (20 restarts in one instant for a VGG19 job
+        // on 8-GPU hosts).
+        let t = three_racks();
+        let a = JobSpec::new("a", "vgg19", 32, 2, Work::Iterations(100), 0.0);
+        let ha = [(0, 1), (1, 1)];
+        let grown = vec![(0, 1), (1, 1), (2, 1)];
+        let view = ClusterView {
+            now_s: 1.0,
+            topology: &t,
+            free_gpus: &[0, 0, 1],
+            queue: Vec::new(),
+            running: vec![running(0, &a, &ha)],
+        };
+        let expected = [Decision::Preempt { job: 0 }, Decision::Place { job: 0, hosts: grown.clone() }];
+        for candidates in [1, 10] {
+            let mut cassini = Cassini::new(Box::new(Resize(grown.clone())), 0);
+            cassini.candidates = candidates;
+            let d = cassini.schedule(&view);
+            assert_eq!(d[..2], expected, "{candidates} candidates: {d:?}");
+        }
+        let mut routed = crate::foresight::policy::Foresight::new(
+            Box::new(Resize(grown.clone())),
+            crate::foresight::policy::Mode::Routes,
+        );
+        let d = routed.schedule(&view);
+        assert_eq!(d[..2], expected, "{d:?}");
     }
 
     #[test]

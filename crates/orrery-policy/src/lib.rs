@@ -147,7 +147,19 @@ pub struct ClusterView<'a> {
     pub running: Vec<RunningJob<'a>>,
 }
 
-impl ClusterView<'_> {
+impl<'a> ClusterView<'a> {
+    /// The spec of a job a decision of this round may place: a waiting job,
+    /// or a running one the round preempts to restart it on a new size
+    /// (Pollux's resizes, `orrery`'s growth). A layer that re-places the
+    /// inner policy's placements must find both. O(Q + R).
+    pub fn spec_of(&self, job: JobId) -> Option<&'a JobSpec> {
+        self.queue
+            .iter()
+            .find(|q| q.id == job)
+            .map(|q| q.spec)
+            .or_else(|| self.running.iter().find(|r| r.id == job).map(|r| r.spec))
+    }
+
     /// The hosts of the running jobs that `spec` depends on or that depend
     /// on it (`depends_on`, Metronome's AppGroup dependencies), one entry
     /// per pod: Metronome's PreFilter and Diktyo's NetworkOverhead sum the

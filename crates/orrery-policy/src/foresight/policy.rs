@@ -826,8 +826,8 @@ impl Policy for Foresight {
         for (id, hosts) in placed {
             self.measured.remove(&id);
             self.stretch.remove(&id);
-            if let Some(q) = view.queue.iter().find(|q| q.id == id) {
-                jobs.push((id, q.spec, hosts));
+            if let Some(spec) = view.spec_of(id) {
+                jobs.push((id, spec, hosts));
             }
         }
         out.extend(self.plan(view, &jobs));
