@@ -124,6 +124,9 @@ pub struct Colocator {
     /// Fraction of an iteration spent crossing the network on k workers,
     /// packed from host 0, per (job, k).
     network_share: HashMap<(JobId, u32), f64>,
+    /// Iteration time alone at the request, packed from host 0, ms: the
+    /// reference of [`Self::stretch_on`].
+    request_ms: HashMap<JobId, f64>,
     /// Seconds each job has held GPUs so far, summed between rounds.
     run_s: HashMap<JobId, f64>,
     /// When the four caches above drop the jobs that have left.
@@ -167,6 +170,7 @@ impl Colocator {
             alone: HashMap::new(),
             stretch: HashMap::new(),
             network_share: HashMap::new(),
+            request_ms: HashMap::new(),
             run_s: HashMap::new(),
             forget: Forget::default(),
             last_round: None,
@@ -220,16 +224,44 @@ impl Colocator {
     /// efficiency. k times this over n is its GPU time on k workers
     /// against its request's: above 1 exactly when its extra workers are
     /// spent on the network. O(1) after [`Self::stretch`].
+    #[cfg(test)]
     fn hardware_stretch(&mut self, view: &ClusterView<'_>, id: JobId, spec: &JobSpec, k: u32) -> f64 {
         let n = spec.workers.max(1);
         let ratio = orrery_model::convergence::iterations_per_reference(&spec.model, n * spec.batch, k * spec.batch);
         self.stretch(view, id, spec, k) / ratio * f64::from(n) / f64::from(k)
     }
 
+    /// [`Self::stretch`] where the job would run: its time alone for the
+    /// same work on `hosts`, over its time at its request packed from host
+    /// 0. Packed, k workers of an 8-GPU host's job stay on one host; placed
+    /// on the free GPUs of a busy cluster they may span two, whose NICs
+    /// other jobs share. Pollux's throughput model is likewise a function
+    /// of the placement (§3.2: GPUs and the nodes they span). Infinite when
+    /// it cannot be shaped. O(shape).
+    fn stretch_on(&mut self, view: &ClusterView<'_>, id: JobId, spec: &JobSpec, hosts: &[(HostId, u32)]) -> f64 {
+        let (n, per) = (spec.workers.max(1), spec.gpus_per_worker.max(1));
+        let k = hosts.iter().map(|h| h.1).sum::<u32>() / per;
+        let ratio = orrery_model::convergence::iterations_per_reference(&spec.model, n * spec.batch, k * spec.batch);
+        match period_on(view, spec, hosts) {
+            Some(ms) => ratio * ms / self.request_ms(view, id, spec),
+            None => f64::INFINITY,
+        }
+    }
+
+    /// The job's iteration time alone at its request, packed from host 0,
+    /// ms. Cached; O(shape) once per job.
+    fn request_ms(&mut self, view: &ClusterView<'_>, id: JobId, spec: &JobSpec) -> f64 {
+        *self.request_ms.entry(id).or_insert_with(|| {
+            packed_placement(view.topology, spec, spec.workers.max(1)).map_or(f64::INFINITY, |p| p.shape.period_ms())
+        })
+    }
+
     /// Where `q` starts on fewer GPUs than it asks for: at the size that
-    /// finishes soonest on the free GPUs, if that beats waiting `wait_s` and
-    /// then taking `t_new` at the request. O(n) sizes per job, each shaped
-    /// once.
+    /// finishes soonest on the free GPUs, each size judged where the host
+    /// scheduler's first fit would put it now ([`Self::stretch_on`]), if
+    /// that beats waiting `wait_s` and then taking `t_new` at the request.
+    /// O(H log H) for the index, then O(m log H + shape) per size over m
+    /// hosts.
     fn shrunk_start(
         &mut self,
         view: &ClusterView<'_>,
@@ -243,8 +275,11 @@ impl Colocator {
         let per = spec.gpus_per_worker.max(1);
         let free_total: u64 = free.iter().map(|&f| u64::from(f)).sum();
         let most = (free_total / u64::from(per)).min(u64::from(spec.workers.max(1) - 1)) as u32;
-        let (k, stretch) =
-            (1..=most).map(|k| (k, self.stretch(view, id, spec, k))).min_by(|a, b| a.1.total_cmp(&b.1))?;
+        // Each size where the host scheduler would put it now.
+        let index = FreeIndex::new(&capped(free, spec), rack_of);
+        let (k, stretch) = (1..=most)
+            .filter_map(|k| index.consolidated(k * per).map(|h| (k, self.stretch_on(view, id, spec, &h))))
+            .min_by(|a, b| a.1.total_cmp(&b.1))?;
         // An unknown wait (the running jobs never free enough) is no
         // evidence for a size the job keeps for its whole run.
         let pays = wait_s.is_finite() && stretch.is_finite() && t_new * stretch < wait_s + t_new;
@@ -312,9 +347,15 @@ impl Colocator {
     /// The workers `q` starts on when its GPU time is priced at `price`
     /// per GPU ([`gpu_second_price`]): the k ≤ n minimising
     /// `T(k)·(1 + price·k·g)`, its own time plus the delay to others, with
-    /// `T(k)` its time on k workers of g GPUs for the same samples
-    /// ([`Self::hardware_stretch`]). n at a price of 0. O(n) sizes, each
-    /// shaped once per job.
+    /// `T(k)` its time on k workers of g GPUs for the same samples, where
+    /// the host scheduler's first fit would put them now, relative to its
+    /// request where that would run (packed from host 0 when it cannot
+    /// start now). So at a price of 0 a job starts smaller only when that
+    /// is faster where it would run: on 8-GPU hosts with 6 GPUs free on
+    /// one and 2 on another, an 8-GPU VGG19 job starts on the 6 of one host
+    /// rather than span two NICs (`orrery`'s mean JCT on a fabric of 8-GPU
+    /// hosts fell by half, docs/results.md). O(H log H) for the index, then
+    /// O(m log H + shape) per size over m hosts.
     ///
     /// Pollux's statistical efficiency is left out on purpose: with it,
     /// Philly's compute-bound jobs, whose smaller batches converge in
@@ -322,14 +363,27 @@ impl Colocator {
     /// GPUs they left could not start those jobs (`orrery` on
     /// benchmark.toml at load 1.5: mean JCT 1,563 → 1,786 s,
     /// docs/results.md).
-    fn priced_workers(&mut self, view: &ClusterView<'_>, q: &crate::QueuedJob<'_>, price: f64) -> u32 {
-        let (n, per) = (q.spec.workers.max(1), f64::from(q.spec.gpus_per_worker.max(1)));
-        let cost = |k: u32, stretch: f64| stretch * (1.0 + price * f64::from(k) * per);
+    fn priced_workers(
+        &mut self,
+        view: &ClusterView<'_>,
+        rack_of: &[usize],
+        free: &[u32],
+        q: &crate::QueuedJob<'_>,
+        price: f64,
+    ) -> u32 {
+        let (n, per) = (q.spec.workers.max(1), q.spec.gpus_per_worker.max(1));
+        let index = FreeIndex::new(&capped(free, q.spec), rack_of);
+        let period = |k: u32| index.consolidated(k * per).and_then(|h| period_on(view, q.spec, &h));
+        let at_request = period(n);
+        let reference = at_request.unwrap_or_else(|| self.request_ms(view, q.id, q.spec));
+        let cost = |k: u32, stretch: f64| stretch * (1.0 + price * f64::from(k * per));
         let mut best = (n, cost(n, 1.0));
         for k in 1..n {
-            let c = cost(k, self.hardware_stretch(view, q.id, q.spec, k));
-            if c < best.1 {
-                best = (k, c);
+            if let Some(ms) = period(k) {
+                let c = cost(k, f64::from(n) / f64::from(k) * ms / reference);
+                if c < best.1 {
+                    best = (k, c);
+                }
             }
         }
         best.0
@@ -379,9 +433,10 @@ impl Colocator {
             let r = &view.running[i];
             let (spec, per) = (r.spec, r.spec.gpus_per_worker.max(1));
             let most = (2 * spec.workers.max(1)).min(now + free.total() / per);
-            let stretch_now = self.stretch(view, r.id, spec, now);
-            let Some((k, stretch)) =
-                (now + 1..=most).map(|k| (k, self.stretch(view, r.id, spec, k))).min_by(|a, b| a.1.total_cmp(&b.1))
+            let stretch_now = self.stretch_on(view, r.id, spec, r.hosts);
+            let Some((k, stretch)) = (now + 1..=most)
+                .filter_map(|k| free.trial(view, r.hosts, spec, k).map(|h| (k, self.stretch_on(view, r.id, spec, &h))))
+                .min_by(|a, b| a.1.total_cmp(&b.1))
             else {
                 continue;
             };
@@ -436,12 +491,14 @@ impl Colocator {
             }
             let spare = free.total();
             let most = (2 * n).min(n + spare / per);
-            let Some((k, stretch)) =
-                (n + 1..=most).map(|k| (k, self.stretch(view, q.id, spec, k))).min_by(|a, b| a.1.total_cmp(&b.1))
+            let stretch_now = self.stretch_on(view, q.id, spec, hosts);
+            let Some((k, stretch)) = (n + 1..=most)
+                .filter_map(|k| free.trial(view, hosts, spec, k).map(|h| (k, self.stretch_on(view, q.id, spec, &h))))
+                .min_by(|a, b| a.1.total_cmp(&b.1))
             else {
                 continue;
             };
-            if stretch * GROW_GAIN > 1.0 {
+            if stretch * GROW_GAIN > stretch_now {
                 continue;
             }
             if let Some(bigger) = free.resized(view, hosts, spec, k) {
@@ -453,7 +510,7 @@ impl Colocator {
 
     /// Entries cached per job, in all.
     fn cached(&self) -> usize {
-        self.alone.len() + self.stretch.len() + self.network_share.len() + self.run_s.len()
+        self.alone.len() + self.stretch.len() + self.network_share.len() + self.request_ms.len() + self.run_s.len()
     }
 
     /// Drops the cached times of jobs that have left the view ([`Forget`]).
@@ -462,6 +519,7 @@ impl Colocator {
         self.alone.retain(|j, _| live.contains(j));
         self.stretch.retain(|(j, _), _| live.contains(j));
         self.network_share.retain(|(j, _), _| live.contains(j));
+        self.request_ms.retain(|j, _| live.contains(j));
         self.run_s.retain(|j, _| live.contains(j));
         self.forget.pruned(self.cached());
     }
@@ -734,10 +792,17 @@ impl Policy for Colocator {
             }
             before_previous = Some(out.len());
             let need = q.spec.gpus();
-            if self.price_gpu_time && !high(q.spec) {
+            if self.price_gpu_time {
+                // A high-priority job's GPU time is not priced (Metronome:
+                // it is not slowed for others); it still starts smaller when
+                // that is faster where it would run.
                 let behind = waiting - pos - 1;
-                let price = gpu_second_price(behind, arrival_rate, backlog_behind[pos + 1], total);
-                let k = self.priced_workers(view, q, price);
+                let price = if high(q.spec) {
+                    0.0
+                } else {
+                    gpu_second_price(behind, arrival_rate, backlog_behind[pos + 1], total)
+                };
+                let k = self.priced_workers(view, &rack_of, &free, q, price);
                 if k < q.spec.workers.max(1)
                     && let Some(hosts) = self.place_smaller(view, &rack_of, &free, q.spec, k)
                 {
@@ -952,6 +1017,27 @@ impl<'a> Free<'a> {
         hosts
     }
 
+    /// Where [`Self::resized`] would put `spec` on `k` workers, without
+    /// taking the GPUs. O(m log H).
+    fn trial(
+        &mut self,
+        view: &ClusterView<'_>,
+        holds: &[(HostId, u32)],
+        spec: &JobSpec,
+        k: u32,
+    ) -> Option<Vec<(HostId, u32)>> {
+        let index = self.index.get_or_insert_with(|| FreeIndex::new(self.free, self.rack_of));
+        let gpus = k * spec.gpus_per_worker.max(1);
+        index.give_back(holds);
+        let hosts = if spec.anti_affinity {
+            consolidated(view, self.rack_of, &capped(index.free(), spec), gpus)
+        } else {
+            index.consolidated(gpus)
+        };
+        index.take(holds);
+        hosts
+    }
+
     /// Copies the index's counts back to the round's free GPUs.
     fn write_back(self) {
         if let Some(index) = self.index {
@@ -994,6 +1080,12 @@ fn nobody_waits(view: &ClusterView<'_>, out: &[Decision]) -> bool {
 pub fn gpu_second_price(behind: usize, arrival_rate: f64, backlog_gpu_s: f64, gpus: u32) -> f64 {
     let g = f64::from(gpus.max(1));
     (behind as f64 + arrival_rate * backlog_gpu_s / g) / g
+}
+
+/// `spec`'s iteration time alone on `hosts`, ms (None when it cannot be
+/// shaped). O(shape).
+fn period_on(view: &ClusterView<'_>, spec: &JobSpec, hosts: &[(HostId, u32)]) -> Option<f64> {
+    orrery_model::placed::place(view.topology, spec, hosts).map(|p| p.shape.period_ms())
 }
 
 /// `spec` on `workers` of its workers, packed from host 0, as the zoo
@@ -1526,6 +1618,63 @@ mod tests {
     }
 
     #[test]
+    fn a_size_is_judged_where_it_would_run() {
+        // Two 8-GPU hosts with one 50 Gbit/s NIC each; a running job holds 2
+        // GPUs of host 0 and 6 of host 1, so 6 + 2 are free. Packed, an
+        // 8-GPU job runs on one host; placed now, it spans both NICs.
+        let t = LeafSpine {
+            racks: 1,
+            hosts_per_rack: 2,
+            spines: 1,
+            gpus_per_host: 8,
+            gpu_type: "a100".into(),
+            host_gbps: 50.0,
+            uplink_gbps: 100.0,
+        }
+        .build("two-8-gpu-hosts")
+        .expect("valid");
+        let other = JobSpec::new("o", "resnet50", 32, 8, Work::Seconds(600.0), 0.0);
+        let held = [(0usize, 2u32), (1, 6)];
+        let free = [6u32, 2];
+        let ms = |spec: &JobSpec, hosts: &[(HostId, u32)]| {
+            let view =
+                ClusterView { now_s: 0.0, topology: &t, free_gpus: &free, queue: Vec::new(), running: Vec::new() };
+            period_on(&view, spec, hosts).expect("shaped")
+        };
+        for (model, starts_on) in [("vgg19", vec![(0, 6)]), ("resnet50", vec![(0, 6), (1, 2)])] {
+            let spec = JobSpec::new("j", model, 32, 8, Work::Seconds(600.0), 0.0);
+            let (across, one_host) = (ms(&spec, &[(0, 6), (1, 2)]), ms(&spec, &[(0, 6)]));
+            // The same samples on 6 workers take 8/6 as many iterations.
+            let stretch = 8.0 / 6.0 * one_host / across;
+            let view = ClusterView {
+                now_s: 10.0,
+                topology: &t,
+                free_gpus: &free,
+                queue: vec![QueuedJob::new(1, &spec, 0.0)],
+                running: vec![RunningJob::new(0, &other, &held)],
+            };
+            let mut p = Colocator::new(Rule::Bsbf);
+            p.share = false;
+            p.price_gpu_time = true;
+            let d = p.schedule(&view);
+            assert_eq!(d.first(), Some(&Decision::Place { job: 1, hosts: starts_on.clone() }), "{model}: {d:?}");
+            // VGG19 spends most of an iteration across hosts on the network:
+            // 6 GPUs of one host do the same work in 0.62 of the time.
+            // ResNet-50 communicates little: on 6 it takes 1.04 times as
+            // long, so all 8, across both hosts.
+            if model == "vgg19" {
+                assert!(stretch < 0.8, "{model}: {stretch}"); // 0.62
+            } else {
+                assert!(stretch > 1.0, "{model}: {stretch}"); // 1.04
+            }
+            // Packed from host 0 (the rule before), 8 GPUs fit on one host
+            // and no smaller size is faster: the request across both NICs.
+            let packed = |k: u32| packed_placement(&t, &spec, k).map(|p| p.shape.period_ms()).expect("shaped");
+            assert!(8.0 / 6.0 * packed(6) / packed(8) > 1.0, "{model}");
+        }
+    }
+
+    #[test]
     fn a_job_that_spends_its_gpus_on_the_network_starts_smaller_while_others_wait() {
         // VGG19 on 12 one-GPU hosts spends most of each iteration on the
         // 3:1 fabric: on one worker it takes 3.5 times as long for the same
@@ -1541,9 +1690,15 @@ mod tests {
         assert!((3.3..3.6).contains(&one), "{one}");
         // cost(12) = 1 + 12·price, cost(1) = 3.46·(1 + price): 1 worker
         // wins above a price of about 0.29.
-        assert_eq!(p.priced_workers(&alone, &alone.queue[0], 0.0), 12);
-        assert_eq!(p.priced_workers(&alone, &alone.queue[0], 0.2), 12);
-        assert_eq!(p.priced_workers(&alone, &alone.queue[0], 0.5), 1);
+        assert_eq!(
+            p.priced_workers(&alone, &crate::baseline::racks(&alone), alone.free_gpus, &alone.queue[0], 0.0),
+            12
+        );
+        assert_eq!(
+            p.priced_workers(&alone, &crate::baseline::racks(&alone), alone.free_gpus, &alone.queue[0], 0.2),
+            12
+        );
+        assert_eq!(p.priced_workers(&alone, &crate::baseline::racks(&alone), alone.free_gpus, &alone.queue[0], 0.5), 1);
         let host = LeafSpine {
             racks: 1,
             hosts_per_rack: 2,
@@ -1564,7 +1719,17 @@ mod tests {
             running: Vec::new(),
         };
         for price in [0.0, 0.1, 0.5, 1.0] {
-            assert_eq!(p.priced_workers(&on_host, &on_host.queue[0], price), 8, "price {price}");
+            assert_eq!(
+                p.priced_workers(
+                    &on_host,
+                    &crate::baseline::racks(&on_host),
+                    on_host.free_gpus,
+                    &on_host.queue[0],
+                    price
+                ),
+                8,
+                "price {price}"
+            );
         }
 
         // In a round: three 12-GPU jobs of 6,000 s arrived before it, at 0
