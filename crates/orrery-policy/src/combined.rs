@@ -40,7 +40,14 @@
 //!    a job that spends its extra GPUs on the network starts smaller when
 //!    the cluster is busy, and grows back once nobody waits. On
 //!    benchmark-network at load 1.5 this is what beats Pollux
-//!    (docs/results.md).
+//!    (docs/results.md). Every size, at the start, shrunk or grown, is
+//!    judged where the host scheduler's first fit would put it now, not
+//!    packed on an empty cluster (Pollux's throughput is a function of the
+//!    placement, §3.2): on hosts of several GPUs a job whose request would
+//!    span two NICs starts on the free GPUs of one host when that is
+//!    faster (on 8-GPU hosts `orrery`'s mean JCT fell from 430 to 183 s).
+//!    It holds on one-GPU hosts too, where a size that stays in one rack
+//!    beats one that crosses an oversubscribed uplink.
 //! 3. **Sharing** (Castor, part `share`): otherwise it shares a running
 //!    job's GPUs when Theorem 1 says the pair ends sooner together than if
 //!    the newcomer waits for the next free GPUs, with each job's ξ raised
@@ -51,9 +58,11 @@
 //!    came back much sooner and slowed low-priority jobs 1.3-2x.
 //! 4. **Placement** (Plebiscito, part `bandwidth`, [`BidsWhenLoaded`]):
 //!    consolidated first fit, unless that placement sends traffic over a
-//!    link running jobs already load; then the bandwidth-aware SGF bids
-//!    (Eq. 9, alpha = 0.5), the centralised greedy its Theorem 1 compares
-//!    the auction with. On an idle fabric bids only fragment the cluster.
+//!    fabric link (leaf to spine) running jobs already load; then the
+//!    bandwidth-aware SGF bids (Eq. 9, alpha = 0.5), the centralised greedy
+//!    its Theorem 1 compares the auction with. On an idle fabric bids only
+//!    fragment the cluster; a host's own loaded NIC does not call them, as
+//!    bidding away from it spreads the job over more NICs.
 //! 5. **Interleaving** (CASSINI, [`crate::cassini::Cassini`], with
 //!    Metronome's priorities, part `interleave`): one time-shift per job from
 //!    the Affinity graph, traversed from the highest-priority job, which is
@@ -119,7 +128,10 @@ use std::collections::HashSet;
 /// what each does.
 pub const PARTS: &[(&str, &str)] = &[
     ("share", "Castor: GPU sharing where Theorem 1 pays (off: the same order and backfilling, free GPUs only)"),
-    ("bandwidth", "Plebiscito: workers placed by bandwidth-aware SGF bids, centralised (off: consolidated first fit)"),
+    (
+        "bandwidth",
+        "Plebiscito: workers placed by bandwidth-aware SGF bids, centralised, where first fit would cross a loaded fabric link (off: consolidated first fit)",
+    ),
     (
         "interleave",
         "CASSINI candidates and time-shifts, the highest-priority job as reference (Metronome Eq. 16), 5% drift rule",
@@ -127,7 +139,7 @@ pub const PARTS: &[(&str, &str)] = &[
     ("routes", "FORESIGHT: spines by edge colouring (routes only; without interleave, its delays and throttles too)"),
     (
         "size",
-        "Pollux's goodput: a job that free GPUs cannot hold starts on fewer when that ends sooner than waiting for the next free GPUs; a low-priority job starts on fewer when its GPU time, priced by the jobs it delays, costs more than the time it saves (jobs that spend their GPUs on the network); on GPUs no waiting job can use (with preemption, a job that needs more than are free cannot), a job started in the round takes up to twice its request when that is 10% faster; when nobody waits, a running job restarts on up to twice its request when that is 10% faster, the job a worker speeds up most first",
+        "Pollux's goodput: a job that free GPUs cannot hold starts on fewer when that ends sooner than waiting for the next free GPUs; a low-priority job starts on fewer when its GPU time, priced by the jobs it delays, costs more than the time it saves (jobs that spend their GPUs on the network); on GPUs no waiting job can use (with preemption, a job that needs more than are free cannot), a job started in the round takes up to twice its request when that is 10% faster; when nobody waits, a running job restarts on up to twice its request when that is 10% faster, the job a worker speeds up most first; every size judged where first fit would place it now (a job whose request would span two NICs starts on one host's free GPUs when that is faster)",
     ),
     (
         "preempt",
