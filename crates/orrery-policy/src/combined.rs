@@ -30,8 +30,8 @@
 //!    its request (Pollux's cap) if that ends it at least 10% sooner; when
 //!    nobody waits at all, a running one does too (it restarts on the new
 //!    size), the job a worker speeds up most relative to its time now
-//!    first (Pollux's greedy marginal; on four-GPU hosts 318 → 283 s mean
-//!    JCT at load 1). On Philly a 48-GPU job waiting for hours used to hold every
+//!    first (Pollux's greedy marginal; on four-GPU hosts 245 → 237 s mean
+//!    JCT at load 1, twelve seeds). On Philly a 48-GPU job waiting for hours used to hold every
 //!    other job at its request beside 30-40 idle GPUs. GPU time has a
 //!    price while others wait: a low-priority job starts on the k ≤ n
 //!    workers that minimise its own time plus the delay its GPU-seconds

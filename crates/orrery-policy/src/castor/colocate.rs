@@ -403,8 +403,9 @@ impl Colocator {
     /// to its time now ([`Self::gain_per_worker`], Pollux's greedy
     /// marginal), not in the running jobs' order: a small job that doubles
     /// on its own host before a wide one that crosses hosts for 10%. On
-    /// four-GPU hosts this took `orrery`'s mean JCT at load 1 from 318 to
-    /// 283 s (docs/results.md).
+    /// four-GPU hosts (twelve seeds) the running list's order took 245 /
+    /// 346 s mean JCT at loads 1 / 1.5 against 237 / 337 s, and on Philly
+    /// 1,020 against 996 s at load 1 (docs/results.md).
     /// O(R log R) plus O(n) sizes per running job, each shaped once, and
     /// O(m log H) per grown job on m hosts ([`Free`]). On Philly
     /// (benchmark.toml, seeds 1-3) it cut `orrery`'s mean JCT by 2% at
