@@ -127,6 +127,11 @@ pub struct Colocator {
     /// Iteration time alone at the request, packed from host 0, ms: the
     /// reference of [`Self::stretch_on`].
     request_ms: HashMap<JobId, f64>,
+    /// Per link, the running jobs' traffic on it this round: the sum of
+    /// their duty cycles, each weighted by the share of its flows the link
+    /// carries ([`link_duty`]). Empty unless sizes are judged
+    /// ([`Self::price_gpu_time`]).
+    link_duty: HashMap<orrery_model::LinkId, f64>,
     /// Seconds each job has held GPUs so far, summed between rounds.
     run_s: HashMap<JobId, f64>,
     /// When the four caches above drop the jobs that have left.
@@ -171,6 +176,7 @@ impl Colocator {
             stretch: HashMap::new(),
             network_share: HashMap::new(),
             request_ms: HashMap::new(),
+            link_duty: HashMap::new(),
             run_s: HashMap::new(),
             forget: Forget::default(),
             last_round: None,
@@ -242,7 +248,7 @@ impl Colocator {
         let (n, per) = (spec.workers.max(1), spec.gpus_per_worker.max(1));
         let k = hosts.iter().map(|h| h.1).sum::<u32>() / per;
         let ratio = orrery_model::convergence::iterations_per_reference(&spec.model, n * spec.batch, k * spec.batch);
-        match period_on(view, spec, hosts) {
+        match period_on(view, &self.link_duty, spec, hosts) {
             Some(ms) => ratio * ms / self.request_ms(view, id, spec),
             None => f64::INFINITY,
         }
@@ -373,9 +379,11 @@ impl Colocator {
     ) -> u32 {
         let (n, per) = (q.spec.workers.max(1), q.spec.gpus_per_worker.max(1));
         let index = FreeIndex::new(&capped(free, q.spec), rack_of);
-        let period = |k: u32| index.consolidated(k * per).and_then(|h| period_on(view, q.spec, &h));
+        let packed_ms = self.request_ms(view, q.id, q.spec);
+        let duty = &self.link_duty;
+        let period = |k: u32| index.consolidated(k * per).and_then(|h| period_on(view, duty, q.spec, &h));
         let at_request = period(n);
-        let reference = at_request.unwrap_or_else(|| self.request_ms(view, q.id, q.spec));
+        let reference = at_request.unwrap_or(packed_ms);
         let cost = |k: u32, stretch: f64| stretch * (1.0 + price * f64::from(k * per));
         let mut best = (n, cost(n, 1.0));
         for k in 1..n {
@@ -695,6 +703,10 @@ impl Policy for Colocator {
             self.note_running_time(view);
         }
         let rack_of = racks(view);
+        self.link_duty.clear();
+        if self.price_gpu_time {
+            self.link_duty = link_duty(view);
+        }
         let mut free = view.free_gpus.to_vec();
         let spare = self.spare_high_priority;
         let high = move |spec: &JobSpec| spare && spec.priority == orrery_model::Priority::High;
@@ -1083,10 +1095,77 @@ pub fn gpu_second_price(behind: usize, arrival_rate: f64, backlog_gpu_s: f64, gp
     (behind as f64 + arrival_rate * backlog_gpu_s / g) / g
 }
 
-/// `spec`'s iteration time alone on `hosts`, ms (None when it cannot be
-/// shaped). O(shape).
-fn period_on(view: &ClusterView<'_>, spec: &JobSpec, hosts: &[(HostId, u32)]) -> Option<f64> {
-    orrery_model::placed::place(view.topology, spec, hosts).map(|p| p.shape.period_ms())
+/// `spec`'s iteration time on `hosts` beside the traffic already there, ms
+/// (None when it cannot be shaped): its time alone, plus its network phase
+/// stretched by the busiest link it would cross. A link whose running jobs
+/// are on it a summed fraction D of the time (their duty cycles, [`link_duty`])
+/// halves the job's rate while one of them sends, in the fluid view of
+/// [`shared_nic_xi`] (CASSINI's circles: unaligned phases overlap at random),
+/// so the network phase takes `D` of itself longer. With `duty` empty, its
+/// time alone. O(shape + links crossed).
+fn period_on(
+    view: &ClusterView<'_>,
+    duty: &HashMap<orrery_model::LinkId, f64>,
+    spec: &JobSpec,
+    hosts: &[(HostId, u32)],
+) -> Option<f64> {
+    let placed = orrery_model::placed::place(view.topology, spec, hosts)?;
+    let (alone, network) = (placed.shape.period_ms(), placed.shape.network_ms());
+    if network <= 0.0 || duty.is_empty() {
+        return Some(alone);
+    }
+    let busiest =
+        placed.links_on_any_path(view.topology).iter().filter_map(|l| duty.get(l)).fold(0.0_f64, |a, &b| a.max(b));
+    Some(alone + network * busiest)
+}
+
+/// Per link, the running jobs' traffic on it: each job's duty cycle (the
+/// fraction of its iteration alone on the network) times the share of its
+/// flows the link carries, a flow split evenly over its equal-cost paths
+/// (ECMP, or FORESIGHT's spreading over spines), at most 1 a job. Paused
+/// jobs send nothing. O(Σ flows × path length) over the running jobs.
+fn link_duty(view: &ClusterView<'_>) -> HashMap<orrery_model::LinkId, f64> {
+    let mut duty: HashMap<orrery_model::LinkId, f64> = HashMap::new();
+    for r in view.running.iter().filter(|r| !r.paused) {
+        let Some(placed) = orrery_model::placed::place(view.topology, r.spec, r.hosts) else { continue };
+        let (period, network) = (placed.shape.period_ms(), placed.shape.network_ms());
+        if network <= 0.0 || period <= 0.0 {
+            continue;
+        }
+        for (l, share) in link_shares(view.topology, &placed) {
+            *duty.entry(l).or_insert(0.0) += share * network / period;
+        }
+    }
+    duty
+}
+
+/// The share of a placed job's network flows each link carries: every
+/// flow of every network phase adds 1/(its equal-cost paths) to each link
+/// of each path, capped at 1. O(flows × path length).
+fn link_shares(
+    topo: &orrery_model::Topology,
+    placed: &orrery_model::placed::Placed,
+) -> Vec<(orrery_model::LinkId, f64)> {
+    let mut share: HashMap<orrery_model::LinkId, f64> = HashMap::new();
+    for seg in &placed.shape.segments {
+        let orrery_model::Segment::Comm { collective, payload_bytes, .. } = *seg else { continue };
+        if seg.network_gbps() <= 0.0 {
+            continue;
+        }
+        for (src, dst, _) in orrery_model::placed::transfers(&placed.workers, collective, payload_bytes) {
+            if src == dst {
+                continue;
+            }
+            let paths = topo.shared_paths(src, dst);
+            let each = 1.0 / paths.len().max(1) as f64;
+            for &l in paths.iter().flatten() {
+                *share.entry(l).or_insert(0.0) += each;
+            }
+        }
+    }
+    let mut out: Vec<(orrery_model::LinkId, f64)> = share.into_iter().map(|(l, s)| (l, s.min(1.0))).collect();
+    out.sort_unstable_by_key(|e| e.0);
+    out
 }
 
 /// `spec` on `workers` of its workers, packed from host 0, as the zoo
@@ -1620,9 +1699,10 @@ mod tests {
 
     #[test]
     fn a_size_is_judged_where_it_would_run() {
-        // Two 8-GPU hosts with one 50 Gbit/s NIC each; a running job holds 2
-        // GPUs of host 0 and 6 of host 1, so 6 + 2 are free. Packed, an
-        // 8-GPU job runs on one host; placed now, it spans both NICs.
+        // Two 8-GPU hosts with one 50 Gbit/s NIC each; two one-host jobs hold
+        // 2 GPUs of host 0 and 6 of host 1 (no traffic on the NICs), so 6 + 2
+        // are free. Packed, an 8-GPU job runs on one host; placed now, it
+        // spans both NICs.
         let t = LeafSpine {
             racks: 1,
             hosts_per_rack: 2,
@@ -1634,13 +1714,16 @@ mod tests {
         }
         .build("two-8-gpu-hosts")
         .expect("valid");
-        let other = JobSpec::new("o", "resnet50", 32, 8, Work::Seconds(600.0), 0.0);
-        let held = [(0usize, 2u32), (1, 6)];
+        let (small, large) = (
+            JobSpec::new("s", "resnet50", 32, 2, Work::Seconds(600.0), 0.0),
+            JobSpec::new("l", "resnet50", 32, 6, Work::Seconds(600.0), 0.0),
+        );
+        let (on_0, on_1) = ([(0usize, 2u32)], [(1usize, 6u32)]);
         let free = [6u32, 2];
         let ms = |spec: &JobSpec, hosts: &[(HostId, u32)]| {
             let view =
                 ClusterView { now_s: 0.0, topology: &t, free_gpus: &free, queue: Vec::new(), running: Vec::new() };
-            period_on(&view, spec, hosts).expect("shaped")
+            period_on(&view, &HashMap::new(), spec, hosts).expect("shaped")
         };
         for (model, starts_on) in [("vgg19", vec![(0, 6)]), ("resnet50", vec![(0, 6), (1, 2)])] {
             let spec = JobSpec::new("j", model, 32, 8, Work::Seconds(600.0), 0.0);
@@ -1651,14 +1734,14 @@ mod tests {
                 now_s: 10.0,
                 topology: &t,
                 free_gpus: &free,
-                queue: vec![QueuedJob::new(1, &spec, 0.0)],
-                running: vec![RunningJob::new(0, &other, &held)],
+                queue: vec![QueuedJob::new(2, &spec, 0.0)],
+                running: vec![RunningJob::new(0, &small, &on_0), RunningJob::new(1, &large, &on_1)],
             };
             let mut p = Colocator::new(Rule::Bsbf);
             p.share = false;
             p.price_gpu_time = true;
             let d = p.schedule(&view);
-            assert_eq!(d.first(), Some(&Decision::Place { job: 1, hosts: starts_on.clone() }), "{model}: {d:?}");
+            assert_eq!(d.first(), Some(&Decision::Place { job: 2, hosts: starts_on.clone() }), "{model}: {d:?}");
             // VGG19 spends most of an iteration across hosts on the network:
             // 6 GPUs of one host do the same work in 0.62 of the time.
             // ResNet-50 communicates little: on 6 it takes 1.04 times as
@@ -1673,6 +1756,52 @@ mod tests {
             let packed = |k: u32| packed_placement(&t, &spec, k).map(|p| p.shape.period_ms()).expect("shaped");
             assert!(8.0 / 6.0 * packed(6) / packed(8) > 1.0, "{model}");
         }
+        // The same free GPUs, but one running job holds 2 + 6 across both
+        // hosts, its ring on both NICs. ResNet-50 across them would now
+        // share its network phase with that ring: it starts on the 6 of one
+        // host.
+        let other = JobSpec::new("o", "resnet50", 32, 8, Work::Seconds(600.0), 0.0);
+        let held = [(0usize, 2u32), (1, 6)];
+        let spec = JobSpec::new("j", "resnet50", 32, 8, Work::Seconds(600.0), 0.0);
+        let view = ClusterView {
+            now_s: 10.0,
+            topology: &t,
+            free_gpus: &free,
+            queue: vec![QueuedJob::new(2, &spec, 0.0)],
+            running: vec![RunningJob::new(0, &other, &held)],
+        };
+        let duty = link_duty(&view);
+        let placed = orrery_model::placed::place(&t, &other, &held).expect("shaped");
+        let cycle = placed.shape.network_ms() / placed.shape.period_ms();
+        // Its ring crosses each NIC once each way: every link of it carries
+        // one flow, the whole of its duty cycle.
+        assert!(!duty.is_empty() && duty.values().all(|&d| (d - cycle).abs() < 1e-9), "{duty:?} {cycle}");
+        let across = period_on(&view, &duty, &spec, &[(0, 6), (1, 2)]).expect("shaped");
+        let alone = ms(&spec, &[(0, 6), (1, 2)]);
+        let network = orrery_model::placed::place(&t, &spec, &[(0, 6), (1, 2)]).expect("shaped").shape.network_ms();
+        assert!((across - (alone + network * cycle)).abs() < 1e-9, "{across} {alone} {network} {cycle}");
+        let mut p = Colocator::new(Rule::Bsbf);
+        p.share = false;
+        p.price_gpu_time = true;
+        let d = p.schedule(&view);
+        assert_eq!(d.first(), Some(&Decision::Place { job: 2, hosts: vec![(0, 6)] }), "{d:?}");
+    }
+
+    #[test]
+    fn a_flow_is_split_over_its_equal_cost_paths() {
+        // Two racks under two spines: a ring between hosts of different
+        // racks has two equal-cost paths each way; each uplink and downlink
+        // of the spines carries half of each flow, each NIC all of it.
+        let t = LeafSpine::with_oversubscription(2, 1, 2, 1, "a100", 50.0, 1.0).build("t").expect("valid");
+        let spec = JobSpec::new("j", "vgg19", 32, 2, Work::Iterations(100), 0.0);
+        let placed = orrery_model::placed::place(&t, &spec, &[(0, 1), (1, 1)]).expect("shaped");
+        let shares = link_shares(&t, &placed);
+        let nics: Vec<f64> =
+            shares.iter().filter(|(l, _)| t.links[*l].from < 2 || t.links[*l].to < 2).map(|s| s.1).collect();
+        let fabric: Vec<f64> =
+            shares.iter().filter(|(l, _)| t.links[*l].from >= 2 && t.links[*l].to >= 2).map(|s| s.1).collect();
+        assert_eq!(nics, [1.0; 4], "{shares:?}");
+        assert_eq!(fabric, [0.5; 8], "{shares:?}");
     }
 
     #[test]
