@@ -47,7 +47,12 @@
 //!    span two NICs starts on the free GPUs of one host when that is
 //!    faster (on 8-GPU hosts `orrery`'s mean JCT fell from 430 to 183 s).
 //!    It holds on one-GPU hosts too, where a size that stays in one rack
-//!    beats one that crosses an oversubscribed uplink.
+//!    beats one that crosses an oversubscribed uplink. A size is judged
+//!    beside the traffic already on its links: its network phase grows by
+//!    the busiest link's summed duty cycles of the running jobs
+//!    (`castor::colocate::link_duty`), so a ring that would meet others on
+//!    a NIC or uplink starts where it would not (high-priority jobs on
+//!    8-GPU hosts: 1.22-1.25× their time alone → 1.13-1.15×).
 //! 3. **Sharing** (Castor, part `share`): otherwise it shares a running
 //!    job's GPUs when Theorem 1 says the pair ends sooner together than if
 //!    the newcomer waits for the next free GPUs, with each job's ξ raised
