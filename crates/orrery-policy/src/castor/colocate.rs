@@ -237,9 +237,10 @@ impl Colocator {
         self.stretch(view, id, spec, k) / ratio * f64::from(n) / f64::from(k)
     }
 
-    /// [`Self::stretch`] where the job would run: its time alone for the
-    /// same work on `hosts`, over its time at its request packed from host
-    /// 0. Packed, k workers of an 8-GPU host's job stay on one host; placed
+    /// [`Self::stretch`] where the job would run: its time for the same
+    /// work on `hosts`, beside the traffic the running jobs put on their
+    /// links ([`period_on`]), over its time alone at its request packed
+    /// from host 0. Packed, k workers of an 8-GPU host's job stay on one host; placed
     /// on the free GPUs of a busy cluster they may span two, whose NICs
     /// other jobs share. Pollux's throughput model is likewise a function
     /// of the placement (§3.2: GPUs and the nodes they span). Infinite when
@@ -354,9 +355,10 @@ impl Colocator {
     /// per GPU ([`gpu_second_price`]): the k ≤ n minimising
     /// `T(k)·(1 + price·k·g)`, its own time plus the delay to others, with
     /// `T(k)` its time on k workers of g GPUs for the same samples, where
-    /// the host scheduler's first fit would put them now, relative to its
-    /// request where that would run (packed from host 0 when it cannot
-    /// start now). So at a price of 0 a job starts smaller only when that
+    /// the host scheduler's first fit would put them now and beside the
+    /// traffic already there ([`period_on`]), relative to its request where
+    /// that would run (packed from host 0, alone, when it cannot start
+    /// now). So at a price of 0 a job starts smaller only when that
     /// is faster where it would run: on 8-GPU hosts with 6 GPUs free on
     /// one and 2 on another, an 8-GPU VGG19 job starts on the 6 of one host
     /// rather than span two NICs (`orrery`'s mean JCT on a fabric of 8-GPU
@@ -1018,16 +1020,11 @@ impl<'a> Free<'a> {
         spec: &JobSpec,
         k: u32,
     ) -> Option<Vec<(HostId, u32)>> {
-        let index = self.index.get_or_insert_with(|| FreeIndex::new(self.free, self.rack_of));
-        let gpus = k * spec.gpus_per_worker.max(1);
+        let hosts = self.trial(view, holds, spec, k)?;
+        let index = self.index.as_mut()?; // built by the trial
         index.give_back(holds);
-        let hosts = if spec.anti_affinity {
-            consolidated(view, self.rack_of, &capped(index.free(), spec), gpus)
-        } else {
-            index.consolidated(gpus)
-        };
-        index.take(hosts.as_deref().unwrap_or(holds));
-        hosts
+        index.take(&hosts);
+        Some(hosts)
     }
 
     /// Where [`Self::resized`] would put `spec` on `k` workers, without
