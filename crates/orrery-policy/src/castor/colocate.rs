@@ -129,9 +129,10 @@ pub struct Colocator {
     request_ms: HashMap<JobId, f64>,
     /// Per link, the running jobs' traffic on it this round: the sum of
     /// their duty cycles, each weighted by the share of its flows the link
-    /// carries ([`link_duty`]). Empty unless sizes are judged
-    /// ([`Self::price_gpu_time`]).
-    link_duty: HashMap<orrery_model::LinkId, f64>,
+    /// carries ([`link_duty`]). Built by the first size judged in a round
+    /// ([`Self::duty`]), not in rounds that judge none; empty unless sizes
+    /// are priced ([`Self::price_gpu_time`]).
+    link_duty: Option<HashMap<orrery_model::LinkId, f64>>,
     /// Seconds each job has held GPUs so far, summed between rounds.
     run_s: HashMap<JobId, f64>,
     /// When the four caches above drop the jobs that have left.
@@ -176,7 +177,7 @@ impl Colocator {
             stretch: HashMap::new(),
             network_share: HashMap::new(),
             request_ms: HashMap::new(),
-            link_duty: HashMap::new(),
+            link_duty: None,
             run_s: HashMap::new(),
             forget: Forget::default(),
             last_round: None,
@@ -249,10 +250,15 @@ impl Colocator {
         let (n, per) = (spec.workers.max(1), spec.gpus_per_worker.max(1));
         let k = hosts.iter().map(|h| h.1).sum::<u32>() / per;
         let ratio = orrery_model::convergence::iterations_per_reference(&spec.model, n * spec.batch, k * spec.batch);
-        match period_on(view, &self.link_duty, spec, hosts) {
-            Some(ms) => ratio * ms / self.request_ms(view, id, spec),
-            None => f64::INFINITY,
-        }
+        let request_ms = self.request_ms(view, id, spec);
+        period_on(view, self.duty(view), spec, hosts).map_or(f64::INFINITY, |ms| ratio * ms / request_ms)
+    }
+
+    /// This round's traffic per link ([`link_duty`]), built on first use:
+    /// O(Σ flows × path length) over the running jobs, once a round.
+    fn duty(&mut self, view: &ClusterView<'_>) -> &HashMap<orrery_model::LinkId, f64> {
+        let priced = self.price_gpu_time;
+        self.link_duty.get_or_insert_with(|| if priced { link_duty(view) } else { HashMap::new() })
     }
 
     /// The job's iteration time alone at its request, packed from host 0,
@@ -382,7 +388,7 @@ impl Colocator {
         let (n, per) = (q.spec.workers.max(1), q.spec.gpus_per_worker.max(1));
         let index = FreeIndex::new(&capped(free, q.spec), rack_of);
         let packed_ms = self.request_ms(view, q.id, q.spec);
-        let duty = &self.link_duty;
+        let duty = self.duty(view);
         let period = |k: u32| index.consolidated(k * per).and_then(|h| period_on(view, duty, q.spec, &h));
         let at_request = period(n);
         let reference = at_request.unwrap_or(packed_ms);
@@ -705,10 +711,7 @@ impl Policy for Colocator {
             self.note_running_time(view);
         }
         let rack_of = racks(view);
-        self.link_duty.clear();
-        if self.price_gpu_time {
-            self.link_duty = link_duty(view);
-        }
+        self.link_duty = None;
         let mut free = view.free_gpus.to_vec();
         let spare = self.spare_high_priority;
         let high = move |spec: &JobSpec| spare && spec.priority == orrery_model::Priority::High;
