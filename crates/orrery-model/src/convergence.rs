@@ -7,6 +7,9 @@
 //! largest they stay flat. The ratio between two batch sizes is Pollux's
 //! statistical efficiency (Pollux §3.1), used for elastic jobs.
 
+use std::collections::HashMap;
+use std::sync::OnceLock;
+
 /// Convergence profiles: (application, total batch, file contents).
 static VALIDATION: &[(&str, u32, &str)] = &[
     ("bert", 12, include_str!("../../../data/profiles/pollux/bert/validation-12.csv")),
@@ -73,6 +76,27 @@ pub fn profile_of(model: &str) -> Option<&'static str> {
     })
 }
 
+/// Per application, (ln total batch, ln iterations to converge) of each
+/// profile, by batch: the last row of each file, parsed on first use (a
+/// scheduler asks for every size of every job it sizes, each round).
+fn curves() -> &'static HashMap<&'static str, Vec<(f64, f64)>> {
+    static CURVES: OnceLock<HashMap<&'static str, Vec<(f64, f64)>>> = OnceLock::new();
+    CURVES.get_or_init(|| {
+        let mut curves: HashMap<&'static str, Vec<(f64, f64)>> = HashMap::new();
+        for &(app, batch, text) in VALIDATION {
+            let last = text.lines().rev().find(|l| !l.trim().is_empty());
+            let iteration = last.and_then(|l| l.split(',').nth(1)).and_then(|i| i.trim().parse::<f64>().ok());
+            if let Some(iteration) = iteration {
+                curves.entry(app).or_default().push((f64::from(batch).ln(), iteration.max(1.0).ln()));
+            }
+        }
+        for points in curves.values_mut() {
+            points.sort_by(|a, b| a.0.total_cmp(&b.0));
+        }
+        curves
+    })
+}
+
 /// Iterations at total batch `to` that do the work of one iteration at total
 /// batch `from` (Pollux's statistical efficiency, from the convergence
 /// profiles: I(to) / I(from)). Without a profile, samples count equally:
@@ -88,17 +112,9 @@ pub fn iterations_per_reference(model: &str, from: u32, to: u32) -> f64 {
 
 /// Iterations at which `app` converges with total batch `batch`
 /// (`None` for an unknown application).
+/// O(profiles of the application); the files are read once per process.
 pub fn iterations_to_converge(app: &str, batch: u32) -> Option<u64> {
-    let mut points: Vec<(f64, f64)> = VALIDATION
-        .iter()
-        .filter(|(a, _, _)| *a == app)
-        .filter_map(|(_, b, text)| {
-            let last = text.lines().rev().find(|l| !l.trim().is_empty())?;
-            let iteration: f64 = last.split(',').nth(1)?.trim().parse().ok()?;
-            Some((f64::from(*b).ln(), iteration.max(1.0).ln()))
-        })
-        .collect();
-    points.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let points = curves().get(app)?;
     let x = f64::from(batch.max(1)).ln();
     let (first, last) = (*points.first()?, *points.last()?);
     // Below the smallest profiled batch, iterations scale as 1/B (perfect

@@ -47,6 +47,8 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
+mod graph;
+
 /// CASSINI on top of a host scheduler.
 pub struct Cassini {
     inner: Box<dyn Policy>,
@@ -331,13 +333,40 @@ struct Ranked<'a> {
 struct Scored {
     mean_score: f64,
     shifts: Vec<LinkShifts>,
-    loop_free: bool,
+    /// One time-shift per job (Alg. 1), None when the graph has a loop.
+    times: Option<Vec<f64>>,
 }
 
 /// The unified circles CASSINI scores on are those it enforces
 /// ([`Params::cassini`]: no idle injection).
 pub fn circle_params() -> Params {
     Params::cassini()
+}
+
+/// The best rotation of the circles of `jobs` on a link of `gbps` (score and
+/// each job's time-shift, in order), from `solved` when the same circles met
+/// on a link of the same rate before; None when they cannot be unified.
+fn link_solution<'s>(jobs: &[&Net<'_>], gbps: f64, solved: &'s mut Solved) -> Option<&'s (f64, Vec<f64>)> {
+    let circles: Vec<CircleJob> = jobs
+        .iter()
+        .map(|j| CircleJob { name: j.id.to_string(), priority: j.spec.priority, circle: j.placed.shape.circle() })
+        .collect();
+    let key = link_key(gbps, &circles);
+    if !solved.contains_key(&key) && solved.len() >= SOLVED_MAX {
+        solved.clear();
+    }
+    solved
+        .entry(key)
+        .or_insert_with(|| {
+            let u = unify(&circles, &circle_params()).ok()?;
+            let search = match default_search(&u) {
+                Search::OptimalCushion if jobs.len() > 4 => Search::Heuristic { restarts: 4, seed: 0 },
+                s => s,
+            };
+            let sol = solve(&u, gbps, search);
+            Some((sol.score, sol.shifts_ms(&u)))
+        })
+        .as_ref()
 }
 
 /// Scores a set of jobs: every link carrying two or more of them is solved,
@@ -364,41 +393,21 @@ fn score(view: &ClusterView<'_>, jobs: &[Net<'_>], solved: &mut Solved) -> Score
             *e = l;
         }
     }
-    let params = circle_params();
     let (mut total, mut n) = (0.0, 0);
     let mut shifts = Vec::new();
     for (ks, &l) in &groups {
-        let circles: Vec<CircleJob> = ks
-            .iter()
-            .map(|&k| CircleJob {
-                name: jobs[k].id.to_string(),
-                priority: jobs[k].spec.priority,
-                circle: jobs[k].placed.shape.circle(),
-            })
-            .collect();
-        let cap = view.topology.links[l].gbps;
-        let key = link_key(cap, &circles);
-        if !solved.contains_key(&key) && solved.len() >= SOLVED_MAX {
-            solved.clear();
-        }
-        let found = solved.entry(key).or_insert_with(|| {
-            let u = unify(&circles, &params).ok()?;
-            let search = match default_search(&u) {
-                Search::OptimalCushion if ks.len() > 4 => Search::Heuristic { restarts: 4, seed: 0 },
-                s => s,
-            };
-            let sol = solve(&u, cap, search);
-            Some((sol.score, sol.shifts_ms(&u)))
-        });
-        let Some((link_score, link_shifts)) = found else { continue };
+        let nets: Vec<&Net<'_>> = ks.iter().map(|&k| &jobs[k]).collect();
+        let Some((link_score, link_shifts)) = link_solution(&nets, view.topology.links[l].gbps, solved) else {
+            continue;
+        };
         total += *link_score;
         n += 1;
         shifts.push(LinkShifts { link: l, shifts: ks.iter().zip(link_shifts.iter()).map(|(&k, &t)| (k, t)).collect() });
     }
     let affinity: Vec<AffinityJob> =
         jobs.iter().map(|j| AffinityJob { iter_ms: j.placed.shape.period_ms(), priority: j.spec.priority }).collect();
-    let loop_free = traverse(&affinity, &shifts).is_ok();
-    Scored { mean_score: if n == 0 { 1.0 } else { total / n as f64 }, shifts, loop_free }
+    let times = traverse(&affinity, &shifts).ok();
+    Scored { mean_score: if n == 0 { 1.0 } else { total / n as f64 }, shifts, times }
 }
 
 impl Policy for Cassini {
@@ -435,12 +444,24 @@ impl Policy for Cassini {
                 view.running.iter().map(|r| r.id).chain(view.queue.iter().map(|q| q.id)).collect();
             self.unaligned.retain(|j| present.contains(j));
         }
-        let mut jobs: Vec<Net<'_>> = view
+        // Running jobs by id, O(R): resizes preempt and place many of them.
+        let running_at: HashMap<JobId, usize> = view.running.iter().enumerate().map(|(i, r)| (r.id, i)).collect();
+        let queued_at: HashMap<JobId, usize> = view.queue.iter().enumerate().map(|(i, q)| (q.id, i)).collect();
+        let spec_of = |job: JobId| {
+            queued_at
+                .get(&job)
+                .map(|&i| view.queue[i].spec)
+                .or_else(|| running_at.get(&job).map(|&i| view.running[i].spec))
+        };
+        // The placement so far: Alg. 2's candidates are scored against it
+        // one region at a time ([`graph::Graph`]).
+        let placed: Vec<Net<'_>> = view
             .running
             .iter()
             .filter(|r| !self.unaligned.contains(&r.id))
             .filter_map(|r| net(view, r.id, r.spec, r.hosts))
             .collect();
+        let mut graph = graph::Graph::new(view, placed, &mut self.solved);
         // A job the host scheduler starts on shared GPUs (Castor) keeps its
         // place; the free GPUs it also takes are reserved first, so that no
         // candidate below moves another job onto them.
@@ -464,13 +485,13 @@ impl Policy for Cassini {
                 continue; // reserved above, or no longer fits
             }
             if let Decision::Preempt { job } = d
-                && let Some(r) = view.running.iter().find(|r| r.id == job)
+                && let Some(&i) = running_at.get(&job)
             {
                 // Its GPUs are free for the placements that follow.
-                for &(h, g) in r.hosts {
+                for &(h, g) in view.running[i].hosts {
                     free[h] += g;
                 }
-                jobs.retain(|n| n.id != job);
+                graph.remove(view, job, &mut self.solved);
             }
             let Decision::Place { job, hosts } = d else {
                 out.push(d);
@@ -478,7 +499,7 @@ impl Policy for Cassini {
             };
             // A running job preempted above to restart on a new size (Pollux's
             // resizes, `orrery`'s growth) is placed again like a waiting one.
-            let Some(spec) = view.spec_of(job) else { continue };
+            let Some(spec) = spec_of(job) else { continue };
             // The host scheduler's choice may use GPUs an earlier job of this
             // round took in another candidate: keep it only if it still fits.
             let fits = hosts.iter().all(|&(h, g)| free.get(h).is_some_and(|&f| f >= g));
@@ -526,13 +547,10 @@ impl Policy for Cassini {
                 if best.as_ref().is_some_and(|b| fabric > b.fabric) {
                     continue; // less local than the best so far: not scored
                 }
-                jobs.push(candidate);
-                let s = score(view, &jobs, &mut self.solved);
-                let candidate = jobs.pop().expect("just pushed");
-                let better =
-                    |b: &Ranked<'_>| fabric < b.fabric || (fabric == b.fabric && s.mean_score > b.score + 1e-9);
-                if s.loop_free && best.as_ref().is_none_or(better) {
-                    best = Some(Ranked { fabric, score: s.mean_score, hosts: c, net: candidate });
+                let s = graph.with(view, &candidate, &mut self.solved);
+                let better = |b: &Ranked<'_>| fabric < b.fabric || (fabric == b.fabric && s.mean() > b.score + 1e-9);
+                if s.loop_free() && best.as_ref().is_none_or(better) {
+                    best = Some(Ranked { fabric, score: s.mean(), hosts: c, net: candidate });
                 }
             }
             let Some(Ranked { hosts, net: chosen, .. }) = best else {
@@ -550,7 +568,7 @@ impl Policy for Cassini {
             for &(h, g) in &hosts {
                 free[h] -= g;
             }
-            jobs.push(chosen);
+            graph.insert(view, chosen, &mut self.solved);
             out.push(Decision::Place { job, hosts });
         }
         // One time-shift per job (Alg. 1, highest priority as reference). Jobs
@@ -563,17 +581,20 @@ impl Policy for Cassini {
         // component is new, the reference, which starts now.
         let placed_now: HashSet<JobId> =
             out.iter().filter_map(|d| if let Decision::Place { job, .. } = d { Some(*job) } else { None }).collect();
+        if placed_now.is_empty() {
+            return out; // nobody to align
+        }
+        let jobs = graph.into_jobs();
         let s = score(view, &jobs, &mut self.solved);
         let affinity: Vec<AffinityJob> = jobs
             .iter()
             .map(|j| AffinityJob { iter_ms: j.placed.shape.period_ms(), priority: j.spec.priority })
             .collect();
-        if let Ok(t) = traverse(&affinity, &s.shifts) {
+        if let Some(t) = &s.times {
             let components = components(&s.shifts);
             for comp in components {
                 let rank = |k: &&usize| (std::cmp::Reverse(jobs[**k].spec.priority), jobs[**k].id);
-                let running_start =
-                    |k: usize| view.running.iter().find(|r| r.id == jobs[k].id).map(|r| r.iteration_start_s);
+                let running_start = |k: usize| running_at.get(&jobs[k].id).map(|&i| view.running[i].iteration_start_s);
                 let anchor = comp
                     .iter()
                     .filter(|&&k| !placed_now.contains(&jobs[k].id))
@@ -863,11 +884,11 @@ mod tests {
         let base = || [net(&view, 0, &a, &ha), net(&view, 1, &b, &hb)].into_iter().flatten().collect::<Vec<_>>();
         let mut looped = base();
         looped.extend(net(&view, 2, &c, &[(2, 1), (0, 1)]));
-        assert!(!score(&view, &looped, &mut HashMap::new()).loop_free);
+        assert!(score(&view, &looped, &mut HashMap::new()).times.is_none());
         // On one host (a single worker) it sends nothing over the network: no loop.
         let mut alone = base();
         alone.extend(net(&view, 2, &c, &[(0, 1)]));
-        assert!(score(&view, &alone, &mut HashMap::new()).loop_free);
+        assert!(score(&view, &alone, &mut HashMap::new()).times.is_some());
         // A link whose circles and rate were solved before is not solved
         // again: the looped set's links (A with B, B with C, C with A: the
         // same two VGG19 circles on links of one rate) are one entry, and
