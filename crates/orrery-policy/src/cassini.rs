@@ -507,7 +507,8 @@ impl Policy for Cassini {
             let gpus: u32 = hosts.iter().map(|h| h.1).sum();
             let mut candidates = if fits { vec![hosts] } else { Vec::new() };
             let own_choice = candidates.first().cloned();
-            let capped = crate::placement::capped(&free, spec);
+            // The free GPUs this job may use per host, O(H): only to draw.
+            let capped = || crate::placement::capped(&free, spec);
             // A host scheduler's choice that sends nothing over the network
             // (one host) leaves nothing to interleave and no link to spare:
             // with locality first, no candidate can do better, so none is
@@ -517,6 +518,7 @@ impl Policy for Cassini {
             match self.draw {
                 _ if silent => {}
                 Candidates::Random => {
+                    let capped = capped();
                     for _ in 1..self.candidates {
                         if let Some(c) = random_hosts(&mut self.rng, &capped, gpus) {
                             candidates.push(c);
@@ -524,6 +526,7 @@ impl Policy for Cassini {
                     }
                 }
                 Candidates::PerRack if self.candidates > 1 => {
+                    let capped = capped();
                     for rack in racks_by_free(&rack_of, &capped) {
                         if candidates.len() >= self.candidates {
                             break;
