@@ -453,15 +453,18 @@ impl Policy for Cassini {
                 .map(|&i| view.queue[i].spec)
                 .or_else(|| running_at.get(&job).map(|&i| view.running[i].spec))
         };
-        // The placement so far: Alg. 2's candidates are scored against it
-        // one region at a time ([`graph::Graph`]).
-        let placed: Vec<Net<'_>> = view
-            .running
-            .iter()
-            .filter(|r| !self.unaligned.contains(&r.id))
-            .filter_map(|r| net(view, r.id, r.spec, r.hosts))
-            .collect();
-        let mut graph = graph::Graph::new(view, placed, &mut self.solved);
+        // The placement so far, in a round that places a job: Alg. 2's
+        // candidates are scored against it one region at a time
+        // ([`graph::Graph`]). O(Σ links of the running jobs).
+        let mut graph = placing.then(|| {
+            let placed: Vec<Net<'_>> = view
+                .running
+                .iter()
+                .filter(|r| !self.unaligned.contains(&r.id))
+                .filter_map(|r| net(view, r.id, r.spec, r.hosts))
+                .collect();
+            graph::Graph::new(view, placed, &mut self.solved)
+        });
         // A job the host scheduler starts on shared GPUs (Castor) keeps its
         // place; the free GPUs it also takes are reserved first, so that no
         // candidate below moves another job onto them.
@@ -491,12 +494,15 @@ impl Policy for Cassini {
                 for &(h, g) in view.running[i].hosts {
                     free[h] += g;
                 }
-                graph.remove(view, job, &mut self.solved);
+                if let Some(graph) = graph.as_mut() {
+                    graph.remove(view, job, &mut self.solved);
+                }
             }
-            let Decision::Place { job, hosts } = d else {
+            let (Decision::Place { job, hosts }, Some(graph)) = (&d, graph.as_mut()) else {
                 out.push(d);
                 continue;
             };
+            let (job, hosts) = (*job, hosts.clone());
             // A running job preempted above to restart on a new size (Pollux's
             // resizes, `orrery`'s growth) is placed again like a waiting one.
             let Some(spec) = spec_of(job) else { continue };
@@ -584,9 +590,9 @@ impl Policy for Cassini {
         // component is new, the reference, which starts now.
         let placed_now: HashSet<JobId> =
             out.iter().filter_map(|d| if let Decision::Place { job, .. } = d { Some(*job) } else { None }).collect();
-        if placed_now.is_empty() {
+        let Some(graph) = graph.filter(|_| !placed_now.is_empty()) else {
             return out; // nobody to align
-        }
+        };
         let jobs = graph.into_jobs();
         let s = score(view, &jobs, &mut self.solved);
         let affinity: Vec<AffinityJob> = jobs

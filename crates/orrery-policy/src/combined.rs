@@ -123,6 +123,7 @@ use crate::castor::colocate::{Colocator, Rule};
 use crate::foresight::policy::{Foresight, Mode};
 use crate::placement::{Hosts, Placement, capped};
 use crate::plebiscito::Bidding;
+use crate::memo::PerPlacement;
 use crate::{ClusterView, Decision, JobId, Policy};
 use orrery_model::placed::place;
 use orrery_model::{HostId, JobSpec, LinkId};
@@ -319,11 +320,13 @@ pub struct BidsWhenLoaded {
     bids: Bidding,
     /// Links carrying some job's traffic this round.
     loaded: HashSet<LinkId>,
+    /// Each running job's links ([`links_of`]), kept while its hosts are.
+    links: PerPlacement<Vec<LinkId>>,
 }
 
 impl Default for BidsWhenLoaded {
     fn default() -> Self {
-        BidsWhenLoaded { bids: Bidding::aware(Utility::Sgf), loaded: HashSet::new() }
+        BidsWhenLoaded { bids: Bidding::aware(Utility::Sgf), loaded: HashSet::new(), links: PerPlacement::default() }
     }
 }
 
@@ -333,7 +336,6 @@ impl BidsWhenLoaded {
         self.loaded.extend(links_of(view, spec, hosts));
     }
 
-    /// Whether `spec` on `hosts` would send over a loaded link.
     /// Whether `hosts` would send traffic over a fabric link (leaf to
     /// spine, or between switches) that running jobs load. A host's own
     /// NIC does not count: on hosts of several GPUs it carries the rings of
@@ -366,8 +368,9 @@ impl Placement for BidsWhenLoaded {
     fn prepare(&mut self, view: &ClusterView<'_>, leaving: &[JobId]) {
         self.bids.prepare(view, leaving);
         self.loaded.clear();
+        self.links.forget_unless(view.running.len(), || view.running.iter().map(|r| r.id).collect());
         for r in view.running.iter().filter(|r| !r.paused && !leaving.contains(&r.id)) {
-            self.load(view, r.spec, r.hosts);
+            self.loaded.extend(self.links.get(r.id, r.hosts, || links_of(view, r.spec, r.hosts)));
         }
     }
 

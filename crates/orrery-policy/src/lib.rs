@@ -15,6 +15,7 @@ pub mod combined;
 pub mod compose;
 pub mod estimate;
 pub mod foresight;
+pub mod memo;
 pub mod metronome;
 pub mod order;
 pub mod placement;

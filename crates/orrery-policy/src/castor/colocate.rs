@@ -31,6 +31,7 @@
 use crate::baseline::{FreeIndex, consolidated, isolated_seconds, racks};
 use crate::castor::{BackToBack, batch_scaling, pair_choice};
 use crate::placement::capped;
+use crate::memo::PerPlacement;
 use crate::{ClusterView, Decision, Forget, JobId, Policy};
 use orrery_model::colocation::{Colocation, accumulation_factor, memory_mib};
 use orrery_model::gpu::{GpuType, gpu_type};
@@ -133,6 +134,8 @@ pub struct Colocator {
     /// ([`Self::duty`]), not in rounds that judge none; empty unless sizes
     /// are priced ([`Self::price_gpu_time`]).
     link_duty: Option<HashMap<orrery_model::LinkId, f64>>,
+    /// Each running job's terms of [`link_duty`], kept while its hosts are.
+    duty_terms: PerPlacement<Vec<(orrery_model::LinkId, f64)>>,
     /// Seconds each job has held GPUs so far, summed between rounds.
     run_s: HashMap<JobId, f64>,
     /// When the four caches above drop the jobs that have left.
@@ -178,6 +181,7 @@ impl Colocator {
             network_share: HashMap::new(),
             request_ms: HashMap::new(),
             link_duty: None,
+            duty_terms: PerPlacement::default(),
             run_s: HashMap::new(),
             forget: Forget::default(),
             last_round: None,
@@ -257,8 +261,8 @@ impl Colocator {
     /// This round's traffic per link ([`link_duty`]), built on first use:
     /// O(Σ flows × path length) over the running jobs, once a round.
     fn duty(&mut self, view: &ClusterView<'_>) -> &HashMap<orrery_model::LinkId, f64> {
-        let priced = self.price_gpu_time;
-        self.link_duty.get_or_insert_with(|| if priced { link_duty(view) } else { HashMap::new() })
+        let (priced, terms) = (self.price_gpu_time, &mut self.duty_terms);
+        self.link_duty.get_or_insert_with(|| if priced { link_duty(view, terms) } else { HashMap::new() })
     }
 
     /// The job's iteration time alone at its request, packed from host 0,
@@ -1124,16 +1128,23 @@ fn period_on(
 /// flows the link carries, a flow split evenly over its equal-cost paths
 /// (ECMP, or FORESIGHT's spreading over spines), at most 1 a job. Paused
 /// jobs send nothing. O(Σ flows × path length) over the running jobs.
-fn link_duty(view: &ClusterView<'_>) -> HashMap<orrery_model::LinkId, f64> {
+fn link_duty(
+    view: &ClusterView<'_>,
+    terms: &mut PerPlacement<Vec<(orrery_model::LinkId, f64)>>,
+) -> HashMap<orrery_model::LinkId, f64> {
     let mut duty: HashMap<orrery_model::LinkId, f64> = HashMap::new();
+    terms.forget_unless(view.running.len(), || view.running.iter().map(|r| r.id).collect());
     for r in view.running.iter().filter(|r| !r.paused) {
-        let Some(placed) = orrery_model::placed::place(view.topology, r.spec, r.hosts) else { continue };
-        let (period, network) = (placed.shape.period_ms(), placed.shape.network_ms());
-        if network <= 0.0 || period <= 0.0 {
-            continue;
-        }
-        for (l, share) in link_shares(view.topology, &placed) {
-            *duty.entry(l).or_insert(0.0) += share * network / period;
+        let job = terms.get(r.id, r.hosts, || {
+            let Some(placed) = orrery_model::placed::place(view.topology, r.spec, r.hosts) else { return Vec::new() };
+            let (period, network) = (placed.shape.period_ms(), placed.shape.network_ms());
+            if network <= 0.0 || period <= 0.0 {
+                return Vec::new();
+            }
+            link_shares(view.topology, &placed).into_iter().map(|(l, share)| (l, share * network / period)).collect()
+        });
+        for &(l, d) in job {
+            *duty.entry(l).or_insert(0.0) += d;
         }
     }
     duty
@@ -1770,7 +1781,7 @@ mod tests {
             queue: vec![QueuedJob::new(2, &spec, 0.0)],
             running: vec![RunningJob::new(0, &other, &held)],
         };
-        let duty = link_duty(&view);
+        let duty = link_duty(&view, &mut PerPlacement::default());
         let placed = orrery_model::placed::place(&t, &other, &held).expect("shaped");
         let cycle = placed.shape.network_ms() / placed.shape.period_ms();
         // Its ring crosses each NIC once each way: every link of it carries
