@@ -36,6 +36,7 @@
 
 use crate::baseline::random_hosts;
 use crate::estimate::PeriodEstimate;
+use crate::memo::PerPlacement;
 use crate::{ClusterView, Decision, Iteration, JobId, Policy};
 use orrery_interleave::affinity::{AffinityJob, LinkShifts, traverse};
 use orrery_interleave::compat::default_search;
@@ -46,6 +47,7 @@ use orrery_model::{HostId, JobSpec, LinkId};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::rc::Rc;
 
 mod graph;
 
@@ -84,6 +86,8 @@ pub struct Cassini {
     unaligned: HashSet<JobId>,
     /// Each link's solution by what it depends on ([`Solved`]).
     solved: Solved,
+    /// The running jobs' placements and links.
+    placements: Placements,
 }
 
 /// Links solved, by what the solution depends on: the link's rate and its
@@ -274,6 +278,7 @@ impl Cassini {
             rank: Rank::LocalityFirst,
             unaligned: HashSet::new(),
             solved: HashMap::new(),
+            placements: PerPlacement::default(),
         }
     }
 
@@ -311,14 +316,26 @@ fn components(shifts: &[LinkShifts]) -> Vec<Vec<usize>> {
 struct Net<'a> {
     id: JobId,
     spec: &'a JobSpec,
-    placed: Placed,
-    links: Vec<LinkId>,
+    placed: Rc<Placed>,
+    links: Rc<Vec<LinkId>>,
 }
+
+/// A running job's placement and links, kept between rounds while its hosts
+/// are ([`PerPlacement`]); None when it cannot be shaped.
+type Placements = PerPlacement<Option<(Rc<Placed>, Rc<Vec<LinkId>>)>>;
 
 fn net<'a>(view: &ClusterView<'_>, id: JobId, spec: &'a JobSpec, hosts: &[(HostId, u32)]) -> Option<Net<'a>> {
     let placed = place(view.topology, spec, hosts)?;
     let links = placed.links(view.topology, id);
-    Some(Net { id, spec, placed, links })
+    Some(Net { id, spec, placed: Rc::new(placed), links: Rc::new(links) })
+}
+
+/// [`net`] of a running job, from `kept` unless its hosts changed. O(hosts)
+/// when kept.
+fn running_net<'a>(view: &ClusterView<'_>, kept: &mut Placements, r: &crate::RunningJob<'a>) -> Option<Net<'a>> {
+    let (placed, links) =
+        kept.get(r.id, r.hosts, || net(view, r.id, r.spec, r.hosts).map(|n| (n.placed, n.links))).as_ref()?;
+    Some(Net { id: r.id, spec: r.spec, placed: Rc::clone(placed), links: Rc::clone(links) })
 }
 
 /// A candidate placement with its fabric links and mean compatibility.
@@ -377,7 +394,7 @@ fn score(view: &ClusterView<'_>, jobs: &[Net<'_>], solved: &mut Solved) -> Score
     let mut on_link: BTreeMap<LinkId, Vec<usize>> = BTreeMap::new();
     for (k, j) in jobs.iter().enumerate() {
         if j.placed.shape.network_ms() > 0.0 {
-            for &l in &j.links {
+            for &l in j.links.iter() {
                 on_link.entry(l).or_default().push(k);
             }
         }
@@ -457,11 +474,13 @@ impl Policy for Cassini {
         // candidates are scored against it one region at a time
         // ([`graph::Graph`]). O(Σ links of the running jobs).
         let mut graph = placing.then(|| {
+            let kept = &mut self.placements;
+            kept.forget_unless(view.running.len(), || running_at.keys().copied().collect());
             let placed: Vec<Net<'_>> = view
                 .running
                 .iter()
                 .filter(|r| !self.unaligned.contains(&r.id))
-                .filter_map(|r| net(view, r.id, r.spec, r.hosts))
+                .filter_map(|r| running_net(view, kept, r))
                 .collect();
             graph::Graph::new(view, placed, &mut self.solved)
         });

@@ -83,7 +83,7 @@ impl<'a> Graph<'a> {
     fn push(&mut self, net: Net<'a>) {
         let slot = self.slots.len();
         if sends(&net) {
-            for &l in &net.links {
+            for &l in net.links.iter() {
                 self.on_link.entry(l).or_default().push(slot);
             }
         }
@@ -122,7 +122,7 @@ impl<'a> Graph<'a> {
         if sends(net) {
             let region = self.region([slot]);
             let before = self.stats(view, &region, None, solved);
-            for l in &net.links {
+            for l in net.links.iter() {
                 if let Some(on) = self.on_link.get_mut(l) {
                     on.retain(|&s| s != slot);
                 }
@@ -150,7 +150,7 @@ impl<'a> Graph<'a> {
         let mut stack: Vec<usize> = seeds.into_iter().filter(|&s| seen.insert(s)).collect();
         while let Some(s) = stack.pop() {
             let Some(net) = self.slots[s].as_ref() else { continue };
-            for l in &net.links {
+            for l in net.links.iter() {
                 for &o in self.on_link.get(l).map_or(&[][..], Vec::as_slice) {
                     if seen.insert(o) {
                         stack.push(o);
@@ -170,12 +170,12 @@ impl<'a> Graph<'a> {
         let extra_slot = self.slots.len();
         let mut on: BTreeMap<LinkId, Vec<usize>> = BTreeMap::new();
         for net in region.iter().filter_map(|&s| self.slots[s].as_ref()).filter(|n| sends(n)) {
-            for &l in &net.links {
+            for &l in net.links.iter() {
                 on.entry(l).or_insert_with(|| self.on_link.get(&l).cloned().unwrap_or_default());
             }
         }
         if let Some(c) = extra.filter(|c| sends(c)) {
-            for &l in &c.links {
+            for &l in c.links.iter() {
                 on.entry(l).or_insert_with(|| self.on_link.get(&l).cloned().unwrap_or_default()).push(extra_slot);
             }
         }

@@ -30,8 +30,8 @@
 
 use crate::baseline::{FreeIndex, consolidated, isolated_seconds, racks};
 use crate::castor::{BackToBack, batch_scaling, pair_choice};
-use crate::placement::capped;
 use crate::memo::PerPlacement;
+use crate::placement::capped;
 use crate::{ClusterView, Decision, Forget, JobId, Policy};
 use orrery_model::colocation::{Colocation, accumulation_factor, memory_mib};
 use orrery_model::gpu::{GpuType, gpu_type};
