@@ -67,7 +67,7 @@ mod tests {
         // 99 kept for 1 running job: more than 2 · 1 + 64, so the rest go.
         m.forget_unless(1, || HashSet::from([1]));
         assert_eq!(m.values.len(), 1);
-        m.forget_unless(1, || HashSet::new()); // 1 ≤ 66: kept
+        m.forget_unless(1, HashSet::new); // 1 ≤ 66: kept
         assert_eq!(m.values.len(), 1);
     }
 }
