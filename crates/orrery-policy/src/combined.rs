@@ -112,8 +112,12 @@
 //! preemption's O((Q + R) log(Q + R)) plus one trial placement of the
 //! deserving jobs per victim, O(n) sizes
 //! per job that does not fit, the loaded links' O(Σ links of the running
-//! jobs) and the bids' O(W·H) per job whose first fit crosses them,
-//! CASSINI's candidates each scored on the links they share, and
+//! jobs) (each job's links rebuilt only when its hosts change,
+//! [`crate::memo::PerPlacement`]) and the bids' O(W·H) per job whose first
+//! fit crosses them, CASSINI's candidates each scored on the region of jobs
+//! they would share links with (a round that regrows all 2,048 jobs of a
+//! half-idle 4,096 × 8 cluster: 2.75 s when each was scored over all
+//! running jobs, 60 ms now), and
 //! FORESIGHT's colouring of the flows crossing racks when the set of
 //! running jobs changes.
 
