@@ -863,9 +863,13 @@ fn python_training_processes_run_their_iterations_in_the_slots_metronome_paces()
             .filter(|w| w[1].0 - w[0].0 > 1.2 * w[1].1 / 1e3 && slept(w[1].0, w[1].1))
             .map(|w| w[1])
             .collect();
+        // 40 ms: a wait ends 1-4 ms past its slot alone, but a fresh-clone
+        // CI run (2026-11-28) saw one end over 20 ms late while the other
+        // live tests loaded both cores. A wait to a wrong boundary would
+        // land anywhere in the 216 ms period.
         for &(t, period, offset) in &waits {
             assert!(
-                past_slot_ms(t, offset, period) <= 20.0,
+                past_slot_ms(t, offset, period) <= 40.0,
                 "rank {rank}: start {t:.3} s after a wait is off its slot"
             );
         }
