@@ -144,6 +144,34 @@ pub struct Measured {
     pub decisions: Vec<orrery_serve::api::LogEntry>,
 }
 
+/// Makes `cc` a congestion control a network namespace may take as its
+/// default. A namespace other than the machine's may only choose one of
+/// `tcp_allowed_congestion_control` (the kernel refuses others with an I/O
+/// error), and some kernels allow only `reno bbr` while offering `cubic`.
+/// One that is available but not allowed is added to the allowed list, and
+/// the returned note says so; the list is not narrowed again afterwards,
+/// since runs in parallel share it (another may be setting up its
+/// namespaces). An error when the kernel does not offer `cc` at all.
+fn allow_congestion_control(cc: &str) -> Result<Option<String>> {
+    const ALLOWED: &str = "/proc/sys/net/ipv4/tcp_allowed_congestion_control";
+    const AVAILABLE: &str = "/proc/sys/net/ipv4/tcp_available_congestion_control";
+    let read = |path: &str| std::fs::read_to_string(path).with_context(|| format!("reading {path}"));
+    let allowed = read(ALLOWED)?;
+    if allowed.split_whitespace().any(|a| a == cc) {
+        return Ok(None);
+    }
+    let available = read(AVAILABLE)?;
+    if !available.split_whitespace().any(|a| a == cc) {
+        bail!(
+            "congestion control {cc:?}: this kernel offers {} ({AVAILABLE}); load its module or choose one of them",
+            available.trim()
+        );
+    }
+    let wider = format!("{} {cc}", allowed.trim());
+    std::fs::write(ALLOWED, &wider).with_context(|| format!("adding {cc:?} to {ALLOWED} (needs root)"))?;
+    Ok(Some(format!("added {cc} to the machine's allowed TCP congestion controls (was: {})", allowed.trim())))
+}
+
 /// Runs `jobs` (with their `pins`) on `topo` built as a fabric; returns what
 /// was measured. The fabric and every process are gone when it returns, also
 /// on error, Ctrl-C or SIGTERM (which end it with an error).
@@ -170,6 +198,9 @@ pub async fn drive(
     // Every training connection uses the run's congestion control: `orrery
     // worker` sets it on its sockets, but gloo's (DDP ranks) take their
     // namespace's default, which a new namespace inherits from the machine.
+    if let Some(note) = allow_congestion_control(&opts.congestion_control)? {
+        progress(&note);
+    }
     for h in 0..topo.hosts.len() {
         let ns = fabric.host_netns(h);
         let set = format!("echo {} > /proc/sys/net/ipv4/tcp_congestion_control", shell_quote(&opts.congestion_control));
