@@ -33,6 +33,23 @@ impl<T> PerPlacement<T> {
         &self.values[&job].1
     }
 
+    /// [`Self::get`] with one more condition on the kept value: it is
+    /// rebuilt when `fresh` rejects it (say, a measured stretch it was
+    /// derived with has changed). O(hosts) when kept.
+    pub fn get_if(
+        &mut self,
+        job: JobId,
+        hosts: &[(HostId, u32)],
+        fresh: impl FnOnce(&T) -> bool,
+        make: impl FnOnce() -> T,
+    ) -> &T {
+        let kept = self.values.get(&job).is_some_and(|(h, v)| h.as_slice() == hosts && fresh(v));
+        if !kept {
+            self.values.insert(job, (hosts.to_vec(), make()));
+        }
+        &self.values[&job].1
+    }
+
     /// Forgets the jobs not in `live` once the others outnumber them
     /// (`running` is how many run): amortised O(1) per job.
     pub fn forget_unless(&mut self, running: usize, live: impl FnOnce() -> HashSet<JobId>) {
