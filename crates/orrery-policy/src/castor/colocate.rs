@@ -136,6 +136,9 @@ pub struct Colocator {
     link_duty: Option<HashMap<orrery_model::LinkId, f64>>,
     /// Each running job's terms of [`link_duty`], kept while its hosts are.
     duty_terms: PerPlacement<Vec<(orrery_model::LinkId, f64)>>,
+    /// The free GPUs indexed for first fit, kept between the sizes judged
+    /// and between rounds ([`Self::take_index`]).
+    free_index: Option<(Vec<usize>, FreeIndex)>,
     /// Seconds each job has held GPUs so far, summed between rounds.
     run_s: HashMap<JobId, f64>,
     /// When the four caches above drop the jobs that have left.
@@ -182,6 +185,7 @@ impl Colocator {
             request_ms: HashMap::new(),
             link_duty: None,
             duty_terms: PerPlacement::default(),
+            free_index: None,
             run_s: HashMap::new(),
             forget: Forget::default(),
             last_round: None,
@@ -279,6 +283,42 @@ impl Colocator {
     /// that beats waiting `wait_s` and then taking `t_new` at the request.
     /// O(H log H) for the index, then O(m log H + shape) per size over m
     /// hosts.
+    /// The free GPUs indexed for first fit ([`FreeIndex`]), brought in step
+    /// with `free` by their differences: O(H) plus O(log H) per host whose
+    /// count changed since the index was last used, where building one is
+    /// O(H log H) (sizing every waiting job that way was 7% of a 4,096-host
+    /// `orrery` simulation, and growth's index another 8%). Taken out of
+    /// the policy so that sizes can be judged while it is held; give it
+    /// back with [`Self::keep_index`].
+    fn take_index(&mut self, free: &[u32], rack_of: &[usize]) -> FreeIndex {
+        match self.free_index.take() {
+            Some((racks, mut index)) if racks == rack_of && index.free().len() == free.len() => {
+                for (h, &f) in free.iter().enumerate() {
+                    if index.free()[h] != f {
+                        index.set(h, f);
+                    }
+                }
+                index
+            }
+            _ => FreeIndex::new(free, rack_of),
+        }
+    }
+
+    /// Keeps `index` for the next [`Self::take_index`].
+    fn keep_index(&mut self, rack_of: &[usize], index: FreeIndex) {
+        self.free_index = Some((rack_of.to_vec(), index));
+    }
+
+    /// The index of the GPUs `spec` may use: the kept one unless the job
+    /// caps its GPUs per host (anti-affinity), which gets its own.
+    fn index_for(&mut self, free: &[u32], rack_of: &[usize], spec: &JobSpec) -> (FreeIndex, bool) {
+        if spec.anti_affinity {
+            (FreeIndex::new(&capped(free, spec), rack_of), false)
+        } else {
+            (self.take_index(free, rack_of), true)
+        }
+    }
+
     fn shrunk_start(
         &mut self,
         view: &ClusterView<'_>,
@@ -293,10 +333,14 @@ impl Colocator {
         let free_total: u64 = free.iter().map(|&f| u64::from(f)).sum();
         let most = (free_total / u64::from(per)).min(u64::from(spec.workers.max(1) - 1)) as u32;
         // Each size where the host scheduler would put it now.
-        let index = FreeIndex::new(&capped(free, spec), rack_of);
-        let (k, stretch) = (1..=most)
+        let (index, kept) = self.index_for(free, rack_of, spec);
+        let best = (1..=most)
             .filter_map(|k| index.consolidated(k * per).map(|h| (k, self.stretch_on(view, id, spec, &h))))
-            .min_by(|a, b| a.1.total_cmp(&b.1))?;
+            .min_by(|a, b| a.1.total_cmp(&b.1));
+        if kept {
+            self.keep_index(rack_of, index);
+        }
+        let (k, stretch) = best?;
         // An unknown wait (the running jobs never free enough) is no
         // evidence for a size the job keeps for its whole run.
         let pays = wait_s.is_finite() && stretch.is_finite() && t_new * stretch < wait_s + t_new;
@@ -390,7 +434,7 @@ impl Colocator {
         price: f64,
     ) -> u32 {
         let (n, per) = (q.spec.workers.max(1), q.spec.gpus_per_worker.max(1));
-        let index = FreeIndex::new(&capped(free, q.spec), rack_of);
+        let (index, kept) = self.index_for(free, rack_of, q.spec);
         let packed_ms = self.request_ms(view, q.id, q.spec);
         let duty = self.duty(view);
         let period = |k: u32| index.consolidated(k * per).and_then(|h| period_on(view, duty, q.spec, &h));
@@ -405,6 +449,9 @@ impl Colocator {
                     best = (k, c);
                 }
             }
+        }
+        if kept {
+            self.keep_index(rack_of, index);
         }
         best.0
     }
@@ -954,14 +1001,16 @@ impl Policy for Colocator {
         // Not in a round that preempts: GPUs are short, and the victims
         // come back to the queue at once.
         if self.shrink && victims.is_empty() {
-            let mut spare = Free::new(&rack_of, &mut free);
+            let index = self.take_index(&free, &rack_of);
+            let mut spare = Free::new(&rack_of, &mut free, index);
             self.grow(view, &mut spare, &mut out);
             // A running job grows only where a later arrival can take the
             // GPUs back by preempting it.
             if self.preempt && nobody_waits(view, &out) {
                 self.regrow(view, &mut spare, &mut out);
             }
-            spare.write_back();
+            let index = spare.write_back();
+            self.keep_index(&rack_of, index);
         }
         if self.starvation_guard {
             self.note_holders(view, &out);
@@ -994,32 +1043,30 @@ fn next_free_s(ends: &[(f64, f64)], free: u32, need: u32) -> f64 {
 
 /// The free GPUs that growth takes from. Growing may place every running
 /// job of a round (all of them when nobody waits and half the cluster is
-/// idle), so the first resize builds a [`FreeIndex`] and each placement then
-/// costs O(m log H) for its m hosts instead of O(H log H).
+/// idle), so they are indexed ([`FreeIndex`]) and each placement costs
+/// O(m log H) for its m hosts instead of O(H log H).
 struct Free<'a> {
     rack_of: &'a [usize],
     free: &'a mut [u32],
-    /// Their sum until indexed.
-    total: u32,
-    index: Option<FreeIndex>,
+    /// The same GPUs, indexed.
+    index: FreeIndex,
 }
 
 impl<'a> Free<'a> {
-    /// O(H).
-    fn new(rack_of: &'a [usize], free: &'a mut [u32]) -> Free<'a> {
-        let total = free.iter().sum();
-        Free { rack_of, free, total, index: None }
+    /// `index` must hold `free`. O(1).
+    fn new(rack_of: &'a [usize], free: &'a mut [u32], index: FreeIndex) -> Free<'a> {
+        debug_assert_eq!(index.free(), &free[..]);
+        Free { rack_of, free, index }
     }
 
     /// Free GPUs in all. O(1).
     fn total(&self) -> u32 {
-        self.index.as_ref().map_or(self.total, |index| index.total() as u32)
+        self.index.total() as u32
     }
 
     /// `spec` on `k` workers, consolidated on the free GPUs plus the ones it
     /// `holds`; on success the free GPUs get those back and lose the new
-    /// hosts. O(m log H) for m hosts held or taken (O(H log H) for the first
-    /// call of a round, which builds the index).
+    /// hosts. O(m log H) for m hosts held or taken.
     fn resized(
         &mut self,
         view: &ClusterView<'_>,
@@ -1028,9 +1075,8 @@ impl<'a> Free<'a> {
         k: u32,
     ) -> Option<Vec<(HostId, u32)>> {
         let hosts = self.trial(view, holds, spec, k)?;
-        let index = self.index.as_mut()?; // built by the trial
-        index.give_back(holds);
-        index.take(&hosts);
+        self.index.give_back(holds);
+        self.index.take(&hosts);
         Some(hosts)
     }
 
@@ -1043,7 +1089,7 @@ impl<'a> Free<'a> {
         spec: &JobSpec,
         k: u32,
     ) -> Option<Vec<(HostId, u32)>> {
-        let index = self.index.get_or_insert_with(|| FreeIndex::new(self.free, self.rack_of));
+        let index = &mut self.index;
         let gpus = k * spec.gpus_per_worker.max(1);
         index.give_back(holds);
         let hosts = if spec.anti_affinity {
@@ -1055,11 +1101,11 @@ impl<'a> Free<'a> {
         hosts
     }
 
-    /// Copies the index's counts back to the round's free GPUs.
-    fn write_back(self) {
-        if let Some(index) = self.index {
-            self.free.copy_from_slice(index.free());
-        }
+    /// Copies the index's counts back to the round's free GPUs; returns
+    /// the index, which holds them.
+    fn write_back(self) -> FreeIndex {
+        self.free.copy_from_slice(self.index.free());
+        self.index
     }
 }
 
