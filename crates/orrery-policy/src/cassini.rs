@@ -461,9 +461,16 @@ impl Policy for Cassini {
                 view.running.iter().map(|r| r.id).chain(view.queue.iter().map(|q| q.id)).collect();
             self.unaligned.retain(|j| present.contains(j));
         }
-        // Running jobs by id, O(R): resizes preempt and place many of them.
-        let running_at: HashMap<JobId, usize> = view.running.iter().enumerate().map(|(i, r)| (r.id, i)).collect();
-        let queued_at: HashMap<JobId, usize> = view.queue.iter().enumerate().map(|(i, q)| (q.id, i)).collect();
+        // Running and waiting jobs by id, O(R + Q), in a round that places or
+        // preempts a job: resizes preempt and place many of them.
+        let preempting = proposed.iter().any(|d| matches!(d, Decision::Preempt { .. }));
+        let running_at: HashMap<JobId, usize> = if placing || preempting {
+            view.running.iter().enumerate().map(|(i, r)| (r.id, i)).collect()
+        } else {
+            HashMap::new()
+        };
+        let queued_at: HashMap<JobId, usize> =
+            if placing { view.queue.iter().enumerate().map(|(i, q)| (q.id, i)).collect() } else { HashMap::new() };
         let spec_of = |job: JobId| {
             queued_at
                 .get(&job)
