@@ -137,8 +137,10 @@ pub struct Colocator {
     /// Each running job's terms of [`link_duty`], kept while its hosts are.
     duty_terms: PerPlacement<Vec<(orrery_model::LinkId, f64)>>,
     /// The free GPUs indexed for first fit, kept between the sizes judged
-    /// and between rounds ([`Self::take_index`]).
-    free_index: Option<(Vec<usize>, FreeIndex)>,
+    /// and between rounds ([`Self::take_index`]), and the racks it was
+    /// built with.
+    free_index: Option<FreeIndex>,
+    index_racks: Vec<usize>,
     /// Seconds each job has held GPUs so far, summed between rounds.
     run_s: HashMap<JobId, f64>,
     /// When the four caches above drop the jobs that have left.
@@ -186,6 +188,7 @@ impl Colocator {
             link_duty: None,
             duty_terms: PerPlacement::default(),
             free_index: None,
+            index_racks: Vec::new(),
             run_s: HashMap::new(),
             forget: Forget::default(),
             last_round: None,
@@ -277,12 +280,6 @@ impl Colocator {
         })
     }
 
-    /// Where `q` starts on fewer GPUs than it asks for: at the size that
-    /// finishes soonest on the free GPUs, each size judged where the host
-    /// scheduler's first fit would put it now ([`Self::stretch_on`]), if
-    /// that beats waiting `wait_s` and then taking `t_new` at the request.
-    /// O(H log H) for the index, then O(m log H + shape) per size over m
-    /// hosts.
     /// The free GPUs indexed for first fit ([`FreeIndex`]), brought in step
     /// with `free` by their differences: O(H) plus O(log H) per host whose
     /// count changed since the index was last used, where building one is
@@ -292,7 +289,7 @@ impl Colocator {
     /// back with [`Self::keep_index`].
     fn take_index(&mut self, free: &[u32], rack_of: &[usize]) -> FreeIndex {
         match self.free_index.take() {
-            Some((racks, mut index)) if racks == rack_of && index.free().len() == free.len() => {
+            Some(mut index) if self.index_racks == rack_of && index.free().len() == free.len() => {
                 for (h, &f) in free.iter().enumerate() {
                     if index.free()[h] != f {
                         index.set(h, f);
@@ -300,13 +297,16 @@ impl Colocator {
                 }
                 index
             }
-            _ => FreeIndex::new(free, rack_of),
+            _ => {
+                self.index_racks = rack_of.to_vec();
+                FreeIndex::new(free, rack_of)
+            }
         }
     }
 
-    /// Keeps `index` for the next [`Self::take_index`].
-    fn keep_index(&mut self, rack_of: &[usize], index: FreeIndex) {
-        self.free_index = Some((rack_of.to_vec(), index));
+    /// Keeps `index`, taken by [`Self::take_index`], for the next one.
+    fn keep_index(&mut self, index: FreeIndex) {
+        self.free_index = Some(index);
     }
 
     /// The index of the GPUs `spec` may use: the kept one unless the job
@@ -319,6 +319,12 @@ impl Colocator {
         }
     }
 
+    /// Where `q` starts on fewer GPUs than it asks for: at the size that
+    /// finishes soonest on the free GPUs, each size judged where the host
+    /// scheduler's first fit would put it now ([`Self::stretch_on`]), if
+    /// that beats waiting `wait_s` and then taking `t_new` at the request.
+    /// O(H) to bring the kept index in step ([`Self::take_index`]), then
+    /// O(m log H + shape) per size over m hosts.
     fn shrunk_start(
         &mut self,
         view: &ClusterView<'_>,
@@ -338,7 +344,7 @@ impl Colocator {
             .filter_map(|k| index.consolidated(k * per).map(|h| (k, self.stretch_on(view, id, spec, &h))))
             .min_by(|a, b| a.1.total_cmp(&b.1));
         if kept {
-            self.keep_index(rack_of, index);
+            self.keep_index(index);
         }
         let (k, stretch) = best?;
         // An unknown wait (the running jobs never free enough) is no
@@ -416,8 +422,9 @@ impl Colocator {
     /// is faster where it would run: on 8-GPU hosts with 6 GPUs free on
     /// one and 2 on another, an 8-GPU VGG19 job starts on the 6 of one host
     /// rather than span two NICs (`orrery`'s mean JCT on a fabric of 8-GPU
-    /// hosts fell by half, docs/results.md). O(H log H) for the index, then
-    /// O(m log H + shape) per size over m hosts.
+    /// hosts fell by half, docs/results.md). O(H) for the kept index
+    /// ([`Self::take_index`]), then O(m log H + shape) per size over m
+    /// hosts.
     ///
     /// Pollux's statistical efficiency is left out on purpose: with it,
     /// Philly's compute-bound jobs, whose smaller batches converge in
@@ -451,7 +458,7 @@ impl Colocator {
             }
         }
         if kept {
-            self.keep_index(rack_of, index);
+            self.keep_index(index);
         }
         best.0
     }
@@ -1010,7 +1017,7 @@ impl Policy for Colocator {
                 self.regrow(view, &mut spare, &mut out);
             }
             let index = spare.write_back();
-            self.keep_index(&rack_of, index);
+            self.keep_index(index);
         }
         if self.starvation_guard {
             self.note_holders(view, &out);
