@@ -156,7 +156,7 @@ pub enum Rank {
 /// traffic, which oversubscribed uplinks carry. 0 for a job that sends
 /// nothing. O(links of the job).
 fn fabric_links(view: &ClusterView<'_>, net: &Net<'_>) -> usize {
-    if net.placed.shape.network_ms() <= 0.0 {
+    if !net.sends {
         return 0;
     }
     let hosts = view.topology.hosts.len();
@@ -318,24 +318,38 @@ struct Net<'a> {
     spec: &'a JobSpec,
     placed: Rc<Placed>,
     links: Rc<Vec<LinkId>>,
+    /// Its iteration time alone and whether it sends over the network,
+    /// read once from the shape (O(segments)): every score reads them.
+    period_ms: f64,
+    sends: bool,
 }
 
-/// A running job's placement and links, kept between rounds while its hosts
-/// are ([`PerPlacement`]); None when it cannot be shaped.
-type Placements = PerPlacement<Option<(Rc<Placed>, Rc<Vec<LinkId>>)>>;
+/// A running job's placement, links, period and whether it sends, kept
+/// between rounds while its hosts are ([`PerPlacement`]); None when it
+/// cannot be shaped.
+type Placements = PerPlacement<Option<(Rc<Placed>, Rc<Vec<LinkId>>, f64, bool)>>;
 
 fn net<'a>(view: &ClusterView<'_>, id: JobId, spec: &'a JobSpec, hosts: &[(HostId, u32)]) -> Option<Net<'a>> {
     let placed = place(view.topology, spec, hosts)?;
     let links = placed.links(view.topology, id);
-    Some(Net { id, spec, placed: Rc::new(placed), links: Rc::new(links) })
+    Some(Net::new(id, spec, Rc::new(placed), Rc::new(links)))
+}
+
+impl<'a> Net<'a> {
+    fn new(id: JobId, spec: &'a JobSpec, placed: Rc<Placed>, links: Rc<Vec<LinkId>>) -> Self {
+        let (period_ms, sends) = (placed.shape.period_ms(), placed.shape.network_ms() > 0.0);
+        Net { id, spec, placed, links, period_ms, sends }
+    }
 }
 
 /// [`net`] of a running job, from `kept` unless its hosts changed. O(hosts)
 /// when kept.
 fn running_net<'a>(view: &ClusterView<'_>, kept: &mut Placements, r: &crate::RunningJob<'a>) -> Option<Net<'a>> {
-    let (placed, links) =
-        kept.get(r.id, r.hosts, || net(view, r.id, r.spec, r.hosts).map(|n| (n.placed, n.links))).as_ref()?;
-    Some(Net { id: r.id, spec: r.spec, placed: Rc::clone(placed), links: Rc::clone(links) })
+    let (placed, links, period_ms, sends) = kept
+        .get(r.id, r.hosts, || net(view, r.id, r.spec, r.hosts).map(|n| (n.placed, n.links, n.period_ms, n.sends)))
+        .as_ref()?;
+    let (placed, links) = (Rc::clone(placed), Rc::clone(links));
+    Some(Net { id: r.id, spec: r.spec, placed, links, period_ms: *period_ms, sends: *sends })
 }
 
 /// A candidate placement with its fabric links and mean compatibility.
@@ -393,7 +407,7 @@ fn link_solution<'s>(jobs: &[&Net<'_>], gbps: f64, solved: &'s mut Solved) -> Op
 fn score(view: &ClusterView<'_>, jobs: &[Net<'_>], solved: &mut Solved) -> Scored {
     let mut on_link: BTreeMap<LinkId, Vec<usize>> = BTreeMap::new();
     for (k, j) in jobs.iter().enumerate() {
-        if j.placed.shape.network_ms() > 0.0 {
+        if j.sends {
             for &l in j.links.iter() {
                 on_link.entry(l).or_default().push(k);
             }
@@ -422,7 +436,7 @@ fn score(view: &ClusterView<'_>, jobs: &[Net<'_>], solved: &mut Solved) -> Score
         shifts.push(LinkShifts { link: l, shifts: ks.iter().zip(link_shifts.iter()).map(|(&k, &t)| (k, t)).collect() });
     }
     let affinity: Vec<AffinityJob> =
-        jobs.iter().map(|j| AffinityJob { iter_ms: j.placed.shape.period_ms(), priority: j.spec.priority }).collect();
+        jobs.iter().map(|j| AffinityJob { iter_ms: j.period_ms, priority: j.spec.priority }).collect();
     let times = traverse(&affinity, &shifts).ok();
     Scored { mean_score: if n == 0 { 1.0 } else { total / n as f64 }, shifts, times }
 }
@@ -621,10 +635,8 @@ impl Policy for Cassini {
         };
         let jobs = graph.into_jobs();
         let s = score(view, &jobs, &mut self.solved);
-        let affinity: Vec<AffinityJob> = jobs
-            .iter()
-            .map(|j| AffinityJob { iter_ms: j.placed.shape.period_ms(), priority: j.spec.priority })
-            .collect();
+        let affinity: Vec<AffinityJob> =
+            jobs.iter().map(|j| AffinityJob { iter_ms: j.period_ms, priority: j.spec.priority }).collect();
         if let Some(t) = &s.times {
             let components = components(&s.shifts);
             for comp in components {

@@ -64,7 +64,7 @@ pub(super) struct Graph<'a> {
 
 /// Whether a job puts traffic on its links (a full score skips the others).
 fn sends(net: &Net<'_>) -> bool {
-    net.placed.shape.network_ms() > 0.0
+    net.sends
 }
 
 impl<'a> Graph<'a> {
