@@ -144,6 +144,15 @@ impl Simulation<'_> {
     /// `until`. O(1) when its iterations are all alike, else O(iterations
     /// passed + 1) draws.
     fn advance_skip(&mut self, job: JobId, until: u64) {
+        // The next iteration, already drawn, ends after `until`: nothing to
+        // count. Checked in place, as moving the cursor out and back copies
+        // two RNG states (~0.7 kB): with thousands of jobs fast-forwarded,
+        // every view paid that per job (10% of a 4,096-host simulation).
+        let drawn_ends_later =
+            self.jobs[job].skip.as_ref().is_some_and(|s| s.next.as_ref().is_some_and(|&(d, _)| s.t + d > until));
+        if drawn_ends_later && self.constant_iteration_ns(job).is_none() {
+            return;
+        }
         let Some(mut skip) = self.jobs[job].skip.take() else { return };
         let left = self.jobs[job].target_iterations.saturating_sub(self.jobs[job].iterations_done);
         if let Some(d) = self.constant_iteration_ns(job) {
