@@ -26,11 +26,7 @@ impl<T> PerPlacement<T> {
     /// The value of `job` on `hosts`, derived by `make` when it has none
     /// on these hosts. O(hosts) when kept.
     pub fn get(&mut self, job: JobId, hosts: &[(HostId, u32)], make: impl FnOnce() -> T) -> &T {
-        let fresh = self.values.get(&job).is_some_and(|(h, _)| h.as_slice() == hosts);
-        if !fresh {
-            self.values.insert(job, (hosts.to_vec(), make()));
-        }
-        &self.values[&job].1
+        self.get_if(job, hosts, |_| true, make)
     }
 
     /// [`Self::get`] with one more condition on the kept value: it is
