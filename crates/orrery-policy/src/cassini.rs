@@ -356,6 +356,8 @@ fn running_net<'a>(view: &ClusterView<'_>, kept: &mut Placements, r: &crate::Run
 struct Ranked<'a> {
     fabric: usize,
     score: f64,
+    /// The placement's sums with it ([`graph::Graph::with`]).
+    stats: graph::Stats,
     hosts: Vec<(HostId, u32)>,
     net: Net<'a>,
 }
@@ -599,10 +601,10 @@ impl Policy for Cassini {
                 let s = graph.with(view, &candidate, &mut self.solved);
                 let better = |b: &Ranked<'_>| fabric < b.fabric || (fabric == b.fabric && s.mean() > b.score + 1e-9);
                 if s.loop_free() && best.as_ref().is_none_or(better) {
-                    best = Some(Ranked { fabric, score: s.mean(), hosts: c, net: candidate });
+                    best = Some(Ranked { fabric, score: s.mean(), stats: s, hosts: c, net: candidate });
                 }
             }
-            let Some(Ranked { hosts, net: chosen, .. }) = best else {
+            let Some(Ranked { hosts, net: chosen, stats, .. }) = best else {
                 if self.on_loop == OnLoop::RunUnaligned
                     && let Some(hosts) = own_choice
                 {
@@ -617,7 +619,7 @@ impl Policy for Cassini {
             for &(h, g) in &hosts {
                 free[h] -= g;
             }
-            graph.insert(view, chosen, &mut self.solved);
+            graph.insert_scored(chosen, stats);
             out.push(Decision::Place { job, hosts });
         }
         // One time-shift per job (Alg. 1, highest priority as reference). Jobs

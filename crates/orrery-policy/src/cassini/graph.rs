@@ -110,8 +110,17 @@ impl<'a> Graph<'a> {
     }
 
     /// Places `net` (last in the order, as a full score would see it).
+    #[cfg(test)]
     pub(super) fn insert(&mut self, view: &ClusterView<'_>, net: Net<'a>, solved: &mut Solved) {
-        self.whole = self.with(view, &net, solved);
+        let with = self.with(view, &net, solved);
+        self.insert_scored(net, with);
+    }
+
+    /// [`Self::insert`] with `with`, what [`Self::with`] returned for `net`
+    /// on this graph: the chosen candidate is not scored again. O(links of
+    /// `net`).
+    pub(super) fn insert_scored(&mut self, net: Net<'a>, with: Stats) {
+        self.whole = with;
         self.push(net);
     }
 
