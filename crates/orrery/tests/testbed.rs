@@ -319,9 +319,15 @@ fn two_real_ddp_jobs_start_their_iterations_at_cassinis_shift() {
         assert!(comm.len() >= 25 && comm.iter().all(|c| c.as_f64().is_some_and(|c| c > 0.0)), "{job}");
     }
     // Job b keeps CASSINI's shift: an iteration that waits for its slot
-    // starts at the Align in force (offset + k·period on the service's
-    // clock), within 10 ms. One that is already late starts at once (the
-    // slot rule), so only waits are held to it.
+    // starts at an Align's slot (offset + k·period on the service's clock),
+    // within 10 ms. One that is already late starts at once (the slot
+    // rule), so only waits are held to it. CASSINI re-aligns a job that
+    // drifts, and a wait aims at the slot of the Align the worker knew when
+    // it began, so it is judged against every Align in force from then
+    // (less the agent's 50 ms to hear of one) to its end, as the live
+    // test judges Metronome's paces: a fresh-clone CI run (2026-11-28)
+    // failed on a start 157 ms past the slot of the Align in force at its
+    // end only.
     let aligns: Vec<(f64, f64, f64)> = measured["decisions"]
         .as_array()
         .expect("decisions")
@@ -341,12 +347,21 @@ fn two_real_ddp_jobs_start_their_iterations_at_cassinis_shift() {
     let nums = |k: &str| b[k].as_array().expect(k).iter().filter_map(|v| v.as_f64()).collect::<Vec<f64>>();
     let (starts, delays) = (nums("start_ms"), nums("delay_ms"));
     let mut held = 0;
-    for (&start, _) in starts.iter().zip(&delays).filter(|(_, d)| **d > 1.0) {
-        let Some(&(_, period, offset)) = aligns.iter().rev().find(|a| a.0 + 0.05 <= start / 1e3) else { continue };
-        let past = (start - offset * 1e3).rem_euclid(period);
+    for (&start, &delay) in starts.iter().zip(&delays).filter(|(_, d)| **d > 1.0) {
+        let (t, began) = (start / 1e3, (start - delay) / 1e3);
+        let known: Vec<(f64, f64)> = aligns
+            .iter()
+            .filter(|a| a.0 + 0.05 <= t && aligns.iter().find(|q| q.0 > a.0).is_none_or(|q| q.0 + 0.05 > began))
+            .map(|a| (a.1, a.2))
+            .collect();
+        if known.is_empty() {
+            continue;
+        }
+        let past: Vec<f64> = known.iter().map(|&(period, offset)| (start - offset * 1e3).rem_euclid(period)).collect();
         assert!(
-            past <= 10.0 || past >= period - 2.0,
-            "a start after a wait is {past:.1} ms past its slot (period {period:.1})"
+            past.iter().zip(&known).any(|(&ms, &(period, _))| ms <= 10.0 || ms >= period - 2.0),
+            "a start at {t:.3} s after a {delay:.0} ms wait is {past:.1?} ms past the slots of the Aligns in force \
+             (period, offset s) {known:?}; all Aligns (at s, period, offset s) {aligns:?}"
         );
         held += 1;
     }
