@@ -3,8 +3,10 @@
 //! links of the bids, the duty cycles sizes are judged beside), and the
 //! job's placement, shape and paths cost O(shape + transfers × path) to
 //! rebuild; at 4,096 hosts that was a third of a simulation's time. A
-//! job's value depends only on its spec, which does not change, and its
-//! hosts, so it is rebuilt only when the hosts change.
+//! job's value depends on its spec, which does not change, and its hosts,
+//! so it is rebuilt when the hosts change; a value that also depends on
+//! something measured (FORESIGHT's profiles on the job's measured
+//! stretch) says so through [`PerPlacement::get_if`].
 
 use crate::JobId;
 use orrery_model::HostId;
