@@ -5,11 +5,13 @@
 //! schedule covers a horizon (the LCM of iteration lengths, capped).
 //!
 //! Time is discretised in bins of `bin_ms` (1 ms by default). Link usage is a
-//! dense array per logical link. Fitting an iteration at delay d costs
-//! O(Σ phase bins), and delays are tried in increasing order up to one
-//! iteration length. The whole solve is therefore O(iterations · (log jobs +
-//! max delay · phase bins)) in the worst case, and much less when links are
-//! free.
+//! dense array per logical link with the maximum of each block of
+//! [`BLOCK`] bins beside it ([`LinkUsage`]). Checking a phase of n bins at
+//! one delay costs O(n / BLOCK + BLOCK): blocks whose maximum leaves room
+//! are skipped whole. Delays jump past the bin that blocks a phase, up to
+//! one iteration length; placing an iteration costs O(Σ phase bins). The
+//! whole solve is therefore O(iterations · (log jobs + tries · phases ·
+//! (n / BLOCK + BLOCK) + Σ phase bins)).
 
 use super::logical::LogicalLink;
 use std::cmp::{Ordering, Reverse};
@@ -132,6 +134,66 @@ impl BinnedPhase {
     }
 }
 
+/// Bins per block of [`LinkUsage`]: long enough that a phase of thousands of
+/// bins is checked in tens of steps, short enough that scanning the block
+/// that holds a conflict stays cheap.
+const BLOCK: usize = 64;
+
+/// Demand on one logical link per bin, Gbit/s, and the maximum of each
+/// block of [`BLOCK`] bins. The maxima are exact, so a block skipped by
+/// its maximum holds no bin the dense scan would have stopped at: the plan
+/// is the same as scanning every bin, bin for bin (floating-point addition
+/// is monotone, so `max + g ≤ c` implies `u + g ≤ c` for every bin).
+#[derive(Debug, Clone)]
+struct LinkUsage {
+    bins: Vec<f64>,
+    block_max: Vec<f64>,
+}
+
+impl LinkUsage {
+    fn new(span: usize) -> Self {
+        LinkUsage { bins: vec![0.0; span], block_max: vec![0.0; span.div_ceil(BLOCK)] }
+    }
+
+    /// Adds `gbps` ≥ 0 to bins [from, to) (clipped to the span). O(to − from):
+    /// a block's maximum can only rise, to the largest of its bins that did.
+    fn add(&mut self, from: usize, to: usize, gbps: f64) {
+        debug_assert!(gbps >= 0.0, "demand is never negative");
+        let to = to.min(self.bins.len());
+        let mut at = from;
+        while at < to {
+            let block = at / BLOCK;
+            let end = ((block + 1) * BLOCK).min(to);
+            let mut top = self.block_max[block];
+            for x in &mut self.bins[at..end] {
+                *x += gbps;
+                // Not `f64::max`: no bin is NaN, and its NaN check keeps the
+                // loop from compiling to a plain `maxsd`.
+                top = if *x > top { *x } else { top };
+            }
+            self.block_max[block] = top;
+            at = end;
+        }
+    }
+
+    /// The last bin in [from, to) (clipped to the span) where adding `gbps`
+    /// exceeds `limit`. O((to − from) / BLOCK + BLOCK).
+    fn last_over(&self, from: usize, to: usize, gbps: f64, limit: f64) -> Option<usize> {
+        let mut end = to.min(self.bins.len());
+        while end > from {
+            let block = (end - 1) / BLOCK;
+            let start = (block * BLOCK).max(from);
+            if self.block_max[block] + gbps > limit
+                && let Some(x) = (start..end).rev().find(|&x| self.bins[x] + gbps > limit)
+            {
+                return Some(x);
+            }
+            end = start;
+        }
+        None
+    }
+}
+
 /// Runs SolveTiming. `capacity[l]` is logical link l's Gbit/s. Iterations
 /// that would start after the horizon are not scheduled. Demand beyond the
 /// horizon is checked against an empty network.
@@ -145,7 +207,7 @@ pub fn solve_timing(jobs: &[TimedJob], capacity: &[f64], bad: &[BadRange], p: &T
         .unwrap_or(0);
     // Room for the last iteration to run past the horizon, plus its delay.
     let span = horizon + 3 * longest + 1;
-    let mut usage = vec![vec![0.0f64; span]; capacity.len()];
+    let mut usage: Vec<LinkUsage> = (0..capacity.len()).map(|_| LinkUsage::new(span)).collect();
     let mut next = vec![0usize; jobs.len()]; // earliest start bin of each job's next iteration
     let mut service = vec![0.0f64; jobs.len()];
     let mut count = vec![0usize; jobs.len()];
@@ -192,8 +254,7 @@ pub fn solve_timing(jobs: &[TimedJob], capacity: &[f64], bad: &[BadRange], p: &T
                     if ph.gbps > cap + 1e-9 {
                         return None; // never fits
                     }
-                    let u = usage.get(ph.link)?;
-                    if let Some(last) = (a.min(span)..b.min(span)).rev().find(|&x| u[x] + ph.gbps > cap + 1e-9) {
+                    if let Some(last) = usage.get(ph.link)?.last_over(a, b, ph.gbps, cap + 1e-9) {
                         need = need.max(last + 1 - a);
                     }
                 }
@@ -238,9 +299,7 @@ pub fn solve_timing(jobs: &[TimedJob], capacity: &[f64], bad: &[BadRange], p: &T
         for ph in &binned[j][k] {
             let (a, b) = ph.at(start + d, inflated);
             if let Some(u) = usage.get_mut(ph.link) {
-                for x in &mut u[a.min(span)..b.min(span)] {
-                    *x += ph.gbps;
-                }
+                u.add(a, b, ph.gbps);
             }
         }
         out.push(Planned {
@@ -298,7 +357,7 @@ pub fn baseline_timing(jobs: &[TimedJob], p: &TimingParams) -> Vec<Planned> {
 fn overlap_excess_ms(
     phases: &[BinnedPhase],
     at: usize,
-    usage: &[Vec<f64>],
+    usage: &[LinkUsage],
     capacity: &[f64],
     scale: f64,
     inflated: bool,
@@ -307,7 +366,7 @@ fn overlap_excess_ms(
     let mut excess = 0.0;
     for ph in phases {
         let cap = capacity.get(ph.link).copied().unwrap_or(0.0) * scale;
-        let Some(u) = usage.get(ph.link) else { continue };
+        let Some(u) = usage.get(ph.link).map(|u| &u.bins) else { continue };
         let (a, b) = ph.at(at, inflated);
         for x in &u[a.min(u.len())..b.min(u.len())] {
             excess += (x + ph.gbps - cap).max(0.0) / cap.max(1e-9) * bin_ms;
@@ -484,6 +543,24 @@ mod tests {
     }
 
     proptest! {
+        /// The block maxima find the same bin as scanning every bin, for
+        /// ranges that start and end inside blocks, span several or none.
+        #[test]
+        fn block_maxima_find_the_bin_a_full_scan_finds(
+            adds in prop::collection::vec((0usize..400, 0usize..200, 1.0f64..60.0), 0..40),
+            queries in prop::collection::vec((0usize..450, 0usize..450, 1.0f64..60.0), 1..40),
+        ) {
+            let span = 5 * BLOCK + 17;
+            let mut usage = LinkUsage::new(span);
+            for &(from, len, gbps) in &adds {
+                usage.add(from, from + len, gbps);
+            }
+            for &(from, to, gbps) in &queries {
+                let scan = (from.min(span)..to.min(span)).rev().find(|&x| usage.bins[x] + gbps > 100.0 + 1e-9);
+                prop_assert_eq!(usage.last_over(from, to, gbps, 100.0 + 1e-9), scan);
+            }
+        }
+
         /// Whatever the jobs, the plan never oversubscribes a logical link
         /// when every phase fits the link alone, and each job's iterations
         /// follow one another.
