@@ -8,10 +8,12 @@
 //! dense array per logical link with the maximum of each block of
 //! [`BLOCK`] bins beside it ([`LinkUsage`]). Checking a phase of n bins at
 //! one delay costs O(n / BLOCK + BLOCK): blocks whose maximum leaves room
-//! are skipped whole. Delays jump past the bin that blocks a phase, up to
-//! one iteration length; placing an iteration costs O(Σ phase bins). The
-//! whole solve is therefore O(iterations · (log jobs + tries · phases ·
-//! (n / BLOCK + BLOCK) + Σ phase bins)).
+//! are skipped whole. Each try moves the iteration to where its most
+//! delayed phase first fits on its own, so the tries are bounded by the
+//! phases that move it, not by the delay in bins; placing an iteration
+//! costs O(Σ phase bins). The whole solve is therefore O(iterations ·
+//! (log jobs + tries · phases · steps · (n / BLOCK + BLOCK) + Σ phase
+//! bins)), a step being one jump of a phase past the bin that blocks it.
 
 use super::logical::LogicalLink;
 use std::cmp::{Ordering, Reverse};
@@ -164,34 +166,59 @@ impl LinkUsage {
         while at < to {
             let block = at / BLOCK;
             let end = ((block + 1) * BLOCK).min(to);
-            let mut top = self.block_max[block];
             for x in &mut self.bins[at..end] {
                 *x += gbps;
-                // Not `f64::max`: no bin is NaN, and its NaN check keeps the
-                // loop from compiling to a plain `maxsd`.
-                top = if *x > top { *x } else { top };
             }
-            self.block_max[block] = top;
+            self.block_max[block] = max_of(&self.bins[at..end], self.block_max[block]);
             at = end;
         }
+    }
+
+    /// The earliest start s ≥ `from` at which a phase of `len` bins fits:
+    /// no bin of [s, s + len) in the span exceeds `limit` with `gbps` added
+    /// (bins past the span are free). Each step moves past the last bin that
+    /// blocks, O(len / BLOCK + BLOCK) a step.
+    fn first_fit(&self, from: usize, len: usize, gbps: f64, limit: f64) -> usize {
+        let mut start = from;
+        while let Some(last) = self.last_over(start, start + len, gbps, limit) {
+            start = last + 1;
+        }
+        start
     }
 
     /// The last bin in [from, to) (clipped to the span) where adding `gbps`
     /// exceeds `limit`. O((to − from) / BLOCK + BLOCK).
     fn last_over(&self, from: usize, to: usize, gbps: f64, limit: f64) -> Option<usize> {
+        let over = |at: usize, bins: &[f64]| bins.iter().rposition(|&u| u + gbps > limit).map(|x| at + x);
         let mut end = to.min(self.bins.len());
         while end > from {
             let block = (end - 1) / BLOCK;
             let start = (block * BLOCK).max(from);
-            if self.block_max[block] + gbps > limit
-                && let Some(x) = (start..end).rev().find(|&x| self.bins[x] + gbps > limit)
-            {
-                return Some(x);
+            if self.block_max[block] + gbps > limit {
+                // A busy block: the rest is scanned bin by bin, as on a busy
+                // link the next blocks are rarely free either.
+                return over(from, &self.bins[from..end]);
             }
             end = start;
         }
         None
     }
+}
+
+/// The largest of `xs` and `init`. Four running maxima, so the loop has no
+/// chain of dependent compares and compiles to packed `maxpd` (a single
+/// running `f64::max` made placing iterations the slowest part of a plan).
+fn max_of(xs: &[f64], init: f64) -> f64 {
+    let pick = |a: f64, b: f64| if b > a { b } else { a };
+    let mut top = [init; 4];
+    let chunks = xs.chunks_exact(4);
+    let rest = chunks.remainder().iter().fold(init, |a, &b| pick(a, b));
+    for c in chunks {
+        for i in 0..4 {
+            top[i] = pick(top[i], c[i]);
+        }
+    }
+    pick(pick(top[0], top[1]), pick(pick(top[2], top[3]), rest))
 }
 
 /// Runs SolveTiming. `capacity[l]` is logical link l's Gbit/s. Iterations
@@ -207,7 +234,7 @@ pub fn solve_timing(jobs: &[TimedJob], capacity: &[f64], bad: &[BadRange], p: &T
         .unwrap_or(0);
     // Room for the last iteration to run past the horizon, plus its delay.
     let span = horizon + 3 * longest + 1;
-    let mut usage: Vec<LinkUsage> = (0..capacity.len()).map(|_| LinkUsage::new(span)).collect();
+    let mut usage = vec![LinkUsage::new(span); capacity.len()];
     let mut next = vec![0usize; jobs.len()]; // earliest start bin of each job's next iteration
     let mut service = vec![0.0f64; jobs.len()];
     let mut count = vec![0usize; jobs.len()];
@@ -244,8 +271,9 @@ pub fn solve_timing(jobs: &[TimedJob], capacity: &[f64], bad: &[BadRange], p: &T
         let mut best: Option<(usize, usize, usize)> = None; // (finish bin, delay bins, profile)
         for (k, pr) in jobs[j].profiles.iter().enumerate() {
             let len = (pr.length_ms / p.bin_ms).ceil() as usize;
-            // How far to move the iteration so that no phase meets the bin
-            // that blocks it now (0: it fits at this delay).
+            // How far to move the iteration so that each phase reaches the
+            // first place it fits on its own (0: every phase fits at this
+            // delay). No delay in between fits: that phase would not.
             let jump = |d: usize| -> Option<usize> {
                 let mut need = 0;
                 for ph in &binned[j][k] {
@@ -254,13 +282,14 @@ pub fn solve_timing(jobs: &[TimedJob], capacity: &[f64], bad: &[BadRange], p: &T
                     if ph.gbps > cap + 1e-9 {
                         return None; // never fits
                     }
-                    if let Some(last) = usage.get(ph.link)?.last_over(a, b, ph.gbps, cap + 1e-9) {
-                        need = need.max(last + 1 - a);
-                    }
+                    let fits_from = usage.get(ph.link)?.first_fit(a, b - a, ph.gbps, cap + 1e-9);
+                    need = need.max(fits_from - a);
                 }
                 Some(need)
             };
-            // Jump past conflicts: O(conflicts) tries, not O(delay).
+            // Jump from fit to fit: O(phases that move the iteration) tries,
+            // not O(delay) (a jump past only the blocking bin made a short
+            // phase on a busy link take one try per bin).
             let mut d = 0;
             let found = loop {
                 if start + d + len >= span {
@@ -544,7 +573,8 @@ mod tests {
 
     proptest! {
         /// The block maxima find the same bin as scanning every bin, for
-        /// ranges that start and end inside blocks, span several or none.
+        /// ranges that start and end inside blocks, span several or none;
+        /// and the first fit is the first start whose bins are all free.
         #[test]
         fn block_maxima_find_the_bin_a_full_scan_finds(
             adds in prop::collection::vec((0usize..400, 0usize..200, 1.0f64..60.0), 0..40),
@@ -555,9 +585,14 @@ mod tests {
             for &(from, len, gbps) in &adds {
                 usage.add(from, from + len, gbps);
             }
+            let busy = |x: usize, gbps: f64| x < span && usage.bins[x] + gbps > 100.0 + 1e-9;
             for &(from, to, gbps) in &queries {
-                let scan = (from.min(span)..to.min(span)).rev().find(|&x| usage.bins[x] + gbps > 100.0 + 1e-9);
+                let scan = (from.min(span)..to.min(span)).rev().find(|&x| busy(x, gbps));
                 prop_assert_eq!(usage.last_over(from, to, gbps, 100.0 + 1e-9), scan);
+                // The first start from `from` whose `len` bins are all free.
+                let len = to.saturating_sub(from).max(1);
+                let fit = (from..).find(|&s| !(s..s + len).any(|x| busy(x, gbps))).expect("free past the span");
+                prop_assert_eq!(usage.first_fit(from, len, gbps, 100.0 + 1e-9), fit);
             }
         }
 
