@@ -7,13 +7,14 @@
 //! Time is discretised in bins of `bin_ms` (1 ms by default). Link usage is a
 //! dense array per logical link with the maximum of each block of
 //! [`BLOCK`] bins beside it ([`LinkUsage`]). Checking a phase of n bins at
-//! one delay costs O(n / BLOCK + BLOCK): blocks whose maximum leaves room
-//! are skipped whole. Each try moves the iteration to where its most
+//! one delay skips, from its end, the blocks whose maximum leaves room and
+//! scans bin by bin from the first that does not: O(n / BLOCK) on a free
+//! link, O(n) at worst. Each try moves the iteration to where its most
 //! delayed phase first fits on its own, so the tries are bounded by the
 //! phases that move it, not by the delay in bins; placing an iteration
 //! costs O(Σ phase bins). The whole solve is therefore O(iterations ·
-//! (log jobs + tries · phases · steps · (n / BLOCK + BLOCK) + Σ phase
-//! bins)), a step being one jump of a phase past the bin that blocks it.
+//! (log jobs + tries · phases · steps · n + Σ phase bins)) at worst, a step
+//! being one jump of a phase past the bin that blocks it.
 
 use super::logical::LogicalLink;
 use std::cmp::{Ordering, Reverse};
@@ -177,7 +178,7 @@ impl LinkUsage {
     /// The earliest start s ≥ `from` at which a phase of `len` bins fits:
     /// no bin of [s, s + len) in the span exceeds `limit` with `gbps` added
     /// (bins past the span are free). Each step moves past the last bin that
-    /// blocks, O(len / BLOCK + BLOCK) a step.
+    /// blocks, one [`Self::last_over`] a step.
     fn first_fit(&self, from: usize, len: usize, gbps: f64, limit: f64) -> usize {
         let mut start = from;
         while let Some(last) = self.last_over(start, start + len, gbps, limit) {
@@ -187,7 +188,11 @@ impl LinkUsage {
     }
 
     /// The last bin in [from, to) (clipped to the span) where adding `gbps`
-    /// exceeds `limit`. O((to − from) / BLOCK + BLOCK).
+    /// exceeds `limit`. Blocks with room are skipped from the end; from the
+    /// first busy one the rest is scanned bin by bin (continuing block by
+    /// block was slower on the 48-machine plan, whose links are busy, when
+    /// measured before the jumps from fit to fit):
+    /// O((to − from) / BLOCK) when free, O(to − from) at worst.
     fn last_over(&self, from: usize, to: usize, gbps: f64, limit: f64) -> Option<usize> {
         let over = |at: usize, bins: &[f64]| bins.iter().rposition(|&u| u + gbps > limit).map(|x| at + x);
         let mut end = to.min(self.bins.len());
@@ -195,8 +200,6 @@ impl LinkUsage {
             let block = (end - 1) / BLOCK;
             let start = (block * BLOCK).max(from);
             if self.block_max[block] + gbps > limit {
-                // A busy block: the rest is scanned bin by bin, as on a busy
-                // link the next blocks are rarely free either.
                 return over(from, &self.bins[from..end]);
             }
             end = start;
@@ -206,8 +209,8 @@ impl LinkUsage {
 }
 
 /// The largest of `xs` and `init`. Four running maxima, so the loop has no
-/// chain of dependent compares and compiles to packed `maxpd` (a single
-/// running `f64::max` made placing iterations the slowest part of a plan).
+/// chain of dependent compares (a running `f64::max`, which also checks for
+/// NaN, was a fifth of SolveTiming under `perf`); no bin is NaN.
 fn max_of(xs: &[f64], init: f64) -> f64 {
     let pick = |a: f64, b: f64| if b > a { b } else { a };
     let mut top = [init; 4];
