@@ -7,9 +7,8 @@
 //! Time is discretised in bins of `bin_ms` (1 ms by default). Link usage is a
 //! dense array per logical link with the maximum of each block of
 //! [`BLOCK`] bins beside it ([`LinkUsage`]). Checking a phase of n bins at
-//! one delay skips, from its end, the blocks whose maximum leaves room and
-//! scans bin by bin from the first that does not: O(n / BLOCK) on a free
-//! link, O(n) at worst. Each try moves the iteration to where its most
+//! one delay skips the blocks whose maximum leaves room and scans the
+//! others bin by bin: O(n / BLOCK) on a free link, O(n) at worst. Each try moves the iteration to where its most
 //! delayed phase first fits on its own, so the tries are bounded by the
 //! phases that move it, not by the delay in bins; placing an iteration
 //! costs O(Σ phase bins). The whole solve is therefore O(iterations ·
@@ -188,19 +187,19 @@ impl LinkUsage {
     }
 
     /// The last bin in [from, to) (clipped to the span) where adding `gbps`
-    /// exceeds `limit`. Blocks with room are skipped from the end; from the
-    /// first busy one the rest is scanned bin by bin (continuing block by
-    /// block was slower on the 48-machine plan, whose links are busy, when
-    /// measured before the jumps from fit to fit):
-    /// O((to − from) / BLOCK) when free, O(to − from) at worst.
+    /// exceeds `limit`. Blocks with room are skipped whole, from the end;
+    /// busy ones are scanned bin by bin: O((to − from) / BLOCK + BLOCK · busy
+    /// blocks), O(to − from) at worst.
     fn last_over(&self, from: usize, to: usize, gbps: f64, limit: f64) -> Option<usize> {
         let over = |at: usize, bins: &[f64]| bins.iter().rposition(|&u| u + gbps > limit).map(|x| at + x);
         let mut end = to.min(self.bins.len());
         while end > from {
             let block = (end - 1) / BLOCK;
             let start = (block * BLOCK).max(from);
-            if self.block_max[block] + gbps > limit {
-                return over(from, &self.bins[from..end]);
+            if self.block_max[block] + gbps > limit
+                && let Some(x) = over(start, &self.bins[start..end])
+            {
+                return Some(x);
             }
             end = start;
         }
