@@ -8,10 +8,10 @@
 //! dense array per logical link with the maximum of each block of
 //! [`BLOCK`] bins beside it ([`LinkUsage`]). Checking a phase of n bins at
 //! one delay skips the blocks whose maximum leaves room and scans the
-//! others bin by bin: O(n / BLOCK) on a free link, O(n) at worst. Each try moves the iteration to where its most
-//! delayed phase first fits on its own, so the tries are bounded by the
-//! phases that move it, not by the delay in bins; placing an iteration
-//! costs O(Σ phase bins). The whole solve is therefore O(iterations ·
+//! others bin by bin: O(n / BLOCK) on a free link, O(n) at worst. Each try
+//! moves the iteration to where its most delayed phase first fits on its
+//! own, so the tries are bounded by the phases that move it, not by the
+//! delay in bins; placing an iteration costs O(Σ phase bins). The whole solve is therefore O(iterations ·
 //! (log jobs + tries · phases · steps · n + Σ phase bins)) at worst, a step
 //! being one jump of a phase past the bin that blocks it.
 
@@ -191,15 +191,14 @@ impl LinkUsage {
     /// busy ones are scanned bin by bin: O((to − from) / BLOCK + BLOCK · busy
     /// blocks), O(to − from) at worst.
     fn last_over(&self, from: usize, to: usize, gbps: f64, limit: f64) -> Option<usize> {
-        let over = |at: usize, bins: &[f64]| bins.iter().rposition(|&u| u + gbps > limit).map(|x| at + x);
         let mut end = to.min(self.bins.len());
         while end > from {
             let block = (end - 1) / BLOCK;
             let start = (block * BLOCK).max(from);
             if self.block_max[block] + gbps > limit
-                && let Some(x) = over(start, &self.bins[start..end])
+                && let Some(x) = self.bins[start..end].iter().rposition(|&u| u + gbps > limit)
             {
-                return Some(x);
+                return Some(start + x);
             }
             end = start;
         }
