@@ -151,6 +151,10 @@ def main(argv=None):
     # started together stay together unless the network parts them.
     real_compute = collections.deque(maxlen=5)
     reason, last_end, first, iterations = "done", time.monotonic(), True, 0
+    # Whether the service counted the job's last iteration: the agent then
+    # stops its processes, and a SIGTERM that arrives before this loop sees
+    # it ends a job that is done, not one that was stopped.
+    finished = False
     try:
         while not client.done:
             with client.iteration():
@@ -174,6 +178,7 @@ def main(argv=None):
                 optimizer.step()
                 step += 1
                 duration_ms = (time.monotonic() - t0) * 1e3
+            finished = client.done  # the report just made said whether that was the last
             comm_ms = client.last_comm_ms or 0.0
             iterations += 1
             if iterations > 1:
@@ -191,7 +196,7 @@ def main(argv=None):
             if term["asked"]:
                 raise orrery.JobEnded("stopped by SIGTERM")
     except orrery.JobEnded as e:
-        reason = e.reason
+        reason = "done" if finished else e.reason
     except RuntimeError as e:  # gloo: a peer left mid-collective (it was preempted)
         reason = "a peer left (%s)" % str(e).splitlines()[0]
     term["in_step"] = True  # leaving: a SIGTERM now (the job is over) must not cut the checkpoint short
