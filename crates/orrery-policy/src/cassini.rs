@@ -35,7 +35,6 @@
 //! communication phase, which the policy does not see.
 
 use crate::baseline::random_hosts;
-use crate::estimate::PeriodEstimate;
 use crate::memo::PerPlacement;
 use crate::{ClusterView, Decision, Iteration, JobId, Policy};
 use orrery_interleave::affinity::{AffinityJob, LinkShifts, traverse};
@@ -46,9 +45,10 @@ use orrery_model::placed::{Placed, place};
 use orrery_model::{HostId, JobSpec, LinkId};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::rc::Rc;
 
+mod alone;
 mod graph;
 
 /// CASSINI on top of a host scheduler.
@@ -61,18 +61,19 @@ pub struct Cassini {
     rng: ChaCha8Rng,
     /// Alignment given to each job.
     aligned: HashMap<JobId, Aligned>,
-    /// Iterations left before a job may be re-aligned again.
-    cooldown: HashMap<JobId, u32>,
-    /// Each job's measured iteration time (a robust windowed estimate,
-    /// [`PeriodEstimate`]), ms.
-    measured: HashMap<JobId, PeriodEstimate>,
-    /// Each job's measured communication time per iteration, when the
-    /// driver reports it, the same way: its usual all-reduce on this
-    /// network, against which a collision is told from noise.
-    measured_comm: HashMap<JobId, PeriodEstimate>,
-    /// Iterations of a just-aligned job not to measure (they include the
-    /// wait for the alignment, which is not its period).
+    /// What each job's reported iterations measured: its circle alone and
+    /// where its latest iteration ended ([`alone::Observed`]).
+    observed: HashMap<JobId, alone::Observed>,
+    /// Iterations of a just-aligned job not to judge (they include the
+    /// wait for the alignment, or ran while it was being made).
     unmeasured: HashMap<JobId, u32>,
+    /// Per aligned job, the collision measured in its latest judged
+    /// iterations, ms (at most [`EVIDENCE`]; emptied at each alignment).
+    evidence: HashMap<JobId, VecDeque<f64>>,
+    /// Per reference, the jobs to re-align at its next report: their slot
+    /// is anchored at the start it then reports, measured, not
+    /// extrapolated over iterations a collision may have stretched.
+    pending: HashMap<JobId, Vec<JobId>>,
     /// Re-alignments done by the 5% rule.
     pub readjustments: u64,
     /// Per job, how many watched jobs keep its phase with its measured
@@ -216,9 +217,9 @@ fn first_fit_from(
 /// How a job was aligned, to re-align it the same way later.
 #[derive(Debug, Clone, Copy)]
 struct Aligned {
-    /// Its iteration time alone, ms.
+    /// Its iteration time alone, ms (the model's).
     period_ms: f64,
-    /// Its communication alone (every collective), ms.
+    /// Its communication alone (every collective), ms (the model's).
     comm_ms: f64,
     /// The offset given, s.
     offset_s: f64,
@@ -227,37 +228,78 @@ struct Aligned {
     /// The job whose phase it keeps and its time-shift after it, ms.
     reference: JobId,
     shift_after_ms: f64,
+    /// The reference's modelled period and communication alone, ms: its
+    /// circle until measured.
+    reference_period_ms: f64,
+    reference_comm_ms: f64,
     /// Whether the reference has the same modelled period: then the offset
     /// repeats with the reference's own iterations.
     same_period: bool,
 }
 
-/// How far an aligned job has drifted, ms, for CASSINI's 5% drift rule
-/// (§5.7). Drift is another job's communication in this one's, so when the
-/// driver measured the iteration's communication only that counts: a
-/// compute phase that runs long (a busy CPU, a model a few percent slower
-/// than profiled) is not drift, and re-aligning for it costs a wait of up to
-/// a period each time. Two signs of drift, the larger counts:
-/// * this all-reduce against the job's usual one since its alignment
-///   (`usual_comm_ms`, a windowed median, at least the model's): a fresh
-///   collision. Against the model alone the rule fired on noise at every
-///   chance, since on real TCP a ring's all-reduce takes 10-20% longer than
-///   the fluid model's even alone (per-step barriers, slow start;
-///   docs/results.md), 4-5% of a VGG19 period;
-/// * the usual all-reduce against the model's: rings that overlap in part
-///   at every iteration, which real TCP holds as steadily as interleaving.
-///
-/// Without a measured communication it is the paper's rule on the
-/// iteration (the simulator's compute runs its model with its jitter). O(1).
-fn overrun_ms(a: &Aligned, it: Iteration, usual_comm_ms: Option<f64>) -> f64 {
-    match it.comm_ms {
-        Some(comm) if a.comm_ms > 0.0 => {
-            let usual = usual_comm_ms.map_or(a.comm_ms, |u| u.max(a.comm_ms));
-            (comm - usual).max(usual - a.comm_ms)
-        }
-        _ => it.ms - a.period_ms,
+impl Aligned {
+    /// From the reference's communication start to this job's on their
+    /// circles, ms: the time-shift between iteration starts plus the two
+    /// computes before the communication (CASSINI's circles put each job's
+    /// communication after its compute). O(1).
+    fn comm_gap_ms(&self) -> f64 {
+        self.shift_after_ms + (self.period_ms - self.comm_ms) - (self.reference_period_ms - self.reference_comm_ms)
     }
 }
+
+/// How far an aligned job has drifted into another's communication, ms, for
+/// CASSINI's 5% drift rule (§5.7), judged against its circle alone
+/// ([`alone::Observed`]). Drift is another job's communication in this
+/// one's, so when the driver measured the iteration's communication only
+/// that counts: a compute phase that runs long (a busy CPU, a model a few
+/// percent slower than profiled) is not drift, and re-aligning for it costs
+/// a wait of up to a period each time. The all-reduce is judged against the
+/// job's own all-reduce alone, measured: on real TCP a ring's all-reduce
+/// takes 10-20% longer than the fluid model's even alone (per-step
+/// barriers, slow start; docs/results.md), 4-5% of a VGG19 period, and
+/// against the model the rule fired on noise at every chance.
+///
+/// Without a measured communication it is the paper's rule on the job's
+/// own iteration against its own usual one. O(window log window).
+fn overrun_ms(a: &Aligned, it: Iteration, own: &alone::Observed) -> f64 {
+    match it.comm_ms {
+        Some(comm) if a.comm_ms > 0.0 => comm - own.comm_alone_ms(a.comm_ms),
+        _ => it.own_ms() - own.period_alone_ms(a.period_ms, a.comm_ms),
+    }
+}
+
+/// How much this job's latest communication overlaps the reference's on
+/// their measured circle, ms: both communication windows (each its start,
+/// measured, and its length alone) on the reference's period alone. A
+/// pair drifting toward each other is caught before the collision doubles
+/// an all-reduce. None until both have reported a measured communication,
+/// when the two have different periods, or when the reference's latest
+/// report is over two of its periods away from this job's.
+/// O(window log window).
+fn window_overlap_ms(a: &Aligned, own: &alone::Observed, reference: &alone::Observed) -> Option<f64> {
+    if !a.same_period {
+        return None;
+    }
+    let (mine, _) = own.last_comm?;
+    let (theirs, _) = reference.last_comm?;
+    let period = reference.period_alone_ms(a.reference_period_ms, a.reference_comm_ms);
+    if period <= 0.0 || ((mine - theirs) * 1e3).abs() > 2.0 * period {
+        return None;
+    }
+    let (theirs_ms, mine_ms) = (reference.comm_alone_ms(a.reference_comm_ms), own.comm_alone_ms(a.comm_ms));
+    // The reference's window is [0, theirs_ms); this job's starts `gap` later.
+    let gap = ((mine - theirs) * 1e3).rem_euclid(period);
+    Some((theirs_ms - gap).max(0.0) + (gap + mine_ms - period).max(0.0))
+}
+
+/// Judged iterations whose median collision decides a re-alignment: one
+/// all-reduce slowed by TCP's noise (±10% on the testbed's DDP pair, 4% of
+/// a period) is not a drift; two of three are.
+const EVIDENCE: usize = 3;
+
+/// A collision this large (a share of the period) re-aligns at once: two
+/// rings in step, each all-reduce about doubled.
+const HARD_COLLISION: f64 = 0.25;
 
 impl Cassini {
     /// Augments `inner`; `seed` draws the extra candidates.
@@ -268,10 +310,10 @@ impl Cassini {
             draw: Candidates::PerRack,
             rng: ChaCha8Rng::seed_from_u64(seed),
             aligned: HashMap::new(),
-            cooldown: HashMap::new(),
-            measured: HashMap::new(),
-            measured_comm: HashMap::new(),
+            observed: HashMap::new(),
             unmeasured: HashMap::new(),
+            pending: HashMap::new(),
+            evidence: HashMap::new(),
             readjustments: 0,
             referenced: HashMap::new(),
             on_loop: OnLoop::Wait,
@@ -280,6 +322,26 @@ impl Cassini {
             solved: HashMap::new(),
             placements: PerPlacement::default(),
         }
+    }
+
+    /// `job`'s slot after its reference's latest reported iteration, which
+    /// ended where its current one began: there plus the reference's
+    /// measured compute is its next communication start, and `job` starts
+    /// so that its own communication (after its measured compute) follows
+    /// at the circles' gap; the slot repeats with the reference's period
+    /// alone. O(window log window).
+    fn realign_after_reference(&mut self, job: JobId) -> Option<Decision> {
+        let a = *self.aligned.get(&job)?;
+        let reference = self.observed.get(&a.reference)?;
+        let anchor_s = reference.last_end_s?;
+        let period_ms = reference.period_alone_ms(a.reference_period_ms, a.reference_comm_ms);
+        let reference_compute = reference.compute_ms(a.reference_period_ms - a.reference_comm_ms);
+        let own_model = a.period_ms - a.comm_ms;
+        let own_compute = self.observed.get(&job).map_or(own_model, |o| o.compute_ms(own_model));
+        let offset_s = anchor_s + (reference_compute + a.comm_gap_ms() - own_compute) / 1e3;
+        self.unmeasured.insert(job, 2);
+        self.evidence.remove(&job);
+        Some(Decision::Align { job, period_ms, offset_s })
     }
 
     /// Records how `job` was aligned, keeping `referenced` in step.
@@ -466,10 +528,11 @@ impl Policy for Cassini {
         };
         // Ended jobs' measurements are dropped once they outnumber the running
         // jobs': amortised O(1) per running job.
-        if self.measured.len() + self.measured_comm.len() > 4 * view.running.len() + 64 {
+        if self.observed.len() + self.pending.len() + self.evidence.len() > 4 * view.running.len() + 64 {
             let running: HashSet<JobId> = view.running.iter().map(|r| r.id).collect();
-            self.measured.retain(|j, _| running.contains(j));
-            self.measured_comm.retain(|j, _| running.contains(j));
+            self.observed.retain(|j, _| running.contains(j));
+            self.pending.retain(|j, _| running.contains(j));
+            self.evidence.retain(|j, _| running.contains(j));
         }
         // Jobs outside the Affinity graph are forgotten once they end. O(R + Q).
         if !self.unaligned.is_empty() {
@@ -632,6 +695,10 @@ impl Policy for Cassini {
         // component is new, the reference, which starts now.
         let placed_now: HashSet<JobId> =
             out.iter().filter_map(|d| if let Decision::Place { job, .. } = d { Some(*job) } else { None }).collect();
+        // What was measured of a job is of its old placement.
+        for job in &placed_now {
+            self.observed.remove(job);
+        }
         let Some(graph) = graph.filter(|_| !placed_now.is_empty()) else {
             return out; // nobody to align
         };
@@ -643,7 +710,15 @@ impl Policy for Cassini {
             let components = components(&s.shifts);
             for comp in components {
                 let rank = |k: &&usize| (std::cmp::Reverse(jobs[**k].spec.priority), jobs[**k].id);
-                let running_start = |k: usize| running_at.get(&jobs[k].id).map(|&i| view.running[i].iteration_start_s);
+                // A running job's current iteration began where its latest
+                // reported one ended (the live service's view holds the
+                // latest reported start, the simulator's the current one).
+                let observed = &self.observed;
+                let running_start = |k: usize| {
+                    let start = running_at.get(&jobs[k].id).map(|&i| view.running[i].iteration_start_s)?;
+                    let end = observed.get(&jobs[k].id).and_then(|o| o.last_end_s);
+                    Some(end.filter(|&e| e > start + 1e-6).unwrap_or(start))
+                };
                 let anchor = comp
                     .iter()
                     .filter(|&&k| !placed_now.contains(&jobs[k].id))
@@ -667,15 +742,15 @@ impl Policy for Cassini {
                             compatible: s.mean_score >= 0.999,
                             reference: jobs[reference].id,
                             shift_after_ms,
+                            reference_period_ms: affinity[reference].iter_ms,
+                            reference_comm_ms: jobs[reference].placed.shape.period_ms()
+                                - jobs[reference].placed.shape.compute_ms(),
                             same_period: (affinity[reference].iter_ms - period_ms).abs() <= 1e-6 * period_ms,
                         },
                     );
                     // Its next iteration includes the wait: do not call that drift.
-                    self.cooldown.insert(jobs[k].id, 2);
-                    self.unmeasured.insert(jobs[k].id, 2);
-                    if let Some(c) = self.measured_comm.get_mut(&jobs[k].id) {
-                        c.clear();
-                    }
+                    self.unmeasured.insert(jobs[k].id, 1);
+                    self.evidence.remove(&jobs[k].id);
                     out.push(Decision::Align { job: jobs[k].id, period_ms, offset_s });
                 }
             }
@@ -697,73 +772,82 @@ impl Policy for Cassini {
             || self.inner.watches(job)
     }
 
+    /// §5.7's drift rule, on measurements (issue 73). Every report updates
+    /// the job's circle alone and where its iteration ended
+    /// ([`alone::Observed`]). An aligned job on fully compatible links is
+    /// judged at every iteration that did not include an alignment's wait,
+    /// not on a timer: its collision is the larger of its all-reduce over
+    /// its all-reduce alone ([`overrun_ms`]) and the overlap of the two
+    /// communication windows on the measured circle
+    /// ([`window_overlap_ms`]). It is re-aligned when the median of its
+    /// last [`EVIDENCE`] collisions exceeds 5% of its period (the paper's
+    /// bar), or one exceeds [`HARD_COLLISION`] of it.
+    ///
+    /// The new slot is taken at the reference's next report: the end of
+    /// that iteration is its next start, measured, and the slot repeats with
+    /// the reference's period alone. A slot extrapolated from an older
+    /// start with a measured period missed by the collisions in between (on
+    /// the testbed's DDP pair, 206 ms early after three contended
+    /// iterations of the reference) and kept the pair colliding. A job
+    /// whose reference has ended, or has a different period (its iterations
+    /// may not be watched), is aligned at once as before.
+    ///
+    /// O(window log window) per report, plus O(R) to find the job's view.
     fn on_iteration(&mut self, view: &ClusterView<'_>, job: JobId, it: Iteration) -> Vec<Decision> {
         let mut out = self.inner.on_iteration(view, job, it);
-        let iteration_ms = it.ms;
-        // §5.7: a job whose links were fully compatible but whose iteration ran
-        // more than 5% of its period long (its communication, when measured:
-        // `overrun_ms`) has drifted into another's phase: re-align it, at
-        // most once every 10 iterations. The shift is kept after the
-        // reference's latest iteration start, and (jobs of one period) its
-        // later starts are extrapolated with its measured iteration time (a
-        // windowed median, `PeriodEstimate`), not with the modelled one: on
-        // a real cluster iterations do not last exactly their modelled time,
-        // and a phase counted in modelled periods drifts (by 3% of a period
-        // per iteration on the testbed's real TCP, 18% while two rings
-        // collide).
-        // The usual all-reduce is taken before this one joins it (one
-        // collision does not raise its own bar), from as few samples as
-        // there are since the alignment. O(w log w) for the window of 16.
-        let usual_comm_ms = self.measured_comm.get(&job).and_then(PeriodEstimate::period_ms);
-        // The job's period is measured without the collision in it (its
-        // all-reduce over its usual one): a reference's later starts are
-        // extrapolated once the job re-aligned is out of its way. Taking the
-        // collided period put the re-aligned job back onto the reference's
-        // all-reduce on the testbed (a period of 451 ms taken, where it ran
-        // 360 ms once the rings were apart).
-        let own_period_ms = match (it.comm_ms, usual_comm_ms) {
-            (Some(comm), Some(usual)) => iteration_ms - (comm - usual).max(0.0),
-            _ => iteration_ms,
-        };
-        let skip = self.unmeasured.entry(job).or_insert(0);
-        let waited = *skip > 0;
-        *skip = skip.saturating_sub(1);
-        // An estimate from the first sample on (a reference's next start is
-        // its latest plus that iteration).
-        self.measured.entry(job).or_insert_with(|| PeriodEstimate::new(16, 1)).observe(own_period_ms, waited);
-        if let Some(comm) = it.comm_ms {
-            self.measured_comm.entry(job).or_insert_with(|| PeriodEstimate::new(16, 1)).observe(comm, false);
-        }
-        let cool = self.cooldown.entry(job).or_insert(0);
-        *cool = cool.saturating_sub(1);
-        if let Some(a) = self.aligned.get(&job).copied()
-            && a.compatible
-            && *cool == 0
-            && overrun_ms(&a, it, usual_comm_ms) > 0.05 * a.period_ms
-        {
-            *cool = 10;
-            self.readjustments += 1;
-            let reference = view.running.iter().find(|r| r.id == a.reference);
-            let (period_ms, offset_s) = match reference {
-                Some(r) => (
-                    // Jobs of one period: the reference's next start is its
-                    // last one plus its measured period. Otherwise the
-                    // offset repeats with the job's own modelled period.
-                    self.measured
-                        .get(&a.reference)
-                        .and_then(PeriodEstimate::period_ms)
-                        .filter(|_| a.same_period)
-                        .unwrap_or(a.period_ms),
-                    r.iteration_start_s + a.shift_after_ms / 1e3,
-                ),
-                None => (a.period_ms, a.offset_s),
-            };
-            self.unmeasured.insert(job, 2);
-            // Its usual all-reduce is measured anew in its new phase.
-            if let Some(c) = self.measured_comm.get_mut(&job) {
-                c.clear();
+        // Both drivers give the reported iteration's start, its wait
+        // included, and its time from there: it ended at their sum.
+        let start_s = view.running.iter().find(|r| r.id == job).map(|r| r.iteration_start_s);
+        let end_s = start_s.map_or(view.now_s, |s| s + it.ms / 1e3);
+        self.observed.entry(job).or_default().observe(end_s, it.own_ms(), it.comm_ms);
+        // Jobs waiting for this one's next start are aligned to it now.
+        if let Some(waiting) = self.pending.remove(&job) {
+            for k in waiting {
+                if view.running.iter().any(|r| r.id == k)
+                    && let Some(d) = self.realign_after_reference(k)
+                {
+                    out.push(d);
+                }
             }
-            out.push(Decision::Align { job, period_ms, offset_s });
+        }
+        let skip = self.unmeasured.entry(job).or_insert(0);
+        let settling = *skip > 0;
+        *skip = skip.saturating_sub(1);
+        let Some(a) = self.aligned.get(&job).copied().filter(|a| a.compatible) else { return out };
+        if settling || self.pending.get(&a.reference).is_some_and(|w| w.contains(&job)) {
+            return out;
+        }
+        let own = &self.observed[&job];
+        let overlap = self.observed.get(&a.reference).and_then(|r| window_overlap_ms(&a, own, r));
+        let collision = overrun_ms(&a, it, own).max(overlap.unwrap_or(0.0));
+        let seen = self.evidence.entry(job).or_default();
+        if seen.len() == EVIDENCE {
+            seen.pop_front();
+        }
+        seen.push_back(collision);
+        let mut sorted: Vec<f64> = seen.iter().copied().collect();
+        sorted.sort_by(f64::total_cmp);
+        let persistent = sorted.len() == EVIDENCE && sorted[EVIDENCE / 2] > 0.05 * a.period_ms;
+        if !persistent && collision <= HARD_COLLISION * a.period_ms {
+            return out;
+        }
+        seen.clear();
+        self.readjustments += 1;
+        let reference = view.running.iter().find(|r| r.id == a.reference);
+        let watched = a.same_period && self.observed.get(&a.reference).is_some_and(|o| o.last_end_s.is_some());
+        match reference {
+            Some(_) if watched => self.pending.entry(a.reference).or_default().push(job),
+            Some(r) => {
+                // Jobs of different periods: the offset repeats with the
+                // job's own modelled period from the reference's start.
+                self.unmeasured.insert(job, 2);
+                let offset_s = r.iteration_start_s + a.shift_after_ms / 1e3;
+                out.push(Decision::Align { job, period_ms: a.period_ms, offset_s });
+            }
+            None => {
+                self.unmeasured.insert(job, 2);
+                out.push(Decision::Align { job, period_ms: a.period_ms, offset_s: a.offset_s });
+            }
         }
         out
     }
@@ -1176,36 +1260,140 @@ mod tests {
         assert!(moved > 0, "a random candidate beat the host scheduler's in some seed");
     }
 
+    /// `pair_view`'s running pair at `now_s`, with A's and B's latest
+    /// reported iterations begun at `a_start_s` and `b_start_s`.
+    fn pair_at<'a>(
+        t: &'a Topology,
+        a: &'a JobSpec,
+        b: &'a JobSpec,
+        (a_start_s, b_start_s, now_s): (f64, f64, f64),
+    ) -> ClusterView<'a> {
+        const HOSTS: [(HostId, u32); 2] = [(0, 1), (1, 1)];
+        ClusterView {
+            now_s,
+            topology: t,
+            free_gpus: &[0, 0, 2],
+            queue: Vec::new(),
+            running: vec![
+                RunningJob { iteration_start_s: a_start_s, ..running(0, a, &HOSTS) },
+                RunningJob { iteration_start_s: b_start_s, ..running(1, b, &HOSTS) },
+            ],
+        }
+    }
+
     #[test]
-    fn a_drifted_job_is_realigned_after_the_references_measured_phase() {
+    fn a_drifted_job_is_realigned_at_the_references_next_start() {
         // CASSINI's pair: two VGG19 rings (batch 128) on hosts 0 and 1. B is
-        // aligned to A when placed. Later A runs at 420 ms (measured), its
-        // latest iteration began at 5 s, and B's iteration ran 20% long: B is
-        // re-aligned to 5 s + the same shift, repeating every 420 ms, not on
-        // the clock of the first alignment in modelled periods.
+        // aligned to A when placed. A reports an iteration begun at 5 s;
+        // then B's all-reduce collides. B is not aligned to a start
+        // extrapolated from 5 s (A's next iterations may be stretched by the
+        // collision): it waits for A's next report, an iteration of 600 ms
+        // begun at 5.42 s, and its slot is that iteration's end plus the
+        // circles' shift, repeating with A's period alone (420 ms: its
+        // measured 300 ms of compute and 120 ms all-reduce alone).
         let t = three_racks();
-        let a = JobSpec::new("a", "vgg19", 128, 2, Work::Iterations(100), 0.0);
-        let b = JobSpec::new("b", "vgg19", 128, 2, Work::Iterations(100), 0.0);
-        let mut cassini = Cassini::new(Box::new(Propose(vec![(0, 1), (1, 1)])), 0);
-        cassini.candidates = 1;
-        let first = cassini.schedule(&pair_view(&t, &a, &b, false));
-        let Some(&Decision::Align { period_ms, offset_s, .. }) =
-            first.iter().find(|d| matches!(d, Decision::Align { .. }))
-        else {
-            unreachable!("B is aligned to A: {first:?}")
+        let (a, b, period, comm) = vgg19_rings(&t);
+        let mut cassini = aligned_pair(&t, &a, &b);
+        let Some(shift_s) = cassini.aligned.get(&1).map(|al| al.shift_after_ms / 1e3) else {
+            unreachable!("B is aligned")
         };
-        let later = pair_view(&t, &a, &b, true);
-        assert!(cassini.on_iteration(&later, 0, Iteration::of(420.0)).is_empty());
+        let it = |ms: f64, comm_ms: f64| Iteration { ms, waited_ms: 0.0, comm_ms: Some(comm_ms) };
+        assert!(cassini.on_iteration(&pair_at(&t, &a, &b, (5.0, 4.0, 5.42)), 0, it(420.0, 120.0)).is_empty());
+        let view = pair_at(&t, &a, &b, (5.0, 5.0, 5.5));
         // The iteration after the alignment includes its wait: not drift.
-        assert!(cassini.on_iteration(&later, 1, Iteration::of(2.0 * period_ms)).is_empty());
-        let again = cassini.on_iteration(&later, 1, Iteration::of(1.2 * period_ms));
+        let waited = Iteration { ms: 2.0 * period, waited_ms: period, comm_ms: Some(comm) };
+        assert!(cassini.on_iteration(&view, 1, waited).is_empty());
+        let collided = cassini.on_iteration(&view, 1, it(period + comm, 2.0 * comm));
+        assert!(collided.is_empty(), "waits for A's next start: {collided:?}");
+        assert_eq!(cassini.readjustments, 1);
+        // A's next iteration (stretched by the collision) ends at 6.02 s.
+        let again = cassini.on_iteration(&pair_at(&t, &a, &b, (5.42, 5.0, 6.02)), 0, it(600.0, 300.0));
         let Some(&Decision::Align { job, period_ms: p, offset_s: o }) = again.first() else {
             unreachable!("re-aligned: {again:?}")
         };
         assert_eq!(job, 1);
-        assert!((p - 420.0).abs() < 1e-9, "the reference's measured period, {p}");
-        assert!((o - (5.0 + offset_s)).abs() < 1e-9, "5 s + the shift ({offset_s} s), {o}");
-        assert_eq!(cassini.readjustments, 1);
+        // A's period alone: the median compute (300 ms) and the faster
+        // all-reduce, the one it ran alone (120 ms).
+        assert!((p - 420.0).abs() < 1e-9, "A's period alone, {p}");
+        // 6.02 s + A's measured compute (300 ms) + the circles' gap between
+        // communication starts + ... less B's compute: B's measured compute
+        // is its model's, so this is A's end plus the shift, corrected by A's
+        // compute over its model's.
+        let Some(al) = cassini.aligned.get(&1).copied() else { unreachable!() };
+        let a_model_compute = al.reference_period_ms - al.reference_comm_ms;
+        let expected = 6.02 + shift_s + (300.0 - a_model_compute) / 1e3;
+        assert!((o - expected).abs() < 1e-6, "offset {o} s, expected {expected}");
+        // A report of A's with nobody waiting aligns nobody.
+        assert!(cassini.on_iteration(&pair_at(&t, &a, &b, (6.02, 5.0, 6.44)), 0, it(420.0, 120.0)).is_empty());
+    }
+
+    #[test]
+    fn a_contended_history_aligns_on_the_period_alone() {
+        // Issue 73: the reference's last twelve iterations all collided
+        // (all-reduce 1.6-2x its time alone, as a pair in step on real TCP).
+        // The slot's period is A's iteration alone, its measured compute
+        // plus its all-reduce alone (1.1x the model's, as real TCP runs),
+        // never the contended iteration (the median here is ~1.6x the
+        // model's all-reduce longer).
+        let t = three_racks();
+        let (a, b, period, comm) = vgg19_rings(&t);
+        let mut cassini = aligned_pair(&t, &a, &b);
+        let (compute, alone) = (period - comm, 1.1 * comm);
+        let mut start = 5.0;
+        for k in 0..16 {
+            let c = if k < 4 { alone } else { alone * (1.6 + 0.04 * (k % 5) as f64) };
+            let ms = compute + c;
+            let view = pair_at(&t, &a, &b, (start, 4.0, start + ms / 1e3));
+            assert!(cassini.on_iteration(&view, 0, Iteration { ms, waited_ms: 0.0, comm_ms: Some(c) }).is_empty());
+            start += ms / 1e3;
+        }
+        let view = pair_at(&t, &a, &b, (start, start, start + 0.1));
+        cassini.on_iteration(&view, 1, Iteration { ms: 2.0 * period, waited_ms: period, comm_ms: Some(alone) });
+        let collided = Iteration { ms: compute + 2.0 * alone, waited_ms: 0.0, comm_ms: Some(2.0 * alone) };
+        assert!(cassini.on_iteration(&view, 1, collided).is_empty(), "waits for A's next report");
+        let ms = compute + 2.0 * alone;
+        let view = pair_at(&t, &a, &b, (start, start, start + ms / 1e3));
+        let out = cassini.on_iteration(&view, 0, Iteration { ms, waited_ms: 0.0, comm_ms: Some(2.0 * alone) });
+        match out.first() {
+            Some(Decision::Align { job: 1, period_ms, .. }) => {
+                assert!((period_ms - (compute + alone)).abs() < 1e-6, "{period_ms} vs {} alone", compute + alone)
+            }
+            other => panic!("expected B re-aligned, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_pair_whose_windows_overlap_for_three_iterations_is_realigned() {
+        // Both rings' all-reduces take their time alone, but B's starts
+        // before A's has ended: their windows overlap by 10% of a period on
+        // the measured circle (B's compute ran short for a while). After
+        // three such iterations B is re-aligned at A's next start; after
+        // two it is not, nor after three with the windows 3% apart.
+        let t = three_racks();
+        let (a, b, period, comm) = vgg19_rings(&t);
+        let compute = period - comm;
+        let it = Iteration { ms: period, waited_ms: 0.0, comm_ms: Some(comm) };
+        for (overlap, judged, realigned) in [(0.1, 3, true), (0.1, 2, false), (-0.03, 3, false)] {
+            let mut cassini = aligned_pair(&t, &a, &b);
+            // A's iteration 5.0 -> 5.0 + period: its all-reduce starts at 5 s + compute.
+            let a_end = 5.0 + period / 1e3;
+            cassini.on_iteration(&pair_at(&t, &a, &b, (5.0, 4.0, a_end)), 0, it);
+            // B's all-reduce starts `overlap` of a period before A's ends.
+            let b_comm = 5.0 + (compute + comm - overlap * period) / 1e3;
+            let mut b_start = b_comm - compute / 1e3;
+            let view = pair_at(&t, &a, &b, (a_end, b_start - 1e-3, b_start + period / 1e3));
+            cassini.on_iteration(&view, 1, Iteration { waited_ms: 1.0, ms: period + 1.0, ..it });
+            let mut a_start = a_end;
+            for _ in 0..judged {
+                let view = pair_at(&t, &a, &b, (a_start, b_start, a_start + period / 1e3));
+                assert!(cassini.on_iteration(&view, 0, it).is_empty());
+                a_start += period / 1e3;
+                b_start += period / 1e3;
+                let view = pair_at(&t, &a, &b, (a_start, b_start, b_start + period / 1e3));
+                assert!(cassini.on_iteration(&view, 1, it).is_empty(), "B waits for A's next start");
+            }
+            assert_eq!(cassini.readjustments, u64::from(realigned), "{overlap} of a period, {judged} iterations");
+        }
     }
 
     /// Two VGG19 rings (batch 128, 2 workers) and, on `pair_view`'s
@@ -1244,10 +1432,19 @@ mod tests {
         assert!(cassini.on_iteration(&later, 1, it(2.0 * period, Some(comm))).is_empty(), "the alignment's wait");
         assert!(cassini.on_iteration(&later, 1, it(1.08 * period, Some(comm + 1.0))).is_empty(), "compute ran long");
         assert_eq!(cassini.readjustments, 0);
+        // Two of the last three: a drift, not one slow all-reduce.
+        assert!(cassini.on_iteration(&later, 1, it(1.06 * period, Some(comm + 0.06 * period))).is_empty());
         let again = cassini.on_iteration(&later, 1, it(1.06 * period, Some(comm + 0.06 * period)));
         assert!(matches!(again.first(), Some(Decision::Align { job: 1, .. })), "collided: {again:?}");
+        // Without a measured all-reduce: the iteration against the job's
+        // own usual one (a job that always runs 8% long is not drifting),
+        // two of three.
         let mut cassini = aligned();
-        assert!(cassini.on_iteration(&later, 1, it(2.0 * period, None)).is_empty());
+        assert!(cassini.on_iteration(&later, 1, Iteration { ms: 2.0 * period, waited_ms: period, comm_ms: None }).is_empty());
+        for _ in 0..6 {
+            assert!(cassini.on_iteration(&later, 1, it(period, None)).is_empty());
+        }
+        assert!(cassini.on_iteration(&later, 1, it(1.08 * period, None)).is_empty());
         let unmeasured = cassini.on_iteration(&later, 1, it(1.08 * period, None));
         assert!(matches!(unmeasured.first(), Some(Decision::Align { job: 1, .. })), "{unmeasured:?}");
     }
@@ -1262,6 +1459,7 @@ mod tests {
         // all-reduce doubles) is drift. So is an all-reduce that is 60% over
         // the model at every iteration: the two rings overlap in part, a
         // state real TCP holds for tens of iterations.
+        // (The reference's period taken for the slot: the next test.)
         let t = three_racks();
         let (a, b, period, comm) = vgg19_rings(&t);
         let tcp = 1.15 * comm;
@@ -1280,33 +1478,14 @@ mod tests {
         let collided = cassini.on_iteration(&later, 1, it(2.0 * tcp));
         assert!(matches!(collided.first(), Some(Decision::Align { job: 1, .. })), "a collision: {collided:?}");
         assert_eq!(cassini.readjustments, 1);
-        // A steady partial overlap from the alignment on: its usual
-        // all-reduce is itself 60% over the model.
+        // A steady partial overlap from the alignment on: its fastest
+        // all-reduce is 60% over the model's, so it never ran alone, and
+        // the model's all-reduce is its time alone.
         let mut cassini = aligned();
         let steady: Vec<Vec<Decision>> = (0..4).map(|_| cassini.on_iteration(&later, 1, it(1.6 * comm))).collect();
         assert!(
             steady.iter().any(|d| matches!(d.first(), Some(Decision::Align { job: 1, .. }))),
             "a steady overlap: {steady:?}"
         );
-        // The reference's next start is extrapolated with its measured
-        // period (here 10% over the model), and without the collisions in
-        // it: two of its four iterations collided (all-reduce +60%), and
-        // the period taken is still 1.1x. With the collided iterations in,
-        // the median would be 1.1x plus 30% of the all-reduce: on the
-        // testbed that put the re-aligned job back onto the reference's
-        // all-reduce.
-        let mut cassini = aligned();
-        let own = 1.1 * period;
-        for extra in [0.0, 0.0, 0.6 * tcp, 0.6 * tcp] {
-            let reference = Iteration { ms: own + extra, waited_ms: 0.0, comm_ms: Some(tcp + extra) };
-            assert!(cassini.on_iteration(&later, 0, reference).is_empty());
-        }
-        cassini.on_iteration(&later, 1, it(tcp));
-        cassini.on_iteration(&later, 1, it(tcp));
-        let out = cassini.on_iteration(&later, 1, it(2.0 * tcp));
-        match out.first() {
-            Some(Decision::Align { period_ms, .. }) => assert!((period_ms - own).abs() < 1e-9, "{period_ms} vs {own}"),
-            other => panic!("expected a re-alignment, got {other:?}"),
-        }
     }
 }

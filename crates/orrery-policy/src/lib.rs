@@ -95,7 +95,11 @@ pub struct RunningJob<'a> {
     pub iterations_done: u64,
     /// Whether the job is paused.
     pub paused: bool,
-    /// When its current iteration started, seconds since the start (its phase).
+    /// When its current iteration started, seconds since the start (its
+    /// phase), the wait for its slot included. The live service knows only
+    /// reported iterations: there it is the latest reported one's start
+    /// (in `on_iteration`, in both drivers, the start of the iteration
+    /// reported, so that start plus `Iteration::ms` is its end).
     pub iteration_start_s: f64,
     /// Fraction of its work done.
     pub progress: f64,

@@ -69,7 +69,9 @@ pub struct LiveJob {
     pub compute_ms: f64,
     /// Its iteration shape alone on the placement.
     pub shape: orrery_model::IterationShape,
-    /// Start of the last reported iteration, cluster-clock s.
+    /// Start of the last reported iteration, the wait for its slot
+    /// included (as the simulator's), cluster-clock s: that start plus the
+    /// iteration's time with the wait is where it ended.
     pub iteration_start_s: f64,
     /// Iterations and their summed time on the current placement.
     iter_count: u64,
@@ -789,7 +791,8 @@ impl Ledger {
             // A report cannot claim more than the job has to run.
             j.iterations_done =
                 if j.target_iterations > 0 { r.iteration.min(j.target_iterations) } else { r.iteration };
-            j.iteration_start_s = r.start_s.min(now_s);
+            // The worker timed its start after the slot's wait.
+            j.iteration_start_s = (r.start_s - r.delay_ms.unwrap_or(0.0) / 1e3).min(now_s);
             j.iter_count += 1;
             j.iter_sum_ms += r.duration_ms;
             j.measured.observe(r.duration_ms, false);
