@@ -350,12 +350,22 @@ impl Policy for Pinned {
 /// testbed share (§2.2); on real TCP rings that start a few milliseconds
 /// apart often drift apart and interleave by themselves, so this is the
 /// testbed's controlled unshifted baseline (issue 36).
+///
+/// `pinned:apart` holds each later job's first iteration a further half of
+/// its modelled iteration after the one before: rings started half a
+/// period apart (issue 73: a shift must converge from any start).
 #[derive(Debug, Default, Clone)]
 pub struct InStep {
     /// The placement.
     pub pinned: Pinned,
     /// The common first start, seconds since the start.
     start_s: Option<f64>,
+    /// Each later job's first start after the one before, as a fraction of
+    /// its modelled iteration (0: in step).
+    pub stagger: f64,
+    /// First starts handed out so far, and the latest, s.
+    started: usize,
+    latest_s: f64,
 }
 
 /// How long after the first placement the jobs of `pinned:in-step` start
@@ -366,13 +376,18 @@ pub const IN_STEP_LEAD_S: f64 = 20.0;
 impl InStep {
     /// In step on `pinned`'s placement.
     pub fn new(pinned: Pinned) -> Self {
-        InStep { pinned, start_s: None }
+        InStep { pinned, ..InStep::default() }
+    }
+
+    /// Rings started half a modelled iteration apart, in arrival order.
+    pub fn apart(pinned: Pinned) -> Self {
+        InStep { stagger: 0.5, ..InStep::new(pinned) }
     }
 }
 
 impl Policy for InStep {
     fn name(&self) -> String {
-        "pinned:in-step".into()
+        if self.stagger > 0.0 { "pinned:apart".into() } else { "pinned:in-step".into() }
     }
 
     /// O(placed jobs) on top of `pinned`'s.
@@ -380,8 +395,17 @@ impl Policy for InStep {
         let placed = self.pinned.schedule(view);
         let mut out = Vec::with_capacity(2 * placed.len());
         for d in placed {
-            if let Decision::Place { job, .. } = d {
-                let start_s = *self.start_s.get_or_insert(view.now_s + IN_STEP_LEAD_S);
+            if let Decision::Place { job, ref hosts } = d {
+                let first_s = *self.start_s.get_or_insert(view.now_s + IN_STEP_LEAD_S);
+                let period_s = view
+                    .queue
+                    .iter()
+                    .find(|q| q.id == job)
+                    .and_then(|q| orrery_model::placed::place(view.topology, q.spec, hosts))
+                    .map_or(0.0, |p| p.shape.period_ms() / 1e3);
+                let start_s = if self.started == 0 { first_s } else { self.latest_s + self.stagger * period_s };
+                self.started += 1;
+                self.latest_s = start_s;
                 out.push(d);
                 out.push(Decision::Timetable { job, from_iteration: 0, starts_s: vec![start_s] });
             } else {

@@ -329,7 +329,15 @@ impl Cassini {
     /// measured compute is its next communication start, and `job` starts
     /// so that its own communication (after its measured compute) follows
     /// at the circles' gap; the slot repeats with the reference's period
-    /// alone. O(window log window).
+    /// alone.
+    ///
+    /// An `Align` only waits, so a job due just after its slot would wait
+    /// almost a whole period (on the testbed's DDP pair, 557-734 ms a
+    /// re-alignment). When `job`'s next start, predicted from where its
+    /// current iteration began and its period alone, is late by less than
+    /// half a period, and the reference keeps no other job's phase nor
+    /// follows one, the reference waits that lateness instead (a `Shift`):
+    /// the same relative phase at the smaller wait. O(window log window).
     fn realign_after_reference(&mut self, job: JobId) -> Option<Decision> {
         let a = *self.aligned.get(&job)?;
         let reference = self.observed.get(&a.reference)?;
@@ -337,10 +345,19 @@ impl Cassini {
         let period_ms = reference.period_alone_ms(a.reference_period_ms, a.reference_comm_ms);
         let reference_compute = reference.compute_ms(a.reference_period_ms - a.reference_comm_ms);
         let own_model = a.period_ms - a.comm_ms;
-        let own_compute = self.observed.get(&job).map_or(own_model, |o| o.compute_ms(own_model));
+        let own = self.observed.get(&job);
+        let own_compute = own.map_or(own_model, |o| o.compute_ms(own_model));
         let offset_s = anchor_s + (reference_compute + a.comm_gap_ms() - own_compute) / 1e3;
         self.unmeasured.insert(job, 2);
         self.evidence.remove(&job);
+        let next_start_s = own.and_then(|o| Some(o.last_end_s? + o.period_alone_ms(a.period_ms, a.comm_ms) / 1e3));
+        let movable = self.referenced.get(&a.reference) == Some(&1) && !self.aligned.contains_key(&a.reference);
+        if let Some(next_s) = next_start_s.filter(|_| movable && period_ms > 0.0) {
+            let late_ms = ((next_s - offset_s) * 1e3).rem_euclid(period_ms);
+            if late_ms < period_ms / 2.0 {
+                return Some(Decision::Shift { job: a.reference, ms: late_ms });
+            }
+        }
         Some(Decision::Align { job, period_ms, offset_s })
     }
 
@@ -1348,17 +1365,55 @@ mod tests {
             start += ms / 1e3;
         }
         let view = pair_at(&t, &a, &b, (start, start, start + 0.1));
-        cassini.on_iteration(&view, 1, Iteration { ms: 2.0 * period, waited_ms: period, comm_ms: Some(alone) });
-        let collided = Iteration { ms: compute + 2.0 * alone, waited_ms: 0.0, comm_ms: Some(2.0 * alone) };
+        let waited = Iteration { ms: compute + alone + period, waited_ms: period, comm_ms: Some(alone) };
+        cassini.on_iteration(&view, 1, waited);
+        // B's collided iteration ends so that its next start is 60% of a
+        // period past its new slot: it is early for the next one, and waits
+        // (the slot, not a shift of A, below).
+        let (ms, alone_period) = (compute + 2.0 * alone, compute + alone);
+        let Some(gap_ms) = cassini.aligned.get(&1).map(Aligned::comm_gap_ms) else { unreachable!() };
+        let a_end = start + ms / 1e3;
+        let b_end = a_end + (gap_ms - alone_period + 0.6 * alone_period) / 1e3;
+        let view = pair_at(&t, &a, &b, (start, b_end - ms / 1e3, b_end));
+        let collided = Iteration { ms, waited_ms: 0.0, comm_ms: Some(2.0 * alone) };
         assert!(cassini.on_iteration(&view, 1, collided).is_empty(), "waits for A's next report");
-        let ms = compute + 2.0 * alone;
-        let view = pair_at(&t, &a, &b, (start, start, start + ms / 1e3));
+        let view = pair_at(&t, &a, &b, (start, start, a_end));
         let out = cassini.on_iteration(&view, 0, Iteration { ms, waited_ms: 0.0, comm_ms: Some(2.0 * alone) });
         match out.first() {
-            Some(Decision::Align { job: 1, period_ms, .. }) => {
-                assert!((period_ms - (compute + alone)).abs() < 1e-6, "{period_ms} vs {} alone", compute + alone)
+            Some(Decision::Align { job: 1, period_ms, offset_s }) => {
+                assert!((period_ms - alone_period).abs() < 1e-6, "{period_ms} vs {alone_period} alone");
+                // B's next start is 0.6 of a period past the slot: it waits 0.4.
+                let wait = ((offset_s - b_end) * 1e3).rem_euclid(*period_ms);
+                assert!((wait - 0.4 * alone_period).abs() < 1e-6, "wait {wait} ms");
             }
             other => panic!("expected B re-aligned, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_job_just_past_its_slot_has_its_reference_wait_instead() {
+        // As above, but B's next start is 10% of a period past its slot:
+        // B would wait 90% of a period for the next one; A, which keeps no
+        // other job's phase, waits the 10% instead (a Shift).
+        let t = three_racks();
+        let (a, b, period, comm) = vgg19_rings(&t);
+        let mut cassini = aligned_pair(&t, &a, &b);
+        let it = |ms: f64, comm_ms: f64| Iteration { ms, waited_ms: 0.0, comm_ms: Some(comm_ms) };
+        let start = 5.0;
+        assert!(cassini.on_iteration(&pair_at(&t, &a, &b, (start, 4.0, start + period / 1e3)), 0, it(period, comm)).is_empty());
+        let start = start + period / 1e3;
+        let view = pair_at(&t, &a, &b, (start, start, start + 0.1));
+        cassini.on_iteration(&view, 1, Iteration { ms: 2.0 * period, waited_ms: period, comm_ms: Some(comm) });
+        let Some(gap_ms) = cassini.aligned.get(&1).map(Aligned::comm_gap_ms) else { unreachable!() };
+        let ms = period + comm;
+        let a_end = start + ms / 1e3;
+        let b_end = a_end + (gap_ms - period + 0.1 * period) / 1e3;
+        let view = pair_at(&t, &a, &b, (start, b_end - ms / 1e3, b_end));
+        assert!(cassini.on_iteration(&view, 1, it(ms, 2.0 * comm)).is_empty());
+        let out = cassini.on_iteration(&pair_at(&t, &a, &b, (start, start, a_end)), 0, it(ms, 2.0 * comm));
+        match out.first() {
+            Some(&Decision::Shift { job: 0, ms }) => assert!((ms - 0.1 * period).abs() < 1e-6, "{ms}"),
+            other => panic!("expected A shifted, got {other:?}"),
         }
     }
 

@@ -261,6 +261,18 @@ pub const CATALOGUE: &[(&str, &str)] = &[
         "pinned, with every job's first iteration held to one common start 20 s after the first placement (unshifted rings in step, as the fluid model assumes)",
     ),
     (
+        "pinned:apart",
+        "pinned, with each later job's first iteration held half its modelled iteration after the one before (rings started half a period apart)",
+    ),
+    (
+        "pinned:in-step+cassini",
+        "CASSINI's shift over rings started in step: it must move one of them half a period",
+    ),
+    (
+        "pinned:apart+cassini",
+        "CASSINI's shift over rings started half a period apart: a shift must converge from any start",
+    ),
+    (
         "plebiscito:UTILITY[:unaware]",
         "Plebiscito: one agent per host bids in a max-consensus auction (sgf, lgf, yarn, tetris, tiresias, drf, themis); :unaware sets alpha = 1",
     ),
@@ -420,9 +432,12 @@ pub fn by_name(name: &str, seed: u64) -> Option<Box<dyn Policy>> {
 
 /// The names [`with_pins`] places on the experiment's pins: a job without a
 /// pin never starts under them. Kept beside its match (a test holds them in step).
-pub const PINNED_NAMES: [&str; 13] = [
+pub const PINNED_NAMES: [&str; 16] = [
     "pinned",
     "pinned:in-step",
+    "pinned:apart",
+    "pinned:in-step+cassini",
+    "pinned:apart+cassini",
     "ecmp",
     "ts",
     "ro",
@@ -451,6 +466,20 @@ pub fn with_pins(
         "pinned" => Some(pinned()),
         "pinned:in-step" => {
             Some(Box::new(crate::baseline::InStep::new(crate::baseline::Pinned { pins: pins.clone(), label: None })))
+        }
+        "pinned:apart" => {
+            Some(Box::new(crate::baseline::InStep::apart(crate::baseline::Pinned { pins: pins.clone(), label: None })))
+        }
+        "pinned:in-step+cassini" | "pinned:apart+cassini" => {
+            let plain = crate::baseline::Pinned { pins: pins.clone(), label: None };
+            let start = if name.starts_with("pinned:apart") {
+                crate::baseline::InStep::apart(plain)
+            } else {
+                crate::baseline::InStep::new(plain)
+            };
+            let mut c = crate::cassini::Cassini::new(Box::new(start), seed);
+            c.candidates = 1; // the pins are the placement
+            Some(Box::new(c))
         }
         // FORESIGHT's names over the experiment's placement (Fig. 5).
         "ecmp" => Some(Box::new(crate::baseline::Pinned { pins: pins.clone(), label: Some("ecmp".into()) })),
