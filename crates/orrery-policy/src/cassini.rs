@@ -1305,9 +1305,9 @@ mod tests {
         // then B's all-reduce collides. B is not aligned to a start
         // extrapolated from 5 s (A's next iterations may be stretched by the
         // collision): it waits for A's next report, an iteration of 600 ms
-        // begun at 5.42 s, and its slot is that iteration's end plus the
-        // circles' shift, repeating with A's period alone (420 ms: its
-        // measured 300 ms of compute and 120 ms all-reduce alone).
+        // begun at 5.41 s, and its slot is that iteration's end plus the
+        // circles' shift, repeating with A's period alone (410 ms: its
+        // measured 300 ms of compute and 110 ms all-reduce alone).
         let t = three_racks();
         let (a, b, period, comm) = vgg19_rings(&t);
         let mut cassini = aligned_pair(&t, &a, &b);
@@ -1315,7 +1315,7 @@ mod tests {
             unreachable!("B is aligned")
         };
         let it = |ms: f64, comm_ms: f64| Iteration { ms, waited_ms: 0.0, comm_ms: Some(comm_ms) };
-        assert!(cassini.on_iteration(&pair_at(&t, &a, &b, (5.0, 4.0, 5.42)), 0, it(420.0, 120.0)).is_empty());
+        assert!(cassini.on_iteration(&pair_at(&t, &a, &b, (5.0, 4.0, 5.41)), 0, it(410.0, 110.0)).is_empty());
         let view = pair_at(&t, &a, &b, (5.0, 5.0, 5.5));
         // The iteration after the alignment includes its wait: not drift.
         let waited = Iteration { ms: 2.0 * period, waited_ms: period, comm_ms: Some(comm) };
@@ -1323,25 +1323,25 @@ mod tests {
         let collided = cassini.on_iteration(&view, 1, it(period + comm, 2.0 * comm));
         assert!(collided.is_empty(), "waits for A's next start: {collided:?}");
         assert_eq!(cassini.readjustments, 1);
-        // A's next iteration (stretched by the collision) ends at 6.02 s.
-        let again = cassini.on_iteration(&pair_at(&t, &a, &b, (5.42, 5.0, 6.02)), 0, it(600.0, 300.0));
+        // A's next iteration (stretched by the collision) ends at 6.01 s.
+        let again = cassini.on_iteration(&pair_at(&t, &a, &b, (5.41, 5.0, 6.01)), 0, it(600.0, 300.0));
         let Some(&Decision::Align { job, period_ms: p, offset_s: o }) = again.first() else {
             unreachable!("re-aligned: {again:?}")
         };
         assert_eq!(job, 1);
         // A's period alone: the median compute (300 ms) and the faster
-        // all-reduce, the one it ran alone (120 ms).
-        assert!((p - 420.0).abs() < 1e-9, "A's period alone, {p}");
-        // 6.02 s + A's measured compute (300 ms) + the circles' gap between
+        // all-reduce, the one it ran alone (110 ms).
+        assert!((p - 410.0).abs() < 1e-9, "A's period alone, {p}");
+        // 6.01 s + A's measured compute (300 ms) + the circles' gap between
         // communication starts + ... less B's compute: B's measured compute
         // is its model's, so this is A's end plus the shift, corrected by A's
         // compute over its model's.
         let Some(al) = cassini.aligned.get(&1).copied() else { unreachable!() };
         let a_model_compute = al.reference_period_ms - al.reference_comm_ms;
-        let expected = 6.02 + shift_s + (300.0 - a_model_compute) / 1e3;
+        let expected = 6.01 + shift_s + (300.0 - a_model_compute) / 1e3;
         assert!((o - expected).abs() < 1e-6, "offset {o} s, expected {expected}");
         // A report of A's with nobody waiting aligns nobody.
-        assert!(cassini.on_iteration(&pair_at(&t, &a, &b, (6.02, 5.0, 6.44)), 0, it(420.0, 120.0)).is_empty());
+        assert!(cassini.on_iteration(&pair_at(&t, &a, &b, (6.01, 5.0, 6.42)), 0, it(410.0, 110.0)).is_empty());
     }
 
     #[test]
@@ -1400,7 +1400,11 @@ mod tests {
         let mut cassini = aligned_pair(&t, &a, &b);
         let it = |ms: f64, comm_ms: f64| Iteration { ms, waited_ms: 0.0, comm_ms: Some(comm_ms) };
         let start = 5.0;
-        assert!(cassini.on_iteration(&pair_at(&t, &a, &b, (start, 4.0, start + period / 1e3)), 0, it(period, comm)).is_empty());
+        assert!(
+            cassini
+                .on_iteration(&pair_at(&t, &a, &b, (start, 4.0, start + period / 1e3)), 0, it(period, comm))
+                .is_empty()
+        );
         let start = start + period / 1e3;
         let view = pair_at(&t, &a, &b, (start, start, start + 0.1));
         cassini.on_iteration(&view, 1, Iteration { ms: 2.0 * period, waited_ms: period, comm_ms: Some(comm) });
@@ -1495,7 +1499,11 @@ mod tests {
         // own usual one (a job that always runs 8% long is not drifting),
         // two of three.
         let mut cassini = aligned();
-        assert!(cassini.on_iteration(&later, 1, Iteration { ms: 2.0 * period, waited_ms: period, comm_ms: None }).is_empty());
+        assert!(
+            cassini
+                .on_iteration(&later, 1, Iteration { ms: 2.0 * period, waited_ms: period, comm_ms: None })
+                .is_empty()
+        );
         for _ in 0..6 {
             assert!(cassini.on_iteration(&later, 1, it(period, None)).is_empty());
         }

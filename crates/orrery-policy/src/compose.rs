@@ -264,10 +264,7 @@ pub const CATALOGUE: &[(&str, &str)] = &[
         "pinned:apart",
         "pinned, with each later job's first iteration held half its modelled iteration after the one before (rings started half a period apart)",
     ),
-    (
-        "pinned:in-step+cassini",
-        "CASSINI's shift over rings started in step: it must move one of them half a period",
-    ),
+    ("pinned:in-step+cassini", "CASSINI's shift over rings started in step: it must move one of them half a period"),
     (
         "pinned:apart+cassini",
         "CASSINI's shift over rings started half a period apart: a shift must converge from any start",
