@@ -31,8 +31,12 @@
 //! where with random candidates it was up to 12% above (docs/results.md). A host scheduler that places at random keeps
 //! random candidates ([`Candidates::Random`]).
 //!
-//! Simplification: the 5% rule watches iteration times, not the start of the
-//! communication phase, which the policy does not see.
+//! **Drift (issue 73).** The 5% rule judges measurements: each job's circle
+//! alone (measured compute and all-reduce alone, [`alone`]), its all-reduce
+//! against that, and where the two jobs' communication windows fall on the
+//! circle. A re-alignment is anchored at the reference's next reported
+//! start and repeats with its period alone, never with a contended
+//! iteration time ([`Cassini::on_iteration`]).
 
 use crate::baseline::random_hosts;
 use crate::memo::PerPlacement;

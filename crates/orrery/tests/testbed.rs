@@ -26,16 +26,18 @@ fn namespaces_with(prefix: &str) -> Vec<String> {
 }
 
 /// Runs `orrery testbed compare experiments/EXPERIMENT ARGS` on namespaces
-/// named `PREFIX<pid>-*` into a temporary folder, returned. Whatever
+/// named `PREFIX<pid>-*` into a temporary folder, returned, giving up on a
+/// policy's run after `limit_s` (each test's measured run time on a 2-core
+/// CI machine, with the other tests running, times about 2.3). Whatever
 /// happened, no namespace is left behind; the run must succeed.
-fn compare(prefix: &str, experiment: &str, args: &[&str]) -> tempfile::TempDir {
+fn compare(prefix: &str, experiment: &str, args: &[&str], limit_s: u32) -> tempfile::TempDir {
     let prefix = format!("{prefix}{}", std::process::id() % 100_000);
     let out = tempfile::tempdir().expect("tempdir");
     let status = Command::new(BIN)
         .args(["testbed", "compare"])
         .arg(repo().join("experiments").join(experiment))
         .args(args)
-        .args(["--prefix", &prefix, "--time-limit-s", "120", "--out"])
+        .args(["--prefix", &prefix, "--time-limit-s", &limit_s.to_string(), "--out"])
         .arg(out.path())
         .status()
         .expect("orrery testbed compare");
@@ -124,6 +126,8 @@ fn cassinis_pair_on_real_tcp_against_the_simulator() {
             ],
         ]
         .concat(),
+        // 200 iterations: 76-77 s a policy in a fresh-clone CI run (2026-11-28).
+        180,
     );
 
     let rows = read_compare(&out.path().join("compare.csv"));
@@ -275,7 +279,7 @@ fn torch_python() -> Option<&'static str> {
 }
 
 #[test]
-fn two_real_ddp_jobs_keep_cassinis_shift_and_gain_over_in_step() {
+fn two_real_ddp_jobs_keep_cassinis_shift_and_gain_what_in_step_loses() {
     let Some(_one) = testbed_turn() else { return };
     if torch_python().is_none() {
         eprintln!("skipped: no python3 here imports torch (.ci/run installs Debian's python3-torch)");
@@ -306,6 +310,8 @@ fn two_real_ddp_jobs_keep_cassinis_shift_and_gain_over_in_step() {
             "--calibration-iterations",
             "8",
         ],
+        // 40 iterations: 37 s in step (its 20 s lead included), 19 s shifted.
+        90,
     );
     // The shape was measured alone: the padded compute (less the part of
     // the backward pass the first bucket's all-reduce overlaps), and an
@@ -345,18 +351,65 @@ fn two_real_ddp_jobs_keep_cassinis_shift_and_gain_over_in_step() {
             alignments(&measured)
         );
     }
-    // And the shift gains over the unshifted pair started in step: at least
-    // 1.10x in the pair's mean iteration (CASSINI §2.2: 1.26x).
+    // And the shift gains what the unshifted pair loses. Shifted, the pair
+    // runs at its time alone (the simulator's, within 6%). Unshifted and
+    // started in step, reno keeps the two rings in step in some runs and
+    // not in others (docs/results.md: 2-53% of all-reduces collided in ten
+    // runs of the experiment's job; a CI run of this smaller job separated
+    // at once, 0-6%): where the baseline stayed in step (a quarter of
+    // either job's all-reduces after the first ten collided) the shift
+    // must gain at least 1.10x (CASSINI §2.2: 1.26x; ten runs here:
+    // 1.19-1.22x in such runs); where it did not, there is nothing to
+    // gain and the shift must cost nothing (within 2%).
     let rows = read_compare(&out.path().join("compare.csv"));
     let pair =
         |policy: &str| rows[&(policy.to_string(), "a".to_string())].0 + rows[&(policy.to_string(), "b".to_string())].0;
-    let gain = pair("pinned:in-step") / pair("pinned+cassini");
+    let alone = rows[&("pinned+cassini".to_string(), "a".to_string())].1;
     assert!(
-        gain >= 1.10,
-        "the shift gained {gain:.3}x over pinned:in-step (pair {:.1} against {:.1} ms); alignments {}",
+        pair("pinned+cassini") / 2.0 < 1.06 * alone,
+        "the shifted pair ran {:.1} ms against {alone:.1} ms alone in the simulator; alignments {}",
         pair("pinned+cassini") / 2.0,
-        pair("pinned:in-step") / 2.0,
         alignments(&measured)
+    );
+    let in_step: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(out.path().join("pinned_in-step/measured.json")).expect("measured.json"),
+    )
+    .expect("json");
+    let in_step_collided = in_step["jobs"]
+        .as_array()
+        .expect("jobs")
+        .iter()
+        .map(|job| {
+            let comm: Vec<f64> =
+                job["comm_ms"].as_array().expect("comm_ms").iter().filter_map(|c| c.as_f64()).collect();
+            comm[10..].iter().filter(|&&c| c > 1.4 * alone_comm).count() as f64 / (comm.len() - 10) as f64
+        })
+        .fold(0.0, f64::max);
+    let gain = pair("pinned:in-step") / pair("pinned+cassini");
+    if in_step_collided >= 0.25 {
+        assert!(
+            gain >= 1.10,
+            "the in-step pair collided in {:.0}% of its all-reduces and the shift gained only {gain:.3}x (pair {:.1} \
+             against {:.1} ms); alignments {}",
+            100.0 * in_step_collided,
+            pair("pinned+cassini") / 2.0,
+            pair("pinned:in-step") / 2.0,
+            alignments(&measured)
+        );
+    } else {
+        assert!(
+            gain > 0.98,
+            "the in-step pair separated by itself ({:.0}% collided) and the shift cost {:.1}% (pair {:.1} against \
+             {:.1} ms)",
+            100.0 * in_step_collided,
+            100.0 * (1.0 / gain - 1.0),
+            pair("pinned+cassini") / 2.0,
+            pair("pinned:in-step") / 2.0
+        );
+    }
+    eprintln!(
+        "shift: {gain:.3}x over pinned:in-step, whose worse job collided in {:.0}% of its all-reduces",
+        100.0 * in_step_collided
     );
     // Job b keeps CASSINI's shift: an iteration that waits for its slot
     // starts at an Align's slot (offset + k·period on the service's clock),
@@ -425,6 +478,9 @@ fn metronomes_paced_pair_stays_out_of_step_on_real_tcp() {
         "om",
         "metronome-snapshots.toml",
         &[&ISSUE_36[..], &["--scenario", "S2", "--policies", "metronome", "--warmup", "10"]].concat(),
+        // 200 iterations: 105 s in a fresh-clone CI run (2026-11-28); the
+        // old 120 s limit failed a run with the tests sharing the cores.
+        240,
     );
     let rows = read_compare(&out.path().join("compare.csv"));
     let measured: serde_json::Value = serde_json::from_str(
