@@ -313,7 +313,8 @@ const EVIDENCE: usize = 3;
 const HARD_COLLISION: f64 = 0.25;
 
 /// A job that collides again within this many judged iterations of its
-/// re-alignment was not helped by its phase after the reference (a third
+/// re-alignment, where its communication window is clear of the
+/// reference's, was not helped by its phase after the reference (a third
 /// job on another of its links, placed later, meets it wherever it is, or
 /// the jitter is that large): it is then left alone for
 /// [`RELAPSE_HOLD`] iterations before it is judged again, the paper-era
@@ -809,7 +810,10 @@ impl Policy for Cassini {
                     // Its next iteration includes the wait: do not call that drift.
                     self.unmeasured.insert(jobs[k].id, 1);
                     self.evidence.remove(&jobs[k].id);
-                    self.judged.remove(&jobs[k].id);
+                    // The first re-alignment after a placement is never a
+                    // relapse: live, the placement's slot is a guess made
+                    // before either job's ranks are up.
+                    self.judged.insert(jobs[k].id, QUICK_RELAPSE);
                     self.relapses.remove(&jobs[k].id);
                     out.push(Decision::Align { job: jobs[k].id, period_ms, offset_s });
                 }
@@ -894,9 +898,13 @@ impl Policy for Cassini {
         }
         seen.clear();
         self.readjustments += 1;
-        let judged = self.judged.insert(job, 0).unwrap_or(0);
+        // A relapse is a collision the reference's phase does not explain
+        // (their windows apart): re-aligning after the reference again will
+        // not help. One it explains is re-aligned at once.
+        let explained = overlap.is_some_and(|o| o > 0.05 * a.period_ms);
+        let judged = self.judged.insert(job, 0).unwrap_or(QUICK_RELAPSE);
         let relapses = self.relapses.entry(job).or_insert(0);
-        *relapses = if judged < QUICK_RELAPSE { *relapses + 1 } else { 0 };
+        *relapses = if judged < QUICK_RELAPSE && !explained { *relapses + 1 } else { 0 };
         let settle = settle_iterations(*relapses);
         let reference = view.running.iter().find(|r| r.id == a.reference);
         let watched = a.same_period && self.observed.get(&a.reference).is_some_and(|o| o.last_end_s.is_some());

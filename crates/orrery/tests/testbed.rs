@@ -304,13 +304,14 @@ fn two_real_ddp_jobs_keep_cassinis_shift_and_gain_what_in_step_loses() {
             "--cc",
             "reno",
             "--iterations",
-            "40",
+            "50",
             "--warmup",
             "4",
             "--calibration-iterations",
             "8",
         ],
-        // 40 iterations: 37 s in step (its 20 s lead included), 19 s shifted.
+        // 40 iterations took 37 s in step (its 20 s lead included), 19 s
+        // shifted; these are 50.
         90,
     );
     // The shape was measured alone: the padded compute (less the part of
@@ -331,7 +332,7 @@ fn two_real_ddp_jobs_keep_cassinis_shift_and_gain_what_in_step_loses() {
     for job in measured["jobs"].as_array().expect("jobs") {
         assert_eq!(job["status"], "finished", "{}", job["id"]);
         let comm = job["comm_ms"].as_array().expect("comm_ms");
-        assert!(comm.len() >= 35 && comm.iter().all(|c| c.as_f64().is_some_and(|c| c > 0.0)), "{job}");
+        assert!(comm.len() >= 45 && comm.iter().all(|c| c.as_f64().is_some_and(|c| c > 0.0)), "{job}");
     }
     // Shifted, the rings stay apart (issue 73): after the first ten
     // measured iterations (the alignment converging from the start), under
