@@ -303,6 +303,44 @@ fn window_overlap_ms(a: &Aligned, own: &alone::Observed, reference: &alone::Obse
     Some((theirs_ms - gap).max(0.0) + (gap + mine_ms - period).max(0.0))
 }
 
+/// How far this job's latest communication started from its slot after the
+/// reference's, ms (late > 0), when that is more than half the clearance on
+/// that side of the slot: the circle alone (the reference's period alone
+/// less both communications alone, measured) leaves `slack` between the
+/// two windows, split by the aligned gap ([`Aligned::comm_gap_ms`]); half
+/// of a side is the tolerance, and never under 5% of the period (the
+/// paper's bar), so a few ms of compute jitter never re-align.
+///
+/// The windows need not overlap yet. On real TCP two jobs' periods differ
+/// even on the same model (on the testbed's small DDP pair one ring's
+/// all-reduce ran 174 ms for the other's 148 for tens of iterations after
+/// they had collided: reno's window halved), so one drifts through the
+/// other by tens of ms an iteration; waiting for three collided iterations
+/// left 14-19% of all-reduces collided (issue 73, CI). The slot is also
+/// wider than its measured window: at 5 ms clearance both rings' all-reduces
+/// ran 15% long. Off its slot, the job is re-aligned before they meet.
+/// None as for [`window_overlap_ms`]. O(window log window).
+fn off_slot_ms(a: &Aligned, own: &alone::Observed, reference: &alone::Observed) -> Option<f64> {
+    if !a.same_period || !a.shares_link {
+        return None;
+    }
+    let (mine, _) = own.last_comm?;
+    let (theirs, _) = reference.last_comm?;
+    let period = reference.period_alone_ms(a.reference_period_ms, a.reference_comm_ms);
+    if period <= 0.0 || ((mine - theirs) * 1e3).abs() > 2.0 * period {
+        return None;
+    }
+    let (theirs_ms, mine_ms) = (reference.comm_alone_ms(a.reference_comm_ms), own.comm_alone_ms(a.comm_ms));
+    let target = a.comm_gap_ms().rem_euclid(period);
+    // Clearance after the reference's window, and after this job's.
+    let early_side = target - theirs_ms;
+    let late_side = period - target - mine_ms;
+    let error = (((mine - theirs) * 1e3 - target) + period / 2.0).rem_euclid(period) - period / 2.0;
+    let tolerance = |side: f64| (side / 2.0).max(0.05 * period);
+    let off = if error >= 0.0 { error > tolerance(late_side) } else { -error > tolerance(early_side) };
+    off.then_some(error)
+}
+
 /// Judged iterations whose median collision decides a re-alignment: one
 /// all-reduce slowed by TCP's noise (±10% on the testbed's DDP pair, 4% of
 /// a period) is not a drift; two of three are.
@@ -845,7 +883,10 @@ impl Policy for Cassini {
     /// communication windows on the measured circle
     /// ([`window_overlap_ms`]). It is re-aligned when the median of its
     /// last [`EVIDENCE`] collisions exceeds 5% of its period (the paper's
-    /// bar), or one exceeds [`HARD_COLLISION`] of it.
+    /// bar), or one exceeds [`HARD_COLLISION`] of it, or when its
+    /// communication started off its slot after the reference's by over
+    /// half the clearance on that side ([`off_slot_ms`]): the windows are
+    /// about to meet.
     ///
     /// The new slot is taken at the reference's next report: the end of
     /// that iteration is its next start, measured, and the slot repeats with
@@ -875,14 +916,22 @@ impl Policy for Cassini {
             }
         }
         let skip = self.unmeasured.entry(job).or_insert(0);
-        let settling = *skip > 0;
+        let left = *skip;
         *skip = skip.saturating_sub(1);
         let Some(a) = self.aligned.get(&job).copied().filter(|a| a.compatible) else { return out };
-        if settling || self.pending.get(&a.reference).is_some_and(|w| w.contains(&job)) {
+        // Past the two iterations a re-alignment takes to arrive, a relapsed
+        // job's hold keeps collisions from counting, not its slot: a job off
+        // its slot is re-aligned whatever collides with it.
+        let holding = left > 0 && left <= RELAPSE_HOLD - 2 && self.relapses.get(&job).is_some_and(|&r| r > 0);
+        if (left > 0 && !holding) || self.pending.get(&a.reference).is_some_and(|w| w.contains(&job)) {
+            return out;
+        }
+        let own = &self.observed[&job];
+        let off_slot = self.observed.get(&a.reference).and_then(|r| off_slot_ms(&a, own, r)).is_some();
+        if holding && !off_slot {
             return out;
         }
         *self.judged.entry(job).or_insert(0) += 1;
-        let own = &self.observed[&job];
         let overlap = self.observed.get(&a.reference).and_then(|r| window_overlap_ms(&a, own, r));
         let collision = overrun_ms(&a, it, own).max(overlap.unwrap_or(0.0));
         let seen = self.evidence.entry(job).or_default();
@@ -893,7 +942,7 @@ impl Policy for Cassini {
         let mut sorted: Vec<f64> = seen.iter().copied().collect();
         sorted.sort_by(f64::total_cmp);
         let persistent = sorted.len() == EVIDENCE && sorted[EVIDENCE / 2] > 0.05 * a.period_ms;
-        if !persistent && collision <= HARD_COLLISION * a.period_ms {
+        if !persistent && !off_slot && collision <= HARD_COLLISION * a.period_ms {
             return out;
         }
         seen.clear();
@@ -901,7 +950,7 @@ impl Policy for Cassini {
         // A relapse is a collision the reference's phase does not explain
         // (their windows apart): re-aligning after the reference again will
         // not help. One it explains is re-aligned at once.
-        let explained = overlap.is_some_and(|o| o > 0.05 * a.period_ms);
+        let explained = off_slot || overlap.is_some_and(|o| o > 0.05 * a.period_ms);
         let judged = self.judged.insert(job, 0).unwrap_or(QUICK_RELAPSE);
         let relapses = self.relapses.entry(job).or_insert(0);
         *relapses = if judged < QUICK_RELAPSE && !explained { *relapses + 1 } else { 0 };
@@ -1481,23 +1530,35 @@ mod tests {
     }
 
     #[test]
-    fn a_pair_whose_windows_overlap_for_three_iterations_is_realigned() {
-        // Both rings' all-reduces take their time alone, but B's starts
-        // before A's has ended: their windows overlap by 10% of a period on
-        // the measured circle (B's compute ran short for a while). After
-        // three such iterations B is re-aligned at A's next start; after
-        // two it is not, nor after three with the windows 3% apart.
+    fn a_job_off_its_slot_is_realigned_before_the_windows_meet() {
+        // Both rings' all-reduces take their time alone, and A keeps its
+        // period, but B's all-reduce starts off its slot after A's (B's
+        // compute ran short or long for a while). The circle leaves the
+        // clearance between the two windows on either side of the slot;
+        // off by more than half a side, B is re-aligned at A's next start
+        // after one judged iteration, the windows not yet touching; off by
+        // a third of a side, never (four iterations); with the windows
+        // overlapping by 10% of a period, at once.
         let t = three_racks();
         let (a, b, period, comm) = vgg19_rings(&t);
         let compute = period - comm;
         let it = Iteration { ms: period, waited_ms: 0.0, comm_ms: Some(comm) };
-        for (overlap, judged, realigned) in [(0.1, 3, true), (0.1, 2, false), (-0.03, 3, false)] {
+        let target = aligned_pair(&t, &a, &b).aligned[&1].comm_gap_ms().rem_euclid(period);
+        let (early_side, late_side) = (target - comm, period - target - comm);
+        assert!(early_side > 0.1 * period && late_side > 0.1 * period, "{target} of {period} ms, {comm} ms each");
+        for (gap, judged, realigned) in [
+            (target + 0.6 * late_side, 1, true),
+            (target - 0.6 * early_side, 1, true),
+            (comm - 0.1 * period, 1, true),
+            (target + late_side / 3.0, 4, false),
+            (target - early_side / 3.0, 4, false),
+        ] {
             let mut cassini = aligned_pair(&t, &a, &b);
             // A's iteration 5.0 -> 5.0 + period: its all-reduce starts at 5 s + compute.
             let a_end = 5.0 + period / 1e3;
             cassini.on_iteration(&pair_at(&t, &a, &b, (5.0, 4.0, a_end)), 0, it);
-            // B's all-reduce starts `overlap` of a period before A's ends.
-            let b_comm = 5.0 + (compute + comm - overlap * period) / 1e3;
+            // B's all-reduce starts `gap` ms after A's.
+            let b_comm = 5.0 + (compute + gap) / 1e3;
             let mut b_start = b_comm - compute / 1e3;
             let view = pair_at(&t, &a, &b, (a_end, b_start - 1e-3, b_start + period / 1e3));
             cassini.on_iteration(&view, 1, Iteration { waited_ms: 1.0, ms: period + 1.0, ..it });
@@ -1510,7 +1571,43 @@ mod tests {
                 let view = pair_at(&t, &a, &b, (a_start, b_start, b_start + period / 1e3));
                 assert!(cassini.on_iteration(&view, 1, it).is_empty(), "B waits for A's next start");
             }
-            assert_eq!(cassini.readjustments, u64::from(realigned), "{overlap} of a period, {judged} iterations");
+            assert_eq!(cassini.readjustments, u64::from(realigned), "{gap} ms after A's, {judged} iterations");
+        }
+    }
+
+    #[test]
+    fn a_relapsed_job_in_its_hold_is_realigned_for_its_slot_not_its_collisions() {
+        // B relapsed (it collided again soon after a re-alignment, its
+        // windows apart) and is in its hold, past the two iterations the
+        // re-alignment takes to arrive. On its slot, an all-reduce twice its
+        // time alone (over HARD_COLLISION of a period) re-aligns nothing;
+        // off its slot by 60% of the clearance after it, B is re-aligned,
+        // and the relapse count is cleared (its slot explains it).
+        let t = three_racks();
+        let (a, b, period, comm) = vgg19_rings(&t);
+        assert!(comm > HARD_COLLISION * period, "{comm} of {period} ms");
+        let compute = period - comm;
+        let it = Iteration { ms: period, waited_ms: 0.0, comm_ms: Some(comm) };
+        let target = aligned_pair(&t, &a, &b).aligned[&1].comm_gap_ms().rem_euclid(period);
+        let late_side = period - target - comm;
+        for (gap, b_comm_ms, realigned) in [(target, 2.0 * comm, false), (target + 0.6 * late_side, comm, true)] {
+            let mut cassini = aligned_pair(&t, &a, &b);
+            let a_end = 5.0 + period / 1e3;
+            cassini.on_iteration(&pair_at(&t, &a, &b, (5.0, 4.0, a_end)), 0, it);
+            let b_start = 5.0 + gap / 1e3;
+            let view = pair_at(&t, &a, &b, (a_end, b_start - 1e-3, b_start + period / 1e3));
+            cassini.on_iteration(&view, 1, Iteration { waited_ms: 1.0, ms: period + 1.0, ..it });
+            cassini.relapses.insert(1, 1);
+            cassini.unmeasured.insert(1, RELAPSE_HOLD - 2);
+            // A's next iteration, then B's: its all-reduce `gap` after A's.
+            let view = pair_at(&t, &a, &b, (a_end, b_start, a_end + period / 1e3));
+            assert!(cassini.on_iteration(&view, 0, it).is_empty());
+            let b_next = b_start + period / 1e3;
+            let b_it = Iteration { ms: compute + b_comm_ms, waited_ms: 0.0, comm_ms: Some(b_comm_ms) };
+            let view = pair_at(&t, &a, &b, (a_end + period / 1e3, b_next, b_next + b_it.ms / 1e3));
+            assert!(cassini.on_iteration(&view, 1, b_it).is_empty(), "B waits for A's next start");
+            assert_eq!(cassini.readjustments, u64::from(realigned), "{gap} ms after A's, all-reduce {b_comm_ms} ms");
+            assert_eq!(cassini.relapses[&1], u32::from(!realigned));
         }
     }
 
