@@ -409,7 +409,7 @@ pub fn start(config: Config, store: Store) -> Result<(Handle, std::thread::JoinH
 
 /// A standby's read-only copy of the leader's state: rebuilt from etcd, then
 /// every [`FOLLOW_EVERY`] it replays what the leader committed since
-/// ([`crate::etcd_store::EtcdStore::follow`]). It answers reads; it never
+/// ([`crate::store::EtcdStore::follow`]). It answers reads; it never
 /// calls the policy, checks liveness or writes (a request that would write
 /// is a bug of the caller: its batch is dropped). Node liveness is the
 /// leader's: the copy shows a node up from its NodeUp to its NodeDown.

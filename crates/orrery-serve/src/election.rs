@@ -9,7 +9,7 @@
 //! - **Term.** The leader renews its lease every `lease_s / 3`. Its term is
 //!   fenced by the revision at which it created the key ([`Fence`]): every
 //!   write of the store is guarded by "the key's mod revision is still that"
-//!   (`etcd_store`), so once the lease lapses (the key is deleted) or another
+//!   (`store::EtcdStore`), so once the lease lapses (the key is deleted) or another
 //!   replica has won, no write of the old leader commits, and a decision
 //!   reaches agents only once committed.
 //! - **Losing.** The leader also stops on its own when a renewal fails to
@@ -20,7 +20,7 @@
 //!   from etcd if it wins again.
 
 use crate::etcd::{Compare, Etcd, Op};
-use crate::etcd_store::Fence;
+use crate::store::Fence;
 use anyhow::{Context, Result};
 use std::time::{Duration, Instant};
 

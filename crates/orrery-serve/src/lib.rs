@@ -49,7 +49,6 @@ pub mod core;
 pub mod dashboard;
 pub mod election;
 pub mod etcd;
-pub mod etcd_store;
 pub mod fleet;
 pub mod http;
 pub mod ledger;
@@ -249,7 +248,7 @@ pub async fn start_replica(opts: ServeOptions) -> Result<Replica> {
         while copy_state.active.get().is_none() {
             let (url, config) = (copy_url.clone(), copy_config.clone());
             let started = tokio::task::spawn_blocking(move || -> Result<core::Handle> {
-                let store = etcd_store::EtcdStore::open_read_only(&url)?;
+                let store = store::EtcdStore::open_read_only(&url)?;
                 Ok(core::start_follower(config, store::Store::Etcd(store))?.0)
             })
             .await;
@@ -282,7 +281,7 @@ pub async fn start_replica(opts: ServeOptions) -> Result<Replica> {
         tracing::info!(revision = term.fence.revision, "elected leader; rebuilding the state from etcd");
         let (url, fence, config) = (ha.etcd.clone(), term.fence.clone(), opts.config.clone());
         let started = tokio::task::spawn_blocking(move || -> Result<core::Handle> {
-            let store = etcd_store::EtcdStore::open(&url, Some(fence))?;
+            let store = store::EtcdStore::open(&url, Some(fence))?;
             Ok(core::start(config, store::Store::Etcd(store))?.0)
         })
         .await;

@@ -17,7 +17,7 @@ use clap::Args as ClapArgs;
 use orrery_policy::Decision;
 use orrery_serve::api::{DriverEvent, LogEntry, Logged, RegisterRequest};
 use orrery_serve::client::Client;
-use orrery_serve::etcd_store::testing::{EtcdCluster, unavailable};
+use orrery_serve::store::testing::{EtcdCluster, unavailable};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 use std::io::BufRead;

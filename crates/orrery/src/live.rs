@@ -633,10 +633,10 @@ pub fn bench_serve(args: &BenchServeArgs) -> Result<()> {
         "sqlite" => (None, "SQLite (WAL, synchronous=FULL)".to_string()),
         other => {
             let url = if other == "etcd" {
-                if let Some(why) = orrery_serve::etcd_store::testing::unavailable() {
+                if let Some(why) = orrery_serve::store::testing::unavailable() {
                     bail!("--store etcd: {why}");
                 }
-                let cluster = orrery_serve::etcd_store::testing::EtcdCluster::start(3)?;
+                let cluster = orrery_serve::store::testing::EtcdCluster::start(3)?;
                 let url = cluster.url("bench");
                 local_etcd = Some(cluster);
                 url

@@ -1185,7 +1185,7 @@ fn a_standby_takes_over_from_a_killed_leader_and_nothing_acknowledged_is_lost() 
     // Loads both cores (replicas and etcd, or a fleet): not beside the tests
     // whose bounds are on the wall clock.
     let _one = heavy();
-    if let Some(why) = orrery_serve::etcd_store::testing::unavailable() {
+    if let Some(why) = orrery_serve::store::testing::unavailable() {
         println!("skipped: {why}");
         return;
     }
@@ -1255,7 +1255,7 @@ fn a_leader_paused_past_its_lease_decides_nothing_when_it_resumes() {
     // Loads both cores (replicas and etcd, or a fleet): not beside the tests
     // whose bounds are on the wall clock.
     let _one = heavy();
-    use orrery_serve::etcd_store::testing::{EtcdCluster, unavailable};
+    use orrery_serve::store::testing::{EtcdCluster, unavailable};
     if let Some(why) = unavailable() {
         println!("skipped: {why}");
         return;

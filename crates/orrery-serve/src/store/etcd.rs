@@ -24,9 +24,9 @@
 //! and progress (monotonic, re-reported by the agents) possibly behind. No
 //! caller has heard of the batch, so nothing acknowledged is lost.
 
+use super::{Batch, JobRow, Loaded, SCHEMA_VERSION};
 use crate::api::LogEntry;
 use crate::etcd::{Compare, Etcd, EtcdUrl, Kv, Op, Snapshot};
-use crate::store::{Batch, JobRow, Loaded, SCHEMA_VERSION};
 use anyhow::{Context, Result, bail};
 use orrery_model::JobSpec;
 use serde::{Deserialize, Serialize};
