@@ -8,6 +8,7 @@
 
 use crate::baseline::racks;
 use crate::order::{self, Key, Order};
+use crate::order::{deserving_and_losers, fewest_victims};
 use crate::placement::{self, Placement};
 use crate::{ClusterView, Decision, JobId, Policy};
 
@@ -135,54 +136,6 @@ impl Policy for Composed {
     fn isolated_network(&self) -> bool {
         self.isolated
     }
-}
-
-/// Jobs walked in key order, best first, as (running?, index, GPUs): the
-/// waiting jobs that deserve GPUs (in order) and the running jobs that lose
-/// theirs (worst first). A job deserves GPUs while `budget`, the GPUs not
-/// held by jobs that cannot be preempted, lasts. O(n).
-pub(crate) fn deserving_and_losers(
-    walk: impl IntoIterator<Item = (bool, usize, u32)>,
-    mut budget: i64,
-) -> (Vec<usize>, Vec<usize>) {
-    let (mut deserving, mut losers) = (Vec::new(), Vec::new());
-    for (running, i, gpus) in walk {
-        let gpus = i64::from(gpus);
-        if gpus <= budget {
-            budget -= gpus;
-            if !running {
-                deserving.push(i);
-            }
-        } else if running {
-            losers.push(i);
-        }
-    }
-    losers.reverse();
-    (deserving, losers)
-}
-
-/// The fewest of `losers` (indices into `view.running`, in the order they
-/// go) whose GPUs let the deserving jobs in: `fits(free, victims)` says
-/// whether they fit in `free` once `victims` leave. None when even all of
-/// them do not suffice (the victims would be placed again at once and
-/// preempted again in the next round). One `fits` per victim.
-pub(crate) fn fewest_victims(
-    view: &ClusterView<'_>,
-    losers: &[usize],
-    mut fits: impl FnMut(&[u32], &[usize]) -> bool,
-) -> Vec<usize> {
-    let mut free = view.free_gpus.to_vec();
-    let mut out = Vec::new();
-    for &v in losers {
-        if fits(&free, &out) {
-            return out;
-        }
-        for &(h, g) in view.running[v].hosts {
-            free[h] += g;
-        }
-        out.push(v);
-    }
-    if fits(&free, &out) { out } else { Vec::new() }
 }
 
 /// Orderings by name.

@@ -121,6 +121,7 @@ impl Store {
     }
 }
 
+/// The store suite: what every engine must do, run on SQLite here and on
 /// a real 3-member etcd in `etcd`'s tests.
 #[cfg(test)]
 pub(crate) mod suite {

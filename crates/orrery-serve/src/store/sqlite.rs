@@ -142,8 +142,6 @@ impl SqliteStore {
     }
 }
 
-/// The store suite: what every engine must do, run on SQLite here and on
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -36,7 +36,7 @@
 //!    price while others wait: a low-priority job starts on the k ≤ n
 //!    workers that minimise its own time plus the delay its GPU-seconds
 //!    impose on the jobs behind it and on those expected to arrive before
-//!    the work behind it drains (`castor::colocate::gpu_second_price`), so
+//!    the work behind it drains ([`prices::gpu_second_price`]), so
 //!    a job that spends its extra GPUs on the network starts smaller when
 //!    the cluster is busy, and grows back once nobody waits. On
 //!    benchmark-network at load 1.5 this is what beats Pollux
@@ -50,7 +50,7 @@
 //!    beats one that crosses an oversubscribed uplink. A size is judged
 //!    beside the traffic already on its links: its network phase grows by
 //!    the busiest link's summed duty cycles of the running jobs
-//!    (`castor::colocate::link_duty`), so a ring that would meet others on
+//!    ([`duty::link_duty`]), so a ring that would meet others on
 //!    a NIC or uplink starts where it would not (high-priority jobs on
 //!    8-GPU hosts: 1.22-1.25× their time alone → 1.13-1.15×).
 //! 3. **Sharing** (Castor, part `share`): otherwise it shares a running
@@ -58,7 +58,7 @@
 //!    the newcomer waits for the next free GPUs, with each job's ξ raised
 //!    by the time its network phase waits for the partner's traffic when
 //!    both cross the network from the hosts they share
-//!    (`castor::colocate::shared_nic_xi`). The paper compares with
+//!    ([`duty::shared_nic_xi`]). The paper compares with
 //!    waiting for *that partner*, which on Philly shared where free GPUs
 //!    came back much sooner and slowed low-priority jobs 1.3-2x.
 //! 4. **Placement** (Plebiscito, part `bandwidth`, [`BidsWhenLoaded`]):
@@ -123,6 +123,13 @@
 
 use crate::baseline::consolidated;
 use crate::cassini::{Cassini, OnLoop};
+pub mod duty;
+#[cfg(test)]
+mod engine_tests;
+mod preempt;
+pub mod prices;
+mod sizing;
+
 use crate::castor::colocate::{Colocator, Rule};
 use crate::foresight::policy::{Foresight, Mode};
 use crate::memo::PerPlacement;

@@ -1,0 +1,118 @@
+//! The network a job would meet (the combined policy's parts `size` and
+//! `share`): the traffic running jobs put on each link (their duty
+//! cycles), a job's iteration time beside it, and the time a share's two
+//! jobs lose to each other's traffic on the NICs they share.
+
+use crate::ClusterView;
+use crate::memo::PerPlacement;
+use orrery_model::{HostId, JobSpec};
+use std::collections::HashMap;
+
+/// `spec`'s iteration time on `hosts` beside the traffic already there, ms
+/// (None when it cannot be shaped): its time alone, plus its network phase
+/// stretched by the busiest link it would cross. A link whose running jobs
+/// are on it a summed fraction D of the time (their duty cycles, [`link_duty`])
+/// halves the job's rate while one of them sends, in the fluid view of
+/// [`shared_nic_xi`] (CASSINI's circles: unaligned phases overlap at random),
+/// so the network phase takes `D` of itself longer. With `duty` empty, its
+/// time alone. O(shape + links crossed).
+pub(crate) fn period_on(
+    view: &ClusterView<'_>,
+    duty: &HashMap<orrery_model::LinkId, f64>,
+    spec: &JobSpec,
+    hosts: &[(HostId, u32)],
+) -> Option<f64> {
+    let placed = orrery_model::placed::place(view.topology, spec, hosts)?;
+    let (alone, network) = (placed.shape.period_ms(), placed.shape.network_ms());
+    if network <= 0.0 || duty.is_empty() {
+        return Some(alone);
+    }
+    let busiest =
+        placed.links_on_any_path(view.topology).iter().filter_map(|l| duty.get(l)).fold(0.0_f64, |a, &b| a.max(b));
+    Some(alone + network * busiest)
+}
+
+/// Per link, the running jobs' traffic on it: each job's duty cycle (the
+/// fraction of its iteration alone on the network) times the share of its
+/// flows the link carries, a flow split evenly over its equal-cost paths
+/// (ECMP, or FORESIGHT's spreading over spines), at most 1 a job. Paused
+/// jobs send nothing. O(Σ flows × path length) over the running jobs.
+pub(crate) fn link_duty(
+    view: &ClusterView<'_>,
+    terms: &mut PerPlacement<Vec<(orrery_model::LinkId, f64)>>,
+) -> HashMap<orrery_model::LinkId, f64> {
+    let mut duty: HashMap<orrery_model::LinkId, f64> = HashMap::new();
+    terms.forget_unless(view.running.len(), || view.running.iter().map(|r| r.id).collect());
+    for r in view.running.iter().filter(|r| !r.paused) {
+        let job = terms.get(r.id, r.hosts, || {
+            let Some(placed) = orrery_model::placed::place(view.topology, r.spec, r.hosts) else { return Vec::new() };
+            let (period, network) = (placed.shape.period_ms(), placed.shape.network_ms());
+            if network <= 0.0 || period <= 0.0 {
+                return Vec::new();
+            }
+            link_shares(view.topology, &placed).into_iter().map(|(l, share)| (l, share * network / period)).collect()
+        });
+        for &(l, d) in job {
+            *duty.entry(l).or_insert(0.0) += d;
+        }
+    }
+    duty
+}
+
+/// The share of a placed job's network flows each link carries: every
+/// flow of every network phase adds 1/(its equal-cost paths) to each link
+/// of each path, capped at 1. O(flows × path length).
+pub(crate) fn link_shares(
+    topo: &orrery_model::Topology,
+    placed: &orrery_model::placed::Placed,
+) -> Vec<(orrery_model::LinkId, f64)> {
+    let mut share: HashMap<orrery_model::LinkId, f64> = HashMap::new();
+    for seg in &placed.shape.segments {
+        let orrery_model::Segment::Comm { collective, payload_bytes, .. } = *seg else { continue };
+        if seg.network_gbps() <= 0.0 {
+            continue;
+        }
+        for (src, dst, _) in orrery_model::placed::transfers(&placed.workers, collective, payload_bytes) {
+            if src == dst {
+                continue;
+            }
+            let paths = topo.shared_paths(src, dst);
+            let each = 1.0 / paths.len().max(1) as f64;
+            for &l in paths.iter().flatten() {
+                *share.entry(l).or_insert(0.0) += each;
+            }
+        }
+    }
+    let mut out: Vec<(orrery_model::LinkId, f64)> = share.into_iter().map(|(l, s)| (l, s.min(1.0))).collect();
+    out.sort_unstable_by_key(|e| e.0);
+    out
+}
+
+/// `spec` on `workers` of its workers, packed from host 0, as the zoo
+/// shapes it alone. O(shape).
+pub(crate) fn packed_placement(
+    t: &orrery_model::Topology,
+    spec: &JobSpec,
+    workers: u32,
+) -> Option<orrery_model::placed::Placed> {
+    orrery_model::placed::place(t, spec, &crate::baseline::packed(t, workers * spec.gpus_per_worker.max(1)))
+}
+
+/// A share's interference ratios `(ξ_run, ξ_new)` with the time each
+/// job's network phase waits for its partner's traffic on the NICs they
+/// share. Castor's ξ (Gavel's, here) is a ratio of whole-iteration
+/// throughputs measured on one GPU, so it says nothing of the network:
+/// Castor §6.1 found no cross-node indicator of ξ on its InfiniBand
+/// testbed, where cross-node bandwidth was not the bottleneck. When both
+/// jobs cross the network (`network_share` f > 0: the fraction of each
+/// one's iteration on the network alone), both rings leave the shared
+/// hosts through the same NICs. With unaligned phases the partner is on
+/// the network a fraction f_other of the time (its duty cycle), during
+/// which fair sharing halves the rate, so the job's network phase takes
+/// f·f_other of an iteration longer: `ξ + f·f_other`. With either job on
+/// one host nothing is added. On every fabric of docs/results.md this
+/// lowered `orrery`'s mean JCT (4:1 with two GPUs a host: 545 → 525 s at
+/// load 2). O(1).
+pub fn shared_nic_xi((xi_run, xi_new): (f64, f64), (f_run, f_new): (f64, f64)) -> (f64, f64) {
+    if f_run > 0.0 && f_new > 0.0 { (xi_run + f_run * f_new, xi_new + f_new * f_run) } else { (xi_run, xi_new) }
+}

@@ -1,0 +1,117 @@
+//! Shortest remaining time first with preemption (the combined policy's
+//! part `preempt`) and its starvation guard: a waiting job takes the GPUs
+//! of running low-priority jobs with more time left when that lets it
+//! start, and a job that has waited as long as it takes alone is never a
+//! victim again. Methods of the engine ([`Colocator`]).
+
+use crate::baseline::consolidated;
+use crate::castor::colocate::Colocator;
+use crate::order::{deserving_and_losers, fewest_victims};
+use crate::placement::capped;
+use crate::{ClusterView, Decision, JobId};
+use orrery_model::JobSpec;
+use std::collections::HashSet;
+
+impl Colocator {
+    /// Credits the time since the previous round to each job that held
+    /// GPUs through it. O(R).
+    pub(crate) fn note_running_time(&mut self, view: &ClusterView<'_>) {
+        if let Some((then, holders)) = self.last_round.take() {
+            for r in view.running.iter().filter(|r| holders.contains(&r.id)) {
+                *self.run_s.entry(r.id).or_insert(0.0) += (view.now_s - then).max(0.0);
+            }
+        }
+    }
+
+    /// Records who holds GPUs after this round's decisions: the running
+    /// jobs not preempted and the jobs started. O(R + D).
+    pub(crate) fn note_holders(&mut self, view: &ClusterView<'_>, out: &[Decision]) {
+        let mut holders: HashSet<JobId> = view.running.iter().map(|r| r.id).collect();
+        for d in out {
+            match d {
+                Decision::Preempt { job } => {
+                    holders.remove(job);
+                }
+                Decision::Place { job, .. } | Decision::Share { job, .. } => {
+                    holders.insert(*job);
+                }
+                _ => {}
+            }
+        }
+        self.last_round = Some((view.now_s, holders));
+    }
+
+    /// Seconds the job has spent in the system without GPUs: since its
+    /// arrival, less the time it has held GPUs. O(1).
+    pub(crate) fn waited_s(&self, view: &ClusterView<'_>, id: JobId, spec: &JobSpec) -> f64 {
+        view.now_s - spec.arrival_s - self.run_s.get(&id).copied().unwrap_or(0.0)
+    }
+
+    /// The running jobs (indices into `view.running`) that lose their GPUs
+    /// this round under shortest-remaining-time-first, most time left
+    /// first. Running and waiting jobs are walked by (class, remaining time
+    /// alone), a running job first among equals; a job deserves GPUs while
+    /// the GPUs not held by unmovable jobs last. Unmovable: high-priority
+    /// jobs (Metronome's promise), paused ones, jobs that share a GPU
+    /// (their partner's GPUs are not theirs to give) and, with
+    /// [`Self::starvation_guard`], jobs that have already waited longer
+    /// than their time alone. Running jobs that do
+    /// not deserve theirs are preempted, most time left first, only until
+    /// the deserving waiting jobs all fit by consolidated first fit, and
+    /// only if they then do (else the victims would be placed again at once).
+    /// A preempted job keeps its progress and pays the driver's restore
+    /// time when placed again. O((Q + R) log(Q + R)) plus one trial
+    /// placement of the deserving jobs per victim.
+    pub(crate) fn victims(
+        &mut self,
+        view: &ClusterView<'_>,
+        rack_of: &[usize],
+        order: &[(f64, f64, usize)],
+        high: &dyn Fn(&JobSpec) -> bool,
+    ) -> Vec<usize> {
+        let mut budget: i64 = i64::from(view.topology.gpu_count());
+        // (class, remaining s, running?, index)
+        let mut contenders: Vec<(u8, f64, bool, usize)> = Vec::new();
+        for (i, r) in view.running.iter().enumerate() {
+            let held: u32 = r.hosts.iter().map(|h| h.1).sum();
+            let solo: u32 = r.solo_gpus.iter().map(|s| s.1).sum();
+            let starved = self.starvation_guard && self.waited_s(view, r.id, r.spec) > self.alone_s(view, r.id, r.spec);
+            if r.paused || high(r.spec) || solo != held || r.xi > 1.0 || starved {
+                budget -= i64::from(held);
+            } else {
+                let left_s = self.alone_s(view, r.id, r.spec) * (1.0 - r.progress);
+                contenders.push((1, left_s, true, i));
+            }
+        }
+        if contenders.is_empty() {
+            return Vec::new();
+        }
+        let first = self.high_first;
+        contenders
+            .extend(order.iter().map(|&(t, _, qi)| (u8::from(!first || !high(view.queue[qi].spec)), t, false, qi)));
+        contenders.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)).then(b.2.cmp(&a.2)));
+        let walk = contenders.iter().map(|&(_, _, running, i)| {
+            (
+                running,
+                i,
+                if running { view.running[i].hosts.iter().map(|h| h.1).sum() } else { view.queue[i].spec.gpus() },
+            )
+        });
+        let (deserving, losers) = deserving_and_losers(walk, budget);
+        if deserving.is_empty() {
+            return Vec::new();
+        }
+        fewest_victims(view, &losers, |free, _| {
+            let mut free = free.to_vec();
+            deserving.iter().all(|&qi| {
+                let spec = view.queue[qi].spec;
+                consolidated(view, rack_of, &capped(&free, spec), spec.gpus()).is_some_and(|hosts| {
+                    for (h, g) in hosts {
+                        free[h] -= g;
+                    }
+                    true
+                })
+            })
+        })
+    }
+}
