@@ -1,7 +1,7 @@
-//! The workspace's structure, read from its sources: within each crate, the
-//! files' references to one another (`use crate::…`, `super::…` and paths
-//! such as `crate::order::fewest_victims(…)` in code) form no circle
-//! (issue 72). Test code (`#[cfg(test)]` modules and files) is left out:
+//! The workspace's structure, read from its sources (issue 72): no file
+//! over [`MAX_LINES`] lines, and within each crate the files' references to
+//! one another (`use crate::…`, `super::…` and paths such as
+//! `crate::order::fewest_victims(…)` in code) form no circle. Test code (`#[cfg(test)]` modules and files) is left out:
 //! a test may drive any part. A parent's `pub use child::…` re-exports
 //! are left out too: they forward a name, they do not use it.
 //!
@@ -250,6 +250,25 @@ fn circles() -> Vec<Vec<String>> {
         }
     }
     found
+}
+
+/// Most lines a Rust file of the workspace may hold (issue 72): past it a
+/// file holds more than one idea, or its tests belong in a file of their
+/// own.
+const MAX_LINES: usize = 1200;
+
+#[test]
+fn no_rust_file_is_over_the_line_limit() {
+    let mut files = Vec::new();
+    rust_files(&workspace().join("crates"), &mut files);
+    let long: Vec<(String, usize)> = files
+        .iter()
+        .map(|f| (f.strip_prefix(workspace()).unwrap_or(f).display().to_string(), std::fs::read_to_string(f)))
+        .map(|(name, text)| (name, text.expect("readable").lines().count()))
+        .filter(|&(_, n)| n > MAX_LINES)
+        .collect();
+    assert!(files.len() > 100, "found only {} files", files.len());
+    assert!(long.is_empty(), "files over {MAX_LINES} lines: {long:?}");
 }
 
 #[test]
