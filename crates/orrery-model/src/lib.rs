@@ -11,7 +11,11 @@
 //! * [`colocation`]: GPU sharing: interference ratios (spatial and
 //!   temporal), GPU memory per batch, gradient accumulation (Castor);
 //! * [`convergence`]: iterations to converge per total batch (Pollux's
-//!   profiles), the statistical efficiency of elastic jobs.
+//!   profiles), the statistical efficiency of elastic jobs;
+//! * [`mesh`]: LLM architectures and device meshes (tensor, pipeline, data,
+//!   expert parallelism): parameters, FLOPs and each dimension's traffic
+//!   per iteration from the literature's closed forms (not yet in job
+//!   specs or shapes).
 //!
 //! Architecture invariant: this crate does no I/O beyond parsing strings it is
 //! handed, reads no clock and draws no random numbers.
@@ -21,6 +25,7 @@ pub mod convergence;
 pub mod files;
 pub mod gpu;
 pub mod job;
+pub mod mesh;
 pub mod placed;
 pub mod setups;
 pub mod shape;
