@@ -8,10 +8,11 @@
 //! Conventions (Megatron-LM, Narayanan et al., SC'21, §3 and Appendix):
 //! `b` is the micro-batch in sequences, `s` the sequence length, `h` the
 //! hidden size, `l` the layers, `V` the vocabulary; activations and
-//! gradients travel in 16-bit (2 bytes a value). A ring collective over `n`
-//! ranks of `M` bytes moves `2(n−1)/n · M` bytes per rank for an
-//! all-reduce and `(n−1)/n · M` for a reduce-scatter or an all-gather.
+//! gradients travel in 16-bit (2 bytes a value). Each collective's bytes
+//! per rank are [`Collective::wire_bytes_per_worker`]'s: `2(n−1)/n · M`
+//! for a ring all-reduce, `(n−1)/n · M` for an all-gather or all-to-all.
 
+use crate::shape::Collective;
 use serde::{Deserialize, Serialize};
 
 /// Bytes per value of activations and gradients on the wire (bf16/fp16).
@@ -251,13 +252,13 @@ impl Mesh {
         if [tp, pp, dp, ep, microbatches].contains(&0) {
             return Some("tp, pp, dp, ep and microbatches must be at least 1".into());
         }
-        if arch.heads % tp != 0 {
+        if !arch.heads.is_multiple_of(tp) {
             return Some(format!("tp = {tp} does not divide {}'s {} attention heads", arch.name, arch.heads));
         }
-        if arch.layers % pp != 0 {
+        if !arch.layers.is_multiple_of(pp) {
             return Some(format!("pp = {pp} does not divide {}'s {} layers", arch.name, arch.layers));
         }
-        if dp % ep != 0 || arch.experts % ep != 0 {
+        if !dp.is_multiple_of(ep) || !arch.experts.is_multiple_of(ep) {
             return Some(format!("ep = {ep} must divide dp = {dp} and {}'s {} experts", arch.name, arch.experts));
         }
         if zero > 3 {
@@ -291,12 +292,12 @@ impl Mesh {
     ///   forward and backward: 4 of `b·s·h·top_k` values, `(ep − 1)/ep` of
     ///   them leaving the GPU.
     pub fn traffic(&self, arch: &LlmArch, micro_batch: u32) -> MeshTraffic {
-        let (tp, pp, dp, ep) = (f64::from(self.tp), f64::from(self.pp), f64::from(self.dp), f64::from(self.ep));
+        let (tp, pp, ep) = (f64::from(self.tp), f64::from(self.pp), f64::from(self.ep));
         let m = f64::from(self.microbatches);
         let act = f64::from(micro_batch) * f64::from(arch.seq_len) * f64::from(arch.hidden) * WIRE_BYTES;
         let layers_here = f64::from(arch.layers) / pp;
-        let ring_all_reduce = |n: f64, bytes: f64| 2.0 * (n - 1.0) / n * bytes;
-        let tp_bytes = layers_here * m * 4.0 * ring_all_reduce(tp, act);
+        let all_reduce = |n: u32, bytes: f64| Collective::RingAllReduce.wire_bytes_per_worker(bytes, n);
+        let tp_bytes = layers_here * m * 4.0 * all_reduce(self.tp, act);
         let pp_bytes = m * 2.0 * act * (pp - 1.0) / pp;
         // Gradients of this GPU's weights: dense weights replicated dp times,
         // each expert's dp/ep times.
@@ -306,9 +307,12 @@ impl Mesh {
         let experts_here = expert_weights / (tp * pp * ep);
         let zero_factor = if self.zero >= 3 { 1.5 } else { 1.0 };
         let dp_bytes = zero_factor
-            * (ring_all_reduce(dp, dense * WIRE_BYTES) + ring_all_reduce(dp / ep, experts_here * WIRE_BYTES));
-        let ep_bytes =
-            if arch.is_moe() { layers_here * m * 4.0 * act * f64::from(arch.top_k) * (ep - 1.0) / ep } else { 0.0 };
+            * (all_reduce(self.dp, dense * WIRE_BYTES) + all_reduce(self.dp / self.ep, experts_here * WIRE_BYTES));
+        let ep_bytes = if arch.is_moe() {
+            layers_here * m * 4.0 * Collective::AllToAll.wire_bytes_per_worker(act * f64::from(arch.top_k), self.ep)
+        } else {
+            0.0
+        };
         MeshTraffic { tp: tp_bytes, pp: pp_bytes, dp: dp_bytes, ep: ep_bytes }
     }
 }
