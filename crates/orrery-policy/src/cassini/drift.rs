@@ -66,66 +66,74 @@ fn overrun_ms(a: &Aligned, it: Iteration, own: &alone::Observed) -> f64 {
     }
 }
 
-/// How much this job's latest communication overlaps the reference's on
-/// their measured circle, ms: both communication windows (each its start,
-/// measured, and its length alone) on the reference's period alone. A
-/// pair drifting toward each other is caught before the collision doubles
-/// an all-reduce. None until both have reported a measured communication,
-/// when the two have different periods or share no link, or when the reference's latest
-/// report is over two of its periods away from this job's.
-/// O(window log window).
-fn window_overlap_ms(a: &Aligned, own: &alone::Observed, reference: &alone::Observed) -> Option<f64> {
-    if !a.same_period || !a.shares_link {
-        return None;
-    }
-    let (mine, _) = own.last_comm?;
-    let (theirs, _) = reference.last_comm?;
-    let period = reference.period_alone_ms(a.reference_period_ms, a.reference_comm_ms);
-    if period <= 0.0 || ((mine - theirs) * 1e3).abs() > 2.0 * period {
-        return None;
-    }
-    let (theirs_ms, mine_ms) = (reference.comm_alone_ms(a.reference_comm_ms), own.comm_alone_ms(a.comm_ms));
-    // The reference's window is [0, theirs_ms); this job's starts `gap` later.
-    let gap = ((mine - theirs) * 1e3).rem_euclid(period);
-    Some((theirs_ms - gap).max(0.0) + (gap + mine_ms - period).max(0.0))
+/// The two jobs' latest communication windows on the reference's circle
+/// alone: each window's start, measured, and its length alone.
+struct Windows {
+    /// This job's communication start after the reference's, ms (signed).
+    after_ms: f64,
+    /// The reference's period alone, ms.
+    period_ms: f64,
+    /// The reference's and this job's communication alone, ms.
+    theirs_ms: f64,
+    mine_ms: f64,
 }
 
-/// How far this job's latest communication started from its slot after the
-/// reference's, ms (late > 0), when that is more than half the clearance on
-/// that side of the slot: the circle alone (the reference's period alone
-/// less both communications alone, measured) leaves `slack` between the
-/// two windows, split by the aligned gap ([`Aligned::comm_gap_ms`]); half
-/// of a side is the tolerance, and never under 5% of the period (the
-/// paper's bar), so a few ms of compute jitter never re-align.
-///
-/// The windows need not overlap yet. On real TCP two jobs' periods differ
-/// even on the same model (on the testbed's small DDP pair one ring's
-/// all-reduce ran 174 ms for the other's 148 for tens of iterations after
-/// they had collided: reno's window halved), so one drifts through the
-/// other by tens of ms an iteration; waiting for three collided iterations
-/// left 14-19% of all-reduces collided (issue 73, CI). The slot is also
-/// wider than its measured window: at 5 ms clearance both rings' all-reduces
-/// ran 15% long. Off its slot, the job is re-aligned before they meet.
-/// None as for [`window_overlap_ms`]. O(window log window).
-fn off_slot_ms(a: &Aligned, own: &alone::Observed, reference: &alone::Observed) -> Option<f64> {
-    if !a.same_period || !a.shares_link {
-        return None;
+impl Windows {
+    /// None until both have reported a measured communication, when the
+    /// two have different periods or share no link, or when the
+    /// reference's latest report is over two of its periods away from this
+    /// job's. O(window log window).
+    fn measured(a: &Aligned, own: &alone::Observed, reference: &alone::Observed) -> Option<Windows> {
+        if !a.same_period || !a.shares_link {
+            return None;
+        }
+        let (mine, _) = own.last_comm?;
+        let (theirs, _) = reference.last_comm?;
+        let period_ms = reference.period_alone_ms(a.reference_period_ms, a.reference_comm_ms);
+        let after_ms = (mine - theirs) * 1e3;
+        if period_ms <= 0.0 || after_ms.abs() > 2.0 * period_ms {
+            return None;
+        }
+        let (theirs_ms, mine_ms) = (reference.comm_alone_ms(a.reference_comm_ms), own.comm_alone_ms(a.comm_ms));
+        Some(Windows { after_ms, period_ms, theirs_ms, mine_ms })
     }
-    let (mine, _) = own.last_comm?;
-    let (theirs, _) = reference.last_comm?;
-    let period = reference.period_alone_ms(a.reference_period_ms, a.reference_comm_ms);
-    if period <= 0.0 || ((mine - theirs) * 1e3).abs() > 2.0 * period {
-        return None;
+
+    /// How much the two windows overlap, ms. A pair drifting toward each
+    /// other is caught before the collision doubles an all-reduce. O(1).
+    fn overlap_ms(&self) -> f64 {
+        // The reference's window is [0, theirs_ms); this job's starts `gap` later.
+        let gap = self.after_ms.rem_euclid(self.period_ms);
+        (self.theirs_ms - gap).max(0.0) + (gap + self.mine_ms - self.period_ms).max(0.0)
     }
-    let (theirs_ms, mine_ms) = (reference.comm_alone_ms(a.reference_comm_ms), own.comm_alone_ms(a.comm_ms));
-    let target = a.comm_gap_ms().rem_euclid(period);
-    // Clearance after the reference's window, and after this job's.
-    let early_side = target - theirs_ms;
-    let late_side = period - target - mine_ms;
-    let error = (((mine - theirs) * 1e3 - target) + period / 2.0).rem_euclid(period) - period / 2.0;
-    let tolerance = |side: f64| (side / 2.0).max(0.05 * period);
-    let off = if error >= 0.0 { error > tolerance(late_side) } else { -error > tolerance(early_side) };
-    off.then_some(error)
+
+    /// How far this job's communication started from its slot `slot_ms`
+    /// after the reference's ([`Aligned::comm_gap_ms`]), ms (late > 0),
+    /// when that is more than half the clearance on that side of the slot:
+    /// the circle alone leaves some clearance between the two windows,
+    /// split by the slot; half of a side is the tolerance, and never under
+    /// 5% of the period (the paper's bar), so a few ms of compute jitter
+    /// never re-align.
+    ///
+    /// The windows need not overlap yet. On real TCP two jobs' periods
+    /// differ even on the same model (on the testbed's small DDP pair one
+    /// ring's all-reduce ran 174 ms for the other's 148 for tens of
+    /// iterations after they had collided: reno's window halved), so one
+    /// drifts through the other by tens of ms an iteration; waiting for
+    /// three collided iterations left 14-19% of all-reduces collided (issue
+    /// 73, CI). The slot is also wider than its measured window: at 5 ms
+    /// clearance both rings' all-reduces ran 15% long. Off its slot, the
+    /// job is re-aligned before they meet. O(1).
+    fn off_slot_ms(&self, slot_ms: f64) -> Option<f64> {
+        let period = self.period_ms;
+        let target = slot_ms.rem_euclid(period);
+        // Clearance after the reference's window, and after this job's.
+        let early_side = target - self.theirs_ms;
+        let late_side = period - target - self.mine_ms;
+        let error = ((self.after_ms - target) + period / 2.0).rem_euclid(period) - period / 2.0;
+        let tolerance = |side: f64| (side / 2.0).max(0.05 * period);
+        let off = if error >= 0.0 { error > tolerance(late_side) } else { -error > tolerance(early_side) };
+        off.then_some(error)
+    }
 }
 
 /// Judged iterations whose median collision decides a re-alignment: one
@@ -296,11 +304,11 @@ impl Drift {
     /// not on a timer: its collision is the larger of its all-reduce over
     /// its all-reduce alone ([`overrun_ms`]) and the overlap of the two
     /// communication windows on the measured circle
-    /// ([`window_overlap_ms`]). It is re-aligned when the median of its
+    /// ([`Windows::overlap_ms`]). It is re-aligned when the median of its
     /// last [`EVIDENCE`] collisions exceeds 5% of its period (the paper's
     /// bar), or one exceeds [`HARD_COLLISION`] of it, or when its
     /// communication started off its slot after the reference's by over
-    /// half the clearance on that side ([`off_slot_ms`]): the windows are
+    /// half the clearance on that side ([`Windows::off_slot_ms`]): the windows are
     /// about to meet.
     ///
     /// The new slot is taken at the reference's next report: the end of
@@ -342,12 +350,13 @@ impl Drift {
             return out;
         }
         let own = &self.observed[&job];
-        let off_slot = self.observed.get(&a.reference).and_then(|r| off_slot_ms(&a, own, r)).is_some();
+        let windows = self.observed.get(&a.reference).and_then(|r| Windows::measured(&a, own, r));
+        let off_slot = windows.as_ref().and_then(|w| w.off_slot_ms(a.comm_gap_ms())).is_some();
         if holding && !off_slot {
             return out;
         }
         *self.judged.entry(job).or_insert(0) += 1;
-        let overlap = self.observed.get(&a.reference).and_then(|r| window_overlap_ms(&a, own, r));
+        let overlap = windows.as_ref().map(Windows::overlap_ms);
         let collision = overrun_ms(&a, it, own).max(overlap.unwrap_or(0.0));
         let seen = self.evidence.entry(job).or_default();
         if seen.len() == EVIDENCE {
