@@ -19,6 +19,17 @@ pub struct GpuType {
     pub speed_vs_v100: f64,
     /// Where `speed_vs_v100` comes from.
     pub speed_source: &'static str,
+    /// Dense 16-bit (fp16/bf16) tensor-core peak, TFLOP/s, from the vendor's
+    /// data sheet (SXM parts); `None` where orrery has no use for it. Model
+    /// FLOPs utilisation (MFU) of LLM jobs is measured against it.
+    pub peak_tflops_16bit: Option<f64>,
+    /// Memory (HBM) bandwidth, GB/s, from the data sheet: the rate of the
+    /// memory-bound parts of a transformer layer (normalisation, softmax,
+    /// element-wise), `mesh::timing`'s roofline. `None` where unused.
+    pub hbm_gbytes_per_s: Option<f64>,
+    /// NVLink bandwidth per GPU and direction, Gbit/s (the NVSwitch
+    /// domain's rate); 0 for GPUs that talk over PCIe only.
+    pub nvlink_gbps: f64,
 }
 
 const FITTED: &str = "fitted on data/profiles (Gavel, Pollux, Muri)";
@@ -26,21 +37,141 @@ const VENDOR: &str = "vendor ratio, not calibrated here";
 
 /// All known GPU types. Aliases are resolved by [`gpu_type`].
 pub const GPU_TYPES: &[GpuType] = &[
-    GpuType { name: "k80", memory_gib: 12.0, speed_vs_v100: 0.254, speed_source: FITTED },
-    GpuType { name: "p100", memory_gib: 16.0, speed_vs_v100: 0.833, speed_source: FITTED },
-    GpuType { name: "v100", memory_gib: 16.0, speed_vs_v100: 1.0, speed_source: "reference" },
-    GpuType { name: "v100-32gb", memory_gib: 32.0, speed_vs_v100: 1.0, speed_source: "same die as v100" },
-    GpuType { name: "t4", memory_gib: 16.0, speed_vs_v100: 0.735, speed_source: FITTED },
-    GpuType { name: "a100", memory_gib: 40.0, speed_vs_v100: 2.2, speed_source: VENDOR },
-    GpuType { name: "a30", memory_gib: 24.0, speed_vs_v100: 1.1, speed_source: VENDOR },
+    GpuType {
+        name: "k80",
+        memory_gib: 12.0,
+        speed_vs_v100: 0.254,
+        speed_source: FITTED,
+        peak_tflops_16bit: None,
+        hbm_gbytes_per_s: None,
+        nvlink_gbps: 0.0,
+    },
+    GpuType {
+        name: "p100",
+        memory_gib: 16.0,
+        speed_vs_v100: 0.833,
+        speed_source: FITTED,
+        peak_tflops_16bit: None,
+        hbm_gbytes_per_s: None,
+        nvlink_gbps: 0.0,
+    },
+    GpuType {
+        name: "v100",
+        memory_gib: 16.0,
+        speed_vs_v100: 1.0,
+        speed_source: "reference",
+        peak_tflops_16bit: Some(125.0),
+        hbm_gbytes_per_s: Some(900.0),
+        nvlink_gbps: 1200.0,
+    },
+    GpuType {
+        name: "v100-32gb",
+        memory_gib: 32.0,
+        speed_vs_v100: 1.0,
+        speed_source: "same die as v100",
+        peak_tflops_16bit: Some(125.0),
+        hbm_gbytes_per_s: Some(900.0),
+        nvlink_gbps: 1200.0,
+    },
+    GpuType {
+        name: "t4",
+        memory_gib: 16.0,
+        speed_vs_v100: 0.735,
+        speed_source: FITTED,
+        peak_tflops_16bit: Some(65.0),
+        hbm_gbytes_per_s: None,
+        nvlink_gbps: 0.0,
+    },
+    GpuType {
+        name: "a100",
+        memory_gib: 40.0,
+        speed_vs_v100: 2.2,
+        speed_source: VENDOR,
+        peak_tflops_16bit: Some(312.0),
+        hbm_gbytes_per_s: Some(1555.0),
+        nvlink_gbps: 2400.0,
+    },
+    // The 80 GB A100 (SXM4) of NVIDIA's Selene, where Megatron-LM's SC'21
+    // scaling runs were measured: the same die, faster HBM2e.
+    GpuType {
+        name: "a100-80gb",
+        memory_gib: 80.0,
+        speed_vs_v100: 2.2,
+        speed_source: "same die as a100",
+        peak_tflops_16bit: Some(312.0),
+        hbm_gbytes_per_s: Some(2039.0),
+        nvlink_gbps: 2400.0,
+    },
+    GpuType {
+        name: "a30",
+        memory_gib: 24.0,
+        speed_vs_v100: 1.1,
+        speed_source: VENDOR,
+        peak_tflops_16bit: Some(165.0),
+        hbm_gbytes_per_s: None,
+        nvlink_gbps: 0.0,
+    },
     // One quarter of an A30 under Multi-Instance GPU (Metronome §IV-A).
-    GpuType { name: "a30-mig-1g.6gb", memory_gib: 6.0, speed_vs_v100: 0.275, speed_source: "a30 / 4" },
-    GpuType { name: "a10", memory_gib: 24.0, speed_vs_v100: 0.9, speed_source: VENDOR },
-    GpuType { name: "a6000", memory_gib: 48.0, speed_vs_v100: 1.3, speed_source: VENDOR },
-    GpuType { name: "h100", memory_gib: 80.0, speed_vs_v100: 4.0, speed_source: VENDOR },
+    GpuType {
+        name: "a30-mig-1g.6gb",
+        memory_gib: 6.0,
+        speed_vs_v100: 0.275,
+        speed_source: "a30 / 4",
+        peak_tflops_16bit: None,
+        hbm_gbytes_per_s: None,
+        nvlink_gbps: 0.0,
+    },
+    GpuType {
+        name: "a10",
+        memory_gib: 24.0,
+        speed_vs_v100: 0.9,
+        speed_source: VENDOR,
+        peak_tflops_16bit: Some(125.0),
+        hbm_gbytes_per_s: None,
+        nvlink_gbps: 0.0,
+    },
+    GpuType {
+        name: "a6000",
+        memory_gib: 48.0,
+        speed_vs_v100: 1.3,
+        speed_source: VENDOR,
+        peak_tflops_16bit: None,
+        hbm_gbytes_per_s: None,
+        nvlink_gbps: 0.0,
+    },
+    GpuType {
+        name: "h100",
+        memory_gib: 80.0,
+        speed_vs_v100: 4.0,
+        speed_source: VENDOR,
+        peak_tflops_16bit: Some(989.0),
+        hbm_gbytes_per_s: Some(3350.0),
+        nvlink_gbps: 3600.0,
+    },
+    // One Blackwell GPU of a GB200 NVL72 rack (NVIDIA's NVL72 data sheet:
+    // 180 PFLOP/s dense bf16 and 13.4 TB of HBM3e over 72 GPUs, NVLink 5 at
+    // 1.8 TB/s per GPU both ways); its speed is the H100's times the ratio
+    // of their dense peaks.
+    GpuType {
+        name: "gb200",
+        memory_gib: 186.0,
+        speed_vs_v100: 10.0,
+        speed_source: VENDOR,
+        peak_tflops_16bit: Some(2500.0),
+        hbm_gbytes_per_s: Some(8000.0),
+        nvlink_gbps: 7200.0,
+    },
     // Philly's machine list gives only GPU memory; orrery assumes its 24 GB
     // cards are P40s and its 12 GB cards K80 dies (an assumption, see machines.rs).
-    GpuType { name: "p40", memory_gib: 24.0, speed_vs_v100: 0.7, speed_source: VENDOR },
+    GpuType {
+        name: "p40",
+        memory_gib: 24.0,
+        speed_vs_v100: 0.7,
+        speed_source: VENDOR,
+        peak_tflops_16bit: None,
+        hbm_gbytes_per_s: None,
+        nvlink_gbps: 0.0,
+    },
 ];
 
 /// The names of the known GPU types, for error messages.

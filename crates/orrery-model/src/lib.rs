@@ -14,8 +14,10 @@
 //!   profiles), the statistical efficiency of elastic jobs;
 //! * [`mesh`]: LLM architectures and device meshes (tensor, pipeline, data,
 //!   expert parallelism): parameters, FLOPs and each dimension's traffic
-//!   per iteration from the literature's closed forms (not yet in job
-//!   specs or shapes).
+//!   per iteration from the literature's closed forms; `mesh::timing`, an
+//!   iteration's time on a mesh (roofline compute, 1F1B bubble, each
+//!   collective on NVLink or the NIC); `mesh::published`, the calibration
+//!   table against Megatron-LM SC'21.
 //!
 //! Architecture invariant: this crate does no I/O beyond parsing strings it is
 //! handed, reads no clock and draws no random numbers.

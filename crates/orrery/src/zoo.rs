@@ -31,6 +31,13 @@ pub struct Args {
     /// Print the calibration table: measured values from data/ next to the zoo's.
     #[arg(long)]
     calibration: bool,
+    /// Print the LLM calibration table: each published per-GPU throughput
+    /// (Megatron-LM SC'21 Table 1) next to orrery's mesh model's.
+    #[arg(long)]
+    llm_calibration: bool,
+    /// Print the LLM architectures (layers, hidden size, parameters, FLOPs).
+    #[arg(long)]
+    llm: bool,
     /// Print Castor's iteration-time model (Eqs. 1-3) fitted to Pollux's
     /// measured placements, with the fit error per model.
     #[arg(long)]
@@ -50,6 +57,12 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
     }
     if a.iteration_model {
         return print_iteration_model(a.json);
+    }
+    if a.llm_calibration {
+        return print_llm_calibration(a.json);
+    }
+    if a.llm {
+        return print_llms(a.json);
     }
     if a.interference {
         return print_interference(a.lucid.as_deref());
@@ -260,5 +273,98 @@ fn print_calibration(json: bool) -> anyhow::Result<()> {
         100.0 * all,
         100.0 * checks
     );
+    Ok(())
+}
+
+/// `orrery zoo --llm`: the LLM architectures with their parameters.
+fn print_llms(json: bool) -> anyhow::Result<()> {
+    use orrery_model::mesh::LLMS;
+    if json {
+        println!("{}", serde_json::to_string_pretty(LLMS)?);
+        return Ok(());
+    }
+    println!(
+        "{:<14} {:>6} {:>6} {:>5} {:>7} {:>7} {:>9} {:>9} {:>12}  source",
+        "model", "layers", "hidden", "heads", "seq", "experts", "params", "active", "GFLOP/token"
+    );
+    for m in LLMS {
+        println!(
+            "{:<14} {:>6} {:>6} {:>5} {:>7} {:>4}/{:<2} {:>8.1}B {:>8.1}B {:>12.1}  {}",
+            m.name,
+            m.layers,
+            m.hidden,
+            m.heads,
+            m.seq_len,
+            m.top_k,
+            m.experts,
+            m.params() / 1e9,
+            m.active_params() / 1e9,
+            m.train_flops_per_token() / 1e9,
+            m.source
+        );
+    }
+    Ok(())
+}
+
+/// `orrery zoo --llm-calibration`: published per-GPU throughput of LLM
+/// meshes against orrery's prediction.
+fn print_llm_calibration(json: bool) -> anyhow::Result<()> {
+    let table = orrery_model::mesh::published::calibration();
+    if json {
+        println!("{}", serde_json::to_string_pretty(&table)?);
+        return Ok(());
+    }
+    println!(
+        "{:<12} {:>3} {:>3} {:>4} {:>5} {:>5} {:>10} {:>8} {:>7}  {:<6} {:>8} {:>7} {:>6} {:>6}",
+        "model",
+        "tp",
+        "pp",
+        "dp",
+        "micro",
+        "gpus",
+        "published",
+        "orrery",
+        "error",
+        "role",
+        "iter s",
+        "bubble",
+        "TP",
+        "DP"
+    );
+    for c in &table {
+        let (r, t) = (&c.row, &c.iteration);
+        let total = t.total_ms();
+        println!(
+            "{:<12} {:>3} {:>3} {:>4} {:>5} {:>5} {:>10.1} {:>8.1} {:>+6.1}%  {:<6} {:>8.2} {:>6.1}% {:>5.1}% {:>5.1}%",
+            r.arch.name,
+            r.mesh.tp,
+            r.mesh.pp,
+            r.mesh.dp,
+            r.mesh.microbatches,
+            r.mesh.gpus(),
+            r.tflops,
+            c.predicted_tflops,
+            100.0 * c.error(),
+            if c.fitted { "fit" } else { "check" },
+            total / 1e3,
+            100.0 * t.bubble_ms / total,
+            100.0 * t.tp_ms / total,
+            100.0 * t.dp_ms / total,
+        );
+    }
+    let checks: Vec<f64> = table.iter().filter(|c| !c.fitted).map(|c| c.error().abs()).collect();
+    let worst = checks.iter().copied().fold(0.0, f64::max);
+    println!(
+        "\n{} check rows, worst error {:.1}%; per-GPU TFLOP/s as the source counts them (Megatron: with the recomputed forward)",
+        checks.len(),
+        100.0 * worst
+    );
+    if let Some(fit) = table.iter().find(|c| c.fitted) {
+        println!(
+            "A100 matrix-multiply efficiency fitted on {}: {:.3} of the 312 TFLOP/s peak",
+            fit.row.arch.name,
+            fit.row.fit_efficiency().unwrap_or(f64::NAN)
+        );
+    }
     Ok(())
 }

@@ -12,6 +12,9 @@
 //! per rank are [`Collective::wire_bytes_per_worker`]'s: `2(n−1)/n · M`
 //! for a ring all-reduce, `(n−1)/n · M` for an all-gather or all-to-all.
 
+pub mod published;
+pub mod timing;
+
 use crate::shape::Collective;
 use serde::{Deserialize, Serialize};
 
