@@ -26,8 +26,13 @@ pub enum Work {
 }
 
 /// One training job.
+///
+/// Serde reads it through [`JobSpec::deserialize`] (derived, `remote =
+/// "Self"`) and then fills `workers` from `parallelism` when the job left it
+/// out: `{"model": "llama3-70b", "parallelism": {"tp": 8, "pp": 4, "dp": 8}}`
+/// is a job of 256 workers.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(deny_unknown_fields, remote = "Self")]
 pub struct JobSpec {
     /// Unique id within a workload.
     pub id: String,
@@ -37,7 +42,9 @@ pub struct JobSpec {
     /// not read with an explicit `shape`).
     #[serde(default)]
     pub batch: u32,
-    /// Number of workers.
+    /// Number of workers (GPUs of a mesh job: `tp · pp · dp`, filled in
+    /// when left out).
+    #[serde(default)]
     pub workers: u32,
     /// GPUs per worker.
     #[serde(default = "one")]
@@ -86,6 +93,30 @@ pub struct JobSpec {
     /// see and what the simulator executes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shape: Option<ShapeSpec>,
+    /// An LLM job's device mesh (`model` one of `orrery zoo --llm`): its
+    /// iteration is derived from the architecture and the mesh
+    /// ([`crate::mesh::shape`]), `batch` is the micro-batch in sequences.
+    /// An LLM named without it is data-parallel over its workers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parallelism: Option<crate::mesh::Mesh>,
+}
+
+impl Serialize for JobSpec {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        JobSpec::serialize(self, serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for JobSpec {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let mut job = JobSpec::deserialize(deserializer)?;
+        if job.workers == 0
+            && let Some(mesh) = job.parallelism
+        {
+            job.workers = mesh.gpus();
+        }
+        Ok(job)
+    }
 }
 
 /// An iteration given explicitly (a job whose compute and communication were
@@ -177,9 +208,40 @@ impl JobSpec {
             None => crate::zoo::model(&self.model)
                 .is_some_and(|m| matches!(m.parallelism, crate::zoo::Parallelism::EmbeddingAllToAll { .. })),
         };
+        let llm = crate::mesh::llm(&self.model);
+        if let Some(mesh) = self.parallelism {
+            let Some(arch) = llm else {
+                let names: Vec<&str> = crate::mesh::LLMS.iter().map(|m| m.name).collect();
+                return bad(
+                    "model",
+                    format!("an LLM with `parallelism`: one of {}", names.join(", ")),
+                    format!("{:?}", self.model),
+                );
+            };
+            if let Some(why) = mesh.check(arch) {
+                return bad("parallelism", why, format!("{mesh:?}"));
+            }
+            if self.shape.is_some() {
+                return bad(
+                    "shape",
+                    "no explicit shape with `parallelism` (the mesh derives it)".into(),
+                    "a shape".into(),
+                );
+            }
+            if u64::from(mesh.tp) * u64::from(mesh.pp) * u64::from(mesh.dp) > u64::from(MAX_WORKERS) {
+                return bad("parallelism", format!("at most {MAX_WORKERS} GPUs (tp·pp·dp)"), format!("{mesh:?}"));
+            }
+            if self.workers != mesh.gpus() || self.gpus_per_worker != 1 {
+                return bad(
+                    "workers",
+                    format!("tp·pp·dp = {} workers of one GPU each (or leave it out)", mesh.gpus()),
+                    format!("{} workers of {} GPUs", self.workers, self.gpus_per_worker),
+                );
+            }
+        }
         if let Some(Err((field, expected, found))) = self.shape.as_ref().map(|s| s.check()) {
             bad(field, expected.into(), found)
-        } else if self.shape.is_none() && crate::zoo::model(&self.model).is_none() {
+        } else if self.shape.is_none() && llm.is_none() && crate::zoo::model(&self.model).is_none() {
             bad(
                 "model",
                 "a model of the zoo (see `orrery zoo`), or an explicit `shape`".into(),
@@ -200,7 +262,7 @@ impl JobSpec {
                 format!("1 to {} (the GPUs of one host)", crate::topology::MAX_GPUS_PER_HOST),
                 self.gpus_per_worker.to_string(),
             )
-        } else if self.shape.is_none() && !(1..=MAX_BATCH).contains(&self.batch) {
+        } else if self.shape.is_none() && llm.is_none() && !(1..=MAX_BATCH).contains(&self.batch) {
             bad("batch", format!("1 to {MAX_BATCH} samples per worker"), self.batch.to_string())
         } else if !(self.arrival_s.is_finite() && (0.0..=MAX_ARRIVAL_S).contains(&self.arrival_s)) {
             bad("arrival_s", format!("seconds from 0 to {MAX_ARRIVAL_S:e}"), format!("{:?}", self.arrival_s))
@@ -272,6 +334,7 @@ impl ShapeSpec {
                     participants: workers,
                     hosts,
                     gbps: rate,
+                    group: crate::shape::Group::ALL,
                 });
             }
         }
@@ -319,6 +382,7 @@ impl JobSpec {
             cpus_per_worker: 0.0,
             memory_gib_per_worker: 0.0,
             shape: None,
+            parallelism: None,
         }
     }
 

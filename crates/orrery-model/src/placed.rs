@@ -2,7 +2,7 @@
 //! shape that placement gives, and the flows each collective becomes. The
 //! simulator executes exactly this, and network-aware policies predict with it.
 
-use crate::shape::{Collective, IterationShape};
+use crate::shape::{Collective, Group, IterationShape};
 use crate::topology::{HostId, LinkId, Topology, ecmp_index};
 use crate::zoo::{Placement, model};
 use crate::{JobSpec, Segment};
@@ -37,25 +37,70 @@ pub fn place(topo: &Topology, spec: &JobSpec, hosts: &[(HostId, u32)]) -> Option
     // Flows run at the slowest link between ring neighbours: the NICs, or an
     // uplink slower than them (CASSINI's 2x25 Gbit/s ToR uplinks under 50
     // Gbit/s NICs), so the shape is the job's time alone on this placement.
-    let mut nic = hosts.iter().map(|&(h, _)| topo.host_nic_gbps(h)).fold(f64::INFINITY, f64::min);
+    let host_nic = hosts.iter().map(|&(h, _)| topo.host_nic_gbps(h)).fold(f64::INFINITY, f64::min);
+    let mut path = f64::INFINITY;
     let used: Vec<HostId> = hosts.iter().filter(|h| h.1 > 0).map(|h| h.0).collect();
     if used.len() > 1 {
         for i in 0..used.len() {
-            nic = nic.min(topo.bottleneck_gbps(used[i], used[(i + 1) % used.len()]));
+            path = path.min(topo.bottleneck_gbps(used[i], used[(i + 1) % used.len()]));
         }
     }
-    let shape = match &spec.shape {
-        Some(explicit) => explicit.iteration(workers.len() as u32, per_host.len() as u32, nic),
-        None => model(&spec.model)?.shape(gpu, spec.batch, &Placement { gpus_per_host: per_host }, nic),
+    let nic = host_nic.min(path);
+    let shape = match (&spec.shape, crate::mesh::llm(&spec.model)) {
+        (Some(explicit), _) => explicit.iteration(workers.len() as u32, per_host.len() as u32, nic),
+        (None, Some(arch)) => mesh_iteration(arch, spec, gpu, &per_host, (host_nic, path)),
+        (None, None) => model(&spec.model)?.shape(gpu, spec.batch, &Placement { gpus_per_host: per_host }, nic),
     };
     Some(Placed { workers, shape })
 }
 
+/// An LLM job's iteration on hosts holding `per_host` of its ranks each,
+/// with `host_nic` Gbit/s of NIC per host and `path` Gbit/s on the slowest
+/// link between neighbouring hosts: its mesh (data-parallel over its
+/// workers when it gives none) timed on `gpu` ([`crate::mesh::shape`]).
+/// Each rank has its share of the host's NICs (one rail NIC per GPU), a
+/// flow no faster than the slowest link; a host is one NVLink domain.
+/// O(chunks).
+fn mesh_iteration(
+    arch: &crate::mesh::LlmArch,
+    spec: &JobSpec,
+    gpu: &crate::GpuType,
+    per_host: &[u32],
+    (host_nic, path): (f64, f64),
+) -> IterationShape {
+    use crate::mesh::{Mesh, published::matmul_efficiency, shape::iteration_shape, timing};
+    let mesh = spec.parallelism.unwrap_or(Mesh { dp: spec.workers.max(1), ..Mesh::default() });
+    let on_a_host = per_host.iter().copied().max().unwrap_or(1).max(1);
+    let hw = timing::Hardware {
+        // GPUs without a published peak: a V100's scaled by their speed.
+        peak_tflops: gpu.peak_tflops_16bit.unwrap_or(125.0 * gpu.speed_vs_v100),
+        efficiency: matmul_efficiency(),
+        hbm_gbytes_per_s: gpu.hbm_gbytes_per_s.unwrap_or(900.0 * gpu.speed_vs_v100),
+        nvlink_gbps: if gpu.nvlink_gbps > 0.0 { gpu.nvlink_gbps } else { crate::zoo::INTRA_HOST_GBPS },
+        nvlink_domain: on_a_host,
+        nic_gbps: (host_nic / f64::from(on_a_host)).min(path),
+    };
+    let recipe = timing::Recipe { micro_batch: spec.batch.max(1), ..timing::Recipe::default() };
+    iteration_shape(arch, &mesh, &recipe, &hw).0
+}
+
 /// (source host, destination host, bits) of every flow of a collective over
-/// `workers`. Ring collectives: worker i sends to worker i + 1. Point-to-point
-/// (one GPipe tick): every stage boundary at once. All-to-all: everyone to everyone.
-pub fn transfers(workers: &[HostId], collective: Collective, payload_bytes: f64) -> Vec<(HostId, HostId, f64)> {
+/// `workers`, in all groups of `group` at once. Ring collectives: each
+/// worker sends to the next of its group. Point-to-point: among all
+/// workers (one GPipe tick), every stage boundary forward; in a mesh's
+/// pipelines, each stage to both neighbours (1F1B's activations forward and
+/// gradients back). All-to-all: everyone to everyone in the group.
+/// Workers past the last whole group take no part. O(flows).
+pub fn transfers(
+    workers: &[HostId],
+    collective: Collective,
+    payload_bytes: f64,
+    group: Group,
+) -> Vec<(HostId, HostId, f64)> {
     let n = workers.len();
+    if !group.is_all() {
+        return grouped(workers, collective, payload_bytes, group);
+    }
     if n < 2 {
         return Vec::new();
     }
@@ -70,6 +115,41 @@ pub fn transfers(workers: &[HostId], collective: Collective, payload_bytes: f64)
             (0..n).flat_map(|i| (0..n).filter(move |&k| k != i).map(move |k| (workers[i], workers[k], each))).collect()
         }
     }
+}
+
+/// [`transfers`] within groups of `size` workers `stride` apart. Worker
+/// `i` is member `d = (i / stride) mod size` of the group whose first
+/// member is `i − d·stride`. O(flows).
+fn grouped(workers: &[HostId], collective: Collective, payload_bytes: f64, group: Group) -> Vec<(HostId, HostId, f64)> {
+    let (k, s) = (group.size as usize, group.stride.max(1) as usize);
+    let whole = if k == 0 { 0 } else { workers.len() / (k * s) * (k * s) };
+    if k < 2 || whole == 0 {
+        return Vec::new();
+    }
+    let per_worker_bits = collective.wire_bytes_per_worker(payload_bytes, group.size) * 8.0;
+    let mut out = Vec::new();
+    for i in 0..whole {
+        let d = (i / s) % k;
+        let member = |e: usize| workers[i - d * s + e * s];
+        match collective {
+            Collective::RingAllReduce | Collective::AllGather => {
+                out.push((workers[i], member((d + 1) % k), per_worker_bits))
+            }
+            Collective::PointToPoint => {
+                if d + 1 < k {
+                    out.push((workers[i], member(d + 1), payload_bytes * 8.0));
+                }
+                if d > 0 {
+                    out.push((workers[i], member(d - 1), payload_bytes * 8.0));
+                }
+            }
+            Collective::AllToAll => {
+                let each = per_worker_bits / (k - 1) as f64;
+                out.extend((0..k).filter(|&e| e != d).map(|e| (workers[i], member(e), each)));
+            }
+        }
+    }
+    out
 }
 
 impl Placed {
@@ -90,8 +170,9 @@ impl Placed {
     fn links_where(&self, topo: &Topology, pick: impl Fn(usize, &[Vec<LinkId>], &mut Vec<LinkId>)) -> Vec<LinkId> {
         let mut out = Vec::new();
         for seg in &self.shape.segments {
-            let Segment::Comm { collective, payload_bytes, .. } = *seg else { continue };
-            for (i, (src, dst, _)) in transfers(&self.workers, collective, payload_bytes).into_iter().enumerate() {
+            let Segment::Comm { collective, payload_bytes, group, .. } = *seg else { continue };
+            for (i, (src, dst, _)) in transfers(&self.workers, collective, payload_bytes, group).into_iter().enumerate()
+            {
                 if src == dst {
                     continue;
                 }

@@ -81,6 +81,25 @@ impl LeafSpine {
     }
 }
 
+/// An H100 training cluster: 8 racks of 4 HGX H100 hosts (8 GPUs on
+/// NVSwitch, 3.6 Tbit/s NVLink per GPU each way), each GPU with its own
+/// 400 Gbit/s NIC (ConnectX-7), 8 spines, 1:1 under the leaves. 256 GPUs.
+/// The eight NICs of a host are one 3.2 Tbit/s link to its leaf here:
+/// orrery routes a host's flows, not a GPU's, so rail alignment (GPU k on
+/// rail switch k) is not modelled yet; a rail fabric's per-GPU rate and
+/// non-blocking leaves are.
+pub fn h100() -> Result<Topology, TopologyError> {
+    LeafSpine::with_oversubscription(8, 4, 8, 8, "h100", 8.0 * 400.0, 1.0).build("h100")
+}
+
+/// A GB200 NVL72 cluster: 4 racks, each one NVLink domain of 72 Blackwell
+/// GPUs (7.2 Tbit/s NVLink 5 per GPU each way), each GPU with a 400 Gbit/s
+/// NIC, the racks under 4 spines at 1:1. 288 GPUs. A rack is one host of
+/// 72 GPUs here (its NVLink switch trays are inside the domain).
+pub fn gb200_nvl72() -> Result<Topology, TopologyError> {
+    LeafSpine::with_oversubscription(4, 1, 4, 72, "gb200", 72.0 * 400.0, 1.0).build("gb200-nvl72")
+}
+
 /// CASSINI §5.1: 24 servers with one A100 and a 50 Gbps NIC; a Tofino emulates
 /// 13 logical switches and 48 bidirectional links at 2:1 oversubscription.
 ///
@@ -219,6 +238,8 @@ pub fn by_name(name: &str) -> Option<Topology> {
         "metronome" => Some(metronome()),
         "castor" => Some(castor()),
         "demo" => LeafSpine::with_oversubscription(2, 2, 1, 2, "v100", 50.0, 2.0).build("demo").ok(),
+        "h100" => h100().ok(),
+        "gb200-nvl72" | "gb200" | "nvl72" => gb200_nvl72().ok(),
         "leaf-spine" | "leafspine" => {
             LeafSpine::with_oversubscription(4, 4, 2, 8, "v100", 100.0, 2.0).build("leaf-spine").ok()
         }

@@ -37,6 +37,32 @@ impl Collective {
     }
 }
 
+/// Which workers a collective runs among. Workers are numbered in the
+/// placement's order; a group is `size` workers `stride` apart (worker
+/// `i` is in the group of every `i ± stride`, up to `size` of them), and all
+/// such groups run the collective at once. A device mesh numbers its ranks
+/// tensor-parallel first, then data, then pipeline (Megatron-LM's order),
+/// so its TP groups are `{stride 1, size tp}`, its DP groups `{tp, dp}`
+/// and its pipelines `{tp·dp, pp}`. `size` 0 is every worker in one group
+/// (a data-parallel job's ring).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Group {
+    /// Distance between the workers of a group.
+    pub stride: u32,
+    /// Workers in a group; 0 for all of them.
+    pub size: u32,
+}
+
+impl Group {
+    /// Every worker, one group.
+    pub const ALL: Group = Group { stride: 1, size: 0 };
+
+    /// Is it every worker in one group?
+    pub fn is_all(&self) -> bool {
+        self.size == 0
+    }
+}
+
 /// One step of an iteration.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
@@ -60,7 +86,15 @@ pub enum Segment {
         /// Rate each worker sends at, in Gbit/s: the NIC rate (or a throttle)
         /// when `hosts > 1`, the intra-host (NVLink/PCIe) rate otherwise.
         gbps: f64,
+        /// The workers it runs among ([`Group::ALL`] for a 1-D job);
+        /// `participants` and `hosts` count one group.
+        #[serde(default = "all", skip_serializing_if = "Group::is_all")]
+        group: Group,
     },
+}
+
+fn all() -> Group {
+    Group::ALL
 }
 
 impl Segment {
@@ -80,6 +114,14 @@ impl Segment {
     pub fn wire_bytes_per_worker(&self) -> f64 {
         match *self {
             Segment::Compute { .. } => 0.0,
+            // Pipeline stages of a mesh exchange with both neighbours in
+            // 1F1B's steady state (activations forward, gradients back): an
+            // inner stage sends the payload twice.
+            Segment::Comm { collective: Collective::PointToPoint, payload_bytes, participants, group, .. }
+                if !group.is_all() && participants >= 3 =>
+            {
+                2.0 * payload_bytes
+            }
             Segment::Comm { collective, payload_bytes, participants, .. } => {
                 collective.wire_bytes_per_worker(payload_bytes, participants)
             }
@@ -90,6 +132,23 @@ impl Segment {
         match *self {
             Segment::Compute { .. } => 0.0,
             Segment::Comm { gbps, .. } => gbps,
+        }
+    }
+
+    /// Rate of this segment's flows between two GPUs of one host, Gbit/s:
+    /// a mesh's group inside an NVLink domain runs at the segment's rate
+    /// (NVLink), a mesh's group across hosts never slower than its NIC;
+    /// every other collective at [`crate::zoo::INTRA_HOST_GBPS`] (PCIe).
+    pub fn intra_host_gbps(&self) -> f64 {
+        match *self {
+            Segment::Comm { group, hosts, gbps, .. } if !group.is_all() => {
+                if hosts <= 1 {
+                    gbps
+                } else {
+                    gbps.max(crate::zoo::INTRA_HOST_GBPS)
+                }
+            }
+            _ => crate::zoo::INTRA_HOST_GBPS,
         }
     }
 
@@ -133,7 +192,7 @@ impl IterationShape {
         let mut segments = Vec::with_capacity(self.segments.len());
         for seg in &self.segments {
             match *seg {
-                Segment::Comm { collective, payload_bytes, participants, hosts, gbps }
+                Segment::Comm { collective, payload_bytes, participants, hosts, gbps, group }
                     if participants >= 2 && matches!(collective, Collective::RingAllReduce | Collective::AllGather) =>
                 {
                     let n = participants;
@@ -146,6 +205,7 @@ impl IterationShape {
                         participants: n,
                         hosts,
                         gbps,
+                        group,
                     };
                     segments.extend(std::iter::repeat_n(step, steps as usize));
                 }
@@ -255,6 +315,7 @@ mod tests {
                     participants: 4,
                     hosts: 4,
                     gbps: 50.0,
+                    group: Group::ALL,
                 },
             ],
         };
@@ -266,7 +327,14 @@ mod tests {
     }
 
     fn allreduce(bytes: f64, n: u32, hosts: u32, gbps: f64) -> Segment {
-        Segment::Comm { collective: Collective::RingAllReduce, payload_bytes: bytes, participants: n, hosts, gbps }
+        Segment::Comm {
+            collective: Collective::RingAllReduce,
+            payload_bytes: bytes,
+            participants: n,
+            hosts,
+            gbps,
+            group: Group::ALL,
+        }
     }
 
     #[test]

@@ -318,6 +318,7 @@ impl ModelSpec {
             participants: n,
             hosts,
             gbps: rate,
+            group: crate::shape::Group::ALL,
         };
         let mut segments = Vec::new();
         match self.parallelism {
@@ -339,6 +340,7 @@ impl ModelSpec {
                     participants: 2,
                     hosts: hosts.min(2),
                     gbps: rate,
+                    group: crate::shape::Group::ALL,
                 };
                 let per_tick = compute / (f64::from(n) * f64::from(m));
                 for pass in [per_tick / 3.0, per_tick * 2.0 / 3.0] {

@@ -142,8 +142,8 @@ pub struct ExclusiveBandwidth {
 pub fn host_demand_gbps(p: &Placed, hosts: usize) -> Vec<f64> {
     let mut bits = vec![0.0; hosts];
     for seg in &p.shape.segments {
-        if let Segment::Comm { collective, payload_bytes, .. } = *seg {
-            for (src, dst, b) in transfers(&p.workers, collective, payload_bytes) {
+        if let Segment::Comm { collective, payload_bytes, group, .. } = *seg {
+            for (src, dst, b) in transfers(&p.workers, collective, payload_bytes, group) {
                 if src != dst && src < hosts {
                     bits[src] += b;
                 }

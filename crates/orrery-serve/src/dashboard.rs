@@ -229,6 +229,7 @@ mod tests {
                 participants: 2,
                 hosts: 2,
                 gbps: 10.0,
+                group: orrery_model::shape::Group::ALL,
             },
         ];
         let period: f64 = segs.iter().map(Segment::duration_ms).sum();
@@ -250,6 +251,7 @@ mod tests {
                 participants: 4,
                 hosts: 1,
                 gbps: 100.0,
+                group: orrery_model::shape::Group::ALL,
             },
         ];
         let (arcs, bits, _) = network_arcs(&segs, 20.0);

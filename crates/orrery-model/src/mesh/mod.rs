@@ -13,6 +13,7 @@
 //! for a ring all-reduce, `(n−1)/n · M` for an all-gather or all-to-all.
 
 pub mod published;
+pub mod shape;
 pub mod timing;
 
 use crate::shape::Collective;
@@ -244,7 +245,7 @@ pub struct MeshTraffic {
 impl Mesh {
     /// GPUs in all. O(1).
     pub fn gpus(&self) -> u32 {
-        self.tp * self.pp * self.dp
+        self.tp.saturating_mul(self.pp).saturating_mul(self.dp)
     }
 
     /// Why this mesh cannot hold `arch`, or None: every count at least 1,

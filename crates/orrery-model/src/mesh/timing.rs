@@ -113,6 +113,16 @@ impl IterationTime {
     }
 }
 
+/// Bytes an inner pipeline stage's GPU sends per micro-batch: its 1/tp of
+/// the activations `b·s·h` forward and of their gradient back (one of the
+/// two with two stages, none with one). O(1).
+pub fn pipeline_send_bytes(arch: &LlmArch, mesh: &Mesh, recipe: &Recipe) -> f64 {
+    let directions = f64::from(mesh.pp.saturating_sub(1).min(2));
+    let act =
+        f64::from(recipe.micro_batch.max(1)) * f64::from(arch.seq_len) * f64::from(arch.hidden) * super::WIRE_BYTES;
+    directions * act / f64::from(mesh.tp.max(1))
+}
+
 /// Does a group of `size` ranks `stride` apart fit in one NVLink domain of
 /// `domain` GPUs? Ranks are numbered tensor-parallel first, then data,
 /// then pipeline (Megatron's order), so a group spans `stride · size`
@@ -149,8 +159,9 @@ pub fn iteration_time(arch: &LlmArch, mesh: &Mesh, recipe: &Recipe, hw: &Hardwar
     let tp_ms = ms(traffic.tp, rate(fits_domain(1, mesh.tp, d)));
     // Stage neighbours are tp·dp ranks apart; Megatron sends each of a TP
     // group's ranks 1/tp of the activations and gathers them on NVLink
-    // (SC'21 §4.1, scatter/gather).
-    let pp_ms = ms(traffic.pp / tp, rate(fits_domain(mesh.tp * mesh.dp, mesh.pp, d)));
+    // (SC'21 §4.1, scatter/gather). The critical path is an inner stage's,
+    // which sends activations forward and gradients back every micro-batch.
+    let pp_ms = ms(pipeline_send_bytes(arch, mesh, recipe) * m, rate(fits_domain(mesh.tp * mesh.dp, mesh.pp, d)));
     let dp_full = ms(traffic.dp, rate(fits_domain(mesh.tp, mesh.dp, d)));
     let backward_ms = compute_ms * 2.0 / 3.0;
     let dp_ms = dp_full - (recipe.dp_overlap.clamp(0.0, 1.0) * dp_full).min(backward_ms);

@@ -68,11 +68,11 @@ pub(crate) fn link_shares(
 ) -> Vec<(orrery_model::LinkId, f64)> {
     let mut share: HashMap<orrery_model::LinkId, f64> = HashMap::new();
     for seg in &placed.shape.segments {
-        let orrery_model::Segment::Comm { collective, payload_bytes, .. } = *seg else { continue };
+        let orrery_model::Segment::Comm { collective, payload_bytes, group, .. } = *seg else { continue };
         if seg.network_gbps() <= 0.0 {
             continue;
         }
-        for (src, dst, _) in orrery_model::placed::transfers(&placed.workers, collective, payload_bytes) {
+        for (src, dst, _) in orrery_model::placed::transfers(&placed.workers, collective, payload_bytes, group) {
             if src == dst {
                 continue;
             }

@@ -156,7 +156,7 @@ pub fn measured_profile(
     for seg in &placed.shape.segments {
         match *seg {
             Segment::Compute { ms } => now += ms * stretch.compute,
-            Segment::Comm { collective, payload_bytes, gbps, hosts: h, .. } => {
+            Segment::Comm { collective, payload_bytes, gbps, hosts: h, group, .. } => {
                 if h <= 1 {
                     now += seg.duration_ms() * stretch.comm;
                     continue;
@@ -165,7 +165,7 @@ pub fn measured_profile(
                 let rate = throttle.map_or(line, |r| r.min(line));
                 let mut end = now;
                 for (i, (src, dst, bits)) in
-                    transfers(&placed.workers, collective, payload_bytes).into_iter().enumerate()
+                    transfers(&placed.workers, collective, payload_bytes, group).into_iter().enumerate()
                 {
                     if src == dst || bits <= 0.0 {
                         continue;

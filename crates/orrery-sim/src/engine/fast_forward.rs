@@ -289,8 +289,8 @@ impl Simulation<'_> {
         };
         let mut sent: HashMap<LinkId, f64> = HashMap::new();
         for (i, seg) in segments.iter().enumerate().take(resumed.map_or(segments.len(), |r| r.0 + 1)) {
-            let Segment::Comm { collective, payload_bytes, .. } = *seg else { continue };
-            let transfers = transfers(&self.jobs[job].workers, collective, payload_bytes);
+            let Segment::Comm { collective, payload_bytes, group, .. } = *seg else { continue };
+            let transfers = transfers(&self.jobs[job].workers, collective, payload_bytes, group);
             for (k, (src, dst, bits)) in transfers.into_iter().enumerate() {
                 let share = match &left {
                     Some((cur, l)) if *cur == i => 1.0 - l.get(k).copied().unwrap_or(1.0),
@@ -330,9 +330,10 @@ impl Simulation<'_> {
         j.seg_start_ns = seg_start;
         match segments[i] {
             Segment::Compute { .. } => self.push(seg_start + d, Event::ComputeDone(job, epoch)),
-            Segment::Comm { collective, payload_bytes, .. } => {
+            Segment::Comm { collective, payload_bytes, group, .. } => {
                 let left = self.flow_left(job, i, now - seg_start, d);
-                self.start_collective(job, collective, payload_bytes, Some(&left));
+                let intra = segments[i].intra_host_gbps();
+                self.start_collective(job, (collective, payload_bytes, group, intra), Some(&left));
                 if self.jobs[job].pending_flows == 0 {
                     self.push(now, Event::ComputeDone(job, epoch));
                 }
@@ -346,9 +347,9 @@ impl Simulation<'_> {
     /// none was recorded).
     pub(super) fn flow_left(&self, job: JobId, i: usize, elapsed: u64, d: u64) -> Vec<f64> {
         let j = &self.jobs[job];
-        let Segment::Comm { collective, payload_bytes, .. } = j.shape.segments[i] else { return Vec::new() };
+        let Segment::Comm { collective, payload_bytes, group, .. } = j.shape.segments[i] else { return Vec::new() };
         let offsets = j.last_flow_ns.get(i).map(Vec::as_slice).unwrap_or_default();
-        let n = transfers(&j.workers, collective, payload_bytes).len();
+        let n = transfers(&j.workers, collective, payload_bytes, group).len();
         (0..n)
             .map(|k| {
                 let end = offsets.get(k).copied().filter(|&e| e > 0).unwrap_or(d).max(1) as f64;

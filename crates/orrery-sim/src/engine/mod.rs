@@ -5,7 +5,7 @@
 
 use crate::network::{FlowId, Network};
 use orrery_model::placed::transfers;
-use orrery_model::zoo::INTRA_HOST_GBPS;
+use orrery_model::shape::Group;
 use orrery_model::{Collective, HostId, IterationShape, JobSpec, LinkId, Segment, Topology};
 use orrery_policy::{ClusterView, Decision, JobId, Policy, QueuedJob, RunningJob};
 use rand::SeedableRng;
@@ -840,8 +840,9 @@ impl<'a> Simulation<'a> {
                     self.push(self.now + dur, Event::ComputeDone(job, epoch));
                     return;
                 }
-                Segment::Comm { collective, payload_bytes, .. } => {
-                    let started = self.start_collective(job, collective, payload_bytes, None);
+                Segment::Comm { collective, payload_bytes, group, .. } => {
+                    let intra = seg.intra_host_gbps();
+                    let started = self.start_collective(job, (collective, payload_bytes, group, intra), None);
                     if started > 0 {
                         return;
                     }
@@ -856,11 +857,10 @@ impl<'a> Simulation<'a> {
     fn start_collective(
         &mut self,
         job: JobId,
-        collective: Collective,
-        payload_bytes: f64,
+        (collective, payload_bytes, group, intra_gbps): (Collective, f64, Group, f64),
         left: Option<&[f64]>,
     ) -> usize {
-        let mut transfers = transfers(&self.jobs[job].workers, collective, payload_bytes);
+        let mut transfers = transfers(&self.jobs[job].workers, collective, payload_bytes, group);
         if let Some(left) = left {
             for (t, &f) in transfers.iter_mut().zip(left) {
                 t.2 *= f.clamp(0.0, 1.0);
@@ -897,7 +897,7 @@ impl<'a> Simulation<'a> {
                 continue;
             }
             let subflows = if src == dst {
-                vec![(Vec::new(), 1.0, INTRA_HOST_GBPS)]
+                vec![(Vec::new(), 1.0, intra_gbps)]
             } else {
                 let cap = throttle.map_or(gbps, |t| t.min(gbps));
                 self.flow_paths(job, i, src, dst).into_iter().map(|(p, share)| (p, share, cap * share)).collect()

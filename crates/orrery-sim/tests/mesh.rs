@@ -1,0 +1,85 @@
+//! LLM jobs as device meshes in the simulator (issue 66): the job described
+//! by its model and `parallelism` alone, and its collectives on the links
+//! they belong on.
+
+use orrery_model::mesh::Mesh;
+use orrery_model::placed::{place, transfers};
+use orrery_model::setups;
+use orrery_model::{JobSpec, Segment, Work};
+use orrery_sim::engine::Status;
+use orrery_sim::{SimConfig, Simulation};
+
+fn llama70b(iterations: u64) -> JobSpec {
+    let json = r#"{"id": "llama", "model": "llama3-70b", "work": {"iterations": 0}, "arrival_s": 0,
+                   "parallelism": {"tp": 8, "pp": 4, "dp": 2, "microbatches": 16}}"#;
+    let mut job: JobSpec = serde_json::from_str(json).expect("the issue's job format");
+    job.work = Work::Iterations(iterations);
+    job
+}
+
+#[test]
+fn a_mesh_job_given_by_model_and_parallelism_has_its_gpus_and_passes_the_checks() {
+    let job = llama70b(10);
+    assert_eq!(job.workers, 64, "tp·pp·dp filled in");
+    assert_eq!(job.check(), Ok(()));
+    let mut wrong = job.clone();
+    wrong.workers = 32;
+    assert_eq!(wrong.check().map_err(|b| b.field), Err("workers"));
+    wrong = job.clone();
+    wrong.parallelism = Some(Mesh { tp: 3, pp: 4, dp: 2, ..Mesh::default() });
+    wrong.workers = 24;
+    let bad = wrong.check().expect_err("tp 3 does not divide 64 heads");
+    assert_eq!(bad.field, "parallelism");
+    assert!(bad.expected.contains("64 attention heads"), "{}", bad.expected);
+}
+
+#[test]
+fn tensor_parallel_flows_stay_in_their_host_and_data_parallel_rings_cross_hosts() {
+    let topo = setups::h100().expect("builds");
+    let job = llama70b(10);
+    let hosts: Vec<_> = (0..8).map(|h| (h, 8)).collect();
+    let placed = place(&topo, &job, &hosts).expect("placed");
+    let mut kinds = 0;
+    for seg in &placed.shape.segments {
+        let Segment::Comm { collective, payload_bytes, group, hosts, .. } = *seg else { continue };
+        let flows = transfers(&placed.workers, collective, payload_bytes, group);
+        match group.stride {
+            // TP: 8 rings of 8 inside each host.
+            1 => {
+                assert_eq!(hosts, 1);
+                assert_eq!(flows.len(), 64);
+                assert!(flows.iter().all(|(a, b, _)| a == b));
+            }
+            // DP: ranks 8 apart, the other replica's host; 64 flows.
+            8 => {
+                assert_eq!(flows.len(), 64);
+                assert!(flows.iter().all(|(a, b, _)| a != b && a.abs_diff(*b) == 1));
+            }
+            // PP: stages 16 ranks (two hosts) apart, both directions.
+            16 => {
+                assert_eq!(flows.len(), 16 * (2 * 3));
+                assert!(flows.iter().all(|(a, b, _)| a.abs_diff(*b) == 2));
+            }
+            s => panic!("unexpected group stride {s}"),
+        }
+        kinds |= 1 << group.stride.trailing_zeros();
+    }
+    assert_eq!(kinds, 0b11001, "TP, DP and PP segments all present");
+}
+
+#[test]
+fn a_mesh_job_alone_runs_at_its_shapes_period() {
+    let topo = setups::h100().expect("builds");
+    let job = llama70b(5);
+    let hosts: Vec<_> = (0..8).map(|h| (h, 8)).collect();
+    let period_ms = place(&topo, &job, &hosts).expect("placed").shape.period_ms();
+    let jobs = [job];
+    let mut sim = Simulation::new(&topo, &jobs, SimConfig { seed: 1, ..Default::default() }, false);
+    let mut policy = orrery_policy::compose::by_name("fifo", 1).expect("a policy");
+    sim.run(policy.as_mut(), &mut |_, _| {});
+    assert_eq!(sim.jobs[0].status, Status::Finished);
+    let run_ms = (sim.jobs[0].finish_ns.expect("finished") - sim.jobs[0].first_start_ns.expect("started")) as f64 / 1e6;
+    // Alone, every flow gets its rate: 5 iterations of the shape, within 1%
+    // (the simulator's compute noise is off by default).
+    assert!((run_ms / (5.0 * period_ms) - 1.0).abs() < 0.01, "{run_ms} ms vs 5 × {period_ms} ms");
+}
