@@ -153,6 +153,63 @@ fn grouped(workers: &[HostId], collective: Collective, payload_bytes: f64, group
 }
 
 impl Placed {
+    /// The circle a mesh job draws on each link it crosses: every network
+    /// segment's arc at its per-flow rate times the number of its flows on
+    /// that link (the ECMP path each flow takes, as in the simulator). A
+    /// mesh sends many flows at once (a DP ring per TP rank, 8 from each
+    /// host), so one link carries several times the rate of one worker.
+    /// None for a job without grouped collectives: its one ring crosses a
+    /// link once and its circle ([`IterationShape::circle`]) is its demand
+    /// everywhere. O(flows × path length).
+    pub fn link_circles(
+        &self,
+        topo: &Topology,
+        job: usize,
+    ) -> Option<std::collections::HashMap<LinkId, crate::Circle>> {
+        use crate::shape::Arc;
+        use std::collections::HashMap;
+        let grouped = self.shape.segments.iter().any(|s| matches!(s, Segment::Comm { group, .. } if !group.is_all()));
+        if !grouped {
+            return None;
+        }
+        let period_ms = self.shape.period_ms();
+        let mut out: HashMap<LinkId, crate::Circle> = HashMap::new();
+        let mut t = 0.0;
+        for seg in &self.shape.segments {
+            let d = seg.duration_ms();
+            let rate = seg.network_gbps();
+            if let Segment::Comm { collective, payload_bytes, group, .. } = *seg
+                && rate > 0.0
+                && d > 0.0
+            {
+                let mut count: HashMap<LinkId, u32> = HashMap::new();
+                for (i, (src, dst, _)) in
+                    transfers(&self.workers, collective, payload_bytes, group).into_iter().enumerate()
+                {
+                    if src == dst {
+                        continue;
+                    }
+                    let paths = topo.shared_paths(src, dst);
+                    if let Some(p) = paths.get(ecmp_index(job, i, paths.len().max(1))) {
+                        for &l in p {
+                            *count.entry(l).or_default() += 1;
+                        }
+                    }
+                }
+                for (l, k) in count {
+                    let gbps = rate * f64::from(k);
+                    out.entry(l).or_insert_with(|| crate::Circle { period_ms, arcs: Vec::new() }).arcs.push(Arc {
+                        start_ms: t,
+                        duration_ms: d,
+                        gbps,
+                    });
+                }
+            }
+            t += d;
+        }
+        Some(out)
+    }
+
     /// Directed links the job's flows cross under ECMP (`job` seeds the hash,
     /// as in the simulator), sorted and without repeats.
     pub fn links(&self, topo: &Topology, job: usize) -> Vec<LinkId> {

@@ -247,34 +247,59 @@ struct Net<'a> {
     /// read once from the shape (O(segments)): every score reads them.
     period_ms: f64,
     sends: bool,
+    /// A mesh job's circle on each link ([`Placed::link_circles`]): its
+    /// parallel flows add up there. None for a 1-D job.
+    on_links: Option<Rc<LinkCircles>>,
 }
 
-/// A running job's placement, links, period and whether it sends, kept
-/// between rounds while its hosts are ([`PerPlacement`]); None when it
-/// cannot be shaped.
-type Placements = PerPlacement<Option<(Rc<Placed>, Rc<Vec<LinkId>>, f64, bool)>>;
+/// A mesh job's circle per link.
+type LinkCircles = HashMap<LinkId, orrery_model::Circle>;
+
+impl Net<'_> {
+    /// The circle this job draws on `link`. O(arcs).
+    fn circle_on(&self, link: LinkId) -> orrery_model::Circle {
+        match self.on_links.as_ref().and_then(|m| m.get(&link)) {
+            Some(c) => c.clone(),
+            None => self.placed.shape.circle(),
+        }
+    }
+}
+
+/// A running job's placement, links, period, whether it sends and its
+/// circles per link, kept between rounds while its hosts are
+/// ([`PerPlacement`]); None when it cannot be shaped.
+type Placements = PerPlacement<Option<(Rc<Placed>, Rc<Vec<LinkId>>, f64, bool, Option<Rc<LinkCircles>>)>>;
 
 fn net<'a>(view: &ClusterView<'_>, id: JobId, spec: &'a JobSpec, hosts: &[(HostId, u32)]) -> Option<Net<'a>> {
     let placed = place(view.topology, spec, hosts)?;
     let links = placed.links(view.topology, id);
-    Some(Net::new(id, spec, Rc::new(placed), Rc::new(links)))
+    let on_links = placed.link_circles(view.topology, id).map(Rc::new);
+    Some(Net::new(id, spec, Rc::new(placed), Rc::new(links), on_links))
 }
 
 impl<'a> Net<'a> {
-    fn new(id: JobId, spec: &'a JobSpec, placed: Rc<Placed>, links: Rc<Vec<LinkId>>) -> Self {
+    fn new(
+        id: JobId,
+        spec: &'a JobSpec,
+        placed: Rc<Placed>,
+        links: Rc<Vec<LinkId>>,
+        on_links: Option<Rc<LinkCircles>>,
+    ) -> Self {
         let (period_ms, sends) = (placed.shape.period_ms(), placed.shape.network_ms() > 0.0);
-        Net { id, spec, placed, links, period_ms, sends }
+        Net { id, spec, placed, links, period_ms, sends, on_links }
     }
 }
 
 /// [`net`] of a running job, from `kept` unless its hosts changed. O(hosts)
 /// when kept.
 fn running_net<'a>(view: &ClusterView<'_>, kept: &mut Placements, r: &crate::RunningJob<'a>) -> Option<Net<'a>> {
-    let (placed, links, period_ms, sends) = kept
-        .get(r.id, r.hosts, || net(view, r.id, r.spec, r.hosts).map(|n| (n.placed, n.links, n.period_ms, n.sends)))
+    let (placed, links, period_ms, sends, on_links) = kept
+        .get(r.id, r.hosts, || {
+            net(view, r.id, r.spec, r.hosts).map(|n| (n.placed, n.links, n.period_ms, n.sends, n.on_links))
+        })
         .as_ref()?;
-    let (placed, links) = (Rc::clone(placed), Rc::clone(links));
-    Some(Net { id: r.id, spec: r.spec, placed, links, period_ms: *period_ms, sends: *sends })
+    let (placed, links, on_links) = (Rc::clone(placed), Rc::clone(links), on_links.clone());
+    Some(Net { id: r.id, spec: r.spec, placed, links, period_ms: *period_ms, sends: *sends, on_links })
 }
 
 /// A candidate placement with its fabric links and mean compatibility.
@@ -301,13 +326,17 @@ pub fn circle_params() -> Params {
     Params::cassini()
 }
 
-/// The best rotation of the circles of `jobs` on a link of `gbps` (score and
+/// The best rotation of the circles of `jobs` on `link` of `gbps` (score and
 /// each job's time-shift, in order), from `solved` when the same circles met
 /// on a link of the same rate before; None when they cannot be unified.
-fn link_solution<'s>(jobs: &[&Net<'_>], gbps: f64, solved: &'s mut Solved) -> Option<&'s (f64, Vec<f64>)> {
+fn link_solution<'s>(
+    jobs: &[&Net<'_>],
+    (link, gbps): (LinkId, f64),
+    solved: &'s mut Solved,
+) -> Option<&'s (f64, Vec<f64>)> {
     let circles: Vec<CircleJob> = jobs
         .iter()
-        .map(|j| CircleJob { name: j.id.to_string(), priority: j.spec.priority, circle: j.placed.shape.circle() })
+        .map(|j| CircleJob { name: j.id.to_string(), priority: j.spec.priority, circle: j.circle_on(link) })
         .collect();
     let key = link_key(gbps, &circles);
     if !solved.contains_key(&key) && solved.len() >= SOLVED_MAX {
@@ -355,7 +384,7 @@ fn score(view: &ClusterView<'_>, jobs: &[Net<'_>], solved: &mut Solved) -> Score
     let mut shifts = Vec::new();
     for (ks, &l) in &groups {
         let nets: Vec<&Net<'_>> = ks.iter().map(|&k| &jobs[k]).collect();
-        let Some((link_score, link_shifts)) = link_solution(&nets, view.topology.links[l].gbps, solved) else {
+        let Some((link_score, link_shifts)) = link_solution(&nets, (l, view.topology.links[l].gbps), solved) else {
             continue;
         };
         total += *link_score;

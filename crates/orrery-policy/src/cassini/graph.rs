@@ -188,11 +188,13 @@ impl<'a> Graph<'a> {
                 on.entry(l).or_insert_with(|| self.on_link.get(&l).cloned().unwrap_or_default()).push(extra_slot);
             }
         }
-        let mut groups: BTreeMap<Vec<usize>, f64> = BTreeMap::new();
+        let mut groups: BTreeMap<Vec<usize>, (LinkId, f64)> = BTreeMap::new();
         for (l, ks) in on.into_iter().filter(|(_, ks)| ks.len() > 1) {
             let gbps = view.topology.links[l].gbps;
-            let cap = groups.entry(ks).or_insert(gbps);
-            *cap = cap.min(gbps);
+            let cap = groups.entry(ks).or_insert((l, gbps));
+            if gbps < cap.1 {
+                *cap = (l, gbps);
+            }
         }
         let net_of =
             |s: usize| if s == extra_slot { extra.expect("extra") } else { self.slots[s].as_ref().expect("live") };
