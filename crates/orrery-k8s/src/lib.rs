@@ -56,6 +56,10 @@ pub const BATCH_ANNOTATION: &str = "orrery.io/batch";
 pub const WORKERS_ANNOTATION: &str = "orrery.io/workers";
 /// Iterations annotation.
 pub const ITERATIONS_ANNOTATION: &str = "orrery.io/iterations";
+/// An LLM job's device mesh, JSON: `{"tp": 8, "pp": 4, "dp": 8,
+/// "microbatches": 16}` (`orrery.io/model` one of `orrery zoo --llm`); the
+/// job's pods together hold `tp·pp·dp` GPUs.
+pub const PARALLELISM_ANNOTATION: &str = "orrery.io/parallelism";
 /// Written on bind: the service's job id.
 pub const JOB_ID_ANNOTATION: &str = "orrery.io/job-id";
 /// Written on bind: the pod's rank.
@@ -121,9 +125,23 @@ pub fn job_spec(pod: &Pod) -> Result<Option<JobSpec>, BadPod> {
     let labels = pod.metadata.labels.as_ref().unwrap_or(&empty);
     let get = |k: &str| annotations.get(k).map(|v| v.trim().to_string());
     let model = get(MODEL_ANNOTATION).ok_or_else(|| bad(MODEL_ANNOTATION, "a model of the zoo", "nothing".into()))?;
-    if orrery_model::zoo::model(&model).is_none() {
-        return Err(bad(MODEL_ANNOTATION, "a model of the zoo (see `orrery zoo`)", format!("{model:?}")));
+    if orrery_model::zoo::model(&model).is_none() && orrery_model::mesh::llm(&model).is_none() {
+        return Err(bad(
+            MODEL_ANNOTATION,
+            "a model of the zoo (see `orrery zoo` and `orrery zoo --llm`)",
+            format!("{model:?}"),
+        ));
     }
+    let parallelism = match get(PARALLELISM_ANNOTATION) {
+        None => None,
+        Some(text) => Some(serde_json::from_str::<orrery_model::mesh::Mesh>(&text).map_err(|e| {
+            bad(
+                PARALLELISM_ANNOTATION,
+                &format!("a mesh as JSON, {{\"tp\": 8, \"pp\": 4, \"dp\": 8}} ({e})"),
+                text.clone(),
+            )
+        })?),
+    };
     let number = |k: &str, max: u64| -> Result<u64, BadPod> {
         let v = get(k).ok_or_else(|| bad(k, &format!("an integer from 1 to {max}"), "nothing".into()))?;
         v.parse::<u64>()
@@ -155,6 +173,17 @@ pub fn job_spec(pod: &Pod) -> Result<Option<JobSpec>, BadPod> {
         .sum();
     let mut spec = JobSpec::new(key, &model, batch, workers, Work::Iterations(iterations), 0.0);
     spec.gpus_per_worker = gpus.max(1);
+    spec.parallelism = parallelism;
+    if let Some(mesh) = parallelism {
+        // The pods hold the mesh's ranks, `gpus` each.
+        if u64::from(workers) * u64::from(spec.gpus_per_worker) != u64::from(mesh.gpus()) {
+            return Err(bad(
+                WORKERS_ANNOTATION,
+                &format!("pods × GPUs per pod = tp·pp·dp = {}", mesh.gpus()),
+                format!("{workers} pods of {} GPUs", spec.gpus_per_worker),
+            ));
+        }
+    }
     spec.priority = priority;
     spec.low_comm = low_comm;
     Ok(Some(spec))
@@ -194,6 +223,23 @@ mod tests {
         assert_eq!((spec.workers, spec.gpus_per_worker, spec.batch), (4, 2, 32));
         assert_eq!(spec.work, Work::Iterations(500));
         assert_eq!(spec.priority, Priority::High);
+    }
+
+    #[test]
+    fn a_pod_of_an_llm_job_gives_its_mesh() {
+        let mut p = testing::pod("llama-0", "llama", 8, 8);
+        let a = p.metadata.annotations.as_mut().expect("annotations");
+        a.insert(MODEL_ANNOTATION.into(), "llama3-70b".into());
+        a.insert(PARALLELISM_ANNOTATION.into(), r#"{"tp": 8, "pp": 4, "dp": 2, "microbatches": 16}"#.into());
+        let spec = job_spec(&p).expect("valid").expect("orrery pod");
+        assert_eq!(spec.parallelism.map(|m| m.gpus()), Some(64));
+        assert_eq!(spec.check(), Ok(()));
+        // Four pods of 8 GPUs cannot hold 64 ranks.
+        p.metadata.annotations.as_mut().expect("annotations").insert(WORKERS_ANNOTATION.into(), "4".into());
+        let err = job_spec(&p).expect_err("too few GPUs");
+        assert_eq!(err.key, WORKERS_ANNOTATION);
+        p.metadata.annotations.as_mut().expect("annotations").insert(PARALLELISM_ANNOTATION.into(), "{tp: 8}".into());
+        assert_eq!(job_spec(&p).expect_err("not JSON").key, PARALLELISM_ANNOTATION);
     }
 
     #[test]

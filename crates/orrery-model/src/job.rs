@@ -231,10 +231,13 @@ impl JobSpec {
             if u64::from(mesh.tp) * u64::from(mesh.pp) * u64::from(mesh.dp) > u64::from(MAX_WORKERS) {
                 return bad("parallelism", format!("at most {MAX_WORKERS} GPUs (tp·pp·dp)"), format!("{mesh:?}"));
             }
-            if self.workers != mesh.gpus() || self.gpus_per_worker != 1 {
+            if u64::from(self.workers) * u64::from(self.gpus_per_worker) != u64::from(mesh.gpus()) {
                 return bad(
                     "workers",
-                    format!("tp·pp·dp = {} workers of one GPU each (or leave it out)", mesh.gpus()),
+                    format!(
+                        "workers × gpus_per_worker = tp·pp·dp = {} GPUs (or leave `workers` out: one per GPU)",
+                        mesh.gpus()
+                    ),
                     format!("{} workers of {} GPUs", self.workers, self.gpus_per_worker),
                 );
             }

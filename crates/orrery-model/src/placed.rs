@@ -23,7 +23,9 @@ pub struct Placed {
 /// when the model is unknown (and no shape given) or no GPUs are given.
 pub fn place(topo: &Topology, spec: &JobSpec, hosts: &[(HostId, u32)]) -> Option<Placed> {
     let first = hosts.first()?.0;
-    let per_worker = spec.gpus_per_worker.max(1);
+    // A mesh job's collectives run among its ranks, one per GPU, however
+    // many GPUs a worker (a pod) holds.
+    let per_worker = if spec.parallelism.is_some() { 1 } else { spec.gpus_per_worker.max(1) };
     let mut workers = Vec::new();
     let mut per_host = Vec::new();
     for &(h, g) in hosts {
