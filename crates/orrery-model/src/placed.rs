@@ -220,8 +220,28 @@ impl Placed {
 
     /// Directed links on any equal-cost path of the job's flows: those it
     /// may cross whichever spine ECMP or a route picks. Sorted, no repeats.
+    /// O(flows + host pairs × paths × path length): flows between the same
+    /// two hosts (a mesh's ranks on them) are looked up once.
     pub fn links_on_any_path(&self, topo: &Topology) -> Vec<LinkId> {
-        self.links_where(topo, |_, paths, out| paths.iter().for_each(|p| out.extend_from_slice(p)))
+        let mut pairs: Vec<(HostId, HostId)> = Vec::new();
+        for seg in &self.shape.segments {
+            let Segment::Comm { collective, payload_bytes, group, .. } = *seg else { continue };
+            pairs.extend(
+                transfers(&self.workers, collective, payload_bytes, group)
+                    .into_iter()
+                    .filter(|(s, d, _)| s != d)
+                    .map(|(s, d, _)| (s, d)),
+            );
+        }
+        pairs.sort_unstable();
+        pairs.dedup();
+        let mut out = Vec::new();
+        for (src, dst) in pairs {
+            topo.shared_paths(src, dst).iter().for_each(|p| out.extend_from_slice(p));
+        }
+        out.sort_unstable();
+        out.dedup();
+        out
     }
 
     /// The links `pick` takes from the paths of each transfer (by its index)

@@ -62,5 +62,61 @@ fn bench(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench);
+/// One decision in a 4,096-host H100 cluster (8 GPUs and 3.2 Tbit/s a
+/// host, 128 racks of 32 under 8 spines at 2:1) whose first half runs LLM
+/// meshes: Llama 3 70B at TP 8 × PP 4 × DP 8 (32 hosts) and Llama 3 8B at
+/// TP 8 × DP 4 (4 hosts) in turn, each on consecutive hosts; a Llama 3 8B
+/// at TP 8 × DP 8 waits (issue 66's goal: under 10 ms median).
+///
+/// `cargo bench -p orrery-policy --bench decision -- decision-llm`
+fn bench_llm(c: &mut Criterion) {
+    use orrery_model::mesh::Mesh;
+    let mut g = c.benchmark_group("decision-llm");
+    g.sample_size(10);
+    let topo =
+        LeafSpine::with_oversubscription(128, 32, 8, 8, "h100", 3200.0, 2.0).build("decision-llm").expect("valid");
+    let mesh_job = |id: String, model: &str, mesh: Mesh| {
+        let mut j = JobSpec::new(id, model, 1, mesh.gpus(), Work::Iterations(1000), 0.0);
+        j.parallelism = Some(mesh);
+        j
+    };
+    let (mut running, mut placed, mut next) = (Vec::new(), Vec::new(), 0usize);
+    while next < 2048 {
+        let (model, mesh) = if running.len() % 2 == 0 {
+            ("llama3-70b", Mesh { tp: 8, pp: 4, dp: 8, microbatches: 16, ..Mesh::default() })
+        } else {
+            ("llama3-8b", Mesh { tp: 8, dp: 4, microbatches: 4, ..Mesh::default() })
+        };
+        let hosts = (mesh.gpus() / 8) as usize;
+        if next + hosts > 2048 {
+            break;
+        }
+        placed.push((next..next + hosts).map(|h| (h, 8)).collect::<Vec<(HostId, u32)>>());
+        running.push(mesh_job(format!("r{}", running.len()), model, mesh));
+        next += hosts;
+    }
+    let mut free = vec![0u32; 4096];
+    free[next..].iter_mut().for_each(|f| *f = 8);
+    let waiting = mesh_job("new".into(), "llama3-8b", Mesh { tp: 8, dp: 8, microbatches: 4, ..Mesh::default() });
+    for policy in ["metronome", "themis+cassini", "orrery", "fifo+foresight"] {
+        let mut p = orrery_policy::by_name(policy, 1).expect("catalogued");
+        let view = || ClusterView {
+            now_s: 10.0,
+            topology: &topo,
+            free_gpus: &free,
+            queue: vec![QueuedJob::new(running.len(), &waiting, 1.0)],
+            running: running
+                .iter()
+                .zip(&placed)
+                .enumerate()
+                .map(|(i, (s, h))| RunningJob::new(i, s, h.as_slice()))
+                .collect(),
+        };
+        black_box(p.schedule(&view()));
+        g.bench_function(BenchmarkId::new(policy, "4096x8-h100"), |b| b.iter(|| black_box(p.schedule(&view()))));
+    }
+    g.finish();
+}
+
+criterion_group!(benches, bench, bench_llm);
 criterion_main!(benches);

@@ -110,6 +110,9 @@ impl Colocator {
         wait_s: f64,
     ) -> Option<Vec<(HostId, u32)>> {
         let (id, spec) = (q.id, q.spec);
+        if rigid(spec) {
+            return None;
+        }
         let per = spec.gpus_per_worker.max(1);
         let free_total: u64 = free.iter().map(|&f| u64::from(f)).sum();
         let most = (free_total / u64::from(per)).min(u64::from(spec.workers.max(1) - 1)) as u32;
@@ -182,6 +185,9 @@ impl Colocator {
         price: f64,
     ) -> u32 {
         let (n, per) = (q.spec.workers.max(1), q.spec.gpus_per_worker.max(1));
+        if rigid(q.spec) {
+            return n;
+        }
         let (index, kept) = self.index_for(free, rack_of, q.spec);
         let packed_ms = self.request_ms(view, q.id, q.spec);
         let duty = self.duty(view);
@@ -231,7 +237,7 @@ impl Colocator {
         // (gain per worker, index, workers now); the best use of a GPU first.
         let mut offers: Vec<(f64, usize, u32)> = Vec::new();
         let spare = free.total();
-        for (i, r) in view.running.iter().enumerate().filter(|(_, r)| !r.paused && r.xi <= 1.0) {
+        for (i, r) in view.running.iter().enumerate().filter(|(_, r)| !r.paused && r.xi <= 1.0 && !rigid(r.spec)) {
             let per = r.spec.gpus_per_worker.max(1);
             let held: u32 = r.hosts.iter().map(|h| h.1).sum();
             let solo: u32 = r.solo_gpus.iter().map(|s| s.1).sum();
@@ -247,6 +253,9 @@ impl Colocator {
         offers.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
         for (_, i, now) in offers {
             let r = &view.running[i];
+            if rigid(r.spec) {
+                continue;
+            }
             let (spec, per) = (r.spec, r.spec.gpus_per_worker.max(1));
             let most = (2 * spec.workers.max(1)).min(now + free.total() / per);
             let stretch_now = self.stretch_on(view, r.id, spec, r.hosts);
@@ -309,8 +318,8 @@ impl Colocator {
             let Some(q) = queued.get(job) else { continue };
             let (spec, per) = (q.spec, q.spec.gpus_per_worker.max(1));
             let n = spec.workers.max(1);
-            if hosts.iter().map(|h| h.1).sum::<u32>() != spec.gpus() {
-                continue; // started smaller
+            if hosts.iter().map(|h| h.1).sum::<u32>() != spec.gpus() || rigid(spec) {
+                continue; // started smaller, or a mesh
             }
             let spare = free.total();
             let most = (2 * n).min(n + spare / per);
@@ -330,4 +339,10 @@ impl Colocator {
             }
         }
     }
+}
+
+/// A job whose size is not the policy's to choose: a device mesh runs on
+/// `tp·pp·dp` GPUs (choosing its DP width is issue 67's sizing). O(1).
+pub(crate) fn rigid(spec: &JobSpec) -> bool {
+    spec.parallelism.is_some()
 }

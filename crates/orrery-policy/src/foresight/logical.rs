@@ -96,7 +96,7 @@ impl LogicalNetwork {
     /// (for `Decision::Route`). None inside a rack or for an unknown spine.
     pub fn path_through(&self, t: &Topology, src: HostId, dst: HostId, spine: usize) -> Option<usize> {
         let node = *self.spine_nodes.get(spine)?;
-        t.paths(src, dst).iter().position(|p| p.iter().any(|&l| t.links[l].to == node))
+        t.shared_paths(src, dst).iter().position(|p| p.iter().any(|&l| t.links[l].to == node))
     }
 
     /// FORESIGHT's fragmentation (§II): the share of a set of flows that

@@ -20,7 +20,7 @@
 //! O(E · (V + Δ/64)) per range.
 
 use super::coloring::color_bipartite;
-use super::logical::LogicalNetwork;
+use super::logical::{LogicalLink, LogicalNetwork};
 use super::timing::{BadRange, Phase, Planned, Profile, TimedJob, TimingParams, solve_timing};
 use orrery_model::HostId;
 
@@ -63,14 +63,21 @@ impl FlowProfile {
     /// source leaf's up link and its destination leaf's down link.
     /// Flows over the same logical link in the same window merge into one
     /// phase (a ring's flows start together), so the solver checks each link
-    /// once per window. O(flows²) in the worst case, flows per job are few.
+    /// once per window, in the order the windows first appear. O(flows)
+    /// (a mesh job has thousands: a DP ring per TP rank, pipeline sends per
+    /// chunk).
     pub fn timing(&self) -> Profile {
         let mut phases: Vec<Phase> = Vec::new();
+        let mut index: std::collections::HashMap<(LogicalLink, u64, u64), usize> = std::collections::HashMap::new();
         for f in &self.flows {
             for link in [LogicalNetwork::up(f.src_leaf), LogicalNetwork::down(f.dst_leaf)] {
-                match phases.iter_mut().find(|p| p.link == link && p.start_ms == f.start_ms && p.end_ms == f.end_ms) {
-                    Some(p) => p.gbps += f.gbps,
-                    None => phases.push(Phase { start_ms: f.start_ms, end_ms: f.end_ms, link, gbps: f.gbps }),
+                let key = (link, f.start_ms.to_bits(), f.end_ms.to_bits());
+                match index.get(&key) {
+                    Some(&i) => phases[i].gbps += f.gbps,
+                    None => {
+                        index.insert(key, phases.len());
+                        phases.push(Phase { start_ms: f.start_ms, end_ms: f.end_ms, link, gbps: f.gbps });
+                    }
                 }
             }
         }
