@@ -159,6 +159,11 @@ pub const PLACEMENTS: &[(&str, &str)] = &[
     ),
     ("exclusive", "reserve each host's mean send rate on its NIC; wait when it does not fit"),
     ("bidding", "Plebiscito's bandwidth-aware SGF bids (Eq. 9, alpha = 0.5), placed by the central greedy"),
+    (
+        "tas-required:LEVEL",
+        "Kubernetes/Kueue TAS, LEVEL host or rack: the whole gang in the fullest domain that holds it, or it waits",
+    ),
+    ("tas-preferred:LEVEL", "Kueue TAS preferred: one domain if one holds it, else the fewest, emptiest first"),
 ];
 
 /// Every policy name with one line about it (`orrery policies`).
@@ -174,6 +179,14 @@ pub const CATALOGUE: &[(&str, &str)] = &[
     ("k8s-default", "= fifo/spread: kube-scheduler, pod by pod, LeastAllocated (pods of a job spread out)"),
     ("diktyo", "= fifo/latency: Diktyo, pod by pod, lowest latency to the job's placed pods, then LeastAllocated"),
     ("exclusive-bw", "= fifo/exclusive: a job reserves its mean rate on its hosts' NICs; waits when it does not fit"),
+    (
+        "tas-required:rack",
+        "= fifo/tas-required:rack: Kubernetes 1.36 / Kueue TAS, every gang inside one rack or waiting",
+    ),
+    (
+        "tas-preferred:rack",
+        "= fifo/tas-preferred:rack: Kueue TAS preferred, one rack if one holds the gang, else the fewest",
+    ),
     (
         "metronome",
         "Metronome: filter/score (Eq. 18)/normalize (Eq. 19)/reserve per pod, priority-aware alignment, A_T/O_T",
@@ -261,6 +274,7 @@ fn placement(name: &str, seed: u64) -> Option<Box<dyn Placement>> {
         "latency" => Box::new(placement::Latency::default()),
         "exclusive" => Box::new(placement::ExclusiveBandwidth::default()),
         "bidding" => Box::new(crate::plebiscito::Bidding::aware(orrery_plebiscito::utility::Utility::Sgf)),
+        tas if tas.starts_with("tas-") => Box::new(crate::topology_aware::TopologyAware::by_name(tas)?),
         _ => return None,
     })
 }
@@ -370,6 +384,7 @@ pub fn by_name(name: &str, seed: u64) -> Option<Box<dyn Policy>> {
         "k8s-default" => ("fifo", "spread"),
         "diktyo" => ("fifo", "latency"),
         "exclusive-bw" => ("fifo", "exclusive"),
+        tas if tas.starts_with("tas-required:") || tas.starts_with("tas-preferred:") => ("fifo", tas),
         "ideal" => {
             let mut c = Composed::new(order("fifo")?, placement("consolidated", seed)?, "ideal");
             c.isolated = true;

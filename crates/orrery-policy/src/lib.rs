@@ -22,6 +22,7 @@ pub mod placement;
 pub mod plebiscito;
 pub mod pollux;
 pub mod slot;
+pub mod topology_aware;
 
 pub use compose::{CATALOGUE, PINNED_NAMES, by_name, with_pins};
 
