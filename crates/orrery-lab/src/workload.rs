@@ -60,6 +60,14 @@ pub(crate) fn check_workload(jobs: &[JobSpec], pins: &Pins, topo: &Topology) -> 
         if let Err(b) = j.check() {
             return Err(format!("job {}: {}: expected {}, found {}", j.id, b.field, b.expected, b.found));
         }
+        if j.host_unit() > largest {
+            return Err(format!(
+                "job {}: parallelism: a TP group of {} GPUs must fit one host; the largest host of {} has {largest}",
+                j.id,
+                j.host_unit(),
+                topo.name
+            ));
+        }
         let wanted = u64::from(j.workers) * u64::from(j.gpus_per_worker);
         if wanted > total {
             return Err(format!("job {} asks for {wanted} GPUs; the cluster {} has {total}", j.id, topo.name));

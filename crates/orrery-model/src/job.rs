@@ -390,9 +390,20 @@ impl JobSpec {
     }
 
     /// GPUs the job may take from a host with `free` free: all of them, or
-    /// one worker's with anti-affinity.
+    /// one worker's with anti-affinity; a mesh's in whole TP groups
+    /// ([`Self::host_unit`]), so no TP group crosses an NVLink domain.
     pub fn host_cap(&self, free: u32) -> u32 {
-        if self.anti_affinity { free.min(self.gpus_per_worker.max(1)) } else { free }
+        let cap = if self.anti_affinity { free.min(self.gpus_per_worker.max(1)) } else { free };
+        let unit = self.host_unit();
+        cap / unit * unit
+    }
+
+    /// The GPUs a host gives this job in multiples of: a mesh's TP group
+    /// (its ranks are numbered TP first, so a host holding whole groups
+    /// keeps each on its NVLink), else 1. A TP group wider than every host
+    /// never fits; experiment files refuse it. O(1).
+    pub fn host_unit(&self) -> u32 {
+        self.parallelism.map_or(1, |m| m.tp.max(1))
     }
 
     /// Total GPUs requested.

@@ -189,3 +189,47 @@ mod tests {
         assert!(TopologyAware::by_name("tas:rack").is_none());
     }
 }
+
+/// Mesh jobs under every policy that places through `JobSpec::host_cap`
+/// (issue 67: "a TP group never crosses an NVLink domain under orrery").
+#[cfg(test)]
+mod mesh_tests {
+    use crate::{ClusterView, Decision, QueuedJob};
+    use orrery_model::mesh::Mesh;
+    use orrery_model::setups::LeafSpine;
+    use orrery_model::{JobSpec, Work};
+
+    #[test]
+    fn no_policy_that_places_by_host_cap_splits_a_tp_group_across_hosts() {
+        // 2 racks of 2 hosts of 8 GPUs; free 6, 8, 2, 8. A Llama 3 8B at
+        // TP 8 x DP 2 takes the two hosts with 8 free, never 6 + 2 of two
+        // others; at TP 4 x DP 3 it takes whole fours (4 of the 6).
+        let t = LeafSpine::with_oversubscription(2, 2, 1, 8, "h100", 3200.0, 1.0).build("t").expect("valid");
+        let free = [6, 8, 2, 8];
+        for (tp, dp) in [(8, 2), (4, 3)] {
+            let mut job = JobSpec::new("m", "llama3-8b", 1, tp * dp, Work::Iterations(10), 0.0);
+            job.parallelism = Some(Mesh { tp, dp, ..Mesh::default() });
+            assert_eq!(job.check(), Ok(()));
+            for policy in ["orrery", "fifo", "themis+cassini", "tas-preferred:rack", "fifo+foresight"] {
+                let mut p = crate::by_name(policy, 1).expect("catalogued");
+                let view = ClusterView {
+                    now_s: 0.0,
+                    topology: &t,
+                    free_gpus: &free,
+                    queue: vec![QueuedJob::new(0, &job, 1.0)],
+                    running: Vec::new(),
+                };
+                let hosts = p
+                    .schedule(&view)
+                    .into_iter()
+                    .find_map(|d| match d {
+                        Decision::Place { job: 0, hosts } => Some(hosts),
+                        _ => None,
+                    })
+                    .unwrap_or_else(|| panic!("{policy} places the TP {tp} mesh"));
+                assert_eq!(hosts.iter().map(|h| h.1).sum::<u32>(), tp * dp, "{policy}");
+                assert!(hosts.iter().all(|&(_, g)| g % tp == 0), "{policy} split a TP {tp} group: {hosts:?}");
+            }
+        }
+    }
+}

@@ -234,9 +234,10 @@ impl Colocator {
     }
 
     /// The index of the GPUs `spec` may use: the kept one unless the job
-    /// caps its GPUs per host (anti-affinity), which gets its own.
+    /// caps its GPUs per host (anti-affinity, a mesh's TP groups), which
+    /// gets its own.
     pub(crate) fn index_for(&mut self, free: &[u32], rack_of: &[usize], spec: &JobSpec) -> (FreeIndex, bool) {
-        if spec.anti_affinity {
+        if spec.anti_affinity || spec.host_unit() > 1 {
             (FreeIndex::new(&capped(free, spec), rack_of), false)
         } else {
             (self.take_index(free, rack_of), true)
