@@ -398,12 +398,23 @@ impl JobSpec {
         cap / unit * unit
     }
 
-    /// The GPUs a host gives this job in multiples of: a mesh's TP group
-    /// (its ranks are numbered TP first, so a host holding whole groups
-    /// keeps each on its NVLink), else 1. A TP group wider than every host
+    /// The GPUs a host gives this job in multiples of: for a mesh, whole
+    /// TP groups in whole workers (the least common multiple of `tp` and
+    /// `gpus_per_worker`: its ranks are numbered TP first, so a host
+    /// holding whole groups keeps each on its NVLink), else 1. A TP group wider than every host
     /// never fits; experiment files refuse it. O(1).
     pub fn host_unit(&self) -> u32 {
-        self.parallelism.map_or(1, |m| m.tp.max(1))
+        let gcd = |mut a: u32, mut b: u32| {
+            while b != 0 {
+                (a, b) = (b, a % b);
+            }
+            a.max(1)
+        };
+        // Whole TP groups in whole workers (pods of several GPUs each).
+        self.parallelism.map_or(1, |m| {
+            let (tp, g) = (m.tp.max(1), self.gpus_per_worker.max(1));
+            tp / gcd(tp, g) * g
+        })
     }
 
     /// Total GPUs requested.
@@ -415,6 +426,22 @@ impl JobSpec {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_mesh_takes_hosts_in_whole_tp_groups_of_whole_workers() {
+        let mut j = JobSpec::new("m", "llama3-8b", 1, 16, Work::Iterations(1), 0.0);
+        assert_eq!((j.host_unit(), j.host_cap(7)), (1, 7));
+        j.parallelism = Some(crate::mesh::Mesh { tp: 8, dp: 2, ..crate::mesh::Mesh::default() });
+        assert_eq!((j.host_unit(), j.host_cap(7), j.host_cap(8), j.host_cap(17)), (8, 0, 8, 16));
+        // Pods of 2 GPUs: still whole groups of 8. TP 4 in pods of 8: pods.
+        j.gpus_per_worker = 2;
+        assert_eq!(j.host_unit(), 8);
+        j.parallelism = Some(crate::mesh::Mesh { tp: 4, dp: 4, ..crate::mesh::Mesh::default() });
+        j.gpus_per_worker = 8;
+        assert_eq!(j.host_unit(), 8);
+        j.gpus_per_worker = 6;
+        assert_eq!(j.host_unit(), 12);
+    }
     use crate::shape::{Collective, Segment};
 
     #[test]

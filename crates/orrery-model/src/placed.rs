@@ -63,7 +63,7 @@ pub fn place(topo: &Topology, spec: &JobSpec, hosts: &[(HostId, u32)]) -> Option
 /// Each rank has its share of the host's NICs (one rail NIC per GPU), a
 /// flow no faster than the slowest link; a host is one NVLink domain.
 /// O(chunks).
-fn mesh_iteration(
+pub fn mesh_iteration(
     arch: &crate::mesh::LlmArch,
     spec: &JobSpec,
     gpu: &crate::GpuType,

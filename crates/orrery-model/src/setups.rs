@@ -100,6 +100,101 @@ pub fn gb200_nvl72() -> Result<Topology, TopologyError> {
     LeafSpine::with_oversubscription(4, 1, 4, 72, "gb200", 72.0 * 400.0, 1.0).build("gb200-nvl72")
 }
 
+/// A host of a three-tier Clos and the switches above it: its ToR, the
+/// aggregation switch the ToR hangs from, and the core (Lingjun's `ASW`,
+/// `PSW`, `DSW`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClosHost {
+    /// Host name.
+    pub name: String,
+    /// Its ToR (unique within its aggregation switch).
+    pub tor: String,
+    /// The aggregation switch.
+    pub aggregation: String,
+    /// The core switch.
+    pub core: String,
+}
+
+/// Rates of a three-tier Clos whose file gives only its shape.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClosRates {
+    /// GPUs per host.
+    pub gpus_per_host: u32,
+    /// GPU type.
+    pub gpu_type: String,
+    /// Host-to-ToR rate, Gbit/s (all of a host's NICs).
+    pub host_gbps: f64,
+    /// Hosts' rate over ToR uplink rate at each ToR.
+    pub tor_ratio: f64,
+    /// ToRs' uplink rate over aggregation uplink rate at each aggregation switch.
+    pub aggregation_ratio: f64,
+}
+
+impl Default for ClosRates {
+    /// orrery's choice for Lingjun, which publishes no rates: 8 H100-class
+    /// GPUs a host with a 400 Gbit/s NIC each (as `h100`), non-blocking
+    /// from ToR to aggregation, 4:1 from aggregation to core.
+    fn default() -> Self {
+        ClosRates {
+            gpus_per_host: 8,
+            gpu_type: "h100".into(),
+            host_gbps: 3200.0,
+            tor_ratio: 1.0,
+            aggregation_ratio: 4.0,
+        }
+    }
+}
+
+/// A three-tier tree of ToRs under aggregation switches under cores, from
+/// its hosts: each ToR's uplink carries its hosts' rate over `tor_ratio`,
+/// each aggregation switch's uplink its ToRs' uplinks over
+/// `aggregation_ratio`. Switches are named `tor:AGG/TOR`, `agg:AGG`,
+/// `core:CORE`. O(hosts).
+pub fn clos_tree(name: &str, hosts: &[ClosHost], rates: &ClosRates) -> Result<Topology, TopologyError> {
+    use std::collections::BTreeMap;
+    let mut b = Builder::new();
+    let mut tors: BTreeMap<(String, String), (Ref, u32, String)> = BTreeMap::new();
+    let mut aggs: BTreeMap<String, (Ref, f64, String)> = BTreeMap::new();
+    let mut cores: BTreeMap<String, Ref> = BTreeMap::new();
+    let host_refs: Vec<Ref> =
+        hosts.iter().map(|h| b.host(h.name.clone(), rates.gpus_per_host, &rates.gpu_type, 0, 0.0)).collect();
+    for (h, r) in hosts.iter().zip(&host_refs) {
+        let key = (h.aggregation.clone(), h.tor.clone());
+        let tor = match tors.get_mut(&key) {
+            Some(t) => {
+                t.1 += 1;
+                t.0
+            }
+            None => {
+                let t = b.switch(format!("tor:{}/{}", h.aggregation, h.tor), Tier::Leaf);
+                tors.insert(key, (t, 1, h.core.clone()));
+                t
+            }
+        };
+        b.cable(*r, tor, rates.host_gbps);
+        if !cores.contains_key(&h.core) {
+            let c = b.switch(format!("core:{}", h.core), Tier::Spine);
+            cores.insert(h.core.clone(), c);
+        }
+    }
+    for ((agg, _), (tor, n, core)) in &tors {
+        let up = f64::from(*n) * rates.host_gbps / rates.tor_ratio.max(1e-9);
+        let entry = match aggs.get_mut(agg) {
+            Some(a) => a,
+            None => {
+                let a = b.switch(format!("agg:{agg}"), Tier::Spine);
+                aggs.entry(agg.clone()).or_insert((a, 0.0, core.clone()))
+            }
+        };
+        entry.1 += up;
+        b.cable(*tor, entry.0, up);
+    }
+    for (a, up, core) in aggs.values() {
+        b.cable(*a, cores[core], up / rates.aggregation_ratio.max(1e-9));
+    }
+    b.build(name)
+}
+
 /// CASSINI §5.1: 24 servers with one A100 and a 50 Gbps NIC; a Tofino emulates
 /// 13 logical switches and 48 bidirectional links at 2:1 oversubscription.
 ///

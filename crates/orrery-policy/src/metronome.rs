@@ -217,10 +217,18 @@ fn components<'a>(schemes: impl Iterator<Item = &'a Scheme>) -> HashMap<JobId, J
     jobs.into_iter().map(|j| (j, find(&mut parent, j))).collect()
 }
 
-/// The circle a job would have spread over `workers` hosts at `gbps`.
-fn circle_of(spec: &JobSpec, gpu: &str, gbps: f64) -> Option<Circle> {
+/// The circle a job would have spread over `workers` hosts at `gbps`; an
+/// LLM's on hosts of `host_gpus` GPUs, each GPU's share of the NIC (its
+/// pods are GPUs, whole TP groups to a node).
+fn circle_of(spec: &JobSpec, gpu: &str, gbps: f64, host_gpus: u32) -> Option<Circle> {
     if let Some(explicit) = &spec.shape {
         return Some(explicit.iteration(spec.workers, spec.workers, gbps).circle());
+    }
+    if let Some(arch) = orrery_model::mesh::llm(&spec.model) {
+        let g = orrery_model::gpu::gpu_type(gpu)?;
+        let per_host = host_gpus.clamp(1, spec.workers.max(1));
+        let hosts = vec![per_host; spec.workers.div_ceil(per_host) as usize];
+        return Some(orrery_model::placed::mesh_iteration(arch, spec, g, &hosts, (gbps, f64::INFINITY)).circle());
     }
     let m = model(&spec.model)?;
     Some(m.shape_on(gpu, spec.batch, &Placement::spread(spec.workers), gbps)?.circle())
@@ -358,7 +366,9 @@ impl Metronome {
     ) -> Option<JobPlacement> {
         let t = view.topology;
         let spec = job.spec;
-        let per_pod = spec.gpus_per_worker.max(1);
+        // A mesh's pods are placed a TP group at a time, so a group never
+        // spans nodes (`JobSpec::host_unit`).
+        let per_pod = if spec.parallelism.is_some() { spec.host_unit() } else { spec.gpus_per_worker.max(1) };
         let fastest = (0..t.hosts.len()).map(|h| t.host_nic_gbps(h)).fold(0.0, f64::max);
         let mut scratch = free.to_vec();
         let mut chosen: Vec<HostId> = Vec::new();
@@ -378,7 +388,7 @@ impl Metronome {
         let label = |j: JobId| component.get(&j).copied().unwrap_or(j);
         // The job's circle depends only on the host's GPU type and rate:
         // derived once per kind of host, not per host and pod.
-        let mut circles: HashMap<(&str, u64), Option<Circle>> = HashMap::new();
+        let mut circles: HashMap<(&str, u64, u32), Option<Circle>> = HashMap::new();
         let mut scores: HashMap<HostId, (f64, Option<UnifiedCircle>)> = HashMap::new();
         // A node's score depends only on its kind (GPU, rate) and on its
         // pods' circles and priorities in order, not on which node it is:
@@ -387,7 +397,7 @@ impl Metronome {
         let mut alike: HashMap<Vec<u64>, (f64, Option<UnifiedCircle>)> = HashMap::new();
         // Pods of other jobs this one depends on, or that depend on it.
         let dependencies = view.dependency_hosts(spec);
-        for _pod in 0..spec.workers {
+        for _pod in 0..spec.gpus() / per_pod {
             // PreFilter: latency to the pods it depends on that are placed
             // (its job's own so far, and its AppGroup dependencies'), or the
             // mean.
@@ -407,15 +417,18 @@ impl Metronome {
                 // peak rate on the fastest NIC — within the link (Eq. 14).
                 let nic = t.host_nic_gbps(n);
                 let gpu = t.hosts[n].gpu_type.as_str();
+                let host_gpus = t.hosts[n].gpus;
                 for gbps in [fastest, nic] {
-                    circles.entry((gpu, gbps.to_bits())).or_insert_with(|| circle_of(spec, gpu, gbps));
+                    circles
+                        .entry((gpu, gbps.to_bits(), host_gpus))
+                        .or_insert_with(|| circle_of(spec, gpu, gbps, host_gpus));
                 }
-                let Some(declared) = &circles[&(gpu, fastest.to_bits())] else { continue };
+                let Some(declared) = &circles[&(gpu, fastest.to_bits(), host_gpus)] else { continue };
                 let peak = declared.arcs.iter().map(|a| a.gbps).fold(0.0, f64::max);
                 if available < per_pod || peak > nic + 1e-9 || (spec.anti_affinity && chosen.contains(&n)) {
                     continue;
                 }
-                let Some(circle) = &circles[&(gpu, nic.to_bits())] else { continue };
+                let Some(circle) = &circles[&(gpu, nic.to_bits(), host_gpus)] else { continue };
                 // Score (Eq. 18) with the early returns. A node's score
                 // depends on its pods and the newcomer's circle, not on which
                 // pod of the job is being placed: computed once per job.

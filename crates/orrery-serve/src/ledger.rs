@@ -975,6 +975,34 @@ mod tests {
     }
 
     #[test]
+    fn an_llm_mesh_submitted_as_json_is_placed_in_whole_tp_groups() {
+        // The job issue 66 names, at a size the `h100` set-up holds:
+        // 64 GPUs, 8 hosts; `workers` left out.
+        let text = r#"{"id": "llama", "model": "llama3-70b", "work": {"iterations": 100}, "arrival_s": 0,
+                       "parallelism": {"tp": 8, "pp": 4, "dp": 2, "microbatches": 16}}"#;
+        let spec: JobSpec = serde_json::from_str(text).expect("the jsonl format");
+        assert_eq!(spec.check(), Ok(()));
+        let mut l = Ledger::new(orrery_model::setups::by_name("h100").expect("built in"));
+        for node in 0..32 {
+            let up = Logged::Event(DriverEvent::NodeUp { node, gpus: 8, session: 1 });
+            assert!(l.record(&up, 0.0).is_some());
+        }
+        let id = l.submit(spec, 0.0);
+        let mut policy = orrery_policy::by_name("orrery", 1).expect("catalogued");
+        let decisions = policy.schedule(&l.view(1.0));
+        let hosts = decisions
+            .iter()
+            .find_map(|d| match d {
+                Decision::Place { job, hosts } if *job == id => Some(hosts.clone()),
+                _ => None,
+            })
+            .expect("placed");
+        assert_eq!(hosts.iter().map(|h| h.1).sum::<u32>(), 64);
+        assert!(hosts.iter().all(|h| h.1 % 8 == 0), "{hosts:?}");
+        assert!(l.record(&Logged::Decision(Decision::Place { job: id, hosts }), 1.0).is_some());
+    }
+
+    #[test]
     fn gpus_are_never_over_committed_and_down_hosts_take_nothing() {
         let mut l = demo();
         up(&mut l, 0);

@@ -75,6 +75,40 @@ fn machine(
     }))
 }
 
+/// Alibaba Lingjun's `topo.csv` (Crux's dataset): `ip, DSW, PSW, ASW`, one
+/// row per host with the core, aggregation and ToR switch above it. A row
+/// with an empty field, or an ip seen before, is a diagnostic.
+pub fn parse_lingjun(file: &str, text: &str) -> Parsed<orrery_model::setups::ClosHost> {
+    let header = ["ip", "DSW", "PSW", "ASW"];
+    let mut seen = std::collections::HashSet::new();
+    for_each_row(file, text, b',', true, &header, |row| {
+        let ip = row.text(0)?;
+        if ip.is_empty() || !seen.insert(ip.to_string()) {
+            return Err(row.at.field("ip", "a host id not seen before", ip));
+        }
+        let [core, aggregation, tor] = [1, 2, 3].map(|i| row.text(i).map(str::to_string));
+        let (core, aggregation, tor) = (core?, aggregation?, tor?);
+        for (field, v) in [("DSW", &core), ("PSW", &aggregation), ("ASW", &tor)] {
+            if v.is_empty() {
+                return Err(row.at.field(field, "a switch name", v));
+            }
+        }
+        // Host names: the hashed ip's first 12 hex digits.
+        let name = format!("h-{}", &ip[..ip.len().min(12)]);
+        Ok(Some(orrery_model::setups::ClosHost { name, tor, aggregation, core }))
+    })
+}
+
+/// The bundled Lingjun cluster as a topology, at orrery's chosen rates
+/// ([`orrery_model::setups::ClosRates::default`]).
+pub fn lingjun() -> Topology {
+    let parsed = parse_lingjun("lingjun/topo.csv", LINGJUN_TOPOLOGY);
+    orrery_model::setups::clos_tree("lingjun", &parsed.items, &orrery_model::setups::ClosRates::default())
+        .expect("the bundled Lingjun topology is valid")
+}
+
+const LINGJUN_TOPOLOGY: &str = include_str!("../../../data/lingjun/topo.csv");
+
 /// A topology from machines with orrery's rack assumptions.
 pub fn topology(name: &str, machines: &[Machine]) -> Topology {
     from_machines(name, machines, RACK_SIZE, HOST_GBPS)
@@ -84,11 +118,13 @@ const PHILLY_MACHINES: &str = include_str!("../../../data/philly/philly_cluster_
 const PAI_V2020_MACHINES: &str = include_str!("../../../data/alibaba/pai_v2020_machine_spec.csv");
 
 /// Built-in clusters from bundled machine lists: `philly` (552 machines) and
-/// `pai-v2020` (1,814 GPU machines).
+/// `pai-v2020` (1,814 GPU machines); and `lingjun`, Alibaba's three-tier
+/// LLM cluster (847 hosts).
 pub fn builtin(name: &str) -> Option<Topology> {
     let parsed = match name.trim().to_ascii_lowercase().as_str() {
         "philly" => parse_philly("philly_cluster_machine_list.csv", PHILLY_MACHINES),
         "pai-v2020" | "pai" => parse_pai_v2020("pai_v2020_machine_spec.csv", PAI_V2020_MACHINES),
+        "lingjun" => return Some(lingjun()),
         _ => return None,
     };
     Some(topology(name, &parsed.items))
@@ -101,6 +137,38 @@ mod tests {
     fn data(path: &str) -> String {
         let p = concat!(env!("CARGO_MANIFEST_DIR"), "/../../data/");
         std::fs::read_to_string(format!("{p}{path}")).expect("bundled data file")
+    }
+
+    #[test]
+    fn lingjun_is_847_hosts_under_119_tors_3_aggregation_switches_and_a_core() {
+        let p = parse_lingjun("lingjun/topo.csv", &data("lingjun/topo.csv"));
+        assert!(p.errors.is_empty(), "{:?}", p.errors);
+        assert_eq!(p.items.len(), 847);
+        let t = lingjun();
+        assert_eq!(t.hosts.len(), 847);
+        assert_eq!(t.gpu_count(), 847 * 8);
+        assert_eq!(t.switches.len(), 119 + 3 + 1);
+        // Non-blocking at the ToRs: a ToR's uplink carries its hosts' rate.
+        assert!((t.oversubscription() - 1.0).abs() < 1e-9);
+        // Hosts under different aggregation switches are 6 hops apart
+        // (host, ToR, aggregation, core, aggregation, ToR, host), one path.
+        let agg_of = |h: usize| {
+            let tor = t.links[t.out_links(h)[0]].to;
+            t.node_name(tor).split('/').next().map(str::to_string)
+        };
+        let (a, b) = (0, (1..847).find(|&h| agg_of(h) != agg_of(0)).expect("another pod"));
+        let paths = t.paths(a, b);
+        assert_eq!(paths.len(), 1);
+        assert_eq!(paths[0].len(), 6);
+    }
+
+    #[test]
+    fn a_lingjun_row_without_a_switch_or_with_a_seen_ip_is_named() {
+        let text = "ip,DSW,PSW,ASW\naa,G6,P8,S1\nbb,G6,,S1\naa,G6,P8,S2\ncc,G6,P8,S2\n";
+        let p = parse_lingjun("t.csv", text);
+        assert_eq!(p.items.len(), 2);
+        let fields: Vec<_> = p.errors.iter().map(|e| (e.line, e.field.clone())).collect();
+        assert_eq!(fields, vec![(3, Some("PSW".to_string())), (4, Some("ip".to_string()))]);
     }
 
     #[test]

@@ -115,8 +115,14 @@ fn every_policy_survives_generated_poisson_workloads_on_leaf_spines() {
         assert_eq!(summary.runs.len(), policies.len(), "case {seed}");
         for run in &summary.runs {
             // Every job fits the cluster, and the time limit is hours past
-            // the last arrival: every job finishes.
+            // the last arrival: every job finishes. Except under a required
+            // topology domain: a gang larger than every rack waits for ever
+            // there, as Kueue leaves it inadmissible (its constraint is
+            // tested in `orrery_policy::topology_aware`); it must not panic.
             let m = &run.metrics;
+            if run.policy.starts_with("tas-required:") {
+                continue;
+            }
             assert_eq!(
                 m.finished, m.jobs,
                 "case {seed}, {}: {} of {} jobs finished\n{text}",
