@@ -249,7 +249,7 @@ impl Mesh {
     }
 
     /// Why this mesh cannot hold `arch`, or None: every count at least 1,
-    /// `tp` divides the heads, `pp` the layers, `ep` both `dp` and the
+    /// `tp` divides the heads, `pp` is at most the layers, `ep` both `dp` and the
     /// experts, a dense model has `ep` 1, ZeRO's stage is 0 to 3. O(1).
     pub fn check(&self, arch: &LlmArch) -> Option<String> {
         let Mesh { tp, pp, dp, ep, microbatches, zero } = *self;
@@ -259,8 +259,10 @@ impl Mesh {
         if !arch.heads.is_multiple_of(tp) {
             return Some(format!("tp = {tp} does not divide {}'s {} attention heads", arch.name, arch.heads));
         }
-        if !arch.layers.is_multiple_of(pp) {
-            return Some(format!("pp = {pp} does not divide {}'s {} layers", arch.name, arch.layers));
+        // Stages may hold unequal numbers of layers (Llama 3 405B's 126 on
+        // 16 stages: the first and last hold one fewer), but each holds one.
+        if pp > arch.layers {
+            return Some(format!("pp = {pp} is more stages than {}'s {} layers", arch.name, arch.layers));
         }
         if !dp.is_multiple_of(ep) || !arch.experts.is_multiple_of(ep) {
             return Some(format!("ep = {ep} must divide dp = {dp} and {}'s {} experts", arch.name, arch.experts));
@@ -407,7 +409,8 @@ mod tests {
         let m = llm("llama3-70b").expect("in the zoo");
         let bad = |mesh: Mesh| mesh.check(m).expect("refused");
         assert!(bad(Mesh { tp: 3, ..Mesh::default() }).contains("64 attention heads"));
-        assert!(bad(Mesh { pp: 3, ..Mesh::default() }).contains("80 layers"));
+        assert!(bad(Mesh { pp: 81, ..Mesh::default() }).contains("80 layers"));
+        assert_eq!(Mesh { pp: 3, ..Mesh::default() }.check(m), None, "unequal stages are allowed");
         assert!(bad(Mesh { ep: 2, dp: 2, ..Mesh::default() }).contains("1 experts"));
         assert!(bad(Mesh { microbatches: 0, ..Mesh::default() }).contains("at least 1"));
         assert!(bad(Mesh { zero: 4, ..Mesh::default() }).contains("0 to 3"));

@@ -13,9 +13,14 @@
 //! row; orrery assumes one sequence per micro-batch and plain 1F1B, chosen
 //! before comparing, and states it in `docs/results.md`.
 //!
+//! * The Llama 3 report (Dubey et al. 2024), Table 4: Llama 3 405B on
+//!   8,192 and 16,384 H100s. Shown, not claimed: the report's pipeline
+//!   schedule is interleaved to a depth it does not state.
+//!
 //! The one fitted number is the A100's matrix-multiply efficiency, fitted
 //! on the first row (1.7B, no tensor or pipeline parallelism: the row whose
-//! time is nearly all compute). Every other row is a prediction.
+//! time is nearly all compute), and used for every GPU. Every other row is
+//! a prediction.
 
 use super::timing::{Hardware, IterationTime, Recipe, iteration_time};
 use super::{LlmArch, Mesh};
@@ -45,6 +50,9 @@ pub struct Published {
     pub counts_recompute: bool,
     /// Where the number is.
     pub source: &'static str,
+    /// Whether orrery claims the row: false where the source leaves out
+    /// something the prediction turns on (shown, not held to 15%).
+    pub claimed: bool,
 }
 
 /// A GPT of Megatron-LM's Table 1: 4h feed-forward, tied embeddings.
@@ -80,6 +88,29 @@ const fn megatron(arch: LlmArch, tp: u32, pp: u32, gpus: u32, batch: u32, tflops
         tflops,
         counts_recompute: true,
         source: "Narayanan et al., SC'21, Table 1",
+        claimed: true,
+    }
+}
+
+/// A row of the Llama 3 report's Table 4: Llama 3 405B on H100s (8 per
+/// host, 400 Gbit/s RoCE per GPU), 8,192-token sequences, TP 8 × PP 16,
+/// `batch_per_dp` sequences per DP rank. The report's pipeline schedule is
+/// interleaved to a depth it does not state (§3.3.2); orrery assumes plain
+/// 1F1B, one sequence per micro-batch, no recomputation, and does not
+/// claim the rows. MFU-style TFLOP/s (model FLOPs).
+const fn llama3(dp: u32, batch_per_dp: u32, tflops: f64) -> Published {
+    Published {
+        arch: super::LLMS[3],
+        mesh: Mesh { tp: 8, pp: 16, dp, ep: 1, microbatches: batch_per_dp, zero: 0 },
+        recipe: Recipe { micro_batch: 1, recompute: false, virtual_stages: 1, dp_overlap: 0.0 },
+        global_batch: dp * batch_per_dp,
+        gpu: "h100",
+        nic_gbps: 400.0,
+        nvlink_domain: 8,
+        tflops,
+        counts_recompute: false,
+        source: "Llama 3 report (Dubey et al. 2024), Table 4",
+        claimed: false,
     }
 }
 
@@ -96,6 +127,8 @@ pub const PUBLISHED: &[Published] = &[
     megatron(gpt("gpt-310.1b", 96, 16384, 128), 8, 16, 1920, 2160, 155.0),
     megatron(gpt("gpt-529.6b", 105, 20480, 128), 8, 35, 2520, 2520, 163.0),
     megatron(gpt("gpt-1008.0b", 128, 25600, 160), 8, 64, 3072, 3072, 163.0),
+    llama3(64, 32, 430.0),
+    llama3(128, 16, 400.0),
 ];
 
 impl Published {
@@ -169,27 +202,23 @@ impl Calibrated {
     }
 }
 
-/// The calibration table: the efficiency fitted on the first row of each
-/// GPU type, every row predicted with it. O(rows).
+/// The calibration table: every row predicted with the one efficiency
+/// fitted on the first ([`matmul_efficiency`]), which orrery uses for
+/// every GPU. O(rows).
 pub fn calibration() -> Vec<Calibrated> {
-    let mut fitted: Vec<(&str, f64)> = Vec::new();
-    let mut out = Vec::new();
-    for row in PUBLISHED {
-        let (efficiency, is_fit) = match fitted.iter().find(|(g, _)| *g == row.gpu) {
-            Some(&(_, e)) => (e, false),
-            None => {
-                let Some(e) = row.fit_efficiency() else { continue };
-                fitted.push((row.gpu, e));
-                (e, true)
-            }
-        };
-        let (Some(iteration), Some(predicted_tflops)) = (row.predict(efficiency), row.predicted_tflops(efficiency))
-        else {
-            continue;
-        };
-        out.push(Calibrated { row: *row, predicted_tflops, fitted: is_fit, iteration });
-    }
-    out
+    let efficiency = matmul_efficiency();
+    PUBLISHED
+        .iter()
+        .enumerate()
+        .filter_map(|(i, row)| {
+            Some(Calibrated {
+                row: *row,
+                predicted_tflops: row.predicted_tflops(efficiency)?,
+                fitted: i == 0,
+                iteration: row.predict(efficiency)?,
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -201,13 +230,16 @@ mod tests {
         // `orrery zoo --llm-calibration` prints this table; docs/results.md
         // quotes it. Predicted per-GPU TFLOP/s, pinned to 0.1, in Table 1's
         // order (the first row fits the efficiency, so it is exact).
-        let pinned = [137.0, 138.1, 140.2, 143.3, 149.8, 150.8, 153.2, 154.3, 156.0, 158.3];
+        // Llama 3's two H100 rows last: shown, not claimed.
+        let pinned = [137.0, 138.1, 140.2, 143.3, 149.8, 150.8, 153.2, 154.3, 156.0, 158.3, 306.0, 234.0];
         let table = calibration();
         assert_eq!(table.len(), pinned.len());
         for (c, want) in table.iter().zip(pinned) {
-            assert!((c.predicted_tflops - want).abs() < 0.05, "{}: {:.2}", c.row.arch.name, c.predicted_tflops);
-            assert!(c.error().abs() < 0.15, "{}: {:+.1}%", c.row.arch.name, 100.0 * c.error());
+            let tolerance = if c.row.claimed { 0.05 } else { 0.5 };
+            assert!((c.predicted_tflops - want).abs() < tolerance, "{}: {:.2}", c.row.arch.name, c.predicted_tflops);
+            assert!(!c.row.claimed || c.error().abs() < 0.15, "{}: {:+.1}%", c.row.arch.name, 100.0 * c.error());
         }
+        assert_eq!(table.iter().filter(|c| c.row.claimed && !c.fitted).count(), 9);
         assert_eq!(table.iter().filter(|c| c.fitted).count(), 1);
         let efficiency = PUBLISHED[0].fit_efficiency().expect("reachable");
         assert!((efficiency - 0.610).abs() < 0.0005, "{efficiency}");
@@ -228,7 +260,7 @@ mod tests {
         // to one decimal); ours, counted from the same shape without the
         // position embeddings and biases (0.3% of the smallest), agree to
         // the rounding or within 1%.
-        for p in PUBLISHED {
+        for p in PUBLISHED.iter().filter(|p| p.arch.name.starts_with("gpt-")) {
             let named: f64 = p.arch.name.trim_start_matches("gpt-").trim_end_matches('b').parse().expect("a number");
             let ours = p.arch.params() / 1e9;
             assert!((ours - named).abs() <= (0.01 * named).max(0.055), "{}: {ours:.2}B", p.arch.name);
