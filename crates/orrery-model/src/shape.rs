@@ -8,6 +8,9 @@
 
 use serde::{Deserialize, Serialize};
 
+/// Rate of GPU-to-GPU traffic inside one host (PCIe 4.0 x16 ≈ 25 GB/s).
+pub const INTRA_HOST_GBPS: f64 = 200.0;
+
 /// A collective operation, with the bytes each worker puts on the wire for a
 /// payload of `B` bytes among `n` participants.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -138,17 +141,17 @@ impl Segment {
     /// Rate of this segment's flows between two GPUs of one host, Gbit/s:
     /// a mesh's group inside an NVLink domain runs at the segment's rate
     /// (NVLink), a mesh's group across hosts never slower than its NIC;
-    /// every other collective at [`crate::zoo::INTRA_HOST_GBPS`] (PCIe).
+    /// every other collective at [`INTRA_HOST_GBPS`] (PCIe).
     pub fn intra_host_gbps(&self) -> f64 {
         match *self {
             Segment::Comm { group, hosts, gbps, .. } if !group.is_all() => {
                 if hosts <= 1 {
                     gbps
                 } else {
-                    gbps.max(crate::zoo::INTRA_HOST_GBPS)
+                    gbps.max(INTRA_HOST_GBPS)
                 }
             }
-            _ => crate::zoo::INTRA_HOST_GBPS,
+            _ => INTRA_HOST_GBPS,
         }
     }
 

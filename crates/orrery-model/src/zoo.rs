@@ -24,8 +24,7 @@ use crate::shape::{Collective, IterationShape, Segment};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 
-/// Rate of GPU-to-GPU traffic inside one host (PCIe 4.0 x16 ≈ 25 GB/s).
-pub const INTRA_HOST_GBPS: f64 = 200.0;
+pub use crate::shape::INTRA_HOST_GBPS;
 
 /// Broad kind of model; uncalibrated models borrow their family's medians.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
