@@ -256,7 +256,8 @@ impl JobSpec {
                 if self.id.chars().count() > 40 { format!("… ({} bytes)", self.id.len()) } else { String::new() };
             bad("id", "a non-empty id of at most 256 bytes, no control characters".into(), format!("{shown:?}{more}"))
         } else if !(1..=MAX_WORKERS).contains(&self.workers) {
-            bad("workers", format!("1 to {MAX_WORKERS}"), self.workers.to_string())
+            let hint = if self.workers == 0 { " (left out only with an LLM's `parallelism`)" } else { "" };
+            bad("workers", format!("1 to {MAX_WORKERS}{hint}"), self.workers.to_string())
         } else if all_to_all && self.workers > MAX_ALL_TO_ALL_WORKERS {
             bad("workers", format!("at most {MAX_ALL_TO_ALL_WORKERS} for an all-to-all job"), self.workers.to_string())
         } else if !(1..=crate::topology::MAX_GPUS_PER_HOST).contains(&self.gpus_per_worker) {

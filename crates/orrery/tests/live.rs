@@ -261,8 +261,14 @@ fn every_endpoint_refuses_a_missing_wrong_or_wrong_scope_token_and_changes_nothi
     bad["workers"] = json!(0);
     let (status, v) = http.call("POST", &format!("{u}/v1/jobs"), Some(&user), Some(bad));
     assert_eq!((status, v["field"].as_str()), (422, Some("workers")), "{v}");
+    // The first required field missing is named (`workers` may be left
+    // out only by an LLM mesh, which fills it from its parallelism).
     let (status, v) =
         http.call("POST", &format!("{u}/v1/jobs"), Some(&user), Some(json!({"id": "c", "model": "vgg16"})));
+    assert_eq!((status, v["field"].as_str()), (422, Some("work")), "{v}");
+    let mut no_workers = job("c", "vgg16", 10, "low");
+    no_workers.as_object_mut().expect("object").remove("workers");
+    let (status, v) = http.call("POST", &format!("{u}/v1/jobs"), Some(&user), Some(no_workers));
     assert_eq!((status, v["field"].as_str()), (422, Some("workers")), "{v}");
     // A zoo model needs a batch (a job with its own `shape` does not).
     let mut no_batch = job("c", "vgg16", 10, "low");
