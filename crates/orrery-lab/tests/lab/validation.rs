@@ -478,13 +478,18 @@ fn preempted_jobs_keep_their_progress_and_rejected_jobs_count_as_failures() {
     assert!((m.afr - 1.0 / 3.0).abs() < 1e-12);
 }
 
+/// Runs `experiments/NAME` as `orrery run` would, without output files.
+fn run_experiment_file(name: &str) -> Vec<orrery_lab::summary::Run> {
+    let path = format!("{}/../../experiments/{name}", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(&path).expect("experiment file");
+    let e = orrery_lab::experiment::parse(&path, &text).expect("valid");
+    e.run(std::path::Path::new("."), |_, _, _, _, _| {}).expect("runs").runs
+}
+
 #[test]
 fn cassini_pair_experiment_file_reproduces_the_gain() {
     // experiments/cassini-pair.toml: the §2.2 pair, pinned, without and with CASSINI.
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../experiments/cassini-pair.toml");
-    let text = std::fs::read_to_string(path).expect("experiment file");
-    let e = orrery_lab::experiment::parse(path, &text).expect("valid");
-    let runs = e.run(std::path::Path::new("."), |_, _, _, _, _| {}).expect("runs").runs;
+    let runs = run_experiment_file("cassini-pair.toml");
     let p90 = |policy: &str| runs.iter().find(|r| r.policy == policy).map_or(0.0, |r| r.metrics.p90_iter_s);
     let gain = p90("pinned") / p90("pinned+cassini");
     // CASSINI measured 1.26x; the zoo's VGG19 at batch 128 on A100s has a 26% duty cycle.
@@ -501,10 +506,7 @@ fn two_mesh_jobs_data_parallel_phases_on_shared_uplinks_are_interleaved() {
     // 400 Gbit/s of a 470 ms iteration alone. CASSINI must see the flows
     // add up on the uplink (`Placed::link_circles`) and shift one job's DP
     // phase off the other's.
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../experiments/llm-pair.toml");
-    let text = std::fs::read_to_string(path).expect("experiment file");
-    let e = orrery_lab::experiment::parse(path, &text).expect("valid");
-    let runs = e.run(std::path::Path::new("."), |_, _, _, _, _| {}).expect("runs").runs;
+    let runs = run_experiment_file("llm-pair.toml");
     let it = |policy: &str| runs.iter().find(|r| r.policy == policy).map_or(0.0, |r| r.metrics.avg_iter_s);
     let (in_step, shifted) = (it("pinned"), it("pinned+cassini"));
     let jobs = &runs.iter().find(|r| r.policy == "pinned").expect("ran").jobs;
