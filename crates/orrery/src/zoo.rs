@@ -38,6 +38,13 @@ pub struct Args {
     /// Print the LLM architectures (layers, hidden size, parameters, FLOPs).
     #[arg(long)]
     llm: bool,
+    /// With an LLM as MODEL: its device mesh as JSON, e.g.
+    /// '{"tp": 8, "pp": 4, "dp": 8, "microbatches": 16}' (default: data
+    /// parallel over --workers). Prints one iteration's time on --gpu,
+    /// dimension by dimension, with --per-host GPUs a host and --gbps of
+    /// NIC a host.
+    #[arg(long, value_name = "JSON")]
+    parallelism: Option<String>,
     /// Print Castor's iteration-time model (Eqs. 1-3) fitted to Pollux's
     /// measured placements, with the fit error per model.
     #[arg(long)]
@@ -79,6 +86,12 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
     }
     if !(a.gbps > 0.0 && a.gbps.is_finite()) {
         bail!("--gbps must be a positive number, found {}", a.gbps);
+    }
+    if let Some(arch) = a.model.as_deref().and_then(orrery_model::mesh::llm) {
+        return print_mesh(a, arch, gpu);
+    }
+    if a.parallelism.is_some() {
+        bail!("--parallelism needs an LLM as MODEL (one of `orrery zoo --llm`)");
     }
     let models: Vec<&ModelSpec> = match &a.model {
         Some(name) => {
@@ -370,6 +383,89 @@ fn print_llm_calibration(json: bool) -> anyhow::Result<()> {
             "matrix-multiply efficiency fitted on {} (A100): {:.3} of the peak, used for every GPU",
             fit.row.arch.name,
             fit.row.fit_efficiency().unwrap_or(f64::NAN)
+        );
+    }
+    Ok(())
+}
+
+/// `orrery zoo LLM [--parallelism JSON]`: one iteration of the mesh on
+/// `--gpu`, hosts of `--per-host` GPUs with `--gbps` of NIC each, alone.
+fn print_mesh(a: &Args, arch: &orrery_model::mesh::LlmArch, gpu: &orrery_model::GpuType) -> anyhow::Result<()> {
+    use orrery_model::mesh::Mesh;
+    let mesh: Mesh = match &a.parallelism {
+        Some(text) => serde_json::from_str(text).with_context(|| {
+            format!("--parallelism: expected a mesh as JSON, {{\"tp\": 8, \"pp\": 4, \"dp\": 8}}; found {text:?}")
+        })?,
+        None => Mesh { dp: a.workers, ..Mesh::default() },
+    };
+    if let Some(why) = mesh.check(arch) {
+        bail!("--parallelism: {why}");
+    }
+    let mut spec = orrery_model::JobSpec::new(
+        "mesh",
+        arch.name,
+        a.batch.unwrap_or(1),
+        mesh.gpus(),
+        orrery_model::Work::Iterations(1),
+        0.0,
+    );
+    spec.parallelism = Some(mesh);
+    let per_host = a.per_host.min(mesh.gpus()).max(1);
+    let hosts = vec![per_host; mesh.gpus().div_ceil(per_host) as usize];
+    let shape = orrery_model::placed::mesh_iteration(arch, &spec, gpu, &hosts, (a.gbps, f64::INFINITY));
+    if a.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(
+                &serde_json::json!({"model": arch, "mesh": mesh, "gpu": gpu.name, "shape": shape, "circle": shape.circle()})
+            )?
+        );
+        return Ok(());
+    }
+    // Time per kind of segment: compute, then each dimension's group.
+    let mut by: std::collections::BTreeMap<&str, f64> = std::collections::BTreeMap::new();
+    for seg in &shape.segments {
+        let kind = match seg {
+            orrery_model::Segment::Compute { .. } => "compute and bubble",
+            orrery_model::Segment::Comm { group, .. } if group.stride == 1 => "TP all-reduces",
+            orrery_model::Segment::Comm { group, .. } if group.size == mesh.pp && group.stride == mesh.tp * mesh.dp => {
+                "PP sends"
+            }
+            orrery_model::Segment::Comm { collective: orrery_model::Collective::AllToAll, .. } => "EP all-to-alls",
+            orrery_model::Segment::Comm { .. } => "DP collectives",
+        };
+        *by.entry(kind).or_default() += seg.duration_ms();
+    }
+    let period = shape.period_ms();
+    println!(
+        "{} on {} GPUs of {} (tp {} × pp {} × dp {}, ep {}, {} micro-batches of {} sequences, ZeRO {}), {} a host, {} Gbit/s a host:",
+        arch.name,
+        mesh.gpus(),
+        gpu.name,
+        mesh.tp,
+        mesh.pp,
+        mesh.dp,
+        mesh.ep,
+        mesh.microbatches,
+        spec.batch,
+        mesh.zero,
+        per_host,
+        a.gbps
+    );
+    for (kind, ms) in &by {
+        println!("  {kind:<20} {ms:>10.1} ms  {:>5.1}%", 100.0 * ms / period);
+    }
+    let tokens = f64::from(mesh.dp * mesh.microbatches * spec.batch) * f64::from(arch.seq_len);
+    let model_tflops = arch.train_flops_per_token() * tokens / f64::from(mesh.gpus()) / (period * 1e-3) / 1e12;
+    println!(
+        "  iteration {period:.1} ms alone; {:.0} tokens/s; {model_tflops:.0} model TFLOP/s a GPU",
+        tokens / (period * 1e-3)
+    );
+    if let Some(peak) = gpu.peak_tflops_16bit {
+        println!(
+            "  MFU {:.1}% of {peak} TFLOP/s; network arcs on the circle: {}",
+            100.0 * model_tflops / peak,
+            shape.circle().arcs.len()
         );
     }
     Ok(())

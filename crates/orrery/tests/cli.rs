@@ -70,6 +70,29 @@ fn zoo_derives_vgg16_shape() {
 }
 
 #[test]
+fn zoo_times_an_llm_mesh_and_names_a_count_that_cannot_hold_the_model() {
+    let mesh = r#"{"tp": 8, "pp": 4, "dp": 8, "microbatches": 16}"#;
+    let args = ["zoo", "llama3-70b", "--gpu", "h100", "--per-host", "8", "--gbps", "3200", "--parallelism", mesh];
+    let o = orrery(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    for part in ["on 256 GPUs of h100", "TP all-reduces", "PP sends", "DP collectives", "MFU"] {
+        assert!(out.contains(part), "{part}: {out}");
+    }
+    // The JSON shape's period is the one the simulator runs.
+    let mut json = args.to_vec();
+    json.push("--json");
+    let v: serde_json::Value = serde_json::from_slice(&orrery(&json).stdout).expect("json");
+    assert_eq!(v["circle"]["arcs"].as_array().map(Vec::len), Some(9), "8 chunks of pipeline sends and the DP ring");
+    let o = orrery(&["zoo", "llama3-70b", "--parallelism", r#"{"tp": 3}"#]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("tp = 3 does not divide llama3-70b's 64 attention heads"), "{}", stderr(&o));
+    let o = orrery(&["zoo", "vgg16", "--parallelism", r#"{"tp": 2}"#]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("needs an LLM"), "{}", stderr(&o));
+}
+
+#[test]
 fn zoo_calibration_prints_the_median() {
     let o = orrery(&["zoo", "--calibration", "--json"]);
     assert!(o.status.success(), "{}", stderr(&o));
