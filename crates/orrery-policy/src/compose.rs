@@ -161,9 +161,13 @@ pub const PLACEMENTS: &[(&str, &str)] = &[
     ("bidding", "Plebiscito's bandwidth-aware SGF bids (Eq. 9, alpha = 0.5), placed by the central greedy"),
     (
         "tas-required:LEVEL",
-        "Kubernetes/Kueue TAS, LEVEL host or rack: the whole gang in the fullest domain that holds it, or it waits",
+        "Kubernetes/Kueue TAS, LEVEL host, rack or pod: the whole gang in the fullest domain that holds it, or it waits",
     ),
     ("tas-preferred:LEVEL", "Kueue TAS preferred: one domain if one holds it, else the fewest, emptiest first"),
+    (
+        "hypernode:TIER",
+        "Volcano HyperNodes, highestTierAllowed TIER (1 rack, 2 pod): the lowest tier that holds the gang",
+    ),
 ];
 
 /// Every policy name with one line about it (`orrery policies`).
@@ -187,6 +191,7 @@ pub const CATALOGUE: &[(&str, &str)] = &[
         "tas-preferred:rack",
         "= fifo/tas-preferred:rack: Kueue TAS preferred, one rack if one holds the gang, else the fewest",
     ),
+    ("hypernode:1", "= fifo/hypernode:1: Volcano HyperNodes up to tier 1: every gang inside one rack or waiting"),
     (
         "metronome",
         "Metronome: filter/score (Eq. 18)/normalize (Eq. 19)/reserve per pod, priority-aware alignment, A_T/O_T",
@@ -275,6 +280,7 @@ fn placement(name: &str, seed: u64) -> Option<Box<dyn Placement>> {
         "exclusive" => Box::new(placement::ExclusiveBandwidth::default()),
         "bidding" => Box::new(crate::plebiscito::Bidding::aware(orrery_plebiscito::utility::Utility::Sgf)),
         tas if tas.starts_with("tas-") => Box::new(crate::topology_aware::TopologyAware::by_name(tas)?),
+        hn if hn.starts_with("hypernode:") => Box::new(crate::topology_aware::HyperNode::by_name(hn)?),
         _ => return None,
     })
 }
@@ -384,7 +390,12 @@ pub fn by_name(name: &str, seed: u64) -> Option<Box<dyn Policy>> {
         "k8s-default" => ("fifo", "spread"),
         "diktyo" => ("fifo", "latency"),
         "exclusive-bw" => ("fifo", "exclusive"),
-        tas if tas.starts_with("tas-required:") || tas.starts_with("tas-preferred:") => ("fifo", tas),
+        tas if tas.starts_with("tas-required:")
+            || tas.starts_with("tas-preferred:")
+            || tas.starts_with("hypernode:") =>
+        {
+            ("fifo", tas)
+        }
         "ideal" => {
             let mut c = Composed::new(order("fifo")?, placement("consolidated", seed)?, "ideal");
             c.isolated = true;

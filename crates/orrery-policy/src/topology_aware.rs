@@ -1,6 +1,6 @@
-//! Topology-aware gang placement as Kubernetes and Kueue do it (issue 67's
-//! baselines): `tas-required:LEVEL` and `tas-preferred:LEVEL`, LEVEL `host`
-//! or `rack`.
+//! Topology-aware gang placement as Kubernetes, Kueue and Volcano do it
+//! (issue 67's baselines): `tas-required:LEVEL` and `tas-preferred:LEVEL`,
+//! LEVEL `host`, `rack` or `pod`, and `hypernode:TIER`.
 //!
 //! * **Required** (Kubernetes 1.36 Workload API TAS; Kueue's
 //!   `podset-required-topology`): the whole gang inside one domain of the
@@ -11,6 +11,10 @@
 //! * **Preferred** (Kueue's `podset-preferred-topology`): one domain when
 //!   one fits; otherwise as few domains as possible, the ones with the most
 //!   free GPUs first, and never a wait when the cluster has the GPUs.
+//! * **HyperNodes** (Volcano's network topology aware scheduling,
+//!   `highestTierAllowed: TIER`): the whole gang inside one HyperNode of the
+//!   lowest tier that holds it, up to TIER (tier 1 a rack, tier 2 a pod),
+//!   best fit within the tier; else it waits.
 //!
 //! What they do not do: look at links, time communication, or know a
 //! mesh's groups; a rack is all the level above a host on a leaf-spine.
@@ -27,6 +31,9 @@ pub enum Level {
     Host,
     /// One rack: the hosts under one leaf switch.
     Rack,
+    /// One pod: the racks under one aggregation switch (a three-tier
+    /// Clos); on a leaf-spine, whose leaves reach every spine, the cluster.
+    Pod,
 }
 
 impl Level {
@@ -35,6 +42,7 @@ impl Level {
         match s {
             "host" | "hostname" | "node" => Some(Level::Host),
             "rack" | "leaf" => Some(Level::Rack),
+            "pod" | "block" => Some(Level::Pod),
             _ => None,
         }
     }
@@ -63,28 +71,98 @@ impl TopologyAware {
         let name = match (required, level) {
             (true, Level::Host) => "tas-required:host",
             (true, Level::Rack) => "tas-required:rack",
+            (true, Level::Pod) => "tas-required:pod",
             (false, Level::Host) => "tas-preferred:host",
             (false, Level::Rack) => "tas-preferred:rack",
+            (false, Level::Pod) => "tas-preferred:pod",
         };
         Some(TopologyAware { level, required, name })
     }
 }
 
-/// The hosts of each domain of `level` with free GPUs, fullest first within
-/// a domain (MostAllocated), in domain order. O(H log H).
-fn domains(level: Level, rack_of: &[usize], free: &[u32]) -> BTreeMap<usize, Vec<HostId>> {
+/// The domain of `level` each host is in: itself, its leaf switch, or the
+/// one switch above its leaf (every host in one domain when a leaf has
+/// several, as on a leaf-spine). O(H + links out of the leaves).
+fn domain_of(view: &ClusterView<'_>, level: Level, rack_of: &[usize]) -> Vec<usize> {
+    let t = view.topology;
+    let rack = |h: usize| rack_of.get(h).copied().unwrap_or(h);
+    match level {
+        Level::Host => (0..t.hosts.len()).collect(),
+        Level::Rack => (0..t.hosts.len()).map(rack).collect(),
+        Level::Pod => (0..t.hosts.len())
+            .map(|h| {
+                let leaf = rack(h);
+                let above: Vec<usize> = if leaf < t.node_count() {
+                    t.out_links(leaf).iter().map(|&l| t.links[l].to).filter(|&n| n >= t.hosts.len()).collect()
+                } else {
+                    Vec::new()
+                };
+                match above.as_slice() {
+                    [one] => *one,
+                    _ => usize::MAX,
+                }
+            })
+            .collect(),
+    }
+}
+
+/// The hosts of each domain with free GPUs, fullest first within a domain
+/// (MostAllocated), in domain order. O(H log H).
+fn domains(domain_of: &[usize], free: &[u32]) -> BTreeMap<usize, Vec<HostId>> {
     let mut out: BTreeMap<usize, Vec<HostId>> = BTreeMap::new();
     for h in (0..free.len()).filter(|&h| free[h] > 0) {
-        let d = match level {
-            Level::Host => h,
-            Level::Rack => rack_of.get(h).copied().unwrap_or(h),
-        };
-        out.entry(d).or_default().push(h);
+        out.entry(domain_of.get(h).copied().unwrap_or(h)).or_default().push(h);
     }
     for hosts in out.values_mut() {
         hosts.sort_by_key(|&h| (free[h], h));
     }
     out
+}
+
+/// The whole gang in the fullest domain that holds it (least free, lowest
+/// index on ties). O(H).
+fn best_fit(domains: &BTreeMap<usize, Vec<HostId>>, free: &[u32], gpus: u32) -> Option<Hosts> {
+    let total = |hosts: &[HostId]| hosts.iter().map(|&h| u64::from(free[h])).sum::<u64>();
+    let (_, hosts) = domains
+        .iter()
+        .filter(|(_, hosts)| total(hosts) >= u64::from(gpus))
+        .min_by_key(|(d, hosts)| (total(hosts), **d))?;
+    take(free, hosts, gpus)
+}
+
+/// Volcano's network-topology-aware gang placement: one HyperNode of the
+/// lowest tier that holds the gang, up to `highest` (1: rack, 2: pod).
+#[derive(Debug, Clone)]
+pub struct HyperNode {
+    /// `highestTierAllowed`.
+    pub highest: u8,
+    name: &'static str,
+}
+
+impl HyperNode {
+    /// `hypernode:1` or `hypernode:2`.
+    pub fn by_name(name: &str) -> Option<HyperNode> {
+        match name {
+            "hypernode:1" => Some(HyperNode { highest: 1, name: "hypernode:1" }),
+            "hypernode:2" => Some(HyperNode { highest: 2, name: "hypernode:2" }),
+            _ => None,
+        }
+    }
+}
+
+impl Placement for HyperNode {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// O(tiers · H log H).
+    fn place(&mut self, view: &ClusterView<'_>, rack_of: &[usize], free: &[u32], spec: &JobSpec) -> Option<Hosts> {
+        let free = capped(free, spec);
+        [Level::Rack, Level::Pod]
+            .into_iter()
+            .take(usize::from(self.highest))
+            .find_map(|level| best_fit(&domains(&domain_of(view, level, rack_of), &free), &free, spec.gpus()))
+    }
 }
 
 /// `gpus` from `hosts` in order. O(hosts taken).
@@ -100,22 +178,17 @@ impl Placement for TopologyAware {
     }
 
     /// O(H log H).
-    fn place(&mut self, _view: &ClusterView<'_>, rack_of: &[usize], free: &[u32], spec: &JobSpec) -> Option<Hosts> {
+    fn place(&mut self, view: &ClusterView<'_>, rack_of: &[usize], free: &[u32], spec: &JobSpec) -> Option<Hosts> {
         let free = capped(free, spec);
         let gpus = spec.gpus();
-        let domains = domains(self.level, rack_of, &free);
-        let total = |hosts: &[HostId]| hosts.iter().map(|&h| u64::from(free[h])).sum::<u64>();
-        // One domain: the fullest that fits (least free, lowest index on ties).
-        let one = domains
-            .iter()
-            .filter(|(_, hosts)| total(hosts) >= u64::from(gpus))
-            .min_by_key(|(d, hosts)| (total(hosts), **d));
-        if let Some((_, hosts)) = one {
-            return take(&free, hosts, gpus);
+        let domains = domains(&domain_of(view, self.level, rack_of), &free);
+        if let Some(hosts) = best_fit(&domains, &free, gpus) {
+            return Some(hosts);
         }
         if self.required {
             return None;
         }
+        let total = |hosts: &[HostId]| hosts.iter().map(|&h| u64::from(free[h])).sum::<u64>();
         // Fewest domains: the emptiest first.
         let mut order: Vec<(&usize, &Vec<HostId>)> = domains.iter().collect();
         order.sort_by_key(|(d, hosts)| (std::cmp::Reverse(total(hosts)), **d));
@@ -182,11 +255,65 @@ mod tests {
     }
 
     #[test]
+    fn a_hypernode_gang_takes_the_lowest_tier_that_holds_it() {
+        // One leaf-spine pod: tier 1 a rack, tier 2 the cluster.
+        let free = [6, 8, 4, 4, 8, 8];
+        let t = topo();
+        let view = ClusterView { now_s: 0.0, topology: &t, free_gpus: &free, queue: Vec::new(), running: Vec::new() };
+        let rack_of = crate::baseline::racks(&view);
+        let spec = |gpus| JobSpec::new("j", "llama3-8b", 1, gpus, Work::Iterations(1), 0.0);
+        let mut one = HyperNode::by_name("hypernode:1").expect("a tier");
+        let mut two = HyperNode::by_name("hypernode:2").expect("a tier");
+        // 8 GPUs fit rack 1 (tier 1) under both.
+        assert_eq!(racks(&one.place(&view, &rack_of, &free, &spec(8)).expect("fits")), vec![1]);
+        assert_eq!(racks(&two.place(&view, &rack_of, &free, &spec(8)).expect("fits")), vec![1]);
+        // 20 fit no rack: tier 1 waits, tier 2 takes the pod.
+        assert_eq!(one.place(&view, &rack_of, &free, &spec(20)), None);
+        let p = two.place(&view, &rack_of, &free, &spec(20)).expect("the pod holds it");
+        assert_eq!(p.iter().map(|h| h.1).sum::<u32>(), 20);
+    }
+
+    #[test]
+    fn a_required_pod_on_lingjun_stays_under_one_aggregation_switch() {
+        let t = orrery_trace_free_lingjun();
+        let free: Vec<u32> = vec![8; t.hosts.len()];
+        let view = ClusterView { now_s: 0.0, topology: &t, free_gpus: &free, queue: Vec::new(), running: Vec::new() };
+        let rack_of = crate::baseline::racks(&view);
+        let pods = domain_of(&view, Level::Pod, &rack_of);
+        let spec = JobSpec::new("j", "llama3-8b", 1, 200, Work::Iterations(1), 0.0);
+        let hosts = TopologyAware::by_name("tas-required:pod")
+            .expect("a TAS name")
+            .place(&view, &rack_of, &free, &spec)
+            .expect("a pod (256 GPUs) holds 200");
+        let used: std::collections::BTreeSet<usize> = hosts.iter().map(|&(h, _)| pods[h]).collect();
+        assert_eq!(used.len(), 1, "{used:?}");
+        // The three aggregation switches are three pods.
+        assert_eq!(pods.iter().collect::<std::collections::BTreeSet<_>>().len(), 3);
+    }
+
+    /// A three-tier tree like Lingjun's: 3 aggregation switches of 8 ToRs
+    /// of 4 hosts (orrery-policy does not read trace files).
+    fn orrery_trace_free_lingjun() -> Topology {
+        let hosts: Vec<orrery_model::setups::ClosHost> = (0..96)
+            .map(|i| orrery_model::setups::ClosHost {
+                name: format!("h{i}"),
+                tor: format!("S{}", i / 4 % 8),
+                aggregation: format!("P{}", i / 32),
+                core: "G".into(),
+            })
+            .collect();
+        orrery_model::setups::clos_tree("tree", &hosts, &orrery_model::setups::ClosRates::default()).expect("valid")
+    }
+
+    #[test]
     fn names_parse_and_others_do_not() {
         assert!(TopologyAware::by_name("tas-required:rack").is_some());
         assert!(TopologyAware::by_name("tas-preferred:host").is_some());
         assert!(TopologyAware::by_name("tas-required:zone").is_none());
         assert!(TopologyAware::by_name("tas:rack").is_none());
+        assert!(TopologyAware::by_name("tas-required:pod").is_some());
+        assert!(HyperNode::by_name("hypernode:2").is_some());
+        assert!(HyperNode::by_name("hypernode:3").is_none());
     }
 }
 
