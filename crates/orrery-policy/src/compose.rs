@@ -168,6 +168,10 @@ pub const PLACEMENTS: &[(&str, &str)] = &[
         "hypernode:TIER",
         "Volcano HyperNodes, highestTierAllowed TIER (1 rack, 2 pod): the lowest tier that holds the gang",
     ),
+    (
+        "slurm-block[:SEGMENT]",
+        "Slurm topology/block: one block of 1, 2, 4, ... racks, the lowest level that holds the job; --segment=SEGMENT hosts each in one rack",
+    ),
 ];
 
 /// Every policy name with one line about it (`orrery policies`).
@@ -192,6 +196,14 @@ pub const CATALOGUE: &[(&str, &str)] = &[
         "= fifo/tas-preferred:rack: Kueue TAS preferred, one rack if one holds the gang, else the fewest",
     ),
     ("hypernode:1", "= fifo/hypernode:1: Volcano HyperNodes up to tier 1: every gang inside one rack or waiting"),
+    (
+        "slurm-block",
+        "= fifo/slurm-block: Slurm topology/block, each job inside one block of 1, 2, 4, ... racks, the smallest that holds it",
+    ),
+    (
+        "crux",
+        "= fifo+crux: Crux (SIGCOMM'24) over FIFO's consolidated placement: paths and 8 strict-priority classes by GPU intensity",
+    ),
     (
         "metronome",
         "Metronome: filter/score (Eq. 18)/normalize (Eq. 19)/reserve per pod, priority-aware alignment, A_T/O_T",
@@ -236,6 +248,8 @@ pub const CATALOGUE: &[(&str, &str)] = &[
         "pinned, with each later job's first iteration held half its modelled iteration after the one before (rings started half a period apart)",
     ),
     ("pinned:in-step+cassini", "CASSINI's shift over rings started in step: it must move one of them half a period"),
+    ("pinned+crux", "Crux's paths and priority classes over the experiment's pins"),
+    ("pinned:in-step+crux", "Crux over rings started in step (pinned:in-step)"),
     (
         "pinned:apart+cassini",
         "CASSINI's shift over rings started half a period apart: a shift must converge from any start",
@@ -252,6 +266,10 @@ pub const CATALOGUE: &[(&str, &str)] = &[
     (
         "POLICY+foresight",
         "FORESIGHT on any placement: per-iteration delays and throttles, spines by edge colouring, repair loop, then orrery's fallback ladder; +foresight-paper is the paper's rule alone (no valid schedule: ECMP); ablations +ts, +ro, +sub, +routes, +perfect; +MODE:open-loop times the plan with the model and a Shift per iteration (the paper's open loop) instead of a timetable on the measured time base; +MODE:replan re-makes a plan its jobs overrun from their measured compute and communication instead of dropping its timing",
+    ),
+    (
+        "POLICY+crux",
+        "Crux on any of the above: GPU intensity (compute over the iteration's time on its busiest link) orders path selection (least loaded equal-cost path per flow) and priorities, compressed to 8 switch queues (strict priority)",
     ),
     (
         "POLICY+cassini",
@@ -281,6 +299,7 @@ fn placement(name: &str, seed: u64) -> Option<Box<dyn Placement>> {
         "bidding" => Box::new(crate::plebiscito::Bidding::aware(orrery_plebiscito::utility::Utility::Sgf)),
         tas if tas.starts_with("tas-") => Box::new(crate::topology_aware::TopologyAware::by_name(tas)?),
         hn if hn.starts_with("hypernode:") => Box::new(crate::topology_aware::HyperNode::by_name(hn)?),
+        sb if sb.starts_with("slurm-block") => Box::new(crate::slurm_block::SlurmBlock::by_name(sb)?),
         _ => return None,
     })
 }
@@ -311,6 +330,12 @@ pub fn by_name(name: &str, seed: u64) -> Option<Box<dyn Policy>> {
                 Box::new(crate::foresight::policy::Foresight::new(inner, mode).replanning()) as Box<dyn Policy>
             });
         }
+    }
+    if name == "crux" {
+        return by_name("fifo+crux", seed);
+    }
+    if let Some(host) = name.strip_suffix("+crux") {
+        return by_name(host, seed).map(|inner| Box::new(crate::crux::Crux::new(inner)) as Box<dyn Policy>);
     }
     if let Some(parts) = crate::combined::Parts::parse(name) {
         return Some(Box::new(crate::combined::Combined::new(parts, seed)));
@@ -392,7 +417,8 @@ pub fn by_name(name: &str, seed: u64) -> Option<Box<dyn Policy>> {
         "exclusive-bw" => ("fifo", "exclusive"),
         tas if tas.starts_with("tas-required:")
             || tas.starts_with("tas-preferred:")
-            || tas.starts_with("hypernode:") =>
+            || tas.starts_with("hypernode:")
+            || tas.starts_with("slurm-block") =>
         {
             ("fifo", tas)
         }
@@ -408,7 +434,7 @@ pub fn by_name(name: &str, seed: u64) -> Option<Box<dyn Policy>> {
 
 /// The names [`with_pins`] places on the experiment's pins: a job without a
 /// pin never starts under them. Kept beside its match (a test holds them in step).
-pub const PINNED_NAMES: [&str; 16] = [
+pub const PINNED_NAMES: [&str; 18] = [
     "pinned",
     "pinned:in-step",
     "pinned:apart",
@@ -425,6 +451,8 @@ pub const PINNED_NAMES: [&str; 16] = [
     "routes",
     "perfect",
     "pinned+cassini",
+    "pinned+crux",
+    "pinned:in-step+crux",
 ];
 
 /// A policy by name: those of [`by_name`], plus `pinned` (and
@@ -468,6 +496,13 @@ pub fn with_pins(
         "foresight:replan" => Some(Box::new(Foresight::new(pinned(), Mode::Foresight).replanning())),
         "routes" => mode(Mode::Routes),
         "perfect" => mode(Mode::Perfect),
+        "pinned+crux" => Some(Box::new(crate::crux::Crux::new(pinned()))),
+        "pinned:in-step+crux" => {
+            Some(Box::new(crate::crux::Crux::new(Box::new(crate::baseline::InStep::new(crate::baseline::Pinned {
+                pins: pins.clone(),
+                label: None,
+            })))))
+        }
         "pinned+cassini" => {
             let mut c = crate::cassini::Cassini::new(pinned(), seed);
             c.candidates = 1; // the pins are the placement

@@ -13,6 +13,7 @@ pub mod cassini;
 pub mod castor;
 pub mod combined;
 pub mod compose;
+pub mod crux;
 pub mod estimate;
 pub mod foresight;
 pub mod memo;
@@ -22,6 +23,7 @@ pub mod placement;
 pub mod plebiscito;
 pub mod pollux;
 pub mod slot;
+pub mod slurm_block;
 pub mod topology_aware;
 
 pub use compose::{CATALOGUE, PINNED_NAMES, by_name, with_pins};
@@ -271,6 +273,15 @@ pub enum Decision {
         job: JobId,
         /// Cap.
         gbps: Option<f64>,
+    },
+    /// Put every flow of the job in switch queue `class` under strict
+    /// priority (a higher class is served first; 0, the default, last):
+    /// Crux's priorities compressed to the fabric's levels (§4.3).
+    TrafficClass {
+        /// Job.
+        job: JobId,
+        /// Queue, 0 (default) up to the fabric's levels minus one.
+        class: u8,
     },
     /// Route flow `flow` of each of the job's collectives (for a ring, the
     /// edge from worker `flow` to the next) over these of its equal-cost

@@ -337,7 +337,9 @@ mod mesh_tests {
             let mut job = JobSpec::new("m", "llama3-8b", 1, tp * dp, Work::Iterations(10), 0.0);
             job.parallelism = Some(Mesh { tp, dp, ..Mesh::default() });
             assert_eq!(job.check(), Ok(()));
-            for policy in ["orrery", "fifo", "themis+cassini", "tas-preferred:rack", "fifo+foresight", "metronome"] {
+            for policy in
+                ["orrery", "fifo", "themis+cassini", "tas-preferred:rack", "slurm-block", "fifo+foresight", "metronome"]
+            {
                 let mut p = crate::by_name(policy, 1).expect("catalogued");
                 let view = ClusterView {
                     now_s: 0.0,

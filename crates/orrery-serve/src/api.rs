@@ -110,6 +110,14 @@ pub struct InForce {
     /// Spine routes by flow index (indices into the ECMP set); recorded for
     /// fabrics that can pin flows (the testbed).
     pub routes: BTreeMap<usize, Vec<usize>>,
+    /// Switch queue of the job's flows (`Decision::TrafficClass`, strict
+    /// priority, 0 the default); recorded, not yet enforced by the agents.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub traffic_class: u8,
+}
+
+fn is_zero(c: &u8) -> bool {
+    *c == 0
 }
 
 /// A job as `GET /v1/jobs/{id}` shows it.

@@ -442,6 +442,13 @@ impl Ledger {
                 self.jobs[*job].in_force.throttle_gbps = gbps.filter(|g| *g > 0.0);
                 true
             }
+            Decision::TrafficClass { job, class } => {
+                if !active(self, *job) {
+                    return false;
+                }
+                self.jobs[*job].in_force.traffic_class = *class;
+                true
+            }
             Decision::Route { job, flow, paths } => {
                 if !active(self, *job) {
                     return false;
@@ -921,6 +928,7 @@ pub fn decision_job(d: &Decision) -> JobId {
         | Decision::Resume { job }
         | Decision::Throttle { job, .. }
         | Decision::Route { job, .. }
+        | Decision::TrafficClass { job, .. }
         | Decision::Share { job, .. } => job,
     }
 }
@@ -939,6 +947,7 @@ pub fn decision_kind(d: &Decision) -> &'static str {
         Decision::Resume { .. } => "resume",
         Decision::Throttle { .. } => "throttle",
         Decision::Route { .. } => "route",
+        Decision::TrafficClass { .. } => "traffic_class",
         Decision::Share { .. } => "share",
     }
 }

@@ -28,6 +28,9 @@ pub struct Flow {
     pub version: u64,
     /// Owner tag (the job), for the driver.
     pub owner: usize,
+    /// Its switch queue under strict priority (higher is served first; 0
+    /// unless a policy set its owner's, [`Network::set_priority`]).
+    pub priority: u8,
 }
 
 /// Time integrals kept per directed link.
@@ -105,6 +108,8 @@ pub struct Network {
     pub interacting: Vec<usize>,
     /// Exact rate trace of one link in a time window, for figures.
     pub probe: Option<Probe>,
+    /// Each owner's switch queue (index: owner; absent: 0).
+    priority_of: Vec<u8>,
 }
 
 /// Every change of the rates on one link within [start, end], per flow owner.
@@ -140,6 +145,7 @@ impl Network {
             scratch: Scratch::default(),
             interacting: Vec::new(),
             probe: None,
+            priority_of: Vec::new(),
         }
     }
 
@@ -213,9 +219,41 @@ impl Network {
         (ids, changed)
     }
 
+    /// Puts an owner's flows, present and future, in switch queue
+    /// `priority` (strict priority: a queue gets what the higher ones leave,
+    /// shared max-min within it, as a switch's priority queues with fair
+    /// queueing inside a class); re-rates the components of its live flows
+    /// when that changes their queue. Returns the flows whose rate changed.
+    /// O(F) to find the owner's flows, plus the recomputations.
+    pub fn set_priority(&mut self, now: u64, owner: usize, priority: u8) -> Vec<FlowId> {
+        if self.priority_of.len() <= owner {
+            if priority == 0 {
+                return Vec::new();
+            }
+            self.priority_of.resize(owner + 1, 0);
+        }
+        if self.priority_of[owner] == priority {
+            return Vec::new();
+        }
+        self.priority_of[owner] = priority;
+        let mut seeds = Vec::new();
+        for f in self.flows.iter_mut().flatten().filter(|f| f.owner == owner) {
+            f.priority = priority;
+            seeds.extend_from_slice(&f.path);
+        }
+        if seeds.is_empty() {
+            return Vec::new();
+        }
+        seeds.sort_unstable();
+        seeds.dedup();
+        self.recompute(now, &seeds, None).0
+    }
+
     /// Puts a flow in the slab and on its links, without re-rating anything.
     fn insert(&mut self, now: u64, path: Vec<LinkId>, bits: f64, cap_gbps: f64, owner: usize) -> FlowId {
-        let flow = Flow { path, cap_gbps, remaining_bits: bits, rate_gbps: 0.0, updated_ns: now, version: 0, owner };
+        let priority = self.priority_of.get(owner).copied().unwrap_or(0);
+        let flow =
+            Flow { path, cap_gbps, remaining_bits: bits, rate_gbps: 0.0, updated_ns: now, version: 0, owner, priority };
         let id = match self.free.pop() {
             Some(id) => {
                 self.flows[id] = Some(flow);
@@ -426,58 +464,73 @@ impl Network {
             sc.path.clear();
             sc.offset.clear();
             sc.caps.clear();
+            let mut queues: Vec<u8> = Vec::new();
             for &f in &flows {
                 sc.offset.push(sc.path.len());
                 let flow = self.flows[f].as_ref();
                 sc.caps.push(flow.map_or(0.0, |f| f.cap_gbps));
+                let q = flow.map_or(0, |f| f.priority);
+                if !queues.contains(&q) {
+                    queues.push(q);
+                }
                 for &l in flow.map(|f| f.path.as_slice()).unwrap_or_default() {
                     sc.path.push(self.local[l]);
-                    sc.count[self.local[l]] += 1;
                 }
             }
             sc.offset.push(sc.path.len());
-            // Each round visits only the links still carrying an unfrozen
-            // flow and the unfrozen flows, so a component costs the sum of
-            // what is still rising per round rather than R · (F_c + L_c). The
-            // minimum and the freezes do not depend on visiting order, so the
-            // rates are the same as visiting everything.
-            sc.active_links.clear();
-            sc.active_links.extend((0..links.len()).filter(|&i| sc.count[i] > 0));
-            sc.active_flows.clear();
-            sc.active_flows.extend(0..flows.len());
-            let mut level = 0.0;
-            while !sc.active_flows.is_empty() {
-                let mut step = f64::INFINITY;
-                for &i in &sc.active_links {
-                    step = step.min(sc.remaining[i] / sc.count[i] as f64);
-                }
+            // Strict priority: each queue, highest first, fills what the
+            // ones above it left (one queue: plain max-min).
+            queues.sort_unstable_by(|a, b| b.cmp(a));
+            for q in queues {
+                let in_queue = |i: usize| self.flows[flows[i]].as_ref().map_or(0, |f| f.priority) == q;
+                sc.active_flows.clear();
+                sc.active_flows.extend((0..flows.len()).filter(|&i| in_queue(i)));
                 for &i in &sc.active_flows {
-                    step = step.min(sc.caps[i] - level);
-                }
-                let step = step.max(0.0);
-                level += step;
-                for &i in &sc.active_links {
-                    sc.remaining[i] -= step * sc.count[i] as f64;
-                }
-                // Saturation is judged on the remaining capacity before this
-                // round's freezes (they do not change `remaining`).
-                let mut k = 0;
-                while k < sc.active_flows.len() {
-                    let i = sc.active_flows[k];
-                    let path = &sc.path[sc.offset[i]..sc.offset[i + 1]];
-                    let at_cap = sc.caps[i] - level <= sc.caps[i] * 1e-12;
-                    if at_cap || path.iter().any(|&l| sc.remaining[l] <= sc.saturated_below[l]) {
-                        sc.rate[i] = level;
-                        for &l in path {
-                            sc.count[l] -= 1;
-                        }
-                        sc.active_flows.swap_remove(k);
-                    } else {
-                        k += 1;
+                    for &l in &sc.path[sc.offset[i]..sc.offset[i + 1]] {
+                        sc.count[l] += 1;
                     }
                 }
-                let count = &sc.count;
-                sc.active_links.retain(|&i| count[i] > 0);
+                // Each round visits only the links still carrying an unfrozen
+                // flow and the unfrozen flows, so a component costs the sum of
+                // what is still rising per round rather than R · (F_c + L_c). The
+                // minimum and the freezes do not depend on visiting order, so the
+                // rates are the same as visiting everything.
+                sc.active_links.clear();
+                sc.active_links.extend((0..links.len()).filter(|&i| sc.count[i] > 0));
+                let mut level = 0.0;
+                while !sc.active_flows.is_empty() {
+                    let mut step = f64::INFINITY;
+                    for &i in &sc.active_links {
+                        step = step.min(sc.remaining[i] / sc.count[i] as f64);
+                    }
+                    for &i in &sc.active_flows {
+                        step = step.min(sc.caps[i] - level);
+                    }
+                    let step = step.max(0.0);
+                    level += step;
+                    for &i in &sc.active_links {
+                        sc.remaining[i] -= step * sc.count[i] as f64;
+                    }
+                    // Saturation is judged on the remaining capacity before this
+                    // round's freezes (they do not change `remaining`).
+                    let mut k = 0;
+                    while k < sc.active_flows.len() {
+                        let i = sc.active_flows[k];
+                        let path = &sc.path[sc.offset[i]..sc.offset[i + 1]];
+                        let at_cap = sc.caps[i] - level <= sc.caps[i] * 1e-12;
+                        if at_cap || path.iter().any(|&l| sc.remaining[l] <= sc.saturated_below[l]) {
+                            sc.rate[i] = level;
+                            for &l in path {
+                                sc.count[l] -= 1;
+                            }
+                            sc.active_flows.swap_remove(k);
+                        } else {
+                            k += 1;
+                        }
+                    }
+                    let count = &sc.count;
+                    sc.active_links.retain(|&i| count[i] > 0);
+                }
             }
         }
         let mut changed = Vec::new();
@@ -588,6 +641,27 @@ mod tests {
         n.remove(40_000_000, a);
         assert_eq!(rates(&n, &[b]), vec![50.0]);
         assert_eq!(n.finish_time(b), Some(60_000_000));
+    }
+
+    #[test]
+    fn a_higher_priority_queue_takes_what_it_can_use_and_the_lower_gets_the_rest() {
+        // One 50 Gbit/s link. Job 1 in queue 1, job 0 in queue 0 (Crux's
+        // priorities as switch queues).
+        let mut n = Network::new(vec![50.0], false);
+        n.set_priority(0, 1, 1);
+        let (low, _) = n.add(0, vec![0], 1e9, 50.0, 0);
+        let (high, _) = n.add(0, vec![0], 1e9, 50.0, 1);
+        assert_eq!(rates(&n, &[low, high]), vec![0.0, 50.0]);
+        // Capped at 30, the high queue leaves 20 to the low one.
+        n.set_cap(0, high, 30.0);
+        assert_eq!(rates(&n, &[low, high]), vec![20.0, 30.0]);
+        // Two flows of one queue still share max-min: a second queue-1 flow
+        // splits what queue 1 can use; queue 0 gets what is left (none).
+        let (high2, _) = n.add(0, vec![0], 1e9, 50.0, 1);
+        assert_eq!(rates(&n, &[low, high, high2]), vec![0.0, 25.0, 25.0]);
+        // Back to one queue: plain max-min again.
+        n.set_priority(0, 1, 0);
+        assert_eq!(rates(&n, &[low, high, high2]), vec![50.0 / 3.0, 50.0 / 3.0, 50.0 / 3.0]);
     }
 
     #[test]

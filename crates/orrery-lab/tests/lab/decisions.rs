@@ -47,6 +47,7 @@ impl Recorder {
                 Decision::Resume { job } => format!("resume {}", id(job)),
                 Decision::Throttle { job, gbps } => format!("throttle {} to {gbps:?}", id(job)),
                 Decision::Route { job, flow, paths } => format!("route {} flow {flow} over {paths:?}", id(job)),
+                Decision::TrafficClass { job, class } => format!("traffic class {} = {class}", id(job)),
                 Decision::Share { job, free, shared, sub_batch } => {
                     format!("share {} free {free:?} with {shared:?} at sub-batch {sub_batch}", id(job))
                 }

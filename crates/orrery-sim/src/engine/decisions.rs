@@ -40,6 +40,7 @@ impl Simulation<'_> {
             | Decision::Timetable { job, .. }
             | Decision::Pause { job }
             | Decision::Throttle { job, .. }
+            | Decision::TrafficClass { job, .. }
             | Decision::Route { job, .. } = d
                 && self.jobs.get(job).is_some_and(|j| j.skip.is_some())
             {
@@ -122,6 +123,11 @@ impl Simulation<'_> {
                             self.reschedule(&changed);
                         }
                     }
+                }
+                Decision::TrafficClass { job, class } if self.is_active(job) => {
+                    let changed = self.net.set_priority(self.now, job, class);
+                    self.note_interactions();
+                    self.reschedule(&changed);
                 }
                 Decision::Route { job, flow, paths } if self.is_active(job) => {
                     if paths.is_empty() {

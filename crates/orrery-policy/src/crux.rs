@@ -1,0 +1,409 @@
+//! Crux (Cao et al., "Crux: GPU-Efficient Communication Scheduling for
+//! Deep Learning Training", SIGCOMM'24): a communication scheduler on top of
+//! any job scheduler (`POLICY+crux`; `crux` is `fifo+crux`). Each time the
+//! running set changes it:
+//!
+//! 1. **GPU intensity** (§3, Eq. 2): `I_j = W_j / t_j`, with `W_j` the
+//!    job's computation per iteration (GPUs × compute time alone; the GPUs
+//!    of a cluster are one type or scaled by speed in the compute time) and
+//!    `t_j = max_e M_{j,e} / B_e` the time its iteration's traffic needs on
+//!    its most loaded link.
+//! 2. **Path selection** (§4.1): jobs in decreasing intensity each route
+//!    every flow over the equal-cost path whose most loaded link, counting
+//!    the higher-intensity jobs already routed, is least loaded
+//!    (`Decision::Route`).
+//! 3. **Priority assignment** (§4.2): `P_j = k_j · I_j` (Eq. 3). The paper
+//!    profiles the correction `k_j`; orrery has no profile of it and uses
+//!    `k_j = 1`, so the priorities are the intensities.
+//! 4. **Priority compression** (§4.3): the jobs, in decreasing priority, are
+//!    cut into at most [`Crux::levels`] contiguous groups (the fabric's
+//!    priority queues), minimising what merging loses: over every two jobs
+//!    that share a link and land in one queue, `P_a · min(t_a, t_b)` for
+//!    the higher one `a` (the work its GPUs lose while its traffic shares
+//!    the link with `b`'s instead of going first; orrery's reading of the
+//!    contention-DAG cut, whose weights the paper does not give in a
+//!    closed form). Jobs that share no link may share a queue. Exact by dynamic
+//!    programming over the cut points. Each group is a traffic class,
+//!    highest first (`Decision::TrafficClass`), which the simulator serves by
+//!    strict priority.
+//!
+//! What it does not do: place jobs, shift or pace them in time, or change a
+//! job's class or route while a flow of it is in flight (the simulator
+//! applies a route to the flows that start after it). The live agents record
+//! the class but do not enforce it yet.
+
+use crate::{ClusterView, Decision, JobId, Policy};
+use orrery_model::placed::{place, transfers};
+use orrery_model::{HostId, JobSpec, LinkId, Segment, Topology};
+use std::collections::{BTreeMap, HashMap};
+
+/// Crux over an inner job scheduler.
+pub struct Crux {
+    inner: Box<dyn Policy>,
+    /// Priority queues of the fabric (classes 0 .. levels − 1).
+    pub levels: u8,
+    /// Class and routes last decided per job.
+    classes: HashMap<JobId, u8>,
+    routes: HashMap<JobId, BTreeMap<usize, usize>>,
+    forget: crate::Forget,
+    rounds: u64,
+}
+
+impl Crux {
+    /// Priority queues by default: IEEE 802.1p's eight traffic classes.
+    pub const LEVELS: u8 = 8;
+
+    /// Crux over `inner`, with [`Crux::LEVELS`] queues.
+    pub fn new(inner: Box<dyn Policy>) -> Self {
+        Crux {
+            inner,
+            levels: Self::LEVELS,
+            classes: HashMap::new(),
+            routes: HashMap::new(),
+            forget: crate::Forget::default(),
+            rounds: 0,
+        }
+    }
+}
+
+/// A job on its hosts: (id, spec, GPUs per host).
+type OnHosts<'a> = (JobId, &'a JobSpec, &'a [(HostId, u32)]);
+
+/// One job's traffic for an iteration: its flows by index (Route's unit),
+/// each (src, dst, bits) per collective.
+struct Traffic {
+    job: JobId,
+    /// GPU-ms of computation per iteration (`W_j`).
+    work: f64,
+    /// Flow index → its transfers between hosts, over every collective.
+    flows: BTreeMap<usize, Vec<(HostId, HostId, f64)>>,
+    /// Iteration time alone, ms.
+    period_ms: f64,
+}
+
+fn traffic(topo: &Topology, job: JobId, spec: &JobSpec, hosts: &[(HostId, u32)]) -> Option<Traffic> {
+    let placed = place(topo, spec, hosts)?;
+    let mut flows: BTreeMap<usize, Vec<(HostId, HostId, f64)>> = BTreeMap::new();
+    for seg in &placed.shape.segments {
+        let Segment::Comm { collective, payload_bytes, group, .. } = *seg else { continue };
+        for (i, (src, dst, bits)) in
+            transfers(&placed.workers, collective, payload_bytes, group).into_iter().enumerate()
+        {
+            if src != dst && bits > 0.0 {
+                flows.entry(i).or_default().push((src, dst, bits));
+            }
+        }
+    }
+    let gpus: u32 = hosts.iter().map(|h| h.1).sum();
+    (!flows.is_empty()).then(|| Traffic {
+        job,
+        work: f64::from(gpus) * placed.shape.compute_ms(),
+        flows,
+        period_ms: placed.shape.period_ms(),
+    })
+}
+
+/// Bits each link carries per iteration when flow `i` takes path `k` (as
+/// the simulator reads a route: the pair's `k mod paths`), added into `m`.
+fn add_path(topo: &Topology, transfers: &[(HostId, HostId, f64)], k: usize, m: &mut HashMap<LinkId, f64>) {
+    for &(src, dst, bits) in transfers {
+        let paths = topo.shared_paths(src, dst);
+        if let Some(p) = paths.get(k % paths.len().max(1)) {
+            for &l in p {
+                *m.entry(l).or_default() += bits;
+            }
+        }
+    }
+}
+
+/// `t_j`: the time the bits `m` need on their most loaded link, ms.
+fn slowest_link_ms(topo: &Topology, m: &HashMap<LinkId, f64>) -> f64 {
+    m.iter().map(|(&l, &bits)| bits / (topo.links[l].gbps * 1e6)).fold(0.0, f64::max)
+}
+
+/// §4.3: cut `order` (decreasing priority) into at most `levels`
+/// contiguous groups minimising the weight of the contending pairs inside a
+/// group; returns each position's group (0 the highest). O(levels · n²).
+pub fn compress(weight: &[Vec<f64>], levels: usize) -> Vec<usize> {
+    let n = weight.len();
+    if n == 0 {
+        return Vec::new();
+    }
+    let levels = levels.clamp(1, n);
+    // inside[i][j]: the weight within positions i..j (j exclusive).
+    let mut inside = vec![vec![0.0; n + 1]; n + 1];
+    for (i, row) in inside.iter_mut().enumerate().take(n) {
+        let mut sum = 0.0;
+        for (j, cell) in row.iter_mut().enumerate().skip(i + 1) {
+            let b = j - 1;
+            sum += (i..b).map(|a| weight[a][b]).sum::<f64>();
+            *cell = sum;
+        }
+    }
+    // best[g][j]: the least weight of positions 0..j in g groups; cut[g][j]
+    // where the last group starts.
+    let mut best = vec![vec![f64::INFINITY; n + 1]; levels + 1];
+    let mut cut = vec![vec![0usize; n + 1]; levels + 1];
+    best[0][0] = 0.0;
+    for g in 1..=levels {
+        for j in 1..=n {
+            for i in g - 1..j {
+                let c = best[g - 1][i] + inside[i][j];
+                if c < best[g][j] {
+                    best[g][j] = c;
+                    cut[g][j] = i;
+                }
+            }
+        }
+    }
+    // The fewest groups that reach the least weight.
+    let least = (1..=levels).map(|g| best[g][n]).fold(f64::INFINITY, f64::min);
+    let groups = (1..=levels).find(|&g| best[g][n] <= least).unwrap_or(levels);
+    let mut out = vec![0; n];
+    let (mut g, mut j) = (groups, n);
+    while g > 0 {
+        let i = cut[g][j];
+        out[i..j].fill(g - 1);
+        j = i;
+        g -= 1;
+    }
+    out
+}
+
+impl Crux {
+    /// The decisions of one Crux pass over the jobs `running` (id, spec,
+    /// hosts): routes and classes that changed. O(J · F · P · d) for J jobs
+    /// of F flows over P paths of d links, plus the compression.
+    fn pass(&mut self, topo: &Topology, running: &[OnHosts<'_>]) -> Vec<Decision> {
+        let mut jobs: Vec<(Traffic, f64, f64)> = running
+            .iter()
+            .filter_map(|&(id, spec, hosts)| traffic(topo, id, spec, hosts))
+            .map(|t| {
+                // ECMP's paths until a route is chosen: the intensity that orders path selection.
+                let mut m = HashMap::new();
+                for (&i, tr) in &t.flows {
+                    let k = self.routes.get(&t.job).and_then(|r| r.get(&i).copied());
+                    for &(src, dst, bits) in tr {
+                        let paths = topo.shared_paths(src, dst);
+                        let k = k.unwrap_or_else(|| orrery_model::topology::ecmp_index(t.job, i, paths.len().max(1)));
+                        add_path(topo, &[(src, dst, bits)], k, &mut m);
+                    }
+                }
+                let t_ms = slowest_link_ms(topo, &m);
+                let intensity = if t_ms > 0.0 { t.work / t_ms } else { f64::INFINITY };
+                (t, intensity, t_ms)
+            })
+            .collect();
+        jobs.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.job.cmp(&b.0.job)));
+        // §4.1: path selection in decreasing intensity; the load is each
+        // routed job's mean rate, bits per iteration over its period.
+        let mut load: HashMap<LinkId, f64> = HashMap::new();
+        let mut out = Vec::new();
+        let mut links_of: Vec<HashMap<LinkId, f64>> = Vec::with_capacity(jobs.len());
+        for (t, intensity, t_ms) in &mut jobs {
+            let mut mine: HashMap<LinkId, f64> = HashMap::new();
+            let mut chosen: BTreeMap<usize, usize> = BTreeMap::new();
+            for (&i, tr) in &t.flows {
+                let choices = tr.iter().map(|&(s, d, _)| topo.shared_paths(s, d).len()).max().unwrap_or(1).max(1);
+                // The path's busiest link after adding the flow, then (on
+                // ties: a NIC all paths share is often the busiest) the
+                // sum of squared utilisations, which prefers the emptier spine.
+                let cost = |k: usize| {
+                    let mut m = HashMap::new();
+                    add_path(topo, tr, k, &mut m);
+                    m.iter()
+                        .map(|(l, bits)| {
+                            let rate = (bits + mine.get(l).copied().unwrap_or(0.0)) / t.period_ms.max(1e-9) / 1e6;
+                            (load.get(l).copied().unwrap_or(0.0) + rate) / topo.links[*l].gbps
+                        })
+                        .fold((0.0, 0.0), |(max, sq): (f64, f64), u| (max.max(u), sq + u * u))
+                };
+                let k = (0..choices)
+                    .map(|k| (cost(k), k))
+                    .min_by(|a, b| a.0.0.total_cmp(&b.0.0).then(a.0.1.total_cmp(&b.0.1)).then(a.1.cmp(&b.1)))
+                    .map_or(0, |c| c.1);
+                add_path(topo, tr, k, &mut mine);
+                if choices > 1 {
+                    chosen.insert(i, k);
+                }
+            }
+            for (&l, &bits) in &mine {
+                *load.entry(l).or_default() += bits / t.period_ms.max(1e-9) / 1e6;
+            }
+            let before = self.routes.get(&t.job);
+            for (&i, &k) in &chosen {
+                if before.and_then(|r| r.get(&i)) != Some(&k) {
+                    out.push(Decision::Route { job: t.job, flow: i, paths: vec![k] });
+                }
+            }
+            self.routes.insert(t.job, chosen);
+            // t_j on the chosen paths.
+            *t_ms = slowest_link_ms(topo, &mine);
+            if *t_ms > 0.0 {
+                *intensity = t.work / *t_ms;
+            }
+            links_of.push(mine);
+        }
+        // §4.2: P_j = k_j · I_j with k_j = 1; the order of decreasing P.
+        let mut order: Vec<usize> = (0..jobs.len()).collect();
+        order.sort_by(|&a, &b| jobs[b].1.total_cmp(&jobs[a].1).then(jobs[a].0.job.cmp(&jobs[b].0.job)));
+        // §4.3: the contention weights between positions, then the cut.
+        let n = order.len();
+        let mut weight = vec![vec![0.0; n]; n];
+        for a in 0..n {
+            for b in a + 1..n {
+                let (ja, jb) = (order[a], order[b]);
+                if links_of[ja].keys().any(|l| links_of[jb].contains_key(l)) {
+                    weight[a][b] = jobs[ja].1.min(1e300) * jobs[ja].2.min(jobs[jb].2);
+                }
+            }
+        }
+        let groups = compress(&weight, usize::from(self.levels));
+        for (pos, &g) in groups.iter().enumerate() {
+            let job = jobs[order[pos]].0.job;
+            let class = self.levels.saturating_sub(1).saturating_sub(g as u8);
+            if self.classes.get(&job).copied().unwrap_or(0) != class {
+                out.push(Decision::TrafficClass { job, class });
+            }
+            self.classes.insert(job, class);
+        }
+        out
+    }
+}
+
+impl Policy for Crux {
+    fn name(&self) -> String {
+        format!("{}+crux", self.inner.name())
+    }
+
+    /// The inner scheduler's decisions, then one Crux pass over the jobs
+    /// running after them.
+    fn schedule(&mut self, view: &ClusterView<'_>) -> Vec<Decision> {
+        let mut out = self.inner.schedule(view);
+        let mut gone: Vec<JobId> = Vec::new();
+        let mut placed: Vec<(JobId, &JobSpec, crate::placement::Hosts)> = Vec::new();
+        for d in &out {
+            match d {
+                Decision::Preempt { job } => gone.push(*job),
+                Decision::Place { job, hosts } => {
+                    gone.push(*job);
+                    if let Some(spec) = view.spec_of(*job) {
+                        placed.push((*job, spec, hosts.clone()));
+                    }
+                }
+                _ => {}
+            }
+        }
+        let mut running: Vec<OnHosts<'_>> =
+            view.running.iter().filter(|r| !gone.contains(&r.id)).map(|r| (r.id, r.spec, r.hosts)).collect();
+        running.extend(placed.iter().map(|(id, spec, hosts)| (*id, *spec, hosts.as_slice())));
+        for &job in &gone {
+            // A job placed anew starts from ECMP and the default queue again.
+            self.routes.remove(&job);
+            self.classes.remove(&job);
+        }
+        self.rounds += 1;
+        out.extend(self.pass(view.topology, &running));
+        if let Some(keep) = self.forget.due(view, self.classes.len() + self.routes.len()) {
+            self.classes.retain(|j, _| keep.contains(j));
+            self.routes.retain(|j, _| keep.contains(j));
+            self.forget.pruned(self.classes.len() + self.routes.len());
+        }
+        out
+    }
+
+    fn on_iteration(&mut self, view: &ClusterView<'_>, job: JobId, it: crate::Iteration) -> Vec<Decision> {
+        self.inner.on_iteration(view, job, it)
+    }
+
+    fn observes_iterations(&self) -> bool {
+        self.inner.observes_iterations()
+    }
+
+    fn watches(&self, job: JobId) -> bool {
+        self.inner.watches(job)
+    }
+
+    fn tick_s(&self) -> Option<f64> {
+        self.inner.tick_s()
+    }
+
+    fn counters(&self) -> Vec<(&'static str, f64)> {
+        let mut c = self.inner.counters();
+        c.push(("crux passes", self.rounds as f64));
+        c
+    }
+
+    fn set_colocation(&mut self, estimate: &orrery_model::colocation::Colocation) {
+        self.inner.set_colocation(estimate);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn path_selection_spreads_two_jobs_over_the_spines_and_ranks_by_intensity() {
+        // 2 racks of 2 hosts (8 H100s each) under 2 spines at 1:1. Two
+        // Llama 3 8B meshes at TP 8 x DP 2 across the racks: a on hosts 0
+        // and 2, b on 1 and 3; b at one micro-batch (half a's compute for
+        // the same DP traffic), so a is the more GPU-intense.
+        use orrery_model::mesh::Mesh;
+        use orrery_model::setups::LeafSpine;
+        let t = LeafSpine::with_oversubscription(2, 2, 2, 8, "h100", 3200.0, 1.0).build("t").expect("valid");
+        let mesh = |microbatches| {
+            let mut j = JobSpec::new("m", "llama3-8b", 1, 16, orrery_model::Work::Iterations(10), 0.0);
+            j.parallelism = Some(Mesh { tp: 8, dp: 2, microbatches, ..Mesh::default() });
+            j
+        };
+        let (a, b) = (mesh(2), mesh(1));
+        let (ha, hb) = (vec![(0, 8), (2, 8)], vec![(1, 8), (3, 8)]);
+        let mut crux = Crux::new(Box::new(crate::baseline::Pinned::default()));
+        let out = crux.pass(&t, &[(0, &a, &ha), (1, &b, &hb)]);
+        // a first in the highest queue, b below it.
+        assert!(out.contains(&Decision::TrafficClass { job: 0, class: 7 }), "{out:?}");
+        assert!(out.contains(&Decision::TrafficClass { job: 1, class: 6 }), "{out:?}");
+        // The bits each leaf uplink carries per iteration on the routes
+        // chosen: the two spines get equal shares (ECMP's hash need not).
+        let mut m = HashMap::new();
+        for (job, spec, hosts) in [(0, &a, &ha), (1, &b, &hb)] {
+            let tr = traffic(&t, job, spec, hosts).expect("cross-rack traffic");
+            for (i, flows) in &tr.flows {
+                add_path(&t, flows, crux.routes[&job].get(i).copied().unwrap_or(0), &mut m);
+            }
+        }
+        let up = |leaf: usize| -> Vec<f64> {
+            t.out_links(leaf)
+                .iter()
+                .filter(|&&l| t.links[l].to >= t.hosts.len())
+                .map(|l| m.get(l).copied().unwrap_or(0.0))
+                .collect()
+        };
+        for leaf in t.hosts.len()..t.hosts.len() + 2 {
+            let loads = up(leaf);
+            assert_eq!(loads.len(), 2, "two spines above leaf {leaf}");
+            assert!(loads[0] > 0.0 && (loads[0] - loads[1]).abs() < 1e-9 * loads[0], "leaf {leaf}: {loads:?}");
+        }
+    }
+
+    #[test]
+    fn compression_keeps_contending_jobs_of_different_intensity_apart() {
+        // Four jobs in decreasing priority; 0-1 and 2-3 contend heavily
+        // (weights 5 and 4), 1-2 lightly (1).
+        let mut w = vec![vec![0.0; 4]; 4];
+        w[0][1] = 5.0;
+        w[1][2] = 1.0;
+        w[2][3] = 4.0;
+        // One cut: after 0 leaves 1 + 4 = 5 inside; after 1 leaves 5 + 4 = 9;
+        // after 2 leaves 5 + 1 = 6. Best: {0} {1, 2, 3}.
+        assert_eq!(compress(&w, 2), vec![0, 1, 1, 1]);
+        // Three queues: {0} {1, 2} {3} leaves 1; {0} {1} {2, 3} leaves 4.
+        assert_eq!(compress(&w, 3), vec![0, 1, 1, 2]);
+        // Enough queues: no contending pair shares one; jobs that contend
+        // with no one are not split off for nothing.
+        assert_eq!(compress(&w, 8), vec![0, 1, 2, 3]);
+        let none = vec![vec![0.0; 3]; 3];
+        assert_eq!(compress(&none, 8), vec![0, 0, 0]);
+    }
+}
