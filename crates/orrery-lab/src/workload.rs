@@ -20,7 +20,7 @@ pub(crate) fn workload_source(w: &WorkloadSpec) -> String {
 /// generated arrivals, else its source.
 pub(crate) fn workload_label(w: &WorkloadSpec) -> String {
     match (&w.generator, w.load) {
-        (Some(g), Some(l)) if g == "poisson" || g == "pollux-sample" => format!("load={l}"),
+        (Some(g), Some(l)) if g == "poisson" || g == "pollux-sample" || g == "llm-cluster" => format!("load={l}"),
         (Some(g), None) if g == "poisson" => "load=0.8".into(),
         _ => workload_source(w),
     }
@@ -251,8 +251,12 @@ fn workload_jobs_only(w: &WorkloadSpec, base: &Path, topo: &Topology, seed: u64)
                     poisson(n, w.load.unwrap_or(0.8), topo.gpu_count(), &mix, &ctx, seed).map_err(in_workload)
                 }
                 "snapshot" => snapshot(n, &mix, seed).map_err(in_workload),
+                "llm-cluster" => {
+                    orrery_trace::llm_cluster::llm_cluster(n, w.load.unwrap_or(0.8), topo.gpu_count(), seed)
+                        .map_err(in_workload)
+                }
                 other => Err(format!(
-                    "workload.generator: expected poisson, snapshot, fragmented, components or pollux-sample, found {other:?}"
+                    "workload.generator: expected poisson, snapshot, fragmented, components, pollux-sample or llm-cluster, found {other:?}"
                 )),
             }
         }

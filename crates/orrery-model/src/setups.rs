@@ -321,6 +321,8 @@ pub const NAMED: &[(&str, &str)] = &[
     ("castor", "Castor: 16 servers x 8 A6000, 200 Gbps InfiniBand"),
     ("leaf-spine", "16 hosts x 8 V100 in 4 racks, 2 spines, 100 Gbps hosts, 2:1"),
     ("demo", "`orrery serve`'s built-in cluster: 4 hosts x 2 V100 (h0-h3) in 2 racks, 1 spine, 50 Gbps hosts, 2:1"),
+    ("h100", "32 HGX H100 hosts (8 GPUs on NVSwitch, 8 x 400 Gbps) in 8 racks, 8 spines, 1:1"),
+    ("gb200-nvl72", "4 GB200 NVL72 racks (one 72-GPU NVLink domain each, 400 Gbps a GPU), 4 spines, 1:1"),
 ];
 
 /// A built-in set-up by name (`foresight-4`, `plebiscito-100`, ...); Philly's

@@ -18,6 +18,7 @@ pub mod generate;
 pub mod inspect;
 pub mod interference;
 pub mod itermodel;
+pub mod llm_cluster;
 pub mod machines;
 pub mod mapping;
 

@@ -31,7 +31,7 @@ pub fn load(name: &str) -> anyhow::Result<Topology> {
     }
     let path = std::path::Path::new(name);
     if !path.exists() {
-        let names: Vec<&str> = NAMED.iter().map(|n| n.0).chain(["philly", "pai-v2020"]).collect();
+        let names: Vec<&str> = NAMED.iter().map(|n| n.0).chain(["philly", "pai-v2020", "lingjun"]).collect();
         anyhow::bail!("{name:?} is neither a built-in topology ({}) nor a file", names.join(", "));
     }
     let text = std::fs::read_to_string(path).with_context(|| format!("reading {name}"))?;
@@ -51,6 +51,10 @@ pub fn run(cmd: &Command) -> anyhow::Result<()> {
             println!(
                 "{:<22} Alibaba PAI v2020's 1,814 GPU machines, racks of 16, 100 Gbps, 2:1 (assumed)",
                 "pai-v2020"
+            );
+            println!(
+                "{:<22} Alibaba Lingjun's three-tier Clos (Crux's dataset): 847 hosts x 8 H100-class GPUs, 119 ToRs, 3 aggregation, 1 core; 1:1 to aggregation, 4:1 to core (assumed)",
+                "lingjun"
             );
             Ok(())
         }
