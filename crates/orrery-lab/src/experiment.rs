@@ -152,6 +152,7 @@ impl Experiment {
                     w.durations = sc.durations.clone();
                 }
                 w.work_scale = sc.work_scale.or(w.work_scale);
+                w.elastic = sc.elastic.or(w.elastic);
                 if sc.mix.is_some() {
                     w.mix = sc.mix.clone();
                 }

@@ -200,6 +200,8 @@ pub struct Scenario {
     pub durations: Option<PathBuf>,
     /// Replaces `workload.work_scale`.
     pub work_scale: Option<f64>,
+    /// Replaces `workload.elastic`.
+    pub elastic: Option<f64>,
 }
 
 fn one_seed() -> Vec<u64> {
@@ -307,6 +309,10 @@ pub struct WorkloadSpec {
     /// seconds) times this factor, arrivals and sizes unchanged: the knob
     /// that isolates job length from everything else. Default 1.
     pub work_scale: Option<f64>,
+    /// For `generator = "llm-cluster"`: the share of SFT and pre-training
+    /// jobs whose users allow elastic data parallelism (`parallelism.dp_min`
+    /// = 1, or the EP width of a MoE), drawn per job; default 0 (rigid).
+    pub elastic: Option<f64>,
     /// For the `pinned` policy: job id → [[host, GPUs], ...].
     #[serde(default)]
     pub pins: std::collections::BTreeMap<String, Vec<(usize, u32)>>,

@@ -253,6 +253,7 @@ fn workload_jobs_only(w: &WorkloadSpec, base: &Path, topo: &Topology, seed: u64)
                 "snapshot" => snapshot(n, &mix, seed).map_err(in_workload),
                 "llm-cluster" => {
                     orrery_trace::llm_cluster::llm_cluster(n, w.load.unwrap_or(0.8), topo.gpu_count(), seed)
+                        .and_then(|jobs| orrery_trace::llm_cluster::allow_elastic(jobs, w.elastic.unwrap_or(0.0), seed))
                         .map_err(in_workload)
                 }
                 other => Err(format!(

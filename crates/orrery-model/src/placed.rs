@@ -72,6 +72,12 @@ pub fn mesh_iteration(
 ) -> IterationShape {
     use crate::mesh::{Mesh, published::matmul_efficiency, shape::iteration_shape, timing};
     let mesh = spec.parallelism.unwrap_or(Mesh { dp: spec.workers.max(1), ..Mesh::default() });
+    // On other GPUs than its request (elastic data parallelism): the same
+    // global batch on the replicas those GPUs hold.
+    let ranks: u32 = per_host.iter().sum();
+    let cell = mesh.tp * mesh.pp;
+    let mesh =
+        if ranks != mesh.gpus() && cell > 0 && ranks.is_multiple_of(cell) { mesh.at_dp(ranks / cell) } else { mesh };
     let on_a_host = per_host.iter().copied().max().unwrap_or(1).max(1);
     let hw = timing::Hardware {
         // GPUs without a published peak: a V100's scaled by their speed.

@@ -93,7 +93,11 @@ impl Pollux {
     fn allocate(&mut self, view: &ClusterView<'_>, jobs: &[Contender<'_>], budget: u32) -> Vec<u32> {
         let mut alloc = vec![0u32; jobs.len()];
         let mut left = budget;
-        let step = |c: &Contender<'_>| c.spec.gpus_per_worker.max(1);
+        // A mesh runs on its request only here (Pollux sizes data-parallel
+        // jobs; `orrery` sizes meshes whose users allow it).
+        let step = |c: &Contender<'_>| {
+            if c.spec.parallelism.is_some() { c.spec.gpus().max(1) } else { c.spec.gpus_per_worker.max(1) }
+        };
         for (i, c) in jobs.iter().enumerate() {
             if left >= step(c) {
                 alloc[i] = step(c);
@@ -124,6 +128,12 @@ impl Pollux {
     }
 }
 
+/// The most GPUs Pollux gives a job: twice its request (Pollux's cap), a
+/// mesh its request. O(1).
+fn widest(spec: &JobSpec, total: u32) -> u32 {
+    if spec.parallelism.is_some() { spec.gpus() } else { 2 * spec.gpus() }.min(total)
+}
+
 impl Policy for Pollux {
     fn name(&self) -> String {
         "pollux".into()
@@ -145,13 +155,7 @@ impl Policy for Pollux {
         if full {
             for r in view.running.iter().filter(|r| !r.paused) {
                 let now: u32 = r.hosts.iter().map(|h| h.1).sum();
-                jobs.push(Contender {
-                    id: r.id,
-                    spec: r.spec,
-                    now,
-                    cap: (2 * r.spec.gpus()).min(total),
-                    hosts: Some(r.hosts),
-                });
+                jobs.push(Contender { id: r.id, spec: r.spec, now, cap: widest(r.spec, total), hosts: Some(r.hosts) });
             }
         }
         for q in &view.queue {
@@ -162,7 +166,7 @@ impl Policy for Pollux {
                 });
                 continue;
             }
-            jobs.push(Contender { id: q.id, spec: q.spec, now: 0, cap: (2 * q.spec.gpus()).min(total), hosts: None });
+            jobs.push(Contender { id: q.id, spec: q.spec, now: 0, cap: widest(q.spec, total), hosts: None });
         }
         jobs.sort_by(|a, b| a.spec.arrival_s.total_cmp(&b.spec.arrival_s).then(a.id.cmp(&b.id)));
         let held: u32 = jobs.iter().map(|c| c.now).sum();

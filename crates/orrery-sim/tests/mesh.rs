@@ -83,3 +83,45 @@ fn a_mesh_job_alone_runs_at_its_shapes_period() {
     // (the simulator's compute noise is off by default).
     assert!((run_ms / (5.0 * period_ms) - 1.0).abs() < 0.01, "{run_ms} ms vs 5 × {period_ms} ms");
 }
+
+/// Places job 0 on `hosts`, once.
+struct PlaceOn(Vec<(usize, u32)>);
+
+impl orrery_policy::Policy for PlaceOn {
+    fn name(&self) -> String {
+        "place-on".into()
+    }
+    fn schedule(&mut self, view: &orrery_policy::ClusterView<'_>) -> Vec<orrery_policy::Decision> {
+        view.queue.iter().map(|q| orrery_policy::Decision::Place { job: q.id, hosts: self.0.clone() }).collect()
+    }
+}
+
+#[test]
+fn an_elastic_mesh_on_half_its_replicas_runs_the_same_iterations_each_longer() {
+    // Llama 3 70B at TP 8 x PP 4 x DP 2 (16 micro-batches), dp_min 1: on
+    // 32 GPUs it is one replica at 32 micro-batches for the same global
+    // batch, so the same 5 iterations, each nearly twice the compute.
+    let topo = setups::h100().expect("builds");
+    let mut job = llama70b(5);
+    job.parallelism = Some(Mesh { tp: 8, pp: 4, dp: 2, microbatches: 16, dp_min: 1, ..Mesh::default() });
+    assert_eq!(job.check(), Ok(()));
+    let full: Vec<_> = (0..8).map(|h| (h, 8)).collect();
+    let half: Vec<_> = (0..4).map(|h| (h, 8)).collect();
+    let at = |hosts: &[(usize, u32)]| place(&topo, &job, hosts).expect("placed").shape.period_ms();
+    let (full_ms, half_ms) = (at(&full), at(&half));
+    // Twice the micro-batches: compute doubles, the bubble (3 of 16 or 32
+    // micro-batches' time) does not, no DP all-reduce on one replica.
+    assert!((1.7..2.0).contains(&(half_ms / full_ms)), "{half_ms} ms vs {full_ms} ms");
+    let jobs = [job.clone()];
+    let mut sim = Simulation::new(&topo, &jobs, SimConfig { seed: 1, ..Default::default() }, false);
+    sim.run(&mut PlaceOn(half.clone()), &mut |_, _| {});
+    assert_eq!(sim.jobs[0].status, Status::Finished);
+    assert_eq!(sim.jobs[0].iterations_done, 5);
+    let run_ms = (sim.jobs[0].finish_ns.expect("finished") - sim.jobs[0].first_start_ns.expect("started")) as f64 / 1e6;
+    assert!((run_ms / (5.0 * half_ms) - 1.0).abs() < 0.01, "{run_ms} ms vs 5 × {half_ms} ms");
+    // 24 GPUs is not a whole pipeline cell (TP 8 x PP 4): refused, the job waits.
+    let mut sim = Simulation::new(&topo, &jobs, SimConfig { seed: 1, ..Default::default() }, false);
+    sim.run(&mut PlaceOn((0..3).map(|h| (h, 8)).collect()), &mut |_, _| {});
+    assert_eq!(sim.jobs[0].status, Status::Queued);
+    assert!(sim.invalid_decisions > 0);
+}

@@ -175,6 +175,28 @@ pub fn llm_cluster(n: usize, load: f64, cluster_gpus: u32, seed: u64) -> Result<
     Ok(jobs)
 }
 
+/// Marks `share` of the SFT and pre-training jobs (drawn per job, seeded)
+/// as elastic: their users allow any data-parallel width from one replica
+/// (a MoE's EP width) up, at the same global batch (`Mesh::dp_min`).
+/// Evaluation jobs, on one host, stay as they are.
+pub fn allow_elastic(mut jobs: Vec<JobSpec>, share: f64, seed: u64) -> Result<Vec<JobSpec>, TraceError> {
+    if !(0.0..=1.0).contains(&share) {
+        return Err(TraceError::field("elastic", format!("expected a share from 0 to 1, found {share}")));
+    }
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0xE1A5);
+    for j in &mut jobs {
+        let draw = rng.random::<f64>();
+        if let Some(m) = j.parallelism.as_mut()
+            && !j.id.starts_with(Kind::Eval.name())
+            && m.dp > m.ep.max(1)
+            && draw < share
+        {
+            m.dp_min = m.ep.max(1);
+        }
+    }
+    Ok(jobs)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -203,6 +225,23 @@ mod tests {
                 _ => assert!((8..=64).contains(&j.gpus())),
             }
         }
+    }
+
+    #[test]
+    fn elastic_marks_the_share_of_training_meshes_and_leaves_evaluation_rigid() {
+        let jobs = allow_elastic(llm_cluster(4_000, 0.8, 512, 5).expect("valid"), 0.5, 5).expect("valid");
+        let training: Vec<&JobSpec> = jobs.iter().filter(|j| !j.id.starts_with("eval")).collect();
+        let elastic = training.iter().filter(|j| j.parallelism.is_some_and(|m| m.dp_min > 0)).count();
+        let share = elastic as f64 / training.len() as f64;
+        // Half of those wider than one replica (an 8-GPU SFT job at DP 1 cannot shrink).
+        assert!((0.3..0.55).contains(&share), "{share}");
+        for j in &jobs {
+            assert_eq!(j.check(), Ok(()), "{}", j.id);
+            if j.id.starts_with("eval") {
+                assert_eq!(j.parallelism.map(|m| m.dp_min), Some(0));
+            }
+        }
+        assert!(allow_elastic(Vec::new(), 1.5, 1).is_err());
     }
 
     #[test]

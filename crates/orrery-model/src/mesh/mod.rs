@@ -216,6 +216,18 @@ pub struct Mesh {
     /// too, gathered again in the backward pass).
     #[serde(default)]
     pub zero: u8,
+    /// The fewest data-parallel replicas the user lets the job run on
+    /// (elastic data parallelism at a fixed global batch, as Varuna and
+    /// Oobleck run it: on `dp'` replicas each pipeline takes
+    /// `microbatches · dp / dp'` micro-batches, so an iteration processes
+    /// the same samples). 0 (the default) or `dp`: rigid. A scheduler may
+    /// run the job on any `dp'` of [`Mesh::allows_dp`], up to twice `dp`.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub dp_min: u32,
+}
+
+fn is_zero(x: &u32) -> bool {
+    *x == 0
 }
 
 fn one() -> u32 {
@@ -224,7 +236,7 @@ fn one() -> u32 {
 
 impl Default for Mesh {
     fn default() -> Self {
-        Mesh { tp: 1, pp: 1, dp: 1, ep: 1, microbatches: 1, zero: 0 }
+        Mesh { tp: 1, pp: 1, dp: 1, ep: 1, microbatches: 1, zero: 0, dp_min: 0 }
     }
 }
 
@@ -252,7 +264,10 @@ impl Mesh {
     /// `tp` divides the heads, `pp` is at most the layers, `ep` both `dp` and the
     /// experts, a dense model has `ep` 1, ZeRO's stage is 0 to 3. O(1).
     pub fn check(&self, arch: &LlmArch) -> Option<String> {
-        let Mesh { tp, pp, dp, ep, microbatches, zero } = *self;
+        let Mesh { tp, pp, dp, ep, microbatches, zero, dp_min } = *self;
+        if dp_min > dp {
+            return Some(format!("dp_min = {dp_min} is more than dp = {dp}"));
+        }
         if [tp, pp, dp, ep, microbatches].contains(&0) {
             return Some("tp, pp, dp, ep and microbatches must be at least 1".into());
         }
@@ -271,6 +286,31 @@ impl Mesh {
             return Some(format!("zero = {zero}: the stages are 0 to 3"));
         }
         None
+    }
+
+    /// Whether the user lets the job run on `dp` replicas: between
+    /// `dp_min` and twice the request, every pipeline at a whole number of
+    /// micro-batches for the same global batch (`dp` divides
+    /// `microbatches · dp` of the request), and `ep` dividing it. The
+    /// request itself always. O(1).
+    pub fn allows_dp(&self, dp: u32) -> bool {
+        if dp == self.dp {
+            return true;
+        }
+        let elastic = self.dp_min > 0 && self.dp_min < self.dp;
+        let batch = u64::from(self.microbatches) * u64::from(self.dp);
+        elastic
+            && (self.dp_min..=2 * self.dp).contains(&dp)
+            && batch.is_multiple_of(u64::from(dp))
+            && dp.is_multiple_of(self.ep.max(1))
+    }
+
+    /// The mesh on `dp` replicas at the same global batch: micro-batches
+    /// per pipeline scaled by `self.dp / dp` (at least 1). O(1).
+    pub fn at_dp(&self, dp: u32) -> Mesh {
+        let dp = dp.max(1);
+        let batch = u64::from(self.microbatches) * u64::from(self.dp);
+        Mesh { dp, microbatches: (batch / u64::from(dp)).max(1) as u32, ..*self }
     }
 
     /// 1F1B's pipeline bubble as a share of the ideal compute time:
@@ -325,6 +365,24 @@ impl Mesh {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn elastic_data_parallelism_keeps_the_global_batch() {
+        let m = Mesh { tp: 8, dp: 4, ep: 1, microbatches: 6, dp_min: 2, ..Mesh::default() };
+        // 24 micro-batches in all: widths 2, 3, 4, 6, 8 divide them; 1 is
+        // below dp_min, 12 above twice the request.
+        let allowed: Vec<u32> = (1..=12).filter(|&d| m.allows_dp(d)).collect();
+        assert_eq!(allowed, vec![2, 3, 4, 6, 8]);
+        assert_eq!(m.at_dp(2), Mesh { dp: 2, microbatches: 12, ..m });
+        assert_eq!(m.at_dp(8), Mesh { dp: 8, microbatches: 3, ..m });
+        // Rigid: only the request.
+        let rigid = Mesh { dp_min: 0, ..m };
+        assert_eq!((1..=12).filter(|&d| rigid.allows_dp(d)).collect::<Vec<_>>(), vec![4]);
+        // EP must divide the width.
+        let moe = Mesh { tp: 1, dp: 8, ep: 8, microbatches: 2, dp_min: 4, ..Mesh::default() };
+        assert!(!moe.allows_dp(4) && moe.allows_dp(8) && moe.allows_dp(16));
+        assert!(Mesh { dp_min: 5, ..m }.check(llm("llama3-8b").expect("zoo")).is_some_and(|e| e.contains("dp_min")));
+    }
+
     use super::*;
 
     fn within(x: f64, target: f64, rel: f64) -> bool {
@@ -372,7 +430,7 @@ mod tests {
     fn each_dimension_sends_its_closed_form() {
         // Llama 3 70B at TP 8, PP 4, DP 8, 16 micro-batches of one sequence.
         let m = llm("llama3-70b").expect("in the zoo");
-        let mesh = Mesh { tp: 8, pp: 4, dp: 8, ep: 1, microbatches: 16, zero: 0 };
+        let mesh = Mesh { tp: 8, pp: 4, dp: 8, ep: 1, microbatches: 16, zero: 0, dp_min: 0 };
         assert_eq!(mesh.check(m), None);
         let t = mesh.traffic(m, 1);
         let act = 8192.0 * 8192.0 * 2.0; // b·s·h·2 bytes: 128 MiB
@@ -393,7 +451,7 @@ mod tests {
         // Mixtral 8x7B, EP 8 inside DP 8, one micro-batch of one sequence:
         // per layer 4 all-to-alls of b·s·h·top_k values, 7/8 leaving.
         let m = llm("mixtral-8x7b").expect("in the zoo");
-        let mesh = Mesh { tp: 1, pp: 1, dp: 8, ep: 8, microbatches: 1, zero: 0 };
+        let mesh = Mesh { tp: 1, pp: 1, dp: 8, ep: 8, microbatches: 1, zero: 0, dp_min: 0 };
         assert_eq!(mesh.check(m), None);
         let t = mesh.traffic(m, 1);
         let routed = 4096.0 * 4096.0 * 2.0 * 2.0; // s·h·top_k·2 bytes

@@ -79,7 +79,7 @@ const fn megatron(arch: LlmArch, tp: u32, pp: u32, gpus: u32, batch: u32, tflops
     let dp = gpus / (tp * pp);
     Published {
         arch,
-        mesh: Mesh { tp, pp, dp, ep: 1, microbatches: batch / dp, zero: 0 },
+        mesh: Mesh { tp, pp, dp, ep: 1, microbatches: batch / dp, zero: 0, dp_min: 0 },
         recipe: Recipe { micro_batch: 1, recompute: true, virtual_stages: 1, dp_overlap: 0.0 },
         global_batch: batch,
         gpu: "a100-80gb",
@@ -101,7 +101,7 @@ const fn megatron(arch: LlmArch, tp: u32, pp: u32, gpus: u32, batch: u32, tflops
 const fn llama3(dp: u32, batch_per_dp: u32, tflops: f64) -> Published {
     Published {
         arch: super::LLMS[3],
-        mesh: Mesh { tp: 8, pp: 16, dp, ep: 1, microbatches: batch_per_dp, zero: 0 },
+        mesh: Mesh { tp: 8, pp: 16, dp, ep: 1, microbatches: batch_per_dp, zero: 0, dp_min: 0 },
         recipe: Recipe { micro_batch: 1, recompute: false, virtual_stages: 1, dp_overlap: 0.0 },
         global_batch: dp * batch_per_dp,
         gpu: "h100",

@@ -103,7 +103,7 @@ mod tests {
     #[test]
     fn the_shape_takes_the_timing_models_time_and_every_dimension_is_an_arc() {
         let arch = llm("llama3-70b").expect("in the zoo");
-        let mesh = Mesh { tp: 8, pp: 4, dp: 8, ep: 1, microbatches: 16, zero: 0 };
+        let mesh = Mesh { tp: 8, pp: 4, dp: 8, ep: 1, microbatches: 16, zero: 0, dp_min: 0 };
         let (shape, t) = iteration_shape(arch, &mesh, &Recipe::default(), &h100());
         assert!((shape.period_ms() / t.total_ms() - 1.0).abs() < 1e-9, "{} vs {}", shape.period_ms(), t.total_ms());
         // TP stays in the host (no arc); the pipeline sends and the DP ring

@@ -147,6 +147,51 @@ fn a_job_starts_smaller_only_when_that_beats_waiting_for_its_gpus() {
 }
 
 #[test]
+fn an_elastic_mesh_starts_on_fewer_data_parallel_replicas_only_when_its_user_allows_it() {
+    // 2 racks of 2 H100 hosts. Job a holds hosts 0-2 for 36,000 s; host 3
+    // is free. A 600 s Llama 3 8B at TP 8 x DP 2 (2 micro-batches each)
+    // asks for 16 GPUs. With dp_min 1 it may run on one replica of 8 GPUs
+    // at 4 micro-batches: the same samples an iteration, about twice as
+    // long, which beats waiting 36,000 s for the second host.
+    use orrery_model::mesh::Mesh;
+    let t = LeafSpine::with_oversubscription(2, 2, 1, 8, "h100", 3200.0, 1.0).build("t").expect("valid");
+    let a = JobSpec::new("a", "resnet50", 1, 24, Work::Seconds(36_000.0), 0.0);
+    let mesh = |dp_min| {
+        let mut j = JobSpec::new("n", "llama3-8b", 1, 16, Work::Seconds(600.0), 0.0);
+        j.parallelism = Some(Mesh { tp: 8, dp: 2, microbatches: 2, dp_min, ..Mesh::default() });
+        assert_eq!(j.check(), Ok(()));
+        j
+    };
+    let (elastic, rigid) = (mesh(1), mesh(0));
+    let ha = [(0usize, 8u32), (1, 8), (2, 8)];
+    fn view<'a>(t: &'a Topology, a: &'a JobSpec, ha: &'a [(HostId, u32)], new: &'a JobSpec, p: f64) -> ClusterView<'a> {
+        ClusterView {
+            now_s: 0.0,
+            topology: t,
+            free_gpus: &[0, 0, 0, 8],
+            queue: vec![QueuedJob::new(1, new, 0.0)],
+            running: vec![running(0, a, ha, p)],
+        }
+    }
+    let view = |new, p| view(&t, &a, &ha, new, p);
+    let mut p = Colocator::new(Rule::Bsbf);
+    p.share = false;
+    p.shrink = true;
+    // Half the replicas, the same global batch: the same iterations, each
+    // at 4 micro-batches instead of 2 (within 10% of twice as long).
+    let stretch = p.stretch(&view(&elastic, 0.0), 1, &elastic, 8);
+    assert!((1.8..2.2).contains(&stretch), "{stretch}");
+    assert_eq!(p.schedule(&view(&elastic, 0.0)), vec![Decision::Place { job: 1, hosts: vec![(3, 8)] }]);
+    // a ends in about 10 s: waiting for 16 GPUs is sooner.
+    assert!(p.schedule(&view(&elastic, 0.9997)).is_empty());
+    // A rigid mesh waits, however long.
+    let mut p = Colocator::new(Rule::Bsbf);
+    p.share = false;
+    p.shrink = true;
+    assert!(p.schedule(&view(&rigid, 0.0)).is_empty());
+}
+
+#[test]
 fn a_waiting_job_preempts_only_the_job_with_more_time_left_and_only_when_it_then_starts() {
     // Two hosts of 4 GPUs, both busy: a (36,000 s alone) on host 0, b
     // (1,000 s) on host 1. A 600 s newcomer asks for 4 GPUs.

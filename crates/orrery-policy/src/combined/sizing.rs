@@ -26,8 +26,7 @@ impl Colocator {
         *self.stretch.entry((id, k)).or_insert_with(|| {
             let (t, n) = (view.topology, spec.workers.max(1));
             let period = |w: u32| packed_placement(t, spec, w).map_or(f64::INFINITY, |p| p.shape.period_ms());
-            let ratio =
-                orrery_model::convergence::iterations_per_reference(&spec.model, n * spec.batch, k * spec.batch);
+            let ratio = iterations_ratio(spec, n, k);
             ratio * period(k) / period(n)
         })
     }
@@ -53,7 +52,7 @@ impl Colocator {
     #[cfg(test)]
     pub(crate) fn hardware_stretch(&mut self, view: &ClusterView<'_>, id: JobId, spec: &JobSpec, k: u32) -> f64 {
         let n = spec.workers.max(1);
-        let ratio = orrery_model::convergence::iterations_per_reference(&spec.model, n * spec.batch, k * spec.batch);
+        let ratio = iterations_ratio(spec, n, k);
         self.stretch(view, id, spec, k) / ratio * f64::from(n) / f64::from(k)
     }
 
@@ -74,7 +73,7 @@ impl Colocator {
     ) -> f64 {
         let (n, per) = (spec.workers.max(1), spec.gpus_per_worker.max(1));
         let k = hosts.iter().map(|h| h.1).sum::<u32>() / per;
-        let ratio = orrery_model::convergence::iterations_per_reference(&spec.model, n * spec.batch, k * spec.batch);
+        let ratio = iterations_ratio(spec, n, k);
         let request_ms = self.request_ms(view, id, spec);
         period_on(view, self.duty(view), spec, hosts).map_or(f64::INFINITY, |ms| ratio * ms / request_ms)
     }
@@ -119,6 +118,7 @@ impl Colocator {
         // Each size where the host scheduler would put it now.
         let (index, kept) = self.index_for(free, rack_of, spec);
         let best = (1..=most)
+            .filter(|&k| size_allowed(spec, k))
             .filter_map(|k| index.consolidated(k * per).map(|h| (k, self.stretch_on(view, id, spec, &h))))
             .min_by(|a, b| a.1.total_cmp(&b.1));
         if kept {
@@ -196,7 +196,7 @@ impl Colocator {
         let reference = at_request.unwrap_or(packed_ms);
         let cost = |k: u32, stretch: f64| stretch * (1.0 + price * f64::from(k * per));
         let mut best = (n, cost(n, 1.0));
-        for k in 1..n {
+        for k in (1..n).filter(|&k| size_allowed(q.spec, k)) {
             if let Some(ms) = period(k) {
                 let c = cost(k, f64::from(n) / f64::from(k) * ms / reference);
                 if c < best.1 {
@@ -260,6 +260,7 @@ impl Colocator {
             let most = (2 * spec.workers.max(1)).min(now + free.total() / per);
             let stretch_now = self.stretch_on(view, r.id, spec, r.hosts);
             let Some((k, stretch)) = (now + 1..=most)
+                .filter(|&k| size_allowed(spec, k))
                 .filter_map(|k| free.trial(view, r.hosts, spec, k).map(|h| (k, self.stretch_on(view, r.id, spec, &h))))
                 .min_by(|a, b| a.1.total_cmp(&b.1))
             else {
@@ -292,6 +293,7 @@ impl Colocator {
     ) -> f64 {
         let at_now = self.stretch(view, id, spec, now);
         (now + 1..=most)
+            .filter(|&k| size_allowed(spec, k))
             .map(|k| (1.0 - self.stretch(view, id, spec, k) / at_now) / f64::from(k - now))
             .fold(0.0, f64::max)
     }
@@ -319,12 +321,13 @@ impl Colocator {
             let (spec, per) = (q.spec, q.spec.gpus_per_worker.max(1));
             let n = spec.workers.max(1);
             if hosts.iter().map(|h| h.1).sum::<u32>() != spec.gpus() || rigid(spec) {
-                continue; // started smaller, or a mesh
+                continue; // started smaller, or a rigid mesh
             }
             let spare = free.total();
             let most = (2 * n).min(n + spare / per);
             let stretch_now = self.stretch_on(view, q.id, spec, hosts);
             let Some((k, stretch)) = (n + 1..=most)
+                .filter(|&k| size_allowed(spec, k))
                 .filter_map(|k| free.trial(view, hosts, spec, k).map(|h| (k, self.stretch_on(view, q.id, spec, &h))))
                 .min_by(|a, b| a.1.total_cmp(&b.1))
             else {
@@ -342,7 +345,32 @@ impl Colocator {
 }
 
 /// A job whose size is not the policy's to choose: a device mesh runs on
-/// `tp·pp·dp` GPUs (choosing its DP width is issue 67's sizing). O(1).
+/// `tp·pp·dp` GPUs unless its user allows other data-parallel widths
+/// (`Mesh::dp_min`). O(1).
 pub(crate) fn rigid(spec: &JobSpec) -> bool {
-    spec.parallelism.is_some()
+    spec.parallelism.is_some_and(|m| m.dp_min == 0 || m.dp_min >= m.dp)
+}
+
+/// Whether `spec` may run on `k` of its workers: any count for a
+/// data-parallel job; for a mesh, whole `tp·pp` cells at a data-parallel
+/// width its user allows (`Mesh::allows_dp`). O(1).
+pub(crate) fn size_allowed(spec: &JobSpec, k: u32) -> bool {
+    match spec.parallelism {
+        None => true,
+        Some(m) => {
+            let (gpus, cell) = (k * spec.gpus_per_worker.max(1), (m.tp * m.pp).max(1));
+            gpus.is_multiple_of(cell) && m.allows_dp(gpus / cell)
+        }
+    }
+}
+
+/// Iterations on `k` workers per iteration on the request's `n`: Pollux's
+/// statistical efficiency for a data-parallel job whose batch grows with
+/// its workers; 1 for a mesh, whose global batch stays (its pipelines
+/// take more or fewer micro-batches). O(profiles).
+pub(crate) fn iterations_ratio(spec: &JobSpec, n: u32, k: u32) -> f64 {
+    if spec.parallelism.is_some() {
+        return 1.0;
+    }
+    orrery_model::convergence::iterations_per_reference(&spec.model, n * spec.batch, k * spec.batch)
 }

@@ -191,7 +191,15 @@ impl Simulation<'_> {
             return false;
         }
         let (k0, k) = (j.spec.workers.max(1), gpus / per_worker);
-        let ratio = if k == k0 {
+        // A mesh runs on its request or on the data-parallel widths its
+        // user allows, at the same global batch: the same iterations.
+        if let Some(mesh) = j.spec.parallelism {
+            let cell = mesh.tp.max(1) * mesh.pp.max(1);
+            if !gpus.is_multiple_of(cell) || !mesh.allows_dp(gpus / cell) {
+                return false;
+            }
+        }
+        let ratio = if k == k0 || j.spec.parallelism.is_some() {
             1.0
         } else {
             orrery_model::convergence::iterations_per_reference(
