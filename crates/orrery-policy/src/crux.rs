@@ -330,12 +330,16 @@ impl Policy for Crux {
 
     fn counters(&self) -> Vec<(&'static str, f64)> {
         let mut c = self.inner.counters();
-        c.push(("crux passes", self.rounds as f64));
+        c.push(("crux_passes", self.rounds as f64));
         c
     }
 
     fn set_colocation(&mut self, estimate: &orrery_model::colocation::Colocation) {
         self.inner.set_colocation(estimate);
+    }
+
+    fn isolated_network(&self) -> bool {
+        self.inner.isolated_network()
     }
 }
 
