@@ -9,18 +9,22 @@
 
 use crate::search::{Search, Solution, range, solve};
 use crate::unified::{Approximation, CircleJob, Params, UnifiedCircle, unify};
+use orrery_model::topology::{MAX_LINK_GBPS, MIN_LINK_GBPS};
 use orrery_model::zoo::{Placement, model};
 use orrery_model::{Arc, Circle, Priority};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// A request.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Request {
     /// Link capacity, Gbit/s.
+    #[schemars(range(min = MIN_LINK_GBPS, max = MAX_LINK_GBPS))]
     pub link_gbps: f64,
     /// Angular steps (default 72 = 5°).
     #[serde(default)]
+    #[schemars(range(min = crate::unified::MIN_PRECISION, max = crate::unified::MAX_PRECISION))]
     pub precision: Option<usize>,
     /// Metronome's idle injection (E_T = 10%) may line periods up (default
     /// true); false scores the circles CASSINI enforces ([`Params::cassini`]).
@@ -31,7 +35,7 @@ pub struct Request {
 }
 
 /// A job: explicit phases or a zoo model.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct JobInput {
     /// Name.
@@ -40,30 +44,42 @@ pub struct JobInput {
     #[serde(default)]
     pub priority: Priority,
     /// Iteration time, ms (with `phases`).
+    #[schemars(range(min = MIN_PERIOD_MS, max = MAX_PERIOD_MS))]
     pub period_ms: Option<f64>,
     /// Communication phases within the iteration.
     pub phases: Option<Vec<Phase>>,
     /// Zoo model (instead of `period_ms`/`phases`).
     pub model: Option<String>,
     /// Per-worker batch (with `model`; default: the model's).
+    #[schemars(range(min = 1, max = orrery_model::job::MAX_BATCH))]
     pub batch: Option<u32>,
     /// Workers, one per host (with `model`; default 2).
+    #[schemars(range(min = 1, max = orrery_model::job::MAX_WORKERS))]
     pub workers: Option<u32>,
     /// GPU type (with `model`; default a100, CASSINI's testbed).
     pub gpu: Option<String>,
 }
 
 /// One communication phase.
-#[derive(Debug, Clone, Copy, Deserialize)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Phase {
     /// Start within the iteration, ms.
+    #[schemars(range(min = 0, max = MAX_PERIOD_MS))]
     pub start_ms: f64,
     /// Length, ms.
+    #[schemars(range(min = 0, max = MAX_PERIOD_MS))]
     pub duration_ms: f64,
     /// Bandwidth, Gbit/s.
+    #[schemars(range(min = 0, max = MAX_LINK_GBPS))]
     pub gbps: f64,
 }
+
+/// The shortest iteration a request may give, ms: a microsecond.
+pub const MIN_PERIOD_MS: f64 = 1e-3;
+/// The longest, ms: a day (CASSINI's and Metronome's circles are of
+/// iterations of milliseconds to seconds).
+pub const MAX_PERIOD_MS: f64 = 86_400_000.0;
 
 /// The answer.
 #[derive(Debug, Clone, Serialize)]
@@ -137,15 +153,16 @@ fn field(field: String, problem: String) -> CompatError {
 /// Parses a request from JSON (text starting with `{`) or TOML. `file` names
 /// the input in messages, which give line and column.
 pub fn parse(file: &str, text: &str) -> Result<Request, CompatError> {
-    orrery_model::setups::parse_config(file, text).map_err(|e| CompatError::Parse(e.to_string()))
+    orrery_model::setups::parse_checked(file, text).map_err(|e| CompatError::Parse(e.to_string()))
 }
 
 impl Request {
     /// Checks every field and builds the circles; the error names the field.
     pub fn circles(&self) -> Result<Vec<CircleJob>, CompatError> {
-        if !(self.link_gbps > 0.0 && self.link_gbps.is_finite()) {
-            return Err(field("link_gbps".into(), format!("expected a positive number, found {}", self.link_gbps)));
-        }
+        // Each number was checked against its declared range by `parse`;
+        // a request built in code is checked here.
+        orrery_model::ranges::check(self)
+            .map_err(|e| field(e.path, format!("expected {}, found {}", e.expected, e.found)))?;
         if self.jobs.is_empty() || self.jobs.len() > MAX_JOBS {
             let found = self.jobs.len();
             return Err(field("jobs".into(), format!("expected 1 to {MAX_JOBS} jobs on the link, found {found}")));
@@ -238,9 +255,6 @@ impl JobInput {
                     .circle()
             }
             (None, Some(period), Some(phases)) => {
-                if !(period > 0.0 && period.is_finite()) {
-                    return Err(field(at("period_ms"), format!("expected a positive number of ms, found {period}")));
-                }
                 let mut arcs: Vec<Arc> = Vec::with_capacity(phases.len());
                 for (k, p) in phases.iter().enumerate() {
                     let f = |n: &str| at(&format!("phases[{k}].{n}"));
@@ -260,9 +274,6 @@ impl JobInput {
                                 p.start_ms + p.duration_ms
                             ),
                         ));
-                    }
-                    if !(p.gbps >= 0.0 && p.gbps.is_finite()) {
-                        return Err(field(f("gbps"), format!("expected a non-negative bandwidth, found {}", p.gbps)));
                     }
                     arcs.push(Arc { start_ms: p.start_ms, duration_ms: p.duration_ms, gbps: p.gbps });
                 }
@@ -319,12 +330,18 @@ mod tests {
 
     #[test]
     fn inputs_that_would_hang_or_exhaust_memory_are_refused() {
-        // A 1e300 ms reference puts 1.7e298 iterations of a 60 ms job on the circle.
+        // A 1e300 ms reference is out of range; a day's puts 1.44 million
+        // iterations of a 60 ms job on the circle.
         let e = solve_err(&request(72, &[1e300, 60.0]), None);
-        assert!(e.starts_with("job j1: 1.6666666666666668e298 iterations of 60.0 ms"), "{e}");
+        assert_eq!(e, "req.json: jobs[0].period_ms: expected a number from 0.001 to 8.64e7, found 1e300");
+        let e = solve_err(&request(72, &[86_400_000.0, 60.0]), None);
+        assert!(e.starts_with("job j1: 1.44e6 iterations of 60.0 ms"), "{e}");
+        // Issue 71: a period of 1e-300 ms was accepted and printed.
+        let e = solve_err(&request(72, &[1e-300, 60.0]), None);
+        assert_eq!(e, "req.json: jobs[0].period_ms: expected a number from 0.001 to 8.64e7, found 1e-300");
         assert_eq!(
             solve_err(&request(100_000_000, &[40.0, 60.0]), None),
-            "precision must be from 4 to 36000 angular steps, found 100000000"
+            "req.json: precision: expected an integer from 4 to 36000, found 100000000"
         );
         assert_eq!(err(&request(72, &[100.0; 65])), "jobs: expected 1 to 64 jobs on the link, found 65");
         // Ten jobs of mixed periods: 1.3e8 combinations, too many for an exact search...
@@ -360,7 +377,7 @@ mod tests {
         let base = |job: &str| format!(r#"{{"link_gbps": 50, "jobs": [{job}]}}"#);
         assert!(
             err(&base(r#"{"name": "x", "period_ms": 0, "phases": []}"#))
-                .starts_with("jobs[0] (x).period_ms: expected a positive")
+                .starts_with("req.json: jobs[0].period_ms: expected a number from 0.001")
         );
         assert!(
             err(&base(r#"{"name": "x", "period_ms": 10, "phases": [{"start_ms": 12, "duration_ms": 1, "gbps": 1}]}"#))
@@ -368,7 +385,7 @@ mod tests {
         );
         assert!(
             err(&base(r#"{"name": "x", "period_ms": 10, "phases": [{"start_ms": 1, "duration_ms": 1, "gbps": -3}]}"#))
-                .contains("phases[0].gbps: expected a non-negative bandwidth, found -3")
+                .contains("jobs[0].phases[0].gbps: expected a number from 0 to 1000000, found -3.0")
         );
         assert!(
             err(&base(r#"{"name": "x", "period_ms": 10, "phases": [{"start_ms": 5, "duration_ms": 8, "gbps": 1}]}"#))
@@ -382,7 +399,9 @@ mod tests {
         );
         assert!(err(&base(r#"{"name": "x", "model": "vgg99"}"#)).contains("(x).model: expected a model of the zoo"));
         assert!(err(&base(r#"{"name": "x"}"#)).contains("expected either period_ms and phases, or model"));
-        assert!(err(r#"{"link_gbps": -1, "jobs": []}"#).starts_with("link_gbps: expected a positive number"));
+        assert!(
+            err(r#"{"link_gbps": -1, "jobs": []}"#).starts_with("req.json: link_gbps: expected a number from 0.001 to")
+        );
         let e = parse("q.json", "{\"link_gbps\": 50,\n \"jobz\": []}").expect_err("unknown field");
         assert!(matches!(&e, CompatError::Parse(m) if m.starts_with("q.json:2:")), "{e}");
     }

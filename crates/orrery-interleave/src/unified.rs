@@ -120,7 +120,7 @@ pub enum UnifyError {
         period_ms: f64,
     },
     /// The precision is outside 4..=[`MAX_PRECISION`].
-    #[error("precision must be from 4 to {MAX_PRECISION} angular steps, found {0}")]
+    #[error("precision must be from {MIN_PRECISION} to {MAX_PRECISION} angular steps, found {0}")]
     BadPrecision(usize),
     /// A job would repeat more often on the circle than anything can resolve.
     #[error(
@@ -138,6 +138,8 @@ pub enum UnifyError {
     },
 }
 
+/// Coarsest angular resolution accepted (90°).
+pub const MIN_PRECISION: usize = 4;
 /// Finest angular resolution accepted (0.01°).
 pub const MAX_PRECISION: usize = 36_000;
 /// Most iterations of one job on the unified circle (a 1 ms job against a
@@ -164,7 +166,7 @@ pub fn unify(jobs: &[CircleJob], p: &Params) -> Result<UnifiedCircle, UnifyError
     if jobs.is_empty() {
         return Err(UnifyError::Empty);
     }
-    if !(4..=MAX_PRECISION).contains(&p.precision) {
+    if !(MIN_PRECISION..=MAX_PRECISION).contains(&p.precision) {
         return Err(UnifyError::BadPrecision(p.precision));
     }
     for j in jobs {

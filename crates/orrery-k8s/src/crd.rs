@@ -223,40 +223,28 @@ pub struct Invalid {
     pub found: String,
 }
 
-fn check_range(
-    kind: &'static str,
-    name: &str,
-    field: &str,
-    v: f64,
-    lo: f64,
-    hi: f64,
-    open_low: bool,
-) -> Result<(), Invalid> {
-    let ok = v.is_finite() && if open_low { v > lo } else { v >= lo } && v <= hi;
-    if ok {
-        return Ok(());
-    }
-    let low = if open_low { format!("more than {lo}") } else { format!("at least {lo}") };
-    Err(Invalid {
+/// The ranges the schema declares on `spec`'s fields, checked again
+/// (objects can reach orrery through files or an API server that skipped
+/// validation) by [`orrery_model::ranges`], the check every input of
+/// orrery shares.
+fn in_range<T: Serialize + JsonSchema + 'static>(kind: &'static str, name: &str, spec: &T) -> Result<(), Invalid> {
+    orrery_model::ranges::check(spec).map_err(|e| Invalid {
         kind,
         name: name.into(),
-        field: field.into(),
-        expected: format!("a number {low} and at most {hi}"),
-        found: v.to_string(),
+        field: format!("spec.{}", e.path),
+        expected: e.expected,
+        found: e.found,
     })
 }
 
-/// The schema's ranges, checked again (objects can reach orrery through
-/// files or an API server that skipped validation).
+/// The schema's ranges, checked again.
 pub fn validate_node_bandwidth(name: &str, s: &NodeBandwidthSpec) -> Result<(), Invalid> {
-    check_range("NodeBandwidth", name, "spec.bandwidthGbps", s.bandwidth_gbps, 0.0, 1e5, true)
+    in_range("NodeBandwidth", name, s)
 }
 
 /// The schema's ranges, checked again.
 pub fn validate_pod_bandwidth(name: &str, s: &PodBandwidthSpec) -> Result<(), Invalid> {
-    check_range("PodBandwidth", name, "spec.periodMs", s.period_ms, 0.0, 8.64e7, true)?;
-    check_range("PodBandwidth", name, "spec.dutyCycle", s.duty_cycle, 0.0, 1.0, false)?;
-    check_range("PodBandwidth", name, "spec.bandwidthGbps", s.bandwidth_gbps, 0.0, 1e5, false)
+    in_range("PodBandwidth", name, s)
 }
 
 /// Kahn's topological sort of an AppGroup (Diktyo's TopologicalSort):
@@ -318,8 +306,7 @@ pub fn validate_app_group(name: &str, s: &AppGroupSpec) -> Result<Vec<String>, I
 
 /// Checks a NetworkTopology: the schema's ranges, every node in one rack.
 pub fn validate_topology(name: &str, s: &NetworkTopologySpec) -> Result<(), Invalid> {
-    check_range("NetworkTopology", name, "spec.nodeGbps", s.node_gbps, 0.0, 1e5, true)?;
-    check_range("NetworkTopology", name, "spec.uplinkGbps", s.uplink_gbps, 0.0, 1e5, true)?;
+    in_range("NetworkTopology", name, s)?;
     let invalid = |field: String, expected: &str, found: String| Invalid {
         kind: "NetworkTopology",
         name: name.into(),
@@ -404,11 +391,11 @@ mod tests {
         let e = validate_node_bandwidth("n1", &NodeBandwidthSpec { bandwidth_gbps: -25.0 }).expect_err("negative");
         assert_eq!(
             e.to_string(),
-            "NodeBandwidth n1: spec.bandwidthGbps: expected a number more than 0 and at most 100000, found -25"
+            "NodeBandwidth n1: spec.bandwidthGbps: expected a number from 0.001 to 100000, found -25.0"
         );
         let pb = PodBandwidthSpec { job: "j".into(), period_ms: 100.0, duty_cycle: 1.5, bandwidth_gbps: 10.0 };
         assert_eq!(validate_pod_bandwidth("p", &pb).expect_err("duty").field, "spec.dutyCycle");
-        let pb = PodBandwidthSpec { period_ms: f64::NAN, ..pb };
+        let pb = PodBandwidthSpec { period_ms: f64::NAN, duty_cycle: 0.5, ..pb };
         assert_eq!(validate_pod_bandwidth("p", &pb).expect_err("nan").field, "spec.periodMs");
     }
 

@@ -7,7 +7,8 @@ use orrery_model::colocation::Colocation;
 use orrery_model::setups::LeafSpine;
 use orrery_model::{JobSpec, Topology};
 use orrery_trace::generate::Mix;
-use serde::Deserialize;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
 /// What went wrong with an experiment: its file, its cluster, its
@@ -66,7 +67,7 @@ pub enum ExperimentError {
 }
 
 /// An experiment file.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Experiment {
     /// Name, for reports.
@@ -85,6 +86,7 @@ pub struct Experiment {
     pub headline: Option<String>,
     /// Seeds; each policy runs once per seed.
     #[serde(default = "one_seed")]
+    #[schemars(inner(range(min = 0, max = u64::MAX)))]
     pub seeds: Vec<u64>,
     /// Policies to compare (see `orrery run --help`).
     pub policies: Vec<String>,
@@ -116,7 +118,7 @@ pub struct Experiment {
 }
 
 /// Where the policies' interference ratios come from.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum XiSource {
     /// The measured ξ the simulator also applies.
@@ -127,7 +129,7 @@ pub enum XiSource {
 }
 
 /// `[colocation]`: the ground truth of GPU sharing and what policies know of it.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct ColocationSpec {
     /// Spatial (MPS; ξ measured by Gavel) or temporal (time slicing).
@@ -165,20 +167,23 @@ impl ColocationSpec {
 
 /// A named variation of the experiment's workload: a load, a job count, or
 /// its own listed jobs and pins (`S1`..`S5`, `load=0.9`).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Scenario {
     /// Label in `summary.json` and the tables.
     pub name: String,
     /// Replaces `workload.load`.
+    #[schemars(range(min = MIN_LOAD, max = MAX_LOAD))]
     pub load: Option<f64>,
     /// Replaces `workload.jobs`.
+    #[schemars(range(min = 1, max = MAX_JOBS))]
     pub jobs: Option<usize>,
     /// Replaces the workload by these jobs (`[[scenario.job]]`).
     #[serde(default, rename = "job")]
     pub listed: Vec<JobSpec>,
     /// Replaces `workload.pins`.
     #[serde(default)]
+    #[schemars(with = "std::collections::BTreeMap<String, Vec<Pin>>")]
     pub pins: std::collections::BTreeMap<String, Vec<(usize, u32)>>,
     /// Replaces `workload.decision` (`[[scenario.decision]]`).
     #[serde(default, rename = "decision")]
@@ -187,6 +192,7 @@ pub struct Scenario {
     #[serde(default)]
     pub congested: Vec<Congestion>,
     /// Replaces `workload.fragmentation`.
+    #[schemars(range(min = 0, max = 1))]
     pub fragmentation: Option<f64>,
     /// Replaces the experiment's topology.
     pub topology: Option<TopologySpec>,
@@ -199,8 +205,10 @@ pub struct Scenario {
     /// Replaces `workload.durations`.
     pub durations: Option<PathBuf>,
     /// Replaces `workload.work_scale`.
+    #[schemars(range(min = MIN_WORK_SCALE, max = 1e3))]
     pub work_scale: Option<f64>,
     /// Replaces `workload.elastic`.
+    #[schemars(range(min = 0, max = 1))]
     pub elastic: Option<f64>,
 }
 
@@ -209,7 +217,7 @@ fn one_seed() -> Vec<u64> {
 }
 
 /// Where the cluster comes from.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TopologySpec {
     /// A built-in set-up (`orrery topo list`).
@@ -227,16 +235,18 @@ pub struct TopologySpec {
 /// (Metronome §IV-A's iPerf3 node): in both directions an endless flow of
 /// `share` of the link's capacity competes max-min with the jobs (so a lone
 /// job flow gets half the link), and the link gains `latency_us`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Congestion {
     /// Host name.
     pub host: String,
     /// Rate of the competing flow as a fraction of the link (default 1: iPerf3 at full speed).
     #[serde(default = "full")]
+    #[schemars(range(min = 1e-3, max = 1))]
     pub share: f64,
     /// Added one-way latency, µs (default 1,000).
     #[serde(default = "one_ms")]
+    #[schemars(range(min = 0, max = 1e6))]
     pub latency_us: f64,
 }
 
@@ -268,7 +278,7 @@ pub(crate) fn congest(mut t: Topology, congested: &[Congestion]) -> Result<(Topo
 }
 
 /// Where the jobs come from.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct WorkloadSpec {
     /// `poisson` or `snapshot` (jobs from the zoo, CASSINI's mix by default).
@@ -278,8 +288,10 @@ pub struct WorkloadSpec {
     /// Trace format (sniffed when absent).
     pub format: Option<orrery_trace::Format>,
     /// Number of jobs to generate, or the first N of the trace.
+    #[schemars(range(min = 1, max = MAX_JOBS))]
     pub jobs: Option<usize>,
     /// Target load for `poisson`.
+    #[schemars(range(min = MIN_LOAD, max = MAX_LOAD))]
     pub load: Option<f64>,
     /// Generated job mix.
     pub mix: Option<Mix>,
@@ -288,8 +300,10 @@ pub struct WorkloadSpec {
     pub listed: Vec<JobSpec>,
     /// For `generator = "fragmented"`: the share of ring flows that cross
     /// racks (FORESIGHT §II; default 0.5).
+    #[schemars(range(min = 0, max = 1))]
     pub fragmentation: Option<f64>,
     /// For `generator = "components"`: mean gap between arrivals, s.
+    #[schemars(range(min = 1e-6, max = orrery_model::job::MAX_ARRIVAL_S))]
     pub interarrival_s: Option<f64>,
     /// For `generator = "pollux-sample"`: a submission series
     /// (`cluster_throughput.csv` of Lucid's Venus data) whose busiest 8 hours
@@ -297,6 +311,7 @@ pub struct WorkloadSpec {
     pub arrivals: Option<PathBuf>,
     /// For `generator = "pollux-sample"`: the share of jobs marked high
     /// priority (Metronome's class), drawn per seed; default 0.
+    #[schemars(range(min = 0, max = 1))]
     pub high_priority: Option<f64>,
     /// For `generator = "pollux-sample"`: a Philly trace (Pollux's
     /// `philly.csv`) whose recorded durations replace the jobs' iterations to
@@ -308,13 +323,16 @@ pub struct WorkloadSpec {
     /// For `generator = "pollux-sample"`: every job's work (iterations or
     /// seconds) times this factor, arrivals and sizes unchanged: the knob
     /// that isolates job length from everything else. Default 1.
+    #[schemars(range(min = MIN_WORK_SCALE, max = 1e3))]
     pub work_scale: Option<f64>,
     /// For `generator = "llm-cluster"`: the share of SFT and pre-training
     /// jobs whose users allow elastic data parallelism (`parallelism.dp_min`
     /// = 1, or the EP width of a MoE), drawn per job; default 0 (rigid).
+    #[schemars(range(min = 0, max = 1))]
     pub elastic: Option<f64>,
     /// For the `pinned` policy: job id → [[host, GPUs], ...].
     #[serde(default)]
+    #[schemars(with = "std::collections::BTreeMap<String, Vec<Pin>>")]
     pub pins: std::collections::BTreeMap<String, Vec<(usize, u32)>>,
     /// Decisions applied at given times whatever the policy decides
     /// (`[[workload.decision]]`: `at_s`, `job` by id, and a decision's
@@ -324,16 +342,19 @@ pub struct WorkloadSpec {
 }
 
 /// Simulation knobs of an experiment.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct SimOptions {
     /// Relative standard deviation of compute times.
+    #[schemars(range(min = 0, max = 0.99))]
     pub jitter: f64,
     /// Stop at this simulated time, s.
+    #[schemars(range(min = 1e-6, max = 2.0 * orrery_model::job::MAX_ARRIVAL_S))]
     pub max_time_s: Option<f64>,
     /// Fast-forward undisturbed jobs (default on; `orrery run --no-skip` turns it off).
     pub skip: bool,
     /// Checkpoint-restore time of a preempted job when it restarts, s.
+    #[schemars(range(min = 0, max = orrery_model::job::MAX_TIME_S))]
     pub restart_penalty_s: f64,
     /// How ring collectives run: `flows` (one flow per ring edge for the
     /// whole collective, the default) or `steps` (NCCL's 2(n−1) steps with a
@@ -342,7 +363,7 @@ pub struct SimOptions {
 }
 
 /// How the simulator runs a ring collective (`[sim] all_reduce`).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum AllReduce {
     /// One flow per ring edge carries the whole collective.
@@ -385,7 +406,8 @@ jitter = 0.02
 
 /// Parses an experiment; messages carry `file:line:column`.
 pub fn parse(file: &str, text: &str) -> Result<Experiment, ExperimentError> {
-    let e: Experiment = orrery_model::setups::parse_config(file, text).map_err(|e| {
+    // Every number against its declared range (the attributes above).
+    let e: Experiment = orrery_model::setups::parse_checked(file, text).map_err(|e| {
         let msg = e.to_string();
         if msg.contains(": workload.job: ") {
             format!(
@@ -440,9 +462,6 @@ pub(crate) fn check(file: &str, e: Experiment) -> Result<Experiment, String> {
         ));
     }
     for (i, sc) in e.scenarios.iter().enumerate() {
-        if sc.load.is_some_and(|l| !(l > 0.0 && l.is_finite())) {
-            return Err(format!("{file}: scenario[{i}] ({}): load: expected a positive number", sc.name));
-        }
         if e.scenarios[..i].iter().any(|o| o.name == sc.name) {
             return Err(format!("{file}: scenario[{i}]: name {:?} is used twice", sc.name));
         }
@@ -456,11 +475,9 @@ pub(crate) fn check(file: &str, e: Experiment) -> Result<Experiment, String> {
     if e.seeds.is_empty() {
         return Err(format!("{file}: seeds: expected at least one seed"));
     }
-    if !(e.sim.jitter >= 0.0 && e.sim.jitter < 1.0) {
-        return Err(format!("{file}: sim.jitter: expected a fraction in [0, 1), found {}", e.sim.jitter));
-    }
-    // Numbers that size work or memory, checked before anything is allocated
-    // (issue 21: `jobs = 9223372036854775807` aborted with "capacity overflow").
+    // Numbers that size work or memory (`jobs`) were checked against their
+    // ranges before anything is allocated (issue 21: `jobs =
+    // 9223372036854775807` aborted with "capacity overflow").
     let w = &e.workload;
     if w.high_priority.is_some() && w.generator.as_deref() != Some("pollux-sample") {
         return Err(format!("{file}: workload.high_priority: only read with generator = \"pollux-sample\""));
@@ -470,47 +487,8 @@ pub(crate) fn check(file: &str, e: Experiment) -> Result<Experiment, String> {
         return Err(format!("{file}: workload.durations: only read with generator = \"pollux-sample\""));
     }
     let scales = std::iter::once(w.work_scale).chain(e.scenarios.iter().map(|s| s.work_scale)).flatten();
-    for k in scales {
-        if w.generator.as_deref() != Some("pollux-sample") {
-            return Err(format!("{file}: workload.work_scale: only read with generator = \"pollux-sample\""));
-        }
-        if !(k.is_finite() && k > 0.0 && k <= 1e3) {
-            return Err(format!("{file}: workload.work_scale: expected a number in (0, 1000], found {k}"));
-        }
-    }
-    if let Some(n) = w.jobs.filter(|&n| n == 0 || n > MAX_JOBS) {
-        return Err(format!("{file}: workload.jobs: expected 1 to {MAX_JOBS}, found {n}"));
-    }
-
-    let above_0 = |x: Option<f64>| x.is_none_or(|x| x.is_finite() && x > 0.0);
-    let at_least_0 = |x: Option<f64>| x.is_none_or(|x| x.is_finite() && x >= 0.0);
-    let (max_time, penalty) = (e.sim.max_time_s, Some(e.sim.restart_penalty_s));
-    for (field, value, ok, expected) in [
-        ("workload.load", w.load, above_0(w.load), "a finite number above 0"),
-        ("workload.interarrival_s", w.interarrival_s, above_0(w.interarrival_s), "a finite number above 0"),
-        (
-            "workload.fragmentation",
-            w.fragmentation,
-            w.fragmentation.is_none_or(|f| (0.0..=1.0).contains(&f)),
-            "a number from 0 to 1",
-        ),
-        (
-            "workload.high_priority",
-            w.high_priority,
-            w.high_priority.is_none_or(|f| (0.0..=1.0).contains(&f)),
-            "a number from 0 to 1",
-        ),
-        (
-            "sim.max_time_s",
-            max_time,
-            max_time.is_none_or(|x| x.is_finite() && x > 0.0 && x <= 2.0 * orrery_model::job::MAX_ARRIVAL_S),
-            "seconds above 0 and at most 8e9",
-        ),
-        ("sim.restart_penalty_s", penalty, at_least_0(penalty), "a finite number of at least 0"),
-    ] {
-        if !ok {
-            return Err(format!("{file}: {field}: expected {expected}, found {}", value.unwrap_or(f64::NAN)));
-        }
+    if scales.count() > 0 && w.generator.as_deref() != Some("pollux-sample") {
+        return Err(format!("{file}: workload.work_scale: only read with generator = \"pollux-sample\""));
     }
     Ok(e)
 }
@@ -526,6 +504,21 @@ pub(crate) fn in_workload(e: orrery_trace::TraceError) -> String {
 
 /// The most jobs one workload may ask for (the full Philly trace has 82,247).
 pub const MAX_JOBS: usize = 1_000_000;
+/// The lowest and highest load a generator is asked for (the fraction of
+/// the cluster's GPUs jobs would keep busy alone).
+pub const MIN_LOAD: f64 = 1e-3;
+/// See [`MIN_LOAD`].
+pub const MAX_LOAD: f64 = 100.0;
+/// The smallest `work_scale`.
+pub const MIN_WORK_SCALE: f64 = 1e-6;
+
+/// The declared ranges of a pin: (host index, GPUs on it).
+#[derive(JsonSchema)]
+#[allow(dead_code)]
+struct Pin(
+    #[schemars(range(min = 0, max = orrery_model::topology::MAX_HOSTS))] usize,
+    #[schemars(range(min = 0, max = orrery_model::topology::MAX_GPUS_PER_HOST))] u32,
+);
 
 /// A policy by name, with the experiment's pins ([`orrery_policy::with_pins`]).
 pub(crate) fn policy(

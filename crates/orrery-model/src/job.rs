@@ -1,10 +1,11 @@
 //! Job specifications: what traces and generators produce and policies consume.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// Scheduling priority (Metronome §II: the high-priority job is the rotation
 /// reference and is never paused).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Priority {
     /// Best effort.
@@ -15,14 +16,15 @@ pub enum Priority {
 }
 
 /// How much work a job does.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Work {
     /// A number of training iterations.
-    Iterations(u64),
+    Iterations(#[schemars(range(min = 1, max = MAX_ITERATIONS))] u64),
     /// Seconds of run time when running alone on its requested GPUs (traces
-    /// that record durations, not iterations).
-    Seconds(f64),
+    /// that record durations, not iterations); 0 for a pod list without
+    /// times (Alibaba's), placed but not timed.
+    Seconds(#[schemars(range(min = 0, max = MAX_TIME_S))] f64),
 }
 
 /// One training job.
@@ -31,7 +33,7 @@ pub enum Work {
 /// "Self"`) and then fills `workers` from `parallelism` when the job left it
 /// out: `{"model": "llama3-70b", "parallelism": {"tp": 8, "pp": 4, "dp": 8}}`
 /// is a job of 256 workers.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, remote = "Self")]
 pub struct JobSpec {
     /// Unique id within a workload.
@@ -41,22 +43,27 @@ pub struct JobSpec {
     /// Per-worker batch size (0 when not given: an error for a zoo model,
     /// not read with an explicit `shape`).
     #[serde(default)]
+    #[schemars(range(min = 0, max = MAX_BATCH))]
     pub batch: u32,
     /// Number of workers (GPUs of a mesh job: `tp · pp · dp`, filled in
     /// when left out).
     #[serde(default)]
+    #[schemars(range(min = 1, max = MAX_WORKERS))]
     pub workers: u32,
     /// GPUs per worker.
     #[serde(default = "one")]
+    #[schemars(range(min = 1, max = crate::topology::MAX_GPUS_PER_HOST))]
     pub gpus_per_worker: u32,
     /// Fraction of each GPU a worker needs (Alibaba v2023 `gpu_milli / 1000`);
     /// 1.0 is a whole GPU. Read by `trace inspect` (GPU hours); the
     /// simulator and the policies give each worker a whole GPU.
     #[serde(default = "whole", skip_serializing_if = "is_whole")]
+    #[schemars(range(min = MIN_GPU_SHARE, max = 1.0))]
     pub gpu_share: f64,
     /// Amount of work.
     pub work: Work,
     /// Arrival time, seconds from the start of the workload.
+    #[schemars(range(min = 0, max = MAX_ARRIVAL_S))]
     pub arrival_s: f64,
     /// Priority.
     #[serde(default)]
@@ -84,9 +91,11 @@ pub struct JobSpec {
     /// CPU cores per worker (Alibaba v2023 `cpu_milli / 1000`; 0 if unknown).
     /// Only placement policies that weigh several resources read it.
     #[serde(default, skip_serializing_if = "is_zero")]
+    #[schemars(range(min = 0, max = MAX_CPUS_PER_WORKER))]
     pub cpus_per_worker: f64,
     /// Memory per worker, GiB (Alibaba v2023 `memory_mib / 1024`; 0 if unknown).
     #[serde(default, skip_serializing_if = "is_zero")]
+    #[schemars(range(min = 0, max = MAX_MEMORY_GIB_PER_WORKER))]
     pub memory_gib_per_worker: f64,
     /// A measured iteration instead of the zoo's: with it, `model` is only a
     /// label and `batch` is not read. It drives both the circle the policies
@@ -125,10 +134,11 @@ impl<'de> Deserialize<'de> for JobSpec {
 /// collective split into `layers` parts is sent layer by layer, each part
 /// after its share of the compute (the compute is split evenly over all the
 /// parts), as frameworks overlap gradient buckets with the backward pass.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ShapeSpec {
     /// Compute per iteration on one worker, ms (on an unshared GPU).
+    #[schemars(range(min = 0, max = MAX_TIME_S * 1e3))]
     pub compute_ms: f64,
     /// The collectives of an iteration, in order.
     #[serde(default, rename = "collective", alias = "collectives")]
@@ -136,24 +146,24 @@ pub struct ShapeSpec {
 }
 
 /// One collective of an explicit iteration.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CollectiveSpec {
     /// `ring_all_reduce`, `all_gather`, `point_to_point` or `all_to_all`.
     pub kind: crate::shape::Collective,
     /// Payload, bytes (for an all-reduce the gradient size; each worker puts
     /// `2(n−1)/n` of it on the wire).
+    #[schemars(range(min = 0, max = MAX_COLLECTIVE_BYTES))]
     pub bytes: f64,
     /// Parts it is sent in (default 1).
     #[serde(default = "one")]
+    #[schemars(range(min = 1, max = 10_000))]
     pub layers: u32,
 }
 
-/// The largest job orrery accepts, in workers: four times the largest
-/// published training runs (16,384 GPUs), and half of the 131,072 GPUs of
-/// the largest cluster a topology may describe ([`crate::topology::MAX_HOSTS`]
-/// hosts of 8).
-pub const MAX_WORKERS: u32 = 65_536;
+/// The largest job orrery accepts, in workers: as many as a mesh may have
+/// GPUs ([`crate::mesh::MAX_GPUS`]).
+pub const MAX_WORKERS: u32 = crate::mesh::MAX_GPUS;
 /// The largest all-to-all job: its collective has n·(n − 1) flows, 16.8
 /// million at 4,096 workers, the most the simulator holds in memory at once.
 pub const MAX_ALL_TO_ALL_WORKERS: u32 = 4_096;
@@ -174,24 +184,23 @@ pub const MAX_ITERATIONS: u64 = 10_000_000_000;
 pub const MAX_CPUS_PER_WORKER: f64 = 4_096.0;
 /// See [`MAX_CPUS_PER_WORKER`].
 pub const MAX_MEMORY_GIB_PER_WORKER: f64 = 65_536.0;
+/// The smallest share of a GPU a worker may ask for: Alibaba v2023's unit,
+/// a thousandth (`gpu_milli` 1).
+pub const MIN_GPU_SHARE: f64 = 1e-3;
+/// The largest collective payload, bytes: a petabyte, far past the
+/// gradient of any model (GPT-3 175B's in fp32 is 0.7 TB).
+pub const MAX_COLLECTIVE_BYTES: f64 = 1e15;
 
 /// A field of a job outside what orrery accepts.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BadField {
-    /// The field's name (as in orrery's JSON job format).
-    pub field: &'static str,
+    /// The field's name or path (as in orrery's JSON job format:
+    /// `parallelism.tp`, `shape.collective[0].bytes`).
+    pub field: String,
     /// What it must be.
     pub expected: String,
     /// What it was (Rust debug formatting: strings quoted).
     pub found: String,
-}
-
-/// The number inside a [`Work`], for messages.
-fn amount(w: Work) -> String {
-    match w {
-        Work::Iterations(n) => n.to_string(),
-        Work::Seconds(s) => format!("{s:?}"),
-    }
 }
 
 impl JobSpec {
@@ -201,8 +210,7 @@ impl JobSpec {
     /// does not depend on itself. Every reader of jobs (traces, experiment
     /// files, the live service) refuses a job that fails it. O(fields).
     pub fn check(&self) -> Result<(), BadField> {
-        let bad = |field, expected: String, found: String| Err(BadField { field, expected, found });
-        let seconds = |s: f64| s.is_finite() && (0.0..=MAX_TIME_S).contains(&s);
+        let bad = |field: &str, expected: String, found: String| Err(BadField { field: field.into(), expected, found });
         let all_to_all = match &self.shape {
             Some(s) => s.collectives.iter().any(|c| c.kind == crate::shape::Collective::AllToAll),
             None => crate::zoo::model(&self.model)
@@ -255,38 +263,16 @@ impl JobSpec {
             let more =
                 if self.id.chars().count() > 40 { format!("… ({} bytes)", self.id.len()) } else { String::new() };
             bad("id", "a non-empty id of at most 256 bytes, no control characters".into(), format!("{shown:?}{more}"))
-        } else if !(1..=MAX_WORKERS).contains(&self.workers) {
-            let hint = if self.workers == 0 { " (left out only with an LLM's `parallelism`)" } else { "" };
-            bad("workers", format!("1 to {MAX_WORKERS}{hint}"), self.workers.to_string())
+        } else if self.workers == 0 {
+            bad("workers", format!("1 to {MAX_WORKERS} (left out only with an LLM's `parallelism`)"), "0".into())
         } else if all_to_all && self.workers > MAX_ALL_TO_ALL_WORKERS {
             bad("workers", format!("at most {MAX_ALL_TO_ALL_WORKERS} for an all-to-all job"), self.workers.to_string())
-        } else if !(1..=crate::topology::MAX_GPUS_PER_HOST).contains(&self.gpus_per_worker) {
-            bad(
-                "gpus_per_worker",
-                format!("1 to {} (the GPUs of one host)", crate::topology::MAX_GPUS_PER_HOST),
-                self.gpus_per_worker.to_string(),
-            )
-        } else if self.shape.is_none() && llm.is_none() && !(1..=MAX_BATCH).contains(&self.batch) {
+        } else if self.shape.is_none() && llm.is_none() && self.batch == 0 {
             bad("batch", format!("1 to {MAX_BATCH} samples per worker"), self.batch.to_string())
-        } else if !(self.arrival_s.is_finite() && (0.0..=MAX_ARRIVAL_S).contains(&self.arrival_s)) {
-            bad("arrival_s", format!("seconds from 0 to {MAX_ARRIVAL_S:e}"), format!("{:?}", self.arrival_s))
-        } else if !(self.gpu_share > 0.0 && self.gpu_share <= 1.0) {
-            bad("gpu_share", "a fraction in (0, 1]".into(), format!("{:?}", self.gpu_share))
-        } else if matches!(self.work, Work::Seconds(s) if !seconds(s)) {
-            // 0 s: a pod list without times (Alibaba's), placed but not timed.
-            bad("work", format!("0 to {MAX_TIME_S:e} s of run time (ten years)"), amount(self.work))
-        } else if matches!(self.work, Work::Iterations(n) if !(1..=MAX_ITERATIONS).contains(&n)) {
-            bad("work", format!("1 to {MAX_ITERATIONS} iterations"), amount(self.work))
-        } else if !(self.cpus_per_worker.is_finite() && (0.0..=MAX_CPUS_PER_WORKER).contains(&self.cpus_per_worker)) {
-            bad("cpus_per_worker", format!("0 to {MAX_CPUS_PER_WORKER} cores"), format!("{:?}", self.cpus_per_worker))
-        } else if !(self.memory_gib_per_worker.is_finite()
-            && (0.0..=MAX_MEMORY_GIB_PER_WORKER).contains(&self.memory_gib_per_worker))
-        {
-            bad(
-                "memory_gib_per_worker",
-                format!("0 to {MAX_MEMORY_GIB_PER_WORKER} GiB"),
-                format!("{:?}", self.memory_gib_per_worker),
-            )
+        } else if let Err(e) = crate::ranges::check(self) {
+            // Every number against its declared range (the attributes on
+            // the fields above).
+            Err(BadField { field: e.path, expected: e.expected, found: e.found })
         } else {
             Ok(())
         }
@@ -294,24 +280,10 @@ impl JobSpec {
 }
 
 impl ShapeSpec {
-    /// What is wrong with it, as (field, what was expected, what was found;
-    /// for a collective, its index first).
+    /// What is wrong with it beyond each number's range (those are
+    /// [`crate::ranges`]'s, checked with the job), as (field, what was
+    /// expected, what was found).
     pub fn check(&self) -> Result<(), (&'static str, &'static str, String)> {
-        if !(self.compute_ms.is_finite() && self.compute_ms >= 0.0) {
-            return Err(("shape.compute_ms", "a time in ms, 0 or more", format!("{:?}", self.compute_ms)));
-        }
-        for (i, c) in self.collectives.iter().enumerate() {
-            if !(c.bytes.is_finite() && c.bytes >= 0.0) {
-                return Err((
-                    "shape.collective.bytes",
-                    "a size in bytes, 0 or more",
-                    format!("collective[{i}]: {:?}", c.bytes),
-                ));
-            }
-            if c.layers == 0 || c.layers > 10_000 {
-                return Err(("shape.collective.layers", "1 to 10,000 parts", format!("collective[{i}]: {}", c.layers)));
-            }
-        }
         if self.compute_ms == 0.0 && self.collectives.iter().all(|c| c.bytes == 0.0) {
             return Err(("shape", "some compute or some bytes per iteration", "neither".into()));
         }

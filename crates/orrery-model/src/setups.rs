@@ -1,26 +1,36 @@
 //! Builders for the clusters of the five papers, a generic leaf-spine, and a
 //! loader for topology files (TOML or JSON).
 
-use crate::topology::{Builder, Ref, Tier, Topology, TopologyError};
+use crate::topology::{
+    Builder, MAX_GPUS_PER_HOST, MAX_HOSTS, MAX_LINK_GBPS, MAX_SWITCHES, MIN_LINK_GBPS, Ref, Tier, Topology,
+    TopologyError,
+};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// A two-tier leaf-spine network: every leaf connects to every spine.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LeafSpine {
     /// Number of racks (= leaves).
+    #[schemars(range(min = 1, max = MAX_HOSTS))]
     pub racks: u32,
     /// Hosts per rack.
+    #[schemars(range(min = 1, max = MAX_HOSTS))]
     pub hosts_per_rack: u32,
     /// Number of spines.
+    #[schemars(range(min = 1, max = MAX_SWITCHES))]
     pub spines: u32,
     /// GPUs per host.
+    #[schemars(range(min = 1, max = MAX_GPUS_PER_HOST))]
     pub gpus_per_host: u32,
     /// GPU type of every host.
     pub gpu_type: String,
     /// Host-to-leaf link rate, Gbit/s.
+    #[schemars(range(min = MIN_LINK_GBPS, max = MAX_LINK_GBPS))]
     pub host_gbps: f64,
     /// Leaf-to-spine link rate (each), Gbit/s.
+    #[schemars(range(min = MIN_LINK_GBPS, max = MAX_LINK_GBPS))]
     pub uplink_gbps: f64,
 }
 
@@ -360,7 +370,7 @@ pub fn by_name(name: &str) -> Option<Topology> {
 
 /// The serialised form of a topology file: explicit hosts, switches and cables
 /// by name, or a `[leaf_spine]` shorthand.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TopologyFile {
     /// Name of the cluster.
@@ -381,7 +391,7 @@ pub struct TopologyFile {
 }
 
 /// A cable in a topology file.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CableSpec {
     /// One end (host or switch name).
@@ -389,6 +399,7 @@ pub struct CableSpec {
     /// Other end.
     pub b: String,
     /// Capacity in each direction, Gbit/s.
+    #[schemars(range(min = MIN_LINK_GBPS, max = MAX_LINK_GBPS))]
     pub gbps: f64,
 }
 
@@ -405,6 +416,16 @@ pub enum LoadError {
         /// 1-based column.
         column: usize,
         /// What the parser expected and found.
+        message: String,
+    },
+    /// A field on a known line whose value is not accepted.
+    #[error("{file}:{line}: {message}")]
+    AtLine {
+        /// File name.
+        file: String,
+        /// 1-based line.
+        line: usize,
+        /// The field and what is wrong with it.
         message: String,
     },
     /// The structure is valid but the content is not.
@@ -461,7 +482,9 @@ pub fn line_of(text: &str, path: &str) -> Option<usize> {
     let mut parts = path.split('.').peekable();
     while let Some(part) = parts.next() {
         let (name, index) = match part.split_once('[') {
-            Some((n, rest)) => (n, Some(rest.trim_end_matches(']').parse::<usize>().ok()?)),
+            // `workers[0][1]`: the line of element 0 (an inline array's
+            // elements share it).
+            Some((n, rest)) => (n, Some(rest.split(']').next()?.parse::<usize>().ok()?)),
             None => (part, None),
         };
         let (key, value) = table.iter().find(|(k, _)| k.get_ref().as_ref() == name)?;
@@ -504,17 +527,29 @@ pub fn parse_config<T: serde::de::DeserializeOwned>(file: &str, text: &str) -> R
     }
 }
 
-/// Parses a topology file (JSON or TOML, see [`parse_config`]).
+/// [`parse_config`], then every number against its declared range
+/// ([`crate::ranges`]); the error names the file, the line (TOML) and the
+/// field. O(size of the document).
+pub fn parse_checked<T>(file: &str, text: &str) -> Result<T, LoadError>
+where
+    T: serde::de::DeserializeOwned + Serialize + JsonSchema + 'static,
+{
+    let value: T = parse_config(file, text)?;
+    crate::ranges::check(&value).map_err(|e| match line_of(text, &e.path) {
+        Some(line) => LoadError::AtLine { file: file.into(), line, message: e.to_string() },
+        None => LoadError::Invalid { file: file.into(), message: e.to_string() },
+    })?;
+    Ok(value)
+}
+
+/// Parses a topology file (JSON or TOML, see [`parse_checked`]).
 pub fn parse_topology(file: &str, text: &str) -> Result<Topology, LoadError> {
-    let spec: TopologyFile = parse_config(file, text)?;
+    let spec: TopologyFile = parse_checked(file, text)?;
     let invalid = |message: String| LoadError::Invalid { file: file.into(), message };
     let name = spec.name.clone().unwrap_or_else(|| file.to_string());
     if let Some(ls) = &spec.leaf_spine {
         if !spec.hosts.is_empty() || !spec.cables.is_empty() {
             return Err(invalid("give either [leaf_spine] or hosts/switches/cables, not both".into()));
-        }
-        if ls.racks == 0 || ls.hosts_per_rack == 0 || ls.spines == 0 {
-            return Err(invalid("leaf_spine: racks, hosts_per_rack and spines must be at least 1".into()));
         }
         return ls.build(&name).map_err(|e| invalid(e.to_string()));
     }
@@ -743,7 +778,7 @@ gbps = 40
         let e = parse_topology("w.json", "{\"hosts\": 3}").map(|_| ()).expect_err("bad");
         assert!(e.to_string().starts_with("w.json:1:"), "{e}");
         let e = parse_topology("n.toml", "[[hosts]]\nname = \"a\"\ngpus = 1\ngpu_type = \"t4\"\n[[switches]]\nname=\"s\"\ntier=\"leaf\"\n[[cables]]\na = \"a\"\nb = \"s\"\ngbps = -1\n").map(|_| ()).expect_err("bad");
-        assert!(e.to_string().contains("capacity must be from 0.001 to 1000000 Gbit/s, found -1.0"), "{e}");
+        assert_eq!(e.to_string(), "n.toml:11: cables[0].gbps: expected a number from 0.001 to 1000000, found -1.0");
         // Two hosts, no cable: refused, naming both.
         let two = "[[hosts]]\nname = \"a\"\ngpus = 1\ngpu_type = \"t4\"\n[[hosts]]\nname = \"b\"\ngpus = 1\ngpu_type = \"t4\"\n";
         let e = parse_topology("u.toml", two).map(|_| ()).expect_err("unreachable");

@@ -13,7 +13,7 @@ pub const INTRA_HOST_GBPS: f64 = 200.0;
 
 /// A collective operation, with the bytes each worker puts on the wire for a
 /// payload of `B` bytes among `n` participants.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Collective {
     /// Ring all-reduce (data parallelism): each worker sends `2(n-1)/n · B`

@@ -27,24 +27,27 @@ pub fn ecmp_index(job: usize, flow: usize, n: usize) -> usize {
 }
 
 /// A server with GPUs.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Host {
     /// Unique name.
     pub name: String,
-    /// Number of GPUs.
+    /// Number of GPUs (0: a host for CPU work only).
+    #[schemars(range(min = 0, max = MAX_GPUS_PER_HOST))]
     pub gpus: u32,
     /// GPU type name (see [`crate::gpu`]).
     pub gpu_type: String,
     /// CPU cores.
     #[serde(default)]
+    #[schemars(range(min = 0, max = MAX_CPUS_PER_HOST))]
     pub cpus: u32,
     /// Memory in GiB.
     #[serde(default)]
+    #[schemars(range(min = 0, max = MAX_MEMORY_GIB_PER_HOST))]
     pub memory_gib: f64,
 }
 
 /// Role of a switch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum Tier {
     /// Top-of-rack / leaf.
@@ -56,7 +59,7 @@ pub enum Tier {
 }
 
 /// A switch.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Switch {
     /// Unique name.
     pub name: String,
@@ -173,6 +176,16 @@ pub enum TopologyError {
     /// No host at all.
     #[error("the topology has no hosts")]
     NoHosts,
+    /// A number of a host outside its declared range ([`crate::ranges`]).
+    #[error("hosts[{host}] ({name}).{range}")]
+    OutOfRange {
+        /// Index of the host.
+        host: usize,
+        /// Its name.
+        name: String,
+        /// The field, its range and what was there.
+        range: crate::ranges::OutOfRange,
+    },
     /// More switches than orrery handles.
     #[error("{switches} switches; expected at most {MAX_SWITCHES}")]
     TooManySwitches {
@@ -209,6 +222,10 @@ pub const MAX_GPUS_PER_HOST: u32 = 1024;
 pub const MIN_LINK_GBPS: f64 = 1e-3;
 /// Fastest link accepted, Gbit/s (1 Pbit/s).
 pub const MAX_LINK_GBPS: f64 = 1e6;
+/// Most CPU cores on one host.
+pub const MAX_CPUS_PER_HOST: u32 = 65_536;
+/// Most memory on one host, GiB (a pebibyte).
+pub const MAX_MEMORY_GIB_PER_HOST: f64 = 1_048_576.0;
 
 impl Topology {
     /// Builds a topology and checks it: links name existing nodes, capacities
@@ -269,6 +286,13 @@ impl Topology {
         }
         if let Some(h) = self.hosts.iter().find(|h| h.gpus > MAX_GPUS_PER_HOST) {
             return Err(TopologyError::TooManyGpus { host: h.name.clone(), gpus: h.gpus });
+        }
+        for (i, h) in self.hosts.iter().enumerate() {
+            crate::ranges::check(h).map_err(|e| TopologyError::OutOfRange {
+                host: i,
+                name: h.name.clone(),
+                range: e,
+            })?;
         }
         let nodes = self.node_count();
         for (i, l) in self.links.iter().enumerate() {

@@ -264,16 +264,18 @@ pub struct LogEntry {
 }
 
 /// `POST /v1/nodes/register`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RegisterRequest {
     /// Host name in the topology.
     pub name: String,
     /// GPUs this agent offers (at most the topology's); 0 offers the
     /// topology's (agents of a DaemonSet, whose nodes the topology was read from).
+    #[schemars(range(min = 0, max = orrery_model::topology::MAX_GPUS_PER_HOST))]
     pub gpus: u32,
     /// NIC rate this agent measured or was told, Gbit/s (checked against the
     /// topology); 0 takes the topology's.
+    #[schemars(range(min = 0, max = orrery_model::topology::MAX_LINK_GBPS))]
     pub nic_gbps: f64,
     /// The host's address on the data network (where its workers listen), if
     /// the agent knows it: workers of a job find each other with it.
@@ -315,10 +317,11 @@ pub struct HeartbeatAnswer {
 }
 
 /// `POST /v1/nodes/{host}/heartbeat` body.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Heartbeat {
     /// The session registration gave.
+    #[schemars(range(min = 0, max = u64::MAX))]
     pub session: u64,
 }
 
@@ -372,35 +375,47 @@ pub struct Assignments {
 }
 
 /// One iteration a training process reported.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct IterationReport {
     /// Job.
+    #[schemars(range(min = 0, max = u64::MAX))]
     pub job: JobId,
     /// Placement epoch the agent was given.
+    #[schemars(range(min = 0, max = u64::MAX))]
     pub epoch: u64,
     /// Iterations done, this one included (from 1).
+    #[schemars(range(min = 1, max = orrery_model::job::MAX_ITERATIONS))]
     pub iteration: u64,
-    /// Cluster-clock seconds the iteration started.
+    /// Cluster-clock seconds the iteration started (a day before its zero
+    /// at the earliest: an agent's clock may be behind the service's).
+    #[schemars(range(min = -86_400.0, max = 2.0 * orrery_model::job::MAX_ARRIVAL_S))]
     pub start_s: f64,
     /// Its duration, ms.
+    #[schemars(range(min = 0, max = MAX_REPORTED_MS))]
     pub duration_ms: f64,
     /// Its communication phase, ms, when the loop marks it.
     #[serde(default)]
+    #[schemars(range(min = 0, max = MAX_REPORTED_MS))]
     pub comm_ms: Option<f64>,
     /// The slot delay the agent gave before it, ms (not in `duration_ms`).
     #[serde(default)]
+    #[schemars(range(min = 0, max = MAX_REPORTED_MS))]
     pub delay_ms: Option<f64>,
     /// The training process ended its work with this iteration.
     #[serde(default)]
     pub done: bool,
 }
 
+/// The longest iteration, phase or delay a report may give, ms: a day.
+pub const MAX_REPORTED_MS: f64 = 86_400_000.0;
+
 /// `POST /v1/nodes/{host}/reports` body.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Reports {
     /// The node's session.
+    #[schemars(range(min = 0, max = u64::MAX))]
     pub session: u64,
     /// Reports, oldest first.
     pub reports: Vec<IterationReport>,

@@ -110,7 +110,7 @@ impl Core {
     /// Accepts a job (idempotent on its spec id). Committed before the caller hears.
     pub fn submit(&mut self, spec: JobSpec) -> Result<Submitted, Failure> {
         if let Err(b) = orrery_trace::formats::jsonl::validate(&spec) {
-            return Err(Failure::Field { field: b.field.into(), expected: b.expected, found: b.found });
+            return Err(Failure::Field { field: b.field, expected: b.expected, found: b.found });
         }
         if let Some(id) = self.ledger.job_by_name(&spec.id) {
             // Idempotent: the same spec again is the same job, checked below.

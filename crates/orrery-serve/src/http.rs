@@ -170,17 +170,28 @@ async fn agent_scope(State(app): State<App>, req: Request, next: Next) -> Respon
 
 /// Parses a JSON body; an error names the field by its path in the body
 /// (`work.iterations`), never the value found there.
-fn parse<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>, what: &str) -> Answer<T> {
+fn parse<T>(body: Result<Bytes, BytesRejection>, what: &str) -> Answer<T>
+where
+    T: DeserializeOwned + serde::Serialize + schemars::JsonSchema + 'static,
+{
     let body = body.map_err(|e| Error::new(e.status(), format!("request body: {}", e.body_text())))?;
     let de = &mut serde_json::Deserializer::from_slice(&body);
-    serde_path_to_error::deserialize(de).map_err(|e| {
+    let value: T = serde_path_to_error::deserialize(de).map_err(|e| {
         let path = e.path().to_string();
         let inner = e.into_inner();
         let msg = inner.to_string();
         let field = error_field(&path, &msg);
         let code = if inner.is_data() { StatusCode::UNPROCESSABLE_ENTITY } else { StatusCode::BAD_REQUEST };
         Error(code, ApiError { error: format!("{what}: {msg}"), field, expected: Some(format!("a JSON {what}")) })
-    })
+    })?;
+    // Every number against its declared range ([`orrery_model::ranges`]).
+    orrery_model::ranges::check(&value).map_err(|e| {
+        Error(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            ApiError { error: format!("{what}: {e}"), field: Some(e.path), expected: Some(e.expected) },
+        )
+    })?;
+    Ok(value)
 }
 
 /// The field a deserialisation error is about: its path, or for a missing or

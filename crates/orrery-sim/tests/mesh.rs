@@ -24,7 +24,7 @@ fn a_mesh_job_given_by_model_and_parallelism_has_its_gpus_and_passes_the_checks(
     assert_eq!(job.check(), Ok(()));
     let mut wrong = job.clone();
     wrong.workers = 32;
-    assert_eq!(wrong.check().map_err(|b| b.field), Err("workers"));
+    assert_eq!(wrong.check().map_err(|b| b.field), Err("workers".to_string()));
     wrong = job.clone();
     wrong.parallelism = Some(Mesh { tp: 3, pp: 4, dp: 2, ..Mesh::default() });
     wrong.workers = 24;

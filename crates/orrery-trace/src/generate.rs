@@ -51,21 +51,25 @@ impl ShapeContext {
 }
 
 /// What generated jobs look like.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Mix {
     /// Models, drawn with equal probability.
     pub models: Vec<String>,
     /// Worker counts and their weights.
+    #[schemars(with = "Vec<WorkersWeight>")]
     pub workers: Vec<(u32, f64)>,
     /// Iterations, drawn uniformly from this inclusive range.
+    #[schemars(with = "IterationRange")]
     pub iterations: (u64, u64),
     /// Fraction of jobs with high priority.
     #[serde(default)]
+    #[schemars(range(min = 0, max = 1))]
     pub high_priority_fraction: f64,
     /// Run time alone in seconds, drawn uniformly from this range, instead of
     /// iterations (Gavel's generator: 0.5–1.5 h in Metronome §IV-A).
     #[serde(default)]
+    #[schemars(with = "Option<SecondsRange>")]
     pub seconds: Option<(f64, f64)>,
     /// Give every job pod anti-affinity (one worker per host).
     #[serde(default)]
@@ -73,8 +77,33 @@ pub struct Mix {
     /// Per-worker batch of every job (default: each model's typical batch);
     /// smaller batches make jobs more communication-bound.
     #[serde(default)]
+    #[schemars(range(min = 1, max = orrery_model::job::MAX_BATCH))]
     pub batch: Option<u32>,
 }
+
+/// The declared ranges of [`Mix::workers`]' pairs: (workers, weight).
+#[derive(schemars::JsonSchema)]
+#[allow(dead_code)]
+struct WorkersWeight(
+    #[schemars(range(min = 1, max = orrery_model::job::MAX_WORKERS))] u32,
+    #[schemars(range(min = 0, max = 1e15))] f64,
+);
+
+/// The declared ranges of [`Mix::iterations`]: (low, high).
+#[derive(schemars::JsonSchema)]
+#[allow(dead_code)]
+struct IterationRange(
+    #[schemars(range(min = 1, max = orrery_model::job::MAX_ITERATIONS))] u64,
+    #[schemars(range(min = 1, max = orrery_model::job::MAX_ITERATIONS))] u64,
+);
+
+/// The declared ranges of [`Mix::seconds`]: (low, high).
+#[derive(schemars::JsonSchema)]
+#[allow(dead_code)]
+struct SecondsRange(
+    #[schemars(range(min = 1e-3, max = orrery_model::job::MAX_TIME_S))] f64,
+    #[schemars(range(min = 1e-3, max = orrery_model::job::MAX_TIME_S))] f64,
+);
 
 impl Default for Mix {
     /// CASSINI §5.1: its 13 models with equal probability and 200–1,000
@@ -119,31 +148,27 @@ impl Mix {
         if let Some(m) = self.models.iter().find(|m| model(m).is_none()) {
             return Err(TraceError::field("mix.models", format!("{m:?} is not in the zoo (see `orrery zoo`)")));
         }
-        if self.workers.is_empty() || self.workers.iter().any(|&(n, w)| n == 0 || !(w >= 0.0 && w.is_finite())) {
-            return Err(TraceError::field(
-                "mix.workers",
-                "expected [workers, weight] pairs with workers ≥ 1 and weights ≥ 0",
-            ));
+        // Each number against its declared range (the attributes on the
+        // fields), then the rules between them.
+        orrery_model::ranges::check(self).map_err(|e| {
+            TraceError::field(format!("mix.{}", e.path), format!("expected {}, found {}", e.expected, e.found))
+        })?;
+        if self.workers.is_empty() {
+            return Err(TraceError::field("mix.workers", "expected [workers, weight] pairs"));
         }
         if self.workers.iter().map(|w| w.1).sum::<f64>() <= 0.0 {
             return Err(TraceError::field("mix.workers", "expected a positive total weight"));
         }
-        if self.iterations.0 == 0 || self.iterations.0 > self.iterations.1 {
+        if self.iterations.0 > self.iterations.1 {
             return Err(TraceError::field(
                 "mix.iterations",
                 format!("expected 1 ≤ low ≤ high, found {:?}", self.iterations),
             ));
         }
         if let Some((lo, hi)) = self.seconds
-            && !(lo > 0.0 && lo <= hi && hi.is_finite())
+            && lo > hi
         {
-            return Err(TraceError::field("mix.seconds", format!("expected 0 < low ≤ high, found [{lo}, {hi}]")));
-        }
-        if self.batch == Some(0) {
-            return Err(TraceError::field("mix.batch", "expected at least 1 sample per worker"));
-        }
-        if !(0.0..=1.0).contains(&self.high_priority_fraction) {
-            return Err(TraceError::field("mix.high_priority_fraction", "expected a fraction in [0, 1]"));
+            return Err(TraceError::field("mix.seconds", format!("expected low ≤ high, found [{lo}, {hi}]")));
         }
         Ok(())
     }

@@ -128,11 +128,11 @@ fn every_trace_reader_refuses_nonsense_rows_and_keeps_the_rest() {
     assert_eq!(
         msgs,
         [
-            "m.csv:3: field `work`: expected 1 to 10000000000 iterations, found 0",
-            "m.csv:4: field `arrival_s`: expected seconds from 0 to 4e9, found 1e305",
+            "m.csv:3: field `work.iterations`: expected an integer from 1 to 1e10, found 0",
+            "m.csv:4: field `arrival_s`: expected a number from 0 to 4e9, found 1e305",
             "m.csv:5: field `id`: expected an id not used on an earlier line, found \"muri-0\"",
-            "m.csv:6: field `batch`: expected 1 to 1048576 samples per worker, found 2000000",
-            "m.csv:7: field `workers`: expected 1 to 65536, found 70000",
+            "m.csv:6: field `batch`: expected an integer from 0 to 1048576, found 2000000",
+            "m.csv:7: field `workers`: expected an integer from 1 to 65536, found 70000",
         ]
     );
 }

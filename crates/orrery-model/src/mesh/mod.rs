@@ -193,28 +193,34 @@ impl LlmArch {
 /// How the job's GPUs are arranged: `tp × pp × dp` GPUs, experts spread
 /// over `ep` of the data-parallel ranks (Megatron's expert parallelism
 /// inside the data-parallel group).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Mesh {
     /// Tensor-parallel ranks (one layer's matrices split across them).
     #[serde(default = "one")]
+    #[schemars(range(min = 1, max = MAX_GPUS))]
     pub tp: u32,
     /// Pipeline stages.
     #[serde(default = "one")]
+    #[schemars(range(min = 1, max = MAX_GPUS))]
     pub pp: u32,
     /// Data-parallel replicas.
     #[serde(default = "one")]
+    #[schemars(range(min = 1, max = MAX_GPUS))]
     pub dp: u32,
     /// Expert-parallel ranks (divides `dp`); 1 for a dense model.
     #[serde(default = "one")]
+    #[schemars(range(min = 1, max = MAX_GPUS))]
     pub ep: u32,
     /// Micro-batches per iteration per pipeline (1F1B).
     #[serde(default = "one")]
+    #[schemars(range(min = 1, max = MAX_MICROBATCHES))]
     pub microbatches: u32,
     /// ZeRO stage (0: plain data parallelism; 1 and 2 shard optimizer
     /// state and gradients, the same traffic; 3 (FSDP) shards the weights
     /// too, gathered again in the backward pass).
     #[serde(default)]
+    #[schemars(range(min = 0, max = 3))]
     pub zero: u8,
     /// The fewest data-parallel replicas the user lets the job run on
     /// (elastic data parallelism at a fixed global batch, as Varuna and
@@ -223,8 +229,19 @@ pub struct Mesh {
     /// the same samples). 0 (the default) or `dp`: rigid. A scheduler may
     /// run the job on any `dp'` of [`Mesh::allows_dp`], up to twice `dp`.
     #[serde(default, skip_serializing_if = "is_zero")]
+    #[schemars(range(min = 0, max = MAX_GPUS))]
     pub dp_min: u32,
 }
+
+/// The most GPUs of a mesh, and so of any job ([`crate::job::MAX_WORKERS`]
+/// is this): four times the largest published training runs (16,384
+/// GPUs), and half of the 131,072 GPUs of the largest cluster a topology
+/// may describe ([`crate::topology::MAX_HOSTS`] hosts of 8).
+pub const MAX_GPUS: u32 = 65_536;
+
+/// The most micro-batches per iteration a pipeline may run (Megatron runs
+/// hundreds for its largest global batches).
+pub const MAX_MICROBATCHES: u32 = 65_536;
 
 fn is_zero(x: &u32) -> bool {
     *x == 0

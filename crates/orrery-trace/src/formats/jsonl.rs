@@ -139,10 +139,7 @@ mod tests {
         assert_eq!((shape.compute_ms, shape.collectives[0].layers), (120.0, 4));
         assert_eq!(parsed.errors.len(), 1);
         let e = &parsed.errors[0];
-        assert_eq!(
-            (e.line, e.field.as_deref(), e.found.as_str()),
-            (2, Some("shape.collective.layers"), "collective[0]: 0")
-        );
+        assert_eq!((e.line, e.field.as_deref(), e.found.as_str()), (2, Some("shape.collective[0].layers"), "0"));
         // Written back, the shape survives.
         assert_eq!(parse("again.jsonl", &to_string(&parsed.items)).items, parsed.items);
     }

@@ -14,7 +14,7 @@ pub mod pollux;
 pub mod tiresias;
 
 /// A job-trace format orrery can read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "kebab-case")]
 pub enum Format {
     /// Philly jobs as published with Pollux (`timestamp,duration,num_gpus,gpu_time,cluster`).
