@@ -13,6 +13,7 @@ mod live;
 mod numbers;
 mod run;
 mod scale;
+mod schema;
 mod table;
 mod testbed;
 mod topo;
@@ -75,6 +76,9 @@ enum Command {
     Policies,
     /// A markdown table from an experiment's summary.json (the tables of docs/results.md).
     Table(table::Args),
+    /// The JSON Schema of an input orrery reads (a job, an experiment, a
+    /// topology, an API body), with the range of every number.
+    Schema(schema::Args),
     /// A scenario from another tool as an orrery experiment (`orrery import psim`).
     #[command(subcommand)]
     Import(import::Command),
@@ -228,6 +232,7 @@ fn main() -> ExitCode {
         Command::K8s(cmd) => k8s::run(&cmd),
         Command::Worker(args) => testbed::worker(&args),
         Command::Table(args) => table::run(&args),
+        Command::Schema(args) => schema::run(&args),
         Command::Import(cmd) => import::run(&cmd),
         Command::Policies => {
             for (name, what) in orrery_policy::CATALOGUE {

@@ -1,41 +1,39 @@
 //! Every number a user can give orrery has one declared range (issue 71):
-//! the schema of every input type is walked, so a field added without a
-//! range fails here, and the inputs a probe from outside found unchecked
-//! are refused with the file, line and field.
+//! the schema of every input `orrery schema --list` names is walked, so a
+//! field added without a range fails here, and the inputs a probe from
+//! outside found unchecked are refused with the file, line and field.
 //!
-//! A new input type (a file format or an API body) joins `DOORS`.
+//! A new input type (a file format or an API body) joins the list in
+//! `crates/orrery/src/schema.rs`.
 
-use orrery_model::ranges::{schema_of, unranged};
+use orrery_model::ranges::unranged;
+use std::process::Command;
 
-/// Every type orrery reads from a user or another process, with where.
-fn doors() -> Vec<(&'static str, serde_json::Value)> {
-    vec![
-        ("a job (JSONL, [[workload.job]], POST /v1/jobs, the extender)", schema_of::<orrery_model::JobSpec>()),
-        ("an experiment file (orrery run)", schema_of::<orrery_lab::spec::Experiment>()),
-        ("a topology file (orrery topo, [topology] file)", schema_of::<orrery_model::setups::TopologyFile>()),
-        ("a compatibility request (orrery compat)", schema_of::<orrery_interleave::compat::Request>()),
-        ("POST /v1/nodes/register", schema_of::<orrery_serve::api::RegisterRequest>()),
-        ("POST /v1/nodes/{host}/heartbeat", schema_of::<orrery_serve::api::Heartbeat>()),
-        ("POST /v1/nodes/{host}/reports", schema_of::<orrery_serve::api::Reports>()),
-        ("the NodeBandwidth CRD", schema_of::<orrery_k8s::crd::NodeBandwidthSpec>()),
-        ("the PodBandwidth CRD", schema_of::<orrery_k8s::crd::PodBandwidthSpec>()),
-        ("the NetworkTopology CRD", schema_of::<orrery_k8s::crd::NetworkTopologySpec>()),
-    ]
+fn orrery(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_orrery")).args(args).output().expect("orrery runs");
+    assert!(out.status.success(), "orrery {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).expect("utf-8")
 }
 
 #[test]
 fn every_number_of_every_input_declares_its_range() {
+    let list = orrery(&["schema", "--list"]);
+    let names: Vec<&str> = list.lines().filter_map(|l| l.split_whitespace().next()).collect();
+    assert!(names.len() >= 10 && names.contains(&"job") && names.contains(&"reports"), "{list}");
     let mut missing = Vec::new();
-    for (door, schema) in doors() {
+    for name in names {
+        let schema: serde_json::Value = serde_json::from_str(&orrery(&["schema", name])).expect("a JSON schema");
         // A schema without numbers would make this test pass vacuously.
-        assert!(schema.to_string().contains("\"minimum\""), "{door}: no number found in its schema");
-        missing.extend(unranged(&schema).into_iter().map(|path| format!("{door}: {path}")));
+        assert!(schema.to_string().contains("\"maximum\""), "{name}: no bounded number in its schema");
+        missing.extend(unranged(&schema).into_iter().map(|path| format!("{name}: {path}")));
     }
     assert!(
         missing.is_empty(),
         "numbers without both bounds (add #[schemars(range(min, max))]):\n{}",
         missing.join("\n")
     );
+    let e = Command::new(env!("CARGO_BIN_EXE_orrery")).args(["schema", "nope"]).output().expect("runs");
+    assert!(!e.status.success() && String::from_utf8_lossy(&e.stderr).contains("expected one of job, experiment"));
 }
 
 fn experiment(workload: &str) -> String {
