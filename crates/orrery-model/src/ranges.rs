@@ -289,8 +289,10 @@ enum Shape<'k> {
 impl Plan {
     /// The plan a value of `shape` follows: through the first branch whose
     /// outline fits, and through every part of an `allOf`. An object of
-    /// unknown keys takes the first object branch (orrery's inputs have no
-    /// untagged enums of objects). O(branches).
+    /// unknown keys takes the first object branch: an untagged or
+    /// internally tagged enum of structs is not told apart (orrery's inputs
+    /// have none; the agent's process socket checks its report's numbers
+    /// as a struct). O(branches).
     fn for_shape<'p>(&'p self, shape: Shape<'_>, out: &mut Vec<&'p Plan>) {
         match self {
             Plan::Skip => {}

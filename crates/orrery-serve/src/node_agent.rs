@@ -812,6 +812,28 @@ async fn serve_socket(shared: Arc<Shared>, listener: UnixListener) {
     }
 }
 
+/// The numbers of a training process's report, with their ranges (the
+/// request is an internally tagged enum, which [`orrery_model::ranges`]
+/// does not tell apart, so its numbers are checked as this struct).
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct ProcessReport {
+    /// Placement epoch.
+    #[schemars(range(min = 0, max = u64::MAX))]
+    pub epoch: u64,
+    /// Iterations done, this one included.
+    #[schemars(range(min = 1, max = orrery_model::job::MAX_ITERATIONS))]
+    pub iteration: u64,
+    /// Unix time the iteration started, ms (from 2001 to 2096).
+    #[schemars(range(min = 1e12, max = 4e12))]
+    pub start_unix_ms: f64,
+    /// Its duration, ms.
+    #[schemars(range(min = 0, max = crate::api::MAX_REPORTED_MS))]
+    pub duration_ms: f64,
+    /// Its communication phase, ms.
+    #[schemars(range(min = 0, max = crate::api::MAX_REPORTED_MS))]
+    pub comm_ms: Option<f64>,
+}
+
 /// A request from a training process.
 #[derive(Debug, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
@@ -867,7 +889,13 @@ async fn serve_process(shared: Arc<Shared>, stream: UnixStream) {
         let reply = match serde_json::from_str::<Request>(&line) {
             Ok(Request::Wait { job, rank, epoch }) => wait(&shared, &job, rank, epoch).await,
             Ok(Request::Report { job, epoch, iteration, start_unix_ms, duration_ms, comm_ms, done }) => {
-                report(&shared, &job, epoch, iteration, start_unix_ms, duration_ms, comm_ms, done)
+                // A report out of range is refused here, alone: forwarded,
+                // it would make the service refuse the whole batch.
+                let numbers = ProcessReport { epoch, iteration, start_unix_ms, duration_ms, comm_ms };
+                match orrery_model::ranges::check(&numbers) {
+                    Ok(()) => report(&shared, &job, epoch, iteration, start_unix_ms, duration_ms, comm_ms, done),
+                    Err(e) => Reply::Error { error: format!("bad report: {e}") },
+                }
             }
             Err(e) => Reply::Error { error: format!("bad request: {e}") },
         };

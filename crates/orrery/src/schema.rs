@@ -33,6 +33,11 @@ fn inputs() -> Vec<(&'static str, &'static str, fn() -> Value)> {
         ("register", "POST /v1/nodes/register", schema_of::<orrery_serve::api::RegisterRequest>),
         ("heartbeat", "POST /v1/nodes/{host}/heartbeat", schema_of::<orrery_serve::api::Heartbeat>),
         ("reports", "POST /v1/nodes/{host}/reports", schema_of::<orrery_serve::api::Reports>),
+        (
+            "process-report",
+            "a training process's report to its node agent (a line of its socket, op = report)",
+            schema_of::<orrery_serve::node_agent::ProcessReport>,
+        ),
         ("node-bandwidth", "the NodeBandwidth CRD's spec", schema_of::<orrery_k8s::crd::NodeBandwidthSpec>),
         ("pod-bandwidth", "the PodBandwidth CRD's spec", schema_of::<orrery_k8s::crd::PodBandwidthSpec>),
         ("network-topology", "the NetworkTopology CRD's spec", schema_of::<orrery_k8s::crd::NetworkTopologySpec>),

@@ -275,6 +275,12 @@ fn every_endpoint_refuses_a_missing_wrong_or_wrong_scope_token_and_changes_nothi
     no_batch.as_object_mut().expect("object").remove("batch");
     let (status, v) = http.call("POST", &format!("{u}/v1/jobs"), Some(&user), Some(no_batch));
     assert_eq!((status, v["field"].as_str()), (422, Some("batch")), "{v}");
+    // A number outside its declared range, in an agent's body too (issue
+    // 71): refused with the field and the range.
+    let far = json!({"name": "h0", "gpus": 2, "nic_gbps": 1e300});
+    let (status, v) = http.call("POST", &format!("{u}/v1/nodes/register"), Some(&agent), Some(far));
+    assert_eq!((status, v["field"].as_str()), (422, Some("nic_gbps")), "{v}");
+    assert_eq!(v["expected"], "a number from 0 to 1000000", "{v}");
     let big = "x".repeat(orrery_serve::http::BODY_LIMIT + 1);
     let (status, v) = http.call("POST", &format!("{u}/v1/jobs"), Some(&user), Some(json!({"id": big})));
     assert_eq!(status, 413, "{v}");
