@@ -13,10 +13,13 @@ pub struct Args {
     list: bool,
 }
 
+/// An input: its name, where orrery reads it, and its schema.
+type Input = (&'static str, &'static str, fn() -> Value);
+
 /// Every input orrery reads from a user or another process: (name, where
 /// it is read, its schema). A new file format or API body joins this list;
 /// `crates/orrery/tests/ranges.rs` checks every number of each has a range.
-fn inputs() -> Vec<(&'static str, &'static str, fn() -> Value)> {
+fn inputs() -> Vec<Input> {
     vec![
         (
             "job",
