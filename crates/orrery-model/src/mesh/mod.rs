@@ -267,6 +267,11 @@ pub struct MeshTraffic {
     pub pp: f64,
     /// Data parallelism's gradient all-reduce (or ZeRO's collectives).
     pub dp: f64,
+    /// The part of `dp` that is experts' gradients: each expert's replicas
+    /// are the `dp/ep` ranks that hold the same shard, so its all-reduce
+    /// runs among them (Megatron's expert-data-parallel group), not on the
+    /// dense DP ring.
+    pub dp_experts: f64,
     /// Expert parallelism's all-to-alls.
     pub ep: f64,
 }
@@ -369,14 +374,14 @@ impl Mesh {
         let dense = (arch.params() - expert_weights) / (tp * pp);
         let experts_here = expert_weights / (tp * pp * ep);
         let zero_factor = if self.zero >= 3 { 1.5 } else { 1.0 };
-        let dp_bytes = zero_factor
-            * (all_reduce(self.dp, dense * WIRE_BYTES) + all_reduce(self.dp / self.ep, experts_here * WIRE_BYTES));
+        let dp_experts = zero_factor * all_reduce(self.dp / self.ep, experts_here * WIRE_BYTES);
+        let dp_bytes = zero_factor * all_reduce(self.dp, dense * WIRE_BYTES) + dp_experts;
         let ep_bytes = if arch.is_moe() {
             layers_here * m * 4.0 * Collective::AllToAll.wire_bytes_per_worker(act * f64::from(arch.top_k), self.ep)
         } else {
             0.0
         };
-        MeshTraffic { tp: tp_bytes, pp: pp_bytes, dp: dp_bytes, ep: ep_bytes }
+        MeshTraffic { tp: tp_bytes, pp: pp_bytes, dp: dp_bytes, dp_experts, ep: ep_bytes }
     }
 }
 

@@ -69,17 +69,24 @@ pub fn iteration_shape(arch: &LlmArch, mesh: &Mesh, recipe: &Recipe, hw: &Hardwa
         segments.push(Segment::Compute { ms: t.bubble_ms });
     }
     if mesh.dp > 1 && traffic.dp > 0.0 {
+        // The dense gradients on the DP ring; a MoE's expert gradients
+        // among the dp/ep ranks that hold the same experts.
+        let experts = Group { stride: mesh.tp * mesh.ep, size: mesh.dp / mesh.ep.max(1) };
+        let rings: Vec<Segment> = [(traffic.dp - traffic.dp_experts, dp), (traffic.dp_experts, experts)]
+            .into_iter()
+            .filter(|&(bytes, group)| bytes > 0.0 && group.size > 1)
+            .map(|(bytes, group)| comm(Collective::RingAllReduce, bytes, group))
+            .collect();
         // The part of the DP time hidden under the backward pass runs
         // alongside the last compute: that compute is shortened by it, so
         // the period is the timing model's and the network still carries
         // every byte.
-        let full = comm(Collective::RingAllReduce, traffic.dp, dp);
-        let hidden = full.duration_ms() - t.dp_ms;
+        let hidden = rings.iter().map(Segment::duration_ms).sum::<f64>() - t.dp_ms;
         if let Some(Segment::Compute { ms }) = segments.iter_mut().rev().find(|s| matches!(s, Segment::Compute { .. }))
         {
             *ms = (*ms - hidden).max(0.0);
         }
-        segments.push(full);
+        segments.extend(rings);
     }
     (IterationShape { segments }, t)
 }
@@ -125,6 +132,39 @@ mod tests {
         assert_eq!(last(&plain), last(&overlapped));
         let dp_ms = plain.segments.last().map(Segment::duration_ms).unwrap_or(0.0);
         assert!((plain.period_ms() - overlapped.period_ms() - 0.5 * dp_ms).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_moes_expert_gradients_run_among_the_ranks_that_hold_the_same_experts() {
+        // Mixtral 8x7B at TP 2 × DP 16 with EP 4: each expert shard has
+        // 16/4 = 4 replicas, ranks tp·ep = 8 apart; the dense weights'
+        // replicas are the 16 DP ranks, 2 apart.
+        let arch = llm("mixtral-8x7b").expect("in the zoo");
+        let mesh = Mesh { tp: 2, dp: 16, ep: 4, microbatches: 4, ..Mesh::default() };
+        assert_eq!(mesh.check(arch), None);
+        let (shape, t) = iteration_shape(arch, &mesh, &Recipe::default(), &h100());
+        assert!((shape.period_ms() / t.total_ms() - 1.0).abs() < 1e-9, "{} vs {}", shape.period_ms(), t.total_ms());
+        let rings: Vec<(Group, f64)> = shape
+            .segments
+            .iter()
+            .filter_map(|s| match s {
+                Segment::Comm { collective: Collective::RingAllReduce, group, payload_bytes, .. }
+                    if group.stride >= 2 =>
+                {
+                    Some((*group, *payload_bytes))
+                }
+                _ => None,
+            })
+            .collect();
+        // Per GPU: 32 layers × 8 experts × 3·4096·14336 weights, a quarter
+        // of the experts (EP 4), half of each (TP 2), 2 bytes each.
+        let experts = 32.0 * 8.0 * 3.0 * 4096.0 * 14336.0;
+        let dense = (arch.params() - experts) / 2.0 * 2.0;
+        assert_eq!(rings.len(), 2, "{rings:?}");
+        assert_eq!(rings[0].0, Group { stride: 2, size: 16 });
+        assert!((rings[0].1 / dense - 1.0).abs() < 1e-12, "{} vs {dense}", rings[0].1);
+        assert_eq!(rings[1].0, Group { stride: 8, size: 4 });
+        assert!((rings[1].1 / (experts / 8.0 * 2.0) - 1.0).abs() < 1e-12, "{}", rings[1].1);
     }
 
     #[test]

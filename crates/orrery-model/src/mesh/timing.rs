@@ -162,7 +162,10 @@ pub fn iteration_time(arch: &LlmArch, mesh: &Mesh, recipe: &Recipe, hw: &Hardwar
     // (SC'21 §4.1, scatter/gather). The critical path is an inner stage's,
     // which sends activations forward and gradients back every micro-batch.
     let pp_ms = ms(pipeline_send_bytes(arch, mesh, recipe) * m, rate(fits_domain(mesh.tp * mesh.dp, mesh.pp, d)));
-    let dp_full = ms(traffic.dp, rate(fits_domain(mesh.tp, mesh.dp, d)));
+    // The dense gradients on the DP ring (ranks tp apart), the experts'
+    // among the dp/ep ranks holding the same shard (tp·ep apart).
+    let dp_full = ms(traffic.dp - traffic.dp_experts, rate(fits_domain(mesh.tp, mesh.dp, d)))
+        + ms(traffic.dp_experts, rate(fits_domain(mesh.tp * mesh.ep, mesh.dp / mesh.ep.max(1), d)));
     let backward_ms = compute_ms * 2.0 / 3.0;
     let dp_ms = dp_full - (recipe.dp_overlap.clamp(0.0, 1.0) * dp_full).min(backward_ms);
     let ep_ms = ms(traffic.ep, rate(fits_domain(mesh.tp, mesh.ep, d)));
