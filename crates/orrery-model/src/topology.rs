@@ -112,7 +112,44 @@ const PATH_CACHE_ENTRIES: usize = 1 << 20;
 /// A shared, thread-safe memo of [`Topology::shared_paths`]. It is not part
 /// of a topology's value: clones start empty and it never affects equality.
 #[derive(Default)]
-struct PathCache(std::sync::RwLock<HashMap<(NodeId, NodeId), SharedPaths>>);
+struct PathCache(std::sync::RwLock<HashMap<(NodeId, NodeId), SharedPaths, PairHash>>);
+
+/// A hasher for pairs of node indices: a multiply and a rotate per word
+/// (the Fx hash of rustc). The default SipHash took a third of a path
+/// lookup, which decisions make once per flow (`cargo bench -p
+/// orrery-policy --bench decision -- decision-llm`). Keys are indices,
+/// not input an adversary chooses.
+#[derive(Default, Clone, Copy)]
+struct PairHash;
+
+impl std::hash::BuildHasher for PairHash {
+    type Hasher = FxHasher;
+    fn build_hasher(&self) -> FxHasher {
+        FxHasher(0)
+    }
+}
+
+/// See [`PairHash`].
+struct FxHasher(u64);
+
+impl std::hash::Hasher for FxHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            self.write_u64(u64::from_le_bytes(word));
+        }
+    }
+    fn write_u64(&mut self, x: u64) {
+        self.0 = (self.0.rotate_left(5) ^ x).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+    fn write_usize(&mut self, x: usize) {
+        self.write_u64(x as u64);
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
 
 /// An ECMP path set shared between callers.
 pub type SharedPaths = std::sync::Arc<[Vec<LinkId>]>;
@@ -366,8 +403,9 @@ impl Topology {
     /// one BFS, O(V + E), plus O(paths · hops) to enumerate; later calls are a
     /// hash lookup under a read lock, O(1).
     pub fn shared_paths(&self, src: NodeId, dst: NodeId) -> SharedPaths {
-        let cache =
-            |g: std::sync::RwLockReadGuard<'_, HashMap<(NodeId, NodeId), SharedPaths>>| g.get(&(src, dst)).cloned();
+        let cache = |g: std::sync::RwLockReadGuard<'_, HashMap<(NodeId, NodeId), SharedPaths, PairHash>>| {
+            g.get(&(src, dst)).cloned()
+        };
         if let Some(p) = self.path_cache.0.read().ok().and_then(cache) {
             return p;
         }

@@ -125,14 +125,15 @@ pub fn solve_routing(
     p: &RoutingParams,
 ) -> (Vec<Route>, Vec<(f64, f64)>) {
     // Every flow as an interval in absolute time.
-    let mut intervals: Vec<(f64, f64, usize, TimedFlow)> = Vec::new();
+    let n: usize = plan.iter().map(|x| profiles[x.job][x.profile].flows.len()).sum();
+    let mut intervals: Vec<(f64, f64, usize, TimedFlow)> = Vec::with_capacity(n);
     for (k, x) in plan.iter().enumerate() {
         for f in &profiles[x.job][x.profile].flows {
             intervals.push((x.start_ms + f.start_ms, x.start_ms + f.end_ms, k, *f));
         }
     }
     intervals.sort_by(|a, b| a.0.total_cmp(&b.0));
-    let (mut routes, mut bad) = (Vec::new(), Vec::new());
+    let (mut routes, mut bad) = (Vec::with_capacity(intervals.len()), Vec::new());
     let m = p.colors_per_spine.max(1);
     let unit = p.spine_link_gbps / m as f64;
     let leaves = intervals.iter().map(|i| i.3.src_leaf.max(i.3.dst_leaf) + 1).max().unwrap_or(0);
