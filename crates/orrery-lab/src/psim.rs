@@ -40,6 +40,7 @@
 use orrery_model::job::{CollectiveSpec, ShapeSpec};
 use orrery_model::setups::LeafSpine;
 use orrery_model::{Collective, JobSpec, Topology, Work};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -72,8 +73,8 @@ pub enum PsimError {
         entry: usize,
         /// The entry's job.
         job_id: i64,
-        /// The field.
-        field: &'static str,
+        /// The field (its path within the entry).
+        field: String,
         /// What was expected.
         expected: String,
         /// What was found.
@@ -151,51 +152,76 @@ impl Units {
 }
 
 /// One job of a placement file.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct PsimJob {
     /// Its id.
+    #[schemars(range(min = 0, max = i64::MAX))]
     pub job_id: i64,
     /// Machines (psim only logs it; `machines` is what runs).
+    #[schemars(range(min = 1, max = MAX_HOSTS))]
     pub machine_count: Option<usize>,
     /// All-reduce payload per layer, size units.
+    #[schemars(range(min = 0, max = MAX_SIZE))]
     pub comm_size: f64,
     /// Compute per layer per pass, time units.
+    #[schemars(range(min = 0, max = MAX_SIZE))]
     pub comp_size: f64,
     /// Layers.
+    #[schemars(range(min = 1, max = 10_000))]
     pub layer_count: u32,
     /// Iterations.
+    #[schemars(range(min = 1, max = orrery_model::job::MAX_ITERATIONS))]
     pub iter_count: u64,
     /// Machines, in ring order.
+    #[schemars(inner(range(min = 0, max = MAX_HOSTS)))]
     pub machines: Vec<i64>,
 }
 
+/// The largest size or time in psim's units a file may give.
+pub const MAX_SIZE: f64 = 1e15;
+const MAX_HOSTS: usize = orrery_model::topology::MAX_HOSTS;
+
 /// One job of a timing file.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct PsimTiming {
     /// Its id.
+    #[schemars(range(min = 0, max = i64::MAX))]
     pub job_id: i64,
     /// Delay before each iteration, time units.
+    #[schemars(inner(range(min = 0, max = MAX_SIZE)))]
     pub deltas: Vec<f64>,
-    /// Rate cap per iteration, as a share of the link bandwidth.
+    /// Rate cap per iteration, as a share of the link bandwidth (a
+    /// millionth at least: psim divides by it).
+    #[schemars(inner(range(min = 1e-6, max = 1)))]
     pub throttle_rates: Vec<f64>,
 }
 
 /// One flow of a routing file.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 pub struct PsimRoute {
     /// Its job.
+    #[schemars(range(min = 0, max = i64::MAX))]
     pub job_id: i64,
     /// psim's per-job task counter within the iteration: for layer part
     /// `ℓ`, chunk `c` and step `s` of a ring among `n`,
     /// `ℓ·n·2(n−1) + c·2(n−1) + s`.
+    #[schemars(range(min = 0, max = u64::MAX))]
     pub flow_id: usize,
     /// Iteration, from 0.
+    #[schemars(range(min = 0, max = orrery_model::job::MAX_ITERATIONS))]
     pub iteration: u64,
     /// Number of subflows (psim reads `spine_rates`).
+    #[schemars(range(min = 0, max = 4096))]
     pub spine_count: Option<usize>,
     /// (spine, share of the flow).
+    #[schemars(with = "Vec<SpineShare>")]
     pub spine_rates: Vec<(i64, f64)>,
 }
+
+/// The declared ranges of a `spine_rates` pair: (spine, share).
+#[derive(JsonSchema)]
+#[allow(dead_code)]
+struct SpineShare(#[schemars(range(min = 0, max = 4095))] i64, #[schemars(range(min = 0, max = 1))] f64);
 
 /// The three files; timing and routing may be absent, as psim allows.
 #[derive(Debug, Clone, Default)]
@@ -221,9 +247,26 @@ pub struct Imported {
     pub decisions: usize,
 }
 
-fn read<T: for<'de> Deserialize<'de>>(file: &Path) -> Result<Vec<T>, PsimError> {
+/// A psim file's entries, each number checked against its declared range
+/// ([`orrery_model::ranges`]).
+fn read<T>(file: &Path) -> Result<Vec<T>, PsimError>
+where
+    T: for<'de> Deserialize<'de> + Serialize + JsonSchema + 'static,
+{
     let text = std::fs::read_to_string(file).map_err(|source| PsimError::Read { file: file.into(), source })?;
-    serde_json::from_str(&text).map_err(|e| PsimError::Json { file: file.into(), message: e.to_string() })
+    let entries: Vec<T> =
+        serde_json::from_str(&text).map_err(|e| PsimError::Json { file: file.into(), message: e.to_string() })?;
+    for (entry, e) in entries.iter().enumerate() {
+        orrery_model::ranges::check(e).map_err(|r| PsimError::Field {
+            file: file.into(),
+            entry,
+            job_id: serde_json::to_value(e).ok().and_then(|v| v["job_id"].as_i64()).unwrap_or(-1),
+            field: r.path,
+            expected: r.expected,
+            found: r.found,
+        })?;
+    }
+    Ok(entries)
 }
 
 /// Reads psim's files and writes the experiment `name`. O(jobs · iterations
@@ -349,11 +392,11 @@ fn translate(
     let mut index: BTreeMap<i64, usize> = BTreeMap::new();
     let bytes_per_unit = units.bytes_per_unit(net);
     for (k, j) in jobs.iter().enumerate() {
-        let field = |field, expected: &str, found: String| PsimError::Field {
+        let field = |field: &str, expected: &str, found: String| PsimError::Field {
             file: placement.clone(),
             entry: k,
             job_id: j.job_id,
-            field,
+            field: field.into(),
             expected: expected.into(),
             found,
         };
@@ -382,18 +425,7 @@ fn translate(
                 ));
             }
         }
-        if !(j.comp_size.is_finite() && j.comp_size >= 0.0) {
-            return Err(field("comp_size", "a size, 0 or more", j.comp_size.to_string()));
-        }
-        if !(j.comm_size.is_finite() && j.comm_size >= 0.0) {
-            return Err(field("comm_size", "a size, 0 or more", j.comm_size.to_string()));
-        }
-        if j.layer_count == 0 || j.layer_count > 10_000 {
-            return Err(field("layer_count", "1 to 10,000 layers", j.layer_count.to_string()));
-        }
-        if j.iter_count == 0 {
-            return Err(field("iter_count", "1 or more iterations", "0".into()));
-        }
+        // Each number was checked against its declared range on reading.
         if j.comp_size == 0.0 && j.comm_size == 0.0 {
             return Err(field("comp_size", "some compute or some communication", "neither".into()));
         }
@@ -426,17 +458,17 @@ fn translate(
                 file: file.clone(),
                 entry: timings.len(),
                 job_id: jobs[timings.len()].job_id,
-                field: "job_id",
+                field: "job_id".into(),
                 expected: "one entry per job of the placement, in its order (psim reads them by position)".into(),
                 found: format!("{} entries for {} jobs", timings.len(), jobs.len()),
             });
         }
         for (k, (t, j)) in timings.iter().zip(jobs).enumerate() {
-            let field = |field, expected: String, found: String| PsimError::Field {
+            let field = |field: &str, expected: String, found: String| PsimError::Field {
                 file: file.clone(),
                 entry: k,
                 job_id: t.job_id,
-                field,
+                field: field.into(),
                 expected,
                 found,
             };
@@ -457,12 +489,6 @@ fn translate(
             }
             let mut cap: Option<f64> = None;
             for (i, (&delta, &rate)) in t.deltas.iter().zip(&t.throttle_rates).take(n).enumerate() {
-                if !(delta.is_finite() && delta >= 0.0) {
-                    return Err(field("deltas", "delays of 0 or more".into(), format!("{delta} at iteration {i}")));
-                }
-                if !(rate.is_finite() && rate > 0.0 && rate <= 1.0) {
-                    return Err(field("throttle_rates", "shares in (0, 1]".into(), format!("{rate} at iteration {i}")));
-                }
                 let id = j.job_id.to_string();
                 if delta > 0.0 {
                     decisions.push(serde_json::json!({
@@ -487,11 +513,11 @@ fn translate(
     if let Some(file) = &files.routing {
         let rack = |m: usize| m / leaf_spine.hosts_per_rack as usize;
         for (k, r) in routes.iter().enumerate() {
-            let field = |field, expected: String, found: String| PsimError::Field {
+            let field = |field: &str, expected: String, found: String| PsimError::Field {
                 file: file.clone(),
                 entry: k,
                 job_id: r.job_id,
-                field,
+                field: field.into(),
                 expected,
                 found,
             };

@@ -41,6 +41,21 @@ fn inputs() -> Vec<Input> {
             "a training process's report to its node agent (a line of its socket, op = report)",
             schema_of::<orrery_serve::node_agent::ProcessReport>,
         ),
+        (
+            "psim-placement",
+            "an entry of psim's placement file (orrery import psim)",
+            schema_of::<orrery_lab::psim::PsimJob>,
+        ),
+        (
+            "psim-timing",
+            "an entry of psim's timing file (orrery import psim)",
+            schema_of::<orrery_lab::psim::PsimTiming>,
+        ),
+        (
+            "psim-routing",
+            "an entry of psim's routing file (orrery import psim)",
+            schema_of::<orrery_lab::psim::PsimRoute>,
+        ),
         ("node-bandwidth", "the NodeBandwidth CRD's spec", schema_of::<orrery_k8s::crd::NodeBandwidthSpec>),
         ("pod-bandwidth", "the PodBandwidth CRD's spec", schema_of::<orrery_k8s::crd::PodBandwidthSpec>),
         ("network-topology", "the NetworkTopology CRD's spec", schema_of::<orrery_k8s::crd::NetworkTopologySpec>),

@@ -100,8 +100,21 @@ fn a_bad_file_is_named_with_its_entry_and_field() {
     };
     write(&format!("[{}]", job("[0, 99]")));
     let err = import("t", &files, &network(), Units::default()).expect_err("machine 99 of 16");
-    assert!(matches!(err, PsimError::Field { entry: 0, job_id: 7, field: "machines", .. }), "{err}");
+    assert!(matches!(&err, PsimError::Field { entry: 0, job_id: 7, field, .. } if field == "machines"), "{err}");
     assert!(err.to_string().contains("expected machine ids 0 to 15, found 99"), "{err}");
+    // Numbers out of their declared ranges, named by their path (issue 71).
+    write(&format!("[{}]", job("[0, 1]").replace("\"layer_count\": 1", "\"layer_count\": 0")));
+    let err = import("t", &files, &network(), Units::default()).expect_err("no layers");
+    assert!(
+        err.to_string().ends_with("entry 0 (job_id 7): layer_count: expected an integer from 1 to 10000, found 0"),
+        "{err}"
+    );
+    write(&format!("[{}]", job("[0, -1]")));
+    let err = import("t", &files, &network(), Units::default()).expect_err("machine -1");
+    assert!(
+        err.to_string().ends_with("entry 0 (job_id 7): machines[1]: expected an integer from 0 to 16384, found -1"),
+        "{err}"
+    );
     write(&format!("[{}, {}]", job("[0, 1]"), job("[1, 2]").replace("\"job_id\": 7", "\"job_id\": 8")));
     let err = import("t", &files, &network(), Units::default()).expect_err("machine 1 twice");
     assert!(err.to_string().contains("entry 1 (job_id 8): machines: expected machines no other job uses"), "{err}");
