@@ -38,7 +38,9 @@
 //! policy, with group commit; [`http`] the axum API; [`auth`] the tokens;
 //! [`api`] the JSON both ends share; [`client`] the HTTP client,
 //! [`clock`] host clocks against the service's, and [`node_agent`] the
-//! agent that enforces decisions on a node.
+//! agent that enforces decisions on a node. [`history`] checks a run's
+//! history against the service's invariants (the crash, failover and
+//! fault tests).
 
 pub mod api;
 pub mod auth;
@@ -50,6 +52,7 @@ pub mod dashboard;
 pub mod election;
 pub mod etcd;
 pub mod fleet;
+pub mod history;
 pub mod http;
 pub mod ledger;
 pub mod metrics;

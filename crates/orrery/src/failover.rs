@@ -17,9 +17,10 @@ use clap::Args as ClapArgs;
 use orrery_policy::Decision;
 use orrery_serve::api::{DriverEvent, LogEntry, Logged, RegisterRequest};
 use orrery_serve::client::Client;
+use orrery_serve::history::{History, count};
 use orrery_serve::store::testing::{EtcdCluster, unavailable};
 use serde::Serialize;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -182,43 +183,6 @@ fn leader(rt: &tokio::runtime::Runtime, replicas: &[Replica], limit: Duration) -
     }
 }
 
-/// Placements that took a GPU already held, replaying the log (the
-/// benchmark runs `fifo`, which never shares a GPU). O(log).
-pub fn gpus_held_twice(log: &[LogEntry]) -> usize {
-    let mut capacity: HashMap<usize, u32> = HashMap::new();
-    let mut held: HashMap<usize, u32> = HashMap::new();
-    let mut placed: HashMap<usize, Vec<(usize, u32)>> = HashMap::new();
-    let mut violations = 0;
-    for e in log {
-        match &e.entry {
-            Logged::Event(DriverEvent::NodeUp { node, gpus, .. }) => {
-                capacity.insert(*node, *gpus);
-            }
-            Logged::Decision(Decision::Place { job, hosts }) => {
-                if placed.contains_key(job) {
-                    violations += 1;
-                }
-                for &(h, g) in hosts {
-                    let now = held.entry(h).or_default();
-                    *now += g;
-                    if *now > capacity.get(&h).copied().unwrap_or(0) {
-                        violations += 1;
-                    }
-                }
-                placed.insert(*job, hosts.clone());
-            }
-            Logged::Decision(Decision::Preempt { job })
-            | Logged::Event(DriverEvent::Finished { job } | DriverEvent::Cancelled { job }) => {
-                for (h, g) in placed.remove(job).unwrap_or_default() {
-                    *held.entry(h).or_default() -= g;
-                }
-            }
-            _ => {}
-        }
-    }
-    violations
-}
-
 fn median(xs: &[f64]) -> f64 {
     let mut v = xs.to_vec();
     v.sort_by(f64::total_cmp);
@@ -326,12 +290,21 @@ pub fn run(args: &FailoverArgs) -> Result<FailoverReport> {
     let acked = acked.into_inner().map_err(|_| anyhow::anyhow!("lock"))?;
     let present = rt.block_on(users.jobs(None)).map_err(err)?;
     let log = rt.block_on(users.decisions(0)).map_err(err)?;
-    let mut by_name: HashMap<&str, Vec<usize>> = HashMap::new();
-    for j in &present {
-        by_name.entry(j.spec.id.as_str()).or_default().push(j.id);
+    // The history's invariants (orrery_serve::history): every acknowledged
+    // job present once with its number, every log read a prefix of the
+    // final one, no GPU held twice.
+    let history = History {
+        acknowledged: acked.iter().map(|(name, id)| (name.clone(), *id)).collect(),
+        present: present.iter().map(|j| (j.spec.id.clone(), j.id, j.spec.workers * j.spec.gpus_per_worker)).collect(),
+        log: log.clone(),
+        logs_read: logs_before.clone(),
+        processes: Vec::new(),
+    };
+    let violations = orrery_serve::history::check(&history);
+    for v in violations.iter().filter(|v| v.invariant != "never ran") {
+        eprintln!("{v}");
     }
-    let lost_or_renumbered = acked.iter().filter(|(name, id)| by_name.get(name.as_str()) != Some(&vec![**id])).count()
-        + conflicts.load(std::sync::atomic::Ordering::Relaxed);
+    let lost_or_renumbered = count(&violations, "lost") + conflicts.load(std::sync::atomic::Ordering::Relaxed);
     let preemptions = log
         .iter()
         .filter(|e| {
@@ -346,10 +319,10 @@ pub fn run(args: &FailoverArgs) -> Result<FailoverReport> {
         acknowledged: acked.len(),
         jobs_present: present.len(),
         lost_or_renumbered,
-        duplicates: by_name.values().filter(|ids| ids.len() > 1).count(),
-        logs_not_a_prefix: logs_before.iter().filter(|b| b.len() > log.len() || log[..b.len()] != b[..]).count(),
+        duplicates: count(&violations, "duplicated"),
+        logs_not_a_prefix: count(&violations, "not a prefix"),
         standby_logs,
-        gpus_held_twice: gpus_held_twice(&log),
+        gpus_held_twice: count(&violations, "gpu held twice") + count(&violations, "placed twice"),
         preemptions,
         log_entries: log.len(),
         placements: log.iter().filter(|e| matches!(e.entry, Logged::Decision(Decision::Place { .. }))).count(),

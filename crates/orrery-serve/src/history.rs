@@ -1,0 +1,392 @@
+//! The invariants a history of the service must keep, checked after a run
+//! (issue 71; etcd's robustness tests and Jepsen check histories the same
+//! way): what the clients were told, the committed decision log, the logs
+//! read from replicas along the way, and the training processes the agents
+//! started and stopped.
+//!
+//! * **Nothing acknowledged is lost or duplicated**: every job a client was
+//!   told it holds is present once, with the number it was given.
+//! * **One history**: every log read before the end (from a leader before it
+//!   was killed, or a standby's copy) is a prefix of the final log.
+//! * **No GPU held twice**: replaying the log, no placement takes more GPUs
+//!   of a host than its agent registered, and no job is placed twice
+//!   without leaving in between.
+//! * **No rank in two places**: the agents never ran one rank of one job on
+//!   two hosts at once.
+//! * **Every job that could run ran**: a job whose GPUs the cluster had,
+//!   not cancelled, was placed at least once.
+//!
+//! Each violation carries the shortest window of history that shows it.
+//! [`check`] is O(log + acknowledged + process events · log of them).
+
+use crate::api::{DriverEvent, LogEntry, Logged};
+use orrery_model::HostId;
+use orrery_policy::{Decision, JobId};
+use std::collections::{BTreeMap, HashMap};
+
+/// A training process an agent started or stopped.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProcessEvent {
+    /// Wall-clock seconds (any common origin).
+    pub at_s: f64,
+    /// The host whose agent ran it.
+    pub host: HostId,
+    /// Job and rank.
+    pub job: JobId,
+    /// Rank within the job.
+    pub rank: u32,
+    /// Started (true) or stopped.
+    pub started: bool,
+}
+
+/// Everything recorded of a run.
+#[derive(Debug, Clone, Default)]
+pub struct History {
+    /// (spec id, job number) of every submission a client saw acknowledged.
+    pub acknowledged: Vec<(String, JobId)>,
+    /// (spec id, job number, GPUs asked for) of every job the service holds
+    /// at the end.
+    pub present: Vec<(String, JobId, u32)>,
+    /// The committed log at the end.
+    pub log: Vec<LogEntry>,
+    /// Logs read before the end (each from seq 1).
+    pub logs_read: Vec<Vec<LogEntry>>,
+    /// The agents' process starts and stops, in any order.
+    pub processes: Vec<ProcessEvent>,
+}
+
+/// An invariant broken, with the history that shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Violation {
+    /// Which invariant: `lost`, `duplicated`, `not a prefix`,
+    /// `gpu held twice`, `placed twice`, `rank in two places`, `never ran`.
+    pub invariant: &'static str,
+    /// What happened, in one line.
+    pub what: String,
+    /// The shortest window of history that shows it, a line per entry.
+    pub window: Vec<String>,
+}
+
+impl std::fmt::Display for Violation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.invariant, self.what)?;
+        for line in &self.window {
+            write!(f, "\n    {line}")?;
+        }
+        Ok(())
+    }
+}
+
+fn line(e: &LogEntry) -> String {
+    let entry = serde_json::to_string(&e.entry).unwrap_or_default();
+    format!("seq {} at {:.3} s ({}): {entry}", e.seq, e.at_s, e.source)
+}
+
+/// Every violation of the history, in the order of the invariants above.
+pub fn check(h: &History) -> Vec<Violation> {
+    let mut out = Vec::new();
+    acknowledged(h, &mut out);
+    prefixes(h, &mut out);
+    gpus(&h.log, &mut out);
+    ranks(&h.processes, &mut out);
+    ran(h, &mut out);
+    out
+}
+
+/// Violations of one invariant (`gpu held twice` and `placed twice` are
+/// both the log's replay).
+pub fn count(violations: &[Violation], invariant: &str) -> usize {
+    violations.iter().filter(|v| v.invariant == invariant).count()
+}
+
+fn acknowledged(h: &History, out: &mut Vec<Violation>) {
+    let mut by_id: HashMap<&str, Vec<JobId>> = HashMap::new();
+    for (id, job, _) in &h.present {
+        by_id.entry(id.as_str()).or_default().push(*job);
+    }
+    for (id, job) in &h.acknowledged {
+        match by_id.get(id.as_str()).map(Vec::as_slice) {
+            Some([only]) if only == job => {}
+            found => out.push(Violation {
+                invariant: "lost",
+                what: format!("job {id:?} was acknowledged as number {job}"),
+                window: vec![format!(
+                    "acknowledged: {id:?} = {job}; present at the end: {}",
+                    found.map_or("none".into(), |ns| format!("{ns:?}"))
+                )],
+            }),
+        }
+    }
+    let mut dup: Vec<(&&str, &Vec<JobId>)> = by_id.iter().filter(|(_, ns)| ns.len() > 1).collect();
+    dup.sort();
+    for (id, jobs) in dup {
+        out.push(Violation {
+            invariant: "duplicated",
+            what: format!("job {id:?} is present {} times", jobs.len()),
+            window: vec![format!("present: {id:?} as numbers {jobs:?}")],
+        });
+    }
+}
+
+fn prefixes(h: &History, out: &mut Vec<Violation>) {
+    for (k, read) in h.logs_read.iter().enumerate() {
+        // The first entry where the read log and the final one part.
+        let parted = read.iter().zip(&h.log).position(|(a, b)| a != b);
+        let longer = read.len() > h.log.len();
+        if let Some(i) = parted.or(longer.then_some(h.log.len())) {
+            let mut window = vec![format!("log read {k}: {}", read.get(i).map_or("(end)".into(), line))];
+            window.push(format!("final log:  {}", h.log.get(i).map_or("(end)".into(), line)));
+            out.push(Violation {
+                invariant: "not a prefix",
+                what: format!("log read {k} ({} entries) parts from the final log at entry {}", read.len(), i + 1),
+                window,
+            });
+        }
+    }
+}
+
+fn gpus(log: &[LogEntry], out: &mut Vec<Violation>) {
+    let mut capacity: HashMap<HostId, u32> = HashMap::new();
+    // Per host: (job, GPUs, the entry that placed it).
+    let mut held: Held<'_> = HashMap::new();
+    let mut placed: Placed<'_> = HashMap::new();
+    type Held<'a> = HashMap<HostId, Vec<(JobId, u32, &'a LogEntry)>>;
+    type Placed<'a> = HashMap<JobId, (Vec<(HostId, u32)>, &'a LogEntry)>;
+    fn leave(job: &JobId, held: &mut Held<'_>, placed: &mut Placed<'_>) {
+        if let Some((hosts, _)) = placed.remove(job) {
+            for (host, _) in hosts {
+                if let Some(v) = held.get_mut(&host) {
+                    v.retain(|x| x.0 != *job);
+                }
+            }
+        }
+    }
+    for e in log {
+        match &e.entry {
+            Logged::Event(DriverEvent::NodeUp { node, gpus, .. }) => {
+                capacity.insert(*node, *gpus);
+            }
+            Logged::Decision(Decision::Place { job, hosts } | Decision::Share { job, free: hosts, .. }) => {
+                if let Some((_, first)) = placed.get(job) {
+                    out.push(Violation {
+                        invariant: "placed twice",
+                        what: format!("job {job} was placed again without leaving"),
+                        window: vec![line(first), line(e)],
+                    });
+                    leave(job, &mut held, &mut placed);
+                }
+                for &(host, g) in hosts {
+                    let on = held.entry(host).or_default();
+                    let total: u32 = on.iter().map(|x| x.1).sum::<u32>() + g;
+                    let cap = capacity.get(&host).copied().unwrap_or(0);
+                    // A Share's GPUs of other jobs are shared on purpose;
+                    // its free ones count.
+                    if total > cap {
+                        let mut window: Vec<String> = on.iter().map(|x| line(x.2)).collect();
+                        window.push(line(e));
+                        out.push(Violation {
+                            invariant: "gpu held twice",
+                            what: format!(
+                                "host {host} has {cap} GPUs; job {job} took {g} of them with {} held",
+                                total - g
+                            ),
+                            window,
+                        });
+                    }
+                    on.push((*job, g, e));
+                }
+                placed.insert(*job, (hosts.clone(), e));
+            }
+            Logged::Decision(Decision::Preempt { job })
+            | Logged::Event(DriverEvent::Finished { job } | DriverEvent::Cancelled { job }) => {
+                leave(job, &mut held, &mut placed)
+            }
+            _ => {}
+        }
+    }
+}
+
+fn ranks(events: &[ProcessEvent], out: &mut Vec<Violation>) {
+    let mut sorted: Vec<&ProcessEvent> = events.iter().collect();
+    // Stops before starts at one instant: a rank moved at once is not in
+    // two places.
+    sorted.sort_by(|a, b| a.at_s.total_cmp(&b.at_s).then(a.started.cmp(&b.started)));
+    let mut running: BTreeMap<(JobId, u32), Vec<&ProcessEvent>> = BTreeMap::new();
+    let show = |p: &ProcessEvent| {
+        let what = if p.started { "started" } else { "stopped" };
+        format!("{:.3} s: host {} {what} job {} rank {}", p.at_s, p.host, p.job, p.rank)
+    };
+    for p in sorted {
+        let on = running.entry((p.job, p.rank)).or_default();
+        if p.started {
+            if let Some(other) = on.iter().find(|o| o.host != p.host) {
+                out.push(Violation {
+                    invariant: "rank in two places",
+                    what: format!("job {} rank {} ran on hosts {} and {} at once", p.job, p.rank, other.host, p.host),
+                    window: vec![show(other), show(p)],
+                });
+            }
+            on.push(p);
+        } else {
+            on.retain(|o| o.host != p.host);
+        }
+    }
+}
+
+fn ran(h: &History, out: &mut Vec<Violation>) {
+    let gpus: u32 = {
+        let mut cap: HashMap<HostId, u32> = HashMap::new();
+        for e in &h.log {
+            if let Logged::Event(DriverEvent::NodeUp { node, gpus, .. }) = &e.entry {
+                cap.insert(*node, *gpus);
+            }
+        }
+        cap.values().sum()
+    };
+    let mut placed = std::collections::HashSet::new();
+    let mut cancelled = std::collections::HashSet::new();
+    for e in &h.log {
+        match &e.entry {
+            Logged::Decision(Decision::Place { job, .. } | Decision::Share { job, .. }) => {
+                placed.insert(*job);
+            }
+            Logged::Decision(Decision::Reject { job, .. }) | Logged::Event(DriverEvent::Cancelled { job }) => {
+                cancelled.insert(*job);
+            }
+            _ => {}
+        }
+    }
+    for (id, job, asks) in &h.present {
+        if *asks <= gpus && !placed.contains(job) && !cancelled.contains(job) {
+            out.push(Violation {
+                invariant: "never ran",
+                what: format!("job {id:?} (number {job}) asked for {asks} of the cluster's {gpus} GPUs and never ran"),
+                window: vec![format!(
+                    "present: {id:?} = {job}; no Place or Share of it in {} log entries",
+                    h.log.len()
+                )],
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(seq: u64, entry: Logged) -> LogEntry {
+        LogEntry { seq, at_s: seq as f64, source: "driver".into(), entry }
+    }
+
+    fn up(seq: u64, node: HostId, gpus: u32) -> LogEntry {
+        entry(seq, Logged::Event(DriverEvent::NodeUp { node, gpus, session: 1 }))
+    }
+
+    fn place(seq: u64, job: JobId, hosts: &[(HostId, u32)]) -> LogEntry {
+        entry(seq, Logged::Decision(Decision::Place { job, hosts: hosts.to_vec() }))
+    }
+
+    fn finished(seq: u64, job: JobId) -> LogEntry {
+        entry(seq, Logged::Event(DriverEvent::Finished { job }))
+    }
+
+    /// Two nodes of 4 GPUs; jobs 0 and 1 run one after the other on host 0.
+    fn good() -> History {
+        let log =
+            vec![up(1, 0, 4), up(2, 1, 4), place(3, 0, &[(0, 4)]), finished(4, 0), place(5, 1, &[(0, 2), (1, 2)])];
+        History {
+            acknowledged: vec![("a".into(), 0), ("b".into(), 1)],
+            present: vec![("a".into(), 0, 4), ("b".into(), 1, 4)],
+            logs_read: vec![log[..3].to_vec(), Vec::new()],
+            log,
+            processes: vec![
+                ProcessEvent { at_s: 3.0, host: 0, job: 0, rank: 0, started: true },
+                ProcessEvent { at_s: 4.0, host: 0, job: 0, rank: 0, started: false },
+                // Rank 0 of job 1 moves from host 0 to host 1 at one instant.
+                ProcessEvent { at_s: 5.0, host: 0, job: 1, rank: 0, started: true },
+                ProcessEvent { at_s: 6.0, host: 0, job: 1, rank: 0, started: false },
+                ProcessEvent { at_s: 6.0, host: 1, job: 1, rank: 0, started: true },
+            ],
+        }
+    }
+
+    #[test]
+    fn a_history_that_keeps_every_invariant_has_no_violation() {
+        assert_eq!(check(&good()), Vec::new());
+    }
+
+    #[test]
+    fn a_lost_a_renumbered_and_a_duplicated_job_are_each_named() {
+        let mut h = good();
+        h.acknowledged.push(("c".into(), 2));
+        h.present[1].1 = 7; // b renumbered
+        h.present.push(("a".into(), 9, 1));
+        let v = check(&h);
+        let lost: Vec<&str> = v.iter().filter(|x| x.invariant == "lost").map(|x| x.what.as_str()).collect();
+        assert_eq!(lost.len(), 3, "{v:#?}"); // a (now twice), b (renumbered), c (absent)
+        assert!(lost.iter().any(|w| w.contains("\"c\"")));
+        assert_eq!(count(&v, "duplicated"), 1);
+        assert!(v.iter().any(|x| x.window == vec!["present: \"a\" as numbers [0, 9]".to_string()]));
+    }
+
+    #[test]
+    fn a_log_read_that_parts_from_the_final_one_shows_the_two_entries() {
+        let mut h = good();
+        let mut other = h.log[..4].to_vec();
+        other[3] = place(4, 1, &[(1, 4)]);
+        h.logs_read.push(other);
+        let v = check(&h);
+        assert_eq!(count(&v, "not a prefix"), 1, "{v:#?}");
+        let w = &v[0].window;
+        assert!(w[0].starts_with("log read 2: seq 4") && w[0].contains("place"), "{w:?}");
+        assert!(w[1].starts_with("final log:  seq 4") && w[1].contains("finished"), "{w:?}");
+        // A read log longer than the final one is not a prefix either.
+        let mut h = good();
+        h.logs_read.push([h.log.clone(), vec![finished(6, 1)]].concat());
+        assert_eq!(count(&check(&h), "not a prefix"), 1);
+    }
+
+    #[test]
+    fn a_placement_on_gpus_still_held_shows_the_placements_that_hold_them() {
+        let mut h = good();
+        h.log = vec![up(1, 0, 4), place(2, 0, &[(0, 3)]), place(3, 1, &[(0, 2)]), finished(4, 0)];
+        h.logs_read.clear();
+        h.processes.clear();
+        let v = check(&h);
+        assert_eq!(count(&v, "gpu held twice"), 1, "{v:#?}");
+        let x = v.iter().find(|x| x.invariant == "gpu held twice").expect("found");
+        assert_eq!(x.what, "host 0 has 4 GPUs; job 1 took 2 of them with 3 held");
+        assert_eq!(x.window.len(), 2);
+        assert!(x.window[0].starts_with("seq 2") && x.window[1].starts_with("seq 3"), "{:?}", x.window);
+        // Placed twice without leaving.
+        h.log = vec![up(1, 0, 4), place(2, 0, &[(0, 1)]), place(3, 0, &[(0, 1)])];
+        assert_eq!(count(&check(&h), "placed twice"), 1);
+    }
+
+    #[test]
+    fn one_rank_on_two_hosts_at_once_is_found_with_both_starts() {
+        let mut h = good();
+        h.processes.push(ProcessEvent { at_s: 5.5, host: 1, job: 1, rank: 0, started: true });
+        let v = check(&h);
+        assert_eq!(count(&v, "rank in two places"), 1, "{v:#?}");
+        let x = &v[0];
+        assert_eq!(x.window, vec!["5.000 s: host 0 started job 1 rank 0", "5.500 s: host 1 started job 1 rank 0"]);
+        // Other ranks of the job may run anywhere.
+        let mut h = good();
+        h.processes.push(ProcessEvent { at_s: 5.5, host: 1, job: 1, rank: 1, started: true });
+        assert_eq!(check(&h), Vec::new());
+    }
+
+    #[test]
+    fn a_job_the_cluster_could_hold_that_never_ran_is_named_and_one_too_big_is_not() {
+        let mut h = good();
+        h.acknowledged.extend([("c".into(), 2), ("huge".into(), 3)]);
+        h.present.extend([("c".into(), 2, 8), ("huge".into(), 3, 9)]);
+        let v = check(&h);
+        assert_eq!(count(&v, "never ran"), 1, "{v:#?}");
+        assert!(v[0].what.starts_with("job \"c\" (number 2) asked for 8 of the cluster's 8 GPUs"), "{}", v[0]);
+        // Cancelled, it need not run.
+        h.log.push(entry(6, Logged::Event(DriverEvent::Cancelled { job: 2 })));
+        assert_eq!(check(&h), Vec::new());
+    }
+}
