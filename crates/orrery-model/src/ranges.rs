@@ -587,7 +587,13 @@ impl serde::ser::SerializeMap for Compound<'_, '_> {
     type Ok = ();
     type Error = Stop;
     fn serialize_key<T: Serialize + ?Sized>(&mut self, key: &T) -> Result<(), Stop> {
-        self.key = Some(key.serialize(KeyName)?);
+        // The key as JSON writes it (serde_json's serialiser; keys are
+        // strings or numbers).
+        let key = key.serialize(serde_json::value::Serializer).map_err(|e| Stop::Serde(e.to_string()))?;
+        self.key = Some(match key {
+            Value::String(k) => k,
+            other => other.to_string(),
+        });
         Ok(())
     }
     fn serialize_value<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Stop> {
@@ -618,125 +624,6 @@ impl serde::ser::SerializeStructVariant for Compound<'_, '_> {
     }
     fn end(self) -> Result<(), Stop> {
         self.end_variant()
-    }
-}
-
-/// A map key as the string JSON would write it (strings and numbers; other
-/// keys have no JSON form).
-struct KeyName;
-
-impl serde::Serializer for KeyName {
-    type Ok = String;
-    type Error = Stop;
-    type SerializeSeq = serde::ser::Impossible<String, Stop>;
-    type SerializeTuple = serde::ser::Impossible<String, Stop>;
-    type SerializeTupleStruct = serde::ser::Impossible<String, Stop>;
-    type SerializeTupleVariant = serde::ser::Impossible<String, Stop>;
-    type SerializeMap = serde::ser::Impossible<String, Stop>;
-    type SerializeStruct = serde::ser::Impossible<String, Stop>;
-    type SerializeStructVariant = serde::ser::Impossible<String, Stop>;
-
-    fn serialize_str(self, v: &str) -> Result<String, Stop> {
-        Ok(v.to_string())
-    }
-    fn serialize_bool(self, v: bool) -> Result<String, Stop> {
-        Ok(v.to_string())
-    }
-    fn serialize_i8(self, v: i8) -> Result<String, Stop> {
-        Ok(v.to_string())
-    }
-    fn serialize_i16(self, v: i16) -> Result<String, Stop> {
-        Ok(v.to_string())
-    }
-    fn serialize_i32(self, v: i32) -> Result<String, Stop> {
-        Ok(v.to_string())
-    }
-    fn serialize_i64(self, v: i64) -> Result<String, Stop> {
-        Ok(v.to_string())
-    }
-    fn serialize_u8(self, v: u8) -> Result<String, Stop> {
-        Ok(v.to_string())
-    }
-    fn serialize_u16(self, v: u16) -> Result<String, Stop> {
-        Ok(v.to_string())
-    }
-    fn serialize_u32(self, v: u32) -> Result<String, Stop> {
-        Ok(v.to_string())
-    }
-    fn serialize_u64(self, v: u64) -> Result<String, Stop> {
-        Ok(v.to_string())
-    }
-    fn serialize_f32(self, v: f32) -> Result<String, Stop> {
-        Ok(v.to_string())
-    }
-    fn serialize_f64(self, v: f64) -> Result<String, Stop> {
-        Ok(v.to_string())
-    }
-    fn serialize_char(self, v: char) -> Result<String, Stop> {
-        Ok(v.to_string())
-    }
-    fn serialize_bytes(self, _: &[u8]) -> Result<String, Stop> {
-        Err(Stop::Serde("a map key of bytes".into()))
-    }
-    fn serialize_none(self) -> Result<String, Stop> {
-        Err(Stop::Serde("a map key of none".into()))
-    }
-    fn serialize_some<T: Serialize + ?Sized>(self, value: &T) -> Result<String, Stop> {
-        value.serialize(self)
-    }
-    fn serialize_unit(self) -> Result<String, Stop> {
-        Err(Stop::Serde("a map key of unit".into()))
-    }
-    fn serialize_unit_struct(self, name: &'static str) -> Result<String, Stop> {
-        Ok(name.to_string())
-    }
-    fn serialize_unit_variant(self, _: &'static str, _: u32, variant: &'static str) -> Result<String, Stop> {
-        Ok(variant.to_string())
-    }
-    fn serialize_newtype_struct<T: Serialize + ?Sized>(self, _: &'static str, value: &T) -> Result<String, Stop> {
-        value.serialize(self)
-    }
-    fn serialize_newtype_variant<T: Serialize + ?Sized>(
-        self,
-        _: &'static str,
-        _: u32,
-        _: &'static str,
-        _: &T,
-    ) -> Result<String, Stop> {
-        Err(Stop::Serde("a map key of a variant".into()))
-    }
-    fn serialize_seq(self, _: Option<usize>) -> Result<Self::SerializeSeq, Stop> {
-        Err(Stop::Serde("a map key of a list".into()))
-    }
-    fn serialize_tuple(self, _: usize) -> Result<Self::SerializeTuple, Stop> {
-        Err(Stop::Serde("a map key of a tuple".into()))
-    }
-    fn serialize_tuple_struct(self, _: &'static str, _: usize) -> Result<Self::SerializeTupleStruct, Stop> {
-        Err(Stop::Serde("a map key of a tuple".into()))
-    }
-    fn serialize_tuple_variant(
-        self,
-        _: &'static str,
-        _: u32,
-        _: &'static str,
-        _: usize,
-    ) -> Result<Self::SerializeTupleVariant, Stop> {
-        Err(Stop::Serde("a map key of a variant".into()))
-    }
-    fn serialize_map(self, _: Option<usize>) -> Result<Self::SerializeMap, Stop> {
-        Err(Stop::Serde("a map key of a map".into()))
-    }
-    fn serialize_struct(self, _: &'static str, _: usize) -> Result<Self::SerializeStruct, Stop> {
-        Err(Stop::Serde("a map key of a struct".into()))
-    }
-    fn serialize_struct_variant(
-        self,
-        _: &'static str,
-        _: u32,
-        _: &'static str,
-        _: usize,
-    ) -> Result<Self::SerializeStructVariant, Stop> {
-        Err(Stop::Serde("a map key of a variant".into()))
     }
 }
 
@@ -806,6 +693,7 @@ mod tests {
         amount: Amount,
         #[schemars(range(min = 1, max = 8))]
         limit: Option<u32>,
+        named: std::collections::BTreeMap<String, Inner>,
     }
 
     fn outer() -> Outer {
@@ -815,6 +703,7 @@ mod tests {
             maybe: None,
             amount: Amount::Count(3),
             limit: Some(2),
+            named: [("fast".to_string(), Inner { x: 1.0 })].into(),
         }
     }
 
@@ -835,6 +724,8 @@ mod tests {
         let o = Outer { limit: Some(9), ..outer() };
         assert_eq!(check(&o).expect_err("optional number").path, "limit");
         assert_eq!(check(&Outer { limit: None, ..outer() }), Ok(()));
+        let o = Outer { named: [("slow".to_string(), Inner { x: 9.0 })].into(), ..outer() };
+        assert_eq!(check(&o).expect_err("a map's value").path, "named.slow.x");
     }
 
     #[test]
