@@ -1,0 +1,228 @@
+//! The socket between a node agent and its training processes: a
+//! process asks when its next iteration may start (`wait`: its slot
+//! delay, throttle and timetable from the decisions in force) and reports
+//! each iteration it ran (`report`), a JSON line each way. Reports are
+//! kept for the agent's next batch to the service.
+
+use super::{MAX_HANDED, Shared, State};
+use crate::api::IterationReport;
+use orrery_policy::JobId;
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{UnixListener, UnixStream};
+
+pub(super) async fn serve_socket(shared: Arc<Shared>, listener: UnixListener) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, _)) => {
+                tokio::spawn(serve_process(shared.clone(), stream));
+            }
+            Err(e) => {
+                tracing::warn!("accepting a training process: {e}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+}
+
+/// The numbers of a training process's report, with their ranges (the
+/// request is an internally tagged enum, which [`orrery_model::ranges`]
+/// does not tell apart, so its numbers are checked as this struct).
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct ProcessReport {
+    /// Placement epoch.
+    #[schemars(range(min = 0, max = u64::MAX))]
+    pub epoch: u64,
+    /// Iterations done, this one included.
+    #[schemars(range(min = 1, max = orrery_model::job::MAX_ITERATIONS))]
+    pub iteration: u64,
+    /// Unix time the iteration started, ms (from 2001 to 2096).
+    #[schemars(range(min = 1e12, max = 4e12))]
+    pub start_unix_ms: f64,
+    /// Its duration, ms.
+    #[schemars(range(min = 0, max = crate::api::MAX_REPORTED_MS))]
+    pub duration_ms: f64,
+    /// Its communication phase, ms.
+    #[schemars(range(min = 0, max = crate::api::MAX_REPORTED_MS))]
+    pub comm_ms: Option<f64>,
+}
+
+/// A request from a training process.
+#[derive(Debug, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
+enum Request {
+    Wait {
+        job: String,
+        #[serde(default)]
+        rank: Option<u32>,
+        #[serde(default)]
+        epoch: Option<u64>,
+    },
+    Report {
+        job: String,
+        epoch: u64,
+        iteration: u64,
+        start_unix_ms: f64,
+        duration_ms: f64,
+        #[serde(default)]
+        comm_ms: Option<f64>,
+        #[serde(default)]
+        done: bool,
+    },
+}
+
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+enum Reply {
+    Go {
+        go: bool,
+        delay_ms: f64,
+        iteration: u64,
+        epoch: u64,
+        throttle_gbps: Option<f64>,
+        period_ms: f64,
+        route: Vec<usize>,
+    },
+    Stop {
+        stop: String,
+    },
+    Ok {
+        ok: bool,
+        done: bool,
+    },
+    Error {
+        error: String,
+    },
+}
+
+async fn serve_process(shared: Arc<Shared>, stream: UnixStream) {
+    let (read, mut write) = stream.into_split();
+    let mut lines = BufReader::new(read).lines();
+    while let Ok(Some(line)) = lines.next_line().await {
+        let reply = match serde_json::from_str::<Request>(&line) {
+            Ok(Request::Wait { job, rank, epoch }) => wait(&shared, &job, rank, epoch).await,
+            Ok(Request::Report { job, epoch, iteration, start_unix_ms, duration_ms, comm_ms, done }) => {
+                // A report out of range is refused here, alone: forwarded,
+                // it would make the service refuse the whole batch.
+                let numbers = ProcessReport { epoch, iteration, start_unix_ms, duration_ms, comm_ms };
+                match orrery_model::ranges::check(&numbers) {
+                    Ok(()) => report(&shared, &job, epoch, iteration, start_unix_ms, duration_ms, comm_ms, done),
+                    Err(e) => Reply::Error { error: format!("bad report: {e}") },
+                }
+            }
+            Err(e) => Reply::Error { error: format!("bad request: {e}") },
+        };
+        let mut out = serde_json::to_string(&reply).unwrap_or_else(|_| "{\"error\":\"encoding\"}".into());
+        out.push('\n');
+        if write.write_all(out.as_bytes()).await.is_err() {
+            return;
+        }
+    }
+}
+
+fn resolve(s: &State, job: &str) -> Option<JobId> {
+    job.parse::<JobId>().ok().or_else(|| s.jobs.values().find(|a| a.name == job).map(|a| a.job))
+}
+
+/// Cluster-clock nanoseconds now: this host's clock (`host_us`) moved by
+/// its offset to the service's, from the service's epoch.
+fn cluster_now_ns(host_us: i64, epoch_unix_ms: i64, offset_us: i64) -> u64 {
+    let now_us = i128::from(host_us) + i128::from(offset_us);
+    ((now_us - i128::from(epoch_unix_ms) * 1000) * 1000).max(0) as u64
+}
+
+async fn wait(shared: &Shared, job: &str, rank: Option<u32>, epoch: Option<u64>) -> Reply {
+    loop {
+        let notified = shared.changed.notified();
+        let mut notified = std::pin::pin!(notified);
+        notified.as_mut().enable();
+        {
+            let mut s = shared.lock();
+            let id = resolve(&s, job);
+            if let Some(id) = id
+                && let Some(a) = s.jobs.get(&id).cloned()
+            {
+                if epoch.is_some_and(|e| e != a.epoch) {
+                    return Reply::Stop {
+                        stop: format!("epoch {} is stale (the job is on {})", epoch.unwrap_or(0), a.epoch),
+                    };
+                }
+                if a.status == crate::api::JobStatus::Running {
+                    let rank = rank.or_else(|| a.ranks.first().copied()).unwrap_or(0);
+                    let now = cluster_now_ns(shared.opts.host_unix_us(), s.epoch_unix_ms, s.clock.offset_us());
+                    let applied = s.applied.entry((id, a.epoch, rank)).or_default();
+                    let f = &a.in_force;
+                    let shift = (f.shift_ms_total - applied.shift_ms).max(0.0);
+                    applied.shift_ms = f.shift_ms_total;
+                    let align = f.align.filter(|al| al.seq > applied.align_seq).map(|al| {
+                        applied.align_seq = al.seq;
+                        ((al.period_ms * 1e6).round() as u64, (al.offset_s * 1e9).round() as u64)
+                    });
+                    let pace = f.pace.map(|p| ((p.period_ms * 1e6).round() as u64, (p.offset_s * 1e9).round() as u64));
+                    let delay = orrery_policy::slot::start_delay_ns(now, shift, align, pace);
+                    let it = s.iteration.entry((id, a.epoch)).or_insert(a.iterations_done);
+                    let iteration = *it + 1;
+                    // The timetable (handed out ahead): this iteration's
+                    // earliest start, with `*it` iterations done.
+                    let delay = match &f.timetable {
+                        Some((from, starts_s)) => {
+                            let i = it.checked_sub(*from).and_then(|i| usize::try_from(i).ok());
+                            let start_ns = i.and_then(|i| starts_s.get(i)).map(|t| (t * 1e9).round() as u64);
+                            delay.max(start_ns.map_or(0, |t| t.saturating_sub(now)))
+                        }
+                        None => delay,
+                    };
+                    if s.handed.len() >= MAX_HANDED {
+                        s.handed.clear();
+                    }
+                    s.handed.insert((id, a.epoch, iteration), delay as f64 / 1e6);
+                    return Reply::Go {
+                        go: true,
+                        delay_ms: delay as f64 / 1e6,
+                        iteration,
+                        epoch: a.epoch,
+                        throttle_gbps: f.throttle_gbps,
+                        period_ms: a.period_ms,
+                        route: f.routes.get(&(rank as usize)).cloned().unwrap_or_default(),
+                    };
+                }
+            } else if let Some(id) = id
+                && let Some((e, why)) = s.gone.get(&id)
+                && epoch.is_none_or(|x| x <= *e)
+            {
+                return Reply::Stop { stop: why.clone() };
+            }
+        }
+        // Paused, or not placed here yet: wait for a change.
+        let _ = tokio::time::timeout(Duration::from_secs(1), notified).await;
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn report(
+    shared: &Shared,
+    job: &str,
+    epoch: u64,
+    iteration: u64,
+    start_unix_ms: f64,
+    duration_ms: f64,
+    comm_ms: Option<f64>,
+    done: bool,
+) -> Reply {
+    let mut s = shared.lock();
+    let Some(id) = resolve(&s, job) else { return Reply::Error { error: format!("job {job} is not on this node") } };
+    // The process timed its start on this host's clock.
+    let start_s = (start_unix_ms + s.clock.offset_us() as f64 / 1e3 - s.epoch_unix_ms as f64) / 1e3;
+    let it = s.iteration.entry((id, epoch)).or_default();
+    *it = (*it).max(iteration);
+    let target = s.jobs.get(&id).map_or(0, |a| a.target_iterations);
+    let finished = done || (target > 0 && iteration >= target);
+    if finished {
+        s.done.insert(id);
+    }
+    let delay_ms = s.handed.remove(&(id, epoch, iteration));
+    s.reports.push(IterationReport { job: id, epoch, iteration, start_s, duration_ms, comm_ms, delay_ms, done });
+    Reply::Ok { ok: true, done: finished }
+}
