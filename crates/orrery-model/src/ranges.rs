@@ -214,9 +214,14 @@ fn compile(s: &Value, root: &Value, depth: usize) -> Plan {
     }
 }
 
+/// Whether a number reads better with an exponent (`1e10`, `1e-6`).
+fn far_from_one(x: f64) -> bool {
+    x.is_finite() && (x.abs() >= 1e7 || (x != 0.0 && x.abs() < 1e-3))
+}
+
 /// A bound as a person writes it: `65536`, `0.001`, `1e10`, `3.15576e8`.
 fn shown(x: f64) -> String {
-    if x.abs() >= 1e7 || (x != 0.0 && x.abs() < 1e-3) {
+    if far_from_one(x) {
         format!("{x:e}")
     } else if x.fract() == 0.0 {
         format!("{x:.0}")
@@ -241,13 +246,9 @@ fn check_number(x: f64, exact: Option<i128>, plan: &Plan, path: &str) -> Result<
     };
     // Integers exactly, floats as Rust prints them (`-1.0`, `NaN`), very
     // large or small ones with an exponent (`1e300`).
-    let found = exact.map(|i| i.to_string()).unwrap_or_else(|| {
-        if x.is_finite() && (x.abs() >= 1e7 || (x != 0.0 && x.abs() < 1e-3)) {
-            format!("{x:e}")
-        } else {
-            format!("{x:?}")
-        }
-    });
+    let found = exact
+        .map(|i| i.to_string())
+        .unwrap_or_else(|| if far_from_one(x) { format!("{x:e}") } else { format!("{x:?}") });
     Err(OutOfRange { path: path.to_string(), expected, found })
 }
 
@@ -540,49 +541,46 @@ impl Compound<'_, '_> {
     }
 }
 
-impl serde::ser::SerializeSeq for Compound<'_, '_> {
-    type Ok = ();
-    type Error = Stop;
-    fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Stop> {
-        self.element(value)
-    }
-    fn end(self) -> Result<(), Stop> {
-        Ok(())
-    }
+/// The serde traits of a compound being written, each forwarding its
+/// elements (or fields) to [`Compound`]; a variant's ends with its key off
+/// the path.
+macro_rules! forward {
+    ($trait:ident, $method:ident, elements, $end:expr) => {
+        impl serde::ser::$trait for Compound<'_, '_> {
+            type Ok = ();
+            type Error = Stop;
+            fn $method<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Stop> {
+                self.element(value)
+            }
+            fn end(self) -> Result<(), Stop> {
+                $end(self)
+            }
+        }
+    };
+    ($trait:ident, fields, $end:expr) => {
+        impl serde::ser::$trait for Compound<'_, '_> {
+            type Ok = ();
+            type Error = Stop;
+            fn serialize_field<T: Serialize + ?Sized>(&mut self, key: &'static str, value: &T) -> Result<(), Stop> {
+                self.field(key, value)
+            }
+            fn end(self) -> Result<(), Stop> {
+                $end(self)
+            }
+        }
+    };
 }
 
-impl serde::ser::SerializeTuple for Compound<'_, '_> {
-    type Ok = ();
-    type Error = Stop;
-    fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Stop> {
-        self.element(value)
-    }
-    fn end(self) -> Result<(), Stop> {
-        Ok(())
-    }
+fn done(_: Compound<'_, '_>) -> Result<(), Stop> {
+    Ok(())
 }
 
-impl serde::ser::SerializeTupleStruct for Compound<'_, '_> {
-    type Ok = ();
-    type Error = Stop;
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Stop> {
-        self.element(value)
-    }
-    fn end(self) -> Result<(), Stop> {
-        Ok(())
-    }
-}
-
-impl serde::ser::SerializeTupleVariant for Compound<'_, '_> {
-    type Ok = ();
-    type Error = Stop;
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Stop> {
-        self.element(value)
-    }
-    fn end(self) -> Result<(), Stop> {
-        self.end_variant()
-    }
-}
+forward!(SerializeSeq, serialize_element, elements, done);
+forward!(SerializeTuple, serialize_element, elements, done);
+forward!(SerializeTupleStruct, serialize_field, elements, done);
+forward!(SerializeTupleVariant, serialize_field, elements, Compound::end_variant);
+forward!(SerializeStruct, fields, done);
+forward!(SerializeStructVariant, fields, Compound::end_variant);
 
 impl serde::ser::SerializeMap for Compound<'_, '_> {
     type Ok = ();
@@ -603,28 +601,6 @@ impl serde::ser::SerializeMap for Compound<'_, '_> {
     }
     fn end(self) -> Result<(), Stop> {
         Ok(())
-    }
-}
-
-impl serde::ser::SerializeStruct for Compound<'_, '_> {
-    type Ok = ();
-    type Error = Stop;
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, key: &'static str, value: &T) -> Result<(), Stop> {
-        self.field(key, value)
-    }
-    fn end(self) -> Result<(), Stop> {
-        Ok(())
-    }
-}
-
-impl serde::ser::SerializeStructVariant for Compound<'_, '_> {
-    type Ok = ();
-    type Error = Stop;
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, key: &'static str, value: &T) -> Result<(), Stop> {
-        self.field(key, value)
-    }
-    fn end(self) -> Result<(), Stop> {
-        self.end_variant()
     }
 }
 
