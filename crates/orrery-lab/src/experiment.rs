@@ -182,6 +182,13 @@ impl Experiment {
         check(&format!("{file} (--jobs)"), self).map_err(ExperimentError::Invalid)
     }
 
+    /// The experiment with these seeds instead of its file's (`orrery run
+    /// --seeds 4-6`: held-out seeds without a copy of the file).
+    pub fn with_seeds(mut self, file: &str, seeds: Vec<u64>) -> Result<Experiment, ExperimentError> {
+        self.seeds = seeds;
+        check(&format!("{file} (--seeds)"), self).map_err(ExperimentError::Invalid)
+    }
+
     /// Runs every policy for every seed. `progress(run, runs, sim_s, finished, jobs)`.
     pub fn run(
         &self,

@@ -12,6 +12,7 @@
 //! * [`plot`]: figures (CDFs, link utilisation, circles, Gantt) with
 //!   plotters, as SVG and PNG with an embedded font;
 //! * [`tables`]: markdown tables from `summary.json` (`orrery table`);
+//!   [`scoreboard`]: the results' scoreboard from several summaries;
 //! * [`psim`]: psim's placement, timing and routing files as an experiment
 //!   (`orrery import psim`).
 //!
@@ -22,6 +23,7 @@ pub mod experiment;
 pub mod plot;
 pub mod psim;
 pub mod report;
+pub mod scoreboard;
 pub mod script;
 pub mod shard;
 pub mod spec;

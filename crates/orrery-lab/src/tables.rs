@@ -178,24 +178,38 @@ impl Cell {
 
     /// The seeds' values of one scenario and policy, aggregated and
     /// formatted; "-" when there are none.
-    fn aggregate(&self, mut xs: Vec<f64>) -> String {
+    fn aggregate(&self, xs: Vec<f64>) -> String {
+        if self.agg == Agg::Below1 && !xs.is_empty() {
+            return format!("{} of {}", xs.iter().filter(|&&x| x < 1.0).count(), xs.len());
+        }
+        self.aggregate_number(xs).map_or_else(|| "-".into(), |v| self.format(v))
+    }
+
+    /// The seeds' values aggregated as a number: `None` when there are none,
+    /// and for `@below1`, a count rather than a number.
+    fn aggregate_number(&self, mut xs: Vec<f64>) -> Option<f64> {
         if xs.is_empty() {
-            return "-".into();
+            return None;
         }
         xs.sort_by(f64::total_cmp);
         let n = xs.len();
-        let v = match self.agg {
+        Some(match self.agg {
             Agg::Mean => xs.iter().sum::<f64>() / n as f64,
             Agg::Min => xs[0],
             Agg::Max => xs[n - 1],
             Agg::Median if n % 2 == 1 => xs[n / 2],
             Agg::Median => (xs[n / 2 - 1] + xs[n / 2]) / 2.0,
-            Agg::Below1 => return format!("{} of {n}", xs.iter().filter(|&&x| x < 1.0).count()),
-        };
-        self.format(v)
+            Agg::Below1 => return None,
+        })
     }
 
-    fn format(&self, v: f64) -> String {
+    /// The decimals the spec asks for, if it does.
+    pub(crate) fn decimals(&self) -> Option<usize> {
+        self.decimals
+    }
+
+    /// A number as this cell prints it (its decimals, `%`, thousands).
+    pub(crate) fn format(&self, v: f64) -> String {
         let default = if self.percent {
             1
         } else if v.abs() >= 100.0 {
@@ -282,7 +296,7 @@ pub fn table(summary: &Value, cells: &[Cell], layout: Layout, policies: &[String
 }
 
 /// Every cell reads a number from some run, else the error naming it.
-fn check_cells(summary: &Value, cells: &[Cell]) -> Result<(), TableError> {
+pub(crate) fn check_cells(summary: &Value, cells: &[Cell]) -> Result<(), TableError> {
     for c in cells {
         if c.path[0] == "gain" {
             let Some(b) = summary.get("baseline") else { return Err(TableError::NoBaseline(c.spec.clone())) };
@@ -301,14 +315,38 @@ fn check_cells(summary: &Value, cells: &[Cell]) -> Result<(), TableError> {
 
 /// One cell of scenario `sc` and policy `p`, aggregated over seeds.
 fn over_seeds(summary: &Value, sc: &str, p: &str, c: &Cell) -> String {
-    let xs: Vec<f64> = c
-        .source(summary)
+    c.aggregate(seed_values(summary, sc, p, c))
+}
+
+/// The values of one cell for scenario `sc` and policy `p`, one per seed.
+fn seed_values(summary: &Value, sc: &str, p: &str, c: &Cell) -> Vec<f64> {
+    c.source(summary)
         .iter()
         .filter(|r| r.get("scenario").and_then(Value::as_str) == Some(sc))
         .filter(|r| r.get("policy").and_then(Value::as_str) == Some(p))
         .filter_map(|r| c.value(summary, r))
-        .collect();
-    c.aggregate(xs)
+        .collect()
+}
+
+/// One cell of scenario `sc` and policy `p` as a number, aggregated over
+/// seeds (`None` when no run has it, or for `@below1`).
+pub(crate) fn number_over_seeds(summary: &Value, sc: &str, p: &str, c: &Cell) -> Option<f64> {
+    c.aggregate_number(seed_values(summary, sc, p, c))
+}
+
+/// The scenarios and the policies of a summary, each in first-seen order.
+pub(crate) fn scenarios_and_policies(summary: &Value) -> Result<(Vec<String>, Vec<String>), TableError> {
+    let runs = summary.get("runs").and_then(Value::as_array).ok_or(TableError::NotASummary)?;
+    let (mut scenarios, mut policies): (Vec<String>, Vec<String>) = (Vec::new(), Vec::new());
+    for r in runs {
+        for (key, seen) in [("scenario", &mut scenarios), ("policy", &mut policies)] {
+            let v = r.get(key).and_then(Value::as_str).unwrap_or("");
+            if !seen.iter().any(|s| s == v) {
+                seen.push(v.to_string());
+            }
+        }
+    }
+    Ok((scenarios, policies))
 }
 
 /// Rows as a markdown table; the first row is the header.

@@ -70,6 +70,10 @@ pub struct Args {
     /// file's baseline if it is among them, else the first).
     #[arg(long, value_delimiter = ',')]
     policies: Vec<String>,
+    /// Run these seeds instead of the file's: `4-6`, `1,3` or `4-6,9`
+    /// (held-out seeds without a copy of the file).
+    #[arg(long, requires = "file", value_parser = parse_seeds)]
+    seeds: Option<Seeds>,
     /// With --out, also write iterations.csv: every iteration of every job
     /// (due, start, end, delay applied, rate cap, routes). Simulates every
     /// iteration (no fast-forward); for small runs.
@@ -85,6 +89,30 @@ pub struct Args {
     /// outputs of one unsharded run.
     #[arg(long, requires_all = ["file", "out"], value_name = "K/N")]
     shard: Option<experiment::Shard>,
+}
+
+/// The seeds of `--seeds`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Seeds(Vec<u64>);
+
+/// `4-6,9` → 4, 5, 6, 9: comma-separated seeds or inclusive ranges, at most
+/// 10,000 in all.
+fn parse_seeds(text: &str) -> Result<Seeds, String> {
+    let mut seeds = Vec::new();
+    for part in text.split(',') {
+        let seed = |s: &str| {
+            s.trim().parse::<u64>().map_err(|_| format!("`{s}`: expected a seed (a whole number), as in 4-6 or 1,3"))
+        };
+        let (lo, hi) = match part.split_once('-') {
+            Some((lo, hi)) => (seed(lo)?, seed(hi)?),
+            None => (seed(part)?, seed(part)?),
+        };
+        if lo > hi || hi - lo >= 10_000 || seeds.len() as u64 + (hi - lo) >= 10_000 {
+            return Err(format!("`{part}`: expected a range from low to high of at most 10,000 seeds"));
+        }
+        seeds.extend(lo..=hi);
+    }
+    Ok(Seeds(seeds))
 }
 
 /// `orrery merge`.
@@ -119,13 +147,16 @@ pub fn run(a: &Args, timings: &mut Timings) -> anyhow::Result<()> {
             if !a.policies.is_empty() {
                 exp = exp.with_policies(&name, a.policies.clone()).map_err(anyhow::Error::msg)?;
             }
+            if let Some(Seeds(seeds)) = &a.seeds {
+                exp = exp.with_seeds(&name, seeds.clone()).map_err(anyhow::Error::msg)?;
+            }
             if let Some(n) = a.jobs {
                 exp = exp.with_jobs(&name, n).map_err(anyhow::Error::msg)?;
             }
             // What a shard was run from: merged shards must agree on it.
             let source = format!(
-                "{text}\n# orrery run options: policies {:?}, jobs {:?}, no_skip {}, iterations {}",
-                a.policies, a.jobs, a.no_skip, a.iterations
+                "{text}\n# orrery run options: policies {:?}, seeds {:?}, jobs {:?}, no_skip {}, iterations {}",
+                a.policies, a.seeds, a.jobs, a.no_skip, a.iterations
             );
             (vec![(name, exp, source)], p.parent().map(PathBuf::from).unwrap_or_default())
         }
@@ -382,7 +413,16 @@ fn print_table(rows: &[Vec<String>]) {
 
 #[cfg(test)]
 mod tests {
-    use super::bits;
+    use super::{Seeds, bits, parse_seeds};
+
+    #[test]
+    fn seeds_are_lists_and_ranges() {
+        assert_eq!(parse_seeds("4-6"), Ok(Seeds(vec![4, 5, 6])));
+        assert_eq!(parse_seeds("1,3,7-8"), Ok(Seeds(vec![1, 3, 7, 8])));
+        assert!(parse_seeds("6-4").expect_err("backwards").contains("`6-4`: expected a range"));
+        assert!(parse_seeds("1,x").expect_err("not a number").contains("`x`: expected a seed"));
+        assert!(parse_seeds("0-18446744073709551615").is_err(), "2^64 seeds");
+    }
 
     #[test]
     fn traffic_prints_in_a_short_unit() {

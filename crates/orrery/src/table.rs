@@ -1,15 +1,18 @@
-//! `orrery table`: a markdown table from an experiment's `summary.json`, or
-//! a table of jobs from its `jobs.csv`.
+//! `orrery table`: a markdown table from an experiment's `summary.json`, a
+//! table of jobs from its `jobs.csv`, or the results' scoreboard from a
+//! scoreboard file (`--scoreboard docs/scoreboard.toml`).
 
 use anyhow::Context;
+use orrery_lab::scoreboard::Scoreboard;
 use orrery_lab::tables::{Cell, Layout, csv_rows, grid, job_table, table};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// An experiment's `summary.json` (`orrery run FILE --out DIR` writes
     /// DIR/summary.json), or its `jobs.csv` for a row per job.
-    summary: PathBuf,
+    #[arg(required_unless_present = "scoreboard")]
+    summary: Option<PathBuf>,
     /// Cells: `[NAME=]PATH[/DIVISOR][%][@AGG][:DECIMALS]`, e.g.
     /// `JCT (h)=metrics.avg_jct_s/3600:1` or `by_priority.high.avg_iter_s`,
     /// averaged over seeds; `comparison.gain_avg_iter` reads the comparison
@@ -35,12 +38,27 @@ pub struct Args {
     /// baseline), e.g. `pollux` for pollux+cassini against pollux.
     #[arg(long)]
     baseline: Option<String>,
+    /// A scoreboard file (`docs/scoreboard.toml`): one row per paper's
+    /// headline, its simulator figures read from the summaries it names.
+    #[arg(long, conflicts_with_all = ["summary", "cells", "wide", "grid", "policies", "baseline"])]
+    scoreboard: Option<PathBuf>,
+    /// With --scoreboard: print the commands that make the runs it reads.
+    #[arg(long, requires = "scoreboard")]
+    commands: bool,
 }
 
 pub fn run(args: &Args) -> anyhow::Result<()> {
-    let path = args.summary.display().to_string();
-    let text = std::fs::read_to_string(&args.summary).with_context(|| format!("reading {path}"))?;
-    let t = if args.summary.extension().is_some_and(|e| e == "csv") {
+    if let Some(file) = &args.scoreboard {
+        let name = file.display().to_string();
+        let text = std::fs::read_to_string(file).with_context(|| format!("reading {name}"))?;
+        let board = Scoreboard::parse(&name, &text)?;
+        print!("{}", if args.commands { board.commands() } else { board.render(Path::new("."))? });
+        return Ok(());
+    }
+    let Some(summary) = &args.summary else { anyhow::bail!("a summary.json or jobs.csv is needed") };
+    let path = summary.display().to_string();
+    let text = std::fs::read_to_string(summary).with_context(|| format!("reading {path}"))?;
+    let t = if summary.extension().is_some_and(|e| e == "csv") {
         anyhow::ensure!(
             !args.wide && !args.grid,
             "{path}: --wide and --grid are for summary.json; jobs.csv gives a row per job"
