@@ -52,7 +52,7 @@ pub fn run(args: &Args) -> anyhow::Result<()> {
         let name = file.display().to_string();
         let text = std::fs::read_to_string(file).with_context(|| format!("reading {name}"))?;
         let board = Scoreboard::parse(&name, &text)?;
-        print!("{}", if args.commands { board.commands() } else { board.render(Path::new("."))? });
+        print!("{}", if args.commands { board.commands() } else { board.render(Path::new(""))? });
         return Ok(());
     }
     let Some(summary) = &args.summary else { anyhow::bail!("a summary.json or jobs.csv is needed") };

@@ -7,5 +7,6 @@ mod foresight;
 mod generated;
 mod pinned;
 mod psim;
+mod scoreboard;
 mod skip;
 mod validation;
