@@ -14,6 +14,8 @@ use std::time::{Duration, Instant};
 
 #[path = "live/ddp.rs"]
 mod ddp;
+#[path = "live/faults.rs"]
+mod faults;
 #[path = "live/ha.rs"]
 mod ha;
 

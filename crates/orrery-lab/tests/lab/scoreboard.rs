@@ -91,7 +91,13 @@ fn results_show_the_scoreboards_rows_and_its_links_lead_to_sections() {
         assert_eq!(cells.len(), 6, "{cells:?}");
         assert_eq!(cells[0], headline);
         assert_eq!(cells[1], row.paper, "{}", row.headline);
-        assert!(fits(&row.simulator, cells[2]), "{}: `{}` is not `{}` with figures", row.headline, cells[2], row.simulator);
+        assert!(
+            fits(&row.simulator, cells[2]),
+            "{}: `{}` is not `{}` with figures",
+            row.headline,
+            cells[2],
+            row.simulator
+        );
         assert_eq!(cells[3], dash(&row.testbed), "{}", row.headline);
         assert_eq!(cells[4], dash(&row.ddp), "{}", row.headline);
         assert_eq!(cells[5], row.verdict, "{}", row.headline);

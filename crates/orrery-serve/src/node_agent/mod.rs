@@ -17,7 +17,9 @@
 //! `WORLD_SIZE`, `LOCAL_RANK`, `LOCAL_WORLD_SIZE`, `MASTER_ADDR` (rank 0's
 //! data address, where known) and `MASTER_PORT` (the job's rank-0
 //! [`crate::api::worker_port`], distinct per job), and with `--data-dev`
-//! `GLOO_SOCKET_IFNAME` and `NCCL_SOCKET_IFNAME`.
+//! `GLOO_SOCKET_IFNAME` and `NCCL_SOCKET_IFNAME`. `ORRERY_AGENT_LEASE`
+//! names the lease its group leader's watchdog reads ([`fence`]: a rank
+//! stops when its agent is frozen past the service's time-out).
 //!
 //! With `--netns NS` the processes start inside that network namespace (the
 //! testbed's host), while the agent itself speaks to the service from its
@@ -57,6 +59,9 @@ use tokio::sync::Notify;
 pub mod process;
 pub use process::ProcessReport;
 use process::serve_socket;
+
+mod fence;
+use fence::{RANK_LEADER, pdeathsig_available};
 
 /// How an agent runs.
 #[derive(Debug, Clone)]
@@ -215,6 +220,9 @@ pub async fn run_until(opts: AgentOptions, stop: impl std::future::Future<Output
         std::fs::remove_file(&opts.socket)
             .with_context(|| format!("removing stale socket {}", opts.socket.display()))?;
     }
+    // A lease left by an earlier agent on this socket has lapsed; this
+    // agent's first acknowledged heartbeat writes its own.
+    let _ = std::fs::remove_file(fence::lease_path(&opts.socket));
     if let Some(dir) = opts.socket.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir)?;
     }
@@ -403,11 +411,21 @@ async fn heartbeats(shared: Arc<Shared>) {
         };
         let sent = shared.opts.host_unix_us();
         let sent_at = std::time::Instant::now();
+        let sent_boot = fence::boot_centis();
         let answer = shared.client.heartbeat(host, session).await;
         if answer.is_ok() {
-            let mut s = shared.lock();
-            if s.session == session {
-                s.last_ack = Some(s.last_ack.map_or(sent_at, |t| t.max(sent_at)));
+            let timeout = {
+                let mut s = shared.lock();
+                (s.session == session).then(|| {
+                    s.last_ack = Some(s.last_ack.map_or(sent_at, |t| t.max(sent_at)));
+                    s.timeout_s
+                })
+            };
+            // The ranks' own fence moves with the agent's (fence.rs).
+            if let (Some(timeout), Some(boot)) = (timeout, sent_boot)
+                && timeout > 0.0
+            {
+                fence::renew(&fence::lease_path(&shared.opts.socket), boot, timeout);
             }
         }
         match answer {
@@ -660,31 +678,6 @@ fn run_tc(args: &[String]) {
     }
 }
 
-/// The shell that leads a rank's process group: it runs the command (`$1`)
-/// and, on SIGUSR1 (the agent's death, by `setpriv --pdeathsig`), sends
-/// SIGTERM to the whole group, itself included. It exits with the
-/// command's status. The agent's own stops signal the group directly, so a
-/// rank gets one SIGTERM either way (a second could interrupt its
-/// checkpoint). Not SIGHUP: a shell cannot trap a signal ignored when it
-/// started, and an agent under `nohup` passes SIGHUP on ignored (CI runs
-/// so: the ranks of its SIGKILLed agents outlived them).
-const RANK_LEADER: &str = r#"trap 'kill -TERM 0' USR1; sh -c "$1" & wait $!"#;
-
-/// Whether `setpriv --pdeathsig` (util-linux) runs here; checked once.
-fn pdeathsig_available() -> bool {
-    static AVAILABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *AVAILABLE.get_or_init(|| {
-        let ok = std::process::Command::new("setpriv")
-            .args(["--pdeathsig", "USR1", "--", "true"])
-            .output()
-            .is_ok_and(|o| o.status.success());
-        if !ok {
-            tracing::warn!("setpriv --pdeathsig is unavailable: training processes may outlive a killed agent");
-        }
-        ok
-    })
-}
-
 /// Starts one process per worker rank on this node, each on its share of
 /// the job's local GPUs (`CUDA_VISIBLE_DEVICES`).
 fn launch(opts: &AgentOptions, s: &State, a: &Assignment, cmd: &str, gpus: &[usize]) -> Vec<Worker> {
@@ -711,6 +704,7 @@ fn launch(opts: &AgentOptions, s: &State, a: &Assignment, cmd: &str, gpus: &[usi
         let addrs: Vec<String> =
             a.worker_addrs.iter().map(|x| x.map(|ip| ip.to_string()).unwrap_or_default()).collect();
         c.env("ORRERY_AGENT_SOCKET", &opts.socket)
+            .env("ORRERY_AGENT_LEASE", fence::lease_path(&opts.socket))
             .env("ORRERY_JOB", a.job.to_string())
             .env("ORRERY_JOB_NAME", &a.name)
             .env("ORRERY_EPOCH", a.epoch.to_string())

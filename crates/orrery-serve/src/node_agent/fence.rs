@@ -1,0 +1,184 @@
+//! How a node's training processes stop when its agent cannot stop them.
+//! The agent fences itself (stops its ranks) when the service stops
+//! acknowledging its heartbeats, before the service's time-out places the
+//! jobs elsewhere. Two cases escape that, and each rank's process group
+//! leader ([`RANK_LEADER`]) covers them:
+//!
+//! * **The agent dies** (SIGKILL included): the leader runs under `setpriv
+//!   --pdeathsig USR1` and sends SIGTERM to its group (issue 39).
+//! * **The agent is frozen** (SIGSTOP, a stuck process) or starved: it can
+//!   neither heartbeat nor fence, while the service places its jobs
+//!   elsewhere. Each acknowledged heartbeat renews a **lease**, a file
+//!   beside the agent's socket holding the moments the agent's own fence
+//!   would fire for that heartbeat (SIGTERM at [`super::FENCE_AT`] of the
+//!   service's time-out after it was sent, SIGKILL at
+//!   [`super::FENCE_KILL`]). A watchdog in each leader reads it five times
+//!   a second and signals the group when a moment passes. Both are on the
+//!   boot clock (`/proc/uptime`, centiseconds), which no wall-clock jump
+//!   moves. Found by the history checker (`tests/live/faults.rs`): a
+//!   frozen agent's ranks ran beside their replacements.
+
+use std::path::{Path, PathBuf};
+
+/// The shell that leads a rank's process group. It runs the command (`$1`)
+/// and exits with its status.
+///
+/// * On SIGUSR1 (the agent's death) it sends SIGTERM to the whole group.
+///   The agent's own stops signal the group directly, so a rank gets one
+///   SIGTERM either way (a second could interrupt its checkpoint). Not
+///   SIGHUP: a shell cannot trap a signal ignored when it started, and an
+///   agent under `nohup` passes SIGHUP on ignored.
+/// * It outlives SIGTERM (a caught no-op, which its children do not
+///   inherit, where an ignored signal they would) until the command has
+///   ended and been reaped by it: an orphan's zombie, where the
+///   container's init does not reap, would keep the group alive.
+/// * With `ORRERY_AGENT_LEASE` set, a watchdog subshell (ignoring SIGTERM)
+///   compares the boot clock with the lease's two moments (its `sleep`s
+///   without `ORRERY_AGENT_SOCKET`, so they are not taken for the rank's
+///   processes, which that variable marks): SIGTERM to the
+///   group once past the first, SIGKILL past the second. It ends when the
+///   command does (checked first, so a lease file removed under it cannot
+///   keep it). No file, no action (an agent not yet acknowledged holds no
+///   jobs).
+pub(super) const RANK_LEADER: &str = r#"trap : TERM
+trap 'kill -TERM 0' USR1
+sh -c "$1" & r=$!
+w=
+if [ -n "$ORRERY_AGENT_LEASE" ]; then
+  (trap '' TERM; unset ORRERY_AGENT_SOCKET; t=
+   while sleep 0.2; do
+     kill -0 $r 2>/dev/null || exit 0
+     read up _ < /proc/uptime && up=${up%.*}${up#*.} && read term kill < "$ORRERY_AGENT_LEASE" || continue
+     if [ "$up" -ge "$kill" ]; then kill -KILL 0
+     elif [ -z "$t" ] && [ "$up" -ge "$term" ]; then t=1; kill -TERM 0
+     fi
+   done) & w=$!
+fi
+s=0
+while kill -0 $r 2>/dev/null; do wait $r; s=$?; done
+[ -n "$w" ] && kill -KILL $w 2>/dev/null
+exit $s"#;
+
+/// Whether `setpriv --pdeathsig` (util-linux) runs here; checked once.
+pub(super) fn pdeathsig_available() -> bool {
+    static AVAILABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *AVAILABLE.get_or_init(|| {
+        let ok = std::process::Command::new("setpriv")
+            .args(["--pdeathsig", "USR1", "--", "true"])
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if !ok {
+            tracing::warn!("setpriv --pdeathsig is unavailable: training processes may outlive a killed agent");
+        }
+        ok
+    })
+}
+
+/// The lease file of the agent serving `socket`: beside it, `.lease`.
+pub(super) fn lease_path(socket: &Path) -> PathBuf {
+    socket.with_extension("lease")
+}
+
+/// The boot clock (`/proc/uptime`'s first field) in centiseconds, as the
+/// leader's watchdog reads it; None where there is no /proc.
+pub(super) fn boot_centis() -> Option<i64> {
+    let text = std::fs::read_to_string("/proc/uptime").ok()?;
+    let (whole, frac) = text.split_whitespace().next()?.split_once('.')?;
+    Some(whole.parse::<i64>().ok()? * 100 + frac.get(..2)?.parse::<i64>().ok()?)
+}
+
+/// Renews the lease for a heartbeat sent at boot time `sent` (centiseconds)
+/// under a service time-out of `timeout_s`: the file says when to stop
+/// (`term_at kill_at`). Written whole and renamed into place, so a
+/// watchdog never reads half of it. A lease never moves back.
+pub(super) fn renew(path: &Path, sent: i64, timeout_s: f64) {
+    let at = |share: f64| sent + (share * timeout_s * 100.0).round() as i64;
+    let (term_at, kill_at) = (at(super::FENCE_AT), at(super::FENCE_KILL));
+    let older = std::fs::read_to_string(path)
+        .ok()
+        .and_then(|t| t.split_whitespace().next().and_then(|v| v.parse::<i64>().ok()))
+        .is_some_and(|old| old > term_at);
+    if older {
+        return;
+    }
+    let tmp = path.with_extension("lease.tmp");
+    let written = std::fs::write(&tmp, format!("{term_at} {kill_at}\n")).and_then(|()| std::fs::rename(&tmp, path));
+    if let Err(e) = written {
+        tracing::warn!("renewing the ranks' lease {}: {e}", path.display());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::process::Command;
+    use std::time::{Duration, Instant};
+
+    /// Runs `cmd` under the leader with a lease, the way the agent does
+    /// (its own process group), and returns how long the group lived.
+    fn lived(cmd: &str, lease: &str, limit: Duration) -> Duration {
+        use std::os::unix::process::CommandExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("agent.lease");
+        std::fs::write(&path, lease).expect("lease");
+        let t0 = Instant::now();
+        let mut child = Command::new("sh")
+            .args(["-c", RANK_LEADER, "orrery-rank", cmd])
+            .env("ORRERY_AGENT_LEASE", &path)
+            .process_group(0)
+            .spawn()
+            .expect("sh");
+        let group = nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("pid"));
+        let gone = loop {
+            let _ = child.try_wait(); // a zombie leader would count as a member
+            if nix::sys::signal::killpg(group, None).is_err() || t0.elapsed() > limit {
+                break t0.elapsed();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        // Whatever of the group is left (the watchdog, past a leader that
+        // took SIGTERM) goes with the test.
+        let _ = Command::new("kill").args(["-KILL", "--", &format!("-{}", child.id())]).output();
+        let _ = child.wait();
+        gone
+    }
+
+    #[test]
+    fn a_rank_stops_when_its_lease_runs_out_and_not_before() {
+        let Some(now) = boot_centis() else {
+            eprintln!("skipped: no /proc/uptime");
+            return;
+        };
+        // Lapsed: the group gets SIGTERM within a watchdog tick (0.2 s).
+        let gone = lived("sleep 30", &format!("{} {}\n", now - 1, now + 500), Duration::from_secs(5));
+        assert!(gone < Duration::from_secs(2), "a lapsed lease stopped the rank after {gone:?}");
+        // A rank that ignores SIGTERM is killed at the second moment (1 s on).
+        let gone = lived("trap '' TERM; sleep 30", &format!("{} {}\n", now - 1, now + 100), Duration::from_secs(6));
+        assert!(gone >= Duration::from_millis(500) && gone < Duration::from_secs(3), "killed after {gone:?}");
+        // A lease ten seconds ahead lets a short rank finish on its own,
+        // with its status, and the watchdog goes with it.
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("a.lease");
+        std::fs::write(&path, format!("{} {}\n", now + 1000, now + 1100)).expect("lease");
+        let out = Command::new("sh")
+            .args(["-c", RANK_LEADER, "orrery-rank", "sleep 0.5; exit 3"])
+            .env("ORRERY_AGENT_LEASE", &path)
+            .output()
+            .expect("sh");
+        assert_eq!(out.status.code(), Some(3));
+    }
+
+    #[test]
+    fn a_lease_is_renewed_forward_only() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("agent.lease");
+        renew(&path, 1_000, 2.0);
+        // 0.6 and 0.9 of 2 s after 10.00 s: 11.20 and 11.80 s.
+        assert_eq!(std::fs::read_to_string(&path).expect("lease"), "1120 1180\n");
+        renew(&path, 900, 2.0);
+        assert_eq!(std::fs::read_to_string(&path).expect("lease"), "1120 1180\n", "an older heartbeat's ack");
+        renew(&path, 1_050, 2.0);
+        assert_eq!(std::fs::read_to_string(&path).expect("lease"), "1170 1230\n");
+        assert_eq!(lease_path(Path::new("/run/orrery/agent-h0.sock")), Path::new("/run/orrery/agent-h0.lease"));
+    }
+}

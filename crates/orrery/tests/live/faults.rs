@@ -1,0 +1,112 @@
+//! Faults with the history checked (issue 71): the training processes the
+//! agents start are watched from outside, through /proc, as Jepsen's
+//! nemesis watches a cluster, and the run's history goes through
+//! `orrery_serve::history::check`.
+
+use super::*;
+use orrery_serve::history::{History, ProcessEvent, check};
+
+/// The ranks running under each agent socket, sampled every 50 ms from
+/// /proc until `stop` is set: a start the first time a (job, epoch, rank)
+/// is seen under a host, a stop when it is no longer seen. Each event is
+/// stamped with the sample's time, so an overlap shorter than a sample can
+/// be missed, none invented.
+fn watch(sockets: Vec<PathBuf>, stop: &std::sync::atomic::AtomicBool) -> Vec<ProcessEvent> {
+    let t0 = Instant::now();
+    let mut running: BTreeMap<(usize, usize, u32), f64> = BTreeMap::new();
+    let mut events = Vec::new();
+    loop {
+        let done = stop.load(std::sync::atomic::Ordering::SeqCst);
+        let at_s = t0.elapsed().as_secs_f64();
+        let mut seen = std::collections::BTreeSet::new();
+        for (host, socket) in sockets.iter().enumerate() {
+            for pid in processes_of_agent(socket) {
+                let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+                let var = |name: &str| {
+                    env.split(|&b| b == 0).find_map(|v| {
+                        std::str::from_utf8(v).ok()?.strip_prefix(name)?.strip_prefix('=')?.parse::<u64>().ok()
+                    })
+                };
+                if let (Some(job), Some(rank)) = (var("ORRERY_JOB"), var("ORRERY_RANK")) {
+                    seen.insert((host, job as usize, rank as u32));
+                }
+            }
+        }
+        for key in &seen {
+            if !running.contains_key(key) {
+                running.insert(*key, at_s);
+                events.push(ProcessEvent { at_s, host: key.0, job: key.1, rank: key.2, started: true });
+            }
+        }
+        let gone: Vec<_> = running.keys().filter(|k| !seen.contains(k)).copied().collect();
+        for key in gone {
+            running.remove(&key);
+            events.push(ProcessEvent { at_s, host: key.0, job: key.1, rank: key.2, started: false });
+        }
+        if done {
+            return events;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A frozen agent (SIGSTOP) can neither heartbeat nor fence itself, and
+/// its node's jobs are placed elsewhere once the service's time-out
+/// passes. Its ranks must not keep running beside their replacements: the
+/// history's "rank in two places" invariant over what /proc showed.
+#[test]
+fn a_frozen_agents_ranks_stop_before_their_job_runs_elsewhere() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = Server::start(dir.path(), &["--policy", "fifo", "--node-timeout-s", "2"]);
+    let http = Http::new();
+    let user = s.token("user.token");
+    let u = s.url();
+    let exec = Some("sleep 600");
+    let a0 = agent(&s, "h0", exec);
+    let _a1 = agent(&s, "h1", exec);
+    let _a2 = agent(&s, "h2", exec);
+    nodes_up(&http, &s, 3);
+    let sockets: Vec<PathBuf> = ["h0", "h1", "h2"].iter().map(|h| s.dir.join(format!("agent-{h}.sock"))).collect();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let events = std::thread::scope(|scope| {
+        let watcher = scope.spawn(|| watch(sockets, &stop));
+        let (status, v) =
+            http.call("POST", &format!("{u}/v1/jobs"), Some(&user), Some(job("j", "resnet50", 100_000, "low")));
+        assert_eq!(status, 201, "{v}");
+        let placed = wait_until("the job to run on two hosts", Duration::from_secs(10), || {
+            let j: JobInfo = http.get(&format!("{u}/v1/jobs/j"), &user);
+            (j.hosts.len() == 2 && processes_of_agent(&s.dir.join("agent-h0.sock")).len() > 0).then_some(j)
+        });
+        assert!(placed.hosts.iter().any(|h| h.0 == "h0"), "{placed:?}");
+        let pid = a0.0.id().to_string();
+        assert!(Command::new("kill").args(["-STOP", &pid]).status().expect("kill").success());
+        let moved = wait_until("the job to move off the frozen node", Duration::from_secs(15), || {
+            let j: JobInfo = http.get(&format!("{u}/v1/jobs/j"), &user);
+            (!j.hosts.iter().any(|h| h.0 == "h0") && j.hosts.len() == 2).then_some(j)
+        });
+        // Its new ranks up, and a while for an old one to show beside them.
+        wait_until("the moved job's ranks to run", Duration::from_secs(10), || {
+            moved
+                .hosts
+                .iter()
+                .all(|h| processes_of_agent(&s.dir.join(format!("agent-{}.sock", h.0))).len() > 0)
+                .then_some(())
+        });
+        std::thread::sleep(Duration::from_millis(1500));
+        assert!(Command::new("kill").args(["-CONT", &pid]).status().expect("kill").success());
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        watcher.join().expect("the watcher")
+    });
+    let log: Vec<LogEntry> = http.get(&format!("{u}/v1/decisions?since=0"), &user);
+    let jobs: Vec<JobInfo> = http.get(&format!("{u}/v1/jobs"), &user);
+    let history = History {
+        acknowledged: vec![("j".into(), 0)],
+        present: jobs.iter().map(|j| (j.spec.id.clone(), j.id, j.spec.workers * j.spec.gpus_per_worker)).collect(),
+        log,
+        logs_read: Vec::new(),
+        processes: events.clone(),
+    };
+    let violations = check(&history);
+    assert!(events.iter().filter(|e| e.started).count() >= 4, "both placements' ranks were seen: {events:?}");
+    assert!(violations.is_empty(), "{violations:#?}");
+}
