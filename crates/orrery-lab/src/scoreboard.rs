@@ -197,7 +197,7 @@ impl Scoreboard {
                 }
                 if (figure.show == Show::Value) != figure.against.is_none() {
                     return Err(bad(format!(
-                        "row[{i}].figures.{name}: `against` goes with show = \"ratio\" or \"change\", and they with it"
+                        "row[{i}].figures.{name}: `against` goes with show = \"ratio\", \"gain\", \"change\" or \"difference\", and they with it"
                     )));
                 }
             }
@@ -236,23 +236,30 @@ impl Scoreboard {
                     .map_err(|e| ScoreboardError { place: format!("row[{i}].figures.{name}"), message: e })?;
                 simulator = simulator.replace(&format!("{{{name}}}"), &value);
             }
-            let links: Vec<String> = row.links.iter().map(|(label, to)| format!("[{label}]({to})")).collect();
-            let headline = if links.is_empty() {
-                row.headline.clone()
-            } else {
-                format!("{} ({})", row.headline, links.join(", "))
-            };
-            let dash = |s: &Option<String>| s.clone().unwrap_or_else(|| "–".into());
             let _ = writeln!(
                 out,
-                "| {headline} | {} | {simulator} | {} | {} | {} |",
+                "| {} | {} | {simulator} | {} | {} | {} |",
+                row.headline_cell(),
                 row.paper,
-                dash(&row.testbed),
-                dash(&row.ddp),
+                Row::or_dash(&row.testbed),
+                Row::or_dash(&row.ddp),
                 row.verdict
             );
         }
         Ok(out)
+    }
+}
+
+impl Row {
+    /// The first cell: the headline and its links, `headline ([label](link), ...)`.
+    pub fn headline_cell(&self) -> String {
+        let links: Vec<String> = self.links.iter().map(|(label, to)| format!("[{label}]({to})")).collect();
+        if links.is_empty() { self.headline.clone() } else { format!("{} ({})", self.headline, links.join(", ")) }
+    }
+
+    /// A testbed or DDP cell: its text, or "–" where it was not run.
+    pub fn or_dash(cell: &Option<String>) -> String {
+        cell.clone().unwrap_or_else(|| "–".into())
     }
 }
 
@@ -291,7 +298,7 @@ fn figure_text(figure: &Figure, summaries: &BTreeMap<&str, Value>) -> Result<Str
             for sc in &chosen {
                 let of = |p: &str, c: &Cell| {
                     number_over_seeds(summary, sc, p, c)
-                        .ok_or_else(|| format!("run `{run}`, scenario `{sc}`: `{p}` has no `{}`", c_spec(c, figure)))
+                        .ok_or_else(|| format!("run `{run}`, scenario `{sc}`: `{p}` has no `{}`", c.spec()))
                 };
                 let value = of(policy, &cell)?;
                 let reference = match against.as_deref() {
@@ -335,14 +342,6 @@ fn figure_text(figure: &Figure, summaries: &BTreeMap<&str, Value>) -> Result<Str
         (false, false) => format!("{lo}–{hi}"),
         (false, true) => format!("{lo} to {hi}"),
     })
-}
-
-/// The spec a cell came from, for messages.
-fn c_spec<'a>(c: &Cell, figure: &'a Figure) -> &'a str {
-    match &figure.best_by {
-        Some(b) if b.parse::<Cell>().ok().as_ref() == Some(c) => b,
-        _ => &figure.cell,
-    }
 }
 
 /// The anchor a markdown renderer (GitHub's) gives a heading: lower case,

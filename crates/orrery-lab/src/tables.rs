@@ -203,6 +203,11 @@ impl Cell {
         })
     }
 
+    /// The spec as written.
+    pub(crate) fn spec(&self) -> &str {
+        &self.spec
+    }
+
     /// The decimals the spec asks for, if it does.
     pub(crate) fn decimals(&self) -> Option<usize> {
         self.decimals

@@ -4,7 +4,7 @@
 //! must match its row's template, so a row edited in one file and not the
 //! other, or a section renamed under a link, fails.
 
-use orrery_lab::scoreboard::{Scoreboard, anchor};
+use orrery_lab::scoreboard::{Row, Scoreboard, anchor};
 use std::path::PathBuf;
 
 fn repo() -> PathBuf {
@@ -84,12 +84,8 @@ fn results_show_the_scoreboards_rows_and_its_links_lead_to_sections() {
             let target = to.trim_start_matches('#');
             assert!(anchors.iter().any(|a| a == target), "{}: link [{label}] leads to no heading: {to}", row.headline);
         }
-        let links: Vec<String> = row.links.iter().map(|(l, t)| format!("[{l}]({t})")).collect();
-        let headline =
-            if links.is_empty() { row.headline.clone() } else { format!("{} ({})", row.headline, links.join(", ")) };
-        let dash = |s: &Option<String>| s.clone().unwrap_or_else(|| "–".into());
         assert_eq!(cells.len(), 6, "{cells:?}");
-        assert_eq!(cells[0], headline);
+        assert_eq!(cells[0], row.headline_cell());
         assert_eq!(cells[1], row.paper, "{}", row.headline);
         assert!(
             fits(&row.simulator, cells[2]),
@@ -98,8 +94,8 @@ fn results_show_the_scoreboards_rows_and_its_links_lead_to_sections() {
             cells[2],
             row.simulator
         );
-        assert_eq!(cells[3], dash(&row.testbed), "{}", row.headline);
-        assert_eq!(cells[4], dash(&row.ddp), "{}", row.headline);
+        assert_eq!(cells[3], Row::or_dash(&row.testbed), "{}", row.headline);
+        assert_eq!(cells[4], Row::or_dash(&row.ddp), "{}", row.headline);
         assert_eq!(cells[5], row.verdict, "{}", row.headline);
     }
     // The command that prints it is in the file.

@@ -75,7 +75,7 @@ fn a_frozen_agents_ranks_stop_before_their_job_runs_elsewhere() {
         assert_eq!(status, 201, "{v}");
         let placed = wait_until("the job to run on two hosts", Duration::from_secs(10), || {
             let j: JobInfo = http.get(&format!("{u}/v1/jobs/j"), &user);
-            (j.hosts.len() == 2 && processes_of_agent(&s.dir.join("agent-h0.sock")).len() > 0).then_some(j)
+            (j.hosts.len() == 2 && !processes_of_agent(&s.dir.join("agent-h0.sock")).is_empty()).then_some(j)
         });
         assert!(placed.hosts.iter().any(|h| h.0 == "h0"), "{placed:?}");
         let pid = a0.0.id().to_string();
@@ -89,7 +89,7 @@ fn a_frozen_agents_ranks_stop_before_their_job_runs_elsewhere() {
             moved
                 .hosts
                 .iter()
-                .all(|h| processes_of_agent(&s.dir.join(format!("agent-{}.sock", h.0))).len() > 0)
+                .all(|h| !processes_of_agent(&s.dir.join(format!("agent-{}.sock", h.0))).is_empty())
                 .then_some(())
         });
         std::thread::sleep(Duration::from_millis(1500));
