@@ -269,7 +269,8 @@ fn placeholders(template: &str) -> impl Iterator<Item = &str> {
 }
 
 /// One figure's text: its value per (run, scenario), shown as asked, and a
-/// range `lo–hi` when they differ (`lo to hi` from a negative `lo`).
+/// range `lo–hi` when they differ (`lo to hi` for signed figures or a
+/// negative `lo`).
 fn figure_text(figure: &Figure, summaries: &BTreeMap<&str, Value>) -> Result<String, String> {
     let cell: Cell = figure.cell.parse().map_err(|e: TableError| e.to_string())?;
     let best_by: Cell =
@@ -337,7 +338,8 @@ fn figure_text(figure: &Figure, summaries: &BTreeMap<&str, Value>) -> Result<Str
     };
     values.sort_by(f64::total_cmp);
     let (lo, hi) = (text(values[0]), text(values[values.len() - 1]));
-    Ok(match (lo == hi, values[0] < 0.0) {
+    let signed = matches!(figure.show, Show::Change | Show::Difference);
+    Ok(match (lo == hi, signed || values[0] < 0.0) {
         (true, _) => lo,
         (false, false) => format!("{lo}–{hi}"),
         (false, true) => format!("{lo} to {hi}"),
