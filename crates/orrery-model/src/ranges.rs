@@ -364,6 +364,17 @@ impl<'p, 'a> Checker<'p, 'a> {
         self.plan.for_shape(shape, &mut plans);
         plans
     }
+
+    /// An externally tagged enum variant with fields, `{"variant": inner}`:
+    /// the plans of `inner` under the variant's key, the key on the path.
+    fn variant(self, variant: &'static str, inner: Shape<'_>) -> Compound<'p, 'a> {
+        let outer = self.compound(Shape::Object(Some(variant)));
+        let mut plans = Vec::new();
+        outer.iter().for_each(|p| p.key(variant).for_shape(inner, &mut plans));
+        self.path.push_str(if self.path.is_empty() { "" } else { "." });
+        self.path.push_str(variant);
+        Compound { plans, path: self.path, next: 0, key: Some(variant.to_string()) }
+    }
 }
 
 /// Runs `f` with `suffix` on the path, then takes it off again.
@@ -500,12 +511,7 @@ impl<'p, 'a> serde::Serializer for Checker<'p, 'a> {
         _: usize,
     ) -> Result<Compound<'p, 'a>, Stop> {
         // `{"variant": [...]}`: the array under the variant's key.
-        let outer = self.compound(Shape::Object(Some(variant)));
-        let mut plans = Vec::new();
-        outer.iter().for_each(|p| p.key(variant).for_shape(Shape::Array, &mut plans));
-        self.path.push_str(if self.path.is_empty() { "" } else { "." });
-        self.path.push_str(variant);
-        Ok(Compound { plans, path: self.path, next: 0, key: Some(variant.to_string()) })
+        Ok(self.variant(variant, Shape::Array))
     }
     fn serialize_map(self, _: Option<usize>) -> Result<Compound<'p, 'a>, Stop> {
         Ok(Compound { plans: self.compound(Shape::Object(None)), path: self.path, next: 0, key: None })
@@ -520,12 +526,8 @@ impl<'p, 'a> serde::Serializer for Checker<'p, 'a> {
         variant: &'static str,
         _: usize,
     ) -> Result<Compound<'p, 'a>, Stop> {
-        let outer = self.compound(Shape::Object(Some(variant)));
-        let mut plans = Vec::new();
-        outer.iter().for_each(|p| p.key(variant).for_shape(Shape::Object(None), &mut plans));
-        self.path.push_str(if self.path.is_empty() { "" } else { "." });
-        self.path.push_str(variant);
-        Ok(Compound { plans, path: self.path, next: 0, key: Some(variant.to_string()) })
+        // `{"variant": {...}}`: the object under the variant's key.
+        Ok(self.variant(variant, Shape::Object(None)))
     }
 }
 
