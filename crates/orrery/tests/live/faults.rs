@@ -56,6 +56,9 @@ fn watch(sockets: Vec<PathBuf>, stop: &std::sync::atomic::AtomicBool) -> Vec<Pro
 /// history's "rank in two places" invariant over what /proc showed.
 #[test]
 fn a_frozen_agents_ranks_stop_before_their_job_runs_elsewhere() {
+    // The watcher reads every process's environment 20 times a second: not
+    // beside the tests that time iterations.
+    let _one = heavy();
     let dir = tempfile::tempdir().expect("tempdir");
     let s = Server::start(dir.path(), &["--policy", "fifo", "--node-timeout-s", "2"]);
     let http = Http::new();
