@@ -118,5 +118,41 @@ fn bench_llm(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench, bench_llm);
+/// FORESIGHT's re-plan when an arrival joins parts of the plan: the
+/// 4,096 × 8 layout with every running ring across two racks (racks r and
+/// r + 64, so the plan is 64 parts of 32 rings), and a 160-GPU VGG16
+/// waiting, more than a rack has free, so FIFO's consolidated placement
+/// spans racks 0 and 1 and its ring joins two parts: 64 rings and the
+/// newcomer are planned again, the other 1,984 keep their plans (issue 69;
+/// before, every arrival planned all 2,048).
+///
+/// `cargo bench -p orrery-policy --bench decision -- decision-foresight`
+fn bench_foresight_parts(c: &mut Criterion) {
+    let mut g = c.benchmark_group("decision-foresight");
+    g.sample_size(10);
+    let topo =
+        LeafSpine::with_oversubscription(128, 32, 4, 8, "v100", 100.0, 2.0).build("decision-bench").expect("valid");
+    let running: Vec<JobSpec> = (0..2048)
+        .map(|i| JobSpec::new(format!("r{i}"), MODELS[i % MODELS.len()], 32, 8, Work::Iterations(1000), 0.0))
+        .collect();
+    let placed: Vec<[(HostId, u32); 2]> = (0..2048).map(|i| [(i, 4), (i + 2048, 4)]).collect();
+    let free = vec![4u32; 4096];
+    let waiting = JobSpec::new("new", "vgg16", 32, 160, Work::Iterations(1000), 0.0);
+    let mut p = orrery_policy::by_name("fifo+foresight", 1).expect("catalogued");
+    let view = || ClusterView {
+        now_s: 10.0,
+        topology: &topo,
+        free_gpus: &free,
+        queue: vec![QueuedJob::new(2048, &waiting, 1.0)],
+        running: running.iter().zip(&placed).enumerate().map(|(i, (s, h))| RunningJob::new(i, s, h)).collect(),
+    };
+    // The first call plans all 64 parts (the running rings' own arrivals).
+    black_box(p.schedule(&view()));
+    g.bench_function(BenchmarkId::new("fifo+foresight", "4096x8-across-joins-two-parts"), |b| {
+        b.iter(|| black_box(p.schedule(&view())))
+    });
+    g.finish();
+}
+
+criterion_group!(benches, bench, bench_llm, bench_foresight_parts);
 criterion_main!(benches);

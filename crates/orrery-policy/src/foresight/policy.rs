@@ -5,6 +5,12 @@
 //! (`Decision::Shift`), rate (`Decision::Throttle`) and spines
 //! (`Decision::Route`). Beyond the horizon the plan repeats.
 //!
+//! The plan is kept in parts: jobs whose cross-rack flows share a logical
+//! link, directly or through each other. Parts share no link, so each is
+//! planned alone, and an arrival or a departure re-plans only the parts it
+//! touches (issue 69): at 4,096 hosts with every ring across racks, a
+//! decision that planned all 2,048 rings (2.4 s) plans the few it touches.
+//!
 //! Modes (FORESIGHT Fig. 5):
 //! - `ts`: timing only; routes stay ECMP.
 //! - `ro`: routes whole flows by edge colouring, no repair; uncolourable
@@ -24,7 +30,7 @@
 //! simulator runs alone. A throttle stretches only the communication, so it
 //! is not a uniform stretch.
 
-use super::logical::LogicalNetwork;
+use super::logical::{LogicalLink, LogicalNetwork};
 use super::routing::{FlowProfile, Route, RoutingParams, Schedule, TimedFlow, schedule, solve_routing};
 use super::timing::{Planned, TimedJob, TimingParams, baseline_timing, sharing_cost, solve_timing};
 use crate::estimate::PeriodEstimate;
@@ -269,6 +275,39 @@ struct Step {
     routes: Vec<(usize, Vec<usize>)>,
 }
 
+/// A part's id.
+type PartId = u64;
+
+/// One part of the plan: planned jobs whose cross-rack flows share logical
+/// links, directly or through each other (a connected component of jobs
+/// and the leaves' up and down links). Parts share no link, so SolveTiming,
+/// routing and the fallback ladder decide each alone, and an arrival or a
+/// departure re-plans only the parts it touches (issue 69), each with its
+/// own clock, anchor and fate.
+#[derive(Debug, Clone, PartialEq)]
+struct Part {
+    /// Its jobs, planned or not (a part left on ECMP is still one: a job
+    /// that arrives on its links is planned with them).
+    jobs: Vec<JobId>,
+    /// The logical links its jobs' flows use.
+    links: Vec<LogicalLink>,
+    /// When its plan was made, s.
+    planned_at_s: f64,
+    /// How far its plan has moved later, ms: when a job starts a planned
+    /// iteration late (real jobs start and run later than planned), every
+    /// job's later starts move with it, so that their relative phases,
+    /// which are what the plan is for, hold.
+    anchor_ms: f64,
+    /// Whether its plan is a valid schedule (rung 1 of the ladder): no
+    /// contention is planned, so a job runs its planned length.
+    valid_plan: bool,
+    /// The closed loop found its plan does not hold (a job ran over its
+    /// planned length [`OVERRUN_STREAK`] times running): its delays,
+    /// timetables and throttles are dropped, its routes kept, until it is
+    /// planned again.
+    timing_dropped: bool,
+}
+
 /// FORESIGHT on top of a placement policy.
 pub struct Foresight {
     inner: Box<dyn Policy>,
@@ -283,29 +322,30 @@ pub struct Foresight {
     net: Option<LogicalNetwork>,
     /// Per job: its planned steps and the next one to apply.
     steps: HashMap<JobId, (Vec<Step>, usize)>,
-    /// When the current plan was made, s.
-    planned_at_s: f64,
+    /// The plan's parts (jobs whose flows share logical links), each
+    /// planned, timed and dropped on its own.
+    parts: HashMap<PartId, Part>,
+    /// The part each planned job belongs to.
+    part_of_job: HashMap<JobId, PartId>,
+    /// The part whose flows use each logical link.
+    part_of_link: HashMap<LogicalLink, PartId>,
+    /// The next part's id.
+    next_part: PartId,
+    /// The jobs the plan has taken in (planned in a part, or found to have
+    /// no flow across racks) on their present hosts. A running job it has
+    /// not seen (a standby's first round) is planned as if placed now.
+    seen: std::collections::HashSet<JobId>,
+    /// Every arrival re-plans every part, as before issue 69 (the tests
+    /// hold the partial re-plans to it).
+    replan_all: bool,
     /// Closed loop (issue 36): the plan's first pass is handed out ahead as
     /// a `Timetable`, anchored at the jobs' measured start-up (off:
     /// `+foresight:open-loop`, a `Shift` per iteration after each report).
     pub closed_loop: bool,
-    /// How far the whole plan has moved later, ms: when a job starts a
-    /// planned iteration late (real jobs start and run later than planned),
-    /// every job's later starts move with it, so that their relative phases,
-    /// which are what the plan is for, hold.
-    anchor_ms: f64,
-    /// Times the closed loop moved the plan.
+    /// Times the closed loop moved a part's plan.
     retimings: u64,
-    /// Whether the plan in force is a valid schedule (rung 1 of the
-    /// ladder): no contention is planned, so a job runs its planned length.
-    valid_plan: bool,
     /// Per job, its consecutive iterations over their planned length.
     overruns: HashMap<JobId, u32>,
-    /// The closed loop found the plan in force does not hold (a job ran
-    /// over its planned length [`OVERRUN_STREAK`] times running): its
-    /// delays, timetables and throttles are dropped, its routes kept, until
-    /// the next plan.
-    timing_dropped: bool,
     /// Plans whose timing was dropped.
     drops: u64,
     /// Per job, its measured compute and communication per iteration over
@@ -353,13 +393,15 @@ impl Foresight {
             max_rounds: 8,
             net: None,
             steps: HashMap::new(),
-            planned_at_s: 0.0,
+            parts: HashMap::new(),
+            part_of_job: HashMap::new(),
+            part_of_link: HashMap::new(),
+            next_part: 0,
+            seen: Default::default(),
+            replan_all: false,
             closed_loop: true,
-            anchor_ms: 0.0,
             retimings: 0,
-            valid_plan: false,
             overruns: HashMap::new(),
-            timing_dropped: false,
             drops: 0,
             measured: HashMap::new(),
             stretch: HashMap::new(),
@@ -388,119 +430,234 @@ impl Foresight {
         self
     }
 
-    /// Plans the running jobs (plus those being placed now) and returns the
-    /// decisions for their first planned iteration.
-    fn plan(&mut self, view: &ClusterView<'_>, jobs: &[PlacedJob<'_>]) -> Vec<Decision> {
-        // What the previous plan set stays set in the driver until undone;
-        // a job that has ended, or is preempted this round, has nothing
-        // left to undo.
-        let planned: std::collections::HashSet<JobId> = jobs.iter().map(|j| j.0).collect();
-        let running: std::collections::HashSet<JobId> =
-            view.running.iter().map(|r| r.id).filter(|id| planned.contains(id)).collect();
-        let mut undo: Vec<Decision> = Vec::new();
-        for (&id, (steps, _)) in self.steps.iter().filter(|(id, _)| running.contains(id)) {
-            undo.push(Decision::Throttle { job: id, gbps: None });
-            if self.closed_loop && self.mode.times() {
-                // The old plan's starts no longer hold.
-                undo.push(Decision::Timetable { job: id, from_iteration: 0, starts_s: Vec::new() });
+    /// Every cross-rack flow of every job over every spine, equally
+    /// (`perfect`): no timing, so nothing to plan in parts. O(flows).
+    fn plan_perfect(&self, view: &ClusterView<'_>, jobs: &[PlacedJob<'_>]) -> Vec<Decision> {
+        let (t, Some(net)) = (view.topology, self.net.as_ref()) else { return Vec::new() };
+        let mut out = Vec::new();
+        for (id, spec, hosts) in jobs {
+            let Some(p) = profile(t, net, spec, hosts, None, true) else { continue };
+            for f in &p.flows {
+                let paths: Vec<usize> = (0..net.spines).filter_map(|s| net.path_through(t, f.src, f.dst, s)).collect();
+                out.push(Decision::Route { job: *id, flow: f.flow, paths });
             }
-            let mut flows: Vec<usize> = steps.iter().flat_map(|s| s.routes.iter().map(|r| r.0)).collect();
-            flows.sort_unstable();
-            flows.dedup();
-            undo.extend(flows.into_iter().map(|flow| Decision::Route { job: id, flow, paths: Vec::new() }));
+        }
+        out
+    }
+
+    /// Re-plans the parts of the plan that changed and returns the
+    /// decisions that undo their old plans and start their new ones.
+    /// `jobs`: every job that runs once this round applies (the running
+    /// ones not preempted, then those placed now); `placed`: the jobs placed
+    /// now; `forced`: a part to re-plan whatever changed (a tripped plan).
+    /// A part changes when one of its jobs is placed anew or has left, or a
+    /// newly placed job's flows use one of its links; its jobs, with the
+    /// newly placed ones, are split into parts again and each is planned
+    /// alone ([`Foresight::plan_part`]). The other parts keep their plans,
+    /// clocks and anchors: they share no link with the change, and a full
+    /// re-plan would give them the same steps (the tests check it).
+    /// O(running) to find what changed, plus planning the changed parts.
+    fn replan(
+        &mut self,
+        view: &ClusterView<'_>,
+        jobs: &[PlacedJob<'_>],
+        placed: &[JobId],
+        forced: Option<PartId>,
+    ) -> Vec<Decision> {
+        let Some(net) = self.net.clone() else { return Vec::new() };
+        let t = view.topology;
+        // With subflows a flow may take several spines, so it is profiled
+        // at its NIC rate; TS and RO keep one path per flow.
+        let spread = matches!(self.mode, Mode::Sub | Mode::Foresight | Mode::Paper | Mode::Routes);
+        // The stretches of jobs that left go; a job placed anew starts from
+        // its model (`schedule`).
+        let present: std::collections::HashSet<JobId> = jobs.iter().map(|j| j.0).collect();
+        self.stretch.retain(|id, _| present.contains(id));
+        let stretches = &self.stretch;
+        let stretch_of = |id: &JobId| stretches.get(id).copied().unwrap_or(Stretch::MODEL);
+        // Each job's unthrottled profile and compute: O(hosts + flows) for
+        // a job whose hosts and stretch are unchanged, O(shape + transfers)
+        // for the others.
+        let kept = &mut self.profiles;
+        kept.forget_unless(view.running.len(), || view.running.iter().map(|r| r.id).collect());
+        let mut profiled = |(id, spec, hosts): &PlacedJob<'_>| -> (Option<FlowProfile>, f64) {
+            let stretch = stretch_of(id);
+            let p = kept.get_if(
+                *id,
+                hosts,
+                |p| p.stretch == stretch && p.spread == spread,
+                || Profiled {
+                    stretch,
+                    spread,
+                    unthrottled: measured_profile(t, &net, spec, hosts, None, spread, stretch),
+                    compute_ms: place(t, spec, hosts).map_or(0.0, |p| p.shape.compute_ms()) * stretch.compute,
+                },
+            );
+            (p.unthrottled.clone(), p.compute_ms)
+        };
+        self.seen.retain(|id| present.contains(id));
+        let placed: std::collections::HashSet<JobId> =
+            placed.iter().copied().chain(jobs.iter().map(|j| j.0).filter(|id| !self.seen.contains(id))).collect();
+        self.seen.extend(placed.iter().copied());
+        // The parts that changed. O(planned jobs) to find the ones a job
+        // left, O(flows) of the newly placed jobs for the links they use.
+        let mut changed: std::collections::BTreeSet<PartId> = forced.into_iter().collect();
+        for (&pid, part) in &self.parts {
+            if self.replan_all || part.jobs.iter().any(|j| !present.contains(j) || placed.contains(j)) {
+                changed.insert(pid);
+            }
+        }
+        for job in jobs.iter().filter(|j| placed.contains(&j.0)) {
+            if let (Some(p), _) = profiled(job) {
+                for f in &p.flows {
+                    for link in [LogicalNetwork::up(f.src_leaf), LogicalNetwork::down(f.dst_leaf)] {
+                        changed.extend(self.part_of_link.get(&link).copied());
+                    }
+                }
+            }
+        }
+        // Undo what the changed parts' plans set: it stays set in the
+        // driver until undone. A job that has ended, or is preempted this
+        // round, has nothing left to undo. Their measurements were against
+        // the old plans (a new plan starts afresh).
+        let mut replanned: std::collections::HashSet<JobId> = placed.clone();
+        let mut undo: Vec<Decision> = Vec::new();
+        for pid in &changed {
+            let Some(part) = self.parts.remove(pid) else { continue };
+            for link in &part.links {
+                self.part_of_link.remove(link);
+            }
+            for id in part.jobs {
+                self.part_of_job.remove(&id);
+                self.measured.remove(&id);
+                self.cycle.remove(&id);
+                self.overruns.remove(&id);
+                if !present.contains(&id) {
+                    self.steps.remove(&id);
+                    continue;
+                }
+                replanned.insert(id);
+                let Some((steps, _)) = self.steps.remove(&id) else { continue };
+                undo.push(Decision::Throttle { job: id, gbps: None });
+                if self.closed_loop && self.mode.times() {
+                    // The old plan's starts no longer hold.
+                    undo.push(Decision::Timetable { job: id, from_iteration: 0, starts_s: Vec::new() });
+                }
+                let mut flows: Vec<usize> = steps.iter().flat_map(|s| s.routes.iter().map(|r| r.0)).collect();
+                flows.sort_unstable();
+                flows.dedup();
+                undo.extend(flows.into_iter().map(|flow| Decision::Route { job: id, flow, paths: Vec::new() }));
+            }
         }
         undo.sort_by_key(|d| match d {
             Decision::Throttle { job, .. } | Decision::Route { job, .. } | Decision::Timetable { job, .. } => *job,
             _ => 0,
         });
-        self.steps.clear();
-        // Iterations are measured against the plan they ran (a new plan
-        // starts afresh); the stretches of jobs that left it go, and a job
-        // placed anew starts from its model (`schedule`).
-        self.measured.clear();
-        self.cycle.clear();
-        self.stretch.retain(|id, _| planned.contains(id));
-        (self.valid_plan, self.timing_dropped) = (false, false);
-        self.overruns.clear();
-        let t = view.topology;
-        let Some(net) = self.net.clone() else { return Vec::new() };
-        if self.mode == Mode::Perfect {
-            // Every cross-rack flow over every spine, equally.
-            let mut out = Vec::new();
-            for (id, spec, hosts) in jobs {
-                let Some(p) = profile(t, &net, spec, hosts, None, true) else { continue };
-                for f in &p.flows {
-                    let paths: Vec<usize> =
-                        (0..net.spines).filter_map(|s| net.path_through(t, f.src, f.dst, s)).collect();
-                    out.push(Decision::Route { job: *id, flow: f.flow, paths });
+        for id in &placed {
+            self.measured.remove(id);
+            self.cycle.remove(id);
+            self.overruns.remove(id);
+        }
+        // The jobs to plan, in the order of `jobs` (SolveTiming breaks ties
+        // by it), with their profiles. Only jobs with a flow across racks
+        // are planned: the others put no demand on a logical link, so
+        // SolveTiming never delays them, the shortest throttled profile is
+        // the unthrottled one, and routing has nothing of theirs to colour.
+        // Their plan would be no-ops after every iteration, and watching
+        // them keeps the simulator from fast-forwarding them (issue 43: at
+        // 4,096 hosts most jobs fit in a rack).
+        let mut to_plan: Vec<(&PlacedJob<'_>, FlowProfile, f64)> = Vec::new();
+        for job in jobs.iter().filter(|j| replanned.contains(&j.0)) {
+            if let (Some(p), compute_ms) = profiled(job)
+                && !p.flows.is_empty()
+            {
+                to_plan.push((job, p, compute_ms));
+            }
+        }
+        // Split them into parts: union-find over the jobs, joined through
+        // the links their flows share. O(flows · α).
+        let mut parent: Vec<usize> = (0..to_plan.len()).collect();
+        fn root(parent: &mut [usize], mut i: usize) -> usize {
+            while parent[i] != i {
+                parent[i] = parent[parent[i]];
+                i = parent[i];
+            }
+            i
+        }
+        let mut first_on: HashMap<LogicalLink, usize> = HashMap::new();
+        for (i, (_, p, _)) in to_plan.iter().enumerate() {
+            for f in &p.flows {
+                for link in [LogicalNetwork::up(f.src_leaf), LogicalNetwork::down(f.dst_leaf)] {
+                    let j = *first_on.entry(link).or_insert(i);
+                    let (a, b) = (root(&mut parent, i), root(&mut parent, j));
+                    parent[a.max(b)] = a.min(b);
                 }
             }
-            return out;
         }
-        // With subflows a flow may take several spines, so it is profiled
-        // at its NIC rate; TS and RO keep one path per flow.
-        let spread = matches!(self.mode, Mode::Sub | Mode::Foresight | Mode::Paper | Mode::Routes);
-        let stretches = self.stretch.clone();
-        let stretch_of = |id: &JobId| stretches.get(id).copied().unwrap_or(Stretch::MODEL);
-        // O(hosts + flows) per job whose hosts and stretch are unchanged,
-        // O(shape + transfers) for the others.
-        let kept = &mut self.profiles;
-        kept.forget_unless(view.running.len(), || view.running.iter().map(|r| r.id).collect());
-        let (unthrottled, compute_ms): (Vec<Option<FlowProfile>>, Vec<f64>) = jobs
+        let mut members: std::collections::BTreeMap<usize, Vec<usize>> = std::collections::BTreeMap::new();
+        for i in 0..to_plan.len() {
+            members.entry(root(&mut parent, i)).or_default().push(i);
+        }
+        let mut links_of: HashMap<usize, Vec<LogicalLink>> = HashMap::new();
+        for (&link, &i) in &first_on {
+            links_of.entry(root(&mut parent, i)).or_default().push(link);
+        }
+        for (r, idx) in members {
+            let part: Vec<(&PlacedJob<'_>, &FlowProfile, f64)> =
+                idx.iter().map(|&i| (to_plan[i].0, &to_plan[i].1, to_plan[i].2)).collect();
+            let valid_plan = self.plan_part(view, &net, &part, spread);
+            let pid = self.next_part;
+            self.next_part += 1;
+            let mut links = links_of.remove(&r).unwrap_or_default();
+            links.sort_unstable();
+            for &link in &links {
+                self.part_of_link.insert(link, pid);
+            }
+            let jobs: Vec<JobId> = part.iter().map(|(j, ..)| j.0).collect();
+            for &id in &jobs {
+                self.part_of_job.insert(id, pid);
+            }
+            let (planned_at_s, anchor_ms, timing_dropped) = (view.now_s, 0.0, false);
+            self.parts.insert(pid, Part { jobs, links, planned_at_s, anchor_ms, valid_plan, timing_dropped });
+        }
+        let ids: Vec<JobId> = to_plan.iter().map(|(j, ..)| j.0).collect();
+        let first: Vec<Decision> = ids.into_iter().flat_map(|id| self.next(id, None, None)).collect();
+        undo.into_iter().chain(first).collect()
+    }
+
+    /// Plans one part: its jobs' iterations (SolveTiming) and routes over
+    /// the spines, as the mode says, into `steps`. Returns whether the plan
+    /// is a valid schedule. `part`: each job with its unthrottled profile
+    /// (at least one cross-rack flow) and compute per iteration.
+    fn plan_part(
+        &mut self,
+        view: &ClusterView<'_>,
+        net: &LogicalNetwork,
+        part: &[(&PlacedJob<'_>, &FlowProfile, f64)],
+        spread: bool,
+    ) -> bool {
+        let t = view.topology;
+        let stretch_of = |id: &JobId| self.stretch.get(id).copied().unwrap_or(Stretch::MODEL);
+        // The horizon: the whole run of the part's longest job when it fits
+        // the cap (so the plan need not repeat), in at most 400,000 bins.
+        let run_ms = part
             .iter()
-            .map(|(id, spec, hosts)| {
-                let stretch = stretch_of(id);
-                let p = kept.get_if(
-                    *id,
-                    hosts,
-                    |p| p.stretch == stretch && p.spread == spread,
-                    || Profiled {
-                        stretch,
-                        spread,
-                        unthrottled: measured_profile(t, &net, spec, hosts, None, spread, stretch),
-                        compute_ms: place(t, spec, hosts).map_or(0.0, |p| p.shape.compute_ms()) * stretch.compute,
-                    },
-                );
-                (p.unthrottled.clone(), p.compute_ms)
-            })
-            .unzip();
-        // The horizon: the whole run of the longest job when it fits the cap
-        // (so the plan need not repeat), in at most 400,000 bins.
-        let run_ms = jobs
-            .iter()
-            .zip(&unthrottled)
-            .filter_map(|((_, spec, _), p)| {
-                let len = p.as_ref()?.length_ms;
-                Some(match spec.work {
-                    orrery_model::Work::Iterations(n) => n as f64 * len,
-                    orrery_model::Work::Seconds(s) => s * 1e3,
-                })
+            .map(|((_, spec, _), p, _)| match spec.work {
+                orrery_model::Work::Iterations(n) => n as f64 * p.length_ms,
+                orrery_model::Work::Seconds(s) => s * 1e3,
             })
             .fold(0.0, f64::max);
-        // Only jobs with a flow across racks are planned: the others put no
-        // demand on a logical link, so SolveTiming never delays them, the
-        // shortest throttled profile is the unthrottled one, and routing has
-        // nothing of theirs to colour. Their plan would be no-ops after
-        // every iteration, and watching them keeps the simulator from
-        // fast-forwarding them (issue 43: at 4,096 hosts most jobs fit in a
-        // rack). O(jobs) to filter.
-        let (jobs, (unthrottled, compute_ms)): (Vec<&PlacedJob<'_>>, (Vec<FlowProfile>, Vec<f64>)) = jobs
-            .iter()
-            .zip(unthrottled.into_iter().zip(compute_ms))
-            .filter_map(|(j, (p, c))| p.filter(|p| !p.flows.is_empty()).map(|p| (j, (p, c))))
-            .unzip();
         // Throttled profiles only where SolveTiming may choose them: the
         // routes-only ablation runs the baseline's timing (unthrottled).
         let throttles = !matches!(self.mode, Mode::Routes);
-        let profiles: Vec<Vec<FlowProfile>> = jobs
+        let profiles: Vec<Vec<FlowProfile>> = part
             .iter()
-            .zip(unthrottled)
-            .map(|((id, spec, hosts), base)| {
+            .map(|((id, spec, hosts), base, _)| {
                 let nominal = base.flows[0].gbps;
-                let mut ps = vec![base];
+                let mut ps = vec![(*base).clone()];
                 if throttles {
                     ps.extend(RATES[1..].iter().filter_map(|x| {
-                        measured_profile(t, &net, spec, hosts, Some(nominal * x), spread, stretch_of(id))
+                        measured_profile(t, net, spec, hosts, Some(nominal * x), spread, stretch_of(id))
                     }));
                 }
                 ps
@@ -525,27 +682,26 @@ impl Foresight {
         let timed: Vec<TimedJob> =
             profiles.iter().map(|ps| TimedJob { profiles: ps.iter().map(FlowProfile::timing).collect() }).collect();
         let balanced = RoutingParams { balance_bad_ranges: true, ..routing };
-        let (plan, routes) = match self.mode {
-            Mode::Ts => (solve_timing(&timed, &net.capacity, &[], &timing), Vec::new()),
+        let (plan, routes, valid) = match self.mode {
+            Mode::Ts => (solve_timing(&timed, &net.capacity, &[], &timing), Vec::new(), false),
             Mode::Ro | Mode::Sub => {
                 let plan = solve_timing(&timed, &net.capacity, &[], &timing);
                 let routes = solve_routing(&profiles, &plan, &routing).0;
-                (plan, routes)
+                (plan, routes, false)
             }
             Mode::Routes if net.spines > 1 => {
                 let plan = baseline_timing(&timed, &timing);
                 let routes = solve_routing(&profiles, &plan, &balanced).0;
-                (plan, routes)
+                (plan, routes, false)
             }
-            Mode::Routes => return undo, // one spine: nothing to route
+            Mode::Routes | Mode::Perfect => return false, // one spine: nothing to route
             Mode::Foresight | Mode::Paper => {
                 let ladder = self.mode == Mode::Foresight;
-                match self.foresight_plan(&net, &profiles, &timed, &timing, &routing, ladder) {
+                match self.foresight_plan(net, &profiles, &timed, &timing, &routing, ladder) {
                     Some(found) => found,
-                    None => return undo, // ECMP
+                    None => return false, // ECMP
                 }
             }
-            Mode::Perfect => unreachable!("handled above"),
         };
         // Steps per job, in plan order. O(plan + routes).
         let mut routes_of: Vec<Vec<&Route>> = vec![Vec::new(); plan.len()];
@@ -553,7 +709,7 @@ impl Foresight {
             routes_of[r.planned].push(r);
         }
         for (k, x) in plan.iter().enumerate() {
-            let id = jobs[x.job].0;
+            let id = part[x.job].0.0;
             let mut step_routes = Vec::new();
             for r in &routes_of[k] {
                 let (src, dst) = r.ends;
@@ -572,17 +728,13 @@ impl Foresight {
                 delay_ms: x.delay_ms,
                 start_ms: x.start_ms,
                 length_ms: profiles[x.job][x.profile].length_ms,
-                compute_ms: compute_ms[x.job],
+                compute_ms: part[x.job].2,
                 throttle: profiles[x.job][x.profile].rate_gbps,
                 routes: step_routes,
             };
             self.steps.entry(id).or_insert_with(|| (Vec::new(), 0)).0.push(step);
         }
-        let ids: Vec<JobId> = jobs.iter().map(|j| j.0).collect();
-        self.planned_at_s = view.now_s;
-        self.anchor_ms = 0.0;
-        let first: Vec<Decision> = ids.into_iter().flat_map(|id| self.next(id, None, None)).collect();
-        undo.into_iter().chain(first).collect()
+        valid
     }
 
     /// FORESIGHT's plan and routes, down its fallback ladder; None: ECMP.
@@ -606,7 +758,7 @@ impl Foresight {
         timing: &TimingParams,
         routing: &RoutingParams,
         ladder: bool,
-    ) -> Option<(Vec<Planned>, Vec<Route>)> {
+    ) -> Option<(Vec<Planned>, Vec<Route>, bool)> {
         self.outcomes[0] += 1;
         let sharing = |plan: &[Planned]| sharing_cost(timed, &net.capacity, plan, timing.bin_ms);
         let no_delays = baseline_timing(timed, timing);
@@ -614,10 +766,7 @@ impl Foresight {
         let pays = |plan: &[Planned]| plan_cost(plan, timed) + sharing(plan) < baseline_ms;
         let found = schedule(profiles, &net.capacity, timing, routing, self.max_rounds);
         match found {
-            Some(Schedule { plan, routes, .. }) if pays(&plan) => {
-                self.valid_plan = true;
-                return Some((plan, routes));
-            }
+            Some(Schedule { plan, routes, .. }) if pays(&plan) => return Some((plan, routes, true)),
             _ => self.outcomes[if found.is_some() { 2 } else { 1 }] += 1,
         }
         if !ladder {
@@ -641,7 +790,7 @@ impl Foresight {
             no_delays
         };
         let routes = solve_routing(profiles, &plan, &RoutingParams { balance_bad_ranges: true, ..*routing }).0;
-        Some((plan, routes))
+        Some((plan, routes, false))
     }
 
     /// Decisions for a job's next planned iteration (cycling the plan).
@@ -653,9 +802,10 @@ impl Foresight {
     /// `done`: iterations the job has done, so its next iteration begins
     /// with that many done (the timetable's first entry).
     fn next(&mut self, job: JobId, now_s: Option<f64>, done: Option<u64>) -> Vec<Decision> {
-        let planned_at_s = self.planned_at_s;
-        let (closed_loop, anchor_ms) = (self.closed_loop, self.anchor_ms);
-        let times = self.mode.times() && !self.timing_dropped;
+        let Some(part) = self.part_of_job.get(&job).and_then(|p| self.parts.get(p)) else { return Vec::new() };
+        let (planned_at_s, anchor_ms) = (part.planned_at_s, part.anchor_ms);
+        let closed_loop = self.closed_loop;
+        let times = self.mode.times() && !part.timing_dropped;
         let Some((steps, k)) = self.steps.get_mut(&job) else { return Vec::new() };
         if steps.is_empty() {
             return Vec::new();
@@ -707,6 +857,7 @@ impl Foresight {
     /// job's compute and communication are measured on the way. O(1).
     fn measure(&mut self, job: JobId, started_s: Option<f64>, it: crate::Iteration) -> bool {
         let Some((steps, k)) = self.steps.get(&job) else { return false };
+        let Some(part) = self.part_of_job.get(&job).and_then(|p| self.parts.get_mut(p)) else { return false };
         // The iteration that ended ran step k − 1 (within the first pass).
         let Some(step) = k.checked_sub(1).and_then(|i| steps.get(i)) else { return false };
         if *k > steps.len() || step.length_ms <= 0.0 {
@@ -725,16 +876,16 @@ impl Foresight {
             self.cycle.entry(job).or_default().observe(it.ms, false);
         }
         let mut tripped = false;
-        if self.valid_plan && !self.timing_dropped {
+        if part.valid_plan && !part.timing_dropped {
             let streak = self.overruns.entry(job).or_insert(0);
             *streak = if it.own_ms() > (1.0 + OVERRUN) * step.length_ms { *streak + 1 } else { 0 };
             tripped = *streak >= OVERRUN_STREAK;
         }
         if let Some(start_s) = started_s.filter(|_| *k <= START_UP_STEPS) {
-            let planned_s = self.planned_at_s + (self.anchor_ms + step.start_ms) / 1e3;
+            let planned_s = part.planned_at_s + (part.anchor_ms + step.start_ms) / 1e3;
             let late_ms = (start_s - planned_s) * 1e3;
             if late_ms > LATE_TOLERANCE * step.length_ms {
-                self.anchor_ms += late_ms;
+                part.anchor_ms += late_ms;
                 self.retimings += 1;
             }
         }
@@ -759,41 +910,52 @@ impl Foresight {
         out
     }
 
-    /// The plan in force tripped (`measure`). With `replan` (`…:replan`),
-    /// when some job's measured stretch is not the one the plan used, the
-    /// running jobs are planned again with their measured times (issue 36),
-    /// and the re-made plan is kept only if it is faster than what the jobs
-    /// measured under the plan that tripped (the mean of its planned
-    /// iterations, delays included, summed over the jobs, against their
-    /// measured iterations, waits included). Otherwise, or when the
-    /// measurements are what the plan used, the plan's timing is dropped for
-    /// its routes. Why re-planning is not the default: on the testbed the
-    /// plan re-made for TCP's slower all-reduce held (its jobs ran their
-    /// planned lengths) and still ran 10% slower than dropping the timing
-    /// (244 against 221 ms), because real TCP shares a link better than the
-    /// fluid model in which a plan's cost is counted.
-    fn plan_tripped(&mut self, view: &ClusterView<'_>) -> Vec<Decision> {
+    /// The plan of `job`'s part tripped (`measure`). With `replan`
+    /// (`…:replan`), when some job's measured stretch is not the one the
+    /// plan used, the part's jobs are planned again with their measured
+    /// times (issue 36), and the re-made plan is kept only if it is faster
+    /// than what the jobs measured under the plan that tripped (the mean of
+    /// its planned iterations, delays included, summed over the jobs,
+    /// against their measured iterations, waits included). Otherwise, or
+    /// when the measurements are what the plan used, the part's timing is
+    /// dropped for its routes. Why re-planning is not the default: on the
+    /// testbed the plan re-made for TCP's slower all-reduce held (its jobs
+    /// ran their planned lengths) and still ran 10% slower than dropping
+    /// the timing (244 against 221 ms), because real TCP shares a link
+    /// better than the fluid model in which a plan's cost is counted.
+    fn plan_tripped(&mut self, view: &ClusterView<'_>, job: JobId) -> Vec<Decision> {
+        let Some(&pid) = self.part_of_job.get(&job) else { return Vec::new() };
+        let members: Vec<JobId> = self.parts[&pid].jobs.clone();
         let measured = self.measured_stretches(view);
         let planned = |id: &JobId| self.stretch.get(id).copied().unwrap_or(Stretch::MODEL);
-        let changed = view.running.iter().any(|r| {
-            self.steps.contains_key(&r.id)
-                && measured.get(&r.id).copied().unwrap_or(Stretch::MODEL).differs(planned(&r.id))
+        let changed = members.iter().any(|id| {
+            self.steps.contains_key(id)
+                && view.running.iter().any(|r| r.id == *id)
+                && measured.get(id).copied().unwrap_or(Stretch::MODEL).differs(planned(id))
         });
         if !(self.replan && changed) {
-            return self.drop_timing(view);
+            return self.drop_timing(view, &[pid]);
         }
         self.replans += 1;
-        self.stretch = measured;
+        for id in &members {
+            match measured.get(id) {
+                Some(&s) => self.stretch.insert(*id, s),
+                None => self.stretch.remove(id),
+            };
+        }
         let before: HashMap<JobId, f64> =
-            self.cycle.iter().filter_map(|(&id, e)| e.period_ms().map(|ms| (id, ms))).collect();
+            members.iter().filter_map(|id| Some((*id, self.cycle.get(id)?.period_ms()?))).collect();
         let jobs: Vec<PlacedJob<'_>> = view.running.iter().map(|r| (r.id, r.spec, r.hosts.to_vec())).collect();
-        let mut out = self.plan(view, &jobs);
-        if !self.mode.times() || !self.valid_plan {
+        let mut out = self.replan(view, &jobs, &[], Some(pid));
+        let mut parts: Vec<PartId> = members.iter().filter_map(|id| self.part_of_job.get(id).copied()).collect();
+        parts.sort_unstable();
+        parts.dedup();
+        if !self.mode.times() || !parts.iter().all(|p| self.parts[p].valid_plan) {
             return out; // the re-made plan times nothing that could lose
         }
         let (mut planned_ms, mut measured_ms) = (0.0, 0.0);
-        for (id, (steps, _)) in &self.steps {
-            if let Some(&ms) = before.get(id).filter(|_| !steps.is_empty()) {
+        for (id, ms) in &before {
+            if let Some((steps, _)) = self.steps.get(id).filter(|(steps, _)| !steps.is_empty()) {
                 planned_ms += steps.iter().map(|st| st.delay_ms + st.length_ms).sum::<f64>() / steps.len() as f64;
                 measured_ms += ms;
             }
@@ -803,18 +965,22 @@ impl Foresight {
         }
         // Its routes stay; its timing goes before any of it is applied.
         out.retain(|d| !times_an_iteration(d));
-        out.extend(self.drop_timing(view));
+        out.extend(self.drop_timing(view, &parts));
         out
     }
 
-    /// Drops the timing of the plan in force, keeping its routes: every
+    /// Drops the timing of `parts`' plans, keeping their routes: each
     /// planned job's timetable and throttle go at once (those still
-    /// running: an ended job has nothing to undo). O(jobs).
-    fn drop_timing(&mut self, view: &ClusterView<'_>) -> Vec<Decision> {
-        self.timing_dropped = true;
+    /// running: an ended job has nothing to undo). O(running + jobs).
+    fn drop_timing(&mut self, view: &ClusterView<'_>, parts: &[PartId]) -> Vec<Decision> {
         self.drops += 1;
-        let mut jobs: Vec<JobId> =
-            self.steps.keys().copied().filter(|j| view.running.iter().any(|r| r.id == *j)).collect();
+        let running: std::collections::HashSet<JobId> = view.running.iter().map(|r| r.id).collect();
+        let mut jobs: Vec<JobId> = Vec::new();
+        for pid in parts {
+            let Some(part) = self.parts.get_mut(pid) else { continue };
+            part.timing_dropped = true;
+            jobs.extend(part.jobs.iter().filter(|j| self.steps.contains_key(j) && running.contains(j)));
+        }
         jobs.sort_unstable();
         jobs.into_iter()
             .flat_map(|j| {
@@ -855,14 +1021,20 @@ impl Policy for Foresight {
             .filter(|r| !preempted.contains(&r.id))
             .map(|r| (r.id, r.spec, r.hosts.to_vec()))
             .collect();
+        let mut new = Vec::with_capacity(placed.len());
         for (id, hosts) in placed {
             self.measured.remove(&id);
             self.stretch.remove(&id);
             if let Some(spec) = view.spec_of(id) {
                 jobs.push((id, spec, hosts));
+                new.push(id);
             }
         }
-        out.extend(self.plan(view, &jobs));
+        if self.mode == Mode::Perfect {
+            out.extend(self.plan_perfect(view, &jobs));
+        } else {
+            out.extend(self.replan(view, &jobs, &new, None));
+        }
         out
     }
 
@@ -885,7 +1057,7 @@ impl Policy for Foresight {
             let started_s = view.running.iter().find(|r| r.id == job).map(|r| r.iteration_start_s);
             if self.measure(job, started_s, it) {
                 let replans = self.replans;
-                out.extend(self.plan_tripped(view));
+                out.extend(self.plan_tripped(view, job));
                 if self.replans > replans {
                     // The new plan's first decisions for every job, this
                     // one's included, are in `out`.

@@ -235,7 +235,11 @@ pub fn solve_timing(jobs: &[TimedJob], capacity: &[f64], bad: &[BadRange], p: &T
         .unwrap_or(0);
     // Room for the last iteration to run past the horizon, plus its delay.
     let span = horizon + 3 * longest + 1;
-    let mut usage = vec![LinkUsage::new(span); capacity.len()];
+    // Bins only for the links the jobs use: a part of the plan uses a few
+    // leaves' links of hundreds, and allocating every link's 20,000 bins
+    // was most of a part's plan (O(links used · span), not O(links · span)).
+    let used = links_used(jobs, capacity.len());
+    let mut usage: Vec<LinkUsage> = used.iter().map(|&u| LinkUsage::new(if u { span } else { 0 })).collect();
     let mut next = vec![0usize; jobs.len()]; // earliest start bin of each job's next iteration
     let mut service = vec![0.0f64; jobs.len()];
     let mut count = vec![0usize; jobs.len()];
@@ -405,14 +409,28 @@ fn overlap_excess_ms(
     excess
 }
 
-/// Demand of a plan on each logical link per bin, Gbit/s. O(Σ phase bins).
+/// Which of `links` logical links some phase of some job's profile uses.
+/// O(links + phases).
+fn links_used(jobs: &[TimedJob], links: usize) -> Vec<bool> {
+    let mut used = vec![false; links];
+    for ph in jobs.iter().flat_map(|j| &j.profiles).flat_map(|pr| &pr.phases) {
+        if let Some(u) = used.get_mut(ph.link) {
+            *u = true;
+        }
+    }
+    used
+}
+
+/// Demand of a plan on each logical link per bin, Gbit/s (no bins for a
+/// link no job uses). O(links + Σ phase bins).
 fn usage(jobs: &[TimedJob], capacity: &[f64], plan: &[Planned], bin_ms: f64) -> Vec<Vec<f64>> {
     let end = plan
         .iter()
         .map(|x| ((x.start_ms + jobs[x.job].profiles[x.profile].length_ms) / bin_ms).ceil() as usize + 1)
         .max()
         .unwrap_or(0);
-    let mut usage = vec![vec![0.0f64; end]; capacity.len()];
+    let mut usage: Vec<Vec<f64>> =
+        links_used(jobs, capacity.len()).iter().map(|&u| vec![0.0f64; if u { end } else { 0 }]).collect();
     for x in plan {
         let at = (x.start_ms / bin_ms).round() as usize;
         for ph in &jobs[x.job].profiles[x.profile].phases {

@@ -208,6 +208,11 @@ fn routes_alone_never_hold_an_iteration() {
     }
 }
 
+/// The part of the plan `job` belongs to.
+fn part_of(f: &Foresight, job: JobId) -> &Part {
+    &f.parts[&f.part_of_job[&job]]
+}
+
 /// A two-worker ring's GPUs per host.
 type RingHosts = [(HostId, u32); 2];
 
@@ -228,7 +233,7 @@ fn two_planned_rings(replan: bool) -> (Foresight, Topology, Vec<JobSpec>, [RingH
     let free = vec![1u32; 4];
     let queue = specs.iter().enumerate().map(|(i, s)| crate::QueuedJob::new(i, s, 0.0)).collect();
     f.schedule(&ClusterView { now_s: 0.0, topology: &t, free_gpus: &free, queue, running: Vec::new() });
-    assert!(f.valid_plan, "the set-up must give a valid schedule: {:?}", f.outcomes);
+    assert!(part_of(&f, 0).valid_plan, "the set-up must give a valid schedule: {:?}", f.outcomes);
     (f, t, specs, hosts)
 }
 
@@ -257,16 +262,18 @@ fn a_valid_plan_the_network_does_not_run_is_dropped_for_its_routes() {
             for d in &out {
                 match d {
                     Decision::Timetable { job, starts_s, .. } if starts_s.is_empty() => cleared.push(*job),
-                    Decision::Timetable { .. } | Decision::Shift { .. } if f.timing_dropped => timed_after_drop += 1,
-                    Decision::Throttle { gbps: Some(_), .. } if f.timing_dropped => timed_after_drop += 1,
+                    Decision::Timetable { .. } | Decision::Shift { .. } if part_of(&f, 0).timing_dropped => {
+                        timed_after_drop += 1
+                    }
+                    Decision::Throttle { gbps: Some(_), .. } if part_of(&f, 0).timing_dropped => timed_after_drop += 1,
                     _ => {}
                 }
             }
         }
         if stretch == 1.0 {
-            assert!(!f.timing_dropped && f.drops == 0, "a plan that holds is kept");
+            assert!(!part_of(&f, 0).timing_dropped && f.drops == 0, "a plan that holds is kept");
         } else {
-            assert!(f.timing_dropped && f.drops == 1, "five overruns drop the plan's timing");
+            assert!(part_of(&f, 0).timing_dropped && f.drops == 1, "five overruns drop the plan's timing");
             assert!(cleared.contains(&0) && cleared.contains(&1), "both timetables cleared: {cleared:?}");
             assert_eq!(timed_after_drop, 0);
             assert!(f.counters().contains(&("plan_timing_dropped", 1.0)));
@@ -332,11 +339,15 @@ fn a_plan_whose_all_reduce_runs_long_is_re_planned_from_measured_times() {
         assert!((replanned_ms - slow).abs() < 1e-6 * slow, "{replanned_ms} vs {slow}");
         assert!(tripped.iter().any(|d| matches!(d, Decision::Route { job: 1, .. })), "both jobs' routes: {tripped:?}");
         if !waited {
-            assert_eq!((f.drops, f.timing_dropped), (1, true), "the re-made plan cannot beat free-running jobs");
+            assert_eq!(
+                (f.drops, part_of(&f, 0).timing_dropped),
+                (1, true),
+                "the re-made plan cannot beat free-running jobs"
+            );
             assert_eq!(tripped.iter().filter(|d| times_an_iteration(d)).count(), 0, "{tripped:?}");
             continue;
         }
-        assert_eq!((f.drops, f.timing_dropped), (0, false), "re-planned and kept");
+        assert_eq!((f.drops, part_of(&f, 0).timing_dropped), (0, false), "re-planned and kept");
         // Iterations of the measured length hold the new plan.
         for k in 6..=20u64 {
             now_s += replanned_ms / 1e3;
@@ -380,4 +391,208 @@ fn spread_flows_are_profiled_at_the_nic_rate() {
     // A throttle still caps the spread rate.
     let throttled = profile(&t, &net, &spec, &hosts, Some(25.0), true).expect("profile");
     assert!(throttled.flows.iter().all(|f| f.gbps == 25.0));
+}
+
+/// Four racks of two 2-GPU hosts under two spines whose links run at half
+/// a NIC.
+fn four_racks() -> Topology {
+    LeafSpine {
+        racks: 4,
+        hosts_per_rack: 2,
+        spines: 2,
+        gpus_per_host: 2,
+        gpu_type: "a100".into(),
+        host_gbps: 100.0,
+        uplink_gbps: 50.0,
+    }
+    .build("t")
+    .expect("valid")
+}
+
+#[test]
+fn an_arrival_re_plans_only_the_part_whose_links_it_shares() {
+    // Rings a and b cross racks 0 and 1 (hosts 0, 2 and 1, 3): one part,
+    // planned at t = 0. Ring c arrives at t = 5 s across racks 2 and 3:
+    // it shares no logical link with a or b, so their plan, its clock and
+    // the step each has reached stay, and nothing of theirs is undone; c
+    // is a part of its own, planned at 5 s. Ring d then arrives at 9 s on
+    // racks 1 and 2: it joins both parts, and all four rings are planned
+    // again together at 9 s.
+    use crate::baseline::Pinned;
+    let t = four_racks();
+    let ring = |id: &str| JobSpec::new(id, "vgg19", 32, 2, Work::Iterations(300), 0.0);
+    let specs = [ring("a"), ring("b"), ring("c"), ring("d")];
+    let hosts: [RingHosts; 4] = [[(0, 1), (2, 1)], [(1, 1), (3, 1)], [(4, 1), (6, 1)], [(2, 1), (4, 1)]];
+    let pins = specs.iter().zip(&hosts).map(|(s, h)| (s.id.clone(), h.to_vec())).collect();
+    let mut f = Foresight::new(Box::new(Pinned { pins, label: None }), Mode::Foresight);
+    // Round n: jobs 0..n run, job n arrives (the first round places a and b).
+    let round = |f: &mut Foresight, now_s: f64, running: usize, arriving: std::ops::Range<usize>| {
+        let mut free = vec![2u32; 8];
+        for (h, g) in hosts[..running].iter().flatten() {
+            free[*h] -= g;
+        }
+        let queue = arriving.map(|i| crate::QueuedJob::new(i, &specs[i], now_s)).collect();
+        let running = (0..running).map(|i| crate::RunningJob::new(i, &specs[i], &hosts[i])).collect();
+        f.schedule(&ClusterView { now_s, topology: &t, free_gpus: &free, queue, running })
+    };
+    round(&mut f, 0.0, 0, 0..2);
+    assert_eq!((f.parts.len(), part_of(&f, 0).jobs.clone()), (1, vec![0, 1]));
+    // a and b run two steps of their plan.
+    for job in [0, 1] {
+        f.steps.get_mut(&job).expect("planned").1 = 2;
+    }
+    let kept = (f.steps[&0].clone(), f.steps[&1].clone(), part_of(&f, 0).clone());
+    let out = round(&mut f, 5.0, 2, 2..3);
+    assert!(out.iter().any(|d| matches!(d, Decision::Place { job: 2, .. })), "{out:?}");
+    assert!(
+        out.iter().all(|d| !matches!(d, Decision::Route { job: 0 | 1, .. } | Decision::Throttle { job: 0 | 1, .. })),
+        "{out:?}"
+    );
+    assert_eq!(
+        (f.steps[&0].clone(), f.steps[&1].clone(), part_of(&f, 0).clone()),
+        kept,
+        "a and b's part is left alone"
+    );
+    assert_eq!((f.parts.len(), part_of(&f, 2).jobs.clone(), part_of(&f, 2).planned_at_s), (2, vec![2], 5.0));
+    // d bridges racks 1 and 2: one part again, planned now.
+    let out = round(&mut f, 9.0, 3, 3..4);
+    assert!(out.iter().any(|d| matches!(d, Decision::Place { job: 3, .. })), "{out:?}");
+    assert_eq!(f.parts.len(), 1, "{:?}", f.parts);
+    assert_eq!((part_of(&f, 3).jobs.clone(), part_of(&f, 3).planned_at_s), (vec![0, 1, 2, 3], 9.0));
+    assert!(f.steps.values().all(|(_, k)| *k == 1), "every ring starts its new plan");
+}
+
+#[test]
+fn running_jobs_it_has_not_seen_are_planned_at_the_first_arrival() {
+    // A standby that takes over (or any policy started on a busy cluster)
+    // finds rings a and b running across racks 0 and 1 without having
+    // placed them; c arrives across racks 2 and 3. a and b are planned
+    // too, as one part, beside c's.
+    use crate::baseline::Pinned;
+    let t = four_racks();
+    let ring = |id: &str| JobSpec::new(id, "vgg19", 32, 2, Work::Iterations(300), 0.0);
+    let specs = [ring("a"), ring("b"), ring("c")];
+    let hosts: [RingHosts; 3] = [[(0, 1), (2, 1)], [(1, 1), (3, 1)], [(4, 1), (6, 1)]];
+    let pins = specs.iter().zip(&hosts).map(|(s, h)| (s.id.clone(), h.to_vec())).collect();
+    let mut f = Foresight::new(Box::new(Pinned { pins, label: None }), Mode::Foresight);
+    let free = [1, 1, 1, 1, 2, 2, 2, 2];
+    let running = (0..2).map(|i| crate::RunningJob::new(i, &specs[i], &hosts[i])).collect();
+    let queue = vec![crate::QueuedJob::new(2, &specs[2], 3.0)];
+    f.schedule(&ClusterView { now_s: 3.0, topology: &t, free_gpus: &free, queue, running });
+    let parts: std::collections::BTreeSet<Vec<JobId>> = f.parts.values().map(|p| p.jobs.clone()).collect();
+    assert_eq!(parts, [vec![0, 1], vec![2]].into_iter().collect());
+    assert!((0..3).all(|j| f.watches(j)));
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 48, ..Default::default() })]
+
+    /// Issue 69: re-planning only the parts an arrival or a departure
+    /// touches gives every job the steps a re-plan of every part gives,
+    /// and the same parts, on random leaf-spines and random arrivals and
+    /// departures of rings of 2-3 workers, under each mode that plans.
+    #[test]
+    fn a_partial_re_plan_equals_a_full_one(
+        racks in 2usize..=5,
+        per_rack in 1usize..=3,
+        spines in 1u32..=3,
+        mode in 0usize..5,
+        seed in proptest::prelude::any::<u64>(),
+    ) {
+        use crate::baseline::Pinned;
+        let mode = [Mode::Ts, Mode::Ro, Mode::Sub, Mode::Foresight, Mode::Routes][mode];
+        let t = LeafSpine {
+            racks: racks as u32,
+            hosts_per_rack: per_rack as u32,
+            spines,
+            gpus_per_host: 2,
+            gpu_type: "a100".into(),
+            host_gbps: 100.0,
+            uplink_gbps: 50.0,
+        }
+        .build("t")
+        .expect("valid");
+        let hosts = racks * per_rack;
+        // A SplitMix64 stream from the seed: rounds of departures and arrivals.
+        let mut state = seed;
+        let mut next = move |n: usize| -> usize {
+            state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = state;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            ((z ^ (z >> 31)) % n as u64) as usize
+        };
+        let models = ["vgg16", "vgg19", "resnet50", "bert"];
+        let mut free = vec![2u32; hosts];
+        let mut specs: Vec<JobSpec> = Vec::new();
+        let mut pins: std::collections::BTreeMap<String, Vec<(HostId, u32)>> = Default::default();
+        // Each round: (the jobs that have left, the jobs arriving).
+        let mut rounds: Vec<(Vec<usize>, Vec<usize>)> = Vec::new();
+        let mut running: Vec<usize> = Vec::new();
+        for _ in 0..6 {
+            let mut left = Vec::new();
+            if !running.is_empty() && next(3) == 0 {
+                let j = running.remove(next(running.len()));
+                for &(h, g) in &pins[&specs[j].id] {
+                    free[h] += g;
+                }
+                left.push(j);
+            }
+            let mut arriving = Vec::new();
+            for _ in 0..1 + next(2) {
+                let workers = 2 + next(2);
+                let mut open: Vec<usize> = (0..hosts).filter(|&h| free[h] > 0).collect();
+                if open.len() < workers {
+                    break;
+                }
+                let mut on = Vec::new();
+                for _ in 0..workers {
+                    let h = open.remove(next(open.len()));
+                    free[h] -= 1;
+                    on.push((h, 1u32));
+                }
+                let id = specs.len();
+                let work = Work::Iterations(50 + 50 * next(8) as u64);
+                specs.push(JobSpec::new(format!("j{id}"), models[next(models.len())], 32, workers as u32, work, 0.0));
+                pins.insert(format!("j{id}"), on);
+                arriving.push(id);
+                running.push(id);
+            }
+            rounds.push((left, arriving));
+        }
+        let pinned = || Box::new(Pinned { pins: pins.clone(), label: None });
+        let mut partial = Foresight::new(pinned(), mode);
+        let mut full = Foresight::new(pinned(), mode);
+        full.replan_all = true;
+        let mut live: Vec<usize> = Vec::new();
+        for (round, (left, arriving)) in rounds.iter().enumerate() {
+            live.retain(|j| !left.contains(j));
+            let now_s = round as f64;
+            let mut free = vec![2u32; hosts];
+            for j in &live {
+                for &(h, g) in &pins[&specs[*j].id] {
+                    free[h] -= g;
+                }
+            }
+            let hosts_of: Vec<Vec<(HostId, u32)>> = live.iter().map(|j| pins[&specs[*j].id].clone()).collect();
+            let view = || ClusterView {
+                now_s,
+                topology: &t,
+                free_gpus: &free,
+                queue: arriving.iter().map(|&j| crate::QueuedJob::new(j, &specs[j], now_s)).collect(),
+                running: live.iter().zip(&hosts_of).map(|(&j, h)| crate::RunningJob::new(j, &specs[j], h)).collect(),
+            };
+            partial.schedule(&view());
+            full.schedule(&view());
+            let steps = |f: &Foresight| -> std::collections::BTreeMap<JobId, Vec<Step>> {
+                f.steps.iter().map(|(j, (s, _))| (*j, s.clone())).collect()
+            };
+            let parts = |f: &Foresight| -> std::collections::BTreeSet<Vec<JobId>> {
+                f.parts.values().map(|p| p.jobs.clone()).collect()
+            };
+            proptest::prop_assert_eq!(steps(&partial), steps(&full), "round {}, {:?}", round, mode);
+            proptest::prop_assert_eq!(parts(&partial), parts(&full), "round {}", round);
+            live.extend(arriving);
+        }
+    }
 }
