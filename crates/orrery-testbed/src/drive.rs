@@ -152,7 +152,7 @@ pub struct Measured {
 /// the returned note says so; the list is not narrowed again afterwards,
 /// since runs in parallel share it (another may be setting up its
 /// namespaces). An error when the kernel does not offer `cc` at all.
-fn allow_congestion_control(cc: &str) -> Result<Option<String>> {
+pub(crate) fn allow_congestion_control(cc: &str) -> Result<Option<String>> {
     const ALLOWED: &str = "/proc/sys/net/ipv4/tcp_allowed_congestion_control";
     const AVAILABLE: &str = "/proc/sys/net/ipv4/tcp_available_congestion_control";
     let read = |path: &str| std::fs::read_to_string(path).with_context(|| format!("reading {path}"));

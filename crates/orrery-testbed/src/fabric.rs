@@ -17,6 +17,17 @@
 //! `Throttle`s). Traffic never leaves the namespaces: no interface is in the
 //! root namespace and no route leads out.
 //!
+//! That queue is one tail-drop FIFO per link, where TCP's flows compete as
+//! their congestion controls make them. [`Queueing::Fair`] (issue 68) gives
+//! each pair of hosts whose paths cross a link a class of its own under
+//! `1:1` instead, with an equal guaranteed rate, the link's rate as ceiling
+//! and its own FIFO: htb serves the backlogged classes in turn and lends
+//! them the idle classes' rate in equal parts, so the link is shared per
+//! flow, as DCQCN's fair convergence shares CASSINI's RDMA testbed (this
+//! kernel has no sfq, fq or fq_codel). A host pair carries one flow of a
+//! ring; a job's throttle class still takes its port first (filter
+//! priority 17 before the pairs' 20).
+//!
 //! Everything is made with `ip` and `tc` from iproute2, one batch per
 //! namespace. [`Fabric`] removes its namespaces when dropped (deleting a
 //! namespace deletes its veths and qdiscs), and [`down`] removes any left
@@ -71,12 +82,54 @@ pub struct FabricOptions {
     pub scale: f64,
     /// Queue of each link, in ms of its (scaled) rate.
     pub queue_ms: f64,
+    /// How each link's queue is shared between flows.
+    pub queueing: Queueing,
 }
 
 impl Default for FabricOptions {
     fn default() -> Self {
-        FabricOptions { prefix: "orr".into(), scale: 0.01, queue_ms: 2.0 }
+        FabricOptions { prefix: "orr".into(), scale: 0.01, queue_ms: 2.0, queueing: Queueing::TailDrop }
     }
+}
+
+/// How a shaped link queues the flows that cross it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Queueing {
+    /// One FIFO of `queue_ms` per link, dropping at its tail: TCP's flows
+    /// take what their congestion controls win.
+    #[default]
+    TailDrop,
+    /// A class and a FIFO of `queue_ms` per pair of hosts whose paths cross
+    /// the link, served in turn (htb): each flow gets an equal share.
+    Fair,
+}
+
+impl std::str::FromStr for Queueing {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "tail-drop" => Ok(Queueing::TailDrop),
+            "fair" => Ok(Queueing::Fair),
+            _ => Err(format!("expected tail-drop or fair, found {s:?}")),
+        }
+    }
+}
+
+impl std::fmt::Display for Queueing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Queueing::TailDrop => "tail-drop",
+            Queueing::Fair => "fair",
+        })
+    }
+}
+
+/// The htb class of the `k`th host pair on a link under [`Queueing::Fair`]
+/// (minor ids from 0x1000: the node agents' throttle classes sit below).
+fn pair_class(k: usize) -> String {
+    format!("1:{:x}", 0x1000 + k)
 }
 
 /// One end of a cable.
@@ -342,6 +395,21 @@ impl Fabric {
         let hosts = topo.hosts.len();
         let mut ip_lines: Vec<Vec<String>> = vec![vec!["link set lo up".to_string()]; topo.node_count()];
         let mut tc_lines: Vec<Vec<String>> = vec![Vec::new(); topo.node_count()];
+        // Under fair queueing, the host pairs whose paths cross each link.
+        // O(hosts² · paths · hops).
+        let mut crossing: Vec<Vec<(usize, usize)>> = vec![Vec::new(); self.link_ports.len()];
+        if self.options.queueing == Queueing::Fair {
+            for src in 0..hosts {
+                for dst in (0..hosts).filter(|&d| d != src) {
+                    let mut links: Vec<usize> = topo.shared_paths(src, dst).iter().flatten().copied().collect();
+                    links.sort_unstable();
+                    links.dedup();
+                    for l in links {
+                        crossing[l].push((src, dst));
+                    }
+                }
+            }
+        }
         for (l, port) in self.link_ports.iter().enumerate() {
             let n = topo.links[l].from;
             ip_lines[n].push(format!("addr add {}/30 dev {}", port.addr, port.dev));
@@ -357,6 +425,22 @@ impl Fabric {
                 "class add dev {dev} parent 1:1 classid 1:10 htb rate {rate}bit ceil {rate}bit quantum 60000"
             ));
             tc_lines[n].push(format!("qdisc add dev {dev} parent 1:10 handle 10: bfifo limit {queue}"));
+            if self.options.queueing == Queueing::Fair {
+                let pairs = &crossing[l];
+                let share = (rate / pairs.len().max(1) as u64).max(8_000);
+                for (k, &(src, dst)) in pairs.iter().enumerate() {
+                    let class = pair_class(k);
+                    let (from, to) = (self.host_addrs[src], self.host_addrs[dst]);
+                    tc_lines[n].push(format!(
+                        "class add dev {dev} parent 1:1 classid {class} htb rate {share}bit ceil {rate}bit quantum 60000"
+                    ));
+                    tc_lines[n].push(format!("qdisc add dev {dev} parent {class} bfifo limit {queue}"));
+                    tc_lines[n].push(format!(
+                        "filter add dev {dev} parent 1: protocol ip prio 20 u32 match ip src {from}/32 match ip dst \
+                         {to}/32 classid {class}"
+                    ));
+                }
+            }
         }
         for (h, gw) in host_gateway.iter().enumerate().take(hosts) {
             if let Some(gw) = gw {

@@ -109,7 +109,7 @@ fn measure_all(fabric: &Fabric, opts: &ThrottleOptions) -> Result<Vec<ThrottleRo
     // control uses a port no filter matches.
     let (throttled_port, free_port) = (worker_port(JOB, 1), worker_port(JOB, 2));
     let mut rows = Vec::new();
-    let measured = transfer(&sender, &receiver, to, free_port, opts)?;
+    let measured = transfer(&sender, &receiver, to, free_port, opts.seconds, opts.warmup_s, None)?;
     rows.push(row(None, link_mbps, measured));
     let mut first = true;
     for &g in &opts.gbps {
@@ -119,7 +119,7 @@ fn measure_all(fabric: &Fabric, opts: &ThrottleOptions) -> Result<Vec<ThrottleRo
             tc(&args)?;
         }
         first = false;
-        let measured = transfer(&sender, &receiver, to, throttled_port, opts)?;
+        let measured = transfer(&sender, &receiver, to, throttled_port, opts.seconds, opts.warmup_s, None)?;
         rows.push(row(Some(g), rate_bps as f64 / 1e6, measured));
     }
     Ok(rows)
@@ -151,10 +151,18 @@ fn enter(name: &str) -> Result<()> {
 }
 
 /// One TCP transfer from `sender`'s namespace to `to:port` in `receiver`'s
-/// for `opts.seconds`; the payload rate after the warm-up, Mbit/s.
-fn transfer(sender: &str, receiver: &str, to: Ipv4Addr, port: u16, opts: &ThrottleOptions) -> Result<f64> {
+/// for `seconds`, under congestion control `cc` (None: the namespace's
+/// default); the payload rate after `warmup` s, Mbit/s.
+pub(crate) fn transfer(
+    sender: &str,
+    receiver: &str,
+    to: Ipv4Addr,
+    port: u16,
+    seconds: f64,
+    warmup: f64,
+    cc: Option<&str>,
+) -> Result<f64> {
     let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<()>>();
-    let (seconds, warmup) = (opts.seconds, opts.warmup_s);
     let receiver = receiver.to_string();
     let reader = std::thread::spawn(move || -> Result<f64> {
         let listener = enter(&receiver)
@@ -209,9 +217,15 @@ fn transfer(sender: &str, receiver: &str, to: Ipv4Addr, port: u16, opts: &Thrott
     });
     ready_rx.recv().context("the receiver thread ended")??;
     let sender = sender.to_string();
+    let cc = cc.map(str::to_string);
     let writer = std::thread::spawn(move || -> Result<()> {
         enter(&sender)?;
         let mut conn = TcpStream::connect(SocketAddrV4::new(to, port)).context("connecting")?;
+        if let Some(cc) = &cc {
+            socket2::SockRef::from(&conn)
+                .set_tcp_congestion(cc.as_bytes())
+                .with_context(|| format!("TCP congestion control {cc:?}"))?;
+        }
         let chunk = vec![0u8; 1 << 16];
         let end = Instant::now() + Duration::from_secs_f64(seconds);
         while Instant::now() < end {

@@ -23,6 +23,10 @@ pub enum Command {
     /// job's class at each cap, one TCP transfer each, against the payload
     /// the cap allows (1448/1514 of it), and an unthrottled control.
     Throttle(ThrottleArgs),
+    /// Measure how a shaped link shares itself between TCP flows: one flow
+    /// per congestion control, all across one uplink at once, each against
+    /// its fair share (try `--fabric fair` against the default tail-drop).
+    Share(ShareArgs),
     /// Remove every namespace a testbed with this prefix made.
     Down {
         /// Namespace prefix.
@@ -48,6 +52,25 @@ pub struct ThrottleArgs {
     #[arg(long, value_delimiter = ',', default_value = "10,25,50,75", value_parser = crate::numbers::positive)]
     gbps: Vec<f64>,
     /// Length of each transfer, s.
+    #[arg(long, default_value_t = 4.0, value_parser = crate::numbers::positive)]
+    seconds: f64,
+    /// Left out at the start of each transfer, s.
+    #[arg(long, default_value_t = 1.0, value_parser = crate::numbers::non_negative)]
+    warmup_s: f64,
+    /// Also write the rows as JSON to this file.
+    #[arg(long, value_name = "FILE")]
+    out: Option<PathBuf>,
+    #[command(flatten)]
+    fabric: FabricArgs,
+}
+
+/// Flags of `orrery testbed share`.
+#[derive(clap::Args, Debug)]
+pub struct ShareArgs {
+    /// One flow per congestion control, all at once (2 to 8).
+    #[arg(long, value_delimiter = ',', default_value = "bbr,cubic")]
+    cc: Vec<String>,
+    /// Length of the transfers, s.
     #[arg(long, default_value_t = 4.0, value_parser = crate::numbers::positive)]
     seconds: f64,
     /// Left out at the start of each transfer, s.
@@ -181,12 +204,18 @@ pub struct FabricArgs {
     /// Namespace prefix (namespaces are PREFIX-NODE).
     #[arg(long, default_value = "orr")]
     pub prefix: String,
+    /// How each link queues its flows: `tail-drop` (one FIFO, TCP's flows
+    /// take what their congestion controls win) or `fair` (a class and a
+    /// FIFO per host pair, served in turn: equal shares per flow, as RDMA's
+    /// DCQCN converges to).
+    #[arg(long, default_value = "tail-drop")]
+    pub fabric: orrery_testbed::fabric::Queueing,
 }
 
 impl FabricArgs {
     /// The library's options.
     pub fn options(&self) -> FabricOptions {
-        FabricOptions { prefix: self.prefix.clone(), scale: self.scale, queue_ms: self.queue_ms }
+        FabricOptions { prefix: self.prefix.clone(), scale: self.scale, queue_ms: self.queue_ms, queueing: self.fabric }
     }
 }
 
@@ -218,6 +247,7 @@ pub fn run(cmd: &Command) -> Result<()> {
             Ok(())
         }
         Command::Throttle(args) => throttle(args),
+        Command::Share(args) => share(args),
         Command::Run(args) => scenario(args, false),
         Command::Compare(args) => scenario(args, true),
         Command::Down { prefix } => {
@@ -248,6 +278,29 @@ fn throttle(args: &ThrottleArgs) -> Result<()> {
     for r in &rows {
         let asked = r.asked_gbps.map_or("none (the link)".to_string(), |g| format!("{g}"));
         println!("| {asked} | {:.1} | {:.1} | {:.1} | {:.3} |", r.wire_mbps, r.expected_mbps, r.measured_mbps, r.ratio);
+    }
+    if let Some(out) = &args.out {
+        let json = serde_json::to_vec_pretty(&rows)?;
+        orrery_model::files::write_atomic(out, &json).with_context(|| format!("writing {}", out.display()))?;
+    }
+    Ok(())
+}
+
+/// `orrery testbed share`: the table, and the JSON with `--out`.
+fn share(args: &ShareArgs) -> Result<()> {
+    use orrery_testbed::share::{ShareOptions, check};
+    let opts = ShareOptions {
+        congestion_controls: args.cc.clone(),
+        seconds: args.seconds,
+        warmup_s: args.warmup_s,
+        fabric: args.fabric.options(),
+    };
+    let rows = check(&opts)?;
+    println!("fabric: {}", opts.fabric.queueing);
+    println!("| flow | congestion control | measured (Mbit/s) | fair share (Mbit/s) | measured / fair |");
+    println!("|---:|---|---:|---:|---:|");
+    for (i, r) in rows.iter().enumerate() {
+        println!("| {i} | {} | {:.1} | {:.1} | {:.3} |", r.congestion_control, r.measured_mbps, r.fair_mbps, r.share);
     }
     if let Some(out) = &args.out {
         let json = serde_json::to_vec_pretty(&rows)?;
