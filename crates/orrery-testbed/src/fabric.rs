@@ -126,6 +126,47 @@ impl std::fmt::Display for Queueing {
     }
 }
 
+/// Under [`Queueing::Fair`], the ordered host pairs whose shortest paths
+/// cross each link (every ECMP candidate counts: the hash may pick any).
+/// O(hosts² · paths · hops).
+fn pairs_crossing(topo: &Topology) -> Vec<Vec<(usize, usize)>> {
+    let hosts = topo.hosts.len();
+    let mut crossing: Vec<Vec<(usize, usize)>> = vec![Vec::new(); topo.links.len()];
+    for src in 0..hosts {
+        for dst in (0..hosts).filter(|&d| d != src) {
+            let mut links: Vec<usize> = topo.shared_paths(src, dst).iter().flatten().copied().collect();
+            links.sort_unstable();
+            links.dedup();
+            for l in links {
+                crossing[l].push((src, dst));
+            }
+        }
+    }
+    crossing
+}
+
+/// The tc lines that share a link's device `dev` (shaped at `rate` bit/s,
+/// its FIFOs `queue` bytes) fairly between the host pairs `ends` (source
+/// and destination addresses) whose paths cross it: a class each under
+/// `1:1` with an equal guaranteed rate and the link's rate as ceiling, its
+/// own FIFO, and a u32 filter on the pair's addresses. O(pairs).
+fn fair_lines(dev: &str, rate: u64, queue: u64, ends: &[(Ipv4Addr, Ipv4Addr)]) -> Vec<String> {
+    let share = (rate / ends.len().max(1) as u64).max(8_000);
+    let mut lines = Vec::with_capacity(3 * ends.len());
+    for (k, (from, to)) in ends.iter().enumerate() {
+        let class = pair_class(k);
+        lines.push(format!(
+            "class add dev {dev} parent 1:1 classid {class} htb rate {share}bit ceil {rate}bit quantum 60000"
+        ));
+        lines.push(format!("qdisc add dev {dev} parent {class} bfifo limit {queue}"));
+        lines.push(format!(
+            "filter add dev {dev} parent 1: protocol ip prio 20 u32 match ip src {from}/32 match ip dst {to}/32 \
+             classid {class}"
+        ));
+    }
+    lines
+}
+
 /// The htb class of the `k`th host pair on a link under [`Queueing::Fair`]
 /// (minor ids from 0x1000: the node agents' throttle classes sit below).
 fn pair_class(k: usize) -> String {
@@ -395,21 +436,7 @@ impl Fabric {
         let hosts = topo.hosts.len();
         let mut ip_lines: Vec<Vec<String>> = vec![vec!["link set lo up".to_string()]; topo.node_count()];
         let mut tc_lines: Vec<Vec<String>> = vec![Vec::new(); topo.node_count()];
-        // Under fair queueing, the host pairs whose paths cross each link.
-        // O(hosts² · paths · hops).
-        let mut crossing: Vec<Vec<(usize, usize)>> = vec![Vec::new(); self.link_ports.len()];
-        if self.options.queueing == Queueing::Fair {
-            for src in 0..hosts {
-                for dst in (0..hosts).filter(|&d| d != src) {
-                    let mut links: Vec<usize> = topo.shared_paths(src, dst).iter().flatten().copied().collect();
-                    links.sort_unstable();
-                    links.dedup();
-                    for l in links {
-                        crossing[l].push((src, dst));
-                    }
-                }
-            }
-        }
+        let crossing = if self.options.queueing == Queueing::Fair { pairs_crossing(topo) } else { Vec::new() };
         for (l, port) in self.link_ports.iter().enumerate() {
             let n = topo.links[l].from;
             ip_lines[n].push(format!("addr add {}/30 dev {}", port.addr, port.dev));
@@ -425,21 +452,10 @@ impl Fabric {
                 "class add dev {dev} parent 1:1 classid 1:10 htb rate {rate}bit ceil {rate}bit quantum 60000"
             ));
             tc_lines[n].push(format!("qdisc add dev {dev} parent 1:10 handle 10: bfifo limit {queue}"));
-            if self.options.queueing == Queueing::Fair {
-                let pairs = &crossing[l];
-                let share = (rate / pairs.len().max(1) as u64).max(8_000);
-                for (k, &(src, dst)) in pairs.iter().enumerate() {
-                    let class = pair_class(k);
-                    let (from, to) = (self.host_addrs[src], self.host_addrs[dst]);
-                    tc_lines[n].push(format!(
-                        "class add dev {dev} parent 1:1 classid {class} htb rate {share}bit ceil {rate}bit quantum 60000"
-                    ));
-                    tc_lines[n].push(format!("qdisc add dev {dev} parent {class} bfifo limit {queue}"));
-                    tc_lines[n].push(format!(
-                        "filter add dev {dev} parent 1: protocol ip prio 20 u32 match ip src {from}/32 match ip dst \
-                         {to}/32 classid {class}"
-                    ));
-                }
+            if let Some(pairs) = crossing.get(l) {
+                let ends: Vec<(Ipv4Addr, Ipv4Addr)> =
+                    pairs.iter().map(|&(a, b)| (self.host_addrs[a], self.host_addrs[b])).collect();
+                tc_lines[n].extend(fair_lines(dev, rate, queue, &ends));
             }
         }
         for (h, gw) in host_gateway.iter().enumerate().take(hosts) {
@@ -656,6 +672,36 @@ mod tests {
         }
         assert_eq!(cable_addrs(0), (Ipv4Addr::new(10, 64, 0, 1), Ipv4Addr::new(10, 64, 0, 2)));
         assert_eq!(cable_addrs(64), (Ipv4Addr::new(10, 64, 1, 1), Ipv4Addr::new(10, 64, 1, 2)));
+    }
+
+    #[test]
+    fn a_fair_link_has_a_class_per_host_pair_whose_paths_cross_it() {
+        // demo: hosts 0, 1 under leaf 0 and 2, 3 under leaf 1, one spine.
+        let topo = orrery_model::setups::by_name("demo").expect("demo topology");
+        let crossing = pairs_crossing(&topo);
+        let leaf0 = topo.links[topo.out_links(0)[0]].to;
+        // Host 0's uplink carries its flows to the three others.
+        assert_eq!(crossing[topo.out_links(0)[0]], vec![(0, 1), (0, 2), (0, 3)]);
+        // Leaf 0's uplink carries rack 0's flows to rack 1: four pairs.
+        let up = topo.out_links(leaf0).iter().copied().find(|&l| topo.links[l].to >= 4).expect("an uplink");
+        assert_eq!(crossing[up], vec![(0, 2), (0, 3), (1, 2), (1, 3)]);
+        // Four classes at a quarter of the rate each, the rate as ceiling.
+        let ends = [(Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2)); 4];
+        let lines = fair_lines("p2", 1_000_000, 131_072, &ends);
+        assert_eq!(lines.len(), 12);
+        assert_eq!(
+            lines[0],
+            "class add dev p2 parent 1:1 classid 1:1000 htb rate 250000bit ceil 1000000bit quantum 60000"
+        );
+        assert_eq!(lines[1], "qdisc add dev p2 parent 1:1000 bfifo limit 131072");
+        assert_eq!(
+            lines[2],
+            "filter add dev p2 parent 1: protocol ip prio 20 u32 match ip src 10.0.0.1/32 match ip dst 10.0.0.2/32 classid 1:1000"
+        );
+        assert!(lines[9].contains("classid 1:1003"));
+        assert_eq!("fair".parse::<Queueing>(), Ok(Queueing::Fair));
+        assert_eq!(Queueing::TailDrop.to_string(), "tail-drop");
+        assert!("fq".parse::<Queueing>().expect_err("refused").contains("tail-drop or fair"));
     }
 
     #[test]

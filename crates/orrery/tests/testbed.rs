@@ -558,8 +558,9 @@ fn a_throttle_holds_a_real_tcp_transfer_to_the_rate_asked() {
 fn the_fair_fabric_gives_each_flow_its_share_whatever_its_congestion_control() {
     // Issue 68, item 2: under `--fabric fair` a bbr and a cubic transfer
     // across one uplink each get their half of the link's payload rate
-    // within 10%. On the default tail-drop fabric bbr took 1.29x its share
-    // and cubic 0.70x (`orrery testbed share`, 2026-11-29).
+    // within 10%. On the default tail-drop fabric bbr took 1.31-1.48x its
+    // share and cubic 0.50-0.66x in three runs (docs/results.md, "A fair
+    // fabric").
     let Some(_one) = testbed_turn() else { return };
     let available = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control").unwrap_or_default();
     if !available.split_whitespace().any(|c| c == "bbr") {
