@@ -51,6 +51,14 @@ pub struct ThrottleArgs {
     /// Per-flow caps, Gbit/s at the model's scale (the links run at 100).
     #[arg(long, value_delimiter = ',', default_value = "10,25,50,75", value_parser = crate::numbers::positive)]
     gbps: Vec<f64>,
+    #[command(flatten)]
+    transfers: TransferArgs,
+}
+
+/// The transfers `orrery testbed throttle` and `share` measure, and where
+/// their rows go.
+#[derive(clap::Args, Debug)]
+pub struct TransferArgs {
     /// Length of each transfer, s.
     #[arg(long, default_value_t = 4.0, value_parser = crate::numbers::positive)]
     seconds: f64,
@@ -64,23 +72,25 @@ pub struct ThrottleArgs {
     fabric: FabricArgs,
 }
 
+impl TransferArgs {
+    /// Writes `rows` as JSON to `--out`, when given.
+    fn write(&self, rows: &impl serde::Serialize) -> Result<()> {
+        if let Some(out) = &self.out {
+            let json = serde_json::to_vec_pretty(rows)?;
+            orrery_model::files::write_atomic(out, &json).with_context(|| format!("writing {}", out.display()))?;
+        }
+        Ok(())
+    }
+}
+
 /// Flags of `orrery testbed share`.
 #[derive(clap::Args, Debug)]
 pub struct ShareArgs {
     /// One flow per congestion control, all at once (2 to 8).
     #[arg(long, value_delimiter = ',', default_value = "bbr,cubic")]
     cc: Vec<String>,
-    /// Length of the transfers, s.
-    #[arg(long, default_value_t = 4.0, value_parser = crate::numbers::positive)]
-    seconds: f64,
-    /// Left out at the start of each transfer, s.
-    #[arg(long, default_value_t = 1.0, value_parser = crate::numbers::non_negative)]
-    warmup_s: f64,
-    /// Also write the rows as JSON to this file.
-    #[arg(long, value_name = "FILE")]
-    out: Option<PathBuf>,
     #[command(flatten)]
-    fabric: FabricArgs,
+    transfers: TransferArgs,
 }
 
 /// Flags of `orrery testbed run` and `compare`.
@@ -266,9 +276,9 @@ fn throttle(args: &ThrottleArgs) -> Result<()> {
     use orrery_testbed::throttle::{ThrottleOptions, check};
     let opts = ThrottleOptions {
         gbps: args.gbps.clone(),
-        seconds: args.seconds,
-        warmup_s: args.warmup_s,
-        fabric: args.fabric.options(),
+        seconds: args.transfers.seconds,
+        warmup_s: args.transfers.warmup_s,
+        fabric: args.transfers.fabric.options(),
     };
     let rows = check(&opts)?;
     println!(
@@ -279,11 +289,7 @@ fn throttle(args: &ThrottleArgs) -> Result<()> {
         let asked = r.asked_gbps.map_or("none (the link)".to_string(), |g| format!("{g}"));
         println!("| {asked} | {:.1} | {:.1} | {:.1} | {:.3} |", r.wire_mbps, r.expected_mbps, r.measured_mbps, r.ratio);
     }
-    if let Some(out) = &args.out {
-        let json = serde_json::to_vec_pretty(&rows)?;
-        orrery_model::files::write_atomic(out, &json).with_context(|| format!("writing {}", out.display()))?;
-    }
-    Ok(())
+    args.transfers.write(&rows)
 }
 
 /// `orrery testbed share`: the table, and the JSON with `--out`.
@@ -291,9 +297,9 @@ fn share(args: &ShareArgs) -> Result<()> {
     use orrery_testbed::share::{ShareOptions, check};
     let opts = ShareOptions {
         congestion_controls: args.cc.clone(),
-        seconds: args.seconds,
-        warmup_s: args.warmup_s,
-        fabric: args.fabric.options(),
+        seconds: args.transfers.seconds,
+        warmup_s: args.transfers.warmup_s,
+        fabric: args.transfers.fabric.options(),
     };
     let rows = check(&opts)?;
     println!("fabric: {}", opts.fabric.queueing);
@@ -302,11 +308,7 @@ fn share(args: &ShareArgs) -> Result<()> {
     for (i, r) in rows.iter().enumerate() {
         println!("| {i} | {} | {:.1} | {:.1} | {:.3} |", r.congestion_control, r.measured_mbps, r.fair_mbps, r.share);
     }
-    if let Some(out) = &args.out {
-        let json = serde_json::to_vec_pretty(&rows)?;
-        orrery_model::files::write_atomic(out, &json).with_context(|| format!("writing {}", out.display()))?;
-    }
-    Ok(())
+    args.transfers.write(&rows)
 }
 
 /// Flags of `orrery worker`.
