@@ -571,7 +571,7 @@ fn the_fair_fabric_gives_each_flow_its_share_whatever_its_congestion_control() {
     let dir = tempfile::tempdir().expect("tempdir");
     let json = dir.path().join("share.json");
     let status = Command::new(BIN)
-        .args(["testbed", "share", "--cc", "bbr,cubic", "--fabric", "fair", "--seconds", "3", "--warmup-s", "1"])
+        .args(["testbed", "share", "--cc", "bbr,cubic", "--fabric", "fair", "--seconds", "2.5", "--warmup-s", "0.5"])
         .args(["--prefix", &prefix, "--out"])
         .arg(&json)
         .status()

@@ -663,7 +663,7 @@ fn foresight_profiles_are_the_job_alone_at_each_throttle() {
     // FORESIGHT profiles each job alone at several rates; orrery derives them
     // from the shape, which must equal what the simulator runs alone.
     use orrery_policy::foresight::logical::LogicalNetwork;
-    use orrery_policy::foresight::policy::profile;
+    use orrery_policy::foresight::profile::profile;
     let job = JobSpec::new("v", "vgg19", 32, 3, Work::Iterations(3), 0.0);
     let hosts = [(0, 1), (8, 1), (16, 1)];
     // FORESIGHT's cluster at 100 Gbit/s, unspread, at three rates. Then

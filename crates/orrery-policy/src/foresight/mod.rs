@@ -8,6 +8,8 @@
 //! * [`timing`]: SolveTiming (Alg. 1): iterations one at a time, least
 //!   attained service first, each at the throttle rate and least delay that
 //!   fit all its logical links.
+//! * [`profile`]: a job's iteration alone on its placement as cross-rack
+//!   flows in time, at each throttle rate, stretched to measured times.
 //! * [`policy`]: FORESIGHT over any placement and its ablations (ts, ro,
 //!   sub, foresight, perfect), applied iteration by iteration.
 //! * [`routing`]: SolveRouting — merged time ranges coloured onto spines,
@@ -17,5 +19,6 @@
 pub mod coloring;
 pub mod logical;
 pub mod policy;
+pub mod profile;
 pub mod routing;
 pub mod timing;

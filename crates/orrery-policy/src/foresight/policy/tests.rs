@@ -1,6 +1,7 @@
 //! Tests of [`super`]: each names the behaviour it checks.
 
 use super::*;
+use orrery_model::Topology;
 use orrery_model::Work;
 use orrery_model::setups::LeafSpine;
 
