@@ -628,7 +628,11 @@ pub fn unavailable() -> Option<String> {
     if !is_root() {
         return Some("not running as root".into());
     }
-    let probe = format!("orrprobe-{}", std::process::id());
+    // One name per call: two threads of one process probing at once (the
+    // testbed's tests run side by side) must not collide ("File exists").
+    static PROBES: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = PROBES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let probe = format!("orrprobe-{}-{n}", std::process::id());
     match run("ip", &["netns", "add", &probe]) {
         Ok(_) => {
             let _ = run("ip", &["netns", "del", &probe]);

@@ -73,18 +73,35 @@ fn read_compare(path: &Path) -> std::collections::BTreeMap<(String, String), (f6
         .collect()
 }
 
-/// The testbed's runs measure time on a 2-core machine: one at a time.
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+/// The testbed's runs measure time on a 2-core machine. A run of emulated
+/// workers (`orrery worker`: compute is a sleep, the ring a TCP transfer on
+/// 500 Mbit/s links) uses little of it: Metronome's S2, 200 iterations, took
+/// 11.5 CPU-seconds in 105 s, service and agents included. Two such runs
+/// share the machine, each on namespaces of its own. Real PyTorch ranks
+/// compute, and the throughput tests measure the kernel's rates: those run
+/// alone.
+static TESTBED: std::sync::RwLock<()> = std::sync::RwLock::new(());
 
-/// This test's turn on the testbed (one at a time), or None after saying
+/// A turn on the testbed beside other emulated runs, or None after saying
 /// why it skips: network namespaces are unavailable here.
-fn testbed_turn() -> Option<std::sync::MutexGuard<'static, ()>> {
-    let turn = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    if let Some(why) = orrery_testbed::fabric::unavailable() {
+fn shared_turn() -> Option<std::sync::RwLockReadGuard<'static, ()>> {
+    let turn = TESTBED.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+    available().then_some(turn)
+}
+
+/// The testbed to this test alone, or None after saying why it skips.
+fn turn_alone() -> Option<std::sync::RwLockWriteGuard<'static, ()>> {
+    let turn = TESTBED.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+    available().then_some(turn)
+}
+
+/// Whether network namespaces can be made here; if not, says why.
+fn available() -> bool {
+    let why = orrery_testbed::fabric::unavailable();
+    if let Some(why) = &why {
         eprintln!("skipped: network namespaces are unavailable here ({why})");
-        return None;
     }
-    Some(turn)
+    why.is_none()
 }
 
 /// Issue 36's test conditions: 200 iterations, real compute 5% longer than
@@ -110,7 +127,7 @@ fn assert_few_collided(job: &serde_json::Value, context: &str) {
 
 #[test]
 fn cassinis_pair_on_real_tcp_against_the_simulator() {
-    let Some(_one) = testbed_turn() else { return };
+    let Some(_turn) = shared_turn() else { return };
     let out = compare(
         "ot",
         "cassini-pair.toml",
@@ -280,7 +297,7 @@ fn torch_python() -> Option<&'static str> {
 
 #[test]
 fn two_real_ddp_jobs_keep_cassinis_shift_and_gain_what_in_step_loses() {
-    let Some(_one) = testbed_turn() else { return };
+    let Some(_turn) = turn_alone() else { return };
     if torch_python().is_none() {
         eprintln!("skipped: no python3 here imports torch (.ci/run installs Debian's python3-torch)");
         return;
@@ -470,7 +487,7 @@ fn two_real_ddp_jobs_keep_cassinis_shift_and_gain_what_in_step_loses() {
 
 #[test]
 fn metronomes_paced_pair_stays_out_of_step_on_real_tcp() {
-    let Some(_one) = testbed_turn() else { return };
+    let Some(_turn) = shared_turn() else { return };
     // Metronome's S2 (VGG19 high priority, VGG16 paced beside it on the
     // same two hosts), with real iterations 5% longer than modelled and
     // h1's clock 50 ms ahead (issue 36). The closed loop once held the
@@ -524,7 +541,7 @@ fn a_throttle_holds_a_real_tcp_transfer_to_the_rate_asked() {
     // one TCP transfer within 10% of the payload the rate allows (the rate
     // on the wire × 1448/1514), and only that job's port: the unthrottled
     // control to another port runs at the link's rate.
-    let Some(_one) = testbed_turn() else { return };
+    let Some(_turn) = turn_alone() else { return };
     let prefix = format!("thr{}", std::process::id() % 100_000);
     let dir = tempfile::tempdir().expect("tempdir");
     let json = dir.path().join("throttle.json");
@@ -561,7 +578,7 @@ fn the_fair_fabric_gives_each_flow_its_share_whatever_its_congestion_control() {
     // within 10%. On the default tail-drop fabric bbr took 1.31-1.48x its
     // share and cubic 0.50-0.66x in three runs (docs/results.md, "A fair
     // fabric").
-    let Some(_one) = testbed_turn() else { return };
+    let Some(_turn) = turn_alone() else { return };
     let available = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control").unwrap_or_default();
     if !available.split_whitespace().any(|c| c == "bbr") {
         eprintln!("skipped: this kernel offers no bbr (tcp_available_congestion_control: {})", available.trim());
