@@ -230,7 +230,11 @@ async fn reconcile(shared: &Shared, view: &mut View) {
             && !p.status.is_over()
         {
             let id = p.id;
-            match shared.core.call(move |core| core.cancel(id)).await {
+            match shared
+                .core
+                .call(move |core| core.cancel(id, &orrery_serve::auth::Caller::Component("k8s-controller")))
+                .await
+            {
                 Ok(Ok(())) => tracing::info!(job = %key, "all pods gone: cancelled"),
                 Ok(Err(f)) => tracing::warn!(job = %key, "cancelling: {f:?}"),
                 Err(_) => return,

@@ -260,7 +260,7 @@ impl Shared {
             .call(move |core| {
                 keys.iter()
                     .map(|key| {
-                        let id = core.ledger.job_by_name(key)?;
+                        let id = core.ledger.job_by_name(None, key)?;
                         let j = &core.ledger.jobs()[id];
                         let names = &core.ledger.topology().hosts;
                         Some(Placement {
@@ -289,7 +289,11 @@ impl Shared {
             }
         }
         let job = spec.id.clone();
-        match self.core.call(move |core| core.submit(spec)).await {
+        match self
+            .core
+            .call(move |core| core.submit(spec, &orrery_serve::auth::Caller::Component("k8s-extender")))
+            .await
+        {
             Ok(Ok(_)) => Ok(()),
             Ok(Err(f)) => Err(NotSubmitted::Refused { job, reason: format!("{f:?}") }),
             Err(_) => Err(NotSubmitted::Stopped),

@@ -108,6 +108,19 @@ pub struct JobSpec {
     /// An LLM named without it is data-parallel over its workers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parallelism: Option<crate::mesh::Mesh>,
+    /// The tenant (team) the job belongs to. The live service sets it from
+    /// the submitter's token (a tenant's token cannot name another); an
+    /// untenanted job belongs to the cluster's administrators.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
+}
+
+/// `TENANT/ID`, or `ID` without a tenant ([`JobSpec::qualified_id`]).
+pub fn qualified(tenant: Option<&str>, id: &str) -> String {
+    match tenant {
+        Some(t) => format!("{t}/{id}"),
+        None => id.to_string(),
+    }
 }
 
 impl Serialize for JobSpec {
@@ -359,7 +372,15 @@ impl JobSpec {
             memory_gib_per_worker: 0.0,
             shape: None,
             parallelism: None,
+            tenant: None,
         }
+    }
+
+    /// The job's id as the live service keys it: `TENANT/ID` for a
+    /// tenant's job (job ids are per tenant, as Kubernetes names are per
+    /// namespace), `ID` for an untenanted one.
+    pub fn qualified_id(&self) -> String {
+        qualified(self.tenant.as_deref(), &self.id)
     }
 
     /// GPUs the job may take from a host with `free` free: all of them, or

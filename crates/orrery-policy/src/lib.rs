@@ -22,6 +22,7 @@ pub mod order;
 pub mod placement;
 pub mod plebiscito;
 pub mod pollux;
+pub mod quota;
 pub mod slot;
 pub mod slurm_block;
 pub mod topology_aware;

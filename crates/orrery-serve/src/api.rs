@@ -238,6 +238,12 @@ pub enum DriverEvent {
         /// Host.
         node: HostId,
     },
+    /// The job was accepted (its entry's `source` says by whom: the audit
+    /// trail of issue 70).
+    Submitted {
+        /// Job.
+        job: JobId,
+    },
 }
 
 /// One entry of the decision log: a policy's decision or a driver event.
@@ -248,6 +254,8 @@ pub enum Logged {
     Decision(Decision),
     /// A driver event.
     Event(DriverEvent),
+    /// An administrators' change.
+    Admin(crate::tenants::AdminEvent),
 }
 
 /// A committed log entry (`GET /v1/decisions?since=SEQ`).
@@ -257,7 +265,8 @@ pub struct LogEntry {
     pub seq: u64,
     /// Cluster-clock seconds.
     pub at_s: f64,
-    /// `policy` or `driver`.
+    /// `policy` or `driver`, or who asked for it: `admin` (the
+    /// administrators' token), `TENANT/TOKEN-ID` (a tenant's token).
     pub source: String,
     /// The decision or event.
     pub entry: Logged,

@@ -1,7 +1,9 @@
-//! Bearer tokens with two scopes. `user.token` lets a person submit, cancel
-//! and read; `agent.token` lets node agents use the node endpoints. Both are
-//! made on first start (32 random bytes from the OS, hex) in files of mode
-//! 0600 and compared in constant time.
+//! Bearer tokens. Two live in files: `user.token`, the cluster
+//! administrators' (submit, cancel and read everything; manage tenants),
+//! and `agent.token`, the node agents' (the node endpoints). Both are made
+//! on first start (32 random bytes from the OS, hex) in files of mode 0600
+//! and compared in constant time. Tenants' tokens are issued through the
+//! API and live in the log as hashes ([`crate::tenants`]).
 
 use anyhow::{Context, Result, bail};
 use std::io::Write;
@@ -16,6 +18,47 @@ pub enum Scope {
     User,
     /// Node endpoints.
     Agent,
+}
+
+/// Who is asking, once their token is known.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Caller {
+    /// The administrators (`user.token`).
+    Admin,
+    /// A tenant's member: the tenant and the token's public id.
+    Tenant {
+        /// Tenant.
+        tenant: String,
+        /// The token's id (`tok-...`).
+        token: String,
+    },
+    /// A part of orrery acting for the administrators (the Kubernetes
+    /// extender and controller), named in the log.
+    Component(&'static str),
+}
+
+impl Caller {
+    /// The tenant whose jobs it may see, None for the administrators (all).
+    pub fn tenant(&self) -> Option<&str> {
+        match self {
+            Caller::Admin | Caller::Component(_) => None,
+            Caller::Tenant { tenant, .. } => Some(tenant),
+        }
+    }
+
+    /// Whether it may see (read, cancel) a job of `tenant`.
+    pub fn sees(&self, tenant: Option<&str>) -> bool {
+        self.tenant().is_none_or(|mine| tenant == Some(mine))
+    }
+
+    /// How the log names it (a [`crate::api::LogEntry`]'s `source`).
+    pub fn source(&self) -> String {
+        match self {
+            Caller::Admin => "admin".into(),
+            Caller::Tenant { tenant, token } => format!("{tenant}/{token}"),
+            Caller::Component(name) => (*name).into(),
+        }
+    }
 }
 
 /// The two tokens.
@@ -107,6 +150,12 @@ impl Tokens {
         let user = agreed.pop().unwrap_or_default();
         Ok(Tokens { user, agent })
     }
+}
+
+/// Writes a secret to a new file of mode 0600 (a tenant's token for
+/// `--token`), replacing any there.
+pub fn write_secret(path: &Path, token: &str) -> Result<()> {
+    write_token(path, token)
 }
 
 /// Replaces a token file (mode 0600, written then renamed).

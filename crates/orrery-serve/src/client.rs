@@ -180,10 +180,25 @@ impl Client {
         }
     }
 
+    /// Sends a request and reads its answer. With several replicas, an
+    /// answer cut off mid-body (the leader stopping while it wrote it) is
+    /// asked again within [`FAILOVER_WINDOW`]: every request is idempotent
+    /// (a submission by its spec id).
     async fn send<T: DeserializeOwned>(&self, req: reqwest::RequestBuilder) -> Answer<T> {
-        let resp = self.execute(req).await?;
-        let status = resp.status();
-        let body = resp.bytes().await.map_err(|e| ClientError::Transport(e.to_string()))?;
+        let deadline = std::time::Instant::now() + FAILOVER_WINDOW;
+        let (status, body) = loop {
+            let attempt = req.try_clone().ok_or_else(|| ClientError::Transport("request not resendable".into()))?;
+            let resp = self.execute(attempt).await?;
+            let status = resp.status();
+            match resp.bytes().await {
+                Ok(body) => break (status, body),
+                Err(e) if self.bases.len() > 1 && std::time::Instant::now() < deadline => {
+                    tracing::debug!("the answer was cut off ({}); asking again", chain(&e));
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(e) => return Err(ClientError::Transport(chain(&e))),
+            }
+        };
         if !status.is_success() {
             let error = serde_json::from_slice(&body).unwrap_or_else(|_| ApiError {
                 error: String::from_utf8_lossy(&body).into_owned(),
@@ -226,12 +241,12 @@ impl Client {
 
     /// One job by id or spec id.
     pub async fn job(&self, id: &str) -> Answer<JobInfo> {
-        self.send(self.http.get(self.url(&format!("/v1/jobs/{id}")))).await
+        self.send(self.http.get(self.url(&format!("/v1/jobs/{}", id.replace('/', "%2F"))))).await
     }
 
     /// Cancels a job.
     pub async fn cancel(&self, id: &str) -> Answer<JobInfo> {
-        self.send(self.http.delete(self.url(&format!("/v1/jobs/{id}")))).await
+        self.send(self.http.delete(self.url(&format!("/v1/jobs/{}", id.replace('/', "%2F"))))).await
     }
 
     /// Nodes.
@@ -257,6 +272,32 @@ impl Client {
                 return Ok(out);
             }
         }
+    }
+
+    /// Tenants (the administrators see all, a tenant its own).
+    pub async fn tenants(&self) -> Answer<Vec<crate::http::TenantInfo>> {
+        self.send(self.http.get(self.url("/v1/tenants"))).await
+    }
+
+    /// Makes or changes a tenant (administrators).
+    pub async fn set_tenant(&self, t: &crate::tenants::Tenant) -> Answer<crate::tenants::Tenant> {
+        self.send(self.http.post(self.url("/v1/tenants")).json(t)).await
+    }
+
+    /// Issues a token to a tenant (administrators); the secret is in the answer only.
+    pub async fn issue_token(&self, tenant: &str, expires_in_s: Option<f64>) -> Answer<crate::http::Issued> {
+        let req = crate::http::IssueRequest { expires_in_s };
+        self.send(self.http.post(self.url(&format!("/v1/tenants/{tenant}/tokens"))).json(&req)).await
+    }
+
+    /// A tenant's tokens (administrators).
+    pub async fn tokens(&self, tenant: &str) -> Answer<Vec<crate::tenants::TokenInfo>> {
+        self.send(self.http.get(self.url(&format!("/v1/tenants/{tenant}/tokens")))).await
+    }
+
+    /// Revokes a token by id (administrators).
+    pub async fn revoke_token(&self, id: &str) -> Answer<crate::tenants::TokenInfo> {
+        self.send(self.http.delete(self.url(&format!("/v1/tokens/{id}")))).await
     }
 
     /// Registers a node.

@@ -10,9 +10,11 @@
 //! then ahead of the disk, and a restart rebuilds it from the disk.
 
 use crate::api::{DriverEvent, IterationReport, LogEntry, Logged, Registered, Submitted};
+use crate::auth::Caller;
 use crate::ledger::{Ledger, Refused, decision_kind};
 use crate::metrics::{DecisionLabels, Metrics};
 use crate::store::{Batch, JobRow, Store};
+use crate::tenants::{AdminEvent, Tenant};
 use anyhow::{Context, Result, bail};
 use orrery_model::{JobSpec, Topology};
 use orrery_policy::{Decision, JobId, Policy};
@@ -96,6 +98,31 @@ impl From<Refused> for Failure {
     }
 }
 
+/// [`orrery_policy::quota::admit`] on a view: its queue in order, its
+/// running jobs and free GPUs. O(running + queue) and the admission's.
+fn admission(
+    quotas: &std::collections::BTreeMap<String, orrery_policy::quota::Quota>,
+    view: &orrery_policy::ClusterView<'_>,
+) -> orrery_policy::quota::Admission {
+    use orrery_policy::quota::{Held, admit};
+    if quotas.is_empty() {
+        return orrery_policy::quota::Admission { admitted: vec![true; view.queue.len()], reclaim: Vec::new() };
+    }
+    let running: Vec<Held<'_>> = view
+        .running
+        .iter()
+        .map(|r| Held {
+            job: r.id,
+            tenant: r.spec.tenant.as_deref(),
+            gpus: r.hosts.iter().map(|h| u64::from(h.1)).sum(),
+            placed_s: view.now_s - r.running_s,
+        })
+        .collect();
+    let queue: Vec<(Option<&str>, u64)> =
+        view.queue.iter().map(|q| (q.spec.tenant.as_deref(), u64::from(q.spec.gpus()))).collect();
+    admit(quotas, &running, &queue, view.free_gpus.iter().map(|&f| u64::from(f)).sum())
+}
+
 /// Unix time now on this host's clock, ms ([`crate::clock::host_unix_us`]).
 pub fn unix_ms() -> i64 {
     crate::clock::host_unix_us().div_euclid(1000)
@@ -107,12 +134,25 @@ impl Core {
         (unix_ms() - self.epoch_unix_ms) as f64 / 1e3
     }
 
-    /// Accepts a job (idempotent on its spec id). Committed before the caller hears.
-    pub fn submit(&mut self, spec: JobSpec) -> Result<Submitted, Failure> {
+    /// Accepts a job from `by` (idempotent on its spec id within its
+    /// tenant), logged with who asked. Committed before the caller hears.
+    /// Ids are keyed as `TENANT/ID` ([`JobSpec::qualified_id`]): two
+    /// tenants never collide (a tenant's name has no '/'); an untenanted
+    /// `a/x` and tenant `a`'s `x` do, and the second is refused as taken.
+    pub fn submit(&mut self, spec: JobSpec, by: &Caller) -> Result<Submitted, Failure> {
         if let Err(b) = orrery_trace::formats::jsonl::validate(&spec) {
             return Err(Failure::Field { field: b.field, expected: b.expected, found: b.found });
         }
-        if let Some(id) = self.ledger.job_by_name(&spec.id) {
+        if let Some(t) = &spec.tenant
+            && self.ledger.tenants().get(t).is_none()
+        {
+            return Err(Failure::Field {
+                field: "tenant".into(),
+                expected: "a tenant of GET /v1/tenants (orrery tenant list)".into(),
+                found: format!("{t:?}"),
+            });
+        }
+        if let Some(id) = self.ledger.job_by_name(spec.tenant.as_deref(), &spec.id) {
             // Idempotent: the same spec again is the same job, checked below.
             let mut old = self.ledger.jobs()[id].spec.clone();
             old.arrival_s = spec.arrival_s;
@@ -127,9 +167,51 @@ impl Core {
         let id = self.ledger.submit(spec, now);
         let j = &self.ledger.jobs()[id];
         self.batch.jobs.push(JobRow { id, spec: j.spec.clone(), submitted_s: now, iterations_done: 0 });
+        self.record(Logged::Event(DriverEvent::Submitted { job: id }), &by.source());
         self.metrics.submissions.inc();
         self.dirty = true;
         Ok(Submitted { id, existing: false })
+    }
+
+    /// Makes or changes a tenant (the administrators'), logged.
+    pub fn set_tenant(&mut self, tenant: Tenant) -> Result<(), Failure> {
+        if let Err(expected) = crate::tenants::check_name(&tenant.name) {
+            return Err(Failure::Field { field: "name".into(), expected, found: format!("{:?}", tenant.name) });
+        }
+        self.record(Logged::Admin(AdminEvent::TenantSet(tenant)), "admin")
+            .map(|_| ())
+            .ok_or_else(|| Failure::Internal("the tenant was refused".into()))
+    }
+
+    /// Issues a token to `tenant`, valid until `expires_unix_ms`: the
+    /// secret (shown once: only its hash is kept) and its public record.
+    pub fn issue_token(
+        &mut self,
+        tenant: &str,
+        expires_unix_ms: Option<i64>,
+    ) -> Result<(String, crate::tenants::TokenInfo), Failure> {
+        if self.ledger.tenants().get(tenant).is_none() {
+            return Err(Failure::NotFound(format!("no tenant {tenant:?}")));
+        }
+        let secret = crate::tenants::new_secret().map_err(|e| Failure::Internal(format!("{e:#}")))?;
+        let sha256 = crate::tenants::hash(&secret);
+        let token = crate::tenants::token_id(&sha256);
+        let event = AdminEvent::TokenIssued { token: token.clone(), tenant: tenant.into(), sha256, expires_unix_ms };
+        self.record(Logged::Admin(event), "admin")
+            .ok_or_else(|| Failure::Conflict("a token with that id exists; ask again".into()))?;
+        let info = self.ledger.tenants().token(&token).cloned().ok_or_else(|| Failure::Internal("lost".into()))?;
+        Ok((secret, info))
+    }
+
+    /// Revokes a token by id.
+    pub fn revoke_token(&mut self, token: &str) -> Result<crate::tenants::TokenInfo, Failure> {
+        match self.ledger.tenants().token(token) {
+            None => return Err(Failure::NotFound(format!("no token {token:?}"))),
+            Some(t) if t.revoked => return Err(Failure::Conflict(format!("token {token} is already revoked"))),
+            Some(_) => {}
+        }
+        self.record(Logged::Admin(AdminEvent::TokenRevoked { token: token.into() }), "admin");
+        self.ledger.tenants().token(token).cloned().ok_or_else(|| Failure::Internal("lost".into()))
     }
 
     /// What only the service can check: a job must fit the cluster's GPUs,
@@ -156,7 +238,7 @@ impl Core {
                     found: format!("{d:?}, the job itself"),
                 });
             }
-            if self.ledger.job_by_name(d).is_none() {
+            if self.ledger.job_by_name(spec.tenant.as_deref(), d).is_none() {
                 return Err(Failure::Field {
                     field: "depends_on".into(),
                     expected: "ids of jobs already submitted (submit the jobs it depends on first)".into(),
@@ -167,13 +249,13 @@ impl Core {
         Ok(())
     }
 
-    /// Cancels a job that has not ended.
-    pub fn cancel(&mut self, job: JobId) -> Result<(), Failure> {
+    /// Cancels a job that has not ended, logged with who asked.
+    pub fn cancel(&mut self, job: JobId, by: &Caller) -> Result<(), Failure> {
         let status = self.ledger.jobs().get(job).map(|j| j.status).ok_or(Failure::NotFound(format!("no job {job}")))?;
         if status.is_over() {
             return Err(Failure::Conflict(format!("job {job} is already {}", status.name())));
         }
-        self.record(Logged::Event(DriverEvent::Cancelled { job }), "user");
+        self.record(Logged::Event(DriverEvent::Cancelled { job }), &by.source());
         Ok(())
     }
 
@@ -292,11 +374,17 @@ impl Core {
             Logged::Event(DriverEvent::Cancelled { .. }) => "cancelled",
             Logged::Event(DriverEvent::NodeUp { .. }) => "node_up",
             Logged::Event(DriverEvent::NodeDown { .. }) => "node_down",
+            Logged::Event(DriverEvent::Submitted { .. }) => "submitted",
+            Logged::Admin(AdminEvent::TenantSet(_)) => "tenant_set",
+            Logged::Admin(AdminEvent::TokenIssued { .. }) => "token_issued",
+            Logged::Admin(AdminEvent::TokenRevoked { .. }) => "token_revoked",
         };
         if matches!(entry, Logged::Event(_) | Logged::Decision(Decision::Preempt { .. })) {
             self.dirty = true;
         }
-        self.metrics.decisions.get_or_create(&DecisionLabels { kind: kind.into(), source: source.into() }).inc();
+        // A tenant's token is one label, not one per token.
+        let label = if source.contains('/') { "tenant" } else { source };
+        self.metrics.decisions.get_or_create(&DecisionLabels { kind: kind.into(), source: label.into() }).inc();
         self.batch.log.push(LogEntry { seq, at_s, source: source.into(), entry });
         Some(seq)
     }
@@ -313,15 +401,34 @@ impl Core {
         freed
     }
 
-    /// One scheduling round: the policy, then again while it preempts.
+    /// One scheduling round: admission by the tenants' quotas
+    /// ([`orrery_policy::quota`]), then the policy on the admitted queue,
+    /// again while it (or a quota's reclaim) preempts.
     fn schedule(&mut self) {
         for _ in 0..=RESCHEDULE_ROUNDS {
             let now = self.now_s();
             let t = Instant::now();
-            let decisions = {
-                let view = self.ledger.view(now);
-                self.policy.schedule(&view)
+            let quotas = self.ledger.tenants().quotas();
+            let (reclaim, decisions) = {
+                let mut view = self.ledger.view(now);
+                let adm = admission(&quotas, &view);
+                if adm.reclaim.is_empty() {
+                    let mut admitted = adm.admitted.iter();
+                    view.queue.retain(|_| admitted.next().copied().unwrap_or(true));
+                    (Vec::new(), self.policy.schedule(&view))
+                } else {
+                    (adm.reclaim, Vec::new())
+                }
             };
+            if !reclaim.is_empty() {
+                // The borrowers' GPUs go back before the policy places the
+                // lender's job (their jobs re-queue and resume later).
+                for (job, tenant) in reclaim {
+                    tracing::info!(job, tenant = %tenant, "quota: reclaiming a borrowed job's GPUs");
+                    self.record(Logged::Decision(Decision::Preempt { job }), "quota");
+                }
+                continue;
+            }
             self.metrics.decision_seconds.observe(t.elapsed().as_secs_f64());
             if !self.apply(decisions) {
                 return;

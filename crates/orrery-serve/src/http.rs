@@ -1,17 +1,28 @@
 //! The HTTP API under `/v1` (axum, JSON), with bearer-token scopes.
 //!
+//! Scopes: `admin` is `user.token`, the cluster administrators'; `user` is
+//! that or a tenant's token (issue 70), which sees only its tenant's jobs:
+//! another tenant's job answers exactly as a missing one (404), and the
+//! cluster's state comes as aggregates (counts, GPUs, link loads) with
+//! only its own jobs named.
+//!
 //! | method and path | scope | what |
 //! |---|---|---|
 //! | `GET /v1/healthz` | none | liveness |
-//! | `POST /v1/jobs` | user | submit one `JobSpec` (a JSONL line); `201 {"id"}`, `200` if the same spec id was accepted before, `409` if that id has another spec |
+//! | `POST /v1/jobs` | user | submit one `JobSpec` (a JSONL line); `201 {"id"}`, `200` if the same spec id was accepted before, `409` if that id has another spec; a tenant's job gets its `tenant` |
 //! | `GET /v1/jobs?status=&after=&limit=` | user | jobs by id |
-//! | `GET /v1/jobs/{id}` | user | one job (`id` is the number or the spec id) |
+//! | `GET /v1/jobs/{id}` | user | one job (`id` is the number, the spec id, or for the administrators `TENANT%2FID`) |
 //! | `DELETE /v1/jobs/{id}` | user | cancel |
 //! | `GET /v1/cluster`, `GET /v1/nodes` | user | cluster and node state |
-//! | `GET /v1/decisions?since=SEQ&limit=` | user | the committed decision log |
-//! | `GET /metrics` | user | Prometheus text |
-//! | `GET /` | none | the live dashboard's page (it asks for the user token) |
+//! | `GET /v1/decisions?since=SEQ&limit=` | user | the committed decision log (a tenant: entries about its jobs and nodes) |
+//! | `GET /metrics` | user | Prometheus text (aggregates) |
+//! | `GET /` | none | the live dashboard's page (it asks for a token) |
 //! | `GET /v1/dashboard?after=VERSION&wait_s=` | user | long-poll: the dashboard's snapshot once a batch newer than `VERSION` is committed, or after `wait_s` (≤ 60) |
+//! | `GET /v1/tenants` | user | tenants with their quota and GPUs in use (a tenant: its own) |
+//! | `POST /v1/tenants` | admin | make or change a tenant: `{"name", "gpus", "borrow_limit"?, "weight"?}` |
+//! | `POST /v1/tenants/{name}/tokens` | admin | issue a token: `{"expires_in_s"?}` → `{"token", "info"}` (the secret is shown once) |
+//! | `GET /v1/tenants/{name}/tokens` | admin | its tokens (ids, expiry, revoked; never a secret) |
+//! | `DELETE /v1/tokens/{id}` | admin | revoke a token |
 //! | `POST /v1/nodes/register` | agent | `RegisterRequest` → session |
 //! | `POST /v1/nodes/{host}/heartbeat` | agent | `{"session"}` |
 //! | `POST /v1/nodes/{host}/deregister` | agent | `{"session"}`: the agent stopped its processes and leaves; its jobs are re-queued now |
@@ -25,11 +36,11 @@
 //! always a field's name or path (`work.iterations`, `host`), never a value.
 
 use crate::api::{ApiError, Heartbeat, JobStatus, RegisterRequest, Reports};
-use crate::auth::{Scope, Tokens};
+use crate::auth::{Caller, Scope, Tokens};
 use crate::core::{Failure, Handle, Unavailable};
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
+use axum::extract::{DefaultBodyLimit, Extension, Path, Query, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -118,7 +129,13 @@ pub fn router(core: Handle, tokens: Tokens) -> Router {
         .route("/v1/decisions", get(decisions))
         .route("/v1/dashboard", get(dashboard))
         .route("/metrics", get(metrics))
+        .route("/v1/tenants", get(list_tenants))
         .route_layer(middleware::from_fn_with_state(app.clone(), user_scope));
+    let admin = Router::new()
+        .route("/v1/tenants", post(set_tenant))
+        .route("/v1/tenants/{name}/tokens", post(issue_token).get(list_tokens))
+        .route("/v1/tokens/{id}", axum::routing::delete(revoke_token))
+        .route_layer(middleware::from_fn_with_state(app.clone(), admin_scope));
     let agent = Router::new()
         .route("/v1/nodes/register", post(register))
         .route("/v1/nodes/{host}/heartbeat", post(heartbeat))
@@ -129,6 +146,7 @@ pub fn router(core: Handle, tokens: Tokens) -> Router {
     Router::new()
         .route("/v1/healthz", get(|| async { Json(serde_json::json!({"ok": true})) }))
         .route("/", get(|| async { axum::response::Html(crate::dashboard::PAGE) }))
+        .merge(admin)
         .merge(user)
         .merge(agent)
         .fallback(|| async {
@@ -142,30 +160,67 @@ fn presented(headers: &HeaderMap) -> Option<&str> {
     headers.get(header::AUTHORIZATION)?.to_str().ok()?.strip_prefix("Bearer ").map(str::trim)
 }
 
-async fn check_scope(app: &App, scope: Scope, req: Request, next: Next) -> Response {
-    match presented(req.headers()).map(|t| app.tokens.scope_of(t)) {
+/// What an endpoint needs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Need {
+    /// The administrators' or a tenant's token.
+    User,
+    /// The administrators' token.
+    Admin,
+    /// The agents' token.
+    Agent,
+}
+
+/// Checks the bearer token against what the endpoint needs; a user's
+/// request carries its [`Caller`]. A tenant's token is looked up on the
+/// core thread (its table is the log's fold, so a revocation holds from
+/// its commit on); the two file tokens are compared here.
+async fn check_scope(app: &App, need: Need, mut req: Request, next: Next) -> Response {
+    let Some(presented) = presented(req.headers()).map(str::to_string) else {
+        return Error::new(StatusCode::UNAUTHORIZED, "missing bearer token (Authorization: Bearer TOKEN)")
+            .into_response();
+    };
+    let caller = match app.tokens.scope_of(&presented) {
+        Some(Scope::Agent) if need == Need::Agent => return next.run(req).await,
+        Some(Scope::Agent) => None,
+        Some(Scope::User) => Some(Caller::Admin),
         None => {
-            Error::new(StatusCode::UNAUTHORIZED, "missing bearer token (Authorization: Bearer TOKEN)").into_response()
+            let found =
+                app.core.call(move |c| c.ledger.tenants().identify(&presented, crate::core::unix_ms()).cloned()).await;
+            match found {
+                Ok(Some(t)) => Some(Caller::Tenant { tenant: t.tenant, token: t.id }),
+                Ok(None) => return Error::new(StatusCode::UNAUTHORIZED, "unknown token").into_response(),
+                Err(e) => return Error::from(e).into_response(),
+            }
         }
-        Some(None) => Error::new(StatusCode::UNAUTHORIZED, "unknown token").into_response(),
-        Some(Some(s)) if s != scope => Error::new(
-            StatusCode::FORBIDDEN,
-            match scope {
-                Scope::User => "this endpoint needs the user token (user.token)",
-                Scope::Agent => "this endpoint needs the agent token (agent.token)",
-            },
-        )
-        .into_response(),
-        Some(Some(_)) => next.run(req).await,
+    };
+    let refused = match (need, &caller) {
+        (Need::Agent, _) => Some("this endpoint needs the agent token (agent.token)"),
+        (_, None) => Some("this endpoint needs a user's token (user.token or a tenant's)"),
+        (Need::Admin, Some(Caller::Tenant { .. })) => {
+            Some("this endpoint needs the administrators' token (user.token)")
+        }
+        _ => None,
+    };
+    if let Some(why) = refused {
+        return Error::new(StatusCode::FORBIDDEN, why).into_response();
     }
+    if let Some(c) = caller {
+        req.extensions_mut().insert(c);
+    }
+    next.run(req).await
 }
 
 async fn user_scope(State(app): State<App>, req: Request, next: Next) -> Response {
-    check_scope(&app, Scope::User, req, next).await
+    check_scope(&app, Need::User, req, next).await
+}
+
+async fn admin_scope(State(app): State<App>, req: Request, next: Next) -> Response {
+    check_scope(&app, Need::Admin, req, next).await
 }
 
 async fn agent_scope(State(app): State<App>, req: Request, next: Next) -> Response {
-    check_scope(&app, Scope::Agent, req, next).await
+    check_scope(&app, Need::Agent, req, next).await
 }
 
 /// Parses a JSON body; an error names the field by its path in the body
@@ -225,9 +280,24 @@ fn host_arg(raw: &str) -> Answer<usize> {
     })
 }
 
-async fn submit(State(app): State<App>, body: Result<Bytes, BytesRejection>) -> Answer<Response> {
-    let spec: JobSpec = parse(body, "job spec (a line of the jsonl format)")?;
-    let s = app.core.call(move |c| c.submit(spec)).await??;
+async fn submit(
+    State(app): State<App>,
+    Extension(caller): Extension<Caller>,
+    body: Result<Bytes, BytesRejection>,
+) -> Answer<Response> {
+    let mut spec: JobSpec = parse(body, "job spec (a line of the jsonl format)")?;
+    if let Some(mine) = caller.tenant() {
+        if spec.tenant.as_deref().is_some_and(|t| t != mine) {
+            return Err(Failure::Field {
+                field: "tenant".into(),
+                expected: format!("your token's tenant, {mine:?}, or none"),
+                found: "another tenant".into(),
+            }
+            .into());
+        }
+        spec.tenant = Some(mine.to_string());
+    }
+    let s = app.core.call(move |c| c.submit(spec, &caller)).await??;
     let code = if s.existing { StatusCode::OK } else { StatusCode::CREATED };
     Ok((code, Json(s)).into_response())
 }
@@ -240,7 +310,11 @@ struct ListQuery {
     limit: Option<usize>,
 }
 
-async fn list_jobs(State(app): State<App>, q: QueryArg<ListQuery>) -> Answer<Response> {
+async fn list_jobs(
+    State(app): State<App>,
+    Extension(caller): Extension<Caller>,
+    q: QueryArg<ListQuery>,
+) -> Answer<Response> {
     let q = query(q)?;
     let limit = q.limit.unwrap_or(1000).min(10_000);
     let jobs = app
@@ -248,7 +322,10 @@ async fn list_jobs(State(app): State<App>, q: QueryArg<ListQuery>) -> Answer<Res
         .call(move |c| {
             let start = q.after.map_or(0, |a| a + 1);
             (start..c.ledger.jobs().len())
-                .filter(|&id| q.status.is_none_or(|s| c.ledger.jobs()[id].status == s))
+                .filter(|&id| {
+                    let j = &c.ledger.jobs()[id];
+                    caller.sees(j.spec.tenant.as_deref()) && q.status.is_none_or(|s| j.status == s)
+                })
                 .take(limit)
                 .filter_map(|id| c.ledger.job_info(id))
                 .collect::<Vec<_>>()
@@ -257,35 +334,47 @@ async fn list_jobs(State(app): State<App>, q: QueryArg<ListQuery>) -> Answer<Res
     Ok(Json(jobs).into_response())
 }
 
-fn job_id(c: &crate::core::Core, id: &str) -> Result<usize, Failure> {
+/// The job `id` names (its number, or its spec id among the caller's
+/// tenant's jobs), if the caller may see it: another tenant's job is as
+/// missing as one that never was.
+fn job_id(c: &crate::core::Core, id: &str, caller: &Caller) -> Result<usize, Failure> {
     id.parse::<usize>()
         .ok()
         .filter(|&n| n < c.ledger.jobs().len())
-        .or_else(|| c.ledger.job_by_name(id))
+        .or_else(|| c.ledger.job_by_name(caller.tenant(), id))
+        .filter(|&n| caller.sees(c.ledger.jobs()[n].spec.tenant.as_deref()))
         .ok_or_else(|| Failure::NotFound(format!("no job {id:?}")))
 }
 
-async fn get_job(State(app): State<App>, Path(id): Path<String>) -> Answer<Response> {
-    let info = app.core.call(move |c| job_id(c, &id).map(|j| c.ledger.job_info(j))).await??;
+async fn get_job(
+    State(app): State<App>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+) -> Answer<Response> {
+    let info = app.core.call(move |c| job_id(c, &id, &caller).map(|j| c.ledger.job_info(j))).await??;
     Ok(Json(info).into_response())
 }
 
-async fn cancel_job(State(app): State<App>, Path(id): Path<String>) -> Answer<Response> {
+async fn cancel_job(
+    State(app): State<App>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+) -> Answer<Response> {
     let info = app
         .core
         .call(move |c| {
-            let j = job_id(c, &id)?;
-            c.cancel(j)?;
+            let j = job_id(c, &id, &caller)?;
+            c.cancel(j, &caller)?;
             Ok::<_, Failure>(c.ledger.job_info(j))
         })
         .await??;
     Ok(Json(info).into_response())
 }
 
-async fn cluster(State(app): State<App>) -> Answer<Response> {
+async fn cluster(State(app): State<App>, Extension(caller): Extension<Caller>) -> Answer<Response> {
     let info = app
         .core
-        .call(|c| {
+        .call(move |c| {
             let now = c.now_s();
             crate::api::ClusterInfo {
                 topology: c.ledger.topology().name.clone(),
@@ -293,7 +382,7 @@ async fn cluster(State(app): State<App>) -> Answer<Response> {
                 now_s: now,
                 epoch_unix_ms: c.epoch_unix_ms,
                 jobs: c.ledger.counts(),
-                nodes: c.ledger.node_infos(now),
+                nodes: visible_nodes(c, &caller, c.ledger.node_infos(now)),
                 last_seq: c.ledger.next_seq() - 1,
             }
         })
@@ -301,8 +390,44 @@ async fn cluster(State(app): State<App>) -> Answer<Response> {
     Ok(Json(info).into_response())
 }
 
-async fn nodes(State(app): State<App>) -> Answer<Response> {
-    let nodes = app.core.call(|c| c.ledger.node_infos(c.now_s())).await?;
+/// Nodes with only the caller's jobs named on them.
+fn visible_nodes(
+    c: &crate::core::Core,
+    caller: &Caller,
+    mut nodes: Vec<crate::api::NodeInfo>,
+) -> Vec<crate::api::NodeInfo> {
+    if caller.tenant().is_some() {
+        for n in &mut nodes {
+            n.jobs.retain(|&j| sees_job(c, caller, j));
+        }
+    }
+    nodes
+}
+
+/// Whether the caller may see job `j`.
+fn sees_job(c: &crate::core::Core, caller: &Caller, j: usize) -> bool {
+    c.ledger.jobs().get(j).is_some_and(|job| caller.sees(job.spec.tenant.as_deref()))
+}
+
+/// Whether the caller may see a log entry: the administrators all; a
+/// tenant the entries about its jobs and about nodes.
+fn sees_entry(c: &crate::core::Core, caller: &Caller, e: &crate::api::LogEntry) -> bool {
+    use crate::api::{DriverEvent, Logged};
+    if caller.tenant().is_none() {
+        return true;
+    }
+    match &e.entry {
+        Logged::Decision(d) => sees_job(c, caller, crate::ledger::decision_job(d)),
+        Logged::Event(
+            DriverEvent::Finished { job } | DriverEvent::Cancelled { job } | DriverEvent::Submitted { job },
+        ) => sees_job(c, caller, *job),
+        Logged::Event(DriverEvent::NodeUp { .. } | DriverEvent::NodeDown { .. }) => true,
+        Logged::Admin(_) => false,
+    }
+}
+
+async fn nodes(State(app): State<App>, Extension(caller): Extension<Caller>) -> Answer<Response> {
+    let nodes = app.core.call(move |c| visible_nodes(c, &caller, c.ledger.node_infos(c.now_s()))).await?;
     Ok(Json(nodes).into_response())
 }
 
@@ -313,12 +438,20 @@ struct SinceQuery {
     limit: Option<usize>,
 }
 
-async fn decisions(State(app): State<App>, q: QueryArg<SinceQuery>) -> Answer<Response> {
+async fn decisions(
+    State(app): State<App>,
+    Extension(caller): Extension<Caller>,
+    q: QueryArg<SinceQuery>,
+) -> Answer<Response> {
     let q = query(q)?;
     let limit = q.limit.unwrap_or(10_000).min(100_000);
     let log = app
         .core
-        .call(move |c| c.store.log_since(q.since, limit).map_err(|e| Failure::Internal(format!("{e:#}"))))
+        .call(move |c| {
+            let mut log = c.store.log_since(q.since, limit).map_err(|e| Failure::Internal(format!("{e:#}")))?;
+            log.retain(|e| sees_entry(c, &caller, e));
+            Ok::<_, Failure>(log)
+        })
         .await??;
     Ok(Json(log).into_response())
 }
@@ -331,7 +464,11 @@ struct DashboardQuery {
     wait_s: f64,
 }
 
-async fn dashboard(State(app): State<App>, q: QueryArg<DashboardQuery>) -> Answer<Response> {
+async fn dashboard(
+    State(app): State<App>,
+    Extension(caller): Extension<Caller>,
+    q: QueryArg<DashboardQuery>,
+) -> Answer<Response> {
     let q = query(q)?;
     let wait = if q.wait_s.is_finite() { q.wait_s.clamp(0.0, MAX_WAIT_S) } else { 0.0 };
     let mut version = app.core.version.clone();
@@ -354,7 +491,18 @@ async fn dashboard(State(app): State<App>, q: QueryArg<DashboardQuery>) -> Answe
                 .store
                 .log_since(since, crate::dashboard::RECENT_DECISIONS as usize)
                 .map_err(|e| Failure::Internal(format!("{e:#}")))?;
-            Ok::<_, Failure>(crate::dashboard::snapshot(&c.ledger, &c.config.policy, c.now_s(), v, log))
+            let mut snap = crate::dashboard::snapshot(&c.ledger, &c.config.policy, c.now_s(), v, log);
+            if caller.tenant().is_some() {
+                // Aggregates stay (counts, GPUs, link loads); other
+                // tenants' jobs are not named.
+                snap.jobs.retain(|j| caller.sees(j.info.spec.tenant.as_deref()));
+                snap.nodes = visible_nodes(c, &caller, snap.nodes);
+                for l in &mut snap.links {
+                    l.jobs.retain(|j| sees_job(c, &caller, j.id));
+                }
+                snap.decisions.retain(|e| sees_entry(c, &caller, e));
+            }
+            Ok::<_, Failure>(snap)
         })
         .await??;
     Ok(Json(snap).into_response())
@@ -468,4 +616,104 @@ async fn reports(
     let r: Reports = parse(body, "reports {\"session\", \"reports\": [...]}")?;
     let out = app.core.call(move |c| c.reports(host, r.session, &r.reports)).await??;
     Ok(Json(out).into_response())
+}
+
+/// A tenant with what it holds now.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct TenantInfo {
+    /// The tenant.
+    #[serde(flatten)]
+    pub tenant: crate::tenants::Tenant,
+    /// GPUs its running jobs hold.
+    pub gpus_in_use: u64,
+    /// Its jobs that have not ended.
+    pub jobs_active: usize,
+    /// Its jobs waiting.
+    pub jobs_queued: usize,
+}
+
+async fn list_tenants(State(app): State<App>, Extension(caller): Extension<Caller>) -> Answer<Response> {
+    let list = app
+        .core
+        .call(move |c| {
+            let mut out: Vec<TenantInfo> = c
+                .ledger
+                .tenants()
+                .list()
+                .filter(|t| caller.tenant().is_none_or(|mine| mine == t.name))
+                .map(|t| TenantInfo { tenant: t.clone(), gpus_in_use: 0, jobs_active: 0, jobs_queued: 0 })
+                .collect();
+            for j in c.ledger.jobs() {
+                let Some(info) = out.iter_mut().find(|i| j.spec.tenant.as_deref() == Some(i.tenant.name.as_str()))
+                else {
+                    continue;
+                };
+                if j.status.is_active() {
+                    info.jobs_active += 1;
+                    info.gpus_in_use += j.hosts.iter().map(|h| u64::from(h.1)).sum::<u64>();
+                } else if j.status == JobStatus::Queued {
+                    info.jobs_queued += 1;
+                }
+            }
+            out
+        })
+        .await?;
+    Ok(Json(list).into_response())
+}
+
+async fn set_tenant(State(app): State<App>, body: Result<Bytes, BytesRejection>) -> Answer<Response> {
+    let t: crate::tenants::Tenant = parse(body, "tenant {\"name\", \"gpus\", \"borrow_limit\"?, \"weight\"?}")?;
+    let t2 = t.clone();
+    app.core.call(move |c| c.set_tenant(t2)).await??;
+    Ok((StatusCode::OK, Json(t)).into_response())
+}
+
+/// `POST /v1/tenants/{name}/tokens`.
+#[derive(Debug, Default, Deserialize, serde::Serialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct IssueRequest {
+    /// The token is refused this long after it is issued, s (never, if left out).
+    #[serde(default)]
+    #[schemars(range(min = 1, max = 3.2e9))]
+    pub expires_in_s: Option<f64>,
+}
+
+/// Its answer: the secret, once.
+#[derive(Debug, Clone, serde::Serialize, Deserialize)]
+pub struct Issued {
+    /// The secret: `Authorization: Bearer TOKEN`.
+    pub token: String,
+    /// Its public record.
+    pub info: crate::tenants::TokenInfo,
+}
+
+async fn issue_token(
+    State(app): State<App>,
+    Path(name): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Answer<Response> {
+    let empty = body.as_ref().is_ok_and(|b| b.is_empty());
+    let req: IssueRequest =
+        if empty { IssueRequest::default() } else { parse(body, "token request {\"expires_in_s\"?}")? };
+    let expires = req.expires_in_s.map(|s| crate::core::unix_ms() + (s * 1e3) as i64);
+    let (token, info) = app.core.call(move |c| c.issue_token(&name, expires)).await??;
+    Ok((StatusCode::CREATED, Json(Issued { token, info })).into_response())
+}
+
+async fn list_tokens(State(app): State<App>, Path(name): Path<String>) -> Answer<Response> {
+    let list = app
+        .core
+        .call(move |c| {
+            if c.ledger.tenants().get(&name).is_none() {
+                return Err(Failure::NotFound(format!("no tenant {name:?}")));
+            }
+            Ok(c.ledger.tenants().tokens_of(&name).cloned().collect::<Vec<_>>())
+        })
+        .await??;
+    Ok(Json(list).into_response())
+}
+
+async fn revoke_token(State(app): State<App>, Path(id): Path<String>) -> Answer<Response> {
+    let info = app.core.call(move |c| c.revoke_token(&id)).await??;
+    Ok(Json(info).into_response())
 }

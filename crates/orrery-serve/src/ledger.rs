@@ -174,7 +174,10 @@ pub struct ReportEffect {
 pub struct Ledger {
     topology: Topology,
     jobs: Vec<LiveJob>,
+    /// Jobs by qualified id (`TENANT/ID`, [`JobSpec::qualified_id`]).
     by_name: HashMap<String, JobId>,
+    /// Tenants and their tokens (the fold of the log's admin events).
+    tenants: crate::tenants::Tenants,
     /// Queued jobs in arrival order.
     waiting: Vec<JobId>,
     nodes: Vec<Node>,
@@ -192,6 +195,7 @@ impl Ledger {
             topology,
             jobs: Vec::new(),
             by_name: HashMap::new(),
+            tenants: crate::tenants::Tenants::default(),
             waiting: Vec::new(),
             nodes: vec![Node::default(); n],
             free: vec![0; n],
@@ -209,9 +213,15 @@ impl Ledger {
         &self.jobs
     }
 
-    /// The job called `name` (its spec id).
-    pub fn job_by_name(&self, name: &str) -> Option<JobId> {
-        self.by_name.get(name).copied()
+    /// The job called `name` (its spec id) among `tenant`'s jobs (None:
+    /// the untenanted ones, or any tenant's as `TENANT/ID`).
+    pub fn job_by_name(&self, tenant: Option<&str>, name: &str) -> Option<JobId> {
+        self.by_name.get(&orrery_model::job::qualified(tenant, name)).copied()
+    }
+
+    /// Tenants and their tokens.
+    pub fn tenants(&self) -> &crate::tenants::Tenants {
+        &self.tenants
     }
 
     /// Sequence number the next log entry gets.
@@ -234,7 +244,7 @@ impl Ledger {
     pub fn submit(&mut self, mut spec: JobSpec, now_s: f64) -> JobId {
         spec.arrival_s = now_s;
         let id = self.jobs.len();
-        self.by_name.insert(spec.id.clone(), id);
+        self.by_name.insert(spec.qualified_id(), id);
         self.jobs.push(LiveJob::new(spec, now_s));
         self.waiting.push(id);
         id
@@ -258,11 +268,10 @@ impl Ledger {
         // A job is offered once every job it depends on (by id) has started;
         // one not submitted yet has not.
         let ready = |id: JobId| {
-            self.jobs[id]
-                .spec
-                .depends_on
+            let spec = &self.jobs[id].spec;
+            spec.depends_on
                 .iter()
-                .all(|d| self.by_name.get(d).is_some_and(|&k| self.jobs[k].started_s.is_some()))
+                .all(|d| self.job_by_name(spec.tenant.as_deref(), d).is_some_and(|k| self.jobs[k].started_s.is_some()))
         };
         let queue = self
             .waiting
@@ -314,6 +323,7 @@ impl Ledger {
         let valid = match entry {
             Logged::Decision(d) => self.apply_decision(d, at_s),
             Logged::Event(e) => self.apply_event(e, at_s),
+            Logged::Admin(e) => self.tenants.apply(e),
         };
         if !valid {
             return None;
@@ -338,6 +348,7 @@ impl Ledger {
         let job = match entry {
             Logged::Decision(d) => decision_job(d),
             Logged::Event(DriverEvent::Finished { job } | DriverEvent::Cancelled { job }) => *job,
+            Logged::Event(DriverEvent::Submitted { .. }) | Logged::Admin(_) => return Vec::new(),
             Logged::Event(DriverEvent::NodeUp { node, .. } | DriverEvent::NodeDown { node }) => {
                 return if *node < self.nodes.len() { vec![*node] } else { Vec::new() };
             }
@@ -501,6 +512,7 @@ impl Ledger {
                 self.free[node] = gpus - held;
                 true
             }
+            DriverEvent::Submitted { job } => job < self.jobs.len(),
             DriverEvent::NodeDown { node } => {
                 let Some(n) = self.nodes.get(node) else { return false };
                 if !n.up || self.jobs.iter().any(|j| j.status.is_active() && j.hosts.iter().any(|h| h.0 == node)) {

@@ -58,6 +58,7 @@ pub mod ledger;
 pub mod metrics;
 pub mod node_agent;
 pub mod store;
+pub mod tenants;
 
 use anyhow::{Context, Result};
 use std::net::SocketAddr;

@@ -145,6 +145,10 @@ enum Command {
         #[command(flatten)]
         client: live::ClientArgs,
     },
+    /// Tenants of `orrery serve` and their tokens (the administrators'
+    /// user.token; a tenant's token lists only its own).
+    #[command(subcommand)]
+    Tenant(live::TenantCommand),
 }
 
 /// `orrery bench` subcommands.
@@ -225,6 +229,7 @@ fn main() -> ExitCode {
         Command::Jobs { status, json, client } => live::jobs(&client, status.as_deref(), json),
         Command::Nodes { client } => live::nodes(&client),
         Command::Cancel { id, client } => live::cancel(&client, &id),
+        Command::Tenant(cmd) => live::tenant(&cmd),
         Command::Decisions { since, json, client } => live::decisions(&client, since, json),
         Command::Bench(BenchCommand::Serve(args)) => live::bench_serve(&args),
         Command::Bench(BenchCommand::Failover(args)) => failover::bench(&args),

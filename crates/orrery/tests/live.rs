@@ -18,6 +18,8 @@ mod ddp;
 mod faults;
 #[path = "live/ha.rs"]
 mod ha;
+#[path = "live/tenants.rs"]
+mod tenants;
 
 const BIN: &str = env!("CARGO_BIN_EXE_orrery");
 
@@ -970,7 +972,7 @@ fn the_same_policy_places_and_shifts_alike_in_the_simulator_and_live() {
         .filter(|e| e.source == "policy")
         .filter_map(|e| match &e.entry {
             Logged::Decision(d) => Some((d.clone(), e.at_s)),
-            Logged::Event(_) => None,
+            Logged::Event(_) | Logged::Admin(_) => None,
         })
         .collect();
     // The same decisions in the same order: placements exactly, alignments up to the clock.

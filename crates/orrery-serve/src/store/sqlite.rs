@@ -114,7 +114,8 @@ impl SqliteStore {
             for j in &batch.jobs {
                 job.execute(params![
                     j.id as i64,
-                    j.spec.id,
+                    // Unique per tenant: `TENANT/ID` (an untenanted job's is its id).
+                    j.spec.qualified_id(),
                     serde_json::to_string(&j.spec)?,
                     j.submitted_s,
                     j.iterations_done as i64

@@ -1,0 +1,244 @@
+//! Admission by tenant quota (issue 70), as Kueue admits workloads to
+//! ClusterQueues in one cohort: each tenant has a nominal quota of GPUs
+//! guaranteed to it and a borrowing limit; it may run beyond its quota only
+//! on GPUs other tenants' quotas leave idle, and when a tenant within its
+//! quota waits for GPUs a borrower holds, the borrower's youngest jobs are
+//! preempted to give them back (Kueue's `reclaimWithinCohort`).
+//!
+//! Admission comes before the policy: the driver offers the policy only the
+//! jobs [`admit`] lets in, so every policy still decides placement and
+//! timing within the quotas. A job of no tenant, or of a tenant without a
+//! quota, is not limited.
+//!
+//! GPUs are counted cluster-wide, as Kueue counts a flavor's quota: an
+//! admitted job may still wait for a placement that fits.
+
+use crate::JobId;
+use std::collections::BTreeMap;
+
+/// A tenant's quota, GPUs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Quota {
+    /// Guaranteed (nominal quota).
+    pub gpus: u64,
+    /// How far beyond `gpus` it may borrow.
+    pub borrow_limit: u64,
+}
+
+/// A running job as admission sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Held<'a> {
+    /// Job.
+    pub job: JobId,
+    /// Its tenant.
+    pub tenant: Option<&'a str>,
+    /// GPUs it holds.
+    pub gpus: u64,
+    /// When it was placed, s (reclaim takes the youngest first).
+    pub placed_s: f64,
+}
+
+/// What admission decided for one round.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Admission {
+    /// For each queued job, in queue order: may the policy place it.
+    pub admitted: Vec<bool>,
+    /// Borrowers' running jobs to preempt, giving their GPUs back to a
+    /// tenant waiting within its quota, with that tenant.
+    pub reclaim: Vec<(JobId, String)>,
+}
+
+/// Admission for one round. `queue` is the waiting jobs (tenant, GPUs) in
+/// the order the driver offers them; `running` the jobs holding GPUs;
+/// `free_gpus` the cluster's free GPUs. O((running + queue) · log) per call.
+///
+/// A queued job of tenant `t` wanting `g` GPUs, with `u` the GPUs `t`'s
+/// running and already admitted jobs hold, is admitted when
+/// - `u + g ≤ quota` (within its quota; these first, in queue order), or
+/// - `u + g ≤ quota + borrow_limit` and the tenants' GPUs in use and
+///   admitted, with it, stay within the sum of their quotas (it borrows
+///   only what others leave idle; these second, in queue order, as Kueue
+///   admits workloads that fit their nominal quota before borrowers).
+///
+/// A job admitted within its quota that does not find `g` free GPUs
+/// reclaims them: running jobs of tenants above their quota, youngest
+/// first, each only while its tenant stays above its quota before the
+/// preemption (a lender never takes a borrower below its own quota).
+pub fn admit(
+    quotas: &BTreeMap<String, Quota>,
+    running: &[Held<'_>],
+    queue: &[(Option<&str>, u64)],
+    free_gpus: u64,
+) -> Admission {
+    let mut used: BTreeMap<&str, u64> = BTreeMap::new();
+    for h in running {
+        if let Some(t) = h.tenant.filter(|t| quotas.contains_key(*t)) {
+            *used.entry(t).or_default() += h.gpus;
+        }
+    }
+    let nominal: u64 = quotas.values().map(|q| q.gpus).sum();
+    let mut in_use: u64 = used.values().sum();
+    let mut free = free_gpus;
+    // Borrowers' jobs, youngest first, for reclaim.
+    let mut borrowed: Vec<&Held<'_>> = running
+        .iter()
+        .filter(|h| {
+            h.tenant.and_then(|t| quotas.get(t).map(|q| used.get(t).copied().unwrap_or(0) > q.gpus)) == Some(true)
+        })
+        .collect();
+    borrowed.sort_by(|a, b| b.placed_s.total_cmp(&a.placed_s).then(b.job.cmp(&a.job)));
+    let mut out = Admission { admitted: vec![false; queue.len()], reclaim: Vec::new() };
+    // Kueue admits the workloads that fit their quotas before those that
+    // borrow: first every job within its tenant's quota (reclaiming for
+    // it), then, in queue order, the ones that borrow.
+    for borrowing in [false, true] {
+        for (k, &(tenant, g)) in queue.iter().enumerate() {
+            if out.admitted[k] {
+                continue;
+            }
+            let Some((t, q)) = tenant.and_then(|t| quotas.get_key_value(t)) else {
+                if !borrowing {
+                    out.admitted[k] = true;
+                    free = free.saturating_sub(g);
+                }
+                continue;
+            };
+            let u = used.get(t.as_str()).copied().unwrap_or(0);
+            let fits =
+                if borrowing { u + g <= q.gpus + q.borrow_limit && in_use + g <= nominal } else { u + g <= q.gpus };
+            if !fits {
+                continue;
+            }
+            out.admitted[k] = true;
+            *used.entry(t.as_str()).or_default() += g;
+            in_use += g;
+            if !borrowing && free < g {
+                // Reclaim: borrowers give back, youngest job first, each
+                // only while its tenant is still above its quota.
+                let mut i = 0;
+                while free < g && i < borrowed.len() {
+                    let h = borrowed[i];
+                    let owner = h.tenant.unwrap_or_default();
+                    if used.get(owner).copied().unwrap_or(0) > quotas[owner].gpus {
+                        out.reclaim.push((h.job, t.clone()));
+                        *used.entry(owner).or_default() -= h.gpus;
+                        in_use -= h.gpus;
+                        free += h.gpus;
+                        borrowed.remove(i);
+                    } else {
+                        i += 1;
+                    }
+                }
+            }
+            free = free.saturating_sub(g);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn quotas(list: &[(&str, u64, u64)]) -> BTreeMap<String, Quota> {
+        list.iter().map(|&(t, gpus, borrow_limit)| (t.to_string(), Quota { gpus, borrow_limit })).collect()
+    }
+
+    fn held(job: JobId, tenant: &str, gpus: u64, placed_s: f64) -> Held<'_> {
+        Held { job, tenant: Some(tenant), gpus, placed_s }
+    }
+
+    #[test]
+    fn a_tenant_borrows_idle_quota_up_to_its_limit_and_no_further() {
+        let q = quotas(&[("a", 4, 4), ("b", 4, 0)]);
+        // a runs 4 (its quota); two more 2-GPU jobs borrow b's idle 4; a
+        // third would pass a's limit of 8.
+        let running = [held(0, "a", 4, 0.0)];
+        let queue = [(Some("a"), 2), (Some("a"), 2), (Some("a"), 2)];
+        let adm = admit(&q, &running, &queue, 4);
+        assert_eq!(adm.admitted, [true, true, false]);
+        assert!(adm.reclaim.is_empty());
+        // b has no borrowing limit: within its quota only.
+        let adm = admit(&q, &[], &[(Some("b"), 4), (Some("b"), 1)], 8);
+        assert_eq!(adm.admitted, [true, false]);
+        // Nobody's idle quota left to borrow: a waits at its quota.
+        let running = [held(0, "a", 4, 0.0), held(1, "b", 4, 0.0)];
+        assert_eq!(admit(&q, &running, &[(Some("a"), 1)], 0).admitted, [false]);
+    }
+
+    #[test]
+    fn a_lender_within_its_quota_reclaims_the_borrowers_youngest_jobs() {
+        // a borrowed b's 4 GPUs with two 2-GPU jobs; b asks for 2 of its 4.
+        let q = quotas(&[("a", 4, 4), ("b", 4, 0)]);
+        let running = [held(0, "a", 4, 0.0), held(1, "a", 2, 10.0), held(2, "a", 2, 20.0)];
+        let adm = admit(&q, &running, &[(Some("b"), 2)], 0);
+        assert_eq!(adm.admitted, [true]);
+        assert_eq!(adm.reclaim, [(2, "b".to_string())], "the youngest borrowed job, and only as many as needed");
+        // Its whole quota: both borrowed jobs, never a's own 4.
+        let adm = admit(&q, &running, &[(Some("b"), 4)], 0);
+        assert_eq!(adm.reclaim.iter().map(|r| r.0).collect::<Vec<_>>(), [2, 1]);
+        // Untenanted jobs are not limited and reclaim nothing.
+        let adm = admit(&q, &running, &[(None, 6)], 0);
+        assert_eq!((adm.admitted, adm.reclaim.len()), (vec![true], 0));
+    }
+
+    proptest! {
+        /// Whatever the quotas, the running jobs and the queue: no tenant is
+        /// admitted past its quota and borrowing limit; the tenants' GPUs
+        /// in use and admitted pass the sum of their quotas only by what
+        /// was admitted within quota (a reclaim then returns it); reclaim
+        /// takes only borrowers' jobs and never takes a borrower below its
+        /// quota by more than the last job it gave back.
+        #[test]
+        fn admission_keeps_every_tenant_within_quota_and_limit(
+            limits in proptest::collection::vec((0u64..12, 0u64..8), 1..4),
+            run in proptest::collection::vec((0usize..4, 1u64..5), 0..8),
+            wait in proptest::collection::vec((0usize..5, 1u64..6), 0..10),
+            spare in 0u64..6,
+        ) {
+            let names = ["t0", "t1", "t2", "t3"];
+            let q: BTreeMap<String, Quota> = limits.iter().enumerate()
+                .map(|(i, &(gpus, borrow_limit))| (names[i].to_string(), Quota { gpus, borrow_limit })).collect();
+            let tenant = |i: usize| (i < limits.len()).then(|| names[i]);
+            // Running jobs: each tenant's within its quota + limit, as
+            // earlier rounds would have left them.
+            let mut running = Vec::new();
+            let mut used = vec![0u64; 5];
+            for (k, &(i, g)) in run.iter().enumerate() {
+                if let Some(t) = tenant(i) {
+                    if used[i] + g > q[t].gpus + q[t].borrow_limit { continue; }
+                    used[i] += g;
+                    running.push(Held { job: k, tenant: Some(t), gpus: g, placed_s: k as f64 });
+                }
+            }
+            let queue: Vec<(Option<&str>, u64)> = wait.iter().map(|&(i, g)| (tenant(i), g)).collect();
+            let adm = admit(&q, &running, &queue, spare);
+            prop_assert_eq!(adm.admitted.len(), queue.len());
+            let mut after = used.clone();
+            for (&(i, g), &ok) in wait.iter().zip(&adm.admitted) {
+                if ok && tenant(i).is_some() { after[i] += g; }
+            }
+            for &(job, _) in &adm.reclaim {
+                let h = running.iter().find(|h| h.job == job).expect("a running job");
+                let i = names.iter().position(|n| Some(*n) == h.tenant).expect("tenant");
+                prop_assert!(used[i] > q[names[i]].gpus, "reclaimed from a tenant within its quota");
+                after[i] -= h.gpus;
+            }
+            for (i, t) in names.iter().enumerate().take(limits.len()) {
+                prop_assert!(after[i] <= q[*t].gpus + q[*t].borrow_limit, "{} over its quota and limit", t);
+            }
+            // Reclaim never takes a borrower below its quota by more than
+            // the job that crossed it.
+            for (i, t) in names.iter().enumerate().take(limits.len()) {
+                let taken: u64 = adm.reclaim.iter()
+                    .filter_map(|&(j, _)| running.iter().find(|h| h.job == j))
+                    .filter(|h| h.tenant == Some(*t)).map(|h| h.gpus).sum();
+                if taken > 0 {
+                    let largest = running.iter().filter(|h| h.tenant == Some(*t)).map(|h| h.gpus).max().unwrap_or(0);
+                    prop_assert!(used[i] - taken + largest > q[*t].gpus, "{} taken below its quota", t);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,255 @@
+//! Tenants and their tokens (issue 70, items 1, 2 and 5): each role at
+//! each endpoint, isolation between two tenants, expiry and revocation,
+//! hashes only on disk, and the audit trail in the decision log.
+
+use super::*;
+
+/// `orrery tenant ARGS` against `s` with the administrators' token; its stdout.
+fn tenant_cli(s: &Server, args: &[&str]) -> String {
+    let out = Command::new(BIN)
+        .arg("tenant")
+        .args(args)
+        .arg("--server")
+        .arg(s.url())
+        .arg("--token")
+        .arg(s.dir.join("user.token"))
+        .output()
+        .expect("orrery tenant");
+    assert!(out.status.success(), "orrery tenant {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Spec ids of the jobs a token lists.
+fn listed(http: &Http, u: &str, token: &str) -> Vec<String> {
+    let jobs: Vec<JobInfo> = http.get(&format!("{u}/v1/jobs"), token);
+    jobs.iter().map(|j| j.spec.qualified_id()).collect()
+}
+
+#[test]
+fn tenants_see_only_their_own_jobs_and_every_change_is_logged_with_who_made_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut s = Server::start(dir.path(), &["--policy", "fifo"]);
+    let http = Http::new();
+    let admin = s.token("user.token");
+    let u = s.url();
+    // Two teams of 2 GPUs each, a token each (the CLI writes it, mode 0600).
+    assert!(tenant_cli(&s, &["add", "team-a", "--gpus", "2", "--borrow-limit", "2"]).contains("tenant team-a: 2 GPUs"));
+    tenant_cli(&s, &["add", "team-b", "--gpus", "2", "--weight", "2"]);
+    let (file_a, file_b) = (dir.path().join("a.token"), dir.path().join("b.token"));
+    tenant_cli(&s, &["token", "team-a", "--out", file_a.to_str().expect("utf-8")]);
+    tenant_cli(&s, &["token", "team-b", "--out", file_b.to_str().expect("utf-8"), "--expires-in", "30d"]);
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(std::fs::metadata(&file_a).expect("a.token").permissions().mode() & 0o777, 0o600);
+    let read = |p: &Path| std::fs::read_to_string(p).expect("token").trim().to_string();
+    let (a, b) = (read(&file_a), read(&file_b));
+
+    // Both submit a job called "x": ids are per tenant, as names per namespace.
+    for (token, want) in [(&a, 201), (&b, 201), (&a, 200)] {
+        let (status, v) = http.call("POST", &format!("{u}/v1/jobs"), Some(token), Some(job("x", "vgg16", 10, "low")));
+        assert_eq!(status, want, "{v}");
+    }
+    let (status, v) = http.call("POST", &format!("{u}/v1/jobs"), Some(&admin), Some(job("y", "vgg16", 10, "low")));
+    assert_eq!(status, 201, "{v}");
+    // A tenant cannot file a job under another.
+    let mut forged = job("z", "vgg16", 10, "low");
+    forged["tenant"] = json!("team-a");
+    let (status, v) = http.call("POST", &format!("{u}/v1/jobs"), Some(&b), Some(forged));
+    assert_eq!((status, v["field"].as_str()), (422, Some("tenant")), "{v}");
+    assert!(!v.to_string().contains("team-a"), "the refusal does not echo the other tenant: {v}");
+
+    // Each sees its own; the administrators see all.
+    assert_eq!(listed(&http, &u, &a), ["team-a/x"]);
+    assert_eq!(listed(&http, &u, &b), ["team-b/x"]);
+    assert_eq!(listed(&http, &u, &admin), ["team-a/x", "team-b/x", "y"]);
+    let mine: JobInfo = http.get(&format!("{u}/v1/jobs/x"), &b);
+    assert_eq!(mine.spec.tenant.as_deref(), Some("team-b"));
+    let theirs: JobInfo = http.get(&format!("{u}/v1/jobs/team-a%2Fx"), &admin);
+    assert_eq!(theirs.spec.tenant.as_deref(), Some("team-a"));
+    // Another tenant's job answers as a missing one, by number and by name,
+    // to reading and to cancelling; and it is not cancelled.
+    let a_job = theirs.id;
+    for (method, path) in [("GET", format!("{a_job}")), ("DELETE", format!("{a_job}")), ("GET", "y".into())] {
+        let (status, v) = http.call(method, &format!("{u}/v1/jobs/{path}"), Some(&b), None);
+        let (missing_status, missing) = http.call(method, &format!("{u}/v1/jobs/9999"), Some(&b), None);
+        assert_eq!((status, missing_status), (404, 404), "{method} {path}: {v}");
+        assert_eq!(
+            v["error"].as_str().map(|e| e.replace(&path, "ID")),
+            missing["error"].as_str().map(|e| e.replace("9999", "ID")),
+            "{method} {path}: the same answer as for a job that does not exist"
+        );
+    }
+    let still: JobInfo = http.get(&format!("{u}/v1/jobs/{a_job}"), &admin);
+    assert_eq!(still.status.name(), "queued");
+
+    // The decision log, the dashboard, the nodes: a tenant finds only its
+    // own jobs in them; the cluster's counts are aggregates.
+    let log_b: Vec<LogEntry> = http.get(&format!("{u}/v1/decisions?since=0"), &b);
+    let b_job = mine.id;
+    assert!(!log_b.is_empty());
+    for e in &log_b {
+        let about = match &e.entry {
+            Logged::Event(DriverEvent::Submitted { job } | DriverEvent::Cancelled { job }) => Some(*job),
+            Logged::Decision(d) => Some(orrery_serve::ledger::decision_job(d)),
+            Logged::Event(DriverEvent::NodeUp { .. } | DriverEvent::NodeDown { .. }) => None,
+            other => panic!("tenant b saw {other:?}"),
+        };
+        assert!(about.is_none_or(|j| j == b_job), "tenant b saw an entry about job {about:?}: {e:?}");
+    }
+    let dash: Value = http.get(&format!("{u}/v1/dashboard"), &b);
+    let dash_jobs: Vec<&str> =
+        dash["jobs"].as_array().expect("jobs").iter().filter_map(|j| j["spec"]["id"].as_str()).collect();
+    assert_eq!(dash_jobs, ["x"], "{dash}");
+    assert!(dash["decisions"].as_array().expect("decisions").len() <= log_b.len());
+    let tenants_b: Value = http.get(&format!("{u}/v1/tenants"), &b);
+    assert_eq!(tenants_b.as_array().map(Vec::len), Some(1), "a tenant sees only itself: {tenants_b}");
+    assert_eq!(tenants_b[0]["jobs_queued"], 1);
+
+    // The administrators' endpoints refuse a tenant's token.
+    for (method, path, body) in [
+        ("POST", "/v1/tenants".to_string(), Some(json!({"name": "team-c", "gpus": 1}))),
+        ("POST", "/v1/tenants/team-b/tokens".into(), Some(json!({}))),
+        ("GET", "/v1/tenants/team-a/tokens".into(), None),
+        ("DELETE", "/v1/tokens/tok-000000000000".into(), None),
+    ] {
+        let (status, v) = http.call(method, &format!("{u}{path}"), Some(&b), body);
+        assert_eq!(status, 403, "{method} {path}: {v}");
+    }
+    // Bad tenants are refused with the field named.
+    let (status, v) =
+        http.call("POST", &format!("{u}/v1/tenants"), Some(&admin), Some(json!({"name": "Team C", "gpus": 1})));
+    assert_eq!((status, v["field"].as_str()), (422, Some("name")), "{v}");
+    let (status, v) =
+        http.call("POST", &format!("{u}/v1/tenants"), Some(&admin), Some(json!({"name": "c", "gpus": -1})));
+    assert_eq!((status, v["field"].as_str()), (422, Some("gpus")), "{v}");
+    let (status, _) = http.call("POST", &format!("{u}/v1/tenants/nobody/tokens"), Some(&admin), Some(json!({})));
+    assert_eq!(status, 404);
+
+    // Only hashes reach the disk: no secret is in the store.
+    let db = std::fs::read(dir.path().join("orrery.db")).unwrap_or_default();
+    let wal = std::fs::read(dir.path().join("orrery.db-wal")).unwrap_or_default();
+    for secret in [&a, &b] {
+        let needle = secret.as_bytes();
+        assert!(!db.is_empty() || !wal.is_empty(), "the store is where the test looks");
+        for bytes in [&db, &wal] {
+            assert!(!bytes.windows(needle.len()).any(|w| w == needle), "a tenant's secret is on disk");
+        }
+    }
+
+    // A restart replays tenants and tokens from the log; then a revoked
+    // token and an expired one are refused, and a valid one still works.
+    s.restart();
+    assert_eq!(listed(&http, &u, &a), ["team-a/x"], "team-a's token after a restart");
+    let ids: Vec<String> = tenant_cli(&s, &["tokens", "team-b"])
+        .lines()
+        .map(|l| l.split_whitespace().next().unwrap_or("").to_string())
+        .collect();
+    assert_eq!(ids.len(), 1);
+    assert!(tenant_cli(&s, &["revoke", &ids[0]]).contains("revoked"));
+    let (status, _) = http.call("GET", &format!("{u}/v1/jobs"), Some(&b), None);
+    assert_eq!(status, 401, "a revoked token");
+    let (status, short) =
+        http.call("POST", &format!("{u}/v1/tenants/team-b/tokens"), Some(&admin), Some(json!({"expires_in_s": 1})));
+    assert_eq!(status, 201, "{short}");
+    let short = short["token"].as_str().expect("the secret, once").to_string();
+    let (status, _) = http.call("GET", &format!("{u}/v1/jobs"), Some(&short), None);
+    assert_eq!(status, 200);
+    std::thread::sleep(Duration::from_millis(1_100));
+    let (status, _) = http.call("GET", &format!("{u}/v1/jobs"), Some(&short), None);
+    assert_eq!(status, 401, "an expired token");
+
+    // Cancelling through a tenant's token, and the audit trail: every
+    // change names who made it.
+    let (status, _) = http.call("DELETE", &format!("{u}/v1/jobs/x"), Some(&a), None);
+    assert_eq!(status, 200);
+    let log: Vec<LogEntry> = http.get(&format!("{u}/v1/decisions?since=0"), &admin);
+    let by = |kind: &str| -> Vec<String> {
+        log.iter()
+            .filter(|e| serde_json::to_value(&e.entry).expect("json")["kind"] == kind)
+            .map(|e| e.source.clone())
+            .collect()
+    };
+    assert_eq!(by("tenant_set"), ["admin", "admin"]);
+    assert_eq!(by("token_issued").len(), 3);
+    assert_eq!(by("token_revoked"), ["admin"]);
+    let submitted = by("submitted");
+    assert_eq!(submitted.len(), 3, "{submitted:?}");
+    assert!(submitted[0].starts_with("team-a/tok-") && submitted[1].starts_with("team-b/tok-"), "{submitted:?}");
+    assert_eq!(submitted[2], "admin");
+    let cancelled = by("cancelled");
+    assert_eq!(cancelled.len(), 1);
+    assert!(cancelled[0].starts_with("team-a/tok-"), "{cancelled:?}");
+    // The log keeps hashes, never a secret.
+    let text = serde_json::to_string(&log).expect("json");
+    assert!(!text.contains(&a) && !text.contains(&b));
+}
+
+/// A job of `gpus` GPUs (workers of one GPU, packed) that runs for ever.
+fn wide_job(id: &str, gpus: u32) -> Value {
+    json!({"id": id, "model": "vgg16", "batch": 32, "workers": gpus, "work": {"iterations": 100_000_000u64},
+           "arrival_s": 0})
+}
+
+#[test]
+fn a_borrower_gives_back_its_borrowed_gpus_when_the_lender_asks_for_its_quota() {
+    // Issue 70, item 3, Kueue's cohort: team-a (quota 4, may borrow 4) fills
+    // the 8 GPUs while team-b (quota 4) is idle; its third job would pass
+    // its limit and waits. When team-b asks for its 4, team-a's youngest
+    // job is preempted in the same round and team-b's job runs.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = Server::start(dir.path(), &["--policy", "fifo"]);
+    let http = Http::new();
+    let admin = s.token("user.token");
+    let u = s.url();
+    tenant_cli(&s, &["add", "team-a", "--gpus", "4", "--borrow-limit", "4"]);
+    tenant_cli(&s, &["add", "team-b", "--gpus", "4"]);
+    let token = |t: &str| -> String {
+        let (status, v) = http.call("POST", &format!("{u}/v1/tenants/{t}/tokens"), Some(&admin), Some(json!({})));
+        assert_eq!(status, 201, "{v}");
+        v["token"].as_str().expect("token").to_string()
+    };
+    let (a, b) = (token("team-a"), token("team-b"));
+    let _agents: Vec<Proc> = ["h0", "h1", "h2", "h3"].iter().map(|n| agent(&s, n, None)).collect();
+    nodes_up(&http, &s, 4);
+    let status_of = |token: &str, id: &str| -> JobInfo { http.get(&format!("{u}/v1/jobs/{id}"), token) };
+    for id in ["a1", "a2", "a3"] {
+        let (status, v) = http.call("POST", &format!("{u}/v1/jobs"), Some(&a), Some(wide_job(id, 4)));
+        assert_eq!(status, 201, "{v}");
+        std::thread::sleep(Duration::from_millis(50)); // a1 placed before a2: a2 is the younger
+    }
+    wait_until("team-a on all 8 GPUs", Duration::from_secs(10), || {
+        (status_of(&a, "a1").status.name() == "running" && status_of(&a, "a2").status.name() == "running").then_some(())
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(status_of(&a, "a3").status.name(), "queued", "past team-a's quota and limit (12 > 8)");
+    let tenants: Vec<orrery_serve::http::TenantInfo> = http.get(&format!("{u}/v1/tenants"), &admin);
+    assert_eq!(tenants.iter().map(|t| t.gpus_in_use).collect::<Vec<_>>(), [8, 0]);
+
+    let asked = Instant::now();
+    let (status, v) = http.call("POST", &format!("{u}/v1/jobs"), Some(&b), Some(wide_job("b1", 4)));
+    assert_eq!(status, 201, "{v}");
+    let placed = (0..100).any(|_| {
+        std::thread::sleep(Duration::from_millis(50));
+        status_of(&b, "b1").status.name() == "running"
+    });
+    if !placed {
+        let log: Vec<LogEntry> = http.get(&format!("{u}/v1/decisions?since=0"), &admin);
+        let jobs: Vec<JobInfo> = http.get(&format!("{u}/v1/jobs"), &admin);
+        panic!("team-b's job was not placed in 5 s: {log:?}\n{jobs:?}");
+    }
+    println!("team-b's job ran {:.0} ms after it was submitted", asked.elapsed().as_secs_f64() * 1e3);
+    let (a1, a2, a3) = (status_of(&a, "a1"), status_of(&a, "a2"), status_of(&a, "a3"));
+    assert_eq!(a1.status.name(), "running", "team-a keeps its own quota");
+    assert_eq!((a2.status.name(), a2.preemptions), ("queued", 1), "the youngest borrowed job went back");
+    assert_eq!((a3.status.name(), a3.preemptions), ("queued", 0));
+    let tenants: Vec<orrery_serve::http::TenantInfo> = http.get(&format!("{u}/v1/tenants"), &admin);
+    assert_eq!(tenants.iter().map(|t| t.gpus_in_use).collect::<Vec<_>>(), [4, 4]);
+    // The reclaim is in the log, by the quota, in the round of b1's submission.
+    let log: Vec<LogEntry> = http.get(&format!("{u}/v1/decisions?since=0"), &admin);
+    let reclaim = log.iter().find(|e| e.source == "quota").unwrap_or_else(|| panic!("no reclaim in the log: {log:?}"));
+    assert_eq!(reclaim.entry, Logged::Decision(Decision::Preempt { job: a2.id }));
+    let b_placed = log
+        .iter()
+        .find(|e| matches!(e.entry, Logged::Decision(Decision::Place { job, .. }) if job == status_of(&b, "b1").id))
+        .expect("b1 placed");
+    assert_eq!(b_placed.seq, reclaim.seq + 1, "placed right after the reclaim, in one round");
+}
