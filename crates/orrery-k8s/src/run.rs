@@ -97,6 +97,7 @@ pub async fn start(client: kube::Client, opts: Options) -> Result<Running> {
         listen: opts.listen,
         data_dir: opts.data_dir.clone(),
         ha: None,
+        tls: None,
     })
     .await?;
     let shared = Shared::new(service.handle.clone(), client, opts.policy.clone(), opts.group_timeout);

@@ -128,7 +128,10 @@ async fn a_gang_is_placed_by_the_policy_and_bound_all_together() {
     for i in 0..4 {
         fake.put(PODS, pod(&format!("vgg-{i}"), "vgg", "vgg19", 4));
     }
-    let s = Scheduler { http: reqwest::Client::new(), url: format!("http://{}", running.extender_addr) };
+    let s = Scheduler {
+        http: orrery_serve::tls::client_builder(None).expect("tls").build().expect("client"),
+        url: format!("http://{}", running.extender_addr),
+    };
 
     // Filter and prioritize: VGG19 sends at 25 Gbit/s, more than n3's 5
     // (Eq. 14), so Metronome leaves n3 out and the extender says why.

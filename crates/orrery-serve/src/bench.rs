@@ -26,6 +26,8 @@ pub struct BenchOptions {
     /// Run the service as a replica on etcd instead of on SQLite (it is
     /// measured once it leads).
     pub ha: Option<crate::HaOptions>,
+    /// Serve HTTPS (a test CA's certificate, [`crate::tls::make_test_certs`]).
+    pub tls: bool,
 }
 
 /// What was measured.
@@ -70,11 +72,19 @@ pub async fn run(opts: BenchOptions) -> Result<BenchReport> {
         heartbeat_s: 1.0,
         pins: Default::default(),
     };
+    let certs = match opts.tls {
+        true => Some(crate::tls::make_test_certs(&opts.data_dir.join("tls"), &[])?),
+        false => None,
+    };
+    let tls = certs.as_ref().map(|c| crate::tls::server_config(&c.cert, &c.key)).transpose()?;
+    let ca = certs.as_ref().map(|c| c.ca.as_path());
+    let scheme = if opts.tls { "https" } else { "http" };
     let serve = crate::ServeOptions {
         config,
         listen: "127.0.0.1:0".parse().context("address")?,
         data_dir: opts.data_dir.clone(),
         ha: opts.ha.clone(),
+        tls,
     };
     // The service runs in this process: alone on SQLite, or as the one
     // replica on etcd (which leads within a moment of starting).
@@ -85,20 +95,22 @@ pub async fn run(opts: BenchOptions) -> Result<BenchReport> {
         }
         Some(_) => {
             let replica = crate::start_replica(serve).await?;
-            let ready = format!("http://{}/v1/readyz", replica.addr);
+            let ready = format!("{scheme}://localhost:{}/v1/readyz", replica.addr.port());
+            let probe = crate::tls::client_builder(ca)?.build()?;
             let t = Instant::now();
-            while !reqwest::get(&ready).await.is_ok_and(|r| r.status().is_success()) {
+            while !probe.get(&ready).send().await.is_ok_and(|r| r.status().is_success()) {
                 anyhow::ensure!(t.elapsed() < Duration::from_secs(20), "the replica did not lead within 20 s");
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
             (replica.addr, None)
         }
     };
-    let url = format!("http://{addr}");
+    // By name: the test certificate is for localhost and 127.0.0.1.
+    let url = format!("{scheme}://localhost:{}", addr.port());
     let read = |f: &str| crate::auth::read_token(&opts.data_dir.join(f));
     let (user, agent) = (read("user.token")?, read("agent.token")?);
     let err = |e: crate::client::ClientError| anyhow::anyhow!("{e}");
-    let agents = Client::new(&url, &agent).map_err(err)?;
+    let agents = Client::with_ca(&url, &agent, ca).map_err(err)?;
     for (h, host) in opts.topology.hosts.iter().enumerate() {
         let req = RegisterRequest {
             name: host.name.clone(),
@@ -108,7 +120,7 @@ pub async fn run(opts: BenchOptions) -> Result<BenchReport> {
         };
         agents.register(&req).await.map_err(err)?;
     }
-    let client = Client::new(&url, &user).map_err(err)?;
+    let client = Client::with_ca(&url, &user, ca).map_err(err)?;
     let start_seq = client.cluster().await.map_err(err)?.last_seq;
     let jobs: Arc<Vec<JobSpec>> = Arc::new(opts.jobs);
     let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -142,7 +154,8 @@ pub async fn run(opts: BenchOptions) -> Result<BenchReport> {
     let placements =
         decisions.iter().filter(|e| matches!(e.entry, Logged::Decision(orrery_policy::Decision::Place { .. }))).count();
     // The policy's own time, from the service's histogram.
-    let text = reqwest::Client::new()
+    let text = crate::tls::client_builder(ca)?
+        .build()?
         .get(format!("{url}/metrics"))
         .bearer_auth(&user)
         .send()

@@ -101,7 +101,14 @@ impl Client {
     /// request the API has is safe to resend: submissions are idempotent on
     /// the spec's id, reports on (job, epoch, iteration).
     pub fn new(base: &str, token: &str) -> Answer<Client> {
-        let http = reqwest::Client::builder()
+        Client::with_ca(base, token, None)
+    }
+
+    /// [`Client::new`] of a service on HTTPS whose certificate `ca` signed
+    /// (PEM; None: plain HTTP, or HTTPS without a CA of its own).
+    pub fn with_ca(base: &str, token: &str, ca: Option<&std::path::Path>) -> Answer<Client> {
+        let http = crate::tls::client_builder(ca)
+            .map_err(|e| ClientError::Transport(format!("{e:#}")))?
             .connect_timeout(Duration::from_secs(5))
             .timeout(Duration::from_secs(90))
             .build()

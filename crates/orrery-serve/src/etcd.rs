@@ -185,7 +185,7 @@ impl Etcd {
         if endpoints.is_empty() {
             bail!("no etcd member given");
         }
-        let http = reqwest::Client::builder()
+        let http = crate::tls::client_builder(None)?
             .connect_timeout(Duration::from_millis(500).min(timeout))
             .timeout(timeout)
             .build()

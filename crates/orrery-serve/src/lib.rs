@@ -59,6 +59,7 @@ pub mod metrics;
 pub mod node_agent;
 pub mod store;
 pub mod tenants;
+pub mod tls;
 
 use anyhow::{Context, Result};
 use std::net::SocketAddr;
@@ -76,6 +77,20 @@ pub struct ServeOptions {
     /// Run as one replica of a highly available service on etcd (`None`:
     /// alone, on SQLite in `data_dir`).
     pub ha: Option<HaOptions>,
+    /// Serve HTTPS with this identity ([`tls::server_config`]); None: HTTP.
+    pub tls: Option<std::sync::Arc<rustls::ServerConfig>>,
+}
+
+/// Serves `app` on `listener`, over TLS when `tls` is given.
+async fn serve_on(
+    listener: tokio::net::TcpListener,
+    app: axum::Router,
+    tls: Option<std::sync::Arc<rustls::ServerConfig>>,
+) -> std::io::Result<()> {
+    match tls {
+        Some(config) => tls::serve(listener, app, config).await,
+        None => axum::serve(listener, app).await,
+    }
 }
 
 /// One replica of a highly available service (`orrery serve --store etcd://...`).
@@ -126,7 +141,7 @@ pub async fn start(opts: ServeOptions) -> Result<Running> {
         tokio::net::TcpListener::bind(opts.listen).await.with_context(|| format!("listening on {}", opts.listen))?;
     let addr = listener.local_addr()?;
     let app = http::router(handle.clone(), tokens);
-    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+    let server = tokio::spawn(serve_on(listener, app, opts.tls.clone()));
     Ok(Running { addr, handle, server })
 }
 
@@ -244,7 +259,7 @@ pub async fn start_replica(opts: ServeOptions) -> Result<Replica> {
         leader: Default::default(),
     });
     let app = axum::Router::new().fallback(front).with_state(state.clone());
-    let server = tokio::spawn(async move { axum::serve(listener, app).await });
+    let server = tokio::spawn(serve_on(listener, app, opts.tls.clone()));
     // The standby's copy, once a leader has written something to follow.
     let (copy_state, copy_url, copy_config, copy_tokens) =
         (state.clone(), ha.etcd.clone(), opts.config.clone(), tokens.clone());

@@ -225,6 +225,7 @@ pub async fn drive(
         listen: ([127, 0, 0, 1], 0).into(),
         data_dir: opts.dir.join("service"),
         ha: None,
+        tls: None,
     })
     .await?;
     let server = format!("http://{}", service.addr);
@@ -248,6 +249,7 @@ pub async fn drive(
             data_dev: Some(HOST_DEV.to_string()),
             rate_scale: opts.fabric.scale,
             clock_skew_ms: if h % 2 == 1 { opts.clock_skew_ms } else { 0.0 },
+            ca: None,
         };
         let mut stop = stop_rx.clone();
         agents.push(tokio::spawn(orrery_serve::node_agent::run_until(agent, async move {

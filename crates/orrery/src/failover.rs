@@ -167,7 +167,7 @@ impl Drop for Replica {
 
 /// The replica answering `/v1/readyz` with 200, waiting up to `limit`.
 fn leader(rt: &tokio::runtime::Runtime, replicas: &[Replica], limit: Duration) -> Result<usize> {
-    let http = reqwest::Client::builder().timeout(Duration::from_millis(300)).build()?;
+    let http = orrery_serve::tls::client_builder(None)?.timeout(Duration::from_millis(300)).build()?;
     let t = Instant::now();
     loop {
         for (i, r) in replicas.iter().enumerate() {

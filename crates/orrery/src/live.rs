@@ -44,6 +44,17 @@ pub struct ServeArgs {
     /// about this long after its last renewal.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(i64).range(2..=60))]
     lease_s: i64,
+    /// Serve HTTPS with this PEM certificate chain (with --tls-key;
+    /// `orrery certs` makes one for a test cluster).
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The certificate's PEM private key.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// Serve plain HTTP on an address other than loopback: tokens and
+    /// decisions then cross the network in clear.
+    #[arg(long)]
+    insecure_http: bool,
 }
 
 /// Where the client commands find the service.
@@ -56,6 +67,10 @@ pub struct ClientArgs {
     /// serve` in its data directory) or a tenant's (`orrery tenant token`).
     #[arg(long, env = "ORRERY_TOKEN_FILE", default_value = "orrery-data/user.token")]
     token: PathBuf,
+    /// The CA that signed the service's certificate (PEM), for an https://
+    /// service with a certificate of its own cluster's CA.
+    #[arg(long, env = "ORRERY_CA_FILE", value_name = "FILE")]
+    ca: Option<PathBuf>,
 }
 
 /// Node-agent flags of `orrery agent --node`.
@@ -67,6 +82,9 @@ pub struct NodeArgs {
     /// File holding the agent token (agent.token in the service's data directory).
     #[arg(long, value_name = "FILE", default_value = "orrery-data/agent.token")]
     token: PathBuf,
+    /// The CA that signed an https:// service's certificate (PEM).
+    #[arg(long, env = "ORRERY_CA_FILE", value_name = "FILE")]
+    ca: Option<PathBuf>,
     /// This host's name in the service's topology (h0, h1, ... in the demo).
     #[arg(long)]
     name: Option<String>,
@@ -132,20 +150,35 @@ pub fn serve(args: &ServeArgs) -> Result<()> {
         "sqlite" => None,
         url => Some(orrery_serve::HaOptions {
             etcd: url.parse().context("--store")?,
-            advertise: args.advertise.clone().unwrap_or_else(|| format!("http://{}", args.listen)),
+            advertise: args.advertise.clone().unwrap_or_else(|| {
+                let scheme = if args.tls_cert.is_some() { "https" } else { "http" };
+                format!("{scheme}://{}", args.listen)
+            }),
             lease_s: args.lease_s,
         }),
     };
     if ha.is_none() && args.advertise.is_some() {
         bail!("--advertise: only a replica on etcd (--store etcd://...) advertises itself");
     }
-    let opts = orrery_serve::ServeOptions { config, listen: args.listen, data_dir: args.data.clone(), ha };
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(orrery_serve::tls::server_config(cert, key).context("--tls-cert/--tls-key")?),
+        _ => None,
+    };
+    if tls.is_none() && !args.listen.ip().is_loopback() && !args.insecure_http {
+        bail!(
+            "--listen {}: plain HTTP beyond loopback would send tokens in clear; serve HTTPS \
+             (--tls-cert/--tls-key; `orrery certs` makes them for a test cluster) or pass --insecure-http",
+            args.listen
+        );
+    }
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let opts = orrery_serve::ServeOptions { config, listen: args.listen, data_dir: args.data.clone(), ha, tls };
     if opts.ha.is_some() {
         return serve_replica(args, opts);
     }
     runtime()?.block_on(async {
         let running = orrery_serve::start(opts).await?;
-        let url = format!("http://{}", running.addr);
+        let url = format!("{scheme}://{}", running.addr);
         let d = args.data.display();
         let host = &topology.hosts[0];
         // The banner is best effort: a closed stdout must not stop the service.
@@ -218,7 +251,7 @@ fn serve_replica(args: &ServeArgs, opts: orrery_serve::ServeOptions) -> Result<(
 fn client(args: &ClientArgs) -> Result<Client> {
     let token = orrery_serve::auth::read_token(&args.token)
         .with_context(|| "the user token (start `orrery serve` first, or pass --token FILE)")?;
-    Client::new(&args.server, &token).map_err(|e| anyhow::anyhow!("{e}"))
+    Client::with_ca(&args.server, &token, args.ca.as_deref()).map_err(|e| anyhow::anyhow!("{e}"))
 }
 
 /// `orrery submit JOBS.jsonl`: every valid line is submitted; bad lines are
@@ -566,6 +599,18 @@ pub fn tenant(cmd: &TenantCommand) -> Result<()> {
     Ok(())
 }
 
+/// `orrery certs`.
+pub fn certs(out: &std::path::Path, names: &[String]) -> Result<()> {
+    let c = orrery_serve::tls::make_test_certs(out, names)?;
+    println!(
+        "wrote {} (the CA: --ca), {} and {} (--tls-cert, --tls-key)",
+        c.ca.display(),
+        c.cert.display(),
+        c.key.display()
+    );
+    Ok(())
+}
+
 /// `orrery agent --node`.
 pub fn node_agent(args: &NodeArgs) -> Result<()> {
     init_logs();
@@ -595,6 +640,7 @@ pub fn node_agent(args: &NodeArgs) -> Result<()> {
         data_dev: args.data_dev.clone().or_else(|| args.shape_dev.clone()),
         rate_scale: args.rate_scale,
         clock_skew_ms: 0.0,
+        ca: args.ca.clone(),
     };
     runtime()?.block_on(orrery_serve::node_agent::run(opts))
 }
@@ -638,6 +684,9 @@ pub struct BenchServeArgs {
     /// With --nodes: iterations per second each job runs and reports.
     #[arg(long, default_value_t = 5.0, value_parser = crate::numbers::positive)]
     iterations_per_s: f64,
+    /// Serve and submit over HTTPS (a test CA's certificate): what TLS costs.
+    #[arg(long)]
+    tls: bool,
 }
 
 fn cores() -> usize {
@@ -794,6 +843,7 @@ pub fn bench_serve(args: &BenchServeArgs) -> Result<()> {
         topology: crate::topo::load(&args.topology)?,
         data_dir: dir.clone(),
         ha,
+        tls: args.tls,
     };
     let report = runtime()?.block_on(orrery_serve::bench::run(opts));
     let _ = std::fs::remove_dir_all(&dir);

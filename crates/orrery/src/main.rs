@@ -149,6 +149,17 @@ enum Command {
     /// user.token; a tenant's token lists only its own).
     #[command(subcommand)]
     Tenant(live::TenantCommand),
+    /// A CA and a certificate for `orrery serve --tls-cert/--tls-key` on a
+    /// test cluster (clients and agents take the CA: `--ca`).
+    Certs {
+        /// Folder for ca.pem, server.pem and server-key.pem.
+        #[arg(long, default_value = "orrery-data/tls")]
+        out: std::path::PathBuf,
+        /// DNS names and IP addresses the service is reached at, beside
+        /// localhost and 127.0.0.1 (comma-separated).
+        #[arg(long, value_delimiter = ',')]
+        names: Vec<String>,
+    },
 }
 
 /// `orrery bench` subcommands.
@@ -230,6 +241,7 @@ fn main() -> ExitCode {
         Command::Nodes { client } => live::nodes(&client),
         Command::Cancel { id, client } => live::cancel(&client, &id),
         Command::Tenant(cmd) => live::tenant(&cmd),
+        Command::Certs { out, names } => live::certs(&out, &names),
         Command::Decisions { since, json, client } => live::decisions(&client, since, json),
         Command::Bench(BenchCommand::Serve(args)) => live::bench_serve(&args),
         Command::Bench(BenchCommand::Failover(args)) => failover::bench(&args),

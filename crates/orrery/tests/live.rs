@@ -20,6 +20,8 @@ mod faults;
 mod ha;
 #[path = "live/tenants.rs"]
 mod tenants;
+#[path = "live/tls.rs"]
+mod tls;
 
 const BIN: &str = env!("CARGO_BIN_EXE_orrery");
 
@@ -46,6 +48,8 @@ struct Server {
     dir: PathBuf,
     port: u16,
     args: Vec<String>,
+    /// The CA of its certificate when it serves HTTPS (`--tls-cert`).
+    ca: Option<PathBuf>,
 }
 
 impl Server {
@@ -55,6 +59,7 @@ impl Server {
             dir: dir.to_path_buf(),
             port: free_port(),
             args: args.iter().map(|a| a.to_string()).collect(),
+            ca: None,
         };
         s.restart();
         s
@@ -73,7 +78,11 @@ impl Server {
     }
 
     fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        match self.ca {
+            // By name: the test certificate is for localhost and 127.0.0.1.
+            Some(_) => format!("https://localhost:{}", self.port),
+            None => format!("http://127.0.0.1:{}", self.port),
+        }
     }
 
     fn token(&self, file: &str) -> String {
@@ -117,7 +126,13 @@ struct Http {
 
 impl Http {
     fn new() -> Http {
-        Http { rt: rt(), c: reqwest::Client::builder().timeout(Duration::from_secs(30)).build().expect("client") }
+        Http::with_ca(None)
+    }
+
+    /// A client that trusts only `ca`'s certificates (None: the web's).
+    fn with_ca(ca: Option<&Path>) -> Http {
+        let b = orrery_serve::tls::client_builder(ca).expect("tls");
+        Http { rt: rt(), c: b.timeout(Duration::from_secs(30)).build().expect("client") }
     }
 
     fn call(&self, method: &str, url: &str, token: Option<&str>, body: Option<Value>) -> (u16, Value) {
@@ -206,6 +221,9 @@ fn agent_command_on(server: &Server, name: &str, exec: Option<&str>, offer: &[&s
         .current_dir(repo());
     if let Some(e) = exec {
         c.args(["--exec", e]);
+    }
+    if let Some(ca) = &server.ca {
+        c.arg("--ca").arg(ca);
     }
     c
 }
@@ -363,7 +381,8 @@ fn crash_safety_under_sigkill_loses_no_acknowledged_job_or_committed_decision() 
         j.arrival_s = 0.0;
     }
     let rt = rt();
-    let http = reqwest::Client::builder().timeout(Duration::from_secs(10)).build().expect("client");
+    let http =
+        orrery_serve::tls::client_builder(None).expect("tls").timeout(Duration::from_secs(10)).build().expect("client");
     let url = s.url();
     // The test is the agents of the 16 hosts: they register once.
     let topo = orrery_model::setups::by_name("leaf-spine").expect("leaf-spine");

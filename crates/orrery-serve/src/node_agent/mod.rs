@@ -97,6 +97,8 @@ pub struct AgentOptions {
     /// of `ORRERY_CLOCK_SKEW_MS` (the testbed's agents share one process);
     /// its processes are started with the sum in `ORRERY_CLOCK_SKEW_MS`.
     pub clock_skew_ms: f64,
+    /// The CA that signed an https:// service's certificate (PEM).
+    pub ca: Option<std::path::PathBuf>,
 }
 
 impl AgentOptions {
@@ -203,7 +205,7 @@ pub async fn run(opts: AgentOptions) -> Result<()> {
 /// [`run`] until `stop` completes (the testbed runs agents in-process); the
 /// training processes and the socket go with it.
 pub async fn run_until(opts: AgentOptions, stop: impl std::future::Future<Output = ()>) -> Result<()> {
-    let client = Client::new(&opts.server, &opts.token).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let client = Client::with_ca(&opts.server, &opts.token, opts.ca.as_deref()).map_err(|e| anyhow::anyhow!("{e}"))?;
     // Training processes get the socket's path in their environment and may
     // run in another directory: it must be absolute.
     let mut opts = opts;
