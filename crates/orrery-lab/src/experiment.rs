@@ -118,7 +118,8 @@ impl Experiment {
                 .ok_or_else(|| invalid(format!("scenario {}: no workload", sc.name)))?,
             None => self.workload.clone(),
         };
-        let (jobs, pins) = workload_jobs(&workload, base, &topo, seed).map_err(ExperimentError::Workload)?;
+        let (mut jobs, pins) = workload_jobs(&workload, base, &topo, seed).map_err(ExperimentError::Workload)?;
+        assign_tenants(&mut jobs, &self.tenants, seed);
         Ok((topo, jobs, pins))
     }
 
@@ -251,8 +252,9 @@ impl Experiment {
                 if chosen.is_empty() {
                     continue;
                 }
-                let (jobs, pins) = workload_jobs(workload, base, &topo, seed)
+                let (mut jobs, pins) = workload_jobs(workload, base, &topo, seed)
                     .map_err(|e| Workload(format!("scenario {scenario}: {e}")))?;
+                assign_tenants(&mut jobs, &self.tenants, seed);
                 // A pinned policy places only the jobs with a pin; the rest
                 // would wait forever.
                 if let Some(p) = self.policies.iter().find(|p| orrery_policy::PINNED_NAMES.contains(&p.as_str()))
@@ -289,6 +291,14 @@ impl Experiment {
                         colocation: truth.clone(),
                         ring_steps: self.sim.all_reduce == AllReduce::Steps,
                         record_iterations: self.iterations,
+                        quotas: self
+                            .tenants
+                            .iter()
+                            .map(|t| {
+                                let q = orrery_policy::quota::Quota { gpus: t.gpus, borrow_limit: t.borrow_limit };
+                                (t.name.clone(), q)
+                            })
+                            .collect(),
                     };
                     let start = std::time::Instant::now();
                     let mut sim = Simulation::new(&topo, &jobs, cfg.clone(), policy.isolated_network());
@@ -307,6 +317,11 @@ impl Experiment {
                         low: metrics_of(&sim, &job_table, |p| p == Priority::Low),
                     });
                     let m = metrics_of(&sim, &job_table, |_| true);
+                    let by_tenant = self
+                        .tenants
+                        .iter()
+                        .map(|t| (t.name.clone(), orrery_sim::metrics::tenant_metrics(&sim, &job_table, &t.name)))
+                        .collect();
                     let makespan_ns = (m.makespan_s * 1e9) as u64;
                     let mut link_table = link_rows(&sim, makespan_ns);
                     for r in &mut job_table {
@@ -324,6 +339,7 @@ impl Experiment {
                         skipped_iterations: sim.jobs.iter().map(|j| j.skipped_iterations).sum(),
                         metrics: m,
                         by_priority,
+                        by_tenant,
                         events: sim.events_processed,
                         wall_s,
                         invalid_decisions: sim.invalid_decisions,
@@ -477,6 +493,31 @@ pub fn write_timed(
     write(dir.join("report.html"), crate::report::html(summary, &figures).as_bytes())?;
     lap("report.html");
     Ok(())
+}
+
+/// Gives each job a tenant: job `k` draws `u` in [0, 1) from the seed and
+/// takes the first tenant whose cumulative share passes it (none past the
+/// last share). Jobs that name a tenant keep it. O(jobs · tenants).
+fn assign_tenants(jobs: &mut [JobSpec], tenants: &[crate::spec::TenantSpec], seed: u64) {
+    use rand::{Rng, SeedableRng};
+    if tenants.is_empty() {
+        return;
+    }
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ 0x7e4a_0070);
+    for j in jobs.iter_mut() {
+        let u: f64 = rng.random();
+        if j.tenant.is_some() {
+            continue;
+        }
+        let mut acc = 0.0;
+        j.tenant = tenants
+            .iter()
+            .find(|t| {
+                acc += t.share;
+                u < acc
+            })
+            .map(|t| t.name.clone());
+    }
 }
 
 #[cfg(test)]

@@ -107,6 +107,11 @@ pub struct Experiment {
     /// GPU sharing: how jobs on one GPU interfere (`[colocation]`, Castor).
     #[serde(default)]
     pub colocation: ColocationSpec,
+    /// Teams sharing the cluster (`[[tenant]]`, issue 70): each takes a
+    /// share of the workload's jobs and has a GPU quota the simulator admits
+    /// them by, as the live service does.
+    #[serde(default, rename = "tenant")]
+    pub tenants: Vec<TenantSpec>,
     /// Also replay each (scenario, policy)'s first seed with a probe on its
     /// busiest link, for the report's figures (set by `orrery run --out`).
     #[serde(skip)]
@@ -115,6 +120,25 @@ pub struct Experiment {
     /// `orrery run --iterations`); every iteration is then simulated.
     #[serde(skip)]
     pub iterations: bool,
+}
+
+/// A tenant of an experiment (`[[tenant]]`).
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TenantSpec {
+    /// Name (letters, digits, `_`).
+    pub name: String,
+    /// GPUs guaranteed to it.
+    #[schemars(range(min = 0, max = 10_000_000))]
+    pub gpus: u64,
+    /// GPUs of other tenants' idle quota it may borrow beyond `gpus`.
+    #[serde(default)]
+    #[schemars(range(min = 0, max = 10_000_000))]
+    pub borrow_limit: u64,
+    /// The share of the workload's jobs that are its own, drawn per job
+    /// (seeded); jobs left over by shares summing under 1 are untenanted.
+    #[schemars(range(min = 0, max = 1))]
+    pub share: f64,
 }
 
 /// Where the policies' interference ratios come from.
@@ -474,6 +498,18 @@ pub(crate) fn check(file: &str, e: Experiment) -> Result<Experiment, String> {
     }
     if e.seeds.is_empty() {
         return Err(format!("{file}: seeds: expected at least one seed"));
+    }
+    for (i, t) in e.tenants.iter().enumerate() {
+        if t.name.is_empty() || !t.name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            return Err(format!("{file}: tenant[{i}].name: expected letters, digits and '_', found {:?}", t.name));
+        }
+        if e.tenants[..i].iter().any(|o| o.name == t.name) {
+            return Err(format!("{file}: tenant[{i}].name: {:?} is used twice", t.name));
+        }
+    }
+    let shares: f64 = e.tenants.iter().map(|t| t.share).sum();
+    if shares > 1.0 + 1e-9 {
+        return Err(format!("{file}: tenant: the shares of the jobs sum to {shares}, expected at most 1"));
     }
     // Numbers that size work or memory (`jobs`) were checked against their
     // ranges before anything is allocated (issue 21: `jobs =

@@ -86,6 +86,10 @@ pub struct Run {
     /// Metrics per priority class, when jobs carry priorities.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub by_priority: Option<ByPriority>,
+    /// Metrics per tenant (`[[tenant]]`); a tenant's `gpu_util` is its share
+    /// of the cluster's GPU time.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub by_tenant: std::collections::BTreeMap<String, Metrics>,
     /// Simulated events.
     pub events: u64,
     /// Wall-clock seconds of the run.

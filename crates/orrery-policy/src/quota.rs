@@ -17,7 +17,7 @@ use crate::JobId;
 use std::collections::BTreeMap;
 
 /// A tenant's quota, GPUs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Quota {
     /// Guaranteed (nominal quota).
     pub gpus: u64,
@@ -134,6 +134,40 @@ pub fn admit(
         }
     }
     out
+}
+
+/// [`admit`] on a driver's view: its queue in order, its running jobs and
+/// its free GPUs (the live service and the simulator alike). Every job is
+/// admitted when there are no quotas. O(running + queue) and the admission's.
+pub fn admit_view(quotas: &BTreeMap<String, Quota>, view: &crate::ClusterView<'_>) -> Admission {
+    if quotas.is_empty() {
+        return Admission { admitted: vec![true; view.queue.len()], reclaim: Vec::new() };
+    }
+    let running: Vec<Held<'_>> = view
+        .running
+        .iter()
+        .map(|r| Held {
+            job: r.id,
+            tenant: r.spec.tenant.as_deref(),
+            gpus: r.hosts.iter().map(|h| u64::from(h.1)).sum(),
+            placed_s: view.now_s - r.running_s,
+        })
+        .collect();
+    let queue: Vec<(Option<&str>, u64)> =
+        view.queue.iter().map(|q| (q.spec.tenant.as_deref(), u64::from(q.spec.gpus()))).collect();
+    admit(quotas, &running, &queue, view.free_gpus.iter().map(|&f| u64::from(f)).sum())
+}
+
+/// Applies an admission to a view: the queue keeps the admitted jobs; the
+/// reclaims come back as the preemptions the driver applies first (then
+/// it asks again, as after any preemption).
+pub fn filter_or_reclaim(adm: Admission, queue: &mut Vec<crate::QueuedJob<'_>>) -> Vec<crate::Decision> {
+    if !adm.reclaim.is_empty() {
+        return adm.reclaim.into_iter().map(|(job, _)| crate::Decision::Preempt { job }).collect();
+    }
+    let mut admitted = adm.admitted.into_iter();
+    queue.retain(|_| admitted.next().unwrap_or(true));
+    Vec::new()
 }
 
 #[cfg(test)]

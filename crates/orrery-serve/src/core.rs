@@ -98,31 +98,6 @@ impl From<Refused> for Failure {
     }
 }
 
-/// [`orrery_policy::quota::admit`] on a view: its queue in order, its
-/// running jobs and free GPUs. O(running + queue) and the admission's.
-fn admission(
-    quotas: &std::collections::BTreeMap<String, orrery_policy::quota::Quota>,
-    view: &orrery_policy::ClusterView<'_>,
-) -> orrery_policy::quota::Admission {
-    use orrery_policy::quota::{Held, admit};
-    if quotas.is_empty() {
-        return orrery_policy::quota::Admission { admitted: vec![true; view.queue.len()], reclaim: Vec::new() };
-    }
-    let running: Vec<Held<'_>> = view
-        .running
-        .iter()
-        .map(|r| Held {
-            job: r.id,
-            tenant: r.spec.tenant.as_deref(),
-            gpus: r.hosts.iter().map(|h| u64::from(h.1)).sum(),
-            placed_s: view.now_s - r.running_s,
-        })
-        .collect();
-    let queue: Vec<(Option<&str>, u64)> =
-        view.queue.iter().map(|q| (q.spec.tenant.as_deref(), u64::from(q.spec.gpus()))).collect();
-    admit(quotas, &running, &queue, view.free_gpus.iter().map(|&f| u64::from(f)).sum())
-}
-
 /// Unix time now on this host's clock, ms ([`crate::clock::host_unix_us`]).
 pub fn unix_ms() -> i64 {
     crate::clock::host_unix_us().div_euclid(1000)
@@ -411,7 +386,7 @@ impl Core {
             let quotas = self.ledger.tenants().quotas();
             let (reclaim, decisions) = {
                 let mut view = self.ledger.view(now);
-                let adm = admission(&quotas, &view);
+                let adm = orrery_policy::quota::admit_view(&quotas, &view);
                 if adm.reclaim.is_empty() {
                     let mut admitted = adm.admitted.iter();
                     view.queue.retain(|_| admitted.next().copied().unwrap_or(true));

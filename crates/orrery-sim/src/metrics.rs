@@ -230,8 +230,24 @@ pub fn metrics(sim: &Simulation<'_>, keep: impl Fn(Priority) -> bool) -> Metrics
 
 /// [`metrics`] from per-job rows already built (one pass for several priority classes).
 pub fn metrics_of(sim: &Simulation<'_>, rows: &[JobRow], keep: impl Fn(Priority) -> bool) -> Metrics {
+    metrics_where(sim, rows, |r, _| keep(r.priority))
+}
+
+/// The metrics of one tenant's jobs (`JobSpec::tenant`). Its `gpu_util` is
+/// the tenant's GPU-seconds over the whole cluster's in the makespan: its
+/// share of the cluster.
+pub fn tenant_metrics(sim: &Simulation<'_>, rows: &[JobRow], tenant: &str) -> Metrics {
+    metrics_where(sim, rows, |_, j| j.spec.tenant.as_deref() == Some(tenant))
+}
+
+/// [`metrics_of`] over the jobs `keep` picks by row and state.
+fn metrics_where(
+    sim: &Simulation<'_>,
+    rows: &[JobRow],
+    keep: impl Fn(&JobRow, &crate::engine::JobState) -> bool,
+) -> Metrics {
     let chosen: Vec<(&JobRow, &crate::engine::JobState)> =
-        rows.iter().zip(&sim.jobs).filter(|(r, _)| keep(r.priority)).collect();
+        rows.iter().zip(&sim.jobs).filter(|(r, j)| keep(r, j)).collect();
     let first_arrival = chosen.iter().map(|(r, _)| r.arrival_s).fold(f64::INFINITY, f64::min);
     let last_finish = sim.jobs.iter().filter_map(|j| j.finish_ns).max().unwrap_or(sim.now_ns()) as f64 / NS;
     let makespan_s = if first_arrival.is_finite() { (last_finish - first_arrival).max(0.0) } else { 0.0 };

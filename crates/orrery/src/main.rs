@@ -15,6 +15,7 @@ mod run;
 mod scale;
 mod schema;
 mod table;
+mod tenant;
 mod testbed;
 mod topo;
 mod trace;
@@ -148,7 +149,7 @@ enum Command {
     /// Tenants of `orrery serve` and their tokens (the administrators'
     /// user.token; a tenant's token lists only its own).
     #[command(subcommand)]
-    Tenant(live::TenantCommand),
+    Tenant(tenant::TenantCommand),
     /// A CA and a certificate for `orrery serve --tls-cert/--tls-key` on a
     /// test cluster (clients and agents take the CA: `--ca`).
     Certs {
@@ -240,8 +241,8 @@ fn main() -> ExitCode {
         Command::Jobs { status, json, client } => live::jobs(&client, status.as_deref(), json),
         Command::Nodes { client } => live::nodes(&client),
         Command::Cancel { id, client } => live::cancel(&client, &id),
-        Command::Tenant(cmd) => live::tenant(&cmd),
-        Command::Certs { out, names } => live::certs(&out, &names),
+        Command::Tenant(cmd) => tenant::run(&cmd),
+        Command::Certs { out, names } => tenant::certs(&out, &names),
         Command::Decisions { since, json, client } => live::decisions(&client, since, json),
         Command::Bench(BenchCommand::Serve(args)) => live::bench_serve(&args),
         Command::Bench(BenchCommand::Failover(args)) => failover::bench(&args),

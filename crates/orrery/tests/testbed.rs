@@ -370,7 +370,10 @@ fn two_real_ddp_jobs_keep_cassinis_shift_and_gain_what_in_step_loses() {
         );
     }
     // And the shift gains what the unshifted pair loses. Shifted, the pair
-    // runs at its time alone (the simulator's, within 6%). Unshifted and
+    // runs at its time alone (the simulator's, within 8%: 0.97-1.03x in
+    // twelve runs of issue 73's code, then 0.995-1.062x in seven runs of
+    // 2026-11-29, whose worst paid re-alignments while the period estimate
+    // converged from DDP's slow first iterations; docs/results.md). Unshifted and
     // started in step, reno keeps the two rings in step in some runs and
     // not in others (docs/results.md: 25-97% of this job's all-reduces
     // after the first ten collided in seven runs, 0% in another). Where
@@ -385,7 +388,7 @@ fn two_real_ddp_jobs_keep_cassinis_shift_and_gain_what_in_step_loses() {
         |policy: &str| rows[&(policy.to_string(), "a".to_string())].0 + rows[&(policy.to_string(), "b".to_string())].0;
     let alone = rows[&("pinned+cassini".to_string(), "a".to_string())].1;
     assert!(
-        pair("pinned+cassini") / 2.0 < 1.06 * alone,
+        pair("pinned+cassini") / 2.0 < 1.08 * alone,
         "the shifted pair ran {:.1} ms against {alone:.1} ms alone in the simulator; alignments {}",
         pair("pinned+cassini") / 2.0,
         alignments(&measured)

@@ -9,4 +9,5 @@ mod pinned;
 mod psim;
 mod scoreboard;
 mod skip;
+mod tenants;
 mod validation;

@@ -79,6 +79,10 @@ pub struct SimConfig {
     /// `JobState::iterations`); turns the fast-forward off, so that every
     /// iteration is simulated. For runs small enough to want it.
     pub record_iterations: bool,
+    /// Tenants' GPU quotas (issue 70): the policy is offered only the jobs
+    /// [`orrery_policy::quota::admit`] admits, and a lender's reclaim
+    /// preempts borrowers first, as in the live service. Empty: no quotas.
+    pub quotas: std::collections::BTreeMap<String, orrery_policy::quota::Quota>,
 }
 
 /// One iteration of a job, as the simulator ran it.
@@ -115,6 +119,7 @@ impl Default for SimConfig {
             colocation: orrery_model::colocation::Colocation::default(),
             ring_steps: false,
             record_iterations: false,
+            quotas: std::collections::BTreeMap::new(),
         }
     }
 }
@@ -748,8 +753,17 @@ impl<'a> Simulation<'a> {
         self.prune_active();
         let decisions = {
             let (queue, running) = self.view();
-            let view =
+            let mut view =
                 ClusterView { now_s: self.now as f64 / NS, topology: self.topo, free_gpus: &self.free, queue, running };
+            // Tenants' quotas first (issue 70): the policy sees the admitted
+            // jobs; a lender's reclaim is applied before it is asked.
+            if !self.cfg.quotas.is_empty() {
+                let adm = orrery_policy::quota::admit_view(&self.cfg.quotas, &view);
+                let reclaim = orrery_policy::quota::filter_or_reclaim(adm, &mut view.queue);
+                if !reclaim.is_empty() {
+                    return Some(reclaim);
+                }
+            }
             let t = Instant::now();
             let d = policy.schedule(&view);
             self.decision_s.push(t.elapsed().as_secs_f64());

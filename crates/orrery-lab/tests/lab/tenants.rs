@@ -1,0 +1,58 @@
+//! Tenants in the simulator (issue 70, item 3): quotas admitted as in the
+//! live service, on experiments/tenants-flood.toml.
+
+use orrery_lab::experiment::parse;
+use std::path::Path;
+
+fn repo() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The experiment under `policies` and seed 1, with each tenant's quota
+/// `gpus` (128, the whole cluster, is no quota at all).
+fn run(gpus: u64, policies: &str) -> orrery_lab::summary::Summary {
+    let path = repo().join("experiments/tenants-flood.toml");
+    let text = std::fs::read_to_string(&path).expect("the experiment");
+    let text = text
+        .replace("gpus = 64\n", &format!("gpus = {gpus}\n"))
+        .replace("seeds = [1, 2, 3]", "seeds = [1]")
+        .replace(r#"policies = ["fifo", "srtf", "themis", "orrery"]"#, &format!("policies = [{policies}]"));
+    parse("tenants-flood.toml", &text)
+        .expect("parses")
+        .run(&repo().join("experiments"), |_, _, _, _, _| {})
+        .expect("runs")
+}
+
+#[test]
+fn a_flooded_cluster_keeps_the_steady_teams_quota_for_it() {
+    let (quotas, none) = (run(64, r#""fifo""#), run(128, r#""fifo""#));
+    let of = |s: &orrery_lab::summary::Summary, t: &str| s.runs[0].by_tenant[t].clone();
+    let (steady_q, steady_n) = (of(&quotas, "steady"), of(&none, "steady"));
+    let (flood_q, flood_n) = (of(&quotas, "flood"), of(&none, "flood"));
+    println!(
+        "steady: JCT {:.0} s with quotas, {:.0} s without; queue {:.0} / {:.0} s; share {:.3} / {:.3}",
+        steady_q.avg_jct_s,
+        steady_n.avg_jct_s,
+        steady_q.avg_queue_s,
+        steady_n.avg_queue_s,
+        steady_q.gpu_util,
+        steady_n.gpu_util
+    );
+    println!(
+        "flood: JCT {:.0} s with quotas, {:.0} s without; share {:.3} / {:.3}",
+        flood_q.avg_jct_s, flood_n.avg_jct_s, flood_q.gpu_util, flood_n.gpu_util
+    );
+    // Every job of both teams ran: the quotas delay, they do not starve.
+    assert_eq!(steady_q.finished, steady_q.jobs);
+    assert_eq!(flood_q.finished, flood_q.jobs);
+    assert!(
+        steady_q.jobs > 20 && flood_q.jobs > 3 * steady_q.jobs,
+        "the 80/20 split: {} / {}",
+        flood_q.jobs,
+        steady_q.jobs
+    );
+    // Behind FIFO's flood, the steady team waits; with its quota kept for
+    // it (borrowed GPUs given back), it waits far less.
+    assert!(steady_q.avg_queue_s < 0.5 * steady_n.avg_queue_s, "{} vs {}", steady_q.avg_queue_s, steady_n.avg_queue_s);
+    assert!(steady_q.avg_jct_s < steady_n.avg_jct_s);
+}
