@@ -36,6 +36,26 @@ pub fn write_atomic(path: &Path, bytes: impl AsRef<[u8]>) -> std::io::Result<()>
     }
 }
 
+/// [`write_atomic`] for a secret (a token, a private key): the file is
+/// made readable by its owner only (mode 0600) before a byte is written.
+pub fn write_private(path: &Path, bytes: impl AsRef<[u8]>) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let tmp = temporary_for(path);
+    let _ = std::fs::remove_file(&tmp);
+    let written = (|| {
+        let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
+        f.write_all(bytes.as_ref())?;
+        f.sync_all()
+    })();
+    match written.and_then(|()| std::fs::rename(&tmp, path)) {
+        Ok(()) => Ok(()),
+        Err(e) => {
+            let _ = std::fs::remove_file(&tmp);
+            Err(e)
+        }
+    }
+}
+
 /// Renames a file written at [`temporary_for`]`(path)` into place (for
 /// writers that need a path rather than bytes).
 pub fn commit(path: &Path) -> std::io::Result<()> {

@@ -160,17 +160,8 @@ pub fn write_secret(path: &Path, token: &str) -> Result<()> {
 
 /// Replaces a token file (mode 0600, written then renamed).
 fn write_token(path: &Path, token: &str) -> Result<()> {
-    let tmp = path.with_extension("token.new");
-    let _ = std::fs::remove_file(&tmp);
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&tmp)
-        .with_context(|| format!("creating {}", tmp.display()))?;
-    writeln!(f, "{token}")?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, path).with_context(|| format!("replacing {}", path.display()))
+    orrery_model::files::write_private(path, format!("{token}\n"))
+        .with_context(|| format!("writing {}", path.display()))
 }
 
 fn load_or_create(path: &Path) -> Result<String> {

@@ -141,22 +141,9 @@ pub fn make_test_certs(dir: &Path, names: &[String]) -> Result<TestCerts> {
     let out = TestCerts { ca: dir.join("ca.pem"), cert: dir.join("server.pem"), key: dir.join("server-key.pem") };
     std::fs::write(&out.ca, ca_cert.pem()).with_context(|| format!("writing {}", out.ca.display()))?;
     std::fs::write(&out.cert, cert.pem()).with_context(|| format!("writing {}", out.cert.display()))?;
-    write_private(&out.key, &key.serialize_pem())?;
+    orrery_model::files::write_private(&out.key, key.serialize_pem())
+        .with_context(|| format!("writing {}", out.key.display()))?;
     Ok(out)
-}
-
-/// Writes a private key to a new file of mode 0600 (replacing any there).
-fn write_private(path: &Path, pem: &str) -> Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let _ = std::fs::remove_file(path);
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-        .with_context(|| format!("creating {}", path.display()))?;
-    f.write_all(pem.as_bytes()).and_then(|()| f.sync_all()).with_context(|| format!("writing {}", path.display()))
 }
 
 #[cfg(test)]
