@@ -295,7 +295,11 @@ impl Experiment {
                             .tenants
                             .iter()
                             .map(|t| {
-                                let q = orrery_policy::quota::Quota { gpus: t.gpus, borrow_limit: t.borrow_limit };
+                                let q = orrery_policy::quota::Quota {
+                                    gpus: t.gpus,
+                                    borrow_limit: t.borrow_limit,
+                                    weight: t.weight,
+                                };
                                 (t.name.clone(), q)
                             })
                             .collect(),

@@ -122,6 +122,10 @@ pub struct Experiment {
     pub iterations: bool,
 }
 
+fn unit_weight() -> f64 {
+    1.0
+}
+
 /// A tenant of an experiment (`[[tenant]]`).
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -135,6 +139,10 @@ pub struct TenantSpec {
     #[serde(default)]
     #[schemars(range(min = 0, max = 10_000_000))]
     pub borrow_limit: u64,
+    /// Its weight in fair sharing of borrowed GPUs (default 1).
+    #[serde(default = "unit_weight")]
+    #[schemars(range(min = 0.001, max = 1000))]
+    pub weight: f64,
     /// The share of the workload's jobs that are its own, drawn per job
     /// (seeded); jobs left over by shares summing under 1 are untenanted.
     #[schemars(range(min = 0, max = 1))]

@@ -17,12 +17,35 @@ use crate::JobId;
 use std::collections::BTreeMap;
 
 /// A tenant's quota, GPUs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Quota {
     /// Guaranteed (nominal quota).
     pub gpus: u64,
     /// How far beyond `gpus` it may borrow.
     pub borrow_limit: u64,
+    /// Its weight in fair sharing of what is borrowed (Kueue's
+    /// `fairSharing.weight`): among tenants that borrow, the one whose
+    /// borrowed GPUs over its weight are fewest borrows next, and the one
+    /// whose are most gives back first.
+    #[serde(default = "one")]
+    pub weight: f64,
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+impl Quota {
+    /// A quota of weight 1.
+    pub fn new(gpus: u64, borrow_limit: u64) -> Quota {
+        Quota { gpus, borrow_limit, weight: 1.0 }
+    }
+
+    /// `held` GPUs beyond the quota, over the weight: the tenant's share of
+    /// what is borrowed, as fair sharing compares it.
+    fn borrowed_share(&self, held: u64) -> f64 {
+        held.saturating_sub(self.gpus) as f64 / self.weight.max(1e-9)
+    }
 }
 
 /// A running job as admission sees it.
@@ -57,13 +80,16 @@ pub struct Admission {
 /// - `u + g ≤ quota` (within its quota; these first, in queue order), or
 /// - `u + g ≤ quota + borrow_limit` and the tenants' GPUs in use and
 ///   admitted, with it, stay within the sum of their quotas (it borrows
-///   only what others leave idle; these second, in queue order, as Kueue
-///   admits workloads that fit their nominal quota before borrowers).
+///   only what others leave idle; these second, as Kueue admits workloads
+///   that fit their nominal quota before borrowers: the tenant with the
+///   smallest borrowed share ([`Quota::weight`]) next, each tenant's jobs
+///   in queue order).
 ///
 /// A job admitted within its quota that does not find `g` free GPUs
-/// reclaims them: running jobs of tenants above their quota, youngest
-/// first, each only while its tenant stays above its quota before the
-/// preemption (a lender never takes a borrower below its own quota).
+/// reclaims them from running jobs of tenants above their quota: the
+/// tenant with the largest borrowed share first, its youngest job first,
+/// each only while its tenant is above its quota before the preemption (a
+/// lender never takes a borrower below its own quota).
 pub fn admit(
     quotas: &BTreeMap<String, Quota>,
     running: &[Held<'_>],
@@ -89,49 +115,80 @@ pub fn admit(
     borrowed.sort_by(|a, b| b.placed_s.total_cmp(&a.placed_s).then(b.job.cmp(&a.job)));
     let mut out = Admission { admitted: vec![false; queue.len()], reclaim: Vec::new() };
     // Kueue admits the workloads that fit their quotas before those that
-    // borrow: first every job within its tenant's quota (reclaiming for
-    // it), then, in queue order, the ones that borrow.
-    for borrowing in [false, true] {
-        for (k, &(tenant, g)) in queue.iter().enumerate() {
-            if out.admitted[k] {
-                continue;
-            }
-            let Some((t, q)) = tenant.and_then(|t| quotas.get_key_value(t)) else {
-                if !borrowing {
-                    out.admitted[k] = true;
-                    free = free.saturating_sub(g);
-                }
-                continue;
-            };
-            let u = used.get(t.as_str()).copied().unwrap_or(0);
-            let fits =
-                if borrowing { u + g <= q.gpus + q.borrow_limit && in_use + g <= nominal } else { u + g <= q.gpus };
-            if !fits {
-                continue;
-            }
+    // borrow: first every job within its tenant's quota, in queue order
+    // (reclaiming for it)...
+    for (k, &(tenant, g)) in queue.iter().enumerate() {
+        let Some((t, q)) = tenant.and_then(|t| quotas.get_key_value(t)) else {
             out.admitted[k] = true;
-            *used.entry(t.as_str()).or_default() += g;
-            in_use += g;
-            if !borrowing && free < g {
-                // Reclaim: borrowers give back, youngest job first, each
-                // only while its tenant is still above its quota.
-                let mut i = 0;
-                while free < g && i < borrowed.len() {
-                    let h = borrowed[i];
-                    let owner = h.tenant.unwrap_or_default();
-                    if used.get(owner).copied().unwrap_or(0) > quotas[owner].gpus {
-                        out.reclaim.push((h.job, t.clone()));
-                        *used.entry(owner).or_default() -= h.gpus;
-                        in_use -= h.gpus;
-                        free += h.gpus;
-                        borrowed.remove(i);
-                    } else {
-                        i += 1;
-                    }
-                }
-            }
             free = free.saturating_sub(g);
+            continue;
+        };
+        let u = used.get(t.as_str()).copied().unwrap_or(0);
+        if u + g > q.gpus {
+            continue;
         }
+        out.admitted[k] = true;
+        *used.entry(t.as_str()).or_default() += g;
+        in_use += g;
+        if free < g {
+            // Reclaim: the most-borrowing tenant gives back first, its
+            // youngest job first. O(borrowed · tenants) a job.
+            while free < g {
+                let share = |h: &&Held<'_>| {
+                    let owner = h.tenant.unwrap_or_default();
+                    quotas[owner].borrowed_share(used.get(owner).copied().unwrap_or(0))
+                };
+                let Some(i) = (0..borrowed.len())
+                    .filter(|&i| share(&borrowed[i]) > 0.0)
+                    .max_by(|&a, &b| share(&borrowed[a]).total_cmp(&share(&borrowed[b])).then(b.cmp(&a)))
+                else {
+                    break;
+                };
+                let h = borrowed.remove(i);
+                let owner = h.tenant.unwrap_or_default();
+                out.reclaim.push((h.job, t.clone()));
+                *used.entry(owner).or_default() -= h.gpus;
+                in_use -= h.gpus;
+                free += h.gpus;
+            }
+        }
+        free = free.saturating_sub(g);
+    }
+    // ...then the ones that borrow: the tenant with the smallest borrowed
+    // share next, its first job in queue order that fits. What does not fit
+    // now never will this round (usage only grows), so each tenant's
+    // cursor only advances: O(queue + admitted · tenants).
+    let mut waiting: BTreeMap<&str, std::collections::VecDeque<usize>> = BTreeMap::new();
+    for (k, &(tenant, _)) in queue.iter().enumerate() {
+        if let Some(t) = tenant.filter(|t| !out.admitted[k] && quotas.contains_key(*t)) {
+            waiting.entry(t).or_default().push_back(k);
+        }
+    }
+    loop {
+        // Drop each tenant's jobs that cannot borrow now.
+        for (t, ks) in waiting.iter_mut() {
+            let q = &quotas[*t];
+            let u = used.get(t).copied().unwrap_or(0);
+            while let Some(&k) = ks.front() {
+                let g = queue[k].1;
+                if u + g <= q.gpus + q.borrow_limit && in_use + g <= nominal {
+                    break;
+                }
+                ks.pop_front();
+            }
+        }
+        waiting.retain(|_, ks| !ks.is_empty());
+        let Some((&t, _)) = waiting.iter().min_by(|a, b| {
+            let share = |t: &str| quotas[t].borrowed_share(used.get(t).copied().unwrap_or(0));
+            share(a.0).total_cmp(&share(b.0)).then(a.1[0].cmp(&b.1[0]))
+        }) else {
+            break;
+        };
+        let k = waiting.get_mut(t).and_then(|ks| ks.pop_front()).unwrap_or_default();
+        let g = queue[k].1;
+        out.admitted[k] = true;
+        *used.entry(t).or_default() += g;
+        in_use += g;
     }
     out
 }
@@ -176,7 +233,7 @@ mod tests {
     use proptest::prelude::*;
 
     fn quotas(list: &[(&str, u64, u64)]) -> BTreeMap<String, Quota> {
-        list.iter().map(|&(t, gpus, borrow_limit)| (t.to_string(), Quota { gpus, borrow_limit })).collect()
+        list.iter().map(|&(t, gpus, borrow_limit)| (t.to_string(), Quota::new(gpus, borrow_limit))).collect()
     }
 
     fn held(job: JobId, tenant: &str, gpus: u64, placed_s: f64) -> Held<'_> {
@@ -217,6 +274,30 @@ mod tests {
         assert_eq!((adm.admitted, adm.reclaim.len()), (vec![true], 0));
     }
 
+    #[test]
+    fn borrowed_gpus_are_shared_by_weight_and_given_back_by_weight() {
+        // c's 8 GPUs are idle; a (weight 1) and b (weight 3), each at its
+        // quota, queue sixteen 1-GPU jobs apiece in turn: b borrows 6 of
+        // the 8 and a 2, equal borrowed shares (2/1 = 6/3).
+        let mut q = quotas(&[("a", 4, 8), ("b", 4, 8), ("c", 8, 0)]);
+        q.get_mut("b").expect("b").weight = 3.0;
+        let running = [held(0, "a", 4, 0.0), held(1, "b", 4, 0.0)];
+        let queue: Vec<(Option<&str>, u64)> = (0..32).map(|k| (Some(if k % 2 == 0 { "a" } else { "b" }), 1)).collect();
+        let adm = admit(&q, &running, &queue, 8);
+        let count = |t: &str| queue.iter().zip(&adm.admitted).filter(|(j, ok)| **ok && j.0 == Some(t)).count();
+        assert_eq!((count("a"), count("b")), (2, 6));
+        // When c asks for its 8, the larger borrowed share gives back first:
+        // b (6 over / 3 = 2) and a (2 / 1 = 2) tie, then alternate.
+        let mut running = vec![held(0, "a", 4, 0.0), held(1, "b", 4, 0.0)];
+        running.extend((0..2).map(|k| held(10 + k, "a", 1, 10.0 + k as f64)));
+        running.extend((0..6).map(|k| held(20 + k, "b", 1, 20.0 + k as f64)));
+        let adm = admit(&q, &running, &[(Some("c"), 3)], 0);
+        let from =
+            |t: &str| adm.reclaim.iter().filter(|r| (if t == "a" { 10..12 } else { 20..26 }).contains(&r.0)).count();
+        assert_eq!(adm.reclaim.len(), 3);
+        assert_eq!((from("a"), from("b")), (1, 2), "b held three times a's weight-adjusted share? {:?}", adm.reclaim);
+    }
+
     proptest! {
         /// Whatever the quotas, the running jobs and the queue: no tenant is
         /// admitted past its quota and borrowing limit; the tenants' GPUs
@@ -233,7 +314,7 @@ mod tests {
         ) {
             let names = ["t0", "t1", "t2", "t3"];
             let q: BTreeMap<String, Quota> = limits.iter().enumerate()
-                .map(|(i, &(gpus, borrow_limit))| (names[i].to_string(), Quota { gpus, borrow_limit })).collect();
+                .map(|(i, &(gpus, borrow_limit))| (names[i].to_string(), Quota::new(gpus, borrow_limit))).collect();
             let tenant = |i: usize| (i < limits.len()).then(|| names[i]);
             // Running jobs: each tenant's within its quota + limit, as
             // earlier rounds would have left them.

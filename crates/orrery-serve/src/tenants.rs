@@ -188,6 +188,7 @@ impl Tenants {
                 let q = orrery_policy::quota::Quota {
                     gpus: u64::from(t.gpus),
                     borrow_limit: u64::from(t.borrow_limit.unwrap_or(0)),
+                    weight: t.weight,
                 };
                 (t.name.clone(), q)
             })
