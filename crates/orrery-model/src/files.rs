@@ -21,30 +21,25 @@ pub fn temporary_for(path: &Path) -> PathBuf {
 /// Writes `bytes` to `path` atomically. On error the temporary file is
 /// removed and `path` keeps what it held before.
 pub fn write_atomic(path: &Path, bytes: impl AsRef<[u8]>) -> std::io::Result<()> {
-    let tmp = temporary_for(path);
-    let written = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes.as_ref())?;
-        f.sync_all()
-    })();
-    match written.and_then(|()| std::fs::rename(&tmp, path)) {
-        Ok(()) => Ok(()),
-        Err(e) => {
-            let _ = std::fs::remove_file(&tmp);
-            Err(e)
-        }
-    }
+    write_through(path, bytes.as_ref(), &mut std::fs::OpenOptions::new())
 }
 
 /// [`write_atomic`] for a secret (a token, a private key): the file is
 /// made readable by its owner only (mode 0600) before a byte is written.
 pub fn write_private(path: &Path, bytes: impl AsRef<[u8]>) -> std::io::Result<()> {
     use std::os::unix::fs::OpenOptionsExt;
+    write_through(path, bytes.as_ref(), std::fs::OpenOptions::new().mode(0o600))
+}
+
+/// Writes `bytes` to [`temporary_for`]`(path)`, made new with `options`,
+/// flushes it to disk and renames it into place; on error the temporary
+/// file is removed.
+fn write_through(path: &Path, bytes: &[u8], options: &mut std::fs::OpenOptions) -> std::io::Result<()> {
     let tmp = temporary_for(path);
     let _ = std::fs::remove_file(&tmp);
     let written = (|| {
-        let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&tmp)?;
-        f.write_all(bytes.as_ref())?;
+        let mut f = options.write(true).create_new(true).open(&tmp)?;
+        f.write_all(bytes)?;
         f.sync_all()
     })();
     match written.and_then(|()| std::fs::rename(&tmp, path)) {
