@@ -253,3 +253,159 @@ fn a_borrower_gives_back_its_borrowed_gpus_when_the_lender_asks_for_its_quota() 
         .expect("b1 placed");
     assert_eq!(b_placed.seq, reclaim.seq + 1, "placed right after the reclaim, in one round");
 }
+
+/// Every endpoint under each role (issue 70's tests): no token, the
+/// administrators', tenant A's, tenant B's and the agents'. Each row runs
+/// the roles in the order written, so a row that changes state (a cancel,
+/// a revocation) shows the refusals leave it for the role that may. A
+/// tenant addressing another's job by number, by its own name for it or by
+/// the qualified name gets 404, as for a job that was never submitted.
+#[test]
+fn each_role_at_each_endpoint_gets_exactly_what_its_scope_allows() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = Server::start(dir.path(), &["--policy", "fifo"]);
+    let http = Http::new();
+    let (admin, agent) = (s.token("user.token"), s.token("agent.token"));
+    let u = s.url();
+    let secret = |name: &str| -> String {
+        let (status, v) =
+            http.call("POST", &format!("{u}/v1/tenants"), Some(&admin), Some(json!({"name": name, "gpus": 4})));
+        assert_eq!(status, 200, "{v}");
+        let (status, v) = http.call("POST", &format!("{u}/v1/tenants/{name}/tokens"), Some(&admin), Some(json!({})));
+        assert_eq!(status, 201, "{v}");
+        v["token"].as_str().expect("secret").to_string()
+    };
+    let (a, b) = (secret("team-a"), secret("team-b"));
+    let (status, v) = http.call("POST", &format!("{u}/v1/jobs"), Some(&a), Some(job("x", "vgg16", 10, "low")));
+    assert_eq!(status, 201, "{v}");
+    let a_job = v["id"].as_u64().expect("id");
+    // An agent's session, and a token to revoke.
+    let (status, reg) = http.call(
+        "POST",
+        &format!("{u}/v1/nodes/register"),
+        Some(&agent),
+        Some(json!({"name": "h0", "gpus": 2, "nic_gbps": 50})),
+    );
+    assert_eq!(status, 200, "{reg}");
+    let (host, session) = (reg["host"].as_u64().expect("host"), reg["session"].as_u64().expect("session"));
+    let (_, issued) = http.call("POST", &format!("{u}/v1/tenants/team-b/tokens"), Some(&admin), Some(json!({})));
+    let spare = issued["info"]["id"].as_str().expect("token id").to_string();
+
+    #[derive(Clone, Copy, Debug)]
+    enum Role {
+        None,
+        Admin,
+        A,
+        B,
+        Agent,
+    }
+    use Role::*;
+    let token = |r: Role| match r {
+        None => Option::None,
+        Admin => Some(admin.as_str()),
+        A => Some(a.as_str()),
+        B => Some(b.as_str()),
+        Agent => Some(agent.as_str()),
+    };
+    let new_job = Some(job("p", "vgg16", 10, "low"));
+    let ses = json!({ "session": session });
+    let rows: Vec<(&str, String, Option<Value>, Vec<(Role, u16)>)> = vec![
+        ("GET", "/v1/healthz".into(), Option::None, vec![(None, 200), (Admin, 200), (A, 200), (Agent, 200)]),
+        ("GET", "/".into(), Option::None, vec![(None, 200), (B, 200)]),
+        // Each tenant's "p" is its own; the agent's and nobody's are refused.
+        ("POST", "/v1/jobs".into(), new_job, vec![(None, 401), (Agent, 403), (A, 201), (B, 201), (Admin, 201)]),
+        ("GET", "/v1/jobs".into(), Option::None, vec![(None, 401), (Agent, 403), (A, 200), (B, 200), (Admin, 200)]),
+        (
+            "GET",
+            format!("/v1/jobs/{a_job}"),
+            Option::None,
+            vec![(None, 401), (Agent, 403), (B, 404), (A, 200), (Admin, 200)],
+        ),
+        ("GET", "/v1/jobs/x".into(), Option::None, vec![(B, 404), (A, 200), (Admin, 404)]),
+        ("GET", "/v1/jobs/team-a%2Fx".into(), Option::None, vec![(B, 404), (Admin, 200)]),
+        ("GET", "/v1/cluster".into(), Option::None, vec![(None, 401), (Agent, 403), (A, 200), (B, 200), (Admin, 200)]),
+        ("GET", "/v1/nodes".into(), Option::None, vec![(None, 401), (Agent, 403), (A, 200), (B, 200), (Admin, 200)]),
+        ("GET", "/v1/decisions?since=0".into(), Option::None, vec![(None, 401), (Agent, 403), (B, 200), (Admin, 200)]),
+        ("GET", "/v1/dashboard?wait_s=0".into(), Option::None, vec![(None, 401), (Agent, 403), (B, 200), (Admin, 200)]),
+        ("GET", "/metrics".into(), Option::None, vec![(None, 401), (Agent, 403), (B, 200), (Admin, 200)]),
+        ("GET", "/v1/tenants".into(), Option::None, vec![(None, 401), (Agent, 403), (B, 200), (Admin, 200)]),
+        (
+            "POST",
+            "/v1/tenants".into(),
+            Some(json!({"name": "team-c", "gpus": 1})),
+            vec![(None, 401), (Agent, 403), (A, 403), (B, 403), (Admin, 200)],
+        ),
+        (
+            "POST",
+            "/v1/tenants/team-a/tokens".into(),
+            Some(json!({})),
+            vec![(None, 401), (Agent, 403), (A, 403), (B, 403), (Admin, 201)],
+        ),
+        (
+            "GET",
+            "/v1/tenants/team-a/tokens".into(),
+            Option::None,
+            vec![(None, 401), (Agent, 403), (A, 403), (B, 403), (Admin, 200)],
+        ),
+        (
+            "DELETE",
+            format!("/v1/tokens/{spare}"),
+            Option::None,
+            vec![(None, 401), (Agent, 403), (A, 403), (B, 403), (Admin, 200)],
+        ),
+        (
+            "POST",
+            "/v1/nodes/register".into(),
+            Some(json!({"name": "h1", "gpus": 2, "nic_gbps": 50})),
+            vec![(None, 401), (Admin, 403), (A, 403), (B, 403)],
+        ),
+        (
+            "POST",
+            format!("/v1/nodes/{host}/heartbeat"),
+            Some(ses.clone()),
+            vec![(None, 401), (Admin, 403), (A, 403), (B, 403), (Agent, 200)],
+        ),
+        (
+            "GET",
+            format!("/v1/nodes/{host}/assignments?session={session}&wait_s=0"),
+            Option::None,
+            vec![(None, 401), (Admin, 403), (A, 403), (B, 403), (Agent, 200)],
+        ),
+        (
+            "POST",
+            format!("/v1/nodes/{host}/reports"),
+            Some(json!({"session": session, "reports": []})),
+            vec![(None, 401), (Admin, 403), (A, 403), (B, 403), (Agent, 200)],
+        ),
+        (
+            "POST",
+            format!("/v1/nodes/{host}/deregister"),
+            Some(ses),
+            vec![(None, 401), (Admin, 403), (A, 403), (B, 403), (Agent, 200)],
+        ),
+        // The cancel: refused to all but its tenant, which then cancels it.
+        ("DELETE", format!("/v1/jobs/{a_job}"), Option::None, vec![(None, 401), (Agent, 403), (B, 404), (A, 200)]),
+    ];
+    for (method, path, body, answers) in &rows {
+        for &(role, want) in answers {
+            let (status, v) = http.call(method, &format!("{u}{path}"), token(role), body.clone());
+            assert_eq!(status, want, "{method} {path} as {role:?}: {v}");
+            if status >= 400 {
+                assert!(v.get("error").is_some(), "{method} {path} as {role:?}: a JSON error, got {v}");
+            }
+        }
+    }
+    // What each row's refusals left: three jobs called "p", one per
+    // namespace; team-c made once; the spare token revoked; a's job cancelled.
+    let mut all: Vec<String> = listed(&http, &u, &admin);
+    all.sort();
+    assert_eq!(all, ["p", "team-a/p", "team-a/x", "team-b/p"]);
+    let x: JobInfo = http.get(&format!("{u}/v1/jobs/{a_job}"), &admin);
+    assert_eq!(x.status.name(), "cancelled");
+    let tenants: Value = http.get(&format!("{u}/v1/tenants"), &admin);
+    assert_eq!(tenants.as_array().map(Vec::len), Some(3), "{tenants}");
+    let b_tokens: Value = http.get(&format!("{u}/v1/tenants/team-b/tokens"), &admin);
+    let revoked: Vec<bool> =
+        b_tokens.as_array().expect("tokens").iter().map(|t| t["revoked"].as_bool().unwrap_or(false)).collect();
+    assert_eq!(revoked.iter().filter(|r| **r).count(), 1, "{b_tokens}");
+}
