@@ -90,6 +90,7 @@ pub async fn start(client: kube::Client, opts: Options) -> Result<Running> {
         topology,
         node_timeout_s: opts.node_timeout_s,
         heartbeat_s: (opts.node_timeout_s / 4.0).clamp(0.1, 5.0),
+        fair_share_half_life_s: None,
         pins: BTreeMap::new(),
     };
     let service = orrery_serve::start(orrery_serve::ServeOptions {

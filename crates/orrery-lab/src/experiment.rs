@@ -303,6 +303,7 @@ impl Experiment {
                                 (t.name.clone(), q)
                             })
                             .collect(),
+                        fair_share_half_life_s: self.fair_share.map(|f| f.half_life_s),
                     };
                     let start = std::time::Instant::now();
                     let mut sim = Simulation::new(&topo, &jobs, cfg.clone(), policy.isolated_network());

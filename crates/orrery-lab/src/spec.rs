@@ -112,6 +112,10 @@ pub struct Experiment {
     /// them by, as the live service does.
     #[serde(default, rename = "tenant")]
     pub tenants: Vec<TenantSpec>,
+    /// `[fair_share]`: tenants borrow idle quota by recent usage over share
+    /// (Slurm's fair-share factor) instead of by borrowed GPUs over weight.
+    #[serde(default)]
+    pub fair_share: Option<FairShareSpec>,
     /// Also replay each (scenario, policy)'s first seed with a probe on its
     /// busiest link, for the report's figures (set by `orrery run --out`).
     #[serde(skip)]
@@ -147,6 +151,16 @@ pub struct TenantSpec {
     /// (seeded); jobs left over by shares summing under 1 are untenanted.
     #[schemars(range(min = 0, max = 1))]
     pub share: f64,
+}
+
+/// `[fair_share]` of an experiment.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FairShareSpec {
+    /// Past usage halves every this many seconds (Slurm's
+    /// `PriorityDecayHalfLife`).
+    #[schemars(range(min = 1, max = 1e9))]
+    pub half_life_s: f64,
 }
 
 /// Where the policies' interference ratios come from.
@@ -514,6 +528,9 @@ pub(crate) fn check(file: &str, e: Experiment) -> Result<Experiment, String> {
         if e.tenants[..i].iter().any(|o| o.name == t.name) {
             return Err(format!("{file}: tenant[{i}].name: {:?} is used twice", t.name));
         }
+    }
+    if e.fair_share.is_some() && e.tenants.is_empty() {
+        return Err(format!("{file}: fair_share: shares usage between tenants; expected [[tenant]] tables"));
     }
     let shares: f64 = e.tenants.iter().map(|t| t.share).sum();
     if shares > 1.0 + 1e-9 {

@@ -661,6 +661,10 @@ impl Policy for Cassini {
         out
     }
 
+    fn queue_order(&mut self, view: &ClusterView<'_>) -> Vec<usize> {
+        self.inner.queue_order(view)
+    }
+
     fn tick_s(&self) -> Option<f64> {
         self.inner.tick_s()
     }

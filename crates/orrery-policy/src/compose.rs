@@ -129,6 +129,14 @@ impl Policy for Composed {
         out
     }
 
+    /// By the ordering's keys, ties in arrival order. O(Q log Q).
+    fn queue_order(&mut self, view: &ClusterView<'_>) -> Vec<usize> {
+        let keys: Vec<Key> = view.queue.iter().map(|q| self.order.queued_key(view, q)).collect();
+        let mut order: Vec<usize> = (0..keys.len()).collect();
+        order.sort_by(|&a, &b| keys[a].0.total_cmp(&keys[b].0).then(keys[a].1.total_cmp(&keys[b].1)));
+        order
+    }
+
     fn tick_s(&self) -> Option<f64> {
         self.order.tick_s()
     }
@@ -580,6 +588,9 @@ mod tests {
         assert_eq!(order(by_name("sjf", 0).expect("sjf").as_mut()), vec![2, 0, 1]);
         // By GPU service: c (1 GPU x 10), b (1 x 300), a (8 x 100).
         assert_eq!(order(by_name("ssf", 0).expect("ssf").as_mut()), vec![2, 1, 0]);
+        // The order admission by quota takes the queue in is the same.
+        assert_eq!(by_name("sjf", 0).expect("sjf").queue_order(&view(&t, &free, &jobs)), [2, 0, 1]);
+        assert_eq!(by_name("fifo", 0).expect("fifo").queue_order(&view(&t, &free, &jobs)), [0, 1, 2]);
         assert!(by_name("ssf+cassini", 0).is_some_and(|p| p.name() == "ssf+cassini"));
         assert!(by_name("lottery", 0).is_none());
         // Every catalogued name (but the experiment-only pinned ones and the

@@ -324,6 +324,10 @@ impl Policy for Crux {
         self.inner.watches(job)
     }
 
+    fn queue_order(&mut self, view: &ClusterView<'_>) -> Vec<usize> {
+        self.inner.queue_order(view)
+    }
+
     fn tick_s(&self) -> Option<f64> {
         self.inner.tick_s()
     }

@@ -348,6 +348,15 @@ pub trait Policy {
     /// Called when jobs arrive or finish and GPUs may have freed up.
     fn schedule(&mut self, view: &ClusterView<'_>) -> Vec<Decision>;
 
+    /// The queue's indices, `0..view.queue.len()`, in the order this policy
+    /// serves waiting jobs. Admission by tenant quota
+    /// ([`quota::admit_view`]) takes jobs in this order, so a policy's
+    /// order holds within each tenant's quota too (issue 70). Default:
+    /// the queue's own order (arrival).
+    fn queue_order(&mut self, view: &ClusterView<'_>) -> Vec<usize> {
+        (0..view.queue.len()).collect()
+    }
+
     /// Controller hook: called after each iteration of a running job with its
     /// times, when [`Policy::observes_iterations`] is true; may return
     /// decisions (drift re-alignment, pauses, ...).

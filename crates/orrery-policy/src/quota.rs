@@ -12,6 +12,12 @@
 //!
 //! GPUs are counted cluster-wide, as Kueue counts a flavor's quota: an
 //! admitted job may still wait for a placement that fits.
+//!
+//! Who borrows idle quota next, and who gives it back first, is decided by
+//! the borrowed GPUs over each tenant's weight (Kueue's fair sharing), or
+//! with [`FairShare`] by each tenant's recent usage over its share (Slurm's
+//! fair-share factor), so a team that has had more than its share lately
+//! borrows last.
 
 use crate::JobId;
 use std::collections::BTreeMap;
@@ -45,6 +51,86 @@ impl Quota {
     /// what is borrowed, as fair sharing compares it.
     fn borrowed_share(&self, held: u64) -> f64 {
         held.saturating_sub(self.gpus) as f64 / self.weight.max(1e-9)
+    }
+}
+
+/// Slurm's fair-share factor over decayed usage (Slurm's "Classic
+/// Fairshare Algorithm": `F = 2^(−U/S)`, `U` the tenant's part of all
+/// tenants' decayed usage, `S` its part of the shares). Usage is
+/// GPU-seconds, each second's weight halving every `half_life_s` (Slurm's
+/// `PriorityDecayHalfLife`); a tenant's share is its quota's GPUs times its
+/// weight (its weight alone when no tenant has a GPU quota).
+#[derive(Debug, Clone, PartialEq)]
+pub struct FairShare {
+    /// Half-life of past usage, s.
+    pub half_life_s: f64,
+    usage: BTreeMap<String, f64>,
+    at_s: Option<f64>,
+}
+
+impl FairShare {
+    /// No usage yet; past usage halves every `half_life_s` (> 0).
+    pub fn new(half_life_s: f64) -> FairShare {
+        FairShare { half_life_s: half_life_s.max(1e-9), usage: BTreeMap::new(), at_s: None }
+    }
+
+    /// Mean life of a GPU-second's weight, `H / ln 2`, s.
+    fn tau_s(&self) -> f64 {
+        self.half_life_s / std::f64::consts::LN_2
+    }
+
+    /// Decays the usage to `now_s` and adds what each running job held
+    /// since the last call (or since it was placed, if later): `g` GPUs
+    /// held over `[a, now]` add `g · τ · (1 − 2^(−(now − a)/H))`, the
+    /// integral of the decayed weight. A job that ended between two calls
+    /// loses its last stretch: drivers call this every round, and a round
+    /// follows each completion. O(running + tenants).
+    pub fn advance(&mut self, now_s: f64, running: &[Held<'_>]) {
+        let since = self.at_s.unwrap_or(now_s).min(now_s);
+        let (h, tau) = (self.half_life_s, self.tau_s());
+        let decay = (-(now_s - since) / h).exp2();
+        for u in self.usage.values_mut() {
+            *u *= decay;
+        }
+        for r in running {
+            if let Some(t) = r.tenant {
+                let from = since.max(r.placed_s).min(now_s);
+                *self.usage.entry(t.to_string()).or_default() +=
+                    r.gpus as f64 * tau * (1.0 - (-(now_s - from) / h).exp2());
+            }
+        }
+        self.at_s = Some(now_s);
+    }
+
+    /// A tenant's decayed usage, GPU-seconds.
+    pub fn usage(&self, tenant: &str) -> f64 {
+        self.usage.get(tenant).copied().unwrap_or(0.0)
+    }
+
+    /// Its share: quota GPUs × weight over all tenants' (weight over all
+    /// weights when no tenant has GPUs).
+    fn share(quotas: &BTreeMap<String, Quota>, tenant: &str) -> f64 {
+        let by_gpus = quotas.values().any(|q| q.gpus > 0);
+        let s = |q: &Quota| q.weight.max(0.0) * if by_gpus { q.gpus as f64 } else { 1.0 };
+        let all: f64 = quotas.values().map(s).sum();
+        quotas.get(tenant).map_or(0.0, |q| s(q) / all.max(1e-12))
+    }
+
+    /// Slurm's factor `2^(−U/S)`: 1 for a tenant that used nothing, ½ for
+    /// one that used exactly its share, towards 0 beyond.
+    pub fn factor(&self, quotas: &BTreeMap<String, Quota>, tenant: &str) -> f64 {
+        let all: f64 = self.usage.values().sum();
+        let u = if all > 0.0 { self.usage(tenant) / all } else { 0.0 };
+        (-u / Self::share(quotas, tenant).max(1e-12)).exp2()
+    }
+
+    /// The key admission compares (smaller borrows first, larger gives
+    /// back first): usage as if the `held` GPUs were held on, `U + τ·held`,
+    /// over the share. Monotone in `U/S` when nothing is held, as Slurm's
+    /// factor is; the `τ·held` term makes it grow as a round admits jobs,
+    /// so one round does not give one tenant every idle GPU.
+    fn key(&self, quotas: &BTreeMap<String, Quota>, tenant: &str, held: u64) -> f64 {
+        (self.usage(tenant) + self.tau_s() * held as f64) / Self::share(quotas, tenant).max(1e-12)
     }
 }
 
@@ -90,12 +176,21 @@ pub struct Admission {
 /// tenant with the largest borrowed share first, its youngest job first,
 /// each only while its tenant is above its quota before the preemption (a
 /// lender never takes a borrower below its own quota).
+///
+/// With `fair`, the borrowed share is replaced by [`FairShare`]'s usage over
+/// share, for both borrowing and reclaim.
 pub fn admit(
     quotas: &BTreeMap<String, Quota>,
     running: &[Held<'_>],
     queue: &[(Option<&str>, u64)],
     free_gpus: u64,
+    fair: Option<&FairShare>,
 ) -> Admission {
+    // Smaller borrows next; larger gives back first.
+    let rank = |t: &str, held: u64| match fair {
+        Some(f) => f.key(quotas, t, held),
+        None => quotas[t].borrowed_share(held),
+    };
     let mut used: BTreeMap<&str, u64> = BTreeMap::new();
     for h in running {
         if let Some(t) = h.tenant.filter(|t| quotas.contains_key(*t)) {
@@ -134,13 +229,12 @@ pub fn admit(
             // Reclaim: the most-borrowing tenant gives back first, its
             // youngest job first. O(borrowed · tenants) a job.
             while free < g {
-                let share = |h: &&Held<'_>| {
-                    let owner = h.tenant.unwrap_or_default();
-                    quotas[owner].borrowed_share(used.get(owner).copied().unwrap_or(0))
-                };
+                let held = |h: &Held<'_>| used.get(h.tenant.unwrap_or_default()).copied().unwrap_or(0);
+                let over = |h: &Held<'_>| held(h) > quotas[h.tenant.unwrap_or_default()].gpus;
+                let share = |h: &Held<'_>| rank(h.tenant.unwrap_or_default(), held(h));
                 let Some(i) = (0..borrowed.len())
-                    .filter(|&i| share(&borrowed[i]) > 0.0)
-                    .max_by(|&a, &b| share(&borrowed[a]).total_cmp(&share(&borrowed[b])).then(b.cmp(&a)))
+                    .filter(|&i| over(borrowed[i]))
+                    .max_by(|&a, &b| share(borrowed[a]).total_cmp(&share(borrowed[b])).then(b.cmp(&a)))
                 else {
                     break;
                 };
@@ -179,7 +273,7 @@ pub fn admit(
         }
         waiting.retain(|_, ks| !ks.is_empty());
         let Some((&t, _)) = waiting.iter().min_by(|a, b| {
-            let share = |t: &str| quotas[t].borrowed_share(used.get(t).copied().unwrap_or(0));
+            let share = |t: &str| rank(t, used.get(t).copied().unwrap_or(0));
             share(a.0).total_cmp(&share(b.0)).then(a.1[0].cmp(&b.1[0]))
         }) else {
             break;
@@ -193,10 +287,18 @@ pub fn admit(
     out
 }
 
-/// [`admit`] on a driver's view: its queue in order, its running jobs and
-/// its free GPUs (the live service and the simulator alike). Every job is
-/// admitted when there are no quotas. O(running + queue) and the admission's.
-pub fn admit_view(quotas: &BTreeMap<String, Quota>, view: &crate::ClusterView<'_>) -> Admission {
+/// [`admit`] on a driver's view: its queue in the policy's `order`
+/// ([`crate::Policy::queue_order`]), its running jobs and its free GPUs (the
+/// live service and the simulator alike); `admitted` comes back in the
+/// view's queue order. `fair`, if given, is first advanced to the view's
+/// time. Every job is admitted when there are no quotas. O(running +
+/// queue) and the admission's.
+pub fn admit_view(
+    quotas: &BTreeMap<String, Quota>,
+    view: &crate::ClusterView<'_>,
+    order: &[usize],
+    fair: Option<&mut FairShare>,
+) -> Admission {
     if quotas.is_empty() {
         return Admission { admitted: vec![true; view.queue.len()], reclaim: Vec::new() };
     }
@@ -210,9 +312,26 @@ pub fn admit_view(quotas: &BTreeMap<String, Quota>, view: &crate::ClusterView<'_
             placed_s: view.now_s - r.running_s,
         })
         .collect();
+    // The policy's order, then any index it left out, as queued.
+    let mut seen = vec![false; view.queue.len()];
+    let order: Vec<usize> = order
+        .iter()
+        .copied()
+        .chain(0..view.queue.len())
+        .filter(|&k| k < seen.len() && !std::mem::replace(&mut seen[k], true))
+        .collect();
     let queue: Vec<(Option<&str>, u64)> =
-        view.queue.iter().map(|q| (q.spec.tenant.as_deref(), u64::from(q.spec.gpus()))).collect();
-    admit(quotas, &running, &queue, view.free_gpus.iter().map(|&f| u64::from(f)).sum())
+        order.iter().map(|&k| (view.queue[k].spec.tenant.as_deref(), u64::from(view.queue[k].spec.gpus()))).collect();
+    let fair = fair.map(|f| {
+        f.advance(view.now_s, &running);
+        &*f
+    });
+    let adm = admit(quotas, &running, &queue, view.free_gpus.iter().map(|&f| u64::from(f)).sum(), fair);
+    let mut admitted = vec![false; view.queue.len()];
+    for (&k, ok) in order.iter().zip(adm.admitted) {
+        admitted[k] = ok;
+    }
+    Admission { admitted, reclaim: adm.reclaim }
 }
 
 /// Applies an admission to a view: the queue keeps the admitted jobs; the
@@ -247,15 +366,15 @@ mod tests {
         // third would pass a's limit of 8.
         let running = [held(0, "a", 4, 0.0)];
         let queue = [(Some("a"), 2), (Some("a"), 2), (Some("a"), 2)];
-        let adm = admit(&q, &running, &queue, 4);
+        let adm = admit(&q, &running, &queue, 4, None);
         assert_eq!(adm.admitted, [true, true, false]);
         assert!(adm.reclaim.is_empty());
         // b has no borrowing limit: within its quota only.
-        let adm = admit(&q, &[], &[(Some("b"), 4), (Some("b"), 1)], 8);
+        let adm = admit(&q, &[], &[(Some("b"), 4), (Some("b"), 1)], 8, None);
         assert_eq!(adm.admitted, [true, false]);
         // Nobody's idle quota left to borrow: a waits at its quota.
         let running = [held(0, "a", 4, 0.0), held(1, "b", 4, 0.0)];
-        assert_eq!(admit(&q, &running, &[(Some("a"), 1)], 0).admitted, [false]);
+        assert_eq!(admit(&q, &running, &[(Some("a"), 1)], 0, None).admitted, [false]);
     }
 
     #[test]
@@ -263,14 +382,14 @@ mod tests {
         // a borrowed b's 4 GPUs with two 2-GPU jobs; b asks for 2 of its 4.
         let q = quotas(&[("a", 4, 4), ("b", 4, 0)]);
         let running = [held(0, "a", 4, 0.0), held(1, "a", 2, 10.0), held(2, "a", 2, 20.0)];
-        let adm = admit(&q, &running, &[(Some("b"), 2)], 0);
+        let adm = admit(&q, &running, &[(Some("b"), 2)], 0, None);
         assert_eq!(adm.admitted, [true]);
         assert_eq!(adm.reclaim, [(2, "b".to_string())], "the youngest borrowed job, and only as many as needed");
         // Its whole quota: both borrowed jobs, never a's own 4.
-        let adm = admit(&q, &running, &[(Some("b"), 4)], 0);
+        let adm = admit(&q, &running, &[(Some("b"), 4)], 0, None);
         assert_eq!(adm.reclaim.iter().map(|r| r.0).collect::<Vec<_>>(), [2, 1]);
         // Untenanted jobs are not limited and reclaim nothing.
-        let adm = admit(&q, &running, &[(None, 6)], 0);
+        let adm = admit(&q, &running, &[(None, 6)], 0, None);
         assert_eq!((adm.admitted, adm.reclaim.len()), (vec![true], 0));
     }
 
@@ -283,7 +402,7 @@ mod tests {
         q.get_mut("b").expect("b").weight = 3.0;
         let running = [held(0, "a", 4, 0.0), held(1, "b", 4, 0.0)];
         let queue: Vec<(Option<&str>, u64)> = (0..32).map(|k| (Some(if k % 2 == 0 { "a" } else { "b" }), 1)).collect();
-        let adm = admit(&q, &running, &queue, 8);
+        let adm = admit(&q, &running, &queue, 8, None);
         let count = |t: &str| queue.iter().zip(&adm.admitted).filter(|(j, ok)| **ok && j.0 == Some(t)).count();
         assert_eq!((count("a"), count("b")), (2, 6));
         // When c asks for its 8, the larger borrowed share gives back first:
@@ -291,11 +410,90 @@ mod tests {
         let mut running = vec![held(0, "a", 4, 0.0), held(1, "b", 4, 0.0)];
         running.extend((0..2).map(|k| held(10 + k, "a", 1, 10.0 + k as f64)));
         running.extend((0..6).map(|k| held(20 + k, "b", 1, 20.0 + k as f64)));
-        let adm = admit(&q, &running, &[(Some("c"), 3)], 0);
+        let adm = admit(&q, &running, &[(Some("c"), 3)], 0, None);
         let from =
             |t: &str| adm.reclaim.iter().filter(|r| (if t == "a" { 10..12 } else { 20..26 }).contains(&r.0)).count();
         assert_eq!(adm.reclaim.len(), 3);
         assert_eq!((from("a"), from("b")), (1, 2), "b held three times a's weight-adjusted share? {:?}", adm.reclaim);
+    }
+
+    #[test]
+    fn usage_decays_by_its_half_life_and_sets_slurms_factor() {
+        // 4 GPUs for one half-life (1 h): 4·τ·(1 − ½) = 2τ GPU-s, τ = H/ln 2
+        // = 5,193.75 s, so 10,387.5 (not the 14,400 undecayed); one more
+        // idle half-life halves it.
+        let h = 3_600.0;
+        let tau = h / std::f64::consts::LN_2;
+        let mut f = FairShare::new(h);
+        let run = [held(0, "a", 4, 0.0)];
+        f.advance(0.0, &run);
+        f.advance(h, &run);
+        assert!((f.usage("a") - 2.0 * tau).abs() < 1e-6, "{}", f.usage("a"));
+        assert!((f.usage("a") - 10_387.5).abs() < 0.1);
+        f.advance(2.0 * h, &[]);
+        assert!((f.usage("a") - tau).abs() < 1e-6);
+        // Equal quotas, a used everything: F(a) = 2^(−1/½) = ¼, F(b) = 1.
+        let q = quotas(&[("a", 4, 4), ("b", 4, 4)]);
+        assert!((f.factor(&q, "a") - 0.25).abs() < 1e-12);
+        assert_eq!(f.factor(&q, "b"), 1.0);
+    }
+
+    #[test]
+    fn with_fair_share_the_tenant_that_used_less_lately_borrows_first() {
+        // a and b at their quotas of 4; c's 8 idle; sixteen 1-GPU jobs each
+        // queued in turn. a held 4 GPUs for the last three half-lives: U_a
+        // = 4τ(1 − ⅛) = 3.5τ. Keys (U + τ·held)/S: a 7.5τ, b 4τ; b borrows
+        // while its key is below a's (to 8 GPUs held), then they
+        // alternate: b, b, b, b, a, b, a, b.
+        let q = quotas(&[("a", 4, 8), ("b", 4, 8), ("c", 8, 0)]);
+        let h = 600.0;
+        let mut f = FairShare::new(h);
+        f.advance(0.0, &[held(0, "a", 4, 0.0)]);
+        f.advance(3.0 * h, &[held(0, "a", 4, 0.0)]);
+        let running = [held(0, "a", 4, 3.0 * h), held(1, "b", 4, 3.0 * h)];
+        let queue: Vec<(Option<&str>, u64)> = (0..32).map(|k| (Some(if k % 2 == 0 { "a" } else { "b" }), 1)).collect();
+        let count =
+            |adm: &Admission, t: &str| queue.iter().zip(&adm.admitted).filter(|(j, ok)| **ok && j.0 == Some(t)).count();
+        let fair = admit(&q, &running, &queue, 8, Some(&f));
+        assert_eq!((count(&fair, "a"), count(&fair, "b")), (2, 6));
+        // Without it, equal borrowed shares alternate.
+        let plain = admit(&q, &running, &queue, 8, None);
+        assert_eq!((count(&plain, "a"), count(&plain, "b")), (4, 4));
+        // And c reclaims from the heavier user first: with 3 borrowed to
+        // b's 5, a's key is 10.5τ and b's 9τ, so a, though b borrows more.
+        let mut running = running.to_vec();
+        running.extend((0..3).map(|k| held(10 + k, "a", 1, 3.0 * h + k as f64)));
+        running.extend((0..5).map(|k| held(20 + k, "b", 1, 3.0 * h + k as f64)));
+        let adm = admit(&q, &running, &[(Some("c"), 1)], 0, Some(&f));
+        assert_eq!(adm.reclaim, [(12, "c".to_string())], "a's youngest");
+        let adm = admit(&q, &running, &[(Some("c"), 1)], 0, None);
+        assert_eq!(adm.reclaim, [(24, "c".to_string())], "b's youngest (5 borrowed against a's 3)");
+    }
+
+    #[test]
+    fn admission_takes_the_queue_in_the_policys_order() {
+        // a's quota of 4, nothing to borrow: of a 4-GPU and a 1-GPU job, the
+        // one the policy serves first is admitted.
+        let q = quotas(&[("a", 4, 0)]);
+        let topo = orrery_model::setups::LeafSpine::with_oversubscription(1, 1, 1, 4, "v100", 100.0, 1.0)
+            .build("t")
+            .expect("valid");
+        let specs: Vec<orrery_model::JobSpec> = [4u32, 1]
+            .iter()
+            .map(|&w| {
+                let mut s = orrery_model::JobSpec::new("j", "vgg16", 32, w, orrery_model::Work::Iterations(10), 0.0);
+                s.tenant = Some("a".into());
+                s
+            })
+            .collect();
+        let queue: Vec<crate::QueuedJob<'_>> =
+            specs.iter().enumerate().map(|(i, s)| crate::QueuedJob::new(i, s, 0.0)).collect();
+        let free = vec![4u32];
+        let view = crate::ClusterView { now_s: 0.0, topology: &topo, free_gpus: &free, queue, running: Vec::new() };
+        assert_eq!(admit_view(&q, &view, &[0, 1], None).admitted, [true, false]);
+        assert_eq!(admit_view(&q, &view, &[1, 0], None).admitted, [false, true]);
+        // An order that leaves jobs out: they follow, as queued.
+        assert_eq!(admit_view(&q, &view, &[1], None).admitted, [false, true]);
     }
 
     proptest! {
@@ -328,7 +526,7 @@ mod tests {
                 }
             }
             let queue: Vec<(Option<&str>, u64)> = wait.iter().map(|&(i, g)| (tenant(i), g)).collect();
-            let adm = admit(&q, &running, &queue, spare);
+            let adm = admit(&q, &running, &queue, spare, None);
             prop_assert_eq!(adm.admitted.len(), queue.len());
             let mut after = used.clone();
             for (&(i, g), &ok) in wait.iter().zip(&adm.admitted) {

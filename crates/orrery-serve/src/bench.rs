@@ -70,6 +70,7 @@ pub async fn run(opts: BenchOptions) -> Result<BenchReport> {
         topology: opts.topology.clone(),
         node_timeout_s: 3600.0,
         heartbeat_s: 1.0,
+        fair_share_half_life_s: None,
         pins: Default::default(),
     };
     let certs = match opts.tls {

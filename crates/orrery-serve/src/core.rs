@@ -44,6 +44,12 @@ pub struct Config {
     /// Hosts each job (by spec id) is pinned to, for the `pinned` policies
     /// (`orrery_policy::with_pins`); empty otherwise.
     pub pins: std::collections::BTreeMap<String, Vec<(orrery_model::HostId, u32)>>,
+    /// Tenants borrow idle quota (and give it back) by recent usage over
+    /// share, usage halving every this many seconds (Slurm's fair-share
+    /// factor, [`orrery_policy::quota::FairShare`]); None: by borrowed GPUs
+    /// over weight (Kueue). The usage is the leader's soft state: a
+    /// restart or a failover starts it afresh.
+    pub fair_share_half_life_s: Option<f64>,
 }
 
 /// A request for the core thread: runs there, returns what to do once the
@@ -57,6 +63,8 @@ pub struct Core {
     /// The database.
     pub store: Store,
     policy: Box<dyn Policy>,
+    /// Tenants' decayed usage, with [`Config::fair_share_half_life_s`].
+    fair: Option<orrery_policy::quota::FairShare>,
     /// Service configuration.
     pub config: Config,
     /// Unix ms of cluster-clock zero.
@@ -386,7 +394,8 @@ impl Core {
             let quotas = self.ledger.tenants().quotas();
             let (reclaim, decisions) = {
                 let mut view = self.ledger.view(now);
-                let adm = orrery_policy::quota::admit_view(&quotas, &view);
+                let order = self.policy.queue_order(&view);
+                let adm = orrery_policy::quota::admit_view(&quotas, &view, &order, self.fair.as_mut());
                 if adm.reclaim.is_empty() {
                     let mut admitted = adm.admitted.iter();
                     view.queue.retain(|_| admitted.next().copied().unwrap_or(true));
@@ -545,8 +554,17 @@ fn spawn(config: Config, mut store: Store, follower: bool) -> Result<(Handle, st
     let thread = std::thread::Builder::new().name("orrery-core".into()).spawn(move || {
         let Some(mut policy) = orrery_policy::with_pins(&config.policy, config.seed, &config.pins) else { return };
         policy.set_colocation(&orrery_model::colocation::Colocation::default());
-        let core =
-            Core { ledger, store, policy, config, epoch_unix_ms, metrics: m, batch: Batch::default(), dirty: true };
+        let core = Core {
+            ledger,
+            store,
+            policy,
+            fair: config.fair_share_half_life_s.map(orrery_policy::quota::FairShare::new),
+            config,
+            epoch_unix_ms,
+            metrics: m,
+            batch: Batch::default(),
+            dirty: true,
+        };
         if follower {
             follow(core, rx, seq_tx, version_tx);
         } else {

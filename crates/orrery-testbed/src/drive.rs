@@ -218,6 +218,7 @@ pub async fn drive(
         topology: modelled.clone(),
         node_timeout_s: 10.0,
         heartbeat_s: 1.0,
+        fair_share_half_life_s: None,
         pins: pins.clone(),
     };
     let service = orrery_serve::start(orrery_serve::ServeOptions {

@@ -51,6 +51,12 @@ pub struct ServeArgs {
     /// The certificate's PEM private key.
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     tls_key: Option<PathBuf>,
+    /// Tenants borrow idle quota, and give it back, by their recent usage
+    /// over their share (Slurm's fair-share factor), past usage halving
+    /// every this long (`30m`, `1h`, `7d`); without it, by borrowed GPUs
+    /// over weight (Kueue's fair sharing).
+    #[arg(long, value_name = "HALF_LIFE", value_parser = crate::numbers::duration_s)]
+    fair_share: Option<f64>,
     /// Serve plain HTTP on an address other than loopback: tokens and
     /// decisions then cross the network in clear.
     #[arg(long)]
@@ -144,6 +150,7 @@ pub fn serve(args: &ServeArgs) -> Result<()> {
         topology: topology.clone(),
         node_timeout_s: args.node_timeout_s,
         heartbeat_s: (args.node_timeout_s / 5.0).min(1.0),
+        fair_share_half_life_s: args.fair_share,
         pins: Default::default(),
     };
     let ha = match args.store.as_str() {

@@ -26,6 +26,26 @@ pub fn fraction(s: &str) -> Result<f64, String> {
     if (0.0..=1.0).contains(&x) { Ok(x) } else { Err(format!("expected a number from 0 to 1, got {s}")) }
 }
 
+/// `90s`, `15m`, `12h`, `30d` (or plain seconds) as seconds.
+pub fn duration_s(text: &str) -> Result<f64, String> {
+    let t = text.trim();
+    let (num, unit) = match t.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => (&t[..i], c),
+        _ => (t, 's'),
+    };
+    let scale = match unit {
+        's' => 1.0,
+        'm' => 60.0,
+        'h' => 3_600.0,
+        'd' => 86_400.0,
+        _ => return Err(format!("expected a number with s, m, h or d (like 30d), found {text:?}")),
+    };
+    match num.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 && v * scale <= 3.2e9 => Ok(v * scale),
+        _ => Err(format!("expected a positive duration like 90s, 12h or 30d (at most 100 years), found {text:?}")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -43,5 +63,10 @@ mod tests {
         assert_eq!(fraction("1"), Ok(1.0));
         assert!(fraction("1.01").is_err());
         assert_eq!(positive("-1"), Err("expected a number above 0, got -1".to_string()));
+        assert_eq!(
+            (duration_s("90s"), duration_s("1h"), duration_s("30d"), duration_s("2")),
+            (Ok(90.0), Ok(3_600.0), Ok(2_592_000.0), Ok(2.0))
+        );
+        assert!(duration_s("1w").is_err() && duration_s("-1h").is_err() && duration_s("NaNh").is_err());
     }
 }

@@ -38,7 +38,7 @@ pub enum TenantCommand {
         #[arg(long, value_name = "FILE")]
         out: PathBuf,
         /// Refuse it after this long (`90s`, `12h`, `30d`).
-        #[arg(long, value_parser = parse_duration_s)]
+        #[arg(long, value_parser = crate::numbers::duration_s)]
         expires_in: Option<f64>,
         #[command(flatten)]
         client: ClientArgs,
@@ -57,26 +57,6 @@ pub enum TenantCommand {
         #[command(flatten)]
         client: ClientArgs,
     },
-}
-
-/// `90s`, `15m`, `12h`, `30d` (or plain seconds) as seconds.
-fn parse_duration_s(text: &str) -> Result<f64, String> {
-    let t = text.trim();
-    let (num, unit) = match t.char_indices().last() {
-        Some((i, c)) if c.is_ascii_alphabetic() => (&t[..i], c),
-        _ => (t, 's'),
-    };
-    let scale = match unit {
-        's' => 1.0,
-        'm' => 60.0,
-        'h' => 3_600.0,
-        'd' => 86_400.0,
-        _ => return Err(format!("expected a number with s, m, h or d (like 30d), found {text:?}")),
-    };
-    match num.parse::<f64>() {
-        Ok(v) if v.is_finite() && v > 0.0 && v * scale <= 3.2e9 => Ok(v * scale),
-        _ => Err(format!("expected a positive duration like 90s, 12h or 30d (at most 100 years), found {text:?}")),
-    }
 }
 
 /// `orrery tenant ...`.

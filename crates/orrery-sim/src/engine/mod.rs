@@ -83,6 +83,11 @@ pub struct SimConfig {
     /// [`orrery_policy::quota::admit`] admits, and a lender's reclaim
     /// preempts borrowers first, as in the live service. Empty: no quotas.
     pub quotas: std::collections::BTreeMap<String, orrery_policy::quota::Quota>,
+    /// With quotas: who borrows idle quota next (and gives it back first)
+    /// by recent usage over share, usage halving every this many seconds
+    /// ([`orrery_policy::quota::FairShare`], Slurm's factor). None: by
+    /// borrowed GPUs over weight.
+    pub fair_share_half_life_s: Option<f64>,
 }
 
 /// One iteration of a job, as the simulator ran it.
@@ -120,6 +125,7 @@ impl Default for SimConfig {
             ring_steps: false,
             record_iterations: false,
             quotas: std::collections::BTreeMap::new(),
+            fair_share_half_life_s: None,
         }
     }
 }
@@ -339,6 +345,8 @@ enum Event {
 pub struct Simulation<'a> {
     topo: &'a Topology,
     cfg: SimConfig,
+    /// Tenants' decayed usage, with [`SimConfig::fair_share_half_life_s`].
+    fair: Option<orrery_policy::quota::FairShare>,
     now: u64,
     seq: u64,
     events: BinaryHeap<Reverse<(u64, u64, Event)>>,
@@ -400,6 +408,7 @@ impl<'a> Simulation<'a> {
             arrived: 0,
             observes: true,
             normal: Normal::new(0.0, cfg.jitter.max(0.0)).unwrap_or_else(|_| Normal::new(0.0, 0.0).expect("valid")),
+            fair: cfg.fair_share_half_life_s.map(orrery_policy::quota::FairShare::new),
             cfg,
         };
         for (i, spec) in jobs.iter().enumerate() {
@@ -751,24 +760,32 @@ impl<'a> Simulation<'a> {
         }
         self.advance_skips();
         self.prune_active();
+        // The usage record steps out while the view borrows the jobs.
+        let mut fair = self.fair.take();
         let decisions = {
             let (queue, running) = self.view();
             let mut view =
                 ClusterView { now_s: self.now as f64 / NS, topology: self.topo, free_gpus: &self.free, queue, running };
-            // Tenants' quotas first (issue 70): the policy sees the admitted
-            // jobs; a lender's reclaim is applied before it is asked.
-            if !self.cfg.quotas.is_empty() {
-                let adm = orrery_policy::quota::admit_view(&self.cfg.quotas, &view);
-                let reclaim = orrery_policy::quota::filter_or_reclaim(adm, &mut view.queue);
-                if !reclaim.is_empty() {
-                    return Some(reclaim);
-                }
+            // Tenants' quotas first (issue 70), in the policy's order: the
+            // policy sees the admitted jobs; a lender's reclaim is applied
+            // before it is asked.
+            let reclaim = if self.cfg.quotas.is_empty() {
+                Vec::new()
+            } else {
+                let order = policy.queue_order(&view);
+                let adm = orrery_policy::quota::admit_view(&self.cfg.quotas, &view, &order, fair.as_mut());
+                orrery_policy::quota::filter_or_reclaim(adm, &mut view.queue)
+            };
+            if reclaim.is_empty() {
+                let t = Instant::now();
+                let d = policy.schedule(&view);
+                self.decision_s.push(t.elapsed().as_secs_f64());
+                d
+            } else {
+                reclaim
             }
-            let t = Instant::now();
-            let d = policy.schedule(&view);
-            self.decision_s.push(t.elapsed().as_secs_f64());
-            d
         };
+        self.fair = fair;
         Some(decisions)
     }
 
