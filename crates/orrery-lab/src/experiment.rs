@@ -37,6 +37,10 @@ use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// Windows of the tenants' share over time in summary.json and the report, s.
+pub const TENANT_WINDOW_S: f64 = 600.0;
+
 impl Experiment {
     /// Builds the topology; `base` resolves relative paths.
     pub fn topology(&self, base: &Path) -> Result<Topology, ExperimentError> {
@@ -327,6 +331,7 @@ impl Experiment {
                         .iter()
                         .map(|t| (t.name.clone(), orrery_sim::metrics::tenant_metrics(&sim, &job_table, &t.name)))
                         .collect();
+                    let tenant_share = orrery_sim::tenants::shares(&sim, &cfg.quotas, TENANT_WINDOW_S);
                     let makespan_ns = (m.makespan_s * 1e9) as u64;
                     let mut link_table = link_rows(&sim, makespan_ns);
                     for r in &mut job_table {
@@ -345,6 +350,7 @@ impl Experiment {
                         metrics: m,
                         by_priority,
                         by_tenant,
+                        tenant_share,
                         events: sim.events_processed,
                         wall_s,
                         invalid_decisions: sim.invalid_decisions,

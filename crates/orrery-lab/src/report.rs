@@ -247,6 +247,7 @@ pub fn figures(summary: &Summary, dir: &Path) -> Result<Vec<(String, String, Str
     }
     out.extend(gain_figures(summary, dir)?);
     out.extend(sharing_figures(summary, dir)?);
+    out.extend(tenant_figure(summary, dir)?);
     let gantt = Figure::Gantt {
         title: format!("{}: jobs over time (light: waiting, dark: running)", summary.experiment),
         panels: first_seed
@@ -593,6 +594,79 @@ pub fn size_table(summary: &Summary) -> Vec<Vec<String>> {
     rows
 }
 
+/// Each tenant of each run (issue 70): its quota, its jobs' mean JCT, its
+/// share of the cluster's GPU time, its worst hour (GPUs held over
+/// `min(demand, quota)`; ≥ 1 means its quota was honoured that hour) and
+/// the longest wait of its jobs that arrived within its quota. Empty
+/// without tenants.
+pub fn tenant_table(summary: &Summary) -> Vec<Vec<String>> {
+    let mut rows = Vec::new();
+    for r in summary.runs.iter().filter(|r| !r.tenant_share.is_empty()) {
+        if rows.is_empty() {
+            rows.push(
+                [
+                    "scenario",
+                    "policy",
+                    "seed",
+                    "tenant",
+                    "quota",
+                    "jobs",
+                    "JCT (h)",
+                    "GPU share",
+                    "worst hour",
+                    "within quota",
+                    "their max wait (s)",
+                ]
+                .map(String::from)
+                .to_vec(),
+            );
+        }
+        for (t, share) in &r.tenant_share {
+            let m = r.by_tenant.get(t);
+            rows.push(vec![
+                r.scenario.clone(),
+                r.policy.clone(),
+                r.seed.to_string(),
+                t.clone(),
+                share.quota_gpus.to_string(),
+                m.map_or(String::new(), |m| m.jobs.to_string()),
+                m.map_or(String::new(), |m| format!("{:.2}", m.avg_jct_s / 3600.0)),
+                m.map_or(String::new(), |m| format!("{:.3}", m.gpu_util)),
+                share.worst_hour.map_or("-".into(), |w| format!("{w:.3}")),
+                share.jobs_within_quota.to_string(),
+                share.max_wait_within_quota_s.map_or("-".into(), |w| format!("{w:.1}")),
+            ]);
+        }
+    }
+    rows
+}
+
+/// GPUs each tenant held over time against what its quota guaranteed it
+/// (`min(demand, quota)`), a panel per policy (first seed, first scenario).
+fn tenant_figure(summary: &Summary, dir: &Path) -> Result<Vec<(String, String, String)>, PlotError> {
+    let Some(first) = summary.runs.iter().find(|r| !r.tenant_share.is_empty()) else { return Ok(Vec::new()) };
+    let mut series = Vec::new();
+    for r in summary.runs.iter().filter(|r| r.seed == first.seed && r.scenario == first.scenario) {
+        for (t, share) in &r.tenant_share {
+            let pts = |f: fn(&orrery_sim::tenants::Window) -> f64| -> Vec<(f64, f64)> {
+                share.windows.iter().map(|w| (w.from_s, f(w))).collect()
+            };
+            series.push(Series::in_facet(format!("{t}: held"), r.policy.clone(), pts(|w| w.held_gpus)));
+            series.push(Series::in_facet(format!("{t}: entitled"), r.policy.clone(), pts(|w| w.entitled_gpus)));
+        }
+    }
+    let fig = Figure::Lines {
+        title: format!("{}: GPUs each tenant held, and what its quota guaranteed it", summary.experiment),
+        y_label: "GPUs (10-minute means)".into(),
+        series,
+    };
+    let caption = format!(
+        "Each tenant's GPUs held over time against its entitlement, min(GPUs its jobs ask for, its quota),          10-minute means, a panel per policy (seed {}, {}). Held above entitled is borrowing; below it, the quota          was not honoured.",
+        first.seed, first.scenario
+    );
+    Ok(vec![("tenant_share".into(), caption, fig.save(dir, "tenant_share")?)])
+}
+
 fn table_rows(h: &mut String, rows: &[Vec<String>]) {
     for (k, row) in rows.iter().enumerate() {
         let tag = if k == 0 { "th" } else { "td" };
@@ -782,6 +856,10 @@ pub fn html(summary: &Summary, figures: &[(String, String, String)]) -> String {
     if sizes {
         contents.push(("by-size", "By job size"));
     }
+    let tenants = tenant_table(summary);
+    if !tenants.is_empty() {
+        contents.push(("by-tenant", "By tenant"));
+    }
     if figures.len() > key.len() {
         contents.push(("figures", "More figures"));
     }
@@ -807,6 +885,14 @@ pub fn html(summary: &Summary, figures: &[(String, String, String)]) -> String {
              time spent waiting.</p>\n",
         );
         table_html(&mut h, &size_table(summary));
+    }
+    if !tenants.is_empty() {
+        h.push_str(
+            "<h2 id=\"by-tenant\">By tenant</h2>\n<p>Each tenant's quota, its jobs, its share of the cluster's GPU \
+             time, its <i>worst hour</i> (GPUs held over min(demand, quota): 1 or more means its quota was honoured \
+             that hour) and how long its jobs that arrived within its quota waited at most.</p>\n",
+        );
+        table_html(&mut h, &tenants);
     }
     if figures.len() > key.len() {
         h.push_str("<h2 id=\"figures\">More figures</h2>\n");

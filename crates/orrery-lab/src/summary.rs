@@ -90,6 +90,10 @@ pub struct Run {
     /// of the cluster's GPU time.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub by_tenant: std::collections::BTreeMap<String, Metrics>,
+    /// Each tenant's GPUs over time against its quota (10-minute windows),
+    /// its worst hour and its within-quota jobs' longest wait.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub tenant_share: std::collections::BTreeMap<String, orrery_sim::tenants::Share>,
     /// Simulated events.
     pub events: u64,
     /// Wall-clock seconds of the run.

@@ -143,8 +143,26 @@ pub struct Held<'a> {
     pub tenant: Option<&'a str>,
     /// GPUs it holds.
     pub gpus: u64,
+    /// GPUs it asked for. A policy that grows jobs on idle GPUs (Pollux's
+    /// sizing in `orrery`) may give it more: the GPUs beyond the request
+    /// are borrowed from whoever's quota they idle in, and a tenant's
+    /// waiting job within its quota reclaims them first.
+    pub request: u64,
     /// When it was placed, s (reclaim takes the youngest first).
     pub placed_s: f64,
+}
+
+impl Held<'_> {
+    /// The GPUs its quota is charged: its request, or fewer if it runs on
+    /// fewer.
+    fn charged(&self) -> u64 {
+        self.gpus.min(self.request)
+    }
+
+    /// Whether it holds more than it asked for.
+    fn grown(&self) -> bool {
+        self.gpus > self.request
+    }
 }
 
 /// What admission decided for one round.
@@ -171,11 +189,16 @@ pub struct Admission {
 ///   smallest borrowed share ([`Quota::weight`]) next, each tenant's jobs
 ///   in queue order).
 ///
+/// A running job is charged its request ([`Held::request`]).
+///
 /// A job admitted within its quota that does not find `g` free GPUs
-/// reclaims them from running jobs of tenants above their quota: the
-/// tenant with the largest borrowed share first, its youngest job first,
-/// each only while its tenant is above its quota before the preemption (a
-/// lender never takes a borrower below its own quota).
+/// reclaims them: first from jobs grown beyond their request (any
+/// tenant's, its own too: growth is only ever on loan), youngest first;
+/// then from running jobs of tenants above their quota, the tenant with
+/// the largest borrowed share first, its youngest job that leaves it at
+/// its quota or above first (then its youngest), each only while its
+/// tenant is above its quota before the preemption (a lender never takes
+/// a borrower below its own quota by more than one job).
 ///
 /// With `fair`, the borrowed share is replaced by [`FairShare`]'s usage over
 /// share, for both borrowing and reclaim.
@@ -194,17 +217,18 @@ pub fn admit(
     let mut used: BTreeMap<&str, u64> = BTreeMap::new();
     for h in running {
         if let Some(t) = h.tenant.filter(|t| quotas.contains_key(*t)) {
-            *used.entry(t).or_default() += h.gpus;
+            *used.entry(t).or_default() += h.charged();
         }
     }
     let nominal: u64 = quotas.values().map(|q| q.gpus).sum();
     let mut in_use: u64 = used.values().sum();
     let mut free = free_gpus;
-    // Borrowers' jobs, youngest first, for reclaim.
+    // Borrowers' jobs and grown ones, youngest first, for reclaim.
     let mut borrowed: Vec<&Held<'_>> = running
         .iter()
         .filter(|h| {
-            h.tenant.and_then(|t| quotas.get(t).map(|q| used.get(t).copied().unwrap_or(0) > q.gpus)) == Some(true)
+            let over = h.tenant.and_then(|t| quotas.get(t).map(|q| used.get(t).copied().unwrap_or(0) > q.gpus));
+            over == Some(true) || h.grown()
         })
         .collect();
     borrowed.sort_by(|a, b| b.placed_s.total_cmp(&a.placed_s).then(b.job.cmp(&a.job)));
@@ -226,23 +250,40 @@ pub fn admit(
         *used.entry(t.as_str()).or_default() += g;
         in_use += g;
         if free < g {
-            // Reclaim: the most-borrowing tenant gives back first, its
-            // youngest job first. O(borrowed · tenants) a job.
+            // Reclaim: grown jobs first, then the most-borrowing tenant
+            // gives back first; the youngest job first. O(borrowed ·
+            // tenants) a job.
             while free < g {
-                let held = |h: &Held<'_>| used.get(h.tenant.unwrap_or_default()).copied().unwrap_or(0);
-                let over = |h: &Held<'_>| held(h) > quotas[h.tenant.unwrap_or_default()].gpus;
-                let share = |h: &Held<'_>| rank(h.tenant.unwrap_or_default(), held(h));
-                let Some(i) = (0..borrowed.len())
-                    .filter(|&i| over(borrowed[i]))
-                    .max_by(|&a, &b| share(borrowed[a]).total_cmp(&share(borrowed[b])).then(b.cmp(&a)))
+                let held = |h: &Held<'_>| {
+                    h.tenant.filter(|o| quotas.contains_key(*o)).map(|o| used.get(o).copied().unwrap_or(0))
+                };
+                let over =
+                    |h: &Held<'_>| h.tenant.and_then(|o| quotas.get(o)).zip(held(h)).is_some_and(|(q, u)| u > q.gpus);
+                let share = |h: &Held<'_>| match (h.tenant, held(h)) {
+                    (Some(o), Some(u)) => rank(o, u),
+                    _ => 0.0,
+                };
+                // Within a tenant, a job that leaves it at or above its
+                // quota before one that would take it below (Kueue takes
+                // whole workloads; this keeps the overshoot rare).
+                let fits = |h: &Held<'_>| {
+                    h.tenant.and_then(|o| quotas.get(o)).zip(held(h)).is_some_and(|(q, u)| u - h.charged() >= q.gpus)
+                };
+                let key = |h: &Held<'_>| (h.grown(), share(h), fits(h));
+                let Some(i) =
+                    (0..borrowed.len()).filter(|&i| borrowed[i].grown() || over(borrowed[i])).max_by(|&a, &b| {
+                        let (ka, kb) = (key(borrowed[a]), key(borrowed[b]));
+                        ka.0.cmp(&kb.0).then(ka.1.total_cmp(&kb.1)).then(ka.2.cmp(&kb.2)).then(b.cmp(&a))
+                    })
                 else {
                     break;
                 };
                 let h = borrowed.remove(i);
-                let owner = h.tenant.unwrap_or_default();
                 out.reclaim.push((h.job, t.clone()));
-                *used.entry(owner).or_default() -= h.gpus;
-                in_use -= h.gpus;
+                if let Some(owner) = h.tenant.filter(|o| quotas.contains_key(*o)) {
+                    *used.entry(owner).or_default() -= h.charged();
+                    in_use -= h.charged();
+                }
                 free += h.gpus;
             }
         }
@@ -309,6 +350,7 @@ pub fn admit_view(
             job: r.id,
             tenant: r.spec.tenant.as_deref(),
             gpus: r.hosts.iter().map(|h| u64::from(h.1)).sum(),
+            request: u64::from(r.spec.gpus()),
             placed_s: view.now_s - r.running_s,
         })
         .collect();
@@ -346,6 +388,42 @@ pub fn filter_or_reclaim(adm: Admission, queue: &mut Vec<crate::QueuedJob<'_>>) 
     Vec::new()
 }
 
+/// Holds each tenant's jobs to the GPUs admission granted them: a job
+/// placed on more GPUs than it asked for (grown on idle GPUs, as `orrery`'s
+/// Pollux sizing does) runs on its request instead, on the first GPUs of
+/// the hosts the policy chose. Admission grants GPUs beyond a tenant's
+/// quota only by borrowing; growth would take GPUs no one granted, and
+/// then hold GPUs a later job within its quota needs. On
+/// `experiments/tenants-flood.toml` letting growth stand until reclaimed
+/// made the steady team's jobs restart up to 39 times, grown again each
+/// time the GPUs looked idle (docs/results.md). Jobs of no quota'd tenant
+/// keep their growth. O(decisions · hosts).
+pub fn bound_growth(
+    quotas: &BTreeMap<String, Quota>,
+    view: &crate::ClusterView<'_>,
+    decisions: &mut [crate::Decision],
+) {
+    if quotas.is_empty() {
+        return;
+    }
+    for d in decisions.iter_mut() {
+        let crate::Decision::Place { job, hosts } = d else { continue };
+        let Some(spec) = view.spec_of(*job) else { continue };
+        if !spec.tenant.as_deref().is_some_and(|t| quotas.contains_key(t)) {
+            continue;
+        }
+        let mut left = spec.gpus();
+        if hosts.iter().map(|h| h.1).sum::<u32>() <= left {
+            continue;
+        }
+        for (_, g) in hosts.iter_mut() {
+            *g = (*g).min(left);
+            left -= *g;
+        }
+        hosts.retain(|h| h.1 > 0);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -356,7 +434,7 @@ mod tests {
     }
 
     fn held(job: JobId, tenant: &str, gpus: u64, placed_s: f64) -> Held<'_> {
-        Held { job, tenant: Some(tenant), gpus, placed_s }
+        Held { job, tenant: Some(tenant), gpus, request: gpus, placed_s }
     }
 
     #[test]
@@ -496,6 +574,46 @@ mod tests {
         assert_eq!(admit_view(&q, &view, &[1], None).admitted, [false, true]);
     }
 
+    #[test]
+    fn growth_is_on_loan_it_goes_back_first_and_a_tenants_job_runs_on_its_request() {
+        // a (quota 4, no borrowing) runs a 2-GPU job grown to 4; its own
+        // 2-GPU job arrives: charged 2 + 2 ≤ 4, it is within quota, and
+        // the grown job gives its GPUs back, though a is not over quota.
+        let q = quotas(&[("a", 4, 0), ("b", 4, 0)]);
+        let grown = Held { job: 7, tenant: Some("a"), gpus: 4, request: 2, placed_s: 0.0 };
+        let plain = held(8, "b", 4, 5.0);
+        let adm = admit(&q, &[grown.clone(), plain.clone()], &[(Some("a"), 2)], 0, None);
+        assert_eq!((adm.admitted, adm.reclaim), (vec![true], vec![(7, "a".to_string())]));
+        // b's job arrives instead: b is at its quota, nothing to reclaim.
+        let adm = admit(&q, &[grown, plain], &[(Some("b"), 1)], 0, None);
+        assert_eq!((adm.admitted, adm.reclaim.len()), (vec![false], 0));
+
+        // A policy that places a's 2-GPU job on 6 GPUs: it runs on its
+        // request, the first GPUs of the hosts chosen.
+        let topo = orrery_model::setups::LeafSpine::with_oversubscription(1, 2, 1, 4, "v100", 100.0, 1.0)
+            .build("t")
+            .expect("valid");
+        let mut spec = orrery_model::JobSpec::new("j", "vgg16", 32, 2, orrery_model::Work::Iterations(10), 0.0);
+        spec.tenant = Some("a".into());
+        let free = vec![4u32, 4];
+        let view = |spec| crate::ClusterView {
+            now_s: 0.0,
+            topology: &topo,
+            free_gpus: &free,
+            queue: vec![crate::QueuedJob::new(0, spec, 0.0)],
+            running: Vec::new(),
+        };
+        let grown = || vec![crate::Decision::Place { job: 0, hosts: vec![(0, 4), (1, 2)] }];
+        let mut d = grown();
+        bound_growth(&q, &view(&spec), &mut d);
+        assert_eq!(d, [crate::Decision::Place { job: 0, hosts: vec![(0, 2)] }]);
+        // A job of no tenant keeps its growth.
+        let untenanted = orrery_model::JobSpec { tenant: None, ..spec.clone() };
+        let mut d = grown();
+        bound_growth(&q, &view(&untenanted), &mut d);
+        assert_eq!(d, grown());
+    }
+
     proptest! {
         /// Whatever the quotas, the running jobs and the queue: no tenant is
         /// admitted past its quota and borrowing limit; the tenants' GPUs
@@ -506,7 +624,7 @@ mod tests {
         #[test]
         fn admission_keeps_every_tenant_within_quota_and_limit(
             limits in proptest::collection::vec((0u64..12, 0u64..8), 1..4),
-            run in proptest::collection::vec((0usize..4, 1u64..5), 0..8),
+            run in proptest::collection::vec((0usize..4, 1u64..5, 0u64..3), 0..8),
             wait in proptest::collection::vec((0usize..5, 1u64..6), 0..10),
             spare in 0u64..6,
         ) {
@@ -518,11 +636,12 @@ mod tests {
             // earlier rounds would have left them.
             let mut running = Vec::new();
             let mut used = vec![0u64; 5];
-            for (k, &(i, g)) in run.iter().enumerate() {
+            for (k, &(i, g, grew)) in run.iter().enumerate() {
                 if let Some(t) = tenant(i) {
                     if used[i] + g > q[t].gpus + q[t].borrow_limit { continue; }
                     used[i] += g;
-                    running.push(Held { job: k, tenant: Some(t), gpus: g, placed_s: k as f64 });
+                    // Some grown beyond their request on idle GPUs.
+                    running.push(Held { job: k, tenant: Some(t), gpus: g + grew, request: g, placed_s: k as f64 });
                 }
             }
             let queue: Vec<(Option<&str>, u64)> = wait.iter().map(|&(i, g)| (tenant(i), g)).collect();
@@ -535,20 +654,20 @@ mod tests {
             for &(job, _) in &adm.reclaim {
                 let h = running.iter().find(|h| h.job == job).expect("a running job");
                 let i = names.iter().position(|n| Some(*n) == h.tenant).expect("tenant");
-                prop_assert!(used[i] > q[names[i]].gpus, "reclaimed from a tenant within its quota");
-                after[i] -= h.gpus;
+                prop_assert!(h.grown() || used[i] > q[names[i]].gpus, "reclaimed from a tenant within its quota");
+                after[i] -= h.request;
             }
             for (i, t) in names.iter().enumerate().take(limits.len()) {
                 prop_assert!(after[i] <= q[*t].gpus + q[*t].borrow_limit, "{} over its quota and limit", t);
             }
-            // Reclaim never takes a borrower below its quota by more than
-            // the job that crossed it.
+            // Reclaim never takes a borrower's own (ungrown) jobs below its
+            // quota by more than the job that crossed it.
             for (i, t) in names.iter().enumerate().take(limits.len()) {
                 let taken: u64 = adm.reclaim.iter()
                     .filter_map(|&(j, _)| running.iter().find(|h| h.job == j))
-                    .filter(|h| h.tenant == Some(*t)).map(|h| h.gpus).sum();
+                    .filter(|h| h.tenant == Some(*t) && !h.grown()).map(|h| h.request).sum();
                 if taken > 0 {
-                    let largest = running.iter().filter(|h| h.tenant == Some(*t)).map(|h| h.gpus).max().unwrap_or(0);
+                    let largest = running.iter().filter(|h| h.tenant == Some(*t)).map(|h| h.request).max().unwrap_or(0);
                     prop_assert!(used[i] - taken + largest > q[*t].gpus, "{} taken below its quota", t);
                 }
             }

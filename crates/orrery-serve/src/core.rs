@@ -399,7 +399,9 @@ impl Core {
                 if adm.reclaim.is_empty() {
                     let mut admitted = adm.admitted.iter();
                     view.queue.retain(|_| admitted.next().copied().unwrap_or(true));
-                    (Vec::new(), self.policy.schedule(&view))
+                    let mut d = self.policy.schedule(&view);
+                    orrery_policy::quota::bound_growth(&quotas, &view, &mut d);
+                    (Vec::new(), d)
                 } else {
                     (adm.reclaim, Vec::new())
                 }

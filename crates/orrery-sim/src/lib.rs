@@ -18,5 +18,6 @@ pub mod durations;
 pub mod engine;
 pub mod metrics;
 pub mod network;
+pub mod tenants;
 
 pub use engine::{SimConfig, Simulation};

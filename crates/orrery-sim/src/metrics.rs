@@ -111,6 +111,8 @@ pub struct JobRow {
     pub preemptions: u32,
     /// GPU-seconds it shared a GPU with another job.
     pub shared_gpu_s: f64,
+    /// Its tenant (`[[tenant]]`), empty for none.
+    pub tenant: String,
 }
 
 /// Per-link row of `links.csv` (links that carried traffic).
@@ -179,6 +181,7 @@ pub fn job_rows(sim: &Simulation<'_>) -> Vec<JobRow> {
                 pauses: j.pauses,
                 preemptions: j.preemptions,
                 shared_gpu_s: j.shared_gpu_s,
+                tenant: j.spec.tenant.clone().unwrap_or_default(),
             }
         })
         .collect()

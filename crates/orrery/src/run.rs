@@ -391,6 +391,11 @@ fn print_comparison(summary: &experiment::Summary) {
     }
     println!("\ncomparison against {} (baseline / policy; > 1 is better)", summary.baseline);
     print_table(&experiment::comparison_table(&summary.comparison));
+    let tenants = orrery_lab::report::tenant_table(summary);
+    if !tenants.is_empty() {
+        println!("\ntenants (worst hour: GPUs held over min(demand, quota); max wait of jobs within quota)");
+        print_table(&tenants);
+    }
 }
 
 /// Prints rows of cells with aligned columns: the first two left, the rest right.

@@ -287,7 +287,33 @@ struct Offer {
     t_new_s: f64,
 }
 
+impl Colocator {
+    /// Castor Alg. 1, line 1: pending jobs by expected remaining time
+    /// (time alone × work left), high-priority jobs first when they go
+    /// first (Metronome's priority classes); (remaining s, arrival s, queue
+    /// index). O(Q log Q).
+    fn pending_order(&mut self, view: &ClusterView<'_>) -> Vec<(f64, f64, usize)> {
+        let mut order: Vec<(f64, f64, usize)> = view
+            .queue
+            .iter()
+            .enumerate()
+            .map(|(i, q)| (self.alone_s(view, q.id, q.spec) * (1.0 - q.progress), q.spec.arrival_s, i))
+            .collect();
+        let (spare, first) = (self.spare_high_priority, self.high_first);
+        let class = |i: usize| {
+            let high = spare && view.queue[i].spec.priority == orrery_model::Priority::High;
+            u8::from(!first || !high)
+        };
+        order.sort_by(|a, b| class(a.2).cmp(&class(b.2)).then(a.0.total_cmp(&b.0)).then(a.1.total_cmp(&b.1)));
+        order
+    }
+}
+
 impl Policy for Colocator {
+    fn queue_order(&mut self, view: &ClusterView<'_>) -> Vec<usize> {
+        self.pending_order(view).into_iter().map(|o| o.2).collect()
+    }
+
     fn name(&self) -> String {
         let name = match self.rule {
             Rule::Bsbf => "castor",
@@ -332,18 +358,7 @@ impl Policy for Colocator {
         let mut free = view.free_gpus.to_vec();
         let spare = self.spare_high_priority;
         let high = move |spec: &JobSpec| spare && spec.priority == orrery_model::Priority::High;
-        // Line 1: pending jobs by expected remaining time.
-        let mut order: Vec<(f64, f64, usize)> = view
-            .queue
-            .iter()
-            .enumerate()
-            .map(|(i, q)| (self.alone_s(view, q.id, q.spec) * (1.0 - q.progress), q.spec.arrival_s, i))
-            .collect();
-        // High-priority jobs may go first (Metronome's priority classes);
-        // SJF within each class.
-        let first = self.high_first;
-        let class = |i: usize| u8::from(!first || !high(view.queue[i].spec));
-        order.sort_by(|a, b| class(a.2).cmp(&class(b.2)).then(a.0.total_cmp(&b.0)).then(a.1.total_cmp(&b.1)));
+        let order = self.pending_order(view);
         let mut out = Vec::new();
         let victims = if self.preempt { self.victims(view, &rack_of, &order, &high) } else { Vec::new() };
         for &v in &victims {

@@ -33,7 +33,11 @@ impl JobState {
     fn count_run_until(&mut self, now_ns: u64) {
         let ran = now_ns - self.last_start_ns;
         self.run_ns += ran;
-        self.gpu_s += ran as f64 / NS * f64::from(self.hosts.iter().map(|h| h.1).sum::<u32>());
+        let gpus = self.hosts.iter().map(|h| h.1).sum::<u32>();
+        self.gpu_s += ran as f64 / NS * f64::from(gpus);
+        if ran > 0 {
+            self.held.push((self.last_start_ns, now_ns, gpus));
+        }
     }
 }
 
@@ -217,6 +221,9 @@ pub struct JobState {
     pub run_ns: u64,
     /// GPU-seconds held (an elastic job's GPUs as it ran, not as it asked).
     pub gpu_s: f64,
+    /// Each stretch it held GPUs: (from ns, to ns, GPUs), in time order.
+    /// One per start (preemptions and pauses end one).
+    pub held: Vec<(u64, u64, u32)>,
     last_start_ns: u64,
     /// Preemptions suffered.
     pub preemptions: u32,
@@ -450,6 +457,7 @@ impl<'a> Simulation<'a> {
                 finish_ns: None,
                 run_ns: 0,
                 gpu_s: 0.0,
+                held: Vec::new(),
                 last_start_ns: 0,
                 preemptions: 0,
                 pauses: 0,
@@ -778,13 +786,16 @@ impl<'a> Simulation<'a> {
             };
             if reclaim.is_empty() {
                 let t = Instant::now();
-                let d = policy.schedule(&view);
-                self.decision_s.push(t.elapsed().as_secs_f64());
-                d
+                let mut d = policy.schedule(&view);
+                let took = t.elapsed().as_secs_f64();
+                orrery_policy::quota::bound_growth(&self.cfg.quotas, &view, &mut d);
+                (d, Some(took))
             } else {
-                reclaim
+                (reclaim, None)
             }
         };
+        let (decisions, took) = decisions;
+        self.decision_s.extend(took);
         self.fair = fair;
         Some(decisions)
     }
