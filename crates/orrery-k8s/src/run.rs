@@ -31,6 +31,8 @@ pub struct Options {
     pub group_timeout: Duration,
     /// A node whose agent is silent this long is marked down, s.
     pub node_timeout_s: f64,
+    /// HTTPS for the service's API and the extender; None: HTTP.
+    pub tls: Option<std::sync::Arc<orrery_serve::tls::ServerConfig>>,
 }
 
 /// What is running.
@@ -98,7 +100,7 @@ pub async fn start(client: kube::Client, opts: Options) -> Result<Running> {
         listen: opts.listen,
         data_dir: opts.data_dir.clone(),
         ha: None,
-        tls: None,
+        tls: opts.tls.clone(),
     })
     .await?;
     let shared = Shared::new(service.handle.clone(), client, opts.policy.clone(), opts.group_timeout);
@@ -107,8 +109,9 @@ pub async fn start(client: kube::Client, opts: Options) -> Result<Running> {
         .with_context(|| format!("listening on {}", opts.extender_listen))?;
     let extender_addr = listener.local_addr()?;
     let app = crate::extender::router(shared.clone());
+    let tls = opts.tls.clone();
     let extender = tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, app).await {
+        if let Err(e) = orrery_serve::serve_on(listener, app, tls).await {
             tracing::error!("extender stopped: {e}");
         }
     });

@@ -146,6 +146,85 @@ struct ExtenderConfig {
     node_cache_capable: bool,
     http_timeout: String,
     ignorable: bool,
+    #[serde(rename = "enableHTTPS")]
+    enable_https: bool,
+    tls_config: Option<serde_json::Value>,
+}
+
+/// The file a container's `path` comes from: (volume, secret, key) of the
+/// Secret (plain or projected) mounted over it.
+fn secret_behind(pod: &serde_json::Value, container: &serde_json::Value, path: &str) -> Option<(String, String)> {
+    let mounts = container["volumeMounts"].as_array()?;
+    let m = mounts.iter().find(|m| m["mountPath"].as_str().is_some_and(|d| path.starts_with(&format!("{d}/"))))?;
+    let rel = path.strip_prefix(&format!("{}/", m["mountPath"].as_str()?))?;
+    let volume = pod["volumes"].as_array()?.iter().find(|v| v["name"] == m["name"])?;
+    let sources: Vec<&serde_json::Value> = match volume["projected"]["sources"].as_array() {
+        Some(list) => list.iter().map(|s| &s["secret"]).collect(),
+        None => vec![&volume["secret"]],
+    };
+    sources.into_iter().find_map(|src| {
+        let name = src["secretName"].as_str().or(src["name"].as_str())?.to_string();
+        match src["items"].as_array() {
+            Some(items) => items
+                .iter()
+                .find(|i| i["path"] == rel)
+                .and_then(|i| Some((name.clone(), i["key"].as_str()?.to_string()))),
+            None => Some((name, rel.to_string())),
+        }
+    })
+}
+
+/// Issue 70, item 4: every orrery server in deploy/ serves HTTPS with the
+/// orrery-tls Secret's certificate and probes over HTTPS, no server is told
+/// to speak plain HTTP, the agents trust that Secret's CA, and
+/// kube-scheduler calls the extender over HTTPS.
+#[test]
+fn the_manifests_carry_tls_from_the_service_to_its_agents_and_kube_scheduler() {
+    for file in ["orrery.yaml", "orrery-ha.yaml"] {
+        let docs = documents(file);
+        let d = docs.iter().find(|d| d["kind"] == "Deployment").expect("the service's Deployment");
+        let pod = &d["spec"]["template"]["spec"];
+        let c = &pod["containers"][0];
+        let args: Vec<String> = serde_json::from_value(c["args"].clone()).expect("args");
+        assert!(!args.iter().any(|a| a == "--insecure-http"), "{file}: plain HTTP");
+        let value = |flag: &str| args.iter().position(|a| a == flag).map(|i| args[i + 1].clone());
+        for (flag, key) in [("--tls-cert", "server.pem"), ("--tls-key", "server-key.pem")] {
+            let path = value(flag).unwrap_or_else(|| panic!("{file}: {flag}"));
+            assert_eq!(
+                secret_behind(pod, c, &path),
+                Some(("orrery-tls".into(), key.into())),
+                "{file}: {flag} {path} is the orrery-tls Secret's {key}"
+            );
+        }
+        for probe in ["readinessProbe", "livenessProbe"] {
+            if !c[probe].is_null() {
+                assert_eq!(
+                    c[probe]["httpGet"]["scheme"], "HTTPS",
+                    "{file}: {probe} over plain HTTP fails on an HTTPS port"
+                );
+            }
+        }
+        if let Some(adv) = value("--advertise") {
+            assert!(adv.starts_with("https://"), "{file}: --advertise {adv}");
+        }
+    }
+    let agents = documents("agent.yaml");
+    let ds = agents.iter().find(|d| d["kind"] == "DaemonSet").expect("agents");
+    let pod = &ds["spec"]["template"]["spec"];
+    let c = &pod["containers"][0];
+    let args: Vec<String> = serde_json::from_value(c["args"].clone()).expect("args");
+    let ca = args.iter().position(|a| a == "--ca").map(|i| args[i + 1].clone()).expect("agents take --ca");
+    assert_eq!(secret_behind(pod, c, &ca), Some(("orrery-tls".into(), "ca.pem".into())), "--ca {ca}");
+    let token = args.iter().position(|a| a == "--token").map(|i| args[i + 1].clone()).expect("--token");
+    assert_eq!(secret_behind(pod, c, &token), Some(("orrery-tokens".into(), "agent.token".into())));
+
+    let text = std::fs::read_to_string(deploy().join("scheduler-config.yaml")).expect("config");
+    let config: SchedulerConfig = serde_yaml_ng::from_str(&text).expect("KubeSchedulerConfiguration");
+    let e = &config.extenders[0];
+    assert!(e.url_prefix.starts_with("https://") && e.enable_https, "{}", e.url_prefix);
+    let tls = e.tls_config.as_ref().expect("tlsConfig");
+    assert!(tls["caFile"].is_string() || tls["caData"].is_string(), "kube-scheduler trusts the cluster's CA: {tls}");
+    assert!(tls["insecure"] != true);
 }
 
 #[test]
@@ -384,7 +463,7 @@ fn the_ha_deployment_points_every_replica_at_the_etcd_members_and_routes_to_the_
     let server = agent_args.iter().position(|a| a == "--server").map(|i| agent_args[i + 1].clone());
     assert_eq!(
         server.as_deref(),
-        Some("http://orrery.orrery-system.svc:7400"),
+        Some("https://orrery.orrery-system.svc:7400"),
         "agents reach the leader through the Service"
     );
 

@@ -48,12 +48,20 @@ fn options(data_dir: &std::path::Path) -> Options {
         data_dir: data_dir.to_path_buf(),
         group_timeout: Duration::from_millis(1500),
         node_timeout_s: 1e6,
+        tls: None,
     }
 }
 
 /// The cluster: two racks of two 2-GPU A30 nodes under one spine, 25 Gbit/s
 /// links, except n3, whose NodeBandwidth gives orrery only 5 Gbit/s.
 async fn cluster() -> (Fake, Running, tempfile::TempDir) {
+    cluster_with(|_| None).await
+}
+
+/// [`cluster`], its service and extender given `tls(data dir)`.
+async fn cluster_with(
+    tls: impl FnOnce(&std::path::Path) -> Option<std::sync::Arc<orrery_serve::tls::ServerConfig>>,
+) -> (Fake, Running, tempfile::TempDir) {
     let fake = Fake::start().await;
     for n in NODE_NAMES {
         fake.put(NODES, node(n));
@@ -72,7 +80,8 @@ async fn cluster() -> (Fake, Running, tempfile::TempDir) {
             "spines": 1, "nodeGbps": 25.0, "uplinkGbps": 25.0}}),
     );
     let dir = tempfile::tempdir().expect("tempdir");
-    let running = start(fake.client(), options(dir.path())).await.expect("starts");
+    let opts = Options { tls: tls(dir.path()), ..options(dir.path()) };
+    let running = start(fake.client(), opts).await.expect("starts");
     // What each node's agent does when the DaemonSet starts it: it offers
     // what the topology read from the node says (gpus 0, nic 0).
     for n in NODE_NAMES {
@@ -111,6 +120,36 @@ impl Scheduler {
         let args = json!({"podName": name, "podNamespace": "ml", "podUID": format!("uid-{name}"), "node": node});
         self.post("bind", &args).await
     }
+}
+
+/// Issue 70, item 4: `orrery k8s run --tls-cert/--tls-key` serves the
+/// extender and the agents' API over HTTPS; kube-scheduler trusting the
+/// cluster's CA filters through it, and plain HTTP gets no answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kube_scheduler_and_agents_reach_the_service_over_https() {
+    let certs = std::sync::Mutex::new(None);
+    let (fake, running, _dir) = cluster_with(|dir| {
+        let c = orrery_serve::tls::make_test_certs(&dir.join("tls"), &[]).expect("certs");
+        let config = orrery_serve::tls::server_config(&c.cert, &c.key).expect("identity");
+        *certs.lock().expect("lock") = Some(c);
+        Some(config)
+    })
+    .await;
+    let ca = certs.lock().expect("lock").clone().expect("made").ca;
+    fake.put(PODS, pod("one-0", "one", "resnet50", 1));
+    let trusting = orrery_serve::tls::client_builder(Some(&ca)).expect("tls").build().expect("client");
+    let s = Scheduler { http: trusting.clone(), url: format!("https://localhost:{}", running.extender_addr.port()) };
+    let (node, filtered) = s.choose(&fake, "one-0").await;
+    assert!(NODE_NAMES.contains(&node.as_str()), "{node}: {filtered:?}");
+    let health = trusting
+        .get(format!("https://localhost:{}/v1/healthz", running.service.addr.port()))
+        .send()
+        .await
+        .expect("the API over HTTPS");
+    assert!(health.status().is_success());
+    let plain = reqwest::Client::new().post(format!("http://{}/filter", running.extender_addr)).send().await;
+    assert!(plain.is_err() || !plain.is_ok_and(|r| r.status().is_success()), "plain HTTP was served");
+    running.stop();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -82,7 +82,7 @@ pub struct ServeOptions {
 }
 
 /// Serves `app` on `listener`, over TLS when `tls` is given.
-async fn serve_on(
+pub async fn serve_on(
     listener: tokio::net::TcpListener,
     app: axum::Router,
     tls: Option<std::sync::Arc<rustls::ServerConfig>>,

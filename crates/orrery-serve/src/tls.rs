@@ -13,6 +13,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// The server identity [`server_config`] loads (rustls').
+pub use rustls::ServerConfig;
+
 /// A TLS handshake not done in this long is dropped (a client that opens a
 /// connection and sends nothing holds no task for ever).
 const HANDSHAKE: Duration = Duration::from_secs(10);

@@ -50,6 +50,9 @@ pub struct RunArgs {
     /// A node whose agent is silent this long is marked down and its jobs re-queued, s.
     #[arg(long, default_value_t = 30.0, value_parser = crate::numbers::positive)]
     node_timeout_s: f64,
+    /// HTTPS for the service's API and the extender alike.
+    #[command(flatten)]
+    tls: crate::live::TlsArgs,
 }
 
 /// Runs a `k8s` subcommand.
@@ -90,6 +93,8 @@ fn serve(args: &RunArgs) -> Result<()> {
     if orrery_policy::by_name(&args.policy, args.seed).is_none() {
         bail!("--policy: unknown policy {:?} (see `orrery policies`)", args.policy);
     }
+    let tls = args.tls.server_config(&[("--listen", args.listen), ("--extender-listen", args.extender_listen)])?;
+    let scheme = if tls.is_some() { "https" } else { "http" };
     crate::live::runtime()?.block_on(async {
         let client = kube::Client::try_default()
             .await
@@ -103,10 +108,11 @@ fn serve(args: &RunArgs) -> Result<()> {
             data_dir: args.data.clone(),
             group_timeout: std::time::Duration::from_secs_f64(args.group_timeout_s),
             node_timeout_s: args.node_timeout_s,
+            tls,
         };
         let running = orrery_k8s::run::start(client, opts).await?;
         tracing::info!(
-            "orrery on Kubernetes: service http://{}, extender http://{} (policy {})",
+            "orrery on Kubernetes: service {scheme}://{}, extender {scheme}://{} (policy {})",
             running.service.addr,
             running.extender_addr,
             args.policy

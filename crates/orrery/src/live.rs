@@ -44,6 +44,20 @@ pub struct ServeArgs {
     /// about this long after its last renewal.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(i64).range(2..=60))]
     lease_s: i64,
+    /// Tenants borrow idle quota, and give it back, by their recent usage
+    /// over their share (Slurm's fair-share factor), past usage halving
+    /// every this long (`30m`, `1h`, `7d`); without it, by borrowed GPUs
+    /// over weight (Kueue's fair sharing).
+    #[arg(long, value_name = "HALF_LIFE", value_parser = crate::numbers::duration_s)]
+    fair_share: Option<f64>,
+    #[command(flatten)]
+    tls: TlsArgs,
+}
+
+/// How a server of orrery's speaks: HTTPS with a certificate, or plain
+/// HTTP on loopback (beyond it only when asked for).
+#[derive(ClapArgs, Debug, Clone)]
+pub struct TlsArgs {
     /// Serve HTTPS with this PEM certificate chain (with --tls-key;
     /// `orrery certs` makes one for a test cluster).
     #[arg(long, value_name = "FILE", requires = "tls_key")]
@@ -51,16 +65,33 @@ pub struct ServeArgs {
     /// The certificate's PEM private key.
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     tls_key: Option<PathBuf>,
-    /// Tenants borrow idle quota, and give it back, by their recent usage
-    /// over their share (Slurm's fair-share factor), past usage halving
-    /// every this long (`30m`, `1h`, `7d`); without it, by borrowed GPUs
-    /// over weight (Kueue's fair sharing).
-    #[arg(long, value_name = "HALF_LIFE", value_parser = crate::numbers::duration_s)]
-    fair_share: Option<f64>,
     /// Serve plain HTTP on an address other than loopback: tokens and
     /// decisions then cross the network in clear.
     #[arg(long)]
     insecure_http: bool,
+}
+
+impl TlsArgs {
+    /// The server identity for the listeners `listen` (each named by its
+    /// flag), or None for plain HTTP, which is refused beyond loopback
+    /// without --insecure-http.
+    pub fn server_config(
+        &self,
+        listen: &[(&str, SocketAddr)],
+    ) -> Result<Option<std::sync::Arc<orrery_serve::tls::ServerConfig>>> {
+        if let (Some(cert), Some(key)) = (&self.tls_cert, &self.tls_key) {
+            return Ok(Some(orrery_serve::tls::server_config(cert, key).context("--tls-cert/--tls-key")?));
+        }
+        for (flag, addr) in listen {
+            if !addr.ip().is_loopback() && !self.insecure_http {
+                bail!(
+                    "{flag} {addr}: plain HTTP beyond loopback would send tokens in clear; serve HTTPS \
+                     (--tls-cert/--tls-key; `orrery certs` makes them for a test cluster) or pass --insecure-http"
+                );
+            }
+        }
+        Ok(None)
+    }
 }
 
 /// Where the client commands find the service.
@@ -158,7 +189,7 @@ pub fn serve(args: &ServeArgs) -> Result<()> {
         url => Some(orrery_serve::HaOptions {
             etcd: url.parse().context("--store")?,
             advertise: args.advertise.clone().unwrap_or_else(|| {
-                let scheme = if args.tls_cert.is_some() { "https" } else { "http" };
+                let scheme = if args.tls.tls_cert.is_some() { "https" } else { "http" };
                 format!("{scheme}://{}", args.listen)
             }),
             lease_s: args.lease_s,
@@ -167,17 +198,7 @@ pub fn serve(args: &ServeArgs) -> Result<()> {
     if ha.is_none() && args.advertise.is_some() {
         bail!("--advertise: only a replica on etcd (--store etcd://...) advertises itself");
     }
-    let tls = match (&args.tls_cert, &args.tls_key) {
-        (Some(cert), Some(key)) => Some(orrery_serve::tls::server_config(cert, key).context("--tls-cert/--tls-key")?),
-        _ => None,
-    };
-    if tls.is_none() && !args.listen.ip().is_loopback() && !args.insecure_http {
-        bail!(
-            "--listen {}: plain HTTP beyond loopback would send tokens in clear; serve HTTPS \
-             (--tls-cert/--tls-key; `orrery certs` makes them for a test cluster) or pass --insecure-http",
-            args.listen
-        );
-    }
+    let tls = args.tls.server_config(&[("--listen", args.listen)])?;
     let scheme = if tls.is_some() { "https" } else { "http" };
     let opts = orrery_serve::ServeOptions { config, listen: args.listen, data_dir: args.data.clone(), ha, tls };
     if opts.ha.is_some() {
