@@ -388,39 +388,74 @@ pub fn filter_or_reclaim(adm: Admission, queue: &mut Vec<crate::QueuedJob<'_>>) 
     Vec::new()
 }
 
-/// Holds each tenant's jobs to the GPUs admission granted them: a job
-/// placed on more GPUs than it asked for (grown on idle GPUs, as `orrery`'s
-/// Pollux sizing does) runs on its request instead, on the first GPUs of
-/// the hosts the policy chose. Admission grants GPUs beyond a tenant's
-/// quota only by borrowing; growth would take GPUs no one granted, and
-/// then hold GPUs a later job within its quota needs. On
-/// `experiments/tenants-flood.toml` letting growth stand until reclaimed
-/// made the steady team's jobs restart up to 39 times, grown again each
-/// time the GPUs looked idle (docs/results.md). Jobs of no quota'd tenant
-/// keep their growth. O(decisions · hosts).
+/// Keeps growth within a tenant's own quota: a job placed on more GPUs than
+/// it asked for (grown on idle GPUs, as `orrery`'s Pollux sizing does)
+/// keeps the extra only while its tenant's GPUs held, with this round's
+/// placements, stay within its quota; otherwise it runs on its request, on
+/// the first GPUs of the hosts the policy chose. Admission lends GPUs
+/// beyond a quota only to waiting jobs: growth on another tenant's idle
+/// quota took GPUs no one lent, and when allowed up to the borrowing limit
+/// it made the steady team's jobs on `experiments/tenants-flood.toml`
+/// restart up to 39 times, grown again each time the GPUs looked idle
+/// (docs/results.md). Growth within the quota is the tenant's own, given
+/// back when its own job within quota needs the GPUs ([`admit`]).
+/// Preemptions in `decisions` free their GPUs first. A running job the
+/// policy preempted to restart it larger (Pollux's resize) whose new
+/// placement is trimmed keeps running as it was: both decisions are
+/// dropped (a restart on its old size each round made one job restart
+/// 1,227 times on `tenants-flood`). Jobs of no quota'd tenant keep their
+/// growth. O(running + decisions · hosts).
 pub fn bound_growth(
     quotas: &BTreeMap<String, Quota>,
     view: &crate::ClusterView<'_>,
-    decisions: &mut [crate::Decision],
+    decisions: &mut Vec<crate::Decision>,
 ) {
+    use crate::Decision;
     if quotas.is_empty() {
         return;
     }
+    let preempted: std::collections::HashSet<JobId> =
+        decisions.iter().filter_map(|d| if let Decision::Preempt { job } = d { Some(*job) } else { None }).collect();
+    let mut held: BTreeMap<&str, u64> = BTreeMap::new();
+    for r in view.running.iter().filter(|r| !preempted.contains(&r.id)) {
+        if let Some(t) = r.spec.tenant.as_deref() {
+            *held.entry(t).or_default() += r.hosts.iter().map(|h| u64::from(h.1)).sum::<u64>();
+        }
+    }
+    let mut resized: Vec<JobId> = Vec::new();
     for d in decisions.iter_mut() {
-        let crate::Decision::Place { job, hosts } = d else { continue };
+        let Decision::Place { job, hosts } = d else { continue };
         let Some(spec) = view.spec_of(*job) else { continue };
-        if !spec.tenant.as_deref().is_some_and(|t| quotas.contains_key(t)) {
-            continue;
+        let Some((t, q)) = spec.tenant.as_deref().and_then(|t| quotas.get_key_value(t)) else { continue };
+        let placed: u64 = hosts.iter().map(|h| u64::from(h.1)).sum();
+        let (request, h) = (u64::from(spec.gpus()), held.entry(t.as_str()).or_default());
+        if placed > request && *h + placed > q.gpus {
+            if preempted.contains(job) {
+                resized.push(*job);
+                // It keeps what it holds.
+                *h += view
+                    .running
+                    .iter()
+                    .find(|r| r.id == *job)
+                    .map_or(0, |r| r.hosts.iter().map(|x| u64::from(x.1)).sum::<u64>());
+                continue;
+            }
+            let mut left = spec.gpus();
+            for (_, g) in hosts.iter_mut() {
+                *g = (*g).min(left);
+                left -= *g;
+            }
+            hosts.retain(|h| h.1 > 0);
+            *h += request;
+        } else {
+            *h += placed;
         }
-        let mut left = spec.gpus();
-        if hosts.iter().map(|h| h.1).sum::<u32>() <= left {
-            continue;
-        }
-        for (_, g) in hosts.iter_mut() {
-            *g = (*g).min(left);
-            left -= *g;
-        }
-        hosts.retain(|h| h.1 > 0);
+    }
+    if !resized.is_empty() {
+        decisions.retain(|d| match d {
+            Decision::Place { job, .. } | Decision::Preempt { job } => !resized.contains(job),
+            _ => true,
+        });
     }
 }
 
@@ -588,8 +623,8 @@ mod tests {
         let adm = admit(&q, &[grown, plain], &[(Some("b"), 1)], 0, None);
         assert_eq!((adm.admitted, adm.reclaim.len()), (vec![false], 0));
 
-        // A policy that places a's 2-GPU job on 6 GPUs: it runs on its
-        // request, the first GPUs of the hosts chosen.
+        // A policy that places a's 2-GPU job on 6 GPUs: a's quota is 4, so
+        // it runs on its request, the first GPUs of the hosts chosen.
         let topo = orrery_model::setups::LeafSpine::with_oversubscription(1, 2, 1, 4, "v100", 100.0, 1.0)
             .build("t")
             .expect("valid");
@@ -607,11 +642,27 @@ mod tests {
         let mut d = grown();
         bound_growth(&q, &view(&spec), &mut d);
         assert_eq!(d, [crate::Decision::Place { job: 0, hosts: vec![(0, 2)] }]);
-        // A job of no tenant keeps its growth.
+        // Within a quota of 6 it keeps its growth; a job of no tenant too.
+        let roomy = quotas(&[("a", 6, 0)]);
+        let mut d = grown();
+        bound_growth(&roomy, &view(&spec), &mut d);
+        assert_eq!(d, grown());
         let untenanted = orrery_model::JobSpec { tenant: None, ..spec.clone() };
         let mut d = grown();
         bound_growth(&q, &view(&untenanted), &mut d);
         assert_eq!(d, grown());
+        // A running job restarted larger than the quota allows is left
+        // running as it was: the preemption and the new placement go.
+        let hosts = [(0usize, 2u32)];
+        let running = crate::RunningJob::new(0, &spec, &hosts);
+        let resize = crate::ClusterView { queue: Vec::new(), running: vec![running], ..view(&spec) };
+        let mut d = vec![
+            crate::Decision::Preempt { job: 0 },
+            crate::Decision::Place { job: 0, hosts: vec![(0, 4), (1, 2)] },
+            crate::Decision::Preempt { job: 9 },
+        ];
+        bound_growth(&q, &resize, &mut d);
+        assert_eq!(d, [crate::Decision::Preempt { job: 9 }]);
     }
 
     proptest! {
