@@ -126,6 +126,18 @@ impl Core {
         if let Err(b) = orrery_trace::formats::jsonl::validate(&spec) {
             return Err(Failure::Field { field: b.field, expected: b.expected, found: b.found });
         }
+        // An untenanted `TENANT/ID` would be tenant TENANT's job ID.
+        if spec.tenant.is_none()
+            && let Some((prefix, _)) = spec.id.split_once('/')
+            && self.ledger.tenants().get(prefix).is_some()
+        {
+            return Err(Failure::Field {
+                field: "id".into(),
+                expected: "an id whose part before '/' is no tenant's name (TENANT/ID names tenant TENANT's job ID)"
+                    .into(),
+                found: format!("{:?}", spec.id),
+            });
+        }
         if let Some(t) = &spec.tenant
             && self.ledger.tenants().get(t).is_none()
         {
@@ -160,6 +172,23 @@ impl Core {
     pub fn set_tenant(&mut self, tenant: Tenant) -> Result<(), Failure> {
         if let Err(expected) = crate::tenants::check_name(&tenant.name) {
             return Err(Failure::Field { field: "name".into(), expected, found: format!("{:?}", tenant.name) });
+        }
+        // `NAME/ID` is tenant NAME's job ID: no untenanted job may already
+        // be called that (the Kubernetes controller's are `NAMESPACE/NAME`).
+        // O(jobs), on a new tenant only.
+        let prefix = format!("{}/", tenant.name);
+        if self.ledger.tenants().get(&tenant.name).is_none()
+            && let Some(j) =
+                self.ledger.jobs().iter().find(|j| j.spec.tenant.is_none() && j.spec.id.starts_with(&prefix))
+        {
+            return Err(Failure::Field {
+                field: "name".into(),
+                expected: format!(
+                    "a name no untenanted job's id begins with (TENANT/ID names a tenant's job; job {:?} exists)",
+                    j.spec.id
+                ),
+                found: format!("{:?}", tenant.name),
+            });
         }
         self.record(Logged::Admin(AdminEvent::TenantSet(tenant)), "admin")
             .map(|_| ())

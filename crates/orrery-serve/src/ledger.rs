@@ -214,9 +214,15 @@ impl Ledger {
     }
 
     /// The job called `name` (its spec id) among `tenant`'s jobs (None:
-    /// the untenanted ones, or any tenant's as `TENANT/ID`).
+    /// the untenanted ones, or any tenant's as `TENANT/ID`). A tenant's
+    /// lookup finds only its own jobs: an untenanted job whose id reads
+    /// `TENANT/ID` (the Kubernetes controller's are `NAMESPACE/NAME`) is
+    /// not that tenant's.
     pub fn job_by_name(&self, tenant: Option<&str>, name: &str) -> Option<JobId> {
-        self.by_name.get(&orrery_model::job::qualified(tenant, name)).copied()
+        self.by_name
+            .get(&orrery_model::job::qualified(tenant, name))
+            .copied()
+            .filter(|&k| tenant.is_none() || self.jobs[k].spec.tenant.as_deref() == tenant)
     }
 
     /// Tenants and their tokens.

@@ -181,6 +181,24 @@ fn tenants_see_only_their_own_jobs_and_every_change_is_logged_with_who_made_it()
     // The log keeps hashes, never a secret.
     let text = serde_json::to_string(&log).expect("json");
     assert!(!text.contains(&a) && !text.contains(&b));
+
+    // `TENANT/ID` names a tenant's job only: an untenanted job may not be
+    // called that (it would collide with team-a's "q" in the store, which
+    // stopped the service before this rule), nor may a tenant be made
+    // whose name an untenanted job's id begins with (the Kubernetes
+    // controller's ids are `NAMESPACE/NAME`).
+    let (status, v) =
+        http.call("POST", &format!("{u}/v1/jobs"), Some(&admin), Some(job("team-a/q", "vgg16", 10, "low")));
+    assert_eq!((status, v["field"].as_str()), (422, Some("id")), "{v}");
+    let (status, v) = http.call("POST", &format!("{u}/v1/jobs"), Some(&a), Some(job("q", "vgg16", 20, "low")));
+    assert_eq!(status, 201, "{v}");
+    let (status, v) = http.call("POST", &format!("{u}/v1/jobs"), Some(&admin), Some(job("ml/q", "vgg16", 10, "low")));
+    assert_eq!(status, 201, "{v}");
+    let (status, v) =
+        http.call("POST", &format!("{u}/v1/tenants"), Some(&admin), Some(json!({"name": "ml", "gpus": 1})));
+    assert_eq!((status, v["field"].as_str()), (422, Some("name")), "{v}");
+    let (status, _) = http.call("GET", &format!("{u}/v1/jobs"), Some(&admin), None);
+    assert_eq!(status, 200, "the service still answers");
 }
 
 /// A job of `gpus` GPUs (workers of one GPU, packed) that runs for ever.
@@ -194,9 +212,11 @@ fn a_borrower_gives_back_its_borrowed_gpus_when_the_lender_asks_for_its_quota() 
     // Issue 70, item 3, Kueue's cohort: team-a (quota 4, may borrow 4) fills
     // the 8 GPUs while team-b (quota 4) is idle; its third job would pass
     // its limit and waits. When team-b asks for its 4, team-a's youngest
-    // job is preempted in the same round and team-b's job runs.
+    // job is preempted in the same round and team-b's job runs. With
+    // Slurm's fair share on (`--fair-share`): one borrower, the same
+    // outcome, through the usage-ordered path.
     let dir = tempfile::tempdir().expect("tempdir");
-    let s = Server::start(dir.path(), &["--policy", "fifo"]);
+    let s = Server::start(dir.path(), &["--policy", "fifo", "--fair-share", "1h"]);
     let http = Http::new();
     let admin = s.token("user.token");
     let u = s.url();
