@@ -298,6 +298,7 @@ impl Experiment {
                         quotas: self
                             .tenants
                             .iter()
+                            .filter(|_| self.sim.enforce_quotas)
                             .map(|t| {
                                 let q = orrery_policy::quota::Quota {
                                     gpus: t.gpus,
@@ -331,7 +332,13 @@ impl Experiment {
                         .iter()
                         .map(|t| (t.name.clone(), orrery_sim::metrics::tenant_metrics(&sim, &job_table, &t.name)))
                         .collect();
-                    let tenant_share = orrery_sim::tenants::shares(&sim, &cfg.quotas, TENANT_WINDOW_S);
+                    // Measured against the declared quotas, enforced or not.
+                    let declared = self
+                        .tenants
+                        .iter()
+                        .map(|t| (t.name.clone(), orrery_policy::quota::Quota::new(t.gpus, t.borrow_limit)))
+                        .collect();
+                    let tenant_share = orrery_sim::tenants::shares(&sim, &declared, TENANT_WINDOW_S);
                     let makespan_ns = (m.makespan_s * 1e9) as u64;
                     let mut link_table = link_rows(&sim, makespan_ns);
                     for r in &mut job_table {

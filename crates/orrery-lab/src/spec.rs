@@ -406,6 +406,10 @@ pub struct SimOptions {
     /// whole collective, the default) or `steps` (NCCL's 2(n−1) steps with a
     /// barrier between them).
     pub all_reduce: AllReduce,
+    /// Admit jobs by the `[[tenant]]` quotas (default on). Off, the
+    /// tenants only label their jobs and the report still measures each
+    /// against its quota: the same cluster without quotas, for comparison.
+    pub enforce_quotas: bool,
 }
 
 /// How the simulator runs a ring collective (`[sim] all_reduce`).
@@ -421,7 +425,14 @@ pub enum AllReduce {
 
 impl Default for SimOptions {
     fn default() -> Self {
-        SimOptions { jitter: 0.0, max_time_s: None, skip: true, restart_penalty_s: 10.0, all_reduce: AllReduce::Flows }
+        SimOptions {
+            jitter: 0.0,
+            max_time_s: None,
+            skip: true,
+            restart_penalty_s: 10.0,
+            all_reduce: AllReduce::Flows,
+            enforce_quotas: true,
+        }
     }
 }
 
