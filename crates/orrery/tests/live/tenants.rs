@@ -372,7 +372,9 @@ fn each_role_at_each_endpoint_gets_exactly_what_its_scope_allows() {
     };
     let new_job = Some(job("p", "vgg16", 10, "low"));
     let ses = json!({ "session": session });
-    let rows: Vec<(&str, String, Option<Value>, Vec<(Role, u16)>)> = vec![
+    // (method, path, body, the roles in order with the status each gets)
+    type Row<'a> = (&'a str, String, Option<Value>, Vec<(Role, u16)>);
+    let rows: Vec<Row<'_>> = vec![
         ("GET", "/v1/healthz".into(), Option::None, vec![(None, 200), (Admin, 200), (A, 200), (Agent, 200)]),
         ("GET", "/".into(), Option::None, vec![(None, 200), (B, 200)]),
         // Each tenant's "p" is its own; the agent's and nobody's are refused.
