@@ -144,9 +144,9 @@ pub struct Held<'a> {
     /// GPUs it holds.
     pub gpus: u64,
     /// GPUs it asked for. A policy that grows jobs on idle GPUs (Pollux's
-    /// sizing in `orrery`) may give it more: the GPUs beyond the request
-    /// are borrowed from whoever's quota they idle in, and a tenant's
-    /// waiting job within its quota reclaims them first.
+    /// sizing in `orrery`) may give it more, within its tenant's quota
+    /// ([`bound_growth`]): the extra is on loan, and a waiting job within
+    /// its quota reclaims it first.
     pub request: u64,
     /// When it was placed, s (reclaim takes the youngest first).
     pub placed_s: f64,
@@ -267,7 +267,10 @@ pub fn admit(
                 // quota before one that would take it below (Kueue takes
                 // whole workloads; this keeps the overshoot rare).
                 let fits = |h: &Held<'_>| {
-                    h.tenant.and_then(|o| quotas.get(o)).zip(held(h)).is_some_and(|(q, u)| u - h.charged() >= q.gpus)
+                    h.tenant
+                        .and_then(|o| quotas.get(o))
+                        .zip(held(h))
+                        .is_some_and(|(q, u)| u.saturating_sub(h.charged()) >= q.gpus)
                 };
                 let key = |h: &Held<'_>| (h.grown(), share(h), fits(h));
                 let Some(i) =

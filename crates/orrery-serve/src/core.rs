@@ -423,7 +423,8 @@ impl Core {
             let quotas = self.ledger.tenants().quotas();
             let (reclaim, decisions) = {
                 let mut view = self.ledger.view(now);
-                let order = self.policy.queue_order(&view);
+                // The policy's order matters only to admission by quota.
+                let order = if quotas.is_empty() { Vec::new() } else { self.policy.queue_order(&view) };
                 let adm = orrery_policy::quota::admit_view(&quotas, &view, &order, self.fair.as_mut());
                 if adm.reclaim.is_empty() {
                     let mut admitted = adm.admitted.iter();
