@@ -407,7 +407,8 @@ pub fn filter_or_reclaim(adm: Admission, queue: &mut Vec<crate::QueuedJob<'_>>) 
 /// placement is trimmed keeps running as it was: both decisions are
 /// dropped (a restart on its old size each round made one job restart
 /// 1,227 times on `tenants-flood`). Jobs of no quota'd tenant keep their
-/// growth. O(running + decisions · hosts).
+/// growth. O(decisions · (queue + running + hosts)): each placement finds
+/// its spec in the view.
 pub fn bound_growth(
     quotas: &BTreeMap<String, Quota>,
     view: &crate::ClusterView<'_>,
