@@ -279,6 +279,20 @@ impl Experiment {
                     Mutex::new(chosen.iter().map(|_| None).collect());
                 let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(chosen.len());
                 let unknown = |name: &str| Invalid(format!("policies: unknown policy {name:?}"));
+                // The tenants' quotas: enforced unless `[sim]
+                // enforce_quotas = false`, and what each share is measured by.
+                let declared: std::collections::BTreeMap<String, orrery_policy::quota::Quota> = self
+                    .tenants
+                    .iter()
+                    .map(|t| {
+                        let q = orrery_policy::quota::Quota {
+                            gpus: t.gpus,
+                            borrow_limit: t.borrow_limit,
+                            weight: t.weight,
+                        };
+                        (t.name.clone(), q)
+                    })
+                    .collect();
                 // The `c`-th chosen run, policy `chosen[c]`.
                 let one = |c: usize| -> Result<Run, ExperimentError> {
                     let name = &self.policies[chosen[c]];
@@ -295,19 +309,7 @@ impl Experiment {
                         colocation: truth.clone(),
                         ring_steps: self.sim.all_reduce == AllReduce::Steps,
                         record_iterations: self.iterations,
-                        quotas: self
-                            .tenants
-                            .iter()
-                            .filter(|_| self.sim.enforce_quotas)
-                            .map(|t| {
-                                let q = orrery_policy::quota::Quota {
-                                    gpus: t.gpus,
-                                    borrow_limit: t.borrow_limit,
-                                    weight: t.weight,
-                                };
-                                (t.name.clone(), q)
-                            })
-                            .collect(),
+                        quotas: if self.sim.enforce_quotas { declared.clone() } else { Default::default() },
                         fair_share_half_life_s: self.fair_share.map(|f| f.half_life_s),
                     };
                     let start = std::time::Instant::now();
@@ -333,11 +335,6 @@ impl Experiment {
                         .map(|t| (t.name.clone(), orrery_sim::metrics::tenant_metrics(&sim, &job_table, &t.name)))
                         .collect();
                     // Measured against the declared quotas, enforced or not.
-                    let declared = self
-                        .tenants
-                        .iter()
-                        .map(|t| (t.name.clone(), orrery_policy::quota::Quota::new(t.gpus, t.borrow_limit)))
-                        .collect();
                     let tenant_share = orrery_sim::tenants::shares(&sim, &declared, TENANT_WINDOW_S);
                     let makespan_ns = (m.makespan_s * 1e9) as u64;
                     let mut link_table = link_rows(&sim, makespan_ns);
