@@ -313,6 +313,18 @@ pub enum Decision {
     },
 }
 
+/// What a policy's `on_iteration` needs of an iteration
+/// ([`Policy::iteration_needs`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IterationNeeds {
+    /// Nothing: the call would decide nothing and change no state.
+    Nothing,
+    /// These running jobs in the view (others absent, the queue empty).
+    Jobs(Vec<JobId>),
+    /// The whole view.
+    All,
+}
+
 /// One iteration's times, as both drivers measure it.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Iteration {
@@ -362,6 +374,17 @@ pub trait Policy {
     /// decisions (drift re-alignment, pauses, ...).
     fn on_iteration(&mut self, _view: &ClusterView<'_>, _job: JobId, _it: Iteration) -> Vec<Decision> {
         Vec::new()
+    }
+
+    /// What `on_iteration` for this iteration of `job` needs to see, for a
+    /// policy that [observes iterations](Policy::observes_iterations): a
+    /// driver skips the call on [`IterationNeeds::Nothing`] and builds only
+    /// the named running jobs' views on [`IterationNeeds::Jobs`] (the view
+    /// of every job is O(jobs), once per iteration of every job). Metronome
+    /// hears only its paced jobs and their references and looks at them
+    /// alone unless its controller re-places a job.
+    fn iteration_needs(&self, _job: JobId, _it: &Iteration) -> IterationNeeds {
+        IterationNeeds::All
     }
 
     /// Whether the policy needs to see every iteration (a controller). When

@@ -41,7 +41,7 @@
 //! communication stretched to the measured iteration.
 
 use crate::estimate::PeriodEstimate;
-use crate::{ClusterView, Decision, Iteration, JobId, Policy, QueuedJob};
+use crate::{ClusterView, Decision, Iteration, IterationNeeds, JobId, Policy, QueuedJob};
 use orrery_interleave::score::{compatibility, demand};
 use orrery_interleave::unified::{CircleJob, Params, UnifiedCircle, UnifiedJob, unify};
 use orrery_interleave::{Search, solve};
@@ -809,6 +809,37 @@ impl Policy for Metronome {
     fn watches(&self, job: JobId) -> bool {
         let slow = self.thresholds.slow_factor;
         self.monitor && self.watched.get(&job).is_some_and(|w| w.recent.iter().any(|&ms| ms > slow * w.period_ms))
+    }
+
+    /// A paced job (the controller's window), a reference of paced jobs
+    /// (the closed loop's estimate) and a former reference whose estimate
+    /// is still to drop; `on_iteration` does nothing for any other job. It
+    /// looks at the job, its reference and a reference's partners, unless
+    /// this iteration trips the controller, which may re-place the job
+    /// among the others on its nodes (re-profiling): then at everything.
+    /// O(window + paced jobs), as `follow_reference` is.
+    fn iteration_needs(&self, job: JobId, it: &Iteration) -> IterationNeeds {
+        let paced = if self.monitor { self.watched.get(&job) } else { None };
+        let is_reference = self.closed_loop && self.watched.values().any(|w| w.reference == job);
+        let stale = self.closed_loop && self.tracks.contains_key(&job);
+        if paced.is_none() && !is_reference && !stale {
+            return IterationNeeds::Nothing;
+        }
+        if let Some(w) = paced {
+            // `control`'s window after this iteration.
+            let th = self.thresholds;
+            let drop = usize::from(w.recent.len() + 1 > th.window);
+            let slow = w.recent[drop..].iter().chain([&it.ms]).filter(|&&ms| ms > th.slow_factor * w.period_ms).count();
+            if slow > th.slow_count {
+                return IterationNeeds::All;
+            }
+        }
+        let mut jobs = vec![job];
+        jobs.extend(paced.map(|w| w.reference));
+        if is_reference {
+            jobs.extend(self.watched.iter().filter(|(_, w)| w.reference == job).map(|(&k, _)| k));
+        }
+        IterationNeeds::Jobs(jobs)
     }
 
     /// The reference's measured period re-times its partners' slots

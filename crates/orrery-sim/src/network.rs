@@ -1,6 +1,7 @@
 //! Flow-level network: max-min fair rates by progressive filling, capped by
-//! per-flow limits (NIC rate or throttle), recomputed only for the connected
-//! component of flows and links touched by a change.
+//! per-flow limits (NIC rate or throttle), recomputed only for the binding
+//! components a change touches: flows joined through links whose flows ask
+//! for more than the link carries ([`Network::recompute`]).
 //!
 //! Units: time in ns, sizes in bits, rates in Gbit/s — which is bits per ns.
 
@@ -63,16 +64,29 @@ pub struct LinkStats {
 /// Buffers of the progressive filling, kept between calls to avoid allocating.
 #[derive(Debug, Clone, Default)]
 struct Scratch {
-    rate: Vec<f64>,
     remaining: Vec<f64>,
     saturated_below: Vec<f64>,
     count: Vec<usize>,
     path: Vec<usize>,
     offset: Vec<usize>,
     caps: Vec<f64>,
+    /// Each flow's switch queue.
+    queue: Vec<u8>,
     /// Local links with an unfrozen flow, and the unfrozen flows.
     active_links: Vec<usize>,
     active_flows: Vec<usize>,
+    /// The binding components being re-rated, one after another, and the
+    /// new rates of their flows.
+    comp_flows: Vec<FlowId>,
+    comp_links: Vec<LinkId>,
+    new_rate: Vec<f64>,
+    /// Each component's end in `comp_flows` and `comp_links`.
+    ends: Vec<(usize, usize)>,
+    /// The depth-first search's stack.
+    stack: Vec<FlowId>,
+    /// Links whose totals a recomputation refreshes; a new flow's path.
+    links: Vec<LinkId>,
+    touched: Vec<LinkId>,
 }
 
 /// Width of the first utilisation bucket, ns (1 s).
@@ -84,6 +98,8 @@ const MAX_BUCKETS: usize = 512;
 pub struct Network {
     capacity: Vec<f64>,
     link_flows: Vec<Vec<FlowId>>,
+    /// Whether each link binds (its flows' caps exceed its capacity).
+    binds: Vec<bool>,
     flows: Vec<Option<Flow>>,
     free: Vec<FlowId>,
     /// Every flow gets its cap, whatever else shares its links (the "ideal" baseline).
@@ -99,7 +115,7 @@ pub struct Network {
     link_stamp: Vec<u64>,
     flow_stamp: Vec<u64>,
     stamp: u64,
-    /// Index of each link within the current component.
+    /// Index of each link within the component being filled.
     local: Vec<usize>,
     /// Buffers reused by every recomputation.
     scratch: Scratch,
@@ -132,6 +148,7 @@ impl Network {
         Network {
             capacity,
             link_flows: vec![Vec::new(); n],
+            binds: vec![false; n],
             flows: Vec::new(),
             free: Vec::new(),
             isolated,
@@ -175,8 +192,7 @@ impl Network {
         owner: usize,
     ) -> (FlowId, Vec<FlowId>) {
         let id = self.insert(now, path, bits, cap_gbps, owner);
-        let path = self.flows[id].as_ref().map(|f| f.path.clone()).unwrap_or_default();
-        let (changed, _) = self.recompute(now, &path, Some(id));
+        let changed = self.recompute_new(now, id);
         (id, changed)
     }
 
@@ -191,17 +207,14 @@ impl Network {
         let ids: Vec<FlowId> =
             new.into_iter().map(|(path, bits, cap, owner)| self.insert(now, path, bits, cap, owner)).collect();
         let mut changed = Vec::new();
-        // Flows already re-rated with an earlier new flow's component.
-        let mut done: Vec<FlowId> = Vec::new();
+        // A flow re-rated with an earlier new flow's component carries a
+        // stamp above the batch's first (stamps only grow).
+        let batch = self.stamp;
         for &id in &ids {
-            if done.binary_search(&id).is_ok() {
+            if self.flow_stamp.get(id).is_some_and(|&s| s > batch) {
                 continue;
             }
-            let path = self.flows[id].as_ref().map(|f| f.path.clone()).unwrap_or_default();
-            let (c, component) = self.recompute(now, &path, Some(id));
-            changed.extend(c);
-            done.extend(component);
-            done.sort_unstable();
+            changed.extend(self.recompute_new(now, id));
         }
         // A new flow whose first rate is 0 is in no `changed`; it is new all
         // the same, and gets a version of its own as `add` gives it.
@@ -217,6 +230,16 @@ impl Network {
             }
         }
         (ids, changed)
+    }
+
+    /// Re-rates what a new flow touches: its path, without copying it.
+    fn recompute_new(&mut self, now: u64, id: FlowId) -> Vec<FlowId> {
+        let mut touched = std::mem::take(&mut self.scratch.touched);
+        touched.clear();
+        touched.extend_from_slice(self.flows[id].as_ref().map_or(&[][..], |f| &f.path));
+        let changed = self.recompute(now, &touched, &[], &[id], false);
+        self.scratch.touched = touched;
+        changed
     }
 
     /// Puts an owner's flows, present and future, in switch queue
@@ -237,16 +260,22 @@ impl Network {
         }
         self.priority_of[owner] = priority;
         let mut seeds = Vec::new();
-        for f in self.flows.iter_mut().flatten().filter(|f| f.owner == owner) {
-            f.priority = priority;
-            seeds.extend_from_slice(&f.path);
+        let mut own = Vec::new();
+        for (id, f) in self.flows.iter_mut().enumerate() {
+            if let Some(f) = f.as_mut().filter(|f| f.owner == owner) {
+                f.priority = priority;
+                seeds.extend_from_slice(&f.path);
+                own.push(id);
+            }
         }
-        if seeds.is_empty() {
+        if own.is_empty() {
             return Vec::new();
         }
         seeds.sort_unstable();
         seeds.dedup();
-        self.recompute(now, &seeds, None).0
+        // A queue matters only where the flow binds; re-rating the owner's
+        // flows takes in their binding components.
+        self.recompute(now, &seeds, &[], &own, true)
     }
 
     /// Puts a flow in the slab and on its links, without re-rating anything.
@@ -264,14 +293,16 @@ impl Network {
                 self.flows.len() - 1
             }
         };
-        let path = self.flows[id].as_ref().map(|f| f.path.clone()).unwrap_or_default();
-        for &l in &path {
+        let hops = self.flows[id].as_ref().map_or(0, |f| f.path.len());
+        for k in 0..hops {
+            let l = self.flows[id].as_ref().map_or(0, |f| f.path[k]);
             let s = &mut self.stats[l];
             if s.last_owner != Some(owner) {
                 s.foreign += 1;
                 s.last_owner = Some(owner);
             }
             self.link_flows[l].push(id);
+            self.refresh_binding(l);
         }
         id
     }
@@ -297,7 +328,11 @@ impl Network {
         if seeds.is_empty() {
             return Vec::new();
         }
-        self.recompute(now, &seeds, None).0
+        seeds.sort_unstable();
+        seeds.dedup();
+        let released: Vec<LinkId> = seeds.iter().copied().filter(|&l| self.refresh_binding(l)).collect();
+        let released: Vec<LinkId> = released.into_iter().filter(|&l| !self.binds[l]).collect();
+        self.recompute(now, &seeds, &released, &[], false)
     }
 
     /// Changes a flow's cap; returns the flows whose rate changed.
@@ -309,7 +344,13 @@ impl Network {
             }
             None => return Vec::new(),
         };
-        self.recompute(now, &path, Some(id)).0
+        let mut released = Vec::new();
+        for &l in &path {
+            if self.refresh_binding(l) && !self.binds[l] {
+                released.push(l);
+            }
+        }
+        self.recompute(now, &path, &released, &[id], false)
     }
 
     /// Brings a flow's remaining bits up to `now`.
@@ -420,133 +461,104 @@ impl Network {
         }
     }
 
-    /// Max-min fair rates for the component reachable from `seeds` (links) and
-    /// `extra` (a flow), by progressive filling: all unfrozen flows rise
-    /// together until a link saturates or a flow reaches its cap; those freeze.
+    /// Re-rates what a change can affect. `touched`: links whose flows or
+    /// caps changed (their totals are refreshed); `released`: those among
+    /// them that stopped binding; `extra`: flows added or re-capped (they
+    /// count as changed, so their finish is recomputed, unless only their
+    /// queue moved: `queue_only`).
     ///
-    /// Cost: O(Σ over rounds of the links and flows still rising) ≤
-    /// O(R · (F_c + L_c)) for a component of F_c flows and L_c links, with
-    /// R ≤ F_c rounds, plus O(F_c · d) for paths of d links; nothing outside
-    /// the component is touched.
-    /// Returns the flows whose rate changed and the component's flows.
-    fn recompute(&mut self, now: u64, seeds: &[LinkId], extra: Option<FlowId>) -> (Vec<FlowId>, Vec<FlowId>) {
-        let (flows, links) = self.component(seeds, extra);
-        let mut owners = flows.iter().filter_map(|&f| self.flows[f].as_ref().map(|f| f.owner));
-        if let Some(first) = owners.next()
-            && owners.any(|o| o != first)
-        {
-            self.interacting.extend(flows.iter().filter_map(|&f| self.flows[f].as_ref().map(|f| f.owner)));
+    /// Only a binding link (Σ caps > capacity, [`Network::refresh_binding`])
+    /// can be a flow's bottleneck: on any other link every flow can have its
+    /// cap at once. So max-min rates decompose into *binding components*,
+    /// flows joined through binding links, and a component's rates are a
+    /// function of its flows alone (the filling below never looks outside
+    /// it). A change re-rates only the components of `extra`, of the flows
+    /// on touched links that bind, and of the flows on released links; the
+    /// rest keep rates that a full recomputation would give them bit for
+    /// bit (`tests/maxmin.rs` holds the two equal).
+    ///
+    /// Cost: O(F_c · d + Σ deg) to find the components (F_c flows on paths
+    /// of d links, the degrees of their binding links), the filling's
+    /// O(Σ over rounds of the links and flows still rising) ≤ O(R · (F_c +
+    /// L_c)) with R ≤ F_c rounds, and O(deg) per link whose totals change.
+    /// Before binding components a flow's component ran through every link
+    /// it shared, and at 4,096 hosts spanned 100 flows where its binding
+    /// component spans 8 (decision-scale-4096 under `metronome`).
+    /// Returns the flows whose rate changed, in id order; the flows re-rated
+    /// carry the search's stamp in `flow_stamp`.
+    fn recompute(
+        &mut self,
+        now: u64,
+        touched: &[LinkId],
+        released: &[LinkId],
+        extra: &[FlowId],
+        queue_only: bool,
+    ) -> Vec<FlowId> {
+        let mut sc = std::mem::take(&mut self.scratch);
+        self.components(touched, released, extra, &mut sc);
+        // New rates, aligned with `sc.comp_flows`.
+        sc.new_rate.clear();
+        sc.new_rate.resize(sc.comp_flows.len(), 0.0);
+        let (mut f0, mut l0) = (0, 0);
+        for c in 0..sc.ends.len() {
+            let (f1, l1) = sc.ends[c];
+            if self.isolated {
+                for i in f0..f1 {
+                    sc.new_rate[i] = self.flows[sc.comp_flows[i]]
+                        .as_ref()
+                        .map_or(0.0, |f| f.path.iter().map(|&l| self.capacity[l]).fold(f.cap_gbps, f64::min));
+                }
+            } else {
+                self.fill(&mut sc, (f0, f1), (l0, l1));
+            }
+            self.note_owners(&sc.comp_flows[f0..f1]);
+            (f0, l0) = (f1, l1);
+        }
+        // The flows whose rate changes, in id order (the order their
+        // versions are handed out in).
+        let mut changed: Vec<(FlowId, f64)> = sc
+            .comp_flows
+            .iter()
+            .zip(&sc.new_rate)
+            .filter(|&(&f, &r)| {
+                self.flows[f].as_ref().is_some_and(|flow| flow.rate_gbps != r || (!queue_only && extra.contains(&f)))
+            })
+            .map(|(&f, &r)| (f, r))
+            .collect();
+        changed.sort_unstable_by_key(|&(f, _)| f);
+        // Links whose totals change: the touched ones and the changed flows'.
+        self.stamp += 1;
+        let stamp = self.stamp;
+        let mut links = std::mem::take(&mut sc.links);
+        links.clear();
+        let paths = changed.iter().filter_map(|&(f, _)| self.flows[f].as_ref()).flat_map(|f| f.path.iter());
+        for &l in touched.iter().chain(paths) {
+            if self.link_stamp[l] != stamp {
+                self.link_stamp[l] = stamp;
+                links.push(l);
+            }
         }
         for &l in &links {
             self.integrate(l, now);
         }
-        let mut sc = std::mem::take(&mut self.scratch);
-        sc.rate.clear();
-        sc.rate.resize(flows.len(), 0.0);
-        if self.isolated {
-            // Each flow as if alone: its cap, or its path's slowest link.
-            for (i, &f) in flows.iter().enumerate() {
-                sc.rate[i] = self.flows[f]
-                    .as_ref()
-                    .map_or(0.0, |f| f.path.iter().map(|&l| self.capacity[l]).fold(f.cap_gbps, f64::min));
-            }
-        } else {
-            for (i, &l) in links.iter().enumerate() {
-                self.local[l] = i;
-            }
-            sc.remaining.clear();
-            sc.remaining.extend(links.iter().map(|&l| self.capacity[l]));
-            sc.saturated_below.clear();
-            sc.saturated_below.extend(links.iter().map(|&l| self.capacity[l] * 1e-12));
-            sc.count.clear();
-            sc.count.resize(links.len(), 0);
-            // Paths in local link indices, flattened: flow i's are path[offset[i]..offset[i + 1]].
-            sc.path.clear();
-            sc.offset.clear();
-            sc.caps.clear();
-            let mut queues: Vec<u8> = Vec::new();
-            for &f in &flows {
-                sc.offset.push(sc.path.len());
-                let flow = self.flows[f].as_ref();
-                sc.caps.push(flow.map_or(0.0, |f| f.cap_gbps));
-                let q = flow.map_or(0, |f| f.priority);
-                if !queues.contains(&q) {
-                    queues.push(q);
-                }
-                for &l in flow.map(|f| f.path.as_slice()).unwrap_or_default() {
-                    sc.path.push(self.local[l]);
-                }
-            }
-            sc.offset.push(sc.path.len());
-            // Strict priority: each queue, highest first, fills what the
-            // ones above it left (one queue: plain max-min).
-            queues.sort_unstable_by(|a, b| b.cmp(a));
-            for q in queues {
-                let in_queue = |i: usize| self.flows[flows[i]].as_ref().map_or(0, |f| f.priority) == q;
-                sc.active_flows.clear();
-                sc.active_flows.extend((0..flows.len()).filter(|&i| in_queue(i)));
-                for &i in &sc.active_flows {
-                    for &l in &sc.path[sc.offset[i]..sc.offset[i + 1]] {
-                        sc.count[l] += 1;
-                    }
-                }
-                // Each round visits only the links still carrying an unfrozen
-                // flow and the unfrozen flows, so a component costs the sum of
-                // what is still rising per round rather than R · (F_c + L_c). The
-                // minimum and the freezes do not depend on visiting order, so the
-                // rates are the same as visiting everything.
-                sc.active_links.clear();
-                sc.active_links.extend((0..links.len()).filter(|&i| sc.count[i] > 0));
-                let mut level = 0.0;
-                while !sc.active_flows.is_empty() {
-                    let mut step = f64::INFINITY;
-                    for &i in &sc.active_links {
-                        step = step.min(sc.remaining[i] / sc.count[i] as f64);
-                    }
-                    for &i in &sc.active_flows {
-                        step = step.min(sc.caps[i] - level);
-                    }
-                    let step = step.max(0.0);
-                    level += step;
-                    for &i in &sc.active_links {
-                        sc.remaining[i] -= step * sc.count[i] as f64;
-                    }
-                    // Saturation is judged on the remaining capacity before this
-                    // round's freezes (they do not change `remaining`).
-                    let mut k = 0;
-                    while k < sc.active_flows.len() {
-                        let i = sc.active_flows[k];
-                        let path = &sc.path[sc.offset[i]..sc.offset[i + 1]];
-                        let at_cap = sc.caps[i] - level <= sc.caps[i] * 1e-12;
-                        if at_cap || path.iter().any(|&l| sc.remaining[l] <= sc.saturated_below[l]) {
-                            sc.rate[i] = level;
-                            for &l in path {
-                                sc.count[l] -= 1;
-                            }
-                            sc.active_flows.swap_remove(k);
-                        } else {
-                            k += 1;
-                        }
-                    }
-                    let count = &sc.count;
-                    sc.active_links.retain(|&i| count[i] > 0);
-                }
-            }
-        }
-        let mut changed = Vec::new();
-        for (i, &f) in flows.iter().enumerate() {
-            if let Some(flow) = self.flows[f].as_mut()
-                && (flow.rate_gbps != sc.rate[i] || Some(f) == extra)
-            {
+        for &(f, r) in &changed {
+            if let Some(flow) = self.flows[f].as_mut() {
                 Self::advance(flow, now);
-                flow.rate_gbps = sc.rate[i];
+                flow.rate_gbps = r;
                 self.next_version += 1;
                 flow.version = self.next_version;
-                changed.push(f);
             }
         }
-        self.scratch = sc;
         for &l in &links {
+            let mut owners = self.link_flows[l].iter().filter_map(|&f| self.flows[f].as_ref()).map(|f| f.owner);
+            if let Some(first) = owners.next()
+                && owners.any(|o| o != first)
+            {
+                // Another owner's traffic on this link: neither job's link
+                // totals are its own (the fast-forward reads them).
+                self.interacting
+                    .extend(self.link_flows[l].iter().filter_map(|&f| self.flows[f].as_ref()).map(|f| f.owner));
+            }
             let (carried, demand) = self.link_flows[l]
                 .iter()
                 .filter_map(|&f| self.flows[f].as_ref())
@@ -567,48 +579,194 @@ impl Network {
             }
             p.trace.push((now, per));
         }
-        (changed, flows)
+        sc.links = links;
+        self.scratch = sc;
+        changed.into_iter().map(|(f, _)| f).collect()
     }
 
-    /// Flows and links connected to the seed links (and flow) through shared
-    /// links. O(F_c + L_c · d) with stamps instead of hash sets.
-    fn component(&mut self, seeds: &[LinkId], extra: Option<FlowId>) -> (Vec<FlowId>, Vec<LinkId>) {
+    /// Owners whose flows share a binding component with another owner's.
+    fn note_owners(&mut self, flows: &[FlowId]) {
+        let mut owners = flows.iter().filter_map(|&f| self.flows[f].as_ref().map(|f| f.owner));
+        if let Some(first) = owners.next()
+            && owners.any(|o| o != first)
+        {
+            self.interacting.extend(flows.iter().filter_map(|&f| self.flows[f].as_ref().map(|f| f.owner)));
+        }
+    }
+
+    /// Whether link `l` binds: its flows' caps sum to more than its
+    /// capacity (1e-12 relative, so caps that add up to the capacity in
+    /// another order do not bind). Summed in the link's own order from
+    /// scratch, so the answer depends on the flows on it and not on the
+    /// history of adds and removes. Returns whether it bound before. O(deg).
+    fn refresh_binding(&mut self, l: LinkId) -> bool {
+        let demand: f64 = self.link_flows[l].iter().filter_map(|&f| self.flows[f].as_ref()).map(|f| f.cap_gbps).sum();
+        let before = self.binds[l];
+        self.binds[l] = demand > self.capacity[l] * (1.0 + 1e-12);
+        before
+    }
+
+    /// The binding components to re-rate (see [`Network::recompute`]), in
+    /// `sc.comp_flows` and `sc.comp_links`, each sorted within its
+    /// component, and each component's end in the two in `sc.ends`. With an isolated
+    /// network each of `extra` alone. O(F_c · d + Σ deg) with stamps.
+    fn components(&mut self, touched: &[LinkId], released: &[LinkId], extra: &[FlowId], sc: &mut Scratch) {
         self.stamp += 1;
-        let stamp = self.stamp;
         if self.flow_stamp.len() < self.flows.len() {
             self.flow_stamp.resize(self.flows.len(), 0);
         }
-        let mut flows = Vec::new();
-        let mut links = Vec::new();
-        let mut stack: Vec<LinkId> = seeds.to_vec();
-        if let Some(f) = extra {
-            self.flow_stamp[f] = stamp;
-            flows.push(f);
+        sc.comp_flows.clear();
+        sc.comp_links.clear();
+        sc.ends.clear();
+        for &s in extra {
+            self.grow(s, sc);
         }
-        while let Some(l) = stack.pop() {
-            if self.link_stamp[l] == stamp {
+        if self.isolated {
+            return;
+        }
+        // `released` is a part of `touched`.
+        for &l in touched {
+            // A touched link that does not bind couples none of its flows
+            // (each is reached from `extra` or not affected); a released
+            // one did until now.
+            if !self.binds[l] && !released.contains(&l) {
                 continue;
             }
-            self.link_stamp[l] = stamp;
-            links.push(l);
-            // With an isolated network only the changed flow is re-rated; its
-            // links are still collected so their totals are refreshed.
+            // `grow` changes no link's flows, so the indices stay valid.
+            for k in 0..self.link_flows[l].len() {
+                self.grow(self.link_flows[l][k], sc);
+            }
+        }
+    }
+
+    /// Appends the binding component of flow `s` to `sc` unless the current
+    /// search has it already. O(its flows · d + its links' degrees).
+    fn grow(&mut self, s: FlowId, sc: &mut Scratch) {
+        let stamp = self.stamp;
+        if self.flow_stamp[s] == stamp || self.flows[s].is_none() {
+            return;
+        }
+        let (f0, l0) = (sc.comp_flows.len(), sc.comp_links.len());
+        self.flow_stamp[s] = stamp;
+        sc.stack.push(s);
+        while let Some(f) = sc.stack.pop() {
+            sc.comp_flows.push(f);
             if self.isolated {
                 continue;
             }
-            for &f in &self.link_flows[l] {
-                if self.flow_stamp[f] != stamp {
-                    self.flow_stamp[f] = stamp;
-                    flows.push(f);
-                    if let Some(flow) = &self.flows[f] {
-                        stack.extend(flow.path.iter().copied().filter(|&p| self.link_stamp[p] != stamp));
+            let Some(flow) = self.flows[f].as_ref() else { continue };
+            for &l in &flow.path {
+                if !self.binds[l] || self.link_stamp[l] == stamp {
+                    continue;
+                }
+                self.link_stamp[l] = stamp;
+                sc.comp_links.push(l);
+                for &g in &self.link_flows[l] {
+                    if self.flow_stamp[g] != stamp {
+                        self.flow_stamp[g] = stamp;
+                        sc.stack.push(g);
                     }
                 }
             }
         }
-        flows.sort_unstable();
-        links.sort_unstable();
-        (flows, links)
+        sc.comp_flows[f0..].sort_unstable();
+        sc.comp_links[l0..].sort_unstable();
+        sc.ends.push((sc.comp_flows.len(), sc.comp_links.len()));
+    }
+
+    /// Max-min fair rates of one binding component (flows `sc.comp_flows[f0..f1]`,
+    /// links `sc.comp_links[l0..l1]`) into `sc.new_rate[f0..f1]`, by
+    /// progressive filling: all unfrozen flows rise together until a link
+    /// saturates or a flow reaches its cap; those freeze. Links that do not
+    /// bind are left out of the paths: they cannot saturate.
+    fn fill(&mut self, sc: &mut Scratch, (f0, f1): (usize, usize), (l0, l1): (usize, usize)) {
+        let flows = &sc.comp_flows[f0..f1];
+        let links = &sc.comp_links[l0..l1];
+        for (i, &l) in links.iter().enumerate() {
+            self.local[l] = i;
+        }
+        sc.remaining.clear();
+        sc.remaining.extend(links.iter().map(|&l| self.capacity[l]));
+        sc.saturated_below.clear();
+        sc.saturated_below.extend(links.iter().map(|&l| self.capacity[l] * 1e-12));
+        sc.count.clear();
+        sc.count.resize(links.len(), 0);
+        // Paths in local link indices, flattened: flow i's are path[offset[i]..offset[i + 1]].
+        sc.path.clear();
+        sc.offset.clear();
+        sc.caps.clear();
+        sc.queue.clear();
+        let mut queues: Vec<u8> = Vec::new();
+        for &f in flows {
+            sc.offset.push(sc.path.len());
+            let flow = self.flows[f].as_ref();
+            sc.caps.push(flow.map_or(0.0, |f| f.cap_gbps));
+            let q = flow.map_or(0, |f| f.priority);
+            sc.queue.push(q);
+            if !queues.contains(&q) {
+                queues.push(q);
+            }
+            for &l in flow.map(|f| f.path.as_slice()).unwrap_or_default() {
+                if self.binds[l] {
+                    sc.path.push(self.local[l]);
+                }
+            }
+        }
+        sc.offset.push(sc.path.len());
+        let rate = &mut sc.new_rate[f0..f1];
+        // Strict priority: each queue, highest first, fills what the
+        // ones above it left (one queue: plain max-min).
+        queues.sort_unstable_by(|a, b| b.cmp(a));
+        for q in queues {
+            sc.active_flows.clear();
+            sc.active_flows.extend((0..flows.len()).filter(|&i| sc.queue[i] == q));
+            for &i in &sc.active_flows {
+                for &l in &sc.path[sc.offset[i]..sc.offset[i + 1]] {
+                    sc.count[l] += 1;
+                }
+            }
+            // Each round visits only the links still carrying an unfrozen
+            // flow and the unfrozen flows, so a component costs the sum of
+            // what is still rising per round rather than R · (F_c + L_c). The
+            // minimum and the freezes do not depend on visiting order, so the
+            // rates are the same as visiting everything.
+            sc.active_links.clear();
+            sc.active_links.extend((0..links.len()).filter(|&i| sc.count[i] > 0));
+            let mut level = 0.0;
+            while !sc.active_flows.is_empty() {
+                let mut step = f64::INFINITY;
+                for &i in &sc.active_links {
+                    step = step.min(sc.remaining[i] / sc.count[i] as f64);
+                }
+                for &i in &sc.active_flows {
+                    step = step.min(sc.caps[i] - level);
+                }
+                let step = step.max(0.0);
+                level += step;
+                for &i in &sc.active_links {
+                    sc.remaining[i] -= step * sc.count[i] as f64;
+                }
+                // Saturation is judged on the remaining capacity before this
+                // round's freezes (they do not change `remaining`).
+                let mut k = 0;
+                while k < sc.active_flows.len() {
+                    let i = sc.active_flows[k];
+                    let path = &sc.path[sc.offset[i]..sc.offset[i + 1]];
+                    let at_cap = sc.caps[i] - level <= sc.caps[i] * 1e-12;
+                    if at_cap || path.iter().any(|&l| sc.remaining[l] <= sc.saturated_below[l]) {
+                        rate[i] = level;
+                        for &l in path {
+                            sc.count[l] -= 1;
+                        }
+                        sc.active_flows.swap_remove(k);
+                    } else {
+                        k += 1;
+                    }
+                }
+                let count = &sc.count;
+                sc.active_links.retain(|&i| count[i] > 0);
+            }
+        }
     }
 }
 

@@ -496,3 +496,36 @@ fn eq19_normalisation() {
     // All equal: 100 − (Δ − Δ_min).
     assert_eq!(normalize(&[7.0, 7.0]), vec![100.0, 100.0]);
 }
+
+#[test]
+fn the_driver_builds_the_view_only_of_what_an_iteration_touches() {
+    // `ring_pair` paced: "lo" (1) keeps time with "hi" (0). A third job is
+    // neither paced nor a reference: its iterations need nothing. The paced
+    // job needs itself and its reference; the reference itself and its
+    // partner; an iteration that trips the controller (more than O_T = 5
+    // of the last 10 over A_T = 1.10 × the slot) needs the whole view, as
+    // re-profiling re-places the job among its nodes' others.
+    let mut m = Metronome::default();
+    let (t, high, low) = ring_pair(100);
+    let period_ms = pace_low(&mut m, &t, &high, &low);
+    let quick = Iteration::of(period_ms);
+    let slow = Iteration::of(1.5 * period_ms);
+    assert_eq!(m.iteration_needs(7, &quick), IterationNeeds::Nothing);
+    assert_eq!(m.iteration_needs(1, &quick), IterationNeeds::Jobs(vec![1, 0]));
+    assert_eq!(m.iteration_needs(0, &quick), IterationNeeds::Jobs(vec![0, 1]));
+    let hosts = PAIR_HOSTS;
+    let view = ClusterView {
+        now_s: 20.0,
+        topology: &t,
+        free_gpus: &[0, 0, 0, 0],
+        queue: Vec::new(),
+        running: vec![RunningJob::new(0, &high, &hosts), RunningJob::new(1, &low, &hosts)],
+    };
+    for k in 0..5 {
+        assert_eq!(m.iteration_needs(1, &slow), IterationNeeds::Jobs(vec![1, 0]), "slow iteration {k} of 5 allowed");
+        assert!(m.on_iteration(&view, 1, slow).is_empty());
+    }
+    assert_eq!(m.iteration_needs(1, &quick), IterationNeeds::Jobs(vec![1, 0]), "five slow do not trip it");
+    assert_eq!(m.iteration_needs(1, &slow), IterationNeeds::All, "the sixth does");
+    assert!(!m.on_iteration(&view, 1, slow).is_empty(), "and the controller acts on it");
+}

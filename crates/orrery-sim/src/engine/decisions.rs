@@ -357,7 +357,9 @@ impl Simulation<'_> {
         }
         let flows = std::mem::take(&mut self.jobs[job].flows);
         for f in flows {
-            self.flow_job.remove(&f);
+            if let Some(slot) = self.flow_job.get_mut(f) {
+                *slot = None;
+            }
             let changed = self.net.remove(self.now, f);
             self.note_interactions();
             self.reschedule(&changed);

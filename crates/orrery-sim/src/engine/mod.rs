@@ -7,7 +7,7 @@ use crate::network::{FlowId, Network};
 use orrery_model::placed::transfers;
 use orrery_model::shape::Group;
 use orrery_model::{Collective, HostId, IterationShape, JobSpec, LinkId, Segment, Topology};
-use orrery_policy::{ClusterView, Decision, JobId, Policy, QueuedJob, RunningJob};
+use orrery_policy::{ClusterView, Decision, IterationNeeds, JobId, Policy, QueuedJob, RunningJob};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, Normal};
@@ -365,8 +365,9 @@ pub struct Simulation<'a> {
     waiting: Vec<JobId>,
     /// The network.
     pub net: Network,
-    /// Owner job, its epoch, and the flow's index in its collective.
-    flow_job: HashMap<FlowId, (JobId, u64, usize)>,
+    /// Owner job, its epoch, and the flow's index in its collective, by
+    /// flow id (the network's slab ids are dense: a vector, not a map).
+    flow_job: Vec<Option<(JobId, u64, usize)>>,
     paths: HashMap<(HostId, HostId), Vec<Vec<LinkId>>>,
     /// Wall-clock seconds of each policy call.
     pub decision_s: Vec<f64>,
@@ -403,7 +404,7 @@ impl<'a> Simulation<'a> {
             free: topo.hosts.iter().map(|h| h.gpus).collect(),
             waiting: Vec::new(),
             net: Network::new(capacity, isolated),
-            flow_job: HashMap::new(),
+            flow_job: Vec::new(),
             paths: HashMap::new(),
             decision_s: Vec::new(),
             events_processed: 0,
@@ -699,36 +700,44 @@ impl<'a> Simulation<'a> {
                 service_gpu_s: j.run_ns as f64 / NS * f64::from(j.spec.gpus()),
             }
         }));
-        running.extend(
-            self.active
-                .iter()
-                .map(|&id| (id, &self.jobs[id]))
-                .filter(|(_, j)| matches!(j.status, Status::Running | Status::Paused))
-                .map(|(id, j)| {
-                    let done = j.iterations_done + j.skip.as_ref().map_or(0, |s| s.done);
-                    let running_s = (self.now - j.last_start_ns) as f64 / NS;
-                    RunningJob {
-                        id,
-                        spec: &j.spec,
-                        hosts: &j.hosts,
-                        iterations_done: done,
-                        paused: j.status == Status::Paused,
-                        iteration_start_s: j.skip.as_ref().map_or(j.iter_start_ns, |s| s.t) as f64 / NS,
-                        progress: if j.ref_total > 0.0 {
-                            let run = done.saturating_sub(j.iters_at_place) as f64 / j.ratio;
-                            (1.0 - (j.ref_left - run) / j.ref_total).clamp(0.0, 1.0)
-                        } else {
-                            0.0
-                        },
-                        service_gpu_s: (j.run_ns as f64 / NS + running_s) * f64::from(j.spec.gpus()),
-                        running_s,
-                        solo_gpus: self.solo_gpus(id),
-                        sub_batch: j.sub_batch,
-                        xi: j.xi,
-                    }
-                }),
-        );
+        running.extend(self.active.iter().filter_map(|&id| self.running_job(id)));
         (queue, running)
+    }
+
+    /// The view of these jobs among the running and paused ones, in the
+    /// given order. O(ids).
+    fn running_view(&self, ids: &[JobId]) -> Vec<RunningJob<'_>> {
+        ids.iter().filter_map(|&id| self.jobs.get(id).and_then(|_| self.running_job(id))).collect()
+    }
+
+    /// A running or paused job as the policy sees it (None otherwise). O(1)
+    /// for a job on whole GPUs.
+    fn running_job(&self, id: JobId) -> Option<RunningJob<'_>> {
+        let j = &self.jobs[id];
+        if !matches!(j.status, Status::Running | Status::Paused) {
+            return None;
+        }
+        let done = j.iterations_done + j.skip.as_ref().map_or(0, |s| s.done);
+        let running_s = (self.now - j.last_start_ns) as f64 / NS;
+        Some(RunningJob {
+            id,
+            spec: &j.spec,
+            hosts: &j.hosts,
+            iterations_done: done,
+            paused: j.status == Status::Paused,
+            iteration_start_s: j.skip.as_ref().map_or(j.iter_start_ns, |s| s.t) as f64 / NS,
+            progress: if j.ref_total > 0.0 {
+                let run = done.saturating_sub(j.iters_at_place) as f64 / j.ratio;
+                (1.0 - (j.ref_left - run) / j.ref_total).clamp(0.0, 1.0)
+            } else {
+                0.0
+            },
+            service_gpu_s: (j.run_ns as f64 / NS + running_s) * f64::from(j.spec.gpus()),
+            running_s,
+            solo_gpus: self.solo_gpus(id),
+            sub_batch: j.sub_batch,
+            xi: j.xi,
+        })
     }
 
     fn schedule(&mut self, policy: &mut dyn Policy) {
@@ -958,7 +967,10 @@ impl<'a> Simulation<'a> {
         let (ids, changed) = self.net.add_all(self.now, new);
         self.note_interactions();
         for (&f, &i) in ids.iter().zip(&index) {
-            self.flow_job.insert(f, (job, epoch, i));
+            if self.flow_job.len() <= f {
+                self.flow_job.resize(f + 1, None);
+            }
+            self.flow_job[f] = Some((job, epoch, i));
             self.jobs[job].flows.push(f);
         }
         self.reschedule(&changed);
@@ -1015,7 +1027,7 @@ impl<'a> Simulation<'a> {
             if self.net.flow(f).is_none_or(|fl| fl.version != version) {
                 continue;
             }
-            if let Some((job, epoch, index)) = self.flow_job.remove(&f) {
+            if let Some((job, epoch, index)) = self.flow_job.get_mut(f).and_then(Option::take) {
                 ended.push((f, job, epoch, index));
             }
         }
@@ -1112,17 +1124,25 @@ impl<'a> Simulation<'a> {
                 }));
             }
         }
-        // The controller hook, only for policies that watch iterations (building
-        // the view is O(jobs), too much for every iteration of every job otherwise).
-        if self.observes {
+        // The controller hook, only for policies that watch iterations, and
+        // with only what they need of the view (the whole view is O(jobs),
+        // too much for every iteration of every job).
+        let it = orrery_policy::Iteration {
+            ms,
+            waited_ms: self.jobs[job].iter_delay_ns as f64 / 1e6,
+            comm_ms: self.jobs[job].last_comm_ms(),
+        };
+        let needs = if self.observes { policy.iteration_needs(job, &it) } else { IterationNeeds::Nothing };
+        if needs != IterationNeeds::Nothing {
             self.advance_skips();
-            let waited_ms = self.jobs[job].iter_delay_ns as f64 / 1e6;
-            let comm_ms = self.jobs[job].last_comm_ms();
             let decisions = {
-                let (queue, running) = self.view();
+                let (queue, running) = match &needs {
+                    IterationNeeds::Jobs(ids) => (Vec::new(), self.running_view(ids)),
+                    _ => self.view(),
+                };
                 let view =
                     ClusterView { now_s: now as f64 / NS, topology: self.topo, free_gpus: &self.free, queue, running };
-                policy.on_iteration(&view, job, orrery_policy::Iteration { ms, waited_ms, comm_ms })
+                policy.on_iteration(&view, job, it)
             };
             if !decisions.is_empty() {
                 self.apply(decisions, policy);
