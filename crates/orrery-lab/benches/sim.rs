@@ -27,6 +27,31 @@ fn maxmin(c: &mut Criterion) {
     g.finish();
 }
 
+/// `n` flows, each on its own host link at its cap, all on one uplink that
+/// carries them all (Σ caps ≤ capacity), and one more from a host of its
+/// own: no link binds, so one add + remove re-rates the new flow alone
+/// however many share the uplink (issue 69's binding components; before
+/// them, all `n + 1`).
+fn maxmin_unbound(c: &mut Criterion) {
+    let mut g = c.benchmark_group("maxmin_add_remove_unbound");
+    for n in [16usize, 64, 256] {
+        let mut caps: Vec<f64> = vec![100.0; n];
+        caps.push(100.0 * (n + 1) as f64);
+        caps.push(100.0);
+        let mut net = Network::new(caps, false);
+        for i in 0..n {
+            net.add(0, vec![i, n], 1e12, 100.0, i);
+        }
+        g.bench_with_input(BenchmarkId::from_parameter(n), &n, |b, &n| {
+            b.iter(|| {
+                let (f, _) = net.add(1, black_box(vec![n + 1, n]), 1e12, 100.0, n);
+                net.remove(1, f);
+            })
+        });
+    }
+    g.finish();
+}
+
 fn end_to_end(c: &mut Criterion) {
     let exp = parse("default", &DEFAULT.replace("jobs = 60", "jobs = 20")).expect("valid");
     let mut g = c.benchmark_group("end_to_end");
@@ -37,5 +62,5 @@ fn end_to_end(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, maxmin, end_to_end);
+criterion_group!(benches, maxmin, maxmin_unbound, end_to_end);
 criterion_main!(benches);

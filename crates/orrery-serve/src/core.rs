@@ -343,18 +343,22 @@ impl Core {
                     self.metrics.reports.inc();
                     if effect.advanced {
                         self.batch.progress.push((r.job, self.ledger.jobs()[r.job].iterations_done));
-                        if self.policy.observes_iterations() {
+                        // The simulator's iteration time: the slot delay
+                        // before it included.
+                        let waited_ms = r.delay_ms.unwrap_or(0.0);
+                        let it = orrery_policy::Iteration {
+                            ms: r.duration_ms + waited_ms,
+                            waited_ms,
+                            comm_ms: r.comm_ms.filter(|c| c.is_finite() && *c >= 0.0),
+                        };
+                        // The whole view whenever the policy needs any of it
+                        // (the ledger builds no partial one).
+                        if self.policy.observes_iterations()
+                            && self.policy.iteration_needs(r.job, &it) != orrery_policy::IterationNeeds::Nothing
+                        {
                             let t = Instant::now();
                             let decisions = {
                                 let view = self.ledger.view(now);
-                                // The simulator's iteration time: the slot delay
-                                // before it included.
-                                let waited_ms = r.delay_ms.unwrap_or(0.0);
-                                let it = orrery_policy::Iteration {
-                                    ms: r.duration_ms + waited_ms,
-                                    waited_ms,
-                                    comm_ms: r.comm_ms.filter(|c| c.is_finite() && *c >= 0.0),
-                                };
                                 self.policy.on_iteration(&view, r.job, it)
                             };
                             self.metrics.decision_seconds.observe(t.elapsed().as_secs_f64());

@@ -6,6 +6,7 @@
 
 mod agent;
 mod compat;
+mod cost;
 mod failover;
 mod import;
 mod k8s;
@@ -125,7 +126,7 @@ enum Command {
     /// --exec`): sleeps the shape's compute and runs its communication as a
     /// real TCP ring all-reduce with the job's other workers.
     Worker(testbed::WorkerArgs),
-    /// Benchmarks: `orrery bench serve` (durable submissions per second).
+    /// Benchmarks: `orrery bench serve` (durable submissions per second), `failover`, `scale` (simulation cost against hosts).
     #[command(subcommand)]
     Bench(BenchCommand),
     /// The committed decision log of `orrery serve` (policy decisions and driver events).
@@ -170,6 +171,9 @@ enum BenchCommand {
     Serve(live::BenchServeArgs),
     /// The highly available service (`serve --store etcd://`) under load while its leader is killed.
     Failover(failover::FailoverArgs),
+    /// Simulation cost as the cluster grows: wall time, events per second, peak memory and decision
+    /// times from 256 to 16,384 hosts under each policy, with the fitted exponent.
+    Scale(cost::ScaleArgs),
 }
 
 /// Records phase durations for `--timings`.
@@ -246,6 +250,7 @@ fn main() -> ExitCode {
         Command::Decisions { since, json, client } => live::decisions(&client, since, json),
         Command::Bench(BenchCommand::Serve(args)) => live::bench_serve(&args),
         Command::Bench(BenchCommand::Failover(args)) => failover::bench(&args),
+        Command::Bench(BenchCommand::Scale(args)) => cost::run(&args),
         Command::Testbed(cmd) => testbed::run(&cmd),
         Command::K8s(cmd) => k8s::run(&cmd),
         Command::Worker(args) => testbed::worker(&args),
