@@ -67,6 +67,14 @@ impl Default for Thresholds {
     }
 }
 
+impl Thresholds {
+    /// Whether a window of iteration times trips the controller: more than
+    /// O_T of them over A_T × the slot period. O(window).
+    fn trip<'a>(&self, window: impl IntoIterator<Item = &'a f64>, period_ms: f64) -> bool {
+        window.into_iter().filter(|&&ms| ms > self.slow_factor * period_ms).count() > self.slow_count
+    }
+}
+
 /// The Metronome policy.
 #[derive(Debug)]
 pub struct Metronome {
@@ -829,8 +837,7 @@ impl Policy for Metronome {
             // `control`'s window after this iteration.
             let th = self.thresholds;
             let drop = usize::from(w.recent.len() + 1 > th.window);
-            let slow = w.recent[drop..].iter().chain([&it.ms]).filter(|&&ms| ms > th.slow_factor * w.period_ms).count();
-            if slow > th.slow_count {
+            if th.trip(w.recent[drop..].iter().chain([&it.ms]), w.period_ms) {
                 return IterationNeeds::All;
             }
         }
@@ -951,8 +958,7 @@ impl Metronome {
         }
         // More than O_T of the last `window` iterations over A_T × the slot:
         // stop and wait for the slot the reference job's current phase gives.
-        let slow = w.recent.iter().filter(|&&ms| ms > th.slow_factor * w.period_ms).count();
-        if slow <= th.slow_count {
+        if !th.trip(&w.recent, w.period_ms) {
             return Vec::new();
         }
         // Tripping again within two windows of the last re-alignment means

@@ -1127,13 +1127,13 @@ impl<'a> Simulation<'a> {
         // The controller hook, only for policies that watch iterations, and
         // with only what they need of the view (the whole view is O(jobs),
         // too much for every iteration of every job).
-        let it = orrery_policy::Iteration {
+        let it = self.observes.then(|| orrery_policy::Iteration {
             ms,
             waited_ms: self.jobs[job].iter_delay_ns as f64 / 1e6,
             comm_ms: self.jobs[job].last_comm_ms(),
-        };
-        let needs = if self.observes { policy.iteration_needs(job, &it) } else { IterationNeeds::Nothing };
-        if needs != IterationNeeds::Nothing {
+        });
+        let needs = it.as_ref().map_or(IterationNeeds::Nothing, |it| policy.iteration_needs(job, it));
+        if let Some(it) = it.filter(|_| needs != IterationNeeds::Nothing) {
             self.advance_skips();
             let decisions = {
                 let (queue, running) = match &needs {
