@@ -311,6 +311,7 @@ impl Experiment {
                         record_iterations: self.iterations,
                         quotas: if self.sim.enforce_quotas { declared.clone() } else { Default::default() },
                         fair_share_half_life_s: self.fair_share.map(|f| f.half_life_s),
+                        transport: self.network.transport(),
                     };
                     let start = std::time::Instant::now();
                     let mut sim = Simulation::new(&topo, &jobs, cfg.clone(), policy.isolated_network());

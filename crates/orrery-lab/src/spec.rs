@@ -116,6 +116,11 @@ pub struct Experiment {
     /// (Slurm's fair-share factor) instead of by borrowed GPUs over weight.
     #[serde(default)]
     pub fair_share: Option<FairShareSpec>,
+    /// `[network]`: the transport the simulator models (issue 68): the
+    /// max-min fluid model by default, or a congestion control over
+    /// tail-drop or fair queues.
+    #[serde(default)]
+    pub network: NetworkSpec,
     /// Also replay each (scenario, policy)'s first seed with a probe on its
     /// busiest link, for the report's figures (set by `orrery run --out`).
     #[serde(skip)]
@@ -128,6 +133,111 @@ pub struct Experiment {
 
 fn unit_weight() -> f64 {
     1.0
+}
+
+/// The simulated transport (`[network]`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct NetworkSpec {
+    /// `fluid` (max-min rates, the default), `reno`, `cubic`, `bbr`,
+    /// `dcqcn` or `mltcp-reno` (orrery_sim::transport).
+    pub transport: TransportKind,
+    /// `tail-drop` (one FIFO per link) or `fair` (a FIFO per flow).
+    pub queueing: QueueingKind,
+    /// Round trip with empty queues, µs.
+    #[schemars(range(min = 0.01, max = 1e6))]
+    pub base_rtt_us: f64,
+    /// Each queue, ms of its link's rate.
+    #[schemars(range(min = 0.0, max = 1e4))]
+    pub buffer_ms: f64,
+    /// Segment size, bytes (the testbed's 1,500 at its 0.01 rate scale is
+    /// 150,000 at the model's rates).
+    #[schemars(range(min = 1, max = 1e9))]
+    pub mss_bytes: f64,
+    /// What a full FIFO drops at once, bytes (default: a segment; the
+    /// testbed's 64 KB GSO bursts at its 0.01 scale are 6,400,000).
+    #[schemars(range(min = 1, max = 1e12))]
+    pub burst_bytes: Option<f64>,
+    /// Model time step, µs (default: the base round trip).
+    #[schemars(range(min = 0.01, max = 1e6))]
+    pub step_us: Option<f64>,
+    /// Retransmission timeout, ms: idle windows halve per timeout.
+    #[schemars(range(min = 0, max = 1e6))]
+    pub rto_ms: f64,
+}
+
+impl Default for NetworkSpec {
+    fn default() -> Self {
+        let t = orrery_sim::transport::TransportConfig::new(orrery_sim::transport::Control::Reno);
+        NetworkSpec {
+            transport: TransportKind::Fluid,
+            queueing: QueueingKind::TailDrop,
+            base_rtt_us: t.base_rtt_us,
+            buffer_ms: t.buffer_ms,
+            mss_bytes: t.mss_bytes,
+            burst_bytes: None,
+            step_us: None,
+            rto_ms: t.rto_ms,
+        }
+    }
+}
+
+/// `[network] transport`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum TransportKind {
+    /// Max-min fair rates the instant anything changes.
+    #[default]
+    Fluid,
+    /// TCP Reno.
+    Reno,
+    /// TCP Cubic.
+    Cubic,
+    /// TCP BBR (v1).
+    Bbr,
+    /// RDMA's DCQCN.
+    Dcqcn,
+    /// Reno with MLTCP's iteration-aware increase.
+    MltcpReno,
+}
+
+/// `[network] queueing`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum QueueingKind {
+    /// One FIFO per link.
+    #[default]
+    TailDrop,
+    /// A FIFO per flow, served in turn.
+    Fair,
+}
+
+impl NetworkSpec {
+    /// The simulator's transport model (None: the fluid model).
+    pub fn transport(&self) -> Option<orrery_sim::transport::TransportConfig> {
+        use orrery_sim::transport::{Control, Queueing, TransportConfig};
+        let control = match self.transport {
+            TransportKind::Fluid => return None,
+            TransportKind::Reno => Control::Reno,
+            TransportKind::Cubic => Control::Cubic,
+            TransportKind::Bbr => Control::Bbr,
+            TransportKind::Dcqcn => Control::Dcqcn,
+            TransportKind::MltcpReno => Control::MltcpReno,
+        };
+        Some(TransportConfig {
+            control,
+            queueing: match self.queueing {
+                QueueingKind::TailDrop => Queueing::TailDrop,
+                QueueingKind::Fair => Queueing::Fair,
+            },
+            base_rtt_us: self.base_rtt_us,
+            buffer_ms: self.buffer_ms,
+            mss_bytes: self.mss_bytes,
+            burst_bytes: self.burst_bytes.unwrap_or(self.mss_bytes),
+            step_us: self.step_us.unwrap_or(self.base_rtt_us),
+            rto_ms: self.rto_ms,
+        })
+    }
 }
 
 /// A tenant of an experiment (`[[tenant]]`).

@@ -19,5 +19,6 @@ pub mod engine;
 pub mod metrics;
 pub mod network;
 pub mod tenants;
+pub mod transport;
 
 pub use engine::{SimConfig, Simulation};

@@ -32,6 +32,11 @@ pub struct Flow {
     /// Its switch queue under strict priority (higher is served first; 0
     /// unless a policy set its owner's, [`Network::set_priority`]).
     pub priority: u8,
+    /// Its size when it started, bits.
+    pub bits: f64,
+    /// Unique over the network's life, fixed at insertion (a transport
+    /// model tells a new flow in a reused slot by it).
+    pub serial: u64,
 }
 
 /// Time integrals kept per directed link.
@@ -126,6 +131,12 @@ pub struct Network {
     pub probe: Option<Probe>,
     /// Each owner's switch queue (index: owner; absent: 0).
     priority_of: Vec<u8>,
+    /// Last serial handed out.
+    next_serial: u64,
+    /// Rates come from a transport model ([`Network::set_rates`]), not from
+    /// max-min: a change only refreshes the totals, and a new flow sends
+    /// nothing until the model rates it.
+    pub externally_rated: bool,
 }
 
 /// Every change of the rates on one link within [start, end], per flow owner.
@@ -163,7 +174,70 @@ impl Network {
             interacting: Vec::new(),
             probe: None,
             priority_of: Vec::new(),
+            next_serial: 0,
+            externally_rated: false,
         }
+    }
+
+    /// Live flows, in id order.
+    pub fn flows(&self) -> impl Iterator<Item = (FlowId, &Flow)> {
+        self.flows.iter().enumerate().filter_map(|(id, f)| f.as_ref().map(|f| (id, f)))
+    }
+
+    /// Link `l`'s capacity, Gbit/s.
+    pub fn capacity(&self, l: LinkId) -> f64 {
+        self.capacity[l]
+    }
+
+    /// Sets flows' rates as a transport model chose them (each link's
+    /// demand is then what its flows send, `sending` per link), bringing
+    /// what they sent so far up to `now` first; returns the flows whose rate
+    /// changed, in the order given. O(Σ path lengths of the changed flows).
+    pub fn set_rates(&mut self, now: u64, rates: &[(FlowId, f64)], sending: &[(LinkId, f64)]) -> Vec<FlowId> {
+        let mut changed = Vec::new();
+        self.stamp += 1;
+        let stamp = self.stamp;
+        let mut links = std::mem::take(&mut self.scratch.links);
+        links.clear();
+        for &(f, r) in rates {
+            if let Some(flow) = self.flows.get(f).and_then(Option::as_ref)
+                && flow.rate_gbps != r
+            {
+                changed.push((f, r));
+                for &l in &flow.path {
+                    if self.link_stamp[l] != stamp {
+                        self.link_stamp[l] = stamp;
+                        links.push(l);
+                    }
+                }
+            }
+        }
+        for &(l, _) in sending {
+            if self.link_stamp[l] != stamp {
+                self.link_stamp[l] = stamp;
+                links.push(l);
+            }
+        }
+        for &l in &links {
+            self.integrate(l, now);
+        }
+        for &(f, r) in &changed {
+            if let Some(flow) = self.flows[f].as_mut() {
+                Self::advance(flow, now);
+                flow.rate_gbps = r;
+                self.next_version += 1;
+                flow.version = self.next_version;
+            }
+        }
+        for &l in &links {
+            self.stats[l].carried_gbps =
+                self.link_flows[l].iter().filter_map(|&f| self.flows[f].as_ref()).map(|f| f.rate_gbps).sum();
+        }
+        for &(l, x) in sending {
+            self.stats[l].demand_gbps = x;
+        }
+        self.scratch.links = links;
+        changed.into_iter().map(|(f, _)| f).collect()
     }
 
     /// The flow, if live.
@@ -281,8 +355,19 @@ impl Network {
     /// Puts a flow in the slab and on its links, without re-rating anything.
     fn insert(&mut self, now: u64, path: Vec<LinkId>, bits: f64, cap_gbps: f64, owner: usize) -> FlowId {
         let priority = self.priority_of.get(owner).copied().unwrap_or(0);
-        let flow =
-            Flow { path, cap_gbps, remaining_bits: bits, rate_gbps: 0.0, updated_ns: now, version: 0, owner, priority };
+        self.next_serial += 1;
+        let flow = Flow {
+            path,
+            cap_gbps,
+            remaining_bits: bits,
+            rate_gbps: 0.0,
+            updated_ns: now,
+            version: 0,
+            owner,
+            priority,
+            bits,
+            serial: self.next_serial,
+        };
         let id = match self.free.pop() {
             Some(id) => {
                 self.flows[id] = Some(flow);
@@ -488,7 +573,17 @@ impl Network {
         queue_only: bool,
     ) -> Vec<FlowId> {
         let mut sc = std::mem::take(&mut self.scratch);
-        self.components(touched, released, extra, &mut sc);
+        if self.externally_rated {
+            // Rates are the transport's: a change keeps every rate (a new
+            // flow's is 0), re-versions the flows it adds or re-caps.
+            sc.comp_flows.clear();
+            sc.comp_flows.extend_from_slice(extra);
+            sc.ends.clear();
+            sc.new_rate.clear();
+            sc.new_rate.extend(extra.iter().map(|&f| self.flows[f].as_ref().map_or(0.0, |f| f.rate_gbps)));
+        } else {
+            self.components(touched, released, extra, &mut sc);
+        }
         // New rates, aligned with `sc.comp_flows`.
         sc.new_rate.clear();
         sc.new_rate.resize(sc.comp_flows.len(), 0.0);
@@ -557,7 +652,9 @@ impl Network {
                 .filter_map(|&f| self.flows[f].as_ref())
                 .fold((0.0, 0.0), |(c, d), f| (c + f.rate_gbps, d + f.cap_gbps));
             self.stats[l].carried_gbps = carried;
-            self.stats[l].demand_gbps = demand;
+            if !self.externally_rated {
+                self.stats[l].demand_gbps = demand;
+            }
         }
         if let Some(p) = self.probe.as_mut()
             && (p.start_ns..=p.end_ns).contains(&now)

@@ -92,6 +92,10 @@ pub struct SimConfig {
     /// ([`orrery_policy::quota::FairShare`], Slurm's factor). None: by
     /// borrowed GPUs over weight.
     pub fair_share_half_life_s: Option<f64>,
+    /// A transport model in place of the max-min fluid rates (issue 68;
+    /// [`crate::transport`]). Turns the fast-forward off: a job's next
+    /// iteration is no longer its last one's copy. None: the fluid model.
+    pub transport: Option<crate::transport::TransportConfig>,
 }
 
 /// One iteration of a job, as the simulator ran it.
@@ -130,6 +134,7 @@ impl Default for SimConfig {
             record_iterations: false,
             quotas: std::collections::BTreeMap::new(),
             fair_share_half_life_s: None,
+            transport: None,
         }
     }
 }
@@ -341,6 +346,8 @@ enum Event {
     FlowDone(FlowId, u64),
     /// The policy's periodic wake-up ([`Policy::tick_s`]).
     Tick,
+    /// The transport model's next step ([`SimConfig::transport`]).
+    TransportStep,
     /// A scripted decision falls due (its index in `Simulation::script`).
     Scripted(usize),
     /// The probe's window opens: fast-forwarded jobs on the probed link
@@ -388,12 +395,25 @@ pub struct Simulation<'a> {
     /// Jobs whose arrival has happened.
     arrived: usize,
     observes: bool,
+    /// The transport model, when not fluid, and whether its next step is
+    /// in the event queue.
+    transport: Option<crate::transport::Transport>,
+    transport_due: bool,
 }
 
 impl<'a> Simulation<'a> {
     /// A simulation of `jobs` on `topo`; `isolated` gives every flow its cap.
-    pub fn new(topo: &'a Topology, jobs: &[JobSpec], cfg: SimConfig, isolated: bool) -> Self {
+    pub fn new(topo: &'a Topology, jobs: &[JobSpec], mut cfg: SimConfig, isolated: bool) -> Self {
         let capacity = topo.links.iter().map(|l| l.gbps).collect();
+        // An isolated network has nothing to contend for: no transport.
+        let transport = cfg
+            .transport
+            .clone()
+            .filter(|_| !isolated)
+            .map(|t| crate::transport::Transport::new(t, topo.links.len(), cfg.seed));
+        if transport.is_some() {
+            cfg.skip = false;
+        }
         let mut sim = Simulation {
             topo,
             now: 0,
@@ -415,10 +435,13 @@ impl<'a> Simulation<'a> {
             active: BTreeSet::new(),
             arrived: 0,
             observes: true,
+            transport_due: false,
             normal: Normal::new(0.0, cfg.jitter.max(0.0)).unwrap_or_else(|_| Normal::new(0.0, 0.0).expect("valid")),
             fair: cfg.fair_share_half_life_s.map(orrery_policy::quota::FairShare::new),
             cfg,
+            transport,
         };
+        sim.net.externally_rated = sim.transport.is_some();
         for (i, spec) in jobs.iter().enumerate() {
             let arrival_ns = (spec.arrival_s.max(0.0) * NS).round() as u64;
             let rng = ChaCha8Rng::seed_from_u64(sim.cfg.seed ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
@@ -511,6 +534,7 @@ impl<'a> Simulation<'a> {
                 sim.net.add(0, vec![l], f64::INFINITY, gbps, BACKGROUND);
             }
         }
+        sim.wake_transport();
         sim
     }
 
@@ -659,6 +683,7 @@ impl<'a> Simulation<'a> {
                         self.materialise(j);
                     }
                 }
+                Event::TransportStep => self.transport_step(),
                 Event::Tick => {
                     // Tick while any job can still change state; then stop, or
                     // the event queue would never drain.
@@ -966,6 +991,7 @@ impl<'a> Simulation<'a> {
         }
         let (ids, changed) = self.net.add_all(self.now, new);
         self.note_interactions();
+        self.wake_transport();
         for (&f, &i) in ids.iter().zip(&index) {
             if self.flow_job.len() <= f {
                 self.flow_job.resize(f + 1, None);
@@ -1004,6 +1030,30 @@ impl<'a> Simulation<'a> {
             return chosen.iter().map(|&k| (paths[k % paths.len()].clone(), share)).collect();
         }
         vec![(paths[orrery_model::topology::ecmp_index(job, i, paths.len())].clone(), 1.0)]
+    }
+
+    /// Schedules the transport model's step now unless one is due.
+    fn wake_transport(&mut self) {
+        if self.transport.is_some() && !self.transport_due && self.net.live() > 0 {
+            self.transport_due = true;
+            self.push(self.now, Event::TransportStep);
+        }
+    }
+
+    /// One step of the transport model: the flows' new rates, their
+    /// completions rescheduled, and the next step while any job's flow is
+    /// live (background flows alone do not keep it stepping).
+    fn transport_step(&mut self) {
+        self.transport_due = false;
+        let Some(tr) = self.transport.as_mut() else { return };
+        let step = tr.config().step_ns();
+        let rates = tr.step(&self.net, self.now);
+        let changed = self.net.set_rates(self.now, &rates.flows, &rates.links);
+        self.reschedule(&changed);
+        if self.net.flows().any(|(_, f)| f.owner != BACKGROUND) {
+            self.transport_due = true;
+            self.push(self.now + step, Event::TransportStep);
+        }
     }
 
     fn reschedule(&mut self, flows: &[FlowId]) {

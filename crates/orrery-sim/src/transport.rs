@@ -1,0 +1,814 @@
+//! Transport models (issue 68, item 1): what TCP or RDMA congestion control
+//! makes of the flows, in place of the max-min fluid rates.
+//!
+//! The max-min model gives every flow its fair share the instant anything
+//! changes. A real transport does not: two reno flows over a tail-drop queue
+//! lose packets at random and take unequal shares for a while; bbr paces each
+//! flow at its own bandwidth estimate; DCQCN cuts a rate when its packets
+//! are marked. Those differences decide whether two rings started together
+//! stay in step (and CASSINI's shift pays) or drift apart by themselves.
+//!
+//! The model is flow-level at round-trip granularity, the standard fluid
+//! picture of each protocol stepped every `step_us`:
+//!
+//! * a **connection** per (owner, first link, last link): a job's ring edge
+//!   keeps its window across iterations as a TCP connection does, halved per
+//!   retransmission timeout of idleness (Linux's `tcp_cwnd_restart`, RFC
+//!   2861);
+//! * a **queue** per link (tail-drop: one FIFO of `buffer_ms` of the link's
+//!   rate, served in the order it fills, so each flow is served in
+//!   proportion to what it sends; fair: one FIFO of `buffer_ms` per flow,
+//!   the link shared max-min between the backlogged ones, as the testbed's
+//!   `--fabric fair` and DCQCN's fair convergence share it);
+//! * **drops** when a queue overflows, a loss per `burst_bytes` of overflow,
+//!   each falling on a flow drawn in proportion to its sending rate (tail-drop)
+//!   or on the flow whose queue overflowed (fair). The draw is what makes
+//!   two loss-based flows over one FIFO unequal, as on the testbed;
+//! * **ECN marks** (DCQCN) with RED's probability between `Kmin` and `Kmax`
+//!   of queue (DCQCN §5's 5 KB and 200 KB at 40 Gbit/s, as times of the
+//!   link rate);
+//! * each protocol's **control law** over the step, driven by what the flow
+//!   delivered (its acks):
+//!   - reno: slow start to the first loss, then one MSS per round trip,
+//!     halved once per round trip with losses (RFC 5681);
+//!   - cubic: W(t) = C (t − K)³ + W_max with C = 0.4 and β = 0.7, never
+//!     below its reno-friendly estimate (RFC 8312 §4.1–4.3);
+//!   - bbr (v1): startup at gain 2/ln 2 until the bandwidth stops growing
+//!     by 25% for three rounds, a drain round, then the 8-phase gain cycle
+//!     (1.25, 0.75, 1 × 6) from a random phase, pacing at gain × the
+//!     10-round maximum delivery rate and capped at 2 BDP in flight; losses
+//!     do not cut it (Cardwell et al., ACM Queue 2016);
+//!   - dcqcn: a rate that starts at line rate, is cut by α/2 per
+//!     congestion notification (at most one per 50 µs), and recovers every
+//!     55 µs without one: five halvings of the gap to the target, then
+//!     additive and hyper increase (Zhu et al., SIGCOMM'15, §3–5);
+//!   - mltcp-reno: reno whose additive increase is scaled by F(r) = 2r,
+//!     r the share of the flow's bytes already sent this iteration (MLTCP's
+//!     principle, Rajasekaran et al. 2024: a job further into its
+//!     all-reduce is more aggressive, so competing jobs slide apart; the
+//!     paper's own F was not available here; 2r keeps reno's mean
+//!     increase).
+//!
+//! A flow's delivery rate over a step is the least its links serve it; a
+//! link serves what arrives (plus its queue) up to its capacity, shared as
+//! its queueing shares it. Arrivals at a link are what the flows send, not
+//! what upstream links let through (one congested hop per path, as in the
+//! papers' shapes, is exact; more is an approximation).
+//!
+//! Cost per step: O(F · d + L) for F live flows on paths of d links over L
+//! links in use, plus O(n log n) per fair link of n flows.
+
+use crate::network::{FlowId, Network};
+use orrery_model::LinkId;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+
+/// A congestion control.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Control {
+    /// TCP Reno (AIMD).
+    Reno,
+    /// TCP Cubic.
+    Cubic,
+    /// TCP BBR, version 1.
+    Bbr,
+    /// RDMA's DCQCN (ECN-driven rate control).
+    Dcqcn,
+    /// Reno with MLTCP's iteration-aware additive increase.
+    MltcpReno,
+}
+
+impl Control {
+    /// Every control, by its name in experiments.
+    pub const ALL: [(&'static str, Control); 5] = [
+        ("reno", Control::Reno),
+        ("cubic", Control::Cubic),
+        ("bbr", Control::Bbr),
+        ("dcqcn", Control::Dcqcn),
+        ("mltcp-reno", Control::MltcpReno),
+    ];
+}
+
+/// How a link's queue is shared.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Queueing {
+    /// One FIFO per link, dropping at its tail.
+    #[default]
+    TailDrop,
+    /// A FIFO per flow, served in turn (per-flow fair queueing).
+    Fair,
+}
+
+/// A transport model's parameters.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TransportConfig {
+    /// The congestion control of every flow.
+    pub control: Control,
+    /// How each link's queue is shared.
+    pub queueing: Queueing,
+    /// Round-trip time with empty queues, µs.
+    pub base_rtt_us: f64,
+    /// Each queue (per link, or per flow under fair queueing), in ms of the
+    /// link's rate.
+    pub buffer_ms: f64,
+    /// Segment size, bytes: the unit of windows and increases.
+    pub mss_bytes: f64,
+    /// What a full FIFO drops at once, bytes: the tail of one sender's
+    /// burst (a segment by default; Linux sends TSO/GSO bursts of up to
+    /// 64 KB, and a burst arriving at a full queue loses its tail, so the
+    /// drops of a congestion episode fall on one flow, RFC 2309's lock-out).
+    pub burst_bytes: f64,
+    /// Time step, µs (default: the base round trip).
+    pub step_us: f64,
+    /// Retransmission timeout, ms: an idle connection's window halves per
+    /// timeout elapsed (Linux's minimum RTO is 200 ms).
+    pub rto_ms: f64,
+}
+
+impl TransportConfig {
+    /// A control over tail-drop queues with datacenter defaults: 10 µs
+    /// round trip, 1 ms buffers, 1,500-byte segments.
+    pub fn new(control: Control) -> Self {
+        TransportConfig {
+            control,
+            queueing: Queueing::TailDrop,
+            base_rtt_us: 10.0,
+            buffer_ms: 1.0,
+            mss_bytes: 1500.0,
+            burst_bytes: 1500.0,
+            step_us: 10.0,
+            rto_ms: 200.0,
+        }
+    }
+
+    /// The step, ns.
+    pub fn step_ns(&self) -> u64 {
+        (self.step_us * 1e3).round().max(1.0) as u64
+    }
+}
+
+/// Reno's and cubic's initial window, segments (RFC 6928).
+const INITIAL_WINDOW: f64 = 10.0;
+/// Cubic's constants (RFC 8312 §5).
+const CUBIC_C: f64 = 0.4;
+const CUBIC_BETA: f64 = 0.7;
+/// BBR's startup gain, 2/ln 2, and its probing cycle.
+const BBR_HIGH_GAIN: f64 = 2.885;
+const BBR_CYCLE: [f64; 8] = [1.25, 0.75, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0];
+/// Rounds over which BBR keeps its maximum delivery rate.
+const BBR_BW_ROUNDS: usize = 10;
+/// DCQCN (§5): g, the rate timer, the CNP interval, the fast-recovery stages.
+const DCQCN_G: f64 = 1.0 / 256.0;
+const DCQCN_TIMER_NS: u64 = 55_000;
+const DCQCN_CNP_NS: u64 = 50_000;
+const DCQCN_FAST_STAGES: u32 = 5;
+/// DCQCN's additive increase, 40 Mbit/s at 40 Gbit/s, as a share of line rate.
+const DCQCN_AI: f64 = 0.001;
+/// Marking thresholds, 5 KB and 200 KB at 40 Gbit/s, in ns of the link rate.
+const ECN_KMIN_NS: f64 = 1_000.0;
+const ECN_KMAX_NS: f64 = 40_000.0;
+const ECN_PMAX: f64 = 0.01;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BbrState {
+    Startup,
+    Drain,
+    ProbeBw,
+}
+
+/// One connection's congestion state.
+#[derive(Debug, Clone)]
+struct Conn {
+    /// The flow it carries now (slot and serial), if any.
+    flow: Option<(FlowId, u64)>,
+    /// Window, bits (reno, cubic; BBR's cap).
+    window: f64,
+    ssthresh: f64,
+    /// When the window was last cut, ns.
+    cut_ns: u64,
+    /// Cubic: window before the last cut, bits, its epoch, and the
+    /// reno-friendly estimate, bits.
+    w_max: f64,
+    epoch_ns: u64,
+    w_est: f64,
+    /// BBR.
+    state: BbrState,
+    bw_rounds: [f64; BBR_BW_ROUNDS],
+    round: usize,
+    round_start_ns: u64,
+    round_bits: f64,
+    full_bw: f64,
+    full_bw_rounds: u32,
+    phase: usize,
+    phase_start_ns: u64,
+    min_rtt_ns: f64,
+    /// DCQCN: line, current and target rates, Gbit/s, α, timers and stage.
+    line: f64,
+    rate: f64,
+    target: f64,
+    alpha: f64,
+    cnp_ns: u64,
+    timer_ns: u64,
+    stage: u32,
+    /// Sending and delivery rates over the current step, Gbit/s.
+    send: f64,
+    delivered: f64,
+    /// Round trip over the current step, ns.
+    rtt_ns: f64,
+    /// Per hop of its path: its bits in the hop's queue (its own FIFO
+    /// under fair queueing) and what the hop serves it, Gbit/s.
+    hop_queue: Vec<f64>,
+    hop_served: Vec<f64>,
+    /// A drop or a mark fell on it in the last step.
+    lost: bool,
+    marked: bool,
+    /// When it last carried a flow, ns.
+    active_ns: u64,
+    /// When its current flow's first segment leaves, ns.
+    start_ns: u64,
+}
+
+/// What a step chose: each live flow's delivery rate and each link's
+/// arrival rate, Gbit/s, for [`Network::set_rates`].
+#[derive(Debug, Clone, Default)]
+pub struct Rates {
+    /// (flow, delivery rate).
+    pub flows: Vec<(FlowId, f64)>,
+    /// (link, what its flows send into it).
+    pub links: Vec<(LinkId, f64)>,
+}
+
+/// The transport model of a network's flows.
+#[derive(Debug, Clone)]
+pub struct Transport {
+    cfg: TransportConfig,
+    mss_bits: f64,
+    burst_bits: f64,
+    base_rtt_ns: f64,
+    conns: Vec<Conn>,
+    by_key: HashMap<(usize, LinkId, LinkId, u32), usize>,
+    /// The connection of each flow slot, with the flow's serial.
+    flow_conn: Vec<Option<(u64, usize)>>,
+    /// Per link: bits queued, and the flow whose burst a full FIFO is
+    /// cutting with the bits cut so far.
+    queue: Vec<f64>,
+    victim: Vec<Option<usize>>,
+    overflow: Vec<f64>,
+    /// Per link in use this step: (connection, hop index) of its flows.
+    members: Vec<Vec<(usize, usize)>>,
+    used: Vec<LinkId>,
+    /// This step's (flow, connection) pairs, in flow id order.
+    active: Vec<(FlowId, usize)>,
+    rng: ChaCha8Rng,
+    last_ns: u64,
+}
+
+impl Transport {
+    /// A model over `links` links, its draws seeded by `seed`.
+    pub fn new(cfg: TransportConfig, links: usize, seed: u64) -> Self {
+        Transport {
+            mss_bits: cfg.mss_bytes.max(1.0) * 8.0,
+            burst_bits: cfg.burst_bytes.max(cfg.mss_bytes).max(1.0) * 8.0,
+            base_rtt_ns: cfg.base_rtt_us.max(0.001) * 1e3,
+            cfg,
+            conns: Vec::new(),
+            by_key: HashMap::new(),
+            flow_conn: Vec::new(),
+            queue: vec![0.0; links],
+            victim: vec![None; links],
+            overflow: vec![0.0; links],
+            members: vec![Vec::new(); links],
+            used: Vec::new(),
+            active: Vec::new(),
+            rng: ChaCha8Rng::seed_from_u64(seed ^ 0x7472_616e_7370_6f72),
+            last_ns: 0,
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &TransportConfig {
+        &self.cfg
+    }
+
+    /// Bits queued at link `l` now (under fair queueing, every flow's).
+    pub fn queued_bits(&self, l: LinkId) -> f64 {
+        self.queue.get(l).copied().unwrap_or(0.0)
+    }
+
+    /// The congestion window of the connection carrying flow `f`, bits.
+    pub fn window_bits(&self, f: FlowId) -> Option<f64> {
+        self.flow_conn.get(f).copied().flatten().map(|(_, c)| self.conns[c].window)
+    }
+
+    /// Advances the model from the last step to `now` (queues, drops and
+    /// marks over the interval at the rates chosen then; each control's law)
+    /// and chooses the rates of the next step. Returns each live flow's
+    /// delivery rate and each link's arrival rate, for
+    /// [`Network::set_rates`]. O(F · d + L) (module docs).
+    pub fn step(&mut self, net: &Network, now: u64) -> Rates {
+        let dt = now.saturating_sub(self.last_ns) as f64;
+        self.last_ns = now;
+        self.bind(net, now);
+        self.fill_queues(net, dt);
+        for k in 0..self.active.len() {
+            let (f, c) = self.active[k];
+            let progress = net.flow(f).map_or(0.0, |fl| 1.0 - fl.remaining_bits / fl.bits.max(1e-9));
+            self.control(c, now, dt, progress);
+        }
+        self.serve(net, now)
+    }
+
+    /// Binds every live flow to its connection (a new flow to the first
+    /// free connection of its key, made if need be, with its window
+    /// restarted for the time it sat idle) and lists each link's members.
+    fn bind(&mut self, net: &Network, now: u64) {
+        // Connections whose flow ended stop sending.
+        for &(_, c) in &self.active {
+            let conn = &mut self.conns[c];
+            if let Some((f, serial)) = conn.flow
+                && net.flow(f).is_none_or(|fl| fl.serial != serial)
+            {
+                conn.flow = None;
+                conn.send = 0.0;
+                conn.delivered = 0.0;
+            }
+        }
+        for &l in &self.used {
+            self.members[l].clear();
+        }
+        self.used.clear();
+        self.active.clear();
+        for (f, flow) in net.flows() {
+            if flow.path.is_empty() {
+                continue;
+            }
+            if self.flow_conn.len() <= f {
+                self.flow_conn.resize(f + 1, None);
+            }
+            let c = match self.flow_conn[f] {
+                Some((serial, c)) if serial == flow.serial => c,
+                _ => {
+                    let c = self.connect(flow.owner, &flow.path, now);
+                    // Flows started at one instant do not send their first
+                    // segments at one instant: each waits a uniform part
+                    // of a round trip (its connection's ack clock). Without
+                    // it two identical flows would stay identical for ever.
+                    let wait = self.rng.random::<f64>() * self.base_rtt_ns;
+                    self.conns[c].start_ns = now + wait as u64;
+                    self.conns[c].flow = Some((f, flow.serial));
+                    self.flow_conn[f] = Some((flow.serial, c));
+                    c
+                }
+            };
+            let conn = &mut self.conns[c];
+            conn.active_ns = now;
+            if conn.hop_queue.len() != flow.path.len() {
+                conn.hop_queue = vec![0.0; flow.path.len()];
+                conn.hop_served = vec![0.0; flow.path.len()];
+            }
+            for (h, &l) in flow.path.iter().enumerate() {
+                if self.members[l].is_empty() {
+                    self.used.push(l);
+                }
+                self.members[l].push((c, h));
+            }
+            self.active.push((f, c));
+        }
+    }
+
+    /// The connection for a new flow of `owner` on `path`: the first of its
+    /// key not carrying a live flow.
+    fn connect(&mut self, owner: usize, path: &[LinkId], now: u64) -> usize {
+        let (first, last) = (path[0], path[path.len() - 1]);
+        let mut k = 0;
+        loop {
+            match self.by_key.get(&(owner, first, last, k)) {
+                Some(&c) if self.conns[c].flow.is_some() => k += 1,
+                Some(&c) => {
+                    self.restart_after_idle(c, now);
+                    return c;
+                }
+                None => {
+                    let c = self.conns.len();
+                    let conn = self.fresh();
+                    self.conns.push(conn);
+                    self.by_key.insert((owner, first, last, k), c);
+                    return c;
+                }
+            }
+        }
+    }
+
+    fn fresh(&mut self) -> Conn {
+        let iw = INITIAL_WINDOW * self.mss_bits;
+        let phase = loop {
+            let p = self.rng.random_range(0..BBR_CYCLE.len());
+            if p != 1 {
+                break p;
+            }
+        };
+        Conn {
+            flow: None,
+            window: iw,
+            ssthresh: f64::INFINITY,
+            cut_ns: 0,
+            w_max: 0.0,
+            epoch_ns: 0,
+            w_est: iw,
+            state: BbrState::Startup,
+            bw_rounds: [0.0; BBR_BW_ROUNDS],
+            round: 0,
+            round_start_ns: 0,
+            round_bits: 0.0,
+            full_bw: 0.0,
+            full_bw_rounds: 0,
+            phase,
+            phase_start_ns: 0,
+            min_rtt_ns: self.base_rtt_ns,
+            line: 0.0,
+            rate: f64::INFINITY,
+            target: f64::INFINITY,
+            alpha: 1.0,
+            cnp_ns: 0,
+            timer_ns: 0,
+            stage: 0,
+            send: 0.0,
+            delivered: 0.0,
+            rtt_ns: self.base_rtt_ns,
+            hop_queue: Vec::new(),
+            hop_served: Vec::new(),
+            lost: false,
+            marked: false,
+            active_ns: 0,
+            start_ns: 0,
+        }
+    }
+
+    /// RFC 2861 as Linux applies it: the window halves per RTO idle, never
+    /// below the initial window; BBR keeps its estimates.
+    fn restart_after_idle(&mut self, c: usize, now: u64) {
+        let rto_ns = self.cfg.rto_ms.max(0.0) * 1e6;
+        let conn = &mut self.conns[c];
+        let idle = now.saturating_sub(conn.active_ns) as f64;
+        if rto_ns > 0.0 && idle >= rto_ns {
+            let halvings = (idle / rto_ns).floor().min(60.0) as i32;
+            conn.window = (conn.window / 2f64.powi(halvings)).max(INITIAL_WINDOW * self.mss_bits);
+        }
+    }
+
+    /// Each link's queues over the last `dt` ns at the rates chosen then:
+    /// the FIFO grows by what arrives beyond the capacity, and what
+    /// overflows the buffer is dropped, a drop per segment.
+    fn fill_queues(&mut self, net: &Network, dt: f64) {
+        for &(_, c) in &self.active {
+            self.conns[c].lost = false;
+            self.conns[c].marked = false;
+        }
+        if dt <= 0.0 {
+            return;
+        }
+        let fair = self.cfg.queueing == Queueing::Fair;
+        let dcqcn = self.cfg.control == Control::Dcqcn;
+        for k in 0..self.used.len() {
+            let l = self.used[k];
+            let cap = net.capacity(l);
+            let buffer = self.cfg.buffer_ms * 1e6 * cap;
+            let n = self.members[l].len();
+            // Each flow's bits in the queue(s): what it sent beyond what it
+            // was served.
+            let mut total = 0.0;
+            for m in 0..n {
+                let (c, h) = self.members[l][m];
+                let conn = &mut self.conns[c];
+                let q = (conn.hop_queue[h] + (conn.send - conn.hop_served[h]) * dt).max(0.0);
+                conn.hop_queue[h] = q;
+                total += q;
+                if fair && q > buffer {
+                    // Its own FIFO overflowed: it alone loses.
+                    conn.hop_queue[h] = buffer;
+                    total -= q - buffer;
+                    conn.lost = true;
+                }
+            }
+            if !fair && total > buffer {
+                total = self.drop_tail(l, total - buffer) + buffer;
+            }
+            self.queue[l] = total;
+            if dcqcn {
+                for m in 0..n {
+                    let (c, h) = self.members[l][m];
+                    let p = if fair {
+                        mark_probability(self.conns[c].hop_queue[h], cap / n as f64)
+                    } else {
+                        mark_probability(total, cap)
+                    };
+                    let sent = self.conns[c].send * dt / self.mss_bits;
+                    if p > 0.0 && self.rng.random::<f64>() < 1.0 - (1.0 - p).powf(sent) {
+                        self.conns[c].marked = true;
+                    }
+                }
+            }
+        }
+    }
+
+    /// A full FIFO at link `l` drops `excess` bits from the tail of one
+    /// sender's burst: the flow whose burst is being cut, or a new one drawn
+    /// in proportion to what each sends once `burst_bytes` have gone. The
+    /// victim loses the bits (they must be sent again) and sees a loss.
+    /// Returns the bits it could not take (taken from the others').
+    fn drop_tail(&mut self, l: LinkId, excess: f64) -> f64 {
+        let members = &self.members[l];
+        let victim = match self.victim[l] {
+            Some(c) if members.iter().any(|&(m, _)| m == c) => c,
+            _ => {
+                let arriving: f64 = members.iter().map(|&(c, _)| self.conns[c].send).sum();
+                let mut pick = self.rng.random::<f64>() * arriving;
+                let mut chosen = members[0].0;
+                for &(c, _) in members {
+                    chosen = c;
+                    pick -= self.conns[c].send;
+                    if pick <= 0.0 {
+                        break;
+                    }
+                }
+                chosen
+            }
+        };
+        self.overflow[l] += excess;
+        self.victim[l] = (self.overflow[l] < self.burst_bits).then_some(victim);
+        if self.victim[l].is_none() {
+            self.overflow[l] = 0.0;
+        }
+        let mut left = excess;
+        for &(c, h) in members {
+            if c == victim {
+                let conn = &mut self.conns[c];
+                let take = left.min(conn.hop_queue[h]);
+                conn.hop_queue[h] -= take;
+                conn.lost = true;
+                left -= take;
+            }
+        }
+        // The victim had less queued than the excess: the rest falls on
+        // the others in proportion to what they have queued.
+        if left > 0.0 {
+            let others: f64 = members.iter().map(|&(c, h)| self.conns[c].hop_queue[h]).sum();
+            for &(c, h) in members {
+                let conn = &mut self.conns[c];
+                if others > 0.0 {
+                    let take = left * conn.hop_queue[h] / others;
+                    conn.hop_queue[h] -= take;
+                    conn.lost |= take > 0.0;
+                }
+            }
+        }
+        0.0
+    }
+
+    /// Connection `c`'s control law over the last `dt` ns; `progress` is
+    /// the share of its flow already sent.
+    fn control(&mut self, c: usize, now: u64, dt: f64, progress: f64) {
+        let mss = self.mss_bits;
+        let control = self.cfg.control;
+        let step_ns = self.cfg.step_ns();
+        let conn = &mut self.conns[c];
+        let rtt = conn.rtt_ns.max(1.0);
+        let acked = conn.delivered * dt;
+        // Sending less than the window allows (the NIC or a throttle caps
+        // it): the window does not grow (RFC 7661's cwnd-limited check).
+        let limited = conn.window / rtt <= conn.send * 1.05 + 1e-12;
+        let cut_due = now.saturating_sub(conn.cut_ns) as f64 >= rtt;
+        match control {
+            Control::Reno | Control::MltcpReno => {
+                if conn.lost && cut_due {
+                    conn.ssthresh = (conn.window / 2.0).max(2.0 * mss);
+                    conn.window = conn.ssthresh;
+                    conn.cut_ns = now;
+                } else if !conn.lost && limited {
+                    if conn.window < conn.ssthresh {
+                        conn.window += acked;
+                    } else {
+                        let f = if control == Control::MltcpReno { 2.0 * progress.clamp(0.0, 1.0) } else { 1.0 };
+                        conn.window += f * mss * acked / conn.window;
+                    }
+                }
+            }
+            Control::Cubic => {
+                if conn.lost && cut_due {
+                    // Fast convergence (RFC 8312 §4.6).
+                    conn.w_max =
+                        if conn.window < conn.w_max { conn.window * (1.0 + CUBIC_BETA) / 2.0 } else { conn.window };
+                    conn.window = (conn.window * CUBIC_BETA).max(2.0 * mss);
+                    conn.ssthresh = conn.window;
+                    conn.w_est = conn.window;
+                    conn.epoch_ns = now;
+                    conn.cut_ns = now;
+                } else if !conn.lost && limited {
+                    if conn.window < conn.ssthresh {
+                        conn.window += acked;
+                    } else {
+                        let t = now.saturating_sub(conn.epoch_ns) as f64 * 1e-9;
+                        let w_max = conn.w_max / mss;
+                        let k = (w_max * (1.0 - CUBIC_BETA) / CUBIC_C).cbrt();
+                        let target = (CUBIC_C * (t + rtt * 1e-9 - k).powi(3) + w_max) * mss;
+                        // Per acked segment the window moves (target − W)/W
+                        // segments, at most half a segment (RFC 8312 §4.3).
+                        let grow = ((target - conn.window) / conn.window).clamp(0.0, 0.5) * acked;
+                        conn.w_est += 3.0 * (1.0 - CUBIC_BETA) / (1.0 + CUBIC_BETA) * mss * acked / conn.window;
+                        conn.window = (conn.window + grow).max(conn.w_est);
+                    }
+                }
+            }
+            Control::Bbr => {
+                conn.min_rtt_ns = conn.min_rtt_ns.min(rtt);
+                conn.round_bits += acked;
+                if now.saturating_sub(conn.round_start_ns) as f64 >= rtt {
+                    let elapsed = now.saturating_sub(conn.round_start_ns).max(1) as f64;
+                    let sample = if conn.round_start_ns == 0 { 0.0 } else { conn.round_bits / elapsed };
+                    conn.round += 1;
+                    conn.bw_rounds[conn.round % BBR_BW_ROUNDS] = sample;
+                    conn.round_bits = 0.0;
+                    conn.round_start_ns = now;
+                    let bw = btl_bw(conn);
+                    match conn.state {
+                        BbrState::Startup => {
+                            if bw >= conn.full_bw * 1.25 {
+                                conn.full_bw = bw;
+                                conn.full_bw_rounds = 0;
+                            } else {
+                                conn.full_bw_rounds += 1;
+                                if conn.full_bw_rounds >= 3 {
+                                    conn.state = BbrState::Drain;
+                                }
+                            }
+                        }
+                        BbrState::Drain => {
+                            conn.state = BbrState::ProbeBw;
+                            conn.phase_start_ns = now;
+                        }
+                        BbrState::ProbeBw => {}
+                    }
+                }
+                if conn.state == BbrState::ProbeBw && now.saturating_sub(conn.phase_start_ns) as f64 >= conn.min_rtt_ns
+                {
+                    conn.phase = (conn.phase + 1) % BBR_CYCLE.len();
+                    conn.phase_start_ns = now;
+                }
+            }
+            Control::Dcqcn => {
+                if conn.rate.is_infinite() {
+                    // Not yet sending: it starts at line rate (serve).
+                    return;
+                }
+                if conn.marked && now.saturating_sub(conn.cnp_ns) >= DCQCN_CNP_NS {
+                    conn.alpha = (1.0 - DCQCN_G) * conn.alpha + DCQCN_G;
+                    conn.target = conn.rate;
+                    conn.rate *= 1.0 - conn.alpha / 2.0;
+                    conn.cnp_ns = now;
+                    conn.timer_ns = now;
+                    conn.stage = 0;
+                } else if now.saturating_sub(conn.timer_ns) >= DCQCN_TIMER_NS.max(step_ns) {
+                    conn.alpha *= 1.0 - DCQCN_G;
+                    conn.timer_ns = now;
+                    conn.stage += 1;
+                    if conn.stage > DCQCN_FAST_STAGES {
+                        conn.target += DCQCN_AI * conn.line * (conn.stage - DCQCN_FAST_STAGES) as f64;
+                    }
+                    conn.rate = ((conn.rate + conn.target) / 2.0).min(conn.line);
+                    conn.target = conn.target.min(conn.line);
+                }
+            }
+        }
+    }
+
+    /// Each connection's sending rate and round trip for the next step, and
+    /// what each link serves each: its delivery rate is the least of those.
+    fn serve(&mut self, net: &Network, now: u64) -> Rates {
+        let fair = self.cfg.queueing == Queueing::Fair;
+        let step = self.cfg.step_ns() as f64;
+        let mss = self.mss_bits;
+        // Round trips from the queues now, then sending rates.
+        for k in 0..self.active.len() {
+            let (f, c) = self.active[k];
+            let Some(flow) = net.flow(f) else { continue };
+            let mut rtt = self.base_rtt_ns;
+            for (h, &l) in flow.path.iter().enumerate() {
+                let cap = net.capacity(l).max(1e-9);
+                rtt += if fair {
+                    let share = cap / self.members[l].len().max(1) as f64;
+                    self.conns[c].hop_queue[h] / self.conns[c].hop_served[h].max(share)
+                } else {
+                    self.queue[l] / cap
+                };
+            }
+            let conn = &mut self.conns[c];
+            conn.rtt_ns = rtt;
+            let rate = match self.cfg.control {
+                Control::Reno | Control::Cubic | Control::MltcpReno => conn.window / rtt,
+                Control::Bbr => {
+                    let bw = btl_bw(conn).max(INITIAL_WINDOW * mss / conn.min_rtt_ns);
+                    let gain = match conn.state {
+                        BbrState::Startup => BBR_HIGH_GAIN,
+                        BbrState::Drain => 1.0 / BBR_HIGH_GAIN,
+                        BbrState::ProbeBw => BBR_CYCLE[conn.phase],
+                    };
+                    let cwnd_gain = if conn.state == BbrState::Startup { BBR_HIGH_GAIN } else { 2.0 };
+                    conn.window = cwnd_gain * bw * conn.min_rtt_ns + 3.0 * mss;
+                    (gain * bw).min(conn.window / rtt)
+                }
+                Control::Dcqcn => {
+                    conn.line = flow.cap_gbps;
+                    if conn.rate.is_infinite() {
+                        conn.rate = flow.cap_gbps;
+                        conn.target = flow.cap_gbps;
+                    }
+                    conn.rate
+                }
+            };
+            // A flow that starts within the step sends for the part after its start.
+            let late = conn.start_ns.saturating_sub(now) as f64;
+            conn.send = rate.min(flow.cap_gbps).max(0.0) * (1.0 - late / step).max(0.0);
+        }
+        let mut sending = Vec::with_capacity(self.used.len());
+        let mut demand: Vec<(usize, f64)> = Vec::new();
+        for k in 0..self.used.len() {
+            let l = self.used[k];
+            let cap = net.capacity(l);
+            let arriving: f64 = self.members[l].iter().map(|&(c, _)| self.conns[c].send).sum();
+            sending.push((l, arriving));
+            if fair {
+                // Max-min between the flows' demands: what they send plus
+                // their backlog over the step.
+                demand.clear();
+                demand.extend(self.members[l].iter().enumerate().map(|(m, &(c, h))| {
+                    let conn = &self.conns[c];
+                    (m, conn.send + conn.hop_queue[h] / step)
+                }));
+                demand.sort_unstable_by(|a, b| a.1.total_cmp(&b.1));
+                let mut left = cap;
+                let n = demand.len();
+                for (i, &(m, d)) in demand.iter().enumerate() {
+                    let give = d.min(left / (n - i) as f64);
+                    left -= give;
+                    let (c, h) = self.members[l][m];
+                    self.conns[c].hop_served[h] = give;
+                }
+            } else {
+                // A FIFO serves its bits in the order they came: over the
+                // step, each flow in proportion to what it has queued and
+                // sends; with no backlog and room, all it sends.
+                let q = self.queue[l];
+                let offered: f64 =
+                    self.members[l].iter().map(|&(c, h)| self.conns[c].hop_queue[h] + self.conns[c].send * step).sum();
+                for m in 0..self.members[l].len() {
+                    let (c, h) = self.members[l][m];
+                    let conn = &self.conns[c];
+                    let mine = conn.hop_queue[h] + conn.send * step;
+                    let served = if offered <= 0.0 {
+                        0.0
+                    } else if q <= 0.0 && arriving <= cap {
+                        conn.send
+                    } else {
+                        (cap * mine / offered).min(mine / step)
+                    };
+                    self.conns[c].hop_served[h] = served;
+                }
+            }
+        }
+        let mut rates = Vec::with_capacity(self.active.len());
+        for &(f, c) in &self.active {
+            let conn = &mut self.conns[c];
+            let served = conn.hop_served.iter().copied().fold(f64::INFINITY, f64::min);
+            conn.delivered = if served.is_finite() { served } else { conn.send };
+            rates.push((f, conn.delivered));
+        }
+        // Flows inside a host are not the transport's: they get their cap.
+        for (f, flow) in net.flows() {
+            if flow.path.is_empty() {
+                rates.push((f, flow.cap_gbps));
+            }
+        }
+        Rates { flows: rates, links: sending }
+    }
+}
+
+/// BBR's bottleneck bandwidth: the most delivered in the last rounds.
+fn btl_bw(conn: &Conn) -> f64 {
+    conn.bw_rounds.iter().copied().fold(0.0, f64::max)
+}
+
+/// RED's marking probability (DCQCN §5) for `queue` bits at `cap` Gbit/s.
+fn mark_probability(queue: f64, cap: f64) -> f64 {
+    let (kmin, kmax) = (ECN_KMIN_NS * cap, ECN_KMAX_NS * cap);
+    if queue <= kmin {
+        0.0
+    } else if queue >= kmax {
+        1.0
+    } else {
+        ECN_PMAX * (queue - kmin) / (kmax - kmin)
+    }
+}
