@@ -178,7 +178,14 @@ enum BbrState {
     Startup,
     Drain,
     ProbeBw,
+    /// Four segments in flight for 200 ms, to see the round trip without
+    /// its own queue (every 10 s without a new minimum).
+    ProbeRtt,
 }
+
+/// BBR's round-trip filter window and PROBE_RTT's length, ns.
+const BBR_MIN_RTT_WINDOW_NS: u64 = 10_000_000_000;
+const BBR_PROBE_RTT_NS: u64 = 200_000_000;
 
 /// One connection's congestion state.
 #[derive(Debug, Clone)]
@@ -205,7 +212,12 @@ struct Conn {
     full_bw_rounds: u32,
     phase: usize,
     phase_start_ns: u64,
+    /// The least round trip seen (from its first sample: a flow that
+    /// starts behind another's queue takes that queue for the path's, BBR
+    /// v1's known overestimate) and when it was seen, ns.
     min_rtt_ns: f64,
+    min_rtt_stamp_ns: u64,
+    probe_rtt_until_ns: u64,
     /// DCQCN: line, current and target rates, Gbit/s, α, timers and stage.
     line: f64,
     rate: f64,
@@ -226,6 +238,14 @@ struct Conn {
     /// A drop or a mark fell on it in the last step.
     lost: bool,
     marked: bool,
+    /// Bits dropped in the current loss episode (steps with drops in a
+    /// row) and what it had in flight when the episode began.
+    dropped: f64,
+    flight_at_loss: f64,
+    /// Waiting out a retransmission timeout until then, ns, and the
+    /// timeouts so far.
+    stalled_until_ns: u64,
+    timeouts: u64,
     /// When it last carried a flow, ns.
     active_ns: u64,
     /// When its current flow's first segment leaves, ns.
@@ -297,6 +317,11 @@ impl Transport {
     /// Bits queued at link `l` now (under fair queueing, every flow's).
     pub fn queued_bits(&self, l: LinkId) -> f64 {
         self.queue.get(l).copied().unwrap_or(0.0)
+    }
+
+    /// Retransmission timeouts over the model's life, all connections.
+    pub fn timeouts(&self) -> u64 {
+        self.conns.iter().map(|c| c.timeouts).sum()
     }
 
     /// The congestion window of the connection carrying flow `f`, bits.
@@ -428,7 +453,9 @@ impl Transport {
             full_bw_rounds: 0,
             phase,
             phase_start_ns: 0,
-            min_rtt_ns: self.base_rtt_ns,
+            min_rtt_ns: f64::INFINITY,
+            min_rtt_stamp_ns: 0,
+            probe_rtt_until_ns: 0,
             line: 0.0,
             rate: f64::INFINITY,
             target: f64::INFINITY,
@@ -443,6 +470,10 @@ impl Transport {
             hop_served: Vec::new(),
             lost: false,
             marked: false,
+            dropped: 0.0,
+            flight_at_loss: 0.0,
+            stalled_until_ns: 0,
+            timeouts: 0,
             active_ns: 0,
             start_ns: 0,
         }
@@ -491,6 +522,7 @@ impl Transport {
                     // Its own FIFO overflowed: it alone loses.
                     conn.hop_queue[h] = buffer;
                     total -= q - buffer;
+                    conn.dropped += q - buffer;
                     conn.lost = true;
                 }
             }
@@ -549,6 +581,7 @@ impl Transport {
                 let conn = &mut self.conns[c];
                 let take = left.min(conn.hop_queue[h]);
                 conn.hop_queue[h] -= take;
+                conn.dropped += take;
                 conn.lost = true;
                 left -= take;
             }
@@ -562,6 +595,7 @@ impl Transport {
                 if others > 0.0 {
                     let take = left * conn.hop_queue[h] / others;
                     conn.hop_queue[h] -= take;
+                    conn.dropped += take;
                     conn.lost |= take > 0.0;
                 }
             }
@@ -575,12 +609,40 @@ impl Transport {
         let mss = self.mss_bits;
         let control = self.cfg.control;
         let step_ns = self.cfg.step_ns();
+        let rto_ns = (self.cfg.rto_ms.max(0.0) * 1e6) as u64;
         let conn = &mut self.conns[c];
         let rtt = conn.rtt_ns.max(1.0);
         let acked = conn.delivered * dt;
         // Sending less than the window allows (the NIC or a throttle caps
         // it): the window does not grow (RFC 7661's cwnd-limited check).
         let limited = conn.window / rtt <= conn.send * 1.05 + 1e-12;
+        if now < conn.stalled_until_ns {
+            return;
+        }
+        if !conn.lost {
+            conn.dropped = 0.0;
+            conn.flight_at_loss = 0.0;
+        } else if conn.flight_at_loss == 0.0 {
+            conn.flight_at_loss = (conn.send * rtt).max(mss);
+        }
+        // An episode that took all it had in flight but three segments
+        // leaves no duplicate acks to recover by: the retransmission timer
+        // fires (RFC 6298, Linux's minimum of 200 ms) and the window starts
+        // again from one segment (RFC 5681 §3.1). DCQCN's fabric is
+        // lossless in practice; BBR keeps its estimates.
+        if conn.lost && control != Control::Dcqcn && conn.dropped >= conn.flight_at_loss - 3.0 * mss {
+            conn.stalled_until_ns = now + rto_ns;
+            conn.w_max = conn.window;
+            conn.ssthresh = (conn.window / 2.0).max(2.0 * mss);
+            conn.window = mss;
+            conn.w_est = mss;
+            conn.epoch_ns = now + rto_ns;
+            conn.cut_ns = now + rto_ns;
+            conn.dropped = 0.0;
+            conn.flight_at_loss = 0.0;
+            conn.timeouts += 1;
+            return;
+        }
         let cut_due = now.saturating_sub(conn.cut_ns) as f64 >= rtt;
         match control {
             Control::Reno | Control::MltcpReno => {
@@ -624,7 +686,22 @@ impl Transport {
                 }
             }
             Control::Bbr => {
-                conn.min_rtt_ns = conn.min_rtt_ns.min(rtt);
+                if conn.delivered > 0.0 && rtt <= conn.min_rtt_ns {
+                    conn.min_rtt_ns = rtt;
+                    conn.min_rtt_stamp_ns = now;
+                }
+                if conn.state == BbrState::ProbeRtt && now >= conn.probe_rtt_until_ns {
+                    conn.state = BbrState::ProbeBw;
+                    conn.phase_start_ns = now;
+                    conn.min_rtt_stamp_ns = now;
+                } else if conn.state != BbrState::ProbeRtt
+                    && conn.min_rtt_ns.is_finite()
+                    && now.saturating_sub(conn.min_rtt_stamp_ns) > BBR_MIN_RTT_WINDOW_NS
+                {
+                    conn.state = BbrState::ProbeRtt;
+                    conn.probe_rtt_until_ns = now + BBR_PROBE_RTT_NS;
+                    conn.min_rtt_ns = rtt;
+                }
                 conn.round_bits += acked;
                 if now.saturating_sub(conn.round_start_ns) as f64 >= rtt {
                     let elapsed = now.saturating_sub(conn.round_start_ns).max(1) as f64;
@@ -650,7 +727,7 @@ impl Transport {
                             conn.state = BbrState::ProbeBw;
                             conn.phase_start_ns = now;
                         }
-                        BbrState::ProbeBw => {}
+                        BbrState::ProbeBw | BbrState::ProbeRtt => {}
                     }
                 }
                 if conn.state == BbrState::ProbeBw && now.saturating_sub(conn.phase_start_ns) as f64 >= conn.min_rtt_ns
@@ -710,14 +787,19 @@ impl Transport {
             let rate = match self.cfg.control {
                 Control::Reno | Control::Cubic | Control::MltcpReno => conn.window / rtt,
                 Control::Bbr => {
-                    let bw = btl_bw(conn).max(INITIAL_WINDOW * mss / conn.min_rtt_ns);
+                    // Before its first sample the round trip is the
+                    // path's as it stands now.
+                    let min_rtt = if conn.min_rtt_ns.is_finite() { conn.min_rtt_ns } else { rtt };
+                    let bw = btl_bw(conn).max(INITIAL_WINDOW * mss / min_rtt);
                     let gain = match conn.state {
                         BbrState::Startup => BBR_HIGH_GAIN,
                         BbrState::Drain => 1.0 / BBR_HIGH_GAIN,
                         BbrState::ProbeBw => BBR_CYCLE[conn.phase],
+                        BbrState::ProbeRtt => 1.0,
                     };
                     let cwnd_gain = if conn.state == BbrState::Startup { BBR_HIGH_GAIN } else { 2.0 };
-                    conn.window = cwnd_gain * bw * conn.min_rtt_ns + 3.0 * mss;
+                    conn.window =
+                        if conn.state == BbrState::ProbeRtt { 4.0 * mss } else { cwnd_gain * bw * min_rtt + 3.0 * mss };
                     (gain * bw).min(conn.window / rtt)
                 }
                 Control::Dcqcn => {
@@ -730,7 +812,7 @@ impl Transport {
                 }
             };
             // A flow that starts within the step sends for the part after its start.
-            let late = conn.start_ns.saturating_sub(now) as f64;
+            let late = conn.start_ns.max(conn.stalled_until_ns).saturating_sub(now) as f64;
             conn.send = rate.min(flow.cap_gbps).max(0.0) * (1.0 - late / step).max(0.0);
         }
         let mut sending = Vec::with_capacity(self.used.len());

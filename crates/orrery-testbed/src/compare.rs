@@ -39,20 +39,20 @@ pub enum CompareError {
     Plot(#[from] orrery_lab::plot::PlotError),
 }
 
-/// Simulates `jobs` on `topo` under `policy` (with the experiment's pins),
-/// with the given compute jitter. Deterministic for a seed.
+/// Simulates `jobs` on `topo` under `policy` (with the experiment's pins)
+/// with `cfg`'s seed, compute jitter and transport, every iteration
+/// recorded. Deterministic for a seed.
 pub fn simulate(
     topo: &Topology,
     jobs: &[JobSpec],
     pins: &BTreeMap<String, Vec<(usize, u32)>>,
     policy: &str,
-    seed: u64,
-    jitter: f64,
+    cfg: SimConfig,
     warmup: usize,
 ) -> Result<Simulated, CompareError> {
-    let mut p =
-        orrery_policy::with_pins(policy, seed, pins).ok_or_else(|| CompareError::UnknownPolicy(policy.to_string()))?;
-    let cfg = SimConfig { seed, jitter, skip: false, record_iterations: true, ..SimConfig::default() };
+    let mut p = orrery_policy::with_pins(policy, cfg.seed, pins)
+        .ok_or_else(|| CompareError::UnknownPolicy(policy.to_string()))?;
+    let cfg = SimConfig { skip: false, record_iterations: true, ..cfg };
     let mut sim = Simulation::new(topo, jobs, cfg, p.isolated_network());
     sim.run(p.as_mut(), &mut |_, _| {});
     let iteration_ms = sim.jobs.iter().map(|j| j.recorded_iteration_ms().into_iter().skip(warmup).collect()).collect();
@@ -613,11 +613,13 @@ mod tests {
             j.arrival_s = 0.0;
         }
         let mean = |s: &Simulated| s.iteration_ms.iter().map(|v| mean_p99(v).0).sum::<f64>() / 2.0;
-        let together = simulate(&topo, &jobs, &pins, "pinned", 1, 0.0, 2).expect("together");
+        let together = simulate(&topo, &jobs, &pins, "pinned", SimConfig { seed: 1, ..SimConfig::default() }, 2)
+            .expect("together");
         let comm_ms = mean(&together) - together.isolated_ms[0];
         assert!(comm_ms > 60.0, "C = {comm_ms} ms: the rings must overlap for a test of δ = 40 ms");
         jobs[1].arrival_s = 0.040;
-        let apart = simulate(&topo, &jobs, &pins, "pinned", 1, 0.0, 2).expect("apart");
+        let apart =
+            simulate(&topo, &jobs, &pins, "pinned", SimConfig { seed: 1, ..SimConfig::default() }, 2).expect("apart");
         assert!((mean(&apart) - (mean(&together) - 40.0)).abs() < 1.0, "{} vs {} − 40", mean(&apart), mean(&together));
     }
 
@@ -649,8 +651,10 @@ mod tests {
         for j in &mut jobs {
             j.work = orrery_model::Work::Iterations(40);
         }
-        let plain = simulate(&topo, &jobs, &pins, "pinned", 1, 0.0, 1).expect("pinned");
-        let shifted = simulate(&topo, &jobs, &pins, "pinned+cassini", 1, 0.0, 1).expect("shifted");
+        let plain =
+            simulate(&topo, &jobs, &pins, "pinned", SimConfig { seed: 1, ..SimConfig::default() }, 1).expect("pinned");
+        let shifted = simulate(&topo, &jobs, &pins, "pinned+cassini", SimConfig { seed: 1, ..SimConfig::default() }, 1)
+            .expect("shifted");
         let mean = |s: &Simulated| s.iteration_ms.iter().map(|v| mean_p99(v).0).sum::<f64>() / 2.0;
         assert!(mean(&shifted) < mean(&plain) * 0.95, "{} vs {}", mean(&shifted), mean(&plain));
         assert!(!plain.links.is_empty());

@@ -86,6 +86,39 @@ pub struct FabricOptions {
     pub queueing: Queueing,
 }
 
+impl FabricOptions {
+    /// The simulator's model of this fabric's transport (issue 68), at the
+    /// model's rates: `cc` (reno, cubic or bbr) over this queueing; the
+    /// 1,500-byte segments and 64 KiB GSO bursts of the wire, and each
+    /// queue's `queue_ms` (at least 128 KiB), scaled by 1/`scale` as the
+    /// workers scale their bytes; a 150 µs round trip with empty queues
+    /// (52 µs measured between two hosts' namespaces with 1-byte messages,
+    /// plus a 1,500-byte segment's 24 µs at 500 Mbit/s on each of 4 hops).
+    pub fn transport_model(&self, cc: &str, link_gbps: f64) -> Result<orrery_sim::transport::TransportConfig, String> {
+        use orrery_sim::transport::{Control, Queueing as Q, TransportConfig};
+        let control = Control::ALL
+            .iter()
+            .find(|(name, _)| *name == cc)
+            .map(|&(_, c)| c)
+            .ok_or_else(|| format!("--cc {cc}: the simulator models reno, cubic, bbr, dcqcn and mltcp-reno"))?;
+        let rate_bytes_per_ms = link_gbps * self.scale * 1e9 / 8.0 / 1e3;
+        let floor_ms = if rate_bytes_per_ms > 0.0 { 131_072.0 / rate_bytes_per_ms } else { 0.0 };
+        Ok(TransportConfig {
+            control,
+            queueing: match self.queueing {
+                Queueing::TailDrop => Q::TailDrop,
+                Queueing::Fair => Q::Fair,
+            },
+            base_rtt_us: 150.0,
+            buffer_ms: self.queue_ms.max(floor_ms),
+            mss_bytes: 1500.0 / self.scale,
+            burst_bytes: 65_536.0 / self.scale,
+            step_us: 100.0,
+            rto_ms: 200.0,
+        })
+    }
+}
+
 impl Default for FabricOptions {
     fn default() -> Self {
         FabricOptions { prefix: "orr".into(), scale: 0.01, queue_ms: 2.0, queueing: Queueing::TailDrop }

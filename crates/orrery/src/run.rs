@@ -43,6 +43,11 @@ pub const EXAMPLE: &str = r#"An experiment file (experiments/ holds the papers';
   jitter = 0.02
   max_time_s = 86400"#;
 
+/// A value by its name in experiment files (`reno`, `tail-drop`, ...).
+fn by_name<T: serde::de::DeserializeOwned>(s: &str) -> Result<T, String> {
+    serde_json::from_value(serde_json::Value::String(s.to_string())).map_err(|e| e.to_string())
+}
+
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// Experiment file (TOML). Without one, a built-in suite runs in under a
@@ -62,6 +67,14 @@ pub struct Args {
     /// Simulate every iteration: do not fast-forward undisturbed jobs.
     #[arg(long)]
     no_skip: bool,
+    /// Model this transport instead of the file's `[network] transport`:
+    /// fluid (max-min rates), reno, cubic, bbr, dcqcn or mltcp-reno.
+    #[arg(long, requires = "file", value_parser = by_name::<orrery_lab::spec::TransportKind>)]
+    transport: Option<orrery_lab::spec::TransportKind>,
+    /// Queue links this way instead of the file's `[network] queueing`:
+    /// tail-drop or fair.
+    #[arg(long, requires = "file", value_parser = by_name::<orrery_lab::spec::QueueingKind>)]
+    queueing: Option<orrery_lab::spec::QueueingKind>,
     /// Print one row per policy, scenario and seed under the comparison
     /// (without it, only when there are at most 16 such runs).
     #[arg(long)]
@@ -155,8 +168,8 @@ pub fn run(a: &Args, timings: &mut Timings) -> anyhow::Result<()> {
             }
             // What a shard was run from: merged shards must agree on it.
             let source = format!(
-                "{text}\n# orrery run options: policies {:?}, seeds {:?}, jobs {:?}, no_skip {}, iterations {}",
-                a.policies, a.seeds, a.jobs, a.no_skip, a.iterations
+                "{text}\n# orrery run options: policies {:?}, seeds {:?}, jobs {:?}, no_skip {}, iterations {}, transport {:?}, queueing {:?}",
+                a.policies, a.seeds, a.jobs, a.no_skip, a.iterations, a.transport, a.queueing
             );
             (vec![(name, exp, source)], p.parent().map(PathBuf::from).unwrap_or_default())
         }
@@ -167,6 +180,12 @@ pub fn run(a: &Args, timings: &mut Timings) -> anyhow::Result<()> {
     for (name, mut exp, source) in experiments {
         if a.no_skip {
             exp.sim.skip = false;
+        }
+        if let Some(t) = a.transport {
+            exp.network.transport = t;
+        }
+        if let Some(q) = a.queueing {
+            exp.network.queueing = q;
         }
         exp.detail = a.out.is_some();
         exp.iterations = a.iterations;

@@ -180,6 +180,11 @@ pub struct ScenarioArgs {
     /// back.
     #[arg(long)]
     replay: bool,
+    /// The simulator models the testbed's transport (`--cc` over
+    /// `--fabric`'s queueing at its scale, orrery_sim::transport) instead
+    /// of max-min rates.
+    #[arg(long)]
+    sim_transport: bool,
     #[command(flatten)]
     fabric: FabricArgs,
 }
@@ -496,15 +501,23 @@ fn scenario(args: &ScenarioArgs, with_sim: bool) -> Result<()> {
             continue;
         }
         let modelled = orrery_testbed::fabric::derated(&topo, args.goodput).map_err(anyhow::Error::msg)?;
-        let simulated = compare::simulate(&modelled, &jobs, &pins, policy, seed, exp.sim.jitter, args.warmup)
-            .map_err(anyhow::Error::msg)?;
+        let transport = match args.sim_transport {
+            true => {
+                let gbps = topo.links.first().map_or(0.0, |l| l.gbps);
+                Some(args.fabric.options().transport_model(&args.cc, gbps).map_err(anyhow::Error::msg)?)
+            }
+            false => None,
+        };
+        let cfg = orrery_sim::SimConfig { seed, jitter: exp.sim.jitter, transport, ..Default::default() };
+        let simulated =
+            compare::simulate(&modelled, &jobs, &pins, policy, cfg.clone(), args.warmup).map_err(anyhow::Error::msg)?;
         // The simulator again from each run's own starts: O(runs) more
         // simulations of the same few jobs.
         let replays = runs
             .iter()
             .map(|m| {
                 let started = compare::replayed(&jobs, m);
-                compare::simulate(&modelled, &started, &pins, policy, seed, exp.sim.jitter, args.warmup)
+                compare::simulate(&modelled, &started, &pins, policy, cfg.clone(), args.warmup)
             })
             .collect::<Result<Vec<_>, _>>()
             .map_err(anyhow::Error::msg)?;
