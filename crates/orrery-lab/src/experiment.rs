@@ -388,6 +388,18 @@ impl Experiment {
                         },
                         busiest: None,
                         counters: policy.counters().into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
+                        notes: sim
+                            .notes
+                            .iter()
+                            .map(|(at_s, job, text)| NoteRow {
+                                policy: policy.name(),
+                                scenario: scenario.clone(),
+                                seed,
+                                at_s: *at_s,
+                                job: sim.jobs.get(*job).map_or_else(|| job.to_string(), |j| j.spec.id.clone()),
+                                text: text.clone(),
+                            })
+                            .collect(),
                     };
                     if self.detail && seed == self.seeds[0] {
                         let mut fresh = self::policy(name, seed, &pins).ok_or_else(|| unknown(name))?;
@@ -503,6 +515,10 @@ pub fn write_timed(
         let p = dir.join("iterations.csv");
         write(p.clone(), &csv_of(&p, summary.runs.iter().flat_map(|r| &r.iterations))?)?;
         lap("iterations.csv");
+    }
+    if summary.runs.iter().any(|r| !r.notes.is_empty()) {
+        let p = dir.join("notes.csv");
+        write(p.clone(), &csv_of(&p, summary.runs.iter().flat_map(|r| &r.notes))?)?;
     }
     let figures = crate::report::figures(summary, dir)?;
     lap("figures");

@@ -7,6 +7,24 @@ use crate::plot::Ring;
 use orrery_sim::metrics::{JobRow, LinkRow, Metrics};
 use serde::{Deserialize, Serialize};
 
+/// A row of `notes.csv`: why the policy did what it did next to a job (the
+/// measurement behind a timing decision, [`orrery_policy::Decision::Note`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NoteRow {
+    /// Policy of the run.
+    pub policy: String,
+    /// Scenario of the run.
+    pub scenario: String,
+    /// Seed of the run.
+    pub seed: u64,
+    /// When, s.
+    pub at_s: f64,
+    /// Job id.
+    pub job: String,
+    /// The note.
+    pub text: String,
+}
+
 /// A row of `iterations.csv`: one iteration of one job in one run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct IterationRow {
@@ -120,6 +138,9 @@ pub struct Run {
     /// The policy's own counters (Plebiscito's auctions, failure rate, ...).
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub counters: std::collections::BTreeMap<String, f64>,
+    /// The policy's notes (`notes.csv`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<NoteRow>,
 }
 
 /// Metrics per priority.

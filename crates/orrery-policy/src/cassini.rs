@@ -72,6 +72,8 @@ pub struct Cassini {
     pub on_loop: OnLoop,
     /// How candidates are ranked.
     pub rank: Rank,
+    /// When a new job's time-shift is applied.
+    pub timing: Timing,
     /// Jobs started outside the Affinity graph ([`OnLoop::RunUnaligned`]).
     unaligned: HashSet<JobId>,
     /// Each link's solution by what it depends on ([`Solved`]).
@@ -140,6 +142,18 @@ pub enum Rank {
     /// orrery's: by the fabric links the candidate crosses (fewer first),
     /// then by compatibility, then the host scheduler's choice.
     LocalityFirst,
+}
+
+/// When a new job's time-shift is applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Timing {
+    /// CASSINI's: aligned as it is placed, whether or not it would collide.
+    AtPlacement,
+    /// Measured first (`+cassini:measured`, issue 68): a job on fully
+    /// compatible links starts unshifted and is aligned only when its
+    /// measured all-reduces collide (the 5% rule); an alignment that did
+    /// not shorten its iterations is given up.
+    WhenCollided,
 }
 
 /// Fabric (switch-to-switch) links a job's traffic crosses: its cross-rack
@@ -214,6 +228,7 @@ impl Cassini {
             drift: Drift::default(),
             on_loop: OnLoop::Wait,
             rank: Rank::LocalityFirst,
+            timing: Timing::AtPlacement,
             unaligned: HashSet::new(),
             solved: HashMap::new(),
             placements: PerPlacement::default(),
@@ -400,7 +415,8 @@ fn score(view: &ClusterView<'_>, jobs: &[Net<'_>], solved: &mut Solved) -> Score
 impl Policy for Cassini {
     fn name(&self) -> String {
         let paper = if self.rank == Rank::Compatibility { ":paper" } else { "" };
-        format!("{}+cassini{paper}", self.inner.name())
+        let measured = if self.timing == Timing::WhenCollided { ":measured" } else { "" };
+        format!("{}+cassini{paper}{measured}", self.inner.name())
     }
 
     fn schedule(&mut self, view: &ClusterView<'_>) -> Vec<Decision> {
@@ -617,23 +633,29 @@ impl Policy for Cassini {
                     let period_ms = affinity[k].iter_ms;
                     let shift_after_ms = (t[k] - t[reference]).rem_euclid(period_ms);
                     let offset_s = start + shift_after_ms / 1e3;
-                    self.drift.align_placed(
-                        jobs[k].id,
-                        Aligned {
-                            period_ms,
-                            comm_ms: jobs[k].placed.shape.period_ms() - jobs[k].placed.shape.compute_ms(),
-                            offset_s,
-                            compatible: s.mean_score >= 0.999,
-                            reference: jobs[reference].id,
-                            shift_after_ms,
-                            reference_period_ms: affinity[reference].iter_ms,
-                            reference_comm_ms: jobs[reference].placed.shape.period_ms()
-                                - jobs[reference].placed.shape.compute_ms(),
-                            same_period: (affinity[reference].iter_ms - period_ms).abs() <= 1e-6 * period_ms,
-                            shares_link: jobs[k].links.iter().any(|l| jobs[reference].links.contains(l)),
-                        },
-                    );
-                    out.push(Decision::Align { job: jobs[k].id, period_ms, offset_s });
+                    let aligned = Aligned {
+                        period_ms,
+                        comm_ms: jobs[k].placed.shape.period_ms() - jobs[k].placed.shape.compute_ms(),
+                        offset_s,
+                        compatible: s.mean_score >= 0.999,
+                        reference: jobs[reference].id,
+                        shift_after_ms,
+                        reference_period_ms: affinity[reference].iter_ms,
+                        reference_comm_ms: jobs[reference].placed.shape.period_ms()
+                            - jobs[reference].placed.shape.compute_ms(),
+                        same_period: (affinity[reference].iter_ms - period_ms).abs() <= 1e-6 * period_ms,
+                        shares_link: jobs[k].links.iter().any(|l| jobs[reference].links.contains(l)),
+                    };
+                    // Measured first (issue 68): a job on fully compatible
+                    // links starts unshifted and is aligned by the drift
+                    // rule once its all-reduces collide; on a transport that
+                    // interleaves rings by itself it never waits.
+                    if self.timing == Timing::WhenCollided && aligned.compatible {
+                        self.drift.defer(jobs[k].id, aligned);
+                    } else {
+                        self.drift.align_placed(jobs[k].id, aligned);
+                        out.push(Decision::Align { job: jobs[k].id, period_ms, offset_s });
+                    }
                 }
             }
         }
@@ -676,6 +698,10 @@ impl Policy for Cassini {
     fn counters(&self) -> Vec<(&'static str, f64)> {
         let mut out = self.inner.counters();
         out.push(("cassini_realignments", self.drift.readjustments as f64));
+        if self.timing == Timing::WhenCollided {
+            out.push(("cassini_aligned_on_measurement", self.drift.applied_on_measurement as f64));
+            out.push(("cassini_given_up_on_measurement", self.drift.given_up_on_measurement as f64));
+        }
         out
     }
 

@@ -256,6 +256,12 @@ pub const CATALOGUE: &[(&str, &str)] = &[
         "pinned, with each later job's first iteration held half its modelled iteration after the one before (rings started half a period apart)",
     ),
     ("pinned:in-step+cassini", "CASSINI's shift over rings started in step: it must move one of them half a period"),
+    (
+        "pinned:in-step+cassini:measured",
+        "the same, measured first: a ring is aligned only once its all-reduces are measured to collide (issue 68)",
+    ),
+    ("pinned+cassini:measured", "pinned+cassini, measured first (aligned only on a measured collision)"),
+    ("pinned:apart+cassini:measured", "pinned:apart+cassini, measured first: rings that do not collide are left alone"),
     ("pinned+crux", "Crux's paths and priority classes over the experiment's pins"),
     ("pinned:in-step+crux", "Crux over rings started in step (pinned:in-step)"),
     (
@@ -281,7 +287,7 @@ pub const CATALOGUE: &[(&str, &str)] = &[
     ),
     (
         "POLICY+cassini",
-        "CASSINI Alg. 2 on any of the above: ranks 10 candidate placements (the host scheduler's, and its first fit anchored at each other rack; random hosts under a random host scheduler) by the fabric links they cross, then link compatibility (+cassini:paper: compatibility only), aligns time-shifts",
+        "CASSINI Alg. 2 on any of the above: ranks 10 candidate placements (the host scheduler's, and its first fit anchored at each other rack; random hosts under a random host scheduler) by the fabric links they cross, then link compatibility (+cassini:paper: compatibility only), aligns time-shifts (+cassini:measured: only once a job's all-reduces are measured to collide, and gives up an alignment that did not pay)",
     ),
 ];
 
@@ -351,20 +357,26 @@ pub fn by_name(name: &str, seed: u64) -> Option<Box<dyn Policy>> {
     if name.starts_with("plebiscito:") {
         return crate::plebiscito::Plebiscito::by_name(name, seed).map(|p| Box::new(p) as Box<dyn Policy>);
     }
-    for (suffix, rank) in
-        [("+cassini:paper", crate::cassini::Rank::Compatibility), ("+cassini", crate::cassini::Rank::LocalityFirst)]
     {
-        if let Some(host) = name.strip_suffix(suffix) {
-            return by_name(host, seed).map(|inner| {
-                let mut cassini = crate::cassini::Cassini::new(inner, seed ^ 0xCA55);
-                cassini.rank = rank;
-                // The host scheduler's candidates: random ones for a host
-                // scheduler that places at random.
-                if host == "random" || host.ends_with("/random") {
-                    cassini.draw = crate::cassini::Candidates::Random;
-                }
-                Box::new(cassini) as Box<dyn Policy>
-            });
+        use crate::cassini::{Rank, Timing};
+        for (suffix, rank, timing) in [
+            ("+cassini:paper", Rank::Compatibility, Timing::AtPlacement),
+            ("+cassini:measured", Rank::LocalityFirst, Timing::WhenCollided),
+            ("+cassini", Rank::LocalityFirst, Timing::AtPlacement),
+        ] {
+            if let Some(host) = name.strip_suffix(suffix) {
+                return by_name(host, seed).map(|inner| {
+                    let mut cassini = crate::cassini::Cassini::new(inner, seed ^ 0xCA55);
+                    cassini.rank = rank;
+                    cassini.timing = timing;
+                    // The host scheduler's candidates: random ones for a host
+                    // scheduler that places at random.
+                    if host == "random" || host.ends_with("/random") {
+                        cassini.draw = crate::cassini::Candidates::Random;
+                    }
+                    Box::new(cassini) as Box<dyn Policy>
+                });
+            }
         }
     }
     let (o, p) = match name {
@@ -442,12 +454,15 @@ pub fn by_name(name: &str, seed: u64) -> Option<Box<dyn Policy>> {
 
 /// The names [`with_pins`] places on the experiment's pins: a job without a
 /// pin never starts under them. Kept beside its match (a test holds them in step).
-pub const PINNED_NAMES: [&str; 18] = [
+pub const PINNED_NAMES: [&str; 21] = [
     "pinned",
     "pinned:in-step",
     "pinned:apart",
     "pinned:in-step+cassini",
     "pinned:apart+cassini",
+    "pinned:in-step+cassini:measured",
+    "pinned:apart+cassini:measured",
+    "pinned+cassini:measured",
     "ecmp",
     "ts",
     "ro",
@@ -482,7 +497,10 @@ pub fn with_pins(
         "pinned:apart" => {
             Some(Box::new(crate::baseline::InStep::apart(crate::baseline::Pinned { pins: pins.clone(), label: None })))
         }
-        "pinned:in-step+cassini" | "pinned:apart+cassini" => {
+        "pinned:in-step+cassini"
+        | "pinned:apart+cassini"
+        | "pinned:in-step+cassini:measured"
+        | "pinned:apart+cassini:measured" => {
             let plain = crate::baseline::Pinned { pins: pins.clone(), label: None };
             let start = if name.starts_with("pinned:apart") {
                 crate::baseline::InStep::apart(plain)
@@ -491,6 +509,9 @@ pub fn with_pins(
             };
             let mut c = crate::cassini::Cassini::new(Box::new(start), seed);
             c.candidates = 1; // the pins are the placement
+            if name.ends_with(":measured") {
+                c.timing = crate::cassini::Timing::WhenCollided;
+            }
             Some(Box::new(c))
         }
         // FORESIGHT's names over the experiment's placement (Fig. 5).
@@ -511,9 +532,12 @@ pub fn with_pins(
                 label: None,
             })))))
         }
-        "pinned+cassini" => {
+        "pinned+cassini" | "pinned+cassini:measured" => {
             let mut c = crate::cassini::Cassini::new(pinned(), seed);
             c.candidates = 1; // the pins are the placement
+            if name.ends_with(":measured") {
+                c.timing = crate::cassini::Timing::WhenCollided;
+            }
             Some(Box::new(c))
         }
         _ => by_name(name, seed),

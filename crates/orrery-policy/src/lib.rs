@@ -311,6 +311,15 @@ pub enum Decision {
         /// gradients over ⌈batch / sub_batch⌉ steps (0: its batch).
         sub_batch: u32,
     },
+    /// Why the policy did what it does next to a job: the measurement
+    /// behind a timing decision (issue 68). Drivers log it and change
+    /// nothing.
+    Note {
+        /// Job.
+        job: JobId,
+        /// What was measured and what follows from it.
+        text: String,
+    },
 }
 
 /// What a policy's `on_iteration` needs of an iteration

@@ -378,6 +378,8 @@ impl Ledger {
     fn apply_decision(&mut self, d: &Decision, now_s: f64) -> bool {
         let active = |s: &Self, job: JobId| s.jobs.get(job).is_some_and(|j| j.status.is_active());
         match d {
+            // Logged for the reader; nothing changes.
+            Decision::Note { job, .. } => self.jobs.get(*job).is_some(),
             Decision::Place { job, hosts } => self.place(*job, hosts.clone(), now_s),
             Decision::Share { job, free, shared, sub_batch } => self.share(*job, free, shared, *sub_batch, now_s),
             Decision::Reject { job, reason } => {
@@ -947,7 +949,8 @@ pub fn decision_job(d: &Decision) -> JobId {
         | Decision::Throttle { job, .. }
         | Decision::Route { job, .. }
         | Decision::TrafficClass { job, .. }
-        | Decision::Share { job, .. } => job,
+        | Decision::Share { job, .. }
+        | Decision::Note { job, .. } => job,
     }
 }
 
@@ -967,6 +970,7 @@ pub fn decision_kind(d: &Decision) -> &'static str {
         Decision::Route { .. } => "route",
         Decision::TrafficClass { .. } => "traffic_class",
         Decision::Share { .. } => "share",
+        Decision::Note { .. } => "note",
     }
 }
 

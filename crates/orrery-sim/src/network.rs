@@ -448,7 +448,10 @@ impl Network {
         if f.rate_gbps <= 0.0 {
             return None;
         }
-        Some(f.updated_ns + (f.remaining_bits / f.rate_gbps).ceil() as u64)
+        // A rate so small that the flow would not end in 30 years (a
+        // transport model's starved flow): no event; it is re-rated first.
+        let ns = (f.remaining_bits / f.rate_gbps).ceil();
+        (ns < 1e18).then(|| f.updated_ns.saturating_add(ns as u64))
     }
 
     /// Integrates a link's statistics up to `now`.

@@ -625,12 +625,14 @@ impl Transport {
         } else if conn.flight_at_loss == 0.0 {
             conn.flight_at_loss = (conn.send * rtt).max(mss);
         }
-        // An episode that took all it had in flight but three segments
-        // leaves no duplicate acks to recover by: the retransmission timer
-        // fires (RFC 6298, Linux's minimum of 200 ms) and the window starts
-        // again from one segment (RFC 5681 §3.1). DCQCN's fabric is
-        // lossless in practice; BBR keeps its estimates.
-        if conn.lost && control != Control::Dcqcn && conn.dropped >= conn.flight_at_loss - 3.0 * mss {
+        // An episode that took all it had in flight leaves nothing to be
+        // acked: no duplicate acks, no selective ones for RACK to recover
+        // by (Linux recovers any smaller loss, a short window's included),
+        // and the tail-loss probe meets the same full queue. The
+        // retransmission timer fires (RFC 6298, Linux's minimum of 200 ms)
+        // and the window starts again from one segment (RFC 5681 §3.1).
+        // DCQCN's fabric is lossless in practice; BBR keeps its estimates.
+        if conn.lost && control != Control::Dcqcn && conn.dropped >= conn.flight_at_loss {
             conn.stalled_until_ns = now + rto_ns;
             conn.w_max = conn.window;
             conn.ssthresh = (conn.window / 2.0).max(2.0 * mss);
@@ -811,9 +813,16 @@ impl Transport {
                     conn.rate
                 }
             };
+            // A window-based sender hands its window to the NIC, whose own
+            // queue (the first link's) holds what the line cannot take: it
+            // is capped only by a throttle below the line rate. Paced
+            // senders (bbr, dcqcn) never exceed the line.
+            let paced = matches!(self.cfg.control, Control::Bbr | Control::Dcqcn);
+            let line = flow.path.first().map_or(f64::INFINITY, |&l| net.capacity(l));
+            let cap = if paced || flow.cap_gbps < line * (1.0 - 1e-9) { flow.cap_gbps } else { f64::INFINITY };
             // A flow that starts within the step sends for the part after its start.
             let late = conn.start_ns.max(conn.stalled_until_ns).saturating_sub(now) as f64;
-            conn.send = rate.min(flow.cap_gbps).max(0.0) * (1.0 - late / step).max(0.0);
+            conn.send = rate.min(cap).max(0.0) * (1.0 - late / step).max(0.0);
         }
         let mut sending = Vec::with_capacity(self.used.len());
         let mut demand: Vec<(usize, f64)> = Vec::new();

@@ -7,14 +7,15 @@ use orrery_sim::network::Network;
 use orrery_sim::transport::{Control, Queueing, Transport, TransportConfig};
 use orrery_sim::{SimConfig, Simulation};
 
-/// The testbed's shape at model rates: 50 Gbit/s links with 2 ms of
-/// buffer, a 100 µs round trip, the testbed's 1,500-byte segments at its
-/// 0.01 rate scale.
+/// The testbed's shape at model rates (orrery_testbed's `transport_model`):
+/// 50 Gbit/s links with 2 ms of buffer, a 150 µs round trip, the
+/// testbed's 1,500-byte segments at its 0.01 rate scale, a full FIFO
+/// dropping one segment at a time.
 fn testbed(control: Control, queueing: Queueing) -> TransportConfig {
     TransportConfig {
         control,
         queueing,
-        base_rtt_us: 100.0,
+        base_rtt_us: 150.0,
         buffer_ms: 2.0,
         mss_bytes: 150_000.0,
         burst_bytes: 150_000.0,
@@ -28,6 +29,12 @@ fn testbed(control: Control, queueing: Queueing) -> TransportConfig {
 /// all-reduce's length; 1 is an equal share), and the link's utilisation
 /// after the first window.
 fn windows(cfg: TransportConfig, n: usize, seed: u64) -> (Vec<f64>, f64) {
+    let (shares, util, _) = windows_and_timeouts(cfg, n, seed);
+    (shares, util)
+}
+
+/// [`windows`], and the retransmission timeouts the flows took.
+fn windows_and_timeouts(cfg: TransportConfig, n: usize, seed: u64) -> (Vec<f64>, f64, u64) {
     let mut net = Network::new(vec![50.0], false);
     net.externally_rated = true;
     let ids: Vec<usize> = (0..n).map(|o| net.add(0, vec![0], 1e18, 100.0, o).0).collect();
@@ -53,7 +60,7 @@ fn windows(cfg: TransportConfig, n: usize, seed: u64) -> (Vec<f64>, f64) {
             bits.iter_mut().for_each(|b| *b = 0.0);
         }
     }
-    (shares, carried / span)
+    (shares, carried / span, tr.timeouts())
 }
 
 #[test]
@@ -90,8 +97,10 @@ fn dcqcn_shares_equally_and_nearly_fills_the_link() {
         let (shares, util) = windows(testbed(Control::Dcqcn, queueing), 2, 1);
         assert!(util > 0.95, "{queueing:?}: utilisation {util}");
         for s in &shares[1..] {
-            assert!((s - 1.0).abs() < 0.05, "{queueing:?}: shares {shares:?}");
+            assert!((s - 1.0).abs() < 0.1, "{queueing:?}: shares {shares:?}");
         }
+        let mean = shares[1..].iter().sum::<f64>() / (shares.len() - 1) as f64;
+        assert!((mean - 1.0).abs() < 0.02, "{queueing:?}: mean share {mean}");
     }
 }
 
@@ -144,8 +153,20 @@ fn mltcp_gives_the_flow_further_into_its_iteration_the_larger_share() {
 /// CASSINI §2.2's pair (experiments/cassini-pair.toml): two VGG19 rings of
 /// two workers across one 50 Gbit/s uplink each way, started together;
 /// their mean iteration, ms, after the first 10, under a transport (None:
-/// the fluid model) with 2% compute jitter.
+/// the fluid model), without compute jitter (as the testbed's sleeps).
 fn in_step_pair_ms(transport: Option<TransportConfig>, seed: u64) -> f64 {
+    pair("pinned:in-step", transport, 0.0, seed, 10).0
+}
+
+/// The pair under `policy` (its mean iteration after the first `skip`
+/// of 120, ms, and the simulation's notes and delays imposed, ms).
+fn pair(
+    policy: &str,
+    transport: Option<TransportConfig>,
+    jitter: f64,
+    seed: u64,
+    skip: usize,
+) -> (f64, Vec<String>, f64) {
     let topo = LeafSpine {
         racks: 2,
         hosts_per_rack: 2,
@@ -162,37 +183,74 @@ fn in_step_pair_ms(transport: Option<TransportConfig>, seed: u64) -> f64 {
         JobSpec::new("b", "vgg19", 128, 2, Work::Iterations(120), 0.01),
     ];
     let pins = [("a".to_string(), vec![(0, 1), (2, 1)]), ("b".to_string(), vec![(1, 1), (3, 1)])].into();
-    let mut policy = orrery_policy::with_pins("pinned:in-step", seed, &pins).expect("a policy");
-    let cfg = SimConfig { seed, jitter: 0.02, record_iterations: true, transport, ..SimConfig::default() };
+    let mut policy = orrery_policy::with_pins(policy, seed, &pins).expect("a policy");
+    let cfg = SimConfig { seed, jitter, record_iterations: true, transport, ..SimConfig::default() };
     let mut sim = Simulation::new(&topo, &jobs, cfg, false);
     sim.run(policy.as_mut(), &mut |_, _| {});
     let means: Vec<f64> = sim
         .jobs
         .iter()
         .map(|j| {
-            let it: Vec<f64> = j.recorded_iteration_ms().into_iter().skip(10).collect();
+            let it: Vec<f64> = j.recorded_iteration_ms().into_iter().skip(skip).collect();
             it.iter().sum::<f64>() / it.len() as f64
         })
         .collect();
-    means.iter().sum::<f64>() / means.len() as f64
+    let waited: f64 = sim.jobs.iter().flat_map(|j| j.iterations.iter().skip(1)).map(|r| r.delay_ms).sum();
+    let notes = sim.notes.iter().map(|(_, _, text)| text.clone()).collect();
+    (means.iter().sum::<f64>() / means.len() as f64, notes, waited)
 }
 
 #[test]
-fn drop_tail_reno_holds_rings_in_step_where_the_fluid_model_lets_them_drift() {
-    // Overlapped for good, the pair takes 443 ms an iteration; apart, 351
-    // (the shape alone). Under tail-drop reno the job that falls behind
-    // catches up (its flows join a FIFO where the leader's are already
-    // queued and are served by what they send), so jitter does not part
-    // the rings; under max-min nothing pulls them back and they drift.
-    let reno = testbed(Control::Reno, Queueing::TailDrop);
-    let mut fluid_apart = 0;
+fn loss_based_rings_started_in_step_drift_apart_over_one_fifo_and_stay_in_step_on_a_fair_fabric() {
+    // The testbed's contrast (docs/results.md, "On a fair fabric the rings
+    // stay in step"): two VGG19 rings started together over tail-drop
+    // interleave by themselves within a few iterations (362-397 ms a pair
+    // iteration, 5 of 5 runs of the latest batch under reno), and on the
+    // fair fabric stay in step (419-443 ms). The fluid model keeps them in
+    // step on either (443 ms; alone 351). Over one FIFO each flow is served
+    // by what it has queued, so the ring that falls behind falls further;
+    // with a FIFO per flow each gets half whatever it queued.
+    let fluid = in_step_pair_ms(None, 1);
+    assert!(fluid > 435.0, "fluid: {fluid:.1} ms");
     for seed in 1..=3 {
-        let held = in_step_pair_ms(Some(reno.clone()), seed);
-        assert!(held > 425.0, "seed {seed}: reno over tail-drop {held:.1} ms, not in step");
-        let fluid = in_step_pair_ms(None, seed);
-        if fluid < held - 10.0 {
-            fluid_apart += 1;
-        }
+        // The last 30 of 120 iterations: apart by then.
+        let fifo = pair("pinned:in-step", Some(testbed(Control::Reno, Queueing::TailDrop)), 0.0, seed, 90).0;
+        assert!(fifo < 360.0, "seed {seed}: reno over tail-drop {fifo:.1} ms: still in step");
+        let fair = in_step_pair_ms(Some(testbed(Control::Reno, Queueing::Fair)), seed);
+        assert!(fair > 415.0, "seed {seed}: reno on a fair fabric {fair:.1} ms: drifted apart");
     }
-    assert!(fluid_apart >= 2, "the fluid model's pair drifted apart in {fluid_apart} of 3 seeds");
+}
+
+#[test]
+fn a_pair_measured_not_to_collide_gets_no_shift_and_one_that_collides_gets_it_once() {
+    // Issue 68, item 3. Started half a period apart the rings never
+    // collide: measured first, CASSINI leaves them alone (no note, no wait
+    // after the start). Started in step they collide from the first
+    // all-reduce: one alignment, noted with what was measured, and the pair
+    // then runs at its time alone (351 ms; 443 ms in step).
+    let (apart_ms, notes, waited) = pair("pinned:apart+cassini:measured", None, 0.0, 1, 10);
+    assert!(notes.is_empty() && waited == 0.0, "apart: notes {notes:?}, waited {waited} ms");
+    assert!(apart_ms < 352.0, "apart: {apart_ms:.1} ms");
+    let (fixed_ms, notes, waited) = pair("pinned:in-step+cassini:measured", None, 0.0, 1, 10);
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert!(notes[0].contains("measured collision with a"), "{notes:?}");
+    assert!(waited > 0.0 && waited < 351.0, "one alignment's wait: {waited} ms");
+    assert!(fixed_ms < 352.0, "in step, aligned: {fixed_ms:.1} ms");
+}
+
+#[test]
+fn a_full_fifo_that_drops_a_whole_burst_times_its_sender_out() {
+    // Two reno flows each hold about half of BDP + buffer in flight (~44
+    // segments of the testbed's). Dropping a segment at a time, a loss
+    // always leaves duplicate acks: no timeout in 2.5 s. Dropping 64 KiB
+    // GSO bursts (44 segments) from one sender, a burst can take all it has
+    // in flight: it times out (200 ms) at least once over the seeds.
+    let burst = TransportConfig { burst_bytes: 6_553_600.0, ..testbed(Control::Reno, Queueing::TailDrop) };
+    let mut with_bursts = 0;
+    for seed in 1..=3 {
+        let (_, _, segment) = windows_and_timeouts(testbed(Control::Reno, Queueing::TailDrop), 2, seed);
+        assert_eq!(segment, 0, "seed {seed}: timeouts dropping segments");
+        with_bursts += windows_and_timeouts(burst.clone(), 2, seed).2;
+    }
+    assert!(with_bursts > 0, "no timeout dropping whole bursts");
 }

@@ -89,7 +89,7 @@ pub struct FabricOptions {
 impl FabricOptions {
     /// The simulator's model of this fabric's transport (issue 68), at the
     /// model's rates: `cc` (reno, cubic or bbr) over this queueing; the
-    /// 1,500-byte segments and 64 KiB GSO bursts of the wire, and each
+    /// wire's 1,500-byte segments, dropped one at a time, and each
     /// queue's `queue_ms` (at least 128 KiB), scaled by 1/`scale` as the
     /// workers scale their bytes; a 150 µs round trip with empty queues
     /// (52 µs measured between two hosts' namespaces with 1-byte messages,
@@ -112,7 +112,7 @@ impl FabricOptions {
             base_rtt_us: 150.0,
             buffer_ms: self.queue_ms.max(floor_ms),
             mss_bytes: 1500.0 / self.scale,
-            burst_bytes: 65_536.0 / self.scale,
+            burst_bytes: 1500.0 / self.scale,
             step_us: 100.0,
             rto_ms: 200.0,
         })

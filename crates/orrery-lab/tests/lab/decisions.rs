@@ -51,6 +51,7 @@ impl Recorder {
                 Decision::Share { job, free, shared, sub_batch } => {
                     format!("share {} free {free:?} with {shared:?} at sub-batch {sub_batch}", id(job))
                 }
+                Decision::Note { job, text } => format!("note {}: {text}", id(job)),
             };
             let _ = writeln!(self.log, "{now_s:>12.6}  {line}");
         }

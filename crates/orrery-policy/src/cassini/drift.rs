@@ -193,14 +193,38 @@ pub(super) struct Drift {
     /// Per job, how many watched jobs keep its phase with its measured
     /// iteration time (compatible, same period): it must be watched too.
     referenced: HashMap<JobId, u32>,
+    /// Jobs whose slot waits for a measured collision (`+cassini:measured`,
+    /// issue 68): placed unshifted, aligned only once their all-reduces
+    /// collide by the 5% rule; never re-aligned for being off a slot they
+    /// were never given.
+    deferred: HashSet<JobId>,
+    /// Per job aligned on a measurement: its median iteration before, ms,
+    /// and its judged iterations since, ms (weighed at [`EVIDENCE`]).
+    trial: HashMap<JobId, (f64, Vec<f64>)>,
+    /// Jobs whose measured alignment did not pay (their iterations after
+    /// it no shorter than before): left alone until placed again.
+    given_up: HashSet<JobId>,
+    /// Each watched job's latest iteration times, its own (ms, at most
+    /// [`EVIDENCE`]).
+    recent: HashMap<JobId, VecDeque<f64>>,
+    /// Alignments made on a measured collision, and given up for no gain.
+    pub(super) applied_on_measurement: u64,
+    pub(super) given_up_on_measurement: u64,
+}
+
+/// The median of a few values (the upper one of an even count). O(n log n).
+fn median(values: impl Iterator<Item = f64>) -> f64 {
+    let mut v: Vec<f64> = values.collect();
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(0.0)
 }
 
 impl Drift {
     /// Drops ended jobs' measurements once they outnumber the running
     /// jobs': amortised O(1) per running job.
     pub(super) fn forget_ended(&mut self, view: &ClusterView<'_>) {
-        if self.observed.len() + self.pending.len() + self.evidence.len() + self.judged.len()
-            > 4 * view.running.len() + 64
+        if self.observed.len() + self.pending.len() + self.evidence.len() + self.judged.len() + self.recent.len()
+            > 5 * view.running.len() + 64
         {
             let running: HashSet<JobId> = view.running.iter().map(|r| r.id).collect();
             self.observed.retain(|j, _| running.contains(j));
@@ -208,12 +232,28 @@ impl Drift {
             self.evidence.retain(|j, _| running.contains(j));
             self.judged.retain(|j, _| running.contains(j));
             self.relapses.retain(|j, _| running.contains(j));
+            self.deferred.retain(|j| running.contains(j));
+            self.trial.retain(|j, _| running.contains(j));
+            self.given_up.retain(|j| running.contains(j));
+            self.recent.retain(|j, _| running.contains(j));
         }
     }
 
     /// Forgets what was measured of `job`: it is placed again. O(1).
     pub(super) fn placed_again(&mut self, job: JobId) {
         self.observed.remove(&job);
+        self.deferred.remove(&job);
+        self.trial.remove(&job);
+        self.given_up.remove(&job);
+        self.recent.remove(&job);
+    }
+
+    /// Records `job`'s slot at its placement without applying it: it is
+    /// aligned when its measured all-reduces show a collision
+    /// ([`Drift::on_iteration`]). O(1).
+    pub(super) fn defer(&mut self, job: JobId, a: Aligned) {
+        self.align_placed(job, a);
+        self.deferred.insert(job);
     }
 
     /// Where a running job's current iteration began: where its latest
@@ -349,9 +389,40 @@ impl Drift {
         if (left > 0 && !holding) || self.pending.get(&a.reference).is_some_and(|w| w.contains(&job)) {
             return out;
         }
+        if self.given_up.contains(&job) {
+            return out;
+        }
+        let recent = self.recent.entry(job).or_default();
+        if recent.len() == EVIDENCE {
+            recent.pop_front();
+        }
+        recent.push_back(it.own_ms());
+        // An alignment made on a measurement is weighed once its phase has
+        // run EVIDENCE iterations: no shorter than before, it is given up.
+        if let Some((before, after)) = self.trial.get_mut(&job) {
+            after.push(it.own_ms());
+            if after.len() == EVIDENCE {
+                let (before, now) = (*before, median(after.iter().copied()));
+                self.trial.remove(&job);
+                if now >= 0.99 * before {
+                    self.given_up.insert(job);
+                    self.given_up_on_measurement += 1;
+                    out.push(Decision::Note {
+                        job,
+                        text: format!(
+                            "cassini: aligned, its iterations took {now:.1} ms (median of {EVIDENCE}) against \
+                             {before:.1} ms before: no gain, left unaligned"
+                        ),
+                    });
+                    return out;
+                }
+            }
+        }
+        let deferred = self.deferred.contains(&job);
         let own = &self.observed[&job];
         let windows = self.observed.get(&a.reference).and_then(|r| Windows::measured(&a, own, r));
-        let off_slot = windows.as_ref().and_then(|w| w.off_slot_ms(a.comm_gap_ms())).is_some();
+        // A deferred job was never given a slot to be off.
+        let off_slot = !deferred && windows.as_ref().and_then(|w| w.off_slot_ms(a.comm_gap_ms())).is_some();
         if holding && !off_slot {
             return out;
         }
@@ -369,8 +440,36 @@ impl Drift {
         if !persistent && !off_slot && collision <= HARD_COLLISION * a.period_ms {
             return out;
         }
+        let median_collision = if persistent { sorted[EVIDENCE / 2] } else { collision };
         seen.clear();
-        self.readjustments += 1;
+        if deferred {
+            self.deferred.remove(&job);
+            self.applied_on_measurement += 1;
+            let before = median(self.recent.get(&job).into_iter().flatten().copied());
+            self.trial.insert(job, (before, Vec::new()));
+            let over = if persistent {
+                format!("median of its last {EVIDENCE} iterations")
+            } else {
+                "one iteration".to_string()
+            };
+            let reference = view
+                .running
+                .iter()
+                .find(|r| r.id == a.reference)
+                .map_or_else(|| format!("#{}", a.reference), |r| r.spec.id.clone());
+            out.push(Decision::Note {
+                job,
+                text: format!(
+                    "cassini: measured collision with {reference}: {median_collision:.1} ms ({over}), {:.0}% of \
+                     its {:.1} ms period (the rule: 5% persistent, {:.0}% at once); aligning it to its slot",
+                    100.0 * median_collision / a.period_ms,
+                    a.period_ms,
+                    100.0 * HARD_COLLISION
+                ),
+            });
+        } else {
+            self.readjustments += 1;
+        }
         // A relapse is a collision the reference's phase does not explain
         // (their windows apart): re-aligning after the reference again will
         // not help. One it explains is re-aligned at once.
@@ -658,6 +757,58 @@ mod tests {
         let first = cassini.schedule(&pair_view(t, a, b, false));
         assert!(first.iter().any(|d| matches!(d, Decision::Align { job: 1, .. })), "{first:?}");
         cassini
+    }
+
+    #[test]
+    fn measured_first_aligns_on_a_measured_collision_and_gives_up_an_alignment_that_did_not_pay() {
+        // Issue 68, item 3, on the VGG19 pair: placed, B is not aligned; at
+        // its time alone it never is. Two all-reduces 10% of a period over
+        // their time alone make the median of the last three a collision:
+        // B is aligned, with a note of what was measured. Three judged
+        // iterations after the alignment's wait no shorter than the
+        // collided ones give it up (a note again), and a collision after
+        // that changes nothing; shorter ones keep it.
+        let t = three_racks();
+        let (a, b, period, comm) = vgg19_rings(&t);
+        let measured = || {
+            let mut cassini = Cassini::new(Box::new(Propose(vec![(0, 1), (1, 1)])), 0);
+            cassini.candidates = 1;
+            cassini.timing = crate::cassini::Timing::WhenCollided;
+            let first = cassini.schedule(&pair_view(&t, &a, &b, false));
+            assert!(!first.iter().any(|d| matches!(d, Decision::Align { .. })), "aligned unmeasured: {first:?}");
+            cassini
+        };
+        let later = pair_view(&t, &a, &b, true);
+        let it = |ms: f64, comm_ms: f64| Iteration { ms, waited_ms: 0.0, comm_ms: Some(comm_ms) };
+        let collided = it(period + 0.1 * period, comm + 0.1 * period);
+        let is_note = |d: &Decision, word: &str| matches!(d, Decision::Note { job: 1, text } if text.contains(word));
+        for pays in [false, true] {
+            let mut cassini = measured();
+            for _ in 0..10 {
+                assert!(cassini.on_iteration(&later, 1, it(period, comm)).is_empty(), "alone: nothing to fix");
+            }
+            assert!(cassini.on_iteration(&later, 1, collided).is_empty(), "one collision is not a median");
+            let out = cassini.on_iteration(&later, 1, collided);
+            assert!(out.iter().any(|d| is_note(d, "measured collision with a: 35.1 ms")), "{out:?}");
+            assert!(out.iter().any(|d| matches!(d, Decision::Align { job: 1, .. })), "{out:?}");
+            assert_eq!(cassini.drift.applied_on_measurement, 1);
+            // The alignment's wait and the iteration it arrives in.
+            cassini.on_iteration(
+                &later,
+                1,
+                Iteration { ms: 1.5 * period, waited_ms: 0.5 * period, comm_ms: Some(comm) },
+            );
+            cassini.on_iteration(&later, 1, it(period, comm));
+            let after = if pays { period } else { 1.12 * period };
+            let mut notes = Vec::new();
+            for _ in 0..3 {
+                notes.extend(cassini.on_iteration(&later, 1, it(after, comm)));
+            }
+            assert_eq!(notes.iter().any(|d| is_note(d, "no gain, left unaligned")), !pays, "{notes:?}");
+            assert_eq!(cassini.drift.given_up_on_measurement, u64::from(!pays));
+            let again: Vec<Decision> = (0..3).flat_map(|_| cassini.on_iteration(&later, 1, collided)).collect();
+            assert_eq!(again.iter().any(|d| matches!(d, Decision::Align { .. })), pays, "{again:?}");
+        }
     }
 
     #[test]

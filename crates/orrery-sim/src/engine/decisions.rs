@@ -141,6 +141,7 @@ impl Simulation<'_> {
                         self.invalid_decisions += 1;
                     }
                 }
+                Decision::Note { job, text } => self.notes.push((self.now as f64 / 1e9, job, text)),
                 _ => self.invalid_decisions += 1,
             }
         }

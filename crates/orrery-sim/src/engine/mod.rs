@@ -382,6 +382,8 @@ pub struct Simulation<'a> {
     pub events_processed: u64,
     /// Decisions the simulator could not apply (e.g. placing on busy GPUs).
     pub invalid_decisions: u64,
+    /// The policy's notes ([`Decision::Note`]): (time s, job, text).
+    pub notes: Vec<(f64, JobId, String)>,
     /// Instants where the policy kept preempting after [`RESCHEDULE_ROUNDS`] rounds.
     pub reschedules_cut: u64,
     normal: Normal<f64>,
@@ -429,6 +431,7 @@ impl<'a> Simulation<'a> {
             decision_s: Vec::new(),
             events_processed: 0,
             invalid_decisions: 0,
+            notes: Vec::new(),
             reschedules_cut: 0,
             skip_owner: HashMap::new(),
             skipping: BTreeSet::new(),
