@@ -41,6 +41,7 @@ fn policies() -> Vec<String> {
         [
             "themis+cassini",
             "themis+cassini:paper",
+            "themis+cassini:measured",
             "tiresias/random+cassini",
             "plebiscito:sgf",
             "plebiscito:tetris:unaware",
@@ -142,5 +143,33 @@ fn write_cases() {
     std::fs::create_dir_all(&dir).expect("temp dir");
     for seed in 1..=12 {
         std::fs::write(dir.join(format!("case-{seed}.toml")), case(seed, &policies())).expect("write");
+    }
+}
+
+#[test]
+fn every_transport_model_runs_generated_workloads_to_the_end() {
+    // Each congestion control over each queueing (orrery_sim::transport) on
+    // a generated case: every job finishes, no policy's decision is refused.
+    let policies: Vec<String> = ["fifo", "themis+cassini:measured", "orrery"].map(String::from).to_vec();
+    for transport in ["reno", "cubic", "bbr", "dcqcn", "mltcp-reno"] {
+        for queueing in ["tail-drop", "fair"] {
+            let text = format!(
+                "{}[network]\ntransport = \"{transport}\"\nqueueing = \"{queueing}\"\nbase_rtt_us = 20\n",
+                case(3, &policies)
+            );
+            let experiment = parse("generated.toml", &text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+            let summary = experiment
+                .run(Path::new("."), |_, _, _, _, _| {})
+                .unwrap_or_else(|e| panic!("{transport}/{queueing} failed: {e}\n{text}"));
+            for run in &summary.runs {
+                let m = &run.metrics;
+                assert_eq!(
+                    m.finished, m.jobs,
+                    "{transport}/{queueing}, {}: {} of {} jobs",
+                    run.policy, m.finished, m.jobs
+                );
+                assert_eq!(run.invalid_decisions, 0, "{transport}/{queueing}, {}", run.policy);
+            }
+        }
     }
 }
