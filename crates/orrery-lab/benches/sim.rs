@@ -52,6 +52,47 @@ fn maxmin_unbound(c: &mut Criterion) {
     g.finish();
 }
 
+/// One step of a transport model (issue 68) over `n` flows, each on its
+/// own host link and all on one shared uplink at twice their rate: the
+/// step's O(F · d + L), with the shared FIFO full and drops drawn.
+fn transport_step(c: &mut Criterion) {
+    use orrery_sim::transport::{Control, Queueing, Transport, TransportConfig};
+    let mut g = c.benchmark_group("transport_step");
+    for (name, control, queueing) in [
+        ("reno_tail_drop", Control::Reno, Queueing::TailDrop),
+        ("bbr_tail_drop", Control::Bbr, Queueing::TailDrop),
+        ("cubic_fair", Control::Cubic, Queueing::Fair),
+    ] {
+        for n in [16usize, 64, 256] {
+            let mut caps = vec![50.0; n];
+            caps.push(25.0 * n as f64);
+            let mut net = Network::new(caps, false);
+            net.externally_rated = true;
+            for i in 0..n {
+                net.add(0, vec![i, n], 1e18, 50.0, i);
+            }
+            let cfg = TransportConfig { queueing, ..TransportConfig::new(control) };
+            let step = cfg.step_ns();
+            let mut tr = Transport::new(cfg, n + 1, 1);
+            let mut t = 0;
+            // Past slow start, into the steady state.
+            for _ in 0..2_000 {
+                let r = tr.step(&net, t);
+                net.set_rates(t, &r.flows, &r.links);
+                t += step;
+            }
+            g.bench_with_input(BenchmarkId::new(name, n), &n, |b, _| {
+                b.iter(|| {
+                    let r = tr.step(&net, t);
+                    net.set_rates(t, &r.flows, &r.links);
+                    t += step;
+                })
+            });
+        }
+    }
+    g.finish();
+}
+
 fn end_to_end(c: &mut Criterion) {
     let exp = parse("default", &DEFAULT.replace("jobs = 60", "jobs = 20")).expect("valid");
     let mut g = c.benchmark_group("end_to_end");
@@ -62,5 +103,5 @@ fn end_to_end(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, maxmin, maxmin_unbound, end_to_end);
+criterion_group!(benches, maxmin, maxmin_unbound, transport_step, end_to_end);
 criterion_main!(benches);
