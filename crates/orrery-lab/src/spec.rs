@@ -145,7 +145,7 @@ pub struct NetworkSpec {
     /// `tail-drop` (one FIFO per link) or `fair` (a FIFO per flow).
     pub queueing: QueueingKind,
     /// Round trip with empty queues, µs.
-    #[schemars(range(min = 0.01, max = 1e6))]
+    #[schemars(range(min = 1, max = 1e6))]
     pub base_rtt_us: f64,
     /// Each queue, ms of its link's rate.
     #[schemars(range(min = 0.0, max = 1e4))]
@@ -158,8 +158,9 @@ pub struct NetworkSpec {
     /// testbed's 64 KB GSO bursts at its 0.01 scale are 6,400,000).
     #[schemars(range(min = 1, max = 1e12))]
     pub burst_bytes: Option<f64>,
-    /// Model time step, µs (default: the base round trip).
-    #[schemars(range(min = 0.01, max = 1e6))]
+    /// Model time step, µs (default: the base round trip; each step costs
+    /// O(flows · hops), so a step under a microsecond is refused).
+    #[schemars(range(min = 1, max = 1e6))]
     pub step_us: Option<f64>,
     /// Retransmission timeout, ms: idle windows halve per timeout.
     #[schemars(range(min = 0, max = 1e6))]

@@ -198,8 +198,9 @@ pub(super) struct Drift {
     /// collide by the 5% rule; never re-aligned for being off a slot they
     /// were never given.
     deferred: HashSet<JobId>,
-    /// Per job aligned on a measurement: its median iteration before, ms,
-    /// and its judged iterations since, ms (weighed at [`EVIDENCE`]).
+    /// Per job aligned on a measurement: its collided iterations' median
+    /// (or the one that collided by over 25%), ms, and its judged
+    /// iterations since, ms (weighed at [`EVIDENCE`]).
     trial: HashMap<JobId, (f64, Vec<f64>)>,
     /// Jobs whose measured alignment did not pay (their iterations after
     /// it no shorter than before): left alone until placed again.
@@ -445,7 +446,13 @@ impl Drift {
         if deferred {
             self.deferred.remove(&job);
             self.applied_on_measurement += 1;
-            let before = median(self.recent.get(&job).into_iter().flatten().copied());
+            // What the alignment must beat: the collided iterations that
+            // called for it (the one, for a collision over 25%).
+            let before = if persistent {
+                median(self.recent.get(&job).into_iter().flatten().copied())
+            } else {
+                it.own_ms()
+            };
             self.trial.insert(job, (before, Vec::new()));
             let over = if persistent {
                 format!("median of its last {EVIDENCE} iterations")

@@ -98,6 +98,12 @@ fn replaying_the_log_rebuilds_the_state_in_force() {
     rec(&mut l, Logged::Decision(Decision::Pace { job: ids[0], period_ms: 210.0, offset_s: 0.9 }), 2.0);
     rec(&mut l, Logged::Decision(Decision::Throttle { job: ids[1], gbps: Some(10.0) }), 2.0);
     rec(&mut l, Logged::Decision(Decision::Route { job: ids[1], flow: 0, paths: vec![0] }), 2.0);
+    // A note is logged (the measurement behind a decision) and changes nothing.
+    let before = l.job_info(ids[1]).expect("b").in_force;
+    let text = "cassini: measured collision with a: 35.1 ms".to_string();
+    rec(&mut l, Logged::Decision(Decision::Note { job: ids[1], text: text.clone() }), 2.0);
+    assert_eq!(l.job_info(ids[1]).expect("b").in_force, before);
+    assert!(l.record(&Logged::Decision(Decision::Note { job: 99, text }), 2.0).is_none(), "no such job");
     rec(&mut l, Logged::Decision(Decision::Pause { job: ids[1] }), 3.0);
     rec(&mut l, Logged::Decision(Decision::Preempt { job: ids[0] }), 4.0);
     rec(&mut l, Logged::Decision(Decision::Place { job: ids[2], hosts: vec![(2, 2)] }), 4.0);
