@@ -218,17 +218,7 @@ impl Network {
                 links.push(l);
             }
         }
-        for &l in &links {
-            self.integrate(l, now);
-        }
-        for &(f, r) in &changed {
-            if let Some(flow) = self.flows[f].as_mut() {
-                Self::advance(flow, now);
-                flow.rate_gbps = r;
-                self.next_version += 1;
-                flow.version = self.next_version;
-            }
-        }
+        self.apply_rates(now, &links, &changed);
         for &l in &links {
             self.stats[l].carried_gbps =
                 self.link_flows[l].iter().filter_map(|&f| self.flows[f].as_ref()).map(|f| f.rate_gbps).sum();
@@ -432,6 +422,22 @@ impl Network {
         self.recompute(now, &path, &released, &[id], false)
     }
 
+    /// Integrates `links` up to `now`, then gives each changed flow its new
+    /// rate (its bits brought up to `now` first) and a new version.
+    fn apply_rates(&mut self, now: u64, links: &[LinkId], changed: &[(FlowId, f64)]) {
+        for &l in links {
+            self.integrate(l, now);
+        }
+        for &(f, r) in changed {
+            if let Some(flow) = self.flows[f].as_mut() {
+                Self::advance(flow, now);
+                flow.rate_gbps = r;
+                self.next_version += 1;
+                flow.version = self.next_version;
+            }
+        }
+    }
+
     /// Brings a flow's remaining bits up to `now`.
     fn advance(f: &mut Flow, now: u64) {
         let dt = now.saturating_sub(f.updated_ns) as f64;
@@ -629,17 +635,7 @@ impl Network {
                 links.push(l);
             }
         }
-        for &l in &links {
-            self.integrate(l, now);
-        }
-        for &(f, r) in &changed {
-            if let Some(flow) = self.flows[f].as_mut() {
-                Self::advance(flow, now);
-                flow.rate_gbps = r;
-                self.next_version += 1;
-                flow.version = self.next_version;
-            }
-        }
+        self.apply_rates(now, &links, &changed);
         for &l in &links {
             let mut owners = self.link_flows[l].iter().filter_map(|&f| self.flows[f].as_ref()).map(|f| f.owner);
             if let Some(first) = owners.next()
