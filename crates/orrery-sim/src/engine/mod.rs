@@ -18,6 +18,7 @@ use std::time::Instant;
 
 mod decisions;
 mod fast_forward;
+mod flows;
 
 /// Nanoseconds per second.
 pub const NS: f64 = 1e9;
@@ -1033,70 +1034,6 @@ impl<'a> Simulation<'a> {
             return chosen.iter().map(|&k| (paths[k % paths.len()].clone(), share)).collect();
         }
         vec![(paths[orrery_model::topology::ecmp_index(job, i, paths.len())].clone(), 1.0)]
-    }
-
-    /// Schedules the transport model's step now unless one is due.
-    fn wake_transport(&mut self) {
-        if self.transport.is_some() && !self.transport_due && self.net.live() > 0 {
-            self.transport_due = true;
-            self.push(self.now, Event::TransportStep);
-        }
-    }
-
-    /// One step of the transport model: the flows' new rates, their
-    /// completions rescheduled, and the next step while any job's flow is
-    /// live (background flows alone do not keep it stepping).
-    fn transport_step(&mut self) {
-        self.transport_due = false;
-        let Some(tr) = self.transport.as_mut() else { return };
-        let step = tr.config().step_ns();
-        let rates = tr.step(&self.net, self.now);
-        let changed = self.net.set_rates(self.now, &rates.flows, &rates.links);
-        self.reschedule(&changed);
-        if self.net.flows().any(|(_, f)| f.owner != BACKGROUND) {
-            self.transport_due = true;
-            self.push(self.now + step, Event::TransportStep);
-        }
-    }
-
-    fn reschedule(&mut self, flows: &[FlowId]) {
-        for &f in flows {
-            if self.net.flow(f).is_some_and(|fl| fl.owner == BACKGROUND) {
-                continue; // never ends
-            }
-            if let (Some(t), Some(v)) = (self.net.finish_time(f), self.net.flow(f).map(|fl| fl.version)) {
-                self.push(t.max(self.now), Event::FlowDone(f, v));
-            }
-        }
-    }
-
-    /// Flows that end at this instant, as (flow, version) of their events
-    /// (a stale version is skipped): they leave the network together, each
-    /// max-min component they leave re-rated once, then each one's job
-    /// moves on, in event order.
-    fn flows_done(&mut self, events: &[(FlowId, u64)], policy: &mut dyn Policy) {
-        let mut ended = Vec::with_capacity(events.len());
-        for &(f, version) in events {
-            if self.net.flow(f).is_none_or(|fl| fl.version != version) {
-                continue;
-            }
-            if let Some((job, epoch, index)) = self.flow_job.get_mut(f).and_then(Option::take) {
-                ended.push((f, job, epoch, index));
-            }
-        }
-        if ended.is_empty() {
-            return;
-        }
-        let ids: Vec<FlowId> = ended.iter().map(|e| e.0).collect();
-        let changed = self.net.remove_all(self.now, &ids);
-        self.note_interactions();
-        self.reschedule(&changed);
-        for &(f, job, ..) in &ended {
-            self.jobs[job].flows.retain(|&x| x != f);
-        }
-        for (_, job, epoch, index) in ended {
-            self.flow_ended(job, epoch, index, policy);
-        }
     }
 
     /// A flow of `job` (the `index`-th of its collective, started in

@@ -1,0 +1,73 @@
+//! Flows in the network: their completions (each ended flow leaves, what
+//! it leaves behind is re-rated once) and, with a transport model, its
+//! steps ([`crate::transport`]).
+
+use super::{BACKGROUND, Event, Simulation};
+use crate::network::FlowId;
+use orrery_policy::Policy;
+
+impl Simulation<'_> {
+    /// Schedules the transport model's step now unless one is due.
+    pub(super) fn wake_transport(&mut self) {
+        if self.transport.is_some() && !self.transport_due && self.net.live() > 0 {
+            self.transport_due = true;
+            self.push(self.now, Event::TransportStep);
+        }
+    }
+
+    /// One step of the transport model: the flows' new rates, their
+    /// completions rescheduled, and the next step while any job's flow is
+    /// live (background flows alone do not keep it stepping).
+    pub(super) fn transport_step(&mut self) {
+        self.transport_due = false;
+        let Some(tr) = self.transport.as_mut() else { return };
+        let step = tr.config().step_ns();
+        let rates = tr.step(&self.net, self.now);
+        let changed = self.net.set_rates(self.now, &rates.flows, &rates.links);
+        self.reschedule(&changed);
+        if self.net.flows().any(|(_, f)| f.owner != BACKGROUND) {
+            self.transport_due = true;
+            self.push(self.now + step, Event::TransportStep);
+        }
+    }
+
+    pub(super) fn reschedule(&mut self, flows: &[FlowId]) {
+        for &f in flows {
+            if self.net.flow(f).is_some_and(|fl| fl.owner == BACKGROUND) {
+                continue; // never ends
+            }
+            if let (Some(t), Some(v)) = (self.net.finish_time(f), self.net.flow(f).map(|fl| fl.version)) {
+                self.push(t.max(self.now), Event::FlowDone(f, v));
+            }
+        }
+    }
+
+    /// Flows that end at this instant, as (flow, version) of their events
+    /// (a stale version is skipped): they leave the network together, each
+    /// max-min component they leave re-rated once, then each one's job
+    /// moves on, in event order.
+    pub(super) fn flows_done(&mut self, events: &[(FlowId, u64)], policy: &mut dyn Policy) {
+        let mut ended = Vec::with_capacity(events.len());
+        for &(f, version) in events {
+            if self.net.flow(f).is_none_or(|fl| fl.version != version) {
+                continue;
+            }
+            if let Some((job, epoch, index)) = self.flow_job.get_mut(f).and_then(Option::take) {
+                ended.push((f, job, epoch, index));
+            }
+        }
+        if ended.is_empty() {
+            return;
+        }
+        let ids: Vec<FlowId> = ended.iter().map(|e| e.0).collect();
+        let changed = self.net.remove_all(self.now, &ids);
+        self.note_interactions();
+        self.reschedule(&changed);
+        for &(f, job, ..) in &ended {
+            self.jobs[job].flows.retain(|&x| x != f);
+        }
+        for (_, job, epoch, index) in ended {
+            self.flow_ended(job, epoch, index, policy);
+        }
+    }
+}
