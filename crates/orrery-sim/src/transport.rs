@@ -17,13 +17,16 @@
 //!   2861);
 //! * a **queue** per link (tail-drop: one FIFO of `buffer_ms` of the link's
 //!   rate, served in the order it fills, so each flow is served in
-//!   proportion to what it sends; fair: one FIFO of `buffer_ms` per flow,
-//!   the link shared max-min between the backlogged ones, as the testbed's
-//!   `--fabric fair` and DCQCN's fair convergence share it);
-//! * **drops** when a queue overflows, a loss per `burst_bytes` of overflow,
-//!   each falling on a flow drawn in proportion to its sending rate (tail-drop)
-//!   or on the flow whose queue overflowed (fair). The draw is what makes
-//!   two loss-based flows over one FIFO unequal, as on the testbed;
+//!   proportion to what it has queued and sends; fair: one FIFO of
+//!   `buffer_ms` per flow, the link shared max-min between the backlogged
+//!   ones, as the testbed's `--fabric fair` and DCQCN's fair convergence
+//!   share it). A window-based sender hands its window to its NIC, whose
+//!   link's queue holds what the line cannot take;
+//! * **drops** when a queue overflows: a full FIFO cuts one sender's burst
+//!   (the overflow falls on one flow, drawn in proportion to what each
+//!   sends, until `burst_bytes` have gone), a flow's own FIFO only its own
+//!   traffic (fair). A drop is a loss for the flow, and its bits must be
+//!   sent again; a loss that takes all it had in flight times it out;
 //! * **ECN marks** (DCQCN) with RED's probability between `Kmin` and `Kmax`
 //!   of queue (DCQCN §5's 5 KB and 200 KB at 40 Gbit/s, as times of the
 //!   link rate);
@@ -351,7 +354,9 @@ impl Transport {
     /// free connection of its key, made if need be, with its window
     /// restarted for the time it sat idle) and lists each link's members.
     fn bind(&mut self, net: &Network, now: u64) {
-        // Connections whose flow ended stop sending.
+        // Connections whose flow ended stop sending, and what they still
+        // had queued goes with the flow (it was sent past the flow's end:
+        // the window is not held to the bits left).
         for &(_, c) in &self.active {
             let conn = &mut self.conns[c];
             if let Some((f, serial)) = conn.flow
@@ -360,6 +365,8 @@ impl Transport {
                 conn.flow = None;
                 conn.send = 0.0;
                 conn.delivered = 0.0;
+                conn.hop_queue.iter_mut().for_each(|q| *q = 0.0);
+                conn.hop_served.iter_mut().for_each(|q| *q = 0.0);
             }
         }
         for &l in &self.used {
