@@ -317,19 +317,9 @@ impl Transport {
         &self.cfg
     }
 
-    /// Bits queued at link `l` now (under fair queueing, every flow's).
-    pub fn queued_bits(&self, l: LinkId) -> f64 {
-        self.queue.get(l).copied().unwrap_or(0.0)
-    }
-
     /// Retransmission timeouts over the model's life, all connections.
     pub fn timeouts(&self) -> u64 {
         self.conns.iter().map(|c| c.timeouts).sum()
-    }
-
-    /// The congestion window of the connection carrying flow `f`, bits.
-    pub fn window_bits(&self, f: FlowId) -> Option<f64> {
-        self.flow_conn.get(f).copied().flatten().map(|(_, c)| self.conns[c].window)
     }
 
     /// Advances the model from the last step to `now` (queues, drops and
