@@ -205,7 +205,7 @@ pub(super) struct Drift {
     /// Jobs whose measured alignment did not pay (their iterations after
     /// it no shorter than before): left alone until placed again.
     given_up: HashSet<JobId>,
-    /// Each watched job's latest iteration times, its own (ms, at most
+    /// Each deferred job's latest iteration times, its own (ms, at most
     /// [`EVIDENCE`]).
     recent: HashMap<JobId, VecDeque<f64>>,
     /// Alignments made on a measured collision, and given up for no gain.
@@ -393,11 +393,16 @@ impl Drift {
         if self.given_up.contains(&job) {
             return out;
         }
-        let recent = self.recent.entry(job).or_default();
-        if recent.len() == EVIDENCE {
-            recent.pop_front();
+        // Only a deferred job's alignment is weighed against its iterations
+        // before: no other job keeps them.
+        let deferred = self.deferred.contains(&job);
+        if deferred {
+            let recent = self.recent.entry(job).or_default();
+            if recent.len() == EVIDENCE {
+                recent.pop_front();
+            }
+            recent.push_back(it.own_ms());
         }
-        recent.push_back(it.own_ms());
         // An alignment made on a measurement is weighed once its phase has
         // run EVIDENCE iterations: no shorter than before, it is given up.
         if let Some((before, after)) = self.trial.get_mut(&job) {
@@ -419,7 +424,6 @@ impl Drift {
                 }
             }
         }
-        let deferred = self.deferred.contains(&job);
         let own = &self.observed[&job];
         let windows = self.observed.get(&a.reference).and_then(|r| Windows::measured(&a, own, r));
         // A deferred job was never given a slot to be off.
