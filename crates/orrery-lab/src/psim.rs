@@ -445,6 +445,7 @@ fn translate(
                 kind: Collective::RingAllReduce,
                 bytes: j.comm_size * bytes_per_unit,
                 layers: j.layer_count,
+                group: Default::default(),
             }],
         });
         out_jobs.push(spec);

@@ -172,6 +172,13 @@ pub struct CollectiveSpec {
     #[serde(default = "one")]
     #[schemars(range(min = 1, max = 10_000))]
     pub layers: u32,
+    /// The workers it runs among: groups of `size` workers `stride` apart
+    /// in the placement's order, all at once (a pipeline × data-parallel
+    /// job's sends between stages run in `{stride = dp, size = pp}`, its
+    /// all-reduces in `{stride = 1, size = dp}`, as Megatron-LM numbers
+    /// ranks). Left out: every worker in one group.
+    #[serde(default, skip_serializing_if = "crate::shape::Group::is_all")]
+    pub group: crate::shape::Group,
 }
 
 /// The largest job orrery accepts, in workers: as many as a mesh may have
@@ -265,6 +272,8 @@ impl JobSpec {
         }
         if let Some(Err((field, expected, found))) = self.shape.as_ref().map(|s| s.check()) {
             bad(field, expected.into(), found)
+        } else if let Some(Err((field, expected, found))) = self.shape.as_ref().map(|s| s.check_groups(self.workers)) {
+            bad(field, expected, found)
         } else if self.shape.is_none() && llm.is_none() && crate::zoo::model(&self.model).is_none() {
             bad(
                 "model",
@@ -300,6 +309,28 @@ impl ShapeSpec {
         if self.compute_ms == 0.0 && self.collectives.iter().all(|c| c.bytes == 0.0) {
             return Err(("shape", "some compute or some bytes per iteration", "neither".into()));
         }
+        if let Some(c) =
+            self.collectives.iter().find(|c| !c.group.is_all() && (c.group.size < 2 || c.group.stride == 0))
+        {
+            let found = format!("{{stride = {}, size = {}}}", c.group.stride, c.group.size);
+            return Err(("shape.collective.group", "a stride of at least 1 and a size of at least 2", found));
+        }
+        Ok(())
+    }
+
+    /// Its groups against `workers`: each group's block (`stride · size`
+    /// workers) must tile them.
+    pub fn check_groups(&self, workers: u32) -> Result<(), (&'static str, String, String)> {
+        for c in self.collectives.iter().filter(|c| !c.group.is_all()) {
+            let block = u64::from(c.group.stride) * u64::from(c.group.size);
+            if block == 0 || u64::from(workers) % block != 0 {
+                return Err((
+                    "shape.collective.group",
+                    format!("groups whose stride × size divides the job's {workers} workers"),
+                    format!("{{stride = {}, size = {}}}", c.group.stride, c.group.size),
+                ));
+            }
+        }
         Ok(())
     }
 
@@ -307,7 +338,7 @@ impl ShapeSpec {
     /// between hosts (the intra-host rate on one host). O(parts).
     pub fn iteration(&self, workers: u32, hosts: u32, gbps: f64) -> crate::shape::IterationShape {
         use crate::shape::{IterationShape, Segment};
-        let rate = if hosts > 1 { gbps } else { crate::zoo::INTRA_HOST_GBPS };
+        let per_host = workers.div_ceil(hosts.max(1));
         let parts: u32 = self.collectives.iter().map(|c| c.layers.max(1)).sum();
         let compute = self.compute_ms / f64::from(parts.max(1));
         let mut segments = Vec::new();
@@ -317,13 +348,21 @@ impl ShapeSpec {
                 if compute > 0.0 {
                     segments.push(Segment::Compute { ms: compute });
                 }
+                let (participants, hosts, group) = match c.group.is_all() {
+                    true => (workers, hosts, crate::shape::Group::ALL),
+                    false => {
+                        let spanned = crate::mesh::shape::hosts_spanned(c.group.stride, c.group.size, per_host);
+                        (c.group.size, spanned.min(hosts), c.group)
+                    }
+                };
+                let rate = if hosts > 1 { gbps } else { crate::zoo::INTRA_HOST_GBPS };
                 segments.push(Segment::Comm {
                     collective: c.kind,
                     payload_bytes: c.bytes / f64::from(layers),
-                    participants: workers,
+                    participants,
                     hosts,
                     gbps: rate,
-                    group: crate::shape::Group::ALL,
+                    group,
                 });
             }
         }
@@ -445,7 +484,12 @@ mod tests {
         // each send puts 2·3/4 · 50 MB = 75 MB = 0.6 Gbit on the wire, 12 ms.
         let s = ShapeSpec {
             compute_ms: 100.0,
-            collectives: vec![CollectiveSpec { kind: Collective::RingAllReduce, bytes: 1e8, layers: 2 }],
+            collectives: vec![CollectiveSpec {
+                kind: Collective::RingAllReduce,
+                bytes: 1e8,
+                layers: 2,
+                group: Default::default(),
+            }],
         };
         assert_eq!(s.check(), Ok(()));
         let it = s.iteration(4, 4, 50.0);

@@ -49,11 +49,56 @@ pub fn place(topo: &Topology, spec: &JobSpec, hosts: &[(HostId, u32)]) -> Option
     }
     let nic = host_nic.min(path);
     let shape = match (&spec.shape, crate::mesh::llm(&spec.model)) {
-        (Some(explicit), _) => explicit.iteration(workers.len() as u32, per_host.len() as u32, nic),
+        (Some(explicit), _) => {
+            let mut shape = explicit.iteration(workers.len() as u32, per_host.len() as u32, nic);
+            share_own_links(topo, &workers, &mut shape);
+            shape
+        }
         (None, Some(arch)) => mesh_iteration(arch, spec, gpu, &per_host, (host_nic, path)),
         (None, None) => model(&spec.model)?.shape(gpu, spec.batch, &Placement { gpus_per_host: per_host }, nic),
     };
     Some(Placed { workers, shape })
+}
+
+/// An explicit shape's grouped collectives with the job's own flows
+/// sharing links: when `k` of a collective's flows cross one link (both
+/// stages' data-parallel rings of a pipeline on one uplink), each runs at
+/// no more than the link's `1/k`, so the time alone is what the job
+/// measures alone and its arcs demand no more than the link. Flow `i`
+/// between two hosts takes the `i mod n`-th of their `n` equal-cost paths
+/// (an even spread; the job's ECMP hash is not known here). O(distinct
+/// groups × flows × path length).
+fn share_own_links(topo: &Topology, workers: &[HostId], shape: &mut IterationShape) {
+    let mut slowed: Vec<((Collective, Group), f64)> = Vec::new();
+    for seg in &mut shape.segments {
+        let Segment::Comm { collective, group, gbps, hosts, .. } = seg else { continue };
+        if group.is_all() || *hosts < 2 {
+            continue;
+        }
+        let key = (*collective, *group);
+        let factor = match slowed.iter().find(|(k, _)| *k == key) {
+            Some(&(_, f)) => f,
+            None => {
+                let mut count: std::collections::HashMap<LinkId, u32> = std::collections::HashMap::new();
+                for (i, (src, dst, _)) in transfers(workers, *collective, 1.0, *group).into_iter().enumerate() {
+                    let paths = topo.shared_paths(src, dst);
+                    if src == dst || paths.is_empty() {
+                        continue;
+                    }
+                    for &l in &paths[i % paths.len()] {
+                        *count.entry(l).or_default() += 1;
+                    }
+                }
+                let f = count
+                    .iter()
+                    .filter_map(|(&l, &k)| topo.links.get(l).map(|link| f64::from(k) * *gbps / link.gbps))
+                    .fold(1.0, f64::max);
+                slowed.push((key, f));
+                f
+            }
+        };
+        *gbps /= factor;
+    }
 }
 
 /// An LLM job's iteration on hosts holding `per_host` of its ranks each,
@@ -270,5 +315,90 @@ impl Placed {
         out.sort_unstable();
         out.dedup();
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::job::{CollectiveSpec, ShapeSpec};
+    use crate::setups::LeafSpine;
+
+    /// testbed-pp-dp's job a: pp = 2, dp = 2, each stage's replicas in
+    /// different racks of one 50 Gbit/s spine.
+    fn pipeline_job() -> (Topology, JobSpec, Vec<(HostId, u32)>) {
+        let topo = LeafSpine {
+            racks: 2,
+            hosts_per_rack: 4,
+            spines: 1,
+            gpus_per_host: 1,
+            gpu_type: "a100".into(),
+            host_gbps: 50.0,
+            uplink_gbps: 50.0,
+        }
+        .build("t")
+        .expect("topology");
+        let mut spec = JobSpec::new("a", "pp-dp-mlp", 1, 4, crate::Work::Iterations(10), 0.0);
+        spec.shape = Some(ShapeSpec {
+            compute_ms: 450.0,
+            collectives: vec![
+                CollectiveSpec {
+                    kind: Collective::PointToPoint,
+                    bytes: 8.192e6,
+                    layers: 5,
+                    group: Group { stride: 2, size: 2 },
+                },
+                CollectiveSpec {
+                    kind: Collective::RingAllReduce,
+                    bytes: 8.3968e8,
+                    layers: 1,
+                    group: Group { stride: 1, size: 2 },
+                },
+            ],
+        });
+        (topo, spec, vec![(0, 1), (4, 1), (1, 1), (5, 1)])
+    }
+
+    #[test]
+    fn a_grouped_explicit_shape_shares_the_links_its_own_flows_cross() {
+        let (topo, spec, hosts) = pipeline_job();
+        assert_eq!(spec.check(), Ok(()));
+        let placed = place(&topo, &spec, &hosts).expect("placed");
+        let comms: Vec<(f64, f64)> = placed
+            .shape
+            .segments
+            .iter()
+            .filter_map(|s| match *s {
+                Segment::Comm { gbps, .. } => Some((gbps, s.duration_ms())),
+                Segment::Compute { .. } => None,
+            })
+            .collect();
+        assert_eq!(comms.len(), 6, "{comms:?}");
+        // The pipeline's sends stay in a rack, one flow a host link: 1.6 MB
+        // each way at 50 Gbit/s, 0.262 ms.
+        assert!(comms[..5].iter().all(|&(g, d)| g == 50.0 && (d - 0.262144).abs() < 1e-6), "{comms:?}");
+        // Both stages' rings cross rack 0's uplink (hosts 0→4 and 1→5):
+        // each at 25 Gbit/s, 839.68 MB in 268.7 ms, not 134.3.
+        let (g, d) = comms[5];
+        assert_eq!(g, 25.0);
+        assert!((d - 8.3968e8 * 8.0 / 25e9 * 1e3).abs() < 1e-6, "{d}");
+        assert!((placed.shape.period_ms() - (450.0 + 5.0 * 0.262144 + d)).abs() < 1e-6);
+        // Stages inside a rack, replicas across: the rings share no link.
+        let apart = place(&topo, &spec, &[(0, 1), (1, 1), (4, 1), (5, 1)]).expect("placed");
+        assert!(apart.shape.period_ms() < placed.shape.period_ms() - 100.0);
+    }
+
+    #[test]
+    fn groups_that_do_not_tile_the_workers_are_named() {
+        let (_, mut spec, _) = pipeline_job();
+        spec.workers = 6;
+        let e = spec.check().expect_err("stride 2 × size 2 does not tile 6");
+        assert_eq!(e.field, "shape.collective.group");
+        assert!(e.expected.contains("6 workers"), "{e:?}");
+        let (_, mut spec, _) = pipeline_job();
+        if let Some(s) = spec.shape.as_mut() {
+            s.collectives[0].group = Group { stride: 0, size: 2 };
+        }
+        assert_eq!(spec.check().expect_err("stride 0").field, "shape.collective.group");
     }
 }

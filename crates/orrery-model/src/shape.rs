@@ -48,7 +48,8 @@ impl Collective {
 /// so its TP groups are `{stride 1, size tp}`, its DP groups `{tp, dp}`
 /// and its pipelines `{tp·dp, pp}`. `size` 0 is every worker in one group
 /// (a data-parallel job's ring).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
 pub struct Group {
     /// Distance between the workers of a group.
     pub stride: u32,

@@ -157,10 +157,11 @@ pub struct ScenarioArgs {
     /// The DDP training script (it writes orrery worker's logs with --log-dir).
     #[arg(long, default_value = "python/examples/ddp_train.py", value_name = "PATH")]
     ddp_script: PathBuf,
-    /// Arguments to the DDP script, one string (the default: a 16 MiB
-    /// gradient, compute held to 450 ms).
-    #[arg(long, default_value = "--width 1024 --layers 4 --min-compute-ms 450", allow_hyphen_values = true)]
-    ddp_args: String,
+    /// Arguments to the DDP script, one string (for `ddp_train.py` the
+    /// default is a 16 MiB gradient, compute held to 450 ms; for another
+    /// script, none).
+    #[arg(long, allow_hyphen_values = true)]
+    ddp_args: Option<String>,
     /// Iterations of the run alone that measures the DDP shape (after the warm-up).
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(3..))]
     calibration_iterations: u64,
@@ -384,7 +385,12 @@ fn scenario(args: &ScenarioArgs, with_sim: bool) -> Result<()> {
         let script = std::fs::canonicalize(&args.ddp_script)
             .with_context(|| format!("--ddp-script: {} does not exist", args.ddp_script.display()))?;
         let python = torch_python(args.python.as_deref())?;
-        Workers::Ddp(DdpWorkers { python, script, args: args.ddp_args.split_whitespace().map(String::from).collect() })
+        let given = match (&args.ddp_args, script.file_name().is_some_and(|n| n == "ddp_train.py")) {
+            (Some(a), _) => a.as_str(),
+            (None, true) => "--width 1024 --layers 4 --min-compute-ms 450",
+            (None, false) => "",
+        };
+        Workers::Ddp(DdpWorkers { python, script, args: given.split_whitespace().map(String::from).collect() })
     } else {
         Workers::Emulated
     };
@@ -412,12 +418,18 @@ fn scenario(args: &ScenarioArgs, with_sim: bool) -> Result<()> {
     if args.ddp && args.replay {
         let path = out.join("shape.json");
         let text = std::fs::read_to_string(&path).with_context(|| format!("--replay: reading {}", path.display()))?;
-        let shape: orrery_testbed::ddp::DdpShape =
-            serde_json::from_str(&text).with_context(|| format!("--replay: {}", path.display()))?;
+        let (spec, comm_ms) = match serde_json::from_str::<orrery_testbed::ddp::DdpShape>(&text) {
+            Ok(shape) => (shape.spec(), shape.comm_ms),
+            Err(_) => {
+                let shape: orrery_testbed::ddp::PipelineShape =
+                    serde_json::from_str(&text).with_context(|| format!("--replay: {}", path.display()))?;
+                (shape.spec, shape.first_stage.dp_ms)
+            }
+        };
         for j in &mut jobs {
-            j.shape = Some(shape.spec());
+            j.shape = Some(spec.clone());
         }
-        comm_alone_ms = Some(shape.comm_ms);
+        comm_alone_ms = Some(comm_ms);
     } else if args.ddp {
         let mut first = jobs[0].clone();
         first.work = orrery_model::Work::Iterations(args.warmup as u64 + args.calibration_iterations);
@@ -430,33 +442,44 @@ fn scenario(args: &ScenarioArgs, with_sim: bool) -> Result<()> {
         let alone =
             runtime.block_on(drive(&topo, std::slice::from_ref(&first), &alone_pins, &opts, |m| eprintln!("  {m}")))?;
         let job = &alone.jobs[0];
-        let bytes = orrery_testbed::ddp::logged_gradient_bytes(&out.join("alone/run/workers"))?;
+        let logs = out.join("alone/run/workers");
         let modelled = orrery_testbed::fabric::derated(&topo, args.goodput).map_err(anyhow::Error::msg)?;
-        let gbps = job
-            .hosts
-            .iter()
-            .filter_map(|(name, _)| modelled.hosts.iter().position(|h| &h.name == name))
-            .map(|h| modelled.host_nic_gbps(h))
-            .fold(f64::INFINITY, f64::min);
-        if !gbps.is_finite() {
-            bail!("{}: its run alone was never placed ({})", first.id, job.status);
-        }
-        let shape = orrery_testbed::ddp::measured_shape(job, bytes, first.workers, gbps)?;
-        compare::write_atomic(&out.join("shape.json"), &serde_json::to_string_pretty(&shape)?)?;
-        eprintln!(
-            "  alone: {:.1} ms an iteration, compute {:.1} ms, all-reduce {:.1} ms of a {:.1} MB gradient \
-             (the model's payload: {:.2}× the exact ring's at scale {})",
-            shape.alone_ms,
-            shape.compute_ms,
-            shape.comm_ms,
-            shape.gradient_bytes / 1e6,
-            shape.model_bytes * args.fabric.scale / shape.gradient_bytes,
-            args.fabric.scale
-        );
+        let (spec, comm_ms) = match orrery_testbed::ddp::logged_pipeline(&logs)? {
+            Some(mesh) => {
+                let shape = pipeline_alone(&modelled, &first, &alone_pins, &policy, mesh, job, &logs, &args)?;
+                compare::write_atomic(&out.join("shape.json"), &serde_json::to_string_pretty(&shape)?)?;
+                (shape.spec, shape.first_stage.dp_ms)
+            }
+            None => {
+                let bytes = orrery_testbed::ddp::logged_gradient_bytes(&logs)?;
+                let gbps = job
+                    .hosts
+                    .iter()
+                    .filter_map(|(name, _)| modelled.hosts.iter().position(|h| &h.name == name))
+                    .map(|h| modelled.host_nic_gbps(h))
+                    .fold(f64::INFINITY, f64::min);
+                if !gbps.is_finite() {
+                    bail!("{}: its run alone was never placed ({})", first.id, job.status);
+                }
+                let shape = orrery_testbed::ddp::measured_shape(job, bytes, first.workers, gbps)?;
+                compare::write_atomic(&out.join("shape.json"), &serde_json::to_string_pretty(&shape)?)?;
+                eprintln!(
+                    "  alone: {:.1} ms an iteration, compute {:.1} ms, all-reduce {:.1} ms of a {:.1} MB gradient \
+                     (the model's payload: {:.2}× the exact ring's at scale {})",
+                    shape.alone_ms,
+                    shape.compute_ms,
+                    shape.comm_ms,
+                    shape.gradient_bytes / 1e6,
+                    shape.model_bytes * args.fabric.scale / shape.gradient_bytes,
+                    args.fabric.scale
+                );
+                (shape.spec(), shape.comm_ms)
+            }
+        };
         for j in &mut jobs {
-            j.shape = Some(shape.spec());
+            j.shape = Some(spec.clone());
         }
-        comm_alone_ms = Some(shape.comm_ms);
+        comm_alone_ms = Some(comm_ms);
     }
     let mut all_rows = Vec::new();
     let mut summaries = Vec::new();
@@ -612,4 +635,67 @@ async fn measure_alone(
         }
     }
     Ok(Some(measured))
+}
+
+/// A pipeline × data-parallel job's run alone held against its model: the
+/// mesh's structural shape ([`orrery_testbed::ddp::PipelineMesh::spec`]),
+/// simulated alone on the same placement, against the iterations and
+/// phases its ranks measured.
+#[allow(clippy::too_many_arguments)]
+fn pipeline_alone(
+    modelled: &orrery_model::Topology,
+    first: &orrery_model::JobSpec,
+    pins: &std::collections::BTreeMap<String, Vec<(usize, u32)>>,
+    policy: &str,
+    mesh: orrery_testbed::ddp::PipelineMesh,
+    job: &orrery_testbed::drive::MeasuredJob,
+    logs: &std::path::Path,
+    args: &ScenarioArgs,
+) -> Result<orrery_testbed::ddp::PipelineShape> {
+    use orrery_testbed::ddp;
+    if mesh.pp * mesh.dp != first.workers {
+        bail!("{}: the script ran {} × {} ranks, the job has {} workers", first.id, mesh.pp, mesh.dp, first.workers);
+    }
+    let spec = mesh.spec(args.fabric.scale);
+    let mut modelled_job = first.clone();
+    modelled_job.shape = Some(spec.clone());
+    let cfg = orrery_sim::SimConfig { seed: 1, ..Default::default() };
+    let simulated = compare::simulate(modelled, std::slice::from_ref(&modelled_job), pins, policy, cfg, args.warmup)
+        .map_err(anyhow::Error::msg)?;
+    let predicted_ms = compare::median(&simulated.iteration_ms[0]);
+    // The script names its files by the service's job id; the run alone has one job.
+    let ranks = |rank: u32| -> Result<std::path::PathBuf> {
+        let suffix = format!("-{rank}.csv");
+        let mut found: Vec<_> = std::fs::read_dir(logs)
+            .with_context(|| format!("reading {}", logs.display()))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("phases-")))
+            .filter(|p| p.to_string_lossy().ends_with(&suffix))
+            .collect();
+        found.sort();
+        found.into_iter().next().with_context(|| format!("{}: no phases-JOB{suffix} from rank {rank}", logs.display()))
+    };
+    let shape = ddp::PipelineShape {
+        mesh,
+        spec,
+        first_stage: ddp::phases(&ranks(0)?, args.warmup)?,
+        last_stage: ddp::phases(&ranks((mesh.pp - 1) * mesh.dp)?, args.warmup)?,
+        measured_ms: compare::median(job.iteration_ms.get(args.warmup..).unwrap_or(&[])),
+        predicted_ms,
+    };
+    let (f, l) = (&shape.first_stage, &shape.last_stage);
+    eprintln!(
+        "  alone: {:.1} ms an iteration (the model's {:.1} ms, {:+.1}%); first stage: compute {:.1}, pipeline waits {:.1}, \
+         all-reduce {:.1} ms; last stage: {:.1}, {:.1}, {:.1} ms",
+        shape.measured_ms,
+        shape.predicted_ms,
+        shape.error() * 100.0,
+        f.compute_ms,
+        f.p2p_ms,
+        f.dp_ms,
+        l.compute_ms,
+        l.p2p_ms,
+        l.dp_ms
+    );
+    Ok(shape)
 }
