@@ -446,7 +446,7 @@ fn scenario(args: &ScenarioArgs, with_sim: bool) -> Result<()> {
         let modelled = orrery_testbed::fabric::derated(&topo, args.goodput).map_err(anyhow::Error::msg)?;
         let (spec, comm_ms) = match orrery_testbed::ddp::logged_pipeline(&logs)? {
             Some(mesh) => {
-                let shape = pipeline_alone(&modelled, &first, &alone_pins, &policy, mesh, job, &logs, &args)?;
+                let shape = pipeline_alone(&modelled, &first, &alone_pins, &policy, mesh, job, &logs, args)?;
                 compare::write_atomic(&out.join("shape.json"), &serde_json::to_string_pretty(&shape)?)?;
                 (shape.spec, shape.first_stage.dp_ms)
             }
