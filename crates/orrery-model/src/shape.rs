@@ -52,8 +52,10 @@ impl Collective {
 #[serde(deny_unknown_fields)]
 pub struct Group {
     /// Distance between the workers of a group.
+    #[schemars(range(min = 0, max = crate::mesh::MAX_GPUS))]
     pub stride: u32,
     /// Workers in a group; 0 for all of them.
+    #[schemars(range(min = 0, max = crate::mesh::MAX_GPUS))]
     pub size: u32,
 }
 

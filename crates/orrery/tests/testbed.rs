@@ -543,7 +543,7 @@ fn a_real_pipeline_by_data_parallel_job_runs_as_its_model_says_and_cassinis_shif
     );
     // Issue 66's goal: the job alone within 10% of the model of its mesh
     // (1F1B's m + pp − 1 slots, an activation per slot, each stage's
-    // ring), simulated on the same hosts. Four runs here: −0.8% to +0.1%.
+    // ring), simulated on the same hosts. Two runs here: −0.8% and +0.1%.
     let shape: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.path().join("shape.json")).expect("shape.json"))
             .expect("json");
