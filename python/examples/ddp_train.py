@@ -43,6 +43,15 @@ import orrery.torch_hook  # noqa: E402
 LOG_HEADER = "job,rank,epoch,iteration,start_unix_ms,delay_ms,duration_ms,comm_ms,cycle_ms"
 
 
+def add_run_args(p):
+    """The options every example shares: threads, checkpoints, logs, gloo's timeout."""
+    p.add_argument("--threads", type=int, default=1, help="torch's CPU threads per rank")
+    p.add_argument("--checkpoint-dir", default=os.environ.get("ORRERY_CHECKPOINT_DIR", "orrery-checkpoints"))
+    p.add_argument("--checkpoint-every", type=int, default=50, help="also checkpoint every N steps (0: only on exit)")
+    p.add_argument("--log-dir", default=os.environ.get("ORRERY_LOG_DIR"), help="append iteration rows here")
+    p.add_argument("--timeout-s", type=float, default=60.0, help="gloo's timeout for a collective")
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--width", type=int, default=1024, help="hidden width (default 1024)")
@@ -51,11 +60,7 @@ def parse_args(argv=None):
     p.add_argument("--accumulate", type=int, default=1, help="micro-steps per iteration (all but the last under no_sync)")
     p.add_argument("--bucket-cap-mb", type=float, default=25.0, help="DDP's gradient bucket size")
     p.add_argument("--min-compute-ms", type=float, default=0.0, help="pad each iteration's compute to at least this")
-    p.add_argument("--threads", type=int, default=1, help="torch's CPU threads per rank")
-    p.add_argument("--checkpoint-dir", default=os.environ.get("ORRERY_CHECKPOINT_DIR", "orrery-checkpoints"))
-    p.add_argument("--checkpoint-every", type=int, default=50, help="also checkpoint every N steps (0: only on exit)")
-    p.add_argument("--log-dir", default=os.environ.get("ORRERY_LOG_DIR"), help="append iteration rows here")
-    p.add_argument("--timeout-s", type=float, default=60.0, help="gloo's timeout for a collective")
+    add_run_args(p)
     args = p.parse_args(argv)
     for name in ("width", "layers", "batch", "accumulate", "threads"):
         if getattr(args, name) < 1:
@@ -83,6 +88,21 @@ def build_model(torch, args):
         if k + 1 < args.layers:
             layers.append(torch.nn.ReLU())
     return torch.nn.Sequential(*layers)
+
+
+def stop_at_a_safe_point():
+    """Installs the SIGTERM handler: it ends the job at once while the loop
+    waits for a slot, and after the step while ``term["in_step"]`` is set;
+    returns that state."""
+    term = {"asked": False, "in_step": False}
+
+    def on_sigterm(signum, frame):
+        term["asked"] = True
+        if not term["in_step"]:
+            raise orrery.JobEnded("stopped by SIGTERM")
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    return term
 
 
 def save_checkpoint(torch, path, model, optimizer, step):
@@ -137,14 +157,7 @@ def main(argv=None):
     # the job at a safe point: at once while waiting for a slot, after the
     # iteration (step and report) while inside one, so the checkpoint is a
     # whole step the service has counted.
-    term = {"asked": False, "in_step": False}
-
-    def on_sigterm(signum, frame):
-        term["asked"] = True
-        if not term["in_step"]:
-            raise orrery.JobEnded("stopped by SIGTERM")
-
-    signal.signal(signal.SIGTERM, on_sigterm)
+    term = stop_at_a_safe_point()
     event(event="start", step=step, grad_bytes=grad_bytes, world=world, resumed=step > 0)
     # The real compute of the last iterations (not the first: DDP builds its
     # buckets then), whose median sets the padding: steady, so that two jobs

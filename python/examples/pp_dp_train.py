@@ -36,14 +36,13 @@ import argparse
 import datetime
 import json
 import os
-import signal
 import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import orrery  # noqa: E402
-from ddp_train import LOG_HEADER, env_int, save_checkpoint  # noqa: E402
+from ddp_train import LOG_HEADER, add_run_args, env_int, save_checkpoint, stop_at_a_safe_point  # noqa: E402
 
 PHASES_HEADER = "job,rank,stage,replica,iteration,compute_ms,p2p_ms,dp_ms,duration_ms"
 
@@ -57,11 +56,7 @@ def parse_args(argv=None):
     p.add_argument("--batch", type=int, default=4, help="samples per micro-batch (activations: batch × width × 4 B)")
     p.add_argument("--forward-ms", type=float, default=30.0, help="a micro-batch's forward on one stage, at least")
     p.add_argument("--backward-ms", type=float, default=60.0, help="a micro-batch's backward on one stage, at least")
-    p.add_argument("--threads", type=int, default=1, help="torch's CPU threads per rank")
-    p.add_argument("--checkpoint-dir", default=os.environ.get("ORRERY_CHECKPOINT_DIR", "orrery-checkpoints"))
-    p.add_argument("--checkpoint-every", type=int, default=50, help="also checkpoint every N steps (0: only on exit)")
-    p.add_argument("--log-dir", default=os.environ.get("ORRERY_LOG_DIR"), help="append iteration rows here")
-    p.add_argument("--timeout-s", type=float, default=60.0, help="gloo's timeout for a collective")
+    add_run_args(p)
     args = p.parse_args(argv)
     for name in ("pp", "microbatches", "width", "layers", "batch", "threads"):
         if getattr(args, name) < 1:
@@ -208,14 +203,7 @@ def main(argv=None):
             exchange(send=dx, to=prev_rank)
         return compute[0]
 
-    term = {"asked": False, "in_step": False}
-
-    def on_sigterm(signum, frame):
-        term["asked"] = True
-        if not term["in_step"]:
-            raise orrery.JobEnded("stopped by SIGTERM")
-
-    signal.signal(signal.SIGTERM, on_sigterm)
+    term = stop_at_a_safe_point()
     event(event="start", step=step, grad_bytes=grad_bytes, world=world, resumed=step > 0, pp=pp, dp=dp,
           microbatches=m, activation_bytes=activation_bytes, forward_ms=args.forward_ms,
           backward_ms=args.backward_ms)

@@ -182,6 +182,11 @@ pub fn names() -> Vec<&'static str> {
 /// Looks up a GPU type by name, case-insensitively, accepting the spellings
 /// used by the traces (`V100M32`, `Tesla T4`, `A100-SXM4-40GB`, ...).
 pub fn gpu_type(name: &str) -> Option<&'static GpuType> {
+    // A topology names its GPUs canonically: found without allocating (a
+    // policy looks up every running job's GPU each round).
+    if let Some(g) = GPU_TYPES.iter().find(|g| g.name == name) {
+        return Some(g);
+    }
     let lower = name.trim().to_ascii_lowercase();
     let canonical = match lower.as_str() {
         "v100m32" | "v100-32" | "v100_32gb" => "v100-32gb",

@@ -356,6 +356,9 @@ impl Policy for Colocator {
         let rack_of = racks(view);
         self.link_duty = None;
         let mut free = view.free_gpus.to_vec();
+        // Free GPUs in all, kept with `free`: each queued job reads it
+        // (O(1) instead of a sum over every host).
+        let mut free_total: u64 = free.iter().map(|&f| u64::from(f)).sum();
         let spare = self.spare_high_priority;
         let high = move |spec: &JobSpec| spare && spec.priority == orrery_model::Priority::High;
         let order = self.pending_order(view);
@@ -364,6 +367,7 @@ impl Policy for Colocator {
         for &v in &victims {
             for &(h, g) in view.running[v].hosts {
                 free[h] += g;
+                free_total += u64::from(g);
             }
             self.preempted += 1;
             out.push(Decision::Preempt { job: view.running[v].id });
@@ -428,6 +432,8 @@ impl Policy for Colocator {
         }
         let waiting = order.len();
         let total = view.topology.gpu_count();
+        // GPUs the running candidates hold alone, kept as shares take them.
+        let mut solo_total: u64 = cands.iter().flat_map(|c| &c.solo).map(|s| u64::from(s.1)).sum();
         // Decisions before the previous job was considered (blocking mode).
         let mut before_previous: Option<usize> = None;
         for (pos, (t_new, _, qi)) in order.into_iter().enumerate() {
@@ -458,6 +464,7 @@ impl Policy for Colocator {
                 {
                     for &(h, g) in &hosts {
                         free[h] -= g;
+                        free_total -= u64::from(g);
                     }
                     self.priced += 1;
                     out.push(Decision::Place { job: q.id, hosts });
@@ -465,7 +472,7 @@ impl Policy for Colocator {
                 }
             }
             // Lines 6-7: enough free GPUs.
-            if free.iter().map(|&f| u64::from(f)).sum::<u64>() >= u64::from(need)
+            if free_total >= u64::from(need)
                 && let Some(hosts) = match self.placement.as_mut() {
                     Some(p) => p.place(view, &rack_of, &free, q.spec),
                     None => consolidated(view, &rack_of, &capped(&free, q.spec), need),
@@ -473,6 +480,7 @@ impl Policy for Colocator {
             {
                 for &(h, g) in &hosts {
                     free[h] -= g;
+                    free_total -= u64::from(g);
                 }
                 if let Some(p) = self.placement.as_mut() {
                     p.commit(view, q.spec, &hosts);
@@ -481,10 +489,11 @@ impl Policy for Colocator {
                 continue;
             }
             if self.shrink {
-                let wait_s = next_free_s(&ends, free.iter().sum(), need);
+                let wait_s = next_free_s(&ends, u32::try_from(free_total).unwrap_or(u32::MAX), need);
                 if let Some(hosts) = self.shrunk_start(view, &rack_of, &free, q, t_new, wait_s) {
                     for &(h, g) in &hosts {
                         free[h] -= g;
+                        free_total -= u64::from(g);
                     }
                     self.shrunk += 1;
                     out.push(Decision::Place { job: q.id, hosts });
@@ -494,14 +503,13 @@ impl Policy for Colocator {
             if !self.share || high(q.spec) {
                 continue;
             }
-            let solo_total: u64 = cands.iter().flat_map(|c| &c.solo).map(|s| u64::from(s.1)).sum();
             let Some(model) = orrery_model::zoo::model(&q.spec.model) else { continue };
-            if free.iter().map(|&f| u64::from(f)).sum::<u64>() + solo_total < u64::from(need) {
+            if free_total + solo_total < u64::from(need) {
                 continue;
             }
             // Lines 10-14: candidate partners, ranked.
             let back_to_back = if self.next_free {
-                BackToBack::NextFree { wait_s: next_free_s(&ends, free.iter().sum(), need) }
+                BackToBack::NextFree { wait_s: next_free_s(&ends, u32::try_from(free_total).unwrap_or(u32::MAX), need) }
             } else {
                 self.back_to_back
             };
@@ -569,11 +577,13 @@ impl Policy for Colocator {
             self.shares += 1;
             for &(h, g) in &from_free {
                 free[h] -= g;
+                free_total -= u64::from(g);
             }
             for &(p, h, g) in &shared {
                 if let Some(c) = cands.iter_mut().find(|c| c.id == p)
                     && let Some(s) = c.solo.iter_mut().find(|s| s.0 == h)
                 {
+                    solo_total -= u64::from(s.1.min(g));
                     s.1 = s.1.saturating_sub(g);
                 }
             }
