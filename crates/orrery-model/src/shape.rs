@@ -40,6 +40,10 @@ impl Collective {
     }
 }
 
+/// The most workers a group may span, and so the most GPUs of a mesh
+/// ([`crate::mesh::MAX_GPUS`] is this).
+pub const MAX_GROUP_WORKERS: u32 = 65_536;
+
 /// Which workers a collective runs among. Workers are numbered in the
 /// placement's order; a group is `size` workers `stride` apart (worker
 /// `i` is in the group of every `i ± stride`, up to `size` of them), and all
@@ -52,10 +56,10 @@ impl Collective {
 #[serde(deny_unknown_fields)]
 pub struct Group {
     /// Distance between the workers of a group.
-    #[schemars(range(min = 0, max = crate::mesh::MAX_GPUS))]
+    #[schemars(range(min = 0, max = MAX_GROUP_WORKERS))]
     pub stride: u32,
     /// Workers in a group; 0 for all of them.
-    #[schemars(range(min = 0, max = crate::mesh::MAX_GPUS))]
+    #[schemars(range(min = 0, max = MAX_GROUP_WORKERS))]
     pub size: u32,
 }
 

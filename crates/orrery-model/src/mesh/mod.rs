@@ -237,7 +237,7 @@ pub struct Mesh {
 /// is this): four times the largest published training runs (16,384
 /// GPUs), and half of the 131,072 GPUs of the largest cluster a topology
 /// may describe ([`crate::topology::MAX_HOSTS`] hosts of 8).
-pub const MAX_GPUS: u32 = 65_536;
+pub const MAX_GPUS: u32 = crate::shape::MAX_GROUP_WORKERS;
 
 /// The most micro-batches per iteration a pipeline may run (Megatron runs
 /// hundreds for its largest global batches).
