@@ -418,13 +418,17 @@ fn scenario(args: &ScenarioArgs, with_sim: bool) -> Result<()> {
     if args.ddp && args.replay {
         let path = out.join("shape.json");
         let text = std::fs::read_to_string(&path).with_context(|| format!("--replay: reading {}", path.display()))?;
-        let (spec, comm_ms) = match serde_json::from_str::<orrery_testbed::ddp::DdpShape>(&text) {
-            Ok(shape) => (shape.spec(), shape.comm_ms),
-            Err(_) => {
-                let shape: orrery_testbed::ddp::PipelineShape =
-                    serde_json::from_str(&text).with_context(|| format!("--replay: {}", path.display()))?;
-                (shape.spec, shape.first_stage.dp_ms)
-            }
+        let value: serde_json::Value =
+            serde_json::from_str(&text).with_context(|| format!("--replay: {}", path.display()))?;
+        // A pipeline's shape.json carries its mesh; a DDP job's, its fitted shape.
+        let (spec, comm_ms) = if value.get("mesh").is_some() {
+            let shape: orrery_testbed::ddp::PipelineShape =
+                serde_json::from_value(value).with_context(|| format!("--replay: {}", path.display()))?;
+            (shape.spec, shape.first_stage.dp_ms)
+        } else {
+            let shape: orrery_testbed::ddp::DdpShape =
+                serde_json::from_value(value).with_context(|| format!("--replay: {}", path.display()))?;
+            (shape.spec(), shape.comm_ms)
         };
         for j in &mut jobs {
             j.shape = Some(spec.clone());
