@@ -348,12 +348,11 @@ impl ShapeSpec {
                 if compute > 0.0 {
                     segments.push(Segment::Compute { ms: compute });
                 }
-                let (participants, hosts, group) = match c.group.is_all() {
-                    true => (workers, hosts, crate::shape::Group::ALL),
-                    false => {
-                        let spanned = crate::mesh::shape::hosts_spanned(c.group.stride, c.group.size, per_host);
-                        (c.group.size, spanned.min(hosts), c.group)
-                    }
+                let (participants, hosts, group) = if c.group.is_all() {
+                    (workers, hosts, crate::shape::Group::ALL)
+                } else {
+                    let spanned = crate::mesh::shape::hosts_spanned(c.group.stride, c.group.size, per_host);
+                    (c.group.size, spanned.min(hosts), c.group)
                 };
                 let rate = if hosts > 1 { gbps } else { crate::zoo::INTRA_HOST_GBPS };
                 segments.push(Segment::Comm {
