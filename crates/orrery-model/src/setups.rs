@@ -683,19 +683,37 @@ mod tests {
     }
 
     #[test]
-    fn latency_matrix_counts_hops() {
+    fn latencies_count_hops() {
         let t = cassini();
-        let m = t.latency_matrix_us();
-        assert_eq!(m[0][0], 0.0);
-        assert_eq!(m[0][1], 2.0);
-        assert_eq!(m[0][23], 4.0);
+        let m = t.latencies_us();
+        assert_eq!(m.get(0, 0), 0.0);
+        assert_eq!(m.get(0, 1), 2.0);
+        assert_eq!(m.get(0, 23), 4.0);
+    }
+
+    /// Every pair's latency against the fastest of its enumerated shortest
+    /// paths.
+    fn assert_latencies_are_the_fastest_shortest_paths(t: &Topology) {
+        let m = t.latencies_us();
+        let h = t.hosts.len();
+        assert_eq!(m.hosts(), h);
+        for a in 0..h {
+            for b in 0..h {
+                let by_paths = t
+                    .paths(a, b)
+                    .iter()
+                    .map(|p| p.iter().map(|&l| t.links[l].latency_us).sum::<f64>())
+                    .fold(if a == b { 0.0 } else { f64::INFINITY }, f64::min);
+                assert_eq!(m.get(a, b), by_paths, "{} {a} → {b}", t.name);
+            }
+        }
     }
 
     #[test]
-    fn latency_matrix_takes_the_fastest_of_the_fewest_hop_paths() {
+    fn latencies_take_the_fastest_of_the_fewest_hop_paths() {
         // FORESIGHT's fabric of 4 spines, with the links into and out of
         // spine 0 made 5 µs slower: a cross-rack pair has 4 paths of 4 hops,
-        // and the matrix must give the fastest, as enumerating them does.
+        // and the table must give the fastest, as enumerating them does.
         let mut t = foresight(4);
         let spine0 =
             t.hosts.len() + t.switches.iter().position(|s| s.tier == crate::topology::Tier::Spine).expect("a spine");
@@ -704,20 +722,26 @@ mod tests {
                 l.latency_us += 5.0;
             }
         }
-        let m = t.latency_matrix_us();
-        let h = t.hosts.len();
-        for (a, row) in m.iter().enumerate() {
-            for (b, &got) in row.iter().enumerate() {
-                let by_paths = t
-                    .paths(a, b)
-                    .iter()
-                    .map(|p| p.iter().map(|&l| t.links[l].latency_us).sum::<f64>())
-                    .fold(if a == b { 0.0 } else { f64::INFINITY }, f64::min);
-                assert_eq!(got, by_paths, "{a} → {b}");
+        assert_latencies_are_the_fastest_shortest_paths(&t);
+        let cross_rack = (1..t.hosts.len()).find(|&b| t.paths(0, b).len() > 1).expect("a pair with ECMP paths");
+        assert!(t.paths(0, cross_rack).iter().any(|p| p.iter().any(|&l| t.links[l].to == spine0)));
+    }
+
+    #[test]
+    fn hosts_attached_unlike_their_rack_get_rows_of_their_own() {
+        // Host 3's cable is 7 µs slower one way and host 5's the other way:
+        // neither sees (or is seen from) the others as its rack-mates are.
+        let mut t = foresight(4);
+        for l in &mut t.links {
+            if l.from == 3 || l.to == 5 {
+                l.latency_us += 7.0;
             }
         }
-        let cross_rack = (1..h).find(|&b| t.paths(0, b).len() > 1).expect("a pair with ECMP paths");
-        assert!(t.paths(0, cross_rack).iter().any(|p| p.iter().any(|&l| t.links[l].to == spine0)));
+        assert_latencies_are_the_fastest_shortest_paths(&t);
+        let m = t.latencies_us();
+        assert_eq!(m.get(3, 1) - m.get(2, 1), 7.0);
+        assert_eq!(m.get(1, 5) - m.get(1, 4), 7.0);
+        assert_latencies_are_the_fastest_shortest_paths(&h100().expect("the h100 set-up"));
     }
 
     #[test]

@@ -46,6 +46,7 @@ use orrery_interleave::score::{compatibility, demand};
 use orrery_interleave::unified::{CircleJob, Params, UnifiedCircle, UnifiedJob, unify};
 use orrery_interleave::{Search, solve};
 use orrery_model::placed::place;
+use orrery_model::topology::Latencies;
 use orrery_model::zoo::{Placement, model};
 use orrery_model::{Circle, HostId, JobSpec};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -92,10 +93,13 @@ pub struct Metronome {
     /// soon after a pause is re-profiled (off: `metronome:pause-only`,
     /// orrery's variant, which only ever pauses).
     pub reprofile: bool,
-    latency: Vec<Vec<f64>>,
+    latency: Latencies,
     /// Mean latency from each host to all others (the first pod's PreFilter),
     /// computed with `latency`: O(hosts²) once, not per pod.
     mean_latency: Vec<f64>,
+    /// Each host's kind (GPU type, NIC rate, GPUs): a job's circle depends
+    /// only on it. Computed with `latency`.
+    host_kinds: HostKinds,
     /// Per paced low-priority job, what the controller watches.
     watched: HashMap<JobId, Watch>,
     /// Each contended node's offset scheme, as Reserve sent it to the
@@ -338,6 +342,36 @@ fn newcomer_on(
     Scheme { jobs }
 }
 
+/// The kinds of host a job's circle depends on: (GPU type, NIC rate, GPUs).
+#[derive(Debug, Default)]
+struct HostKinds {
+    /// Each host's kind.
+    kind: Vec<u32>,
+    /// (GPU type, NIC Gbit/s, GPUs) of each kind.
+    kinds: Vec<(String, f64, u32)>,
+    /// The fastest NIC's rate, Gbit/s.
+    fastest: f64,
+}
+
+impl HostKinds {
+    /// O(hosts).
+    fn of(t: &orrery_model::Topology) -> HostKinds {
+        let mut index: HashMap<(&str, u64, u32), u32> = HashMap::new();
+        let mut kinds = Vec::new();
+        let kind = (0..t.hosts.len())
+            .map(|n| {
+                let (gpu, nic, gpus) = (t.hosts[n].gpu_type.as_str(), t.host_nic_gbps(n), t.hosts[n].gpus);
+                *index.entry((gpu, nic.to_bits(), gpus)).or_insert_with(|| {
+                    kinds.push((gpu.to_string(), nic, gpus));
+                    kinds.len() as u32 - 1
+                })
+            })
+            .collect();
+        let fastest = kinds.iter().map(|k| k.1).fold(0.0, f64::max);
+        HostKinds { kind, kinds, fastest }
+    }
+}
+
 impl Default for Metronome {
     fn default() -> Self {
         Metronome {
@@ -346,8 +380,9 @@ impl Default for Metronome {
             monitor: true,
             loop_filter: true,
             reprofile: true,
-            latency: Vec::new(),
+            latency: Latencies::default(),
             mean_latency: Vec::new(),
+            host_kinds: HostKinds::default(),
             watched: HashMap::new(),
             schemes: BTreeMap::new(),
             readjustments: 0,
@@ -377,9 +412,10 @@ impl Metronome {
         // A mesh's pods are placed a TP group at a time, so a group never
         // spans nodes (`JobSpec::host_unit`).
         let per_pod = if spec.parallelism.is_some() { spec.host_unit() } else { spec.gpus_per_worker.max(1) };
-        let fastest = (0..t.hosts.len()).map(|h| t.host_nic_gbps(h)).fold(0.0, f64::max);
+        let kinds = &self.host_kinds;
         let mut scratch = free.to_vec();
         let mut chosen: Vec<HostId> = Vec::new();
+        let mut is_chosen = vec![false; t.hosts.len()];
         // Components of the Affinity graph the job reaches through the
         // contended nodes chosen so far.
         let mut joined: HashSet<JobId> = HashSet::new();
@@ -394,63 +430,72 @@ impl Metronome {
             ids
         };
         let label = |j: JobId| component.get(&j).copied().unwrap_or(j);
-        // The job's circle depends only on the host's GPU type and rate:
-        // derived once per kind of host, not per host and pod.
-        let mut circles: HashMap<(&str, u64, u32), Option<Circle>> = HashMap::new();
-        let mut scores: HashMap<HostId, (f64, Option<UnifiedCircle>)> = HashMap::new();
+        // The job's circle depends only on the host's kind: derived once per
+        // kind, on the fastest NIC (its declared bandwidth) and on the
+        // host's own, with the declared peak.
+        let circles: Vec<(Option<f64>, Option<Circle>)> = kinds
+            .kinds
+            .iter()
+            .map(|(gpu, nic, gpus)| {
+                let Some(declared) = circle_of(spec, gpu, kinds.fastest, *gpus) else { return (None, None) };
+                let peak = declared.arcs.iter().map(|a| a.gbps).fold(0.0, f64::max);
+                let own = if *nic == kinds.fastest { Some(declared) } else { circle_of(spec, gpu, *nic, *gpus) };
+                (Some(peak), own)
+            })
+            .collect();
+        // Each node's score (Eq. 18), an index into `scored`, derived once
+        // per job: it depends on the node's pods and the newcomer's circle,
+        // not on which pod of the job is being placed.
+        let mut score_of: Vec<u32> = vec![u32::MAX; t.hosts.len()];
+        let mut scored: Vec<(f64, Option<UnifiedCircle>)> = Vec::new();
         // A node's score depends only on its kind (GPU, rate) and on its
         // pods' circles and priorities in order, not on which node it is:
         // nodes alike share one unification and search (issue 43: 4,096
         // nodes holding a handful of kinds of job). O(pods on n) a key.
-        let mut alike: HashMap<Vec<u64>, (f64, Option<UnifiedCircle>)> = HashMap::new();
+        let mut alike: HashMap<Vec<u64>, u32> = HashMap::new();
         // Pods of other jobs this one depends on, or that depend on it.
         let dependencies = view.dependency_hosts(spec);
+        // Each node's summed latency to the pods chosen so far, kept as
+        // they are chosen: O(hosts) a pod, not O(hosts · pods).
+        let mut to_chosen = vec![0.0; t.hosts.len()];
         for _pod in 0..spec.gpus() / per_pod {
             // PreFilter: latency to the pods it depends on that are placed
             // (its job's own so far, and its AppGroup dependencies'), or the
             // mean.
-            let delta: Vec<f64> = (0..t.hosts.len())
-                .map(|n| {
-                    if chosen.is_empty() && dependencies.is_empty() {
-                        self.mean_latency[n]
-                    } else {
-                        chosen.iter().chain(&dependencies).map(|&c| self.latency[n][c]).sum()
-                    }
-                })
-                .collect();
-            // (node, score, its unified circle with the newcomer last, when rotated)
+            let delta = |n: HostId| -> f64 {
+                if chosen.is_empty() && dependencies.is_empty() {
+                    self.mean_latency[n]
+                } else {
+                    dependencies.iter().fold(to_chosen[n], |sum, &c| sum + self.latency.get(n, c))
+                }
+            };
+            // (node, score)
             let mut best: Vec<(HostId, f64)> = Vec::new();
             for (n, &available) in scratch.iter().enumerate() {
                 // Filter: a free GPU, and the pod's declared bandwidth — its
                 // peak rate on the fastest NIC — within the link (Eq. 14).
-                let nic = t.host_nic_gbps(n);
-                let gpu = t.hosts[n].gpu_type.as_str();
-                let host_gpus = t.hosts[n].gpus;
-                for gbps in [fastest, nic] {
-                    circles
-                        .entry((gpu, gbps.to_bits(), host_gpus))
-                        .or_insert_with(|| circle_of(spec, gpu, gbps, host_gpus));
-                }
-                let Some(declared) = &circles[&(gpu, fastest.to_bits(), host_gpus)] else { continue };
-                let peak = declared.arcs.iter().map(|a| a.gbps).fold(0.0, f64::max);
-                if available < per_pod || peak > nic + 1e-9 || (spec.anti_affinity && chosen.contains(&n)) {
+                let kind = kinds.kind[n] as usize;
+                let nic = kinds.kinds[kind].1;
+                let (Some(peak), Some(circle)) = &circles[kind] else { continue };
+                if available < per_pod || *peak > nic + 1e-9 || (spec.anti_affinity && is_chosen[n]) {
                     continue;
                 }
-                let Some(circle) = &circles[&(gpu, nic.to_bits(), host_gpus)] else { continue };
-                // Score (Eq. 18) with the early returns. A node's score
-                // depends on its pods and the newcomer's circle, not on which
-                // pod of the job is being placed: computed once per job.
-                scores.entry(n).or_insert_with(|| {
+                // Score (Eq. 18) with the early returns.
+                if score_of[n] == u32::MAX {
                     let others = node_pods.get(&n).map(Vec::as_slice).unwrap_or_default();
-                    let key = node_key(gpu, nic, others);
-                    alike.entry(key).or_insert_with(|| score_node(spec, job.id, circle, others, nic)).clone()
-                });
+                    let key = node_key(&kinds.kinds[kind].0, nic, others);
+                    score_of[n] = *alike.entry(key).or_insert_with(|| {
+                        scored.push(score_node(spec, job.id, circle, others, nic));
+                        scored.len() as u32 - 1
+                    });
+                }
+                let (score, unified) = &scored[score_of[n] as usize];
                 // Filter (after Cassini): a node that would close a loop in the
                 // Affinity graph is dropped, as no global offset could keep
                 // every link's shifts. A contended node that is already a
                 // link of the graph adds one edge, to its component; a node
                 // that becomes one joins every job on it. O(pods on n).
-                if scores[&n].1.is_some() && !chosen.contains(&n) && !chosen_sets.contains(&jobs_on(n)) {
+                if unified.is_some() && !is_chosen[n] && !chosen_sets.contains(&jobs_on(n)) {
                     let others = node_pods.get(&n).map(Vec::as_slice).unwrap_or_default();
                     let labels: Vec<JobId> = if let Some(old) = self.schemes.get(&n) {
                         vec![label(old.jobs[0].0)]
@@ -464,25 +509,29 @@ impl Metronome {
                         continue;
                     }
                 }
-                best.push((n, scores[&n].0));
+                best.push((n, *score));
             }
             let max = best.iter().map(|b| b.1).fold(f64::NEG_INFINITY, f64::max);
             let top: Vec<&(HostId, f64)> = best.iter().filter(|b| b.1 >= max - 1e-9).collect();
             // NormalizeScore (Eq. 19) among the best: lowest latency, or highest for LowComm.
-            let d: Vec<f64> = top.iter().map(|b| delta[b.0]).collect();
+            let d: Vec<f64> = top.iter().map(|b| delta(b.0)).collect();
             let norm = normalize(&d);
             let pick = (0..top.len()).max_by(|&a, &b| {
                 let (x, y) = if spec.low_comm { (100.0 - norm[a], 100.0 - norm[b]) } else { (norm[a], norm[b]) };
                 x.total_cmp(&y).then(top[b].0.cmp(&top[a].0))
             })?;
             let (n, _) = *top[pick];
-            if scores[&n].1.is_some() && !chosen.contains(&n) {
+            if scored[score_of[n] as usize].1.is_some() && !is_chosen[n] {
                 let others = node_pods.get(&n).map(Vec::as_slice).unwrap_or_default();
                 joined.extend(others.iter().map(|o| label(o.0)));
                 chosen_sets.push(jobs_on(n));
             }
             scratch[n] -= per_pod;
             chosen.push(n);
+            is_chosen[n] = true;
+            for (m, sum) in to_chosen.iter_mut().enumerate() {
+                *sum += self.latency.get(m, n);
+            }
         }
         // Reserve: each contended node's offset scheme. SkipPhaseThree
         // (§III-B) keeps the Score phase's rotations when the best score is
@@ -493,7 +542,7 @@ impl Metronome {
         // without the third stage packs the newcomer against the others.
         let mut schemes: Vec<(HostId, Scheme)> = Vec::new();
         for &n in &chosen {
-            let (score, Some(u)) = &scores[&n] else { continue };
+            let (score, Some(u)) = &scored[score_of[n] as usize] else { continue };
             if schemes.iter().any(|s| s.0 == n) {
                 continue;
             }
@@ -737,11 +786,10 @@ impl Policy for Metronome {
     }
 
     fn schedule(&mut self, view: &ClusterView<'_>) -> Vec<Decision> {
-        if self.latency.len() != view.topology.hosts.len() {
-            self.latency = view.topology.latency_matrix_us();
-            let hosts = view.topology.hosts.len() as f64;
-            self.mean_latency =
-                self.latency.iter().map(|row| row.iter().filter(|v| v.is_finite()).sum::<f64>() / hosts).collect();
+        if self.latency.hosts() != view.topology.hosts.len() {
+            self.latency = view.topology.latencies_us();
+            self.mean_latency = self.latency.means();
+            self.host_kinds = HostKinds::of(view.topology);
         }
         let mut free = view.free_gpus.to_vec();
         // Pods already on each node with their circles (communicating jobs only).

@@ -95,7 +95,7 @@ impl Placement for Spread {
 /// LeastAllocated breaking ties.
 #[derive(Debug, Default)]
 pub struct Latency {
-    latency: Vec<Vec<f64>>,
+    latency: orrery_model::topology::Latencies,
 }
 
 impl Placement for Latency {
@@ -104,8 +104,8 @@ impl Placement for Latency {
     }
 
     fn prepare(&mut self, view: &ClusterView<'_>, _: &[JobId]) {
-        if self.latency.len() != view.topology.hosts.len() {
-            self.latency = view.topology.latency_matrix_us();
+        if self.latency.hosts() != view.topology.hosts.len() {
+            self.latency = view.topology.latencies_us();
         }
     }
 
@@ -115,11 +115,7 @@ impl Placement for Latency {
         // those of its AppGroup dependencies (`depends_on`, either way).
         let dependencies = view.dependency_hosts(spec);
         place_pods(view, spec, free, |n, chosen, scratch| {
-            let overhead: f64 = chosen
-                .iter()
-                .chain(&dependencies)
-                .map(|&c| latency.get(n).and_then(|r| r.get(c)).unwrap_or(&0.0))
-                .sum();
+            let overhead: f64 = chosen.iter().chain(&dependencies).map(|&c| latency.get(n, c)).sum();
             let least = f64::from(scratch[n]) / f64::from(t.hosts[n].gpus.max(1));
             -1000.0 * overhead + least
         })
