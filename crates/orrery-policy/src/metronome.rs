@@ -663,7 +663,8 @@ impl Metronome {
             self.schemes.insert(n, scheme);
         }
         self.watched.remove(&job);
-        let paces = self.global_offset(view, job, &[]);
+        let component = components(self.schemes.values());
+        let paces = self.global_offset(view, job, &[], &component);
         // "When necessary" (§III-C): the new rotation is adopted only if it
         // paces the job no slower than it already runs. The unified circle
         // rounds periods up, and a job paced at a longer period than its
@@ -690,14 +691,21 @@ impl Metronome {
     /// start (now, for a reference placed in this round, listed in `out`);
     /// the high-priority jobs are never moved. A job is paced at its period
     /// on the unified circle of the node through which the BFS reaches it.
-    /// O(scheme entries) to index the graph, then O(edges of the component).
-    fn global_offset(&mut self, view: &ClusterView<'_>, job: JobId, out: &[Decision]) -> Vec<Decision> {
-        let component = components(self.schemes.values());
+    /// `component` labels the graph's components ([`components`]). O(schemes)
+    /// to index the component, then O(edges of the component).
+    fn global_offset(
+        &mut self,
+        view: &ClusterView<'_>,
+        job: JobId,
+        out: &[Decision],
+        component: &HashMap<JobId, JobId>,
+    ) -> Vec<Decision> {
         let Some(&label) = component.get(&job) else { return Vec::new() };
         let mut members: Vec<JobId> = component.iter().filter(|(_, l)| **l == label).map(|(&j, _)| j).collect();
         members.sort_unstable();
         let mut on: HashMap<JobId, Vec<&Scheme>> = HashMap::new();
-        for scheme in self.schemes.values() {
+        // A scheme's jobs share one component: its first tells which.
+        for scheme in self.schemes.values().filter(|s| component.get(&s.jobs[0].0) == Some(&label)) {
             for x in &scheme.jobs {
                 on.entry(x.0).or_default().push(scheme);
             }
@@ -822,12 +830,14 @@ impl Policy for Metronome {
         self.schemes.retain(|_, s| s.jobs.len() >= 2);
         self.watched.retain(|j, _| live.contains(j));
         let mut out = Vec::new();
+        // The Affinity graph's components, derived again only when a
+        // placement adds edges: O(scheme entries) per such placement.
+        let mut component = components(self.schemes.values());
         for job in &view.queue {
             if job.spec.gpus() > view.topology.gpu_count() {
                 out.push(Decision::Reject { job: job.id, reason: "larger than the cluster".into() });
                 continue;
             }
-            let component = components(self.schemes.values());
             let Some(JobPlacement { hosts, schemes }) =
                 self.place_job(view, job, &mut free, &mut node_pods, &component)
             else {
@@ -836,7 +846,8 @@ impl Policy for Metronome {
             out.push(Decision::Place { job: job.id, hosts });
             if !schemes.is_empty() {
                 self.schemes.extend(schemes);
-                let paces = self.global_offset(view, job.id, &out);
+                component = components(self.schemes.values());
+                let paces = self.global_offset(view, job.id, &out, &component);
                 out.extend(paces);
             }
         }
