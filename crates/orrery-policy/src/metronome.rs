@@ -50,6 +50,7 @@ use orrery_model::topology::Latencies;
 use orrery_model::zoo::{Placement, model};
 use orrery_model::{Circle, HostId, JobSpec};
 use std::collections::{BTreeMap, HashMap, HashSet};
+use watches::Watches;
 
 /// Metronome's thresholds (§IV-A).
 #[derive(Debug, Clone, Copy)]
@@ -101,7 +102,7 @@ pub struct Metronome {
     /// only on it. Computed with `latency`.
     host_kinds: HostKinds,
     /// Per paced low-priority job, what the controller watches.
-    watched: HashMap<JobId, Watch>,
+    watched: Watches,
     /// Each contended node's offset scheme, as Reserve sent it to the
     /// controller: the edges of the Affinity graph (§III-C, "Global offset").
     schemes: BTreeMap<HostId, Scheme>,
@@ -383,7 +384,7 @@ impl Default for Metronome {
             latency: Latencies::default(),
             mean_latency: Vec::new(),
             host_kinds: HostKinds::default(),
-            watched: HashMap::new(),
+            watched: Watches::default(),
             schemes: BTreeMap::new(),
             readjustments: 0,
             reprofiles: 0,
@@ -828,7 +829,7 @@ impl Policy for Metronome {
             scheme.jobs.retain(|j| live.contains(&j.0));
         }
         self.schemes.retain(|_, s| s.jobs.len() >= 2);
-        self.watched.retain(|j, _| live.contains(j));
+        self.watched.retain(|j| live.contains(j));
         let mut out = Vec::new();
         // The Affinity graph's components, derived again only when a
         // placement adds edges: O(scheme entries) per such placement.
@@ -887,7 +888,7 @@ impl Policy for Metronome {
     /// O(window + paced jobs), as `follow_reference` is.
     fn iteration_needs(&self, job: JobId, it: &Iteration) -> IterationNeeds {
         let paced = if self.monitor { self.watched.get(&job) } else { None };
-        let is_reference = self.closed_loop && self.watched.values().any(|w| w.reference == job);
+        let is_reference = self.closed_loop && self.watched.is_reference(job);
         let stale = self.closed_loop && self.tracks.contains_key(&job);
         if paced.is_none() && !is_reference && !stale {
             return IterationNeeds::Nothing;
@@ -903,7 +904,7 @@ impl Policy for Metronome {
         let mut jobs = vec![job];
         jobs.extend(paced.map(|w| w.reference));
         if is_reference {
-            jobs.extend(self.watched.iter().filter(|(_, w)| w.reference == job).map(|(&k, _)| k));
+            jobs.extend(self.watched.partners_of(job));
         }
         IterationNeeds::Jobs(jobs)
     }
@@ -934,12 +935,12 @@ impl Metronome {
     /// nothing changes. O(paced jobs) per iteration, plus the estimate's
     /// O(w log w).
     fn follow_reference(&mut self, view: &ClusterView<'_>, job: JobId, it: Iteration) -> Vec<Decision> {
-        if !self.watched.values().any(|w| w.reference == job) {
+        if !self.watched.is_reference(job) {
             self.tracks.remove(&job);
             return Vec::new();
         }
         let Some(r) = view.running.iter().find(|r| r.id == job) else { return Vec::new() };
-        let model_ms = self.watched.values().find(|w| w.reference == job).map_or(0.0, |w| w.ref_model_ms);
+        let model_ms = self.watched.partners_of(job).next().and_then(|k| self.watched.get(&k)).map_or(0.0, |w| w.ref_model_ms);
         // A slow iteration (over A_T × the model: a collision, the
         // start-up) is not the reference's own period, nor one that
         // includes a wait it was given; following them would stretch the
@@ -961,13 +962,8 @@ impl Metronome {
         let next_start_s = r.iteration_start_s + it.own_ms() / 1e3;
         // (Partners still running: one that ended since the last round is
         // still watched until then.)
-        let mut partners: Vec<JobId> = self
-            .watched
-            .iter()
-            .filter(|(k, w)| w.reference == job && view.running.iter().any(|r| r.id == **k))
-            .map(|(&k, _)| k)
-            .collect();
-        partners.sort_unstable();
+        let partners: Vec<JobId> =
+            self.watched.partners_of(job).filter(|&k| view.running.iter().any(|r| r.id == k)).collect();
         let mut out = Vec::new();
         for k in partners {
             let Some(w) = self.watched.get_mut(&k) else { continue };
@@ -1054,3 +1050,4 @@ impl Metronome {
 
 #[cfg(test)]
 mod tests;
+mod watches;
