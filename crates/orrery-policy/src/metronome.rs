@@ -50,6 +50,7 @@ use orrery_model::topology::Latencies;
 use orrery_model::zoo::{Placement, model};
 use orrery_model::{Circle, HostId, JobSpec};
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
 use watches::Watches;
 
 /// Metronome's thresholds (§IV-A).
@@ -106,6 +107,10 @@ pub struct Metronome {
     /// Each contended node's offset scheme, as Reserve sent it to the
     /// controller: the edges of the Affinity graph (§III-C, "Global offset").
     schemes: BTreeMap<HostId, Scheme>,
+    /// The Affinity graph's components ([`components`]), kept across rounds
+    /// while `schemes` keeps its edges (`components_stale` otherwise).
+    component: HashMap<JobId, JobId>,
+    components_stale: bool,
     /// Re-alignments done by the controller.
     pub readjustments: u64,
     /// Jobs re-profiled after a change of duty cycle.
@@ -126,7 +131,7 @@ pub struct Metronome {
 
 /// A running job's placement and its circle there (None: it does not
 /// communicate).
-type PlacedCircle = (Vec<(HostId, u32)>, Option<Circle>);
+type PlacedCircle = (Vec<(HostId, u32)>, Option<Arc<Circle>>);
 
 /// A re-profiled job is paced at most this factor over its measured
 /// iteration, or the recalculation is not adopted.
@@ -187,8 +192,13 @@ const PERIOD_TOLERANCE: f64 = 0.01;
 /// above the wander of a start under 1% compute jitter, σ ≈ 5 ms).
 const PHASE_TOLERANCE: f64 = 0.05;
 
-/// Communicating pods on each node: (job, its circle, its priority).
-type NodePods = HashMap<HostId, Vec<(JobId, Circle, orrery_model::Priority)>>;
+/// A communicating pod: (job, its circle, its priority). The circle is
+/// shared by the job's pods and kept across rounds (a round used to copy
+/// every running pod's circle: 5-8% of a run at 16,384 hosts).
+type Pod = (JobId, Arc<Circle>, orrery_model::Priority);
+
+/// Communicating pods on each node.
+type NodePods = HashMap<HostId, Vec<Pod>>;
 
 /// One node's offset scheme: each communicating job on it with its shift
 /// (ms) relative to the node's reference job and its period (ms) on the
@@ -251,7 +261,7 @@ fn circle_of(spec: &JobSpec, gpu: &str, gbps: f64, host_gpus: u32) -> Option<Cir
 /// and rate (the newcomer's circle there) and its pods' circles and
 /// priorities, in order (the unified circle's reference is the first of the
 /// highest priority). O(pods · arcs).
-fn node_key(gpu: &str, nic: f64, pods: &[(JobId, Circle, orrery_model::Priority)]) -> Vec<u64> {
+fn node_key(gpu: &str, nic: f64, pods: &[Pod]) -> Vec<u64> {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
     gpu.hash(&mut h);
@@ -269,20 +279,16 @@ fn node_key(gpu: &str, nic: f64, pods: &[(JobId, Circle, orrery_model::Priority)
 /// newcomer's fit the NIC), else 100 × the compatibility of the rotations
 /// found, with the unified circle for Reserve. O(unify + a FastFeasible
 /// search).
-fn score_node(
-    spec: &JobSpec,
-    id: JobId,
-    circle: &Circle,
-    others: &[(JobId, Circle, orrery_model::Priority)],
-    nic: f64,
-) -> (f64, Option<UnifiedCircle>) {
+fn score_node(spec: &JobSpec, id: JobId, circle: &Circle, others: &[Pod], nic: f64) -> (f64, Option<UnifiedCircle>) {
     let bw = circle.arcs.iter().map(|a| a.gbps).fold(0.0, f64::max);
     let total_bw: f64 = others.iter().map(|o| o.1.arcs.iter().map(|a| a.gbps).fold(0.0, f64::max)).sum::<f64>() + bw;
     if spec.low_comm || bw == 0.0 || others.is_empty() || total_bw <= nic {
         return (100.0, None);
     }
-    let mut circles: Vec<CircleJob> =
-        others.iter().map(|(id, c, p)| CircleJob { name: id.to_string(), priority: *p, circle: c.clone() }).collect();
+    let mut circles: Vec<CircleJob> = others
+        .iter()
+        .map(|(id, c, p)| CircleJob { name: id.to_string(), priority: *p, circle: Circle::clone(c) })
+        .collect();
     circles.push(CircleJob { name: id.to_string(), priority: spec.priority, circle: circle.clone() });
     match unify(&circles, &Params::default()) {
         Ok(u) => {
@@ -312,7 +318,7 @@ pub fn normalize(delta: &[f64]) -> Vec<f64> {
 /// a two-job search.
 fn newcomer_on(
     old: &Scheme,
-    others: &[(JobId, Circle, orrery_model::Priority)],
+    others: &[Pod],
     u: &UnifiedCircle,
     me: (JobId, orrery_model::Priority),
     nic: f64,
@@ -386,6 +392,8 @@ impl Default for Metronome {
             host_kinds: HostKinds::default(),
             watched: Watches::default(),
             schemes: BTreeMap::new(),
+            component: HashMap::new(),
+            components_stale: true,
             readjustments: 0,
             reprofiles: 0,
             closed_loop: true,
@@ -581,7 +589,7 @@ impl Metronome {
         free.copy_from_slice(&scratch);
         let hosts = crate::baseline::group_pods(&chosen, per_pod);
         let circle = place(t, spec, &hosts).map(|p| p.shape.circle());
-        if let Some(c) = circle.filter(|c| !c.arcs.is_empty()) {
+        if let Some(c) = circle.filter(|c| !c.arcs.is_empty()).map(Arc::new) {
             for &(n, _) in &hosts {
                 node_pods.entry(n).or_default().push((job.id, c.clone(), spec.priority));
             }
@@ -636,21 +644,22 @@ impl Metronome {
         }
         // Kept to roll back a recalculation that is not adopted.
         let (saved_schemes, saved_watched) = (self.schemes.clone(), self.watched.clone());
+        self.components_stale = true;
         for n in nodes {
             let mut old = self.schemes[&n].clone();
             old.jobs.retain(|j| j.0 != job);
-            let others: Vec<(JobId, Circle, orrery_model::Priority)> = view
+            let others: Vec<Pod> = view
                 .running
                 .iter()
                 .filter(|o| o.id != job && o.hosts.iter().any(|h| h.0 == n))
                 .filter_map(|o| {
                     let c = place(t, o.spec, o.hosts).map(|p| p.shape.circle()).filter(|c| !c.arcs.is_empty())?;
-                    Some((o.id, c, o.spec.priority))
+                    Some((o.id, Arc::new(c), o.spec.priority))
                 })
                 .collect();
             let circles: Vec<CircleJob> = others
                 .iter()
-                .map(|(id, c, p)| CircleJob { name: id.to_string(), priority: *p, circle: c.clone() })
+                .map(|(id, c, p)| CircleJob { name: id.to_string(), priority: *p, circle: Circle::clone(c) })
                 .chain([CircleJob { name: job.to_string(), priority: r.spec.priority, circle: stretched.clone() }])
                 .collect();
             let (Ok(u), false) = (unify(&circles, &Params::default()), others.is_empty()) else { continue };
@@ -811,8 +820,10 @@ impl Policy for Metronome {
             let circle = match cached {
                 Some((_, c)) => c.clone(),
                 None => {
-                    let c =
-                        place(view.topology, r.spec, r.hosts).map(|p| p.shape.circle()).filter(|c| !c.arcs.is_empty());
+                    let c = place(view.topology, r.spec, r.hosts)
+                        .map(|p| p.shape.circle())
+                        .filter(|c| !c.arcs.is_empty())
+                        .map(Arc::new);
                     self.running_circles.insert(r.id, (r.hosts.to_vec(), c.clone()));
                     c
                 }
@@ -826,14 +837,19 @@ impl Policy for Metronome {
         // Jobs that ended leave the Affinity graph; the shifts of the others
         // on each link still hold. O(scheme entries + R).
         for scheme in self.schemes.values_mut() {
+            let before = scheme.jobs.len();
             scheme.jobs.retain(|j| live.contains(&j.0));
+            self.components_stale |= scheme.jobs.len() != before;
         }
         self.schemes.retain(|_, s| s.jobs.len() >= 2);
         self.watched.retain(|j| live.contains(j));
         let mut out = Vec::new();
-        // The Affinity graph's components, derived again only when a
-        // placement adds edges: O(scheme entries) per such placement.
-        let mut component = components(self.schemes.values());
+        // The Affinity graph's components, derived again only when its
+        // edges changed: O(scheme entries) then.
+        let mut component = std::mem::take(&mut self.component);
+        if std::mem::take(&mut self.components_stale) {
+            component = components(self.schemes.values());
+        }
         for job in &view.queue {
             if job.spec.gpus() > view.topology.gpu_count() {
                 out.push(Decision::Reject { job: job.id, reason: "larger than the cluster".into() });
@@ -852,6 +868,7 @@ impl Policy for Metronome {
                 out.extend(paces);
             }
         }
+        self.component = component;
         out
     }
 
@@ -940,7 +957,8 @@ impl Metronome {
             return Vec::new();
         }
         let Some(r) = view.running.iter().find(|r| r.id == job) else { return Vec::new() };
-        let model_ms = self.watched.partners_of(job).next().and_then(|k| self.watched.get(&k)).map_or(0.0, |w| w.ref_model_ms);
+        let model_ms =
+            self.watched.partners_of(job).next().and_then(|k| self.watched.get(&k)).map_or(0.0, |w| w.ref_model_ms);
         // A slow iteration (over A_T × the model: a collision, the
         // start-up) is not the reference's own period, nor one that
         // includes a wait it was given; following them would stretch the

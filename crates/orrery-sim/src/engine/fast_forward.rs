@@ -143,7 +143,7 @@ impl Simulation<'_> {
     /// Moves a fast-forwarded job's cursor over the iterations that end by
     /// `until`. O(1) when its iterations are all alike, else O(iterations
     /// passed + 1) draws.
-    fn advance_skip(&mut self, job: JobId, until: u64) {
+    pub(super) fn advance_skip(&mut self, job: JobId, until: u64) {
         // The next iteration, already drawn, ends after `until`: nothing to
         // count. Checked in place, as moving the cursor out and back copies
         // two RNG states (~0.7 kB): with thousands of jobs fast-forwarded,
