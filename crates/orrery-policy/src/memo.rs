@@ -12,15 +12,21 @@ use crate::JobId;
 use orrery_model::HostId;
 use std::collections::{HashMap, HashSet};
 
+/// A hash map for the hot paths keyed by small integers (jobs, links):
+/// foldhash instead of SipHash, which was most of a lookup (`orrery`'s
+/// rounds at 16,384 hosts look up every running job's kept values).
+/// Iteration order carries no meaning, as with `HashMap`.
+pub type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+
 /// Per job, a value and the hosts it was derived on.
 #[derive(Debug, Clone)]
 pub struct PerPlacement<T> {
-    values: HashMap<JobId, (Vec<(HostId, u32)>, T)>,
+    values: FastMap<JobId, (Vec<(HostId, u32)>, T)>,
 }
 
 impl<T> Default for PerPlacement<T> {
     fn default() -> Self {
-        PerPlacement { values: HashMap::new() }
+        PerPlacement { values: FastMap::default() }
     }
 }
 

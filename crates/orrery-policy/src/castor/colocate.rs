@@ -132,7 +132,7 @@ pub struct Colocator {
     /// carries ([`link_duty`](crate::combined::duty::link_duty)). Built by the first size judged in a round
     /// ([`Self::duty`]), not in rounds that judge none; empty unless sizes
     /// are priced ([`Self::price_gpu_time`]).
-    pub(crate) link_duty: Option<HashMap<orrery_model::LinkId, f64>>,
+    pub(crate) link_duty: Option<crate::combined::duty::LinkDuty>,
     /// Each running job's terms of [`link_duty`](crate::combined::duty::link_duty), kept while its hosts are.
     pub(crate) duty_terms: PerPlacement<Vec<(orrery_model::LinkId, f64)>>,
     /// The free GPUs indexed for first fit, kept between the sizes judged

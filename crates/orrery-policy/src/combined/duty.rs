@@ -4,7 +4,7 @@
 //! jobs lose to each other's traffic on the NICs they share.
 
 use crate::ClusterView;
-use crate::memo::PerPlacement;
+use crate::memo::{FastMap, PerPlacement};
 use orrery_model::{HostId, JobSpec};
 use std::collections::HashMap;
 
@@ -18,7 +18,7 @@ use std::collections::HashMap;
 /// time alone. O(shape + links crossed).
 pub(crate) fn period_on(
     view: &ClusterView<'_>,
-    duty: &HashMap<orrery_model::LinkId, f64>,
+    duty: &LinkDuty,
     spec: &JobSpec,
     hosts: &[(HostId, u32)],
 ) -> Option<f64> {
@@ -32,6 +32,9 @@ pub(crate) fn period_on(
     Some(alone + network * busiest)
 }
 
+/// Per link, the running jobs' summed duty cycles ([`link_duty`]).
+pub type LinkDuty = FastMap<orrery_model::LinkId, f64>;
+
 /// Per link, the running jobs' traffic on it: each job's duty cycle (the
 /// fraction of its iteration alone on the network) times the share of its
 /// flows the link carries, a flow split evenly over its equal-cost paths
@@ -40,8 +43,8 @@ pub(crate) fn period_on(
 pub(crate) fn link_duty(
     view: &ClusterView<'_>,
     terms: &mut PerPlacement<Vec<(orrery_model::LinkId, f64)>>,
-) -> HashMap<orrery_model::LinkId, f64> {
-    let mut duty: HashMap<orrery_model::LinkId, f64> = HashMap::new();
+) -> LinkDuty {
+    let mut duty = LinkDuty::default();
     terms.forget_unless(view.running.len(), || view.running.iter().map(|r| r.id).collect());
     for r in view.running.iter().filter(|r| !r.paused) {
         let job = terms.get(r.id, r.hosts, || {

@@ -80,9 +80,9 @@ impl Colocator {
 
     /// This round's traffic per link ([`link_duty`]), built on first use:
     /// O(Σ flows × path length) over the running jobs, once a round.
-    pub(crate) fn duty(&mut self, view: &ClusterView<'_>) -> &HashMap<orrery_model::LinkId, f64> {
+    pub(crate) fn duty(&mut self, view: &ClusterView<'_>) -> &super::duty::LinkDuty {
         let (priced, terms) = (self.price_gpu_time, &mut self.duty_terms);
-        self.link_duty.get_or_insert_with(|| if priced { link_duty(view, terms) } else { HashMap::new() })
+        self.link_duty.get_or_insert_with(|| if priced { link_duty(view, terms) } else { Default::default() })
     }
 
     /// The job's iteration time alone at its request, packed from host 0,

@@ -81,3 +81,39 @@ impl std::ops::Index<&JobId> for Watches {
         &self.by_job[job]
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn watch(reference: JobId) -> Watch {
+        Watch::new(100.0, 10.0, 100.0, 0.0, reference)
+    }
+
+    /// The reverse index answers as a scan of the watches would, through
+    /// every way a watch comes and goes.
+    #[test]
+    fn partners_follow_every_insert_replace_remove_and_retain() {
+        let mut w = Watches::default();
+        let scan = |w: &Watches, r: JobId| -> Vec<JobId> {
+            let mut v: Vec<JobId> = w.by_job.iter().filter(|(_, x)| x.reference == r).map(|(&k, _)| k).collect();
+            v.sort_unstable();
+            v
+        };
+        w.insert(3, watch(0));
+        w.insert(1, watch(0));
+        w.insert(2, watch(5));
+        assert_eq!(w.partners_of(0).collect::<Vec<_>>(), vec![1, 3]);
+        assert!(w.is_reference(0) && w.is_reference(5) && !w.is_reference(1));
+        // Re-paced against another reference: it leaves the old one's list.
+        w.insert(3, watch(5));
+        assert_eq!(w.partners_of(0).collect::<Vec<_>>(), scan(&w, 0));
+        assert_eq!(w.partners_of(5).collect::<Vec<_>>(), vec![2, 3]);
+        w.remove(&1);
+        assert!(!w.is_reference(0), "no partner left");
+        w.retain(|&j| j != 2);
+        assert_eq!(w.partners_of(5).collect::<Vec<_>>(), vec![3]);
+        assert_eq!(w[&3].reference, 5);
+        assert!(!w.contains_key(&2) && w.get(&2).is_none());
+    }
+}
