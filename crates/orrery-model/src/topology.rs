@@ -529,7 +529,9 @@ impl Topology {
                 links_in[l.to].push((l.from, l.latency_us.to_bits()));
             }
         }
-        let mut kinds: HashMap<(Vec<(usize, u64)>, Vec<(usize, u64)>), u32> = HashMap::new();
+        // (links out, links in) → kind.
+        type Ends = Vec<(usize, u64)>;
+        let mut kinds: HashMap<(Ends, Ends), u32> = HashMap::new();
         let mut members: Vec<Vec<HostId>> = Vec::new();
         let mut kind = Vec::with_capacity(h);
         for (a, ins) in links_in.iter_mut().enumerate() {

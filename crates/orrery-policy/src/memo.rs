@@ -18,6 +18,9 @@ use std::collections::{HashMap, HashSet};
 /// Iteration order carries no meaning, as with `HashMap`.
 pub type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 
+/// The set of [`FastMap`].
+pub type FastSet<K> = std::collections::HashSet<K, foldhash::fast::RandomState>;
+
 /// Per job, a value and the hosts it was derived on.
 #[derive(Debug, Clone)]
 pub struct PerPlacement<T> {

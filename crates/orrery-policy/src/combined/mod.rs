@@ -139,7 +139,6 @@ use crate::{ClusterView, Decision, JobId, Policy};
 use orrery_model::placed::place;
 use orrery_model::{HostId, JobSpec, LinkId};
 use orrery_plebiscito::utility::Utility;
-use std::collections::HashSet;
 
 /// The parts, by the name that switches each off (`orrery-no-<part>`), with
 /// what each does.
@@ -333,15 +332,25 @@ impl Policy for Combined {
 /// O(links of its placement) plus the bids' O(W·H) when they are asked.
 pub struct BidsWhenLoaded {
     bids: Bidding,
+    /// The round's bidding state is built when a job first needs bids
+    /// (most rounds place by first fit): until then, the jobs the round
+    /// preempts and the placements committed so far, replayed onto it
+    /// then. The cluster's state for the bids is O(R) a round to build.
+    unprepared: Option<(Vec<JobId>, Vec<(JobSpec, Vec<(HostId, u32)>)>)>,
     /// Links carrying some job's traffic this round.
-    loaded: HashSet<LinkId>,
+    loaded: crate::memo::FastSet<LinkId>,
     /// Each running job's links ([`links_of`]), kept while its hosts are.
     links: PerPlacement<Vec<LinkId>>,
 }
 
 impl Default for BidsWhenLoaded {
     fn default() -> Self {
-        BidsWhenLoaded { bids: Bidding::aware(Utility::Sgf), loaded: HashSet::new(), links: PerPlacement::default() }
+        BidsWhenLoaded {
+            bids: Bidding::aware(Utility::Sgf),
+            unprepared: None,
+            loaded: Default::default(),
+            links: PerPlacement::default(),
+        }
     }
 }
 
@@ -381,7 +390,7 @@ impl Placement for BidsWhenLoaded {
     }
 
     fn prepare(&mut self, view: &ClusterView<'_>, leaving: &[JobId]) {
-        self.bids.prepare(view, leaving);
+        self.unprepared = Some((leaving.to_vec(), Vec::new()));
         self.loaded.clear();
         self.links.forget_unless(view.running.len(), || view.running.iter().map(|r| r.id).collect());
         for r in view.running.iter().filter(|r| !r.paused && !leaving.contains(&r.id)) {
@@ -392,12 +401,23 @@ impl Placement for BidsWhenLoaded {
     fn place(&mut self, view: &ClusterView<'_>, rack_of: &[usize], free: &[u32], spec: &JobSpec) -> Option<Hosts> {
         match consolidated(view, rack_of, &capped(free, spec), spec.gpus()) {
             Some(hosts) if !self.crosses_load(view, spec, &hosts) => Some(hosts),
-            first_fit => self.bids.place(view, rack_of, free, spec).or(first_fit),
+            first_fit => {
+                if let Some((leaving, committed)) = self.unprepared.take() {
+                    self.bids.prepare(view, &leaving);
+                    for (spec, hosts) in &committed {
+                        self.bids.commit(view, spec, hosts);
+                    }
+                }
+                self.bids.place(view, rack_of, free, spec).or(first_fit)
+            }
         }
     }
 
     fn commit(&mut self, view: &ClusterView<'_>, spec: &JobSpec, hosts: &[(HostId, u32)]) {
-        self.bids.commit(view, spec, hosts);
+        match &mut self.unprepared {
+            Some((_, committed)) => committed.push((spec.clone(), hosts.to_vec())),
+            None => self.bids.commit(view, spec, hosts),
+        }
         self.load(view, spec, hosts);
     }
 }
