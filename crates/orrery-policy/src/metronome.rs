@@ -202,6 +202,10 @@ type Pod = (JobId, Arc<Circle>, orrery_model::Priority);
 /// Communicating pods on each node.
 type NodePods = HashMap<HostId, Vec<Pod>>;
 
+/// A newcomer's circle on a kind of host, with the bits of it (and of its
+/// priority and LowComm flag) a node's score depends on.
+type KindCircle = (Circle, Vec<u64>);
+
 /// A node's score and unified circle ([`score_node`]) by what they are
 /// derived from: the newcomer's circle, priority and LowComm flag, and the
 /// node's key ([`node_key`]). Jobs of one model arrive again and again and
@@ -456,7 +460,7 @@ impl Metronome {
         // The job's circle depends only on the host's kind: derived once per
         // kind, on the fastest NIC (its declared bandwidth) and on the
         // host's own, with the declared peak.
-        let circles: Vec<(Option<f64>, Option<(Circle, Vec<u64>)>)> = kinds
+        let circles: Vec<(Option<f64>, Option<KindCircle>)> = kinds
             .kinds
             .iter()
             .map(|(gpu, nic, gpus)| {

@@ -11,7 +11,6 @@ use crate::memo::PerPlacement;
 use crate::{ClusterView, Decision, JobId, Policy, QueuedJob, RunningJob};
 use orrery_model::setups::LeafSpine;
 use orrery_model::{HostId, JobSpec, Topology, Work};
-use std::collections::HashMap;
 
 #[test]
 fn a_share_pays_for_the_network_only_when_both_jobs_cross_it_from_the_shared_hosts() {
@@ -368,7 +367,7 @@ fn a_size_is_judged_where_it_would_run() {
     let free = [6u32, 2];
     let ms = |spec: &JobSpec, hosts: &[(HostId, u32)]| {
         let view = ClusterView { now_s: 0.0, topology: &t, free_gpus: &free, queue: Vec::new(), running: Vec::new() };
-        period_on(&view, &HashMap::new(), spec, hosts).expect("shaped")
+        period_on(&view, &Default::default(), spec, hosts).expect("shaped")
     };
     for (model, starts_on) in [("vgg19", vec![(0, 6)]), ("resnet50", vec![(0, 6), (1, 2)])] {
         let spec = JobSpec::new("j", model, 32, 8, Work::Seconds(600.0), 0.0);

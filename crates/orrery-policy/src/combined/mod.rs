@@ -336,11 +336,19 @@ pub struct BidsWhenLoaded {
     /// (most rounds place by first fit): until then, the jobs the round
     /// preempts and the placements committed so far, replayed onto it
     /// then. The cluster's state for the bids is O(R) a round to build.
-    unprepared: Option<(Vec<JobId>, Vec<(JobSpec, Vec<(HostId, u32)>)>)>,
+    unprepared: Option<Unprepared>,
     /// Links carrying some job's traffic this round.
     loaded: crate::memo::FastSet<LinkId>,
     /// Each running job's links ([`links_of`]), kept while its hosts are.
     links: PerPlacement<Vec<LinkId>>,
+}
+
+/// A round's bids not built yet: the jobs the round preempts and the
+/// placements committed so far.
+#[derive(Debug)]
+struct Unprepared {
+    leaving: Vec<JobId>,
+    committed: Vec<(JobSpec, Hosts)>,
 }
 
 impl Default for BidsWhenLoaded {
@@ -390,7 +398,7 @@ impl Placement for BidsWhenLoaded {
     }
 
     fn prepare(&mut self, view: &ClusterView<'_>, leaving: &[JobId]) {
-        self.unprepared = Some((leaving.to_vec(), Vec::new()));
+        self.unprepared = Some(Unprepared { leaving: leaving.to_vec(), committed: Vec::new() });
         self.loaded.clear();
         self.links.forget_unless(view.running.len(), || view.running.iter().map(|r| r.id).collect());
         for r in view.running.iter().filter(|r| !r.paused && !leaving.contains(&r.id)) {
@@ -402,7 +410,7 @@ impl Placement for BidsWhenLoaded {
         match consolidated(view, rack_of, &capped(free, spec), spec.gpus()) {
             Some(hosts) if !self.crosses_load(view, spec, &hosts) => Some(hosts),
             first_fit => {
-                if let Some((leaving, committed)) = self.unprepared.take() {
+                if let Some(Unprepared { leaving, committed }) = self.unprepared.take() {
                     self.bids.prepare(view, &leaving);
                     for (spec, hosts) in &committed {
                         self.bids.commit(view, spec, hosts);
@@ -415,7 +423,7 @@ impl Placement for BidsWhenLoaded {
 
     fn commit(&mut self, view: &ClusterView<'_>, spec: &JobSpec, hosts: &[(HostId, u32)]) {
         match &mut self.unprepared {
-            Some((_, committed)) => committed.push((spec.clone(), hosts.to_vec())),
+            Some(round) => round.committed.push((spec.clone(), hosts.to_vec())),
             None => self.bids.commit(view, spec, hosts),
         }
         self.load(view, spec, hosts);
