@@ -1,9 +1,9 @@
 //! Tests of [`super`]: each names the behaviour it checks.
 
 use super::*;
-use crate::RunningJob;
+use crate::{QueuedJob, RunningJob};
 use orrery_model::setups::LeafSpine;
-use orrery_model::{Priority, Topology, Work};
+use orrery_model::{JobSpec, Priority, Topology, Work};
 
 fn cluster() -> Topology {
     // Two racks of two single-GPU hosts, 25 Gbit/s links.

@@ -1,0 +1,390 @@
+//! Metronome's scheduler pipeline for one job (§III-B): PreFilter
+//! (latency to the pods placed), Filter (a free GPU, Eq. 14's declared
+//! bandwidth, the dependency-loop rule), Score (Eq. 18) with its early
+//! returns, NormalizeScore (Eq. 19) and Reserve (each contended node's
+//! offset scheme). Per pod, O(hosts) with the job's circle derived per
+//! kind of host and each node's score once per job (memoised across jobs).
+
+use super::{Metronome, Scheme};
+use crate::{ClusterView, JobId, QueuedJob};
+use orrery_interleave::score::{compatibility, demand};
+use orrery_interleave::unified::{CircleJob, Params, UnifiedCircle, UnifiedJob, unify};
+use orrery_interleave::{Search, solve};
+use orrery_model::placed::place;
+use orrery_model::zoo::{Placement, model};
+use orrery_model::{Circle, HostId, JobSpec};
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+/// A communicating pod: (job, its circle, its priority). The circle is
+/// shared by the job's pods and kept across rounds (a round used to copy
+/// every running pod's circle: 5-8% of a run at 16,384 hosts).
+pub(super) type Pod = (JobId, Arc<Circle>, orrery_model::Priority);
+
+/// Communicating pods on each node.
+pub(super) type NodePods = HashMap<HostId, Vec<Pod>>;
+
+/// A newcomer's circle on a kind of host, with the bits of it (and of its
+/// priority and LowComm flag) a node's score depends on.
+type KindCircle = (Circle, Vec<u64>);
+
+/// A node's score and unified circle ([`score_node`]) by what they are
+/// derived from: the newcomer's circle, priority and LowComm flag, and the
+/// node's key ([`node_key`]). Jobs of one model arrive again and again and
+/// meet the same nodes: at 16,384 hosts the search was 9% of a run.
+pub(super) type ScoreMemo = HashMap<Vec<u64>, (f64, Option<UnifiedCircle>)>;
+
+/// Entries of the score memo kept at most (it is emptied beyond): a
+/// unified circle is a few kB.
+pub(super) const SCORE_MEMO_ENTRIES: usize = 4096;
+
+/// A job's pods placed: GPUs per host, and the offset scheme of each node
+/// where it contends (Reserve).
+pub(super) struct JobPlacement {
+    pub(super) hosts: Vec<(HostId, u32)>,
+    pub(super) schemes: Vec<(HostId, Scheme)>,
+}
+
+/// The circle a job would have spread over `workers` hosts at `gbps`; an
+/// LLM's on hosts of `host_gpus` GPUs, each GPU's share of the NIC (its
+/// pods are GPUs, whole TP groups to a node).
+fn circle_of(spec: &JobSpec, gpu: &str, gbps: f64, host_gpus: u32) -> Option<Circle> {
+    if let Some(explicit) = &spec.shape {
+        return Some(explicit.iteration(spec.workers, spec.workers, gbps).circle());
+    }
+    if let Some(arch) = orrery_model::mesh::llm(&spec.model) {
+        let g = orrery_model::gpu::gpu_type(gpu)?;
+        let per_host = host_gpus.clamp(1, spec.workers.max(1));
+        let hosts = vec![per_host; spec.workers.div_ceil(per_host) as usize];
+        return Some(orrery_model::placed::mesh_iteration(arch, spec, g, &hosts, (gbps, f64::INFINITY)).circle());
+    }
+    let m = model(&spec.model)?;
+    Some(m.shape_on(gpu, spec.batch, &Placement::spread(spec.workers), gbps)?.circle())
+}
+
+/// What a node's Score (Eq. 18) depends on, for the newcomer: its GPU type
+/// and rate (the newcomer's circle there) and its pods' circles and
+/// priorities, in order (the unified circle's reference is the first of the
+/// highest priority). O(pods · arcs).
+fn node_key(gpu: &str, nic: f64, pods: &[Pod]) -> Vec<u64> {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    gpu.hash(&mut h);
+    let mut key = vec![h.finish(), nic.to_bits()];
+    for (_, c, p) in pods {
+        key.push(matches!(p, orrery_model::Priority::High) as u64);
+        c.push_bits(&mut key);
+    }
+    key
+}
+
+/// Score (Eq. 18) of a node holding `others` for the newcomer `spec` whose
+/// circle there is `circle`, with the early returns: 100 when the node is
+/// not contended (no other communicating pod, or their peaks and the
+/// newcomer's fit the NIC), else 100 × the compatibility of the rotations
+/// found, with the unified circle for Reserve. O(unify + a FastFeasible
+/// search).
+fn score_node(spec: &JobSpec, id: JobId, circle: &Circle, others: &[Pod], nic: f64) -> (f64, Option<UnifiedCircle>) {
+    let bw = circle.arcs.iter().map(|a| a.gbps).fold(0.0, f64::max);
+    let total_bw: f64 = others.iter().map(|o| o.1.arcs.iter().map(|a| a.gbps).fold(0.0, f64::max)).sum::<f64>() + bw;
+    if spec.low_comm || bw == 0.0 || others.is_empty() || total_bw <= nic {
+        return (100.0, None);
+    }
+    let mut circles: Vec<CircleJob> = others
+        .iter()
+        .map(|(id, c, p)| CircleJob { name: id.to_string(), priority: *p, circle: Circle::clone(c) })
+        .collect();
+    circles.push(CircleJob { name: id.to_string(), priority: spec.priority, circle: circle.clone() });
+    match unify(&circles, &Params::default()) {
+        Ok(u) => {
+            let sol = solve(&u, nic, Search::FastFeasible);
+            (100.0 * compatibility(&demand(&u, &sol.rotations), nic), Some(u))
+        }
+        Err(_) => (0.0, None),
+    }
+}
+
+/// Eq. 19: latency scores normalised to 0–100, lower latency scoring higher.
+pub fn normalize(delta: &[f64]) -> Vec<f64> {
+    let lo = delta.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = delta.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    delta
+        .iter()
+        .map(|&d| if hi > lo { 100.0 - (100.0 * (d - lo) / (hi - lo)).floor() } else { 100.0 - (d - lo) })
+        .collect()
+}
+
+/// A newcomer's place in a node's existing scheme: the jobs of `old` are
+/// held at their shifts and the others on the node (not on the scheme) at
+/// rotation 0, summed into one fixed background on the node's unified
+/// circle `u` (the newcomer last); the newcomer alone is rotated against it
+/// by `search`. The background's peak is the largest of the jobs', so the
+/// cushion is kept from any job the newcomer contends with. O(jobs · A) plus
+/// a two-job search.
+pub(super) fn newcomer_on(
+    old: &Scheme,
+    others: &[Pod],
+    u: &UnifiedCircle,
+    me: (JobId, orrery_model::Priority),
+    nic: f64,
+    search: Search,
+) -> Scheme {
+    let a = u.precision;
+    let mut background = vec![0.0; a];
+    for (o, uj) in others.iter().zip(&u.jobs) {
+        let rel = old.jobs.iter().find(|x| x.0 == o.0).map_or(0.0, |x| x.1);
+        let bins = (rel / u.perimeter_ms * a as f64).round() as usize % a;
+        orrery_interleave::score::add_rotated(&mut background, &uj.demand, bins);
+    }
+    let newcomer = u.jobs[u.jobs.len() - 1].clone();
+    let peak = u.jobs[..u.jobs.len() - 1].iter().map(|j| j.peak_gbps).fold(0.0, f64::max);
+    let fixed = UnifiedJob {
+        iterations: 1,
+        period_ms: u.perimeter_ms,
+        original_period_ms: u.perimeter_ms,
+        idle_injected_ms: 0.0,
+        demand: background,
+        peak_gbps: peak,
+    };
+    let period_ms = newcomer.period_ms;
+    let pair = UnifiedCircle { reference: 0, jobs: vec![fixed, newcomer], ..u.clone() };
+    let shift = solve(&pair, nic, search).shifts_ms(&pair)[1];
+    let mut jobs = old.jobs.clone();
+    jobs.push((me.0, shift.rem_euclid(period_ms), period_ms, me.1));
+    Scheme { jobs }
+}
+
+/// The kinds of host a job's circle depends on: (GPU type, NIC rate, GPUs).
+#[derive(Debug, Default)]
+pub(super) struct HostKinds {
+    /// Each host's kind.
+    kind: Vec<u32>,
+    /// (GPU type, NIC Gbit/s, GPUs) of each kind.
+    kinds: Vec<(String, f64, u32)>,
+    /// The fastest NIC's rate, Gbit/s.
+    fastest: f64,
+}
+
+impl HostKinds {
+    /// O(hosts).
+    pub(super) fn of(t: &orrery_model::Topology) -> HostKinds {
+        let mut index: HashMap<(&str, u64, u32), u32> = HashMap::new();
+        let mut kinds = Vec::new();
+        let kind = (0..t.hosts.len())
+            .map(|n| {
+                let (gpu, nic, gpus) = (t.hosts[n].gpu_type.as_str(), t.host_nic_gbps(n), t.hosts[n].gpus);
+                *index.entry((gpu, nic.to_bits(), gpus)).or_insert_with(|| {
+                    kinds.push((gpu.to_string(), nic, gpus));
+                    kinds.len() as u32 - 1
+                })
+            })
+            .collect();
+        let fastest = kinds.iter().map(|k| k.1).fold(0.0, f64::max);
+        HostKinds { kind, kinds, fastest }
+    }
+}
+
+impl Metronome {
+    /// Places all pods of `job` or none; returns the hosts and the offset
+    /// scheme of each node where the job contends. `component` labels the
+    /// Affinity graph's components (from [`components`]).
+    pub(super) fn place_job(
+        &self,
+        view: &ClusterView<'_>,
+        job: &QueuedJob<'_>,
+        free: &mut [u32],
+        node_pods: &mut NodePods,
+        component: &HashMap<JobId, JobId>,
+        memo: &mut ScoreMemo,
+    ) -> Option<JobPlacement> {
+        let t = view.topology;
+        let spec = job.spec;
+        // A mesh's pods are placed a TP group at a time, so a group never
+        // spans nodes (`JobSpec::host_unit`).
+        let per_pod = if spec.parallelism.is_some() { spec.host_unit() } else { spec.gpus_per_worker.max(1) };
+        let kinds = &self.host_kinds;
+        let mut scratch = free.to_vec();
+        let mut chosen: Vec<HostId> = Vec::new();
+        let mut is_chosen = vec![false; t.hosts.len()];
+        // Components of the Affinity graph the job reaches through the
+        // contended nodes chosen so far.
+        let mut joined: HashSet<JobId> = HashSet::new();
+        // The jobs already on each contended node chosen so far: a node with
+        // the same jobs is the same vertex of the graph (it sees the same
+        // circles), as both hosts of a two-job ring are.
+        let mut chosen_sets: Vec<Vec<JobId>> = Vec::new();
+        let jobs_on = |n: HostId| -> Vec<JobId> {
+            let mut ids: Vec<JobId> = node_pods.get(&n).map_or_else(Vec::new, |p| p.iter().map(|o| o.0).collect());
+            ids.sort_unstable();
+            ids.dedup();
+            ids
+        };
+        let label = |j: JobId| component.get(&j).copied().unwrap_or(j);
+        // The job's circle depends only on the host's kind: derived once per
+        // kind, on the fastest NIC (its declared bandwidth) and on the
+        // host's own, with the declared peak.
+        let circles: Vec<(Option<f64>, Option<KindCircle>)> = kinds
+            .kinds
+            .iter()
+            .map(|(gpu, nic, gpus)| {
+                let Some(declared) = circle_of(spec, gpu, kinds.fastest, *gpus) else { return (None, None) };
+                let peak = declared.arcs.iter().map(|a| a.gbps).fold(0.0, f64::max);
+                let own = if *nic == kinds.fastest { Some(declared) } else { circle_of(spec, gpu, *nic, *gpus) };
+                // What a node's score takes from the newcomer ([`score_node`]).
+                let own = own.map(|c| {
+                    let mut key =
+                        vec![u64::from(spec.low_comm), matches!(spec.priority, orrery_model::Priority::High) as u64];
+                    c.push_bits(&mut key);
+                    (c, key)
+                });
+                (Some(peak), own)
+            })
+            .collect();
+        // Each node's score (Eq. 18), an index into `scored`, derived once
+        // per job: it depends on the node's pods and the newcomer's circle,
+        // not on which pod of the job is being placed.
+        let mut score_of: Vec<u32> = vec![u32::MAX; t.hosts.len()];
+        let mut scored: Vec<(f64, Option<UnifiedCircle>)> = Vec::new();
+        // A node's score depends only on its kind (GPU, rate) and on its
+        // pods' circles and priorities in order, not on which node it is:
+        // nodes alike share one unification and search (issue 43: 4,096
+        // nodes holding a handful of kinds of job). O(pods on n) a key.
+        let mut alike: HashMap<Vec<u64>, u32> = HashMap::new();
+        // Pods of other jobs this one depends on, or that depend on it.
+        let dependencies = view.dependency_hosts(spec);
+        // Each node's summed latency to the pods chosen so far, kept as
+        // they are chosen: O(hosts) a pod, not O(hosts · pods).
+        let mut to_chosen = vec![0.0; t.hosts.len()];
+        for _pod in 0..spec.gpus() / per_pod {
+            // PreFilter: latency to the pods it depends on that are placed
+            // (its job's own so far, and its AppGroup dependencies'), or the
+            // mean.
+            let delta = |n: HostId| -> f64 {
+                if chosen.is_empty() && dependencies.is_empty() {
+                    self.mean_latency[n]
+                } else {
+                    dependencies.iter().fold(to_chosen[n], |sum, &c| sum + self.latency.get(n, c))
+                }
+            };
+            // (node, score)
+            let mut best: Vec<(HostId, f64)> = Vec::new();
+            for (n, &available) in scratch.iter().enumerate() {
+                // Filter: a free GPU, and the pod's declared bandwidth — its
+                // peak rate on the fastest NIC — within the link (Eq. 14).
+                let kind = kinds.kind[n] as usize;
+                let nic = kinds.kinds[kind].1;
+                let (Some(peak), Some((circle, newcomer))) = &circles[kind] else { continue };
+                if available < per_pod || *peak > nic + 1e-9 || (spec.anti_affinity && is_chosen[n]) {
+                    continue;
+                }
+                // Score (Eq. 18) with the early returns.
+                if score_of[n] == u32::MAX {
+                    let others = node_pods.get(&n).map(Vec::as_slice).unwrap_or_default();
+                    let key = node_key(&kinds.kinds[kind].0, nic, others);
+                    score_of[n] = *alike.entry(key).or_insert_with_key(|key| {
+                        let memo_key: Vec<u64> = newcomer.iter().chain(key).copied().collect();
+                        let score =
+                            memo.entry(memo_key).or_insert_with(|| score_node(spec, job.id, circle, others, nic));
+                        scored.push(score.clone());
+                        scored.len() as u32 - 1
+                    });
+                }
+                let (score, unified) = &scored[score_of[n] as usize];
+                // Filter (after Cassini): a node that would close a loop in the
+                // Affinity graph is dropped, as no global offset could keep
+                // every link's shifts. A contended node that is already a
+                // link of the graph adds one edge, to its component; a node
+                // that becomes one joins every job on it. O(pods on n).
+                if unified.is_some() && !is_chosen[n] && !chosen_sets.contains(&jobs_on(n)) {
+                    let others = node_pods.get(&n).map(Vec::as_slice).unwrap_or_default();
+                    let labels: Vec<JobId> = if let Some(old) = self.schemes.get(&n) {
+                        vec![label(old.jobs[0].0)]
+                    } else {
+                        others.iter().map(|o| label(o.0)).collect()
+                    };
+                    let distinct: HashSet<JobId> = labels.iter().copied().collect();
+                    if self.loop_filter
+                        && (distinct.len() < labels.len() || distinct.iter().any(|l| joined.contains(l)))
+                    {
+                        continue;
+                    }
+                }
+                best.push((n, *score));
+            }
+            let max = best.iter().map(|b| b.1).fold(f64::NEG_INFINITY, f64::max);
+            let top: Vec<&(HostId, f64)> = best.iter().filter(|b| b.1 >= max - 1e-9).collect();
+            // NormalizeScore (Eq. 19) among the best: lowest latency, or highest for LowComm.
+            let d: Vec<f64> = top.iter().map(|b| delta(b.0)).collect();
+            let norm = normalize(&d);
+            let pick = (0..top.len()).max_by(|&a, &b| {
+                let (x, y) = if spec.low_comm { (100.0 - norm[a], 100.0 - norm[b]) } else { (norm[a], norm[b]) };
+                x.total_cmp(&y).then(top[b].0.cmp(&top[a].0))
+            })?;
+            let (n, _) = *top[pick];
+            if scored[score_of[n] as usize].1.is_some() && !is_chosen[n] {
+                let others = node_pods.get(&n).map(Vec::as_slice).unwrap_or_default();
+                joined.extend(others.iter().map(|o| label(o.0)));
+                chosen_sets.push(jobs_on(n));
+            }
+            scratch[n] -= per_pod;
+            chosen.push(n);
+            is_chosen[n] = true;
+            for (m, sum) in to_chosen.iter_mut().enumerate() {
+                *sum += self.latency.get(m, n);
+            }
+        }
+        // Reserve: each contended node's offset scheme. SkipPhaseThree
+        // (§III-B) keeps the Score phase's rotations when the best score is
+        // not perfect (contention cannot be avoided) or the node holds two
+        // jobs (the local optimum is the global one); otherwise the
+        // controller's offline recalculation (§III-C) takes the best score
+        // with the widest cushion, exactly up to 4 jobs. The ablation
+        // without the third stage packs the newcomer against the others.
+        let mut schemes: Vec<(HostId, Scheme)> = Vec::new();
+        for &n in &chosen {
+            let (score, Some(u)) = &scored[score_of[n] as usize] else { continue };
+            if schemes.iter().any(|s| s.0 == n) {
+                continue;
+            }
+            let skip_phase_three = *score < 100.0 - 1e-9 || u.jobs.len() == 2 || u.jobs.len() > 4;
+            let search = match (self.third_stage, skip_phase_three) {
+                (false, _) => Search::Compact,
+                (true, true) => Search::FastFeasible,
+                (true, false) => Search::OptimalCushion,
+            };
+            let others = node_pods.get(&n).map(Vec::as_slice).unwrap_or_default();
+            let me = (job.id, spec.priority);
+            let scheme = match self.schemes.get(&n) {
+                // The node is already a link of the Affinity graph: its jobs
+                // keep their shifts (they run, paced, and other links may
+                // hold them), and only the newcomer is rotated against them.
+                Some(old) => newcomer_on(old, others, u, me, t.host_nic_gbps(n), search),
+                // A new link: every job on it is rotated (they are in
+                // different components, which the global offset rotates whole).
+                None => {
+                    let shifts = solve(u, t.host_nic_gbps(n), search).shifts_ms(u);
+                    let ids = others.iter().map(|o| (o.0, o.2)).chain([me]);
+                    let jobs = ids
+                        .zip(&u.jobs)
+                        .zip(&shifts)
+                        .map(|(((id, priority), uj), &t)| {
+                            (id, (t - shifts[u.reference]).rem_euclid(uj.period_ms), uj.period_ms, priority)
+                        })
+                        .collect();
+                    Scheme { jobs }
+                }
+            };
+            schemes.push((n, scheme));
+        }
+        // Reserve: all pods placed.
+        free.copy_from_slice(&scratch);
+        let hosts = crate::baseline::group_pods(&chosen, per_pod);
+        let circle = place(t, spec, &hosts).map(|p| p.shape.circle());
+        if let Some(c) = circle.filter(|c| !c.arcs.is_empty()).map(Arc::new) {
+            for &(n, _) in &hosts {
+                node_pods.entry(n).or_default().push((job.id, c.clone(), spec.priority));
+            }
+        }
+        Some(JobPlacement { hosts, schemes })
+    }
+}
