@@ -13,8 +13,8 @@ use orrery_model::HostId;
 use std::collections::{HashMap, HashSet};
 
 /// A hash map for the hot paths keyed by small integers (jobs, links):
-/// foldhash instead of SipHash, which was most of a lookup (`orrery`'s
-/// rounds at 16,384 hosts look up every running job's kept values).
+/// foldhash instead of SipHash (`orrery`'s rounds at 16,384 hosts look up
+/// every running job's kept values, and SipHash showed in their profile).
 /// Iteration order carries no meaning, as with `HashMap`.
 pub type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 

@@ -115,11 +115,11 @@
 //! jobs) (each job's links rebuilt only when its hosts change,
 //! [`crate::memo::PerPlacement`]) and the bids' O(W·H) per job whose first
 //! fit crosses them (their cluster state, O(R + H), built at the round's
-//! first placement that needs it; built in every round, it took `orrery`'s
-//! decision median at 16,384 hosts from 4.9 to 10.8 ms), CASSINI's
-//! candidates each scored on the region of jobs they would share links with (a round that regrows all 2,048 jobs of a
-//! half-idle 4,096 × 8 cluster: 2.75 s when each was scored over all
-//! running jobs, 43 ms on 2026-11-28), and
+//! first placement that needs it: built every round, it more than doubled
+//! `orrery`'s decision median at 16,384 hosts), CASSINI's candidates each
+//! scored on the region of jobs they would share links with (a round that
+//! regrows all 2,048 jobs of a half-idle 4,096 × 8 cluster: 2.75 s when
+//! each was scored over all running jobs, 43 ms on 2026-11-28), and
 //! FORESIGHT's colouring of the flows crossing racks when the set of
 //! running jobs changes.
 
