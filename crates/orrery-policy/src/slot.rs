@@ -34,6 +34,18 @@ pub fn start_delay_ns(now_ns: u64, shift_ms: f64, align: Option<(u64, u64)>, pac
     (shift * 1e6).round() as u64
 }
 
+/// The first instant at or after `t_s` that is `≡ offset_s (mod period_ms)`,
+/// s: where a live driver starts the iteration an `Align` applies to, from
+/// that iteration's predicted start. The simulator's [`start_delay_ns`]
+/// rounds the same way from the iteration's actual start. O(1).
+pub fn aligned_at_or_after_s(t_s: f64, period_ms: f64, offset_s: f64) -> f64 {
+    let period_s = period_ms / 1e3;
+    if !(period_s > 0.0 && period_s.is_finite() && t_s.is_finite() && offset_s.is_finite()) {
+        return t_s;
+    }
+    t_s + (offset_s - t_s).rem_euclid(period_s)
+}
+
 /// Most entries a timetable may hold (a policy hands out the next few).
 pub const MAX_TIMETABLE: usize = 4096;
 
@@ -55,7 +67,7 @@ pub fn timetable_wait_ns(now_ns: u64, done: u64, from_iteration: u64, starts_ns:
 
 #[cfg(test)]
 mod tests {
-    use super::{start_delay_ns, timetable_wait_ns};
+    use super::{aligned_at_or_after_s, start_delay_ns, timetable_wait_ns};
 
     #[test]
     fn a_timetable_holds_each_listed_iteration_to_its_start() {
@@ -83,6 +95,18 @@ mod tests {
         assert_eq!(start_delay_ns(250 * MS, 0.0, Some((100 * MS, 30 * MS)), None), 80 * MS);
         // After a 10 ms shift the phase is still 330 ms.
         assert_eq!(start_delay_ns(250 * MS, 10.0, Some((100 * MS, 30 * MS)), None), 80 * MS);
+    }
+
+    #[test]
+    fn an_aligned_start_is_the_next_instant_of_the_phase() {
+        // Period 100 ms, phase 30 ms: from 250 ms the next is 330 ms, as
+        // the simulator's wait above; at 330 ms itself, 330 ms (no wait).
+        assert!((aligned_at_or_after_s(0.250, 100.0, 0.030) - 0.330).abs() < 1e-12);
+        assert!((aligned_at_or_after_s(0.330, 100.0, 0.030) - 0.330).abs() < 1e-12);
+        // An offset far in the past or the future names the same phase.
+        assert!((aligned_at_or_after_s(0.250, 100.0, 7.030) - 0.330).abs() < 1e-9);
+        // No period: the instant itself.
+        assert_eq!(aligned_at_or_after_s(0.25, 0.0, 0.03), 0.25);
     }
 
     #[test]

@@ -68,7 +68,14 @@ impl JobStatus {
     }
 }
 
-/// A pending `Align` (applied once, by the iteration after it arrives).
+/// A pending `Align`, applied once by every rank of the job at the same
+/// iteration. Once the job has reported an iteration, the service names the
+/// instant too: iteration `at_iteration` starts no earlier than `start_s`.
+/// Ranks that wait for their iterations at different moments (a pipeline's
+/// stages, up to a backward pass apart) would otherwise each round their own
+/// moment up to the next aligned instant, and one could wait a whole period
+/// more than another. Before any report there is nothing to predict the
+/// start from, and each rank rounds its own moment (`start_s` None).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct AlignSlot {
     /// The job's iteration time, ms.
@@ -77,6 +84,16 @@ pub struct AlignSlot {
     pub offset_s: f64,
     /// Increases with each `Align`, so an agent applies each one once.
     pub seq: u64,
+    /// The iteration it applies to: the next one before any report, else
+    /// two after the last reported (iteration `done + 1` is running), so
+    /// every rank learns of it before reaching it.
+    #[serde(default)]
+    pub at_iteration: u64,
+    /// The first instant `≡ offset_s (mod period_ms)` at or after that
+    /// iteration's start as predicted from the job's reports, cluster-clock
+    /// s ([`orrery_policy::slot::aligned_at_or_after_s`]).
+    #[serde(default)]
+    pub start_s: Option<f64>,
 }
 
 /// A `Pace` in force (every iteration starts in its slot).
@@ -93,8 +110,16 @@ pub struct PaceSlot {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct InForce {
     /// Sum of every `Shift` since the job was placed, ms; an agent applies
-    /// the part it has not applied yet before the next iteration.
+    /// the part it has not applied yet before iteration
+    /// `shift_at_iteration` or the first after it.
     pub shift_ms_total: f64,
+    /// The iteration the last `Shift` applies to, chosen as an `Align`'s
+    /// ([`AlignSlot::at_iteration`]): every rank waits it before the same
+    /// iteration. A pipeline's stage that took it one iteration after
+    /// another stage would add it twice, each stage held once by its own
+    /// wait and once by the other's.
+    #[serde(default)]
+    pub shift_at_iteration: u64,
     /// The last `Align`, if any.
     pub align: Option<AlignSlot>,
     /// The `Pace` in force.

@@ -73,6 +73,9 @@ pub struct LiveJob {
     /// included (as the simulator's), cluster-clock s: that start plus the
     /// iteration's time with the wait is where it ended.
     pub iteration_start_s: f64,
+    /// The same iteration's start after that wait, cluster-clock s: where
+    /// the next iterations' starts are predicted from (`Align`).
+    ran_from_s: f64,
     /// Iterations and their summed time on the current placement.
     iter_count: u64,
     iter_sum_ms: f64,
@@ -111,6 +114,7 @@ impl LiveJob {
             compute_ms: 0.0,
             shape: orrery_model::IterationShape::default(),
             iteration_start_s: 0.0,
+            ran_from_s: 0.0,
             iter_count: 0,
             iter_sum_ms: 0.0,
             measured: Default::default(),
@@ -410,16 +414,29 @@ impl Ledger {
                 if !active(self, *job) || !ms.is_finite() || *ms < 0.0 {
                     return false;
                 }
-                self.jobs[*job].in_force.shift_ms_total += ms;
+                let j = &mut self.jobs[*job];
+                j.in_force.shift_ms_total += ms;
+                j.in_force.shift_at_iteration = j.iterations_done + if j.iter_count == 0 { 1 } else { 2 };
                 true
             }
             Decision::Align { job, period_ms, offset_s } => {
                 if !(active(self, *job) && *period_ms > 0.0 && period_ms.is_finite() && offset_s.is_finite()) {
                     return false;
                 }
-                let f = &mut self.jobs[*job].in_force;
-                let seq = f.align.map_or(1, |a| a.seq + 1);
-                f.align = Some(AlignSlot { period_ms: *period_ms, offset_s: offset_s.max(0.0), seq });
+                let j = &mut self.jobs[*job];
+                let offset_s = offset_s.max(0.0);
+                // Iteration `done + 1` is running; `done + 2` starts about
+                // two of its periods after the last reported start.
+                let (at_iteration, start_s) = if j.iter_count == 0 {
+                    // Nothing reported on this placement yet.
+                    (j.iterations_done + 1, None)
+                } else {
+                    let predicted_s = (j.ran_from_s + 2.0 * j.period_ms / 1e3).max(now_s);
+                    let start_s = orrery_policy::slot::aligned_at_or_after_s(predicted_s, *period_ms, offset_s);
+                    (j.iterations_done + 2, Some(start_s))
+                };
+                let seq = j.in_force.align.map_or(1, |a| a.seq + 1);
+                j.in_force.align = Some(AlignSlot { period_ms: *period_ms, offset_s, seq, at_iteration, start_s });
                 true
             }
             Decision::Pace { job, period_ms, offset_s } => {
@@ -576,7 +593,10 @@ impl Ledger {
         };
         let left = (total - j.iterations_done as f64 / ratio.max(1e-9)).max(1.0);
         j.target_iterations = j.iterations_done + (left * ratio - 1e-9).ceil().max(1.0) as u64;
-        j.hosts = need.into_iter().collect();
+        // In the decision's order, as the simulator keeps them: a policy
+        // derives the ranks' hosts from this list (a pipeline's stages and
+        // a stage's replicas), so sorting it would move ranks.
+        j.hosts = hosts;
         j.workers = placed.workers;
         j.period_ms = period;
         j.measured.clear();
@@ -586,6 +606,7 @@ impl Ledger {
         j.started_s.get_or_insert(now_s);
         j.placed_s = now_s;
         j.iteration_start_s = now_s;
+        j.ran_from_s = now_s;
         j.iter_count = 0;
         j.iter_sum_ms = 0.0;
         j.epoch += 1;
@@ -652,14 +673,19 @@ impl Ledger {
     }
 
     /// GPUs of `job` per host that no other job shares.
+    /// One entry per host, sorted, as the simulator's. O(hosts log hosts).
     fn solo_gpus(&self, job: JobId) -> Vec<(HostId, u32)> {
         let j = &self.jobs[job];
-        if j.sharing.is_empty() {
+        if j.sharing.is_empty() && j.hosts.windows(2).all(|w| w[0].0 < w[1].0) {
             return j.hosts.clone();
         }
-        j.hosts
-            .iter()
-            .map(|&(h, g)| (h, g - j.sharing.iter().filter(|s| s.host == h).map(|s| s.gpus).sum::<u32>().min(g)))
+        let mut per_host: BTreeMap<HostId, u32> = BTreeMap::new();
+        for &(h, g) in &j.hosts {
+            *per_host.entry(h).or_default() += g;
+        }
+        per_host
+            .into_iter()
+            .map(|(h, g)| (h, g - j.sharing.iter().filter(|s| s.host == h).map(|s| s.gpus).sum::<u32>().min(g)))
             .collect()
     }
 
@@ -820,6 +846,7 @@ impl Ledger {
                 if j.target_iterations > 0 { r.iteration.min(j.target_iterations) } else { r.iteration };
             // The worker timed its start after the slot's wait.
             j.iteration_start_s = (r.start_s - r.delay_ms.unwrap_or(0.0) / 1e3).min(now_s);
+            j.ran_from_s = r.start_s.min(now_s);
             j.iter_count += 1;
             j.iter_sum_ms += r.duration_ms;
             j.measured.observe(r.duration_ms, false);
@@ -856,7 +883,9 @@ impl Ledger {
         let mut jobs_on: Vec<Vec<JobId>> = vec![Vec::new(); self.nodes.len()];
         for (id, j) in self.jobs.iter().enumerate().filter(|(_, j)| j.status.is_active()) {
             for &(h, _) in &j.hosts {
-                jobs_on[h].push(id);
+                if !jobs_on[h].contains(&id) {
+                    jobs_on[h].push(id);
+                }
             }
         }
         self.nodes

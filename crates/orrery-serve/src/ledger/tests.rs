@@ -155,3 +155,43 @@ fn reports_name_the_current_epoch_and_a_host_of_the_job() {
     assert_eq!(l.report(1, &r(1, 1_000_000), 3.0), Ok(ReportEffect { advanced: true, finished: true }));
     assert_eq!(l.job_info(a).map(|j| j.iterations_done), Some(10), "no more than the job's 10 iterations");
 }
+
+#[test]
+fn an_align_names_the_iteration_after_next_and_the_aligned_instant_it_starts_at() {
+    let mut l = demo();
+    up(&mut l, 0);
+    up(&mut l, 1);
+    let a = l.submit(spec("a"), 0.0);
+    l.record(&Logged::Decision(Decision::Place { job: a, hosts: vec![(0, 1), (1, 1)] }), 1.0).expect("placed");
+    // Before any report there is no start to predict: the next iteration,
+    // each rank rounding its own moment.
+    l.record(&Logged::Decision(Decision::Align { job: a, period_ms: 400.0, offset_s: 0.05 }), 1.0).expect("aligned");
+    let first = l.job_info(a).expect("a").in_force.align.expect("an align in force");
+    assert_eq!((first.at_iteration, first.start_s, first.seq), (1, None, 1));
+    // Iteration 1 ran from 1.5 s after a 100-ms wait for its slot.
+    let report = IterationReport {
+        job: a,
+        epoch: 1,
+        iteration: 1,
+        start_s: 1.5,
+        duration_ms: 200.0,
+        comm_ms: None,
+        delay_ms: Some(100.0),
+        done: false,
+    };
+    assert!(l.report(0, &report, 1.7).is_ok_and(|e| e.advanced));
+    let period_s = l.job_info(a).expect("a").period_ms / 1e3;
+    assert!(period_s > 0.0);
+    l.record(&Logged::Decision(Decision::Align { job: a, period_ms: 400.0, offset_s: 0.05 }), 1.8).expect("aligned");
+    let al = l.job_info(a).expect("a").in_force.align.expect("an align in force");
+    let start_s = al.start_s.expect("a reported job's align names its instant");
+    // Iteration 2 is running; iteration 3 would start at 1.5 s plus two
+    // periods (from the start after the wait), and is held to the next
+    // instant ≡ 0.05 s (mod 0.4 s).
+    assert_eq!((al.at_iteration, al.seq), (3, 2));
+    let predicted = 1.5 + 2.0 * period_s;
+    let expected = predicted + (0.05 - predicted).rem_euclid(0.4);
+    assert!((start_s - expected).abs() < 1e-9, "{al:?}: expected {expected}");
+    assert!(start_s >= predicted && start_s < predicted + 0.4);
+    assert!(((start_s - 0.05) / 0.4 - ((start_s - 0.05) / 0.4).round()).abs() < 1e-9, "{al:?} in phase");
+}

@@ -41,9 +41,11 @@
 //!   (`done`: the job has run all its iterations).
 //!
 //! The delay is [`orrery_policy::slot::start_delay_ns`] on the cluster clock,
-//! with the shifts not yet applied by this process and the Align and Pace
-//! in force: the simulator's rule. Shifts and aligns are applied once per
-//! (job, epoch, rank).
+//! with the shifts not yet applied by this process and the Pace in force:
+//! the simulator's rule. An Align waits for the iteration it names and holds
+//! every rank to the instant the service computed for it
+//! ([`crate::api::AlignSlot`]), so ranks that ask at different moments start
+//! together. Shifts and aligns are applied once per (job, epoch, rank).
 
 use crate::api::{Assignment, IterationReport, RegisterRequest, Reports};
 use crate::client::{Client, ClientError};

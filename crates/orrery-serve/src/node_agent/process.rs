@@ -152,41 +152,7 @@ async fn wait(shared: &Shared, job: &str, rank: Option<u32>, epoch: Option<u64>)
                 if a.status == crate::api::JobStatus::Running {
                     let rank = rank.or_else(|| a.ranks.first().copied()).unwrap_or(0);
                     let now = cluster_now_ns(shared.opts.host_unix_us(), s.epoch_unix_ms, s.clock.offset_us());
-                    let applied = s.applied.entry((id, a.epoch, rank)).or_default();
-                    let f = &a.in_force;
-                    let shift = (f.shift_ms_total - applied.shift_ms).max(0.0);
-                    applied.shift_ms = f.shift_ms_total;
-                    let align = f.align.filter(|al| al.seq > applied.align_seq).map(|al| {
-                        applied.align_seq = al.seq;
-                        ((al.period_ms * 1e6).round() as u64, (al.offset_s * 1e9).round() as u64)
-                    });
-                    let pace = f.pace.map(|p| ((p.period_ms * 1e6).round() as u64, (p.offset_s * 1e9).round() as u64));
-                    let delay = orrery_policy::slot::start_delay_ns(now, shift, align, pace);
-                    let it = s.iteration.entry((id, a.epoch)).or_insert(a.iterations_done);
-                    let iteration = *it + 1;
-                    // The timetable (handed out ahead): this iteration's
-                    // earliest start, with `*it` iterations done.
-                    let delay = match &f.timetable {
-                        Some((from, starts_s)) => {
-                            let i = it.checked_sub(*from).and_then(|i| usize::try_from(i).ok());
-                            let start_ns = i.and_then(|i| starts_s.get(i)).map(|t| (t * 1e9).round() as u64);
-                            delay.max(start_ns.map_or(0, |t| t.saturating_sub(now)))
-                        }
-                        None => delay,
-                    };
-                    if s.handed.len() >= MAX_HANDED {
-                        s.handed.clear();
-                    }
-                    s.handed.insert((id, a.epoch, iteration), delay as f64 / 1e6);
-                    return Reply::Go {
-                        go: true,
-                        delay_ms: delay as f64 / 1e6,
-                        iteration,
-                        epoch: a.epoch,
-                        throttle_gbps: f.throttle_gbps,
-                        period_ms: a.period_ms,
-                        route: f.routes.get(&(rank as usize)).cloned().unwrap_or_default(),
-                    };
+                    return go(&mut s, &a, rank, now);
                 }
             } else if let Some(id) = id
                 && let Some((e, why)) = s.gone.get(&id)
@@ -197,6 +163,59 @@ async fn wait(shared: &Shared, job: &str, rank: Option<u32>, epoch: Option<u64>)
         }
         // Paused, or not placed here yet: wait for a change.
         let _ = tokio::time::timeout(Duration::from_secs(1), notified).await;
+    }
+}
+
+/// The reply to a rank of running job `a` waiting for its next iteration at
+/// cluster-clock `now_ns`: how long it waits (the decisions in force, each
+/// applied once per rank) and the iteration's number. O(1).
+fn go(s: &mut State, a: &crate::api::Assignment, rank: u32, now: u64) -> Reply {
+    let id = a.job;
+    let f = &a.in_force;
+    let done = *s.iteration.entry((id, a.epoch)).or_insert(a.iterations_done);
+    let iteration = done + 1;
+    let applied = s.applied.entry((id, a.epoch, rank)).or_default();
+    // Shifts wait for their iteration as an `Align` does.
+    let shift = if iteration >= f.shift_at_iteration {
+        let pending = (f.shift_ms_total - applied.shift_ms).max(0.0);
+        applied.shift_ms = f.shift_ms_total;
+        pending
+    } else {
+        0.0
+    };
+    // An `Align` waits for its iteration, then holds every rank to the
+    // same instant, or before any report rounds this rank's own moment to
+    // the phase (api::AlignSlot).
+    let align = f.align.filter(|al| al.seq > applied.align_seq && iteration >= al.at_iteration);
+    if let Some(al) = align {
+        applied.align_seq = al.seq;
+    }
+    let rounded = align
+        .filter(|al| al.start_s.is_none())
+        .map(|al| ((al.period_ms * 1e6).round() as u64, (al.offset_s * 1e9).round() as u64));
+    let aligned_ns = align.and_then(|al| al.start_s).map(|t| (t.max(0.0) * 1e9).round() as u64);
+    let pace = f.pace.map(|p| ((p.period_ms * 1e6).round() as u64, (p.offset_s * 1e9).round() as u64));
+    let mut delay = orrery_policy::slot::start_delay_ns(now, shift, rounded, pace)
+        .max(aligned_ns.map_or(0, |t| t.saturating_sub(now)));
+    // The timetable (handed out ahead): this iteration's earliest start,
+    // with `done` iterations done.
+    if let Some((from, starts_s)) = &f.timetable {
+        let i = done.checked_sub(*from).and_then(|i| usize::try_from(i).ok());
+        let start_ns = i.and_then(|i| starts_s.get(i)).map(|t| (t * 1e9).round() as u64);
+        delay = delay.max(start_ns.map_or(0, |t| t.saturating_sub(now)));
+    }
+    if s.handed.len() >= MAX_HANDED {
+        s.handed.clear();
+    }
+    s.handed.insert((id, a.epoch, iteration), delay as f64 / 1e6);
+    Reply::Go {
+        go: true,
+        delay_ms: delay as f64 / 1e6,
+        iteration,
+        epoch: a.epoch,
+        throttle_gbps: f.throttle_gbps,
+        period_ms: a.period_ms,
+        route: f.routes.get(&(rank as usize)).cloned().unwrap_or_default(),
     }
 }
 
@@ -225,4 +244,94 @@ fn report(
     let delay_ms = s.handed.remove(&(id, epoch, iteration));
     s.reports.push(IterationReport { job: id, epoch, iteration, start_s, duration_ms, comm_ms, delay_ms, done });
     Reply::Ok { ok: true, done: finished }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Reply, State, go};
+    use crate::api::{AlignSlot, Assignment, InForce, JobStatus};
+
+    const S: u64 = 1_000_000_000;
+
+    fn delay_ms(reply: Reply) -> (f64, u64) {
+        match reply {
+            Reply::Go { delay_ms, iteration, .. } => (delay_ms, iteration),
+            other => panic!("expected a go, got {other:?}"),
+        }
+    }
+
+    /// A pipeline's two stages on this host wait for their iterations at
+    /// different moments (the last stage first, a backward pass earlier).
+    /// An `Align` whose instant falls between their waits must not hold
+    /// the later rank for a whole period: both ranks apply it at the same
+    /// iteration and start no earlier than the same instant. Rounding each
+    /// rank's own moment up to the phase (the rule before) held rank 0 for
+    /// 970 ms here and stalled the pipeline on the testbed.
+    #[test]
+    fn an_align_holds_every_rank_to_one_instant_at_one_iteration() {
+        let align = AlignSlot { period_ms: 1000.0, offset_s: 0.97, seq: 1, at_iteration: 5, start_s: Some(4.97) };
+        let a = Assignment {
+            job: 7,
+            name: "pp".into(),
+            epoch: 1,
+            status: JobStatus::Running,
+            gpus: 2,
+            ranks: vec![0, 1],
+            workers: vec!["h0".into(), "h0".into()],
+            worker_addrs: Vec::new(),
+            shape: Default::default(),
+            period_ms: 1000.0,
+            compute_ms: 700.0,
+            iterations_done: 3,
+            target_iterations: 100,
+            in_force: InForce { align: Some(align), ..InForce::default() },
+        };
+        let mut s = State::default();
+        // Iteration 4 (three done): the align is not for it.
+        assert_eq!(delay_ms(go(&mut s, &a, 1, 3_940_000_000)), (0.0, 4));
+        assert_eq!(delay_ms(go(&mut s, &a, 0, 4 * S)), (0.0, 4));
+        s.iteration.insert((7, 1), 4);
+        // Iteration 5: rank 1 at 4.94 s waits until 4.97 s; rank 0, at
+        // 5.00 s, is past it and goes at once.
+        let (d1, it1) = delay_ms(go(&mut s, &a, 1, 4_940_000_000));
+        assert!((d1 - 30.0).abs() < 1e-6 && it1 == 5, "{d1} ms at {it1}");
+        assert_eq!(delay_ms(go(&mut s, &a, 0, 5 * S)), (0.0, 5));
+        // Applied once per rank: iteration 6 is not held.
+        s.iteration.insert((7, 1), 5);
+        assert_eq!(delay_ms(go(&mut s, &a, 1, 5_900_000_000)), (0.0, 6));
+        assert_eq!(delay_ms(go(&mut s, &a, 0, 5_950_000_000)), (0.0, 6));
+    }
+
+    /// A `Shift` that arrives after the last stage began iteration 6 and
+    /// before the first stage did is waited by both before iteration 7,
+    /// not by one before 6 and the other before 7 (which held the pipeline
+    /// twice).
+    #[test]
+    fn a_shift_is_waited_by_every_rank_before_the_same_iteration() {
+        let mut a = Assignment {
+            job: 7,
+            name: "pp".into(),
+            epoch: 1,
+            status: JobStatus::Running,
+            gpus: 2,
+            ranks: vec![0, 1],
+            workers: vec!["h0".into(), "h0".into()],
+            worker_addrs: Vec::new(),
+            shape: Default::default(),
+            period_ms: 1000.0,
+            compute_ms: 700.0,
+            iterations_done: 5,
+            target_iterations: 100,
+            in_force: InForce::default(),
+        };
+        let mut s = State::default();
+        assert_eq!(delay_ms(go(&mut s, &a, 1, 5 * S)), (0.0, 6));
+        a.in_force = InForce { shift_ms_total: 120.0, shift_at_iteration: 7, ..InForce::default() };
+        assert_eq!(delay_ms(go(&mut s, &a, 0, 5 * S + S / 10)), (0.0, 6));
+        s.iteration.insert((7, 1), 6);
+        assert_eq!(delay_ms(go(&mut s, &a, 1, 6 * S)), (120.0, 7));
+        assert_eq!(delay_ms(go(&mut s, &a, 0, 6 * S + S / 10)), (120.0, 7));
+        s.iteration.insert((7, 1), 7);
+        assert_eq!(delay_ms(go(&mut s, &a, 0, 7 * S)), (0.0, 8), "once");
+    }
 }
