@@ -586,43 +586,43 @@ fn a_real_pipeline_by_data_parallel_job_runs_as_its_model_says_and_cassinis_shif
             .collect()
     };
     // Unshifted and started together, the two jobs' all-reduces mostly
-    // meet (five runs here: 86-97% collided, the pair 21% over its time
-    // alone; a fresh-clone CI run: 31-44%, cubic parting them by itself
-    // as it parts DDP rings, docs/results.md). Where they met in a quarter
-    // or more and lost 5% or more, the shift wins back at least a third of
-    // the loss with under half of its all-reduces collided (five runs:
-    // 1.09-1.32x for the 21%; in two, a late iteration put the pair back
-    // in step for 7-15 s until CASSINI re-aligned it). Where they did not,
-    // there is nothing to gain, and the shift still leaves under half of
-    // its all-reduces collided. It is not held to the unshifted pair
-    // there: in every shifted run 19-34% stay collided, and a fresh-clone
-    // CI run whose unshifted pair cubic had parted completely (0%, 1% over
-    // alone) ran 0.904x with the shift (25% collided), a defect recorded
-    // in docs/results.md. The bound is what a shift that collides in
-    // under half can cost: a pair fully in step loses 21%.
+    // meet (eleven runs here: 65-100% collided, the pair 16-23% over its
+    // time alone), unless cubic parts them by itself, as it parts DDP rings
+    // (one run here 5% and two fresh-clone CI runs 0% and 31-44% collided;
+    // docs/results.md). Shifted, they stay apart: in six runs here 0-5%
+    // collided and 0-1.3% over alone. Before the live Align held every
+    // rank to one instant and the service kept the ranks' hosts in order,
+    // 19-60% stayed collided and one CI run's shift cost 10% (0.904x).
     let (unshifted, shifted) = (collided("pinned"), collided("pinned_cassini"));
     let rows = read_compare(&out.path().join("compare.csv"));
     let pair =
         |policy: &str| rows[&(policy.to_string(), "a".to_string())].0 + rows[&(policy.to_string(), "b".to_string())].0;
     let gain = pair("pinned") / pair("pinned+cassini");
     let lost = pair("pinned") / 2.0 / predicted_ms - 1.0;
+    let over = pair("pinned+cassini") / 2.0 / predicted_ms - 1.0;
     eprintln!(
-        "shift: {gain:.3}x; unshifted {:.0}% over alone; collided unshifted {unshifted:.2?}, shifted {shifted:.2?}",
+        "shift: {gain:.3}x, {:.1}% over alone; unshifted {:.0}% over alone; collided unshifted {unshifted:.2?}, \
+         shifted {shifted:.2?}",
+        100.0 * over,
         100.0 * lost
     );
+    // The shift holds the pair apart: under a fifth of either job's
+    // all-reduces collided, and the pair within 5% of its time alone.
+    assert!(
+        shifted.iter().all(|&c| c < 0.2) && over < 0.05,
+        "the shifted pair collided in {shifted:.2?} and ran {:.1}% over alone",
+        100.0 * over
+    );
+    // Where the unshifted pair collided and lost 5% or more, the shift wins
+    // back at least half of the loss (six runs here: 1.15-1.22x for 16-23%).
     if unshifted.iter().copied().fold(0.0, f64::max) >= 0.25 && lost >= 0.05 {
         assert!(
-            gain >= 1.0 + lost / 3.0 && shifted.iter().all(|&c| c < 0.5),
+            gain >= 1.0 + lost / 2.0,
             "unshifted the pair collided in {unshifted:.2?} and ran {:.0}% over alone; the shift gained {gain:.3}x \
-             (pairs {:.1} and {:.1} ms), collided {shifted:.2?}",
+             (pairs {:.1} and {:.1} ms)",
             100.0 * lost,
             pair("pinned") / 2.0,
             pair("pinned+cassini") / 2.0
-        );
-    } else {
-        assert!(
-            gain > 0.88 && shifted.iter().all(|&c| c < 0.5),
-            "the unshifted pair parted by itself ({unshifted:.2?}); the shift cost {gain:.3}x, collided {shifted:.2?}"
         );
     }
 }

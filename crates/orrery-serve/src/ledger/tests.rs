@@ -195,3 +195,20 @@ fn an_align_names_the_iteration_after_next_and_the_aligned_instant_it_starts_at(
     assert!(start_s >= predicted && start_s < predicted + 0.4);
     assert!(((start_s - 0.05) / 0.4 - ((start_s - 0.05) / 0.4).round()).abs() < 1e-9, "{al:?} in phase");
 }
+
+#[test]
+fn a_placement_keeps_its_hosts_in_the_decisions_order() {
+    // A policy reads the ranks' hosts from this list (rank r on the r-th
+    // GPU listed): a pipeline × data-parallel job placed on hosts 1 then 0
+    // has its first stage on host 1. Sorted, the live service's policies
+    // saw the stages swapped where the simulator's did not.
+    let mut l = demo();
+    up(&mut l, 0);
+    up(&mut l, 1);
+    let a = l.submit(spec("a"), 0.0);
+    l.record(&Logged::Decision(Decision::Place { job: a, hosts: vec![(1, 1), (0, 1)] }), 1.0).expect("placed");
+    let view = l.view(1.0);
+    assert_eq!(view.running[0].hosts, &[(1, 1), (0, 1)][..]);
+    assert_eq!(&*view.running[0].solo_gpus, &[(0, 1), (1, 1)][..], "one entry per host, sorted");
+    assert_eq!(l.job_info(a).expect("a").hosts.iter().map(|h| h.0.as_str()).collect::<Vec<_>>().len(), 2);
+}
