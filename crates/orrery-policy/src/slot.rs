@@ -43,7 +43,9 @@ pub fn aligned_at_or_after_s(t_s: f64, period_ms: f64, offset_s: f64) -> f64 {
     if !(period_s > 0.0 && period_s.is_finite() && t_s.is_finite() && offset_s.is_finite()) {
         return t_s;
     }
-    t_s + (offset_s - t_s).rem_euclid(period_s)
+    let wait = (offset_s - t_s).rem_euclid(period_s);
+    // An instant in phase up to rounding (1 ns) is itself.
+    if period_s - wait < 1e-9 { t_s } else { t_s + wait }
 }
 
 /// Most entries a timetable may hold (a policy hands out the next few).

@@ -414,9 +414,7 @@ impl Ledger {
                 if !active(self, *job) || !ms.is_finite() || *ms < 0.0 {
                     return false;
                 }
-                let j = &mut self.jobs[*job];
-                j.in_force.shift_ms_total += ms;
-                j.in_force.shift_at_iteration = j.iterations_done + if j.iter_count == 0 { 1 } else { 2 };
+                self.jobs[*job].in_force.shift_ms_total += ms;
                 true
             }
             Decision::Align { job, period_ms, offset_s } => {

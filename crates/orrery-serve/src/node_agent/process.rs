@@ -175,14 +175,8 @@ fn go(s: &mut State, a: &crate::api::Assignment, rank: u32, now: u64) -> Reply {
     let done = *s.iteration.entry((id, a.epoch)).or_insert(a.iterations_done);
     let iteration = done + 1;
     let applied = s.applied.entry((id, a.epoch, rank)).or_default();
-    // Shifts wait for their iteration as an `Align` does.
-    let shift = if iteration >= f.shift_at_iteration {
-        let pending = (f.shift_ms_total - applied.shift_ms).max(0.0);
-        applied.shift_ms = f.shift_ms_total;
-        pending
-    } else {
-        0.0
-    };
+    let shift = (f.shift_ms_total - applied.shift_ms).max(0.0);
+    applied.shift_ms = f.shift_ms_total;
     // An `Align` waits for its iteration, then holds every rank to the
     // same instant, or before any report rounds this rank's own moment to
     // the phase (api::AlignSlot).
@@ -253,6 +247,27 @@ mod tests {
 
     const S: u64 = 1_000_000_000;
 
+    /// Job 7's two pipeline stages (ranks 0 and 1) on this host, 1-s
+    /// iterations, `done` of them reported, `in_force` in force.
+    fn two_stages(done: u64, in_force: InForce) -> Assignment {
+        Assignment {
+            job: 7,
+            name: "pp".into(),
+            epoch: 1,
+            status: JobStatus::Running,
+            gpus: 2,
+            ranks: vec![0, 1],
+            workers: vec!["h0".into(), "h0".into()],
+            worker_addrs: Vec::new(),
+            shape: Default::default(),
+            period_ms: 1000.0,
+            compute_ms: 700.0,
+            iterations_done: done,
+            target_iterations: 100,
+            in_force,
+        }
+    }
+
     fn delay_ms(reply: Reply) -> (f64, u64) {
         match reply {
             Reply::Go { delay_ms, iteration, .. } => (delay_ms, iteration),
@@ -270,22 +285,7 @@ mod tests {
     #[test]
     fn an_align_holds_every_rank_to_one_instant_at_one_iteration() {
         let align = AlignSlot { period_ms: 1000.0, offset_s: 0.97, seq: 1, at_iteration: 5, start_s: Some(4.97) };
-        let a = Assignment {
-            job: 7,
-            name: "pp".into(),
-            epoch: 1,
-            status: JobStatus::Running,
-            gpus: 2,
-            ranks: vec![0, 1],
-            workers: vec!["h0".into(), "h0".into()],
-            worker_addrs: Vec::new(),
-            shape: Default::default(),
-            period_ms: 1000.0,
-            compute_ms: 700.0,
-            iterations_done: 3,
-            target_iterations: 100,
-            in_force: InForce { align: Some(align), ..InForce::default() },
-        };
+        let a = two_stages(3, InForce { align: Some(align), ..InForce::default() });
         let mut s = State::default();
         // Iteration 4 (three done): the align is not for it.
         assert_eq!(delay_ms(go(&mut s, &a, 1, 3_940_000_000)), (0.0, 4));
@@ -300,38 +300,5 @@ mod tests {
         s.iteration.insert((7, 1), 5);
         assert_eq!(delay_ms(go(&mut s, &a, 1, 5_900_000_000)), (0.0, 6));
         assert_eq!(delay_ms(go(&mut s, &a, 0, 5_950_000_000)), (0.0, 6));
-    }
-
-    /// A `Shift` that arrives after the last stage began iteration 6 and
-    /// before the first stage did is waited by both before iteration 7,
-    /// not by one before 6 and the other before 7 (which held the pipeline
-    /// twice).
-    #[test]
-    fn a_shift_is_waited_by_every_rank_before_the_same_iteration() {
-        let mut a = Assignment {
-            job: 7,
-            name: "pp".into(),
-            epoch: 1,
-            status: JobStatus::Running,
-            gpus: 2,
-            ranks: vec![0, 1],
-            workers: vec!["h0".into(), "h0".into()],
-            worker_addrs: Vec::new(),
-            shape: Default::default(),
-            period_ms: 1000.0,
-            compute_ms: 700.0,
-            iterations_done: 5,
-            target_iterations: 100,
-            in_force: InForce::default(),
-        };
-        let mut s = State::default();
-        assert_eq!(delay_ms(go(&mut s, &a, 1, 5 * S)), (0.0, 6));
-        a.in_force = InForce { shift_ms_total: 120.0, shift_at_iteration: 7, ..InForce::default() };
-        assert_eq!(delay_ms(go(&mut s, &a, 0, 5 * S + S / 10)), (0.0, 6));
-        s.iteration.insert((7, 1), 6);
-        assert_eq!(delay_ms(go(&mut s, &a, 1, 6 * S)), (120.0, 7));
-        assert_eq!(delay_ms(go(&mut s, &a, 0, 6 * S + S / 10)), (120.0, 7));
-        s.iteration.insert((7, 1), 7);
-        assert_eq!(delay_ms(go(&mut s, &a, 0, 7 * S)), (0.0, 8), "once");
     }
 }
