@@ -110,8 +110,16 @@ pub struct PaceSlot {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct InForce {
     /// Sum of every `Shift` since the job was placed, ms; an agent applies
-    /// the part it has not applied yet before the next iteration.
+    /// the part it has not applied yet before iteration
+    /// `shift_at_iteration` or the first after it.
     pub shift_ms_total: f64,
+    /// The iteration the last `Shift` applies to, chosen as an `Align`'s
+    /// ([`AlignSlot::at_iteration`]): every rank waits it before the same
+    /// iteration. A pipeline's stage that took it one iteration after
+    /// another stage would add it twice, each stage held once by its own
+    /// wait and once by the other's.
+    #[serde(default)]
+    pub shift_at_iteration: u64,
     /// The last `Align`, if any.
     pub align: Option<AlignSlot>,
     /// The `Pace` in force.

@@ -414,7 +414,9 @@ impl Ledger {
                 if !active(self, *job) || !ms.is_finite() || *ms < 0.0 {
                     return false;
                 }
-                self.jobs[*job].in_force.shift_ms_total += ms;
+                let j = &mut self.jobs[*job];
+                j.in_force.shift_ms_total += ms;
+                j.in_force.shift_at_iteration = j.iterations_done + if j.iter_count == 0 { 1 } else { 2 };
                 true
             }
             Decision::Align { job, period_ms, offset_s } => {

@@ -175,8 +175,14 @@ fn go(s: &mut State, a: &crate::api::Assignment, rank: u32, now: u64) -> Reply {
     let done = *s.iteration.entry((id, a.epoch)).or_insert(a.iterations_done);
     let iteration = done + 1;
     let applied = s.applied.entry((id, a.epoch, rank)).or_default();
-    let shift = (f.shift_ms_total - applied.shift_ms).max(0.0);
-    applied.shift_ms = f.shift_ms_total;
+    // Shifts wait for their iteration as an `Align` does.
+    let shift = if iteration >= f.shift_at_iteration {
+        let pending = (f.shift_ms_total - applied.shift_ms).max(0.0);
+        applied.shift_ms = f.shift_ms_total;
+        pending
+    } else {
+        0.0
+    };
     // An `Align` waits for its iteration, then holds every rank to the
     // same instant, or before any report rounds this rank's own moment to
     // the phase (api::AlignSlot).
@@ -300,5 +306,23 @@ mod tests {
         s.iteration.insert((7, 1), 5);
         assert_eq!(delay_ms(go(&mut s, &a, 1, 5_900_000_000)), (0.0, 6));
         assert_eq!(delay_ms(go(&mut s, &a, 0, 5_950_000_000)), (0.0, 6));
+    }
+
+    /// A `Shift` that arrives after the last stage began iteration 6 and
+    /// before the first stage did is waited by both before iteration 7,
+    /// not by one before 6 and the other before 7 (which held the pipeline
+    /// twice).
+    #[test]
+    fn a_shift_is_waited_by_every_rank_before_the_same_iteration() {
+        let mut a = two_stages(5, InForce::default());
+        let mut s = State::default();
+        assert_eq!(delay_ms(go(&mut s, &a, 1, 5 * S)), (0.0, 6));
+        a.in_force = InForce { shift_ms_total: 120.0, shift_at_iteration: 7, ..InForce::default() };
+        assert_eq!(delay_ms(go(&mut s, &a, 0, 5 * S + S / 10)), (0.0, 6));
+        s.iteration.insert((7, 1), 6);
+        assert_eq!(delay_ms(go(&mut s, &a, 1, 6 * S)), (120.0, 7));
+        assert_eq!(delay_ms(go(&mut s, &a, 0, 6 * S + S / 10)), (120.0, 7));
+        s.iteration.insert((7, 1), 7);
+        assert_eq!(delay_ms(go(&mut s, &a, 0, 7 * S)), (0.0, 8), "once");
     }
 }
