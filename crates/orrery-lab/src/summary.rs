@@ -203,6 +203,12 @@ pub struct Comparison {
     pub gain_avg_jct: f64,
     /// Baseline's high-priority mean iteration time / this one's.
     pub gain_high_iter: Option<f64>,
+    /// Jobs that finished and jobs in the workloads, summed over the
+    /// seeds: the means above are over the finished ones, so a policy that
+    /// turned jobs away or left them waiting is not comparable.
+    pub finished: usize,
+    /// See `finished`.
+    pub jobs: usize,
 }
 
 /// The comparison as a table of formatted cells: a header row, then one row
@@ -214,6 +220,12 @@ pub fn comparison_table(comparison: &[Comparison]) -> Vec<Vec<String>> {
         vec!["scenario", "policy", "seeds", "avg it (s)", "x", "p99 it (s)", "x", "avg JCT (s)", "x", "makespan (s)"];
     if prio {
         header.extend(["high it (s)", "x", "low it (s)"]);
+    }
+    // Only when some policy did not finish every job: its means are over
+    // fewer jobs than the baseline's.
+    let partial = comparison.iter().any(|c| c.finished < c.jobs);
+    if partial {
+        header.push("finished");
     }
     let opt = |v: Option<f64>, p: usize| v.map_or("-".to_string(), |v| format!("{v:.p$}"));
     let mut rows = vec![header.into_iter().map(String::from).collect::<Vec<_>>()];
@@ -232,6 +244,9 @@ pub fn comparison_table(comparison: &[Comparison]) -> Vec<Vec<String>> {
         ];
         if prio {
             row.extend([opt(c.high_iter_s, 3), opt(c.gain_high_iter, 2), opt(c.low_iter_s, 3)]);
+        }
+        if partial {
+            row.push(format!("{}/{}", c.finished, c.jobs));
         }
         rows.push(row);
     }
@@ -311,6 +326,8 @@ pub fn compare(runs: &[Run], baseline: &str) -> Vec<Comparison> {
             gain_p99_iter: f64::NAN,
             gain_avg_jct: f64::NAN,
             gain_high_iter: None,
+            finished: rs.iter().map(|r| r.metrics.finished).sum(),
+            jobs: rs.iter().map(|r| r.metrics.jobs).sum(),
         }
     };
     let mut out: Vec<Comparison> = keys.iter().map(|(s, p)| line(s, p)).collect();

@@ -122,8 +122,14 @@ impl Policy for Composed {
                     self.placement.commit(view, spec, &hosts);
                     out.push(Decision::Place { job: view.queue[i].id, hosts });
                 }
-                None if self.order.blocking() => break,
-                None => {}
+                // A gang its placement can never hold is turned away, as
+                // Kueue marks it inadmissible, rather than held at the
+                // head of the queue forever.
+                None => match self.placement.never_fits(view, &rack_of, spec) {
+                    Some(reason) => out.push(Decision::Reject { job: view.queue[i].id, reason }),
+                    None if self.order.blocking() => break,
+                    None => {}
+                },
             }
         }
         out

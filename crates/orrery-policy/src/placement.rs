@@ -25,6 +25,14 @@ pub trait Placement {
 
     /// Records that `spec` was placed on `hosts` in this round.
     fn commit(&mut self, _view: &ClusterView<'_>, _spec: &JobSpec, _hosts: &[(HostId, u32)]) {}
+
+    /// Why `spec` could not be placed even on an empty cluster, for a rule
+    /// that confines a gang (one domain of a level): such a job would wait
+    /// forever, and under a blocking order hold every job behind it. None
+    /// when an empty cluster would hold it (the default).
+    fn never_fits(&self, _view: &ClusterView<'_>, _rack_of: &[usize], _spec: &JobSpec) -> Option<String> {
+        None
+    }
 }
 
 /// Free GPUs the job may use on each host (see [`JobSpec::host_cap`]).

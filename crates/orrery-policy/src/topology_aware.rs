@@ -7,14 +7,17 @@
 //!   level, or it waits. Candidate placements are the domains that can hold
 //!   it; the score is NodeResourcesFit's MostAllocated, so the fullest
 //!   domain that fits wins (best fit), and inside it the fullest hosts are
-//!   taken first.
+//!   taken first. A gang larger than every domain of the level is turned
+//!   away with the reason (Kueue marks it inadmissible and admits the
+//!   workloads behind it); waiting, it would hold FIFO's queue for ever.
 //! * **Preferred** (Kueue's `podset-preferred-topology`): one domain when
 //!   one fits; otherwise as few domains as possible, the ones with the most
 //!   free GPUs first, and never a wait when the cluster has the GPUs.
 //! * **HyperNodes** (Volcano's network topology aware scheduling,
 //!   `highestTierAllowed: TIER`): the whole gang inside one HyperNode of the
 //!   lowest tier that holds it, up to TIER (tier 1 a rack, tier 2 a pod),
-//!   best fit within the tier; else it waits.
+//!   best fit within the tier; else it waits, or is turned away when no
+//!   HyperNode of the tier could ever hold it.
 //!
 //! What they do not do: look at links, time communication, or know a
 //! mesh's groups; a rack is all the level above a host on a leaf-spine.
@@ -163,6 +166,43 @@ impl Placement for HyperNode {
             .take(usize::from(self.highest))
             .find_map(|level| best_fit(&domains(&domain_of(view, level, rack_of), &free), &free, spec.gpus()))
     }
+
+    /// A gang larger than every HyperNode of the highest tier allowed.
+    /// O(H).
+    fn never_fits(&self, view: &ClusterView<'_>, rack_of: &[usize], spec: &JobSpec) -> Option<String> {
+        let level = if self.highest >= 2 { Level::Pod } else { Level::Rack };
+        let largest = largest_domain(view, level, rack_of, spec);
+        (u64::from(spec.gpus()) > largest).then(|| {
+            format!(
+                "needs {} GPUs inside one tier-{} HyperNode ({}); the largest has {largest} ({}: highestTierAllowed)",
+                spec.gpus(),
+                self.highest,
+                level.noun(),
+                self.name
+            )
+        })
+    }
+}
+
+/// The most GPUs one domain of `level` can give `spec` on an empty cluster
+/// (each host's GPUs under [`JobSpec::host_cap`]). O(H).
+fn largest_domain(view: &ClusterView<'_>, level: Level, rack_of: &[usize], spec: &JobSpec) -> u64 {
+    let mut per_domain: BTreeMap<usize, u64> = BTreeMap::new();
+    for (h, d) in domain_of(view, level, rack_of).into_iter().enumerate() {
+        *per_domain.entry(d).or_default() += u64::from(spec.host_cap(view.topology.hosts[h].gpus));
+    }
+    per_domain.into_values().max().unwrap_or(0)
+}
+
+impl Level {
+    /// The level's name in a sentence.
+    fn noun(self) -> &'static str {
+        match self {
+            Level::Host => "host",
+            Level::Rack => "rack",
+            Level::Pod => "pod",
+        }
+    }
 }
 
 /// `gpus` from `hosts` in order. O(hosts taken).
@@ -194,6 +234,23 @@ impl Placement for TopologyAware {
         order.sort_by_key(|(d, hosts)| (std::cmp::Reverse(total(hosts)), **d));
         let hosts: Vec<HostId> = order.into_iter().flat_map(|(_, hosts)| hosts.iter().copied()).collect();
         take(&free, &hosts, gpus)
+    }
+
+    /// Required: a gang larger than every domain of the level (Kueue marks
+    /// it inadmissible). Preferred spreads instead: never. O(H).
+    fn never_fits(&self, view: &ClusterView<'_>, rack_of: &[usize], spec: &JobSpec) -> Option<String> {
+        if !self.required {
+            return None;
+        }
+        let largest = largest_domain(view, self.level, rack_of, spec);
+        (u64::from(spec.gpus()) > largest).then(|| {
+            format!(
+                "needs {} GPUs inside one {noun}; the largest {noun} has {largest} ({}: the whole gang in one domain)",
+                spec.gpus(),
+                self.name,
+                noun = self.level.noun()
+            )
+        })
     }
 }
 
@@ -234,6 +291,47 @@ mod tests {
         assert_eq!(racks(&place("tas-required:rack", &free, 14).expect("fits")), vec![0]);
         // 17 fits no rack: it waits, though the cluster has 38 free.
         assert_eq!(place("tas-required:rack", &free, 17), None);
+    }
+
+    #[test]
+    fn a_gang_no_domain_can_ever_hold_is_turned_away_and_the_queue_moves_on() {
+        // Racks of 2 hosts of 8 GPUs: 16 GPUs a rack, 48 in the cluster.
+        // A 24-GPU gang under `fifo/tas-required:rack` can never run; the
+        // 8-GPU job behind it is placed in the same round, not held.
+        let t = topo();
+        let free = [8; 6];
+        let big = JobSpec::new("big", "llama3-8b", 1, 24, Work::Iterations(1), 0.0);
+        let small = JobSpec::new("small", "llama3-8b", 1, 8, Work::Iterations(1), 1.0);
+        let view = ClusterView {
+            now_s: 2.0,
+            topology: &t,
+            free_gpus: &free,
+            queue: vec![crate::QueuedJob::new(0, &big, 0.0), crate::QueuedJob::new(1, &small, 1.0)],
+            running: Vec::new(),
+        };
+        for name in ["tas-required:rack", "hypernode:1"] {
+            let mut policy = crate::compose::by_name(name, 1).expect("a policy");
+            let d = policy.schedule(&view);
+            let reason = d.iter().find_map(|d| match d {
+                crate::Decision::Reject { job: 0, reason } => Some(reason.clone()),
+                _ => None,
+            });
+            let reason = reason.unwrap_or_else(|| panic!("{name}: the 24-GPU gang is turned away: {d:?}"));
+            assert!(reason.contains("needs 24 GPUs") && reason.contains("has 16"), "{name}: {reason}");
+            assert!(d.iter().any(|d| matches!(d, crate::Decision::Place { job: 1, .. })), "{name}: {d:?}");
+        }
+        // Where a domain could hold it once others leave, it waits: 16
+        // GPUs with one host of each rack busy.
+        let rack_of = crate::baseline::racks(&view);
+        let tas = TopologyAware::by_name("tas-required:rack").expect("a TAS name");
+        let spec = JobSpec::new("j", "llama3-8b", 1, 16, Work::Iterations(1), 0.0);
+        assert_eq!(tas.never_fits(&view, &rack_of, &spec), None);
+        // Preferred spreads instead; hypernode:2 takes the pod.
+        assert_eq!(
+            TopologyAware::by_name("tas-preferred:rack").expect("a name").never_fits(&view, &rack_of, &big),
+            None
+        );
+        assert_eq!(HyperNode::by_name("hypernode:2").expect("a tier").never_fits(&view, &rack_of, &big), None);
     }
 
     #[test]
