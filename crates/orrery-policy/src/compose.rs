@@ -175,7 +175,7 @@ pub const PLACEMENTS: &[(&str, &str)] = &[
     ("bidding", "Plebiscito's bandwidth-aware SGF bids (Eq. 9, alpha = 0.5), placed by the central greedy"),
     (
         "tas-required:LEVEL",
-        "Kubernetes/Kueue TAS, LEVEL host, rack or pod: the whole gang in the fullest domain that holds it, or it waits",
+        "Kubernetes/Kueue TAS, LEVEL host, rack or pod: the whole gang in the fullest domain that holds it, or it waits (rejected if none ever could)",
     ),
     ("tas-preferred:LEVEL", "Kueue TAS preferred: one domain if one holds it, else the fewest, emptiest first"),
     (
@@ -203,13 +203,16 @@ pub const CATALOGUE: &[(&str, &str)] = &[
     ("exclusive-bw", "= fifo/exclusive: a job reserves its mean rate on its hosts' NICs; waits when it does not fit"),
     (
         "tas-required:rack",
-        "= fifo/tas-required:rack: Kubernetes 1.36 / Kueue TAS, every gang inside one rack or waiting",
+        "= fifo/tas-required:rack: Kubernetes 1.36 / Kueue TAS, every gang inside one rack or waiting; larger than a rack: rejected",
     ),
     (
         "tas-preferred:rack",
         "= fifo/tas-preferred:rack: Kueue TAS preferred, one rack if one holds the gang, else the fewest",
     ),
-    ("hypernode:1", "= fifo/hypernode:1: Volcano HyperNodes up to tier 1: every gang inside one rack or waiting"),
+    (
+        "hypernode:1",
+        "= fifo/hypernode:1: Volcano HyperNodes up to tier 1: every gang inside one rack or waiting; larger than a rack: rejected",
+    ),
     (
         "slurm-block",
         "= fifo/slurm-block: Slurm topology/block, each job inside one block of 1, 2, 4, ... racks, the smallest that holds it",
