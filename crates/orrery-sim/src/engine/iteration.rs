@@ -1,0 +1,344 @@
+//! One iteration of a running job, segment by segment: its compute, its
+//! collectives' flows (paths, ECMP, routes), the end of each, and the end
+//! of the iteration (reports to the policy, the next iteration or the job's
+//! completion).
+
+use super::{Event, IterationRecord, NS, Simulation, Status};
+use orrery_model::placed::transfers;
+use orrery_model::shape::Group;
+use orrery_model::{Collective, HostId, LinkId, Segment};
+use orrery_policy::{ClusterView, IterationNeeds, JobId, Policy};
+use rand_chacha::ChaCha8Rng;
+use rand_distr::Distribution;
+
+impl Simulation<'_> {
+    pub(super) fn start_iteration(&mut self, job: JobId) {
+        let now = self.now;
+        if !self.jobs[job].at_iteration.is_empty() || !self.jobs[job].step_routes.is_empty() {
+            self.apply_iteration_script(job);
+        }
+        if self.try_skip(job) {
+            return;
+        }
+        let (j, net) = (&mut self.jobs[job], &mut self.net);
+        net.close_links(&j.links_used, now);
+        j.iter_stats_start.clear();
+        j.iter_stats_start.extend(j.links_used.iter().map(|&l| {
+            let s = &net.stats[l];
+            (s.bits, s.excess_bits, s.congested_ns, s.foreign)
+        }));
+        j.links_grew = false;
+        j.interacted = false;
+        j.cur_seg_ns.clear();
+        j.cur_flow_ns.clear();
+        j.iter_start_ns = now;
+        j.segment = 0;
+        let shift = std::mem::take(&mut j.pending_shift_ms);
+        let delay = orrery_policy::slot::start_delay_ns(now, shift, j.pending_align.take(), j.pace);
+        let delay = match &j.timetable {
+            Some((from, starts)) => {
+                delay.max(orrery_policy::slot::timetable_wait_ns(now, j.iterations_done, *from, starts))
+            }
+            None => delay,
+        };
+        j.iter_delay_ns = delay;
+        let epoch = j.epoch;
+        self.push(now + delay, Event::IterationStart(job, epoch));
+    }
+
+    /// Duration of a compute segment of `ms` with the job's noise, ns.
+    pub(super) fn compute_ns(&self, ms: f64, rng: &mut ChaCha8Rng) -> u64 {
+        let noise = if self.cfg.jitter > 0.0 { self.normal.sample(rng) } else { 0.0 };
+        (ms * (1.0 + noise).max(0.1) * 1e6).round() as u64
+    }
+
+    /// [`Simulation::compute_ns`] slowed by the job's interference ratio ξ
+    /// and stretched by its gradient accumulation.
+    pub(super) fn job_compute_ns(&self, job: JobId, ms: f64, rng: &mut ChaCha8Rng) -> u64 {
+        let j = &self.jobs[job];
+        self.compute_ns(ms * j.xi * j.accumulation, rng)
+    }
+
+    /// Records the end of the current segment and moves to the next.
+    pub(super) fn end_segment(&mut self, job: JobId) {
+        let now = self.now;
+        let j = &mut self.jobs[job];
+        j.cur_seg_ns.push(now - j.seg_start_ns);
+        j.seg_start_ns = now;
+        j.segment += 1;
+    }
+
+    /// Marks the jobs whose flows just shared a max-min component.
+    pub(super) fn note_interactions(&mut self) {
+        for owner in std::mem::take(&mut self.net.interacting) {
+            if let Some(j) = self.jobs.get_mut(owner) {
+                j.interacted = true;
+            }
+        }
+    }
+
+    /// Runs segments from the current one until one takes time.
+    pub(super) fn run_segment(&mut self, job: JobId, policy: &mut dyn Policy) {
+        loop {
+            let j = &self.jobs[job];
+            let Some(seg) = j.shape.segments.get(j.segment).cloned() else {
+                self.finish_iteration(job, policy);
+                return;
+            };
+            match seg {
+                Segment::Compute { ms } => {
+                    let mut rng = self.jobs[job].rng.clone();
+                    let dur = self.job_compute_ns(job, ms, &mut rng);
+                    self.jobs[job].rng = rng;
+                    let epoch = self.jobs[job].epoch;
+                    self.push(self.now + dur, Event::ComputeDone(job, epoch));
+                    return;
+                }
+                Segment::Comm { collective, payload_bytes, group, .. } => {
+                    let intra = seg.intra_host_gbps();
+                    let started = self.start_collective(job, (collective, payload_bytes, group, intra), None);
+                    if started > 0 {
+                        return;
+                    }
+                    self.end_segment(job);
+                }
+            }
+        }
+    }
+
+    /// Starts the flows of a collective; `left[i]`, when given, is the
+    /// fraction of flow i's bits still to send (a resumed fast-forward).
+    pub(super) fn start_collective(
+        &mut self,
+        job: JobId,
+        (collective, payload_bytes, group, intra_gbps): (Collective, f64, Group, f64),
+        left: Option<&[f64]>,
+    ) -> usize {
+        let mut transfers = transfers(&self.jobs[job].workers, collective, payload_bytes, group);
+        if let Some(left) = left {
+            for (t, &f) in transfers.iter_mut().zip(left) {
+                t.2 *= f.clamp(0.0, 1.0);
+            }
+        }
+        // Jobs being fast-forwarded on links these flows need rejoin the detailed simulation first.
+        if !self.skip_owner.is_empty() {
+            let mut owners = Vec::new();
+            for (i, &(src, dst, _)) in transfers.iter().enumerate() {
+                if src == dst {
+                    continue;
+                }
+                for (p, _) in self.flow_paths(job, i, src, dst) {
+                    owners.extend(p.iter().filter_map(|l| self.skip_owner.get(l).copied()).filter(|&o| o != job));
+                }
+            }
+            owners.sort_unstable();
+            owners.dedup();
+            for o in owners {
+                self.materialise(o);
+            }
+        }
+        let throttle = self.jobs[job].throttle_gbps;
+        // Flows leave at NIC rate; the network, not the shape's prediction
+        // (which already counts a slower uplink), decides what they get.
+        let gbps = self.nic(job);
+        let epoch = self.jobs[job].epoch;
+        // The flows start together: the network re-rates each component
+        // they touch once (`Network::add_all`).
+        let mut new = Vec::new();
+        let mut index = Vec::new();
+        for (i, (src, dst, bits)) in transfers.into_iter().enumerate() {
+            if bits <= 0.0 {
+                continue;
+            }
+            let subflows = if src == dst {
+                vec![(Vec::new(), 1.0, intra_gbps)]
+            } else {
+                let cap = throttle.map_or(gbps, |t| t.min(gbps));
+                self.flow_paths(job, i, src, dst).into_iter().map(|(p, share)| (p, share, cap * share)).collect()
+            };
+            for (path, share, cap) in subflows {
+                for &l in &path {
+                    if let Err(pos) = self.jobs[job].links_used.binary_search(&l) {
+                        self.jobs[job].links_used.insert(pos, l);
+                        self.jobs[job].links_grew = true;
+                    }
+                }
+                new.push((path, bits * share, cap, job));
+                index.push(i);
+            }
+        }
+        let (ids, changed) = self.net.add_all(self.now, new);
+        self.note_interactions();
+        self.wake_transport();
+        for (&f, &i) in ids.iter().zip(&index) {
+            if self.flow_job.len() <= f {
+                self.flow_job.resize(f + 1, None);
+            }
+            self.flow_job[f] = Some((job, epoch, i));
+            self.jobs[job].flows.push(f);
+        }
+        self.reschedule(&changed);
+        let started = ids.len();
+        self.jobs[job].pending_flows = started;
+        started
+    }
+
+    /// The paths of flow `i` of a job: by ECMP, a fixed hash of the flow's
+    /// identity picks one equal-cost path, so a connection keeps its path.
+    /// Unless a [`Decision::Route`] pinned the flow, in which case it is split
+    /// equally over the chosen paths: (path, share of the flow) pairs.
+    pub(super) fn flow_paths(&mut self, job: JobId, i: usize, src: HostId, dst: HostId) -> Vec<(Vec<LinkId>, f64)> {
+        let paths = self.paths.entry((src, dst)).or_insert_with(|| self.topo.paths(src, dst));
+        if paths.is_empty() {
+            return Vec::new();
+        }
+        let j = &self.jobs[job];
+        let step_route = if j.step_routes.is_empty() {
+            None
+        } else {
+            // The current segment's index among the iteration's communication segments.
+            let step = j.shape.segments[..j.segment.min(j.shape.segments.len())]
+                .iter()
+                .filter(|s| matches!(s, Segment::Comm { .. }))
+                .count();
+            j.step_routes.get(&(step, i))
+        };
+        if let Some(chosen) = step_route.or_else(|| j.routes.get(&i)).filter(|c| !c.is_empty()) {
+            let share = 1.0 / chosen.len() as f64;
+            return chosen.iter().map(|&k| (paths[k % paths.len()].clone(), share)).collect();
+        }
+        vec![(paths[orrery_model::topology::ecmp_index(job, i, paths.len())].clone(), 1.0)]
+    }
+
+    /// A flow of `job` (the `index`-th of its collective, started in
+    /// `epoch`) ended: the collective ends with its last flow.
+    pub(super) fn flow_ended(&mut self, job: JobId, epoch: u64, index: usize, policy: &mut dyn Policy) {
+        let now = self.now;
+        let j = &mut self.jobs[job];
+        if j.epoch != epoch {
+            return;
+        }
+        // When each flow of the collective ended, for resuming a fast-forwarded job.
+        let seg = j.segment;
+        if j.cur_flow_ns.len() <= seg {
+            j.cur_flow_ns.resize(seg + 1, Vec::new());
+        }
+        let offsets = &mut j.cur_flow_ns[seg];
+        if offsets.len() <= index {
+            offsets.resize(index + 1, 0);
+        }
+        offsets[index] = now - j.seg_start_ns;
+        j.pending_flows = j.pending_flows.saturating_sub(1);
+        if j.pending_flows == 0 {
+            self.end_segment(job);
+            self.run_segment(job, policy);
+        }
+    }
+
+    pub(super) fn finish_iteration(&mut self, job: JobId, policy: &mut dyn Policy) {
+        let now = self.now;
+        let ms = (now - self.jobs[job].iter_start_ns) as f64 / 1e6;
+        // Per-iteration traffic on the job's links, for fast-forwarding.
+        {
+            let (j, net) = (&mut self.jobs[job], &mut self.net);
+            net.close_links(&j.links_used, now);
+            j.iteration_ms.add(ms);
+            if self.cfg.record_iterations {
+                let mut routes: Vec<(&usize, &Vec<usize>)> = j.routes.iter().collect();
+                routes.sort();
+                let list = |p: &[usize]| p.iter().map(usize::to_string).collect::<Vec<_>>().join(",");
+                let mut steps: Vec<(&(usize, usize), &Vec<usize>)> = j.step_routes.iter().collect();
+                steps.sort();
+                let routes = routes
+                    .iter()
+                    .map(|(f, p)| format!("{f}:{}", list(p)))
+                    .chain(steps.iter().map(|((s, f), p)| format!("step{s}/{f}:{}", list(p))))
+                    .collect::<Vec<_>>()
+                    .join(";");
+                j.iterations.push(IterationRecord {
+                    iteration: j.iterations_done,
+                    due_s: j.iter_start_ns as f64 / NS,
+                    start_s: (j.iter_start_ns + j.iter_delay_ns) as f64 / NS,
+                    end_s: now as f64 / NS,
+                    delay_ms: j.iter_delay_ns as f64 / 1e6,
+                    throttle_gbps: j.throttle_gbps,
+                    routes,
+                });
+            }
+            j.iterations_done += 1;
+            // Alone all iteration: no other job's flow met it, no link was
+            // added, and no other owner's traffic reached its links meanwhile
+            // (a flow that did not overlap it, or a fast-forward's credit):
+            // the links' deltas are then its own traffic.
+            let settled = !j.interacted
+                && !j.links_grew
+                && j.iter_stats_start.len() == j.links_used.len()
+                && j.links_used.iter().zip(&j.iter_stats_start).all(|(&l, s)| net.stats[l].foreign == s.3);
+            j.solo_streak = if settled { j.solo_streak + 1 } else { 0 };
+            std::mem::swap(&mut j.last_seg_ns, &mut j.cur_seg_ns);
+            std::mem::swap(&mut j.last_flow_ns, &mut j.cur_flow_ns);
+            j.per_iter_delta.clear();
+            // Only when the links are those snapshot at the start (a link
+            // inserted since shifts the pairing); the fast-forward needs
+            // `settled` anyway.
+            if settled {
+                j.per_iter_delta.extend(j.links_used.iter().zip(&j.iter_stats_start).map(|(&l, &(b, e, c, _))| {
+                    let s = &net.stats[l];
+                    (s.bits - b, s.excess_bits - e, s.congested_ns - c)
+                }));
+            }
+        }
+        // The controller hook, only for policies that watch iterations, and
+        // with only what they need of the view (the whole view is O(jobs),
+        // too much for every iteration of every job).
+        let it = self.observes.then(|| orrery_policy::Iteration {
+            ms,
+            waited_ms: self.jobs[job].iter_delay_ns as f64 / 1e6,
+            comm_ms: self.jobs[job].last_comm_ms(),
+        });
+        let needs = it.as_ref().map_or(IterationNeeds::Nothing, |it| policy.iteration_needs(job, it));
+        if let Some(it) = it.filter(|_| needs != IterationNeeds::Nothing) {
+            // The view shows only the jobs needed: only their cursors move
+            // (O(those jobs), not O(fast-forwarded jobs) per iteration).
+            match &needs {
+                IterationNeeds::Jobs(ids) => ids.iter().for_each(|&id| self.advance_skip(id, self.now)),
+                _ => self.advance_skips(),
+            }
+            let decisions = {
+                let (queue, running) = match &needs {
+                    IterationNeeds::Jobs(ids) => (Vec::new(), self.running_view(ids)),
+                    _ => self.view(),
+                };
+                let view =
+                    ClusterView { now_s: now as f64 / NS, topology: self.topo, free_gpus: &self.free, queue, running };
+                policy.on_iteration(&view, job, it)
+            };
+            if !decisions.is_empty() {
+                self.apply(decisions, policy);
+            }
+        }
+        let watched = self.observes && policy.watches(job);
+        let j = &mut self.jobs[job];
+        j.watched = watched;
+        if j.status != Status::Running {
+            return;
+        }
+        if j.iterations_done >= j.target_iterations {
+            self.complete(job, policy);
+        } else if std::mem::take(&mut j.pause_requested) {
+            j.status = Status::Paused;
+            j.pauses += 1;
+        } else {
+            self.start_iteration(job);
+        }
+    }
+
+    /// Ends a job that ran all its iterations.
+    pub(super) fn complete(&mut self, job: JobId, policy: &mut dyn Policy) {
+        self.release(job);
+        let j = &mut self.jobs[job];
+        j.status = Status::Finished;
+        j.finish_ns = Some(self.now);
+        self.schedule(policy);
+    }
+}
