@@ -95,6 +95,15 @@ pub struct LiveJob {
 }
 
 impl LiveJob {
+    /// The iteration a decision every rank must apply at the same
+    /// iteration names: the next one before any report on this placement
+    /// (a decision made with the placement reaches the ranks as they
+    /// start), else two after the last reported (`done + 1` is running,
+    /// and a rank that reported may already have begun it). O(1).
+    fn iteration_all_ranks_apply_at(&self) -> u64 {
+        self.iterations_done + if self.iter_count == 0 { 1 } else { 2 }
+    }
+
     fn new(spec: JobSpec, submitted_s: f64) -> Self {
         let sub_batch = spec.batch;
         LiveJob {
@@ -416,7 +425,7 @@ impl Ledger {
                 }
                 let j = &mut self.jobs[*job];
                 j.in_force.shift_ms_total += ms;
-                j.in_force.shift_at_iteration = j.iterations_done + if j.iter_count == 0 { 1 } else { 2 };
+                j.in_force.shift_at_iteration = j.iteration_all_ranks_apply_at();
                 true
             }
             Decision::Align { job, period_ms, offset_s } => {
@@ -427,14 +436,12 @@ impl Ledger {
                 let offset_s = offset_s.max(0.0);
                 // Iteration `done + 1` is running; `done + 2` starts about
                 // two of its periods after the last reported start.
-                let (at_iteration, start_s) = if j.iter_count == 0 {
-                    // Nothing reported on this placement yet.
-                    (j.iterations_done + 1, None)
-                } else {
+                let at_iteration = j.iteration_all_ranks_apply_at();
+                // Nothing to predict from before a report on this placement.
+                let start_s = (j.iter_count > 0).then(|| {
                     let predicted_s = (j.ran_from_s + 2.0 * j.period_ms / 1e3).max(now_s);
-                    let start_s = orrery_policy::slot::aligned_at_or_after_s(predicted_s, *period_ms, offset_s);
-                    (j.iterations_done + 2, Some(start_s))
-                };
+                    orrery_policy::slot::aligned_at_or_after_s(predicted_s, *period_ms, offset_s)
+                });
                 let seq = j.in_force.align.map_or(1, |a| a.seq + 1);
                 j.in_force.align = Some(AlignSlot { period_ms: *period_ms, offset_s, seq, at_iteration, start_s });
                 true

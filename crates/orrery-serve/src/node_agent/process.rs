@@ -167,7 +167,7 @@ async fn wait(shared: &Shared, job: &str, rank: Option<u32>, epoch: Option<u64>)
 }
 
 /// The reply to a rank of running job `a` waiting for its next iteration at
-/// cluster-clock `now_ns`: how long it waits (the decisions in force, each
+/// cluster-clock nanosecond `now`: how long it waits (the decisions in force, each
 /// applied once per rank) and the iteration's number. O(1).
 fn go(s: &mut State, a: &crate::api::Assignment, rank: u32, now: u64) -> Reply {
     let id = a.job;
