@@ -257,6 +257,11 @@ pub enum DriverEvent {
         gpus: u32,
         /// Its session: reports from older sessions are refused.
         session: u64,
+        /// Its address on the data network (`--data-addr`), where a job's
+        /// workers reach each other. Committed with the registration, so a
+        /// replica that takes over hands it to the workers it starts.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        data_addr: Option<std::net::IpAddr>,
     },
     /// The host's agent went silent: its jobs were preempted before this.
     NodeDown {

@@ -290,10 +290,10 @@ impl Core {
             tracing::warn!(host = %req.name, "agent reports a {} Gbit/s NIC; the topology's {nic} Gbit/s is what the policy sees", req.nic_gbps);
         }
         let session = self.ledger.last_session(host) + 1;
-        if self.record(Logged::Event(DriverEvent::NodeUp { node: host, gpus: req.gpus, session }), "driver").is_none() {
+        let up = DriverEvent::NodeUp { node: host, gpus: req.gpus, session, data_addr: req.data_addr };
+        if self.record(Logged::Event(up), "driver").is_none() {
             return Err(Failure::Conflict(format!("host {} cannot take {} GPUs now", req.name, req.gpus)));
         }
-        self.ledger.set_data_addr(host, req.data_addr);
         Ok(Registered {
             host,
             session,

@@ -279,7 +279,7 @@ mod tests {
     }
 
     fn up(seq: u64, node: HostId, gpus: u32) -> LogEntry {
-        entry(seq, Logged::Event(DriverEvent::NodeUp { node, gpus, session: 1 }))
+        entry(seq, Logged::Event(DriverEvent::NodeUp { node, gpus, session: 1, data_addr: None }))
     }
 
     fn place(seq: u64, job: JobId, hosts: &[(HostId, u32)]) -> LogEntry {

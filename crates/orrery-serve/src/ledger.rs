@@ -527,7 +527,7 @@ impl Ledger {
                 j.ended_s = Some(now_s);
                 true
             }
-            DriverEvent::NodeUp { node, gpus, session } => {
+            DriverEvent::NodeUp { node, gpus, session, data_addr } => {
                 let Some(n) = self.nodes.get_mut(node) else { return false };
                 let cap = self.topology.hosts[node].gpus;
                 if gpus > cap {
@@ -541,6 +541,7 @@ impl Ledger {
                 n.up = true;
                 n.session = session;
                 n.last_seen_s = now_s;
+                n.data_addr = data_addr;
                 self.free[node] = gpus - held;
                 true
             }
@@ -694,13 +695,6 @@ impl Ledger {
             .into_iter()
             .map(|(h, g)| (h, g - j.sharing.iter().filter(|s| s.host == h).map(|s| s.gpus).sum::<u32>().min(g)))
             .collect()
-    }
-
-    /// Sets the data-network address a host's agent gave. O(1).
-    pub fn set_data_addr(&mut self, host: HostId, addr: Option<std::net::IpAddr>) {
-        if let Some(n) = self.nodes.get_mut(host) {
-            n.data_addr = addr;
-        }
     }
 
     /// A registration: the host by name, checked against the topology. A

@@ -5,6 +5,7 @@
 //! stderr), 2 usage errors (from clap).
 
 mod agent;
+mod chaos;
 mod compat;
 mod cost;
 mod failover;
@@ -171,6 +172,10 @@ enum BenchCommand {
     Serve(live::BenchServeArgs),
     /// The highly available service (`serve --store etcd://`) under load while its leader is killed.
     Failover(failover::FailoverArgs),
+    /// The service, etcd and node agents in network namespaces under a
+    /// seeded nemesis (partitions, pauses, kills, clock skew, a full disk,
+    /// packet loss), the run's history checked (issue 71). Root, nftables, etcd.
+    Chaos(chaos::ChaosArgs),
     /// Simulation cost as the cluster grows: wall time, events per second, peak memory and decision
     /// times from 256 to 16,384 hosts under each policy, with the fitted exponent.
     Scale(cost::ScaleArgs),
@@ -250,6 +255,7 @@ fn main() -> ExitCode {
         Command::Decisions { since, json, client } => live::decisions(&client, since, json),
         Command::Bench(BenchCommand::Serve(args)) => live::bench_serve(&args),
         Command::Bench(BenchCommand::Failover(args)) => failover::bench(&args),
+        Command::Bench(BenchCommand::Chaos(args)) => chaos::bench(&args),
         Command::Bench(BenchCommand::Scale(args)) => cost::run(&args),
         Command::Testbed(cmd) => testbed::run(&cmd),
         Command::K8s(cmd) => k8s::run(&cmd),

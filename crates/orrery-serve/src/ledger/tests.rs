@@ -12,7 +12,9 @@ fn spec(id: &str) -> JobSpec {
 }
 
 fn up(l: &mut Ledger, node: HostId) {
-    assert!(l.record(&Logged::Event(DriverEvent::NodeUp { node, gpus: 2, session: 1 }), 0.0).is_some());
+    assert!(
+        l.record(&Logged::Event(DriverEvent::NodeUp { node, gpus: 2, session: 1, data_addr: None }), 0.0).is_some()
+    );
 }
 
 #[test]
@@ -25,7 +27,7 @@ fn an_llm_mesh_submitted_as_json_is_placed_in_whole_tp_groups() {
     assert_eq!(spec.check(), Ok(()));
     let mut l = Ledger::new(orrery_model::setups::by_name("h100").expect("built in"));
     for node in 0..32 {
-        let up = Logged::Event(DriverEvent::NodeUp { node, gpus: 8, session: 1 });
+        let up = Logged::Event(DriverEvent::NodeUp { node, gpus: 8, session: 1, data_addr: None });
         assert!(l.record(&up, 0.0).is_some());
     }
     let id = l.submit(spec, 0.0);
@@ -88,7 +90,7 @@ fn replaying_the_log_rebuilds_the_state_in_force() {
         log.push((seq, e, at));
     };
     for node in 0..3 {
-        rec(&mut l, Logged::Event(DriverEvent::NodeUp { node, gpus: 2, session: 1 }), 0.0);
+        rec(&mut l, Logged::Event(DriverEvent::NodeUp { node, gpus: 2, session: 1, data_addr: None }), 0.0);
     }
     let ids: Vec<JobId> = ["a", "b", "c"].iter().map(|n| l.submit(spec(n), 0.5)).collect();
     rec(&mut l, Logged::Decision(Decision::Place { job: ids[0], hosts: vec![(0, 1), (1, 1)] }), 1.0);
@@ -129,6 +131,34 @@ fn replaying_the_log_rebuilds_the_state_in_force() {
     assert_eq!(b.in_force.throttle_gbps, Some(10.0));
     assert_eq!(b.in_force.align.map(|a| a.seq), Some(1));
     assert_eq!(l.job_info(0).expect("a").in_force, InForce::default(), "a preempted job keeps nothing in force");
+}
+
+/// Found by `orrery bench chaos` (issue 71): the data addresses the agents
+/// registered lived only in the leader's memory, so after a failover the
+/// new leader started workers with no peer addresses, and every job placed
+/// since failed at start. They are in the log's NodeUp now.
+#[test]
+fn a_replica_that_replays_the_log_knows_each_nodes_data_address() {
+    let addr = |i: u8| Some(std::net::IpAddr::from([10, 0, 0, i]));
+    let mut leader = demo();
+    let mut log = Vec::new();
+    for node in 0..2 {
+        let e = Logged::Event(DriverEvent::NodeUp { node, gpus: 2, session: 1, data_addr: addr(node as u8 + 1) });
+        log.push((leader.next_seq(), e.clone()));
+        assert!(leader.record(&e, 0.0).is_some());
+    }
+    let job = leader.submit(spec("a"), 0.0);
+    let e = Logged::Decision(Decision::Place { job, hosts: vec![(0, 1), (1, 1)] });
+    log.push((leader.next_seq(), e.clone()));
+    assert!(leader.record(&e, 1.0).is_some());
+    let mut standby = demo();
+    standby.restore_job(spec("a"), 0.0);
+    for (seq, e) in &log {
+        standby.replay(*seq, e, 1.0);
+    }
+    let addrs = standby.assignments(1).jobs[0].worker_addrs.clone();
+    assert_eq!(addrs, vec![addr(1), addr(2)]);
+    assert_eq!(standby.assignments(0), leader.assignments(0));
 }
 
 #[test]

@@ -1,0 +1,580 @@
+//! `orrery bench chaos` (issue 71): the highly available service, a
+//! 3-member etcd and node agents running real `orrery worker` jobs, each
+//! in a network namespace of its own on one bridge, under a seeded nemesis
+//! (partitions, one-way cuts, bridges, paused and killed processes, an
+//! agent's clock a minute off, a full etcd disk, lost packets), with the
+//! run's history checked against the service's invariants
+//! (`orrery_serve::history`) at the end, as etcd's robustness tests and
+//! Jepsen check theirs.
+//!
+//! What is recorded: every submission a client saw acknowledged, every log
+//! read along the way (from the leader through the client, and from each
+//! replica's own copy), the final log and job list, and the training
+//! processes /proc showed under each agent. After each fault ends, the time
+//! until every job that ran before it runs again (an iteration beyond what
+//! the first read after the fault showed, or finished) is its recovery.
+
+mod cluster;
+mod nemesis;
+mod net;
+mod watch;
+
+use anyhow::{Context, Result, anyhow, bail};
+use clap::Args as ClapArgs;
+use cluster::{Cluster, SERVE_PORT};
+use nemesis::{Fault, Member, Planned, Shape, Windows};
+use orrery_serve::api::{JobInfo, JobStatus, LogEntry, Logged};
+use orrery_serve::client::Client;
+use orrery_serve::history::{History, Violation};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// `orrery bench chaos` options.
+#[derive(ClapArgs, Debug)]
+pub struct ChaosArgs {
+    /// Length of the run, s (faults stop 20 s before its end).
+    #[arg(long, default_value_t = 300.0, value_parser = crate::numbers::positive)]
+    seconds: f64,
+    /// The nemesis' seed: one seed, one schedule.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Fault kinds: `all`, or some of partition, one-way, bridge, pause,
+    /// kill, clock, disk-full, loss.
+    #[arg(long, default_value = "all")]
+    faults: String,
+    /// Jobs submitted over the run (2 workers of 2 GPUs' hosts each).
+    #[arg(long, default_value_t = 24)]
+    jobs: usize,
+    /// After the run, wait at most this long for every acknowledged job to
+    /// have been placed (the invariant "every job that could run ran"
+    /// needs the queue drained), s.
+    #[arg(long, default_value_t = 180.0, value_parser = crate::numbers::non_negative)]
+    drain_s: f64,
+    /// Iterations of each job.
+    #[arg(long, default_value_t = 300)]
+    iterations: u64,
+    /// Keep the run's folder (logs of every process, the workers' CSVs,
+    /// report.json) here; a temporary folder otherwise.
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// The cluster's shape: demo's 4 hosts of 2 GPUs, 2 replicas, 3 etcd members.
+const SHAPE: Shape = Shape { etcd: 3, replicas: 2, agents: 4 };
+
+/// One fault as it ran.
+#[derive(Debug, Serialize)]
+pub struct Ran {
+    /// When it began, s from the start.
+    pub at_s: f64,
+    /// How long it lasted, s.
+    pub for_s: f64,
+    /// Its kind.
+    pub kind: &'static str,
+    /// What exactly.
+    pub fault: Fault,
+    /// From its end until every job that ran before it ran again, s;
+    /// `None` if that did not happen before the next fault (or the end).
+    pub recovery_s: Option<f64>,
+    /// Jobs that ran before it.
+    pub jobs_running: usize,
+}
+
+/// Recovery per kind.
+#[derive(Debug, Serialize)]
+pub struct Recovery {
+    /// Faults of the kind.
+    pub faults: usize,
+    /// Median recovery, s.
+    pub median_s: f64,
+    /// Longest, s.
+    pub max_s: f64,
+    /// Faults after which the jobs did not all run again in time.
+    pub not_recovered: usize,
+}
+
+/// What the run checked and measured.
+#[derive(Debug, Serialize)]
+pub struct ChaosReport {
+    /// The seed.
+    pub seed: u64,
+    /// Length, s.
+    pub seconds: f64,
+    /// Faults, in order.
+    pub faults: Vec<Ran>,
+    /// Recovery per kind.
+    pub recovery: BTreeMap<&'static str, Recovery>,
+    /// Submissions acknowledged.
+    pub acknowledged: usize,
+    /// Jobs present at the end.
+    pub present: usize,
+    /// Jobs finished at the end.
+    pub finished: usize,
+    /// Committed log entries at the end.
+    pub log_entries: usize,
+    /// Logs read along the way (each checked to be a prefix of the last).
+    pub logs_read: usize,
+    /// Training processes started (as /proc showed them).
+    pub process_starts: usize,
+    /// Processes that exited by themselves and were started again, per member.
+    pub restarts: BTreeMap<String, usize>,
+    /// Invariants broken, each with its window of history.
+    pub violations: Vec<String>,
+}
+
+/// The jobs the service lists, through `c`, within `limit`.
+fn jobs(rt: &tokio::runtime::Runtime, c: &Client, limit: Duration) -> Option<Vec<JobInfo>> {
+    rt.block_on(async { tokio::time::timeout(limit, c.jobs(None)).await.ok()?.ok() })
+}
+
+/// (job, iterations done) of the running jobs.
+fn running(jobs: &[JobInfo]) -> BTreeMap<usize, u64> {
+    jobs.iter().filter(|j| j.status == JobStatus::Running).map(|j| (j.id, j.iterations_done)).collect()
+}
+
+/// Applies a fault.
+fn apply(c: &mut Cluster, fault: &Fault) -> Result<()> {
+    match fault {
+        Fault::Partition { a, b } => c.net.partition(a, b),
+        Fault::OneWay { from, to } => c.net.cut(*from, *to),
+        Fault::Bridge { a, b, .. } => c.net.partition(a, b),
+        Fault::Pause { member } => {
+            let p = c.proc(*member)?;
+            p.held = true;
+            p.signal("STOP")
+        }
+        Fault::Kill { member } => {
+            let p = c.proc(*member)?;
+            p.held = true;
+            p.kill();
+            Ok(())
+        }
+        Fault::Clock { agent, skew_ms } => {
+            c.restart(Member::Agent(*agent), Some((orrery_serve::clock::SKEW_VAR, skew_ms.to_string())))
+        }
+        Fault::DiskFull { etcd } => fill(&c.etcd_dir(*etcd).join("fill")),
+        Fault::Loss { member, percent } => c.net.lose(*member, *percent),
+    }
+}
+
+/// Ends a fault.
+fn heal(c: &mut Cluster, fault: &Fault) -> Result<()> {
+    match fault {
+        Fault::Partition { .. } | Fault::OneWay { .. } | Fault::Bridge { .. } | Fault::Loss { .. } => c.net.heal(),
+        Fault::Pause { member } => {
+            let p = c.proc(*member)?;
+            p.held = false;
+            p.signal("CONT")
+        }
+        Fault::Kill { member } => {
+            c.proc(*member)?.held = false;
+            c.restart(*member, None)
+        }
+        Fault::Clock { agent, .. } => {
+            c.unset(Member::Agent(*agent), orrery_serve::clock::SKEW_VAR)?;
+            c.restart(Member::Agent(*agent), None)
+        }
+        Fault::DiskFull { etcd } => {
+            std::fs::remove_file(c.etcd_dir(*etcd).join("fill")).context("emptying the full disk")?;
+            Ok(())
+        }
+    }
+}
+
+/// Writes zeros to `path` until its file system is full.
+fn fill(path: &Path) -> Result<()> {
+    use std::io::Write;
+    let mut f = std::fs::File::create(path)?;
+    let block = vec![0u8; 1 << 20];
+    loop {
+        match f.write(&block) {
+            Ok(0) => return Ok(()),
+            Ok(_) => {}
+            Err(e) if e.raw_os_error() == Some(28) => break, // ENOSPC
+            Err(e) => return Err(e.into()),
+        }
+    }
+    // The last bytes a block did not fit.
+    while f.write(&block[..4096]).is_ok_and(|n| n > 0) {}
+    let _ = f.sync_all();
+    Ok(())
+}
+
+/// Reads every replica's own copy of the log and the leader's.
+fn read_logs(rt: &tokio::runtime::Runtime, servers: &[Client], limit: Duration) -> Vec<Vec<LogEntry>> {
+    servers
+        .iter()
+        .filter_map(|c| rt.block_on(async { tokio::time::timeout(limit, c.decisions(0)).await.ok()?.ok() }))
+        .collect()
+}
+
+fn median(xs: &[f64]) -> f64 {
+    let mut v = xs.to_vec();
+    v.sort_by(f64::total_cmp);
+    if v.is_empty() { 0.0 } else { v[v.len() / 2] }
+}
+
+/// Runs the benchmark.
+pub fn run(args: &ChaosArgs) -> Result<ChaosReport> {
+    if let Some(why) = net::unavailable() {
+        bail!("orrery bench chaos needs network namespaces and nftables: {why}");
+    }
+    if let Some(why) = orrery_serve::store::testing::unavailable() {
+        bail!("orrery bench chaos needs etcd: {why}");
+    }
+    let kinds = nemesis::parse_kinds(&args.faults).map_err(|e| anyhow!(e))?;
+    let windows = Windows::default();
+    if args.seconds < windows.warm_up_s + windows.final_quiet_s + windows.fault_s.0 {
+        bail!("--seconds {}: a run needs at least {} s", args.seconds, windows.warm_up_s + windows.final_quiet_s + 4.0);
+    }
+    let plan = nemesis::schedule(args.seed, args.seconds, &kinds, SHAPE, windows);
+    let tmp = tempfile::tempdir()?;
+    let dir = args.out.clone().unwrap_or_else(|| tmp.path().to_path_buf());
+    std::fs::create_dir_all(&dir)?;
+    // One /24 per process: two runs at once do not share addresses.
+    let subnet = (std::process::id() % 200) as u8 + 20;
+    let mut cluster = Cluster::start(&dir, SHAPE, subnet)?;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let servers = cluster.servers(SHAPE);
+    // Every replica keeps the tokens the store holds; the leader's files
+    // are the settled ones.
+    let t_up = Instant::now();
+    let http = orrery_serve::tls::client_builder(Some(&cluster.ca()))?.timeout(Duration::from_millis(500)).build()?;
+    let token_dir = loop {
+        cluster.supervise()?;
+        let leads = |i: usize| {
+            let url = format!("https://{}:{SERVE_PORT}/v1/readyz", cluster.net.ip(Member::Replica(i)));
+            rt.block_on(async { http.get(url).send().await }).is_ok_and(|r| r.status() == 200)
+        };
+        if let Some(i) = (0..SHAPE.replicas).find(|&i| leads(i)) {
+            break dir.join(format!("replica{i}"));
+        }
+        if t_up.elapsed() > Duration::from_secs(60) {
+            bail!("no replica led within 60 s (logs in {})", dir.join("logs").display());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let user_token = orrery_serve::auth::read_token(&token_dir.join("user.token"))?;
+    cluster.start_agents(SHAPE, &token_dir.join("agent.token"))?;
+    let err = |e: orrery_serve::client::ClientError| anyhow!("{e}");
+    let ca = cluster.ca();
+    // One client per thread: a client's pooled connections are driven by
+    // the runtime that opened them, and a thread's runtime runs only while
+    // that thread waits on it (shared, a request could hang on a
+    // connection whose runtime sleeps).
+    let client = || Client::with_ca(&servers, &user_token, Some(&ca)).map_err(err);
+    let (users, submitting, reading) = (client()?, client()?, client()?);
+    let each: Vec<Client> = (0..SHAPE.replicas)
+        .map(|i| {
+            let url = format!("https://{}:{SERVE_PORT}", cluster.net.ip(Member::Replica(i)));
+            Client::with_ca(&url, &user_token, Some(&ca))
+        })
+        .collect::<Result<_, _>>()
+        .map_err(err)?;
+    // Every node up before the clock starts.
+    loop {
+        cluster.supervise()?;
+        let nodes = rt.block_on(async { tokio::time::timeout(Duration::from_secs(2), users.nodes()).await });
+        if nodes.is_ok_and(|n| n.is_ok_and(|n| n.iter().filter(|n| n.up).count() == SHAPE.agents)) {
+            break;
+        }
+        if t_up.elapsed() > Duration::from_secs(90) {
+            bail!("the agents did not all register within 90 s (logs in {})", dir.join("logs").display());
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let sockets: Vec<PathBuf> = (0..SHAPE.agents).map(|i| cluster.socket(i)).collect();
+    let t0 = Instant::now();
+    let stop = AtomicBool::new(false);
+    let acked: Mutex<Vec<(String, usize)>> = Mutex::new(Vec::new());
+    let logs_read: Mutex<Vec<Vec<LogEntry>>> = Mutex::new(Vec::new());
+    let submit_until = args.seconds - windows.final_quiet_s;
+    let mut ran: Vec<Ran> = Vec::new();
+    let processes = std::thread::scope(|scope| -> Result<_> {
+        let watcher = scope.spawn(|| watch::watch(&sockets, t0, Duration::from_millis(100), &stop));
+        // Jobs at even intervals; a submission a fault holds up is sent
+        // again (same id) until acknowledged or refused as known.
+        let submitter = scope.spawn(|| -> Result<()> {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+            for k in 0..args.jobs {
+                let at = 2.0 + (submit_until - 2.0) * k as f64 / args.jobs.max(1) as f64;
+                while t0.elapsed().as_secs_f64() < at && !stop.load(Ordering::SeqCst) {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                let spec: orrery_model::JobSpec = serde_json::from_value(serde_json::json!({
+                    "id": format!("chaos-{k}"), "model": if k % 2 == 0 { "resnet50" } else { "vgg16" },
+                    "batch": 32, "workers": 1 + k % 2, "work": {"iterations": args.iterations},
+                    "arrival_s": 0, "priority": "low"
+                }))?;
+                while !stop.load(Ordering::SeqCst) {
+                    let r = rt.block_on(async {
+                        tokio::time::timeout(Duration::from_secs(10), submitting.submit(&spec)).await
+                    });
+                    match r {
+                        Ok(Ok(s)) => {
+                            acked.lock().map_err(|_| anyhow!("lock"))?.push((spec.id.clone(), s.id));
+                            break;
+                        }
+                        Ok(Err(e)) if e.to_string().contains("already") => break,
+                        _ => std::thread::sleep(Duration::from_millis(500)),
+                    }
+                }
+            }
+            Ok(())
+        });
+        let reader = scope.spawn(|| {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().ok();
+            while let Some(rt) = rt.as_ref().filter(|_| !stop.load(Ordering::SeqCst)) {
+                let mut logs = read_logs(rt, &each, Duration::from_secs(3));
+                logs.extend(read_logs(rt, std::slice::from_ref(&reading), Duration::from_secs(3)));
+                if let Ok(mut l) = logs_read.lock() {
+                    l.extend(logs);
+                }
+                for _ in 0..50 {
+                    if stop.load(Ordering::SeqCst) {
+                        break;
+                    }
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            }
+        });
+        let outcome = nemesis_loop(args, &plan, &mut cluster, &rt, &users, t0, &mut ran)
+            .and_then(|()| drain(args, &mut cluster, &rt, &users, &acked));
+        stop.store(true, Ordering::SeqCst);
+        let _ = reader.join();
+        let submitted = submitter.join().map_err(|_| anyhow!("the submitter panicked"))?;
+        let processes = watcher.join().map_err(|_| anyhow!("the watcher panicked"))?;
+        outcome?;
+        submitted?;
+        Ok(processes)
+    })?;
+    let present = jobs(&rt, &users, Duration::from_secs(30)).context("the final job list")?;
+    let log = rt
+        .block_on(async { tokio::time::timeout(Duration::from_secs(30), users.decisions(0)).await })
+        .map_err(|_| anyhow!("the final log: timed out"))?
+        .map_err(err)?;
+    let acked = acked.into_inner().map_err(|_| anyhow!("lock"))?;
+    let logs_read = logs_read.into_inner().map_err(|_| anyhow!("lock"))?;
+    let history = History {
+        acknowledged: acked.clone(),
+        present: present.iter().map(|j| (j.spec.id.clone(), j.id, j.spec.workers * j.spec.gpus_per_worker)).collect(),
+        log: log.clone(),
+        logs_read: logs_read.clone(),
+        processes: processes.clone(),
+    };
+    let violations: Vec<Violation> = orrery_serve::history::check(&history);
+    let mut by_kind: BTreeMap<&'static str, Vec<Option<f64>>> = BTreeMap::new();
+    for r in &ran {
+        by_kind.entry(r.kind).or_default().push(r.recovery_s);
+    }
+    let recovery = by_kind
+        .into_iter()
+        .map(|(k, v)| {
+            let done: Vec<f64> = v.iter().flatten().copied().collect();
+            let r = Recovery {
+                faults: v.len(),
+                median_s: median(&done),
+                max_s: done.iter().copied().fold(0.0, f64::max),
+                not_recovered: v.len() - done.len(),
+            };
+            (k, r)
+        })
+        .collect();
+    let report = ChaosReport {
+        seed: args.seed,
+        seconds: args.seconds,
+        faults: ran,
+        recovery,
+        acknowledged: acked.len(),
+        present: present.len(),
+        finished: present.iter().filter(|j| j.status == JobStatus::Finished).count(),
+        log_entries: log.len(),
+        logs_read: logs_read.len(),
+        process_starts: processes.iter().filter(|p| p.started).count(),
+        restarts: cluster.procs.iter().map(|p| (p.member.to_string(), p.restarts)).collect(),
+        violations: violations.iter().map(ToString::to_string).collect(),
+    };
+    std::fs::write(dir.join("report.json"), serde_json::to_string_pretty(&report)?)?;
+    std::fs::write(
+        dir.join("log.json"),
+        serde_json::to_string(&log.iter().map(|e| &e.entry).collect::<Vec<&Logged>>())?,
+    )?;
+    cluster.stop();
+    Ok(report)
+}
+
+/// Waits until every acknowledged job has been placed at least once, or
+/// `--drain-s` has passed, starting exited processes meanwhile.
+fn drain(
+    args: &ChaosArgs,
+    cluster: &mut Cluster,
+    rt: &tokio::runtime::Runtime,
+    users: &Client,
+    acked: &Mutex<Vec<(String, usize)>>,
+) -> Result<()> {
+    let until = Instant::now() + Duration::from_secs_f64(args.drain_s);
+    loop {
+        cluster.supervise()?;
+        let ids: Vec<usize> = acked.lock().map_err(|_| anyhow!("lock"))?.iter().map(|a| a.1).collect();
+        if let Some(list) = jobs(rt, users, Duration::from_secs(3)) {
+            let started = |id: &usize| list.iter().any(|j| j.id == *id && j.started_s.is_some());
+            if ids.iter().all(started) {
+                return Ok(());
+            }
+        }
+        if Instant::now() >= until {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// Appends a line to the run's nemesis.log, stamped with the wall clock
+/// (the processes' logs are).
+fn note(cluster: &Cluster, line: &str) {
+    use std::io::Write;
+    let at = orrery_serve::clock::unix_us() as f64 / 1e6;
+    if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(cluster.dir.join("nemesis.log")) {
+        let _ = writeln!(f, "{at:.3} {line}");
+    }
+}
+
+/// The time after a fault, until every job that ran before it runs again.
+struct Recovering {
+    /// When the fault ended, s from the start.
+    healed_s: f64,
+    /// (job, iterations done) of the jobs running before it.
+    ran_before: BTreeMap<usize, u64>,
+    /// Iterations done of every job at the first read after it.
+    first_read: Option<BTreeMap<usize, u64>>,
+}
+
+/// Runs the schedule: each fault at its time, healed at its end, the
+/// recovery after it timed; exited processes started again all along.
+fn nemesis_loop(
+    args: &ChaosArgs,
+    plan: &[Planned],
+    cluster: &mut Cluster,
+    rt: &tokio::runtime::Runtime,
+    users: &Client,
+    t0: Instant,
+    ran: &mut Vec<Ran>,
+) -> Result<()> {
+    let mut next = 0;
+    let mut active: Option<usize> = None;
+    let mut recovering: Option<Recovering> = None;
+    let mut before: BTreeMap<usize, u64> = BTreeMap::new();
+    let mut last_read = 0.0;
+    loop {
+        let now = t0.elapsed().as_secs_f64();
+        if now >= args.seconds {
+            return Ok(());
+        }
+        cluster.supervise()?;
+        if let Some(i) = active
+            && now >= plan[i].at_s + plan[i].for_s
+        {
+            heal(cluster, &plan[i].fault).with_context(|| format!("healing {:?}", plan[i].fault))?;
+            note(cluster, &format!("t={now:.2} s: healed"));
+            recovering = Some(Recovering { healed_s: now, ran_before: std::mem::take(&mut before), first_read: None });
+            active = None;
+        }
+        if active.is_none() && next < plan.len() && now >= plan[next].at_s {
+            let p = &plan[next];
+            let t = Instant::now();
+            let r = rt.block_on(async { tokio::time::timeout(Duration::from_secs(3), users.jobs(None)).await });
+            let list = match r {
+                Ok(Ok(l)) => Some(l),
+                Ok(Err(e)) => {
+                    note(cluster, &format!("t={now:.2} s: the job list: {e} after {:?}", t.elapsed()));
+                    None
+                }
+                Err(_) => {
+                    note(cluster, &format!("t={now:.2} s: the job list did not come within 3 s ({:?})", t.elapsed()));
+                    None
+                }
+            };
+            before = list.map(|j| running(&j)).unwrap_or_default();
+            // A fault still recovering from stays at None: not in time.
+            recovering = None;
+            apply(cluster, &p.fault).with_context(|| format!("applying {:?}", p.fault))?;
+            note(cluster, &format!("t={now:.2} s: {} {}", p.fault.kind(), serde_json::to_string(&p.fault)?));
+            ran.push(Ran {
+                at_s: now,
+                for_s: p.for_s,
+                kind: p.fault.kind(),
+                fault: p.fault.clone(),
+                recovery_s: None,
+                jobs_running: before.len(),
+            });
+            active = Some(next);
+            next += 1;
+        }
+        if let Some(Recovering { healed_s, ran_before, first_read }) = recovering.as_mut()
+            && now - last_read >= 0.25
+        {
+            last_read = now;
+            if let Some(list) = jobs(rt, users, Duration::from_secs(2)) {
+                let status: BTreeMap<usize, (JobStatus, u64)> =
+                    list.iter().map(|j| (j.id, (j.status, j.iterations_done))).collect();
+                match first_read {
+                    None => *first_read = Some(status.iter().map(|(&id, &(_, n))| (id, n)).collect()),
+                    Some(first) => {
+                        let again = ran_before.keys().all(|id| match status.get(id) {
+                            Some((JobStatus::Finished, _)) => true,
+                            Some((JobStatus::Running, n)) => first.get(id).is_none_or(|f| n > f),
+                            _ => false,
+                        });
+                        if again {
+                            if let Some(r) = ran.last_mut() {
+                                r.recovery_s = Some(now - *healed_s);
+                            }
+                            recovering = None;
+                        }
+                    }
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// `orrery bench chaos`: runs and prints.
+pub fn bench(args: &ChaosArgs) -> Result<()> {
+    let r = run(args)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+    } else {
+        println!(
+            "chaos run of {:.0} s, seed {}: {} faults; {} jobs acknowledged, {} present, {} finished; {} log entries, {} logs read; {} training processes started",
+            r.seconds,
+            r.seed,
+            r.faults.len(),
+            r.acknowledged,
+            r.present,
+            r.finished,
+            r.log_entries,
+            r.logs_read,
+            r.process_starts
+        );
+        println!("{:<10} {:>6} {:>12} {:>10} {:>14}", "fault", "count", "recovery p50", "max", "not recovered");
+        for (k, v) in &r.recovery {
+            println!("{k:<10} {:>6} {:>11.1}s {:>9.1}s {:>14}", v.faults, v.median_s, v.max_s, v.not_recovered);
+        }
+        println!("invariants broken: {}", r.violations.len());
+        for v in &r.violations {
+            println!("  {v}");
+        }
+    }
+    if !r.violations.is_empty() {
+        bail!("{} invariant(s) broken", r.violations.len());
+    }
+    Ok(())
+}
