@@ -172,6 +172,31 @@ impl State {
             holders.retain(|&j| j != job);
         }
     }
+
+    /// Has the ranks' lease lapsed: no heartbeat acknowledged for
+    /// [`FENCE_AT`] of the service's time-out (the moment their watchdog
+    /// stops them, and the agent fences)? O(1).
+    fn lapsed(&self) -> bool {
+        self.timeout_s > 0.0 && self.last_ack.is_some_and(|t| t.elapsed().as_secs_f64() > FENCE_AT * self.timeout_s)
+    }
+
+    /// While [`State::lapsed`], takes the jobs not yet started here (new,
+    /// or in a new epoch) out of `new` and returns them; the ones running
+    /// stay. O(jobs).
+    fn hold_back_while_lapsed(&self, new: &mut HashMap<JobId, Assignment>) -> Vec<JobId> {
+        if !self.lapsed() {
+            return Vec::new();
+        }
+        let held: Vec<JobId> = new
+            .iter()
+            .filter(|(id, a)| self.jobs.get(id).is_none_or(|old| old.epoch != a.epoch))
+            .map(|(&id, _)| id)
+            .collect();
+        for id in &held {
+            new.remove(id);
+        }
+        held
+    }
 }
 
 struct Shared {
@@ -354,8 +379,16 @@ async fn register(shared: &Shared) {
         data_addr: shared.opts.data_addr,
     };
     loop {
+        let sent_boot = fence::boot_centis();
         match shared.client.register(&req).await {
             Ok(r) => {
+                // A lease left by an earlier session has lapsed: ranks
+                // started under it would be stopped by their own watchdog.
+                if let Some(boot) = sent_boot
+                    && r.timeout_s > 0.0
+                {
+                    fence::renew(&fence::lease_path(&shared.opts.socket), boot, r.timeout_s);
+                }
                 let mut s = shared.lock();
                 s.host = r.host;
                 s.session = r.session;
@@ -418,18 +451,25 @@ async fn heartbeats(shared: Arc<Shared>) {
         let sent_boot = fence::boot_centis();
         let answer = shared.client.heartbeat(host, session).await;
         if answer.is_ok() {
-            let timeout = {
+            let acked = {
                 let mut s = shared.lock();
                 (s.session == session).then(|| {
+                    let lapsed = s.lapsed();
                     s.last_ack = Some(s.last_ack.map_or(sent_at, |t| t.max(sent_at)));
-                    s.timeout_s
+                    (s.timeout_s, lapsed)
                 })
             };
             // The ranks' own fence moves with the agent's (fence.rs).
-            if let (Some(timeout), Some(boot)) = (timeout, sent_boot)
+            if let (Some((timeout, _)), Some(boot)) = (acked, sent_boot)
                 && timeout > 0.0
             {
                 fence::renew(&fence::lease_path(&shared.opts.socket), boot, timeout);
+            }
+            // Back from a lapse: the jobs held back while it lasted start
+            // now, under the renewed lease (the assignments are taken whole
+            // again, as after a fence).
+            if acked.is_some_and(|(_, lapsed)| lapsed) {
+                shared.fenced.send_modify(|n| *n += 1);
             }
         }
         match answer {
@@ -557,6 +597,17 @@ fn apply_assignments(shared: &Shared, jobs: Vec<Assignment>) {
         }
         s.release_gpus(id);
         tracing::info!(job = id, epoch, "job left this node: {why}");
+    }
+    // While no heartbeat has been acknowledged past the fence point (a
+    // standby's copy can still answer), ranks started now would be stopped
+    // at once by their own watchdog, whose lease has lapsed, and nothing
+    // would start them again: new jobs wait for the next acknowledged
+    // heartbeat, which takes the assignments again. Found by `orrery bench
+    // chaos` (issue 71): after a partition, ranks started so died within a
+    // second and their jobs held their GPUs for good.
+    let mut new = new;
+    for id in s.hold_back_while_lapsed(&mut new) {
+        tracing::info!(job = id, "not starting the job until a heartbeat is acknowledged");
     }
     for (id, a) in &new {
         let fresh = s.jobs.get(id).is_none_or(|old| old.epoch != a.epoch);
@@ -813,6 +864,57 @@ mod tests {
         assert_eq!(s.take_gpus(2, 2), vec![3, 0]);
         s.release_gpus(0);
         assert_eq!(s.take_gpus(3, 1), vec![1]);
+    }
+
+    /// Found by `orrery bench chaos` (issue 71): after a partition, a
+    /// standby's copy answered the assignments while no heartbeat was
+    /// acknowledged; the ranks the agent started then were killed within
+    /// a second by their own watchdog (the lease had lapsed), and nothing
+    /// started them again. While the lease has lapsed, new jobs wait; the
+    /// ones running stay (the fence stops them), and with a heartbeat
+    /// acknowledged nothing is held.
+    #[test]
+    fn no_job_starts_while_the_ranks_lease_has_lapsed() {
+        use crate::api::{Assignment, JobStatus};
+        use std::collections::HashMap;
+        use std::time::{Duration, Instant};
+        let job = |id: usize, epoch: u64| Assignment {
+            job: id,
+            name: format!("j{id}"),
+            epoch,
+            status: JobStatus::Running,
+            gpus: 1,
+            ranks: vec![0],
+            workers: vec!["h0".into()],
+            worker_addrs: Vec::new(),
+            shape: Default::default(),
+            period_ms: 100.0,
+            compute_ms: 50.0,
+            iterations_done: 0,
+            target_iterations: 10,
+            in_force: Default::default(),
+        };
+        let assigned = || -> HashMap<usize, Assignment> { [(1, job(1, 1)), (2, job(2, 1)), (3, job(3, 2))].into() };
+        // Job 1 runs here; job 3 ran here in epoch 1 and was moved back in epoch 2.
+        let mut s = State { timeout_s: 5.0, ..State::default() };
+        s.jobs = [(1, job(1, 1)), (3, job(3, 1))].into();
+        let since = |secs: f64| Instant::now().checked_sub(Duration::from_secs_f64(secs));
+        // Acknowledged 2.9 s ago: the fence point is 0.6 × 5 = 3 s.
+        s.last_ack = since(2.9);
+        let mut new = assigned();
+        assert!(!s.lapsed());
+        assert_eq!(s.hold_back_while_lapsed(&mut new), Vec::<usize>::new());
+        assert_eq!(new.len(), 3);
+        s.last_ack = since(3.2);
+        let mut new = assigned();
+        assert!(s.lapsed());
+        let mut held = s.hold_back_while_lapsed(&mut new);
+        held.sort_unstable();
+        assert_eq!(held, vec![2, 3]);
+        assert_eq!(new.keys().copied().collect::<Vec<_>>(), vec![1]);
+        // Never acknowledged (not registered yet): nothing to lapse.
+        s.last_ack = None;
+        assert!(!s.lapsed());
     }
 
     #[test]

@@ -243,7 +243,7 @@ impl Cluster {
                 "--data-addr".into(),
                 self.net.ip(Member::Agent(i)).to_string(),
             ];
-            self.add(Member::Agent(i), argv, vec![("RUST_LOG".into(), "warn".into())])?;
+            self.add(Member::Agent(i), argv, vec![("RUST_LOG".into(), "info".into())])?;
         }
         Ok(())
     }

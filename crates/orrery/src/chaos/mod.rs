@@ -36,7 +36,8 @@ use std::time::{Duration, Instant};
 /// `orrery bench chaos` options.
 #[derive(ClapArgs, Debug)]
 pub struct ChaosArgs {
-    /// Length of the run, s (faults stop 20 s before its end).
+    /// Length of the run, s (faults stop 20 s before its end; under 150 s,
+    /// every window is about half as long, 12 s at the end).
     #[arg(long, default_value_t = 300.0, value_parser = crate::numbers::positive)]
     seconds: f64,
     /// The nemesis' seed: one seed, one schedule.
@@ -55,7 +56,7 @@ pub struct ChaosArgs {
     #[arg(long, default_value_t = 180.0, value_parser = crate::numbers::non_negative)]
     drain_s: f64,
     /// Iterations of each job.
-    #[arg(long, default_value_t = 300)]
+    #[arg(long, default_value_t = 150)]
     iterations: u64,
     /// Keep the run's folder (logs of every process, the workers' CSVs,
     /// report.json) here; a temporary folder otherwise.
@@ -64,6 +65,28 @@ pub struct ChaosArgs {
     /// Print JSON.
     #[arg(long)]
     json: bool,
+}
+
+/// Set by SIGINT or SIGTERM: the run stops and cleans up (its namespaces,
+/// mounts and processes) instead of dying with them left behind.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+/// Sets [`INTERRUPTED`] on SIGINT or SIGTERM.
+fn catch_signals() {
+    std::thread::spawn(|| {
+        use tokio::signal::unix::{SignalKind, signal};
+        let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() else { return };
+        rt.block_on(async {
+            let (Ok(mut int), Ok(mut term)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) else {
+                return;
+            };
+            tokio::select! {
+                _ = int.recv() => {}
+                _ = term.recv() => {}
+            }
+            INTERRUPTED.store(true, Ordering::SeqCst);
+        });
+    });
 }
 
 /// The cluster's shape: demo's 4 hosts of 2 GPUs, 2 replicas, 3 etcd members.
@@ -230,11 +253,16 @@ pub fn run(args: &ChaosArgs) -> Result<ChaosReport> {
         bail!("orrery bench chaos needs etcd: {why}");
     }
     let kinds = nemesis::parse_kinds(&args.faults).map_err(|e| anyhow!(e))?;
-    let windows = Windows::default();
+    let windows = Windows::for_run(args.seconds);
     if args.seconds < windows.warm_up_s + windows.final_quiet_s + windows.fault_s.0 {
-        bail!("--seconds {}: a run needs at least {} s", args.seconds, windows.warm_up_s + windows.final_quiet_s + 4.0);
+        bail!(
+            "--seconds {}: a run needs at least {} s",
+            args.seconds,
+            windows.warm_up_s + windows.final_quiet_s + windows.fault_s.0
+        );
     }
     let plan = nemesis::schedule(args.seed, args.seconds, &kinds, SHAPE, windows);
+    catch_signals();
     let tmp = tempfile::tempdir()?;
     let dir = args.out.clone().unwrap_or_else(|| tmp.path().to_path_buf());
     std::fs::create_dir_all(&dir)?;
@@ -402,6 +430,17 @@ pub fn run(args: &ChaosArgs) -> Result<ChaosReport> {
         violations: violations.iter().map(ToString::to_string).collect(),
     };
     std::fs::write(dir.join("report.json"), serde_json::to_string_pretty(&report)?)?;
+    let processes: Vec<serde_json::Value> = history
+        .processes
+        .iter()
+        .map(
+            |p| serde_json::json!({"at_s": p.at_s, "host": p.host, "job": p.job, "rank": p.rank, "started": p.started}),
+        )
+        .collect();
+    std::fs::write(
+        dir.join("history.json"),
+        serde_json::to_string(&serde_json::json!({"acknowledged": history.acknowledged, "processes": processes}))?,
+    )?;
     std::fs::write(
         dir.join("log.json"),
         serde_json::to_string(&log.iter().map(|e| &e.entry).collect::<Vec<&Logged>>())?,
@@ -429,7 +468,7 @@ fn drain(
                 return Ok(());
             }
         }
-        if Instant::now() >= until {
+        if Instant::now() >= until || INTERRUPTED.load(Ordering::SeqCst) {
             return Ok(());
         }
         std::thread::sleep(Duration::from_millis(500));
@@ -476,6 +515,9 @@ fn nemesis_loop(
         let now = t0.elapsed().as_secs_f64();
         if now >= args.seconds {
             return Ok(());
+        }
+        if INTERRUPTED.load(Ordering::SeqCst) {
+            bail!("interrupted at {now:.1} s; the cluster is being taken down");
         }
         cluster.supervise()?;
         if let Some(i) = active

@@ -171,6 +171,18 @@ impl Default for Windows {
     }
 }
 
+impl Windows {
+    /// The default's for runs of 150 s or more; shorter runs (CI's) get
+    /// half-length windows, so a minute holds three to five faults.
+    pub fn for_run(seconds: f64) -> Windows {
+        if seconds >= 150.0 {
+            Windows::default()
+        } else {
+            Windows { warm_up_s: 8.0, fault_s: (3.0, 6.0), quiet_s: (5.0, 8.0), final_quiet_s: 12.0 }
+        }
+    }
+}
+
 /// Parses `--faults`: `all` or kinds separated by commas.
 pub fn parse_kinds(s: &str) -> Result<Vec<&'static str>, String> {
     if s.trim() == "all" {
@@ -306,6 +318,14 @@ mod tests {
                     Fault::DiskFull { etcd } => assert!(*etcd < 3),
                 }
             }
+        }
+    }
+
+    #[test]
+    fn a_minute_holds_three_or_more_faults() {
+        for seed in 0..20 {
+            let n = schedule(seed, 60.0, &KINDS, SHAPE, Windows::for_run(60.0)).len();
+            assert!((3..=5).contains(&n), "seed {seed}: {n} faults");
         }
     }
 

@@ -113,3 +113,49 @@ fn a_frozen_agents_ranks_stop_before_their_job_runs_elsewhere() {
     assert!(events.iter().filter(|e| e.started).count() >= 4, "both placements' ranks were seen: {events:?}");
     assert!(violations.is_empty(), "{violations:#?}");
 }
+
+/// Issue 71's chaos run, a minute of it (`orrery bench chaos`): a 3-member
+/// etcd, two replicas and four agents, each in its own network namespace,
+/// running real `orrery worker` jobs under a seeded nemesis (three to five
+/// faults of different kinds). The history must keep every invariant
+/// (`orrery_serve::history`: nothing acknowledged lost, one log, no GPU
+/// held twice, no rank in two places, every job run) and every job
+/// submitted must be acknowledged. Skips without root, nftables or etcd.
+#[test]
+fn a_minute_of_chaos_breaks_no_invariant() {
+    // A dozen processes on both cores: not beside the tests that time iterations.
+    let _one = heavy();
+    let nft = Command::new("nft").arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status();
+    let why = orrery_testbed::fabric::unavailable()
+        .or_else(|| orrery_serve::store::testing::unavailable())
+        .or_else(|| (!nft.is_ok_and(|s| s.success())).then(|| "no `nft` on PATH (Debian's nftables)".to_string()));
+    if let Some(why) = why {
+        println!("skipped: {why}");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = Command::new(BIN)
+        .args(["bench", "chaos", "--seconds", "60", "--seed", "7", "--jobs", "8", "--iterations", "100"])
+        .args(["--drain-s", "60", "--json", "--out"])
+        .arg(dir.path())
+        .current_dir(repo())
+        .output()
+        .expect("orrery bench chaos runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let r: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("the report ({e}): {stderr}"));
+    println!("{r:#}");
+    let faults = r["faults"].as_array().expect("faults");
+    let kinds: std::collections::BTreeSet<&str> = faults.iter().filter_map(|f| f["kind"].as_str()).collect();
+    assert!(faults.len() >= 3 && kinds.len() >= 3, "three faults or more, of three kinds: {kinds:?}");
+    assert_eq!(r["violations"].as_array().map(Vec::len), Some(0), "{:#}", r["violations"]);
+    assert_eq!((r["acknowledged"].as_u64(), r["present"].as_u64()), (Some(8), Some(8)));
+    assert!(out.status.success(), "{stderr}");
+    // It cleaned up: no namespace of its control network is left.
+    let netns = Command::new("ip").args(["netns", "list"]).output().expect("ip netns list");
+    let left: Vec<String> = String::from_utf8_lossy(&netns.stdout)
+        .lines()
+        .filter(|l| l.starts_with("och") && l.contains("-"))
+        .map(String::from)
+        .collect();
+    assert!(left.is_empty(), "namespaces left: {left:?}");
+}
