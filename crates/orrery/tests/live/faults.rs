@@ -127,7 +127,7 @@ fn a_minute_of_chaos_breaks_no_invariant() {
     let _one = heavy();
     let nft = Command::new("nft").arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status();
     let why = orrery_testbed::fabric::unavailable()
-        .or_else(|| orrery_serve::store::testing::unavailable())
+        .or_else(orrery_serve::store::testing::unavailable)
         .or_else(|| (!nft.is_ok_and(|s| s.success())).then(|| "no `nft` on PATH (Debian's nftables)".to_string()));
     if let Some(why) = why {
         println!("skipped: {why}");
