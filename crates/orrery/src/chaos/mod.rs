@@ -51,8 +51,7 @@ pub struct ChaosArgs {
     #[arg(long, default_value_t = 24)]
     jobs: usize,
     /// After the run, wait at most this long for every acknowledged job to
-    /// have been placed (the invariant "every job that could run ran"
-    /// needs the queue drained), s.
+    /// finish (the faults are over: a job that does not is stuck), s.
     #[arg(long, default_value_t = 180.0, value_parser = crate::numbers::non_negative)]
     drain_s: f64,
     /// Iterations of each job.
@@ -150,6 +149,10 @@ pub struct ChaosReport {
     pub restarts: BTreeMap<String, usize>,
     /// Invariants broken, each with its window of history.
     pub violations: Vec<String>,
+    /// Acknowledged jobs not finished when the drain ended, with their
+    /// state: each a job the faults left stuck (liveness, beside the
+    /// history's safety invariants).
+    pub unfinished: Vec<String>,
 }
 
 /// The jobs the service lists, through `c`, within `limit`.
@@ -428,6 +431,16 @@ pub fn run(args: &ChaosArgs) -> Result<ChaosReport> {
         process_starts: processes.iter().filter(|p| p.started).count(),
         restarts: cluster.procs.iter().map(|p| (p.member.to_string(), p.restarts)).collect(),
         violations: violations.iter().map(ToString::to_string).collect(),
+        unfinished: present
+            .iter()
+            .filter(|j| j.status != JobStatus::Finished && acked.iter().any(|a| a.1 == j.id))
+            .map(|j| {
+                format!(
+                    "{} ({}): {:?}, {} of {} iterations, epoch {}, on {:?}",
+                    j.spec.id, j.id, j.status, j.iterations_done, j.target_iterations, j.epoch, j.hosts
+                )
+            })
+            .collect(),
     };
     std::fs::write(dir.join("report.json"), serde_json::to_string_pretty(&report)?)?;
     let processes: Vec<serde_json::Value> = history
@@ -449,7 +462,7 @@ pub fn run(args: &ChaosArgs) -> Result<ChaosReport> {
     Ok(report)
 }
 
-/// Waits until every acknowledged job has been placed at least once, or
+/// Waits until every acknowledged job has finished, or
 /// `--drain-s` has passed, starting exited processes meanwhile.
 fn drain(
     args: &ChaosArgs,
@@ -463,8 +476,8 @@ fn drain(
         cluster.supervise()?;
         let ids: Vec<usize> = acked.lock().map_err(|_| anyhow!("lock"))?.iter().map(|a| a.1).collect();
         if let Some(list) = jobs(rt, users, Duration::from_secs(3)) {
-            let started = |id: &usize| list.iter().any(|j| j.id == *id && j.started_s.is_some());
-            if ids.iter().all(started) {
+            let finished = |id: &usize| list.iter().any(|j| j.id == *id && j.status == JobStatus::Finished);
+            if ids.iter().all(finished) {
                 return Ok(());
             }
         }
@@ -614,9 +627,13 @@ pub fn bench(args: &ChaosArgs) -> Result<()> {
         for v in &r.violations {
             println!("  {v}");
         }
+        println!("jobs not finished {:.0} s after the run: {}", args.drain_s, r.unfinished.len());
+        for u in &r.unfinished {
+            println!("  {u}");
+        }
     }
-    if !r.violations.is_empty() {
-        bail!("{} invariant(s) broken", r.violations.len());
+    if !r.violations.is_empty() || !r.unfinished.is_empty() {
+        bail!("{} invariant(s) broken, {} job(s) stuck after the faults", r.violations.len(), r.unfinished.len());
     }
     Ok(())
 }
