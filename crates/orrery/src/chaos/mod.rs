@@ -17,6 +17,7 @@
 mod cluster;
 mod nemesis;
 mod net;
+mod usage;
 mod watch;
 
 use anyhow::{Context, Result, anyhow, bail};
@@ -153,6 +154,9 @@ pub struct ChaosReport {
     /// state: each a job the faults left stuck (liveness, beside the
     /// history's safety invariants).
     pub unfinished: Vec<String>,
+    /// Memory and open files of each etcd member, replica and agent over
+    /// the run after the warm-up (its last process's life), sampled every 5 s.
+    pub resources: Vec<usage::Usage>,
 }
 
 /// The jobs the service lists, through `c`, within `limit`.
@@ -327,7 +331,7 @@ pub fn run(args: &ChaosArgs) -> Result<ChaosReport> {
     let acked: Mutex<Vec<(String, usize)>> = Mutex::new(Vec::new());
     let logs_read: Mutex<Vec<Vec<LogEntry>>> = Mutex::new(Vec::new());
     let submit_until = args.seconds - windows.final_quiet_s;
-    let mut ran: Vec<Ran> = Vec::new();
+    let mut seen = Seen::default();
     let processes = std::thread::scope(|scope| -> Result<_> {
         let watcher = scope.spawn(|| watch::watch(&sockets, t0, Duration::from_millis(100), &stop));
         // Jobs at even intervals; a submission a fault holds up is sent
@@ -376,7 +380,7 @@ pub fn run(args: &ChaosArgs) -> Result<ChaosReport> {
                 }
             }
         });
-        let outcome = nemesis_loop(args, &plan, &mut cluster, &rt, &users, t0, &mut ran)
+        let outcome = nemesis_loop(args, &plan, &mut cluster, &rt, &users, t0, &mut seen)
             .and_then(|()| drain(args, &mut cluster, &rt, &users, &acked));
         stop.store(true, Ordering::SeqCst);
         let _ = reader.join();
@@ -402,7 +406,7 @@ pub fn run(args: &ChaosArgs) -> Result<ChaosReport> {
     };
     let violations: Vec<Violation> = orrery_serve::history::check(&history);
     let mut by_kind: BTreeMap<&'static str, Vec<Option<f64>>> = BTreeMap::new();
-    for r in &ran {
+    for r in &seen.ran {
         by_kind.entry(r.kind).or_default().push(r.recovery_s);
     }
     let recovery = by_kind
@@ -421,7 +425,7 @@ pub fn run(args: &ChaosArgs) -> Result<ChaosReport> {
     let report = ChaosReport {
         seed: args.seed,
         seconds: args.seconds,
-        faults: ran,
+        faults: seen.ran,
         recovery,
         acknowledged: acked.len(),
         present: present.len(),
@@ -430,6 +434,11 @@ pub fn run(args: &ChaosArgs) -> Result<ChaosReport> {
         logs_read: logs_read.len(),
         process_starts: processes.iter().filter(|p| p.started).count(),
         restarts: cluster.procs.iter().map(|p| (p.member.to_string(), p.restarts)).collect(),
+        resources: seen
+            .samples
+            .iter()
+            .filter_map(|(m, s)| usage::summarize(&m.to_string(), s, windows.warm_up_s))
+            .collect(),
         violations: violations.iter().map(ToString::to_string).collect(),
         unfinished: present
             .iter()
@@ -498,6 +507,14 @@ fn note(cluster: &Cluster, line: &str) {
     }
 }
 
+/// What the nemesis loop saw: the faults as they ran, and the processes'
+/// resource samples.
+#[derive(Default)]
+struct Seen {
+    ran: Vec<Ran>,
+    samples: BTreeMap<Member, Vec<usage::Sample>>,
+}
+
 /// The time after a fault, until every job that ran before it runs again.
 struct Recovering {
     /// When the fault ended, s from the start.
@@ -517,15 +534,26 @@ fn nemesis_loop(
     rt: &tokio::runtime::Runtime,
     users: &Client,
     t0: Instant,
-    ran: &mut Vec<Ran>,
+    seen: &mut Seen,
 ) -> Result<()> {
     let mut next = 0;
     let mut active: Option<usize> = None;
     let mut recovering: Option<Recovering> = None;
     let mut before: BTreeMap<usize, u64> = BTreeMap::new();
     let mut last_read = 0.0;
+    let mut last_sample = f64::NEG_INFINITY;
     loop {
         let now = t0.elapsed().as_secs_f64();
+        if now - last_sample >= 5.0 {
+            last_sample = now;
+            for p in &cluster.procs {
+                if let Some(pid) = p.pid()
+                    && let Some((rss_kib, fds)) = usage::read(pid)
+                {
+                    seen.samples.entry(p.member).or_default().push(usage::Sample { at_s: now, pid, rss_kib, fds });
+                }
+            }
+        }
         if now >= args.seconds {
             return Ok(());
         }
@@ -561,7 +589,7 @@ fn nemesis_loop(
             recovering = None;
             apply(cluster, &p.fault).with_context(|| format!("applying {:?}", p.fault))?;
             note(cluster, &format!("t={now:.2} s: {} {}", p.fault.kind(), serde_json::to_string(&p.fault)?));
-            ran.push(Ran {
+            seen.ran.push(Ran {
                 at_s: now,
                 for_s: p.for_s,
                 kind: p.fault.kind(),
@@ -588,7 +616,7 @@ fn nemesis_loop(
                             _ => false,
                         });
                         if again {
-                            if let Some(r) = ran.last_mut() {
+                            if let Some(r) = seen.ran.last_mut() {
                                 r.recovery_s = Some(now - *healed_s);
                             }
                             recovering = None;
@@ -626,6 +654,13 @@ pub fn bench(args: &ChaosArgs) -> Result<()> {
         println!("invariants broken: {}", r.violations.len());
         for v in &r.violations {
             println!("  {v}");
+        }
+        println!("{:<10} {:>8} {:>22} {:>16}", "process", "samples", "resident MiB first/last", "fds first/last");
+        for u in &r.resources {
+            println!(
+                "{:<10} {:>8} {:>13.1} / {:<7.1} {:>8} / {:<6}",
+                u.member, u.samples, u.rss_mib_first, u.rss_mib_last, u.fds_first, u.fds_last
+            );
         }
         println!("jobs not finished {:.0} s after the run: {}", args.drain_s, r.unfinished.len());
         for u in &r.unfinished {
