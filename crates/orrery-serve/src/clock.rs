@@ -12,7 +12,9 @@
 //! with the smallest δ (NTP's clock filter), the least disturbed by queues.
 //!
 //! Tests and the testbed move a host's clock with `ORRERY_CLOCK_SKEW_MS`
-//! ([`host_unix_us`]), which the agent and the workers it starts read alike.
+//! ([`host_unix_us`]), which the agent and the workers it starts read alike;
+//! `orrery bench chaos` jumps it under running processes with
+//! `ORRERY_CLOCK_SKEW_FILE`.
 
 use std::collections::VecDeque;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -29,14 +31,45 @@ pub fn unix_us() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_micros() as i64)
 }
 
+/// The environment variable naming a file that holds a further skew of
+/// this host's clock (ms), read again at most every [`SKEW_FILE_EVERY`]:
+/// a clock that jumps while processes run (`orrery bench chaos`; CLOCK_REALTIME
+/// has no namespace). A missing or unreadable file is no skew.
+pub const SKEW_FILE_VAR: &str = "ORRERY_CLOCK_SKEW_FILE";
+
+/// How stale [`SKEW_FILE_VAR`]'s skew may be.
+pub const SKEW_FILE_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// A skew in ms, as text, in µs (0 if it is not a finite number).
+fn skew_text_us(text: &str) -> i64 {
+    text.trim().parse::<f64>().ok().filter(|ms| ms.is_finite()).map_or(0, |ms| (ms * 1e3) as i64)
+}
+
 /// This host's clock, µs since the Unix epoch: the wall clock plus
-/// `ORRERY_CLOCK_SKEW_MS` when set (read once).
+/// `ORRERY_CLOCK_SKEW_MS` when set (read once), plus the skew in the file
+/// `ORRERY_CLOCK_SKEW_FILE` names when set (read at most every 100 ms).
 pub fn host_unix_us() -> i64 {
-    static SKEW_US: std::sync::OnceLock<i64> = std::sync::OnceLock::new();
-    let skew = *SKEW_US.get_or_init(|| {
-        std::env::var(SKEW_VAR).ok().and_then(|v| v.trim().parse::<f64>().ok()).map_or(0, |ms| (ms * 1e3) as i64)
-    });
-    unix_us() + skew
+    use std::sync::{Mutex, OnceLock};
+    use std::time::Instant;
+    static SKEW_US: OnceLock<i64> = OnceLock::new();
+    static FILE: OnceLock<Option<std::path::PathBuf>> = OnceLock::new();
+    static FROM_FILE: Mutex<Option<(Instant, i64)>> = Mutex::new(None);
+    let skew = *SKEW_US.get_or_init(|| std::env::var(SKEW_VAR).map_or(0, |v| skew_text_us(&v)));
+    let from_file = match FILE.get_or_init(|| std::env::var_os(SKEW_FILE_VAR).map(Into::into)) {
+        None => 0,
+        Some(path) => {
+            let mut cached = FROM_FILE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            match *cached {
+                Some((at, us)) if at.elapsed() < SKEW_FILE_EVERY => us,
+                _ => {
+                    let us = std::fs::read_to_string(path).map_or(0, |t| skew_text_us(&t));
+                    *cached = Some((Instant::now(), us));
+                    us
+                }
+            }
+        }
+    };
+    unix_us() + skew + from_file
 }
 
 /// One exchange's timestamps, µs: sent (host), received and answered
@@ -109,6 +142,15 @@ mod tests {
             server_received: at + up,
             server_sent: at + up + busy,
             received: at + up + busy + down + skew,
+        }
+    }
+
+    #[test]
+    fn a_skew_is_read_in_ms_and_nonsense_is_none() {
+        assert_eq!(super::skew_text_us("60000\n"), 60_000_000);
+        assert_eq!(super::skew_text_us(" -1.5 "), -1_500);
+        for bad in ["", "NaN", "inf", "a minute"] {
+            assert_eq!(super::skew_text_us(bad), 0, "{bad:?}");
         }
     }
 

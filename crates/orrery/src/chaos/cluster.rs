@@ -204,6 +204,12 @@ impl Cluster {
         self.dir.join("tls").join("ca.pem")
     }
 
+    /// Host `h{i}`'s clock skew (ms), which its agent and training
+    /// processes read.
+    pub fn clock_file(&self, i: usize) -> PathBuf {
+        self.dir.join(format!("h{i}.clock"))
+    }
+
     /// Agent `i`'s Unix socket.
     pub fn socket(&self, i: usize) -> PathBuf {
         self.dir.join(format!("h{i}.sock"))
@@ -243,7 +249,12 @@ impl Cluster {
                 "--data-addr".into(),
                 self.net.ip(Member::Agent(i)).to_string(),
             ];
-            self.add(Member::Agent(i), argv, vec![("RUST_LOG".into(), "info".into())])?;
+            std::fs::write(self.clock_file(i), "0\n")?;
+            let env = vec![
+                ("RUST_LOG".into(), "info".into()),
+                (orrery_serve::clock::SKEW_FILE_VAR.into(), self.clock_file(i).display().to_string()),
+            ];
+            self.add(Member::Agent(i), argv, env)?;
         }
         Ok(())
     }
@@ -253,22 +264,12 @@ impl Cluster {
         self.procs.iter_mut().find(|p| p.member == m).with_context(|| format!("no process {m}"))
     }
 
-    /// Starts `m` again (killing it first if it runs), with `env` added.
-    pub fn restart(&mut self, m: Member, env: Option<(&str, String)>) -> Result<()> {
+    /// Starts `m` again (killing it first if it runs).
+    pub fn restart(&mut self, m: Member) -> Result<()> {
         let net = &self.net;
         let p = self.procs.iter_mut().find(|p| p.member == m).with_context(|| format!("no process {m}"))?;
         p.kill();
-        p.env.retain(|(k, _)| env.as_ref().is_none_or(|(name, _)| k != name));
-        if let Some((k, v)) = env {
-            p.env.push((k.to_string(), v));
-        }
         p.spawn(net)
-    }
-
-    /// Removes an environment variable from `m`'s next start.
-    pub fn unset(&mut self, m: Member, name: &str) -> Result<()> {
-        self.proc(m)?.env.retain(|(k, _)| k != name);
-        Ok(())
     }
 
     /// Starts every process that exited and is not held down, at most once

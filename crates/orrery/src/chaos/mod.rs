@@ -186,9 +186,7 @@ fn apply(c: &mut Cluster, fault: &Fault) -> Result<()> {
             p.kill();
             Ok(())
         }
-        Fault::Clock { agent, skew_ms } => {
-            c.restart(Member::Agent(*agent), Some((orrery_serve::clock::SKEW_VAR, skew_ms.to_string())))
-        }
+        Fault::Clock { agent, skew_ms } => Ok(std::fs::write(c.clock_file(*agent), format!("{skew_ms}\n"))?),
         Fault::DiskFull { etcd } => fill(&c.etcd_dir(*etcd).join("fill")),
         Fault::Loss { member, percent } => c.net.lose(*member, *percent),
     }
@@ -205,12 +203,9 @@ fn heal(c: &mut Cluster, fault: &Fault) -> Result<()> {
         }
         Fault::Kill { member } => {
             c.proc(*member)?.held = false;
-            c.restart(*member, None)
+            c.restart(*member)
         }
-        Fault::Clock { agent, .. } => {
-            c.unset(Member::Agent(*agent), orrery_serve::clock::SKEW_VAR)?;
-            c.restart(Member::Agent(*agent), None)
-        }
+        Fault::Clock { agent, .. } => Ok(std::fs::write(c.clock_file(*agent), "0\n")?),
         Fault::DiskFull { etcd } => {
             std::fs::remove_file(c.etcd_dir(*etcd).join("fill")).context("emptying the full disk")?;
             Ok(())

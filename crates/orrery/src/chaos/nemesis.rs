@@ -94,11 +94,10 @@ pub enum Fault {
         /// The process killed.
         member: Member,
     },
-    /// The agent restarted with its clock `skew_ms` off (a host back from a
-    /// reboot with a wrong clock), and restarted with the right one at the
-    /// end. CLOCK_REALTIME has no namespace, so the skew is the project's
-    /// override (`ORRERY_CLOCK_SKEW_MS`), which the agent and its training
-    /// processes read.
+    /// The host's clock jumps `skew_ms` under its running agent and
+    /// training processes, and jumps back at the end. CLOCK_REALTIME has no
+    /// namespace, so the jump is the project's override: the file
+    /// `ORRERY_CLOCK_SKEW_FILE` names, which they read again every 100 ms.
     Clock {
         /// Agent index.
         agent: usize,
