@@ -128,6 +128,10 @@ impl Cluster {
                 format!("--initial-cluster={}", peers.join(",")),
                 "--initial-cluster-state=new".into(),
                 "--initial-cluster-token=orrery-chaos".into(),
+                // etcd 3.5's default (deploy/orrery-ha.yaml runs 3.5),
+                // off in Debian's 3.4: without it a member cut off one way
+                // keeps calling elections and unseats the leader.
+                "--pre-vote=true".into(),
                 "--heartbeat-interval=100".into(),
                 "--election-timeout=1000".into(),
                 "--log-level=error".into(),

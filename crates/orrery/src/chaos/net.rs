@@ -77,11 +77,11 @@ impl ControlNet {
             root_dev: format!("{prefix}0"),
             up: true,
         };
-        net.build(subnet)?;
+        net.build()?;
         Ok(net)
     }
 
-    fn build(&mut self, subnet: u8) -> Result<()> {
+    fn build(&mut self) -> Result<()> {
         let br = self.bridge_ns.clone();
         run("ip", &["netns", "add", &br])?;
         run("ip", &["-n", &br, "link", "set", "lo", "up"])?;
@@ -107,7 +107,6 @@ impl ControlNet {
         run("ip", &["-n", &br, "link", "set", "root", "master", "br0", "up"])?;
         run("ip", &["addr", "add", &format!("{}/24", self.root_ip), "dev", &self.root_dev])?;
         run("ip", &["link", "set", &self.root_dev, "up"])?;
-        let _ = subnet;
         Ok(())
     }
 
