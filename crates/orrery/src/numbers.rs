@@ -20,6 +20,13 @@ pub fn non_negative(s: &str) -> Result<f64, String> {
     if x >= 0.0 { Ok(x) } else { Err(format!("expected a number of at least 0, got {s}")) }
 }
 
+/// Seconds from 0 to a day: a run's length or a wait that becomes a
+/// `Duration` (which panics on what it cannot hold).
+pub fn seconds_up_to_a_day(s: &str) -> Result<f64, String> {
+    let x = non_negative(s)?;
+    if x <= 86_400.0 { Ok(x) } else { Err(format!("expected seconds from 0 to 86400 (a day), got {s}")) }
+}
+
 /// A share: a finite number from 0 to 1.
 pub fn fraction(s: &str) -> Result<f64, String> {
     let x = number(s)?;

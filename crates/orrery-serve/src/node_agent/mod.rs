@@ -173,18 +173,24 @@ impl State {
         }
     }
 
-    /// Has the ranks' lease lapsed: no heartbeat acknowledged for
-    /// [`FENCE_AT`] of the service's time-out (the moment their watchdog
-    /// stops them, and the agent fences)? O(1).
-    fn lapsed(&self) -> bool {
-        self.timeout_s > 0.0 && self.last_ack.is_some_and(|t| t.elapsed().as_secs_f64() > FENCE_AT * self.timeout_s)
+    /// Is the ranks' lease too short for a rank to start under: has it
+    /// lapsed (no heartbeat acknowledged for [`FENCE_AT`] of the service's
+    /// time-out, when their watchdog stops them and the agent fences), or
+    /// does it run out before the next heartbeat can renew it (less than a
+    /// heartbeat's interval and half a second left, or half of it, for
+    /// short time-outs)? In steady state a heartbeat is acknowledged every
+    /// interval, so nothing is held. O(1).
+    fn lease_too_short(&self) -> bool {
+        let lease = FENCE_AT * self.timeout_s;
+        let margin = (self.heartbeat_s + 0.5).min(lease / 2.0);
+        self.timeout_s > 0.0 && self.last_ack.is_some_and(|t| t.elapsed().as_secs_f64() > lease - margin)
     }
 
-    /// While [`State::lapsed`], takes the jobs not yet started here (new,
-    /// or in a new epoch) out of `new` and returns them; the ones running
-    /// stay. O(jobs).
+    /// While [`State::lease_too_short`], takes the jobs not yet started
+    /// here (new, or in a new epoch) out of `new` and returns them; the
+    /// ones running stay. O(jobs).
     fn hold_back_while_lapsed(&self, new: &mut HashMap<JobId, Assignment>) -> Vec<JobId> {
-        if !self.lapsed() {
+        if !self.lease_too_short() {
             return Vec::new();
         }
         let held: Vec<JobId> = new
@@ -454,7 +460,7 @@ async fn heartbeats(shared: Arc<Shared>) {
             let acked = {
                 let mut s = shared.lock();
                 (s.session == session).then(|| {
-                    let lapsed = s.lapsed();
+                    let lapsed = s.lease_too_short();
                     s.last_ack = Some(s.last_ack.map_or(sent_at, |t| t.max(sent_at)));
                     (s.timeout_s, lapsed)
                 })
@@ -467,7 +473,9 @@ async fn heartbeats(shared: Arc<Shared>) {
             }
             // Back from a lapse: the jobs held back while it lasted start
             // now, under the renewed lease (the assignments are taken whole
-            // again, as after a fence).
+            // again, as after a fence). The first answer after a partition
+            // can be for a heartbeat sent during it, whose lease is short:
+            // then the next one's does this.
             if acked.is_some_and(|(_, lapsed)| lapsed) {
                 shared.fenced.send_modify(|n| *n += 1);
             }
@@ -868,13 +876,15 @@ mod tests {
 
     /// Found by `orrery bench chaos` (issue 71): after a partition, a
     /// standby's copy answered the assignments while no heartbeat was
-    /// acknowledged; the ranks the agent started then were killed within
-    /// a second by their own watchdog (the lease had lapsed), and nothing
-    /// started them again. While the lease has lapsed, new jobs wait; the
-    /// ones running stay (the fence stops them), and with a heartbeat
-    /// acknowledged nothing is held.
+    /// acknowledged, and the ranks the agent started were stopped within a
+    /// second by their own watchdog (the lease had lapsed); nothing started
+    /// them again. Then, with that fixed, ranks started on the answer to a
+    /// heartbeat sent during the partition, whose lease ran out 0.3 s later,
+    /// before the next answer renewed it. New jobs wait while the lease
+    /// has less than a heartbeat's interval and half a second left; the
+    /// ones running stay (the fence stops them).
     #[test]
-    fn no_job_starts_while_the_ranks_lease_has_lapsed() {
+    fn no_job_starts_under_a_lease_about_to_run_out() {
         use crate::api::{Assignment, JobStatus};
         use std::collections::HashMap;
         use std::time::{Duration, Instant};
@@ -896,25 +906,35 @@ mod tests {
         };
         let assigned = || -> HashMap<usize, Assignment> { [(1, job(1, 1)), (2, job(2, 1)), (3, job(3, 2))].into() };
         // Job 1 runs here; job 3 ran here in epoch 1 and was moved back in epoch 2.
-        let mut s = State { timeout_s: 5.0, ..State::default() };
+        let mut s = State { timeout_s: 5.0, heartbeat_s: 1.0, ..State::default() };
         s.jobs = [(1, job(1, 1)), (3, job(3, 1))].into();
         let since = |secs: f64| Instant::now().checked_sub(Duration::from_secs_f64(secs));
-        // Acknowledged 2.9 s ago: the fence point is 0.6 × 5 = 3 s.
-        s.last_ack = since(2.9);
+        // The lease runs 0.6 × 5 = 3 s from a heartbeat's sending; ranks
+        // start with more than 1 + 0.5 s of it left.
+        s.last_ack = since(1.2);
         let mut new = assigned();
-        assert!(!s.lapsed());
+        assert!(!s.lease_too_short());
         assert_eq!(s.hold_back_while_lapsed(&mut new), Vec::<usize>::new());
         assert_eq!(new.len(), 3);
-        s.last_ack = since(3.2);
-        let mut new = assigned();
-        assert!(s.lapsed());
-        let mut held = s.hold_back_while_lapsed(&mut new);
-        held.sort_unstable();
-        assert_eq!(held, vec![2, 3]);
-        assert_eq!(new.keys().copied().collect::<Vec<_>>(), vec![1]);
+        for ago in [1.8, 2.9, 3.2] {
+            s.last_ack = since(ago);
+            let mut new = assigned();
+            assert!(s.lease_too_short(), "acknowledged {ago} s ago");
+            let mut held = s.hold_back_while_lapsed(&mut new);
+            held.sort_unstable();
+            assert_eq!(held, vec![2, 3]);
+            assert_eq!(new.keys().copied().collect::<Vec<_>>(), vec![1]);
+        }
+        // A short time-out (2 s: a 1.2-s lease, heartbeats every 0.4 s):
+        // the margin is half the lease, so a heartbeat on time holds nothing.
+        let mut short = State { timeout_s: 2.0, heartbeat_s: 0.4, ..State::default() };
+        short.last_ack = since(0.45);
+        assert!(!short.lease_too_short());
+        short.last_ack = since(0.7);
+        assert!(short.lease_too_short());
         // Never acknowledged (not registered yet): nothing to lapse.
         s.last_ack = None;
-        assert!(!s.lapsed());
+        assert!(!s.lease_too_short());
     }
 
     #[test]

@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 pub struct ChaosArgs {
     /// Length of the run, s (faults stop 20 s before its end; under 150 s,
     /// every window is about half as long, 12 s at the end).
-    #[arg(long, default_value_t = 300.0, value_parser = crate::numbers::positive)]
+    #[arg(long, default_value_t = 300.0, value_parser = crate::numbers::seconds_up_to_a_day)]
     seconds: f64,
     /// The nemesis' seed: one seed, one schedule.
     #[arg(long, default_value_t = 1)]
@@ -48,15 +48,16 @@ pub struct ChaosArgs {
     /// kill, clock, disk-full, loss.
     #[arg(long, default_value = "all")]
     faults: String,
-    /// Jobs submitted over the run (2 workers of 2 GPUs' hosts each).
-    #[arg(long, default_value_t = 24)]
-    jobs: usize,
+    /// Jobs submitted over the run, at even intervals (ResNet-50 on one
+    /// GPU and VGG16 on two, in turn).
+    #[arg(long, default_value_t = 24, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    jobs: u64,
     /// After the run, wait at most this long for every acknowledged job to
     /// finish (the faults are over: a job that does not is stuck), s.
-    #[arg(long, default_value_t = 180.0, value_parser = crate::numbers::non_negative)]
+    #[arg(long, default_value_t = 180.0, value_parser = crate::numbers::seconds_up_to_a_day)]
     drain_s: f64,
     /// Iterations of each job.
-    #[arg(long, default_value_t = 150)]
+    #[arg(long, default_value_t = 150, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     iterations: u64,
     /// Keep the run's folder (logs of every process, the workers' CSVs,
     /// report.json) here; a temporary folder otherwise.

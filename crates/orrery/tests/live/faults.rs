@@ -135,14 +135,17 @@ fn a_minute_of_chaos_breaks_no_invariant() {
         println!("skipped: {why}");
         return;
     }
-    let dir = tempfile::tempdir().expect("tempdir");
+    // The run's folder (every process's log, nemesis.log, report.json)
+    // is kept where a failure says, for reading.
+    let dir = tempfile::Builder::new().prefix("orrery-chaos-").tempdir().expect("tempdir").keep();
     let out = Command::new(BIN)
         .args(["bench", "chaos", "--seconds", "60", "--seed", "25", "--jobs", "8", "--iterations", "100"])
         .args(["--drain-s", "60", "--json", "--out"])
-        .arg(dir.path())
+        .arg(&dir)
         .current_dir(repo())
         .output()
         .expect("orrery bench chaos runs");
+    println!("the run's folder: {}", dir.display());
     let stderr = String::from_utf8_lossy(&out.stderr);
     let r: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("the report ({e}): {stderr}"));
     println!("{r:#}");
@@ -168,4 +171,5 @@ fn a_minute_of_chaos_breaks_no_invariant() {
         .map(String::from)
         .collect();
     assert!(left.is_empty(), "namespaces left: {left:?}");
+    let _ = std::fs::remove_dir_all(&dir);
 }
