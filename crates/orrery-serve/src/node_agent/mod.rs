@@ -863,6 +863,26 @@ async fn flush_reports(shared: Arc<Shared>) {
 mod tests {
     use super::{State, throttle_commands};
 
+    /// Job `id` in epoch 1, running, one rank on one GPU of h0.
+    fn assignment(id: usize) -> crate::api::Assignment {
+        crate::api::Assignment {
+            job: id,
+            name: format!("j{id}"),
+            epoch: 1,
+            status: crate::api::JobStatus::Running,
+            gpus: 1,
+            ranks: vec![0],
+            workers: vec!["h0".into()],
+            worker_addrs: Vec::new(),
+            shape: Default::default(),
+            period_ms: 100.0,
+            compute_ms: 50.0,
+            iterations_done: 0,
+            target_iterations: 10,
+            in_force: Default::default(),
+        }
+    }
+
     #[test]
     fn jobs_get_distinct_gpus_until_they_share() {
         let mut s = State { gpu_jobs: vec![Vec::new(); 4], ..State::default() };
@@ -885,25 +905,10 @@ mod tests {
     /// ones running stay (the fence stops them).
     #[test]
     fn no_job_starts_under_a_lease_about_to_run_out() {
-        use crate::api::{Assignment, JobStatus};
+        use crate::api::Assignment;
         use std::collections::HashMap;
         use std::time::{Duration, Instant};
-        let job = |id: usize, epoch: u64| Assignment {
-            job: id,
-            name: format!("j{id}"),
-            epoch,
-            status: JobStatus::Running,
-            gpus: 1,
-            ranks: vec![0],
-            workers: vec!["h0".into()],
-            worker_addrs: Vec::new(),
-            shape: Default::default(),
-            period_ms: 100.0,
-            compute_ms: 50.0,
-            iterations_done: 0,
-            target_iterations: 10,
-            in_force: Default::default(),
-        };
+        let job = |id: usize, epoch: u64| Assignment { epoch, ..assignment(id) };
         let assigned = || -> HashMap<usize, Assignment> { [(1, job(1, 1)), (2, job(2, 1)), (3, job(3, 2))].into() };
         // Job 1 runs here; job 3 ran here in epoch 1 and was moved back in epoch 2.
         let mut s = State { timeout_s: 5.0, heartbeat_s: 1.0, ..State::default() };
@@ -939,22 +944,13 @@ mod tests {
 
     #[test]
     fn throttles_become_one_htb_class_per_job_and_go_away_with_it() {
-        use crate::api::{Assignment, InForce, JobStatus};
+        use crate::api::{Assignment, InForce};
         let job = |id: usize, throttle: Option<f64>| Assignment {
-            job: id,
-            name: format!("j{id}"),
-            epoch: 1,
-            status: JobStatus::Running,
             gpus: 2,
             ranks: vec![0, 1],
             workers: vec!["h0".into(), "h0".into(), "h1".into()],
-            worker_addrs: Vec::new(),
-            shape: Default::default(),
-            period_ms: 100.0,
-            compute_ms: 50.0,
-            iterations_done: 0,
-            target_iterations: 10,
             in_force: InForce { throttle_gbps: throttle, ..InForce::default() },
+            ..assignment(id)
         };
         let mut s = State::default();
         s.jobs.insert(7, job(7, Some(10.0)));

@@ -1,8 +1,8 @@
 //! `orrery bench chaos` (issue 71): the highly available service, a
 //! 3-member etcd and node agents running real `orrery worker` jobs, each
 //! in a network namespace of its own on one bridge, under a seeded nemesis
-//! (partitions, one-way cuts, bridges, paused and killed processes, an
-//! agent's clock a minute off, a full etcd disk, lost packets), with the
+//! (partitions, one-way cuts, bridges, paused and killed processes, a
+//! host's clock jumping a minute, a full etcd disk, lost packets), with the
 //! run's history checked against the service's invariants
 //! (`orrery_serve::history`) at the end, as etcd's robustness tests and
 //! Jepsen check theirs.
@@ -12,7 +12,8 @@
 //! replica's own copy), the final log and job list, and the training
 //! processes /proc showed under each agent. After each fault ends, the time
 //! until every job that ran before it runs again (an iteration beyond what
-//! the first read after the fault showed, or finished) is its recovery.
+//! the first read after the fault showed, or finished) is its recovery;
+//! every acknowledged job must finish once the faults are over.
 
 mod cluster;
 mod nemesis;
