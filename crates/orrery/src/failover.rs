@@ -183,7 +183,8 @@ fn leader(rt: &tokio::runtime::Runtime, replicas: &[Replica], limit: Duration) -
     }
 }
 
-fn median(xs: &[f64]) -> f64 {
+/// The upper median (0 for none). O(n log n).
+pub(crate) fn median(xs: &[f64]) -> f64 {
     let mut v = xs.to_vec();
     v.sort_by(f64::total_cmp);
     if v.is_empty() { 0.0 } else { v[v.len() / 2] }

@@ -242,12 +242,6 @@ fn read_logs(rt: &tokio::runtime::Runtime, servers: &[Client], limit: Duration) 
         .collect()
 }
 
-fn median(xs: &[f64]) -> f64 {
-    let mut v = xs.to_vec();
-    v.sort_by(f64::total_cmp);
-    if v.is_empty() { 0.0 } else { v[v.len() / 2] }
-}
-
 /// Runs the benchmark.
 pub fn run(args: &ChaosArgs) -> Result<ChaosReport> {
     if let Some(why) = net::unavailable() {
@@ -412,7 +406,7 @@ pub fn run(args: &ChaosArgs) -> Result<ChaosReport> {
             let done: Vec<f64> = v.iter().flatten().copied().collect();
             let r = Recovery {
                 faults: v.len(),
-                median_s: median(&done),
+                median_s: crate::failover::median(&done),
                 max_s: done.iter().copied().fold(0.0, f64::max),
                 not_recovered: v.len() - done.len(),
             };

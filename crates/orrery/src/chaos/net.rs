@@ -56,7 +56,7 @@ pub struct ControlNet {
     bridge_ns: String,
     members: Vec<(Member, String, Ipv4Addr)>,
     /// This process's address on it.
-    pub root_ip: Ipv4Addr,
+    root_ip: Ipv4Addr,
     root_dev: String,
     up: bool,
 }
