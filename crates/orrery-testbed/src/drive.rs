@@ -251,6 +251,7 @@ pub async fn drive(
             rate_scale: opts.fabric.scale,
             clock_skew_ms: if h % 2 == 1 { opts.clock_skew_ms } else { 0.0 },
             ca: None,
+            report_log: None,
         };
         let mut stop = stop_rx.clone();
         agents.push(tokio::spawn(orrery_serve::node_agent::run_until(agent, async move {

@@ -157,6 +157,11 @@ pub struct NodeArgs {
     /// The device's rates are the topology's times this (the testbed's --scale).
     #[arg(long, default_value_t = 1.0, value_name = "FACTOR", value_parser = crate::numbers::positive)]
     rate_scale: f64,
+    /// Append the round trip of every batch of iteration reports sent to
+    /// the service to this CSV (`unix_ms,round_trip_ms,reports,outcome`):
+    /// the agent's view of the control plane's latency.
+    #[arg(long, value_name = "FILE")]
+    report_log: Option<PathBuf>,
 }
 
 pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
@@ -519,6 +524,7 @@ pub fn node_agent(args: &NodeArgs) -> Result<()> {
         rate_scale: args.rate_scale,
         clock_skew_ms: 0.0,
         ca: args.ca.clone(),
+        report_log: args.report_log.clone(),
     };
     runtime()?.block_on(orrery_serve::node_agent::run(opts))
 }

@@ -101,7 +101,16 @@ pub struct AgentOptions {
     pub clock_skew_ms: f64,
     /// The CA that signed an https:// service's certificate (PEM).
     pub ca: Option<std::path::PathBuf>,
+    /// A CSV to append each report batch's round trip to (see
+    /// [`REPORT_LOG_HEADER`]).
+    pub report_log: Option<PathBuf>,
 }
+
+/// The columns of [`AgentOptions::report_log`]: when the batch was sent
+/// (the wall clock, ms since the Unix epoch), its round trip (ms), the
+/// iteration reports in it, and `ok`, `refused` (the service answered
+/// with an error) or `failed` (no answer).
+pub const REPORT_LOG_HEADER: &str = "unix_ms,round_trip_ms,reports,outcome";
 
 impl AgentOptions {
     /// This host's clock, µs since the Unix epoch.
@@ -830,7 +839,21 @@ async fn reap(shared: Arc<Shared>) {
     }
 }
 
+/// Opens the report log for appending, with its header when it is new.
+fn open_report_log(path: &std::path::Path) -> std::io::Result<std::fs::File> {
+    use std::io::Write;
+    let mut f = std::fs::OpenOptions::new().create(true).append(true).open(path)?;
+    if f.metadata()?.len() == 0 {
+        writeln!(f, "{REPORT_LOG_HEADER}")?;
+    }
+    Ok(f)
+}
+
 async fn flush_reports(shared: Arc<Shared>) {
+    let mut log =
+        shared.opts.report_log.as_deref().and_then(|p| {
+            open_report_log(p).inspect_err(|e| tracing::warn!("the report log {}: {e}", p.display())).ok()
+        });
     loop {
         tokio::time::sleep(Duration::from_millis(50)).await;
         let (host, session, reports) = {
@@ -840,7 +863,22 @@ async fn flush_reports(shared: Arc<Shared>) {
             }
             (s.host, s.session, std::mem::take(&mut s.reports))
         };
-        match shared.client.reports(host, &Reports { session, reports: reports.clone() }).await {
+        let (sent_us, t) = (crate::clock::unix_us(), std::time::Instant::now());
+        let answer = shared.client.reports(host, &Reports { session, reports: reports.clone() }).await;
+        if let Some(f) = log.as_mut() {
+            use std::io::Write;
+            let outcome = match &answer {
+                Ok(_) => "ok",
+                Err(crate::client::ClientError::Api { .. }) => "refused",
+                Err(_) => "failed",
+            };
+            let ms = t.elapsed().as_secs_f64() * 1e3;
+            if let Err(e) = writeln!(f, "{},{ms:.3},{},{outcome}", sent_us / 1000, reports.len()) {
+                tracing::warn!("the report log: {e}; no more lines");
+                log = None;
+            }
+        }
+        match answer {
             Ok(r) => {
                 for (job, why) in r.refused {
                     tracing::info!(job, "report refused: {why}");

@@ -16,9 +16,10 @@ const ETCD_CLIENT: u16 = 2379;
 const ETCD_PEER: u16 = 2380;
 /// The service's port on each replica's address.
 pub const SERVE_PORT: u16 = 7400;
-/// Size of each etcd member's data tmpfs: etcd preallocates 64 MiB WAL
-/// segments, so a full disk is reached by a file, not by the log.
-const ETCD_TMPFS: &str = "size=160m";
+/// Size of each etcd member's data tmpfs by default, MiB: etcd
+/// preallocates 64 MiB WAL segments, so a full disk is reached by a file,
+/// not by the log. A soak's log needs more (`--etcd-disk-mib`).
+pub const ETCD_DISK_MIB: u64 = 160;
 
 /// One process of the cluster.
 pub struct Proc {
@@ -98,7 +99,7 @@ pub struct Cluster {
 impl Cluster {
     /// Builds the network and starts every process. `subnet` picks the
     /// control network's /24.
-    pub fn start(dir: &Path, shape: Shape, subnet: u8) -> Result<Cluster> {
+    pub fn start(dir: &Path, shape: Shape, subnet: u8, etcd_disk_mib: u64) -> Result<Cluster> {
         let exe = std::env::current_exe()?;
         let prefix = format!("och{}", subnet);
         let net = ControlNet::up(&prefix, subnet, &shape.members())?;
@@ -111,7 +112,8 @@ impl Cluster {
             let data = dir.join(format!("etcd{i}"));
             std::fs::create_dir_all(&data)?;
             let d = data.display().to_string();
-            let status = Command::new("mount").args(["-t", "tmpfs", "-o", ETCD_TMPFS, "tmpfs", &d]).status()?;
+            let size = format!("size={etcd_disk_mib}m");
+            let status = Command::new("mount").args(["-t", "tmpfs", "-o", &size, "tmpfs", &d]).status()?;
             if !status.success() {
                 bail!("mount -t tmpfs {d}");
             }
@@ -219,6 +221,11 @@ impl Cluster {
         self.dir.join(format!("h{i}.sock"))
     }
 
+    /// Agent `i`'s report log (`orrery agent --report-log`).
+    pub fn report_log(&self, i: usize) -> PathBuf {
+        self.dir.join(format!("h{i}.reports.csv"))
+    }
+
     /// Starts the node agents (after the service has made its tokens):
     /// host `h{i}` with 2 GPUs, its training processes `orrery worker`s
     /// that exchange their collectives over the control network.
@@ -252,6 +259,8 @@ impl Cluster {
                 self.socket(i).display().to_string(),
                 "--data-addr".into(),
                 self.net.ip(Member::Agent(i)).to_string(),
+                "--report-log".into(),
+                self.report_log(i).display().to_string(),
             ];
             std::fs::write(self.clock_file(i), "0\n")?;
             let env = vec![

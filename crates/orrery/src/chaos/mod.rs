@@ -2,7 +2,8 @@
 //! 3-member etcd and node agents running real `orrery worker` jobs, each
 //! in a network namespace of its own on one bridge, under a seeded nemesis
 //! (partitions, one-way cuts, bridges, paused and killed processes, a
-//! host's clock jumping a minute, a full etcd disk, lost packets), with the
+//! host's clock jumping a minute or drifting, a full etcd disk, lost and
+//! delayed packets), with the
 //! run's history checked against the service's invariants
 //! (`orrery_serve::history`) at the end, as etcd's robustness tests and
 //! Jepsen check theirs.
@@ -16,6 +17,8 @@
 //! every acknowledged job must finish once the faults are over.
 
 mod cluster;
+mod delay;
+mod latency;
 mod nemesis;
 mod net;
 mod usage;
@@ -46,7 +49,7 @@ pub struct ChaosArgs {
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Fault kinds: `all`, or some of partition, one-way, bridge, pause,
-    /// kill, clock, disk-full, loss.
+    /// kill, clock, disk-full, loss, delay, drift.
     #[arg(long, default_value = "all")]
     faults: String,
     /// Jobs submitted over the run, at even intervals (ResNet-50 on one
@@ -64,6 +67,10 @@ pub struct ChaosArgs {
     /// report.json) here; a temporary folder otherwise.
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
+    /// Size of each etcd member's data disk (a tmpfs), MiB: the default
+    /// holds a 5-minute run's log; a soak of thousands of jobs needs ~1024.
+    #[arg(long, default_value_t = cluster::ETCD_DISK_MIB, value_parser = clap::value_parser!(u64).range(128..=16_384))]
+    etcd_disk_mib: u64,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -144,7 +151,8 @@ pub struct ChaosReport {
     pub finished: usize,
     /// Committed log entries at the end.
     pub log_entries: usize,
-    /// Logs read along the way (each checked to be a prefix of the last).
+    /// Logs read along the way, each the entries new since the source's
+    /// last read (each checked against the final log where it starts).
     pub logs_read: usize,
     /// Training processes started (as /proc showed them).
     pub process_starts: usize,
@@ -159,11 +167,41 @@ pub struct ChaosReport {
     /// Memory and open files of each etcd member, replica and agent over
     /// the run after the warm-up (its last process's life), sampled every 5 s.
     pub resources: Vec<usage::Usage>,
+    /// The agents' report round trips outside the fault windows.
+    pub report_round_trips: latency::RoundTrips,
 }
 
 /// The jobs the service lists, through `c`, within `limit`.
 fn jobs(rt: &tokio::runtime::Runtime, c: &Client, limit: Duration) -> Option<Vec<JobInfo>> {
     rt.block_on(async { tokio::time::timeout(limit, c.jobs(None)).await.ok()?.ok() })
+}
+
+/// (status, iterations done) of the running jobs and of each of `also`
+/// (asked one by one: a soak's list of every job would be thousands),
+/// within `limit`.
+fn status_of(
+    rt: &tokio::runtime::Runtime,
+    c: &Client,
+    also: impl Iterator<Item = usize>,
+    limit: Duration,
+) -> Option<BTreeMap<usize, (JobStatus, u64)>> {
+    rt.block_on(async {
+        tokio::time::timeout(limit, async {
+            let mut out: BTreeMap<usize, (JobStatus, u64)> = BTreeMap::new();
+            for j in c.jobs(Some("running")).await.ok()? {
+                out.insert(j.id, (j.status, j.iterations_done));
+            }
+            for id in also.collect::<Vec<_>>() {
+                if !out.contains_key(&id) {
+                    let j = c.job(&id.to_string()).await.ok()?;
+                    out.insert(id, (j.status, j.iterations_done));
+                }
+            }
+            Some(out)
+        })
+        .await
+        .ok()?
+    })
 }
 
 /// (job, iterations done) of the running jobs.
@@ -191,13 +229,30 @@ fn apply(c: &mut Cluster, fault: &Fault) -> Result<()> {
         Fault::Clock { agent, skew_ms } => Ok(std::fs::write(c.clock_file(*agent), format!("{skew_ms}\n"))?),
         Fault::DiskFull { etcd } => fill(&c.etcd_dir(*etcd).join("fill")),
         Fault::Loss { member, percent } => c.net.lose(*member, *percent),
+        Fault::Delay { member, ms } => c.net.delay(*member, *ms),
+        // The skew grows from 0 as the fault runs (see [`drift`]).
+        Fault::Drift { agent, .. } => Ok(std::fs::write(c.clock_file(*agent), "0\n")?),
     }
+}
+
+/// A drifting clock's skew `for_s` into the fault, written where its
+/// agent and training processes read it: `ppm` · elapsed. O(1).
+fn drift(c: &Cluster, fault: &Fault, for_s: f64) -> Result<()> {
+    if let Fault::Drift { agent, ppm } = fault {
+        let skew_ms = *ppm as f64 * 1e-6 * for_s * 1e3;
+        std::fs::write(c.clock_file(*agent), format!("{skew_ms:.3}\n"))?;
+    }
+    Ok(())
 }
 
 /// Ends a fault.
 fn heal(c: &mut Cluster, fault: &Fault) -> Result<()> {
     match fault {
-        Fault::Partition { .. } | Fault::OneWay { .. } | Fault::Bridge { .. } | Fault::Loss { .. } => c.net.heal(),
+        Fault::Partition { .. }
+        | Fault::OneWay { .. }
+        | Fault::Bridge { .. }
+        | Fault::Loss { .. }
+        | Fault::Delay { .. } => c.net.heal().map(|_| ()),
         Fault::Pause { member } => {
             let p = c.proc(*member)?;
             p.held = false;
@@ -207,7 +262,7 @@ fn heal(c: &mut Cluster, fault: &Fault) -> Result<()> {
             c.proc(*member)?.held = false;
             c.restart(*member)
         }
-        Fault::Clock { agent, .. } => Ok(std::fs::write(c.clock_file(*agent), "0\n")?),
+        Fault::Clock { agent, .. } | Fault::Drift { agent, .. } => Ok(std::fs::write(c.clock_file(*agent), "0\n")?),
         Fault::DiskFull { etcd } => {
             std::fs::remove_file(c.etcd_dir(*etcd).join("fill")).context("emptying the full disk")?;
             Ok(())
@@ -234,12 +289,32 @@ fn fill(path: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Reads every replica's own copy of the log and the leader's.
-fn read_logs(rt: &tokio::runtime::Runtime, servers: &[Client], limit: Duration) -> Vec<Vec<LogEntry>> {
-    servers
-        .iter()
-        .filter_map(|c| rt.block_on(async { tokio::time::timeout(limit, c.decisions(0)).await.ok()?.ok() }))
-        .collect()
+/// Reads what is new in every replica's own copy of the log and in the
+/// leader's: from each source the entries after the last seq read from it
+/// (`since`, one per source), so a run keeps O(log) entries, not
+/// O(log · reads).
+fn read_logs(
+    rt: &tokio::runtime::Runtime,
+    sources: &[&Client],
+    since: &mut [u64],
+    limit: Duration,
+) -> Vec<Vec<LogEntry>> {
+    let mut out = Vec::new();
+    for (c, since) in sources.iter().zip(since.iter_mut()) {
+        let read = rt.block_on(async { tokio::time::timeout(limit, c.decisions(*since)).await.ok()?.ok() });
+        if let Some(entries) = read.filter(|e| !e.is_empty()) {
+            *since = entries.last().map_or(*since, |e| e.seq);
+            out.push(entries);
+        }
+    }
+    out
+}
+
+/// A subnet no other run's control network holds (its device `och{N}0`
+/// is absent), from one this process's id picks. O(200).
+fn free_subnet() -> Option<u8> {
+    let first = std::process::id() % 200;
+    (0..200).map(|k| ((first + k) % 200) as u8 + 20).find(|n| !Path::new(&format!("/sys/class/net/och{n}0")).exists())
 }
 
 /// Runs the benchmark.
@@ -264,9 +339,9 @@ pub fn run(args: &ChaosArgs) -> Result<ChaosReport> {
     let tmp = tempfile::tempdir()?;
     let dir = args.out.clone().unwrap_or_else(|| tmp.path().to_path_buf());
     std::fs::create_dir_all(&dir)?;
-    // One /24 per process: two runs at once do not share addresses.
-    let subnet = (std::process::id() % 200) as u8 + 20;
-    let mut cluster = Cluster::start(&dir, SHAPE, subnet)?;
+    // One /24 per run: runs at once do not share addresses or names.
+    let subnet = free_subnet().context("every chaos subnet (20–219) is taken: are 200 runs going?")?;
+    let mut cluster = Cluster::start(&dir, SHAPE, subnet, args.etcd_disk_mib)?;
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let servers = cluster.servers(SHAPE);
     // Every replica keeps the tokens the store holds; the leader's files
@@ -317,7 +392,7 @@ pub fn run(args: &ChaosArgs) -> Result<ChaosReport> {
         std::thread::sleep(Duration::from_millis(200));
     }
     let sockets: Vec<PathBuf> = (0..SHAPE.agents).map(|i| cluster.socket(i)).collect();
-    let t0 = Instant::now();
+    let (t0, t0_unix_ms) = (Instant::now(), orrery_serve::clock::unix_us() as f64 / 1e3);
     let stop = AtomicBool::new(false);
     let acked: Mutex<Vec<(String, usize)>> = Mutex::new(Vec::new());
     let logs_read: Mutex<Vec<Vec<LogEntry>>> = Mutex::new(Vec::new());
@@ -357,9 +432,10 @@ pub fn run(args: &ChaosArgs) -> Result<ChaosReport> {
         });
         let reader = scope.spawn(|| {
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().ok();
+            let sources: Vec<&Client> = each.iter().chain([&reading]).collect();
+            let mut since = vec![0; sources.len()];
             while let Some(rt) = rt.as_ref().filter(|_| !stop.load(Ordering::SeqCst)) {
-                let mut logs = read_logs(rt, &each, Duration::from_secs(3));
-                logs.extend(read_logs(rt, std::slice::from_ref(&reading), Duration::from_secs(3)));
+                let logs = read_logs(rt, &sources, &mut since, Duration::from_secs(3));
                 if let Ok(mut l) = logs_read.lock() {
                     l.extend(logs);
                 }
@@ -413,7 +489,12 @@ pub fn run(args: &ChaosArgs) -> Result<ChaosReport> {
             (k, r)
         })
         .collect();
+    // A fault's window ends when the loop (every 100 ms) healed it.
+    let windows_ms: Vec<(f64, f64)> =
+        seen.ran.iter().map(|r| (t0_unix_ms + r.at_s * 1e3, t0_unix_ms + (r.at_s + r.for_s + 0.2) * 1e3)).collect();
+    let batches: Vec<latency::Batch> = (0..SHAPE.agents).flat_map(|i| latency::read(&cluster.report_log(i))).collect();
     let report = ChaosReport {
+        report_round_trips: latency::outside(&batches, &windows_ms),
         seed: args.seed,
         seconds: args.seconds,
         faults: seen.ran,
@@ -533,6 +614,8 @@ fn nemesis_loop(
     let mut before: BTreeMap<usize, u64> = BTreeMap::new();
     let mut last_read = 0.0;
     let mut last_sample = f64::NEG_INFINITY;
+    // When the active fault began, s from the start.
+    let mut started_s = 0.0;
     loop {
         let now = t0.elapsed().as_secs_f64();
         if now - last_sample >= 5.0 {
@@ -552,6 +635,9 @@ fn nemesis_loop(
             bail!("interrupted at {now:.1} s; the cluster is being taken down");
         }
         cluster.supervise()?;
+        if let Some(i) = active {
+            drift(cluster, &plan[i].fault, now - started_s)?;
+        }
         if let Some(i) = active
             && now >= plan[i].at_s + plan[i].for_s
         {
@@ -563,7 +649,8 @@ fn nemesis_loop(
         if active.is_none() && next < plan.len() && now >= plan[next].at_s {
             let p = &plan[next];
             let t = Instant::now();
-            let r = rt.block_on(async { tokio::time::timeout(Duration::from_secs(3), users.jobs(None)).await });
+            let r =
+                rt.block_on(async { tokio::time::timeout(Duration::from_secs(3), users.jobs(Some("running"))).await });
             let list = match r {
                 Ok(Ok(l)) => Some(l),
                 Ok(Err(e)) => {
@@ -589,15 +676,14 @@ fn nemesis_loop(
                 jobs_running: before.len(),
             });
             active = Some(next);
+            started_s = now;
             next += 1;
         }
         if let Some(Recovering { healed_s, ran_before, first_read }) = recovering.as_mut()
             && now - last_read >= 0.25
         {
             last_read = now;
-            if let Some(list) = jobs(rt, users, Duration::from_secs(2)) {
-                let status: BTreeMap<usize, (JobStatus, u64)> =
-                    list.iter().map(|j| (j.id, (j.status, j.iterations_done))).collect();
+            if let Some(status) = status_of(rt, users, ran_before.keys().copied(), Duration::from_secs(2)) {
                 match first_read {
                     None => *first_read = Some(status.iter().map(|(&id, &(_, n))| (id, n)).collect()),
                     Some(first) => {
@@ -653,6 +739,11 @@ pub fn bench(args: &ChaosArgs) -> Result<()> {
                 u.member, u.samples, u.rss_mib_first, u.rss_mib_last, u.fds_first, u.fds_last
             );
         }
+        let rt = &r.report_round_trips;
+        println!(
+            "report round trips outside the faults: {} of {} batches, p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms, {} not answered",
+            rt.outside_faults, rt.batches, rt.p50_ms, rt.p99_ms, rt.max_ms, rt.not_ok_outside_faults
+        );
         println!("jobs not finished {:.0} s after the run: {}", args.drain_s, r.unfinished.len());
         for u in &r.unfinished {
             println!("  {u}");

@@ -111,13 +111,32 @@ pub enum Fault {
         etcd: usize,
     },
     /// `percent` of the packets the member receives on the control network
-    /// dropped at random (nftables' numgen: this kernel has no netem, so no
-    /// delay).
+    /// dropped at random (nftables' numgen; this kernel has no netem).
     Loss {
         /// The member.
         member: Member,
         /// Share dropped, %.
         percent: u32,
+    },
+    /// Every packet the member receives on the control network held back
+    /// `ms` (an NFQUEUE read by the chaos process: this kernel has no
+    /// netem).
+    Delay {
+        /// The member.
+        member: Member,
+        /// The delay, ms.
+        ms: u64,
+    },
+    /// The host's clock runs fast or slow by `ppm` parts per million under
+    /// its running agent and training processes (the skew file rewritten
+    /// every 100 ms), and steps back at the end. A real oscillator is off by
+    /// tens of ppm; these are 1–5%, so a window of seconds moves the clock
+    /// by tens to hundreds of milliseconds, a slot's length.
+    Drift {
+        /// Agent index.
+        agent: usize,
+        /// Rate error, parts per million (negative: slow).
+        ppm: i64,
     },
 }
 
@@ -133,12 +152,15 @@ impl Fault {
             Fault::Clock { .. } => "clock",
             Fault::DiskFull { .. } => "disk-full",
             Fault::Loss { .. } => "loss",
+            Fault::Delay { .. } => "delay",
+            Fault::Drift { .. } => "drift",
         }
     }
 }
 
 /// Every kind `--faults` takes.
-pub const KINDS: [&str; 8] = ["partition", "one-way", "bridge", "pause", "kill", "clock", "disk-full", "loss"];
+pub const KINDS: [&str; 10] =
+    ["partition", "one-way", "bridge", "pause", "kill", "clock", "disk-full", "loss", "delay", "drift"];
 
 /// A fault at a time.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -244,6 +266,11 @@ fn draw(rng: &mut ChaCha8Rng, kind: &str, shape: Shape) -> Fault {
             skew_ms: if rng.random_bool(0.5) { 60_000 } else { -60_000 },
         },
         "disk-full" => Fault::DiskFull { etcd: rng.random_range(0..shape.etcd.max(1)) },
+        "delay" => Fault::Delay { member: pick(rng, &members), ms: rng.random_range(100..=800) },
+        "drift" => Fault::Drift {
+            agent: rng.random_range(0..shape.agents.max(1)),
+            ppm: rng.random_range(10_000..=50_000) * if rng.random_bool(0.5) { 1 } else { -1 },
+        },
         _ => Fault::Loss { member: pick(rng, &members), percent: rng.random_range(20..=50) },
     }
 }
@@ -282,9 +309,9 @@ mod tests {
         assert_eq!(a, schedule(7, 300.0, &KINDS, SHAPE, Windows::default()));
         assert_ne!(a, schedule(8, 300.0, &KINDS, SHAPE, Windows::default()));
         // 300 s: 15 s warm-up, then at most 24 s a fault and its quiet,
-        // at least 12: between 11 and 22 faults; the first 8 are one each.
+        // at least 12: between 11 and 22 faults; the first 10 are one each.
         assert!((11..=22).contains(&a.len()), "{}", a.len());
-        let mut first: Vec<&str> = a[..8].iter().map(|p| p.fault.kind()).collect();
+        let mut first: Vec<&str> = a[..KINDS.len()].iter().map(|p| p.fault.kind()).collect();
         first.sort_unstable();
         let mut all = KINDS.to_vec();
         all.sort_unstable();
@@ -315,6 +342,8 @@ mod tests {
                     Fault::Loss { member, percent } => assert!(all.contains(member) && (20..=50).contains(percent)),
                     Fault::Clock { agent, skew_ms } => assert!(*agent < 4 && skew_ms.abs() == 60_000),
                     Fault::DiskFull { etcd } => assert!(*etcd < 3),
+                    Fault::Delay { member, ms } => assert!(all.contains(member) && (100..=800).contains(ms)),
+                    Fault::Drift { agent, ppm } => assert!(*agent < 4 && (10_000..=50_000).contains(&ppm.abs())),
                 }
             }
         }
@@ -330,7 +359,7 @@ mod tests {
 
     #[test]
     fn kinds_are_parsed_by_name_and_an_unknown_one_is_named() {
-        assert_eq!(parse_kinds("all").map(|k| k.len()), Ok(8));
+        assert_eq!(parse_kinds("all").map(|k| k.len()), Ok(10));
         assert_eq!(parse_kinds("pause, kill,pause"), Ok(vec!["pause", "kill"]));
         let e = parse_kinds("pause,netem").expect_err("unknown");
         assert!(e.contains("\"netem\"") && e.contains("disk-full"), "{e}");

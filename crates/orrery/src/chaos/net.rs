@@ -4,6 +4,7 @@
 //! nemesis cuts and thins it with nftables rules inside the members'
 //! namespaces; removing the namespaces removes every veth, rule and route.
 
+use super::delay::Delayer;
 use super::nemesis::Member;
 use anyhow::{Context, Result, bail};
 use std::io::Write;
@@ -46,7 +47,7 @@ pub fn unavailable() -> Option<String> {
         return Some(why);
     }
     match Command::new("nft").arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status() {
-        Ok(s) if s.success() => None,
+        Ok(s) if s.success() => super::delay::unavailable(),
         _ => Some("no `nft` on PATH (Debian's nftables; .ci/run installs it)".into()),
     }
 }
@@ -59,6 +60,8 @@ pub struct ControlNet {
     root_ip: Ipv4Addr,
     root_dev: String,
     up: bool,
+    /// Members whose received packets are held back now.
+    delays: Vec<Delayer>,
 }
 
 impl ControlNet {
@@ -76,6 +79,7 @@ impl ControlNet {
             root_ip: ip(1),
             root_dev: format!("{prefix}0"),
             up: true,
+            delays: Vec::new(),
         };
         net.build()?;
         Ok(net)
@@ -141,12 +145,23 @@ impl ControlNet {
         nft(self.ns(m), &format!("add rule inet chaos input iifname \"eth0\" numgen random mod 100 < {percent} drop\n"))
     }
 
-    /// Removes every rule. O(members).
-    pub fn heal(&self) -> Result<()> {
+    /// Holds back what `m` receives by `ms` (see [`super::delay`]).
+    pub fn delay(&mut self, m: Member, ms: u64) -> Result<()> {
+        let d = Delayer::start(self.ns(m), ms)?;
+        self.delays.push(d);
+        Ok(())
+    }
+
+    /// Removes every rule and delay; the packets the delays held. O(members).
+    pub fn heal(&mut self) -> Result<u64> {
+        let mut held = 0;
+        for d in std::mem::take(&mut self.delays) {
+            held += d.stop()?;
+        }
         for (_, ns, _) in &self.members {
             nft(ns, "flush chain inet chaos input\nflush chain inet chaos output\n")?;
         }
-        Ok(())
+        Ok(held)
     }
 
     /// Removes the namespaces (and with them the veths and rules).
@@ -154,6 +169,7 @@ impl ControlNet {
         if !std::mem::take(&mut self.up) {
             return;
         }
+        self.delays.clear();
         for ns in self.members.iter().map(|m| m.1.clone()).chain([self.bridge_ns.clone()]) {
             let _ = run("ip", &["netns", "del", &ns]);
         }
