@@ -524,6 +524,9 @@ pub fn run(args: &ChaosArgs) -> Result<ChaosReport> {
             .collect(),
     };
     std::fs::write(dir.join("report.json"), serde_json::to_string_pretty(&report)?)?;
+    let samples: Vec<(String, Vec<usage::Sample>)> =
+        seen.samples.iter().map(|(m, s)| (m.to_string(), s.clone())).collect();
+    usage::figures(&dir, &samples).context("the resource figures")?;
     let processes: Vec<serde_json::Value> = history
         .processes
         .iter()

@@ -73,6 +73,38 @@ pub fn summarize(member: &str, samples: &[Sample], after_s: f64) -> Option<Usage
     })
 }
 
+/// The figures of a run's samples: each process's resident memory and
+/// open files over time, a panel per kind (etcd, replicas, agents), written
+/// as `resources-memory.{svg,png}` and `resources-files.{svg,png}` in `dir`.
+/// A restarted process's curve goes on from its new process. O(samples).
+pub fn figures(dir: &std::path::Path, samples: &[(String, Vec<Sample>)]) -> anyhow::Result<()> {
+    use orrery_lab::plot::{Figure, Series};
+    let facet = |member: &str| match member.trim_end_matches(|c: char| c.is_ascii_digit()) {
+        "etcd" => "etcd members",
+        "replica" => "service replicas",
+        _ => "node agents",
+    };
+    let curves = |value: fn(&Sample) -> f64| -> Vec<Series<(f64, f64)>> {
+        samples
+            .iter()
+            .map(|(m, ss)| Series::in_facet(m.clone(), facet(m), ss.iter().map(|s| (s.at_s, value(s))).collect()))
+            .collect()
+    };
+    let memory = Figure::Lines {
+        title: "Resident memory of each process over the run".into(),
+        y_label: "resident memory, MiB".into(),
+        series: curves(|s| s.rss_kib as f64 / 1024.0),
+    };
+    memory.save(dir, "resources-memory")?;
+    let files = Figure::Lines {
+        title: "Open file descriptors of each process over the run".into(),
+        y_label: "open file descriptors".into(),
+        series: curves(|s| s.fds as f64),
+    };
+    files.save(dir, "resources-files")?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -98,6 +130,23 @@ mod tests {
         assert!((u.rss_growth - 0.125).abs() < 1e-12 && (u.fds_growth - 0.05).abs() < 1e-12);
         assert_eq!(summarize("x", &[], 0.0), None);
         assert_eq!(summarize("x", &samples[..1], 15.0), None, "nothing after the warm-up");
+    }
+
+    #[test]
+    fn the_figures_have_a_panel_per_kind_and_a_curve_per_process() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let samples = vec![
+            ("etcd0".to_string(), vec![s(0.0, 1, 40_960, 30), s(5.0, 1, 43_008, 31)]),
+            ("replica1".to_string(), vec![s(0.0, 2, 26_624, 20), s(5.0, 2, 26_624, 20)]),
+            ("h3".to_string(), vec![s(0.0, 3, 22_528, 16), s(5.0, 3, 22_528, 15)]),
+        ];
+        figures(dir.path(), &samples).expect("drawn");
+        let svg = std::fs::read_to_string(dir.path().join("resources-memory.svg")).expect("svg");
+        for text in ["etcd members", "service replicas", "node agents", "etcd0", "replica1", "h3", "MiB"] {
+            assert!(svg.contains(text), "{text} missing from the memory figure");
+        }
+        assert!(std::fs::read_to_string(dir.path().join("resources-files.svg")).expect("svg").contains("descriptors"));
+        assert!(dir.path().join("resources-memory.png").exists());
     }
 
     #[test]
