@@ -19,6 +19,7 @@
 mod cluster;
 mod delay;
 mod latency;
+mod many;
 mod nemesis;
 mod net;
 mod usage;
@@ -71,6 +72,17 @@ pub struct ChaosArgs {
     /// holds a 5-minute run's log; a soak of thousands of jobs needs ~1024.
     #[arg(long, default_value_t = cluster::ETCD_DISK_MIB, value_parser = clap::value_parser!(u64).range(128..=16_384))]
     etcd_disk_mib: u64,
+    /// Run this many seeds, from `--seed` on, each a run of its own with
+    /// these flags into `--out`/seed-N, and summarise them.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    runs: u64,
+    /// With `--runs`: how many at once (each has its own network; a run
+    /// uses about a twentieth of a core here).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=32))]
+    parallel: u64,
+    /// Run nothing: summarise the runs in DIR (its seed-N/report.json).
+    #[arg(long, value_name = "DIR", conflicts_with = "runs")]
+    summarize: Option<PathBuf>,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -709,8 +721,52 @@ fn nemesis_loop(
     }
 }
 
+/// `--runs`/`--summarize`: prints the summary (JSON with `--json`), writes
+/// it to summary.json, and fails if any run broke an invariant, left a job
+/// stuck or ended without a report.
+fn many_runs(args: &ChaosArgs) -> Result<()> {
+    let summary = match (&args.summarize, &args.out) {
+        (Some(dir), _) => many::summarize(dir)?,
+        (None, Some(out)) => {
+            catch_signals();
+            let per_run: Vec<String> = [
+                ("--seconds", args.seconds.to_string()),
+                ("--faults", args.faults.clone()),
+                ("--jobs", args.jobs.to_string()),
+                ("--drain-s", args.drain_s.to_string()),
+                ("--iterations", args.iterations.to_string()),
+                ("--etcd-disk-mib", args.etcd_disk_mib.to_string()),
+            ]
+            .into_iter()
+            .flat_map(|(k, v)| [k.to_string(), v])
+            .collect();
+            let s = many::run_many(args.seed, args.runs, args.parallel, &per_run, out)?;
+            std::fs::write(out.join("summary.json"), serde_json::to_string_pretty(&s)?)?;
+            s
+        }
+        (None, None) => bail!("--runs: give --out DIR for the runs' folders"),
+    };
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&summary)?);
+    } else {
+        many::print(&summary);
+    }
+    if summary.violations > 0 || summary.unfinished > 0 || !summary.without_report.is_empty() {
+        bail!(
+            "{} invariant(s) broken, {} job(s) stuck, {} run(s) without a report",
+            summary.violations,
+            summary.unfinished,
+            summary.without_report.len()
+        );
+    }
+    Ok(())
+}
+
 /// `orrery bench chaos`: runs and prints.
 pub fn bench(args: &ChaosArgs) -> Result<()> {
+    if args.runs > 1 || args.summarize.is_some() {
+        return many_runs(args);
+    }
     let r = run(args)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&r)?);
