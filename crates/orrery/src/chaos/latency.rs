@@ -98,7 +98,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("h0.reports.csv");
         std::fs::write(&path, "unix_ms,round_trip_ms,reports,outcome\n1000,2.5,3,ok\n1050,9.0,1,failed\n1100,1.")
-            .unwrap();
+            .expect("write");
         assert_eq!(
             read(&path),
             vec![

@@ -204,9 +204,9 @@ fn status_of(
                 out.insert(j.id, (j.status, j.iterations_done));
             }
             for id in also.collect::<Vec<_>>() {
-                if !out.contains_key(&id) {
+                if let std::collections::btree_map::Entry::Vacant(slot) = out.entry(id) {
                     let j = c.job(&id.to_string()).await.ok()?;
-                    out.insert(id, (j.status, j.iterations_done));
+                    slot.insert((j.status, j.iterations_done));
                 }
             }
             Some(out)
