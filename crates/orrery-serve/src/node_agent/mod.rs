@@ -370,6 +370,15 @@ struct Worker {
     pgid: i32,
     /// The leader, until reaped.
     leader: Option<tokio::process::Child>,
+    /// Its rank in the job, and its place among the job's ranks here.
+    rank: u32,
+    local: usize,
+    /// Its local GPUs (`CUDA_VISIBLE_DEVICES`).
+    gpus: Vec<String>,
+    /// Times it was started again after failing.
+    restarts: u32,
+    /// When it starts again, after it failed.
+    restart_at: Option<std::time::Instant>,
 }
 
 /// Seconds between registrations the service refused because another
@@ -753,10 +762,29 @@ fn run_tc(args: &[String]) {
 /// Starts one process per worker rank on this node, each on its share of
 /// the job's local GPUs (`CUDA_VISIBLE_DEVICES`).
 fn launch(opts: &AgentOptions, s: &State, a: &Assignment, cmd: &str, gpus: &[usize]) -> Vec<Worker> {
-    let mut out = Vec::new();
     let per_rank = gpus.len() / a.ranks.len().max(1);
-    for (k, &rank) in a.ranks.iter().enumerate() {
-        let mine: Vec<String> = gpus.iter().skip(k * per_rank).take(per_rank.max(1)).map(ToString::to_string).collect();
+    a.ranks
+        .iter()
+        .enumerate()
+        .filter_map(|(k, &rank)| {
+            let mine: Vec<String> =
+                gpus.iter().skip(k * per_rank).take(per_rank.max(1)).map(ToString::to_string).collect();
+            launch_rank(opts, s, a, cmd, k, rank, mine)
+        })
+        .collect()
+}
+
+/// Starts the process of rank `rank` (the job's `k`-th here) on GPUs `mine`.
+fn launch_rank(
+    opts: &AgentOptions,
+    s: &State,
+    a: &Assignment,
+    cmd: &str,
+    k: usize,
+    rank: u32,
+    mine: Vec<String>,
+) -> Option<Worker> {
+    {
         // The group's leader is [`RANK_LEADER`], under `setpriv --pdeathsig
         // USR1` where util-linux has it: when the agent dies (SIGKILL
         // included) the leader gets SIGUSR1 and sends SIGTERM to its whole
@@ -810,29 +838,110 @@ fn launch(opts: &AgentOptions, s: &State, a: &Assignment, cmd: &str, gpus: &[usi
         }
         match c.spawn() {
             Ok(child) => match child.id().and_then(|p| i32::try_from(p).ok()) {
-                Some(pgid) => out.push(Worker { pgid, leader: Some(child) }),
+                Some(pgid) => {
+                    return Some(Worker {
+                        pgid,
+                        leader: Some(child),
+                        rank,
+                        local: k,
+                        gpus: mine,
+                        restarts: 0,
+                        restart_at: None,
+                    });
+                }
                 None => tracing::error!(job = a.job, rank, "`{cmd}` exited at once"),
             },
             Err(e) => tracing::error!(job = a.job, rank, "starting `{cmd}`: {e}"),
         }
     }
-    out
+    None
 }
 
-/// Collects the exit status of training processes that ended.
+/// Times a failed training process is started again in one placement
+/// (PyTorch elastic's `--max-restarts`; Kubernetes' `backoffLimit` is 6).
+pub const MAX_RANK_RESTARTS: u32 = 5;
+
+/// The wait before restart number `n` (from 0): 1, 2, 4, 8, 16 s, as
+/// Kubernetes' crash-loop back-off doubles from 10 s (here shorter:
+/// a training job's peers are waiting on the ring). O(1).
+pub fn restart_backoff(n: u32) -> Duration {
+    Duration::from_secs(1u64 << n.min(5)).min(Duration::from_secs(30))
+}
+
+/// Collects the exit status of training processes that ended, and starts
+/// again, after [`restart_backoff`], one that failed (exited with an error
+/// or a signal) while its job is still placed here and not done, up to
+/// [`MAX_RANK_RESTARTS`] times per placement: as torchrun restarts a
+/// worker group and the kubelet a container with `restartPolicy:
+/// OnFailure`. The restarted process takes the job's next iteration from
+/// the agent, so the job goes on where it stopped. Before, a process that
+/// crashed left its job holding its GPUs with nothing running, for good.
 async fn reap(shared: Arc<Shared>) {
     loop {
         tokio::time::sleep(Duration::from_millis(500)).await;
         let mut s = shared.lock();
+        let now = std::time::Instant::now();
+        let mut due: Vec<(JobId, u64, usize)> = Vec::new();
+        let placed: HashMap<JobId, u64> =
+            s.jobs.iter().filter(|(id, _)| !s.done.contains(*id)).map(|(&id, a)| (id, a.epoch)).collect();
         // Leaders that exited are reaped; their groups stay listed until
         // the job leaves (what they forked is stopped with the job).
-        for ((job, epoch), workers) in s.children.iter_mut() {
-            for w in workers.iter_mut() {
+        for (&(job, epoch), workers) in s.children.iter_mut() {
+            let current = placed.get(&job) == Some(&epoch);
+            for (i, w) in workers.iter_mut().enumerate() {
                 if let Some(leader) = w.leader.as_mut()
                     && let Ok(Some(status)) = leader.try_wait()
                 {
-                    tracing::info!(job, epoch, "training process exited: {status}");
                     w.leader = None;
+                    if status.success() || !current {
+                        tracing::info!(job, epoch, rank = w.rank, "training process exited: {status}");
+                    } else if w.restarts < MAX_RANK_RESTARTS {
+                        let wait = restart_backoff(w.restarts);
+                        tracing::warn!(
+                            job,
+                            epoch,
+                            rank = w.rank,
+                            "training process failed: {status}; starting it again in {wait:?} ({} of {MAX_RANK_RESTARTS})",
+                            w.restarts + 1
+                        );
+                        w.restart_at = Some(now + wait);
+                    } else {
+                        tracing::error!(
+                            job,
+                            epoch,
+                            rank = w.rank,
+                            "training process failed: {status}, {MAX_RANK_RESTARTS} restarts used; not starting it again"
+                        );
+                    }
+                }
+                if w.restart_at.is_some_and(|t| t <= now) && current {
+                    due.push((job, epoch, i));
+                }
+            }
+        }
+        // Not under a lease about to run out: the rank's watchdog would
+        // stop it at once (see `hold_back_while_lapsed`).
+        if due.is_empty() || s.lease_too_short() {
+            continue;
+        }
+        let Some(cmd) = shared.opts.exec.clone() else { continue };
+        for (job, epoch, i) in due {
+            let Some(a) = s.jobs.get(&job).cloned() else { continue };
+            let Some((k, rank, gpus, restarts)) = s
+                .children
+                .get(&(job, epoch))
+                .and_then(|ws| ws.get(i))
+                .map(|w| (w.local, w.rank, w.gpus.clone(), w.restarts))
+            else {
+                continue;
+            };
+            let started = launch_rank(&shared.opts, &s, &a, &cmd, k, rank, gpus);
+            if let Some(w) = s.children.get_mut(&(job, epoch)).and_then(|ws| ws.get_mut(i)) {
+                w.restart_at = None;
+                w.restarts = restarts + 1;
+                if let Some(new) = started {
+                    tracing::info!(job, epoch, rank, "training process started again");
+                    (w.pgid, w.leader) = (new.pgid, new.leader);
                 }
             }
         }
@@ -899,7 +1008,15 @@ async fn flush_reports(shared: Arc<Shared>) {
 
 #[cfg(test)]
 mod tests {
-    use super::{State, throttle_commands};
+    use super::{MAX_RANK_RESTARTS, State, restart_backoff, throttle_commands};
+    use std::time::Duration;
+
+    #[test]
+    fn a_failed_process_waits_twice_as_long_each_time_and_at_most_thirty_seconds() {
+        let waits: Vec<u64> = (0..MAX_RANK_RESTARTS).map(|n| restart_backoff(n).as_secs()).collect();
+        assert_eq!(waits, vec![1, 2, 4, 8, 16]);
+        assert_eq!(restart_backoff(40), Duration::from_secs(30));
+    }
 
     /// Job `id` in epoch 1, running, one rank on one GPU of h0.
     fn assignment(id: usize) -> crate::api::Assignment {

@@ -181,3 +181,38 @@ fn a_minute_of_chaos_breaks_no_invariant() {
     assert!(left.is_empty(), "namespaces left: {left:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A training process that crashes (here: exit 3, half a second in, the
+/// first time each rank starts) is started again by its agent after the
+/// back-off (1 s), and its job goes on from the iteration it reached and
+/// finishes, as torchrun or a kubelet with `restartPolicy: OnFailure`
+/// would have it. Before, the job held its GPU with nothing running, for
+/// good: this test timed out.
+#[test]
+fn a_training_process_that_crashes_is_started_again_and_its_job_finishes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = Server::start(dir.path(), &["--policy", "fifo"]);
+    let http = Http::new();
+    let (user, u) = (s.token("user.token"), s.url());
+    let marks = dir.path().join("crashed");
+    std::fs::create_dir_all(&marks).expect("mkdir");
+    let exec = format!(
+        "m={}/$ORRERY_JOB-$ORRERY_RANK; if [ ! -e $m ]; then touch $m; sleep 0.5; exit 3; fi; exec {BIN} worker --scale 0.001",
+        marks.display()
+    );
+    let _a0 = agent_offering(&s, "h0", Some(&exec), &["--gpus", "2", "--nic-gbps", "50", "--data-addr", "127.0.0.1"]);
+    nodes_up(&http, &s, 1);
+    let spec = json!({"id": "crashy", "model": "resnet50", "batch": 32, "workers": 1,
+                      "work": {"iterations": 20}, "arrival_s": 0});
+    let (status, v) = http.call("POST", &format!("{u}/v1/jobs"), Some(&user), Some(spec));
+    assert_eq!(status, 201, "{v}");
+    let done = wait_until("the job to finish after its process crashed", Duration::from_secs(40), || {
+        let j: JobInfo = http.get(&format!("{u}/v1/jobs/crashy"), &user);
+        (j.status == orrery_serve::api::JobStatus::Finished).then_some(j)
+    });
+    // The same placement went on: the agent restarted the rank; the
+    // service neither preempted nor re-placed the job.
+    assert_eq!((done.iterations_done, done.preemptions), (20, 0), "{done:?}");
+    let crashed: Vec<_> = std::fs::read_dir(&marks).expect("marks").collect();
+    assert_eq!(crashed.len(), 1, "its one rank crashed once");
+}
