@@ -3,7 +3,7 @@
 //! in a network namespace of its own on one bridge, under a seeded nemesis
 //! (partitions, one-way cuts, bridges, paused and killed processes, a
 //! host's clock jumping a minute or drifting, a full etcd disk, lost and
-//! delayed packets), with the
+//! delayed packets, a crashed training process), with the
 //! run's history checked against the service's invariants
 //! (`orrery_serve::history`) at the end, as etcd's robustness tests and
 //! Jepsen check theirs.
@@ -50,7 +50,7 @@ pub struct ChaosArgs {
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Fault kinds: `all`, or some of partition, one-way, bridge, pause,
-    /// kill, clock, disk-full, loss, delay, drift.
+    /// kill, clock, disk-full, loss, delay, drift, crash.
     #[arg(long, default_value = "all")]
     faults: String,
     /// Jobs submitted over the run, at even intervals (ResNet-50 on one
@@ -244,6 +244,21 @@ fn apply(c: &mut Cluster, fault: &Fault) -> Result<()> {
         Fault::Delay { member, ms } => c.net.delay(*member, *ms),
         // The skew grows from 0 as the fault runs (see [`drift`]).
         Fault::Drift { agent, .. } => Ok(std::fs::write(c.clock_file(*agent), "0\n")?),
+        Fault::Crash { agent, pick } => {
+            let sockets: Vec<PathBuf> = (0..SHAPE.agents).map(|i| c.socket(i)).collect();
+            let running = watch::commands_of(&sockets, *agent);
+            match running.get(*pick as usize % running.len().max(1)) {
+                Some(&pid) => {
+                    note(c, &format!("crash: SIGKILL of pid {pid} under h{agent}"));
+                    let _ = nix::sys::signal::kill(
+                        nix::unistd::Pid::from_raw(pid as i32),
+                        nix::sys::signal::Signal::SIGKILL,
+                    );
+                }
+                None => note(c, &format!("crash: no training process runs under h{agent}")),
+            }
+            Ok(())
+        }
     }
 }
 
@@ -275,6 +290,8 @@ fn heal(c: &mut Cluster, fault: &Fault) -> Result<()> {
             c.restart(*member)
         }
         Fault::Clock { agent, .. } | Fault::Drift { agent, .. } => Ok(std::fs::write(c.clock_file(*agent), "0\n")?),
+        // The agent starts the process again by itself.
+        Fault::Crash { .. } => Ok(()),
         Fault::DiskFull { etcd } => {
             std::fs::remove_file(c.etcd_dir(*etcd).join("fill")).context("emptying the full disk")?;
             Ok(())

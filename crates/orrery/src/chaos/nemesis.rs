@@ -127,6 +127,16 @@ pub enum Fault {
         /// The delay, ms.
         ms: u64,
     },
+    /// SIGKILL of one of the agent's training processes (the command it
+    /// started, not the rank's leader shell): a crashed worker, which the
+    /// agent starts again after its back-off.
+    Crash {
+        /// Agent index.
+        agent: usize,
+        /// Which of its processes (sorted by job and rank): this modulo
+        /// how many run then.
+        pick: u32,
+    },
     /// The host's clock runs fast or slow by `ppm` parts per million under
     /// its running agent and training processes (the skew file rewritten
     /// every 100 ms), and steps back at the end. A real oscillator is off by
@@ -154,13 +164,14 @@ impl Fault {
             Fault::Loss { .. } => "loss",
             Fault::Delay { .. } => "delay",
             Fault::Drift { .. } => "drift",
+            Fault::Crash { .. } => "crash",
         }
     }
 }
 
 /// Every kind `--faults` takes.
-pub const KINDS: [&str; 10] =
-    ["partition", "one-way", "bridge", "pause", "kill", "clock", "disk-full", "loss", "delay", "drift"];
+pub const KINDS: [&str; 11] =
+    ["partition", "one-way", "bridge", "pause", "kill", "clock", "disk-full", "loss", "delay", "drift", "crash"];
 
 /// A fault at a time.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -266,6 +277,7 @@ fn draw(rng: &mut ChaCha8Rng, kind: &str, shape: Shape) -> Fault {
             skew_ms: if rng.random_bool(0.5) { 60_000 } else { -60_000 },
         },
         "disk-full" => Fault::DiskFull { etcd: rng.random_range(0..shape.etcd.max(1)) },
+        "crash" => Fault::Crash { agent: rng.random_range(0..shape.agents.max(1)), pick: rng.random() },
         "delay" => Fault::Delay { member: pick(rng, &members), ms: rng.random_range(100..=800) },
         "drift" => Fault::Drift {
             agent: rng.random_range(0..shape.agents.max(1)),
@@ -309,7 +321,7 @@ mod tests {
         assert_eq!(a, schedule(7, 300.0, &KINDS, SHAPE, Windows::default()));
         assert_ne!(a, schedule(8, 300.0, &KINDS, SHAPE, Windows::default()));
         // 300 s: 15 s warm-up, then at most 24 s a fault and its quiet,
-        // at least 12: between 11 and 22 faults; the first 10 are one each.
+        // at least 12: between 11 and 22 faults; the first 11 are one each.
         assert!((11..=22).contains(&a.len()), "{}", a.len());
         let mut first: Vec<&str> = a[..KINDS.len()].iter().map(|p| p.fault.kind()).collect();
         first.sort_unstable();
@@ -344,6 +356,7 @@ mod tests {
                     Fault::DiskFull { etcd } => assert!(*etcd < 3),
                     Fault::Delay { member, ms } => assert!(all.contains(member) && (100..=800).contains(ms)),
                     Fault::Drift { agent, ppm } => assert!(*agent < 4 && (10_000..=50_000).contains(&ppm.abs())),
+                    Fault::Crash { agent, .. } => assert!(*agent < 4),
                 }
             }
         }
@@ -359,7 +372,7 @@ mod tests {
 
     #[test]
     fn kinds_are_parsed_by_name_and_an_unknown_one_is_named() {
-        assert_eq!(parse_kinds("all").map(|k| k.len()), Ok(10));
+        assert_eq!(parse_kinds("all").map(|k| k.len()), Ok(11));
         assert_eq!(parse_kinds("pause, kill,pause"), Ok(vec!["pause", "kill"]));
         let e = parse_kinds("pause,netem").expect_err("unknown");
         assert!(e.contains("\"netem\"") && e.contains("disk-full"), "{e}");

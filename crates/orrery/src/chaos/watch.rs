@@ -37,6 +37,25 @@ pub fn ranks(sockets: &[PathBuf]) -> Vec<(u32, (usize, usize, u32))> {
     out
 }
 
+/// The process group of `pid` (`/proc/PID/stat`'s fifth field).
+fn group_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name (which may hold spaces) in parentheses.
+    stat.rsplit_once(')')?.1.split_whitespace().nth(2)?.parse().ok()
+}
+
+/// The training commands agent `host` runs (each rank's process other than
+/// its group's leader shell), by (job, rank) then pid. O(processes).
+pub fn commands_of(sockets: &[PathBuf], host: usize) -> Vec<u32> {
+    let mut found: Vec<((usize, u32), u32)> = ranks(sockets)
+        .into_iter()
+        .filter(|&(pid, (h, _, _))| h == host && group_of(pid).is_some_and(|g| g != pid))
+        .map(|(pid, (_, job, rank))| ((job, rank), pid))
+        .collect();
+    found.sort();
+    found.into_iter().map(|(_, pid)| pid).collect()
+}
+
 /// Samples every `every` until `stop`; times from `t0`.
 pub fn watch(sockets: &[PathBuf], t0: Instant, every: Duration, stop: &AtomicBool) -> Vec<ProcessEvent> {
     let mut running: BTreeSet<(usize, usize, u32)> = BTreeSet::new();
