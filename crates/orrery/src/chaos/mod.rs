@@ -18,6 +18,7 @@
 
 mod cluster;
 mod delay;
+mod faults;
 mod latency;
 mod many;
 mod nemesis;
@@ -219,103 +220,6 @@ fn status_of(
 /// (job, iterations done) of the running jobs.
 fn running(jobs: &[JobInfo]) -> BTreeMap<usize, u64> {
     jobs.iter().filter(|j| j.status == JobStatus::Running).map(|j| (j.id, j.iterations_done)).collect()
-}
-
-/// Applies a fault.
-fn apply(c: &mut Cluster, fault: &Fault) -> Result<()> {
-    match fault {
-        Fault::Partition { a, b } => c.net.partition(a, b),
-        Fault::OneWay { from, to } => c.net.cut(*from, *to),
-        Fault::Bridge { a, b, .. } => c.net.partition(a, b),
-        Fault::Pause { member } => {
-            let p = c.proc(*member)?;
-            p.held = true;
-            p.signal("STOP")
-        }
-        Fault::Kill { member } => {
-            let p = c.proc(*member)?;
-            p.held = true;
-            p.kill();
-            Ok(())
-        }
-        Fault::Clock { agent, skew_ms } => Ok(std::fs::write(c.clock_file(*agent), format!("{skew_ms}\n"))?),
-        Fault::DiskFull { etcd } => fill(&c.etcd_dir(*etcd).join("fill")),
-        Fault::Loss { member, percent } => c.net.lose(*member, *percent),
-        Fault::Delay { member, ms } => c.net.delay(*member, *ms),
-        // The skew grows from 0 as the fault runs (see [`drift`]).
-        Fault::Drift { agent, .. } => Ok(std::fs::write(c.clock_file(*agent), "0\n")?),
-        Fault::Crash { agent, pick } => {
-            let sockets: Vec<PathBuf> = (0..SHAPE.agents).map(|i| c.socket(i)).collect();
-            let running = watch::commands_of(&sockets, *agent);
-            match running.get(*pick as usize % running.len().max(1)) {
-                Some(&pid) => {
-                    note(c, &format!("crash: SIGKILL of pid {pid} under h{agent}"));
-                    let _ = nix::sys::signal::kill(
-                        nix::unistd::Pid::from_raw(pid as i32),
-                        nix::sys::signal::Signal::SIGKILL,
-                    );
-                }
-                None => note(c, &format!("crash: no training process runs under h{agent}")),
-            }
-            Ok(())
-        }
-    }
-}
-
-/// A drifting clock's skew `for_s` into the fault, written where its
-/// agent and training processes read it: `ppm` · elapsed. O(1).
-fn drift(c: &Cluster, fault: &Fault, for_s: f64) -> Result<()> {
-    if let Fault::Drift { agent, ppm } = fault {
-        let skew_ms = *ppm as f64 * 1e-6 * for_s * 1e3;
-        std::fs::write(c.clock_file(*agent), format!("{skew_ms:.3}\n"))?;
-    }
-    Ok(())
-}
-
-/// Ends a fault.
-fn heal(c: &mut Cluster, fault: &Fault) -> Result<()> {
-    match fault {
-        Fault::Partition { .. }
-        | Fault::OneWay { .. }
-        | Fault::Bridge { .. }
-        | Fault::Loss { .. }
-        | Fault::Delay { .. } => c.net.heal().map(|_| ()),
-        Fault::Pause { member } => {
-            let p = c.proc(*member)?;
-            p.held = false;
-            p.signal("CONT")
-        }
-        Fault::Kill { member } => {
-            c.proc(*member)?.held = false;
-            c.restart(*member)
-        }
-        Fault::Clock { agent, .. } | Fault::Drift { agent, .. } => Ok(std::fs::write(c.clock_file(*agent), "0\n")?),
-        // The agent starts the process again by itself.
-        Fault::Crash { .. } => Ok(()),
-        Fault::DiskFull { etcd } => {
-            std::fs::remove_file(c.etcd_dir(*etcd).join("fill")).context("emptying the full disk")?;
-            Ok(())
-        }
-    }
-}
-
-/// Writes zeros to `path` until its file system is full.
-fn fill(path: &Path) -> Result<()> {
-    use std::io::Write;
-    let mut f = std::fs::File::create(path)?;
-    let block = vec![0u8; 1 << 20];
-    loop {
-        match f.write(&block) {
-            Ok(0) => return Ok(()),
-            Ok(_) => {}
-            Err(e) if e.raw_os_error() == Some(28) => break, // ENOSPC
-            Err(e) => return Err(e.into()),
-        }
-    }
-    // The last bytes a block did not fit.
-    while f.write(&block[..4096]).is_ok_and(|n| n > 0) {}
-    let _ = f.sync_all();
-    Ok(())
 }
 
 /// Reads what is new in every replica's own copy of the log and in the
@@ -668,12 +572,12 @@ fn nemesis_loop(
         }
         cluster.supervise()?;
         if let Some(i) = active {
-            drift(cluster, &plan[i].fault, now - started_s)?;
+            faults::drift(cluster, &plan[i].fault, now - started_s)?;
         }
         if let Some(i) = active
             && now >= plan[i].at_s + plan[i].for_s
         {
-            heal(cluster, &plan[i].fault).with_context(|| format!("healing {:?}", plan[i].fault))?;
+            faults::heal(cluster, &plan[i].fault).with_context(|| format!("healing {:?}", plan[i].fault))?;
             note(cluster, &format!("t={now:.2} s: healed"));
             recovering = Some(Recovering { healed_s: now, ran_before: std::mem::take(&mut before), first_read: None });
             active = None;
@@ -697,7 +601,7 @@ fn nemesis_loop(
             before = list.map(|j| running(&j)).unwrap_or_default();
             // A fault still recovering from stays at None: not in time.
             recovering = None;
-            apply(cluster, &p.fault).with_context(|| format!("applying {:?}", p.fault))?;
+            faults::apply(cluster, &p.fault).with_context(|| format!("applying {:?}", p.fault))?;
             note(cluster, &format!("t={now:.2} s: {} {}", p.fault.kind(), serde_json::to_string(&p.fault)?));
             seen.ran.push(Ran {
                 at_s: now,
