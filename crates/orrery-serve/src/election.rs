@@ -129,6 +129,32 @@ impl Candidate {
         }
     }
 
+    /// While this replica leads: every `every`, compacts etcd's history to
+    /// the revision it had one interval before, as kube-apiserver does
+    /// every 5 minutes (`--etcd-compaction-interval`). Each progress report
+    /// writes a new version of its job's key, and etcd keeps every version
+    /// until compacted, so without this its database and memory grow for
+    /// as long as jobs run; an interval's history stays for readers at a
+    /// recent revision (a standby reads at the current one). Never returns.
+    pub async fn compact_history(&self, every: Duration) {
+        let mut previous: Option<i64> = None;
+        loop {
+            tokio::time::sleep(every).await;
+            match self.etcd.revision().await {
+                Ok(now) => {
+                    if let Some(r) = previous {
+                        match self.etcd.compact(r).await {
+                            Ok(()) => tracing::info!(revision = r, "compacted etcd's history"),
+                            Err(e) => tracing::warn!("compacting etcd's history to {r}: {e:#}"),
+                        }
+                    }
+                    previous = Some(now);
+                }
+                Err(e) => tracing::warn!("reading etcd's revision to compact: {e:#}"),
+            }
+        }
+    }
+
     /// Gives the leadership up now (a clean shutdown): the key goes with the lease.
     pub async fn resign(&self, term: &Term) {
         let _ = self.etcd.lease_revoke(term.lease).await;

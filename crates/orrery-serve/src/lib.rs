@@ -103,6 +103,9 @@ pub struct HaOptions {
     /// Lease of the leader key, s: a dead leader is replaced about this long
     /// after its last renewal.
     pub lease_s: i64,
+    /// How often the leader compacts etcd's history, s (0: never; see
+    /// [`election::Candidate::compact_history`]).
+    pub compact_every_s: u64,
 }
 
 /// A running service.
@@ -325,6 +328,10 @@ pub async fn start_replica(opts: ServeOptions) -> Result<Replica> {
         }
         let _ = term_slot.set((candidate.clone(), term.clone()));
         tracing::info!("leading: serving as {}", ha.advertise);
+        if ha.compact_every_s > 0 {
+            let (c, every) = (candidate.clone(), std::time::Duration::from_secs(ha.compact_every_s));
+            tokio::spawn(async move { c.compact_history(every).await });
+        }
         let why = candidate.hold(term).await;
         tracing::error!("lost the leadership ({why}); stopping so that a standby can lead");
         std::process::exit(election::LOST_LEADERSHIP_EXIT);

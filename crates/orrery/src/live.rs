@@ -44,6 +44,12 @@ pub struct ServeArgs {
     /// about this long after its last renewal.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(i64).range(2..=60))]
     lease_s: i64,
+    /// With --store etcd://: the leader compacts etcd's history to what it
+    /// was one interval ago, every this many seconds (kube-apiserver's
+    /// default is 5 minutes); 0 never does (then compact etcd yourself,
+    /// e.g. with its `--auto-compaction-retention`).
+    #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(0..=86_400))]
+    etcd_compaction_interval_s: u64,
     /// Tenants borrow idle quota, and give it back, by their recent usage
     /// over their share (Slurm's fair-share factor), past usage halving
     /// every this long (`30m`, `1h`, `7d`); without it, by borrowed GPUs
@@ -198,6 +204,7 @@ pub fn serve(args: &ServeArgs) -> Result<()> {
                 format!("{scheme}://{}", args.listen)
             }),
             lease_s: args.lease_s,
+            compact_every_s: args.etcd_compaction_interval_s,
         }),
     };
     if ha.is_none() && args.advertise.is_some() {
@@ -717,7 +724,15 @@ pub fn bench_serve(args: &BenchServeArgs) -> Result<()> {
             };
             let etcd: orrery_serve::etcd::EtcdUrl = url.parse().context("--store")?;
             let what = format!("a quorum of etcd {}", etcd.endpoints.join(","));
-            (Some(orrery_serve::HaOptions { etcd, advertise: "http://127.0.0.1".into(), lease_s: 3 }), what)
+            (
+                Some(orrery_serve::HaOptions {
+                    etcd,
+                    advertise: "http://127.0.0.1".into(),
+                    lease_s: 3,
+                    compact_every_s: 300,
+                }),
+                what,
+            )
         }
     };
     let opts = orrery_serve::bench::BenchOptions {

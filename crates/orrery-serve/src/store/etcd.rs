@@ -579,6 +579,41 @@ mod tests {
         assert!(copy.follow(2, 1).expect("follow").is_empty(), "read once");
         assert!(copy.log_since(0, 10).expect("since").len() == 1, "the copy pages the log too");
 
+        // Compaction: a key's old versions go, its value stays, and the
+        // standby's copy above follows on at the current revision.
+        let c = Etcd::new(&url.endpoints, Duration::from_secs(3)).expect("client");
+        let put = |v: &str| {
+            let op = Op::Put { key: b"/compact/k".to_vec(), value: v.as_bytes().to_vec(), lease: 0 };
+            rt.block_on(c.txn(&[], &[op], &[])).expect("put").revision
+        };
+        let (r1, _, r3) = (put("1"), put("2"), put("3"));
+        rt.block_on(c.compact(r3)).expect("compact");
+        let old = rt.block_on(c.range_at(b"/compact/k", &[], 0, &Snapshot { revision: r1, min_mod_revision: 0 }));
+        assert!(format!("{:#}", old.expect_err("compacted")).contains("compacted"));
+        assert_eq!(rt.block_on(c.get(b"/compact/k")).expect("get").map(|kv| kv.value), Some(b"3".to_vec()));
+        rt.block_on(c.compact(r1)).expect("a revision compacted past is no error");
+        leader.write(&Batch { jobs: vec![row(2)], progress: vec![(1, 2)], log: vec![] }).expect("write");
+        let new = copy.follow(2, 1).expect("follows after a compaction");
+        assert_eq!((new.jobs.len(), new.progress.clone()), (1, vec![(1, 2)]));
+        // The leader's loop: every 300 ms it compacts to the revision it
+        // read 300 ms before; r5 is written 100 ms in, so by 600 ms r4 is
+        // gone.
+        let r4 = put("4");
+        let candidate = crate::election::Candidate::new(c.clone(), "/compact/", "me", 3);
+        rt.block_on(async {
+            let five = Op::Put { key: b"/compact/k".to_vec(), value: b"5".to_vec(), lease: 0 };
+            tokio::select! {
+                _ = candidate.compact_history(Duration::from_millis(300)) => panic!("it runs until stopped"),
+                _ = async {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    c.txn(&[], &[five], &[]).await.expect("put");
+                    tokio::time::sleep(Duration::from_millis(900)).await;
+                } => {}
+            }
+        });
+        let old = rt.block_on(c.range_at(b"/compact/k", &[], 0, &Snapshot { revision: r4, min_mod_revision: 0 }));
+        assert!(old.is_err(), "compacted past r4 by the loop");
+
         // One member of three down: reads and writes go on.
         cluster.kill(0);
         let mut s = store(&cluster, "one-down", None);

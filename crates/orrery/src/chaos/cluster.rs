@@ -171,6 +171,10 @@ impl Cluster {
                 "5",
                 "--lease-s",
                 "2",
+                // A 5-minute run sees etcd compacted several times, faults
+                // and leader changes around it (the default is every 300 s).
+                "--etcd-compaction-interval-s",
+                "60",
                 "--listen",
                 &format!("{}:{SERVE_PORT}", c.net.ip(Member::Replica(i))),
                 "--data",
