@@ -784,77 +784,71 @@ fn launch_rank(
     rank: u32,
     mine: Vec<String>,
 ) -> Option<Worker> {
-    {
-        // The group's leader is [`RANK_LEADER`], under `setpriv --pdeathsig
-        // USR1` where util-linux has it: when the agent dies (SIGKILL
-        // included) the leader gets SIGUSR1 and sends SIGTERM to its whole
-        // group (issue 39: no training process outlives its agent). The
-        // signal survives the exec of `ip netns exec`, but not a fork, and
-        // Debian's dash forks `sh -c CMD`'s command: the leader must pass it on.
-        let mut argv: Vec<&str> = Vec::new();
-        if pdeathsig_available() {
-            argv.extend(["setpriv", "--pdeathsig", "USR1", "--"]);
-        }
-        if let Some(ns) = &opts.netns {
-            argv.extend(["ip", "netns", "exec", ns]);
-        }
-        argv.extend(["sh", "-c", RANK_LEADER, "orrery-rank", cmd]);
-        let mut c = tokio::process::Command::new(argv[0]);
-        c.args(&argv[1..]);
-        let addrs: Vec<String> =
-            a.worker_addrs.iter().map(|x| x.map(|ip| ip.to_string()).unwrap_or_default()).collect();
-        c.env("ORRERY_AGENT_SOCKET", &opts.socket)
-            .env("ORRERY_AGENT_LEASE", fence::lease_path(&opts.socket))
-            .env("ORRERY_JOB", a.job.to_string())
-            .env("ORRERY_JOB_NAME", &a.name)
-            .env("ORRERY_EPOCH", a.epoch.to_string())
-            .env("ORRERY_RANK", rank.to_string())
-            .env("ORRERY_WORLD_SIZE", a.workers.len().to_string())
-            .env("ORRERY_WORKERS", a.workers.join(","))
-            .env("ORRERY_PERIOD_MS", a.period_ms.to_string())
-            .env("ORRERY_COMPUTE_MS", a.compute_ms.to_string())
-            .env("ORRERY_EPOCH_UNIX_MS", s.epoch_unix_ms.to_string())
-            .env("ORRERY_WORKER_ADDRS", addrs.join(","))
-            .env("ORRERY_SHAPE", serde_json::to_string(&a.shape).unwrap_or_default())
-            .env("CUDA_VISIBLE_DEVICES", mine.join(","))
-            .env("RANK", rank.to_string())
-            .env("WORLD_SIZE", a.workers.len().to_string())
-            .env("LOCAL_RANK", k.to_string())
-            .env("LOCAL_WORLD_SIZE", a.ranks.len().to_string())
-            .env("MASTER_PORT", crate::api::worker_port(a.job, 0).to_string())
-            .kill_on_drop(true)
-            // Its own process group, so that stopping the job reaches every
-            // process its command started (`sh -c` and what it forks).
-            .process_group(0);
-        if let Some(Some(master)) = a.worker_addrs.first() {
-            c.env("MASTER_ADDR", master.to_string());
-        }
-        if let Some(dev) = &opts.data_dev {
-            c.env("GLOO_SOCKET_IFNAME", dev).env("NCCL_SOCKET_IFNAME", dev);
-        }
-        if opts.clock_skew_ms != 0.0 {
-            let inherited = std::env::var(crate::clock::SKEW_VAR).ok().and_then(|v| v.trim().parse::<f64>().ok());
-            c.env(crate::clock::SKEW_VAR, (inherited.unwrap_or(0.0) + opts.clock_skew_ms).to_string());
-        }
-        match c.spawn() {
-            Ok(child) => match child.id().and_then(|p| i32::try_from(p).ok()) {
-                Some(pgid) => {
-                    return Some(Worker {
-                        pgid,
-                        leader: Some(child),
-                        rank,
-                        local: k,
-                        gpus: mine,
-                        restarts: 0,
-                        restart_at: None,
-                    });
-                }
-                None => tracing::error!(job = a.job, rank, "`{cmd}` exited at once"),
-            },
-            Err(e) => tracing::error!(job = a.job, rank, "starting `{cmd}`: {e}"),
+    // The group's leader is [`RANK_LEADER`], under `setpriv --pdeathsig
+    // USR1` where util-linux has it: when the agent dies (SIGKILL
+    // included) the leader gets SIGUSR1 and sends SIGTERM to its whole
+    // group (issue 39: no training process outlives its agent). The
+    // signal survives the exec of `ip netns exec`, but not a fork, and
+    // Debian's dash forks `sh -c CMD`'s command: the leader must pass it on.
+    let mut argv: Vec<&str> = Vec::new();
+    if pdeathsig_available() {
+        argv.extend(["setpriv", "--pdeathsig", "USR1", "--"]);
+    }
+    if let Some(ns) = &opts.netns {
+        argv.extend(["ip", "netns", "exec", ns]);
+    }
+    argv.extend(["sh", "-c", RANK_LEADER, "orrery-rank", cmd]);
+    let mut c = tokio::process::Command::new(argv[0]);
+    c.args(&argv[1..]);
+    let addrs: Vec<String> = a.worker_addrs.iter().map(|x| x.map(|ip| ip.to_string()).unwrap_or_default()).collect();
+    c.env("ORRERY_AGENT_SOCKET", &opts.socket)
+        .env("ORRERY_AGENT_LEASE", fence::lease_path(&opts.socket))
+        .env("ORRERY_JOB", a.job.to_string())
+        .env("ORRERY_JOB_NAME", &a.name)
+        .env("ORRERY_EPOCH", a.epoch.to_string())
+        .env("ORRERY_RANK", rank.to_string())
+        .env("ORRERY_WORLD_SIZE", a.workers.len().to_string())
+        .env("ORRERY_WORKERS", a.workers.join(","))
+        .env("ORRERY_PERIOD_MS", a.period_ms.to_string())
+        .env("ORRERY_COMPUTE_MS", a.compute_ms.to_string())
+        .env("ORRERY_EPOCH_UNIX_MS", s.epoch_unix_ms.to_string())
+        .env("ORRERY_WORKER_ADDRS", addrs.join(","))
+        .env("ORRERY_SHAPE", serde_json::to_string(&a.shape).unwrap_or_default())
+        .env("CUDA_VISIBLE_DEVICES", mine.join(","))
+        .env("RANK", rank.to_string())
+        .env("WORLD_SIZE", a.workers.len().to_string())
+        .env("LOCAL_RANK", k.to_string())
+        .env("LOCAL_WORLD_SIZE", a.ranks.len().to_string())
+        .env("MASTER_PORT", crate::api::worker_port(a.job, 0).to_string())
+        .kill_on_drop(true)
+        // Its own process group, so that stopping the job reaches every
+        // process its command started (`sh -c` and what it forks).
+        .process_group(0);
+    if let Some(Some(master)) = a.worker_addrs.first() {
+        c.env("MASTER_ADDR", master.to_string());
+    }
+    if let Some(dev) = &opts.data_dev {
+        c.env("GLOO_SOCKET_IFNAME", dev).env("NCCL_SOCKET_IFNAME", dev);
+    }
+    if opts.clock_skew_ms != 0.0 {
+        let inherited = std::env::var(crate::clock::SKEW_VAR).ok().and_then(|v| v.trim().parse::<f64>().ok());
+        c.env(crate::clock::SKEW_VAR, (inherited.unwrap_or(0.0) + opts.clock_skew_ms).to_string());
+    }
+    match c.spawn() {
+        Ok(child) => match child.id().and_then(|p| i32::try_from(p).ok()) {
+            Some(pgid) => {
+                Some(Worker { pgid, leader: Some(child), rank, local: k, gpus: mine, restarts: 0, restart_at: None })
+            }
+            None => {
+                tracing::error!(job = a.job, rank, "`{cmd}` exited at once");
+                None
+            }
+        },
+        Err(e) => {
+            tracing::error!(job = a.job, rank, "starting `{cmd}`: {e}");
+            None
         }
     }
-    None
 }
 
 /// Times a failed training process is started again in one placement
