@@ -868,8 +868,8 @@ pub fn restart_backoff(n: u32) -> Duration {
 /// [`MAX_RANK_RESTARTS`] times per placement: as torchrun restarts a
 /// worker group and the kubelet a container with `restartPolicy:
 /// OnFailure`. The restarted process takes the job's next iteration from
-/// the agent, so the job goes on where it stopped. Before, a process that
-/// crashed left its job holding its GPUs with nothing running, for good.
+/// the agent, so the job goes on where it stopped; without it the job
+/// would hold its GPUs with nothing running.
 async fn reap(shared: Arc<Shared>) {
     loop {
         tokio::time::sleep(Duration::from_millis(500)).await;
