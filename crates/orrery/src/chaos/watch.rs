@@ -44,12 +44,16 @@ fn group_of(pid: u32) -> Option<u32> {
     stat.rsplit_once(')')?.1.split_whitespace().nth(2)?.parse().ok()
 }
 
-/// The training commands agent `host` runs (each rank's process other than
-/// its group's leader shell), by (job, rank) then pid. O(processes).
+/// The training commands agent `host` runs, by (job, rank) then pid: each
+/// rank's process that is neither its group's leader shell nor a shell of
+/// the leader's (its lease watchdog, whose /proc environment still names
+/// the agent's socket it unset). The chaos cluster's command is `exec
+/// orrery worker`, never a shell. O(processes).
 pub fn commands_of(sockets: &[PathBuf], host: usize) -> Vec<u32> {
+    let is_shell = |pid: u32| std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "sh");
     let mut found: Vec<((usize, u32), u32)> = ranks(sockets)
         .into_iter()
-        .filter(|&(pid, (h, _, _))| h == host && group_of(pid).is_some_and(|g| g != pid))
+        .filter(|&(pid, (h, _, _))| h == host && group_of(pid).is_some_and(|g| g != pid) && !is_shell(pid))
         .map(|(pid, (_, job, rank))| ((job, rank), pid))
         .collect();
     found.sort();
