@@ -274,6 +274,16 @@ pub enum DriverEvent {
         /// Job.
         job: JobId,
     },
+    /// Jobs that ended at least `orrery serve --keep-finished-s` ago were
+    /// forgotten: their rows and log entries are deleted with this entry
+    /// (and this entry with the next expiry), so they are no longer held.
+    Expired {
+        /// The jobs, each finished, cancelled or rejected.
+        jobs: Vec<JobId>,
+        /// The id the next accepted job gets: ids of forgotten jobs are
+        /// never given again, even after a restart.
+        next_job: JobId,
+    },
 }
 
 /// One entry of the decision log: a policy's decision or a driver event.

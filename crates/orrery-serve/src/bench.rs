@@ -71,6 +71,7 @@ pub async fn run(opts: BenchOptions) -> Result<BenchReport> {
         node_timeout_s: 3600.0,
         heartbeat_s: 1.0,
         fair_share_half_life_s: None,
+        keep_finished_s: f64::INFINITY,
         pins: Default::default(),
     };
     let certs = match opts.tls {

@@ -27,6 +27,8 @@ use tokio::sync::{oneshot, watch};
 const RESCHEDULE_ROUNDS: usize = 16;
 /// At most this many requests per group commit.
 const MAX_BATCH: usize = 4096;
+/// How often the leader looks for jobs to expire ([`Config::keep_finished_s`]).
+const EXPIRE_EVERY: Duration = Duration::from_secs(5);
 
 /// How the service runs.
 #[derive(Debug, Clone)]
@@ -50,6 +52,10 @@ pub struct Config {
     /// over weight (Kueue). The usage is the leader's soft state: a
     /// restart or a failover starts it afresh.
     pub fair_share_half_life_s: Option<f64>,
+    /// A job that ended is held this long, then expires: its rows and log
+    /// entries are deleted (`orrery serve --keep-finished`, as Slurm's
+    /// `MinJobAge`); infinite keeps every job.
+    pub keep_finished_s: f64,
 }
 
 /// A request for the core thread: runs there, returns what to do once the
@@ -175,11 +181,11 @@ impl Core {
         }
         // `NAME/ID` is tenant NAME's job ID: no untenanted job may already
         // be called that (the Kubernetes controller's are `NAMESPACE/NAME`).
-        // O(jobs), on a new tenant only.
+        // O(jobs held), on a new tenant only.
         let prefix = format!("{}/", tenant.name);
         if self.ledger.tenants().get(&tenant.name).is_none()
-            && let Some(j) =
-                self.ledger.jobs().iter().find(|j| j.spec.tenant.is_none() && j.spec.id.starts_with(&prefix))
+            && let Some((_, j)) =
+                self.ledger.jobs().iter().find(|(_, j)| j.spec.tenant.is_none() && j.spec.id.starts_with(&prefix))
         {
             return Err(Failure::Field {
                 field: "name".into(),
@@ -391,11 +397,13 @@ impl Core {
             Logged::Event(DriverEvent::NodeUp { .. }) => "node_up",
             Logged::Event(DriverEvent::NodeDown { .. }) => "node_down",
             Logged::Event(DriverEvent::Submitted { .. }) => "submitted",
+            Logged::Event(DriverEvent::Expired { .. }) => "expired",
             Logged::Admin(AdminEvent::TenantSet(_)) => "tenant_set",
             Logged::Admin(AdminEvent::TokenIssued { .. }) => "token_issued",
             Logged::Admin(AdminEvent::TokenRevoked { .. }) => "token_revoked",
         };
-        if matches!(entry, Logged::Event(_) | Logged::Decision(Decision::Preempt { .. })) {
+        let expiry = matches!(entry, Logged::Event(DriverEvent::Expired { .. }));
+        if !expiry && matches!(entry, Logged::Event(_) | Logged::Decision(Decision::Preempt { .. })) {
             self.dirty = true;
         }
         // A tenant's token is one label, not one per token.
@@ -456,16 +464,33 @@ impl Core {
         }
     }
 
+    /// Forgets the jobs that ended more than [`Config::keep_finished_s`]
+    /// ago: one `Expired` entry, and their rows and entries deleted in the
+    /// same commit. O(held).
+    fn expire(&mut self) {
+        if !self.config.keep_finished_s.is_finite() {
+            return;
+        }
+        let Some(e) = self.ledger.expiry(self.now_s() - self.config.keep_finished_s) else { return };
+        let next_job = self.ledger.jobs().next_id();
+        let n = e.jobs.len();
+        if self.record(Logged::Event(DriverEvent::Expired { jobs: e.jobs.clone(), next_job }), "driver").is_some() {
+            self.batch.forget_jobs.extend(e.jobs);
+            self.batch.forget_log.extend(e.log_seqs);
+            self.metrics.expired.inc_by(n as u64);
+        }
+    }
+
     /// A follower replays what the leader committed since it last read;
     /// true if anything was new.
     fn follow(&mut self) -> Result<bool> {
         let Store::Etcd(store) = &self.store else { return Ok(false) };
-        let new = store.follow(self.ledger.jobs().len(), self.ledger.next_seq() - 1)?;
+        let new = store.follow(self.ledger.jobs().next_id(), self.ledger.next_seq() - 1)?;
         if new.is_empty() {
             return Ok(false);
         }
         for j in new.jobs {
-            self.ledger.restore_job(j.spec, j.submitted_s);
+            self.ledger.restore_job(j.id, j.spec, j.submitted_s);
         }
         for e in &new.log {
             self.ledger.replay(e.seq, &e.entry, e.at_s);
@@ -567,13 +592,26 @@ fn spawn(config: Config, mut store: Store, follower: bool) -> Result<(Handle, st
     };
     let mut ledger = Ledger::new(config.topology.clone());
     for j in &loaded.jobs {
-        ledger.restore_job(j.spec.clone(), j.submitted_s);
+        ledger.restore_job(j.id, j.spec.clone(), j.submitted_s);
     }
     for e in &loaded.log {
         ledger.replay(e.seq, &e.entry, e.at_s);
     }
     for j in &loaded.jobs {
         ledger.restore_progress(j.id, j.iterations_done);
+    }
+    // An expiry the store committed in part (etcd's several transactions,
+    // cut by a crash) left rows of jobs the log forgot: the leader's first
+    // commit deletes them.
+    let mut leftover = Batch::default();
+    if !follower {
+        leftover.forget_jobs = loaded.jobs.iter().map(|j| j.id).filter(|&id| ledger.jobs().get(id).is_none()).collect();
+        leftover.forget_log = loaded
+            .log
+            .iter()
+            .filter(|e| crate::ledger::entry_job(&e.entry).is_some_and(|j| ledger.jobs().get(j).is_none()))
+            .map(|e| e.seq)
+            .collect();
     }
     let now_s = (unix_ms() - epoch_unix_ms) as f64 / 1e3;
     ledger.touch_all(now_s);
@@ -598,7 +636,7 @@ fn spawn(config: Config, mut store: Store, follower: bool) -> Result<(Handle, st
             config,
             epoch_unix_ms,
             metrics: m,
-            batch: Batch::default(),
+            batch: leftover,
             dirty: true,
         };
         if follower {
@@ -645,6 +683,7 @@ fn run(mut core: Core, rx: Receiver<Job>, seq_tx: watch::Sender<u64>, version_tx
     let liveness = Duration::from_secs_f64((core.config.node_timeout_s / 4.0).clamp(0.05, 1.0));
     let mut next_tick = tick.map(|t| Instant::now() + t);
     let mut next_liveness = Instant::now() + liveness;
+    let mut next_expiry = Instant::now() + EXPIRE_EVERY;
     let mut delivers: Vec<Box<dyn FnOnce() + Send>> = Vec::new();
     loop {
         let wake = next_tick.map_or(next_liveness, |t| t.min(next_liveness));
@@ -667,6 +706,10 @@ fn run(mut core: Core, rx: Receiver<Job>, seq_tx: watch::Sender<u64>, version_tx
         if now >= next_liveness {
             core.check_liveness();
             next_liveness = now + liveness;
+        }
+        if now >= next_expiry {
+            core.expire();
+            next_expiry = now + EXPIRE_EVERY;
         }
         let tick_due = next_tick.is_some_and(|t| now >= t);
         if tick_due {

@@ -114,9 +114,9 @@ pub struct LinkJob {
 /// + Σ active jobs' flows × path length).
 pub fn snapshot(ledger: &Ledger, policy: &str, now_s: f64, version: u64, decisions: Vec<LogEntry>) -> Snapshot {
     let jobs = ledger.jobs();
-    let active = (0..jobs.len()).filter(|&id| jobs[id].status.is_active());
+    let active = jobs.iter().filter(|(_, j)| j.status.is_active()).map(|(id, _)| id);
     let queued = ledger.waiting().iter().copied().take(MAX_QUEUED);
-    let mut ended: Vec<JobId> = (0..jobs.len()).filter(|&id| jobs[id].status.is_over()).collect();
+    let mut ended: Vec<JobId> = jobs.iter().filter(|(_, j)| j.status.is_over()).map(|(id, _)| id).collect();
     ended.sort_by(|&a, &b| jobs[b].ended_s.unwrap_or(0.0).total_cmp(&jobs[a].ended_s.unwrap_or(0.0)));
     ended.truncate(RECENT_ENDED);
     let rows = active
@@ -142,7 +142,7 @@ pub fn snapshot(ledger: &Ledger, policy: &str, now_s: f64, version: u64, decisio
 pub fn link_loads(ledger: &Ledger) -> Vec<LinkLoad> {
     let topo = ledger.topology();
     let mut by_link: BTreeMap<usize, Vec<(LinkJob, f64, f64)>> = BTreeMap::new();
-    for (id, j) in ledger.jobs().iter().enumerate().filter(|(_, j)| j.status.is_active()) {
+    for (id, j) in ledger.jobs().iter().filter(|(_, j)| j.status.is_active()) {
         let period = j.shape.period_ms();
         if period <= 0.0 || j.workers.len() < 2 {
             continue;

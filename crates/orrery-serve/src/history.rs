@@ -7,8 +7,12 @@
 //! * **Nothing acknowledged is lost or duplicated**: every job a client was
 //!   told it holds is present once, with the number it was given.
 //! * **One history**: every log read before the end (from a leader before it
-//!   was killed, or a standby's copy) is a prefix of the final log (a read
-//!   of the entries after some seq: the final log's entries from there).
+//!   was killed, or a standby's copy) agrees with the final log on every
+//!   seq both hold, and an entry read before but gone at the end was
+//!   forgotten with a job that expired (`orrery serve --keep-finished`: an
+//!   `Expired` entry names the job; an older `Expired` entry goes with the
+//!   next). The later checks replay the whole history: every entry read
+//!   along the way and the final log, merged by seq.
 //! * **No GPU held twice**: replaying the log, no placement takes more GPUs
 //!   of a host than its agent registered, and no job is placed twice
 //!   without leaving in between.
@@ -88,12 +92,57 @@ fn line(e: &LogEntry) -> String {
 /// Every violation of the history, in the order of the invariants above.
 pub fn check(h: &History) -> Vec<Violation> {
     let mut out = Vec::new();
-    acknowledged(h, &mut out);
-    prefixes(h, &mut out);
-    gpus(&h.log, &mut out);
+    let whole = merged(h);
+    let forgotten = Forgotten::of(&whole);
+    acknowledged(h, &forgotten, &mut out);
+    one_history(h, &forgotten, &mut out);
+    gpus(&whole, &mut out);
     ranks(&h.processes, &mut out);
-    ran(h, &mut out);
+    ran(h, &whole, &mut out);
     out
+}
+
+/// Every entry of the run: the final log and every log read along the way,
+/// by seq (where two disagree, the final log's; [`one_history`] reports
+/// it). O(entries read · log entries).
+pub fn merged(h: &History) -> Vec<LogEntry> {
+    let mut by_seq: BTreeMap<u64, &LogEntry> = BTreeMap::new();
+    for e in h.logs_read.iter().flatten() {
+        by_seq.entry(e.seq).or_insert(e);
+    }
+    for e in &h.log {
+        by_seq.insert(e.seq, e);
+    }
+    by_seq.into_values().cloned().collect()
+}
+
+/// What the service forgot on purpose: the jobs its `Expired` entries
+/// name, and every `Expired` entry but the last (the next one deletes it).
+struct Forgotten {
+    jobs: std::collections::HashSet<JobId>,
+    expiries: std::collections::HashSet<u64>,
+}
+
+impl Forgotten {
+    fn of(whole: &[LogEntry]) -> Forgotten {
+        let mut f = Forgotten { jobs: Default::default(), expiries: Default::default() };
+        let mut last = None;
+        for e in whole {
+            if let Logged::Event(DriverEvent::Expired { jobs, .. }) = &e.entry {
+                f.jobs.extend(jobs.iter().copied());
+                f.expiries.extend(last.replace(e.seq));
+            }
+        }
+        f
+    }
+
+    /// Whether `e` may be missing from the final log.
+    fn covers(&self, e: &LogEntry) -> bool {
+        match &e.entry {
+            Logged::Event(DriverEvent::Expired { .. }) => self.expiries.contains(&e.seq),
+            entry => crate::ledger::entry_job(entry).is_some_and(|j| self.jobs.contains(&j)),
+        }
+    }
 }
 
 /// Violations of one invariant (`gpu held twice` and `placed twice` are
@@ -102,7 +151,7 @@ pub fn count(violations: &[Violation], invariant: &str) -> usize {
     violations.iter().filter(|v| v.invariant == invariant).count()
 }
 
-fn acknowledged(h: &History, out: &mut Vec<Violation>) {
+fn acknowledged(h: &History, forgotten: &Forgotten, out: &mut Vec<Violation>) {
     let mut by_id: HashMap<&str, Vec<JobId>> = HashMap::new();
     for (id, job, _) in &h.present {
         by_id.entry(id.as_str()).or_default().push(*job);
@@ -110,6 +159,7 @@ fn acknowledged(h: &History, out: &mut Vec<Violation>) {
     for (id, job) in &h.acknowledged {
         match by_id.get(id.as_str()).map(Vec::as_slice) {
             Some([only]) if only == job => {}
+            None if forgotten.jobs.contains(job) => {}
             found => out.push(Violation {
                 invariant: "lost",
                 what: format!("job {id:?} was acknowledged as number {job}"),
@@ -131,25 +181,31 @@ fn acknowledged(h: &History, out: &mut Vec<Violation>) {
     }
 }
 
-fn prefixes(h: &History, out: &mut Vec<Violation>) {
+fn one_history(h: &History, forgotten: &Forgotten, out: &mut Vec<Violation>) {
     for (k, read) in h.logs_read.iter().enumerate() {
         let Some(first) = read.first() else { continue };
-        // Where the read starts in the final log (sorted by seq), O(log n).
-        let start = h.log.partition_point(|e| e.seq < first.seq);
-        let finale = &h.log[start..];
-        // The first entry where the read log and the final one part.
-        let parted = read.iter().zip(finale).position(|(a, b)| a != b);
-        let longer = read.len() > finale.len();
-        if let Some(i) = parted.or(longer.then_some(finale.len())) {
-            let mut window = vec![format!("log read {k}: {}", read.get(i).map_or("(end)".into(), line))];
-            window.push(format!("final log:  {}", finale.get(i).map_or("(end)".into(), line)));
+        // The first entry the final log (sorted by seq) holds otherwise, or
+        // lacks though nothing forgot it: O(read · log n).
+        let parted = read.iter().find_map(|a| {
+            let at = h.log.binary_search_by_key(&a.seq, |e| e.seq).ok().map(|i| &h.log[i]);
+            match at {
+                Some(b) if b == a => None,
+                None if forgotten.covers(a) => None,
+                other => Some((a, other)),
+            }
+        });
+        if let Some((a, b)) = parted {
+            let window = vec![
+                format!("log read {k}: {}", line(a)),
+                format!("final log:  {}", b.map_or("(no entry; no Expired entry names its job)".into(), line)),
+            ];
             out.push(Violation {
                 invariant: "not a prefix",
                 what: format!(
-                    "log read {k} ({} entries from seq {}) parts from the final log at entry {}",
+                    "log read {k} ({} entries from seq {}) parts from the final log at seq {}",
                     read.len(),
                     first.seq,
-                    start + i + 1
+                    a.seq
                 ),
                 window,
             });
@@ -245,10 +301,10 @@ fn ranks(events: &[ProcessEvent], out: &mut Vec<Violation>) {
     }
 }
 
-fn ran(h: &History, out: &mut Vec<Violation>) {
+fn ran(h: &History, whole: &[LogEntry], out: &mut Vec<Violation>) {
     let gpus: u32 = {
         let mut cap: HashMap<HostId, u32> = HashMap::new();
-        for e in &h.log {
+        for e in whole {
             if let Logged::Event(DriverEvent::NodeUp { node, gpus, .. }) = &e.entry {
                 cap.insert(*node, *gpus);
             }
@@ -257,7 +313,7 @@ fn ran(h: &History, out: &mut Vec<Violation>) {
     };
     let mut placed = std::collections::HashSet::new();
     let mut cancelled = std::collections::HashSet::new();
-    for e in &h.log {
+    for e in whole {
         match &e.entry {
             Logged::Decision(Decision::Place { job, .. } | Decision::Share { job, .. }) => {
                 placed.insert(*job);
@@ -275,7 +331,7 @@ fn ran(h: &History, out: &mut Vec<Violation>) {
                 what: format!("job {id:?} (number {job}) asked for {asks} of the cluster's {gpus} GPUs and never ran"),
                 window: vec![format!(
                     "present: {id:?} = {job}; no Place or Share of it in {} log entries",
-                    h.log.len()
+                    whole.len()
                 )],
             });
         }
@@ -365,12 +421,51 @@ mod tests {
         h.logs_read.push(late);
         let v = check(&h);
         assert_eq!(count(&v, "not a prefix"), 1, "{v:#?}");
-        assert!(v[0].what.contains("2 entries from seq 4") && v[0].what.ends_with("at entry 5"), "{}", v[0].what);
+        assert!(v[0].what.contains("2 entries from seq 4") && v[0].what.ends_with("at seq 5"), "{}", v[0].what);
         assert!(v[0].window[0].starts_with("log read 3: seq 5"), "{:?}", v[0].window);
         // A read from a seq the final log never had.
         let mut h = good();
         h.logs_read.push(vec![finished(9, 1)]);
         assert_eq!(count(&check(&h), "not a prefix"), 1);
+    }
+
+    fn expired(seq: u64, jobs: &[JobId]) -> LogEntry {
+        entry(seq, Logged::Event(DriverEvent::Expired { jobs: jobs.to_vec(), next_job: 2 }))
+    }
+
+    /// Retention: job 0's entries (and the first `Expired` entry) are gone
+    /// from the final log; the reads along the way saw them.
+    fn with_expiry() -> History {
+        let mut h = good();
+        h.logs_read = vec![h.log.clone(), vec![expired(6, &[0])]];
+        h.log = vec![up(1, 0, 4), up(2, 1, 4), place(5, 1, &[(0, 2), (1, 2)]), expired(7, &[0])];
+        h.present.remove(0);
+        h
+    }
+
+    #[test]
+    fn what_an_expiry_forgot_is_missing_from_the_final_log_and_nothing_else() {
+        assert_eq!(check(&with_expiry()), Vec::new());
+        // The merged history still holds job 0's run: had it not ended
+        // before job 1 took its GPUs, that is found though the final log
+        // lacks every entry of job 0.
+        let mut h = with_expiry();
+        h.logs_read[0][3] = entry(4, Logged::Decision(Decision::Note { job: 0, text: "no end".into() }));
+        assert_eq!(count(&check(&h), "gpu held twice"), 1, "{:#?}", check(&h));
+        // An entry of a job nothing expired may not go missing.
+        let mut h = with_expiry();
+        h.log.retain(|e| e.seq != 5);
+        let v = check(&h);
+        assert_eq!(count(&v, "not a prefix"), 1, "{v:#?}");
+        assert!(v[0].window[1].contains("no Expired entry names its job"), "{:?}", v[0].window);
+        // Nor the last Expired entry, nor an acknowledged job no expiry named.
+        let mut h = with_expiry();
+        h.log.pop();
+        h.logs_read.push(vec![expired(7, &[0])]);
+        assert_eq!(count(&check(&h), "not a prefix"), 1);
+        let mut h = with_expiry();
+        h.present.clear();
+        assert_eq!(count(&check(&h), "lost"), 1, "b was never expired");
     }
 
     #[test]

@@ -321,11 +321,11 @@ async fn list_jobs(
         .core
         .call(move |c| {
             let start = q.after.map_or(0, |a| a + 1);
-            (start..c.ledger.jobs().len())
-                .filter(|&id| {
-                    let j = &c.ledger.jobs()[id];
-                    caller.sees(j.spec.tenant.as_deref()) && q.status.is_none_or(|s| j.status == s)
-                })
+            c.ledger
+                .jobs()
+                .from_id(start)
+                .filter(|(_, j)| caller.sees(j.spec.tenant.as_deref()) && q.status.is_none_or(|s| j.status == s))
+                .map(|(id, _)| id)
                 .take(limit)
                 .filter_map(|id| c.ledger.job_info(id))
                 .collect::<Vec<_>>()
@@ -340,7 +340,7 @@ async fn list_jobs(
 fn job_id(c: &crate::core::Core, id: &str, caller: &Caller) -> Result<usize, Failure> {
     id.parse::<usize>()
         .ok()
-        .filter(|&n| n < c.ledger.jobs().len())
+        .filter(|&n| c.ledger.jobs().get(n).is_some())
         .or_else(|| c.ledger.job_by_name(caller.tenant(), id))
         .filter(|&n| caller.sees(c.ledger.jobs()[n].spec.tenant.as_deref()))
         .ok_or_else(|| Failure::NotFound(format!("no job {id:?}")))
@@ -422,7 +422,8 @@ fn sees_entry(c: &crate::core::Core, caller: &Caller, e: &crate::api::LogEntry) 
             DriverEvent::Finished { job } | DriverEvent::Cancelled { job } | DriverEvent::Submitted { job },
         ) => sees_job(c, caller, *job),
         Logged::Event(DriverEvent::NodeUp { .. } | DriverEvent::NodeDown { .. }) => true,
-        Logged::Admin(_) => false,
+        // It names every tenant's jobs.
+        Logged::Event(DriverEvent::Expired { .. }) | Logged::Admin(_) => false,
     }
 }
 
@@ -643,7 +644,7 @@ async fn list_tenants(State(app): State<App>, Extension(caller): Extension<Calle
                 .filter(|t| caller.tenant().is_none_or(|mine| mine == t.name))
                 .map(|t| TenantInfo { tenant: t.clone(), gpus_in_use: 0, jobs_active: 0, jobs_queued: 0 })
                 .collect();
-            for j in c.ledger.jobs() {
+            for (_, j) in c.ledger.jobs().iter() {
                 let Some(info) = out.iter_mut().find(|i| j.spec.tenant.as_deref() == Some(i.tenant.name.as_str()))
                 else {
                     continue;

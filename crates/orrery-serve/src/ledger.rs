@@ -29,6 +29,9 @@ use orrery_model::{HostId, JobSpec, Topology, Work};
 use orrery_policy::{ClusterView, Decision, JobId, QueuedJob, RunningJob};
 use std::collections::{BTreeMap, HashMap};
 
+mod held;
+pub use held::HeldJobs;
+
 /// GPUs a job shares with another on one host (Castor).
 #[derive(Debug, Clone, PartialEq)]
 struct Sharing {
@@ -92,6 +95,12 @@ pub struct LiveJob {
     pub reason: Option<String>,
     /// Decisions in force.
     pub in_force: InForce,
+    /// The held jobs its spec's `depends_on` named when it was accepted
+    /// (one that expired since has ended, so it started).
+    depends_on: Vec<JobId>,
+    /// Sequence numbers of the log entries about it (deleted with it when
+    /// it expires). A few per placement.
+    log_seqs: Vec<u64>,
 }
 
 impl LiveJob {
@@ -132,6 +141,8 @@ impl LiveJob {
             preemptions: 0,
             reason: None,
             in_force: InForce::default(),
+            depends_on: Vec::new(),
+            log_seqs: Vec::new(),
         }
     }
 }
@@ -186,7 +197,7 @@ pub struct ReportEffect {
 #[derive(Debug, Clone)]
 pub struct Ledger {
     topology: Topology,
-    jobs: Vec<LiveJob>,
+    jobs: HeldJobs,
     /// Jobs by qualified id (`TENANT/ID`, [`JobSpec::qualified_id`]).
     by_name: HashMap<String, JobId>,
     /// Tenants and their tokens (the fold of the log's admin events).
@@ -198,6 +209,9 @@ pub struct Ledger {
     free: Vec<u32>,
     /// Next log sequence number.
     next_seq: u64,
+    /// The last `Expired` entry's seq: the next expiry deletes it (the
+    /// new one names the next job id, so the old one says nothing more).
+    last_expiry_seq: Option<u64>,
 }
 
 impl Ledger {
@@ -206,13 +220,14 @@ impl Ledger {
         let n = topology.hosts.len();
         Ledger {
             topology,
-            jobs: Vec::new(),
+            jobs: HeldJobs::default(),
             by_name: HashMap::new(),
             tenants: crate::tenants::Tenants::default(),
             waiting: Vec::new(),
             nodes: vec![Node::default(); n],
             free: vec![0; n],
             next_seq: 1,
+            last_expiry_seq: None,
         }
     }
 
@@ -221,8 +236,8 @@ impl Ledger {
         &self.topology
     }
 
-    /// Jobs by id.
-    pub fn jobs(&self) -> &[LiveJob] {
+    /// Jobs held, by id (those that ended expire: [`HeldJobs`]).
+    pub fn jobs(&self) -> &HeldJobs {
         &self.jobs
     }
 
@@ -262,16 +277,24 @@ impl Ledger {
     /// caller has validated the spec and checked the name is new. O(1).
     pub fn submit(&mut self, mut spec: JobSpec, now_s: f64) -> JobId {
         spec.arrival_s = now_s;
-        let id = self.jobs.len();
-        self.by_name.insert(spec.qualified_id(), id);
-        self.jobs.push(LiveJob::new(spec, now_s));
-        self.waiting.push(id);
+        let id = self.jobs.next_id();
+        self.hold(id, spec);
         id
     }
 
-    /// Restores a job from the store (as submitted; the log replays the rest).
-    pub fn restore_job(&mut self, spec: JobSpec, submitted_s: f64) -> JobId {
-        self.submit(spec, submitted_s)
+    fn hold(&mut self, id: JobId, spec: JobSpec) {
+        let depends_on = spec.depends_on.iter().filter_map(|d| self.job_by_name(spec.tenant.as_deref(), d)).collect();
+        self.by_name.insert(spec.qualified_id(), id);
+        let submitted_s = spec.arrival_s;
+        self.jobs.insert(id, LiveJob { depends_on, ..LiveJob::new(spec, submitted_s) });
+        self.waiting.push(id);
+    }
+
+    /// Restores job `id` from the store (as submitted; the log replays the
+    /// rest). Ids come in increasing order, with gaps where jobs expired.
+    pub fn restore_job(&mut self, id: JobId, mut spec: JobSpec, submitted_s: f64) {
+        spec.arrival_s = submitted_s;
+        self.hold(id, spec);
     }
 
     /// Sets a restored job's progress (the store keeps it beside the log).
@@ -281,16 +304,14 @@ impl Ledger {
         }
     }
 
-    /// The view a policy sees at `now_s`. O(jobs active + queued · their
-    /// dependencies + hosts).
+    /// The view a policy sees at `now_s`. O(jobs held + queued · their
+    /// dependencies · log held + hosts).
     pub fn view(&self, now_s: f64) -> ClusterView<'_> {
-        // A job is offered once every job it depends on (by id) has started;
-        // one not submitted yet has not.
+        // A job is offered once every job it depends on has started; one
+        // no longer held expired, so it ended (the service accepts a job
+        // only when the jobs it depends on are held).
         let ready = |id: JobId| {
-            let spec = &self.jobs[id].spec;
-            spec.depends_on
-                .iter()
-                .all(|d| self.job_by_name(spec.tenant.as_deref(), d).is_some_and(|k| self.jobs[k].started_s.is_some()))
+            self.jobs[id].depends_on.iter().all(|&d| self.jobs.get(d).is_none_or(|k| k.started_s.is_some()))
         };
         let queue = self
             .waiting
@@ -310,7 +331,6 @@ impl Ledger {
         let running = self
             .jobs
             .iter()
-            .enumerate()
             .filter(|(_, j)| j.status.is_active())
             .map(|(id, j)| {
                 let running_s = (now_s - j.placed_s).max(0.0);
@@ -352,6 +372,12 @@ impl Ledger {
         for h in before.into_iter().chain(self.hosts_touched(entry)) {
             self.nodes[h].version = seq;
         }
+        if let Some(j) = entry_job(entry).and_then(|job| self.jobs.get_mut(job)) {
+            j.log_seqs.push(seq);
+        }
+        if matches!(entry, Logged::Event(DriverEvent::Expired { .. })) {
+            self.last_expiry_seq = Some(seq);
+        }
         Some(seq)
     }
 
@@ -367,7 +393,9 @@ impl Ledger {
         let job = match entry {
             Logged::Decision(d) => decision_job(d),
             Logged::Event(DriverEvent::Finished { job } | DriverEvent::Cancelled { job }) => *job,
-            Logged::Event(DriverEvent::Submitted { .. }) | Logged::Admin(_) => return Vec::new(),
+            Logged::Event(DriverEvent::Submitted { .. } | DriverEvent::Expired { .. }) | Logged::Admin(_) => {
+                return Vec::new();
+            }
             Logged::Event(DriverEvent::NodeUp { node, .. } | DriverEvent::NodeDown { node }) => {
                 return if *node < self.nodes.len() { vec![*node] } else { Vec::new() };
             }
@@ -509,6 +537,7 @@ impl Ledger {
 
     fn apply_event(&mut self, e: &DriverEvent, now_s: f64) -> bool {
         match *e {
+            DriverEvent::Expired { ref jobs, next_job } => self.expire(jobs, next_job),
             DriverEvent::Finished { job } | DriverEvent::Cancelled { job } => {
                 let Some(status) = self.jobs.get(job).map(|j| j.status).filter(|s| !s.is_over()) else {
                     return false;
@@ -545,10 +574,10 @@ impl Ledger {
                 self.free[node] = gpus - held;
                 true
             }
-            DriverEvent::Submitted { job } => job < self.jobs.len(),
+            DriverEvent::Submitted { job } => self.jobs.get(job).is_some(),
             DriverEvent::NodeDown { node } => {
                 let Some(n) = self.nodes.get(node) else { return false };
-                if !n.up || self.jobs.iter().any(|j| j.status.is_active() && j.hosts.iter().any(|h| h.0 == node)) {
+                if !n.up || self.jobs.iter().any(|(_, j)| j.status.is_active() && j.hosts.iter().any(|h| h.0 == node)) {
                     // The driver preempts the node's jobs (logged) first.
                     return false;
                 }
@@ -793,8 +822,10 @@ impl Ledger {
 
     /// Active jobs with GPUs on `host`.
     pub fn jobs_on(&self, host: HostId) -> Vec<JobId> {
-        (0..self.jobs.len())
-            .filter(|&id| self.jobs[id].status.is_active() && self.jobs[id].hosts.iter().any(|h| h.0 == host))
+        self.jobs
+            .iter()
+            .filter(|(_, j)| j.status.is_active() && j.hosts.iter().any(|h| h.0 == host))
+            .map(|(id, _)| id)
             .collect()
     }
 
@@ -882,7 +913,7 @@ impl Ledger {
     /// `GET /v1/nodes`.
     pub fn node_infos(&self, now_s: f64) -> Vec<NodeInfo> {
         let mut jobs_on: Vec<Vec<JobId>> = vec![Vec::new(); self.nodes.len()];
-        for (id, j) in self.jobs.iter().enumerate().filter(|(_, j)| j.status.is_active()) {
+        for (id, j) in self.jobs.iter().filter(|(_, j)| j.status.is_active()) {
             for &(h, _) in &j.hosts {
                 if !jobs_on[h].contains(&id) {
                     jobs_on[h].push(id);
@@ -943,7 +974,7 @@ impl Ledger {
     /// Jobs by status.
     pub fn counts(&self) -> BTreeMap<String, usize> {
         let mut out: BTreeMap<String, usize> = JobStatus::ALL.iter().map(|s| (s.name().to_string(), 0)).collect();
-        for j in &self.jobs {
+        for (_, j) in self.jobs.iter() {
             *out.entry(j.status.name().to_string()).or_default() += 1;
         }
         out
@@ -961,6 +992,19 @@ impl orrery_policy::castor::share::Partners for Ledger {
 
     fn spec_and_sub_batch(&self, job: JobId) -> Option<(&JobSpec, u32)> {
         self.jobs.get(job).map(|j| (&j.spec, j.sub_batch))
+    }
+}
+
+/// The job an entry is about, if it is about one (its seq is deleted when
+/// that job expires).
+pub fn entry_job(entry: &Logged) -> Option<JobId> {
+    match entry {
+        Logged::Decision(d) => Some(decision_job(d)),
+        Logged::Event(
+            DriverEvent::Finished { job } | DriverEvent::Cancelled { job } | DriverEvent::Submitted { job },
+        ) => Some(*job),
+        Logged::Event(DriverEvent::NodeUp { .. } | DriverEvent::NodeDown { .. } | DriverEvent::Expired { .. })
+        | Logged::Admin(_) => None,
     }
 }
 

@@ -41,6 +41,8 @@ pub struct Metrics {
     pub invalid_decisions: Counter,
     /// Jobs accepted.
     pub submissions: Counter,
+    /// Jobs forgotten after `--keep-finished` (this replica's, since it led).
+    pub expired: Counter,
     /// Iteration reports accepted.
     pub reports: Counter,
     /// Time in `Policy::schedule` / `on_iteration`, s.
@@ -67,6 +69,7 @@ impl Default for Metrics {
             decisions: Family::default(),
             invalid_decisions: Counter::default(),
             submissions: Counter::default(),
+            expired: Counter::default(),
             reports: Counter::default(),
             decision_seconds: Histogram::new(exponential_buckets(1e-5, 4.0, 10)),
             commit_seconds: Histogram::new(exponential_buckets(1e-4, 2.0, 14)),
@@ -79,6 +82,7 @@ impl Default for Metrics {
         registry.register("decisions", "Logged decisions and driver events by kind", m.decisions.clone());
         registry.register("invalid_decisions", "Policy decisions refused as invalid", m.invalid_decisions.clone());
         registry.register("submissions", "Jobs accepted", m.submissions.clone());
+        registry.register("expired", "Jobs forgotten once they ended --keep-finished ago", m.expired.clone());
         registry.register("iteration_reports", "Iteration reports accepted", m.reports.clone());
         registry.register("decision_seconds", "Time in a policy call", m.decision_seconds.clone());
         registry.register("commit_seconds", "Time of a group commit to SQLite", m.commit_seconds.clone());

@@ -219,6 +219,7 @@ pub async fn drive(
         node_timeout_s: 10.0,
         heartbeat_s: 1.0,
         fair_share_half_life_s: None,
+        keep_finished_s: f64::INFINITY,
         pins: pins.clone(),
     };
     let service = orrery_serve::start(orrery_serve::ServeOptions {

@@ -56,6 +56,13 @@ pub struct ServeArgs {
     /// over weight (Kueue's fair sharing).
     #[arg(long, value_name = "HALF_LIFE", value_parser = crate::numbers::duration_s)]
     fair_share: Option<f64>,
+    /// A job that ended (finished, cancelled or rejected) is kept this
+    /// long (`300s`, `1h`, `7d`), then forgotten with its log entries:
+    /// `orrery jobs` no longer lists it, its id may be submitted again, and
+    /// the service's memory and store hold only recent jobs (Slurm's
+    /// MinJobAge, Kubernetes' ttlSecondsAfterFinished).
+    #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = crate::numbers::duration_s)]
+    keep_finished: f64,
     #[command(flatten)]
     tls: TlsArgs,
 }
@@ -193,6 +200,7 @@ pub fn serve(args: &ServeArgs) -> Result<()> {
         node_timeout_s: args.node_timeout_s,
         heartbeat_s: (args.node_timeout_s / 5.0).min(1.0),
         fair_share_half_life_s: args.fair_share,
+        keep_finished_s: args.keep_finished,
         pins: Default::default(),
     };
     let ha = match args.store.as_str() {

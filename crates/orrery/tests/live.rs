@@ -18,6 +18,8 @@ mod ddp;
 mod faults;
 #[path = "live/ha.rs"]
 mod ha;
+#[path = "live/retention.rs"]
+mod retention;
 #[path = "live/tenants.rs"]
 mod tenants;
 #[path = "live/tls.rs"]

@@ -70,13 +70,12 @@ fn gpus_are_never_over_committed_and_down_hosts_take_nothing() {
 fn a_job_is_offered_once_its_dependencies_have_started() {
     let mut l = demo();
     up(&mut l, 0);
+    let loader = l.submit(spec("loader"), 0.0);
     let mut trainer = spec("trainer");
     trainer.depends_on = vec!["loader".into()];
-    let t = l.submit(trainer, 0.0);
+    let t = l.submit(trainer, 0.5);
     let queued = |l: &Ledger| l.view(1.0).queue.iter().map(|q| q.id).collect::<Vec<_>>();
-    assert!(queued(&l).is_empty(), "the loader is not even submitted");
-    let loader = l.submit(spec("loader"), 0.5);
-    assert_eq!(queued(&l), vec![loader]);
+    assert_eq!(queued(&l), vec![loader], "the trainer waits for the loader to start");
     l.record(&Logged::Decision(Decision::Place { job: loader, hosts: vec![(0, 1)] }), 1.0).expect("placed");
     assert_eq!(queued(&l), vec![t]);
 }
@@ -111,8 +110,8 @@ fn replaying_the_log_rebuilds_the_state_in_force() {
     rec(&mut l, Logged::Decision(Decision::Place { job: ids[2], hosts: vec![(2, 2)] }), 4.0);
     rec(&mut l, Logged::Event(DriverEvent::Finished { job: ids[2] }), 5.0);
     let mut r = demo();
-    for n in ["a", "b", "c"] {
-        r.restore_job(spec(n), 0.5);
+    for (id, n) in ["a", "b", "c"].into_iter().enumerate() {
+        r.restore_job(id, spec(n), 0.5);
     }
     for (seq, e, at) in &log {
         r.replay(*seq, e, *at);
@@ -152,7 +151,7 @@ fn a_replica_that_replays_the_log_knows_each_nodes_data_address() {
     log.push((leader.next_seq(), e.clone()));
     assert!(leader.record(&e, 1.0).is_some());
     let mut standby = demo();
-    standby.restore_job(spec("a"), 0.0);
+    standby.restore_job(job, spec("a"), 0.0);
     for (seq, e) in &log {
         standby.replay(*seq, e, 1.0);
     }
@@ -241,4 +240,62 @@ fn a_placement_keeps_its_hosts_in_the_decisions_order() {
     assert_eq!(view.running[0].hosts, &[(1, 1), (0, 1)][..]);
     assert_eq!(&*view.running[0].solo_gpus, &[(0, 1), (1, 1)][..], "one entry per host, sorted");
     assert_eq!(l.job_info(a).expect("a").hosts.iter().map(|h| h.0.as_str()).collect::<Vec<_>>().len(), 2);
+}
+
+/// Retention (issue 71): a job that ended expires after the cut-off with
+/// every entry about it, and a replay of what the store keeps (the rows of
+/// the held jobs, the log without the forgotten entries) rebuilds the same
+/// state, the forgotten job's id still taken.
+#[test]
+fn a_job_that_ended_expires_with_its_entries_and_its_id_is_never_given_again() {
+    let mut l = demo();
+    let mut log: Vec<(u64, Logged, f64)> = Vec::new();
+    let mut rec = |l: &mut Ledger, e: Logged, at: f64| {
+        let seq = l.record(&e, at).expect("valid");
+        log.push((seq, e, at));
+        seq
+    };
+    for node in 0..2 {
+        rec(&mut l, Logged::Event(DriverEvent::NodeUp { node, gpus: 2, session: 1, data_addr: None }), 0.0);
+    }
+    let ids: Vec<JobId> = ["a", "b", "c"].iter().map(|n| l.submit(spec(n), 0.5)).collect();
+    let mut seqs_of_c = Vec::new();
+    for &job in &ids {
+        let s = rec(&mut l, Logged::Event(DriverEvent::Submitted { job }), 0.5);
+        if job == ids[2] {
+            seqs_of_c.push(s);
+        }
+    }
+    rec(&mut l, Logged::Decision(Decision::Place { job: ids[0], hosts: vec![(0, 1), (1, 1)] }), 1.0);
+    seqs_of_c.push(rec(&mut l, Logged::Decision(Decision::Place { job: ids[2], hosts: vec![(0, 1), (1, 1)] }), 1.0));
+    seqs_of_c.push(rec(&mut l, Logged::Event(DriverEvent::Finished { job: ids[2] }), 5.0));
+    rec(&mut l, Logged::Event(DriverEvent::Cancelled { job: ids[1] }), 6.0);
+
+    assert_eq!(l.expiry(4.9), None, "nothing ended by 4.9 s");
+    let first = l.expiry(5.5).expect("c ended at 5 s");
+    assert_eq!(first.jobs, [ids[2]], "a runs; b ended after the cut-off");
+    assert_eq!(first.log_seqs, seqs_of_c, "c's submission, placement and end");
+    let running = Logged::Event(DriverEvent::Expired { jobs: vec![ids[0]], next_job: 3 });
+    assert!(l.record(&running, 6.0).is_none(), "a running job does not expire");
+    let expired = rec(&mut l, Logged::Event(DriverEvent::Expired { jobs: first.jobs.clone(), next_job: 3 }), 6.0);
+    assert!(l.jobs().get(ids[2]).is_none() && l.job_by_name(None, "c").is_none());
+    assert_eq!(l.free_gpus()[..2], [1, 1], "a still holds its GPUs");
+    let second = l.expiry(7.0).expect("b ended at 6 s");
+    assert_eq!(second.jobs, [ids[1]]);
+    assert!(second.log_seqs.contains(&expired), "the next expiry deletes this one's entry");
+
+    // What a restart reads: rows of a and b, the log without c's entries.
+    let mut r = demo();
+    r.restore_job(ids[0], spec("a"), 0.5);
+    r.restore_job(ids[1], spec("b"), 0.5);
+    for (seq, e, at) in log.iter().filter(|(s, _, _)| !first.log_seqs.contains(s)) {
+        r.replay(*seq, e, *at);
+    }
+    for id in &ids[..2] {
+        assert_eq!(r.job_info(*id), l.job_info(*id));
+    }
+    assert_eq!(r.free_gpus(), l.free_gpus());
+    assert_eq!(r.next_seq(), l.next_seq());
+    assert_eq!(r.submit(spec("c"), 8.0), 3, "c's id 2 stays taken after the restart");
+    assert_eq!(l.submit(spec("c"), 8.0), 3, "and in the ledger that forgot it");
 }

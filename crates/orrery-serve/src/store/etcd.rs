@@ -7,6 +7,11 @@
 //! | `PREFIX/meta/schema`, `meta/epoch_unix_ms`, `meta/topology` | text |
 //! | `PREFIX/jobs/ID` (20 digits, the first id of a batch) | JSON array of the batch's new jobs |
 //! | `PREFIX/log/SEQ` (20 digits, the first seq of a batch) | JSON array of the batch's log entries |
+//!
+//! A job that expires is taken out of its batch's key (the key is
+//! rewritten, or deleted once empty), and so are its log entries; a key
+//! keeps its name, so a follower reading keys after the last it read never
+//! sees an old key again.
 //! | `PREFIX/progress/ID` | iterations done by job ID |
 //! | `PREFIX/leader` | the leader's URL, under its lease ([`crate::election`]) |
 //!
@@ -68,6 +73,8 @@ pub struct EtcdStore {
     /// First seq → last seq of each log key, so `log_since` reads only the
     /// keys it needs. One entry per committed batch; filled by `load`.
     log_keys: RefCell<BTreeMap<u64, u64>>,
+    /// First id → last id of each jobs key, so an expiry finds a job's key.
+    job_keys: RefCell<BTreeMap<usize, usize>>,
     /// The revision the last `load` or `follow` read at.
     read_revision: std::cell::Cell<i64>,
 }
@@ -119,6 +126,7 @@ impl EtcdStore {
             url: url.clone(),
             fence,
             log_keys: RefCell::default(),
+            job_keys: RefCell::default(),
             read_revision: Default::default(),
         })
     }
@@ -211,11 +219,12 @@ impl EtcdStore {
             }
         }
         self.log_keys.borrow_mut().clear();
+        self.job_keys.borrow_mut().clear();
         let rows = self.rows(read("jobs/")?, read("log/")?, read("progress/")?, 0)?;
         loaded.jobs = rows.jobs;
         for (id, done) in rows.progress {
-            if let Some(j) = loaded.jobs.get_mut(id) {
-                j.iterations_done = done;
+            if let Ok(k) = loaded.jobs.binary_search_by_key(&id, |j| j.id) {
+                loaded.jobs[k].iterations_done = done;
             }
         }
         loaded.log = rows.log;
@@ -223,32 +232,28 @@ impl EtcdStore {
         Ok(loaded)
     }
 
-    /// Decodes job, log and progress keys; `first_job` is the id the first
-    /// job must have. Notes the log keys for `log_since`.
+    /// Decodes job, log and progress keys; ids start at `first_job` and
+    /// increase (with gaps where jobs expired). Notes the job and log keys.
     fn rows(&self, jobs: Vec<Kv>, log: Vec<Kv>, progress: Vec<Kv>, first_job: usize) -> Result<Followed> {
         let mut out = Followed::default();
         let name = |kv: &Kv| String::from_utf8_lossy(&kv.key).into_owned();
+        let mut job_keys = self.job_keys.borrow_mut();
         for kv in jobs {
             let stored: Vec<StoredJob> =
                 serde_json::from_slice(&kv.value).with_context(|| format!("{}: {}", self.describe(), name(&kv)))?;
+            let first = key_number(&name(&kv)).with_context(|| format!("{}: key {}", self.describe(), name(&kv)))?;
             for j in stored {
-                if j.id != first_job + out.jobs.len() {
-                    bail!(
-                        "{}: job {} out of sequence (expected {})",
-                        self.describe(),
-                        j.id,
-                        first_job + out.jobs.len()
-                    );
+                let expected = out.jobs.last().map_or(first_job, |last| last.id + 1);
+                if j.id < expected {
+                    bail!("{}: job {} out of sequence (expected {expected} or more)", self.describe(), j.id);
                 }
+                job_keys.insert(first as usize, j.id);
                 out.jobs.push(JobRow { id: j.id, spec: j.spec, submitted_s: j.submitted_s, iterations_done: 0 });
             }
         }
         for kv in progress {
-            let id: usize = name(&kv)
-                .rsplit('/')
-                .next()
-                .and_then(|s| s.parse().ok())
-                .with_context(|| format!("{}: key {}", self.describe(), name(&kv)))?;
+            let id =
+                key_number(&name(&kv)).with_context(|| format!("{}: key {}", self.describe(), name(&kv)))? as usize;
             let done: u64 = String::from_utf8_lossy(&kv.value)
                 .parse()
                 .with_context(|| format!("{}: {}", self.describe(), name(&kv)))?;
@@ -258,8 +263,10 @@ impl EtcdStore {
         for kv in log {
             let entries: Vec<LogEntry> =
                 serde_json::from_slice(&kv.value).with_context(|| format!("{}: {}", self.describe(), name(&kv)))?;
-            if let (Some(first), Some(last)) = (entries.first(), entries.last()) {
-                log_keys.insert(first.seq, last.seq);
+            if let Some(last) = entries.last() {
+                let first =
+                    key_number(&name(&kv)).with_context(|| format!("{}: key {}", self.describe(), name(&kv)))?;
+                log_keys.insert(first, last.seq);
             }
             out.log.extend(entries);
         }
@@ -328,7 +335,9 @@ impl EtcdStore {
         let p = self.url.prefix.clone();
         let mut ops = Vec::new();
         // Jobs and log entries in keys of at most TXN_BYTES / 2 each.
+        let mut new_job_keys = Vec::new();
         for jobs in chunks_by_size(&batch.jobs, |j| serde_json::to_vec(&j.spec).map_or(0, |v| v.len()) + 64) {
+            new_job_keys.push((jobs[0].id, jobs[jobs.len() - 1].id));
             let stored: Vec<StoredJob> =
                 jobs.iter().map(|j| StoredJob { id: j.id, spec: j.spec.clone(), submitted_s: j.submitted_s }).collect();
             ops.push(Op::Put {
@@ -358,8 +367,80 @@ impl EtcdStore {
             self.commit(ops)?;
         }
         self.log_keys.borrow_mut().extend(new_keys);
+        self.job_keys.borrow_mut().extend(new_job_keys);
+        if !batch.forget_jobs.is_empty() || !batch.forget_log.is_empty() {
+            self.forget(&batch.forget_jobs, &batch.forget_log)?;
+        }
         Ok(t.elapsed())
     }
+
+    /// Deletes expired jobs and log entries: each key holding one is read,
+    /// then rewritten without it (deleted once empty), in fenced
+    /// transactions; progress keys are deleted. O(keys touched) in
+    /// round trips of [`TXN_OPS`] keys.
+    fn forget(&mut self, jobs: &[usize], seqs: &[u64]) -> Result<()> {
+        let p = self.url.prefix.clone();
+        // Which key holds each: the last key starting at or before it.
+        let holder = |keys: &BTreeMap<u64, u64>, x: u64| keys.range(..=x).next_back().map(|(&first, _)| first);
+        let job_keys: BTreeMap<u64, u64> = self.job_keys.borrow().iter().map(|(&a, &b)| (a as u64, b as u64)).collect();
+        let mut by_job_key: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
+        for &id in jobs {
+            if let Some(k) = holder(&job_keys, id as u64) {
+                by_job_key.entry(k).or_default().push(id as u64);
+            }
+        }
+        let mut by_log_key: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
+        for &seq in seqs {
+            if let Some(k) = holder(&self.log_keys.borrow(), seq) {
+                by_log_key.entry(k).or_default().push(seq);
+            }
+        }
+        let names: Vec<(Vec<u8>, bool, &Vec<u64>)> = by_log_key
+            .iter()
+            .map(|(k, gone)| (key(&p, &format!("log/{k:020}")), true, gone))
+            .chain(by_job_key.iter().map(|(k, gone)| (key(&p, &format!("jobs/{k:020}")), false, gone)))
+            .collect();
+        let mut ops = Vec::new();
+        for chunk in names.chunks(TXN_OPS) {
+            let gets: Vec<Op> = chunk.iter().map(|(k, _, _)| Op::Get(k.clone())).collect();
+            let read = self.rt.block_on(self.etcd.txn(&self.guard(), &gets, &[])).with_context(|| self.describe())?;
+            if !read.succeeded {
+                bail!("{}: this replica is no longer the leader; it stops deciding", self.describe());
+            }
+            let found: BTreeMap<&[u8], &[u8]> = read.read.iter().map(|kv| (&kv.key[..], &kv.value[..])).collect();
+            for (k, is_log, gone) in chunk {
+                let Some(value) = found.get(&k[..]) else { continue };
+                let what = || format!("{}: {}", self.describe(), String::from_utf8_lossy(k));
+                let kept = if *is_log {
+                    let mut entries: Vec<LogEntry> = serde_json::from_slice(value).with_context(what)?;
+                    entries.retain(|e| gone.binary_search(&e.seq).is_err());
+                    (!entries.is_empty()).then(|| serde_json::to_vec(&entries)).transpose()?
+                } else {
+                    let mut stored: Vec<StoredJob> = serde_json::from_slice(value).with_context(what)?;
+                    stored.retain(|j| gone.binary_search(&(j.id as u64)).is_err());
+                    (!stored.is_empty()).then(|| serde_json::to_vec(&stored)).transpose()?
+                };
+                let Some(value) = kept else {
+                    let first = key_number(&String::from_utf8_lossy(k)).unwrap_or(u64::MAX);
+                    if *is_log {
+                        self.log_keys.borrow_mut().remove(&first);
+                    } else {
+                        self.job_keys.borrow_mut().remove(&(first as usize));
+                    }
+                    ops.push(Op::Delete(k.clone()));
+                    continue;
+                };
+                ops.push(Op::Put { key: k.clone(), value, lease: 0 });
+            }
+        }
+        ops.extend(jobs.iter().map(|id| Op::Delete(key(&p, &format!("progress/{id:020}")))));
+        self.commit(ops)
+    }
+}
+
+/// The number a key ends with (`PREFIX/log/00000000000000000042` → 42).
+fn key_number(key: &str) -> Option<u64> {
+    key.rsplit('/').next()?.parse().ok()
 }
 
 /// Splits `items` into runs whose estimated encoded size stays under half a
@@ -539,6 +620,7 @@ mod tests {
         let Some(mut cluster) = cluster_or_skip() else { return };
         suite::a_batch_reads_back_after_reopening(&mut || store(&cluster, "suite-a", None));
         suite::a_large_batch_reads_back_whole(&mut || store(&cluster, "suite-b", None));
+        suite::expired_jobs_leave_no_row_and_no_entry(&mut || store(&cluster, "suite-c", None));
 
         // A fence on a key that changed since: refused, and nothing written.
         let url: EtcdUrl = cluster.url("fenced").parse().expect("url");
@@ -561,7 +643,7 @@ mod tests {
         leader.init(9, "demo").expect("init");
         let spec = orrery_model::JobSpec::new("a", "vgg16", 32, 2, orrery_model::Work::Iterations(10), 0.5);
         let row = |id: usize| JobRow { id, spec: spec.clone(), submitted_s: 1.0, iterations_done: 0 };
-        leader.write(&Batch { jobs: vec![row(0)], progress: vec![], log: vec![] }).expect("write");
+        leader.write(&Batch { jobs: vec![row(0)], ..Batch::default() }).expect("write");
         let copy = EtcdStore::open_read_only(&url).expect("read only");
         assert_eq!(copy.load().expect("load").jobs.len(), 1);
         assert!(copy.follow(1, 0).expect("follow").is_empty(), "nothing new");
@@ -571,7 +653,9 @@ mod tests {
             source: "driver".into(),
             entry: crate::api::Logged::Event(crate::api::DriverEvent::Cancelled { job: 0 }),
         };
-        leader.write(&Batch { jobs: vec![row(1)], progress: vec![(0, 4)], log: vec![entry.clone()] }).expect("write");
+        leader
+            .write(&Batch { jobs: vec![row(1)], progress: vec![(0, 4)], log: vec![entry.clone()], ..Batch::default() })
+            .expect("write");
         let new = copy.follow(1, 0).expect("follow");
         assert_eq!(new.jobs.iter().map(|j| j.id).collect::<Vec<_>>(), [1]);
         assert_eq!(new.log, vec![entry]);
@@ -592,7 +676,7 @@ mod tests {
         assert!(format!("{:#}", old.expect_err("compacted")).contains("compacted"));
         assert_eq!(rt.block_on(c.get(b"/compact/k")).expect("get").map(|kv| kv.value), Some(b"3".to_vec()));
         rt.block_on(c.compact(r1)).expect("a revision compacted past is no error");
-        leader.write(&Batch { jobs: vec![row(2)], progress: vec![(1, 2)], log: vec![] }).expect("write");
+        leader.write(&Batch { jobs: vec![row(2)], progress: vec![(1, 2)], ..Batch::default() }).expect("write");
         let new = copy.follow(2, 1).expect("follows after a compaction");
         assert_eq!((new.jobs.len(), new.progress.clone()), (1, vec![(1, 2)]));
         // The leader's loop: every 300 ms it compacts to the revision it

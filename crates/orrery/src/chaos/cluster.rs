@@ -99,7 +99,8 @@ pub struct Cluster {
 impl Cluster {
     /// Builds the network and starts every process. `subnet` picks the
     /// control network's /24.
-    pub fn start(dir: &Path, shape: Shape, subnet: u8, etcd_disk_mib: u64) -> Result<Cluster> {
+    /// The replicas forget jobs `keep_finished_s` after they end.
+    pub fn start(dir: &Path, shape: Shape, subnet: u8, etcd_disk_mib: u64, keep_finished_s: f64) -> Result<Cluster> {
         let exe = std::env::current_exe()?;
         let prefix = format!("och{}", subnet);
         let net = ControlNet::up(&prefix, subnet, &shape.members())?;
@@ -175,6 +176,8 @@ impl Cluster {
                 // and leader changes around it (the default is every 300 s).
                 "--etcd-compaction-interval-s",
                 "60",
+                "--keep-finished",
+                &format!("{keep_finished_s}s"),
                 "--listen",
                 &format!("{}:{SERVE_PORT}", c.net.ip(Member::Replica(i))),
                 "--data",

@@ -30,7 +30,7 @@ use anyhow::{Context, Result, anyhow, bail};
 use clap::Args as ClapArgs;
 use cluster::{Cluster, SERVE_PORT};
 use nemesis::{Fault, Member, Planned, Shape, Windows};
-use orrery_serve::api::{JobInfo, JobStatus, LogEntry, Logged};
+use orrery_serve::api::{DriverEvent, JobInfo, JobStatus, LogEntry, Logged};
 use orrery_serve::client::Client;
 use orrery_serve::history::{History, Violation};
 use serde::Serialize;
@@ -73,6 +73,11 @@ pub struct ChaosArgs {
     /// holds a 5-minute run's log; a soak of thousands of jobs needs ~1024.
     #[arg(long, default_value_t = cluster::ETCD_DISK_MIB, value_parser = clap::value_parser!(u64).range(128..=16_384))]
     etcd_disk_mib: u64,
+    /// The replicas forget a job this long after it ended (`orrery serve
+    /// --keep-finished`): a run sees expiries under faults, and a soak's
+    /// memory holds the last minutes' jobs, not all of them.
+    #[arg(long, default_value = "60s", value_parser = crate::numbers::duration_s)]
+    keep_finished: f64,
     /// Run this many seeds, from `--seed` on, each a run of its own with
     /// these flags into `--out`/seed-N, and summarise them.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=10_000))]
@@ -160,8 +165,12 @@ pub struct ChaosReport {
     pub acknowledged: usize,
     /// Jobs present at the end.
     pub present: usize,
-    /// Jobs finished at the end.
+    /// Acknowledged jobs that finished (the whole history's `Finished`
+    /// entries: some have expired since).
     pub finished: usize,
+    /// Jobs the service forgot once they had ended (`--keep-finished`).
+    #[serde(default)]
+    pub expired: usize,
     /// Committed log entries at the end.
     pub log_entries: usize,
     /// Logs read along the way, each the entries new since the source's
@@ -206,8 +215,12 @@ fn status_of(
             }
             for id in also.collect::<Vec<_>>() {
                 if let std::collections::btree_map::Entry::Vacant(slot) = out.entry(id) {
-                    let j = c.job(&id.to_string()).await.ok()?;
-                    slot.insert((j.status, j.iterations_done));
+                    match c.job(&id.to_string()).await {
+                        Ok(j) => slot.insert((j.status, j.iterations_done)),
+                        // Forgotten (`--keep-finished`): it ended.
+                        Err(e) if e.status() == Some(404) => slot.insert((JobStatus::Finished, u64::MAX)),
+                        Err(_) => return None,
+                    };
                 }
             }
             Some(out)
@@ -274,7 +287,7 @@ pub fn run(args: &ChaosArgs) -> Result<ChaosReport> {
     std::fs::create_dir_all(&dir)?;
     // One /24 per run: runs at once do not share addresses or names.
     let subnet = free_subnet().context("every chaos subnet (20–219) is taken: are 200 runs going?")?;
-    let mut cluster = Cluster::start(&dir, SHAPE, subnet, args.etcd_disk_mib)?;
+    let mut cluster = Cluster::start(&dir, SHAPE, subnet, args.etcd_disk_mib, args.keep_finished)?;
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let servers = cluster.servers(SHAPE);
     // Every replica keeps the tokens the store holds; the leader's files
@@ -405,6 +418,21 @@ pub fn run(args: &ChaosArgs) -> Result<ChaosReport> {
         processes: processes.clone(),
     };
     let violations: Vec<Violation> = orrery_serve::history::check(&history);
+    let whole = orrery_serve::history::merged(&history);
+    let finished: std::collections::BTreeSet<usize> = whole
+        .iter()
+        .filter_map(|e| match &e.entry {
+            Logged::Event(DriverEvent::Finished { job }) => Some(*job),
+            _ => None,
+        })
+        .collect();
+    let expired: usize = whole
+        .iter()
+        .map(|e| match &e.entry {
+            Logged::Event(DriverEvent::Expired { jobs, .. }) => jobs.len(),
+            _ => 0,
+        })
+        .sum();
     let mut by_kind: BTreeMap<&'static str, Vec<Option<f64>>> = BTreeMap::new();
     for r in &seen.ran {
         by_kind.entry(r.kind).or_default().push(r.recovery_s);
@@ -434,7 +462,8 @@ pub fn run(args: &ChaosArgs) -> Result<ChaosReport> {
         recovery,
         acknowledged: acked.len(),
         present: present.len(),
-        finished: present.iter().filter(|j| j.status == JobStatus::Finished).count(),
+        finished: acked.iter().filter(|a| finished.contains(&a.1)).count(),
+        expired,
         log_entries: log.len(),
         logs_read: logs_read.len(),
         process_starts: processes.iter().filter(|p| p.started).count(),
@@ -473,7 +502,7 @@ pub fn run(args: &ChaosArgs) -> Result<ChaosReport> {
     )?;
     std::fs::write(
         dir.join("log.json"),
-        serde_json::to_string(&log.iter().map(|e| &e.entry).collect::<Vec<&Logged>>())?,
+        serde_json::to_string(&whole.iter().map(|e| &e.entry).collect::<Vec<&Logged>>())?,
     )?;
     cluster.stop();
     Ok(report)
@@ -493,7 +522,9 @@ fn drain(
         cluster.supervise()?;
         let ids: Vec<usize> = acked.lock().map_err(|_| anyhow!("lock"))?.iter().map(|a| a.1).collect();
         if let Some(list) = jobs(rt, users, Duration::from_secs(3)) {
-            let finished = |id: &usize| list.iter().any(|j| j.id == *id && j.status == JobStatus::Finished);
+            // A job no longer listed ended and expired (the history's
+            // check tells one lost from one forgotten).
+            let finished = |id: &usize| list.iter().all(|j| j.id != *id || j.status == JobStatus::Finished);
             if ids.iter().all(finished) {
                 return Ok(());
             }
@@ -657,6 +688,7 @@ fn many_runs(args: &ChaosArgs) -> Result<()> {
                 ("--drain-s", args.drain_s.to_string()),
                 ("--iterations", args.iterations.to_string()),
                 ("--etcd-disk-mib", args.etcd_disk_mib.to_string()),
+                ("--keep-finished", format!("{}s", args.keep_finished)),
             ]
             .into_iter()
             .flat_map(|(k, v)| [k.to_string(), v])
@@ -693,13 +725,14 @@ pub fn bench(args: &ChaosArgs) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&r)?);
     } else {
         println!(
-            "chaos run of {:.0} s, seed {}: {} faults; {} jobs acknowledged, {} present, {} finished; {} log entries, {} logs read; {} training processes started",
+            "chaos run of {:.0} s, seed {}: {} faults; {} jobs acknowledged, {} present, {} finished, {} expired; {} log entries, {} logs read; {} training processes started",
             r.seconds,
             r.seed,
             r.faults.len(),
             r.acknowledged,
             r.present,
             r.finished,
+            r.expired,
             r.log_entries,
             r.logs_read,
             r.process_starts
