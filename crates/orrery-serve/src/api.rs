@@ -7,13 +7,24 @@ use orrery_policy::{Decision, JobId};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
+/// Job numbers whose worker ports are distinct: 798 × 16 ports from 20000
+/// end at 32767, below Linux's ephemeral range (32768–60999 by default), as
+/// Kubernetes keeps its NodePorts (30000–32767) below it.
+pub const WORKER_PORT_JOBS: u64 = 798;
+
 /// The TCP port rank `rank` of job `job` listens on for its ring predecessor
-/// on its host's data address: 20000 + 16·(job mod 2500) + (rank mod 16).
+/// on its host's data address: 20000 + 16·(job mod 798) + (rank mod 16).
 /// Ranks on one host are consecutive in the ring, so they differ mod 16 while
 /// a host has at most 16 workers of a job. The data-plane convention of
 /// `orrery worker`; node agents match a job's traffic by it for throttles.
+///
+/// Below the ephemeral range, no outgoing connection of the host (an
+/// agent's keep-alive to the service, etcd's clients) can hold the port a
+/// rank must listen on; inside it, a rank fails with `Address already in
+/// use` until that connection closes, minutes later. Two jobs on one host
+/// whose numbers differ by a multiple of 798 still share ports.
 pub fn worker_port(job: JobId, rank: u32) -> u16 {
-    (20_000 + (job as u64 % 2_500) * 16 + u64::from(rank % 16)) as u16
+    (20_000 + (job as u64 % WORKER_PORT_JOBS) * 16 + u64::from(rank % 16)) as u16
 }
 
 /// Where a job is in its life.
@@ -501,7 +512,16 @@ mod tests {
         assert_eq!(worker_port(0, 0), 20_000);
         assert_eq!(worker_port(1, 3), 20_019);
         assert_ne!(worker_port(7, 0), worker_port(7, 1));
-        assert!(worker_port(2_499, 15) < 60_000);
-        assert_eq!(worker_port(2_500, 0), worker_port(0, 0));
+        assert_eq!(worker_port(797, 15), 32_767);
+        assert_eq!(worker_port(798, 0), worker_port(0, 0));
+    }
+
+    /// No worker port is one the kernel may give an outgoing connection.
+    #[test]
+    fn worker_ports_lie_below_the_kernels_ephemeral_ports() {
+        let range = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").unwrap_or_default();
+        let first: u16 = range.split_whitespace().next().and_then(|p| p.parse().ok()).unwrap_or(32_768);
+        let highest = (0..super::WORKER_PORT_JOBS as usize).map(|j| worker_port(j, 15)).max();
+        assert!(highest < Some(first), "worker ports reach {highest:?}; the ephemeral range starts at {first}");
     }
 }
