@@ -29,6 +29,10 @@ const RESCHEDULE_ROUNDS: usize = 16;
 const MAX_BATCH: usize = 4096;
 /// How often the leader looks for jobs to expire ([`Config::keep_finished_s`]).
 const EXPIRE_EVERY: Duration = Duration::from_secs(5);
+/// At most this many jobs expire at once: the `Expired` entry stays a few
+/// tens of KB (etcd refuses requests past 1.5 MiB), and a backlog (a store
+/// written before retention) clears over a few passes.
+const MAX_EXPIRED: usize = 4096;
 
 /// How the service runs.
 #[derive(Debug, Clone)]
@@ -471,7 +475,9 @@ impl Core {
         if !self.config.keep_finished_s.is_finite() {
             return;
         }
-        let Some(e) = self.ledger.expiry(self.now_s() - self.config.keep_finished_s) else { return };
+        let Some(e) = self.ledger.expiry(self.now_s() - self.config.keep_finished_s, MAX_EXPIRED) else {
+            return;
+        };
         let next_job = self.ledger.jobs().next_id();
         let n = e.jobs.len();
         if self.record(Logged::Event(DriverEvent::Expired { jobs: e.jobs.clone(), next_job }), "driver").is_some() {

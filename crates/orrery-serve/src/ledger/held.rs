@@ -97,15 +97,16 @@ pub struct Expiry {
 }
 
 impl super::Ledger {
-    /// The jobs that ended (finished, cancelled, rejected) at or before
-    /// `cutoff_s`, and the log entries that go with them; None if there are
-    /// none. O(held).
-    pub fn expiry(&self, cutoff_s: f64) -> Option<Expiry> {
+    /// At most `limit` of the jobs that ended (finished, cancelled,
+    /// rejected) at or before `cutoff_s`, lowest numbers first, and the log
+    /// entries that go with them; None if there are none. O(held).
+    pub fn expiry(&self, cutoff_s: f64, limit: usize) -> Option<Expiry> {
         let jobs: Vec<JobId> = self
             .jobs
             .iter()
             .filter(|(_, j)| j.status.is_over() && j.ended_s.is_some_and(|e| e <= cutoff_s))
             .map(|(id, _)| id)
+            .take(limit)
             .collect();
         if jobs.is_empty() {
             return None;

@@ -271,8 +271,9 @@ fn a_job_that_ended_expires_with_its_entries_and_its_id_is_never_given_again() {
     seqs_of_c.push(rec(&mut l, Logged::Event(DriverEvent::Finished { job: ids[2] }), 5.0));
     rec(&mut l, Logged::Event(DriverEvent::Cancelled { job: ids[1] }), 6.0);
 
-    assert_eq!(l.expiry(4.9), None, "nothing ended by 4.9 s");
-    let first = l.expiry(5.5).expect("c ended at 5 s");
+    assert_eq!(l.expiry(4.9, 10), None, "nothing ended by 4.9 s");
+    assert_eq!(l.expiry(7.0, 1).expect("b and c ended").jobs, [ids[1]], "at most one, lowest number first");
+    let first = l.expiry(5.5, 10).expect("c ended at 5 s");
     assert_eq!(first.jobs, [ids[2]], "a runs; b ended after the cut-off");
     assert_eq!(first.log_seqs, seqs_of_c, "c's submission, placement and end");
     let running = Logged::Event(DriverEvent::Expired { jobs: vec![ids[0]], next_job: 3 });
@@ -280,7 +281,7 @@ fn a_job_that_ended_expires_with_its_entries_and_its_id_is_never_given_again() {
     let expired = rec(&mut l, Logged::Event(DriverEvent::Expired { jobs: first.jobs.clone(), next_job: 3 }), 6.0);
     assert!(l.jobs().get(ids[2]).is_none() && l.job_by_name(None, "c").is_none());
     assert_eq!(l.free_gpus()[..2], [1, 1], "a still holds its GPUs");
-    let second = l.expiry(7.0).expect("b ended at 6 s");
+    let second = l.expiry(7.0, 10).expect("b ended at 6 s");
     assert_eq!(second.jobs, [ids[1]]);
     assert!(second.log_seqs.contains(&expired), "the next expiry deletes this one's entry");
 
