@@ -7,13 +7,13 @@
 //! | `PREFIX/meta/schema`, `meta/epoch_unix_ms`, `meta/topology` | text |
 //! | `PREFIX/jobs/ID` (20 digits, the first id of a batch) | JSON array of the batch's new jobs |
 //! | `PREFIX/log/SEQ` (20 digits, the first seq of a batch) | JSON array of the batch's log entries |
+//! | `PREFIX/progress/ID` | iterations done by job ID |
+//! | `PREFIX/leader` | the leader's URL, under its lease ([`crate::election`]) |
 //!
 //! A job that expires is taken out of its batch's key (the key is
 //! rewritten, or deleted once empty), and so are its log entries; a key
 //! keeps its name, so a follower reading keys after the last it read never
 //! sees an old key again.
-//! | `PREFIX/progress/ID` | iterations done by job ID |
-//! | `PREFIX/leader` | the leader's URL, under its lease ([`crate::election`]) |
 //!
 //! **Fencing.** Every transaction is guarded by the leader key's revision
 //! when this replica won ([`Fence`]): if the lease lapsed (the key is gone)
@@ -74,7 +74,7 @@ pub struct EtcdStore {
     /// keys it needs. One entry per committed batch; filled by `load`.
     log_keys: RefCell<BTreeMap<u64, u64>>,
     /// First id → last id of each jobs key, so an expiry finds a job's key.
-    job_keys: RefCell<BTreeMap<usize, usize>>,
+    job_keys: RefCell<BTreeMap<u64, u64>>,
     /// The revision the last `load` or `follow` read at.
     read_revision: std::cell::Cell<i64>,
 }
@@ -247,7 +247,7 @@ impl EtcdStore {
                 if j.id < expected {
                     bail!("{}: job {} out of sequence (expected {expected} or more)", self.describe(), j.id);
                 }
-                job_keys.insert(first as usize, j.id);
+                job_keys.insert(first, j.id as u64);
                 out.jobs.push(JobRow { id: j.id, spec: j.spec, submitted_s: j.submitted_s, iterations_done: 0 });
             }
         }
@@ -337,7 +337,7 @@ impl EtcdStore {
         // Jobs and log entries in keys of at most TXN_BYTES / 2 each.
         let mut new_job_keys = Vec::new();
         for jobs in chunks_by_size(&batch.jobs, |j| serde_json::to_vec(&j.spec).map_or(0, |v| v.len()) + 64) {
-            new_job_keys.push((jobs[0].id, jobs[jobs.len() - 1].id));
+            new_job_keys.push((jobs[0].id as u64, jobs[jobs.len() - 1].id as u64));
             let stored: Vec<StoredJob> =
                 jobs.iter().map(|j| StoredJob { id: j.id, spec: j.spec.clone(), submitted_s: j.submitted_s }).collect();
             ops.push(Op::Put {
@@ -382,19 +382,18 @@ impl EtcdStore {
         let p = self.url.prefix.clone();
         // Which key holds each: the last key starting at or before it.
         let holder = |keys: &BTreeMap<u64, u64>, x: u64| keys.range(..=x).next_back().map(|(&first, _)| first);
-        let job_keys: BTreeMap<u64, u64> = self.job_keys.borrow().iter().map(|(&a, &b)| (a as u64, b as u64)).collect();
-        let mut by_job_key: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
-        for &id in jobs {
-            if let Some(k) = holder(&job_keys, id as u64) {
-                by_job_key.entry(k).or_default().push(id as u64);
+        let group = |keys: &BTreeMap<u64, u64>, xs: &mut dyn Iterator<Item = u64>| {
+            let mut by_key: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
+            for x in xs {
+                if let Some(k) = holder(keys, x) {
+                    by_key.entry(k).or_default().push(x);
+                }
             }
-        }
-        let mut by_log_key: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
-        for &seq in seqs {
-            if let Some(k) = holder(&self.log_keys.borrow(), seq) {
-                by_log_key.entry(k).or_default().push(seq);
-            }
-        }
+            by_key.values_mut().for_each(|v| v.sort_unstable());
+            by_key
+        };
+        let by_job_key = group(&self.job_keys.borrow(), &mut jobs.iter().map(|&id| id as u64));
+        let by_log_key = group(&self.log_keys.borrow(), &mut seqs.iter().copied());
         let names: Vec<(Vec<u8>, bool, &Vec<u64>)> = by_log_key
             .iter()
             .map(|(k, gone)| (key(&p, &format!("log/{k:020}")), true, gone))
@@ -425,7 +424,7 @@ impl EtcdStore {
                     if *is_log {
                         self.log_keys.borrow_mut().remove(&first);
                     } else {
-                        self.job_keys.borrow_mut().remove(&(first as usize));
+                        self.job_keys.borrow_mut().remove(&first);
                     }
                     ops.push(Op::Delete(k.clone()));
                     continue;
