@@ -256,7 +256,7 @@ fn is_root() -> bool {
 }
 
 /// Runs a command, failing with its stderr.
-pub(crate) fn run(program: &str, args: &[&str]) -> Result<String, FabricError> {
+pub fn run(program: &str, args: &[&str]) -> Result<String, FabricError> {
     let out = Command::new(program).args(args).stdin(Stdio::null()).output().map_err(|e| FabricError::Command {
         command: format!("{program} {}", args.join(" ")),
         stderr: e.to_string(),

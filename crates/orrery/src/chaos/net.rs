@@ -7,22 +7,10 @@
 use super::delay::Delayer;
 use super::nemesis::Member;
 use anyhow::{Context, Result, bail};
+use orrery_testbed::fabric::run;
 use std::io::Write;
 use std::net::Ipv4Addr;
 use std::process::{Command, Stdio};
-
-/// Runs a command, failing with its stderr.
-fn run(program: &str, args: &[&str]) -> Result<()> {
-    let out = Command::new(program)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .with_context(|| format!("{program} {}", args.join(" ")))?;
-    if !out.status.success() {
-        bail!("{program} {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim());
-    }
-    Ok(())
-}
 
 /// `nft -f -` on `script` inside namespace `ns`.
 fn nft(ns: &str, script: &str) -> Result<()> {
