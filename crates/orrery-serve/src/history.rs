@@ -24,6 +24,8 @@
 //! Each violation carries the shortest window of history that shows it.
 //! [`check`] is O(log + acknowledged + process events · log of them).
 
+pub mod watch;
+
 use crate::api::{DriverEvent, LogEntry, Logged};
 use orrery_model::HostId;
 use orrery_policy::{Decision, JobId};

@@ -322,7 +322,7 @@ impl Cluster {
             p.kill();
         }
         let sockets: Vec<PathBuf> = (0..64).map(|i| self.socket(i)).collect();
-        for (pid, _) in super::watch::ranks(&sockets) {
+        for (pid, _) in orrery_serve::history::watch::ranks(&sockets) {
             let _ = Command::new("kill").args(["-KILL", &pid.to_string()]).stderr(Stdio::null()).status();
         }
         for m in self.mounts.drain(..) {

@@ -345,7 +345,8 @@ pub fn run(args: &ChaosArgs) -> Result<ChaosReport> {
     let submit_until = args.seconds - windows.final_quiet_s;
     let mut seen = Seen::default();
     let processes = std::thread::scope(|scope| -> Result<_> {
-        let watcher = scope.spawn(|| watch::watch(&sockets, t0, Duration::from_millis(100), &stop));
+        let watcher =
+            scope.spawn(|| orrery_serve::history::watch::watch(&sockets, t0, Duration::from_millis(100), &stop));
         // Jobs at even intervals; a submission a fault holds up is sent
         // again (same id) until acknowledged or refused as known.
         let submitter = scope.spawn(|| -> Result<()> {

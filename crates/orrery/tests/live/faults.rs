@@ -7,47 +7,9 @@ use super::*;
 use orrery_serve::history::{History, ProcessEvent, check};
 
 /// The ranks running under each agent socket, sampled every 50 ms from
-/// /proc until `stop` is set: a start the first time a (job, epoch, rank)
-/// is seen under a host, a stop when it is no longer seen. Each event is
-/// stamped with the sample's time, so an overlap shorter than a sample can
-/// be missed, none invented.
+/// /proc until `stop` is set.
 fn watch(sockets: Vec<PathBuf>, stop: &std::sync::atomic::AtomicBool) -> Vec<ProcessEvent> {
-    let t0 = Instant::now();
-    let mut running: BTreeMap<(usize, usize, u32), f64> = BTreeMap::new();
-    let mut events = Vec::new();
-    loop {
-        let done = stop.load(std::sync::atomic::Ordering::SeqCst);
-        let at_s = t0.elapsed().as_secs_f64();
-        let mut seen = std::collections::BTreeSet::new();
-        for (host, socket) in sockets.iter().enumerate() {
-            for pid in processes_of_agent(socket) {
-                let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
-                let var = |name: &str| {
-                    env.split(|&b| b == 0).find_map(|v| {
-                        std::str::from_utf8(v).ok()?.strip_prefix(name)?.strip_prefix('=')?.parse::<u64>().ok()
-                    })
-                };
-                if let (Some(job), Some(rank)) = (var("ORRERY_JOB"), var("ORRERY_RANK")) {
-                    seen.insert((host, job as usize, rank as u32));
-                }
-            }
-        }
-        for key in &seen {
-            if !running.contains_key(key) {
-                running.insert(*key, at_s);
-                events.push(ProcessEvent { at_s, host: key.0, job: key.1, rank: key.2, started: true });
-            }
-        }
-        let gone: Vec<_> = running.keys().filter(|k| !seen.contains(k)).copied().collect();
-        for key in gone {
-            running.remove(&key);
-            events.push(ProcessEvent { at_s, host: key.0, job: key.1, rank: key.2, started: false });
-        }
-        if done {
-            return events;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    orrery_serve::history::watch::watch(&sockets, Instant::now(), Duration::from_millis(50), stop)
 }
 
 /// A frozen agent (SIGSTOP) can neither heartbeat nor fence itself, and
