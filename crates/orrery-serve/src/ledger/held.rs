@@ -10,10 +10,12 @@ use orrery_policy::JobId;
 use std::collections::BTreeMap;
 
 /// Held jobs in id order (a B-tree: iteration in id order keeps the
-/// policy's view deterministic; lookups O(log held)).
+/// policy's view deterministic; lookups O(log held)). Each job is boxed:
+/// a B-tree's nodes are often half empty, and a job inline is several
+/// hundred bytes.
 #[derive(Debug, Clone, Default)]
 pub struct HeldJobs {
-    by_id: BTreeMap<JobId, LiveJob>,
+    by_id: BTreeMap<JobId, Box<LiveJob>>,
     next_id: JobId,
 }
 
@@ -35,33 +37,33 @@ impl HeldJobs {
 
     /// The job `id`, if held. O(log held).
     pub fn get(&self, id: JobId) -> Option<&LiveJob> {
-        self.by_id.get(&id)
+        self.by_id.get(&id).map(|j| &**j)
     }
 
     /// The job `id`, if held. O(log held).
     pub fn get_mut(&mut self, id: JobId) -> Option<&mut LiveJob> {
-        self.by_id.get_mut(&id)
+        self.by_id.get_mut(&id).map(|j| &mut **j)
     }
 
     /// Held jobs in id order.
     pub fn iter(&self) -> impl DoubleEndedIterator<Item = (JobId, &LiveJob)> {
-        self.by_id.iter().map(|(&id, j)| (id, j))
+        self.by_id.iter().map(|(&id, j)| (id, &**j))
     }
 
     /// Held jobs with ids from `from`, in id order. O(log held + taken).
     pub fn from_id(&self, from: JobId) -> impl Iterator<Item = (JobId, &LiveJob)> {
-        self.by_id.range(from..).map(|(&id, j)| (id, j))
+        self.by_id.range(from..).map(|(&id, j)| (id, &**j))
     }
 
     /// Holds `job` as `id`; the next id is past it.
     pub(super) fn insert(&mut self, id: JobId, job: LiveJob) {
         self.next_id = self.next_id.max(id + 1);
-        self.by_id.insert(id, job);
+        self.by_id.insert(id, Box::new(job));
     }
 
     /// Forgets `id`.
     pub(super) fn remove(&mut self, id: JobId) -> Option<LiveJob> {
-        self.by_id.remove(&id)
+        self.by_id.remove(&id).map(|j| *j)
     }
 
     /// Ids up to `next_id` are taken (an expiry names the next id, so ids
