@@ -273,7 +273,8 @@ impl Ledger {
     }
 
     /// Adds a job accepted at `now_s` (its `arrival_s` becomes `now_s`); the
-    /// caller has validated the spec and checked the name is new. O(1).
+    /// caller has validated the spec and checked the name is new.
+    /// O(log held + dependencies · log held).
     pub fn submit(&mut self, mut spec: JobSpec, now_s: f64) -> JobId {
         spec.arrival_s = now_s;
         let id = self.jobs.next_id();
