@@ -385,6 +385,23 @@ pub struct Heartbeat {
     pub session: u64,
 }
 
+/// `POST /v1/nodes/{host}/restarts` body: this node's ranks of `job` on
+/// placement `epoch` stopped (one failed, or the agent fenced itself) while
+/// its ranks on other hosts may run on without them.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RestartRequest {
+    /// The session registration gave.
+    #[schemars(range(min = 0, max = u64::MAX))]
+    pub session: u64,
+    /// The job.
+    #[schemars(range(min = 0, max = u64::MAX))]
+    pub job: JobId,
+    /// Its placement epoch the ranks ran on.
+    #[schemars(range(min = 0, max = u64::MAX))]
+    pub epoch: u64,
+}
+
 /// A job placed on a node, as its agent sees it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Assignment {

@@ -331,6 +331,13 @@ impl Client {
         self.send(self.http.get(self.url(&format!("/v1/nodes/{host}/assignments"))).query(&q)).await
     }
 
+    /// Asks for `job` to start again as a whole: this node's ranks of it on
+    /// `epoch` stopped ([`crate::core::Core::restart_job`]).
+    pub async fn restart_job(&self, host: usize, session: u64, job: usize, epoch: u64) -> Answer<serde_json::Value> {
+        let body = crate::api::RestartRequest { session, job, epoch };
+        self.send(self.http.post(self.url(&format!("/v1/nodes/{host}/restarts"))).json(&body)).await
+    }
+
     /// Sends iteration reports.
     pub async fn reports(&self, host: usize, reports: &Reports) -> Answer<ReportsAccepted> {
         self.send(self.http.post(self.url(&format!("/v1/nodes/{host}/reports"))).json(reports)).await

@@ -300,6 +300,15 @@ impl Core {
             tracing::warn!(host = %req.name, "agent reports a {} Gbit/s NIC; the topology's {nic} Gbit/s is what the policy sees", req.nic_gbps);
         }
         let session = self.ledger.last_session(host) + 1;
+        // The agent of the last session is gone, and its training processes
+        // with it (no rank outlives its agent): a job with ranks on other
+        // hosts cannot go on without them, and starts again as a whole. A
+        // job only here goes on where it stopped when the new agent starts it.
+        for job in self.ledger.jobs_on(host) {
+            if self.ledger.jobs().get(job).is_some_and(|j| j.workers.iter().any(|&w| w != host)) {
+                self.record(Logged::Decision(Decision::Preempt { job }), "driver");
+            }
+        }
         let up = DriverEvent::NodeUp { node: host, gpus: req.gpus, session, data_addr: req.data_addr };
         if self.record(Logged::Event(up), "driver").is_none() {
             return Err(Failure::Conflict(format!("host {} cannot take {} GPUs now", req.name, req.gpus)));
@@ -328,6 +337,27 @@ impl Core {
             self.record(Logged::Decision(Decision::Preempt { job }), "driver");
         }
         self.record(Logged::Event(DriverEvent::NodeDown { node: host }), "driver");
+    }
+
+    /// An agent stopped its ranks of `job` on placement `epoch` (one
+    /// failed, or it fenced itself), and the job has ranks on other hosts,
+    /// which cannot go on without them: the whole job starts again, as
+    /// torchrun restarts its whole worker group. The driver preempts it
+    /// (logged) and the policy places it again, on a new epoch, from the
+    /// iterations reported. Whether it was preempted: a job no longer on
+    /// that epoch here is left as it is.
+    pub fn restart_job(&mut self, host: usize, session: u64, job: JobId, epoch: u64) -> Result<bool, Failure> {
+        self.ledger.session_is_current(host, session)?;
+        let here = self
+            .ledger
+            .jobs()
+            .get(job)
+            .is_some_and(|j| j.status.is_active() && j.epoch == epoch && j.hosts.iter().any(|h| h.0 == host));
+        if !here {
+            return Ok(false);
+        }
+        tracing::info!(job, epoch, host, "a node's ranks of the job stopped: the whole job starts again");
+        Ok(self.record(Logged::Decision(Decision::Preempt { job }), "driver").is_some())
     }
 
     /// A heartbeat.

@@ -142,6 +142,7 @@ pub fn router(core: Handle, tokens: Tokens) -> Router {
         .route("/v1/nodes/{host}/deregister", post(deregister))
         .route("/v1/nodes/{host}/assignments", get(assignments))
         .route("/v1/nodes/{host}/reports", post(reports))
+        .route("/v1/nodes/{host}/restarts", post(restarts))
         .route_layer(middleware::from_fn_with_state(app.clone(), agent_scope));
     Router::new()
         .route("/v1/healthz", get(|| async { Json(serde_json::json!({"ok": true})) }))
@@ -617,6 +618,17 @@ async fn reports(
     let r: Reports = parse(body, "reports {\"session\", \"reports\": [...]}")?;
     let out = app.core.call(move |c| c.reports(host, r.session, &r.reports)).await??;
     Ok(Json(out).into_response())
+}
+
+async fn restarts(
+    State(app): State<App>,
+    Path(host): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Answer<Response> {
+    let host = host_arg(&host)?;
+    let r: crate::api::RestartRequest = parse(body, "restart {\"session\", \"job\", \"epoch\"}")?;
+    let preempted = app.core.call(move |c| c.restart_job(host, r.session, r.job, r.epoch)).await??;
+    Ok(Json(serde_json::json!({"preempted": preempted})).into_response())
 }
 
 /// A tenant with what it holds now.

@@ -36,6 +36,7 @@ fn inputs() -> Vec<Input> {
         ("register", "POST /v1/nodes/register", schema_of::<orrery_serve::api::RegisterRequest>),
         ("heartbeat", "POST /v1/nodes/{host}/heartbeat", schema_of::<orrery_serve::api::Heartbeat>),
         ("reports", "POST /v1/nodes/{host}/reports", schema_of::<orrery_serve::api::Reports>),
+        ("restarts", "POST /v1/nodes/{host}/restarts", schema_of::<orrery_serve::api::RestartRequest>),
         (
             "process-report",
             "a training process's report to its node agent (a line of its socket, op = report)",

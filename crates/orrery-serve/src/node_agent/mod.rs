@@ -159,6 +159,11 @@ struct State {
     /// The slot delay handed out for (job, epoch, iteration), until its
     /// report carries it to the service.
     handed: HashMap<(JobId, u64, u64), f64>,
+    /// (job, epoch) of jobs with ranks on other hosts whose ranks here
+    /// stopped (one failed, or the agent fenced itself): never started
+    /// again here on that epoch, and the service is asked to start the
+    /// whole job again ([`ranks::request_restarts`]); true once it answered.
+    broken: HashMap<(JobId, u64), bool>,
 }
 
 /// Delays remembered for iterations not yet reported, at most (a process
@@ -297,6 +302,7 @@ pub async fn run_until(opts: AgentOptions, stop: impl std::future::Future<Output
         tokio::spawn(serve_socket(shared.clone(), listener)),
         tokio::spawn(reap(shared.clone())),
         tokio::spawn(fence_watch(shared.clone())),
+        tokio::spawn(ranks::request_restarts(shared.clone())),
     ];
     stop.await;
     for t in tasks {
@@ -494,6 +500,15 @@ async fn fence_watch(shared: Arc<Shared>) {
             let children: Vec<Worker> = {
                 let mut s = shared.lock();
                 let ids: Vec<(JobId, u64)> = s.jobs.values().map(|a| (a.job, a.epoch)).collect();
+                for a in s
+                    .jobs
+                    .values()
+                    .filter(|a| ranks::spans_other_hosts(a, &shared.opts.name))
+                    .cloned()
+                    .collect::<Vec<_>>()
+                {
+                    s.broken.entry((a.job, a.epoch)).or_insert(false);
+                }
                 for (id, epoch) in ids {
                     s.gone.insert(id, (epoch, "fenced: this node lost the service".to_string()));
                     s.release_gpus(id);
@@ -562,6 +577,7 @@ fn apply_assignments(shared: &Shared, jobs: Vec<Assignment>) {
             tokio::spawn(stop_processes(children));
         }
         s.release_gpus(id);
+        s.broken.retain(|k, _| k.0 != id || k.1 > epoch);
         tracing::info!(job = id, epoch, "job left this node: {why}");
     }
     // While no heartbeat has been acknowledged past the fence point (a
@@ -577,7 +593,14 @@ fn apply_assignments(shared: &Shared, jobs: Vec<Assignment>) {
     }
     for (id, a) in &new {
         let fresh = s.jobs.get(id).is_none_or(|old| old.epoch != a.epoch);
-        if fresh {
+        if fresh && s.broken.contains_key(&(*id, a.epoch)) {
+            tracing::info!(
+                job = id,
+                epoch = a.epoch,
+                "not starting this node's ranks alone (the job's ranks elsewhere ran on without them): \
+                 the whole job starts again"
+            );
+        } else if fresh {
             tracing::info!(job = id, epoch = a.epoch, gpus = a.gpus, ranks = ?a.ranks, "job placed here");
             s.gone.remove(id);
             s.done.remove(id);

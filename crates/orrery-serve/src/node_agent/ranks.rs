@@ -190,8 +190,11 @@ pub(super) async fn reap(shared: Arc<Shared>) {
         let mut s = shared.lock();
         let now = std::time::Instant::now();
         let mut due: Vec<(JobId, u64, usize)> = Vec::new();
+        let mut broken: Vec<(JobId, u64)> = Vec::new();
         let placed: HashMap<JobId, u64> =
             s.jobs.iter().filter(|(id, _)| !s.done.contains(*id)).map(|(&id, a)| (id, a.epoch)).collect();
+        let spanning: std::collections::HashSet<JobId> =
+            s.jobs.values().filter(|a| spans_other_hosts(a, &shared.opts.name)).map(|a| a.job).collect();
         // Leaders that exited are reaped; their groups stay listed until
         // the job leaves (what they forked is stopped with the job).
         for (&(job, epoch), workers) in s.children.iter_mut() {
@@ -203,6 +206,16 @@ pub(super) async fn reap(shared: Arc<Shared>) {
                     w.leader = None;
                     if status.success() || !current {
                         tracing::info!(job, epoch, rank = w.rank, "training process exited: {status}");
+                    } else if spanning.contains(&job) {
+                        // Its peers elsewhere are mid-iteration: a rank
+                        // started alone could not rejoin them.
+                        tracing::warn!(
+                            job,
+                            epoch,
+                            rank = w.rank,
+                            "training process failed: {status}; the job has ranks on other hosts, so it starts again as a whole"
+                        );
+                        broken.push((job, epoch));
                     } else if w.restarts < MAX_RANK_RESTARTS {
                         let wait = restart_backoff(w.restarts);
                         tracing::warn!(
@@ -226,6 +239,9 @@ pub(super) async fn reap(shared: Arc<Shared>) {
                     due.push((job, epoch, i));
                 }
             }
+        }
+        for key in broken {
+            s.broken.entry(key).or_insert(false);
         }
         // Not under a lease about to run out: the rank's watchdog would
         // stop it at once (see `hold_back_while_lapsed`).
@@ -251,6 +267,38 @@ pub(super) async fn reap(shared: Arc<Shared>) {
                     tracing::info!(job, epoch, rank, "training process started again");
                     (w.pgid, w.leader) = (new.pgid, new.leader);
                 }
+            }
+        }
+    }
+}
+
+/// Whether job `a` has ranks on hosts other than `me`.
+pub(super) fn spans_other_hosts(a: &Assignment, me: &str) -> bool {
+    a.workers.iter().any(|w| w != me)
+}
+
+/// Asks the service to start again, as a whole, each job whose ranks here
+/// stopped while it has ranks elsewhere (`State::broken`), until the
+/// service answers: the ring's other ranks are mid-iteration, and a rank
+/// started alone could not rejoin them (torchrun restarts its whole worker
+/// group for the same reason). Every 200 ms while any is pending.
+pub(super) async fn request_restarts(shared: Arc<Shared>) {
+    loop {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let (host, session, pending) = {
+            let s = shared.lock();
+            let pending: Vec<(JobId, u64)> = s.broken.iter().filter(|(_, sent)| !**sent).map(|(&k, _)| k).collect();
+            (s.host, s.session, pending)
+        };
+        for (job, epoch) in pending {
+            match shared.client.restart_job(host, session, job, epoch).await {
+                Ok(_) => {
+                    tracing::info!(job, epoch, "the service starts the job again as a whole");
+                    if let Some(sent) = shared.lock().broken.get_mut(&(job, epoch)) {
+                        *sent = true;
+                    }
+                }
+                Err(e) => tracing::warn!(job, epoch, "asking the service to start the job again: {e}"),
             }
         }
     }

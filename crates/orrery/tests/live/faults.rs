@@ -183,3 +183,46 @@ fn a_training_process_that_crashes_is_started_again_and_its_job_finishes() {
     let crashed: Vec<_> = std::fs::read_dir(&marks).expect("marks").collect();
     assert_eq!(crashed.len(), 1, "its one rank crashed once");
 }
+
+/// A rank of a job with ranks on two hosts is killed mid-run (here: rank
+/// 1, two seconds in, the first time it starts). Its peer is mid-iteration
+/// on the other host; a rank started again alone cannot rejoin it. The
+/// agent asks the service to start the whole job again, as torchrun
+/// restarts its whole worker group: a `preempt` by the driver, a new
+/// placement, every rank started on the new epoch, and the job finishes.
+/// Before, the agent started rank 1 alone, which waited for steps its peer
+/// had passed, and the job made no progress (found by the chaos soak).
+#[test]
+fn a_rank_that_dies_mid_run_starts_its_whole_job_again_across_hosts() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let s = Server::start(dir.path(), &["--policy", "fifo"]);
+    let http = Http::new();
+    let (user, u) = (s.token("user.token"), s.url());
+    let marks = dir.path().join("killed");
+    std::fs::create_dir_all(&marks).expect("mkdir");
+    let worker = format!("{BIN} worker --scale 0.001");
+    let exec = format!(
+        "m={}/$ORRERY_JOB-$ORRERY_RANK; if [ \"$ORRERY_RANK\" = 1 ] && [ ! -e $m ]; then touch $m; \
+         timeout -s KILL 2 {worker}; exit 9; fi; exec {worker}",
+        marks.display()
+    );
+    let offer = ["--gpus", "2", "--nic-gbps", "50", "--data-addr", "127.0.0.1"];
+    let _a0 = agent_offering(&s, "h0", Some(&exec), &offer);
+    let _a1 = agent_offering(&s, "h1", Some(&exec), &offer);
+    nodes_up(&http, &s, 2);
+    let (status, v) =
+        http.call("POST", &format!("{u}/v1/jobs"), Some(&user), Some(job("ring", "resnet50", 150, "low")));
+    assert_eq!(status, 201, "{v}");
+    let done = wait_until("the job to finish after one of its ranks was killed", Duration::from_secs(60), || {
+        let j: JobInfo = http.get(&format!("{u}/v1/jobs/ring"), &user);
+        (j.status == orrery_serve::api::JobStatus::Finished).then_some(j)
+    });
+    assert_eq!(std::fs::read_dir(&marks).expect("marks").count(), 1, "rank 1 was killed once");
+    assert!(done.epoch >= 3, "placed, preempted and placed again: epoch {}", done.epoch);
+    let log: Vec<LogEntry> = http.get(&format!("{u}/v1/decisions?since=0"), &user);
+    let restarts = log
+        .iter()
+        .filter(|e| e.source == "driver" && matches!(e.entry, Logged::Decision(Decision::Preempt { .. })))
+        .count();
+    assert_eq!(restarts, 1, "one restart of the whole job: {log:?}");
+}
