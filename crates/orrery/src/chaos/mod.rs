@@ -490,6 +490,7 @@ pub fn run(args: &ChaosArgs) -> Result<ChaosReport> {
     let samples: Vec<(String, Vec<usage::Sample>)> =
         seen.samples.iter().map(|(m, s)| (m.to_string(), s.clone())).collect();
     usage::figures(&dir, &samples).context("the resource figures")?;
+    usage::write_csv(&dir.join("resources.csv"), &samples).context("resources.csv")?;
     let processes: Vec<serde_json::Value> = history
         .processes
         .iter()

@@ -73,6 +73,18 @@ pub fn summarize(member: &str, samples: &[Sample], after_s: f64) -> Option<Usage
     })
 }
 
+/// Every sample as CSV (`member,pid,at_s,rss_kib,fds`), for reading a
+/// run again (growth across a member's restarts, other windows).
+pub fn write_csv(path: &std::path::Path, samples: &[(String, Vec<Sample>)]) -> std::io::Result<()> {
+    let mut out = String::from("member,pid,at_s,rss_kib,fds\n");
+    for (member, list) in samples {
+        for s in list {
+            out.push_str(&format!("{member},{},{:.1},{},{}\n", s.pid, s.at_s, s.rss_kib, s.fds));
+        }
+    }
+    std::fs::write(path, out)
+}
+
 /// The figures of a run's samples: each process's resident memory and
 /// open files over time, a panel per kind (etcd, replicas, agents), written
 /// as `resources-memory.{svg,png}` and `resources-files.{svg,png}` in `dir`.
