@@ -285,15 +285,20 @@ pub enum DriverEvent {
         /// Job.
         job: JobId,
     },
-    /// Jobs that ended at least `orrery serve --keep-finished-s` ago were
-    /// forgotten: their rows and log entries are deleted with this entry
-    /// (and this entry with the next expiry), so they are no longer held.
+    /// Jobs that ended at least `orrery serve --keep-finished` ago were
+    /// forgotten: their rows and log entries are deleted with this entry,
+    /// so they are no longer held. This entry is deleted in turn by an
+    /// expiry `--keep-finished` later, which names it in `superseded`: a
+    /// reader of the log has that long to see it.
     Expired {
         /// The jobs, each finished, cancelled or rejected.
         jobs: Vec<JobId>,
         /// The id the next accepted job gets: ids of forgotten jobs are
         /// never given again, even after a restart.
         next_job: JobId,
+        /// Seqs of the earlier `Expired` entries deleted with this one.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        superseded: Vec<u64>,
     },
 }
 

@@ -510,7 +510,8 @@ impl Core {
         };
         let next_job = self.ledger.jobs().next_id();
         let n = e.jobs.len();
-        if self.record(Logged::Event(DriverEvent::Expired { jobs: e.jobs.clone(), next_job }), "driver").is_some() {
+        let expired = DriverEvent::Expired { jobs: e.jobs.clone(), next_job, superseded: e.superseded };
+        if self.record(Logged::Event(expired), "driver").is_some() {
             self.batch.forget_jobs.extend(e.jobs);
             self.batch.forget_log.extend(e.log_seqs);
             self.metrics.expired.inc_by(n as u64);

@@ -10,8 +10,8 @@
 //!   was killed, or a standby's copy) agrees with the final log on every
 //!   seq both hold, and an entry read before but gone at the end was
 //!   forgotten with a job that expired (`orrery serve --keep-finished`: an
-//!   `Expired` entry names the job; an older `Expired` entry goes with the
-//!   next). The later checks replay the whole history: every entry read
+//!   `Expired` entry names the job, and a later one the `Expired` entries
+//!   it superseded). The later checks replay the whole history: every entry read
 //!   along the way and the final log, merged by seq.
 //! * **No GPU held twice**: replaying the log, no placement takes more GPUs
 //!   of a host than its agent registered, and no job is placed twice
@@ -119,7 +119,7 @@ pub fn merged(h: &History) -> Vec<LogEntry> {
 }
 
 /// What the service forgot on purpose: the jobs its `Expired` entries
-/// name, and every `Expired` entry but the last (the next one deletes it).
+/// name, and the `Expired` entries they supersede.
 struct Forgotten {
     jobs: std::collections::HashSet<JobId>,
     expiries: std::collections::HashSet<u64>,
@@ -128,11 +128,10 @@ struct Forgotten {
 impl Forgotten {
     fn of(whole: &[LogEntry]) -> Forgotten {
         let mut f = Forgotten { jobs: Default::default(), expiries: Default::default() };
-        let mut last = None;
         for e in whole {
-            if let Logged::Event(DriverEvent::Expired { jobs, .. }) = &e.entry {
+            if let Logged::Event(DriverEvent::Expired { jobs, superseded, .. }) = &e.entry {
                 f.jobs.extend(jobs.iter().copied());
-                f.expiries.extend(last.replace(e.seq));
+                f.expiries.extend(superseded.iter().copied());
             }
         }
         f
@@ -431,16 +430,17 @@ mod tests {
         assert_eq!(count(&check(&h), "not a prefix"), 1);
     }
 
-    fn expired(seq: u64, jobs: &[JobId]) -> LogEntry {
-        entry(seq, Logged::Event(DriverEvent::Expired { jobs: jobs.to_vec(), next_job: 2 }))
+    fn expired(seq: u64, jobs: &[JobId], superseded: &[u64]) -> LogEntry {
+        let e = DriverEvent::Expired { jobs: jobs.to_vec(), next_job: 2, superseded: superseded.to_vec() };
+        entry(seq, Logged::Event(e))
     }
 
     /// Retention: job 0's entries (and the first `Expired` entry) are gone
     /// from the final log; the reads along the way saw them.
     fn with_expiry() -> History {
         let mut h = good();
-        h.logs_read = vec![h.log.clone(), vec![expired(6, &[0])]];
-        h.log = vec![up(1, 0, 4), up(2, 1, 4), place(5, 1, &[(0, 2), (1, 2)]), expired(7, &[0])];
+        h.logs_read = vec![h.log.clone(), vec![expired(6, &[0], &[])]];
+        h.log = vec![up(1, 0, 4), up(2, 1, 4), place(5, 1, &[(0, 2), (1, 2)]), expired(7, &[0], &[6])];
         h.present.remove(0);
         h
     }
@@ -463,7 +463,7 @@ mod tests {
         // Nor the last Expired entry, nor an acknowledged job no expiry named.
         let mut h = with_expiry();
         h.log.pop();
-        h.logs_read.push(vec![expired(7, &[0])]);
+        h.logs_read.push(vec![expired(7, &[0], &[6])]);
         assert_eq!(count(&check(&h), "not a prefix"), 1);
         let mut h = with_expiry();
         h.present.clear();

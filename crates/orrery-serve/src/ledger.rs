@@ -208,9 +208,9 @@ pub struct Ledger {
     free: Vec<u32>,
     /// Next log sequence number.
     next_seq: u64,
-    /// The last `Expired` entry's seq: the next expiry deletes it (the
-    /// new one names the next job id, so the old one says nothing more).
-    last_expiry_seq: Option<u64>,
+    /// (seq, cluster-clock s) of the `Expired` entries in the log: an
+    /// expiry deletes those as old as the jobs it forgets.
+    expiries: Vec<(u64, f64)>,
 }
 
 impl Ledger {
@@ -226,7 +226,7 @@ impl Ledger {
             nodes: vec![Node::default(); n],
             free: vec![0; n],
             next_seq: 1,
-            last_expiry_seq: None,
+            expiries: Vec::new(),
         }
     }
 
@@ -376,7 +376,7 @@ impl Ledger {
             j.log_seqs.push(seq);
         }
         if matches!(entry, Logged::Event(DriverEvent::Expired { .. })) {
-            self.last_expiry_seq = Some(seq);
+            self.expiries.push((seq, at_s));
         }
         Some(seq)
     }
@@ -537,7 +537,7 @@ impl Ledger {
 
     fn apply_event(&mut self, e: &DriverEvent, now_s: f64) -> bool {
         match *e {
-            DriverEvent::Expired { ref jobs, next_job } => self.expire(jobs, next_job),
+            DriverEvent::Expired { ref jobs, next_job, ref superseded } => self.expire(jobs, next_job, superseded),
             DriverEvent::Finished { job } | DriverEvent::Cancelled { job } => {
                 let Some(status) = self.jobs.get(job).map(|j| j.status).filter(|s| !s.is_over()) else {
                     return false;

@@ -1,5 +1,5 @@
 //! The jobs the ledger holds, by id. A job that ended is held until it
-//! expires (`orrery serve --keep-finished-s`, as Slurm's `MinJobAge` and
+//! expires (`orrery serve --keep-finished`, as Slurm's `MinJobAge` and
 //! Kubernetes' `ttlSecondsAfterFinished`), then forgotten with its rows and
 //! log entries, so the service's memory and its store stay bounded by the
 //! jobs of the last few minutes, not by every job it ever ran. Ids are never
@@ -93,9 +93,11 @@ impl std::ops::IndexMut<JobId> for HeldJobs {
 pub struct Expiry {
     /// Jobs that ended at or before the cut-off, in id order.
     pub jobs: Vec<JobId>,
-    /// Log entries to delete with them: theirs, and the previous `Expired`
-    /// entry.
+    /// Log entries to delete with them: theirs, and the `Expired` entries
+    /// as old as the cut-off.
     pub log_seqs: Vec<u64>,
+    /// Those `Expired` entries.
+    pub superseded: Vec<u64>,
 }
 
 impl super::Ledger {
@@ -113,15 +115,18 @@ impl super::Ledger {
         if jobs.is_empty() {
             return None;
         }
+        let superseded: Vec<u64> =
+            self.expiries.iter().filter(|&&(_, at_s)| at_s <= cutoff_s).map(|&(seq, _)| seq).collect();
         let mut log_seqs: Vec<u64> = jobs.iter().flat_map(|&id| self.jobs[id].log_seqs.iter().copied()).collect();
-        log_seqs.extend(self.last_expiry_seq);
+        log_seqs.extend(&superseded);
         log_seqs.sort_unstable();
-        Some(Expiry { jobs, log_seqs })
+        Some(Expiry { jobs, log_seqs, superseded })
     }
 
     /// Applies an `Expired` entry: forgets each named job that is held and
-    /// over; refused if one is held and not over. O(named · log held).
-    pub(super) fn expire(&mut self, jobs: &[JobId], next_job: JobId) -> bool {
+    /// over, and the `Expired` entries it supersedes; refused if a named
+    /// job is held and not over. O(named · log held + expiries).
+    pub(super) fn expire(&mut self, jobs: &[JobId], next_job: JobId, superseded: &[u64]) -> bool {
         if jobs.iter().any(|&id| self.jobs.get(id).is_some_and(|j| !j.status.is_over())) {
             return false;
         }
@@ -134,6 +139,7 @@ impl super::Ledger {
             }
         }
         self.jobs.reserve_to(next_job);
+        self.expiries.retain(|(seq, _)| !superseded.contains(seq));
         true
     }
 }

@@ -276,14 +276,17 @@ fn a_job_that_ended_expires_with_its_entries_and_its_id_is_never_given_again() {
     let first = l.expiry(5.5, 10).expect("c ended at 5 s");
     assert_eq!(first.jobs, [ids[2]], "a runs; b ended after the cut-off");
     assert_eq!(first.log_seqs, seqs_of_c, "c's submission, placement and end");
-    let running = Logged::Event(DriverEvent::Expired { jobs: vec![ids[0]], next_job: 3 });
+    let running = Logged::Event(DriverEvent::Expired { jobs: vec![ids[0]], next_job: 3, superseded: vec![] });
     assert!(l.record(&running, 6.0).is_none(), "a running job does not expire");
-    let expired = rec(&mut l, Logged::Event(DriverEvent::Expired { jobs: first.jobs.clone(), next_job: 3 }), 6.0);
+    let entry = DriverEvent::Expired { jobs: first.jobs.clone(), next_job: 3, superseded: first.superseded.clone() };
+    let expired = rec(&mut l, Logged::Event(entry), 6.5);
     assert!(l.jobs().get(ids[2]).is_none() && l.job_by_name(None, "c").is_none());
     assert_eq!(l.free_gpus()[..2], [1, 1], "a still holds its GPUs");
     let second = l.expiry(7.0, 10).expect("b ended at 6 s");
     assert_eq!(second.jobs, [ids[1]]);
-    assert!(second.log_seqs.contains(&expired), "the next expiry deletes this one's entry");
+    assert_eq!(second.superseded, [expired], "an expiry deletes the Expired entries as old as its cut-off");
+    assert!(second.log_seqs.contains(&expired));
+    assert_eq!(l.expiry(6.2, 10).map(|e| e.superseded), Some(vec![]), "not one younger than the cut-off");
 
     // What a restart reads: rows of a and b, the log without c's entries.
     let mut r = demo();

@@ -40,7 +40,7 @@ fn a_finished_job_expires_with_its_entries_and_stays_forgotten_after_a_restart()
     let about_short = log.iter().filter(|e| orrery_serve::ledger::entry_job(&e.entry) == Some(short)).count();
     assert_eq!(about_short, 0, "its submission, placement and end are deleted: {log:?}");
     let expiry = log.iter().find_map(|e| match &e.entry {
-        Logged::Event(DriverEvent::Expired { jobs, next_job }) => Some((jobs.clone(), *next_job, e.at_s)),
+        Logged::Event(DriverEvent::Expired { jobs, next_job, .. }) => Some((jobs.clone(), *next_job, e.at_s)),
         _ => None,
     });
     let (jobs, next_job, at_s) = expiry.expect("an Expired entry");
