@@ -162,8 +162,8 @@ struct State {
     /// (job, epoch) of jobs with ranks on other hosts whose ranks here
     /// stopped (one failed, or the agent fenced itself): never started
     /// again here on that epoch, and the service is asked to start the
-    /// whole job again ([`ranks::request_restarts`]); true once it answered.
-    broken: HashMap<(JobId, u64), bool>,
+    /// whole job again ([`ranks::request_restarts`]); when it answered.
+    broken: HashMap<(JobId, u64), Option<std::time::Instant>>,
 }
 
 /// Delays remembered for iterations not yet reported, at most (a process
@@ -507,7 +507,7 @@ async fn fence_watch(shared: Arc<Shared>) {
                     .cloned()
                     .collect::<Vec<_>>()
                 {
-                    s.broken.entry((a.job, a.epoch)).or_insert(false);
+                    s.broken.entry((a.job, a.epoch)).or_insert(None);
                 }
                 for (id, epoch) in ids {
                     s.gone.insert(id, (epoch, "fenced: this node lost the service".to_string()));
@@ -577,7 +577,6 @@ fn apply_assignments(shared: &Shared, jobs: Vec<Assignment>) {
             tokio::spawn(stop_processes(children));
         }
         s.release_gpus(id);
-        s.broken.retain(|k, _| k.0 != id || k.1 > epoch);
         tracing::info!(job = id, epoch, "job left this node: {why}");
     }
     // While no heartbeat has been acknowledged past the fence point (a

@@ -241,7 +241,7 @@ pub(super) async fn reap(shared: Arc<Shared>) {
             }
         }
         for key in broken {
-            s.broken.entry(key).or_insert(false);
+            s.broken.entry(key).or_insert(None);
         }
         // Not under a lease about to run out: the rank's watchdog would
         // stop it at once (see `hold_back_while_lapsed`).
@@ -281,21 +281,29 @@ pub(super) fn spans_other_hosts(a: &Assignment, me: &str) -> bool {
 /// stopped while it has ranks elsewhere (`State::broken`), until the
 /// service answers: the ring's other ranks are mid-iteration, and a rank
 /// started alone could not rejoin them (torchrun restarts its whole worker
-/// group for the same reason). Every 200 ms while any is pending.
+/// group for the same reason). Every 200 ms while any is pending. An
+/// answered one is kept while the job is still assigned here on that
+/// epoch, and a minute after (an answer to a poll sent before the
+/// restart may still name that epoch).
 pub(super) async fn request_restarts(shared: Arc<Shared>) {
     loop {
         tokio::time::sleep(Duration::from_millis(200)).await;
         let (host, session, pending) = {
-            let s = shared.lock();
-            let pending: Vec<(JobId, u64)> = s.broken.iter().filter(|(_, sent)| !**sent).map(|(&k, _)| k).collect();
+            let mut s = shared.lock();
+            let assigned: std::collections::HashSet<(JobId, u64)> = s.jobs.values().map(|a| (a.job, a.epoch)).collect();
+            s.broken.retain(|k, answered| {
+                answered.is_none_or(|t| t.elapsed() < Duration::from_secs(60)) || assigned.contains(k)
+            });
+            let pending: Vec<(JobId, u64)> =
+                s.broken.iter().filter(|(_, answered)| answered.is_none()).map(|(&k, _)| k).collect();
             (s.host, s.session, pending)
         };
         for (job, epoch) in pending {
             match shared.client.restart_job(host, session, job, epoch).await {
                 Ok(_) => {
                     tracing::info!(job, epoch, "the service starts the job again as a whole");
-                    if let Some(sent) = shared.lock().broken.get_mut(&(job, epoch)) {
-                        *sent = true;
+                    if let Some(answered) = shared.lock().broken.get_mut(&(job, epoch)) {
+                        *answered = Some(std::time::Instant::now());
                     }
                 }
                 Err(e) => tracing::warn!(job, epoch, "asking the service to start the job again: {e}"),
