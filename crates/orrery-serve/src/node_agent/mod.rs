@@ -500,14 +500,14 @@ async fn fence_watch(shared: Arc<Shared>) {
             let children: Vec<Worker> = {
                 let mut s = shared.lock();
                 let ids: Vec<(JobId, u64)> = s.jobs.values().map(|a| (a.job, a.epoch)).collect();
-                for a in s
+                let spanning: Vec<(JobId, u64)> = s
                     .jobs
                     .values()
                     .filter(|a| ranks::spans_other_hosts(a, &shared.opts.name))
-                    .cloned()
-                    .collect::<Vec<_>>()
-                {
-                    s.broken.entry((a.job, a.epoch)).or_insert(None);
+                    .map(|a| (a.job, a.epoch))
+                    .collect();
+                for key in spanning {
+                    s.broken.entry(key).or_insert(None);
                 }
                 for (id, epoch) in ids {
                     s.gone.insert(id, (epoch, "fenced: this node lost the service".to_string()));
