@@ -32,6 +32,10 @@ pub struct Metrics {
     pub avg_wait_large_s: f64,
     /// `avg_wait_s` of the small jobs, s.
     pub avg_wait_small_s: f64,
+    /// The longest wait of a finished job over its run time alone (its
+    /// iterations at its iteration time alone): issue 67's bound of 10.
+    #[serde(default)]
+    pub max_wait_over_alone: f64,
     /// Mean iteration time over all iterations of all jobs, s.
     pub avg_iter_s: f64,
     /// 90th percentile iteration time, s.
@@ -284,6 +288,14 @@ fn metrics_where(
         .iter()
         .filter_map(|(r, j)| r.jct_s.map(|jct| (r.gpus, jct, (jct - j.run_ns as f64 / NS).max(0.0))))
         .collect();
+    let max_wait_over_alone = chosen
+        .iter()
+        .filter_map(|(r, j)| {
+            let alone_s = r.iterations as f64 * r.isolated_iter_ms / 1e3;
+            let wait_s = (r.jct_s? - j.run_ns as f64 / NS).max(0.0);
+            (alone_s > 0.0).then_some(wait_s / alone_s)
+        })
+        .fold(0.0, f64::max);
     let split = |large: bool, pick: fn(&(u32, f64, f64)) -> f64| {
         let v: Vec<f64> = finished.iter().filter(|f| (f.0 > 8) == large).map(pick).collect();
         if v.is_empty() { 0.0 } else { v.iter().sum::<f64>() / v.len() as f64 }
@@ -303,6 +315,7 @@ fn metrics_where(
         avg_jct_small_s: split(false, |f| f.1),
         avg_wait_large_s: split(true, |f| f.2),
         avg_wait_small_s: split(false, |f| f.2),
+        max_wait_over_alone,
         avg_iter_s: it.mean,
         p90_iter_s: it.p90,
         p99_iter_s: it.p99,

@@ -339,13 +339,14 @@ fn print_runs(summary: &experiment::Summary) {
     let sw = summary.runs.iter().map(|r| r.scenario.chars().count()).max().unwrap_or(0).max(8);
     let pw = summary.runs.iter().map(|r| r.policy.chars().count()).max().unwrap_or(0).max(6);
     println!(
-        "{:<sw$} {:<pw$} {:>4} {:>9} {:>9} {:>9} {:>10} {:>8} {:>8} {:>6} {:>6} {:>9} {:>8} {:>9}",
+        "{:<sw$} {:<pw$} {:>4} {:>9} {:>9} {:>9} {:>9} {:>10} {:>8} {:>8} {:>6} {:>6} {:>9} {:>8} {:>9}",
         "scenario",
         "policy",
         "seed",
         "finished",
         "avg JCT",
         "p99 JCT",
+        "max wait",
         "makespan",
         "avg it",
         "p99 it",
@@ -358,7 +359,7 @@ fn print_runs(summary: &experiment::Summary) {
     for r in &summary.runs {
         let m = &r.metrics;
         println!(
-            "{:<sw$} {:<pw$} {:>4} {:>4}/{:<4} {:>8.0}s {:>8.0}s {:>9.0}s {:>7.3}s {:>7.3}s {:>6.2} {:>5.0}% {:>9} {:>8.3} {:>9.0}",
+            "{:<sw$} {:<pw$} {:>4} {:>4}/{:<4} {:>8.0}s {:>8.0}s {:>8.1}x {:>9.0}s {:>7.3}s {:>7.3}s {:>6.2} {:>5.0}% {:>9} {:>8.3} {:>9.0}",
             r.scenario,
             r.policy,
             r.seed,
@@ -366,6 +367,7 @@ fn print_runs(summary: &experiment::Summary) {
             m.jobs,
             m.avg_jct_s,
             m.p99_jct_s,
+            m.max_wait_over_alone,
             m.makespan_s,
             m.avg_iter_s,
             m.p99_iter_s,

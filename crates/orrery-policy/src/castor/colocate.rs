@@ -37,6 +37,7 @@ use crate::baseline::{FreeIndex, consolidated, isolated_seconds, racks};
 use crate::castor::{BackToBack, batch_scaling, pair_choice};
 use crate::combined::duty::shared_nic_xi;
 use crate::combined::prices::{Arrivals, gpu_second_price};
+use crate::combined::reserve::Reservation;
 use crate::memo::PerPlacement;
 use crate::placement::capped;
 use crate::{ClusterView, Decision, Forget, JobId, Policy};
@@ -112,6 +113,11 @@ pub struct Colocator {
     /// policy built late (a restarted service) counts a job's earlier time
     /// on GPUs as waiting and protects it: the side that preempts less.
     pub starvation_guard: bool,
+    /// A waiting job that has waited this many times its time alone is
+    /// tried first, may preempt, and when it still cannot start holds an
+    /// EASY-backfilling reservation (orrery's part `reserve`,
+    /// [`crate::combined::reserve`]). None: no such rule.
+    pub reserve_after: Option<f64>,
     /// Add to a share's ξ the time each job's network phase loses to its
     /// partner's traffic on the hosts they share (orrery's rule,
     /// [`shared_nic_xi`]); Castor's ξ counts compute interference only.
@@ -175,6 +181,7 @@ impl Colocator {
             price_gpu_time: false,
             preempt: false,
             starvation_guard: false,
+            reserve_after: None,
             nic_interference: false,
             estimate: Colocation::default(),
             alone: HashMap::new(),
@@ -350,7 +357,8 @@ impl Policy for Colocator {
 
     fn schedule(&mut self, view: &ClusterView<'_>) -> Vec<Decision> {
         self.forget_departed(view);
-        if self.starvation_guard {
+        let counts_waits = self.starvation_guard || self.reserve_after.is_some();
+        if counts_waits {
             self.note_running_time(view);
         }
         let rack_of = racks(view);
@@ -361,9 +369,21 @@ impl Policy for Colocator {
         let mut free_total: u64 = free.iter().map(|&f| u64::from(f)).sum();
         let spare = self.spare_high_priority;
         let high = move |spec: &JobSpec| spare && spec.priority == orrery_model::Priority::High;
-        let order = self.pending_order(view);
+        let mut order = self.pending_order(view);
+        // Part `reserve`: the job starved most goes first and may preempt;
+        // if it still cannot start it holds a reservation from the next
+        // job on.
+        let starved_qi = self.most_starved(view);
+        let starved = starved_qi.map(|qi| {
+            if let Some(pos) = order.iter().position(|o| o.2 == qi) {
+                let first = order.remove(pos);
+                order.insert(0, first);
+            }
+            (view.queue[qi].id, view.queue[qi].spec.gpus())
+        });
+        let mut reservation: Option<Reservation> = None;
         let mut out = Vec::new();
-        let victims = if self.preempt { self.victims(view, &rack_of, &order, &high) } else { Vec::new() };
+        let victims = if self.preempt { self.victims(view, &rack_of, &order, &high, starved_qi) } else { Vec::new() };
         for &v in &victims {
             for &(h, g) in view.running[v].hosts {
                 free[h] += g;
@@ -401,7 +421,7 @@ impl Policy for Colocator {
         // When each running job's GPUs free up, soonest first, for the
         // next-free rule: O(R log R) per round.
         let mut ends: Vec<(f64, f64)> = Vec::new();
-        if self.next_free || self.shrink {
+        if self.next_free || self.shrink || starved.is_some() {
             for r in staying() {
                 let left_s = self.alone_s(view, r.id, r.spec) * (1.0 - r.progress) * r.xi.max(1.0);
                 // A GPU two jobs share frees when both have ended: half of
@@ -437,6 +457,9 @@ impl Policy for Colocator {
         // Decisions before the previous job was considered (blocking mode).
         let mut before_previous: Option<usize> = None;
         for (pos, (t_new, _, qi)) in order.into_iter().enumerate() {
+            if pos == 1 {
+                reservation = starved.and_then(|(id, need)| Reservation::if_waiting(&out, &ends, free_total, id, need));
+            }
             let q = &view.queue[qi];
             if q.spec.gpus() == 0 || q.spec.gpus() > total {
                 let reason = format!("needs {} GPUs; the cluster has {total}", q.spec.gpus());
@@ -461,6 +484,7 @@ impl Policy for Colocator {
                 let k = self.priced_workers(view, &rack_of, &free, q, price);
                 if k < q.spec.workers.max(1)
                     && let Some(hosts) = self.place_smaller(view, &rack_of, &free, q.spec, k)
+                    && backfills(&mut reservation, &hosts, t_new, need)
                 {
                     for &(h, g) in &hosts {
                         free[h] -= g;
@@ -477,6 +501,7 @@ impl Policy for Colocator {
                     Some(p) => p.place(view, &rack_of, &free, q.spec),
                     None => consolidated(view, &rack_of, &capped(&free, q.spec), need),
                 }
+                && backfills(&mut reservation, &hosts, t_new, need)
             {
                 for &(h, g) in &hosts {
                     free[h] -= g;
@@ -490,7 +515,9 @@ impl Policy for Colocator {
             }
             if self.shrink {
                 let wait_s = next_free_s(&ends, u32::try_from(free_total).unwrap_or(u32::MAX), need);
-                if let Some(hosts) = self.shrunk_start(view, &rack_of, &free, q, t_new, wait_s) {
+                if let Some(hosts) = self.shrunk_start(view, &rack_of, &free, q, t_new, wait_s)
+                    && backfills(&mut reservation, &hosts, t_new, need)
+                {
                     for &(h, g) in &hosts {
                         free[h] -= g;
                         free_total -= u64::from(g);
@@ -573,6 +600,14 @@ impl Policy for Colocator {
             // run alone; against the newcomer's end while sharing.
             let wait_s = used.iter().map(|o| cands[o.cand].left_s).fold(0.0, f64::max);
             let coloc_s = used.iter().map(|o| newcomer_end(cands[o.cand].left_s, o.t_new_s, o.xi)).fold(0.0, f64::max);
+            // Behind a reservation: partners whose GPUs it counts on are not
+            // slowed, and free GPUs are taken as by any other start.
+            if let Some(r) = reservation.as_mut()
+                && (used.iter().any(|o| cands[o.cand].left_s <= r.shadow_s)
+                    || !r.admits(from_free.iter().map(|f| f.1).sum(), coloc_s))
+            {
+                continue;
+            }
             self.benefit_sum += (wait_s + t_new) / coloc_s.max(1e-9);
             self.shares += 1;
             for &(h, g) in &from_free {
@@ -591,7 +626,13 @@ impl Policy for Colocator {
         }
         // Not in a round that preempts: GPUs are short, and the victims
         // come back to the queue at once.
-        if self.shrink && victims.is_empty() {
+        if reservation.is_none()
+            && let Some((id, need)) = starved
+        {
+            reservation = Reservation::if_waiting(&out, &ends, free_total, id, need);
+        }
+        // Nor while a reservation waits for GPUs that growth would take.
+        if self.shrink && victims.is_empty() && reservation.is_none() {
             let index = self.take_index(&free, &rack_of);
             let mut spare = Free::new(&rack_of, &mut free, index);
             self.grow(view, &mut spare, &mut out);
@@ -603,11 +644,21 @@ impl Policy for Colocator {
             let index = spare.write_back();
             self.keep_index(index);
         }
-        if self.starvation_guard {
+        if counts_waits {
             self.note_holders(view, &out);
         }
         out
     }
+}
+
+/// Whether a start on `hosts` may go ahead behind the round's reservation
+/// (always without one): its end is judged at its remaining time alone,
+/// `t_new` at its request of `need` GPUs, stretched in proportion on fewer
+/// (an upper bound for jobs that scale sub-linearly). O(hosts).
+fn backfills(reservation: &mut Option<Reservation>, hosts: &[(HostId, u32)], t_new: f64, need: u32) -> bool {
+    let Some(r) = reservation.as_mut() else { return true };
+    let gpus: u32 = hosts.iter().map(|h| h.1).sum();
+    r.admits(gpus, t_new * f64::from(need) / f64::from(gpus.max(1)))
 }
 
 /// Seconds until `need` GPUs are free: `free` now, plus each running job's

@@ -19,7 +19,11 @@
 //!    first otherwise preempts a long job again and again, and those jobs
 //!    made `orrery`'s p99. The bound is Tiresias' starvation limit applied to
 //!    preemption, at the job's own time alone; on benchmark-network it cut
-//!    the p99 by 3-20% on all three seed sets (docs/results.md).
+//!    the p99 by 3-20% on all three seed sets (docs/results.md). A job
+//!    that has waited 6 times its time alone goes first, preempts as a
+//!    shorter job would, and otherwise holds an EASY-backfilling
+//!    reservation (part `reserve`, [`reserve`]): gangs on one-GPU hosts
+//!    waited up to 16 times their time alone at load 1.5.
 //! 2. **Size** (Pollux's goodput, part `size`): a job the free GPUs cannot
 //!    hold starts now on fewer when, by its iteration time on that many GPUs
 //!    and Pollux's statistical efficiency, it would end before waiting for
@@ -130,6 +134,7 @@ pub mod duty;
 mod engine_tests;
 mod preempt;
 pub mod prices;
+pub mod reserve;
 mod sizing;
 
 use crate::castor::colocate::{Colocator, Rule};
@@ -163,6 +168,10 @@ pub const PARTS: &[(&str, &str)] = &[
         "preempt",
         "shortest remaining time first: a waiting job preempts running low-priority jobs with more time left, unless they have already waited longer than their time alone (off: non-preemptive SJF)",
     ),
+    (
+        "reserve",
+        "the waiting job starved most (waited 6 times its time alone or more) goes first, may preempt as a shorter job would, and if it still cannot start holds an EASY-backfilling reservation: jobs behind it start only if they end before its GPUs free up or take GPUs it leaves over",
+    ),
 ];
 
 /// Which parts run.
@@ -180,12 +189,21 @@ pub struct Parts {
     pub size: bool,
     /// Preemption of running jobs with more time left (SRTF).
     pub preempt: bool,
+    /// A starved job first, promoted and reserved for.
+    pub reserve: bool,
 }
 
 impl Parts {
     /// Every part on.
-    pub const ALL: Parts =
-        Parts { share: true, bandwidth: true, interleave: true, routes: true, size: true, preempt: true };
+    pub const ALL: Parts = Parts {
+        share: true,
+        bandwidth: true,
+        interleave: true,
+        routes: true,
+        size: true,
+        preempt: true,
+        reserve: true,
+    };
 
     /// `orrery` or `orrery-no-<part>[-no-<part>...]`, parts as in [`PARTS`].
     pub fn parse(name: &str) -> Option<Parts> {
@@ -213,6 +231,7 @@ impl Parts {
             "interleave" => &mut self.interleave,
             "size" => &mut self.size,
             "preempt" => &mut self.preempt,
+            "reserve" => &mut self.reserve,
             _ => &mut self.routes,
         }
     }
@@ -256,6 +275,7 @@ impl Combined {
         host.price_gpu_time = parts.size;
         host.preempt = parts.preempt;
         host.starvation_guard = parts.preempt;
+        host.reserve_after = parts.reserve.then_some(reserve::STARVED_AFTER);
         if parts.bandwidth {
             host.placement = Some(Box::new(BidsWhenLoaded::default()));
         }
@@ -445,7 +465,7 @@ mod tests {
         assert_eq!(Parts::parse("orrery"), Some(Parts::ALL));
         let p = Parts::parse("orrery-no-share-no-routes").expect("parses");
         assert_eq!(p, Parts { share: false, routes: false, ..Parts::ALL });
-        assert_eq!(p.running(), ["bandwidth", "interleave", "size", "preempt"]);
+        assert_eq!(p.running(), ["bandwidth", "interleave", "size", "preempt", "reserve"]);
         // Canonical order in the reported name.
         assert_eq!(
             Parts::parse("orrery-no-routes-no-share").map(Parts::name).as_deref(),
@@ -454,7 +474,7 @@ mod tests {
         for bad in ["orrery-no-share-no-share", "orrery-no-gpus", "orrery-", "orrery-no-sharex", "orreryx"] {
             assert_eq!(Parts::parse(bad), None, "{bad}");
         }
-        for bits in 0..64u8 {
+        for bits in 0..128u8 {
             let p = Parts {
                 share: bits & 1 > 0,
                 bandwidth: bits & 2 > 0,
@@ -462,6 +482,7 @@ mod tests {
                 routes: bits & 8 > 0,
                 size: bits & 16 > 0,
                 preempt: bits & 32 > 0,
+                reserve: bits & 64 > 0,
             };
             assert_eq!(Parts::parse(&p.name()), Some(p));
             assert_eq!(Combined::new(p, 0).name(), p.name());

@@ -2,7 +2,9 @@
 //! part `preempt`) and its starvation guard: a waiting job takes the GPUs
 //! of running low-priority jobs with more time left when that lets it
 //! start, and a job that has waited as long as it takes alone is never a
-//! victim again. Methods of the engine ([`Colocator`]).
+//! victim again; the job starved most (part `reserve`,
+//! [`crate::combined::reserve`]) is found here and walked first. Methods
+//! of the engine ([`Colocator`]).
 
 use crate::baseline::consolidated;
 use crate::castor::colocate::Colocator;
@@ -50,7 +52,8 @@ impl Colocator {
     /// The running jobs (indices into `view.running`) that lose their GPUs
     /// this round under shortest-remaining-time-first, most time left
     /// first. Running and waiting jobs are walked by (class, remaining time
-    /// alone), a running job first among equals; a job deserves GPUs while
+    /// alone), a running job first among equals, the waiting job
+    /// `promoted` by part `reserve` before all; a job deserves GPUs while
     /// the GPUs not held by unmovable jobs last. Unmovable: high-priority
     /// jobs (Metronome's promise), paused ones, jobs that share a GPU
     /// (their partner's GPUs are not theirs to give) and, with
@@ -68,6 +71,7 @@ impl Colocator {
         rack_of: &[usize],
         order: &[(f64, f64, usize)],
         high: &dyn Fn(&JobSpec) -> bool,
+        promoted: Option<usize>,
     ) -> Vec<usize> {
         let mut budget: i64 = i64::from(view.topology.gpu_count());
         // (class, remaining s, running?, index)
@@ -80,15 +84,21 @@ impl Colocator {
                 budget -= i64::from(held);
             } else {
                 let left_s = self.alone_s(view, r.id, r.spec) * (1.0 - r.progress);
-                contenders.push((1, left_s, true, i));
+                contenders.push((2, left_s, true, i));
             }
         }
         if contenders.is_empty() {
             return Vec::new();
         }
         let first = self.high_first;
-        contenders
-            .extend(order.iter().map(|&(t, _, qi)| (u8::from(!first || !high(view.queue[qi].spec)), t, false, qi)));
+        // The starved job promoted by part `reserve` first (Tiresias'
+        // starvation promotion), then high priority when it goes first.
+        let class = |qi: usize| match () {
+            _ if promoted == Some(qi) => 0,
+            _ if first && high(view.queue[qi].spec) => 1,
+            _ => 2,
+        };
+        contenders.extend(order.iter().map(|&(t, _, qi)| (class(qi), t, false, qi)));
         contenders.sort_by(|a, b| a.0.cmp(&b.0).then(a.1.total_cmp(&b.1)).then(b.2.cmp(&a.2)));
         let walk = contenders.iter().map(|&(_, _, running, i)| {
             (
@@ -113,5 +123,29 @@ impl Colocator {
                 })
             })
         })
+    }
+
+    /// The waiting job (index into `view.queue`) starved most: waited at
+    /// least [`Self::reserve_after`] times its time alone, the largest
+    /// ratio first, then the earliest arrival. O(Q).
+    pub(crate) fn most_starved(&mut self, view: &ClusterView<'_>) -> Option<usize> {
+        let after = self.reserve_after?;
+        let total = view.topology.gpu_count();
+        let mut best: Option<(f64, f64, usize)> = None;
+        for (i, q) in view.queue.iter().enumerate() {
+            if q.spec.gpus() == 0 || q.spec.gpus() > total {
+                continue;
+            }
+            let alone = self.alone_s(view, q.id, q.spec).max(1e-9);
+            let ratio = self.waited_s(view, q.id, q.spec) / alone;
+            let better = match best {
+                None => true,
+                Some((r, arrival, _)) => ratio > r || (ratio == r && q.spec.arrival_s < arrival),
+            };
+            if ratio >= after && better {
+                best = Some((ratio, q.spec.arrival_s, i));
+            }
+        }
+        best.map(|b| b.2)
     }
 }

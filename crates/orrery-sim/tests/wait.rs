@@ -1,0 +1,48 @@
+//! The longest wait over time alone (`max_wait_over_alone`, issue 67's bound
+//! of ten): a job queued behind another for its whole run.
+
+use orrery_model::setups::LeafSpine;
+use orrery_model::{JobSpec, Work};
+use orrery_sim::engine::Status;
+use orrery_sim::{SimConfig, Simulation};
+
+#[test]
+fn the_longest_wait_is_the_queued_jobs_wait_over_its_time_alone() {
+    // Two one-GPU hosts. A two-worker job of 200 iterations arrives at 0 s,
+    // one of 100 at 1 s: FIFO starts the second when the first ends, so it
+    // waits the first's run less 1 s.
+    let topo = LeafSpine {
+        racks: 1,
+        hosts_per_rack: 2,
+        spines: 1,
+        gpus_per_host: 1,
+        gpu_type: "a100".into(),
+        host_gbps: 50.0,
+        uplink_gbps: 50.0,
+    }
+    .build("t")
+    .expect("valid");
+    let jobs = [
+        JobSpec::new("long", "resnet50", 32, 2, Work::Iterations(200), 0.0),
+        JobSpec::new("short", "resnet50", 32, 2, Work::Iterations(100), 1.0),
+    ];
+    let mut sim = Simulation::new(&topo, &jobs, SimConfig { seed: 1, ..Default::default() }, false);
+    let mut policy = orrery_policy::compose::by_name("fifo", 1).expect("a policy");
+    sim.run(policy.as_mut(), &mut |_, _| {});
+    assert!(sim.jobs.iter().all(|j| j.status == Status::Finished));
+    let (long, short) = (&sim.jobs[0], &sim.jobs[1]);
+    let s = |ns: u64| ns as f64 / 1e9;
+    let waited = s(short.finish_ns.expect("finished")) - 1.0 - s(short.run_ns);
+    assert!((waited - (s(long.finish_ns.expect("finished")) - 1.0)).abs() < 1e-6, "{waited}");
+    let alone = 100.0 * short.isolated_iter_ms / 1e3;
+    let m = orrery_sim::metrics::metrics(&sim, |_| true);
+    assert!(
+        (m.max_wait_over_alone - waited / alone).abs() < 1e-9,
+        "{} against {}",
+        m.max_wait_over_alone,
+        waited / alone
+    );
+    // The long job runs twice the short one's time alone: (2·alone − 1) / alone.
+    let expected = (2.0 * alone - 1.0) / alone;
+    assert!((m.max_wait_over_alone - expected).abs() < 0.01, "{} against {expected}", m.max_wait_over_alone);
+}
