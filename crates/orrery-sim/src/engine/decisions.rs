@@ -112,7 +112,7 @@ impl Simulation<'_> {
                 }
                 Decision::Throttle { job, gbps } if self.is_active(job) => {
                     self.jobs[job].throttle_gbps = gbps.filter(|g| *g > 0.0);
-                    let flows = self.jobs[job].flows.clone();
+                    let flows = self.jobs[job].flows.live(&self.net);
                     for f in flows {
                         let base =
                             self.net.flow(f).map(|fl| if fl.path.is_empty() { INTRA_HOST_GBPS } else { self.nic(job) });
@@ -356,7 +356,7 @@ impl Simulation<'_> {
             pj.xi = pj.sharing.iter().map(|x| x.xi).fold(1.0, f64::max);
             pj.solo_streak = 0;
         }
-        let flows = std::mem::take(&mut self.jobs[job].flows);
+        let flows = self.jobs[job].flows.take(&self.net);
         for f in flows {
             if let Some(slot) = self.flow_job.get_mut(f) {
                 *slot = None;

@@ -175,7 +175,7 @@ impl Simulation<'_> {
                 self.flow_job.resize(f + 1, None);
             }
             self.flow_job[f] = Some((job, epoch, i));
-            self.jobs[job].flows.push(f);
+            self.jobs[job].flows.push(&self.net, f);
         }
         self.reschedule(&changed);
         let started = ids.len();

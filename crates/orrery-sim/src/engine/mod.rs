@@ -199,7 +199,7 @@ pub struct JobState {
     segment: usize,
     epoch: u64,
     pending_flows: usize,
-    flows: Vec<FlowId>,
+    flows: flows::JobFlows,
     iter_start_ns: u64,
     /// The start delay of the current iteration, ns.
     iter_delay_ns: u64,
@@ -468,7 +468,7 @@ impl<'a> Simulation<'a> {
                 segment: 0,
                 epoch: 0,
                 pending_flows: 0,
-                flows: Vec::new(),
+                flows: flows::JobFlows::default(),
                 iter_start_ns: 0,
                 iter_delay_ns: 0,
                 iterations: Vec::new(),
