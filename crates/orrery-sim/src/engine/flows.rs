@@ -37,7 +37,11 @@ impl JobFlows {
 
     /// The flows still in `net`, in the order they started. O(entries).
     pub(super) fn live(&self, net: &Network) -> Vec<FlowId> {
-        self.entries.iter().filter(|&&(f, serial)| net.flow(f).is_some_and(|fl| fl.serial == serial)).map(|e| e.0).collect()
+        self.entries
+            .iter()
+            .filter(|&&(f, serial)| net.flow(f).is_some_and(|fl| fl.serial == serial))
+            .map(|e| e.0)
+            .collect()
     }
 
     /// [`Self::live`], and forgets them all. O(entries).
@@ -112,5 +116,35 @@ impl Simulation<'_> {
         for (_, job, epoch, index) in ended {
             self.flow_ended(job, epoch, index, policy);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::JobFlows;
+    use crate::network::Network;
+
+    #[test]
+    fn a_jobs_flows_are_the_live_ones_in_start_order_and_a_reused_slot_is_not_theirs() {
+        let mut net = Network::new(vec![100.0], false);
+        let mut mine = JobFlows::default();
+        let ids: Vec<usize> = (0..4).map(|_| net.add(0, vec![0], 1e9, 100.0, 1).0).collect();
+        for &f in &ids {
+            mine.push(&net, f);
+        }
+        // Flows 1 and 2 end; another job's flow takes a freed slot.
+        net.remove(0, ids[1]);
+        mine.ended(&net);
+        net.remove(0, ids[2]);
+        mine.ended(&net);
+        let (other, _) = net.add(0, vec![0], 1e9, 100.0, 2);
+        assert!(other == ids[1] || other == ids[2], "a slot is reused: {other}");
+        assert_eq!(mine.live(&net), vec![ids[0], ids[3]]);
+        // A third ending sweeps: more ended than left.
+        net.remove(0, ids[0]);
+        mine.ended(&net);
+        assert_eq!(mine.entries.len(), 1);
+        assert_eq!(mine.take(&net), vec![ids[3]]);
+        assert!(mine.live(&net).is_empty());
     }
 }
