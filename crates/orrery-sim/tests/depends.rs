@@ -2,25 +2,12 @@
 //! TopologicalSort): a job is offered to the policy only once every job it
 //! depends on has started, and is refused when one of them is.
 
-use orrery_model::setups::LeafSpine;
-use orrery_model::{JobSpec, Topology, Work};
+mod common;
+
+use common::two_hosts;
+use orrery_model::{JobSpec, Work};
 use orrery_sim::engine::Status;
 use orrery_sim::{SimConfig, Simulation};
-
-/// One rack of two single-GPU hosts.
-fn two_hosts() -> Topology {
-    LeafSpine {
-        racks: 1,
-        hosts_per_rack: 2,
-        spines: 1,
-        gpus_per_host: 1,
-        gpu_type: "a100".into(),
-        host_gbps: 50.0,
-        uplink_gbps: 50.0,
-    }
-    .build("t")
-    .expect("valid")
-}
 
 fn job(id: &str, arrival_s: f64, depends_on: &[&str]) -> JobSpec {
     let mut j = JobSpec::new(id, "resnet50", 32, 1, Work::Iterations(200), arrival_s);

@@ -1,7 +1,9 @@
 //! The longest wait over time alone (`max_wait_over_alone`, issue 67's bound
 //! of ten): a job queued behind another for its whole run.
 
-use orrery_model::setups::LeafSpine;
+mod common;
+
+use common::two_hosts;
 use orrery_model::{JobSpec, Work};
 use orrery_sim::engine::Status;
 use orrery_sim::{SimConfig, Simulation};
@@ -11,17 +13,7 @@ fn the_longest_wait_is_the_queued_jobs_wait_over_its_time_alone() {
     // Two one-GPU hosts. A two-worker job of 200 iterations arrives at 0 s,
     // one of 100 at 1 s: FIFO starts the second when the first ends, so it
     // waits the first's run less 1 s.
-    let topo = LeafSpine {
-        racks: 1,
-        hosts_per_rack: 2,
-        spines: 1,
-        gpus_per_host: 1,
-        gpu_type: "a100".into(),
-        host_gbps: 50.0,
-        uplink_gbps: 50.0,
-    }
-    .build("t")
-    .expect("valid");
+    let topo = two_hosts();
     let jobs = [
         JobSpec::new("long", "resnet50", 32, 2, Work::Iterations(200), 0.0),
         JobSpec::new("short", "resnet50", 32, 2, Work::Iterations(100), 1.0),
