@@ -482,10 +482,16 @@ impl Policy for Colocator {
                     gpu_second_price(behind, arrival_rate, backlog_behind[pos + 1], total)
                 };
                 let k = self.priced_workers(view, &rack_of, &free, q, price);
+                let gpus = k * q.spec.gpus_per_worker.max(1);
+                // Checked before placing: a placement commits the start.
+                let end_s = t_new * f64::from(need) / f64::from(gpus.max(1));
                 if k < q.spec.workers.max(1)
+                    && reservation.as_ref().is_none_or(|r| r.allows(gpus, end_s))
                     && let Some(hosts) = self.place_smaller(view, &rack_of, &free, q.spec, k)
-                    && backfills(&mut reservation, &hosts, t_new, need)
                 {
+                    if let Some(r) = reservation.as_mut() {
+                        r.take(gpus, end_s);
+                    }
                     for &(h, g) in &hosts {
                         free[h] -= g;
                         free_total -= u64::from(g);
@@ -501,7 +507,7 @@ impl Policy for Colocator {
                     Some(p) => p.place(view, &rack_of, &free, q.spec),
                     None => consolidated(view, &rack_of, &capped(&free, q.spec), need),
                 }
-                && backfills(&mut reservation, &hosts, t_new, need)
+                && reservation.as_mut().is_none_or(|r| r.admits(need, t_new))
             {
                 for &(h, g) in &hosts {
                     free[h] -= g;
@@ -515,9 +521,12 @@ impl Policy for Colocator {
             }
             if self.shrink {
                 let wait_s = next_free_s(&ends, u32::try_from(free_total).unwrap_or(u32::MAX), need);
-                if let Some(hosts) = self.shrunk_start(view, &rack_of, &free, q, t_new, wait_s)
-                    && backfills(&mut reservation, &hosts, t_new, need)
+                if let Some((hosts, end_s)) =
+                    self.shrunk_start(view, &rack_of, &free, q, (t_new, wait_s), reservation.as_ref())
                 {
+                    if let Some(r) = reservation.as_mut() {
+                        r.take(hosts.iter().map(|h| h.1).sum(), end_s);
+                    }
                     for &(h, g) in &hosts {
                         free[h] -= g;
                         free_total -= u64::from(g);
@@ -649,16 +658,6 @@ impl Policy for Colocator {
         }
         out
     }
-}
-
-/// Whether a start on `hosts` may go ahead behind the round's reservation
-/// (always without one): its end is judged at its remaining time alone,
-/// `t_new` at its request of `need` GPUs, stretched in proportion on fewer
-/// (an upper bound for jobs that scale sub-linearly). O(hosts).
-fn backfills(reservation: &mut Option<Reservation>, hosts: &[(HostId, u32)], t_new: f64, need: u32) -> bool {
-    let Some(r) = reservation.as_mut() else { return true };
-    let gpus: u32 = hosts.iter().map(|h| h.1).sum();
-    r.admits(gpus, t_new * f64::from(need) / f64::from(gpus.max(1)))
 }
 
 /// Seconds until `need` GPUs are free: `free` now, plus each running job's

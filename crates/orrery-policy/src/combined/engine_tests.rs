@@ -139,7 +139,9 @@ fn a_job_starts_smaller_only_when_that_beats_waiting_for_its_gpus() {
     // A wait nobody can predict (the running jobs never free 4 GPUs) is
     // no reason to keep a smaller size for the whole run.
     let v = view(0.0);
-    assert!(p.shrunk_start(&v, &crate::baseline::racks(&v), &[0, 2], &v.queue[0], 600.0, f64::INFINITY).is_none());
+    assert!(
+        p.shrunk_start(&v, &crate::baseline::racks(&v), &[0, 2], &v.queue[0], (600.0, f64::INFINITY), None).is_none()
+    );
     // Without the rule it always waits.
     p.shrink = false;
     assert!(p.schedule(&view(0.0)).is_empty());

@@ -72,17 +72,26 @@ impl Reservation {
     }
 
     /// Whether a job that takes `gpus` free GPUs and ends `end_s` from now
-    /// may start without delaying the reserved job; one that runs past the
-    /// shadow time uses up that many of the GPUs left over. O(1).
+    /// may start without delaying the reserved job. O(1).
+    pub(crate) fn allows(&self, gpus: u32, end_s: f64) -> bool {
+        end_s <= self.shadow_s || gpus <= self.extra
+    }
+
+    /// Notes such a start: one that runs past the shadow time uses up that
+    /// many of the GPUs left over. O(1).
+    pub(crate) fn take(&mut self, gpus: u32, end_s: f64) {
+        if end_s > self.shadow_s {
+            self.extra = self.extra.saturating_sub(gpus);
+        }
+    }
+
+    /// [`Self::allows`], then [`Self::take`] if it does. O(1).
     pub(crate) fn admits(&mut self, gpus: u32, end_s: f64) -> bool {
-        if end_s <= self.shadow_s {
-            return true;
+        let allowed = self.allows(gpus, end_s);
+        if allowed {
+            self.take(gpus, end_s);
         }
-        if gpus <= self.extra {
-            self.extra -= gpus;
-            return true;
-        }
-        false
+        allowed
     }
 }
 

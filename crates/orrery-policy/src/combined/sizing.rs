@@ -6,6 +6,7 @@
 //! Castor's scheduler.
 
 use super::duty::{link_duty, packed_placement, period_on};
+use super::reserve::Reservation;
 use crate::baseline::consolidated;
 use crate::castor::colocate::{Colocator, Free, idle_for_the_queue};
 use crate::placement::capped;
@@ -96,8 +97,9 @@ impl Colocator {
     /// Where `q` starts on fewer GPUs than it asks for: at the size that
     /// finishes soonest on the free GPUs, each size judged where the host
     /// scheduler's first fit would put it now ([`Self::stretch_on`]), if
-    /// that beats waiting `wait_s` and then taking `t_new` at the request.
-    /// O(H) to bring the kept index in step ([`Self::take_index`]), then
+    /// that beats waiting `wait_s` and then taking `t_new` at the request,
+    /// and, behind a `reservation`, if it does not delay the starved job;
+    /// with the time it then takes. O(H) to bring the kept index in step ([`Self::take_index`]), then
     /// O(m log H + shape) per size over m hosts.
     pub(crate) fn shrunk_start(
         &mut self,
@@ -105,9 +107,9 @@ impl Colocator {
         rack_of: &[usize],
         free: &[u32],
         q: &crate::QueuedJob<'_>,
-        t_new: f64,
-        wait_s: f64,
-    ) -> Option<Vec<(HostId, u32)>> {
+        (t_new, wait_s): (f64, f64),
+        reservation: Option<&Reservation>,
+    ) -> Option<(Vec<(HostId, u32)>, f64)> {
         let (id, spec) = (q.id, q.spec);
         if rigid(spec) {
             return None;
@@ -128,10 +130,13 @@ impl Colocator {
         // An unknown wait (the running jobs never free enough) is no
         // evidence for a size the job keeps for its whole run.
         let pays = wait_s.is_finite() && stretch.is_finite() && t_new * stretch < wait_s + t_new;
-        if !pays {
+        // Behind a starved job's reservation, only a start that does not
+        // delay it (checked before placing: a placement commits the start).
+        let end_s = t_new * stretch;
+        if !pays || reservation.is_some_and(|r| !r.allows(k * per, end_s)) {
             return None;
         }
-        self.place_smaller(view, rack_of, free, spec, k)
+        self.place_smaller(view, rack_of, free, spec, k).map(|hosts| (hosts, end_s))
     }
 
     /// `spec` on `k` of its workers, where the host scheduler puts it.
