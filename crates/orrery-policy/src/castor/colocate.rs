@@ -37,7 +37,7 @@ use crate::baseline::{FreeIndex, consolidated, isolated_seconds, racks};
 use crate::castor::{BackToBack, batch_scaling, pair_choice};
 use crate::combined::duty::shared_nic_xi;
 use crate::combined::prices::{Arrivals, gpu_second_price};
-use crate::combined::reserve::Reservation;
+use crate::combined::reserve::{Reservation, shadow};
 use crate::memo::PerPlacement;
 use crate::placement::capped;
 use crate::{ClusterView, Decision, Forget, JobId, Policy};
@@ -668,18 +668,7 @@ impl Policy for Colocator {
 /// longer in 3 of 4 (seeds, load) cells. Infinite when the running jobs
 /// never free enough. O(R).
 pub(crate) fn next_free_s(ends: &[(f64, f64)], free: u32, need: u32) -> f64 {
-    let need = f64::from(need);
-    let mut have = f64::from(free);
-    for &(left_s, gpus) in ends {
-        if have >= need {
-            break;
-        }
-        have += gpus;
-        if have >= need {
-            return left_s;
-        }
-    }
-    if have >= need { 0.0 } else { f64::INFINITY }
+    shadow(ends, free, need).map_or(f64::INFINITY, |s| s.0)
 }
 
 /// The free GPUs that growth takes from. Growing may place every running

@@ -36,23 +36,31 @@ pub(crate) struct Reservation {
     pub(crate) extra: u32,
 }
 
-impl Reservation {
-    /// The reservation for a job needing `need` GPUs when `free` are free
-    /// now and each running job frees its own at its end (`ends`: seconds
-    /// left, GPUs; soonest first). None when the running jobs never free
-    /// enough. O(R).
-    pub(crate) fn at_shadow(job: JobId, ends: &[(f64, f64)], free: u32, need: u32) -> Option<Reservation> {
-        let mut have = f64::from(free);
-        let mut shadow_s = 0.0;
-        for &(left_s, gpus) in ends {
-            if have >= f64::from(need) {
-                break;
-            }
-            have += gpus;
-            shadow_s = left_s;
+/// When `need` GPUs are free, `free` being free now and each running job
+/// freeing its own at its end (`ends`: seconds left, GPUs; soonest first),
+/// and how many are free then: (seconds from now, GPUs). None when the
+/// running jobs never free enough. O(R).
+pub(crate) fn shadow(ends: &[(f64, f64)], free: u32, need: u32) -> Option<(f64, f64)> {
+    let mut have = f64::from(free);
+    let mut shadow_s = 0.0;
+    for &(left_s, gpus) in ends {
+        if have >= f64::from(need) {
+            break;
         }
-        let extra = have - f64::from(need);
-        (extra >= 0.0).then(|| Reservation { job, shadow_s, extra: extra.floor() as u32 })
+        have += gpus;
+        shadow_s = left_s;
+    }
+    (have >= f64::from(need)).then_some((shadow_s, have))
+}
+
+impl Reservation {
+    /// The reservation for a job needing `need` GPUs ([`shadow`]). O(R).
+    pub(crate) fn at_shadow(job: JobId, ends: &[(f64, f64)], free: u32, need: u32) -> Option<Reservation> {
+        shadow(ends, free, need).map(|(shadow_s, have)| Reservation {
+            job,
+            shadow_s,
+            extra: (have - f64::from(need)).floor() as u32,
+        })
     }
 
     /// The reservation of job `id`, needing `need` GPUs, unless `out`
