@@ -29,6 +29,7 @@ pub mod gpu;
 pub mod job;
 pub mod mesh;
 pub mod placed;
+pub mod rails;
 pub mod ranges;
 pub mod setups;
 pub mod shape;

@@ -3,7 +3,7 @@
 //! simulator executes exactly this, and network-aware policies predict with it.
 
 use crate::shape::{Collective, Group, IterationShape};
-use crate::topology::{HostId, LinkId, Topology, ecmp_index};
+use crate::topology::{HostId, LinkId, SharedPaths, Topology, ecmp_index};
 use crate::zoo::{Placement, model};
 use crate::{JobSpec, Segment};
 
@@ -12,6 +12,11 @@ use crate::{JobSpec, Segment};
 pub struct Placed {
     /// Host of each worker, in ring order (the placement's order).
     pub workers: Vec<HostId>,
+    /// Index on its host of each worker's first GPU. [`place`] puts a
+    /// job's workers on GPUs 0, 1, … of every host (rail-aligned); the
+    /// simulator replaces them with the GPUs it hands out
+    /// (`[sim] gpus`). Only a rail fabric routes by them.
+    pub gpus: Vec<u32>,
     /// Iteration shape on this placement, alone.
     pub shape: IterationShape,
 }
@@ -27,10 +32,15 @@ pub fn place(topo: &Topology, spec: &JobSpec, hosts: &[(HostId, u32)]) -> Option
     // many GPUs a worker (a pod) holds.
     let per_worker = if spec.parallelism.is_some() { 1 } else { spec.gpus_per_worker.max(1) };
     let mut workers = Vec::new();
+    let mut gpus = Vec::new();
     let mut per_host = Vec::new();
+    let mut next_gpu: std::collections::BTreeMap<HostId, u32> = std::collections::BTreeMap::new();
     for &(h, g) in hosts {
         let w = g.div_ceil(per_worker);
         workers.extend(std::iter::repeat_n(h, w as usize));
+        let next = next_gpu.entry(h).or_default();
+        gpus.extend((0..w).map(|k| *next + k * per_worker));
+        *next += g;
         if w > 0 {
             per_host.push(w);
         }
@@ -44,20 +54,54 @@ pub fn place(topo: &Topology, spec: &JobSpec, hosts: &[(HostId, u32)]) -> Option
     let used: Vec<HostId> = hosts.iter().filter(|h| h.1 > 0).map(|h| h.0).collect();
     if used.len() > 1 {
         for i in 0..used.len() {
-            path = path.min(topo.bottleneck_gbps(used[i], used[(i + 1) % used.len()]));
+            path = path.min(host_pair_gbps(topo, used[i], used[(i + 1) % used.len()]));
         }
     }
     let nic = host_nic.min(path);
     let shape = match (&spec.shape, crate::mesh::llm(&spec.model)) {
         (Some(explicit), _) => {
             let mut shape = explicit.iteration(workers.len() as u32, per_host.len() as u32, nic);
-            share_own_links(topo, &workers, &mut shape);
+            share_own_links(topo, (&workers, &gpus), &mut shape);
             shape
         }
         (None, Some(arch)) => mesh_iteration(arch, spec, gpu, &per_host, (host_nic, path)),
         (None, None) => model(&spec.model)?.shape(gpu, spec.batch, &Placement { gpus_per_host: per_host }, nic),
     };
-    Some(Placed { workers, shape })
+    Some(Placed { workers, gpus, shape })
+}
+
+/// The rate between two hosts a ring can use: the bottleneck of their ECMP
+/// paths, or on a rail fabric the sum over rails of each aligned rail's
+/// (NCCL runs a ring per rail). O(paths).
+fn host_pair_gbps(topo: &Topology, a: HostId, b: HostId) -> f64 {
+    if !topo.rails {
+        return topo.bottleneck_gbps(a, b);
+    }
+    (0..topo.out_links(a).len())
+        .map(|r| {
+            topo.rail_paths(a, b, r)
+                .iter()
+                .map(|p| p.iter().map(|&l| topo.links[l].gbps).fold(f64::INFINITY, f64::min))
+                .fold(f64::INFINITY, f64::min)
+        })
+        .filter(|g| g.is_finite())
+        .sum::<f64>()
+        .max(f64::MIN_POSITIVE)
+}
+
+/// The equal-cost paths of a flow from worker `src` to worker `dst` of a
+/// job on `workers` (hosts) and `gpus` (each worker's GPU on its host):
+/// on a rail fabric those of the destination GPU's rail
+/// ([`Topology::rail_paths`], as NCCL's PXN sends), elsewhere the two
+/// hosts' ECMP set. Empty between ranks of one host. O(1) memoised off
+/// rails, O(paths · hops) on them.
+pub fn rank_paths(topo: &Topology, workers: &[HostId], gpus: &[u32], src: usize, dst: usize) -> SharedPaths {
+    let (Some(&a), Some(&b)) = (workers.get(src), workers.get(dst)) else { return SharedPaths::from([]) };
+    if !topo.rails {
+        return topo.shared_paths(a, b);
+    }
+    let rail = topo.rail_of(b, gpus.get(dst).copied().unwrap_or(0));
+    topo.rail_paths(a, b, rail).into()
 }
 
 /// An explicit shape's grouped collectives with the job's own flows
@@ -68,7 +112,7 @@ pub fn place(topo: &Topology, spec: &JobSpec, hosts: &[(HostId, u32)]) -> Option
 /// between two hosts takes the `i mod n`-th of their `n` equal-cost paths
 /// (an even spread; the job's ECMP hash is not known here). O(distinct
 /// groups × flows × path length).
-fn share_own_links(topo: &Topology, workers: &[HostId], shape: &mut IterationShape) {
+fn share_own_links(topo: &Topology, (workers, gpus): (&[HostId], &[u32]), shape: &mut IterationShape) {
     let mut slowed: Vec<((Collective, Group), f64)> = Vec::new();
     for seg in &mut shape.segments {
         let Segment::Comm { collective, group, gbps, hosts, .. } = seg else { continue };
@@ -80,9 +124,11 @@ fn share_own_links(topo: &Topology, workers: &[HostId], shape: &mut IterationSha
             Some(&(_, f)) => f,
             None => {
                 let mut count: std::collections::HashMap<LinkId, u32> = std::collections::HashMap::new();
-                for (i, (src, dst, _)) in transfers(workers, *collective, 1.0, *group).into_iter().enumerate() {
-                    let paths = topo.shared_paths(src, dst);
-                    if src == dst || paths.is_empty() {
+                for (i, (src, dst, _)) in
+                    rank_transfers(workers.len(), *collective, 1.0, *group).into_iter().enumerate()
+                {
+                    let paths = rank_paths(topo, workers, gpus, src, dst);
+                    if paths.is_empty() {
                         continue;
                     }
                     for &l in &paths[i % paths.len()] {
@@ -150,9 +196,17 @@ pub fn transfers(
     payload_bytes: f64,
     group: Group,
 ) -> Vec<(HostId, HostId, f64)> {
-    let n = workers.len();
+    rank_transfers(workers.len(), collective, payload_bytes, group)
+        .into_iter()
+        .map(|(s, d, bits)| (workers[s], workers[d], bits))
+        .collect()
+}
+
+/// [`transfers`] between worker indices (ranks) of a job of `n` workers,
+/// in the same order. O(flows).
+pub fn rank_transfers(n: usize, collective: Collective, payload_bytes: f64, group: Group) -> Vec<(usize, usize, f64)> {
     if !group.is_all() {
-        return grouped(workers, collective, payload_bytes, group);
+        return grouped(n, collective, payload_bytes, group);
     }
     if n < 2 {
         return Vec::new();
@@ -160,12 +214,12 @@ pub fn transfers(
     let per_worker_bits = collective.wire_bytes_per_worker(payload_bytes, n as u32) * 8.0;
     match collective {
         Collective::RingAllReduce | Collective::AllGather => {
-            (0..n).map(|i| (workers[i], workers[(i + 1) % n], per_worker_bits)).collect()
+            (0..n).map(|i| (i, (i + 1) % n, per_worker_bits)).collect()
         }
-        Collective::PointToPoint => (0..n - 1).map(|i| (workers[i], workers[i + 1], payload_bytes * 8.0)).collect(),
+        Collective::PointToPoint => (0..n - 1).map(|i| (i, i + 1, payload_bytes * 8.0)).collect(),
         Collective::AllToAll => {
             let each = per_worker_bits / (n - 1) as f64;
-            (0..n).flat_map(|i| (0..n).filter(move |&k| k != i).map(move |k| (workers[i], workers[k], each))).collect()
+            (0..n).flat_map(|i| (0..n).filter(move |&k| k != i).map(move |k| (i, k, each))).collect()
         }
     }
 }
@@ -173,9 +227,9 @@ pub fn transfers(
 /// [`transfers`] within groups of `size` workers `stride` apart. Worker
 /// `i` is member `d = (i / stride) mod size` of the group whose first
 /// member is `i − d·stride`. O(flows).
-fn grouped(workers: &[HostId], collective: Collective, payload_bytes: f64, group: Group) -> Vec<(HostId, HostId, f64)> {
+fn grouped(n: usize, collective: Collective, payload_bytes: f64, group: Group) -> Vec<(usize, usize, f64)> {
     let (k, s) = (group.size as usize, group.stride.max(1) as usize);
-    let whole = if k == 0 { 0 } else { workers.len() / (k * s) * (k * s) };
+    let whole = if k == 0 { 0 } else { n / (k * s) * (k * s) };
     if k < 2 || whole == 0 {
         return Vec::new();
     }
@@ -183,22 +237,20 @@ fn grouped(workers: &[HostId], collective: Collective, payload_bytes: f64, group
     let mut out = Vec::new();
     for i in 0..whole {
         let d = (i / s) % k;
-        let member = |e: usize| workers[i - d * s + e * s];
+        let member = |e: usize| i - d * s + e * s;
         match collective {
-            Collective::RingAllReduce | Collective::AllGather => {
-                out.push((workers[i], member((d + 1) % k), per_worker_bits))
-            }
+            Collective::RingAllReduce | Collective::AllGather => out.push((i, member((d + 1) % k), per_worker_bits)),
             Collective::PointToPoint => {
                 if d + 1 < k {
-                    out.push((workers[i], member(d + 1), payload_bytes * 8.0));
+                    out.push((i, member(d + 1), payload_bytes * 8.0));
                 }
                 if d > 0 {
-                    out.push((workers[i], member(d - 1), payload_bytes * 8.0));
+                    out.push((i, member(d - 1), payload_bytes * 8.0));
                 }
             }
             Collective::AllToAll => {
                 let each = per_worker_bits / (k - 1) as f64;
-                out.extend((0..k).filter(|&e| e != d).map(|e| (workers[i], member(e), each)));
+                out.extend((0..k).filter(|&e| e != d).map(|e| (i, member(e), each)));
             }
         }
     }
@@ -237,12 +289,9 @@ impl Placed {
             {
                 let mut count: HashMap<LinkId, u32> = HashMap::new();
                 for (i, (src, dst, _)) in
-                    transfers(&self.workers, collective, payload_bytes, group).into_iter().enumerate()
+                    rank_transfers(self.workers.len(), collective, payload_bytes, group).into_iter().enumerate()
                 {
-                    if src == dst {
-                        continue;
-                    }
-                    let paths = topo.shared_paths(src, dst);
+                    let paths = rank_paths(topo, &self.workers, &self.gpus, src, dst);
                     if let Some(p) = paths.get(ecmp_index(job, i, paths.len().max(1))) {
                         for &l in p {
                             *count.entry(l).or_default() += 1;
@@ -274,21 +323,27 @@ impl Placed {
     /// O(flows + host pairs × paths × path length): flows between the same
     /// two hosts (a mesh's ranks on them) are looked up once.
     pub fn links_on_any_path(&self, topo: &Topology) -> Vec<LinkId> {
-        let mut pairs: Vec<(HostId, HostId)> = Vec::new();
+        // (source host, destination host, destination rail): what a flow's paths depend on.
+        let mut pairs: Vec<(HostId, HostId, usize)> = Vec::new();
+        let (w, g) = (&self.workers, &self.gpus);
         for seg in &self.shape.segments {
             let Segment::Comm { collective, payload_bytes, group, .. } = *seg else { continue };
             pairs.extend(
-                transfers(&self.workers, collective, payload_bytes, group)
+                rank_transfers(w.len(), collective, payload_bytes, group)
                     .into_iter()
-                    .filter(|(s, d, _)| s != d)
-                    .map(|(s, d, _)| (s, d)),
+                    .filter(|&(s, d, _)| w[s] != w[d])
+                    .map(|(s, d, _)| (w[s], w[d], topo.rail_of(w[d], g.get(d).copied().unwrap_or(0)))),
             );
         }
         pairs.sort_unstable();
         pairs.dedup();
         let mut out = Vec::new();
-        for (src, dst) in pairs {
-            topo.shared_paths(src, dst).iter().for_each(|p| out.extend_from_slice(p));
+        for (src, dst, rail) in pairs {
+            if topo.rails {
+                topo.rail_paths(src, dst, rail).iter().for_each(|p| out.extend_from_slice(p));
+            } else {
+                topo.shared_paths(src, dst).iter().for_each(|p| out.extend_from_slice(p));
+            }
         }
         out.sort_unstable();
         out.dedup();
@@ -301,12 +356,10 @@ impl Placed {
         let mut out = Vec::new();
         for seg in &self.shape.segments {
             let Segment::Comm { collective, payload_bytes, group, .. } = *seg else { continue };
-            for (i, (src, dst, _)) in transfers(&self.workers, collective, payload_bytes, group).into_iter().enumerate()
+            for (i, (src, dst, _)) in
+                rank_transfers(self.workers.len(), collective, payload_bytes, group).into_iter().enumerate()
             {
-                if src == dst {
-                    continue;
-                }
-                let paths = topo.shared_paths(src, dst);
+                let paths = rank_paths(topo, &self.workers, &self.gpus, src, dst);
                 if !paths.is_empty() {
                     pick(i, &paths, &mut out);
                 }

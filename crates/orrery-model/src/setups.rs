@@ -95,11 +95,28 @@ impl LeafSpine {
 /// NVSwitch, 3.6 Tbit/s NVLink per GPU each way), each GPU with its own
 /// 400 Gbit/s NIC (ConnectX-7), 8 spines, 1:1 under the leaves. 256 GPUs.
 /// The eight NICs of a host are one 3.2 Tbit/s link to its leaf here:
-/// orrery routes a host's flows, not a GPU's, so rail alignment (GPU k on
-/// rail switch k) is not modelled yet; a rail fabric's per-GPU rate and
-/// non-blocking leaves are.
+/// Rail alignment (GPU k on rail switch k) is [`h100_rails`]'s; here a
+/// rail fabric's per-GPU rate and non-blocking leaves are.
 pub fn h100() -> Result<Topology, TopologyError> {
     LeafSpine::with_oversubscription(8, 4, 8, 8, "h100", 8.0 * 400.0, 1.0).build("h100")
+}
+
+/// The H100 cluster of [`h100`] as it is cabled: rail-optimised
+/// ([`crate::rails`]), 2 scalable units of 16 hosts, NIC k of every host
+/// of a unit on the unit's rail switch k (400 Gbit/s), 8 rail switches a
+/// unit under 8 spines at 1:1, as NVIDIA's DGX SuperPOD reference
+/// architecture cables its units (there of 32 hosts). 256 GPUs.
+pub fn h100_rails() -> Result<Topology, TopologyError> {
+    crate::rails::RailLeafSpine {
+        units: 2,
+        hosts_per_unit: 16,
+        gpus_per_host: 8,
+        spines: 8,
+        gpu_type: "h100".into(),
+        nic_gbps: 400.0,
+        oversubscription: 1.0,
+    }
+    .build("h100-rails")
 }
 
 /// A GB200 NVL72 cluster: 4 racks, each one NVLink domain of 72 Blackwell
@@ -332,6 +349,7 @@ pub const NAMED: &[(&str, &str)] = &[
     ("leaf-spine", "16 hosts x 8 V100 in 4 racks, 2 spines, 100 Gbps hosts, 2:1"),
     ("demo", "`orrery serve`'s built-in cluster: 4 hosts x 2 V100 (h0-h3) in 2 racks, 1 spine, 50 Gbps hosts, 2:1"),
     ("h100", "32 HGX H100 hosts (8 GPUs on NVSwitch, 8 x 400 Gbps) in 8 racks, 8 spines, 1:1"),
+    ("h100-rails", "the same 32 hosts rail-optimised: 2 units of 16, NIC k on rail switch k (400 Gbps), 8 spines, 1:1"),
     ("gb200-nvl72", "4 GB200 NVL72 racks (one 72-GPU NVLink domain each, 400 Gbps a GPU), 4 spines, 1:1"),
 ];
 
@@ -346,6 +364,7 @@ pub fn by_name(name: &str) -> Option<Topology> {
         "castor" => Some(castor()),
         "demo" => LeafSpine::with_oversubscription(2, 2, 1, 2, "v100", 50.0, 2.0).build("demo").ok(),
         "h100" => h100().ok(),
+        "h100-rails" => h100_rails().ok(),
         "gb200-nvl72" | "gb200" | "nvl72" => gb200_nvl72().ok(),
         "leaf-spine" | "leafspine" => {
             LeafSpine::with_oversubscription(4, 4, 2, 8, "v100", 100.0, 2.0).build("leaf-spine").ok()

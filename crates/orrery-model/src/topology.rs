@@ -124,6 +124,11 @@ pub struct Topology {
     pub switches: Vec<Switch>,
     /// Directed links.
     pub links: Vec<Link>,
+    /// Rail-optimised (issue 66, [`crate::rails`]): a host's links out are
+    /// its NICs in GPU order, and a flow leaves on the NIC of its
+    /// destination GPU's rail, as NCCL sends it.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub rails: bool,
     /// Outgoing links per node, built by [`Topology::new`].
     #[serde(skip)]
     out: Vec<Vec<LinkId>>,
@@ -309,6 +314,7 @@ impl Topology {
             hosts,
             switches,
             links,
+            rails: false,
             out: Vec::new(),
             into: Vec::new(),
             path_cache: PathCache::default(),
@@ -416,8 +422,17 @@ impl Topology {
         &self.out[n]
     }
 
-    /// Capacity of the first link leaving host `h` (its NIC), in Gbit/s.
+    /// Directed links entering node `n`.
+    pub fn in_links(&self, n: NodeId) -> &[LinkId] {
+        &self.into[n]
+    }
+
+    /// Capacity of host `h`'s NIC, in Gbit/s: its first link out, or on a
+    /// rail-optimised fabric all its rail NICs together.
     pub fn host_nic_gbps(&self, h: HostId) -> f64 {
+        if self.rails {
+            return self.out[h].iter().map(|&l| self.links[l].gbps).sum();
+        }
         self.out[h].first().map_or(0.0, |&l| self.links[l].gbps)
     }
 
@@ -621,6 +636,7 @@ pub struct Builder {
     switches: Vec<Switch>,
     cables: Vec<(Ref, Ref, f64)>,
     latency_us: f64,
+    rails: bool,
 }
 
 /// A node reference before the final indices are known.
@@ -655,6 +671,12 @@ impl Builder {
         self.cables.push((a, b, gbps));
     }
 
+    /// Makes the fabric rail-optimised ([`Topology::rails`]): each host's
+    /// cables, in the order added, are its NICs for its GPUs in order.
+    pub fn rails(&mut self) {
+        self.rails = true;
+    }
+
     /// Finishes the topology.
     pub fn build(self, name: &str) -> Result<Topology, TopologyError> {
         let h = self.hosts.len();
@@ -667,6 +689,8 @@ impl Builder {
             links.push(Link { from: id(a), to: id(b), gbps, latency_us: self.latency_us });
             links.push(Link { from: id(b), to: id(a), gbps, latency_us: self.latency_us });
         }
-        Topology::new(name, self.hosts, self.switches, links)
+        let mut t = Topology::new(name, self.hosts, self.switches, links)?;
+        t.rails = self.rails;
+        Ok(t)
     }
 }

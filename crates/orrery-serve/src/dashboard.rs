@@ -147,7 +147,7 @@ pub fn link_loads(ledger: &Ledger) -> Vec<LinkLoad> {
         if period <= 0.0 || j.workers.len() < 2 {
             continue;
         }
-        let placed = Placed { workers: j.workers.clone(), shape: j.shape.clone() };
+        let placed = Placed { workers: j.workers.clone(), gpus: Vec::new(), shape: j.shape.clone() };
         let links = placed.links(topo, id);
         if links.is_empty() {
             continue;

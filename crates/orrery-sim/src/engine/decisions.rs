@@ -209,11 +209,12 @@ impl Simulation<'_> {
                 k.saturating_mul(j.spec.batch),
             )
         };
-        let Some(orrery_model::placed::Placed { workers, shape }) =
+        let Some(orrery_model::placed::Placed { workers, gpus, shape }) =
             orrery_model::placed::place(self.topo, &j.spec, &hosts)
         else {
             return false;
         };
+        let (worker_gpus, held_gpus) = self.take_gpus(&workers, &gpus, &need);
         let shape = if self.cfg.ring_steps { shape.ring_steps() } else { shape };
         let period = shape.period_ms();
         for (&h, &g) in &need {
@@ -236,6 +237,8 @@ impl Simulation<'_> {
         j.hosts_used = need.len();
         j.hosts = hosts;
         j.workers = workers;
+        j.worker_gpus = worker_gpus;
+        j.held_gpus = held_gpus;
         j.shape = shape;
         j.isolated_iter_ms = period;
         j.status = Status::Running;
@@ -249,6 +252,41 @@ impl Simulation<'_> {
         j.epoch += 1;
         self.start_iteration(job);
         true
+    }
+
+    /// On a rail fabric, the GPUs a job placed on `need` (GPUs per host) is
+    /// given, by [`SimConfig::gpus`]: each worker's first GPU (its index
+    /// `aligned[w]` among the job's GPUs on its host, as
+    /// [`orrery_model::placed::place`] numbers them, mapped to the GPU
+    /// chosen) and the GPUs held. Off a rail fabric, `aligned` as it is and
+    /// nothing held. O(hosts · G²).
+    fn take_gpus(
+        &mut self,
+        workers: &[HostId],
+        aligned: &[u32],
+        need: &HashMap<HostId, u32>,
+    ) -> (Vec<u32>, Vec<(HostId, u32)>) {
+        if self.gpu_holders.is_empty() {
+            return (aligned.to_vec(), Vec::new());
+        }
+        let mut hosts: Vec<HostId> = need.keys().copied().collect();
+        hosts.sort_unstable();
+        let want: Vec<u32> = hosts.iter().map(|h| need[h]).collect();
+        let taken: Vec<&[u8]> = hosts.iter().map(|&h| self.gpu_holders[h].as_slice()).collect();
+        let chosen = orrery_model::rails::choose_gpus(self.cfg.gpus, &taken, &want);
+        let mut held = Vec::new();
+        for (&h, ks) in hosts.iter().zip(&chosen) {
+            for &k in ks {
+                self.gpu_holders[h][k as usize] = self.gpu_holders[h][k as usize].saturating_add(1);
+                held.push((h, k));
+            }
+        }
+        let of = |w: usize| {
+            let h = workers[w];
+            let pos = hosts.binary_search(&h).ok()?;
+            chosen[pos].get(aligned[w] as usize).copied()
+        };
+        ((0..workers.len()).map(|w| of(w).unwrap_or(aligned[w])).collect(), held)
     }
 
     /// GPUs of `job` on each host that no other job holds.
@@ -364,6 +402,11 @@ impl Simulation<'_> {
             let changed = self.net.remove(self.now, f);
             self.note_interactions();
             self.reschedule(&changed);
+        }
+        for (h, k) in std::mem::take(&mut self.jobs[job].held_gpus) {
+            if let Some(n) = self.gpu_holders.get_mut(h).and_then(|g| g.get_mut(k as usize)) {
+                *n = n.saturating_sub(1);
+            }
         }
         let j = &mut self.jobs[job];
         for &(h, g) in &j.hosts {

@@ -2,7 +2,7 @@
 //! instead of simulated flow by flow (see "Fast-forward" in docs/guide/simulation.md).
 
 use super::{Event, Simulation, Skip, Status};
-use orrery_model::placed::transfers;
+use orrery_model::placed::rank_transfers;
 use orrery_model::{LinkId, Segment};
 use orrery_policy::{JobId, Policy};
 use rand_chacha::ChaCha8Rng;
@@ -290,17 +290,17 @@ impl Simulation<'_> {
         let mut sent: HashMap<LinkId, f64> = HashMap::new();
         for (i, seg) in segments.iter().enumerate().take(resumed.map_or(segments.len(), |r| r.0 + 1)) {
             let Segment::Comm { collective, payload_bytes, group, .. } = *seg else { continue };
-            let transfers = transfers(&self.jobs[job].workers, collective, payload_bytes, group);
+            let transfers = rank_transfers(self.jobs[job].workers.len(), collective, payload_bytes, group);
             for (k, (src, dst, bits)) in transfers.into_iter().enumerate() {
                 let share = match &left {
                     Some((cur, l)) if *cur == i => 1.0 - l.get(k).copied().unwrap_or(1.0),
                     _ if resumed.is_some_and(|r| r.0 == i) => 0.0,
                     _ => 1.0,
                 };
-                if src == dst || share <= 0.0 {
+                if share <= 0.0 {
                     continue;
                 }
-                for (p, part) in self.flow_paths(job, k, src, dst) {
+                for (p, part) in self.flow_paths(job, k, (src, dst)) {
                     for l in p {
                         *sent.entry(l).or_default() += bits * share * part;
                     }
@@ -349,7 +349,7 @@ impl Simulation<'_> {
         let j = &self.jobs[job];
         let Segment::Comm { collective, payload_bytes, group, .. } = j.shape.segments[i] else { return Vec::new() };
         let offsets = j.last_flow_ns.get(i).map(Vec::as_slice).unwrap_or_default();
-        let n = transfers(&j.workers, collective, payload_bytes, group).len();
+        let n = rank_transfers(j.workers.len(), collective, payload_bytes, group).len();
         (0..n)
             .map(|k| {
                 let end = offsets.get(k).copied().filter(|&e| e > 0).unwrap_or(d).max(1) as f64;

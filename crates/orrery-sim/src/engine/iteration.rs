@@ -4,9 +4,9 @@
 //! completion).
 
 use super::{Event, IterationRecord, NS, Simulation, Status};
-use orrery_model::placed::transfers;
+use orrery_model::placed::rank_transfers;
 use orrery_model::shape::Group;
-use orrery_model::{Collective, HostId, LinkId, Segment};
+use orrery_model::{Collective, LinkId, Segment};
 use orrery_policy::{ClusterView, IterationNeeds, JobId, Policy};
 use rand_chacha::ChaCha8Rng;
 use rand_distr::Distribution;
@@ -114,7 +114,7 @@ impl Simulation<'_> {
         (collective, payload_bytes, group, intra_gbps): (Collective, f64, Group, f64),
         left: Option<&[f64]>,
     ) -> usize {
-        let mut transfers = transfers(&self.jobs[job].workers, collective, payload_bytes, group);
+        let mut transfers = rank_transfers(self.jobs[job].workers.len(), collective, payload_bytes, group);
         if let Some(left) = left {
             for (t, &f) in transfers.iter_mut().zip(left) {
                 t.2 *= f.clamp(0.0, 1.0);
@@ -124,10 +124,7 @@ impl Simulation<'_> {
         if !self.skip_owner.is_empty() {
             let mut owners = Vec::new();
             for (i, &(src, dst, _)) in transfers.iter().enumerate() {
-                if src == dst {
-                    continue;
-                }
-                for (p, _) in self.flow_paths(job, i, src, dst) {
+                for (p, _) in self.flow_paths(job, i, (src, dst)) {
                     owners.extend(p.iter().filter_map(|l| self.skip_owner.get(l).copied()).filter(|&o| o != job));
                 }
             }
@@ -150,11 +147,11 @@ impl Simulation<'_> {
             if bits <= 0.0 {
                 continue;
             }
-            let subflows = if src == dst {
+            let subflows = if self.jobs[job].workers[src] == self.jobs[job].workers[dst] {
                 vec![(Vec::new(), 1.0, intra_gbps)]
             } else {
                 let cap = throttle.map_or(gbps, |t| t.min(gbps));
-                self.flow_paths(job, i, src, dst).into_iter().map(|(p, share)| (p, share, cap * share)).collect()
+                self.flow_paths(job, i, (src, dst)).into_iter().map(|(p, share)| (p, share, cap * share)).collect()
             };
             for (path, share, cap) in subflows {
                 for &l in &path {
@@ -183,12 +180,22 @@ impl Simulation<'_> {
         started
     }
 
-    /// The paths of flow `i` of a job: by ECMP, a fixed hash of the flow's
-    /// identity picks one equal-cost path, so a connection keeps its path.
-    /// Unless a [`Decision::Route`] pinned the flow, in which case it is split
+    /// The paths of flow `i` of a job, from worker `src` to worker `dst`
+    /// (ranks): by ECMP, a fixed hash of the flow's identity picks one
+    /// equal-cost path, so a connection keeps its path; on a rail fabric
+    /// among those of the destination GPU's rail. Unless a
+    /// [`Decision::Route`] pinned the flow, in which case it is split
     /// equally over the chosen paths: (path, share of the flow) pairs.
-    pub(super) fn flow_paths(&mut self, job: JobId, i: usize, src: HostId, dst: HostId) -> Vec<(Vec<LinkId>, f64)> {
-        let paths = self.paths.entry((src, dst)).or_insert_with(|| self.topo.paths(src, dst));
+    /// None between workers on one host.
+    pub(super) fn flow_paths(&mut self, job: JobId, i: usize, (src, dst): (usize, usize)) -> Vec<(Vec<LinkId>, f64)> {
+        let j = &self.jobs[job];
+        let (a, b) = (j.workers[src], j.workers[dst]);
+        let rail = self.topo.rail_of(b, j.worker_gpus.get(dst).copied().unwrap_or(0));
+        let topo = self.topo;
+        let paths = self
+            .paths
+            .entry((a, b, rail))
+            .or_insert_with(|| if topo.rails { topo.rail_paths(a, b, rail) } else { topo.paths(a, b) });
         if paths.is_empty() {
             return Vec::new();
         }

@@ -96,6 +96,9 @@ pub struct SimConfig {
     /// [`crate::transport`]). Turns the fast-forward off: a job's next
     /// iteration is no longer its last one's copy. None: the fluid model.
     pub transport: Option<crate::transport::TransportConfig>,
+    /// Which GPUs of a host a placed job is given; on a rail fabric its
+    /// flows leave on those GPUs' rails ([`orrery_model::rails`]).
+    pub gpus: orrery_model::rails::GpuAllocation,
 }
 
 /// One iteration of a job, as the simulator ran it.
@@ -135,6 +138,7 @@ impl Default for SimConfig {
             quotas: std::collections::BTreeMap::new(),
             fair_share_half_life_s: None,
             transport: None,
+            gpus: orrery_model::rails::GpuAllocation::LowestFree,
         }
     }
 }
@@ -176,6 +180,10 @@ pub struct JobState {
     pub hosts_used: usize,
     /// Host of each worker, in ring order.
     workers: Vec<HostId>,
+    /// Each worker's first GPU on its host, and the GPUs the job holds
+    /// (host, index): kept on a rail fabric only ([`Simulation::take_gpus`]).
+    worker_gpus: Vec<u32>,
+    held_gpus: Vec<(HostId, u32)>,
     /// The iteration shape for the current placement.
     pub shape: IterationShape,
     /// Iteration time alone, ms, for the current placement.
@@ -369,13 +377,17 @@ pub struct Simulation<'a> {
     /// Jobs, indexed by [`JobId`].
     pub jobs: Vec<JobState>,
     free: Vec<u32>,
+    /// Jobs holding each GPU of each host, on a rail fabric (empty elsewhere).
+    gpu_holders: Vec<Vec<u8>>,
     waiting: Vec<JobId>,
     /// The network.
     pub net: Network,
     /// Owner job, its epoch, and the flow's index in its collective, by
     /// flow id (the network's slab ids are dense: a vector, not a map).
     flow_job: Vec<Option<(JobId, u64, usize)>>,
-    paths: HashMap<(HostId, HostId), Vec<Vec<LinkId>>>,
+    /// Equal-cost paths by (source, destination, destination rail; 0 off
+    /// a rail fabric).
+    paths: HashMap<(HostId, HostId, usize), Vec<Vec<LinkId>>>,
     /// Wall-clock seconds of each policy call.
     pub decision_s: Vec<f64>,
     /// Events processed.
@@ -424,6 +436,11 @@ impl<'a> Simulation<'a> {
             scripted: Vec::new(),
             jobs: Vec::with_capacity(jobs.len()),
             free: topo.hosts.iter().map(|h| h.gpus).collect(),
+            gpu_holders: if topo.rails {
+                topo.hosts.iter().map(|h| vec![0; h.gpus as usize]).collect()
+            } else {
+                Vec::new()
+            },
             waiting: Vec::new(),
             net: Network::new(capacity, isolated),
             flow_job: Vec::new(),
@@ -456,6 +473,8 @@ impl<'a> Simulation<'a> {
                 hosts: Vec::new(),
                 hosts_used: 0,
                 workers: Vec::new(),
+                worker_gpus: Vec::new(),
+                held_gpus: Vec::new(),
                 shape: IterationShape::default(),
                 isolated_iter_ms: 0.0,
                 target_iterations: 0,
