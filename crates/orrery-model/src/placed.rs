@@ -64,7 +64,20 @@ pub fn place(topo: &Topology, spec: &JobSpec, hosts: &[(HostId, u32)]) -> Option
             share_own_links(topo, (&workers, &gpus), &mut shape);
             shape
         }
-        (None, Some(arch)) => mesh_iteration(arch, spec, gpu, &per_host, (host_nic, path)),
+        (None, Some(arch)) => {
+            // On rails each rank sends on its own GPU's NIC, not a share of
+            // the host's: the NIC of a GPU times the ranks on a host.
+            let host_nic = if topo.rails {
+                let per_gpu = hosts
+                    .iter()
+                    .map(|&(h, _)| topo.host_nic_gbps(h) / f64::from(topo.hosts[h].gpus.max(1)))
+                    .fold(f64::INFINITY, f64::min);
+                per_gpu * f64::from(per_host.iter().copied().max().unwrap_or(1).max(1))
+            } else {
+                host_nic
+            };
+            mesh_iteration(arch, spec, gpu, &per_host, (host_nic, path))
+        }
         (None, None) => model(&spec.model)?.shape(gpu, spec.batch, &Placement { gpus_per_host: per_host }, nic),
     };
     Some(Placed { workers, gpus, shape })
