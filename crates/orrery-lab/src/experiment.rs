@@ -249,7 +249,7 @@ impl Experiment {
                 sharing.mode = sc.sharing.unwrap_or(sharing.mode);
             }
             let (truth, estimate) = sharing.build(&gavel).map_err(|e| Invalid(format!("scenario {scenario}: {e}")))?;
-            let gpus = self.scenarios.get(k).and_then(|s| s.gpus).unwrap_or(self.sim.gpus);
+            let gpus = self.scenarios.get(k).and_then(|s| s.gpus).or(self.sim.gpus);
             for (s, &seed) in self.seeds.iter().enumerate() {
                 // This (scenario, seed)'s runs in the shard, by policy index.
                 let first_g = (k * self.seeds.len() + s) * self.policies.len();
@@ -313,7 +313,7 @@ impl Experiment {
                         quotas: if self.sim.enforce_quotas { declared.clone() } else { Default::default() },
                         fair_share_half_life_s: self.fair_share.map(|f| f.half_life_s),
                         transport: self.network.transport(),
-                        gpus,
+                        gpus: gpus.or(policy.gpu_allocation()).unwrap_or_default(),
                     };
                     let start = std::time::Instant::now();
                     let mut sim = Simulation::new(&topo, &jobs, cfg.clone(), policy.isolated_network());

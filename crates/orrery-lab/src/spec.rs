@@ -519,11 +519,12 @@ pub struct SimOptions {
     /// whole collective, the default) or `steps` (NCCL's 2(n−1) steps with a
     /// barrier between them).
     pub all_reduce: AllReduce,
-    /// Which GPUs of a host a job is given: `lowest_free` (the default, as
-    /// Slurm and Kubernetes' device plugin hand them out) or `rail_aligned`
-    /// (the same indices on each of its hosts where free). Only a rail
-    /// fabric (`h100-rails`) routes by them.
-    pub gpus: orrery_model::rails::GpuAllocation,
+    /// Which GPUs of a host a job is given: `lowest_free` (as Slurm and
+    /// Kubernetes' device plugin hand them out) or `rail_aligned` (the same
+    /// indices on each of its hosts where free). Unset: the policy's choice
+    /// (`orrery`'s part `rails`), else the lowest free. Only a rail fabric
+    /// (`h100-rails`) routes by them.
+    pub gpus: Option<orrery_model::rails::GpuAllocation>,
     /// Admit jobs by the `[[tenant]]` quotas (default on). Off, the
     /// tenants only label their jobs and the report still measures each
     /// against its quota: the same cluster without quotas, for comparison.
@@ -549,7 +550,7 @@ impl Default for SimOptions {
             skip: true,
             restart_penalty_s: 10.0,
             all_reduce: AllReduce::Flows,
-            gpus: orrery_model::rails::GpuAllocation::LowestFree,
+            gpus: None,
             enforce_quotas: true,
         }
     }

@@ -708,6 +708,10 @@ impl Policy for Cassini {
     fn isolated_network(&self) -> bool {
         self.inner.isolated_network()
     }
+
+    fn gpu_allocation(&self) -> Option<orrery_model::rails::GpuAllocation> {
+        self.inner.gpu_allocation()
+    }
 }
 
 #[cfg(test)]

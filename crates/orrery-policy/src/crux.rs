@@ -345,6 +345,10 @@ impl Policy for Crux {
     fn isolated_network(&self) -> bool {
         self.inner.isolated_network()
     }
+
+    fn gpu_allocation(&self) -> Option<orrery_model::rails::GpuAllocation> {
+        self.inner.gpu_allocation()
+    }
 }
 
 #[cfg(test)]

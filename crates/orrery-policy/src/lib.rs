@@ -436,4 +436,11 @@ pub trait Policy {
     fn isolated_network(&self) -> bool {
         false
     }
+
+    /// Which GPUs of a host the policy's jobs are given, where the policy
+    /// has a say ([`orrery_model::rails`]; the simulator's `[sim] gpus`
+    /// overrides it). None: the driver's default, the lowest free.
+    fn gpu_allocation(&self) -> Option<orrery_model::rails::GpuAllocation> {
+        None
+    }
 }

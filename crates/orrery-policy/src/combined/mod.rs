@@ -172,6 +172,10 @@ pub const PARTS: &[(&str, &str)] = &[
         "reserve",
         "the waiting job starved most (waited 6 times its time alone or more) goes first, may preempt as a shorter job would, and if it still cannot start holds an EASY-backfilling reservation: jobs behind it start only if they end before its GPUs free up or take GPUs it leaves over",
     ),
+    (
+        "rails",
+        "on a rail-optimised fabric, a job gets the same GPU indices on each of its hosts where they are free, so its ranks send on their own rails (off: the lowest free GPUs, as Slurm and the device plugin give them)",
+    ),
 ];
 
 /// Which parts run.
@@ -191,6 +195,8 @@ pub struct Parts {
     pub preempt: bool,
     /// A starved job first, promoted and reserved for.
     pub reserve: bool,
+    /// Rail-aligned GPUs on a rail-optimised fabric.
+    pub rails: bool,
 }
 
 impl Parts {
@@ -203,6 +209,7 @@ impl Parts {
         size: true,
         preempt: true,
         reserve: true,
+        rails: true,
     };
 
     /// `orrery` or `orrery-no-<part>[-no-<part>...]`, parts as in [`PARTS`].
@@ -232,6 +239,7 @@ impl Parts {
             "size" => &mut self.size,
             "preempt" => &mut self.preempt,
             "reserve" => &mut self.reserve,
+            "rails" => &mut self.rails,
             _ => &mut self.routes,
         }
     }
@@ -341,6 +349,10 @@ impl Policy for Combined {
 
     fn set_colocation(&mut self, estimate: &orrery_model::colocation::Colocation) {
         self.inner.set_colocation(estimate);
+    }
+
+    fn gpu_allocation(&self) -> Option<orrery_model::rails::GpuAllocation> {
+        self.parts.rails.then_some(orrery_model::rails::GpuAllocation::RailAligned)
     }
 }
 
@@ -465,7 +477,7 @@ mod tests {
         assert_eq!(Parts::parse("orrery"), Some(Parts::ALL));
         let p = Parts::parse("orrery-no-share-no-routes").expect("parses");
         assert_eq!(p, Parts { share: false, routes: false, ..Parts::ALL });
-        assert_eq!(p.running(), ["bandwidth", "interleave", "size", "preempt", "reserve"]);
+        assert_eq!(p.running(), ["bandwidth", "interleave", "size", "preempt", "reserve", "rails"]);
         // Canonical order in the reported name.
         assert_eq!(
             Parts::parse("orrery-no-routes-no-share").map(Parts::name).as_deref(),
@@ -474,7 +486,7 @@ mod tests {
         for bad in ["orrery-no-share-no-share", "orrery-no-gpus", "orrery-", "orrery-no-sharex", "orreryx"] {
             assert_eq!(Parts::parse(bad), None, "{bad}");
         }
-        for bits in 0..128u8 {
+        for bits in 0..=255u8 {
             let p = Parts {
                 share: bits & 1 > 0,
                 bandwidth: bits & 2 > 0,
@@ -483,6 +495,7 @@ mod tests {
                 size: bits & 16 > 0,
                 preempt: bits & 32 > 0,
                 reserve: bits & 64 > 0,
+                rails: bits & 128 > 0,
             };
             assert_eq!(Parts::parse(&p.name()), Some(p));
             assert_eq!(Combined::new(p, 0).name(), p.name());

@@ -971,6 +971,10 @@ impl Policy for Foresight {
         self.inner.isolated_network()
     }
 
+    fn gpu_allocation(&self) -> Option<orrery_model::rails::GpuAllocation> {
+        self.inner.gpu_allocation()
+    }
+
     fn counters(&self) -> Vec<(&'static str, f64)> {
         let mut out = self.inner.counters();
         if !matches!(self.mode, Mode::Foresight | Mode::Paper) {
