@@ -122,6 +122,20 @@ impl RailLeafSpine {
     }
 }
 
+/// Each worker's GPU once a job's GPUs on its hosts are chosen: worker
+/// `w`, on host `workers[w]`, is the job's `aligned[w]`-th GPU there
+/// ([`crate::placed::place`] numbers them so), which is that host's
+/// `aligned[w]`-th chosen index. `hosts` is sorted and `chosen[i]` is
+/// host `hosts[i]`'s choice. O(workers · log hosts).
+pub fn worker_gpus(workers: &[HostId], aligned: &[u32], hosts: &[HostId], chosen: &[Vec<u32>]) -> Vec<u32> {
+    (0..workers.len())
+        .map(|w| {
+            let pos = hosts.binary_search(&workers[w]).ok();
+            pos.and_then(|p| chosen[p].get(aligned[w] as usize).copied()).unwrap_or(aligned[w])
+        })
+        .collect()
+}
+
 impl Topology {
     /// The rail (index of the NIC among host `h`'s links out) GPU `gpu`
     /// of `h` is cabled to: ⌊gpu · nics / gpus⌋, so GPU k is on rail k when

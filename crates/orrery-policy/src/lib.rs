@@ -119,6 +119,10 @@ pub struct RunningJob<'a> {
     pub sub_batch: u32,
     /// Its current interference slow-down (1 when it shares no GPU).
     pub xi: f64,
+    /// The GPUs it holds, (host, index on the host), where the driver
+    /// hands out GPU indices (the simulator on a rail-optimised fabric);
+    /// empty elsewhere.
+    pub held_gpus: &'a [(HostId, u32)],
 }
 
 impl<'a> RunningJob<'a> {
@@ -137,6 +141,7 @@ impl<'a> RunningJob<'a> {
             solo_gpus: std::borrow::Cow::Borrowed(hosts),
             sub_batch: spec.batch,
             xi: 1.0,
+            held_gpus: &[],
         }
     }
 }

@@ -347,6 +347,8 @@ impl Ledger {
                     solo_gpus: self.solo_gpus(id).into(),
                     sub_batch: j.sub_batch,
                     xi: measured_xi(j),
+                    // The agents choose a job's local GPUs themselves.
+                    held_gpus: &[],
                 }
             })
             .collect();

@@ -134,6 +134,7 @@ pub mod duty;
 mod engine_tests;
 mod preempt;
 pub mod prices;
+pub mod rails;
 pub mod reserve;
 mod sizing;
 
@@ -285,7 +286,7 @@ impl Combined {
         host.starvation_guard = parts.preempt;
         host.reserve_after = parts.reserve.then_some(reserve::STARVED_AFTER);
         if parts.bandwidth {
-            host.placement = Some(Box::new(BidsWhenLoaded::default()));
+            host.placement = Some(Box::new(BidsWhenLoaded { rails: parts.rails, ..BidsWhenLoaded::default() }));
         }
         let mut inner: Box<dyn Policy> = Box::new(host);
         if parts.interleave {
@@ -375,6 +376,11 @@ pub struct BidsWhenLoaded {
     loaded: crate::memo::FastSet<LinkId>,
     /// Each running job's links ([`links_of`]), kept while its hosts are.
     links: PerPlacement<Vec<LinkId>>,
+    /// Part `rails`: on a rail-optimised fabric, partial hosts chosen for
+    /// their free GPUs' rails ([`rails::Held::align`]), with the GPUs held
+    /// this round.
+    rails: bool,
+    held: rails::Held,
 }
 
 /// A round's bids not built yet: the jobs the round preempts and the
@@ -392,6 +398,8 @@ impl Default for BidsWhenLoaded {
             unprepared: None,
             loaded: Default::default(),
             links: PerPlacement::default(),
+            rails: false,
+            held: rails::Held::default(),
         }
     }
 }
@@ -438,10 +446,14 @@ impl Placement for BidsWhenLoaded {
         for r in view.running.iter().filter(|r| !r.paused && !leaving.contains(&r.id)) {
             self.loaded.extend(self.links.get(r.id, r.hosts, || links_of(view, r.spec, r.hosts)));
         }
+        if self.rails {
+            self.held = rails::Held::of(view, leaving);
+        }
     }
 
     fn place(&mut self, view: &ClusterView<'_>, rack_of: &[usize], free: &[u32], spec: &JobSpec) -> Option<Hosts> {
-        match consolidated(view, rack_of, &capped(free, spec), spec.gpus()) {
+        let capped = capped(free, spec);
+        let chosen = match consolidated(view, rack_of, &capped, spec.gpus()) {
             Some(hosts) if !self.crosses_load(view, spec, &hosts) => Some(hosts),
             first_fit => {
                 if let Some(Unprepared { leaving, committed }) = self.unprepared.take() {
@@ -452,10 +464,17 @@ impl Placement for BidsWhenLoaded {
                 }
                 self.bids.place(view, rack_of, free, spec).or(first_fit)
             }
+        };
+        if self.rails {
+            return chosen.map(|hosts| self.held.align(view.topology, rack_of, &capped, spec, hosts));
         }
+        chosen
     }
 
     fn commit(&mut self, view: &ClusterView<'_>, spec: &JobSpec, hosts: &[(HostId, u32)]) {
+        if self.rails {
+            self.held.commit(hosts);
+        }
         match &mut self.unprepared {
             Some(round) => round.committed.push((spec.clone(), hosts.to_vec())),
             None => self.bids.commit(view, spec, hosts),

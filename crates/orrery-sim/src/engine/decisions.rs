@@ -281,12 +281,7 @@ impl Simulation<'_> {
                 held.push((h, k));
             }
         }
-        let of = |w: usize| {
-            let h = workers[w];
-            let pos = hosts.binary_search(&h).ok()?;
-            chosen[pos].get(aligned[w] as usize).copied()
-        };
-        ((0..workers.len()).map(|w| of(w).unwrap_or(aligned[w])).collect(), held)
+        (orrery_model::rails::worker_gpus(workers, aligned, &hosts, &chosen), held)
     }
 
     /// GPUs of `job` on each host that no other job holds.

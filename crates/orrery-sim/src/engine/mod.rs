@@ -784,6 +784,7 @@ impl<'a> Simulation<'a> {
             solo_gpus: self.solo_gpus(id),
             sub_batch: j.sub_batch,
             xi: j.xi,
+            held_gpus: &j.held_gpus,
         })
     }
 

@@ -1,0 +1,239 @@
+//! Part `rails` (issues 66 and 67): placement on a rail-optimised fabric
+//! ([`orrery_model::rails`]). A flow leaves its host on the NIC of its
+//! destination GPU's rail (NCCL's PXN), so a job whose GPUs sit at other
+//! indices on its hosts than its peers' sends some flows out of NICs that
+//! belong to other jobs' GPUs, and meets their traffic there. Which GPUs
+//! are free on a host is fixed by what runs on it: giving a job the same
+//! indices everywhere helps only where the same indices are free
+//! (`GpuAllocation::RailAligned`, which this part also asks the driver
+//! for). The placement is the lever: among hosts that fit a partial
+//! share, take the ones whose free GPUs make the fewest foreign-NIC flows.
+
+use crate::ClusterView;
+use orrery_model::placed::{place, rank_transfers};
+use orrery_model::rails::{GpuAllocation, choose_gpus, worker_gpus};
+use orrery_model::{HostId, JobSpec, Segment, Topology};
+
+/// Jobs holding each GPU of each host this round: the running jobs' GPUs
+/// (as the driver reports them) and the ones predicted for placements
+/// committed earlier in the round, and of those the jobs on several
+/// hosts (whose traffic leaves on these GPUs' NICs). Empty off a rail
+/// fabric.
+#[derive(Debug, Default, Clone)]
+pub struct Held {
+    per_host: Vec<Vec<u8>>,
+    sending: Vec<Vec<u8>>,
+}
+
+impl Held {
+    /// The GPUs the running jobs hold, but those of `leaving`. O(hosts · G
+    /// + Σ held GPUs).
+    pub fn of(view: &ClusterView<'_>, leaving: &[crate::JobId]) -> Held {
+        let topo = view.topology;
+        if !topo.rails {
+            return Held::default();
+        }
+        let per_host: Vec<Vec<u8>> = topo.hosts.iter().map(|h| vec![0; h.gpus as usize]).collect();
+        let mut held = Held { sending: per_host.clone(), per_host };
+        for r in view.running.iter().filter(|r| !leaving.contains(&r.id)) {
+            let sends = r.hosts.iter().any(|h| h.0 != r.hosts[0].0);
+            for &(h, k) in r.held_gpus {
+                held.mark(h, k, sends);
+            }
+        }
+        held
+    }
+
+    fn mark(&mut self, h: HostId, k: u32, sends: bool) {
+        if let Some(n) = self.per_host.get_mut(h).and_then(|g| g.get_mut(k as usize)) {
+            *n = n.saturating_add(1);
+        }
+        if let (true, Some(n)) = (sends, self.sending.get_mut(h).and_then(|g| g.get_mut(k as usize))) {
+            *n = n.saturating_add(1);
+        }
+    }
+
+    /// Marks the GPUs a job on `hosts` would be given as held. O(hosts · G²).
+    pub fn commit(&mut self, hosts: &[(HostId, u32)]) {
+        if self.per_host.is_empty() {
+            return;
+        }
+        let (sorted, chosen) = self.choose(hosts);
+        let sends = sorted.len() > 1;
+        for (&h, ks) in sorted.iter().zip(chosen) {
+            for k in ks {
+                self.mark(h, k, sends);
+            }
+        }
+    }
+
+    /// The GPUs a rail-aligned driver gives `hosts` (GPUs per host): the
+    /// hosts sorted and each one's choice.
+    fn choose(&self, hosts: &[(HostId, u32)]) -> (Vec<HostId>, Vec<Vec<u32>>) {
+        let mut need: Vec<(HostId, u32)> = Vec::new();
+        for &(h, g) in hosts {
+            match need.iter_mut().find(|x| x.0 == h) {
+                Some(x) => x.1 += g,
+                None => need.push((h, g)),
+            }
+        }
+        need.sort_unstable();
+        let empty: &[u8] = &[];
+        let taken: Vec<&[u8]> = need.iter().map(|&(h, _)| self.per_host.get(h).map_or(empty, Vec::as_slice)).collect();
+        let want: Vec<u32> = need.iter().map(|x| x.1).collect();
+        (need.iter().map(|x| x.0).collect(), choose_gpus(GpuAllocation::RailAligned, &taken, &want))
+    }
+
+    /// Bits per iteration of `spec` on `hosts` that would leave a host on
+    /// a NIC whose GPU another job on several hosts holds (a job on one
+    /// host leaves its NICs idle). O(flows of its cross-host collectives +
+    /// hosts · G²).
+    pub fn foreign_bits(&self, topo: &Topology, spec: &JobSpec, hosts: &[(HostId, u32)]) -> f64 {
+        if self.per_host.is_empty() {
+            return 0.0;
+        }
+        let Some(placed) = place(topo, spec, hosts) else { return 0.0 };
+        let (sorted, chosen) = self.choose(hosts);
+        let gpus = worker_gpus(&placed.workers, &placed.gpus, &sorted, &chosen);
+        let mine = |h: HostId, k: u32| sorted.binary_search(&h).is_ok_and(|p| chosen[p].contains(&k));
+        let mut bits = 0.0;
+        for seg in &placed.shape.segments {
+            let Segment::Comm { collective, payload_bytes, group, hosts: 2.., .. } = *seg else { continue };
+            for (s, d, b) in rank_transfers(placed.workers.len(), collective, payload_bytes, group) {
+                let (a, to) = (placed.workers[s], placed.workers[d]);
+                if a == to {
+                    continue;
+                }
+                let rail = topo.rail_of(to, gpus[d]);
+                let sending = &self.sending[a];
+                let foreign = (0..sending.len() as u32)
+                    .any(|k| topo.rail_of(a, k) == rail && sending[k as usize] > 0 && !mine(a, k));
+                if foreign {
+                    bits += b;
+                }
+            }
+        }
+        bits
+    }
+
+    /// `first`, a placement's hosts, with each host it fills only in part
+    /// swapped for another of the same rack (a rail unit) whose free GPUs
+    /// send fewer bits over foreign NICs, one host at a time, while that
+    /// helps. `free` is already capped to what the job may take per host.
+    /// O(partial hosts · hosts of the rack · the cost of [`Held::foreign_bits`]).
+    pub fn align(
+        &self,
+        topo: &Topology,
+        rack_of: &[usize],
+        free: &[u32],
+        spec: &JobSpec,
+        first: Vec<(HostId, u32)>,
+    ) -> Vec<(HostId, u32)> {
+        if self.per_host.is_empty() || first.len() < 2 {
+            return first;
+        }
+        let mut best = first;
+        let mut cost = self.foreign_bits(topo, spec, &best);
+        for i in 0..best.len() {
+            if cost <= 0.0 {
+                break;
+            }
+            let (h, g) = best[i];
+            if topo.hosts.get(h).is_none_or(|x| g >= x.gpus) {
+                continue; // a whole host: its GPUs are all the job's
+            }
+            let rack = rack_of.get(h).copied();
+            let candidates: Vec<HostId> = (0..free.len())
+                .filter(|&o| free[o] >= g && rack_of.get(o).copied() == rack && best.iter().all(|x| x.0 != o))
+                .collect();
+            for o in candidates {
+                let mut trial = best.clone();
+                trial[i].0 = o;
+                let c = self.foreign_bits(topo, spec, &trial);
+                if c < cost {
+                    (best, cost) = (trial, c);
+                }
+            }
+        }
+        best
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::RunningJob;
+    use orrery_model::rails::RailLeafSpine;
+
+    fn unit_of_four() -> Topology {
+        RailLeafSpine {
+            units: 1,
+            hosts_per_unit: 4,
+            gpus_per_host: 8,
+            spines: 1,
+            gpu_type: "h100".into(),
+            nic_gbps: 100.0,
+            oversubscription: 1.0,
+        }
+        .build("rails")
+        .expect("valid")
+    }
+
+    /// Llama 3 8B at TP 4 × DP 2: a replica on half a host.
+    fn tp4_dp2(id: &str) -> JobSpec {
+        let mut j = JobSpec::new(id, "llama3-8b", 1, 8, orrery_model::Work::Iterations(10), 0.0);
+        j.parallelism = Some(orrery_model::mesh::Mesh { tp: 4, dp: 2, microbatches: 2, ..Default::default() });
+        j
+    }
+
+    #[test]
+    fn a_half_host_share_goes_where_its_peers_gpus_are_on_the_same_rails() {
+        // x holds GPUs 0-3 of hosts 0 and 1 (its DP ring between them);
+        // y holds GPUs 4-7 of host 2 and 0-3 of host 3. Free: 4-7 on hosts
+        // 0, 1 and 3, 0-3 on host 2.
+        let t = unit_of_four();
+        let (x, y) = (tp4_dp2("x"), tp4_dp2("y"));
+        let (xh, yh) = ([(0usize, 4u32), (1, 4)], [(2usize, 4u32), (3, 4)]);
+        let x_gpus: Vec<(HostId, u32)> = [0, 1].iter().flat_map(|&h| (0..4).map(move |k| (h, k))).collect();
+        let y_gpus: Vec<(HostId, u32)> = (4..8).map(|k| (2, k)).chain((0..4).map(|k| (3, k))).collect();
+        let running = vec![
+            RunningJob { held_gpus: &x_gpus, ..RunningJob::new(0, &x, &xh) },
+            RunningJob { held_gpus: &y_gpus, ..RunningJob::new(1, &y, &yh) },
+        ];
+        let free = [4u32, 4, 4, 4];
+        let view = ClusterView { now_s: 0.0, topology: &t, free_gpus: &free, queue: Vec::new(), running };
+        let held = Held::of(&view, &[]);
+        let z = tp4_dp2("z");
+        // On hosts 0 (GPUs 4-7) and 2 (GPUs 0-3) z's ring crosses rails:
+        // its flows to host 2 leave host 0 on NICs 0-3, x's, and its flows
+        // to host 0 leave host 2 on NICs 4-7, y's. Every cross-host bit.
+        let misaligned = held.foreign_bits(&t, &z, &[(0, 4), (2, 4)]);
+        let placed = place(&t, &z, &[(0, 4), (2, 4)]).expect("placed");
+        let all: f64 = placed
+            .shape
+            .segments
+            .iter()
+            .filter_map(|s| match *s {
+                Segment::Comm { collective, payload_bytes, group, hosts: 2.., .. } => Some(
+                    rank_transfers(8, collective, payload_bytes, group)
+                        .iter()
+                        .filter(|&&(a, b, _)| placed.workers[a] != placed.workers[b])
+                        .map(|x| x.2)
+                        .sum::<f64>(),
+                ),
+                _ => None,
+            })
+            .sum();
+        assert!(all > 0.0 && (misaligned - all).abs() < 1e-6 * all, "{misaligned} of {all}");
+        // Hosts 0 and 1 (both 4-7 free): every flow on its own rail.
+        assert_eq!(held.foreign_bits(&t, &z, &[(0, 4), (1, 4)]), 0.0);
+        // First fit's hosts 0 and 2 are realigned to 0 and 1 (host 3 is as good
+        // as 1; the lower is tried first and kept).
+        let rack_of = crate::baseline::racks(&view);
+        assert_eq!(held.align(&t, &rack_of, &free, &z, vec![(0, 4), (2, 4)]), [(0, 4), (1, 4)]);
+        // A committed placement's GPUs count as held for the next one.
+        let mut after = held.clone();
+        after.commit(&[(0, 4), (1, 4)]);
+        assert!(after.foreign_bits(&t, &z, &[(3, 4), (2, 4)]) > 0.0);
+    }
+}
