@@ -473,7 +473,7 @@ impl Placement for BidsWhenLoaded {
 
     fn commit(&mut self, view: &ClusterView<'_>, spec: &JobSpec, hosts: &[(HostId, u32)]) {
         if self.rails {
-            self.held.commit(hosts);
+            self.held.commit(view.topology, spec, hosts);
         }
         match &mut self.unprepared {
             Some(round) => round.committed.push((spec.clone(), hosts.to_vec())),
