@@ -125,3 +125,40 @@ fn an_elastic_mesh_on_half_its_replicas_runs_the_same_iterations_each_longer() {
     assert_eq!(sim.jobs[0].status, Status::Queued);
     assert!(sim.invalid_decisions > 0);
 }
+
+#[test]
+fn on_rails_each_data_parallel_and_pipeline_flow_stays_on_its_gpus_rail() {
+    // The same mesh on h100-rails' first 8 hosts (one unit): every rank's
+    // peers in DP and PP sit at its own GPU index on another host, so each
+    // flow leaves on its own GPU's NIC, crosses that rail's switch and
+    // nothing else; TP stays inside the host.
+    let topo = setups::h100_rails().expect("builds");
+    let job = llama70b(10);
+    let hosts: Vec<_> = (0..8).map(|h| (h, 8)).collect();
+    let placed = place(&topo, &job, &hosts).expect("placed");
+    let mut crossing = std::collections::BTreeSet::new();
+    for seg in &placed.shape.segments {
+        let Segment::Comm { collective, payload_bytes, group, .. } = *seg else { continue };
+        for (s, d, _) in orrery_model::placed::rank_transfers(placed.workers.len(), collective, payload_bytes, group) {
+            let (a, b) = (placed.workers[s], placed.workers[d]);
+            let paths = orrery_model::placed::rank_paths(&topo, &placed.workers, &placed.gpus, s, d);
+            if a == b {
+                assert!(paths.is_empty(), "TP on NVLink");
+                continue;
+            }
+            crossing.insert((s, d));
+            let k = placed.gpus[s] as usize;
+            assert_eq!(placed.gpus[d] as usize, k, "peers at one index");
+            assert_eq!(paths.len(), 1);
+            let path = &paths[0];
+            assert_eq!(path.len(), 2, "one rail switch");
+            assert_eq!(path[0], topo.out_links(a)[k], "out on its own NIC");
+            assert_eq!(topo.links[path[1]].to, b);
+            assert_eq!(topo.node_name(topo.links[path[0]].to), format!("su0-rail{k}"));
+        }
+    }
+    // Pairs of ranks talking across hosts: DP 64 (each rank to its replica
+    // peer, 8 ranks and one host away),
+    // PP 16 ranks a boundary both ways at 3 boundaries.
+    assert_eq!(crossing.len(), 64 + 16 * 2 * 3);
+}
