@@ -84,6 +84,20 @@ pub struct RailLeafSpine {
 }
 
 impl RailLeafSpine {
+    /// One unit of `hosts` HGX H100 hosts (eight GPUs, each with a NIC of
+    /// `nic_gbps`) under one spine at 1:1: the smallest rail fabric.
+    pub fn h100_unit(hosts: u32, nic_gbps: f64) -> RailLeafSpine {
+        RailLeafSpine {
+            units: 1,
+            hosts_per_unit: hosts,
+            gpus_per_host: 8,
+            spines: 1,
+            gpu_type: "h100".into(),
+            nic_gbps,
+            oversubscription: 1.0,
+        }
+    }
+
     /// Builds it: hosts `h0…`, rail switches `su{u}-rail{k}`, spines
     /// `spine{s}`. Host NIC k is its k-th cable, so [`Topology::rail_of`]
     /// maps GPU k to it. O(units · gpus_per_host · spines + hosts · gpus_per_host).

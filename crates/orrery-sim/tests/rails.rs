@@ -10,17 +10,7 @@ use orrery_sim::{SimConfig, Simulation};
 /// One unit of three hosts, eight GPUs each, one 100 Gbit/s NIC per GPU on
 /// its rail switch, one spine.
 fn unit_of_three() -> Topology {
-    RailLeafSpine {
-        units: 1,
-        hosts_per_unit: 3,
-        gpus_per_host: 8,
-        spines: 1,
-        gpu_type: "h100".into(),
-        nic_gbps: 100.0,
-        oversubscription: 1.0,
-    }
-    .build("rails")
-    .expect("valid")
+    RailLeafSpine::h100_unit(3, 100.0).build("rails").expect("valid")
 }
 
 /// Llama 3 8B at TP 4 × DP 2: two replicas of four GPUs, each TP rank's

@@ -191,17 +191,7 @@ mod tests {
     use orrery_model::rails::RailLeafSpine;
 
     fn unit_of_four() -> Topology {
-        RailLeafSpine {
-            units: 1,
-            hosts_per_unit: 4,
-            gpus_per_host: 8,
-            spines: 1,
-            gpu_type: "h100".into(),
-            nic_gbps: 100.0,
-            oversubscription: 1.0,
-        }
-        .build("rails")
-        .expect("valid")
+        RailLeafSpine::h100_unit(4, 100.0).build("rails").expect("valid")
     }
 
     /// Llama 3 8B at TP 4 × DP 2: a replica on half a host.
