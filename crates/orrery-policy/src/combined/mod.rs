@@ -71,7 +71,12 @@
 //!    bandwidth-aware SGF bids (Eq. 9, alpha = 0.5), the centralised greedy
 //!    its Theorem 1 compares the auction with. On an idle fabric bids only
 //!    fragment the cluster; a host's own loaded NIC does not call them, as
-//!    bidding away from it spreads the job over more NICs.
+//!    bidding away from it spreads the job over more NICs. A mesh keeps
+//!    first fit's placement when the bids would put it on more hosts (its
+//!    TP and EP groups split over partial hosts). On a rail-optimised
+//!    fabric (part `rails`, [`rails`]) a host the placement fills only in
+//!    part may then be swapped for one of its unit whose free GPUs put
+//!    fewer bits on NICs other jobs' flows use.
 //! 5. **Interleaving** (CASSINI, [`crate::cassini::Cassini`], with
 //!    Metronome's priorities, part `interleave`): one time-shift per job from
 //!    the Affinity graph, traversed from the highest-priority job, which is
