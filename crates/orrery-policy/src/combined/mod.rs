@@ -386,6 +386,8 @@ pub struct BidsWhenLoaded {
     /// this round.
     rails: bool,
     held: rails::Held,
+    /// Each running job's NIC links ([`rails::running_nics`]), kept while its hosts are.
+    nics: PerPlacement<Vec<LinkId>>,
 }
 
 /// A round's bids not built yet: the jobs the round preempts and the
@@ -405,6 +407,7 @@ impl Default for BidsWhenLoaded {
             links: PerPlacement::default(),
             rails: false,
             held: rails::Held::default(),
+            nics: PerPlacement::default(),
         }
     }
 }
@@ -452,7 +455,11 @@ impl Placement for BidsWhenLoaded {
             self.loaded.extend(self.links.get(r.id, r.hosts, || links_of(view, r.spec, r.hosts)));
         }
         if self.rails {
-            self.held = rails::Held::of(view, leaving);
+            self.nics.forget_unless(view.running.len(), || view.running.iter().map(|r| r.id).collect());
+            let nics = &mut self.nics;
+            self.held = rails::Held::of(view, leaving, |r| {
+                nics.get(r.id, r.hosts, || rails::running_nics(view.topology, r)).clone()
+            });
         }
     }
 

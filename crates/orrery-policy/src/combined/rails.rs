@@ -28,9 +28,15 @@ pub struct Held {
 }
 
 impl Held {
-    /// The running jobs' GPUs and NIC links, but those of `leaving`.
-    /// O(hosts · G + Σ the running multi-host jobs' flows).
-    pub fn of(view: &ClusterView<'_>, leaving: &[crate::JobId]) -> Held {
+    /// The running jobs' GPUs and NIC links, but those of `leaving`; a
+    /// job's NIC links from `nics_of` (which may keep them per placement,
+    /// [`running_nics`] computes them). O(hosts · G + Σ the running jobs'
+    /// held GPUs and NIC links).
+    pub fn of<'v>(
+        view: &'v ClusterView<'v>,
+        leaving: &[crate::JobId],
+        mut nics_of: impl FnMut(&crate::RunningJob<'v>) -> Vec<LinkId>,
+    ) -> Held {
         let topo = view.topology;
         if !topo.rails {
             return Held::default();
@@ -43,23 +49,8 @@ impl Held {
                     *n = n.saturating_add(1);
                 }
             }
-            if r.paused || r.hosts.iter().all(|h| h.0 == r.hosts[0].0) {
-                continue;
-            }
-            // Its GPUs per host, sorted, as the driver chose them.
-            let mut sorted: Vec<HostId> = r.held_gpus.iter().map(|x| x.0).collect();
-            sorted.sort_unstable();
-            sorted.dedup();
-            let chosen: Vec<Vec<u32>> = sorted
-                .iter()
-                .map(|&h| {
-                    let mut ks: Vec<u32> = r.held_gpus.iter().filter(|x| x.0 == h).map(|x| x.1).collect();
-                    ks.sort_unstable();
-                    ks
-                })
-                .collect();
-            for (up, down, _) in nic_flows(topo, r.spec, r.hosts, (&sorted, &chosen)) {
-                held.nics.extend([up, down]);
+            if !r.paused {
+                held.nics.extend(nics_of(r));
             }
         }
         held
@@ -159,6 +150,31 @@ impl Held {
     }
 }
 
+/// The NIC links (out of a host and into the other) that a running job's
+/// cross-host flows use, from the GPUs the driver reports it holds; none
+/// for a job on one host. O(its flows).
+pub fn running_nics(topo: &Topology, r: &crate::RunningJob<'_>) -> Vec<LinkId> {
+    if r.hosts.iter().all(|h| h.0 == r.hosts[0].0) {
+        return Vec::new();
+    }
+    let mut sorted: Vec<HostId> = r.held_gpus.iter().map(|x| x.0).collect();
+    sorted.sort_unstable();
+    sorted.dedup();
+    let chosen: Vec<Vec<u32>> = sorted
+        .iter()
+        .map(|&h| {
+            let mut ks: Vec<u32> = r.held_gpus.iter().filter(|x| x.0 == h).map(|x| x.1).collect();
+            ks.sort_unstable();
+            ks
+        })
+        .collect();
+    let mut out: Vec<LinkId> =
+        nic_flows(topo, r.spec, r.hosts, (&sorted, &chosen)).into_iter().flat_map(|(up, down, _)| [up, down]).collect();
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
 /// The cross-host flows of `spec` on `hosts` whose GPUs per host are
 /// `chosen` (hosts `sorted`): each one's NIC out of its host, its NIC into
 /// the other, and its bits per iteration. O(flows of its cross-host
@@ -217,7 +233,7 @@ mod tests {
         ];
         let free = [4u32, 4, 4, 4];
         let view = ClusterView { now_s: 0.0, topology: &t, free_gpus: &free, queue: Vec::new(), running };
-        let held = Held::of(&view, &[]);
+        let held = Held::of(&view, &[], |r| running_nics(&t, r));
         let z = tp4_dp2("z");
         // On hosts 0 (GPUs 4-7) and 2 (GPUs 0-3) z's ring crosses rails:
         // its flows to host 2 leave host 0 on NICs 0-3, which x's ring to
@@ -262,7 +278,7 @@ mod tests {
         let (eh, e_gpus) = ([(2usize, 4u32)], [(2usize, 4u32), (2, 5), (2, 6), (2, 7)]);
         let running = vec![RunningJob { held_gpus: &e_gpus, ..RunningJob::new(2, &eval, &eh) }];
         let quiet = ClusterView { now_s: 0.0, topology: &t, free_gpus: &free, queue: Vec::new(), running };
-        let mut round = Held::of(&quiet, &[]);
+        let mut round = Held::of(&quiet, &[], |r| running_nics(&t, r));
         assert_eq!(round.foreign_bits(&t, &z, &[(0, 4), (2, 4)]), 0.0);
         round.commit(&t, &x, &xh);
         assert!((round.foreign_bits(&t, &z, &[(0, 4), (2, 4)]) - all / 2.0).abs() < 1e-6 * all);
