@@ -147,7 +147,8 @@ pub struct InForce {
     /// fabrics that can pin flows (the testbed).
     pub routes: BTreeMap<usize, Vec<usize>>,
     /// Switch queue of the job's flows (`Decision::TrafficClass`, strict
-    /// priority, 0 the default); recorded, not yet enforced by the agents.
+    /// priority, 0 the default); an agent shaping its device marks it on
+    /// the job's packets as their IP precedence (`node_agent::mark_script`).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub traffic_class: u8,
 }

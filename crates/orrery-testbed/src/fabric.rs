@@ -28,6 +28,13 @@
 //! ring; a job's throttle class still takes its port first (filter
 //! priority 17 before the pairs' 20).
 //!
+//! [`Queueing::Priority`] (issue 67: Crux's priorities, "as HTB classes,
+//! since this kernel has no prio qdisc") gives every link eight classes
+//! served by strict priority, chosen by the IP precedence a host's node
+//! agent marks on a job's packets for its `TrafficClass` (nftables in the
+//! host's namespace); the switches classify, the hosts mark, as a fabric
+//! whose switches map DSCP to priority queues.
+//!
 //! Everything is made with `ip` and `tc` from iproute2, one batch per
 //! namespace. [`Fabric`] removes its namespaces when dropped (deleting a
 //! namespace deletes its veths and qdiscs), and [`down`] removes any left
@@ -108,6 +115,11 @@ impl FabricOptions {
             queueing: match self.queueing {
                 Queueing::TailDrop => Q::TailDrop,
                 Queueing::Fair => Q::Fair,
+                Queueing::Priority => {
+                    return Err("--fabric priority: the transport models have no priority queues; \
+                                the fluid model serves traffic classes by strict priority"
+                        .into());
+                }
             },
             base_rtt_us: 150.0,
             buffer_ms: self.queue_ms.max(floor_ms),
@@ -136,6 +148,11 @@ pub enum Queueing {
     /// A class and a FIFO of `queue_ms` per pair of hosts whose paths cross
     /// the link, served in turn (htb): each flow gets an equal share.
     Fair,
+    /// A switch's strict-priority queues (Crux's, §4.3): eight classes per
+    /// link, chosen by the packet's IP precedence ([`class_tos`]), each
+    /// with its own FIFO; htb lends the link to the highest backlogged
+    /// class first.
+    Priority,
 }
 
 impl std::str::FromStr for Queueing {
@@ -145,7 +162,8 @@ impl std::str::FromStr for Queueing {
         match s {
             "tail-drop" => Ok(Queueing::TailDrop),
             "fair" => Ok(Queueing::Fair),
-            _ => Err(format!("expected tail-drop or fair, found {s:?}")),
+            "priority" => Ok(Queueing::Priority),
+            _ => Err(format!("expected tail-drop, fair or priority, found {s:?}")),
         }
     }
 }
@@ -155,6 +173,7 @@ impl std::fmt::Display for Queueing {
         f.write_str(match self {
             Queueing::TailDrop => "tail-drop",
             Queueing::Fair => "fair",
+            Queueing::Priority => "priority",
         })
     }
 }
@@ -204,6 +223,51 @@ fn fair_lines(dev: &str, rate: u64, queue: u64, ends: &[(Ipv4Addr, Ipv4Addr)]) -
 /// (minor ids from 0x1000: the node agents' throttle classes sit below).
 fn pair_class(k: usize) -> String {
     format!("1:{:x}", 0x1000 + k)
+}
+
+/// Traffic classes of a [`Queueing::Priority`] link (IEEE 802.1p's eight;
+/// `Decision::TrafficClass`'s 0 ..= 7, 7 the highest).
+pub const TRAFFIC_CLASSES: u8 = 8;
+
+/// The TOS bits that put a packet in traffic class `class`: the IP
+/// precedence (bits 5–7), beside the path pin's bits 2–4 ([`path_tos`]),
+/// which the switches' routing rules match alone (the kernel masks a
+/// legacy `tos` rule to those bits).
+pub fn class_tos(class: u8) -> u8 {
+    (class.min(TRAFFIC_CLASSES - 1)) << 5
+}
+
+/// The htb class of traffic class `class` on a [`Queueing::Priority`] link:
+/// class 0 is the default leaf `1:10`, class k the leaf `1:1k`.
+fn priority_class(class: u8) -> String {
+    format!("1:{:x}", 0x10 + class as u32)
+}
+
+/// The tc lines that make a link's device `dev` (shaped at `rate` bit/s,
+/// its FIFOs `queue` bytes) a strict-priority switch port: the default leaf
+/// `1:10` and a leaf per traffic class 1..=7, each guaranteed a thousandth
+/// of the rate (htb needs a rate; a class is never starved outright),
+/// ceiling the link's rate, htb priority 7 − class (htb lends spare rate to
+/// its lowest `prio` first), its own FIFO, and a u32 filter on the IP
+/// precedence. Class 0 replaces the default leaf's lines. O(classes).
+fn priority_lines(dev: &str, rate: u64, queue: u64) -> Vec<String> {
+    let floor = (rate / 1000).max(8_000);
+    let mut lines = Vec::with_capacity(3 * TRAFFIC_CLASSES as usize);
+    for class in 0..TRAFFIC_CLASSES {
+        let id = priority_class(class);
+        let prio = TRAFFIC_CLASSES - 1 - class;
+        lines.push(format!(
+            "class add dev {dev} parent 1:1 classid {id} htb rate {floor}bit ceil {rate}bit prio {prio} quantum 60000"
+        ));
+        lines.push(format!("qdisc add dev {dev} parent {id} handle {:x}: bfifo limit {queue}", 0x10 + class as u32));
+        if class > 0 {
+            lines.push(format!(
+                "filter add dev {dev} parent 1: protocol ip prio 20 u32 match ip tos {:#04x} 0xe0 classid {id}",
+                class_tos(class)
+            ));
+        }
+    }
+    lines
 }
 
 /// One end of a cable.
@@ -481,10 +545,14 @@ impl Fabric {
             tc_lines[n].push(format!(
                 "class add dev {dev} parent 1: classid 1:1 htb rate {rate}bit ceil {rate}bit quantum 60000"
             ));
-            tc_lines[n].push(format!(
-                "class add dev {dev} parent 1:1 classid 1:10 htb rate {rate}bit ceil {rate}bit quantum 60000"
-            ));
-            tc_lines[n].push(format!("qdisc add dev {dev} parent 1:10 handle 10: bfifo limit {queue}"));
+            if self.options.queueing == Queueing::Priority {
+                tc_lines[n].extend(priority_lines(dev, rate, queue));
+            } else {
+                tc_lines[n].push(format!(
+                    "class add dev {dev} parent 1:1 classid 1:10 htb rate {rate}bit ceil {rate}bit quantum 60000"
+                ));
+                tc_lines[n].push(format!("qdisc add dev {dev} parent 1:10 handle 10: bfifo limit {queue}"));
+            }
             if let Some(pairs) = crossing.get(l) {
                 let ends: Vec<(Ipv4Addr, Ipv4Addr)> =
                     pairs.iter().map(|&(a, b)| (self.host_addrs[a], self.host_addrs[b])).collect();
@@ -738,7 +806,29 @@ mod tests {
         assert!(lines[9].contains("classid 1:1003"));
         assert_eq!("fair".parse::<Queueing>(), Ok(Queueing::Fair));
         assert_eq!(Queueing::TailDrop.to_string(), "tail-drop");
-        assert!("fq".parse::<Queueing>().expect_err("refused").contains("tail-drop or fair"));
+        assert!("fq".parse::<Queueing>().expect_err("refused").contains("tail-drop, fair or priority"));
+    }
+
+    #[test]
+    fn a_priority_link_has_eight_classes_chosen_by_ip_precedence() {
+        assert_eq!("priority".parse::<Queueing>(), Ok(Queueing::Priority));
+        let lines = priority_lines("p0", 500_000_000, 131_072);
+        // Per class: its leaf, its FIFO and (but class 0, the default) its filter.
+        assert_eq!(lines.len(), 3 * 8 - 1);
+        assert_eq!(
+            lines[0],
+            "class add dev p0 parent 1:1 classid 1:10 htb rate 500000bit ceil 500000000bit prio 7 quantum 60000"
+        );
+        assert_eq!(lines[1], "qdisc add dev p0 parent 1:10 handle 10: bfifo limit 131072");
+        let top = &lines[lines.len() - 3..];
+        assert!(top[0].contains("classid 1:17 htb") && top[0].contains("prio 0 "), "{top:?}");
+        assert_eq!(top[2], "filter add dev p0 parent 1: protocol ip prio 20 u32 match ip tos 0xe0 0xe0 classid 1:17");
+        // The precedence bits leave the path pin's alone.
+        for (class, path) in [(7, 6), (1, 0), (3, 4)] {
+            assert_eq!(class_tos(class) & path_tos(path), 0);
+            assert_eq!((class_tos(class) | path_tos(path)) & 0x1c, path_tos(path));
+        }
+        assert_eq!(class_tos(9), 0xe0, "classes above 7 are 7");
     }
 
     #[test]

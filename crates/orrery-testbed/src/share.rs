@@ -10,6 +10,13 @@
 //! most of a shallow buffer from cubic); on a fair one
 //! ([`Queueing::Fair`](crate::fabric::Queueing::Fair)) each flow gets its
 //! share whatever its congestion control.
+//!
+//! With `classes`, flow i's packets are marked with traffic class
+//! `classes[i]` by the node agent's own nftables script
+//! ([`orrery_serve::node_agent::mark_script`]) in its sender's namespace;
+//! on a [`Queueing::Priority`](crate::fabric::Queueing::Priority) fabric
+//! the highest backlogged class then takes the link (Crux's priority
+//! queues, §4.3).
 
 use crate::fabric::{Fabric, FabricOptions, TCP_GOODPUT};
 use crate::throttle::transfer;
@@ -27,6 +34,8 @@ pub struct ShareOptions {
     pub seconds: f64,
     /// Left out at the start (TCP's ramp-up), s.
     pub warmup_s: f64,
+    /// Traffic class of each flow (empty: all 0, unmarked).
+    pub classes: Vec<u8>,
     /// The fabric (its links run at 100 Gbit/s times `scale`).
     pub fabric: FabricOptions,
 }
@@ -36,6 +45,8 @@ pub struct ShareOptions {
 pub struct ShareRow {
     /// Its congestion control.
     pub congestion_control: String,
+    /// Its traffic class (0: unmarked).
+    pub class: u8,
     /// TCP payload the receiver counted after the warm-up, Mbit/s.
     pub measured_mbps: f64,
     /// Its fair share of the link's payload rate, Mbit/s.
@@ -59,6 +70,12 @@ pub fn check(opts: &ShareOptions) -> Result<Vec<ShareRow>> {
     }
     if !(opts.seconds > opts.warmup_s && opts.warmup_s >= 0.0) {
         bail!("seconds ({}) must exceed the warm-up ({})", opts.seconds, opts.warmup_s);
+    }
+    if !opts.classes.is_empty() && opts.classes.len() != n {
+        bail!("--classes: expected one traffic class per flow ({n}), found {}", opts.classes.len());
+    }
+    if let Some(c) = opts.classes.iter().find(|&&c| c >= crate::fabric::TRAFFIC_CLASSES) {
+        bail!("--classes: expected traffic classes 0 to {}, found {c}", crate::fabric::TRAFFIC_CLASSES - 1);
     }
     let mut notes = Vec::new();
     for cc in &opts.congestion_controls {
@@ -86,6 +103,16 @@ pub fn check(opts: &ShareOptions) -> Result<Vec<ShareRow>> {
 
 fn measure(fabric: &Fabric, opts: &ShareOptions) -> Result<Vec<ShareRow>> {
     let n = opts.congestion_controls.len();
+    let class = |i: usize| opts.classes.get(i).copied().unwrap_or(0);
+    // As a node agent marks a job: its data at the sender, its acks at the receiver.
+    for i in (0..n).filter(|&i| class(i) > 0) {
+        let port = [BASE_PORT + i as u16];
+        for (host, to, from) in [(i, &port[..], &[][..]), (n + i, &[][..], &port[..])] {
+            let script = orrery_serve::node_agent::mark_script(i, class(i), to, from);
+            orrery_serve::node_agent::run_nft(Some(fabric.host_netns(host)), &script)
+                .map_err(|e| anyhow::anyhow!(e))?;
+        }
+    }
     let fair_mbps = LINK_GBPS * 1e3 * fabric.options.scale * TCP_GOODPUT / n as f64;
     let flows: Vec<std::thread::JoinHandle<Result<f64>>> = opts
         .congestion_controls
@@ -105,6 +132,7 @@ fn measure(fabric: &Fabric, opts: &ShareOptions) -> Result<Vec<ShareRow>> {
         let measured_mbps = flow.join().map_err(|_| anyhow::anyhow!("a transfer's thread panicked"))??;
         rows.push(ShareRow {
             congestion_control: cc.clone(),
+            class: class(rows.len()),
             measured_mbps,
             fair_mbps,
             share: measured_mbps / fair_mbps,
@@ -123,9 +151,14 @@ mod tests {
             congestion_controls: ccs.iter().map(|c| c.to_string()).collect(),
             seconds,
             warmup_s: 1.0,
+            classes: Vec::new(),
             fabric: FabricOptions::default(),
         };
         assert!(check(&opts(&["cubic"], 3.0)).expect_err("one flow").to_string().contains("expected 2 to 8"));
         assert!(check(&opts(&["cubic", "bbr"], 0.5)).expect_err("short").to_string().contains("must exceed"));
+        let three = ShareOptions { classes: vec![7, 0, 1], ..opts(&["cubic", "bbr"], 3.0) };
+        assert!(check(&three).expect_err("3 classes").to_string().contains("one traffic class per flow (2)"));
+        let eight = ShareOptions { classes: vec![8, 0], ..opts(&["cubic", "bbr"], 3.0) };
+        assert!(check(&eight).expect_err("class 8").to_string().contains("classes 0 to 7, found 8"));
     }
 }

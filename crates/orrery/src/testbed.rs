@@ -89,6 +89,10 @@ pub struct ShareArgs {
     /// One flow per congestion control, all at once (2 to 8).
     #[arg(long, value_delimiter = ',', default_value = "bbr,cubic")]
     cc: Vec<String>,
+    /// Traffic class of each flow, marked as the node agent marks a job's
+    /// `TrafficClass` (try `--fabric priority --classes 7,0`; default: all 0).
+    #[arg(long, value_delimiter = ',')]
+    classes: Vec<u8>,
     #[command(flatten)]
     transfers: TransferArgs,
 }
@@ -221,9 +225,10 @@ pub struct FabricArgs {
     #[arg(long, default_value = "orr")]
     pub prefix: String,
     /// How each link queues its flows: `tail-drop` (one FIFO, TCP's flows
-    /// take what their congestion controls win) or `fair` (a class and a
+    /// take what their congestion controls win), `fair` (a class and a
     /// FIFO per host pair, served in turn: equal shares per flow, as RDMA's
-    /// DCQCN converges to).
+    /// DCQCN converges to) or `priority` (eight strict-priority classes by
+    /// IP precedence, which the node agents mark for Crux's `TrafficClass`).
     #[arg(long, default_value = "tail-drop")]
     pub fabric: orrery_testbed::fabric::Queueing,
 }
@@ -303,16 +308,20 @@ fn share(args: &ShareArgs) -> Result<()> {
     use orrery_testbed::share::{ShareOptions, check};
     let opts = ShareOptions {
         congestion_controls: args.cc.clone(),
+        classes: args.classes.clone(),
         seconds: args.transfers.seconds,
         warmup_s: args.transfers.warmup_s,
         fabric: args.transfers.fabric.options(),
     };
     let rows = check(&opts)?;
     println!("fabric: {}", opts.fabric.queueing);
-    println!("| flow | congestion control | measured (Mbit/s) | fair share (Mbit/s) | measured / fair |");
-    println!("|---:|---|---:|---:|---:|");
+    println!("| flow | congestion control | class | measured (Mbit/s) | fair share (Mbit/s) | measured / fair |");
+    println!("|---:|---|---:|---:|---:|---:|");
     for (i, r) in rows.iter().enumerate() {
-        println!("| {i} | {} | {:.1} | {:.1} | {:.3} |", r.congestion_control, r.measured_mbps, r.fair_mbps, r.share);
+        println!(
+            "| {i} | {} | {} | {:.1} | {:.1} | {:.3} |",
+            r.congestion_control, r.class, r.measured_mbps, r.fair_mbps, r.share
+        );
     }
     args.transfers.write(&rows)
 }

@@ -62,6 +62,8 @@ pub mod process;
 pub use process::ProcessReport;
 use process::serve_socket;
 
+mod classes;
+pub use classes::{mark_script, run_nft};
 mod fence;
 mod ranks;
 pub use ranks::{GRACE, MAX_RANK_RESTARTS, restart_backoff};
@@ -154,6 +156,8 @@ struct State {
     gpu_jobs: Vec<Vec<JobId>>,
     /// Throttles installed with tc.
     shaped: HashMap<JobId, Shaped>,
+    /// Traffic classes marked with nftables: (epoch, class) per job.
+    marked: HashMap<JobId, (u64, u8)>,
     /// This host's clock against the service's (NTP over heartbeats).
     clock: crate::clock::ClockOffset,
     /// The slot delay handed out for (job, epoch, iteration), until its
@@ -614,10 +618,18 @@ fn apply_assignments(shared: &Shared, jobs: Vec<Assignment>) {
     s.jobs = new;
     let o = &shared.opts;
     let tc = o.shape_dev.as_ref().map(|dev| throttle_commands(&mut s, o.netns.as_deref(), dev, o.rate_scale, &o.name));
+    let st = &mut *s;
+    let marks = o.shape_dev.as_ref().map(|_| classes::mark_scripts(&mut st.marked, st.jobs.values(), &o.name));
     drop(s);
     shared.changed.notify_waiters();
     for args in tc.into_iter().flatten() {
         run_tc(&args);
+    }
+    for script in marks.into_iter().flatten() {
+        match run_nft(o.netns.as_deref(), &script) {
+            Ok(()) => tracing::info!("nft: {}", script.lines().last().unwrap_or_default()),
+            Err(e) => tracing::error!("{e}"),
+        }
     }
 }
 
@@ -646,14 +658,7 @@ fn throttle_commands(s: &mut State, netns: Option<&str>, dev: &str, scale: f64, 
     let mut want: HashMap<JobId, (Shaped, Vec<u16>)> = HashMap::new();
     for a in s.jobs.values() {
         let Some(g) = a.in_force.throttle_gbps.filter(|g| g.is_finite() && *g > 0.0) else { continue };
-        let n = a.workers.len().max(1);
-        let ports: Vec<u16> = a
-            .ranks
-            .iter()
-            .map(|&r| (r as usize + 1) % n)
-            .filter(|&next| a.workers.get(next).is_some_and(|w| w != host))
-            .map(|next| crate::api::worker_port(a.job, next as u32))
-            .collect();
+        let ports = successor_ports(a, host);
         let rate_bps = (g * 1e9 * scale * ports.len().max(1) as f64).round().max(8_000.0) as u64;
         want.insert(a.job, (Shaped { epoch: a.epoch, rate_bps }, ports));
     }
@@ -680,6 +685,19 @@ fn throttle_commands(s: &mut State, netns: Option<&str>, dev: &str, scale: f64, 
         out.extend(throttle_class_commands(netns, dev, job, shaped.rate_bps, ports));
     }
     out
+}
+
+/// The data ports ([`crate::api::worker_port`]) of the ring successors, on
+/// other hosts, of a job's ranks here: the destination ports of the job's
+/// packets that leave this host. O(ranks here).
+fn successor_ports(a: &Assignment, host: &str) -> Vec<u16> {
+    let n = a.workers.len().max(1);
+    a.ranks
+        .iter()
+        .map(|&r| (r as usize + 1) % n)
+        .filter(|&next| a.workers.get(next).is_some_and(|w| w != host))
+        .map(|next| crate::api::worker_port(a.job, next as u32))
+        .collect()
 }
 
 /// tc commands (arguments after `tc`) that cap job `job`'s packets on
