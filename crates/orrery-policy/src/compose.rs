@@ -252,6 +252,10 @@ pub const CATALOGUE: &[(&str, &str)] = &[
         "metronome whose controller only pauses (orrery's variant): no re-profiling of a job that stays slow after a pause",
     ),
     (
+        "metronome:measured",
+        "metronome measured first (issue 68): a job it would pace runs unpaced until its controller's rule measures it slow (over 110% of its slot more than 5 times in 10), and its pace is removed when the next 10 iterations are no shorter",
+    ),
+    (
         "metronome:open-loop",
         "metronome whose slots keep the modelled period (the paper's rule): they do not follow the reference job's measured period and phase",
     ),
@@ -433,6 +437,11 @@ pub fn by_name(name: &str, seed: u64) -> Option<Box<dyn Policy>> {
         "metronome:pause-only" => {
             let mut m = crate::metronome::Metronome::default();
             m.reprofile = false;
+            return Some(Box::new(m));
+        }
+        "metronome:measured" => {
+            let mut m = crate::metronome::Metronome::default();
+            m.measured = true;
             return Some(Box::new(m));
         }
         "metronome:open-loop" => {

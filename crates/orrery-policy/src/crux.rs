@@ -29,8 +29,11 @@
 //!
 //! What it does not do: place jobs, shift or pace them in time, or change a
 //! job's class or route while a flow of it is in flight (the simulator
-//! applies a route to the flows that start after it). The live agents record
-//! the class but do not enforce it yet.
+//! applies a route to the flows that start after it). On the live service a
+//! node agent marks each job's class on its packets as their IP precedence
+//! (`orrery_serve::node_agent::mark_script`); a fabric whose switches queue
+//! by it (the testbed's `--fabric priority`) serves the classes by strict
+//! priority.
 
 use crate::{ClusterView, Decision, JobId, Policy};
 use orrery_model::placed::{place, transfers};

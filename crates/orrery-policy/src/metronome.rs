@@ -120,6 +120,16 @@ pub struct Metronome {
     /// Closed-loop slots: the slots follow each reference's measured
     /// period and phase (off: `metronome:open-loop`, the model's period).
     pub closed_loop: bool,
+    /// Measured first (`metronome:measured`, issue 68): a low-priority job
+    /// the global offset would pace runs unpaced until the controller's own
+    /// rule (more than O_T of a window over A_T × its slot) measures it
+    /// slow; its pace is then weighed over the next window and removed when
+    /// its iterations are no shorter than before.
+    pub measured: bool,
+    /// Paces applied on a measurement.
+    pub applied_on_measurement: u64,
+    /// Paces applied on a measurement and removed for no gain.
+    pub given_up_on_measurement: u64,
     /// Each reference job's measured period.
     tracks: HashMap<JobId, PeriodEstimate>,
     /// Slots re-timed to a reference's measured period or phase.
@@ -164,6 +174,29 @@ struct Watch {
     realigned_at: Option<u64>,
     /// Sum of the iteration times since the last re-alignment.
     since_ms: f64,
+    /// Whether its pace is in force (`metronome:measured` defers it).
+    gate: Gate,
+}
+
+/// Where a watched job's pace stands under `metronome:measured`.
+#[derive(Debug, Clone, PartialEq)]
+enum Gate {
+    /// Paced (always, without `measured`).
+    Paced,
+    /// Not paced until its iterations are measured slow.
+    Deferred,
+    /// Paced on a measurement: the median of its window before, ms, and its
+    /// iterations since (weighed when they fill a window).
+    Trial { before_ms: f64, after: Vec<f64> },
+    /// Its pace gained nothing and was removed: left alone until placed again.
+    GivenUp,
+}
+
+/// The median of a few values (the upper one of an even count). O(n log n).
+fn median(values: &[f64]) -> f64 {
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(0.0)
 }
 
 impl Watch {
@@ -180,6 +213,7 @@ impl Watch {
             seen: 0,
             realigned_at: None,
             since_ms: 0.0,
+            gate: Gate::Paced,
         }
     }
 }
@@ -246,6 +280,9 @@ impl Default for Metronome {
             readjustments: 0,
             reprofiles: 0,
             closed_loop: true,
+            measured: false,
+            applied_on_measurement: 0,
+            given_up_on_measurement: 0,
             tracks: HashMap::new(),
             retimings: 0,
             running_circles: HashMap::new(),
@@ -329,7 +366,8 @@ impl Metronome {
         }
         self.watched.remove(&job);
         let component = components(self.schemes.values());
-        let paces = self.global_offset(view, job, &[], &component);
+        // (The re-profiled job was paced: it stays so.)
+        let paces = self.global_offset(view, job, &[], &component, false);
         // "When necessary" (§III-C): the new rotation is adopted only if it
         // paces the job no slower than it already runs. The unified circle
         // rounds periods up, and a job paced at a longer period than its
@@ -357,13 +395,16 @@ impl Metronome {
     /// the high-priority jobs are never moved. A job is paced at its period
     /// on the unified circle of the node through which the BFS reaches it.
     /// `component` labels the graph's components ([`components`]). O(schemes)
-    /// to index the component, then O(edges of the component).
+    /// to index the component, then O(edges of the component). A job
+    /// watched for the first time is deferred instead when `defer_new`
+    /// (`metronome:measured`), and a deferred one stays so.
     fn global_offset(
         &mut self,
         view: &ClusterView<'_>,
         job: JobId,
         out: &[Decision],
         component: &HashMap<JobId, JobId>,
+        defer_new: bool,
     ) -> Vec<Decision> {
         let Some(&label) = component.get(&job) else { return Vec::new() };
         let mut members: Vec<JobId> = component.iter().filter(|(_, l)| **l == label).map(|(&j, _)| j).collect();
@@ -428,16 +469,26 @@ impl Metronome {
             if k == reference || priority(k) != orrery_model::Priority::Low || period_ms <= 0.0 {
                 continue;
             }
-            let same = self.watched.get(&k).is_some_and(|w| {
+            let old = self.watched.get(&k);
+            let same = old.is_some_and(|w| {
                 w.reference == reference
                     && (w.model_period_ms - period_ms).abs() <= 1e-9 * period_ms
                     && (w.model_rel_ms - rel_ms).abs() <= 1e-6
             });
-            if same {
+            let old_gate = old.map(|w| w.gate.clone());
+            if same || old_gate == Some(Gate::GivenUp) {
                 continue;
             }
             let offset_s = start_s + rel_ms / 1e3;
-            self.watched.insert(k, Watch::new(period_ms, rel_ms, ref_alone_ms, offset_s, reference));
+            let mut watch = Watch::new(period_ms, rel_ms, ref_alone_ms, offset_s, reference);
+            // Measured first: a job not yet paced stays unpaced until its
+            // iterations say it collides (`control`).
+            if old_gate == Some(Gate::Deferred) || (old_gate.is_none() && defer_new) {
+                watch.gate = Gate::Deferred;
+                self.watched.insert(k, watch);
+                continue;
+            }
+            self.watched.insert(k, watch);
             paces.push(Decision::Pace { job: k, period_ms, offset_s });
         }
         paces
@@ -455,7 +506,8 @@ impl Policy for Metronome {
         let loops = if self.loop_filter { "" } else { ":place-on-loops" };
         let pauses = if self.reprofile { "" } else { ":pause-only" };
         let open = if self.closed_loop { "" } else { ":open-loop" };
-        format!("{base}{loops}{pauses}{open}")
+        let measured = if self.measured { ":measured" } else { "" };
+        format!("{base}{loops}{pauses}{open}{measured}")
     }
 
     fn schedule(&mut self, view: &ClusterView<'_>) -> Vec<Decision> {
@@ -523,7 +575,7 @@ impl Policy for Metronome {
             if !schemes.is_empty() {
                 self.schemes.extend(schemes);
                 component = components(self.schemes.values());
-                let paces = self.global_offset(view, job.id, &out, &component);
+                let paces = self.global_offset(view, job.id, &out, &component, self.measured);
                 out.extend(paces);
             }
         }
@@ -541,6 +593,8 @@ impl Policy for Metronome {
             ("metronome_readjustments", self.readjustments as f64),
             ("metronome_reprofiles", self.reprofiles as f64),
             ("metronome_retimings", self.retimings as f64),
+            ("metronome_applied_on_measurement", self.applied_on_measurement as f64),
+            ("metronome_given_up_on_measurement", self.given_up_on_measurement as f64),
         ]
     }
 
@@ -553,7 +607,12 @@ impl Policy for Metronome {
     /// driver may fast-forward it. O(window).
     fn watches(&self, job: JobId) -> bool {
         let slow = self.thresholds.slow_factor;
-        self.monitor && self.watched.get(&job).is_some_and(|w| w.recent.iter().any(|&ms| ms > slow * w.period_ms))
+        self.monitor
+            && self.watched.get(&job).is_some_and(|w| match w.gate {
+                Gate::Deferred | Gate::Trial { .. } => true,
+                Gate::GivenUp => false,
+                Gate::Paced => w.recent.iter().any(|&ms| ms > slow * w.period_ms),
+            })
     }
 
     /// A paced job (the controller's window), a reference of paced jobs
@@ -564,7 +623,7 @@ impl Policy for Metronome {
     /// among the others on its nodes (re-profiling): then at everything.
     /// O(window + paced jobs), as `follow_reference` is.
     fn iteration_needs(&self, job: JobId, it: &Iteration) -> IterationNeeds {
-        let paced = if self.monitor { self.watched.get(&job) } else { None };
+        let paced = if self.monitor { self.watched.get(&job).filter(|w| w.gate != Gate::GivenUp) } else { None };
         let is_reference = self.closed_loop && self.watched.is_reference(job);
         let stale = self.closed_loop && self.tracks.contains_key(&job);
         if paced.is_none() && !is_reference && !stale {
@@ -670,8 +729,11 @@ impl Metronome {
             w.period_ms = period_ms;
             w.rel_ms = w.model_rel_ms * scale;
             w.offset_s = next_start_s + w.rel_ms.rem_euclid(period_ms) / 1e3;
-            self.retimings += 1;
-            out.push(Decision::Pace { job: k, period_ms, offset_s: w.offset_s });
+            // A job not paced (deferred, given up) keeps its slot for later.
+            if matches!(w.gate, Gate::Paced | Gate::Trial { .. }) {
+                self.retimings += 1;
+                out.push(Decision::Pace { job: k, period_ms, offset_s: w.offset_s });
+            }
         }
         out
     }
@@ -683,11 +745,43 @@ impl Metronome {
             return Vec::new();
         }
         let Some(w) = self.watched.get_mut(&job) else { return Vec::new() };
+        if w.gate == Gate::GivenUp {
+            return Vec::new();
+        }
         w.recent.push(iteration_ms);
         w.seen += 1;
         w.since_ms += iteration_ms;
         if w.recent.len() > th.window {
             w.recent.remove(0);
+        }
+        if w.gate == Gate::Deferred {
+            return self.apply_when_slow(view, job);
+        }
+        // A pace applied on a measurement is weighed over the next window,
+        // in which the controller does not act.
+        if let Gate::Trial { before_ms, after } = &mut w.gate {
+            after.push(iteration_ms);
+            if after.len() == th.window {
+                let (before_ms, now_ms) = (*before_ms, median(after));
+                w.recent.clear();
+                if now_ms >= 0.99 * before_ms {
+                    w.gate = Gate::GivenUp;
+                    self.given_up_on_measurement += 1;
+                    return vec![
+                        Decision::Pace { job, period_ms: 0.0, offset_s: 0.0 },
+                        Decision::Note {
+                            job,
+                            text: format!(
+                                "metronome: paced, its iterations took {now_ms:.1} ms (median of {}) against \
+                                 {before_ms:.1} ms before: no gain, pace removed",
+                                th.window
+                            ),
+                        },
+                    ];
+                }
+                w.gate = Gate::Paced;
+            }
+            return Vec::new();
         }
         // More than O_T of the last `window` iterations over A_T × the slot:
         // stop and wait for the slot the reference job's current phase gives.
@@ -723,6 +817,44 @@ impl Metronome {
                 vec![Decision::Pace { job, period_ms: 0.0, offset_s: 0.0 }]
             }
         }
+    }
+}
+
+impl Metronome {
+    /// `metronome:measured`: a deferred job's window, judged by the
+    /// controller's own rule (more than O_T iterations over A_T × its
+    /// slot). Slow, it is paced in its slot from its reference's current
+    /// start, with a note of the measurement, and its pace goes on trial
+    /// against the window's median. O(window log window).
+    fn apply_when_slow(&mut self, view: &ClusterView<'_>, job: JobId) -> Vec<Decision> {
+        let th = self.thresholds;
+        let Some(w) = self.watched.get_mut(&job) else { return Vec::new() };
+        if !th.trip(&w.recent, w.period_ms) {
+            return Vec::new();
+        }
+        let Some(r) = view.running.iter().find(|r| r.id == w.reference) else { return Vec::new() };
+        let slow = w.recent.iter().filter(|&&ms| ms > th.slow_factor * w.period_ms).count();
+        let before_ms = median(&w.recent);
+        w.gate = Gate::Trial { before_ms, after: Vec::new() };
+        w.recent.clear();
+        w.since_ms = 0.0;
+        w.realigned_at = Some(w.seen);
+        w.offset_s = r.iteration_start_s + w.rel_ms.rem_euclid(w.period_ms) / 1e3;
+        self.applied_on_measurement += 1;
+        vec![
+            Decision::Note {
+                job,
+                text: format!(
+                    "metronome: measured {slow} of its last {} iterations over {:.0}% of its {:.1} ms slot (median \
+                     {before_ms:.1} ms) beside {}; pacing it",
+                    th.window,
+                    100.0 * th.slow_factor,
+                    w.period_ms,
+                    r.spec.id
+                ),
+            },
+            Decision::Pace { job, period_ms: w.period_ms, offset_s: w.offset_s },
+        ]
     }
 }
 

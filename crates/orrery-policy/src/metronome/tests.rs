@@ -529,3 +529,87 @@ fn the_driver_builds_the_view_only_of_what_an_iteration_touches() {
     assert_eq!(m.iteration_needs(1, &slow), IterationNeeds::All, "the sixth does");
     assert!(!m.on_iteration(&view, 1, slow).is_empty(), "and the controller acts on it");
 }
+
+/// `metronome:measured` (issue 68): "lo" placed beside "hi" is not paced;
+/// its iterations, reported in a view where both run, come back with
+/// what the policy decided on each.
+fn measured_pair() -> (Metronome, Topology, JobSpec, JobSpec, f64) {
+    let (t, high, low) = ring_pair(1000);
+    let period_ms = pace_low(&mut Metronome::default(), &t, &high, &low);
+    let mut m = Metronome { measured: true, ..Metronome::default() };
+    let view = ClusterView {
+        now_s: 5.0,
+        topology: &t,
+        free_gpus: &[1, 0, 1, 0],
+        queue: vec![QueuedJob::new(1, &low, 0.0)],
+        running: vec![RunningJob { iteration_start_s: 4.9, ..RunningJob::new(0, &high, &PAIR_HOSTS) }],
+    };
+    let d = m.schedule(&view);
+    assert!(placed(&d, 1).is_some(), "{d:?}");
+    assert!(!d.iter().any(|d| matches!(d, Decision::Pace { .. })), "not paced before a measurement: {d:?}");
+    (m, t, high, low, period_ms)
+}
+
+/// Reports `times` of "lo" one by one; every decision, by iteration.
+fn report(m: &mut Metronome, t: &Topology, high: &JobSpec, low: &JobSpec, times: &[f64]) -> Vec<Vec<Decision>> {
+    let view = ClusterView {
+        now_s: 20.0,
+        topology: t,
+        free_gpus: &[0, 0, 0, 0],
+        queue: Vec::new(),
+        running: vec![
+            RunningJob { iteration_start_s: 19.9, ..RunningJob::new(0, high, &PAIR_HOSTS) },
+            RunningJob { iteration_start_s: 19.5, ..RunningJob::new(1, low, &PAIR_HOSTS) },
+        ],
+    };
+    times.iter().map(|&ms| m.on_iteration(&view, 1, Iteration::of(ms))).collect()
+}
+
+#[test]
+fn measured_first_paces_a_job_only_once_it_is_measured_slow() {
+    let (mut m, t, high, low, period_ms) = measured_pair();
+    assert_eq!(m.name(), "metronome:measured");
+    assert!(m.watches(1), "a deferred job's every iteration is needed");
+    // Twenty iterations at its slot period, five of each ten 30% over:
+    // never more than O_T = 5 slow in a window, nothing is decided.
+    let calm: Vec<f64> = (0..20).map(|i| if i % 2 == 1 { 1.3 * period_ms } else { period_ms }).collect();
+    assert!(report(&mut m, &t, &high, &low, &calm).iter().all(|d| d.is_empty()));
+    // A sixth slow iteration in the window trips the controller's rule:
+    // "lo" is paced in its slot, with a note of the measurement.
+    let out = report(&mut m, &t, &high, &low, &[1.3 * period_ms]).remove(0);
+    assert!(
+        matches!(out.as_slice(), [Decision::Note { job: 1, text }, Decision::Pace { job: 1, period_ms: p, .. }]
+            if *p == period_ms && text.contains("measured 6 of its last 10 iterations over 110%")),
+        "{out:?}"
+    );
+    assert_eq!(m.applied_on_measurement, 1);
+    // Paced, it runs its slot: 1.0 against the 1.3 median before, kept.
+    let paced = report(&mut m, &t, &high, &low, &[period_ms; 10]);
+    assert!(paced.iter().all(|d| d.is_empty()), "{paced:?}");
+    assert_eq!(m.given_up_on_measurement, 0);
+    // From then on the stop-and-wait controller watches it as any paced job.
+    let slow = report(&mut m, &t, &high, &low, &[1.3 * period_ms; 6]);
+    assert!(matches!(slow[5].as_slice(), [Decision::Pace { job: 1, .. }]), "{slow:?}");
+    assert_eq!(m.readjustments, 1);
+}
+
+#[test]
+fn measured_first_removes_a_pace_that_does_not_shorten_the_iterations() {
+    // On a transport where the rings part by themselves, the pace only
+    // adds waiting: "lo" runs 30% over its slot before and after.
+    let (mut m, t, high, low, period_ms) = measured_pair();
+    let before = report(&mut m, &t, &high, &low, &[1.3 * period_ms; 6]);
+    assert!(matches!(before[5].as_slice(), [Decision::Note { .. }, Decision::Pace { job: 1, .. }]), "{before:?}");
+    let after = report(&mut m, &t, &high, &low, &[1.3 * period_ms; 10]);
+    assert!(after[..9].iter().all(|d| d.is_empty()), "the controller waits out the trial: {after:?}");
+    assert!(
+        matches!(after[9].as_slice(), [Decision::Pace { job: 1, period_ms: p, .. }, Decision::Note { job: 1, text }]
+            if *p <= 0.0 && text.contains("no gain, pace removed")),
+        "{:?}",
+        after[9]
+    );
+    assert_eq!(m.given_up_on_measurement, 1);
+    // Given up: left alone, and its iterations are no longer needed.
+    assert!(!m.watches(1));
+    assert!(report(&mut m, &t, &high, &low, &[2.0 * period_ms; 12]).iter().all(|d| d.is_empty()));
+}
