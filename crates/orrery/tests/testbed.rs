@@ -677,6 +677,25 @@ fn testbed_down_and_bad_options_say_what_is_wrong() {
     }
 }
 
+/// Runs `orrery testbed SUBCOMMAND ARGS --prefix STEM+pid --out FILE`,
+/// checks that it succeeded and left no namespace behind, and returns
+/// the rows it wrote.
+fn testbed_rows(stem: &str, args: &[&str]) -> Vec<serde_json::Value> {
+    let prefix = format!("{stem}{}", std::process::id() % 100_000);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let json = dir.path().join("rows.json");
+    let status = Command::new(BIN)
+        .args(["testbed"])
+        .args(args)
+        .args(["--prefix", &prefix, "--out"])
+        .arg(&json)
+        .status()
+        .expect("orrery testbed");
+    assert_none_left(&prefix);
+    assert!(status.success(), "orrery testbed {args:?} failed");
+    serde_json::from_slice(&std::fs::read(&json).expect("json")).expect("rows")
+}
+
 #[test]
 fn a_throttle_holds_a_real_tcp_transfer_to_the_rate_asked() {
     // Issue 36, item 3: the node agent's htb class for a job's port caps
@@ -684,18 +703,7 @@ fn a_throttle_holds_a_real_tcp_transfer_to_the_rate_asked() {
     // on the wire × 1448/1514), and only that job's port: the unthrottled
     // control to another port runs at the link's rate.
     let Some(_turn) = turn_alone() else { return };
-    let prefix = format!("thr{}", std::process::id() % 100_000);
-    let dir = tempfile::tempdir().expect("tempdir");
-    let json = dir.path().join("throttle.json");
-    let status = Command::new(BIN)
-        .args(["testbed", "throttle", "--gbps", "10,50", "--seconds", "2", "--warmup-s", "0.5", "--prefix", &prefix])
-        .arg("--out")
-        .arg(&json)
-        .status()
-        .expect("orrery testbed throttle");
-    assert_none_left(&prefix);
-    assert!(status.success(), "orrery testbed throttle failed");
-    let rows: Vec<serde_json::Value> = serde_json::from_slice(&std::fs::read(&json).expect("json")).expect("rows");
+    let rows = testbed_rows("thr", &["throttle", "--gbps", "10,50", "--seconds", "2", "--warmup-s", "0.5"]);
     let field = |r: &serde_json::Value, k: &str| r[k].as_f64().unwrap_or(f64::NAN);
     assert_eq!(rows.len(), 3, "{rows:?}");
     for r in &rows {
@@ -727,18 +735,8 @@ fn the_fair_fabric_gives_each_flow_its_share_whatever_its_congestion_control() {
         eprintln!("skipped: this kernel offers no bbr (tcp_available_congestion_control: {})", available.trim());
         return;
     }
-    let prefix = format!("shr{}", std::process::id() % 100_000);
-    let dir = tempfile::tempdir().expect("tempdir");
-    let json = dir.path().join("share.json");
-    let status = Command::new(BIN)
-        .args(["testbed", "share", "--cc", "bbr,cubic", "--fabric", "fair", "--seconds", "3", "--warmup-s", "1"])
-        .args(["--prefix", &prefix, "--out"])
-        .arg(&json)
-        .status()
-        .expect("orrery testbed share");
-    assert_none_left(&prefix);
-    assert!(status.success(), "orrery testbed share failed");
-    let rows: Vec<serde_json::Value> = serde_json::from_slice(&std::fs::read(&json).expect("json")).expect("rows");
+    let rows =
+        testbed_rows("shr", &["share", "--cc", "bbr,cubic", "--fabric", "fair", "--seconds", "3", "--warmup-s", "1"]);
     assert_eq!(rows.len(), 2, "{rows:?}");
     for r in &rows {
         let share = r["share"].as_f64().unwrap_or(f64::NAN);
@@ -757,18 +755,8 @@ fn a_priority_fabric_gives_the_link_to_the_higher_traffic_class() {
     // classes on the other flow, 0.007 / 1.981; unmarked on this fabric,
     // 1.027 / 0.939.
     let Some(_turn) = turn_alone() else { return };
-    let prefix = format!("pri{}", std::process::id() % 100_000);
-    let dir = tempfile::tempdir().expect("tempdir");
-    let json = dir.path().join("share.json");
-    let status = Command::new(BIN)
-        .args(["testbed", "share", "--cc", "cubic,cubic", "--fabric", "priority", "--classes", "0,7"])
-        .args(["--seconds", "3", "--warmup-s", "1", "--prefix", &prefix, "--out"])
-        .arg(&json)
-        .status()
-        .expect("orrery testbed share");
-    assert_none_left(&prefix);
-    assert!(status.success(), "orrery testbed share failed");
-    let rows: Vec<serde_json::Value> = serde_json::from_slice(&std::fs::read(&json).expect("json")).expect("rows");
+    let classes = ["share", "--cc", "cubic,cubic", "--fabric", "priority", "--classes", "0,7"];
+    let rows = testbed_rows("pri", &[&classes[..], &["--seconds", "3", "--warmup-s", "1"]].concat());
     assert_eq!(rows.len(), 2, "{rows:?}");
     let share = |i: usize| rows[i]["share"].as_f64().unwrap_or(f64::NAN);
     assert_eq!(rows[1]["class"], 7, "{rows:?}");

@@ -69,7 +69,9 @@ pub(super) fn mark_scripts<'a>(
     jobs: impl Iterator<Item = &'a Assignment>,
     host: &str,
 ) -> Vec<String> {
-    let mut want: HashMap<JobId, ((u64, u8), Vec<u16>, Vec<u16>)> = HashMap::new();
+    // Per job: (epoch, class), the ports it sends to, the ports it acks from.
+    type Wanted = ((u64, u8), Vec<u16>, Vec<u16>);
+    let mut want: HashMap<JobId, Wanted> = HashMap::new();
     for a in jobs {
         let class = a.in_force.traffic_class.min(CLASSES - 1);
         if class > 0 {
