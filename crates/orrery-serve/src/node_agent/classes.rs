@@ -12,7 +12,8 @@
 //! precedence (TOS bits 5–7), its other DSCP bits (a `Route`'s path pin,
 //! which the worker sets) kept. Each job has a base chain of its own,
 //! `job-ID` in table `ip orrery`, replaced whole when its class changes and
-//! deleted when the class goes back to 0 or the job leaves. Like the
+//! deleted when the class goes back to 0 or the job leaves (an agent that
+//! starts deletes the table an earlier one left). Like the
 //! throttles, this needs no change to the training process.
 //!
 //! nftables cannot set some of a field's bits from a computed value
@@ -28,6 +29,10 @@ const CLASSES: u8 = 8;
 
 /// Values of the DSCP's low three bits (the path pin, `path_tos(i) >> 2`).
 const PIN_VALUES: u8 = 8;
+
+/// The nftables script that removes every job's marking (an agent starting
+/// on a host where an earlier one left some).
+pub(super) const CLEAR_SCRIPT: &str = "add table ip orrery\ndelete table ip orrery\n";
 
 /// The nftables script that puts `job`'s TCP packets to destination ports
 /// `to` and from source ports `from` in traffic class `class` (0: removes

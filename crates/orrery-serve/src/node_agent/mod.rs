@@ -278,6 +278,12 @@ pub async fn run_until(opts: AgentOptions, stop: impl std::future::Future<Output
     // A lease left by an earlier agent on this socket has lapsed; this
     // agent's first acknowledged heartbeat writes its own.
     let _ = std::fs::remove_file(fence::lease_path(&opts.socket));
+    // Marks an earlier agent left for jobs that have since gone.
+    if opts.shape_dev.is_some()
+        && let Err(e) = run_nft(opts.netns.as_deref(), classes::CLEAR_SCRIPT)
+    {
+        tracing::warn!("traffic classes cannot be marked here: {e}");
+    }
     if let Some(dir) = opts.socket.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir)?;
     }
