@@ -13,8 +13,8 @@
 //!
 //! With `classes`, flow i's packets are marked with traffic class
 //! `classes[i]` by the node agent's own nftables script
-//! ([`orrery_serve::node_agent::mark_script`]) in its sender's namespace;
-//! on a [`Queueing::Priority`](crate::fabric::Queueing::Priority) fabric
+//! ([`orrery_serve::node_agent::mark_script`]): its data in its sender's
+//! namespace, its acknowledgements in its receiver's. On a [`Queueing::Priority`](crate::fabric::Queueing::Priority) fabric
 //! the highest backlogged class then takes the link (Crux's priority
 //! queues, §4.3).
 
