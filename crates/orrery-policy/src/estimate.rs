@@ -96,6 +96,15 @@ impl PeriodEstimate {
     }
 }
 
+/// The median of a few values, the upper one of an even count (0 for
+/// none): what the measured-first rules weigh a window by (CASSINI's drift
+/// rule, Metronome's gate). O(n log n).
+pub(crate) fn upper_median(values: impl Iterator<Item = f64>) -> f64 {
+    let mut v: Vec<f64> = values.collect();
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(0.0)
+}
+
 /// Median of a non-empty slice (sorted in place; the mean of the middle two
 /// for an even length).
 fn median(v: &mut [f64]) -> f64 {

@@ -40,7 +40,7 @@
 //! re-optimised); a re-profiled job's circle is its modelled one with the
 //! communication stretched to the measured iteration.
 
-use crate::estimate::PeriodEstimate;
+use crate::estimate::{PeriodEstimate, upper_median};
 use crate::{ClusterView, Decision, Iteration, IterationNeeds, JobId, Policy};
 use orrery_interleave::Search;
 use orrery_interleave::unified::{CircleJob, Params, unify};
@@ -190,13 +190,6 @@ enum Gate {
     Trial { before_ms: f64, after: Vec<f64> },
     /// Its pace gained nothing and was removed: left alone until placed again.
     GivenUp,
-}
-
-/// The median of a few values (the upper one of an even count). O(n log n).
-fn median(values: &[f64]) -> f64 {
-    let mut v = values.to_vec();
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(0.0)
 }
 
 impl Watch {
@@ -762,7 +755,7 @@ impl Metronome {
         if let Gate::Trial { before_ms, after } = &mut w.gate {
             after.push(iteration_ms);
             if after.len() == th.window {
-                let (before_ms, now_ms) = (*before_ms, median(after));
+                let (before_ms, now_ms) = (*before_ms, upper_median(after.iter().copied()));
                 w.recent.clear();
                 if now_ms >= 0.99 * before_ms {
                     w.gate = Gate::GivenUp;
@@ -834,7 +827,7 @@ impl Metronome {
         }
         let Some(r) = view.running.iter().find(|r| r.id == w.reference) else { return Vec::new() };
         let slow = w.recent.iter().filter(|&&ms| ms > th.slow_factor * w.period_ms).count();
-        let before_ms = median(&w.recent);
+        let before_ms = upper_median(w.recent.iter().copied());
         w.gate = Gate::Trial { before_ms, after: Vec::new() };
         w.recent.clear();
         w.since_ms = 0.0;

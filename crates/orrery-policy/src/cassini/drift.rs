@@ -213,12 +213,7 @@ pub(super) struct Drift {
     pub(super) given_up_on_measurement: u64,
 }
 
-/// The median of a few values (the upper one of an even count). O(n log n).
-fn median(values: impl Iterator<Item = f64>) -> f64 {
-    let mut v: Vec<f64> = values.collect();
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(0.0)
-}
+use crate::estimate::upper_median as median;
 
 impl Drift {
     /// Drops ended jobs' measurements once they outnumber the running
