@@ -38,17 +38,23 @@ use std::path::{Path, PathBuf};
 ///   processes, which that variable marks): SIGTERM to the
 ///   group once past the first, SIGKILL past the second. It ends when the
 ///   command does (checked first, so a lease file removed under it cannot
-///   keep it). No file, no action (an agent not yet acknowledged holds no
-///   jobs).
+///   keep it). No file yet, no action (an agent not yet acknowledged holds
+///   no jobs). A file that goes away (its folder removed under a running
+///   rank) is a lease no one renews: the watchdog keeps the moments it
+///   last read and fires at them. Before, it waited for the file to come
+///   back, and the ranks of a torn-down testbed blocked in a collective
+///   whose peers had gone ran on for good.
 pub(super) const RANK_LEADER: &str = r#"trap : TERM
 trap 'kill -TERM 0' USR1
 sh -c "$1" & r=$!
 w=
 if [ -n "$ORRERY_AGENT_LEASE" ]; then
-  (trap '' TERM; unset ORRERY_AGENT_SOCKET; t=
+  (trap '' TERM; unset ORRERY_AGENT_SOCKET; t= term= kill=
    while sleep 0.2; do
      kill -0 $r 2>/dev/null || exit 0
-     read up _ < /proc/uptime && up=${up%.*}${up#*.} && read term kill < "$ORRERY_AGENT_LEASE" || continue
+     read up _ < /proc/uptime && up=${up%.*}${up#*.} || continue
+     if [ -r "$ORRERY_AGENT_LEASE" ] && read a b < "$ORRERY_AGENT_LEASE" && [ -n "$b" ]; then term=$a kill=$b; fi
+     [ -n "$kill" ] || continue
      if [ "$up" -ge "$kill" ]; then kill -KILL 0
      elif [ -z "$t" ] && [ "$up" -ge "$term" ]; then t=1; kill -TERM 0
      fi
@@ -168,6 +174,41 @@ mod tests {
             .output()
             .expect("sh");
         assert_eq!(out.status.code(), Some(3));
+    }
+
+    #[test]
+    fn a_rank_whose_lease_file_is_removed_stops_at_the_moments_last_read() {
+        use std::os::unix::process::CommandExt;
+        let Some(now) = boot_centis() else {
+            eprintln!("skipped: no /proc/uptime");
+            return;
+        };
+        // A lease 1.5 s ahead (SIGKILL 2 s ahead), read at the first tick,
+        // then its folder removed: a rank deaf to SIGTERM goes at the
+        // SIGKILL moment, not never.
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("agent.lease");
+        std::fs::write(&path, format!("{} {}\n", now + 150, now + 200)).expect("lease");
+        let t0 = Instant::now();
+        let mut child = Command::new("sh")
+            .args(["-c", RANK_LEADER, "orrery-rank", "trap '' TERM; sleep 30"])
+            .env("ORRERY_AGENT_LEASE", &path)
+            .process_group(0)
+            .spawn()
+            .expect("sh");
+        std::thread::sleep(Duration::from_millis(700));
+        drop(dir);
+        let group = nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("pid"));
+        let gone = loop {
+            let _ = child.try_wait();
+            if nix::sys::signal::killpg(group, None).is_err() || t0.elapsed() > Duration::from_secs(12) {
+                break t0.elapsed();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let _ = Command::new("kill").args(["-KILL", "--", &format!("-{}", child.id())]).output();
+        let _ = child.wait();
+        assert!(gone >= Duration::from_millis(1500) && gone < Duration::from_secs(8), "killed after {gone:?}");
     }
 
     #[test]
