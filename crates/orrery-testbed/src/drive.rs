@@ -193,20 +193,29 @@ pub async fn drive(
     }
     let logs = opts.dir.join("workers");
     std::fs::create_dir_all(&logs).with_context(|| format!("creating {}", logs.display()))?;
+    // `mltcp-CC`: the kernel runs CC and `orrery worker` paces over it;
+    // gloo's sockets cannot be paced.
+    let (kernel_cc, mltcp) = crate::mltcp::split_cc(&opts.congestion_control);
+    if mltcp && matches!(opts.workers, Workers::Ddp(_)) {
+        bail!(
+            "congestion control {:?}: MLTCP's pacer runs in `orrery worker`; gloo's sockets (--ddp) cannot be \
+             paced from outside. Give the kernel's {kernel_cc:?} instead",
+            opts.congestion_control
+        );
+    }
     let fabric = Fabric::up(topo, opts.fabric.clone())?;
     progress(&format!("fabric up: {} namespaces", fabric.netns.len()));
     // Every training connection uses the run's congestion control: `orrery
     // worker` sets it on its sockets, but gloo's (DDP ranks) take their
     // namespace's default, which a new namespace inherits from the machine.
-    if let Some(note) = allow_congestion_control(&opts.congestion_control)? {
+    if let Some(note) = allow_congestion_control(kernel_cc)? {
         progress(&note);
     }
     for h in 0..topo.hosts.len() {
         let ns = fabric.host_netns(h);
-        let set = format!("echo {} > /proc/sys/net/ipv4/tcp_congestion_control", shell_quote(&opts.congestion_control));
-        crate::fabric::run("ip", &["netns", "exec", ns, "sh", "-c", &set]).with_context(|| {
-            format!("setting {ns}'s default TCP congestion control to {:?}", opts.congestion_control)
-        })?;
+        let set = format!("echo {} > /proc/sys/net/ipv4/tcp_congestion_control", shell_quote(kernel_cc));
+        crate::fabric::run("ip", &["netns", "exec", ns, "sh", "-c", &set])
+            .with_context(|| format!("setting {ns}'s default TCP congestion control to {kernel_cc:?}"))?;
     }
     if !(opts.goodput.is_finite() && opts.goodput > 0.0 && opts.goodput <= 1.0) {
         bail!("goodput: expected a fraction in (0, 1], found {}", opts.goodput);

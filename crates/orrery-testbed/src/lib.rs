@@ -12,6 +12,7 @@ pub mod compare;
 pub mod ddp;
 pub mod drive;
 pub mod fabric;
+pub mod mltcp;
 pub mod share;
 pub mod throttle;
 pub mod worker;

@@ -115,7 +115,9 @@ pub struct WorkerOptions {
     pub scale: f64,
     /// Write one CSV row per iteration to `worker-JOB-RANK.csv` in this folder.
     pub log_dir: Option<PathBuf>,
-    /// TCP congestion control of its connections (None: the system's).
+    /// TCP congestion control of its connections (None: the system's);
+    /// `mltcp-CC` is the kernel's CC with MLTCP's pacer over it
+    /// ([`crate::mltcp`]).
     pub congestion_control: Option<String>,
     /// Compute sleeps this many times the shape's time (1: the model).
     pub compute_stretch: f64,
@@ -149,10 +151,15 @@ impl Agent {
 /// The ring: a listener fed by reader threads, and the connections to the
 /// successor.
 struct Ring {
+    /// The kernel's congestion control for its connections (None: the system's).
     congestion_control: Option<String>,
+    /// Whether MLTCP's pacer holds each connection's rate.
+    mltcp: bool,
     next: SocketAddr,
-    /// Current connections to the successor and the paths they are pinned to.
+    /// Current connections to the successor and the paths they are pinned
+    /// to, and each connection's pacer (used under MLTCP only).
     out: Vec<TcpStream>,
+    pacers: Vec<crate::mltcp::Pacer>,
     out_route: Option<Vec<usize>>,
     /// (step, bytes) from every incoming connection.
     arrivals: mpsc::Receiver<(u64, u64)>,
@@ -214,10 +221,16 @@ impl Ring {
                 std::thread::spawn(move || read_frames(conn, tx));
             }
         });
+        let (kernel_cc, mltcp) = match congestion_control.as_deref().map(crate::mltcp::split_cc) {
+            Some((cc, mltcp)) => (Some(cc.to_string()), mltcp),
+            None => (None, false),
+        };
         Ok(Ring {
-            congestion_control,
+            congestion_control: kernel_cc,
+            mltcp,
             next,
             out: Vec::new(),
+            pacers: Vec::new(),
             out_route: None,
             arrivals,
             received: HashMap::new(),
@@ -235,6 +248,9 @@ impl Ring {
                 s.set_tcp_congestion(cc.as_bytes()).with_context(|| format!("TCP congestion control {cc:?}"))?;
             }
             s.set_tcp_nodelay(true)?;
+            if self.mltcp {
+                s.set_send_buffer_size(crate::mltcp::SEND_BUFFER)?;
+            }
             match s.connect_timeout(&self.next.into(), Duration::from_secs(2)) {
                 Ok(()) => return Ok(s.into()),
                 Err(e) if Instant::now() < deadline => {
@@ -260,7 +276,17 @@ impl Ring {
             }
         }
         self.out_route = Some(route.to_vec());
+        self.pacers = vec![crate::mltcp::Pacer::default(); self.out.len()];
         Ok(())
+    }
+
+    /// A new iteration that sends `bytes` in all to the successor: each
+    /// connection's pacer counts its share from 0.
+    fn begin_iteration(&mut self, bytes: u64) {
+        let k = self.pacers.len().max(1) as u64;
+        for p in &mut self.pacers {
+            p.begin_iteration(bytes / k);
+        }
     }
 
     /// One ring step: send `bytes` to the successor (split over the
@@ -270,30 +296,43 @@ impl Ring {
         let step = self.step;
         let k = self.out.len().max(1) as u64;
         let zeros = &self.zeros;
-        let send = |conn: &mut TcpStream, len: u64| -> std::io::Result<()> {
+        let mltcp = self.mltcp;
+        let send = |conn: &mut TcpStream, pacer: &mut crate::mltcp::Pacer, len: u64| -> std::io::Result<()> {
             let mut header = [0u8; 16];
             header[..8].copy_from_slice(&step.to_le_bytes());
             header[8..].copy_from_slice(&len.to_le_bytes());
             conn.write_all(&header)?;
+            let piece = if mltcp { crate::mltcp::PIECE } else { zeros.len() };
             let mut left = len;
             while left > 0 {
-                let n = left.min(zeros.len() as u64) as usize;
-                conn.write_all(&zeros[..n])?;
+                let n = left.min(piece as u64) as usize;
+                if mltcp {
+                    let wait = pacer.wait(Instant::now());
+                    if !wait.is_zero() {
+                        std::thread::sleep(wait);
+                    }
+                    let began = Instant::now();
+                    conn.write_all(&zeros[..n])?;
+                    pacer.wrote(n, began, Instant::now());
+                } else {
+                    conn.write_all(&zeros[..n])?;
+                }
                 left -= n as u64;
             }
             Ok(())
         };
         if self.out.len() == 1 {
-            send(&mut self.out[0], bytes).context("sending to the ring successor")?;
+            send(&mut self.out[0], &mut self.pacers[0], bytes).context("sending to the ring successor")?;
         } else {
             std::thread::scope(|s| {
                 let handles: Vec<_> = self
                     .out
                     .iter_mut()
+                    .zip(self.pacers.iter_mut())
                     .enumerate()
-                    .map(|(i, c)| {
+                    .map(|(i, (c, pacer))| {
                         let part = bytes / k + u64::from((i as u64) < bytes % k);
-                        s.spawn(move || send(c, part))
+                        s.spawn(move || send(c, pacer, part))
                     })
                     .collect();
                 handles
@@ -315,6 +354,21 @@ impl Ring {
         self.received.remove(&step);
         Ok(())
     }
+}
+
+/// Steps of a ring collective among `n` workers (0: not a ring).
+fn ring_steps(collective: Collective, n: usize) -> usize {
+    match collective {
+        Collective::RingAllReduce => 2 * (n - 1),
+        Collective::AllGather => n - 1,
+        _ => 0,
+    }
+}
+
+/// Bytes a worker sends in each ring step of a collective of
+/// `payload_bytes` at `scale`.
+fn ring_chunk(payload_bytes: f64, scale: f64, n: usize) -> u64 {
+    (payload_bytes * scale / n as f64).round().max(0.0) as u64
 }
 
 /// This host's clock, ms (the agent converts to the service's).
@@ -346,6 +400,19 @@ pub fn run(env: &WorkerEnv, opts: &WorkerOptions) -> Result<WorkerSummary> {
             matches!(s, Segment::Comm { hosts, collective: Collective::RingAllReduce | Collective::AllGather, .. } if *hosts > 1)
         });
     let mut ring = if needs_ring { Some(Ring::new(env, opts.congestion_control.clone())?) } else { None };
+    // The bytes an iteration sends to the ring successor (MLTCP's pacer
+    // measures r against them).
+    let ring_bytes: u64 = env
+        .shape
+        .segments
+        .iter()
+        .map(|seg| match *seg {
+            Segment::Comm { collective, payload_bytes, hosts, .. } if hosts > 1 => {
+                ring_steps(collective, n) as u64 * ring_chunk(payload_bytes, opts.scale, n)
+            }
+            _ => 0,
+        })
+        .sum();
     // Connect the ring and pass one empty step around it before the first
     // slot, so that the first iteration does not include process start-up.
     if let Some(r) = ring.as_mut() {
@@ -396,6 +463,7 @@ pub fn run(env: &WorkerEnv, opts: &WorkerOptions) -> Result<WorkerSummary> {
         }
         if let Some(r) = ring.as_mut() {
             r.follow(&route)?;
+            r.begin_iteration(ring_bytes);
         }
         let start = unix_ms();
         let t0 = Instant::now();
@@ -407,14 +475,10 @@ pub fn run(env: &WorkerEnv, opts: &WorkerOptions) -> Result<WorkerSummary> {
                 }
                 Segment::Comm { collective, payload_bytes, hosts, .. } => {
                     let c0 = Instant::now();
-                    let steps = match collective {
-                        Collective::RingAllReduce => 2 * (n - 1),
-                        Collective::AllGather => n - 1,
-                        _ => 0,
-                    };
+                    let steps = ring_steps(collective, n);
                     match ring.as_mut() {
                         Some(r) if hosts > 1 && steps > 0 => {
-                            let chunk = (payload_bytes * opts.scale / n as f64).round().max(0.0) as u64;
+                            let chunk = ring_chunk(payload_bytes, opts.scale, n);
                             for _ in 0..steps {
                                 r.step(chunk)?;
                             }

@@ -132,7 +132,9 @@ pub struct ScenarioArgs {
     /// Sample link counters this often, s.
     #[arg(long, default_value_t = 0.5, value_parser = crate::numbers::positive)]
     sample_s: f64,
-    /// TCP congestion control of the workers' connections (cubic, reno, bbr).
+    /// TCP congestion control of the workers' connections (cubic, reno,
+    /// bbr); `mltcp-CC` (e.g. mltcp-reno) runs CC in the kernel with
+    /// MLTCP's pacer over it in `orrery worker` (not with --ddp).
     #[arg(long, default_value = "cubic")]
     cc: String,
     /// Workers compute this many times the model's time: real iterations
@@ -335,7 +337,8 @@ pub struct WorkerArgs {
     /// Write one CSV row per iteration to worker-JOB-RANK.csv in this folder.
     #[arg(long, value_name = "DIR")]
     log_dir: Option<std::path::PathBuf>,
-    /// TCP congestion control of its connections (default: the system's).
+    /// TCP congestion control of its connections (default: the system's);
+    /// `mltcp-CC` paces each connection over CC by MLTCP's principle.
     #[arg(long)]
     cc: Option<String>,
     /// Compute takes this many times the model's (real iterations that run

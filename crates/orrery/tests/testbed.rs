@@ -126,16 +126,17 @@ fn available() -> bool {
     why.is_none()
 }
 
-/// Issue 36's test conditions: 200 iterations, real compute 5% longer than
-/// modelled, and half the hosts' clocks 50 ms ahead of the service's.
-const ISSUE_36: [&str; 6] = ["--iterations", "200", "--compute-stretch", "1.05", "--clock-skew-ms", "50"];
+/// Issue 36's test conditions: real compute 5% longer than modelled, and
+/// half the hosts' clocks 50 ms ahead of the service's (each test gives its
+/// iterations: issue 36 ran 200).
+const ISSUE_36: [&str; 4] = ["--compute-stretch", "1.05", "--clock-skew-ms", "50"];
 
-/// Fewer than 10% of the job's all-reduces (at least 180 measured) take
+/// Fewer than 10% of the job's all-reduces (at least 100 measured) take
 /// over 1.4 times the run's median: a collision doubles one. `context`
 /// goes into the failure message.
 fn assert_few_collided(job: &serde_json::Value, context: &str) {
     let mut comm: Vec<f64> = job["comm_ms"].as_array().expect("comm_ms").iter().filter_map(|v| v.as_f64()).collect();
-    assert!(comm.len() >= 180, "{job}");
+    assert!(comm.len() >= 100, "{job}");
     comm.sort_by(f64::total_cmp);
     let median = comm[comm.len() / 2];
     let collided = comm.iter().filter(|&&c| c > 1.4 * median).count();
@@ -156,6 +157,11 @@ fn cassinis_pair_on_real_tcp_against_the_simulator() {
         &[
             &ISSUE_36[..],
             &[
+                // 120 iterations: at 200 (76-77 s a policy in a fresh-clone
+                // CI run, 2026-11-28) this part was the testbed tests'
+                // longest, and CI ran over its 15 minutes.
+                "--iterations",
+                "120",
                 "--warmup",
                 "8",
                 // Each job again by itself on its hosts: its time alone on real TCP.
@@ -165,7 +171,6 @@ fn cassinis_pair_on_real_tcp_against_the_simulator() {
             ],
         ]
         .concat(),
-        // 200 iterations: 76-77 s a policy in a fresh-clone CI run (2026-11-28).
         180,
     );
 
@@ -268,7 +273,7 @@ fn cassinis_pair_on_real_tcp_against_the_simulator() {
     let again = Command::new(BIN)
         .args(["testbed", "compare"])
         .arg(repo().join("experiments/cassini-pair.toml"))
-        .args(["--iterations", "200", "--warmup", "8", "--replay", "--out"])
+        .args(["--iterations", "120", "--warmup", "8", "--replay", "--out"])
         .arg(out.path())
         .output()
         .expect("orrery testbed compare --replay");
@@ -643,7 +648,8 @@ fn metronomes_paced_pair_stays_out_of_step_on_real_tcp() {
     let out = compare(
         "om",
         "metronome-snapshots.toml",
-        &[&ISSUE_36[..], &["--scenario", "S2", "--policies", "metronome", "--warmup", "10"]].concat(),
+        &[&ISSUE_36[..], &["--iterations", "200", "--scenario", "S2", "--policies", "metronome", "--warmup", "10"]]
+            .concat(),
         // 200 iterations: 105 s in a fresh-clone CI run (2026-11-28); the
         // old 120 s limit failed a run with the tests sharing the cores.
         240,
