@@ -211,6 +211,9 @@ pub enum QueueingKind {
     TailDrop,
     /// A FIFO per flow, served in turn.
     Fair,
+    /// A FIFO per traffic class (0–7, set by a policy such as `crux`),
+    /// served by strict priority.
+    Priority,
 }
 
 impl NetworkSpec {
@@ -230,6 +233,7 @@ impl NetworkSpec {
             queueing: match self.queueing {
                 QueueingKind::TailDrop => Queueing::TailDrop,
                 QueueingKind::Fair => Queueing::Fair,
+                QueueingKind::Priority => Queueing::Priority,
             },
             base_rtt_us: self.base_rtt_us,
             buffer_ms: self.buffer_ms,

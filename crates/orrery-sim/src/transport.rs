@@ -20,12 +20,15 @@
 //!   proportion to what it has queued and sends; fair: one FIFO of
 //!   `buffer_ms` per flow, the link shared max-min between the backlogged
 //!   ones, as the testbed's `--fabric fair` and DCQCN's fair convergence
-//!   share it). A window-based sender hands its window to its NIC, whose
+//!   share it; priority: one FIFO of `buffer_ms` per traffic class, each
+//!   class served, as a FIFO, from what the higher ones leave, as a
+//!   switch's strict-priority queues and the testbed's `--fabric
+//!   priority`). A window-based sender hands its window to its NIC, whose
 //!   link's queue holds what the line cannot take;
 //! * **drops** when a queue overflows: a full FIFO cuts one sender's burst
 //!   (the overflow falls on one flow, drawn in proportion to what each
 //!   sends, until `burst_bytes` have gone), a flow's own FIFO only its own
-//!   traffic (fair). A drop is a loss for the flow, and its bits must be
+//!   traffic (fair), a class's FIFO only that class's flows (priority). A drop is a loss for the flow, and its bits must be
 //!   sent again; a loss that takes all it had in flight times it out;
 //! * **ECN marks** (DCQCN) with RED's probability between `Kmin` and `Kmax`
 //!   of queue (DCQCN §5's 5 KB and 200 KB at 40 Gbit/s, as times of the
@@ -104,7 +107,16 @@ pub enum Queueing {
     TailDrop,
     /// A FIFO per flow, served in turn (per-flow fair queueing).
     Fair,
+    /// A FIFO per traffic class (a flow's `priority`, 0–7; its owner's
+    /// [`Network::set_priority`]), each of `buffer_ms`, dropping at its
+    /// tail and served by strict priority: a class gets what the higher
+    /// ones leave (a switch's priority queues; the testbed's `--fabric
+    /// priority`, Crux's).
+    Priority,
 }
+
+/// Traffic classes under [`Queueing::Priority`].
+pub const CLASSES: usize = 8;
 
 /// A transport model's parameters.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -253,6 +265,8 @@ struct Conn {
     active_ns: u64,
     /// When its current flow's first segment leaves, ns.
     start_ns: u64,
+    /// Its flow's traffic class (strict-priority queueing only).
+    class: u8,
 }
 
 /// What a step chose: each live flow's delivery rate and each link's
@@ -281,6 +295,9 @@ pub struct Transport {
     queue: Vec<f64>,
     victim: Vec<Option<usize>>,
     overflow: Vec<f64>,
+    /// Per link, bits queued in each traffic class (strict-priority
+    /// queueing only; empty otherwise).
+    class_queue: Vec<[f64; CLASSES]>,
     /// Per link in use this step: (connection, hop index) of its flows.
     members: Vec<Vec<(usize, usize)>>,
     used: Vec<LinkId>,
@@ -293,6 +310,7 @@ pub struct Transport {
 impl Transport {
     /// A model over `links` links, its draws seeded by `seed`.
     pub fn new(cfg: TransportConfig, links: usize, seed: u64) -> Self {
+        let classes = if cfg.queueing == Queueing::Priority { links } else { 0 };
         Transport {
             mss_bits: cfg.mss_bytes.max(1.0) * 8.0,
             burst_bits: cfg.burst_bytes.max(cfg.mss_bytes).max(1.0) * 8.0,
@@ -304,6 +322,7 @@ impl Transport {
             queue: vec![0.0; links],
             victim: vec![None; links],
             overflow: vec![0.0; links],
+            class_queue: vec![[0.0; CLASSES]; classes],
             members: vec![Vec::new(); links],
             used: Vec::new(),
             active: Vec::new(),
@@ -388,6 +407,7 @@ impl Transport {
             };
             let conn = &mut self.conns[c];
             conn.active_ns = now;
+            conn.class = flow.priority.min(CLASSES as u8 - 1);
             if conn.hop_queue.len() != flow.path.len() {
                 conn.hop_queue = vec![0.0; flow.path.len()];
                 conn.hop_served = vec![0.0; flow.path.len()];
@@ -473,6 +493,7 @@ impl Transport {
             timeouts: 0,
             active_ns: 0,
             start_ns: 0,
+            class: 0,
         }
     }
 
@@ -500,6 +521,7 @@ impl Transport {
             return;
         }
         let fair = self.cfg.queueing == Queueing::Fair;
+        let priority = self.cfg.queueing == Queueing::Priority;
         let dcqcn = self.cfg.control == Control::Dcqcn;
         for k in 0..self.used.len() {
             let l = self.used[k];
@@ -523,8 +545,21 @@ impl Transport {
                     conn.lost = true;
                 }
             }
-            if !fair && total > buffer {
-                total = self.drop_tail(l, total - buffer) + buffer;
+            if priority {
+                // One FIFO of `buffer` per class.
+                let mut by_class = [0.0; CLASSES];
+                for &(c, h) in &self.members[l] {
+                    by_class[usize::from(self.conns[c].class)] += self.conns[c].hop_queue[h];
+                }
+                for (class, queued) in by_class.iter_mut().enumerate() {
+                    if *queued > buffer {
+                        *queued = self.drop_tail(l, *queued - buffer, Some(class as u8)) + buffer;
+                    }
+                }
+                total = by_class.iter().sum();
+                self.class_queue[l] = by_class;
+            } else if !fair && total > buffer {
+                total = self.drop_tail(l, total - buffer, None) + buffer;
             }
             self.queue[l] = total;
             if dcqcn {
@@ -548,16 +583,20 @@ impl Transport {
     /// sender's burst: the flow whose burst is being cut, or a new one drawn
     /// in proportion to what each sends once `burst_bytes` have gone. The
     /// victim loses the bits (they must be sent again) and sees a loss.
-    /// Returns the bits it could not take (taken from the others').
-    fn drop_tail(&mut self, l: LinkId, excess: f64) -> f64 {
-        let members = &self.members[l];
+    /// With `class`, the FIFO is that traffic class's: only its flows
+    /// lose. Returns the bits it could not take (taken from the others').
+    fn drop_tail(&mut self, l: LinkId, excess: f64, class: Option<u8>) -> f64 {
+        let conns = &self.conns;
+        let in_fifo = |c: usize| class.is_none_or(|k| conns[c].class == k);
+        let members: Vec<(usize, usize)> = self.members[l].iter().copied().filter(|&(c, _)| in_fifo(c)).collect();
+        let Some(&(first, _)) = members.first() else { return 0.0 };
         let victim = match self.victim[l] {
             Some(c) if members.iter().any(|&(m, _)| m == c) => c,
             _ => {
                 let arriving: f64 = members.iter().map(|&(c, _)| self.conns[c].send).sum();
                 let mut pick = self.rng.random::<f64>() * arriving;
-                let mut chosen = members[0].0;
-                for &(c, _) in members {
+                let mut chosen = first;
+                for &(c, _) in &members {
                     chosen = c;
                     pick -= self.conns[c].send;
                     if pick <= 0.0 {
@@ -573,7 +612,7 @@ impl Transport {
             self.overflow[l] = 0.0;
         }
         let mut left = excess;
-        for &(c, h) in members {
+        for &(c, h) in &members {
             if c == victim {
                 let conn = &mut self.conns[c];
                 let take = left.min(conn.hop_queue[h]);
@@ -587,7 +626,7 @@ impl Transport {
         // the others in proportion to what they have queued.
         if left > 0.0 {
             let others: f64 = members.iter().map(|&(c, h)| self.conns[c].hop_queue[h]).sum();
-            for &(c, h) in members {
+            for &(c, h) in &members {
                 let conn = &mut self.conns[c];
                 if others > 0.0 {
                     let take = left * conn.hop_queue[h] / others;
@@ -765,6 +804,7 @@ impl Transport {
     /// what each link serves each: its delivery rate is the least of those.
     fn serve(&mut self, net: &Network, now: u64) -> Rates {
         let fair = self.cfg.queueing == Queueing::Fair;
+        let priority = self.cfg.queueing == Queueing::Priority;
         let step = self.cfg.step_ns() as f64;
         let mss = self.mss_bits;
         // Round trips from the queues now, then sending rates.
@@ -777,6 +817,10 @@ impl Transport {
                 rtt += if fair {
                     let share = cap / self.members[l].len().max(1) as f64;
                     self.conns[c].hop_queue[h] / self.conns[c].hop_served[h].max(share)
+                } else if priority {
+                    // Behind its own class's FIFO and every higher one's.
+                    let class = usize::from(self.conns[c].class);
+                    self.class_queue[l][class..].iter().sum::<f64>() / cap
                 } else {
                     self.queue[l] / cap
                 };
@@ -844,6 +888,40 @@ impl Transport {
                     left -= give;
                     let (c, h) = self.members[l][m];
                     self.conns[c].hop_served[h] = give;
+                }
+            } else if priority {
+                // Classes in turn from the highest, each a FIFO over what
+                // the higher ones left.
+                let mut left = cap;
+                for class in (0..CLASSES as u8).rev() {
+                    let q = self.class_queue[l][usize::from(class)];
+                    let (mut offered, mut arriving) = (0.0, 0.0);
+                    for &(c, h) in &self.members[l] {
+                        let conn = &self.conns[c];
+                        if conn.class == class {
+                            offered += conn.hop_queue[h] + conn.send * step;
+                            arriving += conn.send;
+                        }
+                    }
+                    let mut used = 0.0;
+                    for m in 0..self.members[l].len() {
+                        let (c, h) = self.members[l][m];
+                        let conn = &self.conns[c];
+                        if conn.class != class {
+                            continue;
+                        }
+                        let mine = conn.hop_queue[h] + conn.send * step;
+                        let served = if offered <= 0.0 {
+                            0.0
+                        } else if q <= 0.0 && arriving <= left {
+                            conn.send
+                        } else {
+                            (left * mine / offered).min(mine / step)
+                        };
+                        used += served;
+                        self.conns[c].hop_served[h] = served;
+                    }
+                    left = (left - used).max(0.0);
                 }
             } else {
                 // A FIFO serves its bits in the order they came: over the

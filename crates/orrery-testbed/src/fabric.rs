@@ -115,11 +115,7 @@ impl FabricOptions {
             queueing: match self.queueing {
                 Queueing::TailDrop => Q::TailDrop,
                 Queueing::Fair => Q::Fair,
-                Queueing::Priority => {
-                    return Err("--fabric priority: the transport models have no priority queues; \
-                                the fluid model serves traffic classes by strict priority"
-                        .into());
-                }
+                Queueing::Priority => Q::Priority,
             },
             base_rtt_us: 150.0,
             buffer_ms: self.queue_ms.max(floor_ms),
