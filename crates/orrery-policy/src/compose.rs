@@ -292,7 +292,7 @@ pub const CATALOGUE: &[(&str, &str)] = &[
     ("ORDER/PLACEMENT", "any ordering with any placement (see below), e.g. tiresias/random"),
     (
         "POLICY+foresight",
-        "FORESIGHT on any placement: per-iteration delays and throttles, spines by edge colouring, repair loop, then orrery's fallback ladder; +foresight-paper is the paper's rule alone (no valid schedule: ECMP); ablations +ts, +ro, +sub, +routes, +perfect; +MODE:open-loop times the plan with the model and a Shift per iteration (the paper's open loop) instead of a timetable on the measured time base; +MODE:replan re-makes a plan its jobs overrun from their measured compute and communication instead of dropping its timing",
+        "FORESIGHT on any placement: per-iteration delays and throttles, spines by edge colouring, repair loop, then orrery's fallback ladder; +foresight-paper is the paper's rule alone (no valid schedule: ECMP); ablations +ts, +ro, +sub, +routes, +perfect; +MODE:open-loop times the plan with the model and a Shift per iteration (the paper's open loop) instead of a timetable on the measured time base; +MODE:replan re-makes a plan its jobs overrun from their measured compute and communication instead of dropping its timing; +MODE:measured times a part only once its jobs are measured colliding, and drops the timing when it does not shorten them",
     ),
     (
         "POLICY+crux",
@@ -355,6 +355,11 @@ pub fn by_name(name: &str, seed: u64) -> Option<Box<dyn Policy>> {
         if let Some(host) = name.strip_suffix(&format!("+{}:replan", mode.name())) {
             return by_name(host, seed).map(|inner| {
                 Box::new(crate::foresight::policy::Foresight::new(inner, mode).replanning()) as Box<dyn Policy>
+            });
+        }
+        if let Some(host) = name.strip_suffix(&format!("+{}:measured", mode.name())) {
+            return by_name(host, seed).map(|inner| {
+                Box::new(crate::foresight::policy::Foresight::new(inner, mode).measured()) as Box<dyn Policy>
             });
         }
     }
@@ -472,7 +477,7 @@ pub fn by_name(name: &str, seed: u64) -> Option<Box<dyn Policy>> {
 
 /// The names [`with_pins`] places on the experiment's pins: a job without a
 /// pin never starts under them. Kept beside its match (a test holds them in step).
-pub const PINNED_NAMES: [&str; 21] = [
+pub const PINNED_NAMES: [&str; 22] = [
     "pinned",
     "pinned:in-step",
     "pinned:apart",
@@ -489,6 +494,7 @@ pub const PINNED_NAMES: [&str; 21] = [
     "foresight-paper",
     "foresight:open-loop",
     "foresight:replan",
+    "foresight:measured",
     "routes",
     "perfect",
     "pinned+cassini",
@@ -541,6 +547,7 @@ pub fn with_pins(
         "foresight-paper" => mode(Mode::Paper),
         "foresight:open-loop" => Some(Box::new(Foresight::new(pinned(), Mode::Foresight).open_loop())),
         "foresight:replan" => Some(Box::new(Foresight::new(pinned(), Mode::Foresight).replanning())),
+        "foresight:measured" => Some(Box::new(Foresight::new(pinned(), Mode::Foresight).measured())),
         "routes" => mode(Mode::Routes),
         "perfect" => mode(Mode::Perfect),
         "pinned+crux" => Some(Box::new(crate::crux::Crux::new(pinned()))),

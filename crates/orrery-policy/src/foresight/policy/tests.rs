@@ -597,3 +597,116 @@ proptest::proptest! {
         }
     }
 }
+
+/// [`two_planned_rings`] measured first (`foresight:measured`): planned, but
+/// untimed until a job is measured colliding.
+fn two_rings_measured_first() -> (Foresight, Topology, Vec<JobSpec>, [RingHosts; 2]) {
+    use crate::baseline::Pinned;
+    let t = two_racks_of_two(1, 1, "a100");
+    let specs: Vec<JobSpec> =
+        ["a", "b"].iter().map(|n| JobSpec::new(*n, "vgg19", 32, 2, Work::Iterations(300), 0.0)).collect();
+    let hosts = [[(0usize, 1u32), (2, 1)], [(1, 1), (3, 1)]];
+    let pins: std::collections::BTreeMap<String, Vec<(HostId, u32)>> =
+        specs.iter().zip(&hosts).map(|(s, h)| (s.id.clone(), h.to_vec())).collect();
+    let mut f = Foresight::new(Box::new(Pinned { pins, label: None }), Mode::Foresight).measured();
+    assert_eq!(f.name(), "foresight:measured");
+    let free = vec![1u32; 4];
+    let queue = specs.iter().enumerate().map(|(i, s)| crate::QueuedJob::new(i, s, 0.0)).collect();
+    let out = f.schedule(&ClusterView { now_s: 0.0, topology: &t, free_gpus: &free, queue, running: Vec::new() });
+    assert!(part_of(&f, 0).valid_plan, "the plan is made: {:?}", f.outcomes);
+    assert!(part_of(&f, 0).timing_dropped, "but untimed");
+    assert_eq!(timing_decisions(&out), 0, "placed untimed: {out:?}");
+    (f, t, specs, hosts)
+}
+
+/// Decisions that time an iteration (a delay, a throttle, a timetable).
+fn timing_decisions(out: &[Decision]) -> usize {
+    out.iter().filter(|d| times_an_iteration(d)).count()
+}
+
+/// Reports `ms` iterations of job 0 (`from`..`to` done), job 1 beside it.
+fn report(
+    f: &mut Foresight,
+    t: &Topology,
+    specs: &[JobSpec],
+    hosts: &[RingHosts; 2],
+    done: std::ops::RangeInclusive<u64>,
+    ms: f64,
+) -> Vec<Decision> {
+    let free = vec![1u32; 4];
+    let mut all = Vec::new();
+    for k in done {
+        let mut r = crate::RunningJob::new(0, &specs[0], &hosts[0]);
+        r.iterations_done = k;
+        let now_s = k as f64 * ms / 1e3;
+        r.iteration_start_s = now_s - ms / 1e3;
+        let b = crate::RunningJob::new(1, &specs[1], &hosts[1]);
+        let view = ClusterView { now_s, topology: t, free_gpus: &free, queue: Vec::new(), running: vec![r, b] };
+        all.extend(f.on_iteration(&view, 0, crate::Iteration::of(ms)));
+    }
+    all
+}
+
+#[test]
+fn measured_first_leaves_a_pair_that_does_not_collide_untimed() {
+    // Two rings FORESIGHT would plan in turn, each running its time alone
+    // (they do not collide, as bbr's rings part by themselves on the
+    // testbed): 30 iterations, and not one delay, throttle or timetable.
+    let (mut f, t, specs, hosts) = two_rings_measured_first();
+    let alone = f.alone_ms[&0];
+    let out = report(&mut f, &t, &specs, &hosts, 1..=30, alone);
+    assert_eq!(timing_decisions(&out), 0, "{out:?}");
+    assert!(part_of(&f, 0).timing_dropped);
+    assert!(f.counters().contains(&("timed_on_measurement", 0.0)));
+    // Four collided iterations in a row, then one at its time alone: the
+    // streak starts again.
+    let out = report(&mut f, &t, &specs, &hosts, 31..=34, 1.3 * alone);
+    let out2 = report(&mut f, &t, &specs, &hosts, 35..=35, alone);
+    assert_eq!(timing_decisions(&out) + timing_decisions(&out2), 0);
+}
+
+#[test]
+fn measured_first_times_a_colliding_pair_and_keeps_the_timing_that_pays() {
+    // Five iterations 30% over its time alone (an overrun is 5%): the fifth
+    // notes the measurement and plans the part again, timed.
+    let (mut f, t, specs, hosts) = two_rings_measured_first();
+    let alone = f.alone_ms[&0];
+    let out = report(&mut f, &t, &specs, &hosts, 1..=4, 1.3 * alone);
+    assert_eq!(timing_decisions(&out), 0, "four are not yet a measurement");
+    let out = report(&mut f, &t, &specs, &hosts, 5..=5, 1.3 * alone);
+    let note = out.iter().find_map(|d| if let Decision::Note { text, .. } = d { Some(text.clone()) } else { None });
+    assert!(note.as_deref().is_some_and(|n| n.contains("5 iterations in a row over 105%")), "{out:?}");
+    assert!(!part_of(&f, 0).timing_dropped, "timed now");
+    assert!(timing_decisions(&out) > 0, "the new plan's first steps time its jobs: {out:?}");
+    assert!(f.counters().contains(&("timed_on_measurement", 1.0)));
+    // Timed, its next ten iterations run at its time alone: shorter than
+    // the collided ones, so the timing stays.
+    let out = report(&mut f, &t, &specs, &hosts, 6..=15, alone);
+    assert!(out.iter().any(|d| matches!(d, Decision::Note { text, .. } if text.contains("keeping the plan"))));
+    assert!(!part_of(&f, 0).timing_dropped);
+    assert!(f.counters().contains(&("given_up_on_measurement", 0.0)));
+}
+
+#[test]
+fn measured_first_drops_timing_that_does_not_shorten_the_iterations_for_good() {
+    let (mut f, t, specs, hosts) = two_rings_measured_first();
+    let alone = f.alone_ms[&0];
+    report(&mut f, &t, &specs, &hosts, 1..=5, 1.3 * alone);
+    assert!(!part_of(&f, 0).timing_dropped);
+    // Timed, its iterations (waits included) are no shorter: 1.35x alone.
+    let out = report(&mut f, &t, &specs, &hosts, 6..=15, 1.35 * alone);
+    assert!(out.iter().any(|d| matches!(d, Decision::Note { text, .. } if text.contains("no shorter"))), "{out:?}");
+    assert!(part_of(&f, 0).timing_dropped);
+    let cleared: Vec<JobId> = out
+        .iter()
+        .filter_map(|d| match d {
+            Decision::Timetable { job, starts_s, .. } if starts_s.is_empty() => Some(*job),
+            _ => None,
+        })
+        .collect();
+    assert!(cleared.contains(&0) && cleared.contains(&1), "both jobs' timing undone: {out:?}");
+    assert!(f.counters().contains(&("given_up_on_measurement", 1.0)));
+    // Given up: more collided iterations time nothing again.
+    let out = report(&mut f, &t, &specs, &hosts, 16..=40, 1.3 * alone);
+    assert_eq!(timing_decisions(&out), 0, "{out:?}");
+}
