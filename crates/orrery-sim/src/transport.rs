@@ -800,6 +800,43 @@ impl Transport {
         }
     }
 
+    /// A FIFO at link `l` (of traffic class `class`, or all its flows)
+    /// holding `queued` bits serves its bits in the order they came, at up
+    /// to `cap`: over the step, each flow in proportion to what it has
+    /// queued and sends; with no backlog and room, all it sends. Sets
+    /// each flow's `hop_served` and returns what the FIFO serves in all.
+    /// O(flows on the link).
+    fn serve_fifo(&mut self, l: LinkId, class: Option<u8>, queued: f64, cap: f64, step: f64) -> f64 {
+        let conns = &mut self.conns;
+        let in_fifo = |conn: &Conn| class.is_none_or(|k| conn.class == k);
+        let (mut offered, mut arriving) = (0.0, 0.0);
+        for &(c, h) in &self.members[l] {
+            let conn = &conns[c];
+            if in_fifo(conn) {
+                offered += conn.hop_queue[h] + conn.send * step;
+                arriving += conn.send;
+            }
+        }
+        let mut used = 0.0;
+        for &(c, h) in &self.members[l] {
+            let conn = &mut conns[c];
+            if !in_fifo(conn) {
+                continue;
+            }
+            let mine = conn.hop_queue[h] + conn.send * step;
+            let served = if offered <= 0.0 {
+                0.0
+            } else if queued <= 0.0 && arriving <= cap {
+                conn.send
+            } else {
+                (cap * mine / offered).min(mine / step)
+            };
+            conn.hop_served[h] = served;
+            used += served;
+        }
+        used
+    }
+
     /// Each connection's sending rate and round trip for the next step, and
     /// what each link serves each: its delivery rate is the least of those.
     fn serve(&mut self, net: &Network, now: u64) -> Rates {
@@ -895,54 +932,10 @@ impl Transport {
                 let mut left = cap;
                 for class in (0..CLASSES as u8).rev() {
                     let q = self.class_queue[l][usize::from(class)];
-                    let (mut offered, mut arriving) = (0.0, 0.0);
-                    for &(c, h) in &self.members[l] {
-                        let conn = &self.conns[c];
-                        if conn.class == class {
-                            offered += conn.hop_queue[h] + conn.send * step;
-                            arriving += conn.send;
-                        }
-                    }
-                    let mut used = 0.0;
-                    for m in 0..self.members[l].len() {
-                        let (c, h) = self.members[l][m];
-                        let conn = &self.conns[c];
-                        if conn.class != class {
-                            continue;
-                        }
-                        let mine = conn.hop_queue[h] + conn.send * step;
-                        let served = if offered <= 0.0 {
-                            0.0
-                        } else if q <= 0.0 && arriving <= left {
-                            conn.send
-                        } else {
-                            (left * mine / offered).min(mine / step)
-                        };
-                        used += served;
-                        self.conns[c].hop_served[h] = served;
-                    }
-                    left = (left - used).max(0.0);
+                    left = (left - self.serve_fifo(l, Some(class), q, left, step)).max(0.0);
                 }
             } else {
-                // A FIFO serves its bits in the order they came: over the
-                // step, each flow in proportion to what it has queued and
-                // sends; with no backlog and room, all it sends.
-                let q = self.queue[l];
-                let offered: f64 =
-                    self.members[l].iter().map(|&(c, h)| self.conns[c].hop_queue[h] + self.conns[c].send * step).sum();
-                for m in 0..self.members[l].len() {
-                    let (c, h) = self.members[l][m];
-                    let conn = &self.conns[c];
-                    let mine = conn.hop_queue[h] + conn.send * step;
-                    let served = if offered <= 0.0 {
-                        0.0
-                    } else if q <= 0.0 && arriving <= cap {
-                        conn.send
-                    } else {
-                        (cap * mine / offered).min(mine / step)
-                    };
-                    self.conns[c].hop_served[h] = served;
-                }
+                self.serve_fifo(l, None, self.queue[l], cap, step);
             }
         }
         let mut rates = Vec::with_capacity(self.active.len());

@@ -222,6 +222,16 @@ type RingHosts = [(HostId, u32); 2];
 /// (`replan`: `…:replan`) having planned them (a valid schedule, in
 /// turn). Returns the policy, the topology, the specs and their hosts.
 fn two_planned_rings(replan: bool) -> (Foresight, Topology, Vec<JobSpec>, [RingHosts; 2]) {
+    let (f, t, specs, hosts, _) = two_rings_placed(|f| if replan { f.replanning() } else { f });
+    assert!(part_of(&f, 0).valid_plan, "the set-up must give a valid schedule: {:?}", f.outcomes);
+    (f, t, specs, hosts)
+}
+
+/// The set-up of [`two_planned_rings`] under `variant` of FORESIGHT,
+/// with the decisions of the round that placed them.
+fn two_rings_placed(
+    variant: impl FnOnce(Foresight) -> Foresight,
+) -> (Foresight, Topology, Vec<JobSpec>, [RingHosts; 2], Vec<Decision>) {
     use crate::baseline::Pinned;
     let t = two_racks_of_two(1, 1, "a100");
     let specs: Vec<JobSpec> =
@@ -229,13 +239,11 @@ fn two_planned_rings(replan: bool) -> (Foresight, Topology, Vec<JobSpec>, [RingH
     let hosts = [[(0usize, 1u32), (2, 1)], [(1, 1), (3, 1)]];
     let pins: std::collections::BTreeMap<String, Vec<(HostId, u32)>> =
         specs.iter().zip(&hosts).map(|(s, h)| (s.id.clone(), h.to_vec())).collect();
-    let f = Foresight::new(Box::new(Pinned { pins, label: None }), Mode::Foresight);
-    let mut f = if replan { f.replanning() } else { f };
+    let mut f = variant(Foresight::new(Box::new(Pinned { pins, label: None }), Mode::Foresight));
     let free = vec![1u32; 4];
     let queue = specs.iter().enumerate().map(|(i, s)| crate::QueuedJob::new(i, s, 0.0)).collect();
-    f.schedule(&ClusterView { now_s: 0.0, topology: &t, free_gpus: &free, queue, running: Vec::new() });
-    assert!(part_of(&f, 0).valid_plan, "the set-up must give a valid schedule: {:?}", f.outcomes);
-    (f, t, specs, hosts)
+    let out = f.schedule(&ClusterView { now_s: 0.0, topology: &t, free_gpus: &free, queue, running: Vec::new() });
+    (f, t, specs, hosts, out)
 }
 
 #[test]
@@ -601,18 +609,8 @@ proptest::proptest! {
 /// [`two_planned_rings`] measured first (`foresight:measured`): planned, but
 /// untimed until a job is measured colliding.
 fn two_rings_measured_first() -> (Foresight, Topology, Vec<JobSpec>, [RingHosts; 2]) {
-    use crate::baseline::Pinned;
-    let t = two_racks_of_two(1, 1, "a100");
-    let specs: Vec<JobSpec> =
-        ["a", "b"].iter().map(|n| JobSpec::new(*n, "vgg19", 32, 2, Work::Iterations(300), 0.0)).collect();
-    let hosts = [[(0usize, 1u32), (2, 1)], [(1, 1), (3, 1)]];
-    let pins: std::collections::BTreeMap<String, Vec<(HostId, u32)>> =
-        specs.iter().zip(&hosts).map(|(s, h)| (s.id.clone(), h.to_vec())).collect();
-    let mut f = Foresight::new(Box::new(Pinned { pins, label: None }), Mode::Foresight).measured();
+    let (f, t, specs, hosts, out) = two_rings_placed(Foresight::measured);
     assert_eq!(f.name(), "foresight:measured");
-    let free = vec![1u32; 4];
-    let queue = specs.iter().enumerate().map(|(i, s)| crate::QueuedJob::new(i, s, 0.0)).collect();
-    let out = f.schedule(&ClusterView { now_s: 0.0, topology: &t, free_gpus: &free, queue, running: Vec::new() });
     assert!(part_of(&f, 0).valid_plan, "the plan is made: {:?}", f.outcomes);
     assert!(part_of(&f, 0).timing_dropped, "but untimed");
     assert_eq!(timing_decisions(&out), 0, "placed untimed: {out:?}");
