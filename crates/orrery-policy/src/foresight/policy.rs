@@ -130,11 +130,6 @@ const OVERRUN: f64 = 0.05;
 /// hold on this network, and its timing is dropped for its routes.
 const OVERRUN_STREAK: u32 = 5;
 
-/// Measured first (`…:measured`, issue 68): a job's iterations under its
-/// part's new timing that are weighed, by their median, against the
-/// collided ones that brought the timing in.
-const TRIAL_ITERATIONS: usize = 10;
-
 /// Whether a decision is part of a plan's timing: a delay, a throttle or a
 /// timetable of starts (undoing one, an empty timetable or no throttle, is
 /// not). O(1).
@@ -258,28 +253,8 @@ pub struct Foresight {
     pub replan: bool,
     /// Plans re-made from measured times after the one in force tripped.
     replans: u64,
-    /// Measured first (`…:measured`, issue 68): a part's plan keeps its
-    /// routes but times nothing (no delay, timetable or throttle) until one
-    /// of its jobs runs [`OVERRUN`] over its time alone [`OVERRUN_STREAK`]
-    /// iterations running; the part is then planned again with its timing,
-    /// and the timing goes again, for good on those hosts, when the
-    /// [`TRIAL_ITERATIONS`] after it are no shorter (median) than the
-    /// collided ones.
-    pub measured_first: bool,
-    /// Per planned job on its present hosts: its iteration alone (the
-    /// unthrottled profile), ms.
-    alone_ms: HashMap<JobId, f64>,
-    /// Per job not yet measured colliding: its collided iterations in a
-    /// row (waits included), ms.
-    slow: HashMap<JobId, Vec<f64>>,
-    /// Jobs measured colliding on their present hosts, with the collided
-    /// iterations that showed it and the ones since, under timing.
-    collided: HashMap<JobId, (Vec<f64>, Vec<f64>)>,
-    /// Jobs whose timing did not pay: timed no more on their present hosts.
-    given_up: std::collections::HashSet<JobId>,
-    /// Parts timed on a measurement; timings given up on one.
-    timed_on_measurement: u64,
-    given_up_on_measurement: u64,
+    /// Measured first (`…:measured`, issue 68; [`measured::MeasuredFirst`]).
+    measured_first: Option<measured::MeasuredFirst>,
     /// Plans tried; no valid schedule; a valid one that does not pay (its
     /// delays cost more than the sharing they avoid); the unrepaired plan
     /// used; routes only, with the baseline's timing.
@@ -320,13 +295,7 @@ impl Foresight {
             cycle: HashMap::new(),
             replan: false,
             replans: 0,
-            measured_first: false,
-            alone_ms: HashMap::new(),
-            slow: HashMap::new(),
-            collided: HashMap::new(),
-            given_up: Default::default(),
-            timed_on_measurement: 0,
-            given_up_on_measurement: 0,
+            measured_first: None,
             outcomes: [0; 5],
             label,
         }
@@ -346,103 +315,6 @@ impl Foresight {
         self.replan = true;
         self.label.push_str(":replan");
         self
-    }
-
-    /// Times a part only once its jobs are measured colliding (named
-    /// `…:measured`; see [`Foresight::measured_first`]).
-    pub fn measured(mut self) -> Self {
-        self.measured_first = true;
-        self.label.push_str(":measured");
-        self
-    }
-
-    /// Whether a part of these jobs is timed when planned: always, unless
-    /// measured first, where one of them must have been measured colliding
-    /// and none have given up. O(jobs).
-    fn times_part(&self, jobs: &[JobId]) -> bool {
-        !self.measured_first
-            || (jobs.iter().any(|j| self.collided.contains_key(j)) && !jobs.iter().any(|j| self.given_up.contains(j)))
-    }
-
-    /// Measured first, after each of `job`'s iterations: while its part is
-    /// untimed, counts its collided iterations (over [`OVERRUN`] of its
-    /// time alone, waits left out) and, at [`OVERRUN_STREAK`] in a row,
-    /// plans the part again with its timing; once timed on a measurement,
-    /// weighs the [`TRIAL_ITERATIONS`] after against the collided ones
-    /// (medians, waits included) and drops the timing if they are no
-    /// shorter. Each step comes with a `Note` naming the measurement.
-    /// Returns the decisions and whether the part was planned again (its
-    /// jobs' first steps are then among them). O(1) a report, plus the
-    /// re-plan or the drop.
-    fn measure_first(&mut self, view: &ClusterView<'_>, job: JobId, it: crate::Iteration) -> (Vec<Decision>, bool) {
-        let none = (Vec::new(), false);
-        let Some(&pid) = self.part_of_job.get(&job) else { return none };
-        let Some(&alone) = self.alone_ms.get(&job) else { return none };
-        if self.given_up.contains(&job) {
-            return none;
-        }
-        let timed = !self.parts[&pid].timing_dropped;
-        let median = |v: &[f64]| {
-            let mut v = v.to_vec();
-            v.sort_by(f64::total_cmp);
-            v[v.len() / 2]
-        };
-        if let Some((before, after)) = self.collided.get_mut(&job) {
-            if !timed || after.len() >= TRIAL_ITERATIONS {
-                return none;
-            }
-            after.push(it.ms);
-            if after.len() < TRIAL_ITERATIONS {
-                return none;
-            }
-            let (was, is) = (median(before), median(after));
-            if is < was {
-                let note = Decision::Note {
-                    job,
-                    text: format!(
-                        "foresight: timed, its iterations' median went from {was:.1} to {is:.1} ms; keeping the plan"
-                    ),
-                };
-                return (vec![note], false);
-            }
-            self.given_up.insert(job);
-            self.given_up_on_measurement += 1;
-            let mut out = vec![Decision::Note {
-                job,
-                text: format!(
-                    "foresight: timed, its iterations' median went from {was:.1} to {is:.1} ms, no shorter; \
-                     dropping the plan's timing"
-                ),
-            }];
-            out.extend(self.drop_timing(view, &[pid]));
-            return (out, false);
-        }
-        if timed {
-            return none;
-        }
-        let slow = self.slow.entry(job).or_default();
-        if it.own_ms() > (1.0 + OVERRUN) * alone {
-            slow.push(it.ms);
-        } else {
-            slow.clear();
-        }
-        if slow.len() < OVERRUN_STREAK as usize {
-            return none;
-        }
-        let before = std::mem::take(slow);
-        let text = format!(
-            "foresight: measured {} iterations in a row over {:.0}% of its {alone:.1} ms alone (median {:.1} ms); \
-             timing its part",
-            before.len(),
-            (1.0 + OVERRUN) * 100.0,
-            median(&before)
-        );
-        self.collided.insert(job, (before, Vec::new()));
-        self.timed_on_measurement += 1;
-        let jobs: Vec<PlacedJob<'_>> = view.running.iter().map(|r| (r.id, r.spec, r.hosts.to_vec())).collect();
-        let mut out = vec![Decision::Note { job, text }];
-        out.extend(self.replan(view, &jobs, &[], Some(pid)));
-        (out, true)
     }
 
     /// Every cross-rack flow of every job over every spine, equally
@@ -572,17 +444,9 @@ impl Foresight {
             self.measured.remove(id);
             self.cycle.remove(id);
             self.overruns.remove(id);
-            // Measured first: what was measured was on its old hosts.
-            self.alone_ms.remove(id);
-            self.slow.remove(id);
-            self.collided.remove(id);
-            self.given_up.remove(id);
         }
-        if self.measured_first {
-            self.alone_ms.retain(|id, _| present.contains(id));
-            self.slow.retain(|id, _| present.contains(id));
-            self.collided.retain(|id, _| present.contains(id));
-            self.given_up.retain(|id| present.contains(id));
+        if let Some(m) = self.measured_first.as_mut() {
+            m.forget(|id| !present.contains(id) || placed.contains(id));
         }
         // The jobs to plan, in the order of `jobs` (SolveTiming breaks ties
         // by it), with their profiles. Only jobs with a flow across racks
@@ -597,8 +461,8 @@ impl Foresight {
             if let (Some(p), compute_ms) = profiled(job)
                 && !p.flows.is_empty()
             {
-                if self.measured_first {
-                    self.alone_ms.insert(job.0, p.length_ms);
+                if let Some(m) = self.measured_first.as_mut() {
+                    m.alone_ms.insert(job.0, p.length_ms);
                 }
                 to_plan.push((job, p, compute_ms));
             }
@@ -647,7 +511,7 @@ impl Foresight {
                 self.part_of_job.insert(id, pid);
             }
             // Measured first: untimed until a job of it is measured colliding.
-            let timing_dropped = !self.times_part(&jobs);
+            let timing_dropped = self.measured_first.as_ref().is_some_and(|m| !m.times_part(&jobs));
             let (planned_at_s, anchor_ms) = (view.now_s, 0.0);
             self.parts.insert(pid, Part { jobs, links, planned_at_s, anchor_ms, valid_plan, timing_dropped });
         }
@@ -894,10 +758,9 @@ impl Foresight {
         // DCQCN a plan made mid-run overran its lengths while the rates
         // recovered from the collisions: judged by the trial alone, such
         // plans were kept and ran slower than ECMP (docs/results.md).
-        let on_trial = self.measured_first
-            && self.part_of_job.get(&job).and_then(|p| self.parts.get(p)).is_some_and(|part| {
-                part.jobs.iter().any(|j| self.collided.get(j).is_some_and(|(_, after)| after.len() < TRIAL_ITERATIONS))
-            });
+        let on_trial = self.measured_first.as_ref().is_some_and(|m| {
+            self.part_of_job.get(&job).and_then(|p| self.parts.get(p)).is_some_and(|part| m.on_trial(&part.jobs))
+        });
         let Some(part) = self.part_of_job.get(&job).and_then(|p| self.parts.get_mut(p)) else { return false };
         // The iteration that ended ran step k − 1 (within the first pass).
         let Some(step) = k.checked_sub(1).and_then(|i| steps.get(i)) else { return false };
@@ -1094,7 +957,7 @@ impl Policy for Foresight {
     fn on_iteration(&mut self, view: &ClusterView<'_>, job: JobId, it: crate::Iteration) -> Vec<Decision> {
         let mut out =
             if self.inner.observes_iterations() { self.inner.on_iteration(view, job, it) } else { Vec::new() };
-        if self.measured_first {
+        if self.measured_first.is_some() {
             let (gated, replanned) = self.measure_first(view, job, it);
             out.extend(gated);
             if replanned {
@@ -1160,13 +1023,13 @@ impl Policy for Foresight {
         if self.replan {
             out.push(("plan_replans", self.replans as f64));
         }
-        if self.measured_first {
-            out.push(("timed_on_measurement", self.timed_on_measurement as f64));
-            out.push(("given_up_on_measurement", self.given_up_on_measurement as f64));
+        if let Some(m) = &self.measured_first {
+            out.extend(m.counters());
         }
         out
     }
 }
 
+mod measured;
 #[cfg(test)]
 mod tests;

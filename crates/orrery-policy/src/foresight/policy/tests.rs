@@ -651,7 +651,7 @@ fn measured_first_leaves_a_pair_that_does_not_collide_untimed() {
     // (they do not collide, as bbr's rings part by themselves on the
     // testbed): 30 iterations, and not one delay, throttle or timetable.
     let (mut f, t, specs, hosts) = two_rings_measured_first();
-    let alone = f.alone_ms[&0];
+    let alone = f.measured_first.as_ref().expect("measured first").alone_ms[&0];
     let out = report(&mut f, &t, &specs, &hosts, 1..=30, alone);
     assert_eq!(timing_decisions(&out), 0, "{out:?}");
     assert!(part_of(&f, 0).timing_dropped);
@@ -668,7 +668,7 @@ fn measured_first_times_a_colliding_pair_and_keeps_the_timing_that_pays() {
     // Five iterations 30% over its time alone (an overrun is 5%): the fifth
     // notes the measurement and plans the part again, timed.
     let (mut f, t, specs, hosts) = two_rings_measured_first();
-    let alone = f.alone_ms[&0];
+    let alone = f.measured_first.as_ref().expect("measured first").alone_ms[&0];
     let out = report(&mut f, &t, &specs, &hosts, 1..=4, 1.3 * alone);
     assert_eq!(timing_decisions(&out), 0, "four are not yet a measurement");
     let out = report(&mut f, &t, &specs, &hosts, 5..=5, 1.3 * alone);
@@ -688,7 +688,7 @@ fn measured_first_times_a_colliding_pair_and_keeps_the_timing_that_pays() {
 #[test]
 fn measured_first_drops_timing_that_does_not_shorten_the_iterations_for_good() {
     let (mut f, t, specs, hosts) = two_rings_measured_first();
-    let alone = f.alone_ms[&0];
+    let alone = f.measured_first.as_ref().expect("measured first").alone_ms[&0];
     report(&mut f, &t, &specs, &hosts, 1..=5, 1.3 * alone);
     assert!(!part_of(&f, 0).timing_dropped);
     // Timed, its iterations (waits included) are no shorter: 1.35x alone.
