@@ -190,6 +190,10 @@ struct Part {
     /// timetables and throttles are dropped, its routes kept, until it is
     /// planned again.
     timing_dropped: bool,
+    /// Measured first (`…:measured`): nothing of its plan is applied, no
+    /// timing and no routes, until a job of it is measured colliding; and
+    /// again for good once its plan is given up (ECMP, as before it).
+    held: bool,
 }
 
 /// FORESIGHT on top of a placement policy.
@@ -511,9 +515,9 @@ impl Foresight {
                 self.part_of_job.insert(id, pid);
             }
             // Measured first: untimed until a job of it is measured colliding.
-            let timing_dropped = self.measured_first.as_ref().is_some_and(|m| !m.times_part(&jobs));
-            let (planned_at_s, anchor_ms) = (view.now_s, 0.0);
-            self.parts.insert(pid, Part { jobs, links, planned_at_s, anchor_ms, valid_plan, timing_dropped });
+            let held = self.measured_first.as_ref().is_some_and(|m| !m.applies_part(&jobs));
+            let (planned_at_s, anchor_ms, timing_dropped) = (view.now_s, 0.0, held);
+            self.parts.insert(pid, Part { jobs, links, planned_at_s, anchor_ms, valid_plan, timing_dropped, held });
         }
         let ids: Vec<JobId> = to_plan.iter().map(|(j, ..)| j.0).collect();
         let first: Vec<Decision> = ids.into_iter().flat_map(|id| self.next(id, None, None)).collect();
@@ -698,6 +702,9 @@ impl Foresight {
     /// with that many done (the timetable's first entry).
     fn next(&mut self, job: JobId, now_s: Option<f64>, done: Option<u64>) -> Vec<Decision> {
         let Some(part) = self.part_of_job.get(&job).and_then(|p| self.parts.get(p)) else { return Vec::new() };
+        if part.held {
+            return Vec::new();
+        }
         let (planned_at_s, anchor_ms) = (part.planned_at_s, part.anchor_ms);
         let closed_loop = self.closed_loop;
         let times = self.mode.times() && !part.timing_dropped;

@@ -1,11 +1,14 @@
 //! FORESIGHT measured first (`…:measured`, issue 68 item 3): a part's
-//! plan keeps its routes but times nothing (no delay, timetable or
-//! throttle) until one of its jobs runs [`OVERRUN`] over its time alone
-//! [`OVERRUN_STREAK`] iterations running. The part is then planned again,
-//! timed, and its next [`TRIAL_ITERATIONS`] are weighed against the
-//! collided ones: no shorter at the median, and the timing goes, for good
-//! on those hosts. Each step comes with a `Note` naming the measurement,
-//! as CASSINI's and Metronome's measured-first rules do.
+//! plan is made but held, nothing of it applied (no delay, timetable,
+//! throttle or route: the jobs run on ECMP), until one of its jobs runs
+//! [`OVERRUN`] over its time alone [`OVERRUN_STREAK`] iterations running.
+//! The part is then planned again and applied, and its next
+//! [`TRIAL_ITERATIONS`] are weighed against the collided ones: no shorter
+//! at the median, and the plan is held again, for good on those hosts.
+//! Routes are held with the timing because they can lose too: on the
+//! testbed under bbr FORESIGHT's subflows ran 2.3× slower than ECMP
+//! (docs/results.md). Each step comes with a `Note` naming the
+//! measurement, as CASSINI's and Metronome's measured-first rules do.
 
 use super::{Foresight, OVERRUN, OVERRUN_STREAK, PlacedJob};
 use crate::{ClusterView, Decision, JobId};
@@ -34,9 +37,9 @@ pub(super) struct MeasuredFirst {
 }
 
 impl MeasuredFirst {
-    /// Whether a part of these jobs is timed when planned: one of them has
-    /// been measured colliding and none has given up. O(jobs).
-    pub(super) fn times_part(&self, jobs: &[JobId]) -> bool {
+    /// Whether a part of these jobs is applied when planned: one of them
+    /// has been measured colliding and none has given up. O(jobs).
+    pub(super) fn applies_part(&self, jobs: &[JobId]) -> bool {
         jobs.iter().any(|j| self.collided.contains_key(j)) && !jobs.iter().any(|j| self.given_up.contains(j))
     }
 
@@ -98,14 +101,14 @@ impl Foresight {
     ) -> (Vec<Decision>, bool) {
         let none = (Vec::new(), false);
         let Some(&pid) = self.part_of_job.get(&job) else { return none };
-        let timed = !self.parts[&pid].timing_dropped;
+        let applied = !self.parts[&pid].held;
         let Some(m) = self.measured_first.as_mut() else { return none };
         let Some(&alone) = m.alone_ms.get(&job) else { return none };
         if m.given_up.contains(&job) {
             return none;
         }
         if let Some((before, after)) = m.collided.get_mut(&job) {
-            if !timed || after.len() >= TRIAL_ITERATIONS {
+            if !applied || after.len() >= TRIAL_ITERATIONS {
                 return none;
             }
             after.push(it.ms);
@@ -115,21 +118,21 @@ impl Foresight {
             let (was, is) = (median(before), median(after));
             if is < was {
                 let text = format!(
-                    "foresight: timed, its iterations' median went from {was:.1} to {is:.1} ms; keeping the plan"
+                    "foresight: planned, its iterations' median went from {was:.1} to {is:.1} ms; keeping the plan"
                 );
                 return (vec![Decision::Note { job, text }], false);
             }
             m.given_up.insert(job);
             m.dropped += 1;
             let text = format!(
-                "foresight: timed, its iterations' median went from {was:.1} to {is:.1} ms, no shorter; dropping the \
-                 plan's timing"
+                "foresight: planned, its iterations' median went from {was:.1} to {is:.1} ms, no shorter; holding \
+                 the plan (ECMP)"
             );
             let mut out = vec![Decision::Note { job, text }];
-            out.extend(self.drop_timing(view, &[pid]));
+            out.extend(self.hold(view, pid));
             return (out, false);
         }
-        if timed {
+        if applied {
             return none;
         }
         let slow = m.slow.entry(job).or_default();
@@ -144,7 +147,7 @@ impl Foresight {
         let before = std::mem::take(slow);
         let text = format!(
             "foresight: measured {} iterations in a row over {:.0}% of its {alone:.1} ms alone (median {:.1} ms); \
-             timing its part",
+             applying its part's plan",
             before.len(),
             (1.0 + OVERRUN) * 100.0,
             median(&before)
@@ -155,5 +158,21 @@ impl Foresight {
         let mut out = vec![Decision::Note { job, text }];
         out.extend(self.replan(view, &jobs, &[], Some(pid)));
         (out, true)
+    }
+
+    /// Holds part `pid`'s plan: its timing dropped and its routes undone
+    /// (its jobs back on ECMP). O(its jobs' steps).
+    fn hold(&mut self, view: &ClusterView<'_>, pid: super::PartId) -> Vec<Decision> {
+        let mut out = self.drop_timing(view, &[pid]);
+        let Some(part) = self.parts.get_mut(&pid) else { return out };
+        part.held = true;
+        for id in &part.jobs {
+            let Some((steps, _)) = self.steps.get(id) else { continue };
+            let mut flows: Vec<usize> = steps.iter().flat_map(|s| s.routes.iter().map(|r| r.0)).collect();
+            flows.sort_unstable();
+            flows.dedup();
+            out.extend(flows.into_iter().map(|flow| Decision::Route { job: *id, flow, paths: Vec::new() }));
+        }
+        out
     }
 }

@@ -607,19 +607,24 @@ proptest::proptest! {
 }
 
 /// [`two_planned_rings`] measured first (`foresight:measured`): planned, but
-/// untimed until a job is measured colliding.
+/// held (no timing, no routes) until a job is measured colliding.
 fn two_rings_measured_first() -> (Foresight, Topology, Vec<JobSpec>, [RingHosts; 2]) {
     let (f, t, specs, hosts, out) = two_rings_placed(Foresight::measured);
     assert_eq!(f.name(), "foresight:measured");
     assert!(part_of(&f, 0).valid_plan, "the plan is made: {:?}", f.outcomes);
-    assert!(part_of(&f, 0).timing_dropped, "but untimed");
-    assert_eq!(timing_decisions(&out), 0, "placed untimed: {out:?}");
+    assert!(part_of(&f, 0).held && part_of(&f, 0).timing_dropped, "but held");
+    assert_eq!(timing_decisions(&out) + routes_set(&out), 0, "placed on ECMP: {out:?}");
     (f, t, specs, hosts)
 }
 
 /// Decisions that time an iteration (a delay, a throttle, a timetable).
 fn timing_decisions(out: &[Decision]) -> usize {
     out.iter().filter(|d| times_an_iteration(d)).count()
+}
+
+/// Decisions that pin a flow to spines (not those that undo a pin).
+fn routes_set(out: &[Decision]) -> usize {
+    out.iter().filter(|d| matches!(d, Decision::Route { paths, .. } if !paths.is_empty())).count()
 }
 
 /// Reports `ms` iterations of job 0 (`from`..`to` done), job 1 beside it.
@@ -653,14 +658,14 @@ fn measured_first_leaves_a_pair_that_does_not_collide_untimed() {
     let (mut f, t, specs, hosts) = two_rings_measured_first();
     let alone = f.measured_first.as_ref().expect("measured first").alone_ms[&0];
     let out = report(&mut f, &t, &specs, &hosts, 1..=30, alone);
-    assert_eq!(timing_decisions(&out), 0, "{out:?}");
-    assert!(part_of(&f, 0).timing_dropped);
+    assert_eq!(timing_decisions(&out) + routes_set(&out), 0, "{out:?}");
+    assert!(part_of(&f, 0).held);
     assert!(f.counters().contains(&("timed_on_measurement", 0.0)));
     // Four collided iterations in a row, then one at its time alone: the
     // streak starts again.
     let out = report(&mut f, &t, &specs, &hosts, 31..=34, 1.3 * alone);
     let out2 = report(&mut f, &t, &specs, &hosts, 35..=35, alone);
-    assert_eq!(timing_decisions(&out) + timing_decisions(&out2), 0);
+    assert_eq!(timing_decisions(&out) + timing_decisions(&out2) + routes_set(&out) + routes_set(&out2), 0);
 }
 
 #[test]
@@ -674,8 +679,9 @@ fn measured_first_times_a_colliding_pair_and_keeps_the_timing_that_pays() {
     let out = report(&mut f, &t, &specs, &hosts, 5..=5, 1.3 * alone);
     let note = out.iter().find_map(|d| if let Decision::Note { text, .. } = d { Some(text.clone()) } else { None });
     assert!(note.as_deref().is_some_and(|n| n.contains("5 iterations in a row over 105%")), "{out:?}");
-    assert!(!part_of(&f, 0).timing_dropped, "timed now");
+    assert!(!part_of(&f, 0).timing_dropped && !part_of(&f, 0).held, "applied now");
     assert!(timing_decisions(&out) > 0, "the new plan's first steps time its jobs: {out:?}");
+    assert!(routes_set(&out) > 0, "and route them: {out:?}");
     assert!(f.counters().contains(&("timed_on_measurement", 1.0)));
     // Timed, its next ten iterations run at its time alone: shorter than
     // the collided ones, so the timing stays.
@@ -694,7 +700,16 @@ fn measured_first_drops_timing_that_does_not_shorten_the_iterations_for_good() {
     // Timed, its iterations (waits included) are no shorter: 1.35x alone.
     let out = report(&mut f, &t, &specs, &hosts, 6..=15, 1.35 * alone);
     assert!(out.iter().any(|d| matches!(d, Decision::Note { text, .. } if text.contains("no shorter"))), "{out:?}");
-    assert!(part_of(&f, 0).timing_dropped);
+    assert!(part_of(&f, 0).timing_dropped && part_of(&f, 0).held);
+    // Its routes are undone too: both jobs back on ECMP.
+    let unrouted: Vec<JobId> = out
+        .iter()
+        .filter_map(|d| match d {
+            Decision::Route { job, paths, .. } if paths.is_empty() => Some(*job),
+            _ => None,
+        })
+        .collect();
+    assert!(unrouted.contains(&0) && unrouted.contains(&1), "both jobs' routes undone: {out:?}");
     let cleared: Vec<JobId> = out
         .iter()
         .filter_map(|d| match d {
@@ -704,7 +719,7 @@ fn measured_first_drops_timing_that_does_not_shorten_the_iterations_for_good() {
         .collect();
     assert!(cleared.contains(&0) && cleared.contains(&1), "both jobs' timing undone: {out:?}");
     assert!(f.counters().contains(&("given_up_on_measurement", 1.0)));
-    // Given up: more collided iterations time nothing again.
+    // Given up: more collided iterations time and route nothing again.
     let out = report(&mut f, &t, &specs, &hosts, 16..=40, 1.3 * alone);
-    assert_eq!(timing_decisions(&out), 0, "{out:?}");
+    assert_eq!(timing_decisions(&out) + routes_set(&out), 0, "{out:?}");
 }
