@@ -104,7 +104,9 @@ impl Foresight {
         let applied = !self.parts[&pid].held;
         let Some(m) = self.measured_first.as_mut() else { return none };
         let Some(&alone) = m.alone_ms.get(&job) else { return none };
-        if m.given_up.contains(&job) {
+        // A part one of whose jobs gave up is held for good: the others'
+        // collisions are what it holds them to.
+        if self.parts[&pid].jobs.iter().any(|j| m.given_up.contains(j)) {
             return none;
         }
         if let Some((before, after)) = m.collided.get_mut(&job) {

@@ -719,7 +719,28 @@ fn measured_first_drops_timing_that_does_not_shorten_the_iterations_for_good() {
         .collect();
     assert!(cleared.contains(&0) && cleared.contains(&1), "both jobs' timing undone: {out:?}");
     assert!(f.counters().contains(&("given_up_on_measurement", 1.0)));
-    // Given up: more collided iterations time and route nothing again.
+    // Given up: more collided iterations time and route nothing again,
+    // its own or the other job's, and note nothing.
     let out = report(&mut f, &t, &specs, &hosts, 16..=40, 1.3 * alone);
     assert_eq!(timing_decisions(&out) + routes_set(&out), 0, "{out:?}");
+    let free = vec![1u32; 4];
+    for k in 1..=10u64 {
+        let a = crate::RunningJob::new(0, &specs[0], &hosts[0]);
+        let mut b = crate::RunningJob::new(1, &specs[1], &hosts[1]);
+        b.iterations_done = k;
+        let view = ClusterView {
+            now_s: 50.0 + k as f64,
+            topology: &t,
+            free_gpus: &free,
+            queue: Vec::new(),
+            running: vec![a, b],
+        };
+        let out = f.on_iteration(&view, 1, crate::Iteration::of(1.3 * alone));
+        assert!(out.is_empty() || timing_decisions(&out) + routes_set(&out) == 0, "{out:?}");
+        assert!(
+            !out.iter().any(|d| matches!(d, Decision::Note { .. })),
+            "job b's collisions re-apply nothing: {out:?}"
+        );
+    }
+    assert!(f.counters().contains(&("timed_on_measurement", 1.0)));
 }
