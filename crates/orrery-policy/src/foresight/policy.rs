@@ -141,6 +141,15 @@ fn times_an_iteration(d: &Decision) -> bool {
     }
 }
 
+/// Decisions that undo the routes `steps` pin `job`'s flows to, one per
+/// flow. O(steps · routes).
+fn unroute(job: JobId, steps: &[Step]) -> Vec<Decision> {
+    let mut flows: Vec<usize> = steps.iter().flat_map(|s| s.routes.iter().map(|r| r.0)).collect();
+    flows.sort_unstable();
+    flows.dedup();
+    flows.into_iter().map(|flow| Decision::Route { job, flow, paths: Vec::new() }).collect()
+}
+
 /// A job with its placement: (id, spec, GPUs per host).
 type PlacedJob<'a> = (JobId, &'a JobSpec, Vec<(HostId, u32)>);
 
@@ -434,10 +443,7 @@ impl Foresight {
                     // The old plan's starts no longer hold.
                     undo.push(Decision::Timetable { job: id, from_iteration: 0, starts_s: Vec::new() });
                 }
-                let mut flows: Vec<usize> = steps.iter().flat_map(|s| s.routes.iter().map(|r| r.0)).collect();
-                flows.sort_unstable();
-                flows.dedup();
-                undo.extend(flows.into_iter().map(|flow| Decision::Route { job: id, flow, paths: Vec::new() }));
+                undo.extend(unroute(id, &steps));
             }
         }
         undo.sort_by_key(|d| match d {

@@ -169,11 +169,9 @@ impl Foresight {
         let Some(part) = self.parts.get_mut(&pid) else { return out };
         part.held = true;
         for id in &part.jobs {
-            let Some((steps, _)) = self.steps.get(id) else { continue };
-            let mut flows: Vec<usize> = steps.iter().flat_map(|s| s.routes.iter().map(|r| r.0)).collect();
-            flows.sort_unstable();
-            flows.dedup();
-            out.extend(flows.into_iter().map(|flow| Decision::Route { job: *id, flow, paths: Vec::new() }));
+            if let Some((steps, _)) = self.steps.get(id) {
+                out.extend(super::unroute(*id, steps));
+            }
         }
         out
     }
