@@ -36,6 +36,13 @@ pub struct Metrics {
     /// iterations at its iteration time alone): issue 67's bound of 10.
     #[serde(default)]
     pub max_wait_over_alone: f64,
+    /// Mean over finished jobs of their run time alone (iterations at the
+    /// iteration time alone), s: the mean JCT of a cluster that starts
+    /// every job on arrival, on the GPUs it asked for, with the network to
+    /// itself. No policy that runs jobs at their request and no faster
+    /// than alone has a lower mean JCT.
+    #[serde(default)]
+    pub avg_alone_s: f64,
     /// Mean iteration time over all iterations of all jobs, s.
     pub avg_iter_s: f64,
     /// 90th percentile iteration time, s.
@@ -296,6 +303,8 @@ fn metrics_where(
             (alone_s > 0.0).then_some(wait_s / alone_s)
         })
         .fold(0.0, f64::max);
+    let alone: Vec<f64> =
+        chosen.iter().filter(|(r, _)| r.jct_s.is_some()).map(|(r, _)| r.iterations as f64 * r.isolated_iter_ms / 1e3).collect();
     let split = |large: bool, pick: fn(&(u32, f64, f64)) -> f64| {
         let v: Vec<f64> = finished.iter().filter(|f| (f.0 > 8) == large).map(pick).collect();
         if v.is_empty() { 0.0 } else { v.iter().sum::<f64>() / v.len() as f64 }
@@ -316,6 +325,7 @@ fn metrics_where(
         avg_wait_large_s: split(true, |f| f.2),
         avg_wait_small_s: split(false, |f| f.2),
         max_wait_over_alone,
+        avg_alone_s: mean(&alone),
         avg_iter_s: it.mean,
         p90_iter_s: it.p90,
         p99_iter_s: it.p99,

@@ -38,3 +38,25 @@ fn the_longest_wait_is_the_queued_jobs_wait_over_its_time_alone() {
     let expected = (2.0 * alone - 1.0) / alone;
     assert!((m.max_wait_over_alone - expected).abs() < 0.01, "{} against {expected}", m.max_wait_over_alone);
 }
+
+#[test]
+fn the_mean_time_alone_bounds_the_mean_jct_and_differs_from_it_by_the_mean_wait() {
+    // The same two jobs: each runs its time alone (a two-worker ring on its
+    // own two hosts), so the mean JCT is the mean time alone plus half the
+    // short job's wait, and the bound is (200 + 100) / 2 iterations alone.
+    let topo = two_hosts();
+    let jobs = [
+        JobSpec::new("long", "resnet50", 32, 2, Work::Iterations(200), 0.0),
+        JobSpec::new("short", "resnet50", 32, 2, Work::Iterations(100), 1.0),
+    ];
+    let mut sim = Simulation::new(&topo, &jobs, SimConfig { seed: 1, ..Default::default() }, false);
+    let mut policy = orrery_policy::compose::by_name("fifo", 1).expect("a policy");
+    sim.run(policy.as_mut(), &mut |_, _| {});
+    let m = orrery_sim::metrics::metrics(&sim, |_| true);
+    let iso_s = sim.jobs[0].isolated_iter_ms / 1e3;
+    assert!((m.avg_alone_s - 150.0 * iso_s).abs() < 1e-9, "{} against {}", m.avg_alone_s, 150.0 * iso_s);
+    let short = &sim.jobs[1];
+    let waited = (short.finish_ns.expect("finished") - short.run_ns) as f64 / 1e9 - 1.0;
+    assert!(m.avg_jct_s >= m.avg_alone_s);
+    assert!((m.avg_jct_s - (m.avg_alone_s + waited / 2.0)).abs() < 1e-6, "{} against {}", m.avg_jct_s, m.avg_alone_s + waited / 2.0);
+}
