@@ -303,8 +303,11 @@ fn metrics_where(
             (alone_s > 0.0).then_some(wait_s / alone_s)
         })
         .fold(0.0, f64::max);
-    let alone: Vec<f64> =
-        chosen.iter().filter(|(r, _)| r.jct_s.is_some()).map(|(r, _)| r.iterations as f64 * r.isolated_iter_ms / 1e3).collect();
+    let alone: Vec<f64> = chosen
+        .iter()
+        .filter(|(r, _)| r.jct_s.is_some())
+        .map(|(r, _)| r.iterations as f64 * r.isolated_iter_ms / 1e3)
+        .collect();
     let split = |large: bool, pick: fn(&(u32, f64, f64)) -> f64| {
         let v: Vec<f64> = finished.iter().filter(|f| (f.0 > 8) == large).map(pick).collect();
         if v.is_empty() { 0.0 } else { v.iter().sum::<f64>() / v.len() as f64 }

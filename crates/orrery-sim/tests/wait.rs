@@ -58,5 +58,10 @@ fn the_mean_time_alone_bounds_the_mean_jct_and_differs_from_it_by_the_mean_wait(
     let short = &sim.jobs[1];
     let waited = (short.finish_ns.expect("finished") - short.run_ns) as f64 / 1e9 - 1.0;
     assert!(m.avg_jct_s >= m.avg_alone_s);
-    assert!((m.avg_jct_s - (m.avg_alone_s + waited / 2.0)).abs() < 1e-6, "{} against {}", m.avg_jct_s, m.avg_alone_s + waited / 2.0);
+    assert!(
+        (m.avg_jct_s - (m.avg_alone_s + waited / 2.0)).abs() < 1e-6,
+        "{} against {}",
+        m.avg_jct_s,
+        m.avg_alone_s + waited / 2.0
+    );
 }

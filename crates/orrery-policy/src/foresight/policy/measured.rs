@@ -4,7 +4,8 @@
 //! [`OVERRUN`] over its time alone [`OVERRUN_STREAK`] iterations running.
 //! The part is then planned again and applied, and its next
 //! [`TRIAL_ITERATIONS`] are weighed against the collided ones: no shorter
-//! at the median, and the plan is held again, for good on those hosts.
+//! at the median, and the plan is held again, for good on those hosts (as
+//! soon as half of them are no shorter: the median then cannot be).
 //! Routes are held with the timing because they can lose too: on the
 //! testbed under bbr FORESIGHT's subflows ran 2.3× slower than ECMP
 //! (docs/results.md). Each step comes with a `Note` naming the
@@ -114,11 +115,16 @@ impl Foresight {
                 return none;
             }
             after.push(it.ms);
-            if after.len() < TRIAL_ITERATIONS {
+            let was = median(before);
+            // The trial's median (its upper one) is shorter only if more
+            // than half its iterations are: once half are not, the plan is
+            // held at once, as it would be at the trial's end.
+            let lost = after.iter().filter(|&&ms| ms >= was).count() >= TRIAL_ITERATIONS - TRIAL_ITERATIONS / 2;
+            if after.len() < TRIAL_ITERATIONS && !lost {
                 return none;
             }
-            let (was, is) = (median(before), median(after));
-            if is < was {
+            let is = median(after);
+            if !lost {
                 let text = format!(
                     "foresight: planned, its iterations' median went from {was:.1} to {is:.1} ms; keeping the plan"
                 );
@@ -127,8 +133,9 @@ impl Foresight {
             m.given_up.insert(job);
             m.dropped += 1;
             let text = format!(
-                "foresight: planned, its iterations' median went from {was:.1} to {is:.1} ms, no shorter; holding \
-                 the plan (ECMP)"
+                "foresight: planned, its iterations' median went from {was:.1} to {is:.1} ms over {} of {TRIAL_ITERATIONS} \
+                 trial iterations, no shorter; holding the plan (ECMP)",
+                after.len()
             );
             let mut out = vec![Decision::Note { job, text }];
             out.extend(self.hold(view, pid));
