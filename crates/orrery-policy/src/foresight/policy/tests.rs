@@ -1,8 +1,11 @@
 //! Tests of [`super`]: each names the behaviour it checks.
 
 use super::*;
+use crate::foresight::profile::profile;
+use crate::foresight::routing::FlowProfile;
 use orrery_model::Topology;
 use orrery_model::Work;
+use orrery_model::placed::place;
 use orrery_model::setups::LeafSpine;
 
 /// Two racks of two hosts (100 Gbit/s NICs) under `spines` spines whose
