@@ -292,6 +292,10 @@ impl Placed {
         }
         let period_ms = self.shape.period_ms();
         let mut out: HashMap<LinkId, crate::Circle> = HashMap::new();
+        // Flows per link of each kind of collective: a pipeline's
+        // micro-batches repeat the same sends, whose pairs and paths do not
+        // depend on the payload, so each kind is routed once.
+        let mut counted: Vec<((Collective, Group), Vec<(LinkId, u32)>)> = Vec::new();
         let mut t = 0.0;
         for seg in &self.shape.segments {
             let d = seg.duration_ms();
@@ -300,18 +304,25 @@ impl Placed {
                 && rate > 0.0
                 && d > 0.0
             {
-                let mut count: HashMap<LinkId, u32> = HashMap::new();
-                for (i, (src, dst, _)) in
-                    rank_transfers(self.workers.len(), collective, payload_bytes, group).into_iter().enumerate()
-                {
-                    let paths = rank_paths(topo, &self.workers, &self.gpus, src, dst);
-                    if let Some(p) = paths.get(ecmp_index(job, i, paths.len().max(1))) {
-                        for &l in p {
-                            *count.entry(l).or_default() += 1;
+                let k = match counted.iter().position(|(key, _)| *key == (collective, group)) {
+                    Some(k) => k,
+                    None => {
+                        let mut count: HashMap<LinkId, u32> = HashMap::new();
+                        for (i, (src, dst, _)) in
+                            rank_transfers(self.workers.len(), collective, payload_bytes, group).into_iter().enumerate()
+                        {
+                            let paths = rank_paths(topo, &self.workers, &self.gpus, src, dst);
+                            if let Some(p) = paths.get(ecmp_index(job, i, paths.len().max(1))) {
+                                for &l in p {
+                                    *count.entry(l).or_default() += 1;
+                                }
+                            }
                         }
+                        counted.push(((collective, group), count.into_iter().collect()));
+                        counted.len() - 1
                     }
-                }
-                for (l, k) in count {
+                };
+                for &(l, k) in &counted[k].1 {
                     let gbps = rate * f64::from(k);
                     out.entry(l).or_insert_with(|| crate::Circle { period_ms, arcs: Vec::new() }).arcs.push(Arc {
                         start_ms: t,
@@ -367,8 +378,15 @@ impl Placed {
     /// between two hosts. O(transfers × path length).
     fn links_where(&self, topo: &Topology, pick: impl Fn(usize, &[Vec<LinkId>], &mut Vec<LinkId>)) -> Vec<LinkId> {
         let mut out = Vec::new();
+        // A kind of collective already routed adds no link (its pairs and
+        // paths do not depend on the payload): a pipeline's micro-batches.
+        let mut seen: Vec<(Collective, Group)> = Vec::new();
         for seg in &self.shape.segments {
             let Segment::Comm { collective, payload_bytes, group, .. } = *seg else { continue };
+            if seen.contains(&(collective, group)) {
+                continue;
+            }
+            seen.push((collective, group));
             for (i, (src, dst, _)) in
                 rank_transfers(self.workers.len(), collective, payload_bytes, group).into_iter().enumerate()
             {

@@ -97,23 +97,34 @@ fn bench_llm(c: &mut Criterion) {
     }
     let mut free = vec![0u32; 4096];
     free[next..].iter_mut().for_each(|f| *f = 8);
-    let waiting = mesh_job("new".into(), "llama3-8b", Mesh { tp: 8, dp: 8, microbatches: 4, ..Mesh::default() });
-    for policy in ["metronome", "themis+cassini", "orrery", "fifo+foresight"] {
-        let mut p = orrery_policy::by_name(policy, 1).expect("catalogued");
-        let view = || ClusterView {
-            now_s: 10.0,
-            topology: &topo,
-            free_gpus: &free,
-            queue: vec![QueuedJob::new(running.len(), &waiting, 1.0)],
-            running: running
-                .iter()
-                .zip(&placed)
-                .enumerate()
-                .map(|(i, (s, h))| RunningJob::new(i, s, h.as_slice()))
-                .collect(),
-        };
-        black_box(p.schedule(&view()));
-        g.bench_function(BenchmarkId::new(policy, "4096x8-h100"), |b| b.iter(|| black_box(p.schedule(&view()))));
+    // The small mesh, and the generator's largest pre-training meshes
+    // (`llm-cluster`: Llama 3 70B at TP 8 × PP 4 × DP 32, Mixtral 8x7B at
+    // TP 1 × DP 1,024 with EP 8; 1,024 GPUs each).
+    let small = mesh_job("new".into(), "llama3-8b", Mesh { tp: 8, dp: 8, microbatches: 4, ..Mesh::default() });
+    let llama =
+        mesh_job("new".into(), "llama3-70b", Mesh { tp: 8, pp: 4, dp: 32, microbatches: 16, ..Mesh::default() });
+    let mixtral =
+        mesh_job("new".into(), "mixtral-8x7b", Mesh { tp: 1, dp: 1024, ep: 8, microbatches: 1, ..Mesh::default() });
+    for (label, waiting) in
+        [("4096x8-h100", &small), ("4096x8-h100-llama70b-1024", &llama), ("4096x8-h100-mixtral-1024", &mixtral)]
+    {
+        for policy in ["metronome", "themis+cassini", "orrery", "fifo+foresight"] {
+            let mut p = orrery_policy::by_name(policy, 1).expect("catalogued");
+            let view = || ClusterView {
+                now_s: 10.0,
+                topology: &topo,
+                free_gpus: &free,
+                queue: vec![QueuedJob::new(running.len(), waiting, 1.0)],
+                running: running
+                    .iter()
+                    .zip(&placed)
+                    .enumerate()
+                    .map(|(i, (s, h))| RunningJob::new(i, s, h.as_slice()))
+                    .collect(),
+            };
+            black_box(p.schedule(&view()));
+            g.bench_function(BenchmarkId::new(policy, label), |b| b.iter(|| black_box(p.schedule(&view()))));
+        }
     }
     g.finish();
 }
