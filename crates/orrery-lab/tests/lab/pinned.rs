@@ -217,6 +217,32 @@ fn benchmark_network_short() {
 }
 
 #[test]
+fn benchmark_llm_short() {
+    // docs/results.md "The LLM-cluster benchmark", short: seed 1, the H100
+    // set-up at load 0.9, the first 40 jobs; the mean time alone is the
+    // bound no policy running the requested meshes beats (the same for
+    // every policy that finishes every job), and `tas-required:rack` turns
+    // away the gangs no rack holds.
+    let mut e = load("benchmark-llm");
+    keep_scenarios(&mut e, &["h100 load=0.9"]);
+    e.seeds.truncate(1);
+    e.workload.jobs = Some(40);
+    let keep = ["fifo", "srtf", "crux", "tas-required:rack", "slurm-block", "orrery"];
+    e.policies.retain(|p| keep.contains(&p.as_str()));
+    insta::assert_snapshot!(pinned(
+        &e,
+        &[
+            "finished=metrics.finished:0",
+            "mean JCT (s)=metrics.avg_jct_s:0",
+            "mean time alone (s)=metrics.avg_alone_s:0",
+            "p99 JCT (s)=metrics.p99_jct_s:0",
+            "longest wait / alone=metrics.max_wait_over_alone:2"
+        ],
+        Layout::Long
+    ));
+}
+
+#[test]
 fn benchmark_philly_short() {
     // docs/results.md "The combined policy on a shared benchmark", short:
     // seed 1, 120 of Philly's sample at twice the load (as Castor's short
