@@ -270,6 +270,10 @@ pub struct Foresight {
     /// delays cost more than the sharing they avoid); the unrepaired plan
     /// used; routes only, with the baseline's timing.
     outcomes: [u64; 5],
+    /// Per job, the paths of each flow its routes pin in the driver, as
+    /// the decisions handed out so far left them: a batch's routes that
+    /// change nothing are not sent ([`Foresight::net_routes`]).
+    routes_in_force: HashMap<JobId, HashMap<usize, Vec<usize>>>,
     /// Name in results.
     label: String,
 }
@@ -308,6 +312,7 @@ impl Foresight {
             replans: 0,
             measured_first: None,
             outcomes: [0; 5],
+            routes_in_force: HashMap::new(),
             label,
         }
     }
@@ -351,6 +356,11 @@ impl Policy for Foresight {
         // hold no GPUs and no flows once the round applies.
         let preempted: Vec<JobId> =
             out.iter().filter_map(|d| if let Decision::Preempt { job } = d { Some(*job) } else { None }).collect();
+        // What this policy's routes left in force is forgotten for the jobs
+        // placed now, preempted or gone: their next routes are all sent.
+        let running: std::collections::HashSet<JobId> = view.running.iter().map(|r| r.id).collect();
+        self.routes_in_force
+            .retain(|id, _| running.contains(id) && !preempted.contains(id) && !placed.iter().any(|(p, _)| p == id));
         let mut jobs: Vec<PlacedJob<'_>> = view
             .running
             .iter()
@@ -371,7 +381,7 @@ impl Policy for Foresight {
         } else {
             out.extend(self.replan(view, &jobs, &new, None));
         }
-        out
+        self.net_routes(out)
     }
 
     fn observes_iterations(&self) -> bool {
@@ -384,35 +394,11 @@ impl Policy for Foresight {
         self.steps.get(&job).is_some_and(|(steps, _)| !steps.is_empty()) || self.inner.watches(job)
     }
 
-    /// The inner policy's controller first (a CASSINI re-alignment), then
-    /// the job's next planned step.
+    /// [`Foresight::after_iteration`], its routes netted against those in
+    /// force.
     fn on_iteration(&mut self, view: &ClusterView<'_>, job: JobId, it: crate::Iteration) -> Vec<Decision> {
-        let mut out =
-            if self.inner.observes_iterations() { self.inner.on_iteration(view, job, it) } else { Vec::new() };
-        if self.measured_first.is_some() {
-            let (gated, replanned) = self.measure_first(view, job, it);
-            out.extend(gated);
-            if replanned {
-                // The new plan's first decisions for its jobs are in `out`.
-                return out;
-            }
-        }
-        if self.closed_loop {
-            let started_s = view.running.iter().find(|r| r.id == job).map(|r| r.iteration_start_s);
-            if self.measure(job, started_s, it) {
-                let replans = self.replans;
-                out.extend(self.plan_tripped(view, job));
-                if self.replans > replans {
-                    // The new plan's first decisions for every job, this
-                    // one's included, are in `out`.
-                    return out;
-                }
-            }
-        }
-        // Its next iteration begins with this many iterations done.
-        let done = view.running.iter().find(|r| r.id == job).map(|r| r.iterations_done);
-        out.extend(self.next(job, Some(view.now_s), done));
-        out
+        let out = self.after_iteration(view, job, it);
+        self.net_routes(out)
     }
 
     fn queue_order(&mut self, view: &ClusterView<'_>) -> Vec<usize> {

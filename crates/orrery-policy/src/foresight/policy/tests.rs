@@ -195,7 +195,8 @@ fn routes_alone_never_hold_an_iteration() {
         let free = vec![2u32; 4];
         let queue = specs.iter().enumerate().map(|(i, s)| crate::QueuedJob::new(i, s, 0.0)).collect();
         let view = ClusterView { now_s: 0.0, topology: &t, free_gpus: &free, queue, running: Vec::new() };
-        f.schedule(&view);
+        let placed = f.schedule(&view);
+        assert!(placed.iter().any(|d| matches!(d, Decision::Route { job: 1, .. })), "open {open}: {placed:?}");
         let hosts = [(0usize, 1u32), (2, 1)];
         for (k, now_s) in [0.05, 0.3, 0.4, 2.0].into_iter().enumerate() {
             let mut r = crate::RunningJob::new(1, &specs[1], &hosts);
@@ -203,7 +204,9 @@ fn routes_alone_never_hold_an_iteration() {
             r.iteration_start_s = now_s;
             let view = ClusterView { now_s, topology: &t, free_gpus: &free, queue: Vec::new(), running: vec![r] };
             let out = f.on_iteration(&view, 1, crate::Iteration::of(100.0));
-            assert!(out.iter().any(|d| matches!(d, Decision::Route { .. })), "open {open}: {out:?}");
+            // Its routes stay in force (a step's routes are sent only when
+            // they change what the driver holds).
+            assert!(f.routes_in_force.get(&1).is_some_and(|m| !m.is_empty()), "open {open}: {out:?}");
             assert!(
                 out.iter().all(|d| !matches!(d, Decision::Shift { .. } | Decision::Timetable { .. })),
                 "open {open}, iteration {k}: {out:?}"
@@ -349,7 +352,11 @@ fn a_plan_whose_all_reduce_runs_long_is_re_planned_from_measured_times() {
         assert!((s.compute - 1.0).abs() < 1e-9 && (s.comm - 1.2).abs() < 1e-9, "{s:?}");
         let replanned_ms = f.steps[&0].0[0].length_ms;
         assert!((replanned_ms - slow).abs() < 1e-6 * slow, "{replanned_ms} vs {slow}");
-        assert!(tripped.iter().any(|d| matches!(d, Decision::Route { job: 1, .. })), "both jobs' routes: {tripped:?}");
+        // Both jobs keep routes in force: those the new plan changes are
+        // sent, the others left as they are.
+        for job in [0, 1] {
+            assert!(f.routes_in_force.get(&job).is_some_and(|m| !m.is_empty()), "job {job}'s routes: {tripped:?}");
+        }
         if !waited {
             assert_eq!(
                 (f.drops, part_of(&f, 0).timing_dropped),
@@ -759,4 +766,30 @@ fn measured_first_drops_timing_that_does_not_shorten_the_iterations_for_good() {
         );
     }
     assert!(f.counters().contains(&("timed_on_measurement", 1.0)));
+}
+
+#[test]
+fn a_batch_sends_only_the_routes_that_change_what_the_driver_holds() {
+    let (mut f, _, _) = two_rings(Mode::Foresight);
+    let route = |flow, paths: Vec<usize>| Decision::Route { job: 7, flow, paths };
+    // First batch: flows 0 and 1 pinned; an undo of flow 2, never pinned,
+    // changes nothing.
+    let out = f.net_routes(vec![route(0, vec![1]), route(1, vec![0, 1]), route(2, vec![])]);
+    assert_eq!(out, vec![route(0, vec![1]), route(1, vec![0, 1])]);
+    // A re-plan's batch: every flow undone, then set again. Flow 0 as it
+    // was (nothing sent), flow 1 moved (only its last route), flow 3 new,
+    // and the other decisions kept in place.
+    let out = f.net_routes(vec![
+        route(0, vec![]),
+        route(1, vec![]),
+        Decision::Throttle { job: 7, gbps: None },
+        route(0, vec![1]),
+        route(1, vec![1]),
+        route(3, vec![0]),
+    ]);
+    assert_eq!(out, vec![Decision::Throttle { job: 7, gbps: None }, route(1, vec![1]), route(3, vec![0])]);
+    // Undone for good: sent, and a repeat is not.
+    assert_eq!(f.net_routes(vec![route(3, vec![])]), vec![route(3, vec![])]);
+    assert!(f.net_routes(vec![route(3, vec![])]).is_empty());
+    assert_eq!(f.routes_in_force[&7], HashMap::from([(0, vec![1]), (1, vec![1])]));
 }
