@@ -7,6 +7,10 @@ use crate::topology::{HostId, LinkId, SharedPaths, Topology, ecmp_index};
 use crate::zoo::{Placement, model};
 use crate::{JobSpec, Segment};
 
+/// A collective and its groups: what a segment's pairs of ranks, and so
+/// their paths, depend on (not its payload).
+type CollectiveKind = (Collective, Group);
+
 /// A placed job.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Placed {
@@ -295,7 +299,7 @@ impl Placed {
         // Flows per link of each kind of collective: a pipeline's
         // micro-batches repeat the same sends, whose pairs and paths do not
         // depend on the payload, so each kind is routed once.
-        let mut counted: Vec<((Collective, Group), Vec<(LinkId, u32)>)> = Vec::new();
+        let mut counted: Vec<(CollectiveKind, Vec<(LinkId, u32)>)> = Vec::new();
         let mut t = 0.0;
         for seg in &self.shape.segments {
             let d = seg.duration_ms();
@@ -380,7 +384,7 @@ impl Placed {
         let mut out = Vec::new();
         // A kind of collective already routed adds no link (its pairs and
         // paths do not depend on the payload): a pipeline's micro-batches.
-        let mut seen: Vec<(Collective, Group)> = Vec::new();
+        let mut seen: Vec<CollectiveKind> = Vec::new();
         for seg in &self.shape.segments {
             let Segment::Comm { collective, payload_bytes, group, .. } = *seg else { continue };
             if seen.contains(&(collective, group)) {
