@@ -725,21 +725,16 @@ fn measured_first_drops_timing_that_does_not_shorten_the_iterations_for_good() {
     );
     assert!(part_of(&f, 0).timing_dropped && part_of(&f, 0).held);
     // Its routes are undone too: both jobs back on ECMP.
-    let unrouted: Vec<JobId> = out
-        .iter()
-        .filter_map(|d| match d {
-            Decision::Route { job, paths, .. } if paths.is_empty() => Some(*job),
-            _ => None,
-        })
-        .collect();
+    let undone = |what: fn(&Decision) -> Option<JobId>| -> Vec<JobId> { out.iter().filter_map(what).collect() };
+    let unrouted = undone(|d| match d {
+        Decision::Route { job, paths, .. } if paths.is_empty() => Some(*job),
+        _ => None,
+    });
     assert!(unrouted.contains(&0) && unrouted.contains(&1), "both jobs' routes undone: {out:?}");
-    let cleared: Vec<JobId> = out
-        .iter()
-        .filter_map(|d| match d {
-            Decision::Timetable { job, starts_s, .. } if starts_s.is_empty() => Some(*job),
-            _ => None,
-        })
-        .collect();
+    let cleared = undone(|d| match d {
+        Decision::Timetable { job, starts_s, .. } if starts_s.is_empty() => Some(*job),
+        _ => None,
+    });
     assert!(cleared.contains(&0) && cleared.contains(&1), "both jobs' timing undone: {out:?}");
     assert!(f.counters().contains(&("given_up_on_measurement", 1.0)));
     // Given up: more collided iterations time and route nothing again,
