@@ -92,11 +92,23 @@ impl LogicalNetwork {
         if a == b { Vec::new() } else { vec![Self::up(a), Self::down(b)] }
     }
 
-    /// Index, in `t.paths(src, dst)`, of the path through spine `spine`
-    /// (for `Decision::Route`). None inside a rack or for an unknown spine.
-    pub fn path_through(&self, t: &Topology, src: HostId, dst: HostId, spine: usize) -> Option<usize> {
-        let node = *self.spine_nodes.get(spine)?;
-        t.shared_paths(src, dst).iter().position(|p| p.iter().any(|&l| t.links[l].to == node))
+    /// For each spine, the index in `t.paths(src, dst)` of the first path
+    /// through it (for `Decision::Route`); None inside a rack or where no
+    /// path crosses that spine. One pass over the pair's paths:
+    /// O(paths · hops · spines), cached by the caller per host pair (a
+    /// 1,024-GPU mesh routes the same pairs in every planned iteration).
+    pub fn paths_by_spine(&self, t: &Topology, src: HostId, dst: HostId) -> Vec<Option<usize>> {
+        let mut out = vec![None; self.spines];
+        for (i, path) in t.shared_paths(src, dst).iter().enumerate() {
+            for &l in path {
+                if let Some(s) = self.spine_nodes.iter().position(|&n| n == t.links[l].to)
+                    && out[s].is_none()
+                {
+                    out[s] = Some(i);
+                }
+            }
+        }
+        out
     }
 
     /// FORESIGHT's fragmentation (§II): the share of a set of flows that
@@ -127,5 +139,20 @@ mod tests {
         assert!(n.links(0, 7).is_empty());
         assert_eq!(n.links(0, 8), vec![LogicalNetwork::up(0), LogicalNetwork::down(1)]);
         assert_eq!(n.fragmentation(&[(0, 1), (0, 8), (9, 1), (2, 3)]), 0.5);
+    }
+
+    #[test]
+    fn each_spine_names_the_path_that_crosses_it() {
+        let t = foresight(4);
+        let n = LogicalNetwork::of(&t).expect("leaf-spine");
+        let by_spine = n.paths_by_spine(&t, 0, 8);
+        let paths = t.shared_paths(0, 8);
+        assert_eq!(paths.len(), 4, "one path a spine between two racks");
+        for (s, i) in by_spine.iter().enumerate() {
+            let i = i.expect("every spine joins two leaves");
+            assert!(paths[i].iter().any(|&l| t.links[l].to == n.spine_nodes[s]), "spine {s}");
+        }
+        // Inside a rack no path crosses a spine.
+        assert_eq!(n.paths_by_spine(&t, 0, 7), vec![None; 4]);
     }
 }

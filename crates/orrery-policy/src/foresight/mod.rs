@@ -10,6 +10,8 @@
 //!   fit all its logical links.
 //! * [`profile`]: a job's iteration alone on its placement as cross-rack
 //!   flows in time, at each throttle rate, stretched to measured times.
+//! * [`paths`]: a planned route (spines and shares) as the driver's ECMP
+//!   path indices, each host pair's remembered.
 //! * [`policy`]: FORESIGHT over any placement and its ablations (ts, ro,
 //!   sub, foresight, perfect), applied iteration by iteration.
 //! * [`routing`]: SolveRouting — merged time ranges coloured onto spines,
@@ -18,6 +20,7 @@
 
 pub mod coloring;
 pub mod logical;
+pub mod paths;
 pub mod policy;
 pub mod profile;
 pub mod routing;

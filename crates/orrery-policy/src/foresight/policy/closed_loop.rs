@@ -19,7 +19,14 @@ impl Foresight {
     /// not pile up as delays. Past the horizon the delays are relative.
     /// `done`: iterations the job has done, so its next iteration begins
     /// with that many done (the timetable's first entry).
-    pub(super) fn next(&mut self, job: JobId, now_s: Option<f64>, done: Option<u64>) -> Vec<Decision> {
+    /// The step's routes become paths on `t` here. O(its routes · spines).
+    pub(super) fn next(
+        &mut self,
+        t: &orrery_model::Topology,
+        job: JobId,
+        now_s: Option<f64>,
+        done: Option<u64>,
+    ) -> Vec<Decision> {
         let Some(part) = self.part_of_job.get(&job).and_then(|p| self.parts.get(p)) else { return Vec::new() };
         if part.held {
             return Vec::new();
@@ -41,8 +48,10 @@ impl Foresight {
             _ => step.delay_ms,
         };
         let mut out = vec![Decision::Throttle { job, gbps: step.throttle.filter(|_| times) }];
-        for (flow, paths) in &step.routes {
-            out.push(Decision::Route { job, flow: *flow, paths: paths.clone() });
+        if let Some(net) = self.net.as_ref() {
+            for r in &step.routes {
+                out.push(Decision::Route { job, flow: r.flow, paths: self.spine_paths.of(net, t, r) });
+            }
         }
         // Closed loop, in the first pass: this step and the next ones as a
         // timetable (the driver holds each iteration to its start even when
@@ -255,7 +264,7 @@ impl Foresight {
         }
         // Its next iteration begins with this many iterations done.
         let done = view.running.iter().find(|r| r.id == job).map(|r| r.iterations_done);
-        out.extend(self.next(job, Some(view.now_s), done));
+        out.extend(self.next(view.topology, job, Some(view.now_s), done));
         out
     }
 

@@ -170,15 +170,13 @@ impl Foresight {
     }
 
     /// Holds part `pid`'s plan: its timing dropped and its routes undone
-    /// (its jobs back on ECMP). O(its jobs' steps).
+    /// (its jobs back on ECMP). O(its jobs' pinned flows).
     fn hold(&mut self, view: &ClusterView<'_>, pid: super::PartId) -> Vec<Decision> {
         let mut out = self.drop_timing(view, &[pid]);
         let Some(part) = self.parts.get_mut(&pid) else { return out };
         part.held = true;
         for id in &part.jobs {
-            if let Some((steps, _)) = self.steps.get(id) {
-                out.extend(super::unroute(*id, steps));
-            }
+            out.extend(super::unroute(&self.routes_in_force, *id));
         }
         out
     }

@@ -2,7 +2,7 @@
 //! (SolveTiming or the baseline's), routes (edge colouring, the repair
 //! loop) and the fallback ladder (module docs of [`super`]).
 
-use super::{Foresight, Mode, Part, PartId, PlacedJob, Step, plan_cost, repeats, unroute};
+use super::{Foresight, Mode, Part, PartId, PlacedJob, Step, plan_cost, unroute};
 use crate::foresight::logical::{LogicalLink, LogicalNetwork};
 use crate::foresight::profile::{Profiled, RATES, Stretch, measured_profile, profile};
 use crate::foresight::routing::{FlowProfile, Route, RoutingParams, Schedule, schedule, solve_routing};
@@ -20,7 +20,7 @@ impl Foresight {
         for (id, spec, hosts) in jobs {
             let Some(p) = profile(t, net, spec, hosts, None, true) else { continue };
             for f in &p.flows {
-                let paths: Vec<usize> = (0..net.spines).filter_map(|s| net.path_through(t, f.src, f.dst, s)).collect();
+                let paths: Vec<usize> = net.paths_by_spine(t, f.src, f.dst).into_iter().flatten().collect();
                 out.push(Decision::Route { job: *id, flow: f.flow, paths });
             }
         }
@@ -119,13 +119,15 @@ impl Foresight {
                     continue;
                 }
                 replanned.insert(id);
-                let Some((steps, _)) = self.steps.remove(&id) else { continue };
+                if self.steps.remove(&id).is_none() {
+                    continue;
+                }
                 undo.push(Decision::Throttle { job: id, gbps: None });
                 if self.closed_loop && self.mode.times() {
                     // The old plan's starts no longer hold.
                     undo.push(Decision::Timetable { job: id, from_iteration: 0, starts_s: Vec::new() });
                 }
-                undo.extend(unroute(id, &steps));
+                undo.extend(unroute(&self.routes_in_force, id));
             }
         }
         undo.sort_by_key(|d| match d {
@@ -208,7 +210,7 @@ impl Foresight {
             self.parts.insert(pid, Part { jobs, links, planned_at_s, anchor_ms, valid_plan, timing_dropped, held });
         }
         let ids: Vec<JobId> = to_plan.iter().map(|(j, ..)| j.0).collect();
-        let first: Vec<Decision> = ids.into_iter().flat_map(|id| self.next(id, None, None)).collect();
+        let first: Vec<Decision> = ids.into_iter().flat_map(|id| self.next(t, id, None, None)).collect();
         undo.into_iter().chain(first).collect()
     }
 
@@ -291,33 +293,22 @@ impl Foresight {
             }
         };
         // Steps per job, in plan order. O(plan + routes).
-        let mut routes_of: Vec<Vec<&Route>> = vec![Vec::new(); plan.len()];
-        for r in &routes {
-            routes_of[r.planned].push(r);
+        // Steps per job, in plan order, each with its routes. O(plan + routes).
+        let mut routes_of: Vec<Vec<Route>> = vec![Vec::new(); plan.len()];
+        for r in routes {
+            let k = r.planned;
+            routes_of[k].push(r);
         }
-        for (k, x) in plan.iter().enumerate() {
+        for ((k, x), routes) in plan.iter().enumerate().zip(routes_of) {
+            debug_assert!(routes.iter().all(|r| r.planned == k));
             let id = part[x.job].0.0;
-            let mut step_routes = Vec::new();
-            for r in &routes_of[k] {
-                let (src, dst) = r.ends;
-                // Path indices repeated in proportion to the shares (the
-                // driver splits a flow equally over the list).
-                let shares: Vec<f64> = r.spines.iter().map(|x| x.1).collect();
-                let mut paths = Vec::new();
-                for (&(s, _), n) in r.spines.iter().zip(repeats(&shares)) {
-                    if let Some(i) = net.path_through(t, src, dst, s) {
-                        paths.extend(std::iter::repeat_n(i, n));
-                    }
-                }
-                step_routes.push((r.flow, paths));
-            }
             let step = Step {
                 delay_ms: x.delay_ms,
                 start_ms: x.start_ms,
                 length_ms: profiles[x.job][x.profile].length_ms,
                 compute_ms: part[x.job].2,
                 throttle: profiles[x.job][x.profile].rate_gbps,
-                routes: step_routes,
+                routes,
             };
             self.steps.entry(id).or_insert_with(|| (Vec::new(), 0)).0.push(step);
         }
