@@ -131,41 +131,46 @@ pub fn solve_routing(
     p: &RoutingParams,
 ) -> (Vec<Route>, Vec<(f64, f64)>) {
     // Every flow as an interval in absolute time, by start; flows that
-    // start together stay in plan order (sorting (start, index) pairs
-    // orders as a stable sort of the intervals, moving 16 bytes, not 72).
+    // start together stay in plan order (ties broken by planned iteration,
+    // then flow: the order of a stable sort). Each is (start, planned
+    // iteration, flow index) and its flow is looked up: 16 bytes moved and
+    // paged in a flow, not 72 (a 4,096-host LLM part has 650,000).
+    let flows_of = |k: usize| &profiles[plan[k].job][plan[k].profile].flows;
     let n: usize = plan.iter().map(|x| profiles[x.job][x.profile].flows.len()).sum();
-    let mut unsorted: Vec<(f64, f64, usize, TimedFlow)> = Vec::with_capacity(n);
+    let mut intervals: Vec<(f64, u32, u32)> = Vec::with_capacity(n);
     for (k, x) in plan.iter().enumerate() {
-        for f in &profiles[x.job][x.profile].flows {
-            unsorted.push((x.start_ms + f.start_ms, x.start_ms + f.end_ms, k, *f));
+        for (i, f) in flows_of(k).iter().enumerate() {
+            intervals.push((x.start_ms + f.start_ms, k as u32, i as u32));
         }
     }
-    let mut order: Vec<(f64, usize)> = unsorted.iter().enumerate().map(|(i, iv)| (iv.0, i)).collect();
-    order.sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-    let intervals: Vec<(f64, f64, usize, TimedFlow)> = order.into_iter().map(|(_, i)| unsorted[i]).collect();
-    drop(unsorted);
+    intervals.sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
+    let flow = |iv: &(f64, u32, u32)| -> &TimedFlow { &flows_of(iv.1 as usize)[iv.2 as usize] };
+    let end_of = |iv: &(f64, u32, u32)| plan[iv.1 as usize].start_ms + flow(iv).end_ms;
     let (mut routes, mut bad) = (Vec::with_capacity(intervals.len()), Vec::new());
     let m = p.colors_per_spine.max(1);
     let unit = p.spine_link_gbps / m as f64;
-    let leaves = intervals.iter().map(|i| i.3.src_leaf.max(i.3.dst_leaf) + 1).max().unwrap_or(0);
+    let leaves = intervals.iter().map(|iv| flow(iv).src_leaf.max(flow(iv).dst_leaf) + 1).max().unwrap_or(0);
+    // A range's edges, and where each flow's begin, reused range to range.
+    let (mut edges, mut first) = (Vec::new(), Vec::new());
     let mut i = 0;
     while i < intervals.len() {
         // MergeRanges: extend while the next interval starts before the range ends.
-        let (start, mut end) = (intervals[i].0, intervals[i].1);
+        let (start, mut end) = (intervals[i].0, end_of(&intervals[i]));
         let mut j = i + 1;
         while j < intervals.len() && intervals[j].0 < end {
-            end = end.max(intervals[j].1);
+            end = end.max(end_of(&intervals[j]));
             j += 1;
         }
         let range = &intervals[i..j];
         // Subflows: ⌈rate / unit⌉ edges per flow (one edge without subflows).
         // A flow's edges are contiguous: flow n owns edges[first[n]..first[n + 1]].
-        let mut edges = Vec::new();
-        let mut first = Vec::with_capacity(range.len() + 1);
+        edges.clear();
+        first.clear();
         for iv in range {
             first.push(edges.len());
-            let parts = if m == 1 { 1 } else { ((iv.3.gbps / unit) - 1e-9).ceil().max(1.0) as usize };
-            edges.extend(std::iter::repeat_n((iv.3.src_leaf, iv.3.dst_leaf), parts));
+            let f = flow(iv);
+            let parts = if m == 1 { 1 } else { ((f.gbps / unit) - 1e-9).ceil().max(1.0) as usize };
+            edges.extend(std::iter::repeat_n((f.src_leaf, f.dst_leaf), parts));
         }
         first.push(edges.len());
         // Every edge names a leaf below `leaves`, so the colouring exists;
@@ -196,7 +201,8 @@ pub fn solve_routing(
                 for x in &mut spines {
                     x.1 /= parts.len() as f64;
                 }
-                routes.push(Route { planned: iv.2, flow: iv.3.flow, ends: (iv.3.src, iv.3.dst), spines });
+                let f = flow(iv);
+                routes.push(Route { planned: iv.1 as usize, flow: f.flow, ends: (f.src, f.dst), spines });
             }
         }
         i = j;
