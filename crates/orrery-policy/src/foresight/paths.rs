@@ -13,8 +13,8 @@
 
 use super::logical::LogicalNetwork;
 use super::routing::Route;
+use crate::memo::FastMap;
 use orrery_model::{HostId, Topology};
-use std::collections::HashMap;
 
 /// Host pairs remembered before the memo is forgotten whole: ~100 bytes
 /// each with 16 spines, so 26 MB at most. A 4,096-host LLM workload's
@@ -24,7 +24,7 @@ const PAIRS: usize = 1 << 18;
 /// Each host pair's path index through each spine, as far as asked.
 #[derive(Debug, Default)]
 pub struct SpinePaths {
-    by_pair: HashMap<(HostId, HostId), Box<[Option<u32>]>>,
+    by_pair: FastMap<(HostId, HostId), Box<[Option<u32>]>>,
 }
 
 impl SpinePaths {

@@ -36,7 +36,7 @@ use super::profile::{Profiled, Stretch};
 use super::routing::Route;
 use super::timing::TimedJob;
 use crate::estimate::PeriodEstimate;
-use crate::memo::PerPlacement;
+use crate::memo::{FastMap, PerPlacement};
 use crate::{ClusterView, Decision, JobId, Policy};
 use orrery_model::{HostId, JobSpec};
 use std::collections::HashMap;
@@ -134,7 +134,7 @@ fn times_an_iteration(d: &Decision) -> bool {
 
 /// Routes this policy has left pinned in the driver: per job, each flow's
 /// paths ([`Foresight::net_routes`] keeps them).
-type RoutesInForce = HashMap<JobId, HashMap<usize, Vec<usize>>>;
+type RoutesInForce = FastMap<JobId, FastMap<usize, Vec<usize>>>;
 
 /// Decisions that undo the routes `in_force` holds for `job`, one per flow,
 /// in flow order. A flow a plan routed that the driver no longer holds
@@ -315,7 +315,7 @@ impl Foresight {
             replans: 0,
             measured_first: None,
             outcomes: [0; 5],
-            routes_in_force: HashMap::new(),
+            routes_in_force: FastMap::default(),
             label,
         }
     }

@@ -276,7 +276,8 @@ impl Foresight {
     /// 43,000 routes a round with 1,024-GPU meshes at 1,024 hosts, most of
     /// them unchanged). O(decisions).
     pub(super) fn net_routes(&mut self, out: Vec<Decision>) -> Vec<Decision> {
-        let mut last: HashMap<(JobId, usize), usize> = HashMap::new();
+        let mut last: crate::memo::FastMap<(JobId, usize), usize> =
+            crate::memo::FastMap::with_capacity_and_hasher(out.len(), Default::default());
         for (i, d) in out.iter().enumerate() {
             if let Decision::Route { job, flow, .. } = d {
                 last.insert((*job, *flow), i);

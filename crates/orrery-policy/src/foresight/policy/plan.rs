@@ -10,6 +10,7 @@ use crate::foresight::timing::{Planned, TimedJob, TimingParams, baseline_timing,
 use crate::{ClusterView, Decision, JobId};
 use orrery_model::placed::place;
 use std::collections::HashMap;
+use std::sync::Arc;
 
 impl Foresight {
     /// Every cross-rack flow of every job over every spine, equally
@@ -62,7 +63,7 @@ impl Foresight {
         // for the others.
         let kept = &mut self.profiles;
         kept.forget_unless(view.running.len(), || view.running.iter().map(|r| r.id).collect());
-        let mut profiled = |(id, spec, hosts): &PlacedJob<'_>| -> (Option<FlowProfile>, f64) {
+        let mut profiled = |(id, spec, hosts): &PlacedJob<'_>| -> (Option<Arc<FlowProfile>>, f64) {
             let stretch = stretch_of(id);
             let p = kept.get_if(
                 *id,
@@ -71,7 +72,7 @@ impl Foresight {
                 || Profiled {
                     stretch,
                     spread,
-                    unthrottled: measured_profile(t, &net, spec, hosts, None, spread, stretch),
+                    unthrottled: measured_profile(t, &net, spec, hosts, None, spread, stretch).map(Arc::new),
                     compute_ms: place(t, spec, hosts).map_or(0.0, |p| p.shape.compute_ms()) * stretch.compute,
                 },
             );
@@ -150,7 +151,7 @@ impl Foresight {
         // Their plan would be no-ops after every iteration, and watching
         // them keeps the simulator from fast-forwarding them (issue 43: at
         // 4,096 hosts most jobs fit in a rack).
-        let mut to_plan: Vec<(&PlacedJob<'_>, FlowProfile, f64)> = Vec::new();
+        let mut to_plan: Vec<(&PlacedJob<'_>, Arc<FlowProfile>, f64)> = Vec::new();
         for job in jobs.iter().filter(|j| replanned.contains(&j.0)) {
             if let (Some(p), compute_ms) = profiled(job)
                 && !p.flows.is_empty()
@@ -171,11 +172,13 @@ impl Foresight {
             }
             i
         }
-        let mut first_on: HashMap<LogicalLink, usize> = HashMap::new();
+        // The first job on each logical link, indexed by link.
+        let mut first_on: Vec<Option<usize>> = vec![None; net.capacity.len()];
         for (i, (_, p, _)) in to_plan.iter().enumerate() {
             for f in &p.flows {
                 for link in [LogicalNetwork::up(f.src_leaf), LogicalNetwork::down(f.dst_leaf)] {
-                    let j = *first_on.entry(link).or_insert(i);
+                    let Some(on) = first_on.get_mut(link) else { continue };
+                    let j = *on.get_or_insert(i);
                     let (a, b) = (root(&mut parent, i), root(&mut parent, j));
                     parent[a.max(b)] = a.min(b);
                 }
@@ -186,12 +189,14 @@ impl Foresight {
             members.entry(root(&mut parent, i)).or_default().push(i);
         }
         let mut links_of: HashMap<usize, Vec<LogicalLink>> = HashMap::new();
-        for (&link, &i) in &first_on {
-            links_of.entry(root(&mut parent, i)).or_default().push(link);
+        for (link, i) in first_on.iter().enumerate() {
+            if let Some(i) = *i {
+                links_of.entry(root(&mut parent, i)).or_default().push(link);
+            }
         }
         for (r, idx) in members {
             let part: Vec<(&PlacedJob<'_>, &FlowProfile, f64)> =
-                idx.iter().map(|&i| (to_plan[i].0, &to_plan[i].1, to_plan[i].2)).collect();
+                idx.iter().map(|&i| (to_plan[i].0, &*to_plan[i].1, to_plan[i].2)).collect();
             let valid_plan = self.plan_part(view, &net, &part, spread);
             let pid = self.next_part;
             self.next_part += 1;
