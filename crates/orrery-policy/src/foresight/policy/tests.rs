@@ -779,5 +779,5 @@ fn a_batch_sends_only_the_routes_that_change_what_the_driver_holds() {
     // Undone for good: sent, and a repeat is not.
     assert_eq!(f.net_routes(vec![route(3, vec![])]), vec![route(3, vec![])]);
     assert!(f.net_routes(vec![route(3, vec![])]).is_empty());
-    assert_eq!(f.routes_in_force[&7], HashMap::from([(0, vec![1]), (1, vec![1])]));
+    assert_eq!(f.routes_in_force[&7], [(0, vec![1]), (1, vec![1])].into_iter().collect::<crate::memo::FastMap<_, _>>());
 }
