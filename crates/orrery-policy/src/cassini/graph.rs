@@ -16,9 +16,10 @@
 //! ([`super::score`]) up to rounding in the sums (the test below checks it).
 
 use super::{Net, Solved, link_solution};
+use crate::memo::{FastMap, FastSet};
 use crate::{ClusterView, JobId};
 use orrery_model::LinkId;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::BTreeMap;
 
 /// Sums over a set of shared links.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -56,9 +57,9 @@ impl Stats {
 /// its index in the full score's job list), and the links they share.
 pub(super) struct Graph<'a> {
     slots: Vec<Option<Net<'a>>>,
-    slot_of: HashMap<JobId, usize>,
+    slot_of: FastMap<JobId, usize>,
     /// Jobs that send, per link they cross, slots ascending.
-    on_link: HashMap<LinkId, Vec<usize>>,
+    on_link: FastMap<LinkId, Vec<usize>>,
     whole: Stats,
 }
 
@@ -70,13 +71,19 @@ fn sends(net: &Net<'_>) -> bool {
 impl<'a> Graph<'a> {
     /// The graph of `jobs`, scored once in full. O(Σ links of the jobs).
     pub(super) fn new(view: &ClusterView<'_>, jobs: Vec<Net<'a>>, solved: &mut Solved) -> Self {
-        let mut g =
-            Graph { slots: Vec::new(), slot_of: HashMap::new(), on_link: HashMap::new(), whole: Stats::default() };
+        let mut g = Graph {
+            slots: Vec::new(),
+            slot_of: FastMap::default(),
+            on_link: FastMap::default(),
+            whole: Stats::default(),
+        };
         for net in jobs {
             g.push(net);
         }
-        let all: Vec<usize> = (0..g.slots.len()).collect();
-        g.whole = g.stats(view, &all, None, solved);
+        // Every link's jobs are those `on_link` holds: grouped from it
+        // directly, not gathered again job by job.
+        let groups = group_links(view, g.on_link.iter().filter(|(_, ks)| ks.len() > 1).map(|(&l, ks)| (l, ks.clone())));
+        g.whole = g.score(groups, None, solved);
         g
     }
 
@@ -155,7 +162,7 @@ impl<'a> Graph<'a> {
     /// link of theirs carries a job outside. O(links of the region × jobs
     /// per link).
     fn region(&self, seeds: impl IntoIterator<Item = usize>) -> Vec<usize> {
-        let mut seen: HashSet<usize> = HashSet::new();
+        let mut seen: FastSet<usize> = FastSet::default();
         let mut stack: Vec<usize> = seeds.into_iter().filter(|&s| seen.insert(s)).collect();
         while let Some(s) = stack.pop() {
             let Some(net) = self.slots[s].as_ref() else { continue };
@@ -188,20 +195,24 @@ impl<'a> Graph<'a> {
                 on.entry(l).or_insert_with(|| self.on_link.get(&l).cloned().unwrap_or_default()).push(extra_slot);
             }
         }
-        let mut groups: BTreeMap<Vec<usize>, (LinkId, f64)> = BTreeMap::new();
-        for (l, ks) in on.into_iter().filter(|(_, ks)| ks.len() > 1) {
-            let gbps = view.topology.links[l].gbps;
-            let cap = groups.entry(ks).or_insert((l, gbps));
-            if gbps < cap.1 {
-                *cap = (l, gbps);
-            }
-        }
+        self.score(group_links(view, on.into_iter().filter(|(_, ks)| ks.len() > 1)), extra, solved)
+    }
+
+    /// Scores link groups (each a set of slots, with `extra` as slot
+    /// `slots.len()`, and the link that caps them). O(groups · jobs a group).
+    fn score(
+        &self,
+        groups: BTreeMap<Vec<usize>, (LinkId, f64)>,
+        extra: Option<&Net<'_>>,
+        solved: &mut Solved,
+    ) -> Stats {
+        let extra_slot = self.slots.len();
         let net_of =
             |s: usize| if s == extra_slot { extra.expect("extra") } else { self.slots[s].as_ref().expect("live") };
         let mut stats = Stats::default();
         // Union-find over the jobs of scored groups: C is the number of roots.
-        let mut parent: HashMap<usize, usize> = HashMap::new();
-        fn root(parent: &mut HashMap<usize, usize>, mut x: usize) -> usize {
+        let mut parent: FastMap<usize, usize> = FastMap::default();
+        fn root(parent: &mut FastMap<usize, usize>, mut x: usize) -> usize {
             while let Some(&p) = parent.get(&x).filter(|&&p| p != x) {
                 let grand = parent.get(&p).copied().unwrap_or(p);
                 parent.insert(x, grand);
@@ -233,6 +244,25 @@ impl<'a> Graph<'a> {
         stats.cycles = edges - (groups_scored + jobs.len() as i64) + components;
         stats
     }
+}
+
+/// Links carrying the same jobs, as one vertex of the Affinity graph at the
+/// lowest rate among them (ties: the lowest link id), as a full score
+/// groups them. `links`: each shared link with its jobs' slots, ascending,
+/// in any order. O(links · log).
+fn group_links(
+    view: &ClusterView<'_>,
+    links: impl Iterator<Item = (LinkId, Vec<usize>)>,
+) -> BTreeMap<Vec<usize>, (LinkId, f64)> {
+    let mut groups: BTreeMap<Vec<usize>, (LinkId, f64)> = BTreeMap::new();
+    for (l, ks) in links {
+        let gbps = view.topology.links[l].gbps;
+        let cap = groups.entry(ks).or_insert((l, gbps));
+        if gbps < cap.1 || (gbps == cap.1 && l < cap.0) {
+            *cap = (l, gbps);
+        }
+    }
+    groups
 }
 
 #[cfg(test)]
