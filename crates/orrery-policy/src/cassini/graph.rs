@@ -184,18 +184,28 @@ impl<'a> Graph<'a> {
     /// the Affinity graph at the lowest rate among them, as in a full score.
     fn stats(&self, view: &ClusterView<'_>, region: &[usize], extra: Option<&Net<'_>>, solved: &mut Solved) -> Stats {
         let extra_slot = self.slots.len();
-        let mut on: BTreeMap<LinkId, Vec<usize>> = BTreeMap::new();
+        // The region's links and the candidate's; a link's jobs are those
+        // `on_link` holds (the region is a union of components), with the
+        // candidate last. Only links two jobs share are copied out.
+        let mut links: FastSet<LinkId> = FastSet::default();
         for net in region.iter().filter_map(|&s| self.slots[s].as_ref()).filter(|n| sends(n)) {
-            for &l in net.links.iter() {
-                on.entry(l).or_insert_with(|| self.on_link.get(&l).cloned().unwrap_or_default());
-            }
+            links.extend(net.links.iter().copied());
         }
-        if let Some(c) = extra.filter(|c| sends(c)) {
-            for &l in c.links.iter() {
-                on.entry(l).or_insert_with(|| self.on_link.get(&l).cloned().unwrap_or_default()).push(extra_slot);
-            }
-        }
-        self.score(group_links(view, on.into_iter().filter(|(_, ks)| ks.len() > 1)), extra, solved)
+        let extra_links: FastSet<LinkId> =
+            extra.filter(|c| sends(c)).map(|c| c.links.iter().copied().collect()).unwrap_or_default();
+        links.extend(extra_links.iter().copied());
+        let shared = links.into_iter().filter_map(|l| {
+            let ks = self.on_link.get(&l).map_or(&[][..], Vec::as_slice);
+            let with_extra = extra_links.contains(&l);
+            (ks.len() + usize::from(with_extra) > 1).then(|| {
+                let mut ks = ks.to_vec();
+                if with_extra {
+                    ks.push(extra_slot);
+                }
+                (l, ks)
+            })
+        });
+        self.score(group_links(view, shared), extra, solved)
     }
 
     /// Scores link groups (each a set of slots, with `extra` as slot
