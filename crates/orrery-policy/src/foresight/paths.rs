@@ -8,17 +8,17 @@
 //! and a part of such meshes re-planned on every arrival that touches it
 //! threw most of its planned steps away unused (at 4,096 hosts a debug
 //! trace had 49 of a part's 97 ms re-plan turning routes into paths,
-//! against 48 planning them). Each host pair's
-//! path through each spine is remembered, since the same pairs recur in
-//! every step of their job.
+//! against 48 planning them). Each host pair's path through each spine is
+//! remembered, since the same pairs recur in every step of their job.
 
 use super::logical::LogicalNetwork;
 use super::routing::Route;
 use crate::memo::FastMap;
 use orrery_model::{HostId, Topology};
 
-/// Host pairs remembered before the memo is forgotten whole: ~100 bytes
-/// each with 16 spines, so 26 MB at most. A 4,096-host LLM workload's
+/// Host pairs remembered before the memo is forgotten whole: ~160 bytes
+/// each with 16 spines (16 × 8 for the indices, 32 for the entry), so
+/// 42 MB at most. A 4,096-host LLM workload's
 /// running meshes route a few hundred thousand pairs.
 const PAIRS: usize = 1 << 18;
 
@@ -65,7 +65,7 @@ impl SpinePaths {
 /// Whole repeats in exactly the proportions of `shares` (subflow counts over
 /// the flow's subflows, so k / parts each): the smallest denominator up to 64
 /// that makes every share whole, else quarters. O(64 · shares).
-pub fn repeats(shares: &[f64]) -> Vec<usize> {
+fn repeats(shares: &[f64]) -> Vec<usize> {
     let whole = |d: usize| shares.iter().all(|x| ((x * d as f64) - (x * d as f64).round()).abs() < 1e-6);
     let d = (1..=64).find(|&d| whole(d)).unwrap_or(4);
     shares.iter().map(|x| ((x * d as f64).round() as usize).max(1)).collect()
