@@ -89,18 +89,21 @@ pub struct Cassini {
 /// next (issue 43: 2,048 rings across 128 racks took 2 s a decision). The
 /// value: the link's score and time-shifts, None when the circles cannot be
 /// unified. Cleared past [`SOLVED_MAX`] entries.
-type Solved = HashMap<Vec<u64>, Option<(f64, Vec<f64>)>>;
+type Solved = crate::memo::FastMap<Vec<u64>, Option<(f64, Vec<f64>)>>;
 
 /// Most link solutions kept (a few MB).
 const SOLVED_MAX: usize = 20_000;
 
 /// What a link's solution depends on: its rate, then each job's priority and
 /// circle (period and arcs), in the order given. O(jobs · arcs).
-fn link_key(gbps: f64, circles: &[CircleJob]) -> Vec<u64> {
+fn link_key(gbps: f64, jobs: &[&Net<'_>], link: LinkId) -> Vec<u64> {
     let mut key = vec![gbps.to_bits()];
-    for c in circles {
-        key.push(matches!(c.priority, orrery_model::Priority::High) as u64);
-        c.circle.push_bits(&mut key);
+    for j in jobs {
+        key.push(matches!(j.spec.priority, orrery_model::Priority::High) as u64);
+        match j.on_links.as_ref().and_then(|m| m.get(&link)) {
+            Some(c) => c.push_bits(&mut key),
+            None => j.placed.shape.circle().push_bits(&mut key),
+        }
     }
     key
 }
@@ -230,7 +233,7 @@ impl Cassini {
             rank: Rank::LocalityFirst,
             timing: Timing::AtPlacement,
             unaligned: HashSet::new(),
-            solved: HashMap::new(),
+            solved: Solved::default(),
             placements: PerPlacement::default(),
         }
     }
@@ -349,17 +352,21 @@ fn link_solution<'s>(
     (link, gbps): (LinkId, f64),
     solved: &'s mut Solved,
 ) -> Option<&'s (f64, Vec<f64>)> {
-    let circles: Vec<CircleJob> = jobs
-        .iter()
-        .map(|j| CircleJob { name: j.id.to_string(), priority: j.spec.priority, circle: j.circle_on(link) })
-        .collect();
-    let key = link_key(gbps, &circles);
+    // The key is read off the jobs' circles in place; the circles are
+    // copied out (with a name each) only to solve a key not seen before:
+    // most links of a round were solved in an earlier one, and building
+    // them for every lookup was most of a 4,096-host round's full score.
+    let key = link_key(gbps, jobs, link);
     if !solved.contains_key(&key) && solved.len() >= SOLVED_MAX {
         solved.clear();
     }
     solved
         .entry(key)
         .or_insert_with(|| {
+            let circles: Vec<CircleJob> = jobs
+                .iter()
+                .map(|j| CircleJob { name: j.id.to_string(), priority: j.spec.priority, circle: j.circle_on(link) })
+                .collect();
             let u = unify(&circles, &circle_params()).ok()?;
             let search = match default_search(&u) {
                 Search::OptimalCushion if jobs.len() > 4 => Search::Heuristic { restarts: 4, seed: 0 },
@@ -376,28 +383,35 @@ fn link_solution<'s>(
 /// of the same rate before. O(Σ jobs on shared links) plus a unification
 /// and search per link not solved before.
 fn score(view: &ClusterView<'_>, jobs: &[Net<'_>], solved: &mut Solved) -> Scored {
-    let mut on_link: BTreeMap<LinkId, Vec<usize>> = BTreeMap::new();
-    for (k, j) in jobs.iter().enumerate() {
-        if j.sends {
-            for &l in j.links.iter() {
-                on_link.entry(l).or_default().push(k);
-            }
-        }
+    // Each link with the jobs that send on it, ascending: one sorted array
+    // of (link, job), not a map of vectors (at 4,096 hosts a round's full
+    // score went mostly to allocating them).
+    let mut on_link: Vec<(LinkId, usize)> = Vec::new();
+    for (k, j) in jobs.iter().enumerate().filter(|(_, j)| j.sends) {
+        on_link.extend(j.links.iter().map(|&l| (l, k)));
     }
+    on_link.sort_unstable();
+    let ks: Vec<usize> = on_link.iter().map(|x| x.1).collect();
     // Links that carry the same set of jobs see the same circles and get the
     // same rotation: one vertex of the Affinity graph stands for all of them
     // (otherwise two jobs sharing both directions of an uplink would form a
-    // spurious loop). Its capacity is the smallest of the group's.
-    let mut groups: BTreeMap<Vec<usize>, LinkId> = BTreeMap::new();
-    for (&l, ks) in on_link.iter().filter(|(_, ks)| ks.len() > 1) {
-        let e = groups.entry(ks.clone()).or_insert(l);
-        if view.topology.links[l].gbps < view.topology.links[*e].gbps {
-            *e = l;
+    // spurious loop). Its capacity is the smallest of the group's, the
+    // lowest link id among equals. Groups in the order of their jobs.
+    let mut shared: Vec<(&[usize], LinkId)> = Vec::new();
+    let mut i = 0;
+    while i < on_link.len() {
+        let j = i + on_link[i..].partition_point(|x| x.0 == on_link[i].0);
+        if j - i > 1 {
+            shared.push((&ks[i..j], on_link[i].0));
         }
+        i = j;
     }
+    let gbps = |l: LinkId| view.topology.links[l].gbps;
+    shared.sort_by(|a, b| a.0.cmp(b.0).then(gbps(a.1).total_cmp(&gbps(b.1))).then(a.1.cmp(&b.1)));
+    shared.dedup_by(|later, first| later.0 == first.0);
     let (mut total, mut n) = (0.0, 0);
     let mut shifts = Vec::new();
-    for (ks, &l) in &groups {
+    for &(ks, l) in &shared {
         let nets: Vec<&Net<'_>> = ks.iter().map(|&k| &jobs[k]).collect();
         let Some((link_score, link_shifts)) = link_solution(&nets, (l, view.topology.links[l].gbps), solved) else {
             continue;
@@ -860,23 +874,23 @@ pub(super) mod tests {
         let base = || [net(&view, 0, &a, &ha), net(&view, 1, &b, &hb)].into_iter().flatten().collect::<Vec<_>>();
         let mut looped = base();
         looped.extend(net(&view, 2, &c, &[(2, 1), (0, 1)]));
-        assert!(score(&view, &looped, &mut HashMap::new()).times.is_none());
+        assert!(score(&view, &looped, &mut Solved::default()).times.is_none());
         // On one host (a single worker) it sends nothing over the network: no loop.
         let mut alone = base();
         alone.extend(net(&view, 2, &c, &[(0, 1)]));
-        assert!(score(&view, &alone, &mut HashMap::new()).times.is_some());
+        assert!(score(&view, &alone, &mut Solved::default()).times.is_some());
         // A link whose circles and rate were solved before is not solved
         // again: the looped set's links (A with B, B with C, C with A: the
         // same two VGG19 circles on links of one rate) are one entry, and
         // scoring again gives the same shifts from it.
-        let mut solved = HashMap::new();
+        let mut solved = Solved::default();
         let first = score(&view, &looped, &mut solved);
         assert_eq!(solved.len(), 1, "three links of the same two circles");
         let again = score(&view, &looped, &mut solved);
         assert_eq!(solved.len(), 1);
         let shifts = |s: &Scored| s.shifts.iter().map(|l| (l.link, l.shifts.clone())).collect::<Vec<_>>();
         assert_eq!(shifts(&first), shifts(&again));
-        assert_eq!(first.mean_score, score(&view, &looped, &mut HashMap::new()).mean_score);
+        assert_eq!(first.mean_score, score(&view, &looped, &mut Solved::default()).mean_score);
         // As a policy with only the host's candidate, CASSINI leaves the job waiting.
         let mut cassini = Cassini::new(Box::new(Propose(vec![(2, 1), (0, 1)])), 0);
         cassini.candidates = 1;
@@ -918,8 +932,9 @@ pub(super) mod tests {
         let local = net(&view, 1, &c, &ha).expect("placeable");
         let across = net(&view, 1, &c, &[(2, 1), (4, 1)]).expect("placeable");
         assert_eq!((fabric_links(&view, &local), fabric_links(&view, &across)), (0, 4));
-        let with_a =
-            |n: Net<'_>| score(&view, &[net(&view, 0, &a, &ha).expect("placeable"), n], &mut HashMap::new()).mean_score;
+        let with_a = |n: Net<'_>| {
+            score(&view, &[net(&view, 0, &a, &ha).expect("placeable"), n], &mut Solved::default()).mean_score
+        };
         let (local_score, across_score) = (with_a(local), with_a(across));
         assert!(local_score < 0.99 && across_score == 1.0, "{local_score} {across_score}");
         let decide = |rank: Rank| {

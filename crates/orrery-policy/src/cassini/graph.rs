@@ -324,7 +324,7 @@ mod tests {
             let nets = |placed: &[(JobId, Vec<(HostId, u32)>)]| -> Vec<Net<'_>> {
                 placed.iter().map(|(id, h)| net(&view, *id, &specs[*id], h).expect("placed")).collect()
             };
-            let (mut solved, mut full_solved) = (Solved::new(), Solved::new());
+            let (mut solved, mut full_solved) = (Solved::default(), Solved::default());
             let mut g = Graph::new(&view, nets(&placed), &mut solved);
             for step in 0..300 {
                 steps += 1;

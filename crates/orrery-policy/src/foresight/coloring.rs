@@ -12,7 +12,8 @@
 //! afterwards `a` is free at both ends. Never fails with Δ colours.
 //!
 //! Cost: O(E · (V + Δ/64)) time — each edge walks at most one path (≤ V edges)
-//! and finds free colours with a word scan of a bitset — and O(V · Δ) memory.
+//! and finds free colours with a word scan of a bitset — and O(V · Δ) memory,
+//! V the vertices the edges touch.
 //! Cole & Hopcroft's O(E log V) (FORESIGHT's [29]) is asymptotically better; this
 //! one colours 100,000 flows over 64 leaves in milliseconds
 //! (`cargo bench -p orrery-policy`).
@@ -26,32 +27,125 @@ pub struct Coloring {
     pub used: u32,
 }
 
-/// Free colours of one vertex as a bitset (bit set = colour in use).
-struct Slots {
-    words: Vec<u64>,
+/// Colours bipartite multigraphs one after another, reusing its buffers:
+/// SolveRouting colours one small graph per time range, thousands a plan,
+/// and allocating a bitset per leaf for each was a sixth of a 4,096-host
+/// re-plan. Only the vertices a graph's edges touch get rows, so a range
+/// over a few of hundreds of leaves costs O(its vertices · Δ), not O(V · Δ);
+/// renaming vertices does not change the colours chosen.
+#[derive(Debug, Default)]
+pub struct Colorer {
+    /// Each vertex's row, or `u32::MAX` while the graph does not touch it.
+    row: Vec<u32>,
+    /// The vertices with rows, to reset `row` after.
+    touched: Vec<usize>,
+    degree: Vec<usize>,
+    /// at[row · Δ + c] = the edge of colour c at that vertex, if any.
+    at: Vec<u32>,
+    /// Colours in use per row, as a bitset of ⌈Δ / 64⌉ words (bit set = used).
+    used: Vec<u64>,
+    path: Vec<u32>,
+    /// Each edge's rows.
+    ends: Vec<(u32, u32)>,
 }
 
-impl Slots {
-    fn new(colors: usize) -> Self {
-        Slots { words: vec![0; colors.div_ceil(64)] }
-    }
-
-    fn first_free(&self) -> u32 {
-        for (i, w) in self.words.iter().enumerate() {
-            if *w != u64::MAX {
-                return (i * 64) as u32 + w.trailing_ones();
+impl Colorer {
+    /// [`color_bipartite`] into `colors` (one per edge, in input order);
+    /// returns Δ, or None if an edge names a vertex out of range (then
+    /// `colors` is empty).
+    pub fn color(&mut self, left: usize, right: usize, edges: &[(usize, usize)], colors: &mut Vec<u32>) -> Option<u32> {
+        colors.clear();
+        if edges.iter().any(|&(l, r)| l >= left || r >= right) {
+            return None;
+        }
+        if self.row.len() < left + right {
+            self.row.resize(left + right, u32::MAX);
+        }
+        // Rows in order of first touch: (l, r) becomes (row of l, row of left + r).
+        let mut ends = std::mem::take(&mut self.ends);
+        ends.clear();
+        self.degree.clear();
+        for &(l, r) in edges {
+            let mut row_of = |v: usize| {
+                if self.row[v] == u32::MAX {
+                    self.row[v] = self.touched.len() as u32;
+                    self.touched.push(v);
+                    self.degree.push(0);
+                }
+                let x = self.row[v];
+                self.degree[x as usize] += 1;
+                x
+            };
+            ends.push((row_of(l), row_of(left + r)));
+        }
+        for v in self.touched.drain(..) {
+            self.row[v] = u32::MAX;
+        }
+        let (n, delta) = (self.degree.len(), self.degree.iter().copied().max().unwrap_or(0));
+        let words = delta.div_ceil(64);
+        self.at.clear();
+        self.at.resize(n * delta, u32::MAX);
+        self.used.clear();
+        self.used.resize(n * words, 0);
+        colors.resize(edges.len(), u32::MAX);
+        let (at, used, path) = (&mut self.at, &mut self.used, &mut self.path);
+        let first_free = |used: &[u64], x: u32| -> u32 {
+            let row = &used[x as usize * words..(x as usize + 1) * words];
+            match row.iter().position(|w| *w != u64::MAX) {
+                Some(i) => (i * 64) as u32 + row[i].trailing_ones(),
+                None => (words * 64) as u32,
+            }
+        };
+        let set = |used: &mut [u64], x: u32, c: u32, on: bool| {
+            let (i, b) = (x as usize * words + (c / 64) as usize, c % 64);
+            if on {
+                used[i] |= 1 << b;
+            } else {
+                used[i] &= !(1 << b);
+            }
+        };
+        let slot = |x: u32, c: u32| x as usize * delta + c as usize;
+        for (e, &(u, v)) in ends.iter().enumerate() {
+            let a = first_free(used, u);
+            let b = first_free(used, v);
+            if at[slot(v, a)] != u32::MAX {
+                // `a` is taken at v: flip the a/b path starting at v with colour a.
+                path.clear();
+                let (mut x, mut c) = (v, a);
+                while at[slot(x, c)] != u32::MAX {
+                    let f = at[slot(x, c)];
+                    path.push(f);
+                    let (p, q) = ends[f as usize];
+                    x = if p == x { q } else { p };
+                    c = if c == a { b } else { a };
+                }
+                // Clear the path's colours, then set them swapped.
+                for &f in path.iter() {
+                    let (p, q) = ends[f as usize];
+                    let c = colors[f as usize];
+                    for w in [p, q] {
+                        at[slot(w, c)] = u32::MAX;
+                        set(used, w, c, false);
+                    }
+                }
+                for &f in path.iter() {
+                    let (p, q) = ends[f as usize];
+                    let c = if colors[f as usize] == a { b } else { a };
+                    colors[f as usize] = c;
+                    for w in [p, q] {
+                        at[slot(w, c)] = f;
+                        set(used, w, c, true);
+                    }
+                }
+            }
+            colors[e] = a;
+            for w in [u, v] {
+                at[slot(w, a)] = e as u32;
+                set(used, w, a, true);
             }
         }
-        (self.words.len() * 64) as u32
-    }
-
-    fn set(&mut self, c: u32, used: bool) {
-        let (i, b) = ((c / 64) as usize, c % 64);
-        if used {
-            self.words[i] |= 1 << b;
-        } else {
-            self.words[i] &= !(1 << b);
-        }
+        self.ends = ends;
+        Some(delta as u32)
     }
 }
 
@@ -59,63 +153,9 @@ impl Slots {
 /// `(l, r)` (0 ≤ l < left, 0 ≤ r < right) using exactly Δ colours. Returns
 /// None if an edge names a vertex out of range.
 pub fn color_bipartite(left: usize, right: usize, edges: &[(usize, usize)]) -> Option<Coloring> {
-    if edges.iter().any(|&(l, r)| l >= left || r >= right) {
-        return None;
-    }
-    let n = left + right;
-    let mut degree = vec![0usize; n];
-    for &(l, r) in edges {
-        degree[l] += 1;
-        degree[left + r] += 1;
-    }
-    let delta = degree.iter().copied().max().unwrap_or(0);
-    // at[v * delta + c] = the edge of colour c at vertex v, if any.
-    let mut at: Vec<u32> = vec![u32::MAX; n * delta];
-    let mut slots: Vec<Slots> = (0..n).map(|_| Slots::new(delta)).collect();
-    let mut colors = vec![u32::MAX; edges.len()];
-    let ends = |e: usize| (edges[e].0, left + edges[e].1);
-    let mut path: Vec<u32> = Vec::new();
-    for (e, &(l, r)) in edges.iter().enumerate() {
-        let (u, v) = (l, left + r);
-        let a = slots[u].first_free();
-        let b = slots[v].first_free();
-        if at[v * delta + a as usize] != u32::MAX {
-            // `a` is taken at v: flip the a/b path starting at v with colour a.
-            path.clear();
-            let (mut x, mut c) = (v, a);
-            while at[x * delta + c as usize] != u32::MAX {
-                let f = at[x * delta + c as usize];
-                path.push(f);
-                let (p, q) = ends(f as usize);
-                x = if p == x { q } else { p };
-                c = if c == a { b } else { a };
-            }
-            // Clear the path's colours, then set them swapped.
-            for &f in &path {
-                let (p, q) = ends(f as usize);
-                let c = colors[f as usize];
-                for w in [p, q] {
-                    at[w * delta + c as usize] = u32::MAX;
-                    slots[w].set(c, false);
-                }
-            }
-            for &f in &path {
-                let (p, q) = ends(f as usize);
-                let c = if colors[f as usize] == a { b } else { a };
-                colors[f as usize] = c;
-                for w in [p, q] {
-                    at[w * delta + c as usize] = f;
-                    slots[w].set(c, true);
-                }
-            }
-        }
-        colors[e] = a;
-        for w in [u, v] {
-            at[w * delta + a as usize] = e as u32;
-            slots[w].set(a, true);
-        }
-    }
-    Some(Coloring { colors, used: delta as u32 })
+    let mut colors = Vec::new();
+    let used = Colorer::default().color(left, right, edges, &mut colors)?;
+    Some(Coloring { colors, used })
 }
 
 /// Whether `colors` is a proper edge colouring (no two edges at a vertex share
@@ -177,6 +217,26 @@ mod tests {
             prop_assert_eq!(c.used, degree.iter().copied().max().unwrap_or(0));
             prop_assert!(c.colors.iter().all(|&x| x < c.used.max(1)));
             prop_assert!(is_proper(left, &edges, &c.colors));
+        }
+
+        /// One colourer reused over graphs of any size colours each as a
+        /// fresh one does, and refuses an edge out of range without
+        /// spoiling the next graph.
+        #[test]
+        fn a_reused_colorer_colors_each_graph_as_a_fresh_one(
+            graphs in prop::collection::vec(
+                (1usize..12, 1usize..12, prop::collection::vec((0usize..13, 0usize..13), 0..80)),
+                1..6,
+            ),
+        ) {
+            let mut colorer = Colorer::default();
+            let mut colors = Vec::new();
+            for (left, right, edges) in &graphs {
+                let reused = colorer.color(*left, *right, edges, &mut colors);
+                let fresh = color_bipartite(*left, *right, edges);
+                prop_assert_eq!(reused, fresh.as_ref().map(|c| c.used));
+                prop_assert_eq!(&colors, &fresh.map(|c| c.colors).unwrap_or_default());
+            }
         }
     }
 }

@@ -39,6 +39,15 @@ impl SpinePaths {
     /// out. O(spines) for a pair seen before, plus
     /// [`LogicalNetwork::paths_by_spine`] the first time.
     pub fn of(&mut self, net: &LogicalNetwork, t: &Topology, route: &Route) -> Vec<usize> {
+        let mut out = Vec::new();
+        self.write(net, t, route, &mut out);
+        out
+    }
+
+    /// [`SpinePaths::of`] into `out` (cleared first), so that a caller
+    /// comparing it with the paths in force allocates only for a change.
+    pub fn write(&mut self, net: &LogicalNetwork, t: &Topology, route: &Route, out: &mut Vec<usize>) {
+        out.clear();
         let (src, dst) = route.ends;
         if self.by_pair.len() >= PAIRS {
             self.by_pair.clear();
@@ -48,15 +57,12 @@ impl SpinePaths {
         });
         let path = |s: usize| through.get(s).copied().flatten().map(|i| i as usize);
         match route.spines.as_slice() {
-            &[(s, _)] => path(s).into_iter().collect(),
+            &[(s, _)] => out.extend(path(s)),
             spines => {
                 let shares: Vec<f64> = spines.iter().map(|x| x.1).collect();
-                spines
-                    .iter()
-                    .zip(repeats(&shares))
-                    .filter_map(|(&(s, _), n)| path(s).map(|i| std::iter::repeat_n(i, n)))
-                    .flatten()
-                    .collect()
+                for (&(s, _), n) in spines.iter().zip(repeats(&shares)) {
+                    out.extend(path(s).map(|i| std::iter::repeat_n(i, n)).into_iter().flatten());
+                }
             }
         }
     }

@@ -33,13 +33,14 @@
 use super::logical::{LogicalLink, LogicalNetwork};
 use super::paths::SpinePaths;
 use super::profile::{Profiled, Stretch};
-use super::routing::Route;
+use super::routing::{FlowProfile, Route, Router};
 use super::timing::TimedJob;
 use crate::estimate::PeriodEstimate;
 use crate::memo::{FastMap, PerPlacement};
 use crate::{ClusterView, Decision, JobId, Policy};
 use orrery_model::{HostId, JobSpec};
 use std::collections::HashMap;
+use std::sync::Arc;
 
 /// Which parts of FORESIGHT run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -161,8 +162,10 @@ struct Step {
     /// Its compute within that, ms.
     compute_ms: f64,
     throttle: Option<f64>,
+    /// Its index in its part's plan.
+    planned: usize,
     /// Its flows' spines and shares, made paths when the step is handed
-    /// out ([`SpinePaths`]).
+    /// out ([`SpinePaths`]); empty where its part's [`Router`] holds them.
     routes: Vec<Route>,
 }
 
@@ -226,6 +229,9 @@ pub struct Foresight {
     part_of_job: HashMap<JobId, PartId>,
     /// The part whose flows use each logical link.
     part_of_link: HashMap<LogicalLink, PartId>,
+    /// The routing of parts routed as their steps come up (`routes`: no
+    /// repair loop needs every range at once), by part.
+    routers: HashMap<PartId, Router<Arc<FlowProfile>>>,
     /// The next part's id.
     next_part: PartId,
     /// The jobs the plan has taken in (planned in a part, or found to have
@@ -276,6 +282,9 @@ pub struct Foresight {
     /// the decisions handed out so far left them: a batch's routes that
     /// change nothing are not sent ([`Foresight::net_routes`]).
     routes_in_force: RoutesInForce,
+    /// The flows of a step handed out so far, kept for its allocation
+    /// ([`Foresight::next`]).
+    flows_seen: crate::memo::FastSet<usize>,
     /// Name in results.
     label: String,
 }
@@ -300,6 +309,7 @@ impl Foresight {
             parts: HashMap::new(),
             part_of_job: HashMap::new(),
             part_of_link: HashMap::new(),
+            routers: HashMap::new(),
             next_part: 0,
             seen: Default::default(),
             replan_all: false,
@@ -316,6 +326,7 @@ impl Foresight {
             measured_first: None,
             outcomes: [0; 5],
             routes_in_force: FastMap::default(),
+            flows_seen: Default::default(),
             label,
         }
     }

@@ -4,7 +4,7 @@
 //! intervals in time. Overlapping intervals merge into ranges (flows cannot
 //! change path mid-transfer, so everything that overlaps must be routed
 //! together). Each range's flows are edges of a leaf-to-leaf bipartite
-//! multigraph coloured with [`color_bipartite`]; a colour is a spine.
+//! multigraph coloured with [`Colorer`]; a colour is a spine.
 //!
 //! With subflows, a flow of rate r is split into ⌈r / (C/m)⌉ edges, where C
 //! is a spine link's capacity and each spine counts as m colours. After
@@ -19,10 +19,11 @@
 //! Cost per round: O(F log F) to merge F flow intervals, plus the colouring,
 //! O(E · (V + Δ/64)) per range.
 
-use super::coloring::color_bipartite;
+use super::coloring::Colorer;
 use super::logical::{LogicalLink, LogicalNetwork};
 use super::timing::{BadRange, Phase, Planned, Profile, TimedJob, TimingParams, solve_timing};
 use orrery_model::HostId;
+use std::borrow::Borrow;
 
 /// A cross-rack flow of a profiled iteration.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -123,50 +124,143 @@ pub struct RoutingParams {
     pub balance_bad_ranges: bool,
 }
 
-/// Routes every planned iteration's flows; returns the routes and the bad
+/// Routes every planned iteration's flows; returns each planned iteration's
+/// routes (indexed as `plan`, in the order routing reached them) and the bad
 /// ranges (those needing more colours than there are).
-pub fn solve_routing(
-    profiles: &[Vec<FlowProfile>],
+/// `profiles[j][k]` is job j's profile k, owned or borrowed (a policy's
+/// unthrottled profiles are shared, not copied).
+pub fn solve_routing<P: Borrow<FlowProfile>>(
+    profiles: &[Vec<P>],
     plan: &[Planned],
     p: &RoutingParams,
-) -> (Vec<Route>, Vec<(f64, f64)>) {
-    // Every flow as an interval in absolute time, by start; flows that
-    // start together stay in plan order (ties broken by planned iteration,
-    // then flow: the order of a stable sort). Each is (start, planned
-    // iteration, flow index) and its flow is looked up: 16 bytes moved and
-    // paged in a flow, not 72 (a 4,096-host LLM part has 650,000).
-    let flows_of = |k: usize| &profiles[plan[k].job][plan[k].profile].flows;
-    let n: usize = plan.iter().map(|x| profiles[x.job][x.profile].flows.len()).sum();
-    let mut intervals: Vec<(f64, u32, u32)> = Vec::with_capacity(n);
-    for (k, x) in plan.iter().enumerate() {
-        for (i, f) in flows_of(k).iter().enumerate() {
-            intervals.push((x.start_ms + f.start_ms, k as u32, i as u32));
+) -> (Vec<Vec<Route>>, Vec<(f64, f64)>) {
+    let borrowed: Vec<Vec<&FlowProfile>> = profiles.iter().map(|ps| ps.iter().map(Borrow::borrow).collect()).collect();
+    Router::new(borrowed, plan.to_vec(), *p).finish()
+}
+
+/// SolveRouting one range at a time, as far as asked. Ranges are coloured
+/// each on its own, so routing them in time order as the plan's iterations
+/// come up gives the routes [`solve_routing`] gives all at once (a test
+/// holds them equal). A plan with no repair loop (`routes`, orrery's) is
+/// routed so: a decision routes the ranges up to the end of each job's
+/// first iteration, not its whole horizon (a 4,096-host LLM part has
+/// 650,000 flow intervals in 20 s; routing them all was three quarters of
+/// its re-plan).
+#[derive(Debug)]
+pub struct Router<P> {
+    profiles: Vec<Vec<P>>,
+    plan: Vec<Planned>,
+    params: RoutingParams,
+    /// Every flow as (start, planned iteration, flow index) in one integer,
+    /// ascending: flows that start together stay in plan order (the order
+    /// of a stable sort by start).
+    intervals: Vec<u128>,
+    /// The first interval not routed yet.
+    done: usize,
+    /// Per planned iteration, the position after its last interval.
+    ends: Vec<usize>,
+    /// Per planned iteration, its routes so far.
+    routes: Vec<Vec<Route>>,
+    bad: Vec<(f64, f64)>,
+    leaves: usize,
+    colorer: Colorer,
+    /// A range's edges, where each flow's begin, and their colours.
+    edges: Vec<(usize, usize)>,
+    first: Vec<usize>,
+    colors: Vec<u32>,
+}
+
+impl<P: Borrow<FlowProfile>> Router<P> {
+    /// Sorts every planned iteration's flows by start. O(F log F) for F
+    /// flow intervals, on integer keys (comparing floats and then indices
+    /// sorted them several times slower).
+    pub fn new(profiles: Vec<Vec<P>>, plan: Vec<Planned>, params: RoutingParams) -> Self {
+        let flows_of = |k: usize| &profiles[plan[k].job][plan[k].profile].borrow().flows;
+        let n: usize = (0..plan.len()).map(|k| flows_of(k).len()).sum();
+        let mut intervals: Vec<u128> = Vec::with_capacity(n);
+        for (k, x) in plan.iter().enumerate() {
+            for (i, f) in flows_of(k).iter().enumerate() {
+                let start = total_order(x.start_ms + f.start_ms);
+                intervals.push((u128::from(start) << 64) | ((k as u128) << 32) | i as u128);
+            }
+        }
+        intervals.sort_unstable();
+        let mut ends = vec![0; plan.len()];
+        for (pos, &iv) in intervals.iter().enumerate() {
+            ends[(iv >> 32) as u32 as usize] = pos + 1;
+        }
+        let routes = (0..plan.len()).map(|k| Vec::with_capacity(flows_of(k).len())).collect();
+        let leaves = intervals
+            .iter()
+            .map(|&iv| {
+                let (k, i) = split(iv);
+                let f = &flows_of(k)[i];
+                f.src_leaf.max(f.dst_leaf) + 1
+            })
+            .max()
+            .unwrap_or(0);
+        Router {
+            profiles,
+            plan,
+            params,
+            intervals,
+            done: 0,
+            ends,
+            routes,
+            bad: Vec::new(),
+            leaves,
+            colorer: Colorer::default(),
+            edges: Vec::new(),
+            first: Vec::new(),
+            colors: Vec::new(),
         }
     }
-    intervals.sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
-    let flow = |iv: &(f64, u32, u32)| -> &TimedFlow { &flows_of(iv.1 as usize)[iv.2 as usize] };
-    let end_of = |iv: &(f64, u32, u32)| plan[iv.1 as usize].start_ms + flow(iv).end_ms;
-    let (mut routes, mut bad) = (Vec::with_capacity(intervals.len()), Vec::new());
-    let m = p.colors_per_spine.max(1);
-    let unit = p.spine_link_gbps / m as f64;
-    let leaves = intervals.iter().map(|iv| flow(iv).src_leaf.max(flow(iv).dst_leaf) + 1).max().unwrap_or(0);
-    // A range's edges, and where each flow's begin, reused range to range.
-    let (mut edges, mut first) = (Vec::new(), Vec::new());
-    let mut i = 0;
-    while i < intervals.len() {
+
+    /// Planned iteration k's routes, routing the ranges up to its last flow
+    /// first. O(edges of those ranges · (V + Δ/64)).
+    pub fn routes_of(&mut self, k: usize) -> &[Route] {
+        while self.done < self.ends.get(k).copied().unwrap_or(0) {
+            self.route_range();
+        }
+        self.routes.get(k).map_or(&[], Vec::as_slice)
+    }
+
+    /// Every range routed: each planned iteration's routes and the bad ranges.
+    pub fn finish(mut self) -> (Vec<Vec<Route>>, Vec<(f64, f64)>) {
+        while self.done < self.intervals.len() {
+            self.route_range();
+        }
+        (self.routes, self.bad)
+    }
+
+    /// Routes the next range: MergeRanges from the first interval not
+    /// routed, then the colouring (module docs).
+    fn route_range(&mut self) {
+        let (profiles, plan, p) = (&self.profiles, &self.plan, &self.params);
+        let flow = |key: u128| -> &TimedFlow {
+            let (k, i) = split(key);
+            &profiles[plan[k].job][plan[k].profile].borrow().flows[i]
+        };
+        let start_of = |key: u128| plan[split(key).0].start_ms + flow(key).start_ms;
+        let end_of = |key: u128| plan[split(key).0].start_ms + flow(key).end_ms;
+        let i = self.done;
         // MergeRanges: extend while the next interval starts before the range ends.
-        let (start, mut end) = (intervals[i].0, end_of(&intervals[i]));
+        let (start, mut end) = (start_of(self.intervals[i]), end_of(self.intervals[i]));
         let mut j = i + 1;
-        while j < intervals.len() && intervals[j].0 < end {
-            end = end.max(end_of(&intervals[j]));
+        while j < self.intervals.len() && start_of(self.intervals[j]) < end {
+            end = end.max(end_of(self.intervals[j]));
             j += 1;
         }
-        let range = &intervals[i..j];
+        self.done = j;
+        let range = &self.intervals[i..j];
+        let m = p.colors_per_spine.max(1);
+        let unit = p.spine_link_gbps / m as f64;
         // Subflows: ⌈rate / unit⌉ edges per flow (one edge without subflows).
         // A flow's edges are contiguous: flow n owns edges[first[n]..first[n + 1]].
+        let (edges, first, colors) = (&mut self.edges, &mut self.first, &mut self.colors);
         edges.clear();
         first.clear();
-        for iv in range {
+        for &iv in range {
             first.push(edges.len());
             let f = flow(iv);
             let parts = if m == 1 { 1 } else { ((f.gbps / unit) - 1e-9).ceil().max(1.0) as usize };
@@ -175,39 +269,49 @@ pub fn solve_routing(
         first.push(edges.len());
         // Every edge names a leaf below `leaves`, so the colouring exists;
         // were it refused, the range is bad rather than routed blind.
-        let Some(coloring) = color_bipartite(leaves, leaves, &edges) else {
-            bad.push((start, end));
-            i = j;
-            continue;
+        let Some(used) = self.colorer.color(self.leaves, self.leaves, edges, colors) else {
+            self.bad.push((start, end));
+            return;
         };
-        let uncolourable = coloring.used as usize > p.spines * m;
+        let uncolourable = used as usize > p.spines * m;
         if uncolourable {
-            bad.push((start, end));
+            self.bad.push((start, end));
         }
-        if !uncolourable || p.balance_bad_ranges {
-            // Consolidate subflows by spine. Colour c is on spine c mod
-            // spines, so a flow's subflows (parallel edges, all coloured
-            // differently) spread over several spines, and each spine still
-            // has m colours of 1/m of its link.
-            for (n, iv) in range.iter().enumerate() {
-                let mut spines = Spines::new();
-                let parts = &coloring.colors[first[n]..first[n + 1]];
-                for s in parts.iter().map(|&c| c as usize % p.spines) {
-                    match spines.iter_mut().find(|x| x.0 == s) {
-                        Some(x) => x.1 += 1.0,
-                        None => spines.push((s, 1.0)),
-                    }
+        if uncolourable && !p.balance_bad_ranges {
+            return;
+        }
+        // Consolidate subflows by spine. Colour c is on spine c mod spines,
+        // so a flow's subflows (parallel edges, all coloured differently)
+        // spread over several spines, and each spine still has m colours of
+        // 1/m of its link.
+        for (n, &iv) in range.iter().enumerate() {
+            let mut spines = Spines::new();
+            let parts = &colors[first[n]..first[n + 1]];
+            for s in parts.iter().map(|&c| c as usize % p.spines) {
+                match spines.iter_mut().find(|x| x.0 == s) {
+                    Some(x) => x.1 += 1.0,
+                    None => spines.push((s, 1.0)),
                 }
-                for x in &mut spines {
-                    x.1 /= parts.len() as f64;
-                }
-                let f = flow(iv);
-                routes.push(Route { planned: iv.1 as usize, flow: f.flow, ends: (f.src, f.dst), spines });
             }
+            for x in &mut spines {
+                x.1 /= parts.len() as f64;
+            }
+            let (k, _) = split(iv);
+            let f = flow(iv);
+            self.routes[k].push(Route { planned: k, flow: f.flow, ends: (f.src, f.dst), spines });
         }
-        i = j;
     }
-    (routes, bad)
+}
+
+/// An interval's (planned iteration, flow index).
+fn split(key: u128) -> (usize, usize) {
+    ((key >> 32) as u32 as usize, key as u32 as usize)
+}
+
+/// `x` as an integer in the order of [`f64::total_cmp`].
+fn total_order(x: f64) -> u64 {
+    let bits = x.to_bits();
+    if bits >> 63 == 1 { !bits } else { bits | (1 << 63) }
 }
 
 /// A complete FORESIGHT schedule.
@@ -215,23 +319,23 @@ pub fn solve_routing(
 pub struct Schedule {
     /// Timing of every iteration in the horizon.
     pub plan: Vec<Planned>,
-    /// Route of every cross-rack flow.
-    pub routes: Vec<Route>,
+    /// Route of every cross-rack flow, per planned iteration.
+    pub routes: Vec<Vec<Route>>,
     /// Repair rounds used.
     pub rounds: u32,
 }
 
 /// Alg. 1's Schedule: timing, then routing, feeding bad ranges back until
 /// none is left or `max_rounds` is reached (then None: fall back to ECMP).
-pub fn schedule(
-    profiles: &[Vec<FlowProfile>],
+pub fn schedule<P: Borrow<FlowProfile>>(
+    profiles: &[Vec<P>],
     capacity: &[f64],
     timing: &TimingParams,
     routing: &RoutingParams,
     max_rounds: u32,
 ) -> Option<Schedule> {
     let jobs: Vec<TimedJob> =
-        profiles.iter().map(|ps| TimedJob { profiles: ps.iter().map(FlowProfile::timing).collect() }).collect();
+        profiles.iter().map(|ps| TimedJob { profiles: ps.iter().map(|p| p.borrow().timing()).collect() }).collect();
     let mut bad: Vec<BadRange> = Vec::new();
     for round in 1..=max_rounds.max(1) {
         let plan = solve_timing(&jobs, capacity, &bad, timing);
@@ -265,6 +369,11 @@ mod tests {
         vec![FlowProfile { rate_gbps: None, length_ms: length, flows }]
     }
 
+    /// Every planned iteration's routes in plan order.
+    fn flat((routes, bad): (Vec<Vec<Route>>, Vec<(f64, f64)>)) -> (Vec<Route>, Vec<(f64, f64)>) {
+        (routes.into_iter().flatten().collect(), bad)
+    }
+
     fn at(job: usize, start: f64) -> Planned {
         Planned { job, iteration: 0, start_ms: start, delay_ms: 0.0, profile: 0 }
     }
@@ -274,12 +383,12 @@ mod tests {
         let profiles =
             vec![one(100.0, vec![flow(0, 0, 1, 0.0, 50.0, 100.0)]), one(100.0, vec![flow(0, 0, 2, 0.0, 50.0, 100.0)])];
         let p = RoutingParams { spines: 2, spine_link_gbps: 100.0, colors_per_spine: 1, balance_bad_ranges: false };
-        let (routes, bad) = solve_routing(&profiles, &[at(0, 0.0), at(1, 10.0)], &p);
+        let (routes, bad) = flat(solve_routing(&profiles, &[at(0, 0.0), at(1, 10.0)], &p));
         assert!(bad.is_empty());
         assert_eq!(routes.len(), 2);
         assert_ne!(routes[0].spines, routes[1].spines);
         // Apart in time they form two ranges and may share a spine.
-        let (routes, bad) = solve_routing(&profiles, &[at(0, 0.0), at(1, 60.0)], &p);
+        let (routes, bad) = flat(solve_routing(&profiles, &[at(0, 0.0), at(1, 60.0)], &p));
         assert!(bad.is_empty());
         assert_eq!(routes[0].spines.as_slice(), &[(0, 1.0)]);
         assert_eq!(routes[1].spines.as_slice(), &[(0, 1.0)]);
@@ -295,7 +404,7 @@ mod tests {
         let (_, bad) = solve_routing(&profiles, &plan, &whole);
         assert_eq!(bad, vec![(0.0, 50.0)], "three whole flows need three spines");
         let sub = RoutingParams { colors_per_spine: 3, ..whole };
-        let (routes, bad) = solve_routing(&profiles, &plan, &sub);
+        let (routes, bad) = flat(solve_routing(&profiles, &plan, &sub));
         assert!(bad.is_empty());
         // Each flow: 2 subflows of 1/3; per spine at most 3 thirds = the link.
         let mut per_spine = [0.0f64; 2];
@@ -314,7 +423,7 @@ mod tests {
         // subflows of 25, coloured 0-3 (parallel edges differ), one per spine.
         let profiles = vec![one(100.0, vec![flow(0, 0, 1, 0.0, 50.0, 100.0)])];
         let p = RoutingParams { spines: 4, spine_link_gbps: 100.0, colors_per_spine: 4, balance_bad_ranges: false };
-        let (routes, bad) = solve_routing(&profiles, &[at(0, 0.0)], &p);
+        let (routes, bad) = flat(solve_routing(&profiles, &[at(0, 0.0)], &p));
         assert!(bad.is_empty());
         let mut spines = routes[0].spines.to_vec();
         spines.sort_by_key(|s| s.0);
@@ -330,9 +439,9 @@ mod tests {
             (0..6).map(|k| one(100.0, vec![flow(0, 0, k + 1, 0.0, 50.0, 100.0)])).collect();
         let plan: Vec<Planned> = (0..6).map(|j| at(j, 0.0)).collect();
         let p = RoutingParams { spines: 2, spine_link_gbps: 100.0, colors_per_spine: 1, balance_bad_ranges: false };
-        let (routes, bad) = solve_routing(&profiles, &plan, &p);
+        let (routes, bad) = flat(solve_routing(&profiles, &plan, &p));
         assert_eq!((routes.len(), bad.len()), (0, 1));
-        let (routes, bad) = solve_routing(&profiles, &plan, &RoutingParams { balance_bad_ranges: true, ..p });
+        let (routes, bad) = flat(solve_routing(&profiles, &plan, &RoutingParams { balance_bad_ranges: true, ..p }));
         assert_eq!((routes.len(), bad.len()), (6, 1));
         let on = |spine: usize| routes.iter().filter(|r| r.spines.as_slice() == [(spine, 1.0)]).count();
         assert_eq!((on(0), on(1)), (3, 3));
@@ -383,5 +492,44 @@ mod tests {
         assert_eq!(up[0].gbps, 120.0);
         // Down links of leaves 1 and 2 stay separate.
         assert_eq!(t.phases.len(), 3);
+    }
+
+    proptest::proptest! {
+        /// Routed range by range as planned iterations are asked for, in
+        /// any order, a plan gets the routes and bad ranges it gets routed
+        /// all at once; each iteration's routes are there when asked.
+        #[test]
+        fn routing_range_by_range_is_routing_at_once(
+            jobs in proptest::collection::vec(
+                (20.0f64..120.0, proptest::collection::vec((0usize..4, 0usize..4, 0.0f64..0.9, 0.05f64..0.5, 10.0f64..100.0), 1..5)),
+                1..4,
+            ),
+            asks in proptest::collection::vec(0usize..64, 0..12),
+            balance in proptest::bool::ANY,
+        ) {
+            let profiles: Vec<Vec<FlowProfile>> = jobs
+                .iter()
+                .map(|(length, flows)| {
+                    let flows = flows
+                        .iter()
+                        .enumerate()
+                        .map(|(n, &(a, b, at, len, gbps))| flow(n, a, 4 + b, at * length, (at + len).min(1.0) * length, gbps))
+                        .collect();
+                    one(*length, flows)
+                })
+                .collect();
+            let timing = TimingParams { horizon_ms: 400.0, ..TimingParams::default() };
+            let plan = crate::foresight::timing::baseline_timing(
+                &profiles.iter().map(|ps| TimedJob { profiles: ps.iter().map(FlowProfile::timing).collect() }).collect::<Vec<_>>(),
+                &timing,
+            );
+            let p = RoutingParams { spines: 2, spine_link_gbps: 100.0, colors_per_spine: 2, balance_bad_ranges: balance };
+            let at_once = solve_routing(&profiles, &plan, &p);
+            let mut router = Router::new(profiles.iter().map(|ps| ps.iter().collect::<Vec<_>>()).collect(), plan.clone(), p);
+            for k in asks.into_iter().filter(|&k| k < plan.len()) {
+                proptest::prop_assert_eq!(router.routes_of(k), at_once.0[k].as_slice());
+            }
+            proptest::prop_assert_eq!(router.finish(), at_once);
+        }
     }
 }

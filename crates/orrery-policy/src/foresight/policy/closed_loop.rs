@@ -19,7 +19,9 @@ impl Foresight {
     /// not pile up as delays. Past the horizon the delays are relative.
     /// `done`: iterations the job has done, so its next iteration begins
     /// with that many done (the timetable's first entry).
-    /// The step's routes become paths on `t` here. O(its routes · spines).
+    /// The step's routes become paths on `t` here. O(its routes · spines),
+    /// plus routing the ranges up to its last flow where its part is routed
+    /// as its steps come up ([`Router::routes_of`](crate::foresight::routing::Router::routes_of)).
     pub(super) fn next(
         &mut self,
         t: &orrery_model::Topology,
@@ -27,7 +29,8 @@ impl Foresight {
         now_s: Option<f64>,
         done: Option<u64>,
     ) -> Vec<Decision> {
-        let Some(part) = self.part_of_job.get(&job).and_then(|p| self.parts.get(p)) else { return Vec::new() };
+        let Some(&pid) = self.part_of_job.get(&job) else { return Vec::new() };
+        let Some(part) = self.parts.get(&pid) else { return Vec::new() };
         if part.held {
             return Vec::new();
         }
@@ -49,9 +52,33 @@ impl Foresight {
         };
         let mut out = vec![Decision::Throttle { job, gbps: step.throttle.filter(|_| times) }];
         if let Some(net) = self.net.as_ref() {
-            for r in &step.routes {
-                out.push(Decision::Route { job, flow: r.flow, paths: self.spine_paths.of(net, t, r) });
+            // A route that leaves the flow's paths as the driver holds them
+            // is not sent ([`Foresight::net_routes`]); the callers send no
+            // earlier route of this job in the batch (a re-plan undoes the
+            // flows its new steps leave out after them, [`Foresight::replan`]),
+            // so nothing sent before it in the batch could be the flow's last.
+            // A mesh's collectives number their flows each from 0, so a
+            // step may route one flow index several times; the last wins.
+            let held = self.routes_in_force.get(&job);
+            let mut later = std::mem::take(&mut self.flows_seen);
+            later.clear();
+            let (mut paths, mut routes) = (Vec::new(), Vec::new());
+            let step_routes = match self.routers.get_mut(&pid) {
+                Some(router) => router.routes_of(step.planned),
+                None => &step.routes,
+            };
+            for r in step_routes.iter().rev() {
+                if !later.insert(r.flow) {
+                    continue;
+                }
+                self.spine_paths.write(net, t, r, &mut paths);
+                if held.and_then(|h| h.get(&r.flow)).map_or(paths.is_empty(), |p| *p == paths) {
+                    continue;
+                }
+                routes.push(Decision::Route { job, flow: r.flow, paths: std::mem::take(&mut paths) });
             }
+            out.extend(routes.into_iter().rev());
+            self.flows_seen = later;
         }
         // Closed loop, in the first pass: this step and the next ones as a
         // timetable (the driver holds each iteration to its start even when

@@ -5,10 +5,13 @@
 use super::{Foresight, Mode, Part, PartId, PlacedJob, Step, plan_cost, unroute};
 use crate::foresight::logical::{LogicalLink, LogicalNetwork};
 use crate::foresight::profile::{Profiled, RATES, Stretch, measured_profile, profile};
-use crate::foresight::routing::{FlowProfile, Route, RoutingParams, Schedule, schedule, solve_routing};
-use crate::foresight::timing::{Planned, TimedJob, TimingParams, baseline_timing, sharing_cost, solve_timing};
+use crate::foresight::routing::{FlowProfile, Route, Router, RoutingParams, Schedule, schedule, solve_routing};
+use crate::foresight::timing::{
+    Planned, TimedJob, TimingParams, back_to_back, baseline_timing, sharing_cost, solve_timing,
+};
 use crate::{ClusterView, Decision, JobId};
 use orrery_model::placed::place;
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -105,7 +108,11 @@ impl Foresight {
         // the old plans (a new plan starts afresh).
         let mut replanned: std::collections::HashSet<JobId> = placed.clone();
         let mut undo: Vec<Decision> = Vec::new();
+        // Jobs whose routes in force go, but for those their new first
+        // steps set again (after those steps: see `unrouted` below).
+        let mut unrouted: Vec<JobId> = Vec::new();
         for pid in &changed {
+            self.routers.remove(pid);
             let Some(part) = self.parts.remove(pid) else { continue };
             for link in &part.links {
                 self.part_of_link.remove(link);
@@ -128,13 +135,9 @@ impl Foresight {
                     // The old plan's starts no longer hold.
                     undo.push(Decision::Timetable { job: id, from_iteration: 0, starts_s: Vec::new() });
                 }
-                undo.extend(unroute(&self.routes_in_force, id));
+                unrouted.push(id);
             }
         }
-        undo.sort_by_key(|d| match d {
-            Decision::Throttle { job, .. } | Decision::Route { job, .. } | Decision::Timetable { job, .. } => *job,
-            _ => 0,
-        });
         for id in &placed {
             self.measured.remove(id);
             self.cycle.remove(id);
@@ -195,11 +198,11 @@ impl Foresight {
             }
         }
         for (r, idx) in members {
-            let part: Vec<(&PlacedJob<'_>, &FlowProfile, f64)> =
-                idx.iter().map(|&i| (to_plan[i].0, &*to_plan[i].1, to_plan[i].2)).collect();
-            let valid_plan = self.plan_part(view, &net, &part, spread);
+            let part: Vec<(&PlacedJob<'_>, &Arc<FlowProfile>, f64)> =
+                idx.iter().map(|&i| (to_plan[i].0, &to_plan[i].1, to_plan[i].2)).collect();
             let pid = self.next_part;
             self.next_part += 1;
+            let valid_plan = self.plan_part(view, &net, &part, spread, pid);
             let mut links = links_of.remove(&r).unwrap_or_default();
             links.sort_unstable();
             for &link in &links {
@@ -216,19 +219,47 @@ impl Foresight {
         }
         let ids: Vec<JobId> = to_plan.iter().map(|(j, ..)| j.0).collect();
         let first: Vec<Decision> = ids.into_iter().flat_map(|id| self.next(t, id, None, None)).collect();
+        // The routes in force that the re-planned jobs' first steps do not
+        // set again are undone: all of them for a job given no step (its
+        // part left on ECMP or held). Undoing them all before the new steps
+        // sent ~175,000 routes a round at 4,096 hosts, nearly all of them set
+        // back to what they were. O(flows in force of these jobs).
+        for id in unrouted {
+            let handed = self.steps.get(&id).filter(|(steps, k)| *k > 0 && !steps.is_empty());
+            let router = self.part_of_job.get(&id).and_then(|p| self.routers.get_mut(p));
+            let set: crate::memo::FastSet<usize> = match (handed, router) {
+                (Some((steps, _)), Some(router)) => router.routes_of(steps[0].planned).iter().map(|r| r.flow).collect(),
+                (Some((steps, _)), None) => steps[0].routes.iter().map(|r| r.flow).collect(),
+                (None, _) => Default::default(),
+            };
+            undo.extend(
+                unroute(&self.routes_in_force, id)
+                    .into_iter()
+                    .filter(|d| !matches!(d, Decision::Route { flow, .. } if set.contains(flow))),
+            );
+        }
+        // Each job's undoing together, in job order, before the new steps
+        // (the driver applies a batch in order, and its floating-point
+        // state follows that order).
+        undo.sort_by_key(|d| match d {
+            Decision::Throttle { job, .. } | Decision::Route { job, .. } | Decision::Timetable { job, .. } => *job,
+            _ => 0,
+        });
         undo.into_iter().chain(first).collect()
     }
 
-    /// Plans one part: its jobs' iterations (SolveTiming) and routes over
-    /// the spines, as the mode says, into `steps`. Returns whether the plan
-    /// is a valid schedule. `part`: each job with its unthrottled profile
-    /// (at least one cross-rack flow) and compute per iteration.
+    /// Plans part `pid`: its jobs' iterations (SolveTiming) and routes over
+    /// the spines, as the mode says, into `steps` (`routes`: into a
+    /// [`Router`] that routes them as they come up). Returns whether the
+    /// plan is a valid schedule. `part`: each job with its unthrottled
+    /// profile (at least one cross-rack flow) and compute per iteration.
     pub(super) fn plan_part(
         &mut self,
         view: &ClusterView<'_>,
         net: &LogicalNetwork,
-        part: &[(&PlacedJob<'_>, &FlowProfile, f64)],
+        part: &[(&PlacedJob<'_>, &Arc<FlowProfile>, f64)],
         spread: bool,
+        pid: PartId,
     ) -> bool {
         let t = view.topology;
         let stretch_of = |id: &JobId| self.stretch.get(id).copied().unwrap_or(Stretch::MODEL);
@@ -244,14 +275,16 @@ impl Foresight {
         // Throttled profiles only where SolveTiming may choose them: the
         // routes-only ablation runs the baseline's timing (unthrottled).
         let throttles = !matches!(self.mode, Mode::Routes);
-        let profiles: Vec<Vec<FlowProfile>> = part
+        // The unthrottled profiles are borrowed: a 1,024-GPU mesh has ~12,000
+        // flows.
+        let profiles: Vec<Vec<Cow<'_, FlowProfile>>> = part
             .iter()
             .map(|((id, spec, hosts), base, _)| {
                 let nominal = base.flows[0].gbps;
-                let mut ps = vec![(*base).clone()];
+                let mut ps = vec![Cow::Borrowed(&***base)];
                 if throttles {
                     ps.extend(RATES[1..].iter().filter_map(|x| {
-                        measured_profile(t, net, spec, hosts, Some(nominal * x), spread, stretch_of(id))
+                        measured_profile(t, net, spec, hosts, Some(nominal * x), spread, stretch_of(id)).map(Cow::Owned)
                     }));
                 }
                 ps
@@ -273,38 +306,43 @@ impl Foresight {
             colors_per_spine: if self.mode == Mode::Ro { 1 } else { 4 },
             balance_bad_ranges: false,
         };
-        let timed: Vec<TimedJob> =
-            profiles.iter().map(|ps| TimedJob { profiles: ps.iter().map(FlowProfile::timing).collect() }).collect();
+        // The solver's view of the links; the baseline's timing needs only
+        // the lengths (a part's phases are hundreds of thousands of flows).
+        let timed = || -> Vec<TimedJob> {
+            profiles.iter().map(|ps| TimedJob { profiles: ps.iter().map(|p| p.timing()).collect() }).collect()
+        };
+        let lengths =
+            || -> Vec<Vec<f64>> { profiles.iter().map(|ps| ps.iter().map(|p| p.length_ms).collect()).collect() };
         let balanced = RoutingParams { balance_bad_ranges: true, ..routing };
         let (plan, routes, valid) = match self.mode {
-            Mode::Ts => (solve_timing(&timed, &net.capacity, &[], &timing), Vec::new(), false),
+            Mode::Ts => (solve_timing(&timed(), &net.capacity, &[], &timing), Vec::new(), false),
             Mode::Ro | Mode::Sub => {
-                let plan = solve_timing(&timed, &net.capacity, &[], &timing);
+                let plan = solve_timing(&timed(), &net.capacity, &[], &timing);
                 let routes = solve_routing(&profiles, &plan, &routing).0;
                 (plan, routes, false)
             }
             Mode::Routes if net.spines > 1 => {
-                let plan = baseline_timing(&timed, &timing);
-                let routes = solve_routing(&profiles, &plan, &balanced).0;
-                (plan, routes, false)
+                // Routed as the steps come up: the same routes, and a
+                // decision routes only its jobs' first iterations.
+                let plan = back_to_back(&lengths(), &timing);
+                let shared = part.iter().map(|(_, p, _)| vec![Arc::clone(p)]).collect();
+                self.routers.insert(pid, Router::new(shared, plan.clone(), balanced));
+                (plan, Vec::new(), false)
             }
             Mode::Routes | Mode::Perfect => return false, // one spine: nothing to route
             Mode::Foresight | Mode::Paper => {
                 let ladder = self.mode == Mode::Foresight;
-                match self.foresight_plan(net, &profiles, &timed, &timing, &routing, ladder) {
+                match self.foresight_plan(net, &profiles, &timed(), &timing, &routing, ladder) {
                     Some(found) => found,
                     None => return false, // ECMP
                 }
             }
         };
-        // Steps per job, in plan order. O(plan + routes).
-        // Steps per job, in plan order, each with its routes. O(plan + routes).
-        let mut routes_of: Vec<Vec<Route>> = vec![Vec::new(); plan.len()];
-        for r in routes {
-            let k = r.planned;
-            routes_of[k].push(r);
-        }
-        for ((k, x), routes) in plan.iter().enumerate().zip(routes_of) {
+        // Steps per job, in plan order, each with its routes (none where
+        // the mode routes nothing). O(plan).
+        let mut routes = routes;
+        routes.resize_with(plan.len(), Vec::new);
+        for ((k, x), routes) in plan.iter().enumerate().zip(routes) {
             debug_assert!(routes.iter().all(|r| r.planned == k));
             let id = part[x.job].0.0;
             let step = Step {
@@ -313,6 +351,7 @@ impl Foresight {
                 length_ms: profiles[x.job][x.profile].length_ms,
                 compute_ms: part[x.job].2,
                 throttle: profiles[x.job][x.profile].rate_gbps,
+                planned: k,
                 routes,
             };
             self.steps.entry(id).or_insert_with(|| (Vec::new(), 0)).0.push(step);
@@ -336,12 +375,12 @@ impl Foresight {
     pub(super) fn foresight_plan(
         &mut self,
         net: &LogicalNetwork,
-        profiles: &[Vec<FlowProfile>],
+        profiles: &[Vec<Cow<'_, FlowProfile>>],
         timed: &[TimedJob],
         timing: &TimingParams,
         routing: &RoutingParams,
         ladder: bool,
-    ) -> Option<(Vec<Planned>, Vec<Route>, bool)> {
+    ) -> Option<(Vec<Planned>, Vec<Vec<Route>>, bool)> {
         self.outcomes[0] += 1;
         let sharing = |plan: &[Planned]| sharing_cost(timed, &net.capacity, plan, timing.bin_ms);
         let no_delays = baseline_timing(timed, timing);

@@ -100,7 +100,7 @@ fn all_to_all_flows_are_routed_between_their_own_hosts() {
             })
             .collect();
         let mut memo = crate::foresight::paths::SpinePaths::default();
-        for step in f.steps.values().flat_map(|(s, _)| s) {
+        for step in routed_steps(&mut f).values().flatten() {
             routes.extend(step.routes.iter().map(|r| (r.flow, memo.of(&net, &t, r))));
         }
         // Whole flows (RO) need 4 colours where 2 spines give 2: ECMP.
@@ -112,6 +112,24 @@ fn all_to_all_flows_are_routed_between_their_own_hosts() {
             assert!(!paths.is_empty() && paths.iter().all(|&k| k < 2), "{mode:?}: flow {flow} over {paths:?}");
         }
     }
+}
+
+/// Every job's planned steps with their routes, those of parts routed as
+/// their steps come up routed to the end.
+fn routed_steps(f: &mut Foresight) -> std::collections::BTreeMap<JobId, Vec<Step>> {
+    let mut out = std::collections::BTreeMap::new();
+    for (job, (steps, _)) in &f.steps {
+        let router = f.part_of_job.get(job).and_then(|p| f.routers.get_mut(p));
+        let mut steps = steps.clone();
+        if let Some(router) = router {
+            for step in &mut steps {
+                assert!(step.routes.is_empty(), "a routed part's steps hold no routes of their own");
+                step.routes = router.routes_of(step.planned).to_vec();
+            }
+        }
+        out.insert(*job, steps);
+    }
+    out
 }
 
 /// Two racks of two 2-GPU hosts under two spines (uplinks at half a
@@ -596,13 +614,11 @@ proptest::proptest! {
             };
             partial.schedule(&view());
             full.schedule(&view());
-            let steps = |f: &Foresight| -> std::collections::BTreeMap<JobId, Vec<Step>> {
-                f.steps.iter().map(|(j, (s, _))| (*j, s.clone())).collect()
-            };
+            let steps = routed_steps;
             let parts = |f: &Foresight| -> std::collections::BTreeSet<Vec<JobId>> {
                 f.parts.values().map(|p| p.jobs.clone()).collect()
             };
-            proptest::prop_assert_eq!(steps(&partial), steps(&full), "round {}, {:?}", round, mode);
+            proptest::prop_assert_eq!(steps(&mut partial), steps(&mut full), "round {}, {:?}", round, mode);
             proptest::prop_assert_eq!(parts(&partial), parts(&full), "round {}", round);
             live.extend(arriving);
         }
