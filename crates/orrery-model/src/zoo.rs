@@ -247,6 +247,11 @@ pub fn model(name: &str) -> Option<&'static ModelSpec> {
         }
         (names, aliases)
     });
+    // A name already in normal form (a spec's usual spelling) is found
+    // without allocating: normalising it would give it back unchanged.
+    if let Some(&m) = names.get(name) {
+        return Some(m);
+    }
     let n = normalise(name);
     names.get(&n).or_else(|| aliases.get(&n)).copied()
 }

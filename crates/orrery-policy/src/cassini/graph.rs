@@ -15,11 +15,10 @@
 //! per candidate, placement and removal. The result equals a full score
 //! ([`super::score`]) up to rounding in the sums (the test below checks it).
 
-use super::{Net, Solved, link_solution};
+use super::{Net, Solved, link_groups, link_solution};
 use crate::memo::{FastMap, FastSet};
 use crate::{ClusterView, JobId};
 use orrery_model::LinkId;
-use std::collections::BTreeMap;
 
 /// Sums over a set of shared links.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -61,6 +60,61 @@ pub(super) struct Graph<'a> {
     /// Jobs that send, per link they cross, slots ascending.
     on_link: FastMap<LinkId, Vec<usize>>,
     whole: Stats,
+    /// Sums of regions scored without a candidate, by the region's slots
+    /// ([`Regions`]).
+    regions: Regions,
+}
+
+/// Sums of regions, by their slots ascending. A region is a union of
+/// components of the link-sharing graph, so its links carry its jobs and
+/// no others, and its sums depend only on which jobs it holds: kept, they
+/// stay right for as long as the same set of jobs is a region, and no
+/// later region can be the same set with other links (a job placed or
+/// taken out joins or leaves the region of every job it shares a link
+/// with). A round that restarts every running job on a new size takes
+/// each out (its region before and after) and places it again (the region
+/// before, and after with it): kept, the region before is the one the
+/// previous step left, and half the regions are not scored again.
+#[derive(Default)]
+struct Regions {
+    sums: FastMap<Vec<usize>, Stats>,
+    /// Slots held in the keys: past a few times the graph's jobs, every
+    /// kept region is forgotten (amortised O(1) per slot kept).
+    held: usize,
+}
+
+impl Regions {
+    fn get(&self, region: &[usize]) -> Option<Stats> {
+        self.sums.get(region).copied()
+    }
+
+    fn keep(&mut self, region: Vec<usize>, stats: Stats, jobs: usize) {
+        if self.held > 4 * jobs + 1024 {
+            self.sums.clear();
+            self.held = 0;
+        }
+        self.held += region.len();
+        self.sums.insert(region, stats);
+    }
+}
+
+/// A candidate scored on the graph ([`Graph::with`]): the whole
+/// placement's sums with it, and its region's, to keep once it is placed.
+#[derive(Debug, Clone)]
+pub(super) struct Scored {
+    pub(super) whole: Stats,
+    /// The candidate's region with its slot (the next), and its sums.
+    region: Option<(Vec<usize>, Stats)>,
+}
+
+impl Scored {
+    pub(super) fn mean(&self) -> f64 {
+        self.whole.mean()
+    }
+
+    pub(super) fn loop_free(&self) -> bool {
+        self.whole.loop_free()
+    }
 }
 
 /// Whether a job puts traffic on its links (a full score skips the others).
@@ -76,14 +130,13 @@ impl<'a> Graph<'a> {
             slot_of: FastMap::default(),
             on_link: FastMap::default(),
             whole: Stats::default(),
+            regions: Regions::default(),
         };
         for net in jobs {
             g.push(net);
         }
-        // Every link's jobs are those `on_link` holds: grouped from it
-        // directly, not gathered again job by job.
-        let groups = group_links(view, g.on_link.iter().filter(|(_, ks)| ks.len() > 1).map(|(&l, ks)| (l, ks.clone())));
-        g.whole = g.score(groups, None, solved);
+        let all: Vec<usize> = (0..g.slots.len()).collect();
+        g.whole = g.stats(view, &all, None, solved);
         g
     }
 
@@ -106,14 +159,25 @@ impl<'a> Graph<'a> {
 
     /// The whole placement's sums were `candidate` placed too. O(links of
     /// its region) plus a solution per link group not solved before.
-    pub(super) fn with(&self, view: &ClusterView<'_>, candidate: &Net<'_>, solved: &mut Solved) -> Stats {
+    pub(super) fn with(&mut self, view: &ClusterView<'_>, candidate: &Net<'_>, solved: &mut Solved) -> Scored {
         if !sends(candidate) {
-            return self.whole;
+            return Scored { whole: self.whole, region: None };
         }
-        let region = self.region(candidate.links.iter().filter_map(|l| self.on_link.get(l)).flatten().copied());
-        let before = self.stats(view, &region, None, solved);
+        let mut region = self.region(candidate.links.iter().filter_map(|l| self.on_link.get(l)).flatten().copied());
+        let before = self.kept_stats(view, &region, solved);
         let after = self.stats(view, &region, Some(candidate), solved);
-        self.whole.swap(before, after)
+        region.push(self.slots.len());
+        Scored { whole: self.whole.swap(before, after), region: Some((region, after)) }
+    }
+
+    /// [`Self::stats`] of `region` without a candidate, kept ([`Regions`]).
+    fn kept_stats(&mut self, view: &ClusterView<'_>, region: &[usize], solved: &mut Solved) -> Stats {
+        if let Some(kept) = self.regions.get(region) {
+            return kept;
+        }
+        let stats = self.stats(view, region, None, solved);
+        self.regions.keep(region.to_vec(), stats, self.slots.len());
+        stats
     }
 
     /// Places `net` (last in the order, as a full score would see it).
@@ -123,30 +187,42 @@ impl<'a> Graph<'a> {
         self.insert_scored(net, with);
     }
 
+    /// Forgets the kept regions' sums: the graph then scores as if it had
+    /// never kept any (the tests compare the two).
+    #[cfg(test)]
+    pub(super) fn forget_regions(&mut self) {
+        self.regions = Regions::default();
+    }
+
     /// [`Self::insert`] with `with`, what [`Self::with`] returned for `net`
-    /// on this graph: the chosen candidate is not scored again. O(links of
-    /// `net`).
-    pub(super) fn insert_scored(&mut self, net: Net<'a>, with: Stats) {
-        self.whole = with;
+    /// on this graph: the chosen candidate is not scored again, and its
+    /// region's sums with it are kept. O(links of `net` + its region).
+    pub(super) fn insert_scored(&mut self, net: Net<'a>, with: Scored) {
+        self.whole = with.whole;
+        if let Some((region, stats)) = with.region {
+            debug_assert_eq!(region.last(), Some(&self.slots.len()));
+            self.regions.keep(region, stats, self.slots.len() + 1);
+        }
         self.push(net);
     }
 
     /// Takes `job` out (it lost its GPUs this round). O(links of its region).
     pub(super) fn remove(&mut self, view: &ClusterView<'_>, job: JobId, solved: &mut Solved) {
         let Some(slot) = self.slot_of.remove(&job) else { return };
-        let Some(net) = self.slots[slot].as_ref() else { return };
-        if sends(net) {
+        let Some(sending) = self.slots[slot].as_ref().map(sends) else { return };
+        if sending {
             let region = self.region([slot]);
-            let before = self.stats(view, &region, None, solved);
+            let before = self.kept_stats(view, &region, solved);
+            let Some(net) = self.slots[slot].take() else { return };
             for l in net.links.iter() {
                 if let Some(on) = self.on_link.get_mut(l) {
                     on.retain(|&s| s != slot);
                 }
             }
             let rest: Vec<usize> = region.into_iter().filter(|&s| s != slot).collect();
-            self.slots[slot] = None;
             let after = self.stats(view, &rest, None, solved);
             self.whole = self.whole.swap(before, after);
+            self.regions.keep(rest, after, self.slots.len());
         } else {
             self.slots[slot] = None;
         }
@@ -184,35 +260,30 @@ impl<'a> Graph<'a> {
     /// the Affinity graph at the lowest rate among them, as in a full score.
     fn stats(&self, view: &ClusterView<'_>, region: &[usize], extra: Option<&Net<'_>>, solved: &mut Solved) -> Stats {
         let extra_slot = self.slots.len();
-        // The region's links and the candidate's; a link's jobs are those
-        // `on_link` holds (the region is a union of components), with the
-        // candidate last. Only links two jobs share are copied out.
-        let mut links: FastSet<LinkId> = FastSet::default();
-        for net in region.iter().filter_map(|&s| self.slots[s].as_ref()).filter(|n| sends(n)) {
-            links.extend(net.links.iter().copied());
+        // Each link of the region's jobs and the candidate's with the jobs
+        // that send on it, sorted ([`super::link_groups`]): the region is a
+        // union of components, so these are all the link's jobs, and the
+        // candidate's slot, the next, sorts last on each of its links.
+        let mut on_link: Vec<(LinkId, usize)> = Vec::new();
+        for &s in region {
+            if let Some(net) = self.slots[s].as_ref().filter(|n| sends(n)) {
+                on_link.extend(net.links.iter().map(|&l| (l, s)));
+            }
         }
-        let extra_links: FastSet<LinkId> =
-            extra.filter(|c| sends(c)).map(|c| c.links.iter().copied().collect()).unwrap_or_default();
-        links.extend(extra_links.iter().copied());
-        let shared = links.into_iter().filter_map(|l| {
-            let ks = self.on_link.get(&l).map_or(&[][..], Vec::as_slice);
-            let with_extra = extra_links.contains(&l);
-            (ks.len() + usize::from(with_extra) > 1).then(|| {
-                let mut ks = ks.to_vec();
-                if with_extra {
-                    ks.push(extra_slot);
-                }
-                (l, ks)
-            })
-        });
-        self.score(group_links(view, shared), extra, solved)
+        if let Some(c) = extra.filter(|c| sends(c)) {
+            on_link.extend(c.links.iter().map(|&l| (l, extra_slot)));
+        }
+        on_link.sort_unstable();
+        let slots: Vec<usize> = on_link.iter().map(|x| x.1).collect();
+        self.score(view, &link_groups(view, &on_link, &slots), extra, solved)
     }
 
     /// Scores link groups (each a set of slots, with `extra` as slot
     /// `slots.len()`, and the link that caps them). O(groups · jobs a group).
     fn score(
         &self,
-        groups: BTreeMap<Vec<usize>, (LinkId, f64)>,
+        view: &ClusterView<'_>,
+        groups: &[(&[usize], LinkId)],
         extra: Option<&Net<'_>>,
         solved: &mut Solved,
     ) -> Stats {
@@ -231,9 +302,11 @@ impl<'a> Graph<'a> {
             x
         }
         let (mut edges, mut groups_scored) = (0i64, 0i64);
-        for (ks, cap) in &groups {
+        for &(ks, link) in groups {
             let nets: Vec<&Net<'_>> = ks.iter().map(|&s| net_of(s)).collect();
-            let Some((score, _)) = link_solution(&nets, *cap, solved) else { continue };
+            let Some((score, _)) = link_solution(&nets, (link, view.topology.links[link].gbps), solved) else {
+                continue;
+            };
             stats.total += score;
             groups_scored += 1;
             edges += ks.len() as i64;
@@ -254,25 +327,6 @@ impl<'a> Graph<'a> {
         stats.cycles = edges - (groups_scored + jobs.len() as i64) + components;
         stats
     }
-}
-
-/// Links carrying the same jobs, as one vertex of the Affinity graph at the
-/// lowest rate among them (ties: the lowest link id), as a full score
-/// groups them. `links`: each shared link with its jobs' slots, ascending,
-/// in any order. O(links · log).
-fn group_links(
-    view: &ClusterView<'_>,
-    links: impl Iterator<Item = (LinkId, Vec<usize>)>,
-) -> BTreeMap<Vec<usize>, (LinkId, f64)> {
-    let mut groups: BTreeMap<Vec<usize>, (LinkId, f64)> = BTreeMap::new();
-    for (l, ks) in links {
-        let gbps = view.topology.links[l].gbps;
-        let cap = groups.entry(ks).or_insert((l, gbps));
-        if gbps < cap.1 || (gbps == cap.1 && l < cap.0) {
-            *cap = (l, gbps);
-        }
-    }
-    groups
 }
 
 #[cfg(test)]
@@ -326,12 +380,17 @@ mod tests {
             };
             let (mut solved, mut full_solved) = (Solved::default(), Solved::default());
             let mut g = Graph::new(&view, nets(&placed), &mut solved);
+            // The same graph with no region's sums kept: the kept sums must
+            // be the ones scoring again gives, to the bit.
+            let mut plain = Graph::new(&view, nets(&placed), &mut solved);
             for step in 0..300 {
                 steps += 1;
                 let id = 20 + step % 40;
                 let hosts = random_hosts(&mut rng, specs[id].workers);
                 let candidate = net(&view, id, &specs[id], &hosts).expect("placed");
                 let tried = g.with(&view, &candidate, &mut solved);
+                plain.forget_regions();
+                assert_eq!(tried.whole, plain.with(&view, &candidate, &mut solved).whole, "step {step}");
                 let mut with = placed.clone();
                 with.push((id, hosts.clone()));
                 let want = score(&view, &nets(&with), &mut full_solved);
@@ -345,12 +404,17 @@ mod tests {
                 loops += usize::from(want.times.is_none());
                 partial += usize::from(want.mean_score < 0.999);
                 if placed.len() < 4 && !placed.iter().any(|p| p.0 == id) {
+                    plain.forget_regions();
+                    plain.insert(&view, net(&view, id, &specs[id], &hosts).expect("placed"), &mut solved);
                     g.insert(&view, candidate, &mut solved);
                     placed = with;
                 } else if !placed.is_empty() {
                     let victim = placed.remove(rng.random_range(0..placed.len())).0;
+                    plain.forget_regions();
+                    plain.remove(&view, victim, &mut solved);
                     g.remove(&view, victim, &mut solved);
                 }
+                assert_eq!(g.whole(), plain.whole(), "step {step}, placed");
                 let want = score(&view, &nets(&placed), &mut full_solved);
                 assert!((g.whole().mean() - want.mean_score).abs() < 1e-9, "step {step}, placed");
                 assert_eq!(g.whole().loop_free(), want.times.is_some(), "step {step}, placed");

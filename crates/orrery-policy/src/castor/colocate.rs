@@ -141,6 +141,9 @@ pub struct Colocator {
     pub(crate) link_duty: Option<crate::combined::duty::LinkDuty>,
     /// Each running job's terms of [`link_duty`](crate::combined::duty::link_duty), kept while its hosts are.
     pub(crate) duty_terms: PerPlacement<Vec<(orrery_model::LinkId, f64)>>,
+    /// Each running job's shape where it runs, kept while its hosts are
+    /// ([`Self::stretch_where_it_runs`]).
+    pub(crate) shaped_running: PerPlacement<Option<crate::combined::duty::Shaped>>,
     /// The free GPUs indexed for first fit, kept between the sizes judged
     /// and between rounds ([`Self::take_index`]), and the racks it was
     /// built with.
@@ -190,6 +193,7 @@ impl Colocator {
             request_ms: HashMap::new(),
             link_duty: None,
             duty_terms: PerPlacement::default(),
+            shaped_running: PerPlacement::default(),
             free_index: None,
             index_racks: Vec::new(),
             run_s: HashMap::new(),
@@ -694,41 +698,41 @@ impl<'a> Free<'a> {
         self.index.total() as u32
     }
 
-    /// `spec` on `k` workers, consolidated on the free GPUs plus the ones it
-    /// `holds`; on success the free GPUs get those back and lose the new
-    /// hosts. O(m log H) for m hosts held or taken.
-    pub(crate) fn resized(
+    /// Where `spec` would go on each of the `sizes` (workers), consolidated
+    /// on the free GPUs plus the ones it `holds`, without taking them: the
+    /// sizes that fit, in the order given, with their hosts. The held GPUs
+    /// are given back once for all the sizes. O(m log H) per size for m
+    /// hosts held or taken.
+    pub(crate) fn trials(
         &mut self,
         view: &ClusterView<'_>,
         holds: &[(HostId, u32)],
         spec: &JobSpec,
-        k: u32,
-    ) -> Option<Vec<(HostId, u32)>> {
-        let hosts = self.trial(view, holds, spec, k)?;
-        self.index.give_back(holds);
-        self.index.take(&hosts);
-        Some(hosts)
+        sizes: impl Iterator<Item = u32>,
+    ) -> Vec<(u32, Vec<(HostId, u32)>)> {
+        let index = &mut self.index;
+        index.give_back(holds);
+        let fits = sizes
+            .filter_map(|k| {
+                let gpus = k * spec.gpus_per_worker.max(1);
+                let hosts = if spec.anti_affinity {
+                    consolidated(view, self.rack_of, &capped(index.free(), spec), gpus)
+                } else {
+                    index.consolidated(gpus)
+                };
+                hosts.map(|h| (k, h))
+            })
+            .collect();
+        index.take(holds);
+        fits
     }
 
-    /// Where [`Self::resized`] would put `spec` on `k` workers, without
-    /// taking the GPUs. O(m log H).
-    pub(crate) fn trial(
-        &mut self,
-        view: &ClusterView<'_>,
-        holds: &[(HostId, u32)],
-        spec: &JobSpec,
-        k: u32,
-    ) -> Option<Vec<(HostId, u32)>> {
-        let index = &mut self.index;
-        let gpus = k * spec.gpus_per_worker.max(1);
-        index.give_back(holds);
-        let hosts = if spec.anti_affinity {
-            consolidated(view, self.rack_of, &capped(index.free(), spec), gpus)
-        } else {
-            index.consolidated(gpus)
-        };
-        index.take(holds);
-        hosts
+    /// Moves a job from the GPUs it `holds` to `hosts` (one of
+    /// [`Self::trials`]' answers, with no change to the free GPUs since).
+    /// O(m log H).
+    pub(crate) fn move_to(&mut self, holds: &[(HostId, u32)], hosts: &[(HostId, u32)]) {
+        self.index.give_back(holds);
+        self.index.take(hosts);
     }
 
     /// Copies the index's counts back to the round's free GPUs; returns

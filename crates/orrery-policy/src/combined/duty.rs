@@ -27,9 +27,42 @@ pub(crate) fn period_on(
     if network <= 0.0 || duty.is_empty() {
         return Some(alone);
     }
-    let busiest =
-        placed.links_on_any_path(view.topology).iter().filter_map(|l| duty.get(l)).fold(0.0_f64, |a, &b| a.max(b));
-    Some(alone + network * busiest)
+    Some(beside(alone, network, &placed.links_on_any_path(view.topology), duty))
+}
+
+/// A placement's time alone, network phase and the links on any of its
+/// paths: what [`period_on`] reads of it, kept for a running job while its
+/// hosts are ([`Shaped::period_on`]). O(shape + links crossed) to build.
+#[derive(Debug, Clone)]
+pub(crate) struct Shaped {
+    alone_ms: f64,
+    network_ms: f64,
+    links: Vec<orrery_model::LinkId>,
+}
+
+impl Shaped {
+    /// None when `spec` cannot be shaped on `hosts`.
+    pub(crate) fn of(view: &ClusterView<'_>, spec: &JobSpec, hosts: &[(HostId, u32)]) -> Option<Shaped> {
+        let placed = orrery_model::placed::place(view.topology, spec, hosts)?;
+        let (alone_ms, network_ms) = (placed.shape.period_ms(), placed.shape.network_ms());
+        let links = if network_ms > 0.0 { placed.links_on_any_path(view.topology) } else { Vec::new() };
+        Some(Shaped { alone_ms, network_ms, links })
+    }
+
+    /// [`period_on`] of this placement, the same number. O(links crossed).
+    pub(crate) fn period_on(&self, duty: &LinkDuty) -> f64 {
+        if self.network_ms <= 0.0 || duty.is_empty() {
+            return self.alone_ms;
+        }
+        beside(self.alone_ms, self.network_ms, &self.links, duty)
+    }
+}
+
+/// The time alone plus the network phase stretched by the busiest of
+/// `links` ([`period_on`]). O(links).
+fn beside(alone: f64, network: f64, links: &[orrery_model::LinkId], duty: &LinkDuty) -> f64 {
+    let busiest = links.iter().filter_map(|l| duty.get(l)).fold(0.0_f64, |a, &b| a.max(b));
+    alone + network * busiest
 }
 
 /// Per link, the running jobs' summed duty cycles ([`link_duty`]).

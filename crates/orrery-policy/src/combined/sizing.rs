@@ -5,7 +5,7 @@
 //! nobody waits. Methods of the engine ([`Colocator`]) it shares with
 //! Castor's scheduler.
 
-use super::duty::{link_duty, packed_placement, period_on};
+use super::duty::{Shaped, link_duty, packed_placement, period_on};
 use super::reserve::Reservation;
 use crate::baseline::consolidated;
 use crate::castor::colocate::{Colocator, Free, idle_for_the_queue};
@@ -79,11 +79,26 @@ impl Colocator {
         period_on(view, self.duty(view), spec, hosts).map_or(f64::INFINITY, |ms| ratio * ms / request_ms)
     }
 
+    /// [`Self::stretch_on`] of a running job on the hosts it holds, its
+    /// shape kept while it holds them ([`Shaped`]): a round that offers
+    /// every running job growth judges each where it is. O(links crossed)
+    /// when kept.
+    pub(crate) fn stretch_where_it_runs(&mut self, view: &ClusterView<'_>, r: &crate::RunningJob<'_>) -> f64 {
+        let (n, per) = (r.spec.workers.max(1), r.spec.gpus_per_worker.max(1));
+        let k = r.hosts.iter().map(|h| h.1).sum::<u32>() / per;
+        let ratio = iterations_ratio(r.spec, n, k);
+        let request_ms = self.request_ms(view, r.id, r.spec);
+        let duty = round_duty(&mut self.link_duty, self.price_gpu_time, &mut self.duty_terms, view);
+        self.shaped_running
+            .get(r.id, r.hosts, || Shaped::of(view, r.spec, r.hosts))
+            .as_ref()
+            .map_or(f64::INFINITY, |s| ratio * s.period_on(duty) / request_ms)
+    }
+
     /// This round's traffic per link ([`link_duty`]), built on first use:
     /// O(Σ flows × path length) over the running jobs, once a round.
     pub(crate) fn duty(&mut self, view: &ClusterView<'_>) -> &super::duty::LinkDuty {
-        let (priced, terms) = (self.price_gpu_time, &mut self.duty_terms);
-        self.link_duty.get_or_insert_with(|| if priced { link_duty(view, terms) } else { Default::default() })
+        round_duty(&mut self.link_duty, self.price_gpu_time, &mut self.duty_terms, view)
     }
 
     /// The job's iteration time alone at its request, packed from host 0,
@@ -241,6 +256,7 @@ impl Colocator {
         let mut grown = Vec::new();
         // (gain per worker, index, workers now); the best use of a GPU first.
         let mut offers: Vec<(f64, usize, u32)> = Vec::new();
+        self.shaped_running.forget_unless(view.running.len(), || view.running.iter().map(|r| r.id).collect());
         let spare = free.total();
         for (i, r) in view.running.iter().enumerate().filter(|(_, r)| !r.paused && r.xi <= 1.0 && !rigid(r.spec)) {
             let per = r.spec.gpus_per_worker.max(1);
@@ -263,22 +279,22 @@ impl Colocator {
             }
             let (spec, per) = (r.spec, r.spec.gpus_per_worker.max(1));
             let most = (2 * spec.workers.max(1)).min(now + free.total() / per);
-            let stretch_now = self.stretch_on(view, r.id, spec, r.hosts);
-            let Some((k, stretch)) = (now + 1..=most)
-                .filter(|&k| size_allowed(spec, k))
-                .filter_map(|k| free.trial(view, r.hosts, spec, k).map(|h| (k, self.stretch_on(view, r.id, spec, &h))))
-                .min_by(|a, b| a.1.total_cmp(&b.1))
+            let stretch_now = self.stretch_where_it_runs(view, r);
+            let Some((stretch, hosts)) = free
+                .trials(view, r.hosts, spec, (now + 1..=most).filter(|&k| size_allowed(spec, k)))
+                .into_iter()
+                .map(|(_, h)| (self.stretch_on(view, r.id, spec, &h), h))
+                .min_by(|a, b| a.0.total_cmp(&b.0))
             else {
                 continue;
             };
             if stretch * GROW_GAIN > stretch_now {
                 continue;
             }
-            if let Some(hosts) = free.resized(view, r.hosts, spec, k) {
-                grown.push(Decision::Preempt { job: r.id });
-                grown.push(Decision::Place { job: r.id, hosts });
-                self.regrown += 1;
-            }
+            free.move_to(r.hosts, &hosts);
+            grown.push(Decision::Preempt { job: r.id });
+            grown.push(Decision::Place { job: r.id, hosts });
+            self.regrown += 1;
         }
         out.extend(grown);
     }
@@ -331,22 +347,33 @@ impl Colocator {
             let spare = free.total();
             let most = (2 * n).min(n + spare / per);
             let stretch_now = self.stretch_on(view, q.id, spec, hosts);
-            let Some((k, stretch)) = (n + 1..=most)
-                .filter(|&k| size_allowed(spec, k))
-                .filter_map(|k| free.trial(view, hosts, spec, k).map(|h| (k, self.stretch_on(view, q.id, spec, &h))))
-                .min_by(|a, b| a.1.total_cmp(&b.1))
+            let Some((stretch, bigger)) = free
+                .trials(view, hosts, spec, (n + 1..=most).filter(|&k| size_allowed(spec, k)))
+                .into_iter()
+                .map(|(_, h)| (self.stretch_on(view, q.id, spec, &h), h))
+                .min_by(|a, b| a.0.total_cmp(&b.0))
             else {
                 continue;
             };
             if stretch * GROW_GAIN > stretch_now {
                 continue;
             }
-            if let Some(bigger) = free.resized(view, hosts, spec, k) {
-                *hosts = bigger;
-                self.grown += 1;
-            }
+            free.move_to(hosts, &bigger);
+            *hosts = bigger;
+            self.grown += 1;
         }
     }
+}
+
+/// [`Colocator::duty`] on its fields, so that a caller may borrow others
+/// beside it: built on first use, empty unless sizes are `priced`.
+fn round_duty<'a>(
+    kept: &'a mut Option<super::duty::LinkDuty>,
+    priced: bool,
+    terms: &mut crate::memo::PerPlacement<Vec<(orrery_model::LinkId, f64)>>,
+    view: &ClusterView<'_>,
+) -> &'a super::duty::LinkDuty {
+    kept.get_or_insert_with(|| if priced { link_duty(view, terms) } else { Default::default() })
 }
 
 /// A job whose size is not the policy's to choose: a device mesh runs on
