@@ -141,9 +141,9 @@ pub struct Colocator {
     pub(crate) link_duty: Option<crate::combined::duty::LinkDuty>,
     /// Each running job's terms of [`link_duty`](crate::combined::duty::link_duty), kept while its hosts are.
     pub(crate) duty_terms: PerPlacement<Vec<(orrery_model::LinkId, f64)>>,
-    /// Each running job's shape where it runs, kept while its hosts are
-    /// ([`Self::stretch_where_it_runs`]).
-    pub(crate) shaped_running: PerPlacement<Option<crate::combined::duty::Shaped>>,
+    /// Per running job and size (workers), the hosts it was last judged
+    /// on at that size and its shape there ([`Self::stretch_kept`]).
+    pub(crate) shaped: crate::combined::duty::KeptShapes,
     /// The free GPUs indexed for first fit, kept between the sizes judged
     /// and between rounds ([`Self::take_index`]), and the racks it was
     /// built with.
@@ -193,7 +193,7 @@ impl Colocator {
             request_ms: HashMap::new(),
             link_duty: None,
             duty_terms: PerPlacement::default(),
-            shaped_running: PerPlacement::default(),
+            shaped: Default::default(),
             free_index: None,
             index_racks: Vec::new(),
             run_s: HashMap::new(),

@@ -58,6 +58,10 @@ impl Shaped {
     }
 }
 
+/// Per running job and size (workers), the hosts it was last judged on at
+/// that size and its shape there (None: it cannot be shaped there).
+pub(crate) type KeptShapes = FastMap<(crate::JobId, u32), (Vec<(HostId, u32)>, Option<Shaped>)>;
+
 /// The time alone plus the network phase stretched by the busiest of
 /// `links` ([`period_on`]). O(links).
 fn beside(alone: f64, network: f64, links: &[orrery_model::LinkId], duty: &LinkDuty) -> f64 {

@@ -12,7 +12,7 @@ use crate::castor::colocate::{Colocator, Free, idle_for_the_queue};
 use crate::placement::capped;
 use crate::{ClusterView, Decision, JobId};
 use orrery_model::{HostId, JobSpec};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 /// A job started this round grows only when that makes it at least this
 /// much faster (Pollux's threshold for restarting a job on a new size).
@@ -79,20 +79,29 @@ impl Colocator {
         period_on(view, self.duty(view), spec, hosts).map_or(f64::INFINITY, |ms| ratio * ms / request_ms)
     }
 
-    /// [`Self::stretch_on`] of a running job on the hosts it holds, its
-    /// shape kept while it holds them ([`Shaped`]): a round that offers
-    /// every running job growth judges each where it is. O(links crossed)
-    /// when kept.
-    pub(crate) fn stretch_where_it_runs(&mut self, view: &ClusterView<'_>, r: &crate::RunningJob<'_>) -> f64 {
+    /// [`Self::stretch_on`] of running job `r` on `hosts` (where it runs, or
+    /// where it would grow to), its shape there kept per size
+    /// ([`Shaped`]): a round in which nobody waits offers every running
+    /// job growth, and judges each where it runs and where first fit would
+    /// grow it, mostly the same hosts as in the round before. O(links
+    /// crossed) when kept, O(shape) when not.
+    pub(crate) fn stretch_kept(
+        &mut self,
+        view: &ClusterView<'_>,
+        r: &crate::RunningJob<'_>,
+        hosts: &[(HostId, u32)],
+    ) -> f64 {
         let (n, per) = (r.spec.workers.max(1), r.spec.gpus_per_worker.max(1));
-        let k = r.hosts.iter().map(|h| h.1).sum::<u32>() / per;
+        let k = hosts.iter().map(|h| h.1).sum::<u32>() / per;
         let ratio = iterations_ratio(r.spec, n, k);
         let request_ms = self.request_ms(view, r.id, r.spec);
         let duty = round_duty(&mut self.link_duty, self.price_gpu_time, &mut self.duty_terms, view);
-        self.shaped_running
-            .get(r.id, r.hosts, || Shaped::of(view, r.spec, r.hosts))
-            .as_ref()
-            .map_or(f64::INFINITY, |s| ratio * s.period_on(duty) / request_ms)
+        // An entry starts on no hosts, where nothing can be shaped.
+        let kept = self.shaped.entry((r.id, k)).or_insert_with(|| (Vec::new(), None));
+        if kept.0.as_slice() != hosts {
+            *kept = (hosts.to_vec(), Shaped::of(view, r.spec, hosts));
+        }
+        kept.1.as_ref().map_or(f64::INFINITY, |s| ratio * s.period_on(duty) / request_ms)
     }
 
     /// This round's traffic per link ([`link_duty`]), built on first use:
@@ -256,7 +265,10 @@ impl Colocator {
         let mut grown = Vec::new();
         // (gain per worker, index, workers now); the best use of a GPU first.
         let mut offers: Vec<(f64, usize, u32)> = Vec::new();
-        self.shaped_running.forget_unless(view.running.len(), || view.running.iter().map(|r| r.id).collect());
+        if self.shaped.len() > 4 * view.running.len() + 64 {
+            let running: HashSet<JobId> = view.running.iter().map(|r| r.id).collect();
+            self.shaped.retain(|(id, _), _| running.contains(id));
+        }
         let spare = free.total();
         for (i, r) in view.running.iter().enumerate().filter(|(_, r)| !r.paused && r.xi <= 1.0 && !rigid(r.spec)) {
             let per = r.spec.gpus_per_worker.max(1);
@@ -279,11 +291,11 @@ impl Colocator {
             }
             let (spec, per) = (r.spec, r.spec.gpus_per_worker.max(1));
             let most = (2 * spec.workers.max(1)).min(now + free.total() / per);
-            let stretch_now = self.stretch_where_it_runs(view, r);
+            let stretch_now = self.stretch_kept(view, r, r.hosts);
             let Some((stretch, hosts)) = free
                 .trials(view, r.hosts, spec, (now + 1..=most).filter(|&k| size_allowed(spec, k)))
                 .into_iter()
-                .map(|(_, h)| (self.stretch_on(view, r.id, spec, &h), h))
+                .map(|(_, h)| (self.stretch_kept(view, r, &h), h))
                 .min_by(|a, b| a.0.total_cmp(&b.0))
             else {
                 continue;
