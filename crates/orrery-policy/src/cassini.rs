@@ -382,35 +382,6 @@ fn link_solution<'s>(
 /// or its solution taken from `solved` when the same circles met on a link
 /// of the same rate before. O(Σ jobs on shared links) plus a unification
 /// and search per link not solved before.
-/// The Affinity graph's link vertices, from each link with the jobs that
-/// send on it as `(link, job)` pairs sorted ascending (`jobs`: the pairs'
-/// jobs, in the same order). A link that carries two or more jobs is
-/// shared. Links that carry the same set of jobs see the same circles and
-/// get the same rotation: one vertex stands for all of them (otherwise two
-/// jobs sharing both directions of an uplink would form a spurious loop),
-/// at the smallest capacity of the group, the lowest link id among equals.
-/// Groups in the order of their jobs. O(pairs + groups log groups).
-fn link_groups<'p>(
-    view: &ClusterView<'_>,
-    on_link: &[(LinkId, usize)],
-    jobs: &'p [usize],
-) -> Vec<(&'p [usize], LinkId)> {
-    debug_assert!(on_link.is_sorted() && on_link.len() == jobs.len());
-    let mut shared: Vec<(&[usize], LinkId)> = Vec::new();
-    let mut i = 0;
-    while i < on_link.len() {
-        let j = i + on_link[i..].partition_point(|x| x.0 == on_link[i].0);
-        if j - i > 1 {
-            shared.push((&jobs[i..j], on_link[i].0));
-        }
-        i = j;
-    }
-    let gbps = |l: LinkId| view.topology.links[l].gbps;
-    shared.sort_by(|a, b| a.0.cmp(b.0).then(gbps(a.1).total_cmp(&gbps(b.1))).then(a.1.cmp(&b.1)));
-    shared.dedup_by(|later, first| later.0 == first.0);
-    shared
-}
-
 fn score(view: &ClusterView<'_>, jobs: &[Net<'_>], solved: &mut Solved) -> Scored {
     // Each link with the jobs that send on it, ascending: one sorted array
     // of (link, job), not a map of vectors (at 4,096 hosts a round's full
@@ -421,7 +392,7 @@ fn score(view: &ClusterView<'_>, jobs: &[Net<'_>], solved: &mut Solved) -> Score
     }
     on_link.sort_unstable();
     let ks: Vec<usize> = on_link.iter().map(|x| x.1).collect();
-    let shared = link_groups(view, &on_link, &ks);
+    let shared = graph::link_groups(view, &on_link, &ks);
     let (mut total, mut n) = (0.0, 0);
     let mut shifts = Vec::new();
     for &(ks, l) in &shared {

@@ -15,7 +15,7 @@
 //! per candidate, placement and removal. The result equals a full score
 //! ([`super::score`]) up to rounding in the sums (the test below checks it).
 
-use super::{Net, Solved, link_groups, link_solution};
+use super::{Net, Solved, link_solution};
 use crate::memo::{FastMap, FastSet};
 use crate::{ClusterView, JobId};
 use orrery_model::LinkId;
@@ -261,7 +261,7 @@ impl<'a> Graph<'a> {
     fn stats(&self, view: &ClusterView<'_>, region: &[usize], extra: Option<&Net<'_>>, solved: &mut Solved) -> Stats {
         let extra_slot = self.slots.len();
         // Each link of the region's jobs and the candidate's with the jobs
-        // that send on it, sorted ([`super::link_groups`]): the region is a
+        // that send on it, sorted ([`link_groups`]): the region is a
         // union of components, so these are all the link's jobs, and the
         // candidate's slot, the next, sorts last on each of its links.
         let mut on_link: Vec<(LinkId, usize)> = Vec::new();
@@ -327,6 +327,35 @@ impl<'a> Graph<'a> {
         stats.cycles = edges - (groups_scored + jobs.len() as i64) + components;
         stats
     }
+}
+
+/// The Affinity graph's link vertices, from each link with the jobs that
+/// send on it as `(link, job)` pairs sorted ascending (`jobs`: the pairs'
+/// jobs, in the same order). A link that carries two or more jobs is
+/// shared. Links that carry the same set of jobs see the same circles and
+/// get the same rotation: one vertex stands for all of them (otherwise two
+/// jobs sharing both directions of an uplink would form a spurious loop),
+/// at the smallest capacity of the group, the lowest link id among equals.
+/// Groups in the order of their jobs. O(pairs + groups log groups).
+pub(super) fn link_groups<'p>(
+    view: &ClusterView<'_>,
+    on_link: &[(LinkId, usize)],
+    jobs: &'p [usize],
+) -> Vec<(&'p [usize], LinkId)> {
+    debug_assert!(on_link.is_sorted() && on_link.len() == jobs.len());
+    let mut shared: Vec<(&[usize], LinkId)> = Vec::new();
+    let mut i = 0;
+    while i < on_link.len() {
+        let j = i + on_link[i..].partition_point(|x| x.0 == on_link[i].0);
+        if j - i > 1 {
+            shared.push((&jobs[i..j], on_link[i].0));
+        }
+        i = j;
+    }
+    let gbps = |l: LinkId| view.topology.links[l].gbps;
+    shared.sort_by(|a, b| a.0.cmp(b.0).then(gbps(a.1).total_cmp(&gbps(b.1))).then(a.1.cmp(&b.1)));
+    shared.dedup_by(|later, first| later.0 == first.0);
+    shared
 }
 
 #[cfg(test)]
