@@ -700,7 +700,7 @@ impl<'a> Free<'a> {
 
     /// Where `spec` would go on each of the `sizes` (workers), consolidated
     /// on the free GPUs plus the ones it `holds`, without taking them: the
-    /// sizes that fit, in the order given, with their hosts. The held GPUs
+    /// hosts of each size that fits, in the order given. The held GPUs
     /// are given back once for all the sizes. O(m log H) per size for m
     /// hosts held or taken.
     pub(crate) fn trials(
@@ -709,18 +709,17 @@ impl<'a> Free<'a> {
         holds: &[(HostId, u32)],
         spec: &JobSpec,
         sizes: impl Iterator<Item = u32>,
-    ) -> Vec<(u32, Vec<(HostId, u32)>)> {
+    ) -> Vec<Vec<(HostId, u32)>> {
         let index = &mut self.index;
         index.give_back(holds);
         let fits = sizes
             .filter_map(|k| {
                 let gpus = k * spec.gpus_per_worker.max(1);
-                let hosts = if spec.anti_affinity {
+                if spec.anti_affinity {
                     consolidated(view, self.rack_of, &capped(index.free(), spec), gpus)
                 } else {
                     index.consolidated(gpus)
-                };
-                hosts.map(|h| (k, h))
+                }
             })
             .collect();
         index.take(holds);

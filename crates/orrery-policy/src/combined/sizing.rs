@@ -72,11 +72,23 @@ impl Colocator {
         spec: &JobSpec,
         hosts: &[(HostId, u32)],
     ) -> f64 {
+        let (ratio, request_ms) = self.ratio_and_request(view, id, spec, hosts);
+        period_on(view, self.duty(view), spec, hosts).map_or(f64::INFINITY, |ms| ratio * ms / request_ms)
+    }
+
+    /// What a stretch on `hosts` is scaled by: the ratio of iterations for
+    /// the same work on that many workers ([`iterations_ratio`]) and the
+    /// time alone at the request ([`Self::request_ms`]). O(1) when cached.
+    fn ratio_and_request(
+        &mut self,
+        view: &ClusterView<'_>,
+        id: JobId,
+        spec: &JobSpec,
+        hosts: &[(HostId, u32)],
+    ) -> (f64, f64) {
         let (n, per) = (spec.workers.max(1), spec.gpus_per_worker.max(1));
         let k = hosts.iter().map(|h| h.1).sum::<u32>() / per;
-        let ratio = iterations_ratio(spec, n, k);
-        let request_ms = self.request_ms(view, id, spec);
-        period_on(view, self.duty(view), spec, hosts).map_or(f64::INFINITY, |ms| ratio * ms / request_ms)
+        (iterations_ratio(spec, n, k), self.request_ms(view, id, spec))
     }
 
     /// [`Self::stretch_on`] of running job `r` on `hosts` (where it runs, or
@@ -91,10 +103,8 @@ impl Colocator {
         r: &crate::RunningJob<'_>,
         hosts: &[(HostId, u32)],
     ) -> f64 {
-        let (n, per) = (r.spec.workers.max(1), r.spec.gpus_per_worker.max(1));
-        let k = hosts.iter().map(|h| h.1).sum::<u32>() / per;
-        let ratio = iterations_ratio(r.spec, n, k);
-        let request_ms = self.request_ms(view, r.id, r.spec);
+        let (ratio, request_ms) = self.ratio_and_request(view, r.id, r.spec, hosts);
+        let k = hosts.iter().map(|h| h.1).sum::<u32>() / r.spec.gpus_per_worker.max(1);
         let duty = round_duty(&mut self.link_duty, self.price_gpu_time, &mut self.duty_terms, view);
         // An entry starts on no hosts, where nothing can be shaped.
         let kept = self.shaped.entry((r.id, k)).or_insert_with(|| (Vec::new(), None));
@@ -295,7 +305,7 @@ impl Colocator {
             let Some((stretch, hosts)) = free
                 .trials(view, r.hosts, spec, (now + 1..=most).filter(|&k| size_allowed(spec, k)))
                 .into_iter()
-                .map(|(_, h)| (self.stretch_kept(view, r, &h), h))
+                .map(|h| (self.stretch_kept(view, r, &h), h))
                 .min_by(|a, b| a.0.total_cmp(&b.0))
             else {
                 continue;
@@ -362,7 +372,7 @@ impl Colocator {
             let Some((stretch, bigger)) = free
                 .trials(view, hosts, spec, (n + 1..=most).filter(|&k| size_allowed(spec, k)))
                 .into_iter()
-                .map(|(_, h)| (self.stretch_on(view, q.id, spec, &h), h))
+                .map(|h| (self.stretch_on(view, q.id, spec, &h), h))
                 .min_by(|a, b| a.0.total_cmp(&b.0))
             else {
                 continue;
