@@ -672,6 +672,13 @@ impl Policy for Cassini {
         self.drift.watches(job) || self.inner.watches(job)
     }
 
+    /// The job, the jobs waiting for its next start and its reference
+    /// ([`drift::Drift::needs`]), with what the inner policy needs. O(1).
+    fn iteration_needs(&self, job: JobId, it: &Iteration) -> crate::IterationNeeds {
+        let own = crate::IterationNeeds::Jobs(self.drift.needs(job));
+        if self.inner.observes_iterations() { self.inner.iteration_needs(job, it).and(own) } else { own }
+    }
+
     /// §5.7's drift rule ([`drift::Drift::on_iteration`]) after the inner
     /// policy's own. O(window log window) per report, plus O(R) to find
     /// the job's view.

@@ -319,6 +319,10 @@ impl Policy for Crux {
         self.inner.on_iteration(view, job, it)
     }
 
+    fn iteration_needs(&self, job: JobId, it: &crate::Iteration) -> crate::IterationNeeds {
+        self.inner.iteration_needs(job, it)
+    }
+
     fn observes_iterations(&self) -> bool {
         self.inner.observes_iterations()
     }

@@ -339,6 +339,26 @@ pub enum IterationNeeds {
     All,
 }
 
+impl IterationNeeds {
+    /// What two policies' calls need together (a wrapper and the policy it
+    /// wraps): the union of their jobs, each once. O(jobs²) for the few
+    /// jobs a report names.
+    pub fn and(self, other: IterationNeeds) -> IterationNeeds {
+        match (self, other) {
+            (IterationNeeds::All, _) | (_, IterationNeeds::All) => IterationNeeds::All,
+            (IterationNeeds::Nothing, n) | (n, IterationNeeds::Nothing) => n,
+            (IterationNeeds::Jobs(mut a), IterationNeeds::Jobs(b)) => {
+                for j in b {
+                    if !a.contains(&j) {
+                        a.push(j);
+                    }
+                }
+                IterationNeeds::Jobs(a)
+            }
+        }
+    }
+}
+
 /// One iteration's times, as both drivers measure it.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Iteration {
@@ -447,5 +467,20 @@ pub trait Policy {
     /// overrides it). None: the driver's default, the lowest free.
     fn gpu_allocation(&self) -> Option<orrery_model::rails::GpuAllocation> {
         None
+    }
+}
+
+#[cfg(test)]
+mod iteration_needs_tests {
+    use super::IterationNeeds::{All, Jobs, Nothing};
+
+    #[test]
+    fn and_is_the_union_with_all_dominating_and_nothing_neutral() {
+        assert_eq!(Nothing.and(Nothing), Nothing);
+        assert_eq!(Nothing.and(Jobs(vec![3])), Jobs(vec![3]));
+        assert_eq!(Jobs(vec![3]).and(Nothing), Jobs(vec![3]));
+        assert_eq!(Jobs(vec![3, 1]).and(Jobs(vec![1, 4])), Jobs(vec![3, 1, 4]), "each job once");
+        assert_eq!(Jobs(vec![3]).and(All), All);
+        assert_eq!(All.and(Nothing), All);
     }
 }

@@ -333,6 +333,17 @@ impl Drift {
         }
     }
 
+    /// The running jobs [`Drift::on_iteration`] reads for `job`'s report:
+    /// the job, those waiting for its next start, and its reference. O(1).
+    pub(super) fn needs(&self, job: JobId) -> Vec<JobId> {
+        let mut jobs = vec![job];
+        jobs.extend(self.pending.get(&job).into_iter().flatten().copied());
+        jobs.extend(self.aligned.get(&job).map(|a| a.reference));
+        jobs.sort_unstable();
+        jobs.dedup();
+        jobs
+    }
+
     /// §5.7's drift rule, on measurements (issue 73). Every report updates
     /// the job's circle alone and where its iteration ended
     /// ([`alone::Observed`]). An aligned job on fully compatible links is

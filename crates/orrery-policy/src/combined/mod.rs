@@ -335,6 +335,10 @@ impl Policy for Combined {
         self.inner.on_iteration(view, job, it)
     }
 
+    fn iteration_needs(&self, job: JobId, it: &crate::Iteration) -> crate::IterationNeeds {
+        self.inner.iteration_needs(job, it)
+    }
+
     fn observes_iterations(&self) -> bool {
         self.inner.observes_iterations()
     }

@@ -144,7 +144,7 @@ impl Foresight {
         let mut tripped = false;
         if part.valid_plan && !part.timing_dropped && !on_trial {
             let streak = self.overruns.entry(job).or_insert(0);
-            *streak = if it.own_ms() > (1.0 + OVERRUN) * step.length_ms { *streak + 1 } else { 0 };
+            *streak = next_streak(*streak, &it, step.length_ms);
             tripped = *streak >= OVERRUN_STREAK;
         }
         if let Some(start_s) = started_s.filter(|_| *k <= START_UP_STEPS) {
@@ -156,6 +156,25 @@ impl Foresight {
             }
         }
         tripped
+    }
+
+    /// Whether [`Foresight::measure`] would find `job`'s plan tripped by
+    /// this iteration, without measuring it: what [`Policy::iteration_needs`]
+    /// asks before the driver builds a view. O(1).
+    ///
+    /// [`Policy::iteration_needs`]: crate::Policy::iteration_needs
+    pub(super) fn would_trip(&self, job: JobId, it: &crate::Iteration) -> bool {
+        let Some((steps, k)) = self.steps.get(&job) else { return false };
+        let Some(step) = k.checked_sub(1).and_then(|i| steps.get(i)) else { return false };
+        if *k > steps.len() || step.length_ms <= 0.0 {
+            return false;
+        }
+        let Some(part) = self.part_of_job.get(&job).and_then(|p| self.parts.get(p)) else { return false };
+        let on_trial = self.measured_first.as_ref().is_some_and(|m| m.on_trial(&part.jobs));
+        part.valid_plan
+            && !part.timing_dropped
+            && !on_trial
+            && next_streak(self.overruns.get(&job).copied().unwrap_or(0), it, step.length_ms) >= OVERRUN_STREAK
     }
 
     /// Each running job's measured stretch of its model: the plan's stretch
@@ -211,7 +230,7 @@ impl Foresight {
         }
         let before: HashMap<JobId, f64> =
             members.iter().filter_map(|id| Some((*id, self.cycle.get(id)?.period_ms()?))).collect();
-        let jobs: Vec<PlacedJob<'_>> = view.running.iter().map(|r| (r.id, r.spec, r.hosts.to_vec())).collect();
+        let jobs: Vec<PlacedJob<'_>> = view.running.iter().map(|r| (r.id, r.spec, r.hosts)).collect();
         let mut out = self.replan(view, &jobs, &[], Some(pid));
         let mut parts: Vec<PartId> = members.iter().filter_map(|id| self.part_of_job.get(id).copied()).collect();
         parts.sort_unstable();
@@ -240,7 +259,7 @@ impl Foresight {
     /// running: an ended job has nothing to undo). O(running + jobs).
     pub(super) fn drop_timing(&mut self, view: &ClusterView<'_>, parts: &[PartId]) -> Vec<Decision> {
         self.drops += 1;
-        let running: std::collections::HashSet<JobId> = view.running.iter().map(|r| r.id).collect();
+        let running: crate::memo::FastSet<JobId> = view.running.iter().map(|r| r.id).collect();
         let mut jobs: Vec<JobId> = Vec::new();
         for pid in parts {
             let Some(part) = self.parts.get_mut(pid) else { continue };
@@ -334,4 +353,10 @@ impl Foresight {
         }
         out.into_iter().zip(send).filter_map(|(d, s)| s.then_some(d)).collect()
     }
+}
+
+/// A job's overrun streak after an iteration of a step `length_ms` long:
+/// one more when its own time ran [`OVERRUN`] over the length, else none.
+fn next_streak(streak: u32, it: &crate::Iteration, length_ms: f64) -> u32 {
+    if it.own_ms() > (1.0 + OVERRUN) * length_ms { streak + 1 } else { 0 }
 }

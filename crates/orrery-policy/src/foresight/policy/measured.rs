@@ -163,7 +163,7 @@ impl Foresight {
         );
         m.collided.insert(job, (before, Vec::new()));
         m.timed += 1;
-        let jobs: Vec<PlacedJob<'_>> = view.running.iter().map(|r| (r.id, r.spec, r.hosts.to_vec())).collect();
+        let jobs: Vec<PlacedJob<'_>> = view.running.iter().map(|r| (r.id, r.spec, r.hosts)).collect();
         let mut out = vec![Decision::Note { job, text }];
         out.extend(self.replan(view, &jobs, &[], Some(pid)));
         (out, true)

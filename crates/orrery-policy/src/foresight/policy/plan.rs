@@ -57,7 +57,7 @@ impl Foresight {
         let spread = matches!(self.mode, Mode::Sub | Mode::Foresight | Mode::Paper | Mode::Routes);
         // The stretches of jobs that left go; a job placed anew starts from
         // its model (`schedule`).
-        let present: std::collections::HashSet<JobId> = jobs.iter().map(|j| j.0).collect();
+        let present: crate::memo::FastSet<JobId> = jobs.iter().map(|j| j.0).collect();
         self.stretch.retain(|id, _| present.contains(id));
         let stretches = &self.stretch;
         let stretch_of = |id: &JobId| stretches.get(id).copied().unwrap_or(Stretch::MODEL);
@@ -82,7 +82,7 @@ impl Foresight {
             (p.unthrottled.clone(), p.compute_ms)
         };
         self.seen.retain(|id| present.contains(id));
-        let placed: std::collections::HashSet<JobId> =
+        let placed: crate::memo::FastSet<JobId> =
             placed.iter().copied().chain(jobs.iter().map(|j| j.0).filter(|id| !self.seen.contains(id))).collect();
         self.seen.extend(placed.iter().copied());
         // The parts that changed. O(planned jobs) to find the ones a job
@@ -106,7 +106,7 @@ impl Foresight {
         // driver until undone. A job that has ended, or is preempted this
         // round, has nothing left to undo. Their measurements were against
         // the old plans (a new plan starts afresh).
-        let mut replanned: std::collections::HashSet<JobId> = placed.clone();
+        let mut replanned: crate::memo::FastSet<JobId> = placed.clone();
         let mut undo: Vec<Decision> = Vec::new();
         // Jobs whose routes in force go, but for those their new first
         // steps set again (after those steps: see `unrouted` below).
