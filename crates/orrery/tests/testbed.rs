@@ -312,6 +312,39 @@ fn alignments(measured: &serde_json::Value) -> String {
         .collect()
 }
 
+/// Where a run's iterations went, per job, against the shape measured
+/// alone: mean compute, all-reduce and wait per iteration, and the waits
+/// over a period, to say which of them a failed bar is about.
+fn breakdown(measured: &serde_json::Value, shape: &serde_json::Value) -> String {
+    let series = |job: &serde_json::Value, key: &str| -> Vec<f64> {
+        job[key].as_array().map(|a| a.iter().filter_map(serde_json::Value::as_f64).collect()).unwrap_or_default()
+    };
+    let mean = |v: &[f64]| if v.is_empty() { 0.0 } else { v.iter().sum::<f64>() / v.len() as f64 };
+    let jobs = measured["jobs"].as_array().map(Vec::as_slice).unwrap_or_default();
+    let per_job: Vec<String> = jobs
+        .iter()
+        .map(|job| {
+            let (it, comm, wait) = (series(job, "iteration_ms"), series(job, "comm_ms"), series(job, "delay_ms"));
+            let compute: Vec<f64> = it.iter().zip(&comm).zip(&wait).map(|((i, c), w)| i - c - w).collect();
+            let long_waits = wait.iter().filter(|&&w| w > 0.5 * shape["alone_ms"].as_f64().unwrap_or(f64::MAX));
+            format!(
+                "job {}: compute {:.1}, all-reduce {:.1}, wait {:.1} ms an iteration ({} waits over half a period)",
+                job["id"],
+                mean(&compute),
+                mean(&comm),
+                mean(&wait),
+                long_waits.count()
+            )
+        })
+        .collect();
+    format!(
+        "alone: compute {:.1}, all-reduce {:.1} ms; {}",
+        shape["compute_ms"].as_f64().unwrap_or(f64::NAN),
+        shape["comm_ms"].as_f64().unwrap_or(f64::NAN),
+        per_job.join("; ")
+    )
+}
+
 /// A Python that imports torch with gloo, as `orrery testbed compare --ddp` looks for it.
 fn torch_python() -> Option<&'static str> {
     ["/usr/bin/python3", "python3"].into_iter().find(|py| {
@@ -416,8 +449,9 @@ fn two_real_ddp_jobs_keep_cassinis_shift_and_gain_what_in_step_loses() {
     let alone = rows[&("pinned+cassini".to_string(), "a".to_string())].1;
     assert!(
         pair("pinned+cassini") / 2.0 < 1.08 * alone,
-        "the shifted pair ran {:.1} ms against {alone:.1} ms alone in the simulator; alignments {}",
+        "the shifted pair ran {:.1} ms against {alone:.1} ms alone in the simulator ({}); alignments {}",
         pair("pinned+cassini") / 2.0,
+        breakdown(&measured, &shape),
         alignments(&measured)
     );
     let in_step: serde_json::Value = serde_json::from_str(

@@ -24,7 +24,7 @@
 //! Without a measured communication (a driver that reports iteration times
 //! only), the job's own iteration time is all there is: its windowed median.
 
-use crate::estimate::PeriodEstimate;
+use crate::estimate::{PeriodEstimate, upper_median};
 use std::collections::VecDeque;
 
 /// All-reduces kept per job (the fastest of them is taken as alone).
@@ -41,6 +41,10 @@ pub(super) const ALONE_BAND: f64 = 0.15;
 /// the testbed 1.4-1.8x (at 1.5 a pair started in step took its partly
 /// collided all-reduces as alone, and a 963 ms period for 793).
 pub(super) const NEVER_ALONE: f64 = 1.3;
+
+/// An all-reduce over this many times its time alone collided: a second
+/// ring in it doubles it (the testbed tests' bar).
+pub(super) const COLLIDED: f64 = 1.4;
 
 /// What CASSINI has measured of one job on its current placement.
 #[derive(Debug, Clone)]
@@ -115,6 +119,29 @@ impl Observed {
         alone[alone.len() / 2]
     }
 
+    /// Its iteration as it runs when nothing collides with it, ms: measured
+    /// compute plus the median of its recent all-reduces under [`COLLIDED`]
+    /// times its all-reduce alone; without a measured communication, its
+    /// own iteration time, as [`Observed::period_alone_ms`].
+    ///
+    /// This, not the period alone, is how fast its phase moves: a slot
+    /// extrapolated a period or two ahead lands where its iterations will
+    /// really be. On real TCP the typical clear all-reduce runs over the
+    /// fastest ones (on the testbed's DDP pair under a busy CPU, 155-165 ms
+    /// against 150 alone), and the period alone put a partner 8-16 ms early
+    /// for each period extrapolated: a third to half of its slot's
+    /// tolerance. Collided all-reduces stay out, as for the period alone
+    /// (issue 73). O(window log window).
+    pub(super) fn period_clear_ms(&self, model_period_ms: f64, model_comm_ms: f64) -> f64 {
+        if !self.measures_comm() {
+            return self.own.or_model(model_period_ms);
+        }
+        let alone = self.comm_alone_ms(model_comm_ms);
+        let clear = upper_median(self.comm.iter().copied().filter(|&c| c <= COLLIDED * alone));
+        let comm = if clear > 0.0 { clear } else { alone };
+        self.compute_ms(model_period_ms - model_comm_ms) + comm
+    }
+
     /// Its iteration alone, ms: measured compute plus communication alone;
     /// without a measured communication, its own iteration time; the
     /// model's (`model_period_ms`, `model_comm_ms` of it communication)
@@ -177,6 +204,27 @@ mod tests {
             o.observe(k as f64, 500.0 + c, Some(c));
         }
         assert_eq!(o.comm_alone_ms(300.0), 348.0);
+    }
+
+    #[test]
+    fn the_clear_period_is_the_typical_uncollided_iteration() {
+        // A DDP ring on real TCP beside a busy CPU: 250 ms of compute,
+        // all-reduces of 146-195 ms when clear and two collided ones (290,
+        // 300 ms). Alone: the median of the fastest band (146-167.9 ms,
+        // seven of them) is 152 ms. Clear: the upper median of the twelve
+        // under 1.4 x 152 = 212.8 ms is 166 ms, 14 ms more a period.
+        let mut o = Observed::default();
+        let comms = [146.0, 148.0, 150.0, 152.0, 154.0, 162.0, 166.0, 170.0, 175.0, 182.0, 190.0, 195.0, 290.0, 300.0];
+        for (k, c) in comms.into_iter().enumerate() {
+            o.observe(k as f64, 250.0 + c, Some(c));
+        }
+        assert_eq!(o.comm_alone_ms(150.0), 152.0);
+        assert_eq!(o.period_alone_ms(400.0, 150.0), 402.0);
+        assert_eq!(o.period_clear_ms(400.0, 150.0), 416.0);
+        // Without a measured communication both are its own time.
+        let mut o = Observed::default();
+        o.observe(1.0, 820.0, None);
+        assert_eq!(o.period_clear_ms(800.0, 300.0), 820.0);
     }
 
     #[test]

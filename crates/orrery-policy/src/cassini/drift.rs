@@ -285,12 +285,12 @@ impl Drift {
     /// measured compute is its next communication start, and `job` starts
     /// so that its own communication (after its measured compute) follows
     /// at the circles' gap; the slot repeats with the reference's period
-    /// alone.
+    /// clear of collisions ([`alone::Observed::period_clear_ms`]).
     ///
     /// An `Align` only waits, so a job due just after its slot would wait
     /// almost a whole period (on the testbed's DDP pair, 557-734 ms a
     /// re-alignment). When `job`'s next start, predicted from where its
-    /// current iteration began and its period alone, is late by less than
+    /// current iteration began and its clear period, is late by less than
     /// half a period, and the reference keeps no other job's phase nor
     /// follows one, the reference waits that lateness instead (a `Shift`):
     /// the same relative phase at the smaller wait. O(window log window).
@@ -298,7 +298,7 @@ impl Drift {
         let a = *self.aligned.get(&job)?;
         let reference = self.observed.get(&a.reference)?;
         let anchor_s = reference.last_end_s?;
-        let period_ms = reference.period_alone_ms(a.reference_period_ms, a.reference_comm_ms);
+        let period_ms = reference.period_clear_ms(a.reference_period_ms, a.reference_comm_ms);
         let reference_compute = reference.compute_ms(a.reference_period_ms - a.reference_comm_ms);
         let own_model = a.period_ms - a.comm_ms;
         let own = self.observed.get(&job);
@@ -309,7 +309,7 @@ impl Drift {
         let settle = self.unmeasured.get(&job).copied().unwrap_or(0).max(2);
         self.unmeasured.insert(job, settle);
         self.evidence.remove(&job);
-        let next_start_s = own.and_then(|o| Some(o.last_end_s? + o.period_alone_ms(a.period_ms, a.comm_ms) / 1e3));
+        let next_start_s = own.and_then(|o| Some(o.last_end_s? + o.period_clear_ms(a.period_ms, a.comm_ms) / 1e3));
         let movable = self.referenced.get(&a.reference) == Some(&1) && !self.aligned.contains_key(&a.reference);
         if let Some(next_s) = next_start_s.filter(|_| movable && period_ms > 0.0) {
             let late_ms = ((next_s - offset_s) * 1e3).rem_euclid(period_ms);
@@ -360,7 +360,7 @@ impl Drift {
     ///
     /// The new slot is taken at the reference's next report: the end of
     /// that iteration is its next start, measured, and the slot repeats with
-    /// the reference's period alone. A slot extrapolated from an older
+    /// the reference's period clear of collisions. A slot extrapolated from an older
     /// start with a measured period missed by the collisions in between (on
     /// the testbed's DDP pair, 206 ms early after three contended
     /// iterations of the reference) and kept the pair colliding. A job
