@@ -122,7 +122,8 @@ impl Observed {
     /// Its iteration as it runs when nothing collides with it, ms: measured
     /// compute plus the median of its recent all-reduces under [`COLLIDED`]
     /// times its all-reduce alone; without a measured communication, its
-    /// own iteration time, as [`Observed::period_alone_ms`].
+    /// own iteration time, and while it has never run alone its period
+    /// alone, as [`Observed::period_alone_ms`].
     ///
     /// This, not the period alone, is how fast its phase moves: a slot
     /// extrapolated a period or two ahead lands where its iterations will
@@ -137,6 +138,11 @@ impl Observed {
             return self.own.or_model(model_period_ms);
         }
         let alone = self.comm_alone_ms(model_comm_ms);
+        // Never alone (the module doc's rule): nothing measured is clear.
+        let fastest = self.comm.iter().copied().fold(f64::INFINITY, f64::min);
+        if model_comm_ms > 0.0 && fastest > NEVER_ALONE * model_comm_ms {
+            return self.period_alone_ms(model_period_ms, model_comm_ms);
+        }
         let clear = upper_median(self.comm.iter().copied().filter(|&c| c <= COLLIDED * alone));
         let comm = if clear > 0.0 { clear } else { alone };
         self.compute_ms(model_period_ms - model_comm_ms) + comm
@@ -221,6 +227,14 @@ mod tests {
         assert_eq!(o.comm_alone_ms(150.0), 152.0);
         assert_eq!(o.period_alone_ms(400.0, 150.0), 402.0);
         assert_eq!(o.period_clear_ms(400.0, 150.0), 416.0);
+        // Never alone (every all-reduce 1.35x the model's 150 ms, two
+        // rings in step from the start): the model's all-reduce, not the
+        // in-step one, as for the period alone.
+        let mut o = Observed::default();
+        for k in 0..8 {
+            o.observe(k as f64, 250.0 + 202.5, Some(202.5));
+        }
+        assert_eq!(o.period_clear_ms(400.0, 150.0), 400.0);
         // Without a measured communication both are its own time.
         let mut o = Observed::default();
         o.observe(1.0, 820.0, None);
