@@ -55,7 +55,7 @@ pub fn start_delay_ns(now_ns: u64, shift_ms: f64, align: Option<(u64, u64)>, pac
 /// to, from that iteration's predicted start. The simulator's
 /// [`start_delay_ns`] rounds the same way from the iteration's actual
 /// start. O(1).
-pub fn aligned_at_or_after_s(t_s: f64, period_ms: f64, offset_s: f64) -> f64 {
+pub fn aligned_start_s(t_s: f64, period_ms: f64, offset_s: f64) -> f64 {
     let period_s = period_ms / 1e3;
     if !(period_s > 0.0 && period_s.is_finite() && t_s.is_finite() && offset_s.is_finite()) {
         return t_s;
@@ -92,7 +92,7 @@ pub fn timetable_wait_ns(now_ns: u64, done: u64, from_iteration: u64, starts_ns:
 
 #[cfg(test)]
 mod tests {
-    use super::{aligned_at_or_after_s, start_delay_ns, timetable_wait_ns};
+    use super::{aligned_start_s, start_delay_ns, timetable_wait_ns};
 
     #[test]
     fn a_timetable_holds_each_listed_iteration_to_its_start() {
@@ -130,16 +130,16 @@ mod tests {
     fn an_aligned_start_is_the_next_instant_of_the_phase() {
         // Period 100 ms, phase 30 ms: from 250 ms the next is 330 ms, as
         // the simulator's wait above; at 330 ms itself, 330 ms (no wait).
-        assert!((aligned_at_or_after_s(0.250, 100.0, 0.030) - 0.330).abs() < 1e-12);
-        assert!((aligned_at_or_after_s(0.330, 100.0, 0.030) - 0.330).abs() < 1e-12);
+        assert!((aligned_start_s(0.250, 100.0, 0.030) - 0.330).abs() < 1e-12);
+        assert!((aligned_start_s(0.330, 100.0, 0.030) - 0.330).abs() < 1e-12);
         // An offset far in the past or the future names the same phase.
-        assert!((aligned_at_or_after_s(0.250, 100.0, 7.030) - 0.330).abs() < 1e-9);
+        assert!((aligned_start_s(0.250, 100.0, 7.030) - 0.330).abs() < 1e-9);
         // No period: the instant itself.
-        assert_eq!(aligned_at_or_after_s(0.25, 0.0, 0.03), 0.25);
+        assert_eq!(aligned_start_s(0.25, 0.0, 0.03), 0.25);
         // Predicted 4 ms past the 230 ms instant: that instant (the job
         // starts at once when it comes), as the simulator's wait above.
-        assert!((aligned_at_or_after_s(0.234, 100.0, 0.030) - 0.230).abs() < 1e-12);
-        assert!((aligned_at_or_after_s(0.236, 100.0, 0.030) - 0.330).abs() < 1e-12);
+        assert!((aligned_start_s(0.234, 100.0, 0.030) - 0.230).abs() < 1e-12);
+        assert!((aligned_start_s(0.236, 100.0, 0.030) - 0.330).abs() < 1e-12);
     }
 
     #[test]

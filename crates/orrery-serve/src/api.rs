@@ -101,8 +101,9 @@ pub struct AlignSlot {
     #[serde(default)]
     pub at_iteration: u64,
     /// The first instant `≡ offset_s (mod period_ms)` at or after that
-    /// iteration's start as predicted from the job's reports, cluster-clock
-    /// s ([`orrery_policy::slot::aligned_at_or_after_s`]).
+    /// iteration's start as predicted from the job's reports, or the one
+    /// just before within `slot::ALIGN_GRACE` of the period, cluster-clock
+    /// s ([`orrery_policy::slot::aligned_start_s`]).
     #[serde(default)]
     pub start_s: Option<f64>,
 }

@@ -470,7 +470,7 @@ impl Ledger {
                 // Nothing to predict from before a report on this placement.
                 let start_s = (j.iter_count > 0).then(|| {
                     let predicted_s = (j.ran_from_s + 2.0 * j.period_ms / 1e3).max(now_s);
-                    orrery_policy::slot::aligned_at_or_after_s(predicted_s, *period_ms, offset_s)
+                    orrery_policy::slot::aligned_start_s(predicted_s, *period_ms, offset_s)
                 });
                 let seq = j.in_force.align.map_or(1, |a| a.seq + 1);
                 j.in_force.align = Some(AlignSlot { period_ms: *period_ms, offset_s, seq, at_iteration, start_s });

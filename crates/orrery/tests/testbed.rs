@@ -314,7 +314,7 @@ fn alignments(measured: &serde_json::Value) -> String {
 
 /// Where a run's iterations went, per job, against the shape measured
 /// alone: mean compute, all-reduce and wait per iteration, and the waits
-/// over a period, to say which of them a failed bar is about.
+/// over half a period, to say which of them a failed bar is about.
 fn breakdown(measured: &serde_json::Value, shape: &serde_json::Value) -> String {
     let series = |job: &serde_json::Value, key: &str| -> Vec<f64> {
         job[key].as_array().map(|a| a.iter().filter_map(serde_json::Value::as_f64).collect()).unwrap_or_default()

@@ -107,13 +107,18 @@ impl Observed {
         self.compute.or_model(model_ms)
     }
 
+    /// Its fastest recent all-reduce, ms, or None when none is measured or
+    /// it has never run alone (even the fastest over [`NEVER_ALONE`] times
+    /// the model's `model_ms`). O(window).
+    fn fastest_alone_ms(&self, model_ms: f64) -> Option<f64> {
+        let fastest = self.comm.iter().copied().min_by(f64::total_cmp)?;
+        (model_ms <= 0.0 || fastest <= NEVER_ALONE * model_ms).then_some(fastest)
+    }
+
     /// Its communication alone, ms (the module doc's rule), or `model_ms`
     /// until it has run alone. O(window log window).
     pub(super) fn comm_alone_ms(&self, model_ms: f64) -> f64 {
-        let Some(fastest) = self.comm.iter().copied().min_by(f64::total_cmp) else { return model_ms };
-        if model_ms > 0.0 && fastest > NEVER_ALONE * model_ms {
-            return model_ms;
-        }
+        let Some(fastest) = self.fastest_alone_ms(model_ms) else { return model_ms };
         let mut alone: Vec<f64> = self.comm.iter().copied().filter(|&c| c <= (1.0 + ALONE_BAND) * fastest).collect();
         alone.sort_by(f64::total_cmp);
         alone[alone.len() / 2]
@@ -137,12 +142,11 @@ impl Observed {
         if !self.measures_comm() {
             return self.own.or_model(model_period_ms);
         }
-        let alone = self.comm_alone_ms(model_comm_ms);
         // Never alone (the module doc's rule): nothing measured is clear.
-        let fastest = self.comm.iter().copied().fold(f64::INFINITY, f64::min);
-        if model_comm_ms > 0.0 && fastest > NEVER_ALONE * model_comm_ms {
+        if self.fastest_alone_ms(model_comm_ms).is_none() {
             return self.period_alone_ms(model_period_ms, model_comm_ms);
         }
+        let alone = self.comm_alone_ms(model_comm_ms);
         let clear = upper_median(self.comm.iter().copied().filter(|&c| c <= COLLIDED * alone));
         let comm = if clear > 0.0 { clear } else { alone };
         self.compute_ms(model_period_ms - model_comm_ms) + comm
