@@ -792,17 +792,24 @@ fn a_priority_fabric_gives_the_link_to_the_higher_traffic_class() {
     // Issue 67, Crux's priorities as htb classes: under `--fabric priority`
     // two cubic transfers across one uplink, one marked class 7 and one
     // class 0 by the node agent's nftables script, do not share it: the
-    // class-7 flow gets at least 90% of the link's payload rate (1.8 times
-    // its fair half), the other at most 5% (htb guarantees each class a
+    // class-7 flow carries at least 95% of what the two moved and at least
+    // 75% of the link's payload rate (1.5 times its fair half, where a
+    // class wrongly capped at half the link would get 1.0), the other
+    // at most a tenth of its fair half (htb guarantees each class a
     // thousandth of the rate). Measured: 1.971 / 0.005 and, with the
     // classes on the other flow, 0.007 / 1.981; unmarked on this fabric,
-    // 1.027 / 0.939.
+    // 1.027 / 0.939. A fresh-clone CI run on a busy machine measured
+    // 1.761 / 0.007 and another here under a concurrent build 1.656: the
+    // link itself ran at 83-88% (cubic on a loaded CPU), and class 7 still
+    // carried over 99% of it.
     let Some(_turn) = turn_alone() else { return };
     let classes = ["share", "--cc", "cubic,cubic", "--fabric", "priority", "--classes", "0,7"];
     let rows = testbed_rows("pri", &[&classes[..], &["--seconds", "3", "--warmup-s", "1"]].concat());
     assert_eq!(rows.len(), 2, "{rows:?}");
     let share = |i: usize| rows[i]["share"].as_f64().unwrap_or(f64::NAN);
     assert_eq!(rows[1]["class"], 7, "{rows:?}");
-    assert!(share(1) >= 1.8, "class 7 got {:.3} of its fair share: {rows:?}", share(1));
+    let carried = share(1) / (share(0) + share(1));
+    assert!(carried >= 0.95, "class 7 carried {carried:.3} of the two flows' bytes: {rows:?}");
+    assert!(share(1) >= 1.5, "class 7 got {:.3} of its fair share: {rows:?}", share(1));
     assert!(share(0) <= 0.1, "class 0 got {:.3} of its fair share: {rows:?}", share(0));
 }
