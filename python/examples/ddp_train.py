@@ -50,6 +50,8 @@ def add_run_args(p):
     p.add_argument("--checkpoint-every", type=int, default=50, help="also checkpoint every N steps (0: only on exit)")
     p.add_argument("--log-dir", default=os.environ.get("ORRERY_LOG_DIR"), help="append iteration rows here")
     p.add_argument("--timeout-s", type=float, default=60.0, help="gloo's timeout for a collective")
+    p.add_argument("--pace", choices=["none", "mltcp"], default="none",
+                   help="mltcp: all-reduce in chunks paced by MLTCP's principle (orrery.mltcp)")
 
 
 def parse_args(argv=None):
@@ -135,7 +137,7 @@ def main(argv=None):
         optimizer.load_state_dict(state["optimizer"])
         step = int(state["step"])
     ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=args.bucket_cap_mb)
-    hook = orrery.torch_hook.register(ddp, client)
+    hook = orrery.torch_hook.register(ddp, client, pace=args.pace)
     grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
 
     log = events = None
@@ -217,7 +219,15 @@ def main(argv=None):
         # The state after the last completed step: the optimizer steps after
         # the all-reduce, so a collective cut short changed no weight.
         save_checkpoint(torch, ckpt_path, model, optimizer, step)
-    event(event="end", step=step, reason=reason, buckets=hook.buckets)
+    paced = {}
+    if hook.pace is not None:
+        paced = {"chunks": hook.pace.chunks, "paced_s": hook.pace.waited_s, "peak_bytes_s": hook.pace.peak}
+        if args.log_dir:  # each chunk's time and the rate after it, for a look at the loop
+            with open(os.path.join(args.log_dir, "mltcp-%s-%d.csv" % (job, rank)), "w") as f:
+                f.write("began_s,took_s,bytes,rate_bytes_s\n")
+                for began, took, nbytes, rate in hook.pace.trace:
+                    f.write("%.6f,%.6f,%d,%s\n" % (began, took, nbytes, "" if rate is None else "%.0f" % rate))
+    event(event="end", step=step, reason=reason, buckets=hook.buckets, **paced)
     print("job %s rank %d: %s at step %d" % (job, rank, reason, step), flush=True)
     client.close()
     # A peer that left can keep gloo's threads waiting: exit without them.

@@ -42,6 +42,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import orrery  # noqa: E402
+import orrery.mltcp  # noqa: E402
 from ddp_train import LOG_HEADER, add_run_args, env_int, save_checkpoint, stop_at_a_safe_point  # noqa: E402
 
 PHASES_HEADER = "job,rank,stage,replica,iteration,compute_ms,p2p_ms,dp_ms,duration_ms"
@@ -108,6 +109,8 @@ def main(argv=None):
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
     params = list(model.parameters())
     grad_bytes = sum(p.numel() * p.element_size() for p in params)
+    # --pace mltcp: the stage's data-parallel all-reduce in paced chunks.
+    pacer = orrery.mltcp.Pacer(iteration_bytes=grad_bytes) if args.pace == orrery.mltcp.NAME else None
     activation_bytes = args.batch * args.width * 4
     ckpt_path = os.path.join(args.checkpoint_dir, "job-%s-stage-%d.pt" % (job, stage))
     step = 0
@@ -219,7 +222,10 @@ def main(argv=None):
                 flat = torch.cat([p.grad.reshape(-1) for p in params])
                 with client.comm():
                     a0 = time.monotonic()
-                    if dp > 1:
+                    if dp > 1 and pacer is not None:
+                        pacer.begin_iteration()
+                        orrery.mltcp.paced_all_reduce(dist, flat, dp_group, pacer)
+                    elif dp > 1:
                         dist.all_reduce(flat, group=dp_group)
                     dp_s = time.monotonic() - a0
                 flat.div_(dp)

@@ -15,8 +15,14 @@ client reports the union of those intervals as the iteration's
 communication time (buckets in flight together count once). Under
 ``model.no_sync()`` (gradient accumulation) DDP calls no hook, so the
 iteration's communication is the synchronising micro-step's alone.
+
+With ``pace=orrery.mltcp.Pacer(...)`` each bucket is all-reduced in paced
+chunks by MLTCP's principle (:mod:`orrery.mltcp`), on a thread of the
+hook's own that runs the buckets in DDP's order; the gradients are the
+same sums.
 """
 
+import queue
 import threading
 import time
 
@@ -24,9 +30,12 @@ import time
 class CommHook:
     """The state of one DDP model's hook: counters a caller can read."""
 
-    def __init__(self, client, process_group=None):
+    def __init__(self, client, process_group=None, pace=None):
         self.client = client
         self.process_group = process_group
+        #: An :class:`orrery.mltcp.Pacer`, or None: one all-reduce a bucket.
+        self.pace = pace
+        self._paced = None
         #: Buckets all-reduced so far, over all iterations.
         self.buckets = 0
         #: Bytes all-reduced so far (each bucket's gradient buffer).
@@ -44,8 +53,10 @@ class CommHook:
             self.buckets += 1
             self.bytes += tensor.numel() * tensor.element_size()
         tensor.div_(dist.get_world_size(group))
-        fut = dist.all_reduce(tensor, group=group, async_op=True).get_future()
         client = self.client
+        if self.pace is not None:
+            return self._paced_allreduce(dist, group, tensor, bucket.is_last(), start)
+        fut = dist.all_reduce(tensor, group=group, async_op=True).get_future()
 
         def done(f):
             # Runs on the process group's thread when the all-reduce is over.
@@ -54,12 +65,50 @@ class CommHook:
 
         return fut.then(done)
 
+    def _paced_allreduce(self, dist, group, tensor, last, start):
+        """Queues the bucket for the pacing thread; returns a future DDP
+        waits on. The last bucket of an iteration ends the pacer's r."""
+        import torch  # lazily, as above
 
-def register(ddp_model, client, process_group=None):
+        from orrery.mltcp import paced_all_reduce
+
+        fut = torch.futures.Future()
+        if self._paced is None:
+            self._paced = queue.Queue()
+
+            def work(jobs):
+                while True:
+                    tensor, last, start, fut = jobs.get()
+                    try:
+                        paced_all_reduce(dist, tensor, group, self.pace)
+                    except BaseException as e:  # noqa: B902 - DDP raises it from the future
+                        fut.set_exception(e)
+                        continue
+                    if last:
+                        self.pace.begin_iteration()
+                    self.client.record_comm(start, time.monotonic())
+                    fut.set_result(tensor)
+
+            threading.Thread(target=work, args=(self._paced,), daemon=True, name="orrery-mltcp").start()
+        self._paced.put((tensor, last, start, fut))
+        return fut
+
+
+def register(ddp_model, client, process_group=None, pace=None):
     """Registers the hook on ``ddp_model`` (a DistributedDataParallel);
     returns its :class:`CommHook`. ``process_group``: the group DDP
-    all-reduces over (default: the world)."""
-    hook = CommHook(client, process_group)
+    all-reduces over (default: the world). ``pace``: ``"mltcp"`` paces the
+    all-reduces by MLTCP's principle (:mod:`orrery.mltcp`), None or
+    ``"none"`` does not."""
+    if pace not in (None, "none", "mltcp"):
+        raise ValueError("pace: expected none or mltcp, found %r" % (pace,))
+    pacer = None
+    if pace == "mltcp":
+        from orrery.mltcp import Pacer
+
+        grads = [p for p in ddp_model.parameters() if p.requires_grad]
+        pacer = Pacer(iteration_bytes=sum(p.numel() * p.element_size() for p in grads))
+    hook = CommHook(client, process_group, pacer)
     ddp_model.register_comm_hook(state=hook, hook=timed_allreduce)
     return hook
 

@@ -15,6 +15,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import orrery  # noqa: E402
+import orrery.mltcp  # noqa: E402
 import orrery.torch_hook  # noqa: E402
 from test_client import ScriptedAgent  # noqa: E402
 
@@ -54,7 +55,7 @@ def model():
     return torch.nn.Sequential(*layers)
 
 
-def rank_main(rank, port, folder, accumulate, results):
+def rank_main(rank, port, folder, accumulate, results, pace=None):
     """One rank: ITERATIONS iterations of `accumulate` micro-steps (all but
     the last under no_sync), beside a reference DDP model with the default
     hook on the same data; puts what it saw on `results`."""
@@ -67,7 +68,7 @@ def rank_main(rank, port, folder, accumulate, results):
         client = orrery.Client(path, "7", rank=rank, epoch=1)
         hooked = torch.nn.parallel.DistributedDataParallel(model(), bucket_cap_mb=BUCKET_MB)
         reference = torch.nn.parallel.DistributedDataParallel(model(), bucket_cap_mb=BUCKET_MB)
-        hook = orrery.torch_hook.register(hooked, client)
+        hook = orrery.torch_hook.register(hooked, client, pace=pace)
         generator = torch.Generator().manual_seed(100 + rank)  # each rank its own data
         buckets, intervals, max_grad_gap = [], [], 0.0
         while not client.done:
@@ -91,7 +92,7 @@ def rank_main(rank, port, folder, accumulate, results):
         agent.join(5)
         reports = [r for r in agent.requests if r["op"] == "report"]
         results.put((rank, {"buckets": buckets, "intervals": intervals, "gap": max_grad_gap, "reports": reports,
-                            "bytes": hook.bytes}))
+                            "bytes": hook.bytes, "chunks": hook.pace.chunks if hook.pace else 0}))
         dist.destroy_process_group()
     except BaseException:  # noqa: B902 - the parent reports it
         results.put((rank, {"error": traceback.format_exc()}))
@@ -99,12 +100,12 @@ def rank_main(rank, port, folder, accumulate, results):
 
 @unittest.skipIf(torch is None, "" if torch is not None else WHY)
 class TorchHookTest(unittest.TestCase):
-    def run_ranks(self, accumulate):
+    def run_ranks(self, accumulate, pace=None):
         ctx = multiprocessing.get_context("fork")
         results = ctx.Queue()
         with tempfile.TemporaryDirectory() as folder:
             port = free_port()
-            procs = [ctx.Process(target=rank_main, args=(r, port, folder, accumulate, results)) for r in range(2)]
+            procs = [ctx.Process(target=rank_main, args=(r, port, folder, accumulate, results, pace)) for r in range(2)]
             for p in procs:
                 p.start()
             out = dict(results.get(timeout=120) for _ in procs)
@@ -141,6 +142,18 @@ class TorchHookTest(unittest.TestCase):
         # per iteration as without accumulation, and the same gradients as
         # DDP's own hook accumulating the same way.
         self.check(self.run_ranks(accumulate=4))
+
+    def test_mltcp_pacing_sums_the_same_gradients_in_chunks(self):
+        # --pace mltcp: every bucket all-reduced as 512-KiB chunks on the
+        # hook's thread, in DDP's order; the gradients as DDP's own.
+        out = self.run_ranks(accumulate=1, pace="mltcp")
+        self.check(out)
+        grad_bytes = LAYERS * (WIDTH * WIDTH + WIDTH) * 4
+        for r in out.values():
+            # Each bucket (≤ 1 MB) is at least one chunk; the 3 MiB of
+            # gradient at least 6 chunks an iteration.
+            self.assertGreaterEqual(r["chunks"], ITERATIONS * grad_bytes // orrery.mltcp.CHUNK, r)
+            self.assertGreaterEqual(r["chunks"], sum(r["buckets"]), r)
 
 
 if __name__ == "__main__":

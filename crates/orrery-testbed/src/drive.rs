@@ -193,16 +193,11 @@ pub async fn drive(
     }
     let logs = opts.dir.join("workers");
     std::fs::create_dir_all(&logs).with_context(|| format!("creating {}", logs.display()))?;
-    // `mltcp-CC`: the kernel runs CC and `orrery worker` paces over it;
-    // gloo's sockets cannot be paced.
-    let (kernel_cc, mltcp) = crate::mltcp::split_cc(&opts.congestion_control);
-    if mltcp && matches!(opts.workers, Workers::Ddp(_)) {
-        bail!(
-            "congestion control {:?}: MLTCP's pacer runs in `orrery worker`; gloo's sockets (--ddp) cannot be \
-             paced from outside. Give the kernel's {kernel_cc:?} instead",
-            opts.congestion_control
-        );
-    }
+    // `mltcp-CC`: the kernel runs CC and MLTCP's principle paces over it:
+    // `orrery worker` its own sockets, a DDP script its collectives
+    // (`--pace mltcp`, python/orrery/mltcp.py: gloo's sockets are out of
+    // reach, so each all-reduce runs as paced chunks).
+    let (kernel_cc, _) = crate::mltcp::split_cc(&opts.congestion_control);
     let fabric = Fabric::up(topo, opts.fabric.clone())?;
     progress(&format!("fabric up: {} namespaces", fabric.netns.len()));
     // Every training connection uses the run's congestion control: `orrery
@@ -332,6 +327,9 @@ fn worker_command(opts: &DriveOptions, logs: &Path) -> String {
                 shell_quote(&logs.display().to_string()),
                 shell_quote(&opts.dir.join("checkpoints").display().to_string()),
             );
+            if crate::mltcp::split_cc(&opts.congestion_control).1 {
+                cmd.push_str(" --pace mltcp");
+            }
             for a in &d.args {
                 cmd.push(' ');
                 cmd.push_str(&shell_quote(a));

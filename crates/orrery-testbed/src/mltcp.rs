@@ -33,8 +33,10 @@
 //!
 //! Two jobs on one link then share it as AIMD flows with unequal increases
 //! do, in proportion to F (Chiu and Jain), and the one further into its
-//! iteration wins more. Gloo's and NCCL's sockets are not paced this way:
-//! the DDP runner refuses `mltcp-*`. What it does on the testbed is in
+//! iteration wins more. Gloo's and NCCL's sockets are out of reach: under
+//! `--ddp` the scripts get `--pace mltcp` and pace their collectives
+//! instead, the same loop with a chunk of an all-reduce for a piece
+//! (python/orrery/mltcp.py). What both do on the testbed is in
 //! docs/results.md ("MLTCP on real TCP").
 
 use std::time::{Duration, Instant};

@@ -134,7 +134,8 @@ pub struct ScenarioArgs {
     sample_s: f64,
     /// TCP congestion control of the workers' connections (cubic, reno,
     /// bbr); `mltcp-CC` (e.g. mltcp-reno) runs CC in the kernel with
-    /// MLTCP's pacer over it in `orrery worker` (not with --ddp).
+    /// MLTCP's pacer over it: in `orrery worker` on its sockets, in a
+    /// --ddp script on its all-reduces (`--pace mltcp`, paced chunks).
     #[arg(long, default_value = "cubic")]
     cc: String,
     /// Workers compute this many times the model's time: real iterations
