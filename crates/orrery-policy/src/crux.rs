@@ -35,6 +35,7 @@
 //! by it (the testbed's `--fabric priority`) serves the classes by strict
 //! priority.
 
+use crate::memo::FastMap;
 use crate::{ClusterView, Decision, JobId, Policy};
 use orrery_model::placed::{place, transfers};
 use orrery_model::{HostId, JobSpec, LinkId, Segment, Topology};
@@ -108,6 +109,7 @@ fn traffic(topo: &Topology, job: JobId, spec: &JobSpec, hosts: &[(HostId, u32)])
 
 /// Bits each link carries per iteration when flow `i` takes path `k` (as
 /// the simulator reads a route: the pair's `k mod paths`), added into `m`.
+#[cfg(test)]
 fn add_path(topo: &Topology, transfers: &[(HostId, HostId, f64)], k: usize, m: &mut HashMap<LinkId, f64>) {
     for &(src, dst, bits) in transfers {
         let paths = topo.shared_paths(src, dst);
@@ -120,7 +122,7 @@ fn add_path(topo: &Topology, transfers: &[(HostId, HostId, f64)], k: usize, m: &
 }
 
 /// `t_j`: the time the bits `m` need on their most loaded link, ms.
-fn slowest_link_ms(topo: &Topology, m: &HashMap<LinkId, f64>) -> f64 {
+fn slowest_link_ms<S>(topo: &Topology, m: &HashMap<LinkId, f64, S>) -> f64 {
     m.iter().map(|(&l, &bits)| bits / (topo.links[l].gbps * 1e6)).fold(0.0, f64::max)
 }
 
@@ -175,21 +177,29 @@ pub fn compress(weight: &[Vec<f64>], levels: usize) -> Vec<usize> {
 
 impl Crux {
     /// The decisions of one Crux pass over the jobs `running` (id, spec,
-    /// hosts): routes and classes that changed. O(J · F · P · d) for J jobs
-    /// of F flows over P paths of d links, plus the compression.
+    /// hosts): routes and classes that changed. O(J · F · P · T · d log)
+    /// for J jobs of F flows of T transfers over P paths of d links, plus
+    /// the compression. A flow's candidate paths are looked up once, and a
+    /// path's cost sums its links in link order: the sum of squares was
+    /// folded in a hash map's order, random per process, so a tie on the
+    /// busiest link could go either way from one run to the next.
     fn pass(&mut self, topo: &Topology, running: &[OnHosts<'_>]) -> Vec<Decision> {
         let mut jobs: Vec<(Traffic, f64, f64)> = running
             .iter()
             .filter_map(|&(id, spec, hosts)| traffic(topo, id, spec, hosts))
             .map(|t| {
                 // ECMP's paths until a route is chosen: the intensity that orders path selection.
-                let mut m = HashMap::new();
+                let mut m: FastMap<LinkId, f64> = FastMap::default();
+                let routed = self.routes.get(&t.job);
                 for (&i, tr) in &t.flows {
-                    let k = self.routes.get(&t.job).and_then(|r| r.get(&i).copied());
+                    let k = routed.and_then(|r| r.get(&i).copied());
                     for &(src, dst, bits) in tr {
                         let paths = topo.shared_paths(src, dst);
-                        let k = k.unwrap_or_else(|| orrery_model::topology::ecmp_index(t.job, i, paths.len().max(1)));
-                        add_path(topo, &[(src, dst, bits)], k, &mut m);
+                        let n = paths.len().max(1);
+                        let k = k.unwrap_or_else(|| orrery_model::topology::ecmp_index(t.job, i, n));
+                        for &l in paths.get(k % n).map_or(&[][..], Vec::as_slice) {
+                            *m.entry(l).or_default() += bits;
+                        }
                     }
                 }
                 let t_ms = slowest_link_ms(topo, &m);
@@ -200,32 +210,59 @@ impl Crux {
         jobs.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.job.cmp(&b.0.job)));
         // §4.1: path selection in decreasing intensity; the load is each
         // routed job's mean rate, bits per iteration over its period.
-        let mut load: HashMap<LinkId, f64> = HashMap::new();
+        let mut load: FastMap<LinkId, f64> = FastMap::default();
         let mut out = Vec::new();
-        let mut links_of: Vec<HashMap<LinkId, f64>> = Vec::with_capacity(jobs.len());
+        let mut links_of: Vec<FastMap<LinkId, f64>> = Vec::with_capacity(jobs.len());
+        // One flow's links on its k-th path, with the bits each carries, by
+        // link (a buffer reused for every candidate path).
+        let mut on_path: Vec<(LinkId, f64)> = Vec::new();
         for (t, intensity, t_ms) in &mut jobs {
-            let mut mine: HashMap<LinkId, f64> = HashMap::new();
+            let mut mine: FastMap<LinkId, f64> = FastMap::default();
             let mut chosen: BTreeMap<usize, usize> = BTreeMap::new();
             for (&i, tr) in &t.flows {
-                let choices = tr.iter().map(|&(s, d, _)| topo.shared_paths(s, d).len()).max().unwrap_or(1).max(1);
+                // Each transfer's equal-cost paths, looked up once per flow.
+                let paths: Vec<(orrery_model::topology::SharedPaths, f64)> =
+                    tr.iter().map(|&(s, d, bits)| (topo.shared_paths(s, d), bits)).collect();
+                let choices = paths.iter().map(|(p, _)| p.len()).max().unwrap_or(1).max(1);
                 // The path's busiest link after adding the flow, then (on
                 // ties: a NIC all paths share is often the busiest) the
                 // sum of squared utilisations, which prefers the emptier spine.
-                let cost = |k: usize| {
-                    let mut m = HashMap::new();
-                    add_path(topo, tr, k, &mut m);
-                    m.iter()
-                        .map(|(l, bits)| {
-                            let rate = (bits + mine.get(l).copied().unwrap_or(0.0)) / t.period_ms.max(1e-9) / 1e6;
-                            (load.get(l).copied().unwrap_or(0.0) + rate) / topo.links[*l].gbps
-                        })
-                        .fold((0.0, 0.0), |(max, sq): (f64, f64), u| (max.max(u), sq + u * u))
+                // O(transfers · hops · log) per path.
+                let mut cost = |k: usize| {
+                    on_path.clear();
+                    for (p, bits) in &paths {
+                        if let Some(links) = p.get(k % p.len().max(1)) {
+                            on_path.extend(links.iter().map(|&l| (l, *bits)));
+                        }
+                    }
+                    // Stable: a link's bits add up in the transfers' order.
+                    on_path.sort_by_key(|x| x.0);
+                    let (mut max, mut sq) = (0.0f64, 0.0f64);
+                    let mut at = 0;
+                    while at < on_path.len() {
+                        let l = on_path[at].0;
+                        let mut bits = 0.0;
+                        while at < on_path.len() && on_path[at].0 == l {
+                            bits += on_path[at].1;
+                            at += 1;
+                        }
+                        let rate = (bits + mine.get(&l).copied().unwrap_or(0.0)) / t.period_ms.max(1e-9) / 1e6;
+                        let u = (load.get(&l).copied().unwrap_or(0.0) + rate) / topo.links[l].gbps;
+                        (max, sq) = (max.max(u), sq + u * u);
+                    }
+                    (max, sq)
                 };
                 let k = (0..choices)
                     .map(|k| (cost(k), k))
                     .min_by(|a, b| a.0.0.total_cmp(&b.0.0).then(a.0.1.total_cmp(&b.0.1)).then(a.1.cmp(&b.1)))
                     .map_or(0, |c| c.1);
-                add_path(topo, tr, k, &mut mine);
+                for (p, bits) in &paths {
+                    if let Some(links) = p.get(k % p.len().max(1)) {
+                        for &l in links {
+                            *mine.entry(l).or_default() += bits;
+                        }
+                    }
+                }
                 if choices > 1 {
                     chosen.insert(i, k);
                 }
