@@ -501,10 +501,10 @@ mod tests {
             let n = rng.random_range(1..=9);
             let levels = rng.random_range(1..=4);
             let mut w = vec![vec![0.0; n]; n];
-            for a in 0..n {
-                for b in a + 1..n {
+            for (a, row) in w.iter_mut().enumerate() {
+                for cell in row.iter_mut().skip(a + 1) {
                     if rng.random_bool(2.0 / 3.0) {
-                        w[a][b] = rng.random_range(0.0..10.0);
+                        *cell = rng.random_range(0.0..10.0);
                     }
                 }
             }
