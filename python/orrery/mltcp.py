@@ -31,7 +31,8 @@ the burst's last :data:`WINDOW` chunks:
 Both ranks of a job pace their own calls; a collective waits for the
 slower, so a job moves at its slower rank's pace. What chunking costs
 alone: each chunk is a collective with its own fixed cost (on the
-testbed's 2-rank DDP pair, ~1.4 ms a 512-KiB chunk of ~8.4 ms). Pure
+testbed's 2-rank DDP pair a 512-KiB chunk took ~9.8 ms at the median
+where its bytes need 8.4 at the link's rate). Pure
 Python; the collective is passed in, so the pacing is tested without
 torch.
 """
@@ -39,8 +40,8 @@ torch.
 import collections
 import time
 
-#: Bytes per chunk: 512 KiB, 8 ms at the testbed's 500 Mbit/s, long against
-#: a collective's fixed cost (a fraction of a millisecond on gloo).
+#: Bytes per chunk: 512 KiB, 8.4 ms at the testbed's 500 Mbit/s, several
+#: times a collective's fixed cost (~1.4 ms a chunk measured there).
 CHUNK = 512 * 1024
 #: The worker's piece: ALPHA is per piece, so a chunk's increase is the
 #: same share of the peak as the worker's over the same bytes.
