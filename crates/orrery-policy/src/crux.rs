@@ -106,7 +106,7 @@ fn on_path(transfers: &[(SharedPaths, f64)], k: usize) -> Vec<(LinkId, f64)> {
     for (l, bits) in all {
         match out.last_mut() {
             Some(last) if last.0 == l => last.1 += bits,
-            _ => out.push((l, 0.0 + bits)),
+            _ => out.push((l, bits)),
         }
     }
     out
@@ -167,8 +167,7 @@ pub fn compress(weight: &[Vec<f64>], levels: usize) -> Vec<usize> {
     let levels = levels.clamp(1, n);
     // inside[i][j]: the weight within positions i..j (j exclusive), from
     // the row below: inside[i][j] = inside[i + 1][j] + Σ_{i<b<j} w[i][b].
-    // O(n²) (each cell had summed a column afresh: O(n³), 200 ms a pass at
-    // 600 running jobs).
+    // O(n²).
     let mut inside = vec![vec![0.0; n + 1]; n + 1];
     for i in (0..n).rev() {
         let (upper, lower) = inside.split_at_mut(i + 1);
