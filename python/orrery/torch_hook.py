@@ -16,7 +16,7 @@ communication time (buckets in flight together count once). Under
 ``model.no_sync()`` (gradient accumulation) DDP calls no hook, so the
 iteration's communication is the synchronising micro-step's alone.
 
-With ``pace=orrery.mltcp.Pacer(...)`` each bucket is all-reduced in paced
+With ``register(..., pace="mltcp")`` each bucket is all-reduced in paced
 chunks by MLTCP's principle (:mod:`orrery.mltcp`), on a thread of the
 hook's own that runs the buckets in DDP's order; the gradients are the
 same sums.
