@@ -593,9 +593,10 @@ mod tests {
         // 16 flows do not split evenly over 3 spines, so where the others
         // leave room decides its routes (under 4 spines every mesh spread
         // its flows alike whatever the load, and a pass that never
-        // re-routed anyone passed). 200 rounds of random arrivals,
-        // departures and moves of Llama 3 8B meshes (TP 8 x DP 2-4, 1-4
-        // micro-batches) on hosts in two random racks. Each round the
+        // re-routed anyone passed). Six seeds of 200 rounds of random
+        // arrivals, departures and moves of Llama 3 8B meshes (TP 8 x DP
+        // 2-4, 1-4 micro-batches) and VGG19 rings of 2-4 GPUs on hosts in
+        // two random racks. Each round the
         // incremental pass and a full one from the same routes and classes
         // (nothing kept from earlier passes) give the same decisions, in
         // the same order. A pass that does not re-route the jobs behind a
@@ -605,59 +606,69 @@ mod tests {
         use rand::seq::SliceRandom;
         use rand::{Rng, SeedableRng};
         let t = LeafSpine::with_oversubscription(8, 4, 3, 8, "h100", 3200.0, 2.0).build("t").expect("valid");
-        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(11);
-        let mut specs = Vec::new();
-        for k in 0..40 {
-            let mut j = JobSpec::new(format!("m{k}"), "llama3-8b", 1, 16, orrery_model::Work::Iterations(10), 0.0);
-            j.parallelism = Some(Mesh {
-                tp: 8,
-                dp: rng.random_range(2..=4),
-                microbatches: rng.random_range(1..=4),
-                ..Mesh::default()
-            });
-            specs.push(j);
-        }
-        let hosts_for = |rng: &mut rand_chacha::ChaCha8Rng, spec: &JobSpec| -> Vec<(HostId, u32)> {
-            // Two racks' hosts, as a rack-packing scheduler leaves them.
-            let racks = [rng.random_range(0..8), rng.random_range(0..8)];
-            let mut all: Vec<HostId> = racks.iter().flat_map(|r| 4 * r..4 * r + 4).collect();
-            all.dedup();
-            all.shuffle(rng);
-            let n = spec.parallelism.as_ref().map_or(2, |m| m.dp as usize);
-            let mut h: Vec<(HostId, u32)> = all[..n].iter().map(|&h| (h, 8)).collect();
-            h.sort_unstable();
-            h
-        };
-        let mut running: Vec<(JobId, Vec<(HostId, u32)>)> = Vec::new();
-        let mut incremental = Crux::new(Box::new(crate::baseline::Pinned::default()));
-        let mut decisions = 0;
-        for round in 0..200 {
-            let r = rng.random_range(0..10);
-            if running.len() < 3 || (r < 5 && running.len() < specs.len()) {
-                let job = (0..specs.len()).find(|j| running.iter().all(|x| x.0 != *j)).expect("a free job");
-                running.push((job, hosts_for(&mut rng, &specs[job])));
-            } else if r < 8 {
-                running.remove(rng.random_range(0..running.len()));
-            } else {
-                let k = rng.random_range(0..running.len());
-                running[k].1 = hosts_for(&mut rng, &specs[running[k].0]);
+        for seed in 1..=6 {
+            let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+            let mut specs = Vec::new();
+            for k in 0..40 {
+                let work = orrery_model::Work::Iterations(10);
+                if k % 3 == 2 {
+                    // A VGG19 ring of one GPU a host: two to four flows, so a
+                    // route that moves takes it off a spine.
+                    specs.push(JobSpec::new(format!("v{k}"), "vgg19", 64, rng.random_range(2..=4), work, 0.0));
+                    continue;
+                }
+                let mut j = JobSpec::new(format!("m{k}"), "llama3-8b", 1, 16, work, 0.0);
+                j.parallelism = Some(Mesh {
+                    tp: 8,
+                    dp: rng.random_range(2..=4),
+                    microbatches: rng.random_range(1..=4),
+                    ..Mesh::default()
+                });
+                specs.push(j);
             }
-            let view: Vec<OnHosts<'_>> = running.iter().map(|(j, h)| (*j, &specs[*j], h.as_slice())).collect();
-            let mut full = Crux::new(Box::new(crate::baseline::Pinned::default()));
-            full.routes = incremental.routes.clone();
-            full.classes = incremental.classes.clone();
-            let got = incremental.pass(&t, &view);
-            let want = full.pass(&t, &view);
-            assert_eq!(got, want, "round {round}");
-            assert_eq!(incremental.routes, full.routes, "round {round}");
-            decisions += got.len();
+            let hosts_for = |rng: &mut rand_chacha::ChaCha8Rng, spec: &JobSpec| -> Vec<(HostId, u32)> {
+                // Two racks' hosts, as a rack-packing scheduler leaves them.
+                let racks = [rng.random_range(0..8), rng.random_range(0..8)];
+                let mut all: Vec<HostId> = racks.iter().flat_map(|r| 4 * r..4 * r + 4).collect();
+                all.sort_unstable();
+                all.dedup();
+                all.shuffle(rng);
+                let (n, gpus) = spec.parallelism.as_ref().map_or((spec.workers as usize, 1), |m| (m.dp as usize, 8));
+                let mut h: Vec<(HostId, u32)> = all[..n].iter().map(|&h| (h, gpus)).collect();
+                h.sort_unstable();
+                h
+            };
+            let mut running: Vec<(JobId, Vec<(HostId, u32)>)> = Vec::new();
+            let mut incremental = Crux::new(Box::new(crate::baseline::Pinned::default()));
+            let mut decisions = 0;
+            for round in 0..200 {
+                let r = rng.random_range(0..10);
+                if running.len() < 3 || (r < 5 && running.len() < specs.len()) {
+                    let job = (0..specs.len()).find(|j| running.iter().all(|x| x.0 != *j)).expect("a free job");
+                    running.push((job, hosts_for(&mut rng, &specs[job])));
+                } else if r < 8 {
+                    running.remove(rng.random_range(0..running.len()));
+                } else {
+                    let k = rng.random_range(0..running.len());
+                    running[k].1 = hosts_for(&mut rng, &specs[running[k].0]);
+                }
+                let view: Vec<OnHosts<'_>> = running.iter().map(|(j, h)| (*j, &specs[*j], h.as_slice())).collect();
+                let mut full = Crux::new(Box::new(crate::baseline::Pinned::default()));
+                full.routes = incremental.routes.clone();
+                full.classes = incremental.classes.clone();
+                let got = incremental.pass(&t, &view);
+                let want = full.pass(&t, &view);
+                assert_eq!(got, want, "seed {seed}, round {round}");
+                assert_eq!(incremental.routes, full.routes, "seed {seed}, round {round}");
+                decisions += got.len();
+            }
+            // The rounds exercised both: routes moved, and jobs were carried over.
+            let (routed, carried) = (incremental.routed, incremental.carried);
+            assert!(
+                decisions > 60 && carried > 100 && routed > 100,
+                "seed {seed}: {decisions} decisions, {routed} routed, {carried} carried"
+            );
         }
-        // The rounds exercised both: routes moved, and jobs were carried over.
-        let (routed, carried) = (incremental.routed, incremental.carried);
-        assert!(
-            decisions > 60 && carried > 100 && routed > 100,
-            "{decisions} decisions, {routed} routed, {carried} carried"
-        );
     }
 
     #[test]
