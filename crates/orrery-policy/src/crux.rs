@@ -596,11 +596,11 @@ mod tests {
         // re-routed anyone passed). Six seeds of 200 rounds of random
         // arrivals, departures and moves of Llama 3 8B meshes (TP 8 x DP
         // 2-4, 1-4 micro-batches) and VGG19 rings of 2-4 GPUs on hosts in
-        // two random racks. Each round the
-        // incremental pass and a full one from the same routes and classes
-        // (nothing kept from earlier passes) give the same decisions, in
-        // the same order. A pass that does not re-route the jobs behind a
-        // job that left, moved in the order or changed its routes fails.
+        // two random racks. Each round the incremental pass and a full one
+        // from the same routes and classes (nothing kept from earlier
+        // passes) give the same decisions, in the same order. A pass that
+        // does not re-route the jobs behind a job that left, moved in the
+        // order or changed its routes fails.
         use orrery_model::mesh::Mesh;
         use orrery_model::setups::LeafSpine;
         use rand::seq::SliceRandom;
