@@ -228,7 +228,7 @@ fn slowest_link_ms<S>(topo: &Topology, m: &HashMap<LinkId, f64, S>) -> f64 {
 
 /// A job's intensity on its chosen paths (`routed`), ECMP's where none is
 /// chosen. O(F · T · d).
-fn ecmp_intensity(topo: &Topology, t: &Traffic, routed: Option<&BTreeMap<usize, usize>>) -> f64 {
+fn intensity_on_routes(topo: &Topology, t: &Traffic, routed: Option<&BTreeMap<usize, usize>>) -> f64 {
     let mut m: FastMap<LinkId, f64> = FastMap::default();
     for (&i, tr) in &t.flows {
         let k = routed.and_then(|r| r.get(&i).copied());
@@ -362,7 +362,8 @@ impl Crux {
                 let before =
                     last.get(&t.job).filter(|r| Rc::ptr_eq(&r.traffic, &t) && self.routes.contains_key(&t.job));
                 // The intensity on its chosen paths, or ECMP's until chosen.
-                let key = before.map_or_else(|| ecmp_intensity(topo, &t, self.routes.get(&t.job)), |r| r.intensity);
+                let key =
+                    before.map_or_else(|| intensity_on_routes(topo, &t, self.routes.get(&t.job)), |r| r.intensity);
                 (t, key, before)
             })
             .collect();
