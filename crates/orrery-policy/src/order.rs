@@ -7,6 +7,7 @@
 //! waiting jobs with smaller keys need them.
 
 use crate::baseline::isolated_seconds;
+use crate::memo::FastMap;
 use crate::{ClusterView, JobId, QueuedJob, RunningJob};
 use std::collections::HashMap;
 
@@ -41,7 +42,7 @@ pub trait Order {
 /// Run time alone on a consolidated placement, cached per job (computing it
 /// derives an iteration shape).
 #[derive(Debug, Default)]
-struct Alone(HashMap<JobId, f64>);
+struct Alone(FastMap<JobId, f64>);
 
 impl Alone {
     fn seconds(&mut self, view: &ClusterView<'_>, id: JobId, spec: &orrery_model::JobSpec) -> f64 {
@@ -202,12 +203,12 @@ pub struct Themis {
     pub lease_s: f64,
     alone: Alone,
     /// Per running job: when it was placed and when its current lease began.
-    leases: HashMap<JobId, (f64, f64)>,
+    leases: FastMap<JobId, (f64, f64)>,
 }
 
 impl Default for Themis {
     fn default() -> Self {
-        Themis { lease_s: 600.0, alone: Alone::default(), leases: HashMap::new() }
+        Themis { lease_s: 600.0, alone: Alone::default(), leases: FastMap::default() }
     }
 }
 

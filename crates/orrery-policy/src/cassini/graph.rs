@@ -23,8 +23,11 @@ use orrery_model::LinkId;
 /// Sums over a set of shared links.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub(super) struct Stats {
-    /// Sum of the link groups' compatibility scores.
-    total: f64,
+    /// Sum of the link groups' compatibility scores, in units of 2⁻⁶⁴
+    /// ([`fixed`]): integer sums are exact, so the whole placement's sums,
+    /// kept across rounds by adding and taking out regions, are the same
+    /// whatever the order the regions came and went in.
+    total: i128,
     /// Link groups scored (those whose circles unify).
     scored: usize,
     /// E − V + C of the Affinity graph: 0 iff it has no loop.
@@ -34,7 +37,7 @@ pub(super) struct Stats {
 impl Stats {
     /// Mean compatibility (1 with no shared link, as [`super::score`]).
     pub(super) fn mean(&self) -> f64 {
-        if self.scored == 0 { 1.0 } else { self.total / self.scored as f64 }
+        if self.scored == 0 { 1.0 } else { self.total as f64 / ONE as f64 / self.scored as f64 }
     }
 
     /// Whether the Affinity graph has no loop.
@@ -52,11 +55,33 @@ impl Stats {
     }
 }
 
-/// The jobs holding GPUs in this round, in a stable order (a job's slot is
-/// its index in the full score's job list), and the links they share.
-pub(super) struct Graph<'a> {
-    slots: Vec<Option<Net<'a>>>,
-    slot_of: FastMap<JobId, usize>,
+/// 1 in [`Stats::total`]'s units.
+const ONE: i128 = 1 << 64;
+
+/// A score in [`Stats::total`]'s units (2⁻⁶⁴ apart; a score is in [0, 1]).
+fn fixed(score: f64) -> i128 {
+    (score * ONE as f64).round() as i128
+}
+
+/// Where a job comes in the full score's list: the jobs that held GPUs
+/// when the round began in the view's order (the simulator's view lists
+/// them by id), then the jobs placed in the round in the order they were.
+type Rank = (u8, u64);
+
+/// The rank of a job that held GPUs when the round began.
+fn held(id: JobId) -> Rank {
+    (0, id as u64)
+}
+
+/// The jobs holding GPUs, each in a slot of its own (a job placed again
+/// takes a new one), with its rank in the full score's order, and the
+/// links they share.
+pub(super) struct Graph {
+    slots: Vec<Option<Net>>,
+    rank: Vec<Rank>,
+    slot_of: std::collections::BTreeMap<JobId, usize>,
+    /// Jobs placed in this round so far.
+    placed: u64,
     /// Jobs that send, per link they cross, slots ascending.
     on_link: FastMap<LinkId, Vec<usize>>,
     whole: Stats,
@@ -105,6 +130,8 @@ pub(super) struct Scored {
     pub(super) whole: Stats,
     /// The candidate's region with its slot (the next), and its sums.
     region: Option<(Vec<usize>, Stats)>,
+    /// Its rank.
+    rank: Rank,
 }
 
 impl Scored {
@@ -118,30 +145,34 @@ impl Scored {
 }
 
 /// Whether a job puts traffic on its links (a full score skips the others).
-fn sends(net: &Net<'_>) -> bool {
+fn sends(net: &Net) -> bool {
     net.sends
 }
 
-impl<'a> Graph<'a> {
+impl Graph {
     /// The graph of `jobs`, scored once in full. O(Σ links of the jobs).
-    pub(super) fn new(view: &ClusterView<'_>, jobs: Vec<Net<'a>>, solved: &mut Solved) -> Self {
+    /// `jobs` in the view's order.
+    pub(super) fn new(view: &ClusterView<'_>, jobs: Vec<Net>, solved: &mut Solved) -> Self {
         let mut g = Graph {
             slots: Vec::new(),
-            slot_of: FastMap::default(),
+            rank: Vec::new(),
+            slot_of: Default::default(),
+            placed: 0,
             on_link: FastMap::default(),
             whole: Stats::default(),
             regions: Regions::default(),
         };
-        for net in jobs {
-            g.push(net);
+        for (i, net) in jobs.into_iter().enumerate() {
+            g.push(net, (0, i as u64));
         }
         let all: Vec<usize> = (0..g.slots.len()).collect();
         g.whole = g.stats(view, &all, None, solved);
         g
     }
 
-    fn push(&mut self, net: Net<'a>) {
+    fn push(&mut self, net: Net, rank: Rank) {
         let slot = self.slots.len();
+        self.rank.push(rank);
         if sends(&net) {
             for &l in net.links.iter() {
                 self.on_link.entry(l).or_default().push(slot);
@@ -152,22 +183,27 @@ impl<'a> Graph<'a> {
     }
 
     /// The whole placement's sums.
-    #[cfg(test)]
     pub(super) fn whole(&self) -> Stats {
         self.whole
     }
 
     /// The whole placement's sums were `candidate` placed too. O(links of
     /// its region) plus a solution per link group not solved before.
-    pub(super) fn with(&mut self, view: &ClusterView<'_>, candidate: &Net<'_>, solved: &mut Solved) -> Scored {
+    /// It comes after every job in the graph, as a job placed now does.
+    pub(super) fn with(&mut self, view: &ClusterView<'_>, candidate: &Net, solved: &mut Solved) -> Scored {
+        self.ranked_with(view, candidate, (1, self.placed), solved)
+    }
+
+    /// [`Self::with`] for a job of rank `rank`.
+    fn ranked_with(&mut self, view: &ClusterView<'_>, candidate: &Net, rank: Rank, solved: &mut Solved) -> Scored {
         if !sends(candidate) {
-            return Scored { whole: self.whole, region: None };
+            return Scored { whole: self.whole, region: None, rank };
         }
         let mut region = self.region(candidate.links.iter().filter_map(|l| self.on_link.get(l)).flatten().copied());
         let before = self.kept_stats(view, &region, solved);
-        let after = self.stats(view, &region, Some(candidate), solved);
+        let after = self.stats(view, &region, Some((candidate, rank)), solved);
         region.push(self.slots.len());
-        Scored { whole: self.whole.swap(before, after), region: Some((region, after)) }
+        Scored { whole: self.whole.swap(before, after), region: Some((region, after)), rank }
     }
 
     /// [`Self::stats`] of `region` without a candidate, kept ([`Regions`]).
@@ -182,7 +218,7 @@ impl<'a> Graph<'a> {
 
     /// Places `net` (last in the order, as a full score would see it).
     #[cfg(test)]
-    pub(super) fn insert(&mut self, view: &ClusterView<'_>, net: Net<'a>, solved: &mut Solved) {
+    pub(super) fn insert(&mut self, view: &ClusterView<'_>, net: Net, solved: &mut Solved) {
         let with = self.with(view, &net, solved);
         self.insert_scored(net, with);
     }
@@ -197,13 +233,16 @@ impl<'a> Graph<'a> {
     /// [`Self::insert`] with `with`, what [`Self::with`] returned for `net`
     /// on this graph: the chosen candidate is not scored again, and its
     /// region's sums with it are kept. O(links of `net` + its region).
-    pub(super) fn insert_scored(&mut self, net: Net<'a>, with: Scored) {
+    pub(super) fn insert_scored(&mut self, net: Net, with: Scored) {
         self.whole = with.whole;
         if let Some((region, stats)) = with.region {
             debug_assert_eq!(region.last(), Some(&self.slots.len()));
             self.regions.keep(region, stats, self.slots.len() + 1);
         }
-        self.push(net);
+        if with.rank.0 == 1 {
+            self.placed += 1;
+        }
+        self.push(net, with.rank);
     }
 
     /// Takes `job` out (it lost its GPUs this round). O(links of its region).
@@ -229,15 +268,100 @@ impl<'a> Graph<'a> {
     }
 
     /// The jobs, in order (the full score's list).
-    pub(super) fn into_jobs(self) -> Vec<Net<'a>> {
+    #[cfg(test)]
+    pub(super) fn into_jobs(self) -> Vec<Net> {
         self.slots.into_iter().flatten().collect()
+    }
+
+    /// The slot of `job`, if it is in the graph.
+    pub(super) fn slot(&self, job: JobId) -> Option<usize> {
+        self.slot_of.get(&job).copied()
+    }
+
+    /// The job in `slot` (a live one).
+    pub(super) fn net(&self, slot: usize) -> &Net {
+        self.slots[slot].as_ref().expect("a live slot")
+    }
+
+    /// Brings the graph kept from an earlier round to `running`, the jobs
+    /// that hold GPUs now in the view's order (`make` derives the ones it
+    /// has not seen; None leaves a job out, as a full build does). The
+    /// simulator's view lists them by id; so does the graph's walk, and a
+    /// merge of the two finds the jobs that left (taken out), those it
+    /// does not hold (placed), and those it holds on other hosts (both).
+    /// The jobs placed in the last round then rank by id like the rest,
+    /// and the graph equals one built anew from `running` (same order, same
+    /// sums: [`Stats::total`] is exact). False when the view is not in id
+    /// order: the caller builds the graph anew. O(running + log slots) and
+    /// O(region) per job that came or went.
+    pub(super) fn sync<'r>(
+        &mut self,
+        view: &ClusterView<'_>,
+        running: impl Iterator<Item = &'r crate::RunningJob<'r>>,
+        mut make: impl FnMut(&crate::RunningJob<'_>) -> Option<Net>,
+        solved: &mut Solved,
+    ) -> bool {
+        let (mut departed, mut arrived) = (Vec::new(), Vec::new());
+        let mut kept = self.slot_of.iter().map(|(&id, &s)| (id, s)).peekable();
+        let mut last: Option<JobId> = None;
+        for r in running {
+            if last.is_some_and(|l| l >= r.id) {
+                return false;
+            }
+            last = Some(r.id);
+            while let Some((_, s)) = kept.next_if(|&(id, _)| id < r.id) {
+                departed.push(s);
+            }
+            match kept.next_if(|&(id, _)| id == r.id) {
+                Some((_, s)) if self.net(s).hosts.as_slice() == r.hosts => self.rank[s] = held(r.id),
+                Some((_, s)) => {
+                    departed.push(s);
+                    arrived.extend(make(r));
+                }
+                None => arrived.extend(make(r)),
+            }
+        }
+        departed.extend(kept.map(|(_, s)| s));
+        for s in departed {
+            let id = self.net(s).id;
+            self.remove(view, id, solved);
+        }
+        for net in arrived {
+            let with = self.ranked_with(view, &net, held(net.id), solved);
+            self.insert_scored(net, with);
+        }
+        self.placed = 0;
+        true
+    }
+
+    /// `slots` in the full score's order.
+    pub(super) fn in_order(&self, mut slots: Vec<usize>) -> Vec<usize> {
+        slots.sort_unstable_by_key(|&s| self.rank[s]);
+        slots
+    }
+
+    /// Slots, live or freed: a job placed takes a new one, so they grow
+    /// by one a placement; the caller builds the graph anew past twice
+    /// the live ones ([`Self::live`]).
+    pub(super) fn slots(&self) -> usize {
+        self.slots.len()
+    }
+
+    /// The slots of the jobs in the graph, ascending.
+    pub(super) fn live_slots(&self) -> Vec<usize> {
+        (0..self.slots.len()).filter(|&k| self.slots[k].is_some()).collect()
+    }
+
+    /// Jobs in the graph.
+    pub(super) fn live(&self) -> usize {
+        self.slot_of.len()
     }
 
     /// The jobs connected to `seeds` through shared links, seeds included,
     /// ascending: a union of components of the link-sharing graph, so no
     /// link of theirs carries a job outside. O(links of the region × jobs
     /// per link).
-    fn region(&self, seeds: impl IntoIterator<Item = usize>) -> Vec<usize> {
+    pub(super) fn region(&self, seeds: impl IntoIterator<Item = usize>) -> Vec<usize> {
         let mut seen: FastSet<usize> = FastSet::default();
         let mut stack: Vec<usize> = seeds.into_iter().filter(|&s| seen.insert(s)).collect();
         while let Some(s) = stack.pop() {
@@ -258,24 +382,31 @@ impl<'a> Graph<'a> {
     /// Sums over the links of `region` (a union of components), with
     /// `extra` placed last. Links carrying the same jobs are one vertex of
     /// the Affinity graph at the lowest rate among them, as in a full score.
-    fn stats(&self, view: &ClusterView<'_>, region: &[usize], extra: Option<&Net<'_>>, solved: &mut Solved) -> Stats {
+    fn stats(
+        &self,
+        view: &ClusterView<'_>,
+        region: &[usize],
+        extra: Option<(&Net, Rank)>,
+        solved: &mut Solved,
+    ) -> Stats {
         let extra_slot = self.slots.len();
         // Each link of the region's jobs and the candidate's with the jobs
-        // that send on it, sorted ([`link_groups`]): the region is a
-        // union of components, so these are all the link's jobs, and the
-        // candidate's slot, the next, sorts last on each of its links.
-        let mut on_link: Vec<(LinkId, usize)> = Vec::new();
+        // that send on it, by link and then rank ([`link_groups`]): the
+        // region is a union of components, so these are all the link's
+        // jobs; the candidate's slot is the next one.
+        let mut on_link: Vec<(LinkId, Rank, usize)> = Vec::new();
         for &s in region {
             if let Some(net) = self.slots[s].as_ref().filter(|n| sends(n)) {
-                on_link.extend(net.links.iter().map(|&l| (l, s)));
+                on_link.extend(net.links.iter().map(|&l| (l, self.rank[s], s)));
             }
         }
-        if let Some(c) = extra.filter(|c| sends(c)) {
-            on_link.extend(c.links.iter().map(|&l| (l, extra_slot)));
+        if let Some((c, rank)) = extra.filter(|(c, _)| sends(c)) {
+            on_link.extend(c.links.iter().map(|&l| (l, rank, extra_slot)));
         }
         on_link.sort_unstable();
-        let slots: Vec<usize> = on_link.iter().map(|x| x.1).collect();
-        self.score(view, &link_groups(view, &on_link, &slots), extra, solved)
+        let pairs: Vec<(LinkId, usize)> = on_link.iter().map(|x| (x.0, x.2)).collect();
+        let slots: Vec<usize> = on_link.iter().map(|x| x.2).collect();
+        self.score(view, &link_groups(view, &pairs, &slots), extra.map(|e| e.0), solved)
     }
 
     /// Scores link groups (each a set of slots, with `extra` as slot
@@ -284,7 +415,7 @@ impl<'a> Graph<'a> {
         &self,
         view: &ClusterView<'_>,
         groups: &[(&[usize], LinkId)],
-        extra: Option<&Net<'_>>,
+        extra: Option<&Net>,
         solved: &mut Solved,
     ) -> Stats {
         let extra_slot = self.slots.len();
@@ -303,11 +434,11 @@ impl<'a> Graph<'a> {
         }
         let (mut edges, mut groups_scored) = (0i64, 0i64);
         for &(ks, link) in groups {
-            let nets: Vec<&Net<'_>> = ks.iter().map(|&s| net_of(s)).collect();
+            let nets: Vec<&Net> = ks.iter().map(|&s| net_of(s)).collect();
             let Some((score, _)) = link_solution(&nets, (link, view.topology.links[link].gbps), solved) else {
                 continue;
             };
-            stats.total += score;
+            stats.total += fixed(*score);
             groups_scored += 1;
             edges += ks.len() as i64;
             for &k in ks {
@@ -330,8 +461,8 @@ impl<'a> Graph<'a> {
 }
 
 /// The Affinity graph's link vertices, from each link with the jobs that
-/// send on it as `(link, job)` pairs sorted ascending (`jobs`: the pairs'
-/// jobs, in the same order). A link that carries two or more jobs is
+/// send on it as `(link, job)` pairs by link, a link's jobs in the full
+/// score's order (`jobs`: the pairs' jobs, in the same order). A link that carries two or more jobs is
 /// shared. Links that carry the same set of jobs see the same circles and
 /// get the same rotation: one vertex stands for all of them (otherwise two
 /// jobs sharing both directions of an uplink would form a spurious loop),
@@ -342,7 +473,7 @@ pub(super) fn link_groups<'p>(
     on_link: &[(LinkId, usize)],
     jobs: &'p [usize],
 ) -> Vec<(&'p [usize], LinkId)> {
-    debug_assert!(on_link.is_sorted() && on_link.len() == jobs.len());
+    debug_assert!(on_link.is_sorted_by_key(|x| x.0) && on_link.len() == jobs.len());
     let mut shared: Vec<(&[usize], LinkId)> = Vec::new();
     let mut i = 0;
     while i < on_link.len() {
@@ -404,7 +535,7 @@ mod tests {
             // The placement in the graph's order, and a full score of it.
             let mut placed: Vec<(JobId, Vec<(HostId, u32)>)> =
                 (0..4).map(|i| (i, random_hosts(&mut rng, specs[i].workers))).collect();
-            let nets = |placed: &[(JobId, Vec<(HostId, u32)>)]| -> Vec<Net<'_>> {
+            let nets = |placed: &[(JobId, Vec<(HostId, u32)>)]| -> Vec<Net> {
                 placed.iter().map(|(id, h)| net(&view, *id, &specs[*id], h).expect("placed")).collect()
             };
             let (mut solved, mut full_solved) = (Solved::default(), Solved::default());
@@ -422,7 +553,7 @@ mod tests {
                 assert_eq!(tried.whole, plain.with(&view, &candidate, &mut solved).whole, "step {step}");
                 let mut with = placed.clone();
                 with.push((id, hosts.clone()));
-                let want = score(&view, &nets(&with), &mut full_solved);
+                let want = score(&view, &super::super::tests::refs(&nets(&with)), &mut full_solved);
                 assert!(
                     (tried.mean() - want.mean_score).abs() < 1e-9,
                     "step {step}: {} vs {}",
@@ -444,7 +575,7 @@ mod tests {
                     g.remove(&view, victim, &mut solved);
                 }
                 assert_eq!(g.whole(), plain.whole(), "step {step}, placed");
-                let want = score(&view, &nets(&placed), &mut full_solved);
+                let want = score(&view, &super::super::tests::refs(&nets(&placed)), &mut full_solved);
                 assert!((g.whole().mean() - want.mean_score).abs() < 1e-9, "step {step}, placed");
                 assert_eq!(g.whole().loop_free(), want.times.is_some(), "step {step}, placed");
             }

@@ -369,6 +369,7 @@ impl Simulation<'_> {
 
     /// Releases a job's GPUs and flows and invalidates its pending events.
     pub(super) fn release(&mut self, job: JobId) {
+        self.released.push(job);
         // GPU-sharing partners keep the shared GPUs and run on without this job.
         let now = self.now;
         let sharing = std::mem::take(&mut self.jobs[job].sharing);

@@ -406,6 +406,9 @@ pub struct Simulation<'a> {
     /// jobs that ended or were preempted are pruned before each view), so a
     /// view costs O(running), not O(all jobs of the trace).
     active: BTreeSet<JobId>,
+    /// Jobs that gave their GPUs back (ended or were preempted) since
+    /// `active` was last pruned: a prune looks at these only.
+    released: Vec<JobId>,
     /// Jobs whose arrival has happened.
     arrived: usize,
     observes: bool,
@@ -453,6 +456,7 @@ impl<'a> Simulation<'a> {
             skip_owner: HashMap::new(),
             skipping: BTreeSet::new(),
             active: BTreeSet::new(),
+            released: Vec::new(),
             arrived: 0,
             observes: true,
             transport_due: false,
@@ -794,10 +798,18 @@ impl<'a> Simulation<'a> {
         }
     }
 
-    /// Drops the jobs that are no longer running or paused from `active`. O(active).
+    /// Drops the jobs that are no longer running or paused from `active`:
+    /// only a job that gave its GPUs back can have left it (one placed again
+    /// since stays). O(released · log active); a walk of every active job
+    /// at each view was 5% of a 16,384-host run.
     fn prune_active(&mut self) {
         let jobs = &self.jobs;
-        self.active.retain(|&j| matches!(jobs[j].status, Status::Running | Status::Paused));
+        for j in self.released.drain(..) {
+            if !matches!(jobs[j].status, Status::Running | Status::Paused) {
+                self.active.remove(&j);
+            }
+        }
+        debug_assert!(self.active.iter().all(|&j| matches!(jobs[j].status, Status::Running | Status::Paused)));
     }
 
     /// A waiting job is offered to the policy once every job it depends on
