@@ -135,6 +135,12 @@ pub struct Topology {
     /// Incoming links per node, built by [`Topology::new`].
     #[serde(skip)]
     into: Vec<Vec<LinkId>>,
+    /// Each host's rack ([`Topology::racks`]), built by [`Topology::new`].
+    #[serde(skip)]
+    rack_of: Vec<usize>,
+    /// Each rack's hosts, ascending, built by [`Topology::new`].
+    #[serde(skip)]
+    in_rack: std::collections::HashMap<usize, Vec<HostId>>,
     /// ECMP sets already enumerated (policies ask for the same ring edges
     /// at every decision).
     #[serde(skip)]
@@ -317,6 +323,8 @@ impl Topology {
             rails: false,
             out: Vec::new(),
             into: Vec::new(),
+            rack_of: Vec::new(),
+            in_rack: Default::default(),
             path_cache: PathCache::default(),
         };
         t.validate()?;
@@ -395,6 +403,25 @@ impl Topology {
             self.out[l.from].push(i);
             self.into[l.to].push(i);
         }
+        let first_hop = |h: usize| self.out[h].first().map_or(usize::MAX - h, |&l| self.links[l].to);
+        self.rack_of = (0..self.hosts.len()).map(first_hop).collect();
+        self.in_rack.clear();
+        for (h, &r) in self.rack_of.iter().enumerate() {
+            self.in_rack.entry(r).or_default().push(h);
+        }
+    }
+
+    /// The hosts of `rack` ([`Topology::racks`]), ascending.
+    pub fn hosts_in_rack(&self, rack: usize) -> &[HostId] {
+        self.in_rack.get(&rack).map_or(&[], Vec::as_slice)
+    }
+
+    /// Rack of each host: the switch its first link leads to (its leaf);
+    /// a host without links is a rack of its own (`usize::MAX − host`).
+    /// Kept from [`Topology::new`]: placements read it every round, and
+    /// building it there was O(hosts) a round.
+    pub fn racks(&self) -> &[usize] {
+        &self.rack_of
     }
 
     /// Number of hosts plus switches.

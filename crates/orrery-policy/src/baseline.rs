@@ -13,10 +13,9 @@ use std::cmp::Reverse;
 use std::collections::BTreeSet;
 
 /// Rack of each host: the leaf switch it is cabled to (hosts without one are
-/// their own rack). O(links).
-pub fn racks(view: &ClusterView<'_>) -> Vec<usize> {
-    let t = view.topology;
-    (0..t.hosts.len()).map(|h| t.out_links(h).first().map_or(usize::MAX - h, |&l| t.links[l].to)).collect()
+/// their own rack), as the topology keeps it. O(1).
+pub fn racks<'a>(view: &ClusterView<'a>) -> &'a [usize] {
+    view.topology.racks()
 }
 
 /// Consolidated first fit: the fewest racks, then the fewest hosts. Racks are
@@ -211,7 +210,7 @@ fn in_order_with(
             });
             continue;
         }
-        match place(view, &rack_of, &free, job) {
+        match place(view, rack_of, &free, job) {
             Some(hosts) => {
                 for &(h, g) in &hosts {
                     free[h] -= g;
@@ -444,7 +443,7 @@ mod tests {
             .expect("valid");
             let view = ClusterView { now_s: 0.0, topology: &topo, free_gpus: &free, queue: vec![], running: vec![] };
             let rack_of = racks(&view);
-            let mut index = FreeIndex::new(&free, &rack_of);
+            let mut index = FreeIndex::new(&free, rack_of);
             let mut slice = free.clone();
             let mut placed: Vec<Vec<(HostId, u32)>> = Vec::new();
             for (gpus, give_back) in steps {
@@ -454,7 +453,7 @@ mod tests {
                         slice[h] += g;
                     }
                 }
-                let want = consolidated(&view, &rack_of, &slice, gpus);
+                let want = consolidated(&view, rack_of, &slice, gpus);
                 prop_assert_eq!(&index.consolidated(gpus), &want);
                 if let Some(hosts) = want {
                     index.take(&hosts);

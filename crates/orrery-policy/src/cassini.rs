@@ -451,16 +451,7 @@ impl Policy for Cassini {
         let mut free = view.free_gpus.to_vec();
         // Racks and their hosts, O(H), only in a round that places a job.
         let placing = proposed.iter().any(|d| matches!(d, Decision::Place { .. }));
-        let (rack_of, in_rack) = if placing && self.draw == Candidates::PerRack && self.candidates > 1 {
-            let rack_of = crate::baseline::racks(view);
-            let mut in_rack: HashMap<usize, Vec<HostId>> = HashMap::new();
-            for (h, &r) in rack_of.iter().enumerate() {
-                in_rack.entry(r).or_default().push(h);
-            }
-            (rack_of, in_rack)
-        } else {
-            (Vec::new(), HashMap::new())
-        };
+        let rack_of = crate::baseline::racks(view);
         self.drift.forget_ended(view);
         // Jobs outside the Affinity graph are forgotten once they end. O(R + Q).
         if !self.unaligned.is_empty() {
@@ -575,12 +566,12 @@ impl Policy for Cassini {
                 }
                 Candidates::PerRack if self.candidates > 1 => {
                     let capped = capped();
-                    for rack in racks_by_free(&rack_of, &capped) {
+                    for rack in racks_by_free(rack_of, &capped) {
                         if candidates.len() >= self.candidates {
                             break;
                         }
-                        let hosts = in_rack.get(&rack).map_or(&[][..], Vec::as_slice);
-                        if let Some(c) = first_fit_from(view, &rack_of, &capped, gpus, hosts)
+                        let hosts = view.topology.hosts_in_rack(rack);
+                        if let Some(c) = first_fit_from(view, rack_of, &capped, gpus, hosts)
                             && !candidates.contains(&c)
                         {
                             candidates.push(c);
@@ -1035,14 +1026,14 @@ pub(super) mod tests {
             running: vec![running(0, &a, &ha)],
         };
         let rack_of = crate::baseline::racks(&view);
-        let racks = racks_by_free(&rack_of, &free);
+        let racks = racks_by_free(rack_of, &free);
         assert_eq!(racks.len(), 2, "both racks have 3 free GPUs");
         let hosts_of = |r: usize| (0..4).filter(|&h| rack_of[h] == r).collect::<Vec<HostId>>();
-        let anchored: Vec<_> = racks.iter().map(|&r| first_fit_from(&view, &rack_of, &free, 2, &hosts_of(r))).collect();
+        let anchored: Vec<_> = racks.iter().map(|&r| first_fit_from(&view, rack_of, &free, 2, &hosts_of(r))).collect();
         assert_eq!(anchored, [Some(vec![(1, 2)]), Some(vec![(3, 2)])]);
         // Four GPUs anchored at rack 0: its hosts, fullest first, then the
         // last GPU by first fit over the rest (best fit: host 2, one free).
-        assert_eq!(first_fit_from(&view, &rack_of, &free, 4, &hosts_of(racks[0])), Some(vec![(1, 2), (0, 1), (2, 1)]));
+        assert_eq!(first_fit_from(&view, rack_of, &free, 4, &hosts_of(racks[0])), Some(vec![(1, 2), (0, 1), (2, 1)]));
         let mut cassini = Cassini::new(Box::new(Propose(ha.to_vec())), 3);
         let d = cassini.schedule(&view);
         assert_eq!(d.first(), Some(&Decision::Place { job: 1, hosts: vec![(1, 2)] }), "{d:?}");

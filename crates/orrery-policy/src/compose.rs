@@ -100,7 +100,7 @@ impl Policy for Composed {
         }
         // Stable: equal keys keep arrival order.
         queued.sort_by(|a, b| a.0.0.total_cmp(&b.0.0).then(a.0.1.total_cmp(&b.0.1)));
-        let victims = if queued.is_empty() { Vec::new() } else { self.victims(view, &rack_of, &queued) };
+        let victims = if queued.is_empty() { Vec::new() } else { self.victims(view, rack_of, &queued) };
         let mut free = view.free_gpus.to_vec();
         for &v in &victims {
             if let Some(r) = view.running.iter().find(|r| r.id == v) {
@@ -114,7 +114,7 @@ impl Policy for Composed {
         self.placement.prepare(view, &victims);
         for (_, i) in queued {
             let spec = view.queue[i].spec;
-            match self.placement.place(view, &rack_of, &free, spec) {
+            match self.placement.place(view, rack_of, &free, spec) {
                 Some(hosts) => {
                     for &(h, g) in &hosts {
                         free[h] -= g;
@@ -125,7 +125,7 @@ impl Policy for Composed {
                 // A gang its placement can never hold is turned away, as
                 // Kueue marks it inadmissible, rather than held at the
                 // head of the queue forever.
-                None => match self.placement.never_fits(view, &rack_of, spec) {
+                None => match self.placement.never_fits(view, rack_of, spec) {
                     Some(reason) => out.push(Decision::Reject { job: view.queue[i].id, reason }),
                     None if self.order.blocking() => break,
                     None => {}

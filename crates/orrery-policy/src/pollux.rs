@@ -208,7 +208,7 @@ impl Policy for Pollux {
             let step = c.spec.gpus_per_worker.max(1);
             let mut k = alloc[i];
             while k >= step {
-                if let Some(hosts) = consolidated(view, &rack_of, &free, k) {
+                if let Some(hosts) = consolidated(view, rack_of, &free, k) {
                     for &(h, g) in &hosts {
                         free[h] -= g;
                     }

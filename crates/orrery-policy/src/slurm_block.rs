@@ -176,7 +176,7 @@ mod tests {
         let view = ClusterView { now_s: 0.0, topology: &t, free_gpus: free, queue: Vec::new(), running: Vec::new() };
         let rack_of = crate::baseline::racks(&view);
         let spec = JobSpec::new("j", "llama3-8b", 1, gpus, Work::Iterations(1), 0.0);
-        SlurmBlock::by_name(name).expect("a slurm-block name").place(&view, &rack_of, free, &spec)
+        SlurmBlock::by_name(name).expect("a slurm-block name").place(&view, rack_of, free, &spec)
     }
 
     fn racks(hosts: &Hosts) -> Vec<usize> {

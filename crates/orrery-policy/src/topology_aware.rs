@@ -270,7 +270,7 @@ mod tests {
         let view = ClusterView { now_s: 0.0, topology: &t, free_gpus: free, queue: Vec::new(), running: Vec::new() };
         let rack_of = crate::baseline::racks(&view);
         let spec = JobSpec::new("j", "llama3-8b", 1, gpus, Work::Iterations(1), 0.0);
-        TopologyAware::by_name(name).expect("a TAS name").place(&view, &rack_of, free, &spec)
+        TopologyAware::by_name(name).expect("a TAS name").place(&view, rack_of, free, &spec)
     }
 
     fn racks(hosts: &Hosts) -> Vec<usize> {
@@ -325,13 +325,13 @@ mod tests {
         let rack_of = crate::baseline::racks(&view);
         let tas = TopologyAware::by_name("tas-required:rack").expect("a TAS name");
         let spec = JobSpec::new("j", "llama3-8b", 1, 16, Work::Iterations(1), 0.0);
-        assert_eq!(tas.never_fits(&view, &rack_of, &spec), None);
+        assert_eq!(tas.never_fits(&view, rack_of, &spec), None);
         // Preferred spreads instead; hypernode:2 takes the pod.
         assert_eq!(
-            TopologyAware::by_name("tas-preferred:rack").expect("a name").never_fits(&view, &rack_of, &big),
+            TopologyAware::by_name("tas-preferred:rack").expect("a name").never_fits(&view, rack_of, &big),
             None
         );
-        assert_eq!(HyperNode::by_name("hypernode:2").expect("a tier").never_fits(&view, &rack_of, &big), None);
+        assert_eq!(HyperNode::by_name("hypernode:2").expect("a tier").never_fits(&view, rack_of, &big), None);
     }
 
     #[test]
@@ -363,11 +363,11 @@ mod tests {
         let mut one = HyperNode::by_name("hypernode:1").expect("a tier");
         let mut two = HyperNode::by_name("hypernode:2").expect("a tier");
         // 8 GPUs fit rack 1 (tier 1) under both.
-        assert_eq!(racks(&one.place(&view, &rack_of, &free, &spec(8)).expect("fits")), vec![1]);
-        assert_eq!(racks(&two.place(&view, &rack_of, &free, &spec(8)).expect("fits")), vec![1]);
+        assert_eq!(racks(&one.place(&view, rack_of, &free, &spec(8)).expect("fits")), vec![1]);
+        assert_eq!(racks(&two.place(&view, rack_of, &free, &spec(8)).expect("fits")), vec![1]);
         // 20 fit no rack: tier 1 waits, tier 2 takes the pod.
-        assert_eq!(one.place(&view, &rack_of, &free, &spec(20)), None);
-        let p = two.place(&view, &rack_of, &free, &spec(20)).expect("the pod holds it");
+        assert_eq!(one.place(&view, rack_of, &free, &spec(20)), None);
+        let p = two.place(&view, rack_of, &free, &spec(20)).expect("the pod holds it");
         assert_eq!(p.iter().map(|h| h.1).sum::<u32>(), 20);
     }
 
@@ -377,11 +377,11 @@ mod tests {
         let free: Vec<u32> = vec![8; t.hosts.len()];
         let view = ClusterView { now_s: 0.0, topology: &t, free_gpus: &free, queue: Vec::new(), running: Vec::new() };
         let rack_of = crate::baseline::racks(&view);
-        let pods = domain_of(&view, Level::Pod, &rack_of);
+        let pods = domain_of(&view, Level::Pod, rack_of);
         let spec = JobSpec::new("j", "llama3-8b", 1, 200, Work::Iterations(1), 0.0);
         let hosts = TopologyAware::by_name("tas-required:pod")
             .expect("a TAS name")
-            .place(&view, &rack_of, &free, &spec)
+            .place(&view, rack_of, &free, &spec)
             .expect("a pod (256 GPUs) holds 200");
         let used: std::collections::BTreeSet<usize> = hosts.iter().map(|&(h, _)| pods[h]).collect();
         assert_eq!(used.len(), 1, "{used:?}");

@@ -18,7 +18,7 @@
 use super::{Net, Solved, link_solution};
 use crate::memo::{FastMap, FastSet};
 use crate::{ClusterView, JobId};
-use orrery_model::LinkId;
+use orrery_model::{HostId, LinkId};
 
 /// Sums over a set of shared links.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -73,13 +73,32 @@ fn held(id: JobId) -> Rank {
     (0, id as u64)
 }
 
+/// A job's entry in the graph's index, read by [`Graph::sync`]'s walk
+/// without leaving the index for most jobs (at 16,384 hosts the walk's
+/// reads of each job's slot and hosts were a sixth of a run).
+#[derive(Debug, Clone)]
+struct Entry {
+    slot: usize,
+    /// Its hosts when it has at most [`INLINE`] (most jobs); else empty
+    /// and read from its [`Net`].
+    hosts: [(HostId, u32); INLINE],
+    inline: u8,
+    /// Its rank is not yet its id's ([`held`]): placed in the round so far
+    /// (ranked after the jobs held before), or in a graph built anew from
+    /// a view (ranked by its place there). The next walk ranks it by id.
+    rekey: bool,
+}
+
+/// Hosts an [`Entry`] holds in place.
+const INLINE: usize = 2;
+
 /// The jobs holding GPUs, each in a slot of its own (a job placed again
 /// takes a new one), with its rank in the full score's order, and the
 /// links they share.
 pub(super) struct Graph {
     slots: Vec<Option<Net>>,
     rank: Vec<Rank>,
-    slot_of: std::collections::BTreeMap<JobId, usize>,
+    slot_of: std::collections::BTreeMap<JobId, Entry>,
     /// Jobs placed in this round so far.
     placed: u64,
     /// Jobs that send, per link they cross, slots ascending.
@@ -178,7 +197,14 @@ impl Graph {
                 self.on_link.entry(l).or_default().push(slot);
             }
         }
-        self.slot_of.insert(net.id, slot);
+        let mut hosts = [(0, 0); INLINE];
+        let inline = if net.hosts.len() <= INLINE {
+            hosts[..net.hosts.len()].copy_from_slice(&net.hosts);
+            net.hosts.len() as u8
+        } else {
+            u8::MAX
+        };
+        self.slot_of.insert(net.id, Entry { slot, hosts, inline, rekey: rank != held(net.id) });
         self.slots.push(Some(net));
     }
 
@@ -247,7 +273,7 @@ impl Graph {
 
     /// Takes `job` out (it lost its GPUs this round). O(links of its region).
     pub(super) fn remove(&mut self, view: &ClusterView<'_>, job: JobId, solved: &mut Solved) {
-        let Some(slot) = self.slot_of.remove(&job) else { return };
+        let Some(slot) = self.slot_of.remove(&job).map(|e| e.slot) else { return };
         let Some(sending) = self.slots[slot].as_ref().map(sends) else { return };
         if sending {
             let region = self.region([slot]);
@@ -275,7 +301,7 @@ impl Graph {
 
     /// The slot of `job`, if it is in the graph.
     pub(super) fn slot(&self, job: JobId) -> Option<usize> {
-        self.slot_of.get(&job).copied()
+        self.slot_of.get(&job).map(|e| e.slot)
     }
 
     /// The job in `slot` (a live one).
@@ -302,26 +328,33 @@ impl Graph {
         solved: &mut Solved,
     ) -> bool {
         let (mut departed, mut arrived) = (Vec::new(), Vec::new());
-        let mut kept = self.slot_of.iter().map(|(&id, &s)| (id, s)).peekable();
+        let (slots, rank) = (&self.slots, &mut self.rank);
+        let mut kept = self.slot_of.iter_mut().peekable();
         let mut last: Option<JobId> = None;
         for r in running {
             if last.is_some_and(|l| l >= r.id) {
                 return false;
             }
             last = Some(r.id);
-            while let Some((_, s)) = kept.next_if(|&(id, _)| id < r.id) {
-                departed.push(s);
+            while let Some((_, e)) = kept.next_if(|(id, _)| **id < r.id) {
+                departed.push(e.slot);
             }
-            match kept.next_if(|&(id, _)| id == r.id) {
-                Some((_, s)) if self.net(s).hosts.as_slice() == r.hosts => self.rank[s] = held(r.id),
-                Some((_, s)) => {
-                    departed.push(s);
-                    arrived.extend(make(r));
-                }
-                None => arrived.extend(make(r)),
+            let Some((_, e)) = kept.next_if(|(id, _)| **id == r.id) else {
+                arrived.extend(make(r));
+                continue;
+            };
+            let same = match e.inline {
+                n if usize::from(n) <= INLINE => &e.hosts[..usize::from(n)] == r.hosts,
+                _ => slots[e.slot].as_ref().is_some_and(|n| n.hosts.as_slice() == r.hosts),
+            };
+            if !same {
+                departed.push(e.slot);
+                arrived.extend(make(r));
+            } else if std::mem::take(&mut e.rekey) {
+                rank[e.slot] = held(r.id);
             }
         }
-        departed.extend(kept.map(|(_, s)| s));
+        departed.extend(kept.map(|(_, e)| e.slot));
         for s in departed {
             let id = self.net(s).id;
             self.remove(view, id, solved);

@@ -387,7 +387,7 @@ impl Policy for Colocator {
         });
         let mut reservation: Option<Reservation> = None;
         let mut out = Vec::new();
-        let victims = if self.preempt { self.victims(view, &rack_of, &order, &high, starved_qi) } else { Vec::new() };
+        let victims = if self.preempt { self.victims(view, rack_of, &order, &high, starved_qi) } else { Vec::new() };
         for &v in &victims {
             for &(h, g) in view.running[v].hosts {
                 free[h] += g;
@@ -485,13 +485,13 @@ impl Policy for Colocator {
                 } else {
                     gpu_second_price(behind, arrival_rate, backlog_behind[pos + 1], total)
                 };
-                let k = self.priced_workers(view, &rack_of, &free, q, price);
+                let k = self.priced_workers(view, rack_of, &free, q, price);
                 let gpus = k * q.spec.gpus_per_worker.max(1);
                 // Checked before placing: a placement commits the start.
                 let end_s = t_new * f64::from(need) / f64::from(gpus.max(1));
                 if k < q.spec.workers.max(1)
                     && reservation.as_ref().is_none_or(|r| r.allows(gpus, end_s))
-                    && let Some(hosts) = self.place_smaller(view, &rack_of, &free, q.spec, k)
+                    && let Some(hosts) = self.place_smaller(view, rack_of, &free, q.spec, k)
                 {
                     if let Some(r) = reservation.as_mut() {
                         r.take(gpus, end_s);
@@ -508,8 +508,8 @@ impl Policy for Colocator {
             // Lines 6-7: enough free GPUs.
             if free_total >= u64::from(need)
                 && let Some(hosts) = match self.placement.as_mut() {
-                    Some(p) => p.place(view, &rack_of, &free, q.spec),
-                    None => consolidated(view, &rack_of, &capped(&free, q.spec), need),
+                    Some(p) => p.place(view, rack_of, &free, q.spec),
+                    None => consolidated(view, rack_of, &capped(&free, q.spec), need),
                 }
                 && reservation.as_mut().is_none_or(|r| r.admits(need, t_new))
             {
@@ -526,7 +526,7 @@ impl Policy for Colocator {
             if self.shrink {
                 let wait_s = next_free_s(&ends, u32::try_from(free_total).unwrap_or(u32::MAX), need);
                 if let Some((hosts, end_s)) =
-                    self.shrunk_start(view, &rack_of, &free, q, (t_new, wait_s), reservation.as_ref())
+                    self.shrunk_start(view, rack_of, &free, q, (t_new, wait_s), reservation.as_ref())
                 {
                     if let Some(r) = reservation.as_mut() {
                         r.take(hosts.iter().map(|h| h.1).sum(), end_s);
@@ -646,8 +646,8 @@ impl Policy for Colocator {
         }
         // Nor while a reservation waits for GPUs that growth would take.
         if self.shrink && victims.is_empty() && reservation.is_none() {
-            let index = self.take_index(&free, &rack_of);
-            let mut spare = Free::new(&rack_of, &mut free, index);
+            let index = self.take_index(&free, rack_of);
+            let mut spare = Free::new(rack_of, &mut free, index);
             self.grow(view, &mut spare, &mut out);
             // A running job grows only where a later arrival can take the
             // GPUs back by preempting it.

@@ -140,7 +140,7 @@ fn a_job_starts_smaller_only_when_that_beats_waiting_for_its_gpus() {
     // no reason to keep a smaller size for the whole run.
     let v = view(0.0);
     assert!(
-        p.shrunk_start(&v, &crate::baseline::racks(&v), &[0, 2], &v.queue[0], (600.0, f64::INFINITY), None).is_none()
+        p.shrunk_start(&v, crate::baseline::racks(&v), &[0, 2], &v.queue[0], (600.0, f64::INFINITY), None).is_none()
     );
     // Without the rule it always waits.
     p.shrink = false;
@@ -466,9 +466,9 @@ fn a_job_that_spends_its_gpus_on_the_network_starts_smaller_while_others_wait() 
     assert!((3.3..3.6).contains(&one), "{one}");
     // cost(12) = 1 + 12·price, cost(1) = 3.46·(1 + price): 1 worker
     // wins above a price of about 0.29.
-    assert_eq!(p.priced_workers(&alone, &crate::baseline::racks(&alone), alone.free_gpus, &alone.queue[0], 0.0), 12);
-    assert_eq!(p.priced_workers(&alone, &crate::baseline::racks(&alone), alone.free_gpus, &alone.queue[0], 0.2), 12);
-    assert_eq!(p.priced_workers(&alone, &crate::baseline::racks(&alone), alone.free_gpus, &alone.queue[0], 0.5), 1);
+    assert_eq!(p.priced_workers(&alone, crate::baseline::racks(&alone), alone.free_gpus, &alone.queue[0], 0.0), 12);
+    assert_eq!(p.priced_workers(&alone, crate::baseline::racks(&alone), alone.free_gpus, &alone.queue[0], 0.2), 12);
+    assert_eq!(p.priced_workers(&alone, crate::baseline::racks(&alone), alone.free_gpus, &alone.queue[0], 0.5), 1);
     let host = LeafSpine {
         racks: 1,
         hosts_per_rack: 2,
@@ -490,7 +490,7 @@ fn a_job_that_spends_its_gpus_on_the_network_starts_smaller_while_others_wait() 
     };
     for price in [0.0, 0.1, 0.5, 1.0] {
         assert_eq!(
-            p.priced_workers(&on_host, &crate::baseline::racks(&on_host), on_host.free_gpus, &on_host.queue[0], price),
+            p.priced_workers(&on_host, crate::baseline::racks(&on_host), on_host.free_gpus, &on_host.queue[0], price),
             8,
             "price {price}"
         );

@@ -560,10 +560,10 @@ mod tests {
             let rack_of = crate::baseline::racks(&view);
             let mut p = BidsWhenLoaded::default();
             p.prepare(&view, &[]);
-            let chosen = p.place(&view, &rack_of, free, &c);
+            let chosen = p.place(&view, rack_of, free, &c);
             let mut bids = Bidding::aware(Utility::Sgf);
             bids.prepare(&view, &[]);
-            (chosen, bids.place(&view, &rack_of, free, &c), p.crosses_load(&view, &c, first_fit))
+            (chosen, bids.place(&view, rack_of, free, &c), p.crosses_load(&view, &c, first_fit))
         };
         // Free: one GPU on each of hosts 0 and 1 (rack 0) and on host 4
         // (rack 2). First fit takes rack 0.

@@ -265,7 +265,7 @@ mod tests {
         // loaded NIC, host 3 (with host 2 the ring crosses rails 0-3 and
         // 4-7, but on NICs nobody else sends on).
         let rack_of = crate::baseline::racks(&view);
-        let redone = held.align(&t, &rack_of, &free, &z, vec![(0, 4), (2, 4)]);
+        let redone = held.align(&t, rack_of, &free, &z, vec![(0, 4), (2, 4)]);
         assert_eq!(redone, [(3, 4), (2, 4)]);
         assert_eq!(held.foreign_bits(&t, &z, &redone), 0.0);
         // Placements committed earlier in the round count. With only a
