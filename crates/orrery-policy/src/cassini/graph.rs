@@ -1,4 +1,5 @@
-//! The round's Affinity graph, scored one region at a time (issue 43).
+//! The running jobs' Affinity graph, scored one region at a time (issue 43)
+//! and kept from one placing round to the next (issue 69, [`Graph::sync`]).
 //!
 //! Alg. 2 ranks a candidate by the mean compatibility of the shared links of
 //! the whole placement and drops it when the Affinity graph has a loop.
@@ -13,7 +14,8 @@
 //! tree, the test of [`orrery_interleave::affinity::AffinityGraph::loops`])
 //! and re-scores only the region, before and after: O(links of the region)
 //! per candidate, placement and removal. The result equals a full score
-//! ([`super::score`]) up to rounding in the sums (the test below checks it).
+//! ([`super::score`]); the sums are exact integers (the test below checks
+//! it).
 
 use super::{Net, Solved, link_solution};
 use crate::memo::{FastMap, FastSet};
