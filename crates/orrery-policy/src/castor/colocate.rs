@@ -38,13 +38,12 @@ use crate::castor::{BackToBack, batch_scaling, pair_choice};
 use crate::combined::duty::shared_nic_xi;
 use crate::combined::prices::{Arrivals, gpu_second_price};
 use crate::combined::reserve::{Reservation, shadow};
-use crate::memo::PerPlacement;
+use crate::memo::{FastMap, FastSet, PerPlacement};
 use crate::placement::capped;
 use crate::{ClusterView, Decision, Forget, JobId, Policy};
 use orrery_model::colocation::{Colocation, accumulation_factor, memory_mib};
 use orrery_model::gpu::{GpuType, gpu_type};
 use orrery_model::{HostId, JobSpec, ModelSpec};
-use std::collections::{HashMap, HashSet};
 
 /// Lucid-style packing allows pairs whose estimated ξ are both at most this.
 pub const LUCID_MAX_XI: f64 = 1.25;
@@ -123,16 +122,16 @@ pub struct Colocator {
     /// [`shared_nic_xi`]); Castor's ξ counts compute interference only.
     pub nic_interference: bool,
     pub(crate) estimate: Colocation,
-    pub(crate) alone: HashMap<JobId, f64>,
+    pub(crate) alone: FastMap<JobId, f64>,
     /// Time alone of the whole job on k workers over its time at its
     /// request, per (job, k): Pollux's goodput in units of the job's work.
-    pub(crate) stretch: HashMap<(JobId, u32), f64>,
+    pub(crate) stretch: FastMap<(JobId, u32), f64>,
     /// Fraction of an iteration spent crossing the network on k workers,
     /// packed from host 0, per (job, k).
-    pub(crate) network_share: HashMap<(JobId, u32), f64>,
+    pub(crate) network_share: FastMap<(JobId, u32), f64>,
     /// Iteration time alone at the request, packed from host 0, ms: the
     /// reference of [`Self::stretch_on`].
-    pub(crate) request_ms: HashMap<JobId, f64>,
+    pub(crate) request_ms: FastMap<JobId, f64>,
     /// Per link, the running jobs' traffic on it this round: the sum of
     /// their duty cycles, each weighted by the share of its flows the link
     /// carries ([`link_duty`](crate::combined::duty::link_duty)). Built by the first size judged in a round
@@ -150,11 +149,11 @@ pub struct Colocator {
     pub(crate) free_index: Option<FreeIndex>,
     pub(crate) index_racks: Vec<usize>,
     /// Seconds each job has held GPUs so far, summed between rounds.
-    pub(crate) run_s: HashMap<JobId, f64>,
+    pub(crate) run_s: FastMap<JobId, f64>,
     /// When the four caches above drop the jobs that have left.
     pub(crate) forget: Forget,
     /// The previous round's time and the jobs holding GPUs after it.
-    pub(crate) last_round: Option<(f64, HashSet<JobId>)>,
+    pub(crate) last_round: Option<(f64, FastSet<JobId>)>,
     /// The arrivals behind the price of a GPU-second.
     pub(crate) arrivals: Arrivals,
     pub(crate) shrunk: u64,
@@ -187,16 +186,16 @@ impl Colocator {
             reserve_after: None,
             nic_interference: false,
             estimate: Colocation::default(),
-            alone: HashMap::new(),
-            stretch: HashMap::new(),
-            network_share: HashMap::new(),
-            request_ms: HashMap::new(),
+            alone: FastMap::default(),
+            stretch: FastMap::default(),
+            network_share: FastMap::default(),
+            request_ms: FastMap::default(),
             link_duty: None,
             duty_terms: PerPlacement::default(),
             shaped: Default::default(),
             free_index: None,
             index_racks: Vec::new(),
-            run_s: HashMap::new(),
+            run_s: FastMap::default(),
             forget: Forget::default(),
             last_round: None,
             arrivals: Arrivals::default(),

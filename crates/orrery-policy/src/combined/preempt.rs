@@ -8,11 +8,11 @@
 
 use crate::baseline::consolidated;
 use crate::castor::colocate::Colocator;
+use crate::memo::FastSet;
 use crate::order::{deserving_and_losers, fewest_victims};
 use crate::placement::capped;
 use crate::{ClusterView, Decision, JobId};
 use orrery_model::JobSpec;
-use std::collections::HashSet;
 
 impl Colocator {
     /// Credits the time since the previous round to each job that held
@@ -28,7 +28,7 @@ impl Colocator {
     /// Records who holds GPUs after this round's decisions: the running
     /// jobs not preempted and the jobs started. O(R + D).
     pub(crate) fn note_holders(&mut self, view: &ClusterView<'_>, out: &[Decision]) {
-        let mut holders: HashSet<JobId> = view.running.iter().map(|r| r.id).collect();
+        let mut holders: FastSet<JobId> = view.running.iter().map(|r| r.id).collect();
         for d in out {
             match d {
                 Decision::Preempt { job } => {
