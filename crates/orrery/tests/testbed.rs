@@ -680,7 +680,7 @@ fn a_real_pipeline_by_data_parallel_job_runs_as_its_model_says_and_cassinis_shif
     // its model, three with the shifted pair 12.6-20.9% over alone (one
     // with ~110 ms more non-network time an iteration than alone, 25-31%
     // of its all-reduces over 1.4x a calibration that itself varied
-    // 281-372 ms from run to run); the two that passed had the unshifted
+    // 275-372 ms from run to run); the two that passed had the unshifted
     // ranks' compute 1.9% and 2.4% over the calibration's. Where the CPU
     // did not keep the pace, the bars are printed, not judged.
     let compute_ms = shape["first_stage"]["compute_ms"].as_f64().expect("compute_ms");
