@@ -298,6 +298,58 @@ struct Offer {
 }
 
 impl Colocator {
+    /// The running jobs that stay this round and could lend GPUs (not
+    /// high-priority ones when those are spared), with the GPUs they hold
+    /// alone in all. O(R).
+    fn candidates(&mut self, view: &ClusterView<'_>, victims: &[usize]) -> (Vec<Candidate>, u64) {
+        let spare = self.spare_high_priority;
+        let mut cands: Vec<Candidate> = Vec::new();
+        for (_, r) in view.running.iter().enumerate().filter(|(i, r)| !r.paused && !victims.contains(i)) {
+            if spare && r.spec.priority == orrery_model::Priority::High {
+                continue;
+            }
+            let (Some(m), Some(&(h0, _))) = (orrery_model::zoo::model(&r.spec.model), r.hosts.first()) else {
+                continue;
+            };
+            let Some(gpu) = gpu_type(&view.topology.hosts[h0].gpu_type) else { continue };
+            let left_s = self.alone_s(view, r.id, r.spec) * (1.0 - r.progress) * r.xi.max(1.0);
+            let held: u32 = r.hosts.iter().map(|h| h.1).sum();
+            let network_share = if self.nic_interference {
+                self.network_share(view, r.id, r.spec, held / r.spec.gpus_per_worker.max(1))
+            } else {
+                0.0
+            };
+            cands.push(Candidate {
+                id: r.id,
+                solo: r.solo_gpus.iter().copied().filter(|s| s.1 > 0).collect(),
+                spec_model: m,
+                sub_batch: r.sub_batch,
+                gpus: r.spec.gpus(),
+                left_s,
+                gpu,
+                network_share,
+            });
+        }
+        let solo_total = cands.iter().flat_map(|c| &c.solo).map(|s| u64::from(s.1)).sum();
+        (cands, solo_total)
+    }
+
+    /// When each running job that stays this round frees its GPUs, soonest
+    /// first, for the next-free rule: (seconds, GPUs). O(R log R).
+    fn ends(&mut self, view: &ClusterView<'_>, victims: &[usize]) -> Vec<(f64, f64)> {
+        let mut ends: Vec<(f64, f64)> = Vec::new();
+        for (_, r) in view.running.iter().enumerate().filter(|(i, r)| !r.paused && !victims.contains(i)) {
+            let left_s = self.alone_s(view, r.id, r.spec) * (1.0 - r.progress) * r.xi.max(1.0);
+            // A GPU two jobs share frees when both have ended: half of
+            // it is counted at each one's end.
+            let solo: u32 = r.solo_gpus.iter().map(|s| s.1).sum();
+            let held: u32 = r.hosts.iter().map(|h| h.1).sum();
+            ends.push((left_s, f64::from(solo) + f64::from(held.saturating_sub(solo)) / 2.0));
+        }
+        ends.sort_by(|a, b| a.0.total_cmp(&b.0));
+        ends
+    }
+
     /// Castor Alg. 1, line 1: pending jobs by expected remaining time
     /// (time alone × work left), high-priority jobs first when they go
     /// first (Metronome's priority classes); (remaining s, arrival s, queue
@@ -395,46 +447,11 @@ impl Policy for Colocator {
             self.preempted += 1;
             out.push(Decision::Preempt { job: view.running[v].id });
         }
-        let staying =
-            || view.running.iter().enumerate().filter(|(i, r)| !r.paused && !victims.contains(i)).map(|p| p.1);
-        let mut cands: Vec<Candidate> = Vec::new();
-        for r in staying().filter(|r| !high(r.spec)) {
-            let (Some(m), Some(&(h0, _))) = (orrery_model::zoo::model(&r.spec.model), r.hosts.first()) else {
-                continue;
-            };
-            let Some(gpu) = gpu_type(&view.topology.hosts[h0].gpu_type) else { continue };
-            let left_s = self.alone_s(view, r.id, r.spec) * (1.0 - r.progress) * r.xi.max(1.0);
-            let held: u32 = r.hosts.iter().map(|h| h.1).sum();
-            let network_share = if self.nic_interference {
-                self.network_share(view, r.id, r.spec, held / r.spec.gpus_per_worker.max(1))
-            } else {
-                0.0
-            };
-            cands.push(Candidate {
-                id: r.id,
-                solo: r.solo_gpus.iter().copied().filter(|s| s.1 > 0).collect(),
-                spec_model: m,
-                sub_batch: r.sub_batch,
-                gpus: r.spec.gpus(),
-                left_s,
-                gpu,
-                network_share,
-            });
-        }
-        // When each running job's GPUs free up, soonest first, for the
-        // next-free rule: O(R log R) per round.
-        let mut ends: Vec<(f64, f64)> = Vec::new();
-        if self.next_free || self.shrink || starved.is_some() {
-            for r in staying() {
-                let left_s = self.alone_s(view, r.id, r.spec) * (1.0 - r.progress) * r.xi.max(1.0);
-                // A GPU two jobs share frees when both have ended: half of
-                // it is counted at each one's end.
-                let solo: u32 = r.solo_gpus.iter().map(|s| s.1).sum();
-                let held: u32 = r.hosts.iter().map(|h| h.1).sum();
-                ends.push((left_s, f64::from(solo) + f64::from(held.saturating_sub(solo)) / 2.0));
-            }
-            ends.sort_by(|a, b| a.0.total_cmp(&b.0));
-        }
+        // The running jobs that could lend GPUs, and when each one's GPUs
+        // free up: O(R) and O(R log R), built when a queued job first needs
+        // them (most rounds place their queue on free GPUs, or have none).
+        let mut cands: Option<(Vec<Candidate>, u64)> = None;
+        let mut ends: Option<Vec<(f64, f64)>> = None;
         if let Some(p) = self.placement.as_mut() {
             let gone: Vec<JobId> = victims.iter().map(|&v| view.running[v].id).collect();
             p.prepare(view, &gone);
@@ -454,14 +471,16 @@ impl Policy for Colocator {
             }
         }
         let waiting = order.len();
-        let total = view.topology.gpu_count();
-        // GPUs the running candidates hold alone, kept as shares take them.
-        let mut solo_total: u64 = cands.iter().flat_map(|c| &c.solo).map(|s| u64::from(s.1)).sum();
+        // O(H): only when a job waits.
+        let total = if order.is_empty() { 0 } else { view.topology.gpu_count() };
         // Decisions before the previous job was considered (blocking mode).
         let mut before_previous: Option<usize> = None;
         for (pos, (t_new, _, qi)) in order.into_iter().enumerate() {
             if pos == 1 {
-                reservation = starved.and_then(|(id, need)| Reservation::if_waiting(&out, &ends, free_total, id, need));
+                if let Some((id, need)) = starved {
+                    let ends = ends.get_or_insert_with(|| self.ends(view, &victims));
+                    reservation = Reservation::if_waiting(&out, ends, free_total, id, need);
+                }
             }
             let q = &view.queue[qi];
             if q.spec.gpus() == 0 || q.spec.gpus() > total {
@@ -523,7 +542,8 @@ impl Policy for Colocator {
                 continue;
             }
             if self.shrink {
-                let wait_s = next_free_s(&ends, u32::try_from(free_total).unwrap_or(u32::MAX), need);
+                let ends = ends.get_or_insert_with(|| self.ends(view, &victims));
+                let wait_s = next_free_s(ends, u32::try_from(free_total).unwrap_or(u32::MAX), need);
                 if let Some((hosts, end_s)) =
                     self.shrunk_start(view, rack_of, &free, q, (t_new, wait_s), reservation.as_ref())
                 {
@@ -543,18 +563,21 @@ impl Policy for Colocator {
                 continue;
             }
             let Some(model) = orrery_model::zoo::model(&q.spec.model) else { continue };
-            if free_total + solo_total < u64::from(need) {
+            // GPUs the running candidates hold alone, kept as shares take them.
+            let (cands, solo_total) = cands.get_or_insert_with(|| self.candidates(view, &victims));
+            if free_total + *solo_total < u64::from(need) {
                 continue;
             }
             // Lines 10-14: candidate partners, ranked.
             let back_to_back = if self.next_free {
-                BackToBack::NextFree { wait_s: next_free_s(&ends, u32::try_from(free_total).unwrap_or(u32::MAX), need) }
+                let ends = ends.get_or_insert_with(|| self.ends(view, &victims));
+                BackToBack::NextFree { wait_s: next_free_s(ends, u32::try_from(free_total).unwrap_or(u32::MAX), need) }
             } else {
                 self.back_to_back
             };
             let network_share =
                 if self.nic_interference { self.network_share(view, q.id, q.spec, q.spec.workers) } else { 0.0 };
-            let offers = self.offers(&cands, q.spec, model, t_new, back_to_back, network_share);
+            let offers = self.offers(cands, q.spec, model, t_new, back_to_back, network_share);
             if offers.is_empty() {
                 self.waits += 1;
                 continue;
@@ -630,7 +653,7 @@ impl Policy for Colocator {
                 if let Some(c) = cands.iter_mut().find(|c| c.id == p)
                     && let Some(s) = c.solo.iter_mut().find(|s| s.0 == h)
                 {
-                    solo_total -= u64::from(s.1.min(g));
+                    *solo_total -= u64::from(s.1.min(g));
                     s.1 = s.1.saturating_sub(g);
                 }
             }
@@ -641,7 +664,8 @@ impl Policy for Colocator {
         if reservation.is_none()
             && let Some((id, need)) = starved
         {
-            reservation = Reservation::if_waiting(&out, &ends, free_total, id, need);
+            let ends = ends.get_or_insert_with(|| self.ends(view, &victims));
+            reservation = Reservation::if_waiting(&out, ends, free_total, id, need);
         }
         // Nor while a reservation waits for GPUs that growth would take.
         if self.shrink && victims.is_empty() && reservation.is_none() {
