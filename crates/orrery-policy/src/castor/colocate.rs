@@ -476,11 +476,11 @@ impl Policy for Colocator {
         // Decisions before the previous job was considered (blocking mode).
         let mut before_previous: Option<usize> = None;
         for (pos, (t_new, _, qi)) in order.into_iter().enumerate() {
-            if pos == 1 {
-                if let Some((id, need)) = starved {
-                    let ends = ends.get_or_insert_with(|| self.ends(view, &victims));
-                    reservation = Reservation::if_waiting(&out, ends, free_total, id, need);
-                }
+            if pos == 1
+                && let Some((id, need)) = starved
+            {
+                let ends = ends.get_or_insert_with(|| self.ends(view, &victims));
+                reservation = Reservation::if_waiting(&out, ends, free_total, id, need);
             }
             let q = &view.queue[qi];
             if q.spec.gpus() == 0 || q.spec.gpus() > total {
