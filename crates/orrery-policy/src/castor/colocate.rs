@@ -40,7 +40,7 @@ use crate::combined::prices::{Arrivals, gpu_second_price};
 use crate::combined::reserve::{Reservation, shadow};
 use crate::memo::{FastMap, FastSet, PerPlacement};
 use crate::placement::capped;
-use crate::{ClusterView, Decision, Forget, JobId, Policy};
+use crate::{ClusterView, Decision, Forget, JobId, Policy, RunningJob};
 use orrery_model::colocation::{Colocation, accumulation_factor, memory_mib};
 use orrery_model::gpu::{GpuType, gpu_type};
 use orrery_model::{HostId, JobSpec, ModelSpec};
@@ -297,6 +297,12 @@ struct Offer {
     t_new_s: f64,
 }
 
+/// The running jobs that stay this round: not paused and not among the
+/// victims preempted in it. O(R·V).
+fn staying<'v>(view: &'v ClusterView<'_>, victims: &'v [usize]) -> impl Iterator<Item = &'v RunningJob<'v>> {
+    view.running.iter().enumerate().filter(|(i, r)| !r.paused && !victims.contains(i)).map(|(_, r)| r)
+}
+
 impl Colocator {
     /// The running jobs that stay this round and could lend GPUs (not
     /// high-priority ones when those are spared), with the GPUs they hold
@@ -304,7 +310,7 @@ impl Colocator {
     fn candidates(&mut self, view: &ClusterView<'_>, victims: &[usize]) -> (Vec<Candidate>, u64) {
         let spare = self.spare_high_priority;
         let mut cands: Vec<Candidate> = Vec::new();
-        for (_, r) in view.running.iter().enumerate().filter(|(i, r)| !r.paused && !victims.contains(i)) {
+        for r in staying(view, victims) {
             if spare && r.spec.priority == orrery_model::Priority::High {
                 continue;
             }
@@ -312,7 +318,7 @@ impl Colocator {
                 continue;
             };
             let Some(gpu) = gpu_type(&view.topology.hosts[h0].gpu_type) else { continue };
-            let left_s = self.alone_s(view, r.id, r.spec) * (1.0 - r.progress) * r.xi.max(1.0);
+            let left_s = self.left_s(view, r);
             let held: u32 = r.hosts.iter().map(|h| h.1).sum();
             let network_share = if self.nic_interference {
                 self.network_share(view, r.id, r.spec, held / r.spec.gpus_per_worker.max(1))
@@ -334,12 +340,17 @@ impl Colocator {
         (cands, solo_total)
     }
 
+    /// A running job's time left at its current slowdown, s.
+    fn left_s(&mut self, view: &ClusterView<'_>, r: &RunningJob<'_>) -> f64 {
+        self.alone_s(view, r.id, r.spec) * (1.0 - r.progress) * r.xi.max(1.0)
+    }
+
     /// When each running job that stays this round frees its GPUs, soonest
     /// first, for the next-free rule: (seconds, GPUs). O(R log R).
     fn ends(&mut self, view: &ClusterView<'_>, victims: &[usize]) -> Vec<(f64, f64)> {
         let mut ends: Vec<(f64, f64)> = Vec::new();
-        for (_, r) in view.running.iter().enumerate().filter(|(i, r)| !r.paused && !victims.contains(i)) {
-            let left_s = self.alone_s(view, r.id, r.spec) * (1.0 - r.progress) * r.xi.max(1.0);
+        for r in staying(view, victims) {
+            let left_s = self.left_s(view, r);
             // A GPU two jobs share frees when both have ended: half of
             // it is counted at each one's end.
             let solo: u32 = r.solo_gpus.iter().map(|s| s.1).sum();
