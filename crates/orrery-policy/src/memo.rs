@@ -10,6 +10,7 @@
 
 use crate::JobId;
 use orrery_model::HostId;
+use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
 
 /// A hash map for the hot paths keyed by small integers (jobs, links):
@@ -56,11 +57,15 @@ impl<T> PerPlacement<T> {
         fresh: impl FnOnce(&T) -> bool,
         make: impl FnOnce() -> T,
     ) -> &T {
-        let kept = self.values.get(&job).is_some_and(|(h, v)| h.as_slice() == hosts && fresh(v));
-        if !kept {
-            self.values.insert(job, (KeptHosts::from_slice(hosts), make()));
+        // One lookup: every running job is read once a round.
+        match self.values.entry(job) {
+            Entry::Occupied(kept) if kept.get().0.as_slice() == hosts && fresh(&kept.get().1) => &kept.into_mut().1,
+            Entry::Occupied(mut stale) => {
+                stale.insert((KeptHosts::from_slice(hosts), make()));
+                &stale.into_mut().1
+            }
+            Entry::Vacant(new) => &new.insert((KeptHosts::from_slice(hosts), make())).1,
         }
-        &self.values[&job].1
     }
 
     /// Forgets the jobs not in `live` once the others outnumber them

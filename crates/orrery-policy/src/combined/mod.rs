@@ -383,9 +383,10 @@ pub struct BidsWhenLoaded {
     /// preempts and the placements committed so far, replayed onto it
     /// then. The cluster's state for the bids is O(R) a round to build.
     unprepared: Option<Unprepared>,
-    /// Links carrying some job's traffic this round.
+    /// Fabric links carrying some job's traffic this round.
     loaded: crate::memo::FastSet<LinkId>,
-    /// Each running job's links ([`links_of`]), kept while its hosts are.
+    /// Each running job's fabric links ([`fabric_links_of`]), kept while
+    /// its hosts are: none for a job inside one leaf, most of them.
     links: PerPlacement<Vec<LinkId>>,
     /// Part `rails`: on a rail-optimised fabric, partial hosts chosen for
     /// their free GPUs' rails ([`rails::Held::align`]), with the GPUs held
@@ -419,9 +420,9 @@ impl Default for BidsWhenLoaded {
 }
 
 impl BidsWhenLoaded {
-    /// Adds the links `spec` on `hosts` may send over.
+    /// Adds the fabric links `spec` on `hosts` may send over.
     fn load(&mut self, view: &ClusterView<'_>, spec: &JobSpec, hosts: &[(HostId, u32)]) {
-        self.loaded.extend(links_of(view, spec, hosts));
+        self.loaded.extend(fabric_links_of(view, spec, hosts));
     }
 
     /// Whether `hosts` would send traffic over a fabric link (leaf to
@@ -433,19 +434,21 @@ impl BidsWhenLoaded {
     /// docs/results.md). Plebiscito's bandwidth term (Eq. 9) is the
     /// bandwidth between nodes. O(links on the placement's paths).
     fn crosses_load(&self, view: &ClusterView<'_>, spec: &JobSpec, hosts: &[(HostId, u32)]) -> bool {
-        let hosts_n = view.topology.hosts.len();
-        let fabric = |l: LinkId| view.topology.links[l].from >= hosts_n && view.topology.links[l].to >= hosts_n;
-        links_of(view, spec, hosts).into_iter().any(|l| fabric(l) && self.loaded.contains(&l))
+        fabric_links_of(view, spec, hosts).into_iter().any(|l| self.loaded.contains(&l))
     }
 }
 
-/// Every link `spec` on `hosts` may send over, on any equal-cost path (which
-/// spine ECMP or FORESIGHT's routes pick is not known here); none for a job
-/// that sends nothing.
-fn links_of(view: &ClusterView<'_>, spec: &JobSpec, hosts: &[(HostId, u32)]) -> Vec<LinkId> {
+/// Every fabric link (between two switches) `spec` on `hosts` may send
+/// over, on any equal-cost path (which spine ECMP or FORESIGHT's routes
+/// pick is not known here); none for a job that sends nothing. Hosts' own
+/// links are left out: [`BidsWhenLoaded::crosses_load`] does not count
+/// them, and a job inside one leaf then keeps no links at all.
+fn fabric_links_of(view: &ClusterView<'_>, spec: &JobSpec, hosts: &[(HostId, u32)]) -> Vec<LinkId> {
+    let hosts_n = view.topology.hosts.len();
+    let fabric = |l: &LinkId| view.topology.links[*l].from >= hosts_n && view.topology.links[*l].to >= hosts_n;
     place(view.topology, spec, hosts)
         .filter(|p| p.shape.network_ms() > 0.0)
-        .map_or_else(Vec::new, |p| p.links_on_any_path(view.topology))
+        .map_or_else(Vec::new, |p| p.links_on_any_path(view.topology).into_iter().filter(fabric).collect())
 }
 
 impl Placement for BidsWhenLoaded {
@@ -458,7 +461,7 @@ impl Placement for BidsWhenLoaded {
         self.loaded.clear();
         self.links.forget_unless(view.running.len(), || view.running.iter().map(|r| r.id).collect());
         for r in view.running.iter().filter(|r| !r.paused && !leaving.contains(&r.id)) {
-            self.loaded.extend(self.links.get(r.id, r.hosts, || links_of(view, r.spec, r.hosts)));
+            self.loaded.extend(self.links.get(r.id, r.hosts, || fabric_links_of(view, r.spec, r.hosts)));
         }
         if self.rails {
             self.nics.forget_unless(view.running.len(), || view.running.iter().map(|r| r.id).collect());
