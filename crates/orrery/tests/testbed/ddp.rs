@@ -123,17 +123,12 @@ fn two_real_ddp_jobs_keep_cassinis_shift_and_gain_what_in_step_loses() {
     // The shape was measured alone: the padded compute (less the part of
     // the backward pass the first bucket's all-reduce overlaps), and an
     // all-reduce of the real gradient (2 layers of 1024² + 1024 fp32 values).
-    let shape: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.path().join("shape.json")).expect("shape.json"))
-            .expect("json");
+    let shape = json(&out.path().join("shape.json"));
     assert_eq!(shape["gradient_bytes"].as_f64(), Some(2.0 * (1024.0 * 1024.0 + 1024.0) * 4.0), "{shape}");
     assert!(shape["compute_ms"].as_f64().is_some_and(|c| c >= 0.9 * 250.0), "{shape}");
     let alone_comm = shape["comm_ms"].as_f64().expect("comm_ms");
     assert!(alone_comm > 50.0, "{shape}");
-    let measured: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(out.path().join("pinned_cassini/measured.json")).expect("measured.json"),
-    )
-    .expect("json");
+    let measured = json(&out.path().join("pinned_cassini/measured.json"));
     // Both DDP jobs ran and reported every iteration with its all-reduce.
     for job in measured["jobs"].as_array().expect("jobs") {
         assert_eq!(job["status"], "finished", "{}", job["id"]);
@@ -183,10 +178,7 @@ fn two_real_ddp_jobs_keep_cassinis_shift_and_gain_what_in_step_loses() {
         breakdown(&measured, &shape),
         alignments(&measured)
     );
-    let in_step: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(out.path().join("pinned_in-step/measured.json")).expect("measured.json"),
-    )
-    .expect("json");
+    let in_step = json(&out.path().join("pinned_in-step/measured.json"));
     let in_step_rings = ring_collisions(&in_step, alone_comm, 10);
     eprintln!("in step (job, collided, slowed by the host alone, judged): {in_step_rings:?}");
     let in_step_collided =

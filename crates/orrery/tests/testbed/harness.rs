@@ -102,6 +102,13 @@ pub(crate) fn judged_over_starts(what: &str, mut start: impl FnMut() -> Result<(
     }
 }
 
+/// A JSON file a run wrote, parsed; a missing or broken file fails the
+/// test with its path.
+pub(crate) fn json(path: &Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
 /// compare.csv as (policy, job) → (measured mean, simulated mean, alone).
 pub(crate) fn read_compare(path: &Path) -> std::collections::BTreeMap<(String, String), (f64, f64, f64)> {
     let text = std::fs::read_to_string(path).expect("compare.csv");
@@ -177,15 +184,18 @@ pub(crate) fn torch_python() -> Option<&'static str> {
 pub(crate) fn testbed_rows(stem: &str, args: &[&str]) -> Vec<serde_json::Value> {
     let prefix = format!("{stem}{}", std::process::id() % 100_000);
     let dir = tempfile::tempdir().expect("tempdir");
-    let json = dir.path().join("rows.json");
+    let rows_file = dir.path().join("rows.json");
     let status = Command::new(BIN)
         .args(["testbed"])
         .args(args)
         .args(["--prefix", &prefix, "--out"])
-        .arg(&json)
+        .arg(&rows_file)
         .status()
         .expect("orrery testbed");
     assert_none_left(&prefix);
     assert!(status.success(), "orrery testbed {args:?} failed");
-    serde_json::from_slice(&std::fs::read(&json).expect("json")).expect("rows")
+    let serde_json::Value::Array(rows) = json(&rows_file) else {
+        panic!("{}: not a list of rows", rows_file.display())
+    };
+    rows
 }

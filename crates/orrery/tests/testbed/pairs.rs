@@ -77,7 +77,7 @@ fn cassinis_pair_on_real_tcp_against_the_simulator() {
     let get = |policy: &str, job: &str| rows[&(policy.to_string(), job.to_string())];
     let measured_of = |policy: &str| -> serde_json::Value {
         let path = out.path().join(policy.replace('+', "_")).join("measured.json");
-        serde_json::from_str(&std::fs::read_to_string(path).expect("measured.json")).expect("json")
+        json(&path)
     };
     let shifted = measured_of("pinned+cassini");
     let median_ms = |job: &str| {
@@ -150,9 +150,7 @@ fn cassinis_pair_on_real_tcp_against_the_simulator() {
         );
     }
     assert!(!out.path().join("pinned_cassini/alone").exists(), "the pinned run's placements were reused");
-    let summary: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.path().join("summary.json")).expect("summary.json"))
-            .expect("json");
+    let summary = json(&out.path().join("summary.json"));
     let slowdown = |i: usize| summary[i]["run_slowdown"][0].as_f64().expect("a slowdown");
     assert_eq!(summary[1]["policy"], "pinned+cassini");
     assert!(slowdown(1) < 1.2, "shifted pair over its time alone: {}", slowdown(1));
@@ -177,9 +175,7 @@ fn cassinis_pair_on_real_tcp_against_the_simulator() {
         .output()
         .expect("orrery testbed compare --replay");
     assert!(again.status.success(), "--replay: {}", String::from_utf8_lossy(&again.stderr));
-    let replayed: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.path().join("summary.json")).expect("summary.json"))
-            .expect("json");
+    let replayed = json(&out.path().join("summary.json"));
     for i in 0..2 {
         assert_eq!(replayed[i]["replay_mean_iter_ms"], summary[i]["replay_mean_iter_ms"], "policy {i}");
         assert_eq!(replayed[i]["run_mean_iter_ms"], summary[i]["run_mean_iter_ms"], "policy {i}");
@@ -189,9 +185,7 @@ fn cassinis_pair_on_real_tcp_against_the_simulator() {
         assert!(out.path().join(f).exists(), "{f} missing");
     }
     // The shaped uplink never carried more than its rate (tc holds it).
-    let measured: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.path().join("pinned/measured.json")).expect("measured.json"))
-            .expect("json");
+    let measured = json(&out.path().join("pinned/measured.json"));
     let links = measured["links"].as_array().expect("links");
     let uplink =
         links.iter().find(|l| l["from"] == "leaf0" && l["to"] == "spine0").expect("the uplink carried traffic");
@@ -220,10 +214,7 @@ fn metronomes_paced_pair_stays_out_of_step_on_real_tcp() {
         240,
     );
     let rows = read_compare(&out.path().join("compare.csv"));
-    let measured: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(out.path().join("metronome/measured.json")).expect("measured.json"),
-    )
-    .expect("json");
+    let measured = json(&out.path().join("metronome/measured.json"));
     for job in measured["jobs"].as_array().expect("jobs") {
         let id = job["id"].as_str().expect("id");
         // Paced apart, each iteration runs within 12% of the simulator's

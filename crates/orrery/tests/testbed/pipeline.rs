@@ -43,9 +43,7 @@ fn pipeline_pair_start() -> Result<(), String> {
     // Issue 66's goal: the job alone within 10% of the model of its mesh
     // (1F1B's m + pp − 1 slots, an activation per slot, each stage's
     // ring), simulated on the same hosts. Two runs here: −0.8% and +0.1%.
-    let shape: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(out.path().join("shape.json")).expect("shape.json"))
-            .expect("json");
+    let shape = json(&out.path().join("shape.json"));
     assert_eq!((shape["mesh"]["pp"].as_u64(), shape["mesh"]["dp"].as_u64()), (Some(2), Some(2)), "{shape}");
     assert_eq!(shape["mesh"]["microbatches"].as_u64(), Some(8), "{shape}");
     let (measured_ms, predicted_ms) =
@@ -101,8 +99,7 @@ fn pipeline_pair_start() -> Result<(), String> {
     // over 1.4x their time alone (a second job's rings in them).
     let collided = |policy: &str| -> Vec<f64> {
         let path = out.path().join(policy).join("measured.json");
-        let measured: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(&path).expect("measured.json")).expect("json");
+        let measured = json(&path);
         measured["jobs"]
             .as_array()
             .expect("jobs")
