@@ -91,6 +91,12 @@ fn two_real_ddp_jobs_keep_cassinis_shift_and_gain_what_in_step_loses() {
         eprintln!("skipped: no python3 here imports torch (.ci/run installs Debian's python3-torch)");
         return;
     }
+    judged_over_starts("the DDP pair", caught(ddp_pair_start));
+}
+
+/// One start of the DDP pair: each job alone, the pair in step and
+/// shifted, judged on the shift; a failed assertion is the start's miss.
+fn ddp_pair_start() {
     // A smaller DDP job than the experiment's, for CI's time: an 8.4 MB
     // gradient (~150 ms on the shaped link) and 250 ms of compute. Reno
     // keeps two rings started together in step (docs/results.md), the

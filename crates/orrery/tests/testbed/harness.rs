@@ -109,6 +109,19 @@ pub(crate) fn json(path: &Path) -> serde_json::Value {
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
+/// A start written with assertions, as [`judged_over_starts`] takes one:
+/// a panic is its miss (the panic's message is printed as it happens).
+pub(crate) fn caught(start: fn()) -> impl FnMut() -> Result<(), String> {
+    move || {
+        std::panic::catch_unwind(start).map_err(|p| {
+            p.downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default()
+        })
+    }
+}
+
 /// compare.csv as (policy, job) → (measured mean, simulated mean, alone).
 pub(crate) fn read_compare(path: &Path) -> std::collections::BTreeMap<(String, String), (f64, f64, f64)> {
     let text = std::fs::read_to_string(path).expect("compare.csv");
