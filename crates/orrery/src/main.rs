@@ -27,6 +27,11 @@ use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 use std::time::Instant;
 
+/// mimalloc for every allocation: glibc's malloc and free were 15% of a
+/// `metronome` simulation at 1,024 hosts (`perf record`; docs/results.md).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// orrery treats the network as a first-class resource when scheduling
 /// distributed training jobs on shared GPU clusters. It unifies CASSINI,
 /// Metronome, Castor, FORESIGHT and Plebiscito.

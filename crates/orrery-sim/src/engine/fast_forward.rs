@@ -4,9 +4,9 @@
 use super::{Event, Simulation, Skip, Status};
 use orrery_model::placed::rank_transfers;
 use orrery_model::{LinkId, Segment};
+use orrery_policy::memo::FastMap;
 use orrery_policy::{JobId, Policy};
 use rand_chacha::ChaCha8Rng;
-use std::collections::HashMap;
 
 /// Iterations of a fast-forwarded job drawn ahead per event.
 pub(super) const SKIP_STRETCH: u64 = 1024;
@@ -287,7 +287,7 @@ impl Simulation<'_> {
             }
             _ => None,
         };
-        let mut sent: HashMap<LinkId, f64> = HashMap::new();
+        let mut sent: FastMap<LinkId, f64> = FastMap::default();
         for (i, seg) in segments.iter().enumerate().take(resumed.map_or(segments.len(), |r| r.0 + 1)) {
             let Segment::Comm { collective, payload_bytes, group, .. } = *seg else { continue };
             let transfers = rank_transfers(self.jobs[job].workers.len(), collective, payload_bytes, group);
@@ -301,7 +301,7 @@ impl Simulation<'_> {
                     continue;
                 }
                 for (p, part) in self.flow_paths(job, k, (src, dst)) {
-                    for l in p {
+                    for &l in p.iter() {
                         *sent.entry(l).or_default() += bits * share * part;
                     }
                 }

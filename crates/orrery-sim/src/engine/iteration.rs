@@ -4,9 +4,10 @@
 //! completion).
 
 use super::{Event, IterationRecord, NS, Simulation, Status};
+use crate::network::Path;
 use orrery_model::placed::rank_transfers;
 use orrery_model::shape::Group;
-use orrery_model::{Collective, LinkId, Segment};
+use orrery_model::{Collective, Segment};
 use orrery_policy::{ClusterView, IterationNeeds, JobId, Policy};
 use rand_chacha::ChaCha8Rng;
 use rand_distr::Distribution;
@@ -147,20 +148,20 @@ impl Simulation<'_> {
             if bits <= 0.0 {
                 continue;
             }
-            let subflows = if self.jobs[job].workers[src] == self.jobs[job].workers[dst] {
-                vec![(Vec::new(), 1.0, intra_gbps)]
-            } else {
-                let cap = throttle.map_or(gbps, |t| t.min(gbps));
-                self.flow_paths(job, i, (src, dst)).into_iter().map(|(p, share)| (p, share, cap * share)).collect()
-            };
-            for (path, share, cap) in subflows {
-                for &l in &path {
+            if self.jobs[job].workers[src] == self.jobs[job].workers[dst] {
+                new.push((Path::from([]), bits, intra_gbps, job));
+                index.push(i);
+                continue;
+            }
+            let cap = throttle.map_or(gbps, |t| t.min(gbps));
+            for (path, share) in self.flow_paths(job, i, (src, dst)) {
+                for &l in path.iter() {
                     if let Err(pos) = self.jobs[job].links_used.binary_search(&l) {
                         self.jobs[job].links_used.insert(pos, l);
                         self.jobs[job].links_grew = true;
                     }
                 }
-                new.push((path, bits * share, cap, job));
+                new.push((path, bits * share, cap * share, job));
                 index.push(i);
             }
         }
@@ -187,15 +188,15 @@ impl Simulation<'_> {
     /// [`Decision::Route`] pinned the flow, in which case it is split
     /// equally over the chosen paths: (path, share of the flow) pairs.
     /// None between workers on one host.
-    pub(super) fn flow_paths(&mut self, job: JobId, i: usize, (src, dst): (usize, usize)) -> Vec<(Vec<LinkId>, f64)> {
+    pub(super) fn flow_paths(&mut self, job: JobId, i: usize, (src, dst): (usize, usize)) -> Vec<(Path, f64)> {
         let j = &self.jobs[job];
         let (a, b) = (j.workers[src], j.workers[dst]);
         let rail = self.topo.rail_of(b, j.worker_gpus.get(dst).copied().unwrap_or(0));
         let topo = self.topo;
-        let paths = self
-            .paths
-            .entry((a, b, rail))
-            .or_insert_with(|| if topo.rails { topo.rail_paths(a, b, rail) } else { topo.paths(a, b) });
+        let paths = self.paths.entry((a, b, rail)).or_insert_with(|| {
+            let found = if topo.rails { topo.rail_paths(a, b, rail) } else { topo.paths(a, b) };
+            found.into_iter().map(Path::from).collect()
+        });
         if paths.is_empty() {
             return Vec::new();
         }

@@ -3,8 +3,9 @@
 //! Time is an integer number of nanoseconds. Events at equal times run in the
 //! order they were scheduled, so a run is reproducible to the bit for a seed.
 
-use crate::network::{FlowId, Network};
+use crate::network::{FlowId, Network, Path};
 use orrery_model::{HostId, IterationShape, JobSpec, LinkId, Topology};
+use orrery_policy::memo::FastMap;
 use orrery_policy::{ClusterView, Decision, JobId, Policy, QueuedJob, RunningJob};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -387,7 +388,9 @@ pub struct Simulation<'a> {
     flow_job: Vec<Option<(JobId, u64, usize)>>,
     /// Equal-cost paths by (source, destination, destination rail; 0 off
     /// a rail fabric).
-    paths: HashMap<(HostId, HostId, usize), Vec<Vec<LinkId>>>,
+    /// Each path kept once, shared by the flows on it ([`Path`]). O(1) a
+    /// lookup (foldhash: every flow of every collective looks one up).
+    paths: FastMap<(HostId, HostId, usize), Vec<Path>>,
     /// Wall-clock seconds of each policy call.
     pub decision_s: Vec<f64>,
     /// Events processed.
@@ -399,7 +402,7 @@ pub struct Simulation<'a> {
     /// Instants where the policy kept preempting after [`RESCHEDULE_ROUNDS`] rounds.
     pub reschedules_cut: u64,
     normal: Normal<f64>,
-    skip_owner: HashMap<LinkId, JobId>,
+    skip_owner: FastMap<LinkId, JobId>,
     /// Jobs being fast-forwarded.
     skipping: BTreeSet<JobId>,
     /// Jobs placed and perhaps still running or paused, by id (entries of
@@ -447,13 +450,13 @@ impl<'a> Simulation<'a> {
             waiting: Vec::new(),
             net: Network::new(capacity, isolated),
             flow_job: Vec::new(),
-            paths: HashMap::new(),
+            paths: FastMap::default(),
             decision_s: Vec::new(),
             events_processed: 0,
             invalid_decisions: 0,
             notes: Vec::new(),
             reschedules_cut: 0,
-            skip_owner: HashMap::new(),
+            skip_owner: FastMap::default(),
             skipping: BTreeSet::new(),
             active: BTreeSet::new(),
             released: Vec::new(),

@@ -206,7 +206,7 @@ impl Network {
                 continue;
             }
             let Some(flow) = self.flows[f].as_ref() else { continue };
-            for &l in &flow.path {
+            for &l in flow.path.iter() {
                 if !self.binds[l] || self.link_stamp[l] == stamp {
                     continue;
                 }
@@ -257,7 +257,7 @@ impl Network {
             if !queues.contains(&q) {
                 queues.push(q);
             }
-            for &l in flow.map(|f| f.path.as_slice()).unwrap_or_default() {
+            for &l in flow.map(|f| &*f.path).unwrap_or_default() {
                 if self.binds[l] {
                     sc.path.push(self.local[l]);
                 }

@@ -6,17 +6,23 @@
 //! Units: time in ns, sizes in bits, rates in Gbit/s — which is bits per ns.
 
 use orrery_model::LinkId;
+use std::sync::Arc;
 
 mod maxmin;
 
 /// Index of a flow in the network's slab.
 pub type FlowId = usize;
 
+/// A flow's directed links, shared: a simulator keeps one copy of each
+/// path it routes on and every flow on it points there, so a flow's start
+/// and end allocate nothing for its path.
+pub type Path = Arc<[LinkId]>;
+
 /// One flow.
 #[derive(Debug, Clone)]
 pub struct Flow {
     /// Directed links crossed (empty for traffic inside a host).
-    pub path: Vec<LinkId>,
+    pub path: Path,
     /// Rate cap, Gbit/s.
     pub cap_gbps: f64,
     /// Bits still to send at `updated_ns`.
@@ -206,7 +212,7 @@ impl Network {
                 && flow.rate_gbps != r
             {
                 changed.push((f, r));
-                for &l in &flow.path {
+                for &l in flow.path.iter() {
                     if self.link_stamp[l] != stamp {
                         self.link_stamp[l] = stamp;
                         links.push(l);
@@ -252,12 +258,12 @@ impl Network {
     pub fn add(
         &mut self,
         now: u64,
-        path: Vec<LinkId>,
+        path: impl Into<Path>,
         bits: f64,
         cap_gbps: f64,
         owner: usize,
     ) -> (FlowId, Vec<FlowId>) {
-        let id = self.insert(now, path, bits, cap_gbps, owner);
+        let id = self.insert(now, path.into(), bits, cap_gbps, owner);
         let changed = self.recompute_new(now, id);
         (id, changed)
     }
@@ -269,7 +275,7 @@ impl Network {
     /// collective's k flows cost O(components · recompute) instead of
     /// O(k · recompute). Returns the new flows, in order, and the flows whose
     /// rate changed (the new ones included).
-    pub fn add_all(&mut self, now: u64, new: Vec<(Vec<LinkId>, f64, f64, usize)>) -> (Vec<FlowId>, Vec<FlowId>) {
+    pub fn add_all(&mut self, now: u64, new: Vec<(Path, f64, f64, usize)>) -> (Vec<FlowId>, Vec<FlowId>) {
         let ids: Vec<FlowId> =
             new.into_iter().map(|(path, bits, cap, owner)| self.insert(now, path, bits, cap, owner)).collect();
         let mut changed = Vec::new();
@@ -345,7 +351,7 @@ impl Network {
     }
 
     /// Puts a flow in the slab and on its links, without re-rating anything.
-    fn insert(&mut self, now: u64, path: Vec<LinkId>, bits: f64, cap_gbps: f64, owner: usize) -> FlowId {
+    fn insert(&mut self, now: u64, path: Path, bits: f64, cap_gbps: f64, owner: usize) -> FlowId {
         let priority = self.priority_of.get(owner).copied().unwrap_or(0);
         self.next_serial += 1;
         let flow = Flow {
@@ -397,7 +403,7 @@ impl Network {
         for &id in ids {
             let Some(flow) = self.flows.get_mut(id).and_then(Option::take) else { continue };
             self.free.push(id);
-            for &l in &flow.path {
+            for &l in flow.path.iter() {
                 self.link_flows[l].retain(|&f| f != id);
             }
             seeds.extend_from_slice(&flow.path);
@@ -631,12 +637,12 @@ mod tests {
         for seed in 0..20 {
             let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
             let capacity: Vec<f64> = (0..12).map(|_| rng.random_range(10.0..100.0)).collect();
-            let flows: Vec<(Vec<LinkId>, f64, f64, usize)> = (0..40)
+            let flows: Vec<(Path, f64, f64, usize)> = (0..40)
                 .map(|k| {
                     let mut path: Vec<LinkId> = (0..rng.random_range(1..=3)).map(|_| rng.random_range(0..12)).collect();
                     path.sort_unstable();
                     path.dedup();
-                    (path, 1e9, rng.random_range(5.0..60.0), k % 7)
+                    (path.into(), 1e9, rng.random_range(5.0..60.0), k % 7)
                 })
                 .collect();
             let (mut one, mut all) = (Network::new(capacity.clone(), false), Network::new(capacity, false));
