@@ -73,6 +73,12 @@ impl Colocator {
         high: &dyn Fn(&JobSpec) -> bool,
         promoted: Option<usize>,
     ) -> Vec<usize> {
+        // With nobody waiting nobody deserves GPUs: no victims, without the
+        // O(R) walk over the running jobs (a round at a departure often has
+        // an empty queue).
+        if order.is_empty() {
+            return Vec::new();
+        }
         let mut budget: i64 = i64::from(view.topology.gpu_count());
         // (class, remaining s, running?, index)
         let mut contenders: Vec<(u8, f64, bool, usize)> = Vec::new();
