@@ -71,7 +71,8 @@ impl Simulation<'_> {
 
     /// Marks the jobs whose flows just shared a max-min component.
     pub(super) fn note_interactions(&mut self) {
-        for owner in std::mem::take(&mut self.net.interacting) {
+        // Drained, not taken: the list keeps its capacity for the next change.
+        for owner in self.net.interacting.drain(..) {
             if let Some(j) = self.jobs.get_mut(owner) {
                 j.interacted = true;
             }
