@@ -37,7 +37,7 @@ impl Network {
         extra: &[FlowId],
         queue_only: bool,
     ) -> Vec<FlowId> {
-        let mut sc = std::mem::take(&mut self.scratch);
+        let mut sc = self.scratch.take().unwrap_or_default();
         if self.externally_rated {
             // Rates are the transport's: a change keeps every rate (a new
             // flow's is 0), re-versions the flows it adds or re-caps.
@@ -125,7 +125,7 @@ impl Network {
             p.trace.push((now, per));
         }
         sc.links = links;
-        self.scratch = sc;
+        self.scratch = Some(sc);
         changed.into_iter().map(|(f, _)| f).collect()
     }
 
@@ -247,15 +247,15 @@ impl Network {
         sc.offset.clear();
         sc.caps.clear();
         sc.queue.clear();
-        let mut queues: Vec<u8> = Vec::new();
+        sc.queues.clear();
         for &f in flows {
             sc.offset.push(sc.path.len());
             let flow = self.flows[f].as_ref();
             sc.caps.push(flow.map_or(0.0, |f| f.cap_gbps));
             let q = flow.map_or(0, |f| f.priority);
             sc.queue.push(q);
-            if !queues.contains(&q) {
-                queues.push(q);
+            if !sc.queues.contains(&q) {
+                sc.queues.push(q);
             }
             for &l in flow.map(|f| &*f.path).unwrap_or_default() {
                 if self.binds[l] {
@@ -267,8 +267,9 @@ impl Network {
         let rate = &mut sc.new_rate[f0..f1];
         // Strict priority: each queue, highest first, fills what the
         // ones above it left (one queue: plain max-min).
-        queues.sort_unstable_by(|a, b| b.cmp(a));
-        for q in queues {
+        sc.queues.sort_unstable_by(|a, b| b.cmp(a));
+        for k in 0..sc.queues.len() {
+            let q = sc.queues[k];
             sc.active_flows.clear();
             sc.active_flows.extend((0..flows.len()).filter(|&i| sc.queue[i] == q));
             for &i in &sc.active_flows {
