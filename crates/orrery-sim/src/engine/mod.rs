@@ -388,6 +388,7 @@ pub struct Simulation<'a> {
     flow_job: Vec<Option<(JobId, u64, usize)>>,
     /// Equal-cost paths by (source, destination, destination rail; 0 off
     /// a rail fabric).
+    ///
     /// Each path kept once, shared by the flows on it ([`Path`]). O(1) a
     /// lookup (foldhash: every flow of every collective looks one up).
     paths: FastMap<(HostId, HostId, usize), Vec<Path>>,
