@@ -4,6 +4,18 @@
 use super::{FlowId, Network, Scratch};
 use orrery_model::LinkId;
 
+/// Which re-rated flows count as changed whatever their new rate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Forced {
+    /// None: only a queue moved.
+    None,
+    /// Those given as `extra` (added or re-capped).
+    Extra,
+    /// Those of `extra` that opened a component of their own (flows added
+    /// together, [`Network::recompute_added`]).
+    Openers,
+}
+
 impl Network {
     /// Re-rates what a change can affect. `touched`: links whose flows or
     /// caps changed (their totals are refreshed); `released`: those among
@@ -36,6 +48,39 @@ impl Network {
         released: &[LinkId],
         extra: &[FlowId],
         queue_only: bool,
+    ) -> Vec<FlowId> {
+        let forced = if queue_only { Forced::None } else { Forced::Extra };
+        self.recompute_in(now, touched, released, extra, forced)
+    }
+
+    /// Re-rates the components of flows just added together (`ids`), in one
+    /// pass: the same rates, versions and order of changes as re-rating
+    /// each new flow's component in turn ([`Network::recompute`] with the
+    /// flow as `extra`, skipping a flow an earlier one's component took in),
+    /// which is what [`Network::add_all`] did flow by flow. The changed
+    /// flows come component by component, in the order of the new flow
+    /// that opened each, by id within one; a component's opening flow is
+    /// changed whatever its rate. A link's totals are set once, after the
+    /// last change of a flow on it, from the same rates, on the same links
+    /// (the openers' paths and the changed flows'). Not for an
+    /// isolated or externally rated network, nor while a probe records
+    /// each change (its trace would lose the intermediate steps).
+    /// O(Σ components) instead of one search, filling and link update per
+    /// new flow (a collective's flows are mostly in components of their own).
+    pub(super) fn recompute_added(&mut self, now: u64, ids: &[FlowId]) -> Vec<FlowId> {
+        // Every flow on a binding link of a new flow's path is in that
+        // flow's component, so the search needs no touched links; the
+        // openers' paths are added to the links whose totals change.
+        self.recompute_in(now, &[], &[], ids, Forced::Openers)
+    }
+
+    fn recompute_in(
+        &mut self,
+        now: u64,
+        touched: &[LinkId],
+        released: &[LinkId],
+        extra: &[FlowId],
+        forced: Forced,
     ) -> Vec<FlowId> {
         let mut sc = self.scratch.take().unwrap_or_default();
         if self.externally_rated {
@@ -74,17 +119,34 @@ impl Network {
             .iter()
             .zip(&sc.new_rate)
             .filter(|&(&f, &r)| {
-                self.flows[f].as_ref().is_some_and(|flow| flow.rate_gbps != r || (!queue_only && extra.contains(&f)))
+                let forced = match forced {
+                    Forced::None => false,
+                    Forced::Extra => extra.contains(&f),
+                    Forced::Openers => sc.openers.contains(&f),
+                };
+                self.flows[f].as_ref().is_some_and(|flow| flow.rate_gbps != r || forced)
             })
             .map(|(&f, &r)| (f, r))
             .collect();
-        changed.sort_unstable_by_key(|&(f, _)| f);
+        // By id; or, for flows added together, as turn by turn: component
+        // by component (`comp_flows` is sorted within each).
+        if forced != Forced::Openers {
+            changed.sort_unstable_by_key(|&(f, _)| f);
+        }
         // Links whose totals change: the touched ones and the changed flows'.
         self.stamp += 1;
         let stamp = self.stamp;
         let mut links = std::mem::take(&mut sc.links);
         links.clear();
-        let paths = changed.iter().filter_map(|&(f, _)| self.flows[f].as_ref()).flat_map(|f| f.path.iter());
+        // Flows added together touched their openers' paths (turn by turn,
+        // each opener's path was its turn's `touched`).
+        let openers: &[FlowId] = if forced == Forced::Openers { &sc.openers } else { &[] };
+        let paths = openers
+            .iter()
+            .map(|&f| (f, 0.0))
+            .chain(changed.iter().copied())
+            .filter_map(|(f, _)| self.flows[f].as_ref())
+            .flat_map(|f| f.path.iter());
         for &l in touched.iter().chain(paths) {
             if self.link_stamp[l] != stamp {
                 self.link_stamp[l] = stamp;
@@ -169,8 +231,11 @@ impl Network {
         sc.comp_flows.clear();
         sc.comp_links.clear();
         sc.ends.clear();
+        sc.openers.clear();
         for &s in extra {
-            self.grow(s, sc);
+            if self.grow(s, sc) {
+                sc.openers.push(s);
+            }
         }
         if self.isolated {
             return;
@@ -191,11 +256,12 @@ impl Network {
     }
 
     /// Appends the binding component of flow `s` to `sc` unless the current
-    /// search has it already. O(its flows · d + its links' degrees).
-    pub(super) fn grow(&mut self, s: FlowId, sc: &mut Scratch) {
+    /// search has it already; returns whether it did. O(its flows · d +
+    /// its links' degrees).
+    pub(super) fn grow(&mut self, s: FlowId, sc: &mut Scratch) -> bool {
         let stamp = self.stamp;
         if self.flow_stamp[s] == stamp || self.flows[s].is_none() {
-            return;
+            return false;
         }
         let (f0, l0) = (sc.comp_flows.len(), sc.comp_links.len());
         self.flow_stamp[s] = stamp;
@@ -223,6 +289,7 @@ impl Network {
         sc.comp_flows[f0..].sort_unstable();
         sc.comp_links[l0..].sort_unstable();
         sc.ends.push((sc.comp_flows.len(), sc.comp_links.len()));
+        true
     }
 
     /// Max-min fair rates of one binding component (flows `sc.comp_flows[f0..f1]`,
