@@ -173,8 +173,8 @@ impl Network {
                 self.stats[l].demand_gbps = demand;
             }
         }
-        if let Some(p) = self.probe.as_mut()
-            && (p.start_ns..=p.end_ns).contains(&now)
+        if self.probing(now)
+            && let Some(p) = self.probe.as_mut()
             && links.contains(&p.link)
         {
             let mut per: Vec<(usize, f64)> = Vec::new();

@@ -254,6 +254,11 @@ impl Network {
         !self.link_flows[l].is_empty()
     }
 
+    /// Whether a probe records the rates on its link at `now`. O(1).
+    fn probing(&self, now: u64) -> bool {
+        self.probe.as_ref().is_some_and(|p| (p.start_ns..=p.end_ns).contains(&now))
+    }
+
     /// The recomputation's buffers. O(1).
     fn scratch(&mut self) -> &mut Scratch {
         self.scratch.get_or_insert_with(Box::default)
@@ -289,8 +294,7 @@ impl Network {
     pub fn add_all(&mut self, now: u64, new: Vec<(Path, f64, f64, usize)>) -> (Vec<FlowId>, Vec<FlowId>) {
         let ids: Vec<FlowId> =
             new.into_iter().map(|(path, bits, cap, owner)| self.insert(now, path, bits, cap, owner)).collect();
-        let probing = self.probe.as_ref().is_some_and(|p| (p.start_ns..=p.end_ns).contains(&now));
-        let mut changed = if self.isolated || self.externally_rated || probing {
+        let mut changed = if self.isolated || self.externally_rated || self.probing(now) {
             // Flow by flow: a flow re-rated with an earlier new flow's
             // component carries a stamp above the batch's first (stamps
             // only grow).
