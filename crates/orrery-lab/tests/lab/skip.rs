@@ -164,6 +164,70 @@ fn time_shifted_interleaved_pair_each_run() {
     assert!(skipped > 0, "{skipped} iterations fast-forwarded");
 }
 
+/// Two rings across the racks' one uplink, started together (no shift):
+/// job 0 on h0 + h4, job 1 on h1 + h5.
+struct SideBySide;
+
+impl Policy for SideBySide {
+    fn name(&self) -> String {
+        "side-by-side".into()
+    }
+    fn schedule(&mut self, view: &ClusterView<'_>) -> Vec<Decision> {
+        let hosts = |id: usize| if id == 0 { vec![(0, 1), (4, 1)] } else { vec![(1, 1), (5, 1)] };
+        view.queue.iter().map(|q| Decision::Place { job: q.id, hosts: hosts(q.id) }).collect()
+    }
+}
+
+/// Two racks of four single-A100 hosts at 50 Gbit/s under one spine, the
+/// uplinks at `uplink_gbps`.
+fn two_racks_uplink(uplink_gbps: f64) -> Topology {
+    LeafSpine {
+        racks: 2,
+        hosts_per_rack: 4,
+        spines: 1,
+        gpus_per_host: 1,
+        gpu_type: "a100".into(),
+        host_gbps: 50.0,
+        uplink_gbps,
+    }
+    .build("two-racks")
+    .expect("valid")
+}
+
+#[test]
+fn jobs_sharing_a_link_with_headroom_are_fast_forwarded_together() {
+    // Two VGG19 rings whose all-reduces overlap on the racks' uplinks. At
+    // 100 Gbit/s the two 50 Gbit/s flows fit: the uplink never binds, each
+    // ring runs as alone, and both are fast-forwarded although they share
+    // it. At 50 Gbit/s it binds when they overlap: they stay detailed.
+    let jobs = [
+        JobSpec::new("a", "vgg19", 128, 2, Work::Iterations(400), 0.0),
+        JobSpec::new("b", "vgg19", 128, 2, Work::Iterations(300), 0.0),
+    ];
+    let go = |uplink_gbps, skip| {
+        let topo = two_racks_uplink(uplink_gbps);
+        let cfg = SimConfig { seed: 1, jitter: 0.02, skip, ..Default::default() };
+        let mut sim = Simulation::new(&topo, &jobs, cfg, false);
+        sim.run(&mut SideBySide, &mut |_, _| {});
+        let skipped: u64 = sim.jobs.iter().map(|j| j.skipped_iterations).sum();
+        let means: Vec<f64> = sim.jobs.iter().map(|j| j.iteration_ms.sum() / j.iteration_ms.len() as f64).collect();
+        (values(&metrics(&sim, |_| true)), skipped, means)
+    };
+    let ((with, skipped, means), (without, _, detailed)) = (go(100.0, true), go(100.0, false));
+    assert_close(&with, &without, "two rings on an uplink with headroom");
+    // All but each job's first iterations (its links seen, then two settled
+    // iterations) are counted.
+    eprintln!("headroom: {skipped} of 700 iterations fast-forwarded");
+    assert!(skipped >= 690, "{skipped} of 700 iterations fast-forwarded");
+    for (m, d) in means.iter().zip(&detailed) {
+        assert!((m - d).abs() <= 1e-6 * d, "mean iteration {m} ms fast-forwarded, {d} ms detailed");
+    }
+    let ((with, skipped, _), (without, _, _)) = (go(50.0, true), go(50.0, false));
+    assert_close(&with, &without, "two rings on an uplink that binds");
+    eprintln!("binding: {skipped} of 700 iterations fast-forwarded");
+    assert!(skipped < 200, "{skipped} iterations fast-forwarded where the rings contend");
+}
+
 /// Job 0 on h0 + h4; every later job colocated on job 0's GPUs when they are
 /// free of a partner, else placed on h1 + h5.
 struct Colocating;

@@ -390,6 +390,7 @@ impl Simulation<'_> {
             pj.xi = pj.sharing.iter().map(|x| x.xi).fold(1.0, f64::max);
             pj.solo_streak = 0;
         }
+        self.headroom.release(&mut self.jobs[job].peaks);
         let flows = self.jobs[job].flows.take(&self.net);
         for f in flows {
             if let Some(slot) = self.flow_job.get_mut(f) {

@@ -43,7 +43,8 @@ impl Simulation<'_> {
     }
 
     /// Fast-forwards a job whose last two iterations ran alone on all its
-    /// links (no other job's flow in any of its max-min components), when the
+    /// links (no other job's flow in any of its max-min components) or
+    /// beside others on links with headroom ([`super::headroom`]), when the
     /// policy does not watch its iterations ([`orrery_policy::Policy::watches`])
     /// and no shift or alignment is pending for it. A paced job keeps its
     /// slots: each counted iteration first idles until its slot.
@@ -72,15 +73,19 @@ impl Simulation<'_> {
             && self.cfg.probe.is_none_or(|(probed, start_s, _)| {
                 !j.links_used.contains(&probed) || self.now < (start_s.max(0.0) * super::NS) as u64
             })
-            // Another job's flows already on a link would meet this job's next
-            // collective without anything waking it up: stay detailed.
-            && j.links_used.iter().all(|&l| !self.skip_owner.contains_key(&l) && !self.net.busy(l));
+            // On a link that may bind, another job's flows already there would
+            // meet this job's next collective without anything waking it up:
+            // stay detailed. A link with headroom never binds: any jobs may
+            // share it ([`super::headroom`]).
+            && j.links_used.iter().all(|&l| {
+                self.headroom.clear(l) || (!self.skip_owners.contains_key(&l) && !self.net.busy(l))
+            });
         if !eligible {
             return false;
         }
         let snapshot = j.rng.clone();
         for &l in &self.jobs[job].links_used {
-            self.skip_owner.insert(l, job);
+            self.skip_owners.entry(l).or_default().push(job);
         }
         let j = &mut self.jobs[job];
         j.epoch += 1;
@@ -212,7 +217,14 @@ impl Simulation<'_> {
         let credits = self.per_iteration_credits(job);
         for (l, (bits, excess, congested)) in credits {
             self.net.credit(l, skip.t0, skip.t, bits * n as f64, excess * n as f64, congested * n);
-            self.skip_owner.remove(&l);
+        }
+        for &l in &self.jobs[job].links_used {
+            if let Some(owners) = self.skip_owners.get_mut(&l) {
+                owners.retain(|&o| o != job);
+                if owners.is_empty() {
+                    self.skip_owners.remove(&l);
+                }
+            }
         }
         let j = &mut self.jobs[job];
         j.rng = skip.rng;
@@ -231,7 +243,12 @@ impl Simulation<'_> {
     /// segment it would be in (a collective restarts with the fraction of its
     /// bytes left). Traffic of the elapsed part of the current iteration is
     /// credited pro rata, so a link may be off by up to one iteration's bytes.
+    /// A job no longer fast-forwarded is left alone: one found on several
+    /// links, or brought back by another job's return, is brought back once.
     pub(super) fn materialise(&mut self, job: JobId) {
+        if self.jobs[job].skip.is_none() {
+            return;
+        }
         let now = self.now;
         let (t, last) = self.replay(job, now);
         if self.jobs[job].iterations_done >= self.jobs[job].target_iterations {

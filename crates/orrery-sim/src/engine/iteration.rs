@@ -21,13 +21,17 @@ impl Simulation<'_> {
         if self.try_skip(job) {
             return;
         }
-        let (j, net) = (&mut self.jobs[job], &mut self.net);
+        let (j, net, room) = (&mut self.jobs[job], &mut self.net, &self.headroom);
         net.close_links(&j.links_used, now);
         j.iter_stats_start.clear();
         j.iter_stats_start.extend(j.links_used.iter().map(|&l| {
             let s = &net.stats[l];
             (s.bits, s.excess_bits, s.congested_ns, s.foreign)
         }));
+        j.own_bits.clear();
+        j.own_bits.resize(j.links_used.len(), 0.0);
+        j.lost_at_start =
+            j.links_used.iter().all(|&l| room.clear(l)).then(|| j.links_used.iter().map(|&l| room.lost(l)).sum());
         j.links_grew = false;
         j.interacted = false;
         j.cur_seg_ns.clear();
@@ -122,20 +126,6 @@ impl Simulation<'_> {
                 t.2 *= f.clamp(0.0, 1.0);
             }
         }
-        // Jobs being fast-forwarded on links these flows need rejoin the detailed simulation first.
-        if !self.skip_owner.is_empty() {
-            let mut owners = Vec::new();
-            for (i, &(src, dst, _)) in transfers.iter().enumerate() {
-                for (p, _) in self.flow_paths(job, i, (src, dst)) {
-                    owners.extend(p.iter().filter_map(|l| self.skip_owner.get(l).copied()).filter(|&o| o != job));
-                }
-            }
-            owners.sort_unstable();
-            owners.dedup();
-            for o in owners {
-                self.materialise(o);
-            }
-        }
         let throttle = self.jobs[job].throttle_gbps;
         // Flows leave at NIC rate; the network, not the shape's prediction
         // (which already counts a slower uplink), decides what they get.
@@ -145,6 +135,8 @@ impl Simulation<'_> {
         // they touch once (`Network::add_all`).
         let mut new = Vec::new();
         let mut index = Vec::new();
+        let links = self.jobs[job].links_used.len();
+        self.jobs[job].own_bits.resize(links, 0.0);
         for (i, (src, dst, bits)) in transfers.into_iter().enumerate() {
             if bits <= 0.0 {
                 continue;
@@ -156,14 +148,38 @@ impl Simulation<'_> {
             }
             let cap = throttle.map_or(gbps, |t| t.min(gbps));
             for (path, share) in self.flow_paths(job, i, (src, dst)) {
+                let j = &mut self.jobs[job];
                 for &l in path.iter() {
-                    if let Err(pos) = self.jobs[job].links_used.binary_search(&l) {
-                        self.jobs[job].links_used.insert(pos, l);
-                        self.jobs[job].links_grew = true;
-                    }
+                    let pos = j.links_used.binary_search(&l).unwrap_or_else(|pos| {
+                        j.links_used.insert(pos, l);
+                        j.own_bits.insert(pos, 0.0);
+                        j.links_grew = true;
+                        pos
+                    });
+                    j.own_bits[pos] += bits * share;
                 }
                 new.push((path, bits * share, cap * share, job));
                 index.push(i);
+            }
+        }
+        // The collective's demand joins the job's peaks; fast-forwarded jobs
+        // on links that may now bind rejoin the detailed simulation first
+        // (on a link with headroom they run as they would beside these flows).
+        let demand = super::headroom::demand(new.iter().map(|(path, _, cap, _)| (&path[..], *cap)));
+        self.headroom.raise(&mut self.jobs[job].peaks, &demand);
+        if !self.skip_owners.is_empty() {
+            let mut owners: Vec<JobId> = demand
+                .iter()
+                .filter(|&&(l, _)| !self.headroom.clear(l))
+                .filter_map(|(l, _)| self.skip_owners.get(l))
+                .flatten()
+                .copied()
+                .filter(|&o| o != job)
+                .collect();
+            owners.sort_unstable();
+            owners.dedup();
+            for o in owners {
+                self.materialise(o);
             }
         }
         let (ids, changed) = self.net.add_all(self.now, new);
@@ -279,10 +295,21 @@ impl Simulation<'_> {
             // added, and no other owner's traffic reached its links meanwhile
             // (a flow that did not overlap it, or a fast-forward's credit):
             // the links' deltas are then its own traffic.
-            let settled = !j.interacted
+            let solo = !j.interacted
                 && !j.links_grew
                 && j.iter_stats_start.len() == j.links_used.len()
                 && j.links_used.iter().zip(&j.iter_stats_start).all(|(&l, s)| net.stats[l].foreign == s.3);
+            // Or beside other jobs, on links that had headroom all
+            // iteration: its flows got their caps as they would alone, and
+            // its own traffic is what its flows carried.
+            let room = &self.headroom;
+            let beside = !solo
+                && !j.links_grew
+                && j.iter_stats_start.len() == j.links_used.len()
+                && j.own_bits.len() == j.links_used.len()
+                && j.links_used.iter().all(|&l| room.clear(l))
+                && j.lost_at_start == Some(j.links_used.iter().map(|&l| room.lost(l)).sum());
+            let settled = solo || beside;
             j.solo_streak = if settled { j.solo_streak + 1 } else { 0 };
             std::mem::swap(&mut j.last_seg_ns, &mut j.cur_seg_ns);
             std::mem::swap(&mut j.last_flow_ns, &mut j.cur_flow_ns);
@@ -290,7 +317,9 @@ impl Simulation<'_> {
             // Only when the links are those snapshot at the start (a link
             // inserted since shifts the pairing); the fast-forward needs
             // `settled` anyway.
-            if settled {
+            if beside {
+                j.per_iter_delta.extend(j.own_bits.iter().map(|&bits| (bits, 0.0, 0)));
+            } else if solo {
                 j.per_iter_delta.extend(j.links_used.iter().zip(&j.iter_stats_start).map(|(&l, &(b, e, c, _))| {
                     let s = &net.stats[l];
                     (s.bits - b, s.excess_bits - e, s.congested_ns - c)

@@ -18,6 +18,7 @@ use std::time::Instant;
 mod decisions;
 mod fast_forward;
 mod flows;
+mod headroom;
 mod iteration;
 
 /// Nanoseconds per second.
@@ -259,6 +260,16 @@ pub struct JobState {
     last_flow_ns: Vec<Vec<u64>>,
     links_used: Vec<LinkId>,
     links_grew: bool,
+    /// Bits this iteration's flows put on each link of `links_used` (its own
+    /// traffic, which the fast-forward credits when other jobs' traffic
+    /// shared the links' totals).
+    own_bits: Vec<f64>,
+    /// Its peak demand on each link while placed, sorted by link
+    /// ([`headroom::Headroom`]).
+    peaks: Vec<(LinkId, f64)>,
+    /// Σ [`headroom::Headroom::lost`] over `links_used` when the iteration
+    /// began, if every one of them had headroom then.
+    lost_at_start: Option<u64>,
     iter_stats_start: Vec<(f64, f64, u64, u64)>,
     per_iter_delta: Vec<(f64, f64, u64)>,
     skip: Option<Skip>,
@@ -403,7 +414,11 @@ pub struct Simulation<'a> {
     /// Instants where the policy kept preempting after [`RESCHEDULE_ROUNDS`] rounds.
     pub reschedules_cut: u64,
     normal: Normal<f64>,
-    skip_owner: FastMap<LinkId, JobId>,
+    /// The fast-forwarded jobs on each link: one on a link that may bind,
+    /// any number on one with headroom.
+    skip_owners: FastMap<LinkId, Vec<JobId>>,
+    /// The running jobs' peak demands per link.
+    headroom: headroom::Headroom,
     /// Jobs being fast-forwarded.
     skipping: BTreeSet<JobId>,
     /// Jobs placed and perhaps still running or paused, by id (entries of
@@ -425,7 +440,7 @@ pub struct Simulation<'a> {
 impl<'a> Simulation<'a> {
     /// A simulation of `jobs` on `topo`; `isolated` gives every flow its cap.
     pub fn new(topo: &'a Topology, jobs: &[JobSpec], mut cfg: SimConfig, isolated: bool) -> Self {
-        let capacity = topo.links.iter().map(|l| l.gbps).collect();
+        let capacity: Vec<f64> = topo.links.iter().map(|l| l.gbps).collect();
         // An isolated network has nothing to contend for: no transport.
         let transport = cfg
             .transport
@@ -449,6 +464,7 @@ impl<'a> Simulation<'a> {
                 Vec::new()
             },
             waiting: Vec::new(),
+            headroom: headroom::Headroom::new(capacity.clone()),
             net: Network::new(capacity, isolated),
             flow_job: Vec::new(),
             paths: FastMap::default(),
@@ -457,7 +473,7 @@ impl<'a> Simulation<'a> {
             invalid_decisions: 0,
             notes: Vec::new(),
             reschedules_cut: 0,
-            skip_owner: FastMap::default(),
+            skip_owners: FastMap::default(),
             skipping: BTreeSet::new(),
             active: BTreeSet::new(),
             released: Vec::new(),
@@ -527,6 +543,9 @@ impl<'a> Simulation<'a> {
                 last_flow_ns: Vec::new(),
                 links_used: Vec::new(),
                 links_grew: false,
+                own_bits: Vec::new(),
+                peaks: Vec::new(),
+                lost_at_start: None,
                 iter_stats_start: Vec::new(),
                 per_iter_delta: Vec::new(),
                 skip: None,
@@ -562,6 +581,7 @@ impl<'a> Simulation<'a> {
         for (l, gbps) in sim.cfg.background.clone() {
             if l < topo.links.len() && gbps > 0.0 {
                 sim.net.add(0, vec![l], f64::INFINITY, gbps, BACKGROUND);
+                sim.headroom.add_permanent(l, gbps);
             }
         }
         sim.wake_transport();
