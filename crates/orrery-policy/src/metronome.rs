@@ -41,6 +41,7 @@
 //! communication stretched to the measured iteration.
 
 use crate::estimate::{PeriodEstimate, upper_median};
+use crate::memo::{FastMap, FastSet};
 use crate::{ClusterView, Decision, Iteration, IterationNeeds, JobId, Policy};
 use orrery_interleave::Search;
 use orrery_interleave::unified::{CircleJob, Params, unify};
@@ -49,7 +50,7 @@ use orrery_model::topology::Latencies;
 use orrery_model::{Circle, HostId};
 pub use pipeline::normalize;
 use pipeline::{HostKinds, JobPlacement, NodePods, Pod, SCORE_MEMO_ENTRIES, ScoreMemo, newcomer_on};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use watches::Watches;
 
@@ -109,7 +110,7 @@ pub struct Metronome {
     schemes: BTreeMap<HostId, Scheme>,
     /// The Affinity graph's components ([`components`]), kept across rounds
     /// while `schemes` keeps its edges (`components_stale` otherwise).
-    component: HashMap<JobId, JobId>,
+    component: FastMap<JobId, JobId>,
     components_stale: bool,
     /// Scores of nodes (Eq. 18) across jobs and rounds.
     score_memo: ScoreMemo,
@@ -131,14 +132,14 @@ pub struct Metronome {
     /// Paces applied on a measurement and removed for no gain.
     pub given_up_on_measurement: u64,
     /// Each reference job's measured period.
-    tracks: HashMap<JobId, PeriodEstimate>,
+    tracks: FastMap<JobId, PeriodEstimate>,
     /// Slots re-timed to a reference's measured period or phase.
     pub retimings: u64,
     /// Each running job's circle on its placement (None: it does not
     /// communicate), kept while the placement holds: a round derives only
     /// the newcomers' (issue 43: 2,048 running jobs' shapes a round at
     /// 4,096 hosts).
-    running_circles: HashMap<JobId, PlacedCircle>,
+    running_circles: FastMap<JobId, PlacedCircle>,
 }
 
 /// A running job's placement and its circle there (None: it does not
@@ -231,8 +232,8 @@ struct Scheme {
 
 /// Components of the Affinity graph: a label (its smallest job) per job
 /// on a scheme. O(edges · α) by union-find.
-fn components<'a>(schemes: impl Iterator<Item = &'a Scheme>) -> HashMap<JobId, JobId> {
-    fn find(parent: &mut HashMap<JobId, JobId>, j: JobId) -> JobId {
+fn components<'a>(schemes: impl Iterator<Item = &'a Scheme>) -> FastMap<JobId, JobId> {
+    fn find(parent: &mut FastMap<JobId, JobId>, j: JobId) -> JobId {
         let p = *parent.entry(j).or_insert(j);
         if p == j {
             return j;
@@ -241,7 +242,7 @@ fn components<'a>(schemes: impl Iterator<Item = &'a Scheme>) -> HashMap<JobId, J
         parent.insert(j, root);
         root
     }
-    let mut parent: HashMap<JobId, JobId> = HashMap::new();
+    let mut parent: FastMap<JobId, JobId> = FastMap::default();
     for scheme in schemes {
         let first = scheme.jobs[0].0;
         for &(j, ..) in &scheme.jobs[1..] {
@@ -267,18 +268,18 @@ impl Default for Metronome {
             host_kinds: HostKinds::default(),
             watched: Watches::default(),
             schemes: BTreeMap::new(),
-            component: HashMap::new(),
+            component: FastMap::default(),
             components_stale: true,
-            score_memo: ScoreMemo::new(),
+            score_memo: ScoreMemo::default(),
             readjustments: 0,
             reprofiles: 0,
             closed_loop: true,
             measured: false,
             applied_on_measurement: 0,
             given_up_on_measurement: 0,
-            tracks: HashMap::new(),
+            tracks: FastMap::default(),
             retimings: 0,
-            running_circles: HashMap::new(),
+            running_circles: FastMap::default(),
         }
     }
 }
@@ -396,13 +397,13 @@ impl Metronome {
         view: &ClusterView<'_>,
         job: JobId,
         out: &[Decision],
-        component: &HashMap<JobId, JobId>,
+        component: &FastMap<JobId, JobId>,
         defer_new: bool,
     ) -> Vec<Decision> {
         let Some(&label) = component.get(&job) else { return Vec::new() };
         let mut members: Vec<JobId> = component.iter().filter(|(_, l)| **l == label).map(|(&j, _)| j).collect();
         members.sort_unstable();
-        let mut on: HashMap<JobId, Vec<&Scheme>> = HashMap::new();
+        let mut on: FastMap<JobId, Vec<&Scheme>> = FastMap::default();
         // A scheme's jobs share one component: its first tells which.
         for scheme in self.schemes.values().filter(|s| component.get(&s.jobs[0].0) == Some(&label)) {
             for x in &scheme.jobs {
@@ -420,7 +421,7 @@ impl Metronome {
         // keeps the graph free of loops, except nodes that hold the same
         // jobs or keep the shifts another node set (Reserve): the first
         // path reaches each job, and every other agrees.
-        let mut shift: HashMap<JobId, (f64, f64)> = HashMap::new();
+        let mut shift: FastMap<JobId, (f64, f64)> = FastMap::default();
         let root_period = entry(reference).map_or(0.0, |x| x.2);
         shift.insert(reference, (0.0, root_period));
         // The reference's own iteration time, running or placed now.
@@ -512,8 +513,8 @@ impl Policy for Metronome {
         let mut free = view.free_gpus.to_vec();
         // Pods already on each node with their circles (communicating jobs only).
         // O(R) lookups, a shape derived per newly placed job.
-        let mut node_pods: NodePods = HashMap::new();
-        let live: HashSet<JobId> = view.running.iter().map(|r| r.id).collect();
+        let mut node_pods: NodePods = FastMap::default();
+        let live: FastSet<JobId> = view.running.iter().map(|r| r.id).collect();
         self.running_circles.retain(|j, _| live.contains(j));
         for r in &view.running {
             let cached = self.running_circles.get(&r.id).filter(|(hosts, _)| hosts.as_slice() == r.hosts);

@@ -6,6 +6,7 @@
 //! kind of host and each node's score once per job (memoised across jobs).
 
 use super::{Metronome, Scheme};
+use crate::memo::{FastMap, FastSet};
 use crate::{ClusterView, JobId, QueuedJob};
 use orrery_interleave::score::{compatibility, demand};
 use orrery_interleave::unified::{CircleJob, Params, UnifiedCircle, UnifiedJob, unify};
@@ -13,7 +14,6 @@ use orrery_interleave::{Search, solve};
 use orrery_model::placed::place;
 use orrery_model::zoo::{Placement, model};
 use orrery_model::{Circle, HostId, JobSpec};
-use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 /// A communicating pod: (job, its circle, its priority). The circle is
@@ -22,7 +22,7 @@ use std::sync::Arc;
 pub(super) type Pod = (JobId, Arc<Circle>, orrery_model::Priority);
 
 /// Communicating pods on each node.
-pub(super) type NodePods = HashMap<HostId, Vec<Pod>>;
+pub(super) type NodePods = FastMap<HostId, Vec<Pod>>;
 
 /// A newcomer's circle on a kind of host, with the bits of it (and of its
 /// priority and LowComm flag) a node's score depends on.
@@ -32,7 +32,7 @@ type KindCircle = (Circle, Vec<u64>);
 /// derived from: the newcomer's circle, priority and LowComm flag, and the
 /// node's key ([`node_key`]). Jobs of one model arrive again and again and
 /// meet the same nodes: at 16,384 hosts the search was 9% of a run.
-pub(super) type ScoreMemo = HashMap<Vec<u64>, (f64, Option<UnifiedCircle>)>;
+pub(super) type ScoreMemo = FastMap<Vec<u64>, (f64, Option<UnifiedCircle>)>;
 
 /// Entries of the score memo kept at most (it is emptied beyond): a
 /// unified circle is a few kB.
@@ -168,7 +168,7 @@ pub(super) struct HostKinds {
 impl HostKinds {
     /// O(hosts).
     pub(super) fn of(t: &orrery_model::Topology) -> HostKinds {
-        let mut index: HashMap<(&str, u64, u32), u32> = HashMap::new();
+        let mut index: FastMap<(&str, u64, u32), u32> = FastMap::default();
         let mut kinds = Vec::new();
         let kind = (0..t.hosts.len())
             .map(|n| {
@@ -194,7 +194,7 @@ impl Metronome {
         job: &QueuedJob<'_>,
         free: &mut [u32],
         node_pods: &mut NodePods,
-        component: &HashMap<JobId, JobId>,
+        component: &FastMap<JobId, JobId>,
         memo: &mut ScoreMemo,
     ) -> Option<JobPlacement> {
         let t = view.topology;
@@ -208,7 +208,7 @@ impl Metronome {
         let mut is_chosen = vec![false; t.hosts.len()];
         // Components of the Affinity graph the job reaches through the
         // contended nodes chosen so far.
-        let mut joined: HashSet<JobId> = HashSet::new();
+        let mut joined: FastSet<JobId> = FastSet::default();
         // The jobs already on each contended node chosen so far: a node with
         // the same jobs is the same vertex of the graph (it sees the same
         // circles), as both hosts of a two-job ring are.
@@ -249,7 +249,7 @@ impl Metronome {
         // pods' circles and priorities in order, not on which node it is:
         // nodes alike share one unification and search (issue 43: 4,096
         // nodes holding a handful of kinds of job). O(pods on n) a key.
-        let mut alike: HashMap<Vec<u64>, u32> = HashMap::new();
+        let mut alike: FastMap<Vec<u64>, u32> = FastMap::default();
         // Pods of other jobs this one depends on, or that depend on it.
         let dependencies = view.dependency_hosts(spec);
         // Each node's summed latency to the pods chosen so far, kept as
@@ -302,7 +302,7 @@ impl Metronome {
                     } else {
                         others.iter().map(|o| label(o.0)).collect()
                     };
-                    let distinct: HashSet<JobId> = labels.iter().copied().collect();
+                    let distinct: FastSet<JobId> = labels.iter().copied().collect();
                     if self.loop_filter
                         && (distinct.len() < labels.len() || distinct.iter().any(|l| joined.contains(l)))
                     {

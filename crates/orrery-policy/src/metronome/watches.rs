@@ -6,14 +6,15 @@
 
 use super::Watch;
 use crate::JobId;
-use std::collections::{BTreeSet, HashMap};
+use crate::memo::FastMap;
+use std::collections::BTreeSet;
 
 /// Watches by job, with the reverse index by reference.
 #[derive(Debug, Clone, Default)]
 pub(super) struct Watches {
-    by_job: HashMap<JobId, Watch>,
+    by_job: FastMap<JobId, Watch>,
     /// Each reference's paced partners.
-    partners: HashMap<JobId, BTreeSet<JobId>>,
+    partners: FastMap<JobId, BTreeSet<JobId>>,
 }
 
 impl Watches {
