@@ -129,6 +129,12 @@ fn two_racks() -> Topology {
 
 /// Two racks of four hosts of `gpus_per_host` A100s, 50 Gbit/s everywhere.
 fn two_racks_of(gpus_per_host: u32) -> Topology {
+    two_racks_with(gpus_per_host, 50.0)
+}
+
+/// Two racks of four hosts of `gpus_per_host` A100s at 50 Gbit/s under one
+/// spine, the uplinks at `uplink_gbps`.
+fn two_racks_with(gpus_per_host: u32, uplink_gbps: f64) -> Topology {
     LeafSpine {
         racks: 2,
         hosts_per_rack: 4,
@@ -136,7 +142,7 @@ fn two_racks_of(gpus_per_host: u32) -> Topology {
         gpus_per_host,
         gpu_type: "a100".into(),
         host_gbps: 50.0,
-        uplink_gbps: 50.0,
+        uplink_gbps,
     }
     .build("two-racks")
     .expect("valid")
@@ -164,34 +170,17 @@ fn time_shifted_interleaved_pair_each_run() {
     assert!(skipped > 0, "{skipped} iterations fast-forwarded");
 }
 
-/// Two rings across the racks' one uplink, started together (no shift):
-/// job 0 on h0 + h4, job 1 on h1 + h5.
-struct SideBySide;
+/// Rings across the racks' uplink, each on its own pair of hosts: job k on
+/// h(k) + h(k+4).
+struct Pairs;
 
-impl Policy for SideBySide {
+impl Policy for Pairs {
     fn name(&self) -> String {
-        "side-by-side".into()
+        "pairs".into()
     }
     fn schedule(&mut self, view: &ClusterView<'_>) -> Vec<Decision> {
-        let hosts = |id: usize| if id == 0 { vec![(0, 1), (4, 1)] } else { vec![(1, 1), (5, 1)] };
-        view.queue.iter().map(|q| Decision::Place { job: q.id, hosts: hosts(q.id) }).collect()
+        view.queue.iter().map(|q| Decision::Place { job: q.id, hosts: vec![(q.id, 1), (q.id + 4, 1)] }).collect()
     }
-}
-
-/// Two racks of four single-A100 hosts at 50 Gbit/s under one spine, the
-/// uplinks at `uplink_gbps`.
-fn two_racks_uplink(uplink_gbps: f64) -> Topology {
-    LeafSpine {
-        racks: 2,
-        hosts_per_rack: 4,
-        spines: 1,
-        gpus_per_host: 1,
-        gpu_type: "a100".into(),
-        host_gbps: 50.0,
-        uplink_gbps,
-    }
-    .build("two-racks")
-    .expect("valid")
 }
 
 #[test]
@@ -205,10 +194,10 @@ fn jobs_sharing_a_link_with_headroom_are_fast_forwarded_together() {
         JobSpec::new("b", "vgg19", 128, 2, Work::Iterations(300), 0.0),
     ];
     let go = |uplink_gbps, skip| {
-        let topo = two_racks_uplink(uplink_gbps);
+        let topo = two_racks_with(1, uplink_gbps);
         let cfg = SimConfig { seed: 1, jitter: 0.02, skip, ..Default::default() };
         let mut sim = Simulation::new(&topo, &jobs, cfg, false);
-        sim.run(&mut SideBySide, &mut |_, _| {});
+        sim.run(&mut Pairs, &mut |_, _| {});
         let skipped: u64 = sim.jobs.iter().map(|j| j.skipped_iterations).sum();
         let means: Vec<f64> = sim.jobs.iter().map(|j| j.iteration_ms.sum() / j.iteration_ms.len() as f64).collect();
         (values(&metrics(&sim, |_| true)), skipped, means)
@@ -228,26 +217,13 @@ fn jobs_sharing_a_link_with_headroom_are_fast_forwarded_together() {
     assert!(skipped < 200, "{skipped} iterations fast-forwarded where the rings contend");
 }
 
-/// Rings across the racks' uplink, each on its own pair of hosts: job k on
-/// h(k) + h(k+4).
-struct Pairs;
-
-impl Policy for Pairs {
-    fn name(&self) -> String {
-        "pairs".into()
-    }
-    fn schedule(&mut self, view: &ClusterView<'_>) -> Vec<Decision> {
-        view.queue.iter().map(|q| Decision::Place { job: q.id, hosts: vec![(q.id, 1), (q.id + 4, 1)] }).collect()
-    }
-}
-
 #[test]
 fn a_newcomer_that_takes_a_links_headroom_wakes_the_jobs_counted_on_it() {
     // Two rings fit on the 100 Gbit/s uplink and are fast-forwarded
     // together; a third arrives after 60 s and overfills it. The two must
     // rejoin the detailed simulation before its flows start, and contend
     // with it as the detailed run says.
-    let topo = two_racks_uplink(100.0);
+    let topo = two_racks_with(1, 100.0);
     let jobs = [
         JobSpec::new("a", "vgg19", 128, 2, Work::Iterations(600), 0.0),
         JobSpec::new("b", "vgg19", 128, 2, Work::Iterations(600), 0.0),
