@@ -20,12 +20,16 @@ pub(super) struct Headroom {
     /// Times the link lost its headroom: a job that saw none of these in an
     /// iteration had headroom on that link all along.
     lost: Vec<u64>,
+    /// Scratch for [`Headroom::raise`]: a collective's demand per link (zero
+    /// between calls) and the links it touched, in first-touch order.
+    demand: Vec<f64>,
+    touched: Vec<LinkId>,
 }
 
 impl Headroom {
     pub(super) fn new(capacity: Vec<f64>) -> Self {
         let n = capacity.len();
-        Headroom { capacity, potential: vec![0.0; n], lost: vec![0; n] }
+        Headroom { capacity, potential: vec![0.0; n], lost: vec![0; n], demand: vec![0.0; n], touched: Vec::new() }
     }
 
     /// Whether link `l` can never bind now. The same test as the network's
@@ -45,22 +49,47 @@ impl Headroom {
     }
 
     /// Raises a job's peaks (`peaks`, sorted by link) to at least a
-    /// collective's demand on each link (`demand`: (link, Gbit/s), sorted by
-    /// link, each link once). O(peaks + demand).
-    pub(super) fn raise(&mut self, peaks: &mut Vec<(LinkId, f64)>, demand: &[(LinkId, f64)]) {
-        for &(l, gbps) in demand {
+    /// collective's demand on each link: the caps of its flows (`flows`:
+    /// (path, Gbit/s)) summed per link; [`Headroom::touched`] then lists
+    /// the links it touches. O(Σ path lengths + links touched · log peaks),
+    /// with no sort and no allocation once the scratch has grown.
+    pub(super) fn raise<'p>(
+        &mut self,
+        peaks: &mut Vec<(LinkId, f64)>,
+        flows: impl Iterator<Item = (&'p [LinkId], f64)>,
+    ) {
+        self.touched.clear();
+        // A flow without a cap asks for nothing (and would leave its links
+        // at zero, to be listed again).
+        for (path, cap) in flows.filter(|&(_, cap)| cap > 0.0) {
+            for &l in path {
+                if self.demand[l] == 0.0 {
+                    self.touched.push(l);
+                }
+                self.demand[l] += cap;
+            }
+        }
+        for i in 0..self.touched.len() {
+            let l = self.touched[i];
+            let gbps = std::mem::take(&mut self.demand[l]);
             match peaks.binary_search_by_key(&l, |p| p.0) {
-                Ok(i) if peaks[i].1 < gbps => {
-                    self.raise_link(l, gbps - peaks[i].1);
-                    peaks[i].1 = gbps;
+                Ok(k) if peaks[k].1 < gbps => {
+                    self.raise_link(l, gbps - peaks[k].1);
+                    peaks[k].1 = gbps;
                 }
                 Ok(_) => {}
-                Err(i) => {
+                Err(k) => {
                     self.raise_link(l, gbps);
-                    peaks.insert(i, (l, gbps));
+                    peaks.insert(k, (l, gbps));
                 }
             }
         }
+    }
+
+    /// The links the last [`Headroom::raise`] touched, each once, in the
+    /// order its flows reached them. O(1).
+    pub(super) fn touched(&self) -> &[LinkId] {
+        &self.touched
     }
 
     /// Takes a job's peaks away: it no longer runs here. O(peaks).
@@ -79,25 +108,9 @@ impl Headroom {
     }
 }
 
-/// A collective's demand per link: the caps of its flows summed on each
-/// link of their paths, sorted by link. O(Σ path lengths · log).
-pub(super) fn demand<'p>(flows: impl Iterator<Item = (&'p [LinkId], f64)>) -> Vec<(LinkId, f64)> {
-    let mut per: Vec<(LinkId, f64)> = flows.flat_map(|(path, cap)| path.iter().map(move |&l| (l, cap))).collect();
-    per.sort_unstable_by_key(|p| p.0);
-    per.dedup_by(|next, kept| {
-        if next.0 == kept.0 {
-            kept.1 += next.1;
-            true
-        } else {
-            false
-        }
-    });
-    per
-}
-
 #[cfg(test)]
 mod tests {
-    use super::{Headroom, demand};
+    use super::Headroom;
 
     #[test]
     fn a_link_keeps_its_headroom_while_the_peaks_fit_and_counts_each_loss() {
@@ -105,18 +118,19 @@ mod tests {
         let mut room = Headroom::new(vec![400.0, 100.0]);
         let (mut a, mut b, mut c) = (Vec::new(), Vec::new(), Vec::new());
         // a: two flows on link 0 in one collective, one on link 1.
-        room.raise(&mut a, &demand([(&[0usize, 1][..], 100.0), (&[0usize][..], 100.0)].into_iter()));
+        room.raise(&mut a, [(&[0usize, 1][..], 100.0), (&[0usize][..], 100.0)].into_iter());
+        assert_eq!(room.touched(), [0, 1]);
         assert_eq!(a, vec![(0, 200.0), (1, 100.0)]);
         assert!(room.clear(0) && room.clear(1));
         // A smaller collective of a's does not lower its peak.
-        room.raise(&mut a, &demand([(&[0usize][..], 100.0)].into_iter()));
+        room.raise(&mut a, [(&[0usize][..], 100.0)].into_iter());
         assert_eq!(a, vec![(0, 200.0), (1, 100.0)]);
         // b fills link 0 exactly: still clear (demand equal to capacity never congests).
-        room.raise(&mut b, &demand([(&[0usize][..], 200.0)].into_iter()));
+        room.raise(&mut b, [(&[0usize][..], 200.0)].into_iter());
         assert!(room.clear(0));
         assert_eq!(room.lost(0), 0);
         // c would push it over: lost once.
-        room.raise(&mut c, &demand([(&[0usize][..], 50.0)].into_iter()));
+        room.raise(&mut c, [(&[0usize][..], 50.0)].into_iter());
         assert!(!room.clear(0));
         assert_eq!(room.lost(0), 1);
         // b leaves: clear again, and the loss stays counted.

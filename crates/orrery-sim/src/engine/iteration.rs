@@ -165,13 +165,14 @@ impl Simulation<'_> {
         // The collective's demand joins the job's peaks; fast-forwarded jobs
         // on links that may now bind rejoin the detailed simulation first
         // (on a link with headroom they run as they would beside these flows).
-        let demand = super::headroom::demand(new.iter().map(|(path, _, cap, _)| (&path[..], *cap)));
-        self.headroom.raise(&mut self.jobs[job].peaks, &demand);
+        self.headroom.raise(&mut self.jobs[job].peaks, new.iter().map(|(path, _, cap, _)| (&path[..], *cap)));
         if !self.skip_owners.is_empty() {
-            let mut owners: Vec<JobId> = demand
+            let room = &self.headroom;
+            let mut owners: Vec<JobId> = room
+                .touched()
                 .iter()
-                .filter(|&&(l, _)| !self.headroom.clear(l))
-                .filter_map(|(l, _)| self.skip_owners.get(l))
+                .filter(|&&l| !room.clear(l))
+                .filter_map(|l| self.skip_owners.get(l))
                 .flatten()
                 .copied()
                 .filter(|&o| o != job)
