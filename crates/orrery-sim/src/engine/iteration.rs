@@ -12,6 +12,10 @@ use orrery_policy::{ClusterView, IterationNeeds, JobId, Policy};
 use rand_chacha::ChaCha8Rng;
 use rand_distr::Distribution;
 
+/// A flow's (path, share) pairs: one path inline, so that the flows of a
+/// collective do not each allocate (760 k flows in a 256-host run).
+pub(super) type FlowPaths = smallvec::SmallVec<[(Path, f64); 1]>;
+
 impl Simulation<'_> {
     pub(super) fn start_iteration(&mut self, job: JobId) {
         let now = self.now;
@@ -206,7 +210,7 @@ impl Simulation<'_> {
     /// [`Decision::Route`] pinned the flow, in which case it is split
     /// equally over the chosen paths: (path, share of the flow) pairs.
     /// None between workers on one host.
-    pub(super) fn flow_paths(&mut self, job: JobId, i: usize, (src, dst): (usize, usize)) -> Vec<(Path, f64)> {
+    pub(super) fn flow_paths(&mut self, job: JobId, i: usize, (src, dst): (usize, usize)) -> FlowPaths {
         let j = &self.jobs[job];
         let (a, b) = (j.workers[src], j.workers[dst]);
         let rail = self.topo.rail_of(b, j.worker_gpus.get(dst).copied().unwrap_or(0));
@@ -216,7 +220,7 @@ impl Simulation<'_> {
             found.into_iter().map(Path::from).collect()
         });
         if paths.is_empty() {
-            return Vec::new();
+            return FlowPaths::new();
         }
         let j = &self.jobs[job];
         let step_route = if j.step_routes.is_empty() {
@@ -233,7 +237,7 @@ impl Simulation<'_> {
             let share = 1.0 / chosen.len() as f64;
             return chosen.iter().map(|&k| (paths[k % paths.len()].clone(), share)).collect();
         }
-        vec![(paths[orrery_model::topology::ecmp_index(job, i, paths.len())].clone(), 1.0)]
+        smallvec::smallvec![(paths[orrery_model::topology::ecmp_index(job, i, paths.len())].clone(), 1.0)]
     }
 
     /// A flow of `job` (the `index`-th of its collective, started in
