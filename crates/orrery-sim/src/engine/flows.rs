@@ -94,7 +94,7 @@ impl Simulation<'_> {
     /// max-min component they leave re-rated once, then each one's job
     /// moves on, in event order.
     pub(super) fn flows_done(&mut self, events: &[(FlowId, u64)], policy: &mut dyn Policy) {
-        let mut ended = Vec::with_capacity(events.len());
+        let mut ended: smallvec::SmallVec<[_; 16]> = smallvec::SmallVec::with_capacity(events.len());
         for &(f, version) in events {
             if self.net.flow(f).is_none_or(|fl| fl.version != version) {
                 continue;
@@ -106,7 +106,7 @@ impl Simulation<'_> {
         if ended.is_empty() {
             return;
         }
-        let ids: Vec<FlowId> = ended.iter().map(|e| e.0).collect();
+        let ids: smallvec::SmallVec<[FlowId; 16]> = ended.iter().map(|e| e.0).collect();
         let changed = self.net.remove_all(self.now, &ids);
         self.note_interactions();
         self.reschedule(&changed);

@@ -397,6 +397,8 @@ pub struct Simulation<'a> {
     /// Owner job, its epoch, and the flow's index in its collective, by
     /// flow id (the network's slab ids are dense: a vector, not a map).
     flow_job: Vec<Option<(JobId, u64, usize)>>,
+    /// The flows ending at one instant, as the event loop gathers them.
+    ended_buf: Vec<(FlowId, u64)>,
     /// Equal-cost paths by (source, destination, destination rail; 0 off
     /// a rail fabric).
     ///
@@ -467,6 +469,7 @@ impl<'a> Simulation<'a> {
             headroom: headroom::Headroom::new(capacity.clone()),
             net: Network::new(capacity, isolated),
             flow_job: Vec::new(),
+            ended_buf: Vec::new(),
             paths: FastMap::default(),
             decision_s: Vec::new(),
             events_processed: 0,
@@ -705,7 +708,11 @@ impl<'a> Simulation<'a> {
                 Event::FlowDone(f, version) => {
                     // Flows ending at this instant (a ring's flows end
                     // together) leave the network at once.
-                    let mut ended = vec![(f, version)];
+                    // (In a buffer kept across events: one allocation a
+                    // run, not one per instant a flow ends.)
+                    let mut ended = std::mem::take(&mut self.ended_buf);
+                    ended.clear();
+                    ended.push((f, version));
                     while let Some(&Reverse((next, _, Event::FlowDone(g, v)))) = self.events.peek()
                         && next == t
                     {
@@ -713,7 +720,8 @@ impl<'a> Simulation<'a> {
                         self.events_processed += 1;
                         ended.push((g, v));
                     }
-                    self.flows_done(&ended, policy)
+                    self.flows_done(&ended, policy);
+                    self.ended_buf = ended;
                 }
                 Event::Scripted(k) => {
                     let d = self.scripted[k].clone();
