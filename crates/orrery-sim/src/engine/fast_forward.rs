@@ -89,7 +89,7 @@ impl Simulation<'_> {
         }
         let j = &mut self.jobs[job];
         j.epoch += 1;
-        j.skip = Some(Skip { t0: self.now, t: self.now, rng: snapshot, done: 0, last_ms: 0.0, next: None });
+        j.skip = Some(Skip::new(self.now, snapshot));
         self.skipping.insert(job);
         self.next_stretch(job);
         true
@@ -107,7 +107,7 @@ impl Simulation<'_> {
             // Every iteration alike: the whole rest is one stretch, O(1).
             Some(d) => skip.t.saturating_add(d.saturating_mul(left)),
             None => {
-                let mut rng = skip.rng.clone();
+                let mut rng = skip.clone().rng_at_t();
                 let mut end = skip.t;
                 for _ in 0..left.min(SKIP_STRETCH) {
                     end = end.saturating_add(self.iteration_ns(job, end, &mut rng));
@@ -173,15 +173,18 @@ impl Simulation<'_> {
             return;
         }
         while skip.done < left {
+            // Drawn on the cursor's own RNG, which then stands after the
+            // draw; `word` keeps where it stood at `t` (no copy of the state).
             let (d, after) = skip.next.take().unwrap_or_else(|| {
-                let mut probe = skip.rng.clone();
-                (self.iteration_ns(job, skip.t, &mut probe), probe)
+                skip.rewind();
+                let d = self.iteration_ns(job, skip.t, &mut skip.rng);
+                (d, skip.rng.get_word_pos())
             });
             if skip.t + d > until {
                 skip.next = Some((d, after));
                 break;
             }
-            skip.rng = after;
+            skip.word = after;
             skip.t += d;
             skip.done += 1;
             skip.last_ms = d as f64 / 1e6;
@@ -227,10 +230,11 @@ impl Simulation<'_> {
             }
         }
         let j = &mut self.jobs[job];
-        j.rng = skip.rng;
+        let (t, last_ms) = (skip.t, skip.last_ms);
+        j.rng = skip.rng_at_t();
         j.epoch += 1;
         j.solo_streak = 0;
-        (skip.t, skip.last_ms)
+        (t, last_ms)
     }
 
     pub(super) fn per_iteration_credits(&self, job: JobId) -> Vec<(LinkId, (f64, f64, u64))> {
