@@ -107,7 +107,7 @@ impl Simulation<'_> {
             // Every iteration alike: the whole rest is one stretch, O(1).
             Some(d) => skip.t.saturating_add(d.saturating_mul(left)),
             None => {
-                let mut rng = skip.clone().rng_at_t();
+                let mut rng = skip.rng_at_t();
                 let mut end = skip.t;
                 for _ in 0..left.min(SKIP_STRETCH) {
                     end = end.saturating_add(self.iteration_ns(job, end, &mut rng));
@@ -230,11 +230,10 @@ impl Simulation<'_> {
             }
         }
         let j = &mut self.jobs[job];
-        let (t, last_ms) = (skip.t, skip.last_ms);
         j.rng = skip.rng_at_t();
         j.epoch += 1;
         j.solo_streak = 0;
-        (t, last_ms)
+        (skip.t, skip.last_ms)
     }
 
     pub(super) fn per_iteration_credits(&self, job: JobId) -> Vec<(LinkId, (f64, f64, u64))> {

@@ -379,10 +379,14 @@ impl Skip {
         }
     }
 
-    /// The job's RNG where the detailed simulation would have it at `t`.
-    fn rng_at_t(mut self) -> ChaCha8Rng {
-        self.rewind();
-        self.rng
+    /// The job's RNG where the detailed simulation would have it at `t` (a
+    /// copy of the state, set back if it drew ahead).
+    fn rng_at_t(&self) -> ChaCha8Rng {
+        let mut rng = self.rng.clone();
+        if rng.get_word_pos() != self.word {
+            rng.set_word_pos(self.word);
+        }
+        rng
     }
 }
 
