@@ -457,6 +457,9 @@ pub struct Simulation<'a> {
     headroom: headroom::Headroom,
     /// Jobs being fast-forwarded.
     skipping: BTreeSet<JobId>,
+    /// The same jobs densely, each with when its cursor next has an
+    /// iteration to count ([`fast_forward::Due`]).
+    skip_due: fast_forward::Due,
     /// Jobs placed and perhaps still running or paused, by id (entries of
     /// jobs that ended or were preempted are pruned before each view), so a
     /// view costs O(running), not O(all jobs of the trace).
@@ -512,6 +515,7 @@ impl<'a> Simulation<'a> {
             reschedules_cut: 0,
             skip_owners: FastMap::default(),
             skipping: BTreeSet::new(),
+            skip_due: fast_forward::Due::default(),
             active: BTreeSet::new(),
             released: Vec::new(),
             arrived: 0,
