@@ -135,18 +135,40 @@ fn cassinis_pair_on_real_tcp_against_the_simulator() {
     );
     // Alone, one job at a time, each ring runs at the model's time alone
     // (compute 5% longer, TCP's per-step overheads: 2-4%), not at the
-    // contended ~441 ms it would show if the two ran together. Both policies
-    // gave the jobs the same hosts, so they were measured once.
+    // contended ~441 ms it would show if the two ran together: the median
+    // of its six iterations alone. Not their mean (compare.csv's
+    // `alone_testbed_ms`), which one stalled iteration moves: a fresh-clone
+    // CI run on a slow machine (2026-12-03) failed at a mean of 409.8 ms,
+    // 1.153 times the model, where runs alone here give 372-389 ms an
+    // iteration. The mean is held within 1.25. Both policies gave the jobs
+    // the same hosts, so they were measured once.
+    let alone_runs = measured_of("pinned/alone");
     let text = std::fs::read_to_string(out.path().join("compare.csv")).expect("compare.csv");
     let header: Vec<&str> = text.lines().next().expect("header").split(',').collect();
     let col = |name: &str| header.iter().position(|h| *h == name).expect(name);
     for line in text.lines().skip(1) {
         let f: Vec<&str> = line.split(',').collect();
         let num = |name: &str| f[col(name)].parse::<f64>().expect("number");
-        let (alone, model) = (num("alone_testbed_ms"), num("isolated_ms"));
+        let (mean, model) = (num("alone_testbed_ms"), num("isolated_ms"));
         assert!(
-            (0.98..1.15).contains(&(alone / model)),
-            "{line}: alone on the testbed {alone:.1} ms vs model {model:.1}"
+            (0.98..1.25).contains(&(mean / model)),
+            "{line}: alone on the testbed {mean:.1} ms vs model {model:.1}"
+        );
+        let job = f[col("job")];
+        let run = alone_runs["jobs"]
+            .as_array()
+            .expect("jobs")
+            .iter()
+            .find(|j| j["id"].as_str().is_some_and(|id| id.starts_with(&format!("{job}-alone-"))))
+            .expect("the job ran alone");
+        let mut ms: Vec<f64> =
+            run["iteration_ms"].as_array().expect("iteration_ms").iter().filter_map(|v| v.as_f64()).collect();
+        assert!(ms.len() >= 5, "{job} alone: {run}");
+        ms.sort_by(f64::total_cmp);
+        let median = ms[ms.len() / 2];
+        assert!(
+            (0.98..1.15).contains(&(median / model)),
+            "{job}: alone on the testbed, median {median:.1} ms (mean {mean:.1}) vs model {model:.1}: {ms:?}"
         );
     }
     assert!(!out.path().join("pinned_cassini/alone").exists(), "the pinned run's placements were reused");
