@@ -20,7 +20,7 @@ pub struct ScaleArgs {
     /// Cluster sizes, hosts (multiples of 32: whole racks).
     #[arg(long, value_delimiter = ',', default_values_t = [256usize, 1024, 4096, 16384])]
     pub hosts: Vec<usize>,
-    /// Policies, each run on every size.
+    /// Policies, comma-separated, each run on every size.
     #[arg(long, value_delimiter = ',', default_values_t = ["themis+cassini".to_string(), "metronome".to_string(), "orrery".to_string(), "fifo+foresight".to_string()])]
     pub policies: Vec<String>,
     /// A run still going after this many minutes is stopped and reported
