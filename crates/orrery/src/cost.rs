@@ -90,6 +90,10 @@ pub fn run(args: &ScaleArgs) -> Result<()> {
     if args.policies.is_empty() {
         bail!("--policies: expected at least one policy (`orrery policies` lists them)");
     }
+    // Checked before any run, so a bad name fails once, not once per size.
+    if let Some(bad) = args.policies.iter().find(|p| orrery_policy::with_pins(p, 0, &Default::default()).is_none()) {
+        bail!("--policies: unknown policy {bad:?}: expected names separated by commas (`orrery policies` lists them)");
+    }
     std::fs::create_dir_all(&args.out).with_context(|| format!("{}", args.out.display()))?;
     let exe = std::env::current_exe().context("the orrery binary")?;
     let mut hosts = args.hosts.clone();
@@ -302,6 +306,23 @@ mod tests {
         let e = exponent(&nlogn).expect("fit");
         assert!((1.13..1.15).contains(&e), "n log n: {e}");
         assert_eq!(exponent(&pts[..1]), None);
+    }
+
+    #[test]
+    fn an_unknown_policy_fails_once_before_any_run() {
+        let out = std::env::temp_dir().join(format!("orrery-scale-bad-{}", std::process::id()));
+        let args = |policies: &[&str]| ScaleArgs {
+            hosts: vec![256],
+            policies: policies.iter().map(|p| p.to_string()).collect(),
+            max_minutes: 1.0,
+            out: out.clone(),
+        };
+        // Spaces instead of commas: one name clap cannot split.
+        let e = run(&args(&["themis+cassini orrery"])).expect_err("an unknown policy").to_string();
+        assert!(e.contains(r#"unknown policy "themis+cassini orrery""#) && e.contains("commas"), "{e}");
+        let e = run(&args(&["fifo", "magic"])).expect_err("an unknown policy").to_string();
+        assert!(e.contains(r#""magic""#), "{e}");
+        assert!(!out.exists(), "nothing is written before the names are checked");
     }
 
     #[test]
