@@ -47,6 +47,14 @@ fn assert_few_collided(job: &serde_json::Value, context: &str) {
     );
 }
 
+/// The median of a measured job's iterations, ms.
+fn median_iteration_ms(job: &serde_json::Value) -> f64 {
+    let mut ms: Vec<f64> =
+        job["iteration_ms"].as_array().expect("iteration_ms").iter().filter_map(|v| v.as_f64()).collect();
+    ms.sort_by(f64::total_cmp);
+    ms[ms.len() / 2]
+}
+
 /// CASSINI's pair on the testbed against the simulator (run by
 /// [`cassini_and_metronome_pairs_on_real_tcp_side_by_side`]).
 fn cassinis_pair_on_real_tcp_against_the_simulator() {
@@ -81,11 +89,9 @@ fn cassinis_pair_on_real_tcp_against_the_simulator() {
     };
     let shifted = measured_of("pinned+cassini");
     let median_ms = |job: &str| {
-        let j = shifted["jobs"].as_array().expect("jobs").iter().find(|j| j["id"] == job).expect("the job ran");
-        let mut ms: Vec<f64> =
-            j["iteration_ms"].as_array().expect("iteration_ms").iter().filter_map(|v| v.as_f64()).collect();
-        ms.sort_by(f64::total_cmp);
-        ms[ms.len() / 2]
+        median_iteration_ms(
+            shifted["jobs"].as_array().expect("jobs").iter().find(|j| j["id"] == job).expect("the job ran"),
+        )
     };
     for job in ["a", "b"] {
         // Shifted, the rings interleave on real TCP as in the model: the
@@ -161,14 +167,12 @@ fn cassinis_pair_on_real_tcp_against_the_simulator() {
             .iter()
             .find(|j| j["id"].as_str().is_some_and(|id| id.starts_with(&format!("{job}-alone-"))))
             .expect("the job ran alone");
-        let mut ms: Vec<f64> =
-            run["iteration_ms"].as_array().expect("iteration_ms").iter().filter_map(|v| v.as_f64()).collect();
-        assert!(ms.len() >= 5, "{job} alone: {run}");
-        ms.sort_by(f64::total_cmp);
-        let median = ms[ms.len() / 2];
+        assert!(run["iteration_ms"].as_array().is_some_and(|ms| ms.len() >= 5), "{job} alone: {run}");
+        let median = median_iteration_ms(run);
         assert!(
             (0.98..1.15).contains(&(median / model)),
-            "{job}: alone on the testbed, median {median:.1} ms (mean {mean:.1}) vs model {model:.1}: {ms:?}"
+            "{job}: alone on the testbed, median {median:.1} ms (mean {mean:.1}) vs model {model:.1}: {}",
+            run["iteration_ms"]
         );
     }
     assert!(!out.path().join("pinned_cassini/alone").exists(), "the pinned run's placements were reused");
