@@ -11,7 +11,7 @@ use rand_chacha::ChaCha8Rng;
 /// Iterations of a fast-forwarded job drawn ahead per event.
 pub(super) const SKIP_STRETCH: u64 = 1024;
 
-/// The fast-forwarded jobs in a dense list, each with the instant before
+/// The fast-forwarded jobs, in a dense list, each with the instant before
 /// which its cursor has nothing to count, so that bringing every cursor to
 /// now ([`Simulation::advance_skips`]) skips a job without reading its
 /// state. Order is irrelevant: a cursor's count depends on its own job
@@ -27,12 +27,18 @@ pub(super) struct Due {
 impl Due {
     /// A job starts being fast-forwarded: visited at the next scan.
     fn insert(&mut self, job: JobId) {
-        if let Some(&i) = self.slot.get(&job) {
-            self.entries[i].0 = 0;
-            return;
-        }
-        self.slot.insert(job, self.entries.len());
+        let old = self.slot.insert(job, self.entries.len());
+        debug_assert!(old.is_none(), "job {job} fast-forwarded twice");
         self.entries.push((0, job));
+    }
+
+    /// The fast-forwarded jobs by id, the order in which they rejoin the
+    /// detailed simulation together (their links are credited in it).
+    /// O(n log n); at the probe's start and the run's end only.
+    pub(super) fn jobs_by_id(&self) -> Vec<JobId> {
+        let mut jobs: Vec<JobId> = self.entries.iter().map(|e| e.1).collect();
+        jobs.sort_unstable();
+        jobs
     }
 
     fn remove(&mut self, job: JobId) {
@@ -123,7 +129,6 @@ impl Simulation<'_> {
         let j = &mut self.jobs[job];
         j.epoch += 1;
         j.skip = Some(Skip::new(self.now, snapshot));
-        self.skipping.insert(job);
         self.skip_due.insert(job);
         self.next_stretch(job);
         true
@@ -265,7 +270,6 @@ impl Simulation<'_> {
     pub(super) fn replay(&mut self, job: JobId, until: u64) -> (u64, f64) {
         self.advance_skip(job, until);
         let Some(skip) = self.jobs[job].skip.take() else { return (self.now, 0.0) };
-        self.skipping.remove(&job);
         self.skip_due.remove(job);
         let n = skip.done;
         let j = &mut self.jobs[job];

@@ -461,9 +461,7 @@ pub struct Simulation<'a> {
     skip_owners: FastMap<LinkId, Vec<JobId>>,
     /// The running jobs' peak demands per link.
     headroom: headroom::Headroom,
-    /// Jobs being fast-forwarded.
-    skipping: BTreeSet<JobId>,
-    /// The same jobs densely, each with when its cursor next has an
+    /// Jobs being fast-forwarded, each with when its cursor next has an
     /// iteration to count ([`fast_forward::Due`]).
     skip_due: fast_forward::Due,
     /// Jobs placed and perhaps still running or paused, by id (entries of
@@ -520,7 +518,6 @@ impl<'a> Simulation<'a> {
             notes: Vec::new(),
             reschedules_cut: 0,
             skip_owners: FastMap::default(),
-            skipping: BTreeSet::new(),
             skip_due: fast_forward::Due::default(),
             active: BTreeSet::new(),
             released: Vec::new(),
@@ -775,12 +772,8 @@ impl<'a> Simulation<'a> {
                 }
                 Event::ProbeStart => {
                     let probed = self.net.probe.as_ref().map(|p| p.link);
-                    let on_link: Vec<JobId> = self
-                        .skipping
-                        .iter()
-                        .copied()
-                        .filter(|&j| probed.is_some_and(|l| self.jobs[j].links_used.contains(&l)))
-                        .collect();
+                    let mut on_link = self.skip_due.jobs_by_id();
+                    on_link.retain(|&j| probed.is_some_and(|l| self.jobs[j].links_used.contains(&l)));
                     for j in on_link {
                         self.materialise(j);
                     }
@@ -799,8 +792,7 @@ impl<'a> Simulation<'a> {
                 _ => {}
             }
         }
-        let skipping: Vec<JobId> = self.skipping.iter().copied().collect();
-        for j in skipping {
+        for j in self.skip_due.jobs_by_id() {
             self.materialise(j);
         }
         self.net.compact_series(self.now);
