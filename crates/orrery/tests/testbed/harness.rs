@@ -145,19 +145,33 @@ pub(crate) fn read_compare(path: &Path) -> std::collections::BTreeMap<(String, S
 /// 11.5 CPU-seconds in 105 s, service and agents included. Two such runs
 /// share the machine, each on namespaces of its own. Real PyTorch ranks
 /// compute, and the throughput tests measure the kernel's rates: those run
-/// alone.
-pub(crate) static TESTBED: std::sync::RwLock<()> = std::sync::RwLock::new(());
+/// alone. The turns are a lock on a file, shared or exclusive, so that they
+/// hold between processes as between threads: `cargo nextest` runs each
+/// test in a process of its own.
+fn testbed_lock(exclusive: bool) -> std::fs::File {
+    let path = Path::new(env!("CARGO_TARGET_TMPDIR")).join("testbed.lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let locked = if exclusive { file.lock() } else { file.lock_shared() };
+    locked.unwrap_or_else(|e| panic!("locking {}: {e}", path.display()));
+    file
+}
 
-/// A turn on the testbed beside other emulated runs, or None after saying
-/// why it skips: network namespaces are unavailable here.
-pub(crate) fn shared_turn() -> Option<std::sync::RwLockReadGuard<'static, ()>> {
-    let turn = TESTBED.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+/// A turn on the testbed beside other emulated runs (held while the file
+/// is open), or None after saying why it skips: network namespaces are
+/// unavailable here.
+pub(crate) fn shared_turn() -> Option<std::fs::File> {
+    let turn = testbed_lock(false);
     available().then_some(turn)
 }
 
 /// The testbed to this test alone, or None after saying why it skips.
-pub(crate) fn turn_alone() -> Option<std::sync::RwLockWriteGuard<'static, ()>> {
-    let turn = TESTBED.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+pub(crate) fn turn_alone() -> Option<std::fs::File> {
+    let turn = testbed_lock(true);
     available().then_some(turn)
 }
 
