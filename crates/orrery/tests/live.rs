@@ -26,6 +26,8 @@ mod retention;
 mod tenants;
 #[path = "live/tls.rs"]
 mod tls;
+#[path = "support/turns.rs"]
+mod turns;
 
 const BIN: &str = env!("CARGO_BIN_EXE_orrery");
 
@@ -168,19 +170,9 @@ fn job(id: &str, model: &str, iterations: u64, priority: &str) -> Value {
 }
 
 /// Tests whose processes time iterations or load both cores (PyTorch
-/// ranks, paced Python loops) run one at a time: each holds an exclusive
-/// lock on a file while it runs, which holds between processes as between
-/// threads (`cargo nextest` runs each test in a process of its own).
+/// ranks, paced Python loops) run one at a time.
 fn heavy() -> std::fs::File {
-    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("live-heavy.lock");
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    file.lock().unwrap_or_else(|e| panic!("locking {}: {e}", path.display()));
-    file
+    turns::take_turn("live-heavy.lock", true)
 }
 
 fn wait_until<T>(what: &str, limit: Duration, mut f: impl FnMut() -> Option<T>) -> T {

@@ -145,20 +145,9 @@ pub(crate) fn read_compare(path: &Path) -> std::collections::BTreeMap<(String, S
 /// 11.5 CPU-seconds in 105 s, service and agents included. Two such runs
 /// share the machine, each on namespaces of its own. Real PyTorch ranks
 /// compute, and the throughput tests measure the kernel's rates: those run
-/// alone. The turns are a lock on a file, shared or exclusive, so that they
-/// hold between processes as between threads: `cargo nextest` runs each
-/// test in a process of its own.
+/// alone. The turns are a lock on a file, shared or exclusive.
 fn testbed_lock(exclusive: bool) -> std::fs::File {
-    let path = Path::new(env!("CARGO_TARGET_TMPDIR")).join("testbed.lock");
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let locked = if exclusive { file.lock() } else { file.lock_shared() };
-    locked.unwrap_or_else(|e| panic!("locking {}: {e}", path.display()));
-    file
+    crate::turns::take_turn("testbed.lock", exclusive)
 }
 
 /// A turn on the testbed beside other emulated runs (held while the file

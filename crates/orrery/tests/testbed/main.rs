@@ -16,3 +16,5 @@ mod ddp;
 mod links;
 mod pairs;
 mod pipeline;
+#[path = "../support/turns.rs"]
+mod turns;
