@@ -9,17 +9,23 @@ use crate::harness::*;
 /// tests, a thread waiting for the testbed alone (the throughput and DDP
 /// tests) beside one of them left the other to run after it (100 s more
 /// in one CI run). Each part asserts its own property; a failure names the
-/// part.
+/// part. Each part is judged over starts, as the DDP and pipeline pairs
+/// are: with no other test on the machine (nextest's testbed phase), the
+/// CASSINI part once measured job a alone at a median of 412.6 ms, 1.16
+/// times the model, and held in the run right after (380 ms alone).
 #[test]
 fn cassini_and_metronome_pairs_on_real_tcp_side_by_side() {
     let Some(_turn) = shared_turn() else { return };
-    let parts: [(&str, fn()); 2] = [
-        ("cassinis_pair_on_real_tcp_against_the_simulator", cassinis_pair_on_real_tcp_against_the_simulator),
-        ("metronomes_paced_pair_stays_out_of_step_on_real_tcp", metronomes_paced_pair_stays_out_of_step_on_real_tcp),
+    let parts: [(&'static str, fn()); 2] = [
+        ("CASSINI's pair", cassinis_pair_on_real_tcp_against_the_simulator),
+        ("Metronome's paced pair", metronomes_paced_pair_stays_out_of_step_on_real_tcp),
     ];
     let running: Vec<_> = parts
         .into_iter()
-        .map(|(name, part)| (name, std::thread::Builder::new().name(name.into()).spawn(part).expect("a thread")))
+        .map(|(name, part)| {
+            let judged = move || judged_over_starts(name, caught(part));
+            (name, std::thread::Builder::new().name(name.into()).spawn(judged).expect("a thread"))
+        })
         .collect();
     let failed: Vec<&str> = running.into_iter().filter_map(|(name, t)| t.join().is_err().then_some(name)).collect();
     assert!(failed.is_empty(), "failed: {failed:?} (their panics are above)");
