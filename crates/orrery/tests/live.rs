@@ -172,7 +172,7 @@ fn job(id: &str, model: &str, iterations: u64, priority: &str) -> Value {
 /// Tests whose processes time iterations or load both cores (PyTorch
 /// ranks, paced Python loops) run one at a time.
 fn heavy() -> std::fs::File {
-    turns::take_turn("live-heavy.lock", true)
+    turns::take_turn("live-heavy.lock")
 }
 
 fn wait_until<T>(what: &str, limit: Duration, mut f: impl FnMut() -> Option<T>) -> T {

@@ -7,9 +7,9 @@
 use std::fs::{File, OpenOptions};
 use std::path::Path;
 
-/// Waits for a turn on lock file `name`, exclusive or shared with others
-/// asking for a shared one; the turn lasts as long as the returned file.
-pub fn take_turn(name: &str, exclusive: bool) -> File {
+/// Waits for a turn on lock file `name`, alone; the turn lasts as long as
+/// the returned file.
+pub fn take_turn(name: &str) -> File {
     let path = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
     let file = OpenOptions::new()
         .create(true)
@@ -17,7 +17,6 @@ pub fn take_turn(name: &str, exclusive: bool) -> File {
         .write(true)
         .open(&path)
         .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let locked = if exclusive { file.lock() } else { file.lock_shared() };
-    locked.unwrap_or_else(|e| panic!("locking {}: {e}", path.display()));
+    file.lock().unwrap_or_else(|e| panic!("locking {}: {e}", path.display()));
     file
 }

@@ -142,25 +142,15 @@ pub(crate) fn read_compare(path: &Path) -> std::collections::BTreeMap<(String, S
 /// The testbed's runs measure time on a 2-core machine. A run of emulated
 /// workers (`orrery worker`: compute is a sleep, the ring a TCP transfer on
 /// 500 Mbit/s links) uses little of it: Metronome's S2, 200 iterations, took
-/// 11.5 CPU-seconds in 105 s, service and agents included. Two such runs
-/// share the machine, each on namespaces of its own. Real PyTorch ranks
-/// compute, and the throughput tests measure the kernel's rates: those run
-/// alone. The turns are a lock on a file, shared or exclusive.
-fn testbed_lock(exclusive: bool) -> std::fs::File {
-    crate::turns::take_turn("testbed.lock", exclusive)
-}
-
-/// A turn on the testbed beside other emulated runs (held while the file
-/// is open), or None after saying why it skips: network namespaces are
-/// unavailable here.
-pub(crate) fn shared_turn() -> Option<std::fs::File> {
-    let turn = testbed_lock(false);
-    available().then_some(turn)
-}
-
-/// The testbed to this test alone, or None after saying why it skips.
+/// 11.5 CPU-seconds in 105 s, service and agents included, so the pairs
+/// test runs two such runs at once, each on namespaces of its own. Real
+/// PyTorch ranks compute, and the throughput tests measure the kernel's
+/// rates. Each testbed test takes the testbed alone: a lock on a file.
+///
+/// The testbed to this test alone (held while the file is open), or None
+/// after saying why it skips: network namespaces are unavailable here.
 pub(crate) fn turn_alone() -> Option<std::fs::File> {
-    let turn = testbed_lock(true);
+    let turn = crate::turns::take_turn("testbed.lock");
     available().then_some(turn)
 }
 

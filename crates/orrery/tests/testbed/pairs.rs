@@ -10,12 +10,12 @@ use crate::harness::*;
 /// tests) beside one of them left the other to run after it (100 s more
 /// in one CI run). Each part asserts its own property; a failure names the
 /// part. Each part is judged over starts, as the DDP and pipeline pairs
-/// are: with no other test on the machine (nextest's testbed phase), the
-/// CASSINI part once measured job a alone at a median of 412.6 ms, 1.16
-/// times the model, and held in the run right after (380 ms alone).
+/// are: with no other test on the machine, the CASSINI part once measured
+/// job a alone at a median of 412.6 ms, 1.16 times the model, and held in
+/// the run right after (380 ms alone).
 #[test]
 fn cassini_and_metronome_pairs_on_real_tcp_side_by_side() {
-    let Some(_turn) = shared_turn() else { return };
+    let Some(_turn) = turn_alone() else { return };
     let parts: [(&'static str, fn()); 2] = [
         ("CASSINI's pair", cassinis_pair_on_real_tcp_against_the_simulator),
         ("Metronome's paced pair", metronomes_paced_pair_stays_out_of_step_on_real_tcp),
