@@ -235,6 +235,7 @@ impl Simulation<'_> {
         j.iters_at_place = j.iterations_done;
         j.target_iterations = j.iterations_done + ((j.ref_left * ratio - 1e-9).ceil().max(1.0) as u64);
         j.hosts_used = need.len();
+        j.hosts_ascending = hosts.windows(2).all(|w| w[0].0 < w[1].0);
         j.hosts = hosts;
         j.workers = workers;
         j.worker_gpus = worker_gpus;
@@ -242,7 +243,7 @@ impl Simulation<'_> {
         j.shape = shape;
         j.isolated_iter_ms = period;
         j.status = Status::Running;
-        self.active.insert(job);
+        self.active.grow_and_insert(job);
         if j.first_start_ns.is_some() && j.preemptions > 0 {
             // Restoring from the checkpoint taken when it was preempted.
             j.pending_shift_ms += self.cfg.restart_penalty_s.max(0.0) * 1e3;
@@ -287,7 +288,8 @@ impl Simulation<'_> {
     /// GPUs of `job` on each host that no other job holds.
     pub(super) fn solo_gpus(&self, job: JobId) -> std::borrow::Cow<'_, [(HostId, u32)]> {
         let j = &self.jobs[job];
-        if j.sharing.is_empty() && j.hosts.windows(2).all(|w| w[0].0 < w[1].0) {
+        debug_assert_eq!(j.hosts_ascending, j.hosts.windows(2).all(|w| w[0].0 < w[1].0));
+        if j.sharing.is_empty() && j.hosts_ascending {
             return std::borrow::Cow::Borrowed(&j.hosts); // the common case, on every policy call
         }
         let mut per_host: std::collections::BTreeMap<HostId, u32> = std::collections::BTreeMap::new();
@@ -416,6 +418,7 @@ impl Simulation<'_> {
         j.iters_at_place = j.iterations_done;
         j.count_run_until(self.now);
         j.hosts.clear();
+        j.hosts_ascending = true;
         j.pace = None;
         j.timetable = None;
         j.epoch += 1;
