@@ -86,6 +86,7 @@ impl Policy for Composed {
     }
 
     fn schedule(&mut self, view: &ClusterView<'_>) -> Vec<Decision> {
+        self.order.forget_departed(view);
         let total = view.topology.gpu_count();
         let rack_of = racks(view);
         let mut out = Vec::new();

@@ -8,7 +8,7 @@
 
 use crate::baseline::isolated_seconds;
 use crate::memo::FastMap;
-use crate::{ClusterView, JobId, QueuedJob, RunningJob};
+use crate::{ClusterView, Forget, JobId, QueuedJob, RunningJob};
 use std::collections::HashMap;
 
 /// Priority key: (primary, tie-break), smaller first.
@@ -37,16 +37,33 @@ pub trait Order {
     fn tick_s(&self) -> Option<f64> {
         None
     }
+
+    /// Drops what it keeps per job for the jobs no longer in `view` (at
+    /// the start of a round; [`crate::Forget`]'s amortised O(1)).
+    fn forget_departed(&mut self, _view: &ClusterView<'_>) {}
 }
 
 /// Run time alone on a consolidated placement, cached per job (computing it
-/// derives an iteration shape).
+/// derives an iteration shape), for the jobs in the view: a trace's
+/// departed jobs are forgotten, so the cache stays the size of the queue
+/// and the running jobs.
 #[derive(Debug, Default)]
-struct Alone(FastMap<JobId, f64>);
+struct Alone {
+    seconds: FastMap<JobId, f64>,
+    forget: Forget,
+}
 
 impl Alone {
     fn seconds(&mut self, view: &ClusterView<'_>, id: JobId, spec: &orrery_model::JobSpec) -> f64 {
-        *self.0.entry(id).or_insert_with(|| isolated_seconds(view, spec))
+        *self.seconds.entry(id).or_insert_with(|| isolated_seconds(view, spec))
+    }
+
+    /// Forgets the jobs that left `view` (a time alone depends on the job
+    /// and the topology only: one that comes back gets the same).
+    fn forget_departed(&mut self, view: &ClusterView<'_>) {
+        let Some(live) = self.forget.due(view, self.seconds.len()) else { return };
+        self.seconds.retain(|j, _| live.contains(j));
+        self.forget.pruned(self.seconds.len());
     }
 }
 
@@ -90,6 +107,9 @@ impl Order for ShortestFirst {
         let k = if self.by_service { t * f64::from(job.spec.gpus()) } else { t };
         (k, job.spec.arrival_s)
     }
+    fn forget_departed(&mut self, view: &ClusterView<'_>) {
+        self.alone.forget_departed(view);
+    }
 }
 
 /// Shortest remaining time first: remaining run time alone; a shorter
@@ -115,6 +135,9 @@ impl Order for Srtf {
 
     fn blocking(&self) -> bool {
         false
+    }
+    fn forget_departed(&mut self, view: &ClusterView<'_>) {
+        self.alone.forget_departed(view);
     }
 }
 
@@ -203,12 +226,15 @@ pub struct Themis {
     pub lease_s: f64,
     alone: Alone,
     /// Per running job: when it was placed and when its current lease began.
+    /// A job not in the view has none kept: one placed again starts a new
+    /// lease, as a kept one would.
     leases: FastMap<JobId, (f64, f64)>,
+    forget_leases: Forget,
 }
 
 impl Default for Themis {
     fn default() -> Self {
-        Themis { lease_s: 600.0, alone: Alone::default(), leases: FastMap::default() }
+        Themis { lease_s: 600.0, alone: Alone::default(), leases: FastMap::default(), forget_leases: Forget::default() }
     }
 }
 
@@ -251,6 +277,12 @@ impl Order for Themis {
     fn tick_s(&self) -> Option<f64> {
         // Leases end at different times; look every minute.
         Some(60.0)
+    }
+    fn forget_departed(&mut self, view: &ClusterView<'_>) {
+        self.alone.forget_departed(view);
+        let Some(live) = self.forget_leases.due(view, self.leases.len()) else { return };
+        self.leases.retain(|j, _| live.contains(j));
+        self.forget_leases.pruned(self.leases.len());
     }
 }
 
