@@ -319,7 +319,7 @@ fn order(name: &str) -> Option<Box<dyn Order>> {
 
 fn placement(name: &str, seed: u64) -> Option<Box<dyn Placement>> {
     Some(match name {
-        "consolidated" => Box::new(placement::Consolidated),
+        "consolidated" => Box::new(placement::Consolidated::default()),
         "random" => Box::new(placement::Random::new(seed)),
         "spread" => Box::new(placement::Spread),
         "latency" => Box::new(placement::Latency::default()),

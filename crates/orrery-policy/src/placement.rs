@@ -1,7 +1,7 @@
 //! Placements: which GPUs a job gets once the ordering says it goes next.
 //! Combined with an [`crate::order`] by [`crate::compose::Composed`].
 
-use crate::baseline::{consolidated, place_pods, random_hosts};
+use crate::baseline::{FreeIndex, consolidated, place_pods, random_hosts};
 use crate::{ClusterView, JobId};
 use orrery_model::placed::{Placed, place, transfers};
 use orrery_model::{HostId, JobSpec, Segment};
@@ -35,19 +35,45 @@ pub trait Placement {
     }
 }
 
-/// Free GPUs the job may use on each host (see [`JobSpec::host_cap`]).
-pub fn capped(free: &[u32], spec: &JobSpec) -> Vec<u32> {
-    // Most jobs take any GPUs a host has: a copy, without deriving the
-    // job's unit once per host (3.7% of a 16,384-host simulation).
+/// Free GPUs the job may use on each host (see [`JobSpec::host_cap`]):
+/// `free` itself for most jobs, which take any GPUs a host has (deriving
+/// the job's unit once per host and copying was 3.7% and 2% of a
+/// 16,384-host simulation), else a capped copy. O(1) or O(H).
+pub fn capped<'f>(free: &'f [u32], spec: &JobSpec) -> std::borrow::Cow<'f, [u32]> {
     if !spec.anti_affinity && spec.host_unit() == 1 {
-        return free.to_vec();
+        return std::borrow::Cow::Borrowed(free);
     }
-    free.iter().map(|&f| spec.host_cap(f)).collect()
+    std::borrow::Cow::Owned(free.iter().map(|&f| spec.host_cap(f)).collect())
 }
 
-/// Consolidated first fit: one host if possible, else the fewest racks.
+/// Consolidated first fit: one host if possible, else the fewest racks
+/// ([`consolidated`]). The free GPUs are kept indexed ([`FreeIndex`]) and
+/// brought in step with each call's by their differences: O(H) compares
+/// and O(log H) per host that changed, then O(m log H) for the m hosts
+/// taken, where the slice version sorts every host with free GPUs into
+/// racks at each call (O(H log H), 4% of a 16,384-host simulation).
 #[derive(Debug, Default)]
-pub struct Consolidated;
+pub struct Consolidated {
+    /// The index and the racks it was built on.
+    index: Option<(Vec<usize>, FreeIndex)>,
+}
+
+impl Consolidated {
+    /// The index of `free`, brought in step with it.
+    fn index(&mut self, free: &[u32], rack_of: &[usize]) -> &FreeIndex {
+        match &mut self.index {
+            Some((racks, index)) if racks.as_slice() == rack_of && index.free().len() == free.len() => {
+                for (h, &f) in free.iter().enumerate() {
+                    if index.free()[h] != f {
+                        index.set(h, f);
+                    }
+                }
+            }
+            kept => *kept = Some((rack_of.to_vec(), FreeIndex::new(free, rack_of))),
+        }
+        &self.index.as_ref().expect("just set").1
+    }
+}
 
 impl Placement for Consolidated {
     fn name(&self) -> &'static str {
@@ -55,7 +81,12 @@ impl Placement for Consolidated {
     }
 
     fn place(&mut self, view: &ClusterView<'_>, rack_of: &[usize], free: &[u32], spec: &JobSpec) -> Option<Hosts> {
-        consolidated(view, rack_of, &capped(free, spec), spec.gpus())
+        match capped(free, spec) {
+            // A job capped per host (anti-affinity, a mesh's TP groups) is
+            // placed on its own capped copy.
+            std::borrow::Cow::Owned(capped) => consolidated(view, rack_of, &capped, spec.gpus()),
+            std::borrow::Cow::Borrowed(free) => self.index(free, rack_of).consolidated(spec.gpus()),
+        }
     }
 }
 

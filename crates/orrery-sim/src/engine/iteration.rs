@@ -350,7 +350,7 @@ impl Simulation<'_> {
             let decisions = {
                 let (queue, running) = match &needs {
                     IterationNeeds::Jobs(ids) => (Vec::new(), self.running_view(ids)),
-                    _ => self.view(),
+                    _ => self.view(Vec::new()),
                 };
                 let view =
                     ClusterView { now_s: now as f64 / NS, topology: self.topo, free_gpus: &self.free, queue, running };
