@@ -37,15 +37,23 @@ impl Composed {
     /// not all fit yet.
     fn victims(&mut self, view: &ClusterView<'_>, rack_of: &[usize], queued: &[(Key, usize)]) -> Vec<JobId> {
         let mut contenders: Vec<(Key, bool, usize)> = Vec::new(); // (key, running?, index)
-        let mut budget = i64::from(view.topology.gpu_count());
         for (i, r) in view.running.iter().enumerate() {
-            match (!r.paused).then(|| self.order.running_key(view, r)).flatten() {
-                Some(k) => contenders.push((k, true, i)),
-                None => budget -= i64::from(r.spec.gpus()),
+            if let Some(k) = (!r.paused).then(|| self.order.running_key(view, r)).flatten() {
+                contenders.push((k, true, i));
             }
         }
-        if !contenders.iter().any(|c| c.1) {
+        if contenders.is_empty() {
             return Vec::new();
+        }
+        // The GPUs the jobs that keep theirs do not hold, counted only when
+        // some running job may lose its GPUs (most rounds have none, and
+        // each job's spec is a cache miss away).
+        let mut budget = i64::from(view.topology.gpu_count());
+        let mut contending = contenders.iter().map(|c| c.2).peekable();
+        for (i, r) in view.running.iter().enumerate() {
+            if contending.next_if_eq(&i).is_none() {
+                budget -= i64::from(r.spec.gpus());
+            }
         }
         contenders.extend(queued.iter().map(|&(k, i)| (k, false, i)));
         // Ties: running jobs first (no swaps between equals).

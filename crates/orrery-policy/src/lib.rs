@@ -123,6 +123,12 @@ pub struct RunningJob<'a> {
     /// hands out GPU indices (the simulator on a rail-optimised fabric);
     /// empty elsewhere.
     pub held_gpus: &'a [(HostId, u32)],
+    /// The driver's serial number of this placement of the job, unique
+    /// among all the placements it made (0: not given). A policy that keeps
+    /// what it derived from a job's hosts compares this instead of the
+    /// hosts while it is given: an integer in the view rather than a read
+    /// of each job's hosts at every round.
+    pub placement: u64,
 }
 
 impl<'a> RunningJob<'a> {
@@ -142,6 +148,7 @@ impl<'a> RunningJob<'a> {
             sub_batch: spec.batch,
             xi: 1.0,
             held_gpus: &[],
+            placement: 0,
         }
     }
 }

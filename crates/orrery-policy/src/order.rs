@@ -107,6 +107,7 @@ impl Order for ShortestFirst {
         let k = if self.by_service { t * f64::from(job.spec.gpus()) } else { t };
         (k, job.spec.arrival_s)
     }
+
     fn forget_departed(&mut self, view: &ClusterView<'_>) {
         self.alone.forget_departed(view);
     }
@@ -136,6 +137,7 @@ impl Order for Srtf {
     fn blocking(&self) -> bool {
         false
     }
+
     fn forget_departed(&mut self, view: &ClusterView<'_>) {
         self.alone.forget_departed(view);
     }
@@ -225,20 +227,53 @@ pub struct Themis {
     /// Lease length, s (Themis: 10 min).
     pub lease_s: f64,
     alone: Alone,
-    /// Per running job: when it was placed and when its current lease began.
-    /// A job not in the view has none kept: one placed again starts a new
-    /// lease, as a kept one would.
-    leases: FastMap<JobId, (f64, f64)>,
+    /// Per running job, by id: (job, when it was placed, when its current
+    /// lease began). A job not in the view has none kept: one placed again
+    /// starts a new lease, as a kept one would.
+    leases: Vec<(JobId, f64, f64)>,
+    /// Where the next lookup looks first: a round asks for the running jobs
+    /// in the view's order, by id in the simulator, so each is usually the
+    /// entry after the last (a walk of the list, where a hash lookup per
+    /// job was a cache miss, 7% of a 16,384-host simulation).
+    cursor: usize,
     forget_leases: Forget,
 }
 
 impl Default for Themis {
     fn default() -> Self {
-        Themis { lease_s: 600.0, alone: Alone::default(), leases: FastMap::default(), forget_leases: Forget::default() }
+        Themis {
+            lease_s: 600.0,
+            alone: Alone::default(),
+            leases: Vec::new(),
+            cursor: 0,
+            forget_leases: Forget::default(),
+        }
     }
 }
 
 impl Themis {
+    /// The index of `id`'s lease, made (placed at `placed_at`) if it has
+    /// none. A round's lookups in id order walk the list once from its
+    /// start (amortised O(1) each, departed jobs' entries stepped over);
+    /// one out of order is a binary search. O(n) to insert a new one.
+    fn lease_of(&mut self, id: JobId, placed_at: f64) -> usize {
+        let in_order = self.cursor == 0 || self.leases.get(self.cursor - 1).is_some_and(|l| l.0 < id);
+        let k = if in_order {
+            let mut k = self.cursor;
+            while self.leases.get(k).is_some_and(|l| l.0 < id) {
+                k += 1;
+            }
+            k
+        } else {
+            self.leases.partition_point(|l| l.0 < id)
+        };
+        if self.leases.get(k).is_none_or(|l| l.0 != id) {
+            self.leases.insert(k, (id, placed_at, placed_at));
+        }
+        self.cursor = k + 1;
+        k
+    }
+
     fn rho(&mut self, view: &ClusterView<'_>, id: JobId, spec: &orrery_model::JobSpec, progress: f64) -> f64 {
         let alone = self.alone.seconds(view, id, spec).max(1e-9);
         let shared = (view.now_s - spec.arrival_s).max(0.0) + alone * (1.0 - progress);
@@ -257,16 +292,17 @@ impl Order for Themis {
 
     fn running_key(&mut self, view: &ClusterView<'_>, job: &RunningJob<'_>) -> Option<Key> {
         let placed_at = view.now_s - job.running_s;
-        let lease = self.leases.entry(job.id).or_insert((placed_at, placed_at));
-        if (lease.0 - placed_at).abs() > 1e-6 {
-            *lease = (placed_at, placed_at); // placed again since: a new lease
+        let k = self.lease_of(job.id, placed_at);
+        let lease = &mut self.leases[k];
+        if (lease.1 - placed_at).abs() > 1e-6 {
+            *lease = (job.id, placed_at, placed_at); // placed again since: a new lease
         }
-        if view.now_s - lease.1 < self.lease_s {
+        if view.now_s - lease.2 < self.lease_s {
             return None;
         }
         // The lease ends: the GPUs are auctioned now. A job that keeps them
         // holds a new lease; one that loses is preempted and re-placed later.
-        lease.1 = view.now_s;
+        lease.2 = view.now_s;
         Some((-self.rho(view, job.id, job.spec, job.progress), -1.0))
     }
 
@@ -278,10 +314,12 @@ impl Order for Themis {
         // Leases end at different times; look every minute.
         Some(60.0)
     }
+
     fn forget_departed(&mut self, view: &ClusterView<'_>) {
         self.alone.forget_departed(view);
+        self.cursor = 0;
         let Some(live) = self.forget_leases.due(view, self.leases.len()) else { return };
-        self.leases.retain(|j, _| live.contains(j));
+        self.leases.retain(|l| live.contains(&l.0));
         self.forget_leases.pruned(self.leases.len());
     }
 }

@@ -349,6 +349,7 @@ impl Ledger {
                     xi: measured_xi(j),
                     // The agents choose a job's local GPUs themselves.
                     held_gpus: &[],
+                    placement: 0,
                 }
             })
             .collect();

@@ -85,6 +85,9 @@ struct Entry {
     /// and read from its [`Net`].
     hosts: [(HostId, u32); INLINE],
     inline: u8,
+    /// The driver's serial number of the placement the hosts are of, once
+    /// a view has given it ([`crate::RunningJob::placement`]; 0 before).
+    placement: u64,
     /// Its rank is not yet its id's ([`held`]): placed in the round so far
     /// (ranked after the jobs held before), or in a graph built anew from
     /// a view (ranked by its place there). The next walk ranks it by id.
@@ -206,7 +209,7 @@ impl Graph {
         } else {
             u8::MAX
         };
-        self.slot_of.insert(net.id, Entry { slot, hosts, inline, rekey: rank != held(net.id) });
+        self.slot_of.insert(net.id, Entry { slot, hosts, inline, placement: 0, rekey: rank != held(net.id) });
         self.slots.push(Some(net));
     }
 
@@ -345,9 +348,17 @@ impl Graph {
                 arrived.extend(make(r));
                 continue;
             };
-            let same = match e.inline {
-                n if usize::from(n) <= INLINE => &e.hosts[..usize::from(n)] == r.hosts,
-                _ => slots[e.slot].as_ref().is_some_and(|n| n.hosts.as_slice() == r.hosts),
+            // The same placement has the same hosts: an integer compared
+            // instead of the job's hosts read (a cache miss a job a round).
+            let same = (r.placement != 0 && e.placement == r.placement) || {
+                let same = match e.inline {
+                    n if usize::from(n) <= INLINE => &e.hosts[..usize::from(n)] == r.hosts,
+                    _ => slots[e.slot].as_ref().is_some_and(|n| n.hosts.as_slice() == r.hosts),
+                };
+                if same {
+                    e.placement = r.placement;
+                }
+                same
             };
             if !same {
                 departed.push(e.slot);

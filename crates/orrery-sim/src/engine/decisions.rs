@@ -234,6 +234,8 @@ impl Simulation<'_> {
         j.ratio = ratio;
         j.iters_at_place = j.iterations_done;
         j.target_iterations = j.iterations_done + ((j.ref_left * ratio - 1e-9).ceil().max(1.0) as u64);
+        self.placements += 1;
+        j.placement = self.placements;
         j.hosts_used = need.len();
         j.hosts_ascending = hosts.windows(2).all(|w| w[0].0 < w[1].0);
         j.hosts = hosts;

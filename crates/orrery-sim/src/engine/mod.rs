@@ -183,6 +183,8 @@ pub struct JobState {
     /// Whether `hosts` lists each host once, in ascending order: set where
     /// `hosts` is, so that a view need not read them to tell.
     hosts_ascending: bool,
+    /// The serial number of its current placement ([`RunningJob::placement`]).
+    placement: u64,
     /// Hosts of the latest placement (kept after the job ends).
     pub hosts_used: usize,
     /// Host of each worker, in ring order.
@@ -484,6 +486,8 @@ pub struct Simulation<'a> {
     /// The allocation of the last view's running jobs, empty, for the next
     /// ([`Simulation::view`]).
     spare_running: Vec<RunningJob<'static>>,
+    /// Placements made so far: each job placed takes the next number.
+    placements: u64,
     /// Jobs whose arrival has happened.
     arrived: usize,
     observes: bool,
@@ -534,6 +538,7 @@ impl<'a> Simulation<'a> {
             skip_due: fast_forward::Due::default(),
             active: FixedBitSet::with_capacity(jobs.len()),
             spare_running: Vec::new(),
+            placements: 0,
             released: Vec::new(),
             arrived: 0,
             observes: true,
@@ -554,6 +559,7 @@ impl<'a> Simulation<'a> {
                 status: Status::Future,
                 hosts: Vec::new(),
                 hosts_ascending: true,
+                placement: 0,
                 hosts_used: 0,
                 workers: Vec::new(),
                 worker_gpus: Vec::new(),
@@ -877,6 +883,7 @@ impl<'a> Simulation<'a> {
             sub_batch: j.sub_batch,
             xi: j.xi,
             held_gpus: &j.held_gpus,
+            placement: j.placement,
         })
     }
 
