@@ -371,3 +371,45 @@ pub(crate) fn fewest_victims(
     }
     if fits(&free, &out) { out } else { Vec::new() }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use orrery_model::setups::LeafSpine;
+    use orrery_model::{JobSpec, Work};
+
+    /// Themis' leases kept in a list walked in id order give every job the
+    /// key a lookup by id gives, whatever order a round asks in: two
+    /// policies, one asked in id order and one in reverse, over rounds in
+    /// which leases end, jobs leave and one is placed again.
+    #[test]
+    fn themis_leases_do_not_depend_on_the_order_jobs_are_asked_in() {
+        let topo = LeafSpine::with_oversubscription(2, 4, 1, 4, "v100", 100.0, 1.0).build("t").expect("valid");
+        let specs: Vec<JobSpec> =
+            (0..40).map(|i| JobSpec::new("j", "vgg16", 32, 1, Work::Iterations(1_000_000), i as f64)).collect();
+        let hosts = [(0usize, 1u32)];
+        let (mut ascending, mut descending) = (Themis::default(), Themis::default());
+        let mut auctioned = 0;
+        // Each round some jobs are away (preempted or not yet arrived), and
+        // job 5 is placed again at 900 s.
+        for (round, now_s) in [0.0, 300.0, 650.0, 900.0, 1300.0, 1900.0, 2600.0].into_iter().enumerate() {
+            let running: Vec<RunningJob<'_>> = (0..specs.len())
+                .filter(|&id| id % 7 != round % 7 && id < 20 + 3 * round)
+                .map(|id| {
+                    let placed_s = if id == 5 && round >= 3 { 900.0 } else { specs[id].arrival_s };
+                    RunningJob { running_s: now_s - placed_s.min(now_s), ..RunningJob::new(id, &specs[id], &hosts) }
+                })
+                .collect();
+            let view = ClusterView { now_s, topology: &topo, free_gpus: &[], queue: Vec::new(), running };
+            ascending.forget_departed(&view);
+            descending.forget_departed(&view);
+            let up: Vec<Option<Key>> = view.running.iter().map(|r| ascending.running_key(&view, r)).collect();
+            let mut down: Vec<Option<Key>> =
+                view.running.iter().rev().map(|r| descending.running_key(&view, r)).collect();
+            down.reverse();
+            assert_eq!(up, down, "round {round} at {now_s} s");
+            auctioned += up.iter().filter(|k| k.is_some()).count();
+        }
+        assert!(auctioned > 20, "leases ended {auctioned} times");
+    }
+}
