@@ -2,7 +2,7 @@
 
 use super::tests::running;
 use super::*;
-use crate::QueuedJob;
+use crate::{QueuedJob, RunningJob};
 use orrery_model::Work;
 use orrery_model::setups::LeafSpine;
 use std::collections::BTreeMap;
@@ -50,7 +50,8 @@ fn a_kept_graph_decides_what_a_graph_built_every_round_decides() {
     // workers of six models, every fifth of high priority, arrive, end
     // at random and are preempted and placed again, over 150 rounds;
     // each round's decisions (placements, time-shifts) must be those
-    // of a CASSINI that builds its graph anew and scores it in full.
+    // of a CASSINI that builds its graph anew and scores it in full;
+    // with and without the driver's serial numbers of placements.
     use rand::Rng;
     let t = LeafSpine::with_oversubscription(4, 4, 2, 2, "a100", 50.0, 2.0).build("g").expect("valid");
     let models = ["vgg16", "resnet50", "bert", "vgg19", "resnet18", "xlm"];
@@ -71,13 +72,16 @@ fn a_kept_graph_decides_what_a_graph_built_every_round_decides() {
         })
         .collect();
     let (mut syncs, mut aligned, mut rounds, mut moved) = (0.0, 0, 0, 0);
-    for seed in 0..6u64 {
+    for (seed, serials) in (0..6u64).map(|s| (s, s % 2 == 1)) {
         let mut kept = Cassini::new(Box::new(Scatter(ChaCha8Rng::seed_from_u64(seed))), seed);
         let mut fresh = Cassini::new(Box::new(Scatter(ChaCha8Rng::seed_from_u64(seed))), seed);
         fresh.keep_graph = false;
         let mut rng = ChaCha8Rng::seed_from_u64(100 + seed);
         // Jobs holding GPUs by id (the simulator's view order) and their hosts.
         let mut held: BTreeMap<JobId, Vec<(HostId, u32)>> = BTreeMap::new();
+        // Each placement's serial number, as the simulator gives them.
+        let mut placement: BTreeMap<JobId, u64> = BTreeMap::new();
+        let mut placements = 0;
         let mut queue: Vec<JobId> = Vec::new();
         let mut next = 0;
         let mut free = vec![2u32; t.hosts.len()];
@@ -104,6 +108,8 @@ fn a_kept_graph_decides_what_a_graph_built_every_round_decides() {
                             free[h] -= g;
                         }
                         held.insert(id, hosts);
+                        placements += 1;
+                        placement.insert(id, placements);
                         moved += 1;
                     }
                 }
@@ -113,7 +119,13 @@ fn a_kept_graph_decides_what_a_graph_built_every_round_decides() {
                 topology: &t,
                 free_gpus: &free,
                 queue: queue.iter().map(|&q| QueuedJob::new(q, &specs[q], 0.0)).collect(),
-                running: held.iter().map(|(&id, hosts)| running(id, &specs[id], hosts)).collect(),
+                running: held
+                    .iter()
+                    .map(|(&id, hosts)| RunningJob {
+                        placement: if serials { placement[&id] } else { 0 },
+                        ..running(id, &specs[id], hosts)
+                    })
+                    .collect(),
             };
             let decisions = kept.schedule(&view);
             assert_eq!(decisions, fresh.schedule(&view), "seed {seed}, round {round}");
@@ -131,6 +143,8 @@ fn a_kept_graph_decides_what_a_graph_built_every_round_decides() {
                         }
                         queue.retain(|&q| q != job);
                         held.insert(job, hosts);
+                        placements += 1;
+                        placement.insert(job, placements);
                     }
                     Decision::Align { .. } => aligned += 1,
                     _ => {}
