@@ -127,6 +127,17 @@ impl FreeIndex {
         self.total
     }
 
+    /// Brings the index in step with `free` (as long as its own) by their
+    /// differences: O(H) compares and O(log H) per host that changed,
+    /// where building it anew is O(H log H).
+    pub fn sync(&mut self, free: &[u32]) {
+        for (h, &f) in free.iter().enumerate() {
+            if self.free[h] != f {
+                self.set(h, f);
+            }
+        }
+    }
+
     /// Sets host `h`'s free GPUs. O(log H).
     pub fn set(&mut self, h: HostId, to: u32) {
         let (was, r) = (self.free[h], self.rack[h]);

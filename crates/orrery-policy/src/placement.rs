@@ -62,13 +62,7 @@ impl Consolidated {
     /// The index of `free`, brought in step with it.
     fn index(&mut self, free: &[u32], rack_of: &[usize]) -> &FreeIndex {
         match &mut self.index {
-            Some((racks, index)) if racks.as_slice() == rack_of && index.free().len() == free.len() => {
-                for (h, &f) in free.iter().enumerate() {
-                    if index.free()[h] != f {
-                        index.set(h, f);
-                    }
-                }
-            }
+            Some((racks, index)) if racks.as_slice() == rack_of && index.free().len() == free.len() => index.sync(free),
             kept => *kept = Some((rack_of.to_vec(), FreeIndex::new(free, rack_of))),
         }
         &self.index.as_ref().expect("just set").1

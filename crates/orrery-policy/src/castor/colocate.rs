@@ -224,11 +224,7 @@ impl Colocator {
     pub(crate) fn take_index(&mut self, free: &[u32], rack_of: &[usize]) -> FreeIndex {
         match self.free_index.take() {
             Some(mut index) if self.index_racks == rack_of && index.free().len() == free.len() => {
-                for (h, &f) in free.iter().enumerate() {
-                    if index.free()[h] != f {
-                        index.set(h, f);
-                    }
-                }
+                index.sync(free);
                 index
             }
             _ => {

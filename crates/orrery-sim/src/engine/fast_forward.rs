@@ -1,13 +1,14 @@
 //! The fast-forward: jobs that run undisturbed are counted analytically
 //! instead of simulated flow by flow (see "Fast-forward" in docs/guide/simulation.md).
 
+use super::iteration::noisy_ns;
 use super::{Event, Simulation, Skip, Status};
 use orrery_model::placed::rank_transfers;
 use orrery_model::{LinkId, Segment};
 use orrery_policy::memo::FastMap;
 use orrery_policy::{JobId, Policy};
 use rand_chacha::ChaCha8Rng;
-use rand_distr::{Distribution, Normal};
+use rand_distr::Normal;
 
 /// Iterations of a fast-forwarded job drawn ahead per event.
 pub(super) const SKIP_STRETCH: u64 = 1024;
@@ -51,6 +52,12 @@ impl Due {
     }
 }
 
+/// The wait at `t` for the next of a paced job's TDM slots `pace`, as
+/// [`orrery_policy::slot::start_delay_ns`] gives it; none when unpaced.
+fn slot_wait_ns(pace: Option<(u64, u64)>, t: u64) -> u64 {
+    if pace.is_some() { orrery_policy::slot::start_delay_ns(t, 0.0, None, pace) } else { 0 }
+}
+
 /// What a fast-forwarded iteration's duration is drawn from, borrowed from
 /// the job's state beside its cursor, so that the cursor draws in place.
 struct Draw<'a> {
@@ -79,24 +86,19 @@ impl<'a> Draw<'a> {
     }
 
     /// The wait for the iteration's slot, compute drawn as the detailed
-    /// simulation draws it ([`Simulation::job_compute_ns`], the same
-    /// operations in the same order), communication as last measured.
+    /// simulation draws it ([`noisy_ns`]), communication as last measured.
     /// O(segments).
     fn iteration_ns(&self, t: u64, rng: &mut ChaCha8Rng) -> u64 {
-        let wait = if self.pace.is_some() { orrery_policy::slot::start_delay_ns(t, 0.0, None, self.pace) } else { 0 };
         let work: u64 = self
             .segments
             .iter()
             .zip(self.last_seg_ns)
             .map(|(seg, &last)| match seg {
-                Segment::Compute { ms } => {
-                    let noise = self.noise.map_or(0.0, |n| n.sample(rng));
-                    (ms * self.xi * self.accumulation * (1.0 + noise).max(0.1) * 1e6).round() as u64
-                }
+                Segment::Compute { ms } => noisy_ns(ms * self.xi * self.accumulation, self.noise, rng),
                 Segment::Comm { .. } => last,
             })
             .sum();
-        wait + work
+        slot_wait_ns(self.pace, t) + work
     }
 }
 
@@ -105,8 +107,7 @@ impl Simulation<'_> {
     /// start: the wait for the job's TDM slot when it is paced (Metronome),
     /// as [`orrery_policy::slot::start_delay_ns`] gives it; else none.
     fn pace_wait_ns(&self, job: JobId, t: u64) -> u64 {
-        let pace = self.jobs[job].pace;
-        if pace.is_some() { orrery_policy::slot::start_delay_ns(t, 0.0, None, pace) } else { 0 }
+        slot_wait_ns(self.jobs[job].pace, t)
     }
 
     /// Duration of a whole fast-forwarded iteration called at `t`: the wait

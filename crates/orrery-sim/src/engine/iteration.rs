@@ -10,7 +10,7 @@ use orrery_model::shape::Group;
 use orrery_model::{Collective, Segment};
 use orrery_policy::{ClusterView, IterationNeeds, JobId, Policy};
 use rand_chacha::ChaCha8Rng;
-use rand_distr::Distribution;
+use rand_distr::{Distribution, Normal};
 
 /// A flow's (path, share) pairs: one path inline, so that the flows of a
 /// collective do not each allocate (760 k flows in a 256-host run).
@@ -57,8 +57,7 @@ impl Simulation<'_> {
 
     /// Duration of a compute segment of `ms` with the job's noise, ns.
     pub(super) fn compute_ns(&self, ms: f64, rng: &mut ChaCha8Rng) -> u64 {
-        let noise = if self.cfg.jitter > 0.0 { self.normal.sample(rng) } else { 0.0 };
-        (ms * (1.0 + noise).max(0.1) * 1e6).round() as u64
+        noisy_ns(ms, (self.cfg.jitter > 0.0).then_some(&self.normal), rng)
     }
 
     /// [`Simulation::compute_ns`] slowed by the job's interference ratio ξ
@@ -384,4 +383,12 @@ impl Simulation<'_> {
         j.finish_ns = Some(self.now);
         self.schedule(policy);
     }
+}
+
+/// A compute segment of `ms` ms stretched by noise drawn from `noise` (none
+/// without jitter), never below a tenth of it, ns: the one formula of the
+/// detailed simulation and the fast-forward's draws.
+pub(super) fn noisy_ns(ms: f64, noise: Option<&Normal<f64>>, rng: &mut ChaCha8Rng) -> u64 {
+    let noise = noise.map_or(0.0, |n| n.sample(rng));
+    (ms * (1.0 + noise).max(0.1) * 1e6).round() as u64
 }
