@@ -74,15 +74,20 @@ struct Draw<'a> {
 }
 
 impl<'a> Draw<'a> {
+    /// What job state `j`'s iterations are drawn from ([`Draw::new`] from
+    /// its fields where its cursor is borrowed beside them).
     fn of(j: &'a super::JobState, noise: Option<&'a Normal<f64>>) -> Self {
-        Draw {
-            pace: j.pace,
-            segments: &j.shape.segments,
-            last_seg_ns: &j.last_seg_ns,
-            xi: j.xi,
-            accumulation: j.accumulation,
-            noise,
-        }
+        Draw::new(j.pace, &j.shape.segments, &j.last_seg_ns, (j.xi, j.accumulation), noise)
+    }
+
+    fn new(
+        pace: Option<(u64, u64)>,
+        segments: &'a [Segment],
+        last_seg_ns: &'a [u64],
+        (xi, accumulation): (f64, f64),
+        noise: Option<&'a Normal<f64>>,
+    ) -> Self {
+        Draw { pace, segments, last_seg_ns, xi, accumulation, noise }
     }
 
     /// The wait for the iteration's slot, compute drawn as the detailed
@@ -268,14 +273,7 @@ impl Simulation<'_> {
             }
             return;
         }
-        let draw = Draw {
-            pace: j.pace,
-            segments: &j.shape.segments,
-            last_seg_ns: &j.last_seg_ns,
-            xi: j.xi,
-            accumulation: j.accumulation,
-            noise,
-        };
+        let draw = Draw::new(j.pace, &j.shape.segments, &j.last_seg_ns, (j.xi, j.accumulation), noise);
         while skip.done < left {
             // Drawn on the cursor's own RNG, which then stands after the
             // draw; `word` keeps where it stood at `t` (no copy of the state).
