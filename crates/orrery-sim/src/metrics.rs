@@ -67,10 +67,18 @@ pub struct Metrics {
     pub gpu_idle: f64,
     /// Allocation failure rate: rejected jobs / jobs.
     pub afr: f64,
+    /// Retransmission timeouts the transport model's connections took over
+    /// the whole run (0, and not written, under the fluid model).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub transport_timeouts: u64,
     /// Median wall-clock time of a policy call, ms.
     pub decision_ms_p50: f64,
     /// 99th percentile wall-clock time of a policy call, ms.
     pub decision_ms_p99: f64,
+}
+
+fn is_zero(x: &u64) -> bool {
+    *x == 0
 }
 
 /// Per-job row of `jobs.csv`.
@@ -350,6 +358,7 @@ fn metrics_where(
         } else {
             chosen.iter().filter(|(r, _)| r.status == Status::Rejected).count() as f64 / chosen.len() as f64
         },
+        transport_timeouts: sim.transport_timeouts().unwrap_or(0),
         decision_ms_p50: dec_p.p50,
         decision_ms_p99: dec_p.p99,
     }

@@ -42,8 +42,14 @@
 //!   - bbr (v1): startup at gain 2/ln 2 until the bandwidth stops growing
 //!     by 25% for three rounds, a drain round, then the 8-phase gain cycle
 //!     (1.25, 0.75, 1 × 6) from a random phase, pacing at gain × the
-//!     10-round maximum delivery rate and capped at 2 BDP in flight; losses
-//!     do not cut it (Cardwell et al., ACM Queue 2016);
+//!     10-round maximum delivery rate (Cardwell et al., ACM Queue 2016).
+//!     The window is Linux's (`tcp_bbr.c`): cwnd_gain × BDP plus three TSO
+//!     bursts (`bbr_quantization_budget`), grown by what is acked toward
+//!     it, four segments in ProbeRTT, kept across idleness; the minimum
+//!     round trip is replaced only by a lower sample or after 10 s, when
+//!     the flow enters ProbeRTT unless it is on an idle restart's first
+//!     acks. Losses do not cut it; a paced flow's loss episode is one round
+//!     trip's drops;
 //!   - dcqcn: a rate that starts at line rate, is cut by α/2 per
 //!     congestion notification (at most one per 50 µs), and recovers every
 //!     55 µs without one: five halvings of the gap to the target, then
@@ -174,6 +180,8 @@ const CUBIC_BETA: f64 = 0.7;
 /// BBR's startup gain, 2/ln 2, and its probing cycle.
 const BBR_HIGH_GAIN: f64 = 2.885;
 const BBR_CYCLE: [f64; 8] = [1.25, 0.75, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0];
+/// A GSO burst's most, in segments: 64 KB less headers over 1,448 bytes.
+const GSO_MAX_SEGMENTS: f64 = 45.0;
 /// Rounds over which BBR keeps its maximum delivery rate.
 const BBR_BW_ROUNDS: usize = 10;
 /// DCQCN (§5): g, the rate timer, the CNP interval, the fast-recovery stages.
@@ -257,6 +265,8 @@ struct Conn {
     /// row) and what it had in flight when the episode began.
     dropped: f64,
     flight_at_loss: f64,
+    /// When the current loss episode began, ns.
+    loss_start_ns: u64,
     /// Waiting out a retransmission timeout until then, ns, and the
     /// timeouts so far.
     stalled_until_ns: u64,
@@ -265,6 +275,9 @@ struct Conn {
     active_ns: u64,
     /// When its current flow's first segment leaves, ns.
     start_ns: u64,
+    /// Its flow started after the connection sat idle and has had no ack
+    /// yet (BBR's `idle_restart`).
+    idle_restart: bool,
     /// Its flow's traffic class (strict-priority queueing only).
     class: u8,
 }
@@ -400,6 +413,7 @@ impl Transport {
                     // it two identical flows would stay identical for ever.
                     let wait = self.rng.random::<f64>() * self.base_rtt_ns;
                     self.conns[c].start_ns = now + wait as u64;
+                    self.conns[c].idle_restart = true;
                     self.conns[c].flow = Some((f, flow.serial));
                     self.flow_conn[f] = Some((flow.serial, c));
                     c
@@ -489,17 +503,23 @@ impl Transport {
             marked: false,
             dropped: 0.0,
             flight_at_loss: 0.0,
+            loss_start_ns: 0,
             stalled_until_ns: 0,
             timeouts: 0,
             active_ns: 0,
             start_ns: 0,
+            idle_restart: false,
             class: 0,
         }
     }
 
     /// RFC 2861 as Linux applies it: the window halves per RTO idle, never
-    /// below the initial window; BBR keeps its estimates.
+    /// below the initial window. BBR keeps its window and estimates (Linux
+    /// skips the check for a congestion control with its own `cong_control`).
     fn restart_after_idle(&mut self, c: usize, now: u64) {
+        if self.cfg.control == Control::Bbr {
+            return;
+        }
         let rto_ns = self.cfg.rto_ms.max(0.0) * 1e6;
         let conn = &mut self.conns[c];
         let idle = now.saturating_sub(conn.active_ns) as f64;
@@ -655,11 +675,20 @@ impl Transport {
         if now < conn.stalled_until_ns {
             return;
         }
+        // A paced sender keeps sending through its losses, and selective
+        // acks recover them a round trip later: its episode is one round
+        // trip's drops against what it had in flight, where a window-based
+        // sender's lasts while its drops do.
+        let episode_over = control == Control::Bbr && now.saturating_sub(conn.loss_start_ns) as f64 >= rtt;
         if !conn.lost {
             conn.dropped = 0.0;
             conn.flight_at_loss = 0.0;
-        } else if conn.flight_at_loss == 0.0 {
+        } else if conn.flight_at_loss == 0.0 || episode_over {
+            if episode_over && conn.flight_at_loss > 0.0 {
+                conn.dropped = 0.0;
+            }
             conn.flight_at_loss = (conn.send * rtt).max(mss);
+            conn.loss_start_ns = now;
         }
         // An episode that took all it had in flight leaves nothing to be
         // acked: no duplicate acks, no selective ones for RACK to recover
@@ -724,7 +753,13 @@ impl Transport {
                 }
             }
             Control::Bbr => {
-                if conn.delivered > 0.0 && rtt <= conn.min_rtt_ns {
+                // Linux's min-RTT filter (`bbr_update_min_rtt`): a sample
+                // replaces the minimum only when lower or when the minimum
+                // is 10 s old; an expired minimum sends the flow to
+                // ProbeRTT, except on the first acks after an idle restart.
+                let expired =
+                    conn.min_rtt_ns.is_finite() && now.saturating_sub(conn.min_rtt_stamp_ns) > BBR_MIN_RTT_WINDOW_NS;
+                if conn.delivered > 0.0 && (rtt < conn.min_rtt_ns || expired) {
                     conn.min_rtt_ns = rtt;
                     conn.min_rtt_stamp_ns = now;
                 }
@@ -732,13 +767,12 @@ impl Transport {
                     conn.state = BbrState::ProbeBw;
                     conn.phase_start_ns = now;
                     conn.min_rtt_stamp_ns = now;
-                } else if conn.state != BbrState::ProbeRtt
-                    && conn.min_rtt_ns.is_finite()
-                    && now.saturating_sub(conn.min_rtt_stamp_ns) > BBR_MIN_RTT_WINDOW_NS
-                {
+                } else if conn.state != BbrState::ProbeRtt && expired && !conn.idle_restart {
                     conn.state = BbrState::ProbeRtt;
                     conn.probe_rtt_until_ns = now + BBR_PROBE_RTT_NS;
-                    conn.min_rtt_ns = rtt;
+                }
+                if conn.delivered > 0.0 {
+                    conn.idle_restart = false;
                 }
                 conn.round_bits += acked;
                 if now.saturating_sub(conn.round_start_ns) as f64 >= rtt {
@@ -773,6 +807,27 @@ impl Transport {
                     conn.phase = (conn.phase + 1) % BBR_CYCLE.len();
                     conn.phase_start_ns = now;
                 }
+                // The window (`bbr_set_cwnd`): cwnd_gain × BDP plus Linux's
+                // `bbr_quantization_budget`, three TSO bursts and two segments
+                // more while probing up. At a datacenter's round trip the BDP
+                // is a few segments and the bursts set the window, so the flow
+                // is paced, not window-limited. The window grows by what is
+                // acked toward it (without limit until the pipe is full) and
+                // is four segments in ProbeRTT.
+                let min_rtt = if conn.min_rtt_ns.is_finite() { conn.min_rtt_ns } else { rtt };
+                let bw = btl_bw(conn).max(INITIAL_WINDOW * mss / min_rtt);
+                let cwnd_gain = if conn.state == BbrState::Startup { BBR_HIGH_GAIN } else { 2.0 };
+                let probe_up = if conn.state == BbrState::ProbeBw && conn.phase == 0 { 2.0 } else { 0.0 };
+                let target = cwnd_gain * bw * min_rtt
+                    + (3.0 * bbr_tso_segments(bbr_pacing_gain(conn) * bw, mss) + probe_up) * mss;
+                conn.window = if conn.state == BbrState::ProbeRtt {
+                    4.0 * mss
+                } else if conn.state == BbrState::Startup {
+                    conn.window + if conn.window < target { acked } else { 0.0 }
+                } else {
+                    (conn.window + acked).min(target)
+                }
+                .max(4.0 * mss);
             }
             Control::Dcqcn => {
                 if conn.rate.is_infinite() {
@@ -871,16 +926,7 @@ impl Transport {
                     // path's as it stands now.
                     let min_rtt = if conn.min_rtt_ns.is_finite() { conn.min_rtt_ns } else { rtt };
                     let bw = btl_bw(conn).max(INITIAL_WINDOW * mss / min_rtt);
-                    let gain = match conn.state {
-                        BbrState::Startup => BBR_HIGH_GAIN,
-                        BbrState::Drain => 1.0 / BBR_HIGH_GAIN,
-                        BbrState::ProbeBw => BBR_CYCLE[conn.phase],
-                        BbrState::ProbeRtt => 1.0,
-                    };
-                    let cwnd_gain = if conn.state == BbrState::Startup { BBR_HIGH_GAIN } else { 2.0 };
-                    conn.window =
-                        if conn.state == BbrState::ProbeRtt { 4.0 * mss } else { cwnd_gain * bw * min_rtt + 3.0 * mss };
-                    (gain * bw).min(conn.window / rtt)
+                    (bbr_pacing_gain(conn) * bw).min(conn.window / rtt)
                 }
                 Control::Dcqcn => {
                     conn.line = flow.cap_gbps;
@@ -952,6 +998,23 @@ impl Transport {
             }
         }
         Rates { flows: rates, links: sending }
+    }
+}
+
+/// Linux BBR's TSO burst goal, segments (`bbr_tso_segs_goal`): about 1 ms
+/// of the pacing rate (`sk_pacing_shift` 10), at most 64 KB of 1,500-byte
+/// segments, at least 2. `rate` in bits/ns, `mss` in bits.
+fn bbr_tso_segments(rate: f64, mss: f64) -> f64 {
+    (rate * 1e9 / 1024.0 / mss).floor().clamp(2.0, GSO_MAX_SEGMENTS)
+}
+
+/// BBR's pacing gain in its state.
+fn bbr_pacing_gain(conn: &Conn) -> f64 {
+    match conn.state {
+        BbrState::Startup => BBR_HIGH_GAIN,
+        BbrState::Drain => 1.0 / BBR_HIGH_GAIN,
+        BbrState::ProbeBw => BBR_CYCLE[conn.phase],
+        BbrState::ProbeRtt => 1.0,
     }
 }
 

@@ -26,6 +26,8 @@ pub struct Simulated {
     pub isolated_ms: Vec<f64>,
     /// Per link that carried traffic: (link, (end of bucket s, utilisation)).
     pub links: Vec<(usize, Vec<(f64, f64)>)>,
+    /// Retransmission timeouts of the transport model (None: fluid).
+    pub timeouts: Option<u64>,
 }
 
 /// What went wrong holding the simulator against the testbed.
@@ -71,7 +73,7 @@ pub fn simulate(
             (l, series)
         })
         .collect();
-    Ok(Simulated { iteration_ms, isolated_ms, links })
+    Ok(Simulated { iteration_ms, isolated_ms, links, timeouts: sim.transport_timeouts() })
 }
 
 /// Mean and p99 (nearest rank) of a sample; (NaN, NaN) when empty.
@@ -271,6 +273,15 @@ pub struct PolicySummary {
     /// from its measured starts ([`replayed`]), ms (empty without replays).
     #[serde(default)]
     pub replay_mean_iter_ms: Vec<f64>,
+    /// Per run: the hosts' TCP retransmission timeouts (empty where they
+    /// were not read).
+    #[serde(default)]
+    pub run_tcp_timeouts: Vec<u64>,
+    /// The simulator's retransmission timeouts: its transport model's, per
+    /// replay where replayed (else the one run's); empty under the fluid
+    /// model.
+    #[serde(default)]
+    pub sim_timeouts: Vec<u64>,
 }
 
 /// Mean of the finite values (NaN when none).
@@ -315,6 +326,11 @@ pub fn summary(
             .iter()
             .map(|r| mean_finite(r.iteration_ms.iter().map(|v| mean_p99(v).0)))
             .collect(),
+        run_tcp_timeouts: runs.iter().filter_map(|m| m.tcp.map(|t| t.timeouts)).collect(),
+        sim_timeouts: if replays.is_empty() { std::slice::from_ref(simulated) } else { replays }
+            .iter()
+            .filter_map(|r| r.timeouts)
+            .collect(),
     }
 }
 
@@ -357,12 +373,15 @@ pub fn summary_markdown(summaries: &[PolicySummary]) -> String {
         if xs.len() > 1 { format!("{m:.digits$} ({lo:.digits$}–{hi:.digits$})") } else { format!("{m:.digits$}") }
     };
     let mut s = String::from(
-        "| policy | testbed mean it (ms) | sim mean it (ms) | testbed / sim | sim from each run's starts (ms) | testbed / that | testbed p99 it (ms) | sim p99 it (ms) | testbed slowdown over alone on the testbed | sim slowdown over alone |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        "| policy | testbed mean it (ms) | sim mean it (ms) | testbed / sim | sim from each run's starts (ms) | testbed / that | testbed p99 it (ms) | sim p99 it (ms) | testbed slowdown over alone on the testbed | sim slowdown over alone | TCP timeouts per run: testbed | sim |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|\n",
     );
+    let counts = |xs: &[u64]| -> String {
+        if xs.is_empty() { "–".into() } else { xs.iter().map(u64::to_string).collect::<Vec<_>>().join(", ") }
+    };
     for p in summaries {
         let _ = writeln!(
             s,
-            "| {} | {} | {:.1} | {:.3} | {} | {} | {} | {:.1} | {} | {:.3} |",
+            "| {} | {} | {:.1} | {:.3} | {} | {} | {} | {:.1} | {} | {:.3} | {} | {} |",
             p.policy,
             cell(&p.run_mean_iter_ms, 1),
             p.sim_mean_iter_ms,
@@ -372,7 +391,9 @@ pub fn summary_markdown(summaries: &[PolicySummary]) -> String {
             cell(&p.run_p99_iter_ms, 1),
             p.sim_p99_iter_ms,
             cell(&p.run_slowdown, 3),
-            p.sim_slowdown
+            p.sim_slowdown,
+            counts(&p.run_tcp_timeouts),
+            counts(&p.sim_timeouts)
         );
     }
     s
@@ -534,6 +555,7 @@ mod tests {
             wall_s: 1.0,
             warnings: Vec::new(),
             decisions: Vec::new(),
+            tcp: None,
         };
         let runs = [
             run(vec![job("a", &["h0", "h1"], &[320.0, 340.0]), job("b", &["h4", "h5"], &[200.0])]),
@@ -551,6 +573,7 @@ mod tests {
             iteration_ms: vec![vec![400.0, 400.0], vec![250.0]],
             isolated_ms: vec![400.0, 200.0],
             links: Vec::new(),
+            timeouts: None,
         };
         let s = summary(&specs, &runs, &sim, &[], &alone);
         assert_eq!(s.run_mean_iter_ms, vec![265.0, 360.0]);
@@ -563,6 +586,19 @@ mod tests {
         let bare = summary(&specs, &runs, &sim, &[], &Alone::new());
         assert!(bare.run_slowdown.is_empty());
         assert!(summary_markdown(&[bare]).contains("| – |"));
+        // The hosts' timeouts per run beside the transport model's.
+        let counted: Vec<Measured> = runs
+            .iter()
+            .zip([1, 9])
+            .map(|(m, t)| Measured {
+                tcp: Some(crate::fabric::TcpCounters { timeouts: t, retransmitted_segments: 0 }),
+                ..m.clone()
+            })
+            .collect();
+        let modelled = Simulated { timeouts: Some(2), ..sim.clone() };
+        let s = summary(&specs, &counted, &modelled, &[], &alone);
+        assert_eq!((s.run_tcp_timeouts.as_slice(), s.sim_timeouts.as_slice()), (&[1, 9][..], &[2][..]));
+        assert!(summary_markdown(&[s]).ends_with("| 1, 9 | 2 |\n"), "{}", summary_markdown(&[]));
     }
 
     #[test]
@@ -589,6 +625,7 @@ mod tests {
             wall_s: 1.0,
             warnings: Vec::new(),
             decisions: Vec::new(),
+            tcp: None,
         };
         let spec = |id: &str, at: f64| JobSpec::new(id, "vgg19", 16, 2, orrery_model::Work::Iterations(10), at);
         let specs = [spec("a", 0.0), spec("b", 0.01), spec("c", 2.0)];

@@ -142,6 +142,10 @@ pub struct Measured {
     pub warnings: Vec<String>,
     /// The service's decision log (its clock: seconds since its epoch).
     pub decisions: Vec<orrery_serve::api::LogEntry>,
+    /// The hosts' TCP counters at the run's end, summed (None when they
+    /// could not be read).
+    #[serde(default)]
+    pub tcp: Option<crate::fabric::TcpCounters>,
 }
 
 /// Makes `cc` a congestion control a network namespace may take as its
@@ -265,6 +269,8 @@ pub async fn drive(
     }
     let client = orrery_serve::client::Client::new(&server, &user_token).map_err(|e| anyhow::anyhow!("{e}"))?;
     let outcome = watch(&fabric, topo, jobs, &client, opts, &mut progress).await;
+    // Read before the fabric goes: the counters live in its namespaces.
+    let tcp = fabric.tcp_counters(topo.hosts.len());
     let _ = stop_tx.send(true);
     for a in agents {
         let _ = a.await;
@@ -298,6 +304,7 @@ pub async fn drive(
     }
     Ok(Measured {
         policy: opts.policy.clone(),
+        tcp: tcp.map_err(|e| progress(&format!("TCP counters not read: {e}"))).ok(),
         jobs: measured,
         links: link_series(topo, &fabric, &samples),
         wall_s,

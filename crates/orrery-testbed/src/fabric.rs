@@ -668,6 +668,20 @@ impl Fabric {
             .collect())
     }
 
+    /// The TCP counters of every host's namespace, summed: retransmission
+    /// timeouts (`TcpExt: TCPTimeouts`) and segments sent again (`Tcp:
+    /// RetransSegs`) since the namespace was made. O(hosts).
+    pub fn tcp_counters(&self, hosts: usize) -> Result<TcpCounters, FabricError> {
+        let mut sum = TcpCounters::default();
+        for h in 0..hosts.min(self.netns.len()) {
+            let ns = self.host_netns(h);
+            let netstat = run("ip", &["netns", "exec", ns, "cat", "/proc/net/netstat", "/proc/net/snmp"])?;
+            sum.timeouts += proc_counter(&netstat, "TcpExt:", "TCPTimeouts").unwrap_or(0);
+            sum.retransmitted_segments += proc_counter(&netstat, "Tcp:", "RetransSegs").unwrap_or(0);
+        }
+        Ok(sum)
+    }
+
     /// Leaves the fabric up after this value is gone (`orrery testbed up`);
     /// [`down`] removes it later.
     pub fn keep(mut self) {
@@ -690,6 +704,29 @@ impl Fabric {
         }
         errors
     }
+}
+
+/// TCP counters of the hosts' namespaces ([`Fabric::tcp_counters`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct TcpCounters {
+    /// Retransmission timeouts.
+    pub timeouts: u64,
+    /// Segments sent again.
+    pub retransmitted_segments: u64,
+}
+
+/// The value of counter `name` in `/proc/net/netstat` or `/proc/net/snmp`
+/// text, whose sections are a line of names and a line of values, each
+/// starting with `section` (`TcpExt:`, `Tcp:`). None when absent.
+fn proc_counter(text: &str, section: &str, name: &str) -> Option<u64> {
+    let mut lines = text.lines().filter(|l| l.starts_with(section));
+    while let (Some(names), Some(values)) = (lines.next(), lines.next()) {
+        let at = names.split_whitespace().position(|n| n == name);
+        if let Some(v) = at.and_then(|k| values.split_whitespace().nth(k)) {
+            return v.parse().ok();
+        }
+    }
+    None
 }
 
 impl Drop for Fabric {
@@ -759,6 +796,20 @@ pub fn derated(topo: &Topology, goodput: f64) -> Result<Topology, orrery_model::
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tcp_counters_are_read_by_name_from_their_section() {
+        // /proc/net/netstat's and /proc/net/snmp's layout: a line of names,
+        // then a line of values, per section. `Tcp:` must not match
+        // `TcpExt:`'s lines, nor a name of one section another's column.
+        let text = "TcpExt: SyncookiesSent TCPTimeouts TCPLossProbes\nTcpExt: 0 7 3\n\
+                    IpExt: InNoRoutes TCPTimeouts\nIpExt: 5 99\n\
+                    Tcp: RtoAlgorithm RtoMin RetransSegs\nTcp: 1 200 1342\n";
+        assert_eq!(proc_counter(text, "TcpExt:", "TCPTimeouts"), Some(7));
+        assert_eq!(proc_counter(text, "Tcp:", "RetransSegs"), Some(1342));
+        assert_eq!(proc_counter(text, "Tcp:", "TCPTimeouts"), None);
+        assert_eq!(proc_counter(text, "Udp:", "InDatagrams"), None);
+    }
 
     #[test]
     fn cables_pair_opposite_links_and_get_their_own_subnet() {

@@ -54,6 +54,13 @@ impl JobFlows {
 }
 
 impl Simulation<'_> {
+    /// Retransmission timeouts the transport model's connections took so far
+    /// (None under the fluid model): the count a Linux host reports as
+    /// `TcpExt: TCPTimeouts`.
+    pub fn transport_timeouts(&self) -> Option<u64> {
+        self.transport.as_ref().map(|t| t.timeouts())
+    }
+
     /// Schedules the transport model's step now unless one is due.
     pub(super) fn wake_transport(&mut self) {
         if self.transport.is_some() && !self.transport_due && self.net.live() > 0 {
