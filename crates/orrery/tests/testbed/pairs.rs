@@ -224,6 +224,15 @@ fn cassinis_pair_on_real_tcp_against_the_simulator() {
     let peak =
         uplink["utilisation"].as_array().expect("series").iter().filter_map(|p| p[1].as_f64()).fold(0.0, f64::max);
     assert!(peak > 0.3 && peak < 1.05, "uplink peak utilisation {peak}");
+    // The hosts' TCP counters were read at the run's end: started in step,
+    // the two rings' first all-reduces overflow the uplink's 128 KiB FIFO,
+    // so segments were sent again, and every timeout resends at least one.
+    let tcp = &measured["tcp"];
+    let (timeouts, resent) = (tcp["timeouts"].as_u64(), tcp["retransmitted_segments"].as_u64());
+    assert!(
+        resent.is_some_and(|r| r > 0 && timeouts.is_some_and(|t| r >= t)),
+        "the unshifted pair's TCP counters: {tcp}"
+    );
 }
 
 /// Metronome's S2 on the testbed (run by
