@@ -1002,8 +1002,8 @@ impl Transport {
 }
 
 /// Linux BBR's TSO burst goal, segments (`bbr_tso_segs_goal`): about 1 ms
-/// of the pacing rate (`sk_pacing_shift` 10), at most 64 KB of 1,500-byte
-/// segments, at least 2. `rate` in bits/ns, `mss` in bits.
+/// of the pacing rate (`sk_pacing_shift` 10), at most one 64 KB GSO burst
+/// ([`GSO_MAX_SEGMENTS`]), at least 2. `rate` in bits/ns, `mss` in bits.
 fn bbr_tso_segments(rate: f64, mss: f64) -> f64 {
     (rate * 1e9 / 1024.0 / mss).floor().clamp(2.0, GSO_MAX_SEGMENTS)
 }
