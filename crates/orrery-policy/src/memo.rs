@@ -10,7 +10,6 @@
 
 use crate::JobId;
 use orrery_model::HostId;
-use std::collections::hash_map::Entry;
 use std::collections::{HashMap, HashSet};
 
 /// A hash map for the hot paths keyed by small integers (jobs, links):
@@ -31,12 +30,12 @@ type KeptHosts = smallvec::SmallVec<[(HostId, u32); 2]>;
 /// Per job, a value and the hosts it was derived on.
 #[derive(Debug, Clone)]
 pub struct PerPlacement<T> {
-    values: FastMap<JobId, (KeptHosts, T)>,
+    values: ByJob<(KeptHosts, T)>,
 }
 
 impl<T> Default for PerPlacement<T> {
     fn default() -> Self {
-        PerPlacement { values: FastMap::default() }
+        PerPlacement { values: ByJob::default() }
     }
 }
 
@@ -57,15 +56,11 @@ impl<T> PerPlacement<T> {
         fresh: impl FnOnce(&T) -> bool,
         make: impl FnOnce() -> T,
     ) -> &T {
-        // One lookup: every running job is read once a round.
-        match self.values.entry(job) {
-            Entry::Occupied(kept) if kept.get().0.as_slice() == hosts && fresh(&kept.get().1) => &kept.into_mut().1,
-            Entry::Occupied(mut stale) => {
-                stale.insert((KeptHosts::from_slice(hosts), make()));
-                &stale.into_mut().1
-            }
-            Entry::Vacant(new) => &new.insert((KeptHosts::from_slice(hosts), make())).1,
+        let kept = self.values.get(job).is_some_and(|(on, value)| on.as_slice() == hosts && fresh(value));
+        if !kept {
+            self.values.insert(job, (KeptHosts::from_slice(hosts), make()));
         }
+        &self.values.get(job).expect("kept or just made").1
     }
 
     /// Forgets the jobs not in `live` once the others outnumber them
@@ -73,8 +68,88 @@ impl<T> PerPlacement<T> {
     pub fn forget_unless(&mut self, running: usize, live: impl FnOnce() -> HashSet<JobId>) {
         if self.values.len() > 2 * running + 64 {
             let live = live();
-            self.values.retain(|j, _| live.contains(j));
+            self.values.retain(|j, _| live.contains(&j));
         }
+    }
+}
+
+/// Per job, a value, in a vector indexed by the job's id. Drivers number
+/// jobs from 0 upward (the simulator by trace position, the live service
+/// by its ledger), and a round reads the running jobs' values in the
+/// view's order, by ascending id in the simulator: the reads then walk
+/// the vector forward, which the hardware prefetches, where a hash map's
+/// were a cache miss a job. O(1) a lookup; memory O(largest id) slots
+/// below [`ByJob::DENSE`], a hash map's above it.
+#[derive(Debug, Clone)]
+pub struct ByJob<T> {
+    dense: Vec<Option<T>>,
+    sparse: FastMap<JobId, T>,
+    /// Values kept in `dense`.
+    in_dense: usize,
+}
+
+impl<T> Default for ByJob<T> {
+    fn default() -> Self {
+        ByJob { dense: Vec::new(), sparse: FastMap::default(), in_dense: 0 }
+    }
+}
+
+impl<T> ByJob<T> {
+    /// Ids from here on are kept in a hash map: 4 Mi slots is as far as
+    /// the vector is worth growing.
+    pub const DENSE: JobId = 1 << 22;
+
+    /// The value of `job`, if kept. O(1).
+    pub fn get(&self, job: JobId) -> Option<&T> {
+        if job < Self::DENSE { self.dense.get(job).and_then(Option::as_ref) } else { self.sparse.get(&job) }
+    }
+
+    /// The value of `job`, if kept, to change. O(1).
+    pub fn get_mut(&mut self, job: JobId) -> Option<&mut T> {
+        if job < Self::DENSE { self.dense.get_mut(job).and_then(Option::as_mut) } else { self.sparse.get_mut(&job) }
+    }
+
+    /// Keeps `value` for `job`, returning the value it replaces. O(1)
+    /// amortised.
+    pub fn insert(&mut self, job: JobId, value: T) -> Option<T> {
+        if job >= Self::DENSE {
+            return self.sparse.insert(job, value);
+        }
+        if job >= self.dense.len() {
+            self.dense.resize_with(job + 1, || None);
+        }
+        let old = self.dense[job].replace(value);
+        self.in_dense += usize::from(old.is_none());
+        old
+    }
+
+    /// The value of `job`, made by `make` when none is kept. O(1) amortised.
+    pub fn get_or_insert_with(&mut self, job: JobId, make: impl FnOnce() -> T) -> &mut T {
+        if self.get(job).is_none() {
+            self.insert(job, make());
+        }
+        self.get_mut(job).expect("kept or just made")
+    }
+
+    /// Values kept. O(1).
+    pub fn len(&self) -> usize {
+        self.in_dense + self.sparse.len()
+    }
+
+    /// Whether none is kept. O(1).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Keeps the values `keep` accepts. O(largest id + values).
+    pub fn retain(&mut self, mut keep: impl FnMut(JobId, &mut T) -> bool) {
+        for (job, slot) in self.dense.iter_mut().enumerate() {
+            if slot.as_mut().is_some_and(|v| !keep(job, v)) {
+                *slot = None;
+                self.in_dense -= 1;
+            }
+        }
+        self.sparse.retain(|&job, v| keep(job, v));
     }
 }
 
@@ -104,5 +179,28 @@ mod tests {
         assert_eq!(m.values.len(), 1);
         m.forget_unless(1, HashSet::new); // 1 ≤ 66: kept
         assert_eq!(m.values.len(), 1);
+    }
+
+    #[test]
+    fn values_by_job_count_and_forget_alike_below_and_above_the_dense_range() {
+        let mut m: ByJob<u32> = ByJob::default();
+        let far = ByJob::<u32>::DENSE + 7;
+        assert!(m.is_empty());
+        assert_eq!(m.insert(5, 50), None);
+        assert_eq!(m.insert(far, 70), None);
+        assert_eq!(m.insert(5, 51), Some(50)); // replaced, not counted twice
+        assert_eq!(m.len(), 2);
+        assert_eq!(*m.get_or_insert_with(2, || 20), 20);
+        assert_eq!(*m.get_or_insert_with(2, || 99), 20); // kept: not made again
+        assert_eq!((m.get(5), m.get(far), m.get(3), m.get(far + 1)), (Some(&51), Some(&70), None, None));
+        *m.get_mut(far).expect("kept above") += 1;
+        assert_eq!(m.get(far), Some(&71));
+        // Only the dense range's length grew, to the largest dense id.
+        assert_eq!(m.dense.len(), 6);
+        m.retain(|job, v| {
+            *v += 1;
+            job != 5
+        });
+        assert_eq!((m.len(), m.get(5), m.get(2), m.get(far)), (2, None, Some(&21), Some(&72)));
     }
 }

@@ -7,7 +7,7 @@
 //! waiting jobs with smaller keys need them.
 
 use crate::baseline::isolated_seconds;
-use crate::memo::FastMap;
+use crate::memo::ByJob;
 use crate::{ClusterView, Forget, JobId, QueuedJob, RunningJob};
 use std::collections::HashMap;
 
@@ -49,20 +49,20 @@ pub trait Order {
 /// and the running jobs.
 #[derive(Debug, Default)]
 struct Alone {
-    seconds: FastMap<JobId, f64>,
+    seconds: ByJob<f64>,
     forget: Forget,
 }
 
 impl Alone {
     fn seconds(&mut self, view: &ClusterView<'_>, id: JobId, spec: &orrery_model::JobSpec) -> f64 {
-        *self.seconds.entry(id).or_insert_with(|| isolated_seconds(view, spec))
+        *self.seconds.get_or_insert_with(id, || isolated_seconds(view, spec))
     }
 
     /// Forgets the jobs that left `view` (a time alone depends on the job
     /// and the topology only: one that comes back gets the same).
     fn forget_departed(&mut self, view: &ClusterView<'_>) {
         let Some(live) = self.forget.due(view, self.seconds.len()) else { return };
-        self.seconds.retain(|j, _| live.contains(j));
+        self.seconds.retain(|j, _| live.contains(&j));
         self.forget.pruned(self.seconds.len());
     }
 }

@@ -38,7 +38,7 @@ use crate::castor::{BackToBack, batch_scaling, pair_choice};
 use crate::combined::duty::shared_nic_xi;
 use crate::combined::prices::{Arrivals, gpu_second_price};
 use crate::combined::reserve::{Reservation, shadow};
-use crate::memo::{FastMap, FastSet, PerPlacement};
+use crate::memo::{ByJob, FastMap, FastSet, PerPlacement};
 use crate::placement::capped;
 use crate::{ClusterView, Decision, Forget, JobId, Policy, RunningJob};
 use orrery_model::colocation::{Colocation, accumulation_factor, memory_mib};
@@ -122,7 +122,7 @@ pub struct Colocator {
     /// [`shared_nic_xi`]); Castor's ξ counts compute interference only.
     pub nic_interference: bool,
     pub(crate) estimate: Colocation,
-    pub(crate) alone: FastMap<JobId, f64>,
+    pub(crate) alone: ByJob<f64>,
     /// Time alone of the whole job on k workers over its time at its
     /// request, per (job, k): Pollux's goodput in units of the job's work.
     pub(crate) stretch: FastMap<(JobId, u32), f64>,
@@ -131,7 +131,7 @@ pub struct Colocator {
     pub(crate) network_share: FastMap<(JobId, u32), f64>,
     /// Iteration time alone at the request, packed from host 0, ms: the
     /// reference of [`Self::stretch_on`].
-    pub(crate) request_ms: FastMap<JobId, f64>,
+    pub(crate) request_ms: ByJob<f64>,
     /// Per link, the running jobs' traffic on it this round: the sum of
     /// their duty cycles, each weighted by the share of its flows the link
     /// carries ([`link_duty`](crate::combined::duty::link_duty)). Built by the first size judged in a round
@@ -149,7 +149,7 @@ pub struct Colocator {
     pub(crate) free_index: Option<FreeIndex>,
     pub(crate) index_racks: Vec<usize>,
     /// Seconds each job has held GPUs so far, summed between rounds.
-    pub(crate) run_s: FastMap<JobId, f64>,
+    pub(crate) run_s: ByJob<f64>,
     /// When the four caches above drop the jobs that have left.
     pub(crate) forget: Forget,
     /// The previous round's time and the jobs holding GPUs after it.
@@ -186,16 +186,16 @@ impl Colocator {
             reserve_after: None,
             nic_interference: false,
             estimate: Colocation::default(),
-            alone: FastMap::default(),
+            alone: ByJob::default(),
             stretch: FastMap::default(),
             network_share: FastMap::default(),
-            request_ms: FastMap::default(),
+            request_ms: ByJob::default(),
             link_duty: None,
             duty_terms: PerPlacement::default(),
             shaped: Default::default(),
             free_index: None,
             index_racks: Vec::new(),
-            run_s: FastMap::default(),
+            run_s: ByJob::default(),
             forget: Forget::default(),
             last_round: None,
             arrivals: Arrivals::default(),
@@ -211,7 +211,7 @@ impl Colocator {
     }
 
     pub(crate) fn alone_s(&mut self, view: &ClusterView<'_>, id: JobId, spec: &JobSpec) -> f64 {
-        *self.alone.entry(id).or_insert_with(|| isolated_seconds(view, spec))
+        *self.alone.get_or_insert_with(id, || isolated_seconds(view, spec))
     }
 
     /// The free GPUs indexed for first fit ([`FreeIndex`]), brought in step
@@ -258,11 +258,11 @@ impl Colocator {
     /// Drops the cached times of jobs that have left the view ([`Forget`]).
     fn forget_departed(&mut self, view: &ClusterView<'_>) {
         let Some(live) = self.forget.due(view, self.cached()) else { return };
-        self.alone.retain(|j, _| live.contains(j));
+        self.alone.retain(|j, _| live.contains(&j));
         self.stretch.retain(|(j, _), _| live.contains(j));
         self.network_share.retain(|(j, _), _| live.contains(j));
-        self.request_ms.retain(|j, _| live.contains(j));
-        self.run_s.retain(|j, _| live.contains(j));
+        self.request_ms.retain(|j, _| live.contains(&j));
+        self.run_s.retain(|j, _| live.contains(&j));
         self.forget.pruned(self.cached());
     }
 }

@@ -20,7 +20,7 @@ impl Colocator {
     pub(crate) fn note_running_time(&mut self, view: &ClusterView<'_>) {
         if let Some((then, holders)) = self.last_round.take() {
             for r in view.running.iter().filter(|r| holders.contains(&r.id)) {
-                *self.run_s.entry(r.id).or_insert(0.0) += (view.now_s - then).max(0.0);
+                *self.run_s.get_or_insert_with(r.id, || 0.0) += (view.now_s - then).max(0.0);
             }
         }
     }
@@ -50,7 +50,7 @@ impl Colocator {
     /// Seconds the job has spent in the system without GPUs: since its
     /// arrival, less the time it has held GPUs. O(1).
     pub(crate) fn waited_s(&self, view: &ClusterView<'_>, id: JobId, spec: &JobSpec) -> f64 {
-        view.now_s - spec.arrival_s - self.run_s.get(&id).copied().unwrap_or(0.0)
+        view.now_s - spec.arrival_s - self.run_s.get(id).copied().unwrap_or(0.0)
     }
 
     /// The running jobs (indices into `view.running`) that lose their GPUs

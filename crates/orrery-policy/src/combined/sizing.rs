@@ -123,7 +123,7 @@ impl Colocator {
     /// The job's iteration time alone at its request, packed from host 0,
     /// ms. Cached; O(shape) once per job.
     pub(crate) fn request_ms(&mut self, view: &ClusterView<'_>, id: JobId, spec: &JobSpec) -> f64 {
-        *self.request_ms.entry(id).or_insert_with(|| {
+        *self.request_ms.get_or_insert_with(id, || {
             packed_placement(view.topology, spec, spec.workers.max(1)).map_or(f64::INFINITY, |p| p.shape.period_ms())
         })
     }

@@ -58,7 +58,7 @@ impl Simulation<'_> {
             } else {
                 0.0
             },
-            service_gpu_s: (j.run_ns as f64 / NS + running_s) * f64::from(j.spec.gpus()),
+            service_gpu_s: (j.run_ns as f64 / NS + running_s) * f64::from(j.spec_gpus),
             running_s,
             solo_gpus: self.solo_gpus(id),
             sub_batch: j.sub_batch,

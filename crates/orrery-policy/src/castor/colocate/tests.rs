@@ -111,7 +111,7 @@ fn a_long_running_policy_forgets_the_jobs_that_have_left() {
     assert!(most > 100, "the caches fill ({most})");
     assert!(most <= 2 * Forget::FLOOR + 8, "bounded: {most}");
     // Held GPUs from the first round (10 s) to the last (20,000 s).
-    assert_eq!(p.run_s.get(&0), Some(&19_990.0));
+    assert_eq!(p.run_s.get(0), Some(&19_990.0));
 }
 
 #[test]
