@@ -220,7 +220,8 @@ pub struct JobState {
     deps: Vec<JobId>,
     /// Some job depends on this one.
     has_dependents: bool,
-    /// The specification.
+    /// The specification, fixed when the simulation is built (its GPUs are
+    /// copied to `spec_gpus`).
     pub spec: JobSpec,
     /// Hosts of the latest placement (kept after the job ends).
     pub hosts_used: usize,
