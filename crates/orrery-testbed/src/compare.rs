@@ -556,6 +556,7 @@ mod tests {
             warnings: Vec::new(),
             decisions: Vec::new(),
             tcp: None,
+            retransmits: None,
         };
         let runs = [
             run(vec![job("a", &["h0", "h1"], &[320.0, 340.0]), job("b", &["h4", "h5"], &[200.0])]),
@@ -592,6 +593,7 @@ mod tests {
             .zip([1, 9])
             .map(|(m, t)| Measured {
                 tcp: Some(crate::fabric::TcpCounters { timeouts: t, retransmitted_segments: 0 }),
+                retransmits: None,
                 ..m.clone()
             })
             .collect();
@@ -626,6 +628,7 @@ mod tests {
             warnings: Vec::new(),
             decisions: Vec::new(),
             tcp: None,
+            retransmits: None,
         };
         let spec = |id: &str, at: f64| JobSpec::new(id, "vgg19", 16, 2, orrery_model::Work::Iterations(10), at);
         let specs = [spec("a", 0.0), spec("b", 0.01), spec("c", 2.0)];

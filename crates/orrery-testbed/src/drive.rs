@@ -77,6 +77,9 @@ pub struct DriveOptions {
     /// arrival order, whatever its arrival time: each runs alone (times
     /// alone on the testbed).
     pub one_at_a_time: bool,
+    /// Capture each host's TCP headers with `tcpdump` into `dir/pcap` and
+    /// read the run's retransmissions from them ([`crate::capture`]).
+    pub pcap: bool,
 }
 
 /// One job as the testbed ran it.
@@ -146,6 +149,10 @@ pub struct Measured {
     /// could not be read).
     #[serde(default)]
     pub tcp: Option<crate::fabric::TcpCounters>,
+    /// The retransmissions in the run's packet captures (None without
+    /// `--pcap`, or when they could not be read).
+    #[serde(default)]
+    pub retransmits: Option<crate::capture::Retransmits>,
 }
 
 /// Makes `cc` a congestion control a network namespace may take as its
@@ -220,6 +227,14 @@ pub async fn drive(
         bail!("goodput: expected a fraction in (0, 1], found {}", opts.goodput);
     }
     let modelled = crate::fabric::derated(topo, opts.goodput).map_err(anyhow::Error::msg)?;
+    let capture = if opts.pcap {
+        let dir = opts.dir.join("pcap");
+        let capture = crate::capture::Capture::start(&fabric, topo.hosts.len(), &dir)?;
+        progress(&format!("capturing TCP headers into {}", dir.display()));
+        Some(capture)
+    } else {
+        None
+    };
     let config = orrery_serve::core::Config {
         policy: opts.policy.clone(),
         seed: opts.seed,
@@ -271,6 +286,7 @@ pub async fn drive(
     let outcome = watch(&fabric, topo, jobs, &client, opts, &mut progress).await;
     // Read before the fabric goes: the counters live in its namespaces.
     let tcp = fabric.tcp_counters(topo.hosts.len());
+    let retransmits = capture.map(|c| crate::capture::retransmits_in(&c.stop()));
     let _ = stop_tx.send(true);
     for a in agents {
         let _ = a.await;
@@ -305,6 +321,11 @@ pub async fn drive(
     Ok(Measured {
         policy: opts.policy.clone(),
         tcp: tcp.map_err(|e| progress(&format!("TCP counters not read: {e}"))).ok(),
+        retransmits: retransmits
+            .transpose()
+            .map_err(|e| progress(&format!("packet captures not read: {e:#}")))
+            .ok()
+            .flatten(),
         jobs: measured,
         links: link_series(topo, &fabric, &samples),
         wall_s,

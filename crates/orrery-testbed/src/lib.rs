@@ -8,6 +8,7 @@
 //!
 //! Needs root (CAP_NET_ADMIN) and iproute2 (`ip`, `tc`).
 
+pub mod capture;
 pub mod compare;
 pub mod ddp;
 pub mod drive;

@@ -193,6 +193,13 @@ pub struct ScenarioArgs {
     /// of max-min rates.
     #[arg(long)]
     sim_transport: bool,
+    /// Capture each host's TCP headers during each run (`tcpdump`, which
+    /// must be installed) into the run's folder (`run/pcap/NAMESPACE.pcap`)
+    /// and report the retransmissions they show: how many the timer fired,
+    /// and whether each re-sent a range already re-sent once (a lost
+    /// retransmission); kept in measured.json
+    #[arg(long)]
+    pcap: bool,
     #[command(flatten)]
     fabric: FabricArgs,
 }
@@ -425,6 +432,7 @@ fn scenario(args: &ScenarioArgs, with_sim: bool) -> Result<()> {
         compute_stretch: args.compute_stretch,
         clock_skew_ms: args.clock_skew_ms,
         one_at_a_time: false,
+        pcap: args.pcap,
     };
     // DDP: the first job alone on its placement measures every job's shape.
     let mut comm_alone_ms = None;
@@ -516,6 +524,9 @@ fn scenario(args: &ScenarioArgs, with_sim: bool) -> Result<()> {
             eprintln!("{policy}: {} jobs on the testbed ({} at {}x{of})", jobs.len(), topo.name, args.fabric.scale);
             let measured = runtime.block_on(drive(&topo, &jobs, &pins, &opts, |m| eprintln!("  {m}")))?;
             compare::write_atomic(&run_dir.join("measured.json"), &serde_json::to_string_pretty(&measured)?)?;
+            if let Some(r) = &measured.retransmits {
+                eprintln!("  {}", retransmits_line(r));
+            }
             if !with_sim {
                 for j in &measured.jobs {
                     let (mean, p99) = compare::mean_p99(&j.iteration_ms);
@@ -715,4 +726,26 @@ fn pipeline_alone(
         l.dp_ms
     );
     Ok(shape)
+}
+
+/// One line of a run's captured retransmissions (`--pcap`).
+fn retransmits_line(r: &orrery_testbed::capture::Retransmits) -> String {
+    let lost = r.timed_out.iter().filter(|t| t.lost_retransmission).count();
+    let share = if r.bytes > 0 { 100.0 * r.bytes_resent as f64 / r.bytes as f64 } else { 0.0 };
+    let mut line = format!(
+        "capture: {} timeouts ({lost} after a lost retransmission, {} after a first loss), {} fast retransmissions, {share:.2}% of bytes sent again",
+        r.timed_out.len(),
+        r.timed_out.len() - lost,
+        r.fast
+    );
+    for t in &r.timed_out {
+        line.push_str(&format!(
+            "\n    timeout: {} after {:.0} ms silent, {} bytes{}",
+            t.connection,
+            t.silent_ms,
+            t.bytes,
+            if t.lost_retransmission { ", re-sent before" } else { "" }
+        ));
+    }
+    line
 }

@@ -81,6 +81,8 @@ fn cassinis_pair_on_real_tcp_against_the_simulator() {
                 "--alone",
                 "--alone-iterations",
                 "6",
+                // Each host's TCP headers, for the retransmissions (tcpdump).
+                "--pcap",
             ],
         ]
         .concat(),
@@ -233,6 +235,15 @@ fn cassinis_pair_on_real_tcp_against_the_simulator() {
         resent.is_some_and(|r| r > 0 && timeouts.is_some_and(|t| r >= t)),
         "the unshifted pair's TCP counters: {tcp}"
     );
+    // The packet captures (`--pcap`) find the retransmissions the counters
+    // count: as many fired by the timer as the kernel's TCPTimeouts (each
+    // after at least Linux's least timeout of silence on its connection),
+    // and bytes sent again.
+    let capture = &measured["retransmits"];
+    let timed_out = capture["timed_out"].as_array().expect("the run's captures were read");
+    assert_eq!(Some(timed_out.len() as u64), timeouts, "the capture's timeouts {capture} against the kernel's {tcp}");
+    assert!(timed_out.iter().all(|t| t["silent_ms"].as_f64().is_some_and(|ms| ms >= 199.0)), "{capture}");
+    assert!(capture["bytes_resent"].as_u64().is_some_and(|b| b > 0), "nothing sent again in the capture: {capture}");
 }
 
 /// Metronome's S2 on the testbed (run by
