@@ -136,6 +136,19 @@ pub struct TimedOut {
     /// Its range had been re-sent before (so that retransmission was lost
     /// too); otherwise it had been sent once.
     pub lost_retransmission: bool,
+    /// The lost re-send, when there was one.
+    #[serde(default)]
+    pub lost_copy: Option<LostCopy>,
+}
+
+/// A re-send that was lost before the timer's.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct LostCopy {
+    /// Its bytes (Linux re-sends a range as one burst).
+    pub bytes: u64,
+    /// How long after the connection's transmission before it it went
+    /// out, ms.
+    pub after_ms: f64,
 }
 
 /// What a run's captures show of its retransmissions.
@@ -226,8 +239,9 @@ pub fn retransmits(segments: &[Segment]) -> Retransmits {
         /// One past the highest byte sent (unwrapped), and when it last sent.
         high: Option<i64>,
         last_t: f64,
-        /// Ranges re-sent, with when: kept for a second.
-        resent: Vec<(f64, i64, i64)>,
+        /// Ranges re-sent (when, first byte, end, and the silence before
+        /// it, s): kept for a second.
+        resent: Vec<(f64, i64, i64, f64)>,
     }
     let mut conns: HashMap<&str, Conn> = HashMap::new();
     let mut out = Retransmits::default();
@@ -244,20 +258,22 @@ pub fn retransmits(segments: &[Segment]) -> Retransmits {
         if start < high {
             out.bytes_resent += u64::from(s.len);
             let silent = s.t - c.last_t;
-            c.resent.retain(|&(t, _, _)| s.t - t <= 1.0);
-            let again = c.resent.iter().any(|&(_, a, b)| a < end && start < b);
+            c.resent.retain(|&(t, _, _, _)| s.t - t <= 1.0);
+            let copy = c.resent.iter().rev().find(|&&(_, a, b, _)| a < end && start < b);
+            let lost_copy = copy.map(|&(_, a, b, before)| LostCopy { bytes: (b - a) as u64, after_ms: before * 1e3 });
             if silent >= RTO_MIN_S * (1.0 - 1e-3) {
                 out.timed_out.push(TimedOut {
                     t_s: s.t,
                     connection: s.connection.clone(),
                     silent_ms: silent * 1e3,
                     bytes: u64::from(s.len),
-                    lost_retransmission: again,
+                    lost_retransmission: lost_copy.is_some(),
+                    lost_copy,
                 });
             } else {
                 out.fast += 1;
             }
-            c.resent.push((s.t, start, end));
+            c.resent.push((s.t, start, end, silent));
         }
         c.high = Some(high.max(end));
         c.last_t = s.t;
@@ -306,6 +322,10 @@ mod tests {
         assert_eq!((r.bytes, r.bytes_resent, r.fast), (5 * 1448 + 200, 2 * 1448 + 100, 1));
         let seen: Vec<(bool, u64)> = r.timed_out.iter().map(|t| (t.lost_retransmission, t.bytes)).collect();
         assert_eq!(seen, [(true, 1448), (false, 100)]);
+        let copy = r.timed_out[0].lost_copy.expect("the lost re-send");
+        assert_eq!(copy.bytes, 1448);
+        assert!((copy.after_ms - 2.0).abs() < 1e-6);
+        assert_eq!(r.timed_out[1].lost_copy, None);
         assert!((r.timed_out[0].silent_ms - 209.0).abs() < 1e-6);
     }
 
@@ -330,6 +350,11 @@ mod tests {
         let t = &r.timed_out[0];
         assert!(t.lost_retransmission);
         assert_eq!(t.bytes, 1448);
+        // What was lost again: the whole 52,128-byte burst, re-sent 2.1 ms
+        // after the burst that was acked.
+        let copy = t.lost_copy.expect("the lost re-send");
+        assert_eq!(copy.bytes, 52_128);
+        assert!((copy.after_ms - 2.12).abs() < 0.01, "{}", copy.after_ms);
         assert!((t.silent_ms - 209.16).abs() < 0.01, "{}", t.silent_ms);
         // The lost burst's first retransmission was a fast one.
         assert!(r.fast >= 1);

@@ -744,7 +744,13 @@ fn retransmits_line(r: &orrery_testbed::capture::Retransmits) -> String {
             t.connection,
             t.silent_ms,
             t.bytes,
-            if t.lost_retransmission { ", re-sent before" } else { "" }
+            match t.lost_copy {
+                Some(c) => format!(
+                    ", its range re-sent before as {} bytes {:.1} ms after the transmission before, and lost",
+                    c.bytes, c.after_ms
+                ),
+                None => String::new(),
+            }
         ));
     }
     line
