@@ -138,6 +138,9 @@ pub struct Colocator {
     /// ([`Self::duty`]), not in rounds that judge none; empty unless sizes
     /// are priced ([`Self::price_gpu_time`]).
     pub(crate) link_duty: Option<crate::combined::duty::LinkDuty>,
+    /// The last round's [`link_duty`](Self::link_duty), emptied: the next
+    /// round builds its own in this allocation.
+    pub(crate) spare_duty: crate::combined::duty::LinkDuty,
     /// Each running job's terms of [`link_duty`](crate::combined::duty::link_duty), kept while its hosts are.
     pub(crate) duty_terms: PerPlacement<Vec<(orrery_model::LinkId, f64)>>,
     /// Per running job and size (workers), the hosts it was last judged
@@ -191,6 +194,7 @@ impl Colocator {
             network_share: FastMap::default(),
             request_ms: ByJob::default(),
             link_duty: None,
+            spare_duty: Default::default(),
             duty_terms: PerPlacement::default(),
             shaped: Default::default(),
             free_index: None,
@@ -424,7 +428,9 @@ impl Policy for Colocator {
             self.note_running_time(view);
         }
         let rack_of = racks(view);
-        self.link_duty = None;
+        if let Some(last) = self.link_duty.take() {
+            self.spare_duty = last;
+        }
         let mut free = view.free_gpus.to_vec();
         // Free GPUs in all, kept with `free`: each queued job reads it
         // (O(1) instead of a sum over every host).

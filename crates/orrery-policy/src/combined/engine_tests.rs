@@ -416,12 +416,12 @@ fn a_size_is_judged_where_it_would_run() {
         queue: vec![QueuedJob::new(2, &spec, 0.0)],
         running: vec![RunningJob::new(0, &other, &held)],
     };
-    let duty = link_duty(&view, &mut PerPlacement::default());
+    let duty = link_duty(&view, &mut PerPlacement::default(), Default::default());
     let placed = orrery_model::placed::place(&t, &other, &held).expect("shaped");
     let cycle = placed.shape.network_ms() / placed.shape.period_ms();
     // Its ring crosses each NIC once each way: every link of it carries
     // one flow, the whole of its duty cycle.
-    assert!(!duty.is_empty() && duty.values().all(|&d| (d - cycle).abs() < 1e-9), "{duty:?} {cycle}");
+    assert!(!duty.is_empty() && duty.iter().all(|(_, d)| (d - cycle).abs() < 1e-9), "{duty:?} {cycle}");
     let across = period_on(&view, &duty, &spec, &[(0, 6), (1, 2)]).expect("shaped");
     let alone = ms(&spec, &[(0, 6), (1, 2)]);
     let network = orrery_model::placed::place(&t, &spec, &[(0, 6), (1, 2)]).expect("shaped").shape.network_ms();
