@@ -133,12 +133,17 @@ pub struct TimedOut {
     pub silent_ms: f64,
     /// Bytes it re-sent.
     pub bytes: u64,
-    /// Its range had been re-sent before (so that retransmission was lost
-    /// too); otherwise it had been sent once.
-    pub lost_retransmission: bool,
-    /// The lost re-send, when there was one.
+    /// The re-send of its range that was lost before it, if there was
+    /// one; otherwise the range had been sent once.
     #[serde(default)]
     pub lost_copy: Option<LostCopy>,
+}
+
+impl TimedOut {
+    /// Whether its range had been re-sent before, and that was lost too.
+    pub fn lost_retransmission(&self) -> bool {
+        self.lost_copy.is_some()
+    }
 }
 
 /// A re-send that was lost before the timer's.
@@ -267,7 +272,6 @@ pub fn retransmits(segments: &[Segment]) -> Retransmits {
                     connection: s.connection.clone(),
                     silent_ms: silent * 1e3,
                     bytes: u64::from(s.len),
-                    lost_retransmission: lost_copy.is_some(),
                     lost_copy,
                 });
             } else {
@@ -320,7 +324,7 @@ mod tests {
         ];
         let r = retransmits(&segments);
         assert_eq!((r.bytes, r.bytes_resent, r.fast), (5 * 1448 + 200, 2 * 1448 + 100, 1));
-        let seen: Vec<(bool, u64)> = r.timed_out.iter().map(|t| (t.lost_retransmission, t.bytes)).collect();
+        let seen: Vec<(bool, u64)> = r.timed_out.iter().map(|t| (t.lost_retransmission(), t.bytes)).collect();
         assert_eq!(seen, [(true, 1448), (false, 100)]);
         let copy = r.timed_out[0].lost_copy.expect("the lost re-send");
         assert_eq!(copy.bytes, 1448);
@@ -348,7 +352,7 @@ mod tests {
         let r = retransmits(&segments);
         assert_eq!(r.timed_out.len(), 1, "{:?}", r.timed_out);
         let t = &r.timed_out[0];
-        assert!(t.lost_retransmission);
+        assert!(t.lost_retransmission());
         assert_eq!(t.bytes, 1448);
         // What was lost again: the whole 52,128-byte burst, re-sent 2.1 ms
         // after the burst that was acked.

@@ -730,7 +730,7 @@ fn pipeline_alone(
 
 /// One line of a run's captured retransmissions (`--pcap`).
 fn retransmits_line(r: &orrery_testbed::capture::Retransmits) -> String {
-    let lost = r.timed_out.iter().filter(|t| t.lost_retransmission).count();
+    let lost = r.timed_out.iter().filter(|t| t.lost_retransmission()).count();
     let share = if r.bytes > 0 { 100.0 * r.bytes_resent as f64 / r.bytes as f64 } else { 0.0 };
     let mut line = format!(
         "capture: {} timeouts ({lost} after a lost retransmission, {} after a first loss), {} fast retransmissions, {share:.2}% of bytes sent again",
