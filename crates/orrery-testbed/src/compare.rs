@@ -277,6 +277,10 @@ pub struct PolicySummary {
     /// were not read).
     #[serde(default)]
     pub run_tcp_timeouts: Vec<u64>,
+    /// Per captured run (`--pcap`): how many of the timeouts in its packet
+    /// captures followed a lost retransmission (empty without captures).
+    #[serde(default)]
+    pub run_lost_retransmissions: Vec<u64>,
     /// The simulator's retransmission timeouts: its transport model's, per
     /// replay where replayed (else the one run's); empty under the fluid
     /// model.
@@ -327,6 +331,11 @@ pub fn summary(
             .map(|r| mean_finite(r.iteration_ms.iter().map(|v| mean_p99(v).0)))
             .collect(),
         run_tcp_timeouts: runs.iter().filter_map(|m| m.tcp.map(|t| t.timeouts)).collect(),
+        run_lost_retransmissions: runs
+            .iter()
+            .filter_map(|m| m.retransmits.as_ref())
+            .map(|r| r.timed_out.iter().filter(|t| t.lost_retransmission()).count() as u64)
+            .collect(),
         sim_timeouts: if replays.is_empty() { std::slice::from_ref(simulated) } else { replays }
             .iter()
             .filter_map(|r| r.timeouts)
@@ -392,7 +401,15 @@ pub fn summary_markdown(summaries: &[PolicySummary]) -> String {
             p.sim_p99_iter_ms,
             cell(&p.run_slowdown, 3),
             p.sim_slowdown,
-            counts(&p.run_tcp_timeouts),
+            if p.run_lost_retransmissions.is_empty() {
+                counts(&p.run_tcp_timeouts)
+            } else {
+                format!(
+                    "{} (after a lost retransmission: {})",
+                    counts(&p.run_tcp_timeouts),
+                    counts(&p.run_lost_retransmissions)
+                )
+            },
             counts(&p.sim_timeouts)
         );
     }
@@ -601,6 +618,26 @@ mod tests {
         let s = summary(&specs, &counted, &modelled, &[], &alone);
         assert_eq!((s.run_tcp_timeouts.as_slice(), s.sim_timeouts.as_slice()), (&[1, 9][..], &[2][..]));
         assert!(summary_markdown(&[s]).ends_with("| 1, 9 | 2 |\n"), "{}", summary_markdown(&[]));
+        // With packet captures, how many followed a lost retransmission.
+        let timed_out = |lost: bool| crate::capture::TimedOut {
+            t_s: 0.0,
+            connection: "a:1>b:2".into(),
+            silent_ms: 205.0,
+            bytes: 1448,
+            lost_copy: lost.then_some(crate::capture::LostCopy { bytes: 52_128, after_ms: 2.1 }),
+        };
+        let captured: Vec<Measured> = counted
+            .iter()
+            .zip([vec![timed_out(true)], vec![timed_out(false), timed_out(true), timed_out(false)]])
+            .map(|(m, t)| Measured {
+                retransmits: Some(crate::capture::Retransmits { timed_out: t, ..Default::default() }),
+                ..m.clone()
+            })
+            .collect();
+        let s = summary(&specs, &captured, &modelled, &[], &alone);
+        assert_eq!(s.run_lost_retransmissions, [1, 1]);
+        let table = summary_markdown(&[s]);
+        assert!(table.ends_with("| 1, 9 (after a lost retransmission: 1, 1) | 2 |\n"), "{table}");
     }
 
     #[test]
