@@ -106,15 +106,31 @@ fn terminate(child: &mut Child) {
     let _ = child.wait();
 }
 
+/// A TCP connection as one host sends on it: source and destination
+/// address and port. Shown as `src:port>dst:port`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Connection {
+    /// Source address and port.
+    pub from: std::net::SocketAddrV4,
+    /// Destination address and port.
+    pub to: std::net::SocketAddrV4,
+}
+
+impl std::fmt::Display for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}>{}", self.from, self.to)
+    }
+}
+
 /// One data segment a host sent: when (s, the capture's clock), its
-/// connection (source and destination address and port), its first
-/// sequence number and its payload's length.
+/// connection, its first sequence number and its payload's length.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Segment {
     /// Capture time, s.
     pub t: f64,
-    /// "src:port>dst:port".
-    pub connection: String,
+    /// Its connection: a key of plain data, where a string made per
+    /// segment was an allocation for each of a run's millions.
+    pub connection: Connection,
     /// Sequence number of its first byte.
     pub seq: u32,
     /// Payload bytes (from the IP header's length: the capture keeps
@@ -219,13 +235,10 @@ pub fn sent_segments(path: &Path) -> Result<Vec<Segment>> {
         }
         out.push(Segment {
             t: f64::from(packet.ts_sec) + f64::from(packet.ts_usec) * sub_second,
-            connection: format!(
-                "{}:{}>{}:{}",
-                h.source_addr(),
-                tcp.source_port(),
-                h.destination_addr(),
-                tcp.destination_port()
-            ),
+            connection: Connection {
+                from: std::net::SocketAddrV4::new(h.source_addr(), tcp.source_port()),
+                to: std::net::SocketAddrV4::new(h.destination_addr(), tcp.destination_port()),
+            },
             seq: tcp.sequence_number(),
             len,
         });
@@ -248,10 +261,10 @@ pub fn retransmits(segments: &[Segment]) -> Retransmits {
         /// it, s): kept for a second.
         resent: Vec<(f64, i64, i64, f64)>,
     }
-    let mut conns: HashMap<&str, Conn> = HashMap::new();
+    let mut conns: HashMap<Connection, Conn> = HashMap::new();
     let mut out = Retransmits::default();
     for s in segments {
-        let c = conns.entry(s.connection.as_str()).or_default();
+        let c = conns.entry(s.connection).or_default();
         let start = match c.high {
             // Nearest to the highest byte sent, within ±2³¹.
             Some(high) => high + i64::from(s.seq.wrapping_sub(high as u32) as i32),
@@ -269,7 +282,7 @@ pub fn retransmits(segments: &[Segment]) -> Retransmits {
             if silent >= RTO_MIN_S * (1.0 - 1e-3) {
                 out.timed_out.push(TimedOut {
                     t_s: s.t,
-                    connection: s.connection.clone(),
+                    connection: s.connection.to_string(),
                     silent_ms: silent * 1e3,
                     bytes: u64::from(s.len),
                     lost_copy,
@@ -305,7 +318,9 @@ mod tests {
     use super::*;
 
     fn seg(t: f64, seq: u32, len: u32) -> Segment {
-        Segment { t, connection: "10.0.0.1:5>10.0.0.2:6".into(), seq, len }
+        let connection =
+            Connection { from: "10.0.0.1:5".parse().expect("address"), to: "10.0.0.2:6".parse().expect("address") };
+        Segment { t, connection, seq, len }
     }
 
     /// The first cubic timeout captured on the testbed (2026-12-05),
@@ -345,7 +360,7 @@ mod tests {
     fn a_real_capture_shows_the_timeout_after_a_lost_retransmission() {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/cubic-lost-retransmission.pcap");
         let segments = sent_segments(&path).expect("the capture reads");
-        assert!(segments.iter().all(|s| s.connection == "10.64.0.9:57712>10.64.0.1:20000"));
+        assert!(segments.iter().all(|s| s.connection.to_string() == "10.64.0.9:57712>10.64.0.1:20000"));
         let first = &segments[0];
         assert_eq!((first.seq, first.len), (3_933_643_339, 16));
         assert!((first.t - 1_796_451_891.027_748).abs() < 1e-6);

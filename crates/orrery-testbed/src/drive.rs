@@ -286,12 +286,22 @@ pub async fn drive(
     let outcome = watch(&fabric, topo, jobs, &client, opts, &mut progress).await;
     // Read before the fabric goes: the counters live in its namespaces.
     let tcp = fabric.tcp_counters(topo.hosts.len());
-    let retransmits = capture.map(|c| crate::capture::retransmits_in(&c.stop()));
+    let pcap_files = capture.map(crate::capture::Capture::stop);
     let _ = stop_tx.send(true);
     for a in agents {
         let _ = a.await;
     }
     service.stop();
+    // Read off the runtime's threads, once the agents are gone: a run's
+    // captures hold millions of packets.
+    let retransmits = match pcap_files {
+        Some(files) => Some(
+            tokio::task::spawn_blocking(move || crate::capture::retransmits_in(&files))
+                .await
+                .unwrap_or_else(|e| Err(anyhow::anyhow!("reading the packet captures: {e}"))),
+        ),
+        None => None,
+    };
     let Watched { samples, infos, placements, wall_s, decisions, epoch_unix_ms } = outcome?;
     progress("reading the workers' logs");
     let by_spec: BTreeMap<&str, &orrery_serve::api::JobInfo> = infos.iter().map(|j| (j.spec.id.as_str(), j)).collect();

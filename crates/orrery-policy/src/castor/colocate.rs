@@ -38,7 +38,7 @@ use crate::castor::{BackToBack, batch_scaling, pair_choice};
 use crate::combined::duty::shared_nic_xi;
 use crate::combined::prices::{Arrivals, gpu_second_price};
 use crate::combined::reserve::{Reservation, shadow};
-use crate::memo::{ByJob, FastMap, FastSet, PerPlacement};
+use crate::memo::{ByJob, FastMap, FastSet};
 use crate::placement::capped;
 use crate::{ClusterView, Decision, Forget, JobId, Policy, RunningJob};
 use orrery_model::colocation::{Colocation, accumulation_factor, memory_mib};
@@ -134,15 +134,11 @@ pub struct Colocator {
     pub(crate) request_ms: ByJob<f64>,
     /// Per link, the running jobs' traffic on it this round: the sum of
     /// their duty cycles, each weighted by the share of its flows the link
-    /// carries ([`link_duty`](crate::combined::duty::link_duty)). Built by the first size judged in a round
-    /// ([`Self::duty`]), not in rounds that judge none; empty unless sizes
+    /// carries ([`link_duty`](crate::combined::duty::link_duty)). Built by
+    /// the first size judged in a round ([`Self::duty`]), not in rounds
+    /// that judge none, in the last round's allocation; empty unless sizes
     /// are priced ([`Self::price_gpu_time`]).
-    pub(crate) link_duty: Option<crate::combined::duty::LinkDuty>,
-    /// The last round's [`link_duty`](Self::link_duty), emptied: the next
-    /// round builds its own in this allocation.
-    pub(crate) spare_duty: crate::combined::duty::LinkDuty,
-    /// Each running job's terms of [`link_duty`](crate::combined::duty::link_duty), kept while its hosts are.
-    pub(crate) duty_terms: PerPlacement<Vec<(orrery_model::LinkId, f64)>>,
+    pub(crate) link_duty: crate::combined::duty::RoundDuty,
     /// Per running job and size (workers), the hosts it was last judged
     /// on at that size and its shape there ([`Self::stretch_kept`]).
     pub(crate) shaped: crate::combined::duty::KeptShapes,
@@ -193,9 +189,7 @@ impl Colocator {
             stretch: FastMap::default(),
             network_share: FastMap::default(),
             request_ms: ByJob::default(),
-            link_duty: None,
-            spare_duty: Default::default(),
-            duty_terms: PerPlacement::default(),
+            link_duty: Default::default(),
             shaped: Default::default(),
             free_index: None,
             index_racks: Vec::new(),
@@ -428,9 +422,7 @@ impl Policy for Colocator {
             self.note_running_time(view);
         }
         let rack_of = racks(view);
-        if let Some(last) = self.link_duty.take() {
-            self.spare_duty = last;
-        }
+        self.link_duty.new_round();
         let mut free = view.free_gpus.to_vec();
         // Free GPUs in all, kept with `free`: each queued job reads it
         // (O(1) instead of a sum over every host).

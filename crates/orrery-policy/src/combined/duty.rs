@@ -120,19 +120,53 @@ impl LinkDuty {
     }
 }
 
+/// A round's [`LinkDuty`], built by the first size the round judges (not
+/// in rounds that judge none) and kept, with its allocation and each
+/// running job's terms, for the next round to build its own in.
+#[derive(Debug, Default)]
+pub(crate) struct RoundDuty {
+    duty: LinkDuty,
+    /// Whether `duty` is this round's.
+    current: bool,
+    /// Each running job's terms of [`link_duty`], kept while its hosts are.
+    terms: PerPlacement<Vec<(orrery_model::LinkId, f64)>>,
+}
+
+impl RoundDuty {
+    /// A new round: the next read builds the duty again.
+    pub(crate) fn new_round(&mut self) {
+        self.current = false;
+    }
+
+    /// This round's duty ([`link_duty`]), built on the first read; empty
+    /// unless `priced` (sizes priced by the traffic they meet).
+    /// O(Σ flows × path length) over the running jobs once a round, then O(1).
+    pub(crate) fn get(&mut self, view: &ClusterView<'_>, priced: bool) -> &LinkDuty {
+        if !self.current {
+            if priced {
+                link_duty(view, &mut self.terms, &mut self.duty);
+            } else {
+                self.duty.clear();
+            }
+            self.current = true;
+        }
+        &self.duty
+    }
+}
+
 /// Per link, the running jobs' traffic on it: each job's duty cycle (the
 /// fraction of its iteration alone on the network) times the share of its
 /// flows the link carries, a flow split evenly over its equal-cost paths
 /// (ECMP, or FORESIGHT's spreading over spines), at most 1 a job. Paused
-/// jobs send nothing. Built in `reuse`'s allocation. O(Σ flows × path
-/// length) over the running jobs the first round a job is placed, O(its
-/// links) each round after (its terms are kept in `terms`).
+/// jobs send nothing. Built into `duty`, emptied first (its allocation
+/// kept). O(Σ flows × path length) over the running jobs the first round a
+/// job is placed, O(its links) each round after (its terms are kept in
+/// `terms`).
 pub(crate) fn link_duty(
     view: &ClusterView<'_>,
     terms: &mut PerPlacement<Vec<(orrery_model::LinkId, f64)>>,
-    reuse: LinkDuty,
-) -> LinkDuty {
-    let mut duty = reuse;
+    duty: &mut LinkDuty,
+) {
     duty.clear();
     terms.forget_unless(view.running.len(), || view.running.iter().map(|r| r.id).collect());
     for r in view.running.iter().filter(|r| !r.paused) {
@@ -148,7 +182,6 @@ pub(crate) fn link_duty(
             duty.add(l, d);
         }
     }
-    duty
 }
 
 /// The share of a placed job's network flows each link carries: every

@@ -416,7 +416,8 @@ fn a_size_is_judged_where_it_would_run() {
         queue: vec![QueuedJob::new(2, &spec, 0.0)],
         running: vec![RunningJob::new(0, &other, &held)],
     };
-    let duty = link_duty(&view, &mut PerPlacement::default(), Default::default());
+    let mut duty = Default::default();
+    link_duty(&view, &mut PerPlacement::default(), &mut duty);
     let placed = orrery_model::placed::place(&t, &other, &held).expect("shaped");
     let cycle = placed.shape.network_ms() / placed.shape.period_ms();
     // Its ring crosses each NIC once each way: every link of it carries

@@ -5,7 +5,7 @@
 //! nobody waits. Methods of the engine ([`Colocator`]) it shares with
 //! Castor's scheduler.
 
-use super::duty::{Shaped, link_duty, packed_placement, period_on};
+use super::duty::{Shaped, packed_placement, period_on};
 use super::reserve::Reservation;
 use crate::baseline::consolidated;
 use crate::castor::colocate::{Colocator, Free, idle_for_the_queue};
@@ -105,8 +105,7 @@ impl Colocator {
     ) -> f64 {
         let (ratio, request_ms) = self.ratio_and_request(view, r.id, r.spec, hosts);
         let k = hosts.iter().map(|h| h.1).sum::<u32>() / r.spec.gpus_per_worker.max(1);
-        let duty =
-            round_duty(&mut self.link_duty, &mut self.spare_duty, self.price_gpu_time, &mut self.duty_terms, view);
+        let duty = self.link_duty.get(view, self.price_gpu_time);
         // An entry starts on no hosts, where nothing can be shaped.
         let kept = self.shaped.entry((r.id, k)).or_insert_with(|| (Vec::new(), None));
         if kept.0.as_slice() != hosts {
@@ -118,7 +117,7 @@ impl Colocator {
     /// This round's traffic per link ([`link_duty`]), built on first use:
     /// O(Σ flows × path length) over the running jobs, once a round.
     pub(crate) fn duty(&mut self, view: &ClusterView<'_>) -> &super::duty::LinkDuty {
-        round_duty(&mut self.link_duty, &mut self.spare_duty, self.price_gpu_time, &mut self.duty_terms, view)
+        self.link_duty.get(view, self.price_gpu_time)
     }
 
     /// The job's iteration time alone at its request, packed from host 0,
@@ -386,19 +385,6 @@ impl Colocator {
             self.grown += 1;
         }
     }
-}
-
-/// [`Colocator::duty`] on its fields, so that a caller may borrow others
-/// beside it: built on first use (in the last round's allocation,
-/// `spare`), empty unless sizes are `priced`.
-fn round_duty<'a>(
-    kept: &'a mut Option<super::duty::LinkDuty>,
-    spare: &mut super::duty::LinkDuty,
-    priced: bool,
-    terms: &mut crate::memo::PerPlacement<Vec<(orrery_model::LinkId, f64)>>,
-    view: &ClusterView<'_>,
-) -> &'a super::duty::LinkDuty {
-    kept.get_or_insert_with(|| if priced { link_duty(view, terms, std::mem::take(spare)) } else { Default::default() })
 }
 
 /// A job whose size is not the policy's to choose: a device mesh runs on
