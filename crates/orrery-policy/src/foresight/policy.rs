@@ -122,6 +122,42 @@ const OVERRUN: f64 = 0.05;
 /// hold on this network, and its timing is dropped for its routes.
 const OVERRUN_STREAK: u32 = 5;
 
+/// `ids` ascending, each once. O(n) when they come in order (the simulator's
+/// view lists its running jobs by id; a few placed now may follow), O(n log n)
+/// at worst.
+fn ascending(ids: impl Iterator<Item = JobId>) -> Vec<JobId> {
+    let mut v: Vec<JobId> = ids.collect();
+    v.sort(); // a run-detecting merge sort: one pass over a sorted list
+    v.dedup();
+    v
+}
+
+/// The ids of ascending `before` not in ascending `after` (gone), and
+/// those of `after` not in `before` (new). O(before + after), one merge.
+fn differences(before: &[JobId], after: &[JobId]) -> (Vec<JobId>, Vec<JobId>) {
+    let (mut gone, mut new) = (Vec::new(), Vec::new());
+    let (mut i, mut k) = (0, 0);
+    loop {
+        match (before.get(i), after.get(k)) {
+            (Some(b), Some(a)) if b == a => (i, k) = (i + 1, k + 1),
+            (Some(b), Some(a)) if b < a => {
+                gone.push(*b);
+                i += 1;
+            }
+            (Some(b), None) => {
+                gone.push(*b);
+                i += 1;
+            }
+            (_, Some(a)) => {
+                new.push(*a);
+                k += 1;
+            }
+            (None, None) => break,
+        }
+    }
+    (gone, new)
+}
+
 /// Whether a decision is part of a plan's timing: a delay, a throttle or a
 /// timetable of starts (undoing one, an empty timetable or no throttle, is
 /// not). O(1).
@@ -238,9 +274,10 @@ pub struct Foresight {
     /// The next part's id.
     next_part: PartId,
     /// The jobs the plan has taken in (planned in a part, or found to have
-    /// no flow across racks) on their present hosts. A running job it has
-    /// not seen (a standby's first round) is planned as if placed now.
-    seen: crate::memo::FastSet<JobId>,
+    /// no flow across racks) on their present hosts, ascending: the jobs of
+    /// the last re-plan. A running job it has not seen (a standby's first
+    /// round) is planned as if placed now.
+    seen: Vec<JobId>,
     /// Every arrival re-plans every part, as before issue 69 (the tests
     /// hold the partial re-plans to it).
     replan_all: bool,
@@ -376,9 +413,10 @@ impl Policy for Foresight {
             out.iter().filter_map(|d| if let Decision::Preempt { job } = d { Some(*job) } else { None }).collect();
         // What this policy's routes left in force is forgotten for the jobs
         // placed now, preempted or gone: their next routes are all sent.
-        let running: crate::memo::FastSet<JobId> = view.running.iter().map(|r| r.id).collect();
-        self.routes_in_force
-            .retain(|id, _| running.contains(id) && !preempted.contains(id) && !placed.iter().any(|(p, _)| p == id));
+        let running = ascending(view.running.iter().map(|r| r.id));
+        self.routes_in_force.retain(|id, _| {
+            running.binary_search(id).is_ok() && !preempted.contains(id) && !placed.iter().any(|(p, _)| p == id)
+        });
         let mut jobs: Vec<PlacedJob<'_>> =
             view.running.iter().filter(|r| !preempted.contains(&r.id)).map(|r| (r.id, r.spec, r.hosts)).collect();
         let mut new = Vec::with_capacity(placed.len());

@@ -797,3 +797,26 @@ fn a_batch_sends_only_the_routes_that_change_what_the_driver_holds() {
     assert!(f.net_routes(vec![route(3, vec![])]).is_empty());
     assert_eq!(f.routes_in_force[&7], [(0, vec![1]), (1, vec![1])].into_iter().collect::<crate::memo::FastMap<_, _>>());
 }
+
+/// The jobs present at a re-plan against those of the last one: ids put
+/// in order once each, and the merge's two differences as a set
+/// difference gives them (the lists of 0–60 ids drawn from 0–40, so that
+/// they overlap, repeat and come out of order).
+#[test]
+fn the_jobs_gone_and_new_are_the_set_differences() {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(7);
+    for _ in 0..500 {
+        let draw = |rng: &mut rand_chacha::ChaCha8Rng| -> Vec<JobId> {
+            let n = rng.random_range(0..60);
+            (0..n).map(|_| rng.random_range(0..40)).collect()
+        };
+        let (a, b) = (draw(&mut rng), draw(&mut rng));
+        let (before, after) = (super::ascending(a.iter().copied()), super::ascending(b.iter().copied()));
+        let set = |v: &[JobId]| v.iter().copied().collect::<std::collections::BTreeSet<JobId>>();
+        assert_eq!(before, set(&a).into_iter().collect::<Vec<_>>());
+        let (gone, new) = super::differences(&before, &after);
+        assert_eq!(gone, set(&before).difference(&set(&after)).copied().collect::<Vec<_>>());
+        assert_eq!(new, set(&after).difference(&set(&before)).copied().collect::<Vec<_>>());
+    }
+}
