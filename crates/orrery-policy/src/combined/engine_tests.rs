@@ -294,6 +294,158 @@ fn a_job_that_has_waited_its_time_alone_is_not_preempted_again() {
 
 /// CASSINI's testbed wired as benchmark-network: 4 racks of 6 one-A100
 /// hosts, 2 spines, 50 Gbit/s everywhere (3:1).
+/// The shortcut of `victims` (nobody loses GPUs when every job fits,
+/// [`super::preempt::everyone_fits`]) gives what the walk gives, on 4,000
+/// random rounds of a 32-GPU cluster: running jobs on random hosts (some
+/// paused, some high priority, some sharing a GPU with another), a random
+/// queue, with and without the starvation guard. Both kinds of round
+/// occur: ones the shortcut answers (some with a GPU shared, where it sums
+/// each job's hosts) and ones with victims.
+#[test]
+fn victims_are_those_of_the_walk_whether_or_not_every_job_fits() {
+    use rand::{Rng, SeedableRng};
+    use std::borrow::Cow;
+    let t = LeafSpine::with_oversubscription(2, 4, 1, 4, "v100", 100.0, 1.0).build("t").expect("valid");
+    let high = |s: &JobSpec| s.priority == orrery_model::Priority::High;
+    let (mut shortcuts, mut shared_shortcuts, mut with_victims) = (0, 0, 0);
+    for seed in 0..4_000u64 {
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+        let mut free = vec![4u32; 8];
+        let mut specs: Vec<JobSpec> = Vec::new();
+        let mut placed: Vec<Vec<(HostId, u32)>> = Vec::new();
+        let mut shared: Vec<bool> = Vec::new();
+        for _ in 0..rng.random_range(0..12) {
+            let gpus = rng.random_range(1..=8u32);
+            let share = rng.random_bool(0.2) || free.iter().sum::<u32>() < gpus;
+            if share {
+                // It shares the last job's GPUs (none free for it, or by chance).
+                let Some(last) = placed.last().cloned() else { break };
+                let n: u32 = last.iter().map(|h| h.1).sum();
+                if let Some(s) = shared.last_mut() {
+                    *s = true;
+                }
+                shared.push(true);
+                specs.push(JobSpec::new("s", "resnet50", 32, n, Work::Seconds(rng.random_range(100.0..10_000.0)), 0.0));
+                placed.push(last);
+                continue;
+            }
+            let mut hosts = Vec::new();
+            let mut left = gpus;
+            for (h, f) in free.iter_mut().enumerate() {
+                let take = left.min(*f);
+                if take > 0 {
+                    hosts.push((h, take));
+                    *f -= take;
+                    left -= take;
+                }
+            }
+            let mut spec =
+                JobSpec::new("r", "resnet50", 32, gpus, Work::Seconds(rng.random_range(100.0..10_000.0)), 0.0);
+            if rng.random_bool(0.1) {
+                spec.priority = orrery_model::Priority::High;
+            }
+            specs.push(spec);
+            placed.push(hosts);
+            shared.push(false);
+        }
+        let waiting: Vec<JobSpec> = (0..rng.random_range(1..5))
+            .map(|_| {
+                // A data-parallel job, or a mesh whose TP groups of 2 or 4
+                // GPUs stay on one host: those may not fit in free GPUs
+                // enough in number but scattered.
+                let tp = [1, 2, 4][rng.random_range(0..3)];
+                let gpus = tp * rng.random_range(1..=12 / tp);
+                let work = Work::Seconds(rng.random_range(100.0..10_000.0));
+                let mut spec = JobSpec::new("q", "llama3-8b", 1, gpus, work, 0.0);
+                if tp > 1 {
+                    let mesh = orrery_model::mesh::Mesh { tp, dp: gpus / tp, ..Default::default() };
+                    spec.parallelism = Some(mesh);
+                }
+                spec
+            })
+            .collect();
+        let running: Vec<RunningJob<'_>> = specs
+            .iter()
+            .zip(&placed)
+            .enumerate()
+            .map(|(i, (spec, hosts))| RunningJob {
+                paused: rng.random_bool(0.1),
+                solo_gpus: if shared[i] {
+                    Cow::Owned(hosts.iter().map(|&(h, _)| (h, 0)).collect())
+                } else {
+                    Cow::Borrowed(hosts)
+                },
+                ..running(i, spec, hosts, rng.random_range(0.0..1.0))
+            })
+            .collect();
+        let n = running.len();
+        let view = ClusterView {
+            now_s: 20_000.0,
+            topology: &t,
+            free_gpus: &free,
+            queue: waiting.iter().enumerate().map(|(i, s)| QueuedJob::new(n + i, s, 0.0)).collect(),
+            running,
+        };
+        let guard = rng.random_bool(0.5);
+        let policy = || {
+            let mut p = Colocator::new(Rule::Bsbf);
+            p.preempt = true;
+            p.starvation_guard = guard;
+            p
+        };
+        let (mut fast, mut walk) = (policy(), policy());
+        let mut order: Vec<(f64, f64, usize)> =
+            view.queue.iter().enumerate().map(|(i, q)| (walk.alone_s(&view, q.id, q.spec), 0.0, i)).collect();
+        order.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let racks: Vec<usize> = (0..8).map(|h| h / 4).collect();
+        let got = fast.victims(&view, &racks, &order, &high, None);
+        assert_eq!(got, walk.victims_by_walk(&view, &racks, &order, &high, None), "seed {seed}");
+        let fits = super::preempt::everyone_fits(&view, &order);
+        shortcuts += usize::from(fits);
+        shared_shortcuts += usize::from(fits && shared.contains(&true));
+        with_victims += usize::from(!got.is_empty());
+    }
+    assert!(
+        shortcuts > 400 && shared_shortcuts > 40 && with_victims > 100,
+        "{shortcuts} rounds every job fit ({shared_shortcuts} with a GPU shared), {with_victims} with victims"
+    );
+}
+
+/// The shortcut counts a shared GPU once for each job holding it, as the
+/// walk does. Two hosts of 4 GPUs: a and b share 3 GPUs of host 0, r
+/// (long) holds 3 of host 1, one GPU is free on each. A short mesh of one
+/// TP group of 2 (on one host) asks for as many GPUs as are free, but the
+/// walk counts 9 held: it gives the newcomer the 2 GPUs left after a and b, r loses its
+/// own, and the newcomer fits on host 1 once r leaves.
+#[test]
+fn a_shared_gpu_counts_once_for_each_job_holding_it_before_the_walk_is_skipped() {
+    use std::borrow::Cow;
+    let t = cluster();
+    let long = |n| JobSpec::new("r", "resnet50", 32, n, Work::Seconds(50_000.0), 0.0);
+    let (a, b, r) = (long(3), long(3), long(3));
+    let mut new = JobSpec::new("n", "llama3-8b", 1, 2, Work::Seconds(600.0), 0.0);
+    new.parallelism = Some(orrery_model::mesh::Mesh { tp: 2, dp: 1, ..Default::default() });
+    let (h0, h1) = ([(0usize, 3u32)], [(1usize, 3u32)]);
+    let none = [(0usize, 0u32)];
+    let view = ClusterView {
+        now_s: 0.0,
+        topology: &t,
+        free_gpus: &[1, 1],
+        queue: vec![QueuedJob::new(3, &new, 0.0)],
+        running: vec![
+            RunningJob { solo_gpus: Cow::Borrowed(&none), ..running(0, &a, &h0, 0.0) },
+            RunningJob { solo_gpus: Cow::Borrowed(&none), ..running(1, &b, &h0, 0.0) },
+            running(2, &r, &h1, 0.0),
+        ],
+    };
+    let order = [(600.0, 0.0, 0)];
+    let high = |_: &JobSpec| false;
+    assert!(!super::preempt::everyone_fits(&view, &order));
+    let mut p = Colocator::new(Rule::Bsbf);
+    p.preempt = true;
+    assert_eq!(p.victims(&view, &[0, 0], &order, &high, None), vec![2]);
+}
+
 fn one_gpu_hosts() -> Topology {
     LeafSpine {
         racks: 4,
