@@ -334,9 +334,7 @@ impl Net {
 /// when kept.
 fn running_net(view: &ClusterView<'_>, kept: &mut Placements, r: &crate::RunningJob<'_>) -> Option<Net> {
     let (placed, links, period_ms, sends, on_links) = kept
-        .get(r.id, r.hosts, || {
-            net(view, r.id, r.spec, r.hosts).map(|n| (n.placed, n.links, n.period_ms, n.sends, n.on_links))
-        })
+        .of(r, || net(view, r.id, r.spec, r.hosts).map(|n| (n.placed, n.links, n.period_ms, n.sends, n.on_links)))
         .as_ref()?;
     let (placed, links, on_links) = (Rc::clone(placed), Rc::clone(links), on_links.clone());
     Some(Net {

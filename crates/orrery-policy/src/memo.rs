@@ -8,7 +8,7 @@
 //! something measured (FORESIGHT's profiles on the job's measured
 //! stretch) says so through [`PerPlacement::get_if`].
 
-use crate::JobId;
+use crate::{JobId, RunningJob};
 use orrery_model::HostId;
 use std::collections::{HashMap, HashSet};
 
@@ -30,7 +30,9 @@ type KeptHosts = smallvec::SmallVec<[(HostId, u32); 2]>;
 /// Per job, a value and the hosts it was derived on.
 #[derive(Debug, Clone)]
 pub struct PerPlacement<T> {
-    values: ByJob<(KeptHosts, T)>,
+    /// Per job: the hosts the value was derived on, the driver's serial of
+    /// that placement (0: not given) and the value.
+    values: ByJob<(KeptHosts, u64, T)>,
 }
 
 impl<T> Default for PerPlacement<T> {
@@ -56,11 +58,42 @@ impl<T> PerPlacement<T> {
         fresh: impl FnOnce(&T) -> bool,
         make: impl FnOnce() -> T,
     ) -> &T {
-        let kept = self.values.get(job).is_some_and(|(on, value)| on.as_slice() == hosts && fresh(value));
+        self.kept_or_made(job, 0, hosts, fresh, make)
+    }
+
+    /// The value of running job `r` on its hosts ([`Self::get`]), known
+    /// kept by the driver's serial of its placement while the driver gives
+    /// one: O(1) then, where comparing the hosts reads them, a cache miss
+    /// a job in a round that reads every running job's value.
+    pub fn of(&mut self, r: &RunningJob<'_>, make: impl FnOnce() -> T) -> &T {
+        self.kept_or_made(r.id, r.placement, r.hosts, |_| true, make)
+    }
+
+    /// The value kept for `job` if it was derived on the placement with
+    /// serial `placement` (not 0) or on `hosts`, and `fresh` accepts it;
+    /// else `make`'s. O(1) by the serial, O(hosts) by the hosts.
+    fn kept_or_made(
+        &mut self,
+        job: JobId,
+        placement: u64,
+        hosts: &[(HostId, u32)],
+        fresh: impl FnOnce(&T) -> bool,
+        make: impl FnOnce() -> T,
+    ) -> &T {
+        let kept = match self.values.get_mut(job) {
+            Some((on, serial, value)) => {
+                let same = (placement != 0 && *serial == placement) || on.as_slice() == hosts;
+                if same {
+                    *serial = placement;
+                }
+                same && fresh(value)
+            }
+            None => false,
+        };
         if !kept {
-            self.values.insert(job, (KeptHosts::from_slice(hosts), make()));
+            self.values.insert(job, (KeptHosts::from_slice(hosts), placement, make()));
         }
-        &self.values.get(job).expect("kept or just made").1
+        &self.values.get(job).expect("kept or just made").2
     }
 
     /// Forgets the jobs not in `live` once the others outnumber them
@@ -179,6 +212,34 @@ mod tests {
         assert_eq!(m.values.len(), 1);
         m.forget_unless(1, HashSet::new); // 1 ≤ 66: kept
         assert_eq!(m.values.len(), 1);
+    }
+
+    #[test]
+    fn a_running_jobs_value_is_kept_by_its_placement_serial_while_the_driver_gives_one() {
+        let spec = orrery_model::JobSpec::new("j", "resnet50", 32, 4, orrery_model::Work::Seconds(1.0), 0.0);
+        let (one, two) = ([(0usize, 4u32)], [(1usize, 4u32)]);
+        let at = |hosts, placement| RunningJob { placement, ..RunningJob::new(7, &spec, hosts) };
+        let mut m: PerPlacement<usize> = PerPlacement::default();
+        let mut built = 0;
+        let mut of = |m: &mut PerPlacement<usize>, r: &RunningJob<'_>| {
+            *m.of(r, || {
+                built += 1;
+                r.hosts[0].0
+            })
+        };
+        assert_eq!(of(&mut m, &at(&one, 3)), 0);
+        // The same serial: kept without reading the hosts (a serial names
+        // one placement, so its hosts cannot differ; here they do, to show
+        // that they are not read).
+        assert_eq!(of(&mut m, &at(&two, 3)), 0);
+        // A new serial on the same hosts (placed again there): kept.
+        assert_eq!(of(&mut m, &at(&one, 4)), 0);
+        // A new serial elsewhere: made again.
+        assert_eq!(of(&mut m, &at(&two, 5)), 1);
+        // No serial (0): the hosts decide.
+        assert_eq!(of(&mut m, &at(&two, 0)), 1);
+        assert_eq!(of(&mut m, &at(&one, 0)), 0);
+        assert_eq!(built, 3);
     }
 
     #[test]

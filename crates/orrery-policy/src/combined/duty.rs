@@ -3,6 +3,7 @@
 //! cycles), a job's iteration time beside it, and the time a share's two
 //! jobs lose to each other's traffic on the NICs they share.
 
+use super::on_links::OnLinks;
 use crate::ClusterView;
 use crate::memo::{FastMap, PerPlacement};
 use orrery_model::{HostId, JobSpec};
@@ -77,7 +78,13 @@ fn beside(alone: f64, network: f64, links: &[orrery_model::LinkId], duty: &LinkD
 #[derive(Debug, Clone, Default)]
 pub struct LinkDuty {
     by_link: Vec<Option<f64>>,
+    /// The links set since the last clear, each once (some may be absent
+    /// again since).
     on: Vec<orrery_model::LinkId>,
+    /// Per link id, whether it is in `on`.
+    listed: Vec<bool>,
+    /// How many links are present.
+    present: usize,
 }
 
 impl LinkDuty {
@@ -88,26 +95,35 @@ impl LinkDuty {
 
     /// Whether no running job is on any link.
     pub fn is_empty(&self) -> bool {
-        self.on.is_empty()
+        self.present == 0
     }
 
-    /// The links some running job is on, with their summed duty cycles,
-    /// in the order first reached.
+    /// The links some running job is on, with their summed duty cycles.
     pub fn iter(&self) -> impl Iterator<Item = (orrery_model::LinkId, f64)> + '_ {
         self.on.iter().filter_map(|&l| self.by_link[l].map(|d| (l, d)))
     }
 
     /// Adds `d` to link `l`. O(1) amortised.
     fn add(&mut self, l: orrery_model::LinkId, d: f64) {
+        let sum = self.get(&l).map_or(d, |&s| s + d);
+        self.set(l, Some(sum));
+    }
+
+    /// Sets link `l`'s sum (None: no job is on it). O(1) amortised.
+    fn set(&mut self, l: orrery_model::LinkId, value: Option<f64>) {
         if self.by_link.len() <= l {
             self.by_link.resize(l + 1, None);
+            self.listed.resize(l + 1, false);
         }
-        match &mut self.by_link[l] {
-            Some(sum) => *sum += d,
-            empty => {
-                *empty = Some(d);
-                self.on.push(l);
-            }
+        match (self.by_link[l].is_some(), value.is_some()) {
+            (false, true) => self.present += 1,
+            (true, false) => self.present -= 1,
+            _ => {}
+        }
+        self.by_link[l] = value;
+        if value.is_some() && !self.listed[l] {
+            self.listed[l] = true;
+            self.on.push(l);
         }
     }
 
@@ -115,21 +131,30 @@ impl LinkDuty {
     fn clear(&mut self) {
         for &l in &self.on {
             self.by_link[l] = None;
+            self.listed[l] = false;
         }
         self.on.clear();
+        self.present = 0;
     }
 }
 
 /// A round's [`LinkDuty`], built by the first size the round judges (not
-/// in rounds that judge none) and kept, with its allocation and each
-/// running job's terms, for the next round to build its own in.
+/// in rounds that judge none) and kept, with its allocation and the jobs
+/// on each link, for the next round to bring in step.
 #[derive(Debug, Default)]
 pub(crate) struct RoundDuty {
     duty: LinkDuty,
     /// Whether `duty` is this round's.
     current: bool,
-    /// Each running job's terms of [`link_duty`], kept while its hosts are.
+    /// Each running job's terms of [`link_duty`], kept while its hosts are
+    /// (for a rebuild from every job, where `on` cannot be kept in step).
     terms: PerPlacement<Vec<(orrery_model::LinkId, f64)>>,
+    /// The jobs on each link and their terms, kept in step with the view.
+    on: OnLinks<f64>,
+    /// Whether `duty` holds the sums of `on`.
+    in_step: bool,
+    /// The links whose jobs changed this round (kept for its allocation).
+    changed: Vec<orrery_model::LinkId>,
 }
 
 impl RoundDuty {
@@ -139,16 +164,39 @@ impl RoundDuty {
     }
 
     /// This round's duty ([`link_duty`]), built on the first read; empty
-    /// unless `priced` (sizes priced by the traffic they meet).
-    /// O(Σ flows × path length) over the running jobs once a round, then O(1).
+    /// unless `priced` (sizes priced by the traffic they meet). The same
+    /// sums, added in the same order (ascending job id), as a rebuild from
+    /// every running job: brought in step by the jobs that changed
+    /// ([`OnLinks::sync`]), each link they are on summed again, O(R) plus
+    /// O(links × jobs on each) per changed job; where that cannot be kept
+    /// (no placement serials), O(Σ links of the running jobs). O(1) after
+    /// the first read of a round.
     pub(crate) fn get(&mut self, view: &ClusterView<'_>, priced: bool) -> &LinkDuty {
         if !self.current {
-            if priced {
-                link_duty(view, &mut self.terms, &mut self.duty);
-            } else {
-                self.duty.clear();
-            }
             self.current = true;
+            if !priced {
+                self.duty.clear();
+                self.on.clear();
+                self.in_step = false;
+                return &self.duty;
+            }
+            let mut changed = std::mem::take(&mut self.changed);
+            changed.clear();
+            if self.on.sync(view, |r| !r.paused, |r| job_terms(view, r), &mut changed) {
+                if !self.in_step {
+                    self.duty.clear();
+                    self.in_step = true;
+                }
+                for &l in &changed {
+                    let mut terms = self.on.on(l).iter().map(|e| e.1);
+                    let sum = terms.next().map(|first| terms.fold(first, |s, d| s + d));
+                    self.duty.set(l, sum);
+                }
+            } else {
+                link_duty(view, &mut self.terms, &mut self.duty);
+                self.in_step = false;
+            }
+            self.changed = changed;
         }
         &self.duty
     }
@@ -170,18 +218,22 @@ pub(crate) fn link_duty(
     duty.clear();
     terms.forget_unless(view.running.len(), || view.running.iter().map(|r| r.id).collect());
     for r in view.running.iter().filter(|r| !r.paused) {
-        let job = terms.get(r.id, r.hosts, || {
-            let Some(placed) = orrery_model::placed::place(view.topology, r.spec, r.hosts) else { return Vec::new() };
-            let (period, network) = (placed.shape.period_ms(), placed.shape.network_ms());
-            if network <= 0.0 || period <= 0.0 {
-                return Vec::new();
-            }
-            link_shares(view.topology, &placed).into_iter().map(|(l, share)| (l, share * network / period)).collect()
-        });
-        for &(l, d) in job {
+        for &(l, d) in terms.of(r, || job_terms(view, r)) {
             duty.add(l, d);
         }
     }
+}
+
+/// A running job's terms of [`link_duty`]: its duty cycle times the share
+/// of its flows on each link it crosses ([`link_shares`]); none when it
+/// sends nothing. O(flows × path length).
+fn job_terms(view: &ClusterView<'_>, r: &crate::RunningJob<'_>) -> Vec<(orrery_model::LinkId, f64)> {
+    let Some(placed) = orrery_model::placed::place(view.topology, r.spec, r.hosts) else { return Vec::new() };
+    let (period, network) = (placed.shape.period_ms(), placed.shape.network_ms());
+    if network <= 0.0 || period <= 0.0 {
+        return Vec::new();
+    }
+    link_shares(view.topology, &placed).into_iter().map(|(l, share)| (l, share * network / period)).collect()
 }
 
 /// The share of a placed job's network flows each link carries: every

@@ -586,6 +586,100 @@ fn a_size_is_judged_where_it_would_run() {
     assert_eq!(d.first(), Some(&Decision::Place { job: 2, hosts: vec![(0, 6)] }), "{d:?}");
 }
 
+/// The per-link traffic kept in step between rounds (`RoundDuty`) holds,
+/// bit for bit, the sums a rebuild from every running job gives, over 300
+/// rounds of 16 jobs starting, ending, pausing and moving on 8 racks of 4
+/// hosts (so that links empty out): with placement serials (kept in step),
+/// and in rounds without them (rebuilt) and the rounds after.
+#[test]
+fn the_link_traffic_kept_between_rounds_is_that_of_a_rebuild() {
+    use super::duty::RoundDuty;
+    use rand::{Rng, SeedableRng};
+    let t = LeafSpine::with_oversubscription(8, 4, 2, 4, "a100", 100.0, 2.0).build("t").expect("valid");
+    let models = ["resnet50", "vgg19", "gpt2", "bert"];
+    let specs: Vec<JobSpec> = (0..16)
+        .map(|i| JobSpec::new("j", models[i % 4], 32, 1 + (i as u32 * 7) % 12, Work::Iterations(100), 0.0))
+        .collect();
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(3);
+    // Per job while it runs: its hosts, placement serial and whether paused.
+    type Live = Option<(Vec<(HostId, u32)>, u64, bool)>;
+    let mut live: Vec<Live> = vec![None; specs.len()];
+    let mut serial = 0u64;
+    let mut kept = RoundDuty::default();
+    let (mut incremental, mut rebuilt) = (0, 0);
+    for round in 0..300 {
+        for (id, slot) in live.iter_mut().enumerate() {
+            let roll = rng.random_range(0.0..1.0);
+            match slot {
+                None if roll < 0.15 => {
+                    // Starts on random hosts, a few GPUs on each.
+                    let mut hosts: Vec<(HostId, u32)> = Vec::new();
+                    let mut left = specs[id].gpus();
+                    while left > 0 {
+                        let (h, g) = (rng.random_range(0..32), left.min(rng.random_range(1..=4)));
+                        if !hosts.iter().any(|x| x.0 == h) {
+                            hosts.push((h, g));
+                            left -= g;
+                        }
+                    }
+                    serial += 1;
+                    *slot = Some((hosts, serial, false));
+                }
+                Some(_) if roll < 0.05 => *slot = None,
+                Some((_, _, paused)) if roll < 0.10 => *paused = !*paused,
+                Some((hosts, s, _)) if roll < 0.13 => {
+                    // Placed again: on the same hosts or one host over.
+                    if rng.random_bool(0.5) {
+                        for h in hosts.iter_mut() {
+                            h.0 = (h.0 + 1) % 32;
+                        }
+                        hosts.sort_unstable();
+                        hosts.dedup_by_key(|h| h.0);
+                    }
+                    serial += 1;
+                    *s = serial;
+                }
+                _ => {}
+            }
+        }
+        let serials = round % 25 != 7; // now and then a driver that gives none
+        let running: Vec<RunningJob<'_>> = live
+            .iter()
+            .enumerate()
+            .filter_map(|(id, slot)| {
+                let (hosts, s, paused) = slot.as_ref()?;
+                Some(RunningJob {
+                    paused: *paused,
+                    placement: if serials { *s } else { 0 },
+                    ..RunningJob::new(id, &specs[id], hosts)
+                })
+            })
+            .collect();
+        let view = ClusterView { now_s: round as f64, topology: &t, free_gpus: &[], queue: Vec::new(), running };
+        let mut fresh = Default::default();
+        link_duty(&view, &mut PerPlacement::default(), &mut fresh);
+        kept.new_round();
+        let got = kept.get(&view, true);
+        let bits = |d: &super::duty::LinkDuty| {
+            let mut v: Vec<(usize, u64)> = d.iter().map(|(l, x)| (l, x.to_bits())).collect();
+            v.sort_unstable();
+            v
+        };
+        assert_eq!(bits(got), bits(&fresh), "round {round}");
+        assert_eq!(got.is_empty(), fresh.is_empty());
+        for l in 0..t.links.len() {
+            assert_eq!(got.get(&l).map(|x| x.to_bits()), fresh.get(&l).map(|x| x.to_bits()), "round {round}, link {l}");
+        }
+        if serials {
+            incremental += 1
+        } else {
+            rebuilt += 1
+        }
+        assert!(round < 20 || !fresh.is_empty(), "jobs cross the fabric");
+    }
+    assert_eq!((incremental, rebuilt), (288, 12));
+}
+
 #[test]
 fn a_flow_is_split_over_its_equal_cost_paths() {
     // Two racks under two spines: a ring between hosts of different

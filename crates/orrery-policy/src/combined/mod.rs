@@ -139,6 +139,7 @@ use crate::cassini::{Cassini, OnLoop};
 pub mod duty;
 #[cfg(test)]
 mod engine_tests;
+mod on_links;
 mod preempt;
 pub mod prices;
 pub mod rails;
@@ -461,14 +462,13 @@ impl Placement for BidsWhenLoaded {
         self.loaded.clear();
         self.links.forget_unless(view.running.len(), || view.running.iter().map(|r| r.id).collect());
         for r in view.running.iter().filter(|r| !r.paused && !leaving.contains(&r.id)) {
-            self.loaded.extend(self.links.get(r.id, r.hosts, || fabric_links_of(view, r.spec, r.hosts)));
+            self.loaded.extend(self.links.of(r, || fabric_links_of(view, r.spec, r.hosts)));
         }
         if self.rails {
             self.nics.forget_unless(view.running.len(), || view.running.iter().map(|r| r.id).collect());
             let nics = &mut self.nics;
-            self.held = rails::Held::of(view, leaving, |r| {
-                nics.get(r.id, r.hosts, || rails::running_nics(view.topology, r)).clone()
-            });
+            self.held =
+                rails::Held::of(view, leaving, |r| nics.of(r, || rails::running_nics(view.topology, r)).clone());
         }
     }
 
