@@ -151,7 +151,8 @@ use crate::foresight::policy::{Foresight, Mode};
 use crate::memo::PerPlacement;
 use crate::placement::{Hosts, Placement, capped};
 use crate::plebiscito::Bidding;
-use crate::{ClusterView, Decision, JobId, Policy};
+use crate::{ClusterView, Decision, JobId, Policy, RunningJob};
+use on_links::OnLinks;
 use orrery_model::placed::place;
 use orrery_model::{HostId, JobSpec, LinkId};
 use orrery_plebiscito::utility::Utility;
@@ -375,8 +376,10 @@ impl Policy for Combined {
 /// jobs placed earlier in the round) already load; then the bids choose.
 /// Bids spread workers to hosts with spare bandwidth, which on an idle
 /// fabric only fragments the cluster (`plebiscito:sgf` on Philly:
-/// docs/results.md). Per round O(Σ links of the running jobs); per job
-/// O(links of its placement) plus the bids' O(W·H) when they are asked.
+/// docs/results.md). Per round O(R) plus the links of the jobs that came,
+/// left or moved ([`OnLinks`]; O(Σ links of the running jobs) where the
+/// driver gives no placement serials); per job O(links of its placement)
+/// plus the bids' O(W·H) when they are asked.
 pub struct BidsWhenLoaded {
     bids: Bidding,
     /// The round's bidding state is built when a job first needs bids
@@ -384,11 +387,19 @@ pub struct BidsWhenLoaded {
     /// preempts and the placements committed so far, replayed onto it
     /// then. The cluster's state for the bids is O(R) a round to build.
     unprepared: Option<Unprepared>,
-    /// Fabric links carrying some job's traffic this round.
+    /// Fabric links loaded by the jobs placed this round (and by every
+    /// running job where `running_on` cannot be kept in step).
     loaded: crate::memo::FastSet<LinkId>,
-    /// Each running job's fabric links ([`fabric_links_of`]), kept while
-    /// its hosts are: none for a job inside one leaf, most of them.
+    /// The running jobs on each fabric link ([`fabric_links_of`]: none for
+    /// a job inside one leaf, most of them), kept between rounds.
+    running_on: OnLinks<()>,
+    /// The jobs this round preempts: their links no longer count.
+    leaving: Vec<JobId>,
+    /// Each running job's fabric links, kept while its hosts are (for a
+    /// rebuild where `running_on` cannot be kept in step).
     links: PerPlacement<Vec<LinkId>>,
+    /// The links whose jobs changed this round (kept for its allocation).
+    changed: Vec<LinkId>,
     /// Part `rails`: on a rail-optimised fabric, partial hosts chosen for
     /// their free GPUs' rails ([`rails::Held::align`]), with the GPUs held
     /// this round.
@@ -412,7 +423,10 @@ impl Default for BidsWhenLoaded {
             bids: Bidding::aware(Utility::Sgf),
             unprepared: None,
             loaded: Default::default(),
+            running_on: OnLinks::default(),
+            leaving: Vec::new(),
             links: PerPlacement::default(),
+            changed: Vec::new(),
             rails: false,
             held: rails::Held::default(),
             nics: PerPlacement::default(),
@@ -435,7 +449,8 @@ impl BidsWhenLoaded {
     /// docs/results.md). Plebiscito's bandwidth term (Eq. 9) is the
     /// bandwidth between nodes. O(links on the placement's paths).
     fn crosses_load(&self, view: &ClusterView<'_>, spec: &JobSpec, hosts: &[(HostId, u32)]) -> bool {
-        fabric_links_of(view, spec, hosts).into_iter().any(|l| self.loaded.contains(&l))
+        let by_running = |l: LinkId| self.running_on.on(l).iter().any(|(job, ())| !self.leaving.contains(job));
+        fabric_links_of(view, spec, hosts).into_iter().any(|l| self.loaded.contains(&l) || by_running(l))
     }
 }
 
@@ -460,9 +475,15 @@ impl Placement for BidsWhenLoaded {
     fn prepare(&mut self, view: &ClusterView<'_>, leaving: &[JobId]) {
         self.unprepared = Some(Unprepared { leaving: leaving.to_vec(), committed: Vec::new() });
         self.loaded.clear();
-        self.links.forget_unless(view.running.len(), || view.running.iter().map(|r| r.id).collect());
-        for r in view.running.iter().filter(|r| !r.paused && !leaving.contains(&r.id)) {
-            self.loaded.extend(self.links.of(r, || fabric_links_of(view, r.spec, r.hosts)));
+        self.leaving = leaving.to_vec();
+        self.changed.clear();
+        let links_of =
+            |r: &RunningJob<'_>| fabric_links_of(view, r.spec, r.hosts).into_iter().map(|l| (l, ())).collect();
+        if !self.running_on.sync(view, |r| !r.paused, links_of, &mut self.changed) {
+            self.links.forget_unless(view.running.len(), || view.running.iter().map(|r| r.id).collect());
+            for r in view.running.iter().filter(|r| !r.paused && !leaving.contains(&r.id)) {
+                self.loaded.extend(self.links.of(r, || fabric_links_of(view, r.spec, r.hosts)));
+            }
         }
         if self.rails {
             self.nics.forget_unless(view.running.len(), || view.running.iter().map(|r| r.id).collect());
@@ -592,6 +613,84 @@ mod tests {
         assert!(crosses);
         assert_eq!(loaded, bids);
         assert!(loaded.is_some());
+    }
+
+    /// The loaded links kept between rounds (by placement serial) say what
+    /// links built anew each round say: over 200 rounds of 12 jobs starting,
+    /// ending, pausing and moving on 6 racks of 2 hosts, with a random job
+    /// leaving (preempted) and a placement committed in the round, for
+    /// every two-host placement of a ring.
+    #[test]
+    fn loaded_links_kept_between_rounds_are_those_built_anew() {
+        use rand::{Rng, SeedableRng};
+        let t = LeafSpine::with_oversubscription(6, 2, 2, 2, "a100", 50.0, 1.0).build("t").expect("valid");
+        let ring = JobSpec::new("c", "vgg19", 32, 2, Work::Iterations(1000), 0.0);
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
+        // Per job while it runs: its two hosts, placement serial and whether paused.
+        type Live = Option<([(HostId, u32); 2], u64, bool)>;
+        let mut live: Vec<Live> = vec![None; 12];
+        let (mut serial, mut kept, mut loaded_seen) = (0u64, BidsWhenLoaded::default(), 0);
+        for round in 0..200 {
+            for slot in live.iter_mut() {
+                let roll = rng.random_range(0.0..1.0);
+                match slot {
+                    None if roll < 0.3 => {
+                        let a = rng.random_range(0..12);
+                        let b = (a + rng.random_range(1..12)) % 12;
+                        serial += 1;
+                        *slot = Some(([(a.min(b), 1), (a.max(b), 1)], serial, false));
+                    }
+                    Some(_) if roll < 0.1 => *slot = None,
+                    Some((_, _, paused)) if roll < 0.15 => *paused = !*paused,
+                    Some((hosts, s, _)) if roll < 0.2 => {
+                        hosts[1].0 = (hosts[1].0 + 1) % 12;
+                        if hosts[1].0 == hosts[0].0 {
+                            hosts[1].0 = (hosts[1].0 + 1) % 12;
+                        }
+                        hosts.sort_unstable();
+                        serial += 1;
+                        *s = serial;
+                    }
+                    _ => {}
+                }
+            }
+            let running = |serials: bool| -> Vec<RunningJob<'_>> {
+                live.iter()
+                    .enumerate()
+                    .filter_map(|(id, slot)| {
+                        let (hosts, s, paused) = slot.as_ref()?;
+                        let placement = if serials { *s } else { 0 };
+                        Some(RunningJob { paused: *paused, placement, ..RunningJob::new(id, &ring, hosts) })
+                    })
+                    .collect()
+            };
+            let view = |serials| ClusterView {
+                now_s: round as f64,
+                topology: &t,
+                free_gpus: &[2; 12],
+                queue: Vec::new(),
+                running: running(serials),
+            };
+            let (with, without) = (view(true), view(false));
+            let leaving: Vec<JobId> = with.running.iter().map(|r| r.id).filter(|_| rng.random_bool(0.1)).collect();
+            let committed = [(rng.random_range(0..6), 1u32), (rng.random_range(6..12), 1)];
+            let mut anew = BidsWhenLoaded::default();
+            kept.prepare(&with, &leaving);
+            anew.prepare(&without, &leaving);
+            if rng.random_bool(0.3) {
+                kept.commit(&with, &ring, &committed);
+                anew.commit(&without, &ring, &committed);
+            }
+            for a in 0..12 {
+                for b in a + 1..12 {
+                    let hosts = [(a, 1), (b, 1)];
+                    let crosses = anew.crosses_load(&without, &ring, &hosts);
+                    assert_eq!(kept.crosses_load(&with, &ring, &hosts), crosses, "round {round}, hosts {a} and {b}");
+                    loaded_seen += usize::from(crosses);
+                }
+            }
+        }
+        assert!(loaded_seen > 1_000, "{loaded_seen}");
     }
 
     /// Two hosts of 4 GPUs; a running job holds all of host 0 and 2 GPUs of
