@@ -142,6 +142,10 @@ pub struct Colocator {
     /// Per running job and size (workers), the hosts it was last judged
     /// on at that size and its shape there ([`Self::stretch_kept`]).
     pub(crate) shaped: crate::combined::duty::KeptShapes,
+    /// Per running job, the serial of a placement on which it already has
+    /// twice its workers, the most growth gives it ([`Self::regrow`] skips
+    /// it without reading its hosts).
+    pub(crate) at_most: ByJob<u64>,
     /// The free GPUs indexed for first fit, kept between the sizes judged
     /// and between rounds ([`Self::take_index`]), and the racks it was
     /// built with.
@@ -191,6 +195,7 @@ impl Colocator {
             request_ms: ByJob::default(),
             link_duty: Default::default(),
             shaped: Default::default(),
+            at_most: ByJob::default(),
             free_index: None,
             index_racks: Vec::new(),
             run_s: ByJob::default(),

@@ -769,6 +769,36 @@ fn a_job_that_spends_its_gpus_on_the_network_starts_smaller_while_others_wait() 
     assert_eq!(counter(&p, "priced_starts"), 0.0);
 }
 
+/// A job on twice its workers is never offered growth, and one placed
+/// again smaller (a new placement serial) is: VGG19 asks for 12 workers on
+/// 24 one-GPU hosts.
+#[test]
+fn a_job_at_twice_its_workers_is_skipped_until_it_is_placed_again() {
+    let t = one_gpu_hosts();
+    let vgg = JobSpec::new("v", "vgg19", 32, 12, Work::Seconds(600.0), 0.0);
+    let all: Vec<(HostId, u32)> = (0..24).map(|h| (h, 1)).collect();
+    let one = [(0usize, 1u32)];
+    let mut free = [1u32; 24];
+    free[0] = 0;
+    let mut p = Colocator::new(Rule::Bsbf);
+    p.share = false;
+    p.shrink = true;
+    p.preempt = true;
+    p.price_gpu_time = true;
+    let at = |hosts, free, placement| ClusterView {
+        now_s: 100.0,
+        topology: &t,
+        free_gpus: free,
+        queue: Vec::new(),
+        running: vec![RunningJob { placement, ..running(0, &vgg, hosts, 0.1) }],
+    };
+    assert!(p.schedule(&at(&all, &[0; 24], 5)).is_empty());
+    assert_eq!(p.at_most.get(0), Some(&5));
+    assert!(p.schedule(&at(&all, &[0; 24], 5)).is_empty());
+    let d = p.schedule(&at(&one, &free, 6));
+    assert_eq!((d.len(), counter(&p, "regrown")), (2, 1.0), "{d:?}");
+}
+
 #[test]
 fn a_job_started_smaller_grows_back_only_when_nobody_waits() {
     // VGG19 asked for 12 workers and runs on one; 23 GPUs are idle.

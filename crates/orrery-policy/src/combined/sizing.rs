@@ -12,6 +12,7 @@ use crate::castor::colocate::{Colocator, Free, idle_for_the_queue};
 use crate::placement::capped;
 use crate::{ClusterView, Decision, JobId};
 use orrery_model::{HostId, JobSpec};
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 
 /// A job started this round grows only when that makes it at least this
@@ -280,18 +281,33 @@ impl Colocator {
             self.shaped.retain(|(id, _), _| running.contains(id));
         }
         let spare = free.total();
-        for (i, r) in view.running.iter().enumerate().filter(|(_, r)| !r.paused && r.xi <= 1.0 && !rigid(r.spec)) {
+        // A job already at twice its workers on this placement is known by
+        // its serial, without reading its spec and hosts (a cache miss
+        // each, for every running job at every round).
+        let mut reached = Vec::new();
+        for (i, r) in view.running.iter().enumerate() {
+            let at_most = r.placement != 0 && self.at_most.get(r.id) == Some(&r.placement);
+            if at_most || r.paused || r.xi > 1.0 || rigid(r.spec) {
+                continue;
+            }
             let per = r.spec.gpus_per_worker.max(1);
             let held: u32 = r.hosts.iter().map(|h| h.1).sum();
-            let solo: u32 = r.solo_gpus.iter().map(|s| s.1).sum();
             let (now, n) = (held / per, r.spec.workers.max(1));
-            if solo != held || now >= 2 * n || now == 0 {
+            if now >= 2 * n {
+                reached.push((r.id, r.placement));
+                continue;
+            }
+            let shares = !matches!(&r.solo_gpus, Cow::Borrowed(s) if std::ptr::eq(*s, r.hosts));
+            if (shares && r.solo_gpus.iter().map(|s| s.1).sum::<u32>() != held) || now == 0 {
                 continue;
             }
             let gain = self.gain_per_worker(view, r.id, r.spec, now, (2 * n).min(now + spare / per));
             if gain > 0.0 {
                 offers.push((gain, i, now));
             }
+        }
+        for (id, placement) in reached {
+            self.at_most.insert(id, placement);
         }
         offers.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
         for (_, i, now) in offers {
