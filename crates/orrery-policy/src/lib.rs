@@ -132,6 +132,14 @@ pub struct RunningJob<'a> {
 }
 
 impl<'a> RunningJob<'a> {
+    /// Whether some of its GPUs may be shared with another job: its solo
+    /// GPUs are not its hosts themselves, the same slice (the simulator
+    /// lends that when the job shares none; the live service copies, so
+    /// there every job may share). O(1), without reading either list.
+    pub fn may_share(&self) -> bool {
+        !matches!(&self.solo_gpus, std::borrow::Cow::Borrowed(s) if std::ptr::eq(*s, self.hosts))
+    }
+
     /// A job that has just started alone on `hosts` at its own batch.
     pub fn new(id: JobId, spec: &'a JobSpec, hosts: &'a [(HostId, u32)]) -> Self {
         RunningJob {

@@ -13,7 +13,6 @@ use crate::order::{deserving_and_losers, fewest_victims};
 use crate::placement::capped;
 use crate::{ClusterView, Decision, JobId, RunningJob};
 use orrery_model::JobSpec;
-use std::borrow::Cow;
 
 impl Colocator {
     /// Credits the time since the previous round to each job that held
@@ -187,8 +186,7 @@ impl Colocator {
 /// shares). O(R + Q + H).
 pub(crate) fn everyone_fits(view: &ClusterView<'_>, order: &[(f64, f64, usize)]) -> bool {
     let total = i64::from(view.topology.gpu_count());
-    let shares = |r: &RunningJob<'_>| !matches!(&r.solo_gpus, Cow::Borrowed(s) if std::ptr::eq(*s, r.hosts));
-    let held: i64 = if view.running.iter().any(shares) {
+    let held: i64 = if view.running.iter().any(RunningJob::may_share) {
         view.running.iter().map(|r| i64::from(r.hosts.iter().map(|h| h.1).sum::<u32>())).sum()
     } else {
         total - view.free_gpus.iter().map(|&f| i64::from(f)).sum::<i64>()

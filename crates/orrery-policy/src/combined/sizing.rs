@@ -12,7 +12,6 @@ use crate::castor::colocate::{Colocator, Free, idle_for_the_queue};
 use crate::placement::capped;
 use crate::{ClusterView, Decision, JobId};
 use orrery_model::{HostId, JobSpec};
-use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 
 /// A job started this round grows only when that makes it at least this
@@ -297,8 +296,7 @@ impl Colocator {
                 reached.push((r.id, r.placement));
                 continue;
             }
-            let shares = !matches!(&r.solo_gpus, Cow::Borrowed(s) if std::ptr::eq(*s, r.hosts));
-            if (shares && r.solo_gpus.iter().map(|s| s.1).sum::<u32>() != held) || now == 0 {
+            if (r.may_share() && r.solo_gpus.iter().map(|s| s.1).sum::<u32>() != held) || now == 0 {
                 continue;
             }
             let gain = self.gain_per_worker(view, r.id, r.spec, now, (2 * n).min(now + spare / per));
