@@ -2,7 +2,7 @@
 //! instead of simulated flow by flow (see "Fast-forward" in docs/guide/simulation.md).
 
 use super::iteration::noisy_ns;
-use super::{Event, Simulation, Skip, Status};
+use super::{Ahead, Event, Simulation, Skip, Status};
 use orrery_model::placed::rank_transfers;
 use orrery_model::{LinkId, Segment};
 use orrery_policy::memo::FastMap;
@@ -74,12 +74,8 @@ struct Draw<'a> {
 }
 
 impl<'a> Draw<'a> {
-    /// What job state `j`'s iterations are drawn from ([`Draw::new`] from
-    /// its fields where its cursor is borrowed beside them).
-    fn of(j: &'a super::JobState, noise: Option<&'a Normal<f64>>) -> Self {
-        Draw::new(j.pace, &j.shape.segments, &j.last_seg_ns, (j.xi, j.accumulation), noise)
-    }
-
+    /// What a job's iterations are drawn from, given its fields (borrowed
+    /// one by one beside its cursor).
     fn new(
         pace: Option<(u64, u64)>,
         segments: &'a [Segment],
@@ -107,20 +103,42 @@ impl<'a> Draw<'a> {
     }
 }
 
+/// What a job's fast-forwarded iterations are drawn with that can change
+/// while it is fast-forwarded: its slots, ξ and accumulation (its segments
+/// and measured communication change only in detailed iterations).
+fn draw_key(j: &super::JobState) -> (Option<(u64, u64)>, u64, u64) {
+    (j.pace, j.xi.to_bits(), j.accumulation.to_bits())
+}
+
+/// Adds the iterations the cursor counted from its stretch's draws since the
+/// last call to the job's durations, in their order. O(those iterations).
+fn record_counted(j: &mut super::JobState) {
+    if let Some(skip) = j.skip.as_mut() {
+        record(&mut skip.ahead, &mut j.iteration_ms);
+    }
+}
+
+fn record(a: &mut Ahead, iteration_ms: &mut crate::durations::Durations) {
+    for &(d, _) in &a.drawn[a.recorded..a.pos] {
+        iteration_ms.add(d as f64 / 1e6);
+    }
+    a.recorded = a.pos;
+}
+
+/// Records what was counted from a stretch's draws and drops the rest: the
+/// cursor draws from here on.
+fn forget_ahead(a: &mut Ahead, iteration_ms: &mut crate::durations::Durations) {
+    record(a, iteration_ms);
+    a.drawn.clear();
+    (a.pos, a.recorded) = (0, 0);
+}
+
 impl Simulation<'_> {
     /// Idle time of a fast-forwarded iteration called at `t` before it may
     /// start: the wait for the job's TDM slot when it is paced (Metronome),
     /// as [`orrery_policy::slot::start_delay_ns`] gives it; else none.
     fn pace_wait_ns(&self, job: JobId, t: u64) -> u64 {
         slot_wait_ns(self.jobs[job].pace, t)
-    }
-
-    /// Duration of a whole fast-forwarded iteration called at `t`: the wait
-    /// for its slot, compute segments drawn as the detailed simulation draws
-    /// them, communication as last measured.
-    pub(super) fn iteration_ns(&self, job: JobId, t: u64, rng: &mut ChaCha8Rng) -> u64 {
-        let noise = (self.cfg.jitter > 0.0).then_some(&self.normal);
-        Draw::of(&self.jobs[job], noise).iteration_ns(t, rng)
     }
 
     /// An iteration's segments: compute as `compute(ms)` gives it,
@@ -196,21 +214,41 @@ impl Simulation<'_> {
     /// thus pays for the iterations that fit in the simulated time it covers,
     /// never for all those a job asks for (`max_time_s` bounds it).
     fn next_stretch(&mut self, job: JobId) {
-        let j = &self.jobs[job];
-        let Some(skip) = &j.skip else { return };
+        let constant = self.constant_iteration_ns(job);
+        let noise = (self.cfg.jitter > 0.0).then_some(&self.normal);
+        let j = &mut self.jobs[job];
+        record_counted(j);
+        let key = draw_key(j);
+        let Some(skip) = j.skip.as_mut() else { return };
         let left = j.target_iterations.saturating_sub(j.iterations_done + skip.done);
-        let end = match self.constant_iteration_ns(job) {
+        let end = match constant {
             // Every iteration alike: the whole rest is one stretch, O(1).
             Some(d) => skip.t.saturating_add(d.saturating_mul(left)),
             None => {
+                // Each draw is kept for the cursor, which then reads it
+                // instead of drawing it again (half of a fast-forwarded
+                // iteration's cost was its second draw).
+                let draw = Draw::new(j.pace, &j.shape.segments, &j.last_seg_ns, (j.xi, j.accumulation), noise);
                 let mut rng = skip.rng_at_t();
+                let ahead = &mut skip.ahead;
+                ahead.drawn.clear();
+                (ahead.pos, ahead.recorded, ahead.key) = (0, 0, key);
                 let mut end = skip.t;
+                let mut kept = true;
                 for _ in 0..left.min(SKIP_STRETCH) {
-                    end = end.saturating_add(self.iteration_ns(job, end, &mut rng));
+                    let d = draw.iteration_ns(end, &mut rng);
+                    end = end.saturating_add(d);
+                    // A word position past u64 (never, in practice) ends
+                    // what is kept: the cursor draws the rest itself.
+                    match u64::try_from(rng.get_word_pos()) {
+                        Ok(w) if kept => ahead.drawn.push((d, w)),
+                        _ => kept = false,
+                    }
                 }
                 end
             }
         };
+        let j = &self.jobs[job];
         let epoch = j.epoch;
         self.push(end, Event::SkipStretch(job, epoch));
     }
@@ -261,6 +299,7 @@ impl Simulation<'_> {
         // 16,384-host run.
         let j = &mut self.jobs[job];
         let left = j.target_iterations.saturating_sub(j.iterations_done);
+        let key = draw_key(j);
         let Some(skip) = j.skip.as_mut() else { return };
         if let Some(d) = constant {
             let fit = (until.saturating_sub(skip.t) / d).min(left.saturating_sub(skip.done));
@@ -273,14 +312,24 @@ impl Simulation<'_> {
             }
             return;
         }
-        let draw = Draw::new(j.pace, &j.shape.segments, &j.last_seg_ns, (j.xi, j.accumulation), noise);
+        if skip.ahead.key != key && !skip.ahead.drawn.is_empty() {
+            // Drawn with slots, ξ or accumulation that have changed since:
+            // what was counted is recorded, the rest is drawn anew.
+            forget_ahead(&mut skip.ahead, &mut j.iteration_ms);
+        }
         while skip.done < left {
             // Drawn on the cursor's own RNG, which then stands after the
             // draw; `word` keeps where it stood at `t` (no copy of the state).
-            let (d, after) = skip.next.take().unwrap_or_else(|| {
-                skip.rewind();
-                let d = draw.iteration_ns(skip.t, &mut skip.rng);
-                (d, skip.rng.get_word_pos())
+            // The stretch's own draw is read when there is one.
+            let kept = skip.ahead.drawn.get(skip.ahead.pos).copied();
+            let (d, after) = skip.next.take().unwrap_or_else(|| match kept {
+                Some((d, w)) => (d, u128::from(w)),
+                None => {
+                    skip.rewind();
+                    let draw = Draw::new(j.pace, &j.shape.segments, &j.last_seg_ns, (j.xi, j.accumulation), noise);
+                    let d = draw.iteration_ns(skip.t, &mut skip.rng);
+                    (d, skip.rng.get_word_pos())
+                }
             });
             if skip.t + d > until {
                 skip.next = Some((d, after));
@@ -290,7 +339,15 @@ impl Simulation<'_> {
             skip.t += d;
             skip.done += 1;
             skip.last_ms = d as f64 / 1e6;
-            j.iteration_ms.add(skip.last_ms);
+            if kept.is_some_and(|(kd, kw)| kd == d && u128::from(kw) == after) {
+                // Recorded with the rest of the stretch's (`record_counted`).
+                skip.ahead.pos += 1;
+            } else {
+                if !skip.ahead.drawn.is_empty() {
+                    forget_ahead(&mut skip.ahead, &mut j.iteration_ms);
+                }
+                j.iteration_ms.add(skip.last_ms);
+            }
         }
     }
 
@@ -331,6 +388,7 @@ impl Simulation<'_> {
     /// iteration counted, ms.
     pub(super) fn replay(&mut self, job: JobId, until: u64) -> (u64, f64) {
         self.advance_skip(job, until);
+        record_counted(&mut self.jobs[job]);
         let Some(skip) = self.jobs[job].skip.take() else { return (self.now, 0.0) };
         self.skip_due.remove(job);
         let n = skip.done;

@@ -388,13 +388,38 @@ struct Skip {
     /// The RNG's word position at `t`.
     word: u128,
     /// The job's RNG: at word `word` when `next` is None, after `next`'s
-    /// draw when it is Some.
+    /// draw when it is Some, or anywhere when a draw was read from `ahead`
+    /// (a draw first sets it back to `word`).
     rng: ChaCha8Rng,
+    /// The stretch's iterations as [`Simulation::next_stretch`] drew them to
+    /// find its end, from the cursor on: (duration ns, the RNG's word
+    /// position after it). The cursor reads them instead of drawing each
+    /// iteration a second time, while the job's `ahead_key` is what they
+    /// were drawn with ([`Ahead`]).
+    ahead: Ahead,
+}
+
+/// A stretch's iterations drawn ahead, and how far the cursor has read and
+/// recorded them. Iterations counted from here reach `JobState::iteration_ms`
+/// at the stretch's end, in their order (the same additions as one at a
+/// time, so the same bits), with the histogram's lines read once a stretch
+/// rather than once a view.
+#[derive(Debug, Clone, Default)]
+struct Ahead {
+    /// (duration ns, word position after it).
+    drawn: Vec<(u64, u64)>,
+    /// The entry of the iteration starting at the cursor's `t`.
+    pos: usize,
+    /// Entries before this one are in `iteration_ms`.
+    recorded: usize,
+    /// What they were drawn with: the job's slots, ξ and accumulation.
+    key: (Option<(u64, u64)>, u64, u64),
 }
 
 impl Skip {
     fn new(t: u64, rng: ChaCha8Rng) -> Self {
-        Skip { t0: t, t, word: rng.get_word_pos(), rng, done: 0, last_ms: 0.0, next: None }
+        let word = rng.get_word_pos();
+        Skip { t0: t, t, word, rng, done: 0, last_ms: 0.0, next: None, ahead: Ahead::default() }
     }
 
     /// Sets the RNG back to `t` if it drew ahead. O(1): a position compared,
