@@ -301,6 +301,11 @@ impl Simulation<'_> {
         let left = j.target_iterations.saturating_sub(j.iterations_done);
         let key = draw_key(j);
         let Some(skip) = j.skip.as_mut() else { return };
+        if skip.ahead.key != key && !skip.ahead.drawn.is_empty() {
+            // Drawn with slots, ξ or accumulation that have changed since:
+            // what was counted is recorded, the rest is drawn anew.
+            forget_ahead(&mut skip.ahead, &mut j.iteration_ms);
+        }
         if let Some(d) = constant {
             let fit = (until.saturating_sub(skip.t) / d).min(left.saturating_sub(skip.done));
             if fit > 0 {
@@ -311,11 +316,6 @@ impl Simulation<'_> {
                 j.iteration_ms.add_n(skip.last_ms, fit);
             }
             return;
-        }
-        if skip.ahead.key != key && !skip.ahead.drawn.is_empty() {
-            // Drawn with slots, ξ or accumulation that have changed since:
-            // what was counted is recorded, the rest is drawn anew.
-            forget_ahead(&mut skip.ahead, &mut j.iteration_ms);
         }
         while skip.done < left {
             // Drawn on the cursor's own RNG, which then stands after the

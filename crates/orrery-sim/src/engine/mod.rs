@@ -376,8 +376,9 @@ pub struct Sharing {
 struct Skip {
     /// Start of the first iteration not yet counted.
     t: u64,
-    /// Iterations counted since `t0` (their durations go straight into
-    /// `JobState::iteration_ms`).
+    /// Iterations counted since `t0` (their durations go into
+    /// `JobState::iteration_ms` as they are counted, or at the stretch's
+    /// end when read from `ahead`).
     done: u64,
     /// The next iteration's duration and the RNG's word position after it,
     /// once drawn (a view between two iteration ends then costs no draw).
@@ -394,8 +395,8 @@ struct Skip {
     /// The stretch's iterations as [`Simulation::next_stretch`] drew them to
     /// find its end, from the cursor on: (duration ns, the RNG's word
     /// position after it). The cursor reads them instead of drawing each
-    /// iteration a second time, while the job's `ahead_key` is what they
-    /// were drawn with ([`Ahead`]).
+    /// iteration a second time, while what they were drawn with
+    /// ([`Ahead::key`]) has not changed.
     ahead: Ahead,
 }
 
