@@ -513,6 +513,9 @@ pub struct Simulation<'a> {
     /// Jobs being fast-forwarded, each with when its cursor next has an
     /// iteration to count ([`fast_forward::Due`]).
     skip_due: fast_forward::Due,
+    /// Whether a stretch keeps its draws for the cursor ([`Skip::ahead`]);
+    /// off only in the test that holds them to draws made one by one.
+    keep_draws: bool,
     /// Jobs placed and perhaps still running or paused, a bit per job id
     /// (entries of jobs that ended or were preempted are pruned before each
     /// view): a view walks them in id order over N/64 words and the
@@ -575,6 +578,7 @@ impl<'a> Simulation<'a> {
             reschedules_cut: 0,
             skip_owners: FastMap::default(),
             skip_due: fast_forward::Due::default(),
+            keep_draws: true,
             active: FixedBitSet::with_capacity(jobs.len()),
             spare_running: Vec::new(),
             placements: 0,
