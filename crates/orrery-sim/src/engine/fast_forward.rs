@@ -119,8 +119,8 @@ fn record_counted(j: &mut super::JobState) {
 }
 
 fn record(a: &mut Ahead, iteration_ms: &mut crate::durations::Durations) {
-    for &(d, _) in &a.drawn[a.recorded..a.pos] {
-        iteration_ms.add(d as f64 / 1e6);
+    for i in a.recorded..a.pos {
+        iteration_ms.add(a.duration(i) as f64 / 1e6);
     }
     a.recorded = a.pos;
 }
@@ -233,18 +233,13 @@ impl Simulation<'_> {
                 let mut rng = skip.rng_at_t();
                 let ahead = &mut skip.ahead;
                 ahead.drawn.clear();
-                (ahead.pos, ahead.recorded, ahead.key) = (0, 0, key);
+                (ahead.base, ahead.pos, ahead.recorded, ahead.key) = (skip.word, 0, 0, key);
                 let mut end = skip.t;
                 let mut kept = keep;
                 for _ in 0..left.min(SKIP_STRETCH) {
                     let d = draw.iteration_ns(end, &mut rng);
                     end = end.saturating_add(d);
-                    // A word position past u64 (never, in practice) ends
-                    // what is kept: the cursor draws the rest itself.
-                    match u64::try_from(rng.get_word_pos()) {
-                        Ok(w) if kept => ahead.drawn.push((d, w)),
-                        _ => kept = false,
-                    }
+                    kept = kept && ahead.keep(d, rng.get_word_pos());
                 }
                 end
             }
@@ -322,9 +317,9 @@ impl Simulation<'_> {
             // Drawn on the cursor's own RNG, which then stands after the
             // draw; `word` keeps where it stood at `t` (no copy of the state).
             // The stretch's own draw is read when there is one.
-            let kept = skip.ahead.drawn.get(skip.ahead.pos).copied();
+            let kept = skip.ahead.get(skip.ahead.pos);
             let (d, after) = skip.next.take().unwrap_or_else(|| match kept {
-                Some((d, w)) => (d, u128::from(w)),
+                Some(k) => k,
                 None => {
                     skip.rewind();
                     let draw = Draw::new(j.pace, &j.shape.segments, &j.last_seg_ns, (j.xi, j.accumulation), noise);
@@ -340,7 +335,7 @@ impl Simulation<'_> {
             skip.t += d;
             skip.done += 1;
             skip.last_ms = d as f64 / 1e6;
-            if kept.is_some_and(|(kd, kw)| kd == d && u128::from(kw) == after) {
+            if kept == Some((d, after)) {
                 // Recorded with the rest of the stretch's (`record_counted`).
                 skip.ahead.pos += 1;
             } else {
@@ -590,6 +585,21 @@ mod tests {
             })
             .collect();
         (per_job, sim.jobs.iter().map(|j| j.skipped_iterations).sum())
+    }
+
+    #[test]
+    fn a_kept_draw_reads_back_as_drawn_and_one_that_does_not_fit_is_refused() {
+        let base = (1u128 << 70) + 5; // a word position past u64
+        let mut a = super::Ahead { base, ..Default::default() };
+        assert!(a.keep(1_234_567_890, base + 17));
+        assert!(a.keep((1 << 40) - 1, base + (1 << 24) - 1)); // both at their limits
+        assert_eq!(a.get(0), Some((1_234_567_890, base + 17)));
+        assert_eq!(a.get(1), Some(((1 << 40) - 1, base + (1 << 24) - 1)));
+        assert_eq!(a.duration(1), (1 << 40) - 1);
+        assert!(!a.keep(1 << 40, base + 18), "an iteration of 2^40 ns (18 minutes) does not fit");
+        assert!(!a.keep(5, base + (1 << 24)), "a stretch of 2^24 words does not fit");
+        assert!(!a.keep(5, base - 1), "a word before the stretch's start");
+        assert_eq!((a.drawn.len(), a.get(2)), (2, None));
     }
 
     #[test]

@@ -407,14 +407,50 @@ struct Skip {
 /// rather than once a view.
 #[derive(Debug, Clone, Default)]
 struct Ahead {
-    /// (duration ns, word position after it).
-    drawn: Vec<(u64, u64)>,
+    /// Each iteration's duration (ns, the low [`Ahead::DURATION_BITS`]) and
+    /// the RNG's word position after it, as an offset from `base` (the high
+    /// bits): 8 bytes a draw, 8 kB a stretch. A draw that does not fit ends
+    /// what is kept, and the cursor draws the rest itself.
+    drawn: Vec<u64>,
+    /// The RNG's word position at the stretch's start.
+    base: u128,
     /// The entry of the iteration starting at the cursor's `t`.
     pos: usize,
     /// Entries before this one are in `iteration_ms`.
     recorded: usize,
     /// What they were drawn with: the job's slots, ξ and accumulation.
     key: (Option<(u64, u64)>, u64, u64),
+}
+
+impl Ahead {
+    /// Durations up to 2⁴⁰ ns (18 minutes) an iteration; word offsets up to
+    /// 2²⁴ (16.7 M words) a stretch.
+    const DURATION_BITS: u32 = 40;
+    const DURATION_MASK: u64 = (1 << Self::DURATION_BITS) - 1;
+
+    /// Keeps a draw of `d` ns after which the RNG stands at `word`; false
+    /// (nothing kept) when it does not fit in 8 bytes.
+    fn keep(&mut self, d: u64, word: u128) -> bool {
+        let offset = word.checked_sub(self.base).and_then(|o| u64::try_from(o).ok());
+        match offset {
+            Some(o) if d <= Self::DURATION_MASK && o < 1 << (64 - Self::DURATION_BITS) => {
+                self.drawn.push(o << Self::DURATION_BITS | d);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Entry `i`'s duration, ns.
+    fn duration(&self, i: usize) -> u64 {
+        self.drawn[i] & Self::DURATION_MASK
+    }
+
+    /// Entry `i` as (duration ns, the RNG's word position after it).
+    fn get(&self, i: usize) -> Option<(u64, u128)> {
+        let p = *self.drawn.get(i)?;
+        Some((p & Self::DURATION_MASK, self.base + u128::from(p >> Self::DURATION_BITS)))
+    }
 }
 
 impl Skip {
