@@ -556,11 +556,10 @@ impl Simulation<'_> {
 #[cfg(test)]
 mod tests {
     use crate::{SimConfig, Simulation};
-    use orrery_model::setups::LeafSpine;
     use orrery_model::{JobSpec, Work};
 
     /// Each job's end, iterations, and its iteration histogram's count, sum,
-    /// maximum and quartiles, as bits: what a kept draw could change.
+    /// maximum, quartiles and p99, as bits: what a kept draw could change.
     fn outcome(topo: &orrery_model::Topology, jobs: &[JobSpec], policy: &str, keep: bool) -> (Vec<[u64; 8]>, u64) {
         let cfg = SimConfig { seed: 3, jitter: 0.05, ..Default::default() };
         let mut sim = Simulation::new(topo, jobs, cfg, false);
@@ -604,24 +603,14 @@ mod tests {
 
     #[test]
     fn kept_draws_give_the_same_bits_as_draws_made_one_by_one() {
-        // Two racks of four one-GPU hosts under one spine: rings across
-        // racks collide, so jobs go in and out of the fast-forward while
-        // others arrive, views fall inside stretches, and Metronome's slots
-        // and Themis's leases and Castor's colocation come and go. (Every
-        // decision that changes a job's slots, ξ or accumulation brings it
-        // out of the fast-forward first, so `Ahead::key` is a guard these
-        // runs do not reach.)
-        let topo = LeafSpine {
-            racks: 2,
-            hosts_per_rack: 4,
-            spines: 1,
-            gpus_per_host: 1,
-            gpu_type: "a100".into(),
-            host_gbps: 50.0,
-            uplink_gbps: 50.0,
-        }
-        .build("t")
-        .expect("valid");
+        // CASSINI's testbed (§5.1: 24 one-GPU hosts, two per ToR, 2:1 to
+        // one spine): rings across racks share uplinks, so jobs go in and out of
+        // the fast-forward while others arrive, views fall inside
+        // stretches, and Metronome's slots, Themis's leases and Castor's
+        // colocation come and go. (Every decision that changes a job's
+        // slots, ξ or accumulation brings it out of the fast-forward first,
+        // so `Ahead::key` is a guard these runs do not reach.)
+        let topo = orrery_model::setups::cassini();
         let models = ["resnet50", "vgg19", "bert"];
         let jobs: Vec<JobSpec> = (0..9)
             .map(|i| {
