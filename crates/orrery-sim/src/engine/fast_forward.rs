@@ -2,7 +2,7 @@
 //! instead of simulated flow by flow (see "Fast-forward" in docs/guide/simulation.md).
 
 use super::iteration::noisy_ns;
-use super::{Ahead, Event, Simulation, Skip, Status};
+use super::{Event, JobState, Simulation, Skip, Status};
 use orrery_model::placed::rank_transfers;
 use orrery_model::{LinkId, Segment};
 use orrery_policy::memo::FastMap;
@@ -106,31 +106,26 @@ impl<'a> Draw<'a> {
 /// What a job's fast-forwarded iterations are drawn with that can change
 /// while it is fast-forwarded: its slots, ξ and accumulation (its segments
 /// and measured communication change only in detailed iterations).
-fn draw_key(j: &super::JobState) -> (Option<(u64, u64)>, u64, u64) {
+fn draw_key(j: &JobState) -> (Option<(u64, u64)>, u64, u64) {
     (j.pace, j.xi.to_bits(), j.accumulation.to_bits())
+}
+
+/// A fast-forwarded job's cursor, its durations, and how its iterations are
+/// drawn, borrowed apart (the one place a [`Draw`] is built from a job).
+fn cursor<'a>(
+    j: &'a mut JobState,
+    noise: Option<&'a Normal<f64>>,
+) -> Option<(&'a mut Skip, &'a mut crate::durations::Durations, Draw<'a>)> {
+    let draw = Draw::new(j.pace, &j.shape.segments, &j.last_seg_ns, (j.xi, j.accumulation), noise);
+    Some((j.skip.as_mut()?, &mut j.iteration_ms, draw))
 }
 
 /// Adds the iterations the cursor counted from its stretch's draws since the
 /// last call to the job's durations, in their order. O(those iterations).
-fn record_counted(j: &mut super::JobState) {
+fn record_counted(j: &mut JobState) {
     if let Some(skip) = j.skip.as_mut() {
-        record(&mut skip.ahead, &mut j.iteration_ms);
+        skip.ahead.record_into(&mut j.iteration_ms);
     }
-}
-
-fn record(a: &mut Ahead, iteration_ms: &mut crate::durations::Durations) {
-    for i in a.recorded..a.pos {
-        iteration_ms.add(a.duration(i) as f64 / 1e6);
-    }
-    a.recorded = a.pos;
-}
-
-/// Records what was counted from a stretch's draws and drops the rest: the
-/// cursor draws from here on.
-fn forget_ahead(a: &mut Ahead, iteration_ms: &mut crate::durations::Durations) {
-    record(a, iteration_ms);
-    a.drawn.clear();
-    (a.pos, a.recorded) = (0, 0);
 }
 
 impl Simulation<'_> {
@@ -220,8 +215,9 @@ impl Simulation<'_> {
         let j = &mut self.jobs[job];
         record_counted(j);
         let key = draw_key(j);
-        let Some(skip) = j.skip.as_mut() else { return };
-        let left = j.target_iterations.saturating_sub(j.iterations_done + skip.done);
+        let left = j.target_iterations.saturating_sub(j.iterations_done);
+        let Some((skip, _, draw)) = cursor(j, noise) else { return };
+        let left = left.saturating_sub(skip.done);
         let end = match constant {
             // Every iteration alike: the whole rest is one stretch, O(1).
             Some(d) => skip.t.saturating_add(d.saturating_mul(left)),
@@ -229,7 +225,6 @@ impl Simulation<'_> {
                 // Each draw is kept for the cursor, which then reads it
                 // instead of drawing it again (half of a fast-forwarded
                 // iteration's cost was its second draw).
-                let draw = Draw::new(j.pace, &j.shape.segments, &j.last_seg_ns, (j.xi, j.accumulation), noise);
                 let mut rng = skip.rng_at_t();
                 let ahead = &mut skip.ahead;
                 ahead.drawn.clear();
@@ -296,11 +291,11 @@ impl Simulation<'_> {
         let j = &mut self.jobs[job];
         let left = j.target_iterations.saturating_sub(j.iterations_done);
         let key = draw_key(j);
-        let Some(skip) = j.skip.as_mut() else { return };
+        let Some((skip, iteration_ms, draw)) = cursor(j, noise) else { return };
         if skip.ahead.key != key && !skip.ahead.drawn.is_empty() {
             // Drawn with slots, ξ or accumulation that have changed since:
             // what was counted is recorded, the rest is drawn anew.
-            forget_ahead(&mut skip.ahead, &mut j.iteration_ms);
+            skip.ahead.forget(iteration_ms);
         }
         if let Some(d) = constant {
             let fit = (until.saturating_sub(skip.t) / d).min(left.saturating_sub(skip.done));
@@ -309,7 +304,7 @@ impl Simulation<'_> {
                 skip.done += fit;
                 skip.last_ms = d as f64 / 1e6;
                 skip.next = None;
-                j.iteration_ms.add_n(skip.last_ms, fit);
+                iteration_ms.add_n(skip.last_ms, fit);
             }
             return;
         }
@@ -322,7 +317,6 @@ impl Simulation<'_> {
                 Some(k) => k,
                 None => {
                     skip.rewind();
-                    let draw = Draw::new(j.pace, &j.shape.segments, &j.last_seg_ns, (j.xi, j.accumulation), noise);
                     let d = draw.iteration_ns(skip.t, &mut skip.rng);
                     (d, skip.rng.get_word_pos())
                 }
@@ -340,9 +334,9 @@ impl Simulation<'_> {
                 skip.ahead.pos += 1;
             } else {
                 if !skip.ahead.drawn.is_empty() {
-                    forget_ahead(&mut skip.ahead, &mut j.iteration_ms);
+                    skip.ahead.forget(iteration_ms);
                 }
-                j.iteration_ms.add(skip.last_ms);
+                iteration_ms.add(skip.last_ms);
             }
         }
     }
@@ -589,7 +583,7 @@ mod tests {
     #[test]
     fn a_kept_draw_reads_back_as_drawn_and_one_that_does_not_fit_is_refused() {
         let base = (1u128 << 70) + 5; // a word position past u64
-        let mut a = super::Ahead { base, ..Default::default() };
+        let mut a = crate::engine::Ahead { base, ..Default::default() };
         assert!(a.keep(1_234_567_890, base + 17));
         assert!(a.keep((1 << 40) - 1, base + (1 << 24) - 1)); // both at their limits
         assert_eq!(a.get(0), Some((1_234_567_890, base + 17)));

@@ -441,6 +441,23 @@ impl Ahead {
         }
     }
 
+    /// Adds the entries the cursor has read since the last call to
+    /// `iteration_ms`, in their order. O(those entries).
+    fn record_into(&mut self, iteration_ms: &mut crate::durations::Durations) {
+        for i in self.recorded..self.pos {
+            iteration_ms.add(self.duration(i) as f64 / 1e6);
+        }
+        self.recorded = self.pos;
+    }
+
+    /// Records what the cursor has read and drops the rest: the cursor
+    /// draws from here on.
+    fn forget(&mut self, iteration_ms: &mut crate::durations::Durations) {
+        self.record_into(iteration_ms);
+        self.drawn.clear();
+        (self.pos, self.recorded) = (0, 0);
+    }
+
     /// Entry `i`'s duration, ns.
     fn duration(&self, i: usize) -> u64 {
         self.drawn[i] & Self::DURATION_MASK
