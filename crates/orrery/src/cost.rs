@@ -220,6 +220,15 @@ pub fn exponent(points: &[(f64, f64)]) -> Option<f64> {
     (sxx > 0.0).then(|| sxy / sxx)
 }
 
+/// The slope of log y on log x between each two consecutive sizes (in
+/// ascending x): where the growth speeds up, which one fit over every
+/// size hides. O(points).
+pub fn step_exponents(points: &[(f64, f64)]) -> Vec<f64> {
+    let mut pts: Vec<(f64, f64)> = points.iter().copied().filter(|p| p.0 > 0.0 && p.1 > 0.0).collect();
+    pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+    pts.windows(2).filter(|w| w[1].0 > w[0].0).map(|w| (w[1].1 / w[0].1).ln() / (w[1].0 / w[0].0).ln()).collect()
+}
+
 fn series(points: &[Point], policy: &str, f: impl Fn(&Point) -> f64) -> Vec<(f64, f64)> {
     points.iter().filter(|p| p.policy == policy).map(|p| (p.hosts as f64, f(p))).collect()
 }
@@ -245,12 +254,15 @@ pub fn table(points: &[Point], policies: &[String]) -> String {
             );
         }
     }
-    s += "\n| policy | exponent of wall time | of peak memory | of decision median | of decision p99 |\n|---|---:|---:|---:|---:|\n";
+    s += "\n| policy | exponent of wall time | of wall time, size to size | of peak memory | of decision median | of decision p99 |\n|---|---:|---:|---:|---:|---:|\n";
     let fmt = |e: Option<f64>| e.map_or("–".to_string(), |e| format!("{e:.2}"));
     for policy in policies {
+        let steps: Vec<String> =
+            step_exponents(&series(points, policy, |p| p.wall_s)).iter().map(|e| format!("{e:.2}")).collect();
         s += &format!(
-            "| `{policy}` | {} | {} | {} | {} |\n",
+            "| `{policy}` | {} | {} | {} | {} | {} |\n",
             fmt(exponent(&series(points, policy, |p| p.wall_s))),
+            if steps.is_empty() { "–".to_string() } else { steps.join(" · ") },
             fmt(exponent(&series(points, policy, |p| p.peak_mib))),
             fmt(exponent(&series(points, policy, |p| p.decision_p50_ms))),
             fmt(exponent(&series(points, policy, |p| p.decision_p99_ms))),
@@ -306,6 +318,18 @@ mod tests {
         let e = exponent(&nlogn).expect("fit");
         assert!((1.13..1.15).contains(&e), "n log n: {e}");
         assert_eq!(exponent(&pts[..1]), None);
+        // Size to size: 1.5 at every step of the power law; n log n's
+        // steps fall (1 + log₄ of ln 1024 / ln 256 = 1.161, then 1.131,
+        // 1.111), in ascending hosts whatever the order given.
+        let steps = step_exponents(&pts);
+        assert_eq!(steps.len(), 3);
+        assert!(steps.iter().all(|e| (e - 1.5).abs() < 1e-12), "{steps:?}");
+        let mut shuffled = nlogn.clone();
+        shuffled.reverse();
+        let steps = step_exponents(&shuffled);
+        let want = [1.161, 1.131, 1.111];
+        assert!(steps.iter().zip(want).all(|(e, w)| (e - w).abs() < 1e-3), "{steps:?}");
+        assert!(step_exponents(&pts[..1]).is_empty());
     }
 
     #[test]
