@@ -41,7 +41,7 @@
 //! communication stretched to the measured iteration.
 
 use crate::estimate::{PeriodEstimate, upper_median};
-use crate::memo::{FastMap, FastSet};
+use crate::memo::{FastMap, FastSet, PerPlacement};
 use crate::{ClusterView, Decision, Iteration, IterationNeeds, JobId, Policy};
 use orrery_interleave::Search;
 use orrery_interleave::unified::{CircleJob, Params, unify};
@@ -138,13 +138,10 @@ pub struct Metronome {
     /// Each running job's circle on its placement (None: it does not
     /// communicate), kept while the placement holds: a round derives only
     /// the newcomers' (issue 43: 2,048 running jobs' shapes a round at
-    /// 4,096 hosts).
-    running_circles: FastMap<JobId, PlacedCircle>,
+    /// 4,096 hosts), and knows a kept one by the driver's placement serial
+    /// without reading the job's hosts.
+    running_circles: PerPlacement<Option<Arc<Circle>>>,
 }
-
-/// A running job's placement and its circle there (None: it does not
-/// communicate).
-type PlacedCircle = (Vec<(HostId, u32)>, Option<Arc<Circle>>);
 
 /// A re-profiled job is paced at most this factor over its measured
 /// iteration, or the recalculation is not adopted.
@@ -279,7 +276,7 @@ impl Default for Metronome {
             given_up_on_measurement: 0,
             tracks: FastMap::default(),
             retimings: 0,
-            running_circles: FastMap::default(),
+            running_circles: PerPlacement::default(),
         }
     }
 }
@@ -515,20 +512,14 @@ impl Policy for Metronome {
         // O(R) lookups, a shape derived per newly placed job.
         let mut node_pods: NodePods = FastMap::default();
         let live: FastSet<JobId> = view.running.iter().map(|r| r.id).collect();
-        self.running_circles.retain(|j, _| live.contains(j));
+        self.running_circles.forget_unless(view.running.len(), || view.running.iter().map(|r| r.id).collect());
         for r in &view.running {
-            let cached = self.running_circles.get(&r.id).filter(|(hosts, _)| hosts.as_slice() == r.hosts);
-            let circle = match cached {
-                Some((_, c)) => c.clone(),
-                None => {
-                    let c = place(view.topology, r.spec, r.hosts)
-                        .map(|p| p.shape.circle())
-                        .filter(|c| !c.arcs.is_empty())
-                        .map(Arc::new);
-                    self.running_circles.insert(r.id, (r.hosts.to_vec(), c.clone()));
-                    c
-                }
-            };
+            let circle = self.running_circles.of(r, || {
+                place(view.topology, r.spec, r.hosts)
+                    .map(|p| p.shape.circle())
+                    .filter(|c| !c.arcs.is_empty())
+                    .map(Arc::new)
+            });
             if let Some(c) = circle {
                 for &(n, _) in r.hosts {
                     node_pods.entry(n).or_default().push((r.id, c.clone(), r.spec.priority));
