@@ -2,7 +2,7 @@
 //! instead of simulated flow by flow (see "Fast-forward" in docs/guide/simulation.md).
 
 use super::iteration::noisy_ns;
-use super::{Event, JobState, Simulation, Skip, Status};
+use super::{DrawKey, Event, JobState, Simulation, Skip, Status};
 use orrery_model::placed::rank_transfers;
 use orrery_model::{LinkId, Segment};
 use orrery_policy::memo::FastMap;
@@ -106,7 +106,7 @@ impl<'a> Draw<'a> {
 /// What a job's fast-forwarded iterations are drawn with that can change
 /// while it is fast-forwarded: its slots, ξ and accumulation (its segments
 /// and measured communication change only in detailed iterations).
-fn draw_key(j: &JobState) -> (Option<(u64, u64)>, u64, u64) {
+fn draw_key(j: &JobState) -> DrawKey {
     (j.pace, j.xi.to_bits(), j.accumulation.to_bits())
 }
 
@@ -227,8 +227,7 @@ impl Simulation<'_> {
                 // iteration's cost was its second draw).
                 let mut rng = skip.rng_at_t();
                 let ahead = &mut skip.ahead;
-                ahead.drawn.clear();
-                (ahead.base, ahead.pos, ahead.recorded, ahead.key) = (skip.word, 0, 0, key);
+                ahead.start(skip.word, key);
                 let mut end = skip.t;
                 let mut kept = keep;
                 for _ in 0..left.min(SKIP_STRETCH) {

@@ -400,6 +400,11 @@ struct Skip {
     ahead: Ahead,
 }
 
+/// What a fast-forwarded job's iterations are drawn with that can change
+/// while it is fast-forwarded: its slots, and the bits of its ξ and
+/// accumulation.
+type DrawKey = (Option<(u64, u64)>, u64, u64);
+
 /// A stretch's iterations drawn ahead, and how far the cursor has read and
 /// recorded them. Iterations counted from here reach `JobState::iteration_ms`
 /// at the stretch's end, in their order (the same additions as one at a
@@ -419,7 +424,7 @@ struct Ahead {
     /// Entries before this one are in `iteration_ms`.
     recorded: usize,
     /// What they were drawn with: the job's slots, ξ and accumulation.
-    key: (Option<(u64, u64)>, u64, u64),
+    key: DrawKey,
 }
 
 impl Ahead {
@@ -427,6 +432,13 @@ impl Ahead {
     /// 2²⁴ (16.7 M words) a stretch.
     const DURATION_BITS: u32 = 40;
     const DURATION_MASK: u64 = (1 << Self::DURATION_BITS) - 1;
+
+    /// Empties it for a new stretch whose RNG starts at word `base`, drawn
+    /// with `key`.
+    fn start(&mut self, base: u128, key: DrawKey) {
+        self.drawn.clear();
+        (self.base, self.pos, self.recorded, self.key) = (base, 0, 0, key);
+    }
 
     /// Keeps a draw of `d` ns after which the RNG stands at `word`; false
     /// (nothing kept) when it does not fit in 8 bytes.
