@@ -130,6 +130,16 @@ struct Applied {
     align_seq: u64,
 }
 
+/// A job that left this node: at which epoch, why, and how many iterations
+/// that epoch was to run. Another node's rank can end the job before this
+/// node's last report arrives; the report is still the job's last.
+#[derive(Debug, Clone)]
+struct Left {
+    epoch: u64,
+    why: String,
+    target_iterations: u64,
+}
+
 #[derive(Default)]
 struct State {
     host: usize,
@@ -143,8 +153,8 @@ struct State {
     last_ack: Option<std::time::Instant>,
     registered: bool,
     jobs: HashMap<JobId, Assignment>,
-    /// Why jobs left (for processes that ask later).
-    gone: HashMap<JobId, (u64, String)>,
+    /// Jobs that left this node, for their processes that ask or report later.
+    gone: HashMap<JobId, Left>,
     applied: HashMap<(JobId, u64, u32), Applied>,
     /// Last iteration handed out per (job, epoch).
     iteration: HashMap<(JobId, u64), u64>,
@@ -509,7 +519,8 @@ async fn fence_watch(shared: Arc<Shared>) {
             );
             let children: Vec<Worker> = {
                 let mut s = shared.lock();
-                let ids: Vec<(JobId, u64)> = s.jobs.values().map(|a| (a.job, a.epoch)).collect();
+                let ids: Vec<(JobId, u64, u64)> =
+                    s.jobs.values().map(|a| (a.job, a.epoch, a.target_iterations)).collect();
                 let spanning: Vec<(JobId, u64)> = s
                     .jobs
                     .values()
@@ -519,8 +530,9 @@ async fn fence_watch(shared: Arc<Shared>) {
                 for key in spanning {
                     s.broken.entry(key).or_insert(None);
                 }
-                for (id, epoch) in ids {
-                    s.gone.insert(id, (epoch, "fenced: this node lost the service".to_string()));
+                for (id, epoch, target_iterations) in ids {
+                    let why = "fenced: this node lost the service".to_string();
+                    s.gone.insert(id, Left { epoch, why, target_iterations });
                     s.release_gpus(id);
                 }
                 s.jobs.clear();
@@ -574,15 +586,15 @@ async fn poll_assignments(shared: Arc<Shared>) {
 fn apply_assignments(shared: &Shared, jobs: Vec<Assignment>) {
     let mut s = shared.lock();
     let new: HashMap<JobId, Assignment> = jobs.into_iter().map(|a| (a.job, a)).collect();
-    let left: Vec<(JobId, u64)> = s
+    let left: Vec<(JobId, u64, u64)> = s
         .jobs
         .iter()
         .filter(|(id, a)| new.get(id).is_none_or(|n| n.epoch != a.epoch))
-        .map(|(&id, a)| (id, a.epoch))
+        .map(|(&id, a)| (id, a.epoch, a.target_iterations))
         .collect();
-    for (id, epoch) in left {
+    for (id, epoch, target_iterations) in left {
         let why = if s.done.contains(&id) { "finished" } else { "withdrawn (preempted, cancelled or finished)" };
-        s.gone.insert(id, (epoch, why.to_string()));
+        s.gone.insert(id, Left { epoch, why: why.to_string(), target_iterations });
         if let Some(children) = s.children.remove(&(id, epoch)) {
             tokio::spawn(stop_processes(children));
         }

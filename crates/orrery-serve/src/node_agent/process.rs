@@ -30,7 +30,7 @@ pub(super) async fn serve_socket(shared: Arc<Shared>, listener: UnixListener) {
 /// The numbers of a training process's report, with their ranges (the
 /// request is an internally tagged enum, which [`orrery_model::ranges`]
 /// does not tell apart, so its numbers are checked as this struct).
-#[derive(Debug, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Copy, Serialize, schemars::JsonSchema)]
 pub struct ProcessReport {
     /// Placement epoch.
     #[schemars(range(min = 0, max = u64::MAX))]
@@ -108,7 +108,7 @@ async fn serve_process(shared: Arc<Shared>, stream: UnixStream) {
                 // it would make the service refuse the whole batch.
                 let numbers = ProcessReport { epoch, iteration, start_unix_ms, duration_ms, comm_ms };
                 match orrery_model::ranges::check(&numbers) {
-                    Ok(()) => report(&shared, &job, epoch, iteration, start_unix_ms, duration_ms, comm_ms, done),
+                    Ok(()) => report(&mut shared.lock(), &job, &numbers, done),
                     Err(e) => Reply::Error { error: format!("bad report: {e}") },
                 }
             }
@@ -155,10 +155,10 @@ async fn wait(shared: &Shared, job: &str, rank: Option<u32>, epoch: Option<u64>)
                     return go(&mut s, &a, rank, now);
                 }
             } else if let Some(id) = id
-                && let Some((e, why)) = s.gone.get(&id)
-                && epoch.is_none_or(|x| x <= *e)
+                && let Some(left) = s.gone.get(&id)
+                && epoch.is_none_or(|x| x <= left.epoch)
             {
-                return Reply::Stop { stop: why.clone() };
+                return Reply::Stop { stop: left.why.clone() };
             }
         }
         // Paused, or not placed here yet: wait for a change.
@@ -219,24 +219,24 @@ fn go(s: &mut State, a: &crate::api::Assignment, rank: u32, now: u64) -> Reply {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn report(
-    shared: &Shared,
-    job: &str,
-    epoch: u64,
-    iteration: u64,
-    start_unix_ms: f64,
-    duration_ms: f64,
-    comm_ms: Option<f64>,
-    done: bool,
-) -> Reply {
-    let mut s = shared.lock();
-    let Some(id) = resolve(&s, job) else { return Reply::Error { error: format!("job {job} is not on this node") } };
+/// Records a process's report of job `job`'s iteration (`done`: the process
+/// says it was the last) and answers whether the job has run all its
+/// iterations. O(1).
+fn report(s: &mut State, job: &str, r: &ProcessReport, done: bool) -> Reply {
+    let ProcessReport { epoch, iteration, start_unix_ms, duration_ms, comm_ms } = *r;
+    let Some(id) = resolve(s, job) else { return Reply::Error { error: format!("job {job} is not on this node") } };
     // The process timed its start on this host's clock.
     let start_s = (start_unix_ms + s.clock.offset_us() as f64 / 1e3 - s.epoch_unix_ms as f64) / 1e3;
     let it = s.iteration.entry((id, epoch)).or_default();
     *it = (*it).max(iteration);
-    let target = s.jobs.get(&id).map_or(0, |a| a.target_iterations);
+    // A job that left this node since (its ranks elsewhere reported the
+    // last iteration first, and the service withdrew it) keeps its target:
+    // this rank's report of that iteration is the end of the job, not a
+    // wait for one more that a SIGTERM would cut short.
+    let target = match s.jobs.get(&id) {
+        Some(a) => a.target_iterations,
+        None => s.gone.get(&id).filter(|left| left.epoch == epoch).map_or(0, |left| left.target_iterations),
+    };
     let finished = done || (target > 0 && iteration >= target);
     if finished {
         s.done.insert(id);
@@ -248,7 +248,8 @@ fn report(
 
 #[cfg(test)]
 mod tests {
-    use super::{Reply, State, go};
+    use super::super::Left;
+    use super::{ProcessReport, Reply, State, go, report};
     use crate::api::{AlignSlot, Assignment, InForce, JobStatus};
 
     const S: u64 = 1_000_000_000;
@@ -324,5 +325,40 @@ mod tests {
         assert_eq!(delay_ms(go(&mut s, &a, 0, 6 * S + S / 10)), (120.0, 7));
         s.iteration.insert((7, 1), 7);
         assert_eq!(delay_ms(go(&mut s, &a, 0, 7 * S)), (0.0, 8), "once");
+    }
+
+    /// Iteration `iteration` of epoch 1 of job 7, reported at once.
+    fn numbers(iteration: u64) -> ProcessReport {
+        ProcessReport { epoch: 1, iteration, start_unix_ms: 1.8e12, duration_ms: 50.0, comm_ms: None }
+    }
+
+    fn finished(reply: Reply) -> bool {
+        match reply {
+            Reply::Ok { done, .. } => done,
+            other => panic!("expected an ok, got {other:?}"),
+        }
+    }
+
+    /// A job's ranks on two nodes: the other node's rank reported the last
+    /// iteration first, the service withdrew the job, and this node let it
+    /// go before its own rank's report of that iteration arrived. That
+    /// report still ends the job (done); before, it said "not done", the
+    /// rank waited for an iteration that never came and ended by the
+    /// agent's SIGTERM (a failed CI run of the DDP live test, session 23).
+    #[test]
+    fn the_last_report_ends_the_job_after_the_job_left_this_node() {
+        let mut s = State::default();
+        s.jobs.insert(7, two_stages(98, InForce::default()));
+        assert!(!finished(report(&mut s, "7", &numbers(99), false)), "99 of 100");
+        s.jobs.clear();
+        let why = "withdrawn (preempted, cancelled or finished)".to_string();
+        s.gone.insert(7, Left { epoch: 1, why, target_iterations: 100 });
+        assert!(finished(report(&mut s, "7", &numbers(100), false)), "100 of 100, reported after the job left");
+        // A report of an earlier placement (epoch 0) is not measured against this one's target.
+        let stale = ProcessReport { epoch: 0, ..numbers(100) };
+        assert!(!finished(report(&mut s, "7", &stale, false)));
+        // Preempted before its end, the job has not finished.
+        s.gone.insert(7, Left { epoch: 1, why: "withdrawn".into(), target_iterations: 200 });
+        assert!(!finished(report(&mut s, "7", &numbers(101), false)));
     }
 }
