@@ -314,6 +314,7 @@ impl Experiment {
                         fair_share_half_life_s: self.fair_share.map(|f| f.half_life_s),
                         transport: self.network.transport(),
                         gpus: gpus.or(policy.gpu_allocation()).unwrap_or_default(),
+                        schedule_period_s: self.sim.schedule_period_s,
                     };
                     let start = std::time::Instant::now();
                     let mut sim = Simulation::new(&topo, &jobs, cfg.clone(), policy.isolated_network());

@@ -533,6 +533,12 @@ pub struct SimOptions {
     /// tenants only label their jobs and the report still measures each
     /// against its quota: the same cluster without quotas, for comparison.
     pub enforce_quotas: bool,
+    /// Decide in rounds every this many seconds (Volcano's
+    /// `schedulePeriod`, 1 s by default there): arrivals and departures
+    /// wait for the next round and share its decision. Unset: a decision
+    /// at each arrival and departure (kube-scheduler's way, the default).
+    #[schemars(range(min = 1e-3, max = 3600))]
+    pub schedule_period_s: Option<f64>,
 }
 
 /// How the simulator runs a ring collective (`[sim] all_reduce`).
@@ -556,6 +562,7 @@ impl Default for SimOptions {
             all_reduce: AllReduce::Flows,
             gpus: None,
             enforce_quotas: true,
+            schedule_period_s: None,
         }
     }
 }

@@ -27,6 +27,11 @@ pub struct ScaleArgs {
     /// as such (issue 69's budget at 16,384 hosts is 10).
     #[arg(long, default_value_t = 10.0)]
     pub max_minutes: f64,
+    /// Decide in rounds every this many seconds of simulated time
+    /// (`[sim] schedule_period_s`; Volcano's session period is 1 s).
+    /// Unset: a decision at each arrival and departure.
+    #[arg(long, value_name = "SECONDS")]
+    pub schedule_period: Option<f64>,
     /// Writes scale.json, scale.md, scale-wall.svg/png and
     /// scale-decisions.svg/png here, and each run's shard file below it.
     #[arg(long, default_value = "out/scale")]
@@ -53,8 +58,10 @@ pub struct Point {
 }
 
 /// Racks of 32 hosts under √hosts / 8 spines (2 at 256 hosts, 16 at
-/// 16,384: decision-scale-4096's 8 and -16384's 16).
-pub fn experiment(hosts: usize) -> String {
+/// 16,384: decision-scale-4096's 8 and -16384's 16); decisions in rounds
+/// of `period` s where given.
+pub fn experiment(hosts: usize, period: Option<f64>) -> String {
+    let rounds = period.map_or(String::new(), |p| format!("schedule_period_s = {p}\n"));
     let racks = hosts / 32;
     let spines = (((hosts as f64).sqrt() / 8.0).round() as usize).max(2);
     format!(
@@ -75,7 +82,8 @@ pub fn experiment(hosts: usize) -> String {
          jobs = {hosts}\n\
          load = 0.9\n\
          [sim]\n\
-         jitter = 0.02\n"
+         jitter = 0.02\n\
+         {rounds}"
     )
 }
 
@@ -86,6 +94,9 @@ pub fn run(args: &ScaleArgs) -> Result<()> {
     }
     if !(args.max_minutes > 0.0 && args.max_minutes <= 10_080.0) {
         bail!("--max-minutes: {}: expected a number from 0 to 10,080 (a week)", args.max_minutes);
+    }
+    if let Some(p) = args.schedule_period.filter(|p| !(p.is_finite() && (1e-3..=3600.0).contains(p))) {
+        bail!("--schedule-period: {p}: expected seconds from 0.001 to 3,600");
     }
     if args.policies.is_empty() {
         bail!("--policies: expected at least one policy (`orrery policies` lists them)");
@@ -108,7 +119,8 @@ pub fn run(args: &ScaleArgs) -> Result<()> {
     let mut failed: Vec<String> = Vec::new();
     for &h in &hosts {
         let file = args.out.join(format!("scale-{h}.toml"));
-        orrery_model::files::write_atomic(&file, experiment(h)).with_context(|| format!("{}", file.display()))?;
+        orrery_model::files::write_atomic(&file, experiment(h, args.schedule_period))
+            .with_context(|| format!("{}", file.display()))?;
         for policy in &args.policies {
             bar.set_message(format!("{h} hosts under {policy}"));
             // A run that fails (killed, out of memory) is reported and left
@@ -339,6 +351,7 @@ mod tests {
             hosts: vec![256],
             policies: policies.iter().map(|p| p.to_string()).collect(),
             max_minutes: 1.0,
+            schedule_period: None,
             out: out.clone(),
         };
         // Spaces instead of commas: one name clap cannot split.
@@ -351,10 +364,12 @@ mod tests {
 
     #[test]
     fn the_family_keeps_decision_scale_4096s_shape() {
-        let text = experiment(4096);
+        let text = experiment(4096, None);
         let exp = orrery_lab::experiment::parse("scale-4096", &text).expect("valid experiment");
         assert_eq!(exp.name, "scale-4096");
         assert!(text.contains("racks = 128\n") && text.contains("spines = 8\n") && text.contains("jobs = 4096\n"));
-        assert!(experiment(256).contains("spines = 2\n") && experiment(16384).contains("spines = 16\n"));
+        assert!(experiment(256, None).contains("spines = 2\n") && experiment(16384, None).contains("spines = 16\n"));
+        let rounds = orrery_lab::experiment::parse("scale-256", &experiment(256, Some(1.0))).expect("valid experiment");
+        assert_eq!(rounds.sim.schedule_period_s, Some(1.0));
     }
 }

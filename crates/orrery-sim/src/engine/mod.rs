@@ -103,6 +103,15 @@ pub struct SimConfig {
     /// Which GPUs of a host a placed job is given; on a rail fabric its
     /// flows leave on those GPUs' rails ([`orrery_model::rails`]).
     pub gpus: orrery_model::rails::GpuAllocation,
+    /// Decide in periodic rounds, s: an arrival or a departure asks for
+    /// the next round (at the next multiple of the period) and every event
+    /// until it shares one decision, as Volcano opens a scheduling session
+    /// every `schedulePeriod` (1 s by default) and Blox and Gavel decide
+    /// per round. None: a decision at every such event, as kube-scheduler
+    /// takes each pod when it arrives. A decision sees every running job,
+    /// so at a fixed rate of events per host rounds bound the decisions
+    /// by simulated time rather than by jobs.
+    pub schedule_period_s: Option<f64>,
 }
 
 /// One iteration of a job, as the simulator ran it.
@@ -143,6 +152,7 @@ impl Default for SimConfig {
             fair_share_half_life_s: None,
             transport: None,
             gpus: orrery_model::rails::GpuAllocation::LowestFree,
+            schedule_period_s: None,
         }
     }
 }
@@ -517,6 +527,8 @@ enum Event {
     FlowDone(FlowId, u64),
     /// The policy's periodic wake-up ([`Policy::tick_s`]).
     Tick,
+    /// A scheduling round falls due ([`SimConfig::schedule_period_s`]).
+    Round,
     /// The transport model's next step ([`SimConfig::transport`]).
     TransportStep,
     /// A scripted decision falls due (its index in `Simulation::script`).
@@ -602,6 +614,10 @@ pub struct Simulation<'a> {
     /// in the event queue.
     transport: Option<crate::transport::Transport>,
     transport_due: bool,
+    /// With [`SimConfig::schedule_period_s`]: the period, ns, and whether
+    /// a round is in the event queue.
+    round_ns: Option<u64>,
+    round_due: bool,
 }
 
 impl<'a> Simulation<'a> {
@@ -651,6 +667,11 @@ impl<'a> Simulation<'a> {
             arrived: 0,
             observes: true,
             transport_due: false,
+            round_ns: cfg
+                .schedule_period_s
+                .filter(|s| s.is_finite() && *s > 0.0)
+                .map(|s| (s * NS).round().max(1.0) as u64),
+            round_due: false,
             normal: Normal::new(0.0, cfg.jitter.max(0.0)).unwrap_or_else(|_| Normal::new(0.0, 0.0).expect("valid")),
             fair: cfg.fair_share_half_life_s.map(orrery_policy::quota::FairShare::new),
             cfg,
@@ -909,6 +930,10 @@ impl<'a> Simulation<'a> {
                     }
                 }
                 Event::TransportStep => self.transport_step(),
+                Event::Round => {
+                    self.round_due = false;
+                    self.decide_and_apply(policy);
+                }
                 Event::Tick => {
                     // Tick while any job can still change state; then stop, or
                     // the event queue would never drain.
@@ -934,7 +959,20 @@ impl<'a> Simulation<'a> {
         }
     }
 
+    /// Something the policy may act on happened: decide now, or, in
+    /// periodic rounds, at the next round (one in the queue at a time).
     fn schedule(&mut self, policy: &mut dyn Policy) {
+        match self.round_ns {
+            None => self.decide_and_apply(policy),
+            Some(_) if self.round_due => {}
+            Some(p) => {
+                self.round_due = true;
+                self.push(self.now.div_ceil(p) * p, Event::Round);
+            }
+        }
+    }
+
+    fn decide_and_apply(&mut self, policy: &mut dyn Policy) {
         if let Some(d) = self.decide(policy) {
             self.apply(d, policy);
         }
