@@ -118,7 +118,11 @@ fn python_training_processes_run_their_iterations_in_the_slots_metronome_paces()
         // (2026-11-28) failed on a wait at 8.0 / 8.8 s, beside the re-pace
         // near 7-9 s, judged against the new pace only. Alone a wait ends
         // 1-4 ms past its boundary; the 50 ms skew of h1's clock, were it
-        // not corrected, would put it 50 ms off every pace's boundary.
+        // not corrected, would put it 50 ms off every pace's boundary. The
+        // correction is an estimate (half a heartbeat's round trip), so a
+        // wait on h1 may end a little before the boundary: a fresh-clone CI
+        // run (2026-12-06) saw one end 0.04 ms early, 214.53 ms past the
+        // boundary before it. Up to 5 ms early counts as on the boundary.
         for &(t, period, offset) in &waits {
             let wait_s = lines.iter().find(|l| l.0 == t).map_or(0.0, |l| l.1 / 1e3);
             let known: Vec<(f64, f64)> = paces
@@ -128,7 +132,7 @@ fn python_training_processes_run_their_iterations_in_the_slots_metronome_paces()
                 .collect();
             let off: Vec<f64> = known.iter().map(|&(period, offset)| past_slot_ms(t, offset, period)).collect();
             assert!(
-                off.iter().any(|&ms| ms <= 20.0),
+                known.iter().zip(&off).any(|(&(period, _), &ms)| ms <= 20.0 || period - ms <= 5.0),
                 "rank {rank}: start {t:.3} s after a {:.0} ms wait is off its slot by {off:?} ms (period {period:.1} ms, offset {offset:.3} s; paces {paces:?})",
                 wait_s * 1e3
             );
