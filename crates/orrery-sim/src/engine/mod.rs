@@ -525,6 +525,9 @@ enum Event {
     IterationStart(JobId, u64),
     ComputeDone(JobId, u64),
     FlowDone(FlowId, u64),
+    /// Flows that end at one instant, rescheduled together: their (flow,
+    /// version) pairs in `Simulation::done_groups` at this index.
+    FlowsDone(u32),
     /// The policy's periodic wake-up ([`Policy::tick_s`]).
     Tick,
     /// A scheduling round falls due ([`SimConfig::schedule_period_s`]).
@@ -565,6 +568,15 @@ pub struct Simulation<'a> {
     flow_job: Vec<Option<(JobId, u64, usize)>>,
     /// The flows ending at one instant, as the event loop gathers them.
     ended_buf: Vec<(FlowId, u64)>,
+    /// The members of each [`Event::FlowsDone`] in the queue, and the
+    /// groups free for reuse (their allocations kept).
+    done_groups: Vec<Vec<(FlowId, u64)>>,
+    free_groups: Vec<u32>,
+    /// (finish, flow, version) of the flows being rescheduled.
+    due_buf: Vec<(u64, FlowId, u64)>,
+    /// Whether flows ending at one instant share one event; off only in
+    /// the test that holds the groups to one event a flow.
+    group_ends: bool,
     /// Equal-cost paths by (source, destination, destination rail; 0 off
     /// a rail fabric).
     ///
@@ -651,6 +663,10 @@ impl<'a> Simulation<'a> {
             net: Network::new(capacity, isolated),
             flow_job: Vec::new(),
             ended_buf: Vec::new(),
+            done_groups: Vec::new(),
+            free_groups: Vec::new(),
+            due_buf: Vec::new(),
+            group_ends: true,
             paths: FastMap::default(),
             decision_s: Vec::new(),
             events_processed: 0,
@@ -897,20 +913,21 @@ impl<'a> Simulation<'a> {
                     self.end_segment(j);
                     self.run_segment(j, policy);
                 }
-                Event::FlowDone(f, version) => {
+                Event::FlowDone(..) | Event::FlowsDone(_) => {
                     // Flows ending at this instant (a ring's flows end
                     // together) leave the network at once.
                     // (In a buffer kept across events: one allocation a
                     // run, not one per instant a flow ends.)
                     let mut ended = std::mem::take(&mut self.ended_buf);
                     ended.clear();
-                    ended.push((f, version));
-                    while let Some(&Reverse((next, _, Event::FlowDone(g, v)))) = self.events.peek()
+                    self.gather_done(e, &mut ended);
+                    while let Some(&Reverse((next, _, next_e @ (Event::FlowDone(..) | Event::FlowsDone(_))))) =
+                        self.events.peek()
                         && next == t
                     {
                         self.events.pop();
                         self.events_processed += 1;
-                        ended.push((g, v));
+                        self.gather_done(next_e, &mut ended);
                     }
                     self.flows_done(&ended, policy);
                     self.ended_buf = ended;
