@@ -85,7 +85,8 @@ impl Simulation<'_> {
         }
     }
 
-    ///
+    /// Puts each of `flows`' next end in the event queue (a flow re-rated
+    /// again later makes this event stale: its version no longer matches).
     /// Flows that end at one instant share one event ([`Event::FlowsDone`]):
     /// a ring's flows, re-rated together, end together, and one heap entry
     /// for all of them, not one each, is what the queue pushes and pops
@@ -217,7 +218,6 @@ mod tests {
             let (one_each, events_one_each, pushed_one_each) = run(policy, false);
             assert_eq!(grouped, one_each, "{policy}: grouping changed a job's result");
             assert_eq!(events, events_one_each, "{policy}: a group counts as its flows' events");
-            // Rings of 2-6 flows: at least a third fewer entries pushed.
             // Rings of 2-6 flows: at least a fifth fewer entries pushed (0.59
             // of them under `fifo`, 0.72 under `orrery`, which packs rings
             // onto fewer hosts).
