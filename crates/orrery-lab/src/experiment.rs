@@ -361,6 +361,7 @@ impl Experiment {
                         tenant_share,
                         events: sim.events_processed,
                         wall_s,
+                        decisions_s: sim.decision_s.iter().sum(),
                         invalid_decisions: sim.invalid_decisions,
                         reschedules_cut: sim.reschedules_cut,
                         jobs: job_table,

@@ -356,6 +356,7 @@ mod merge_tests {
         let mut v = serde_json::to_value(summary).expect("serialises");
         for run in v["runs"].as_array_mut().expect("runs") {
             run["wall_s"] = serde_json::Value::Null;
+            run["decisions_s"] = serde_json::Value::Null;
             for path in ["/metrics", "/by_priority/high", "/by_priority/low"] {
                 if let Some(m) = run.pointer_mut(path).and_then(|m| m.as_object_mut()) {
                     m.insert("decision_ms_p50".into(), serde_json::Value::Null);

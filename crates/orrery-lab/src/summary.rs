@@ -116,6 +116,9 @@ pub struct Run {
     pub events: u64,
     /// Wall-clock seconds of the run.
     pub wall_s: f64,
+    /// Wall-clock seconds of it in the policy's scheduling decisions.
+    #[serde(default)]
+    pub decisions_s: f64,
     /// Decisions the simulator could not apply.
     pub invalid_decisions: u64,
     /// Instants where the policy still preempted after 16 re-scheduling rounds.

@@ -43,6 +43,7 @@
 use crate::estimate::{PeriodEstimate, upper_median};
 use crate::memo::{FastMap, FastSet, PerPlacement};
 use crate::{ClusterView, Decision, Iteration, IterationNeeds, JobId, Policy};
+use components::Components;
 use orrery_interleave::Search;
 use orrery_interleave::unified::{CircleJob, Params, unify};
 use orrery_model::placed::place;
@@ -108,12 +109,14 @@ pub struct Metronome {
     /// Each contended node's offset scheme, as Reserve sent it to the
     /// controller: the edges of the Affinity graph (§III-C, "Global offset").
     schemes: BTreeMap<HostId, Scheme>,
-    /// The Affinity graph's components ([`components`]), kept across rounds
-    /// while `schemes` keeps its edges (`components_stale` otherwise).
-    component: FastMap<JobId, JobId>,
+    /// The Affinity graph's components, kept across rounds while `schemes`
+    /// keeps its edges (`components_stale` otherwise).
+    component: Components,
     components_stale: bool,
     /// Scores of nodes (Eq. 18) across jobs and rounds.
     score_memo: ScoreMemo,
+    /// A round's communicating pods on each node, kept for its allocations.
+    node_pods: NodePods,
     /// Re-alignments done by the controller.
     pub readjustments: u64,
     /// Jobs re-profiled after a change of duty cycle.
@@ -227,31 +230,6 @@ struct Scheme {
     jobs: Vec<(JobId, f64, f64, orrery_model::Priority)>,
 }
 
-/// Components of the Affinity graph: a label (its smallest job) per job
-/// on a scheme. O(edges · α) by union-find.
-fn components<'a>(schemes: impl Iterator<Item = &'a Scheme>) -> FastMap<JobId, JobId> {
-    fn find(parent: &mut FastMap<JobId, JobId>, j: JobId) -> JobId {
-        let p = *parent.entry(j).or_insert(j);
-        if p == j {
-            return j;
-        }
-        let root = find(parent, p);
-        parent.insert(j, root);
-        root
-    }
-    let mut parent: FastMap<JobId, JobId> = FastMap::default();
-    for scheme in schemes {
-        let first = scheme.jobs[0].0;
-        for &(j, ..) in &scheme.jobs[1..] {
-            let (a, b) = (find(&mut parent, first), find(&mut parent, j));
-            parent.insert(a.max(b), a.min(b));
-        }
-        find(&mut parent, first);
-    }
-    let jobs: Vec<JobId> = parent.keys().copied().collect();
-    jobs.into_iter().map(|j| (j, find(&mut parent, j))).collect()
-}
-
 impl Default for Metronome {
     fn default() -> Self {
         Metronome {
@@ -265,9 +243,10 @@ impl Default for Metronome {
             host_kinds: HostKinds::default(),
             watched: Watches::default(),
             schemes: BTreeMap::new(),
-            component: FastMap::default(),
+            component: Components::default(),
             components_stale: true,
             score_memo: ScoreMemo::default(),
+            node_pods: NodePods::default(),
             readjustments: 0,
             reprofiles: 0,
             closed_loop: true,
@@ -356,7 +335,7 @@ impl Metronome {
             self.schemes.insert(n, scheme);
         }
         self.watched.remove(&job);
-        let component = components(self.schemes.values());
+        let component = Components::of(self.schemes.iter());
         // (The re-profiled job was paced: it stays so.)
         let paces = self.global_offset(view, job, &[], &component, false);
         // "When necessary" (§III-C): the new rotation is adopted only if it
@@ -385,8 +364,8 @@ impl Metronome {
     /// start (now, for a reference placed in this round, listed in `out`);
     /// the high-priority jobs are never moved. A job is paced at its period
     /// on the unified circle of the node through which the BFS reaches it.
-    /// `component` labels the graph's components ([`components`]). O(schemes)
-    /// to index the component, then O(edges of the component). A job
+    /// `component` holds the graph's components. O(edges of the component
+    /// · log). A job
     /// watched for the first time is deferred instead when `defer_new`
     /// (`metronome:measured`), and a deferred one stays so.
     fn global_offset(
@@ -394,15 +373,18 @@ impl Metronome {
         view: &ClusterView<'_>,
         job: JobId,
         out: &[Decision],
-        component: &FastMap<JobId, JobId>,
+        component: &Components,
         defer_new: bool,
     ) -> Vec<Decision> {
-        let Some(&label) = component.get(&job) else { return Vec::new() };
-        let mut members: Vec<JobId> = component.iter().filter(|(_, l)| **l == label).map(|(&j, _)| j).collect();
+        let Some(label) = component.label(job) else { return Vec::new() };
+        let (members, nodes) = component.members(label);
+        let mut members = members.to_vec();
         members.sort_unstable();
+        // The component's schemes in node order, as the BFS takes them.
+        let mut nodes = nodes.to_vec();
+        nodes.sort_unstable();
         let mut on: FastMap<JobId, Vec<&Scheme>> = FastMap::default();
-        // A scheme's jobs share one component: its first tells which.
-        for scheme in self.schemes.values().filter(|s| component.get(&s.jobs[0].0) == Some(&label)) {
+        for scheme in nodes.iter().filter_map(|n| self.schemes.get(n)) {
             for x in &scheme.jobs {
                 on.entry(x.0).or_default().push(scheme);
             }
@@ -510,7 +492,8 @@ impl Policy for Metronome {
         let mut free = view.free_gpus.to_vec();
         // Pods already on each node with their circles (communicating jobs only).
         // O(R) lookups, a shape derived per newly placed job.
-        let mut node_pods: NodePods = FastMap::default();
+        let mut node_pods = std::mem::take(&mut self.node_pods);
+        node_pods.reset(view.topology.hosts.len());
         let live: FastSet<JobId> = view.running.iter().map(|r| r.id).collect();
         self.running_circles.forget_unless(view.running.len(), || view.running.iter().map(|r| r.id).collect());
         for r in &view.running {
@@ -522,7 +505,7 @@ impl Policy for Metronome {
             });
             if let Some(c) = circle {
                 for &(n, _) in r.hosts {
-                    node_pods.entry(n).or_default().push((r.id, c.clone(), r.spec.priority));
+                    node_pods.push(n, (r.id, c.clone(), r.spec.priority));
                 }
             }
         }
@@ -544,7 +527,7 @@ impl Policy for Metronome {
             memo.clear();
         }
         if std::mem::take(&mut self.components_stale) {
-            component = components(self.schemes.values());
+            component = Components::of(self.schemes.iter());
         }
         for job in &view.queue {
             if job.spec.gpus() > view.topology.gpu_count() {
@@ -558,14 +541,18 @@ impl Policy for Metronome {
             };
             out.push(Decision::Place { job: job.id, hosts });
             if !schemes.is_empty() {
-                self.schemes.extend(schemes);
-                component = components(self.schemes.values());
+                // Edges added: the components they touch are joined.
+                for (n, scheme) in schemes {
+                    component.join(n, &scheme);
+                    self.schemes.insert(n, scheme);
+                }
                 let paces = self.global_offset(view, job.id, &out, &component, self.measured);
                 out.extend(paces);
             }
         }
         self.component = component;
         self.score_memo = memo;
+        self.node_pods = node_pods;
         out
     }
 
@@ -843,6 +830,7 @@ impl Metronome {
     }
 }
 
+mod components;
 mod pipeline;
 #[cfg(test)]
 mod tests;

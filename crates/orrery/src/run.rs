@@ -318,13 +318,14 @@ fn print_summary(summary: &experiment::Summary, quiet: bool, runs: bool, timings
         let pw = summary.runs.iter().map(|r| r.policy.chars().count()).max().unwrap_or(0);
         for r in &summary.runs {
             eprintln!(
-                "  {:<sw$} {:<pw$} seed {:<4} {:>10} events in {:>8.3} s = {:>10.0} events/s ({}, {} iterations fast-forwarded)",
+                "  {:<sw$} {:<pw$} seed {:<4} {:>10} events in {:>8.3} s = {:>10.0} events/s, {:.3} s deciding ({}, {} iterations fast-forwarded)",
                 r.scenario,
                 r.policy,
                 r.seed,
                 r.events,
                 r.wall_s,
                 r.events as f64 / r.wall_s.max(1e-9),
+                r.decisions_s,
                 r.fidelity,
                 r.skipped_iterations
             );

@@ -383,12 +383,12 @@ fn rounds(mut m: Metronome, t: &Topology, specs: &[JobSpec], blocked: &[Vec<u32>
 /// reference, and the low-priority jobs paced from it) keep the node's
 /// relative shift, modulo their common period. Returns the pairs checked.
 fn check_theorem_1(m: &Metronome) -> usize {
-    let component = components(m.schemes.values());
+    let component = Components::of(m.schemes.iter());
     let mut checked = 0;
     for scheme in m.schemes.values() {
-        let label = component[&scheme.jobs[0].0];
+        let label = component.label(scheme.jobs[0].0).expect("on a scheme");
         let members = scheme.jobs.iter().map(|j| j.0);
-        let all: Vec<JobId> = component.iter().filter(|(_, l)| **l == label).map(|(&j, _)| j).collect();
+        let all = component.members(label).0;
         let prio =
             |j: JobId| m.schemes.values().flat_map(|s| &s.jobs).find(|x| x.0 == j).map(|x| x.3).expect("on a scheme");
         let root = *all.iter().max_by_key(|&&j| (prio(j), std::cmp::Reverse(j))).expect("a member");
