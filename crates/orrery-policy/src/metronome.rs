@@ -271,9 +271,9 @@ impl Metronome {
     /// whatever changed. None when nothing can be re-profiled (no longer
     /// iteration, no communication, the job is on no scheme, or the new
     /// rotation would pace it slower than it runs: then the caller pauses it
-    /// as before). O(scheme entries) to keep the graph for a rollback, and
-    /// O(jobs on its nodes · A + a two-job search per node + the global
-    /// offset).
+    /// as before). O(paced jobs) to keep the controller's state for a
+    /// rollback, and O(jobs on its nodes · A + a two-job search per node +
+    /// the global offset).
     fn recalculate(&mut self, view: &ClusterView<'_>, job: JobId, measured_ms: f64) -> Option<Vec<Decision>> {
         let t = view.topology;
         let r = view.running.iter().find(|r| r.id == job)?;
@@ -299,14 +299,24 @@ impl Metronome {
             })
             .collect();
         let stretched = Circle { period_ms: circle.period_ms + extra, arcs };
-        let nodes: Vec<HostId> =
-            self.schemes.iter().filter(|(_, s)| s.jobs.iter().any(|j| j.0 == job)).map(|(&n, _)| n).collect();
+        // Re-profiling keeps every scheme's jobs (the job is rotated anew
+        // among the same ones), so it keeps the graph's components.
+        if std::mem::take(&mut self.components_stale) {
+            self.component = Components::of(self.schemes.iter());
+        }
+        // The nodes of the graph that hold the job, in node order.
+        let holds = |n: &HostId| self.schemes.get(n).is_some_and(|s| s.jobs.iter().any(|j| j.0 == job));
+        let mut nodes: Vec<HostId> = self
+            .component
+            .label(job)
+            .map_or_else(Vec::new, |l| self.component.members(l).1.iter().copied().filter(holds).collect());
+        nodes.sort_unstable();
         if nodes.is_empty() {
             return None;
         }
         // Kept to roll back a recalculation that is not adopted.
-        let (saved_schemes, saved_watched) = (self.schemes.clone(), self.watched.clone());
-        self.components_stale = true;
+        let saved_schemes: Vec<(HostId, Scheme)> = nodes.iter().map(|&n| (n, self.schemes[&n].clone())).collect();
+        let saved_watched = self.watched.clone();
         for n in nodes {
             let mut old = self.schemes[&n].clone();
             old.jobs.retain(|j| j.0 != job);
@@ -335,9 +345,10 @@ impl Metronome {
             self.schemes.insert(n, scheme);
         }
         self.watched.remove(&job);
-        let component = Components::of(self.schemes.iter());
+        let component = std::mem::take(&mut self.component);
         // (The re-profiled job was paced: it stays so.)
         let paces = self.global_offset(view, job, &[], &component, false);
+        self.component = component;
         // "When necessary" (§III-C): the new rotation is adopted only if it
         // paces the job no slower than it already runs. The unified circle
         // rounds periods up, and a job paced at a longer period than its
@@ -348,7 +359,7 @@ impl Metronome {
         // A recalculation that did not re-pace the job (its slot did not
         // change) would leave it unwatched: keep the old state and pause.
         if slower || !self.watched.contains_key(&job) {
-            self.schemes = saved_schemes;
+            self.schemes.extend(saved_schemes);
             self.watched = saved_watched;
             return None;
         }

@@ -47,6 +47,8 @@ pub struct Point {
     pub policy: String,
     /// The run's own wall time, s (without writing outputs).
     pub wall_s: f64,
+    /// Of it, in the policy's scheduling decisions, s.
+    pub deciding_s: f64,
     /// Events processed.
     pub events: u64,
     /// Peak resident memory of the whole process, MiB.
@@ -130,10 +132,11 @@ pub fn run(args: &ScaleArgs) -> Result<()> {
                 Ok(p) => {
                     bar.suspend(|| {
                         eprintln!(
-                            "{:>6} hosts  {:<16} {:>9.1} s  {:>11.0} events/s  {:>7.0} MiB  decisions {:.2} / {:.2} ms",
+                            "{:>6} hosts  {:<16} {:>9.1} s ({:.1} s deciding)  {:>11.0} events/s  {:>7.0} MiB  decisions {:.2} / {:.2} ms",
                             p.hosts,
                             p.policy,
                             p.wall_s,
+                            p.deciding_s,
                             p.events as f64 / p.wall_s.max(1e-9),
                             p.peak_mib,
                             p.decision_p50_ms,
@@ -210,6 +213,7 @@ fn run_one(exe: &Path, file: &Path, hosts: usize, policy: &str, out: &Path, limi
         hosts,
         policy: policy.to_string(),
         wall_s: run.wall_s,
+        deciding_s: run.decisions_s,
         events: run.events,
         peak_mib,
         decision_p50_ms: run.metrics.decision_ms_p50,
@@ -249,16 +253,17 @@ fn series(points: &[Point], policy: &str, f: impl Fn(&Point) -> f64) -> Vec<(f64
 /// exponents.
 pub fn table(points: &[Point], policies: &[String]) -> String {
     let mut s = String::from(
-        "| policy | hosts | wall (s) | events/s | peak memory (MiB) | decision median (ms) | decision p99 (ms) |\n\
-         |---|---:|---:|---:|---:|---:|---:|\n",
+        "| policy | hosts | wall (s) | deciding (s) | events/s | peak memory (MiB) | decision median (ms) | decision p99 (ms) |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for policy in policies {
         for p in points.iter().filter(|p| &p.policy == policy) {
             s += &format!(
-                "| `{}` | {} | {:.1} | {:.0} | {:.0} | {:.2} | {:.2} |\n",
+                "| `{}` | {} | {:.1} | {:.1} | {:.0} | {:.0} | {:.2} | {:.2} |\n",
                 p.policy,
                 p.hosts,
                 p.wall_s,
+                p.deciding_s,
                 p.events as f64 / p.wall_s.max(1e-9),
                 p.peak_mib,
                 p.decision_p50_ms,

@@ -23,12 +23,36 @@ pub(super) struct Components {
 impl Components {
     /// The components of the graph whose edges are `schemes` (node → its
     /// scheme). O(scheme entries).
-    pub(super) fn of<'a>(schemes: impl Iterator<Item = (&'a HostId, &'a Scheme)>) -> Components {
-        let mut c = Components::default();
-        for (&n, scheme) in schemes {
-            c.join(n, scheme);
+    pub(super) fn of<'a>(schemes: impl Iterator<Item = (&'a HostId, &'a Scheme)> + Clone) -> Components {
+        // Union-find, each root the smallest job of its set.
+        fn find(parent: &mut FastMap<JobId, JobId>, j: JobId) -> JobId {
+            let p = *parent.entry(j).or_insert(j);
+            if p == j {
+                return j;
+            }
+            let root = find(parent, p);
+            parent.insert(j, root);
+            root
         }
-        c
+        let mut parent: FastMap<JobId, JobId> = FastMap::default();
+        for (_, scheme) in schemes.clone() {
+            let first = scheme.jobs[0].0;
+            for &(j, ..) in &scheme.jobs[1..] {
+                let (a, b) = (find(&mut parent, first), find(&mut parent, j));
+                parent.insert(a.max(b), a.min(b));
+            }
+            find(&mut parent, first);
+        }
+        let jobs: Vec<JobId> = parent.keys().copied().collect();
+        let label: FastMap<JobId, JobId> = jobs.into_iter().map(|j| (j, find(&mut parent, j))).collect();
+        let mut members: FastMap<JobId, (Vec<JobId>, Vec<HostId>)> = FastMap::default();
+        for (&j, &l) in &label {
+            members.entry(l).or_default().0.push(j);
+        }
+        for (&n, scheme) in schemes {
+            members.entry(label[&scheme.jobs[0].0]).or_default().1.push(n);
+        }
+        Components { label, members }
     }
 
     /// The label of `job`'s component, if it is on a scheme.

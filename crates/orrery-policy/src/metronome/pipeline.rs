@@ -122,9 +122,7 @@ fn node_key(gpu: &str, nic: f64, pods: &[Pod]) -> Vec<u64> {
 /// found, with the unified circle for Reserve. O(unify + a FastFeasible
 /// search).
 fn score_node(spec: &JobSpec, id: JobId, circle: &Circle, others: &[Pod], nic: f64) -> (f64, Option<UnifiedCircle>) {
-    let bw = circle.arcs.iter().map(|a| a.gbps).fold(0.0, f64::max);
-    let total_bw: f64 = others.iter().map(|o| o.1.arcs.iter().map(|a| a.gbps).fold(0.0, f64::max)).sum::<f64>() + bw;
-    if spec.low_comm || bw == 0.0 || others.is_empty() || total_bw <= nic {
+    if !contended(spec, circle, others, nic) {
         return (100.0, None);
     }
     let mut circles: Vec<CircleJob> = others
@@ -139,6 +137,19 @@ fn score_node(spec: &JobSpec, id: JobId, circle: &Circle, others: &[Pod], nic: f
         }
         Err(_) => (0.0, None),
     }
+}
+
+/// Whether a node holding `others` is contended for the newcomer `spec`
+/// whose circle there is `circle` (Eq. 18's early returns otherwise: no
+/// other communicating pod, or their peaks and the newcomer's fit the NIC).
+/// O(others · arcs).
+fn contended(spec: &JobSpec, circle: &Circle, others: &[Pod], nic: f64) -> bool {
+    let bw = circle.arcs.iter().map(|a| a.gbps).fold(0.0, f64::max);
+    if spec.low_comm || bw == 0.0 || others.is_empty() {
+        return false;
+    }
+    let total_bw: f64 = others.iter().map(|o| o.1.arcs.iter().map(|a| a.gbps).fold(0.0, f64::max)).sum::<f64>() + bw;
+    total_bw > nic
 }
 
 /// Eq. 19: latency scores normalised to 0–100, lower latency scoring higher.
@@ -287,6 +298,8 @@ impl Metronome {
         // nodes alike share one unification and search (issue 43: 4,096
         // nodes holding a handful of kinds of job). O(pods on n) a key.
         let mut alike: FastMap<Vec<u64>, u32> = FastMap::default();
+        // The index in `scored` of an uncontended node's score.
+        let mut uncontended: Option<u32> = None;
         // Pods of other jobs this one depends on, or that depend on it.
         let dependencies = view.dependency_hosts(spec);
         // Each node's summed latency to the pods chosen so far, kept as
@@ -315,6 +328,17 @@ impl Metronome {
                     continue;
                 }
                 // Score (Eq. 18) with the early returns.
+                if score_of[n] == u32::MAX {
+                    let others = node_pods.on(n);
+                    // An uncontended node scores 100 without a search: no
+                    // key to build, nothing for the memo to keep.
+                    if !contended(spec, circle, others, nic) {
+                        score_of[n] = *uncontended.get_or_insert_with(|| {
+                            scored.push((100.0, None));
+                            scored.len() as u32 - 1
+                        });
+                    }
+                }
                 if score_of[n] == u32::MAX {
                     let others = node_pods.on(n);
                     let key = node_key(&kinds.kinds[kind].0, nic, others);
