@@ -330,25 +330,23 @@ impl Metronome {
                 // Score (Eq. 18) with the early returns.
                 if score_of[n] == u32::MAX {
                     let others = node_pods.on(n);
-                    // An uncontended node scores 100 without a search: no
-                    // key to build, nothing for the memo to keep.
-                    if !contended(spec, circle, others, nic) {
-                        score_of[n] = *uncontended.get_or_insert_with(|| {
+                    score_of[n] = if contended(spec, circle, others, nic) {
+                        let key = node_key(&kinds.kinds[kind].0, nic, others);
+                        *alike.entry(key).or_insert_with_key(|key| {
+                            let memo_key: Vec<u64> = newcomer.iter().chain(key).copied().collect();
+                            let score =
+                                memo.entry(memo_key).or_insert_with(|| score_node(spec, job.id, circle, others, nic));
+                            scored.push(score.clone());
+                            scored.len() as u32 - 1
+                        })
+                    } else {
+                        // An uncontended node scores 100 without a search:
+                        // no key to build, nothing for the memo to keep.
+                        *uncontended.get_or_insert_with(|| {
                             scored.push((100.0, None));
                             scored.len() as u32 - 1
-                        });
-                    }
-                }
-                if score_of[n] == u32::MAX {
-                    let others = node_pods.on(n);
-                    let key = node_key(&kinds.kinds[kind].0, nic, others);
-                    score_of[n] = *alike.entry(key).or_insert_with_key(|key| {
-                        let memo_key: Vec<u64> = newcomer.iter().chain(key).copied().collect();
-                        let score =
-                            memo.entry(memo_key).or_insert_with(|| score_node(spec, job.id, circle, others, nic));
-                        scored.push(score.clone());
-                        scored.len() as u32 - 1
-                    });
+                        })
+                    };
                 }
                 let (score, unified) = &scored[score_of[n] as usize];
                 // Filter (after Cassini): a node that would close a loop in the
