@@ -40,6 +40,22 @@ impl Latencies {
         if a == b { 0.0 } else { self.us[self.kind[a] as usize * self.kinds + self.kind[b] as usize] }
     }
 
+    /// Kinds of attachment: two hosts of one kind see the same latency to
+    /// every host other than themselves.
+    pub fn kinds(&self) -> usize {
+        self.kinds
+    }
+
+    /// The kind of attachment of `host`.
+    pub fn kind(&self, host: HostId) -> usize {
+        self.kind[host] as usize
+    }
+
+    /// Latency from a host of kind `a` to another host of kind `b`, µs.
+    pub fn between(&self, a: usize, b: usize) -> f64 {
+        self.us[a * self.kinds + b]
+    }
+
     /// Each host's mean latency to every host it reaches (itself counted
     /// as 0), over all hosts, summed in host order. O(hosts²) time, once
     /// per topology.

@@ -12,6 +12,7 @@ use orrery_interleave::score::{compatibility, demand};
 use orrery_interleave::unified::{CircleJob, Params, UnifiedCircle, UnifiedJob, unify};
 use orrery_interleave::{Search, solve};
 use orrery_model::placed::place;
+use orrery_model::topology::Latencies;
 use orrery_model::zoo::{Placement, model};
 use orrery_model::{Circle, HostId, JobSpec};
 use std::sync::Arc;
@@ -156,10 +157,12 @@ fn contended(spec: &JobSpec, circle: &Circle, others: &[Pod], nic: f64) -> bool 
 pub fn normalize(delta: &[f64]) -> Vec<f64> {
     let lo = delta.iter().copied().fold(f64::INFINITY, f64::min);
     let hi = delta.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    delta
-        .iter()
-        .map(|&d| if hi > lo { 100.0 - (100.0 * (d - lo) / (hi - lo)).floor() } else { 100.0 - (d - lo) })
-        .collect()
+    delta.iter().map(|&d| normalized(d, lo, hi)).collect()
+}
+
+/// Eq. 19 for one latency `d` among latencies from `lo` to `hi`.
+fn normalized(d: f64, lo: f64, hi: f64) -> f64 {
+    if hi > lo { 100.0 - (100.0 * (d - lo) / (hi - lo)).floor() } else { 100.0 - (d - lo) }
 }
 
 /// A newcomer's place in a node's existing scheme: the jobs of `old` are
@@ -232,6 +235,245 @@ impl HostKinds {
     }
 }
 
+/// Filter (a free GPU, Eq. 14's declared bandwidth, anti-affinity, the
+/// dependency-loop rule) and Score (Eq. 18) of one job's pods, node by
+/// node, with what they keep between its pods.
+struct PodFilter<'a> {
+    metronome: &'a Metronome,
+    spec: &'a JobSpec,
+    job: JobId,
+    /// GPUs a pod takes.
+    per_pod: u32,
+    node_pods: &'a NodePods,
+    component: &'a super::Components,
+    memo: &'a mut ScoreMemo,
+    /// The job's declared peak and its circle (with its key) on each kind of host.
+    circles: Vec<(Option<f64>, Option<KindCircle>)>,
+    /// Free GPUs once the pods chosen so far are placed.
+    scratch: Vec<u32>,
+    is_chosen: Vec<bool>,
+    /// Each node's score (Eq. 18), an index into `scored`, derived once
+    /// per job: it depends on the node's pods and the newcomer's circle,
+    /// not on which pod of the job is being placed.
+    score_of: Vec<u32>,
+    scored: Vec<(f64, Option<UnifiedCircle>)>,
+    /// A node's score depends only on its kind (GPU, rate) and on its
+    /// pods' circles and priorities in order, not on which node it is:
+    /// nodes alike share one unification and search (issue 43: 4,096
+    /// nodes holding a handful of kinds of job). O(pods on n) a key.
+    alike: FastMap<Vec<u64>, u32>,
+    /// The index in `scored` of an uncontended node's score.
+    uncontended: Option<u32>,
+    /// Components of the Affinity graph the job reaches through the
+    /// contended nodes chosen so far.
+    joined: FastSet<JobId>,
+    /// The jobs already on each contended node chosen so far: a node with
+    /// the same jobs is the same vertex of the graph (it sees the same
+    /// circles), as both hosts of a two-job ring are.
+    chosen_sets: Vec<Vec<JobId>>,
+}
+
+impl PodFilter<'_> {
+    fn jobs_on(&self, n: HostId) -> Vec<JobId> {
+        let mut ids: Vec<JobId> = self.node_pods.on(n).iter().map(|o| o.0).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        ids
+    }
+
+    /// Whether the next pod may go to node `n`, with the index of its
+    /// score in `scored`. O(1) once the node is scored, plus O(pods on n)
+    /// for the loop rule on a contended node.
+    fn filter(&mut self, n: HostId) -> Option<u32> {
+        let Self { metronome, spec, circles, scratch, is_chosen, score_of, scored, node_pods, .. } = self;
+        let kinds = &metronome.host_kinds;
+        // Filter: a free GPU, and the pod's declared bandwidth — its peak
+        // rate on the fastest NIC — within the link (Eq. 14).
+        let kind = kinds.kind[n] as usize;
+        let nic = kinds.kinds[kind].1;
+        let (Some(peak), Some((circle, newcomer))) = &circles[kind] else { return None };
+        if scratch[n] < self.per_pod || *peak > nic + 1e-9 || (spec.anti_affinity && is_chosen[n]) {
+            return None;
+        }
+        // Score (Eq. 18) with the early returns.
+        if score_of[n] == u32::MAX {
+            let others = node_pods.on(n);
+            score_of[n] = if contended(spec, circle, others, nic) {
+                let key = node_key(&kinds.kinds[kind].0, nic, others);
+                let (memo, job) = (&mut *self.memo, self.job);
+                *self.alike.entry(key).or_insert_with_key(|key| {
+                    let memo_key: Vec<u64> = newcomer.iter().chain(key).copied().collect();
+                    let score = memo.entry(memo_key).or_insert_with(|| score_node(spec, job, circle, others, nic));
+                    scored.push(score.clone());
+                    scored.len() as u32 - 1
+                })
+            } else {
+                // An uncontended node scores 100 without a search: no key
+                // to build, nothing for the memo to keep.
+                *self.uncontended.get_or_insert_with(|| {
+                    scored.push((100.0, None));
+                    scored.len() as u32 - 1
+                })
+            };
+        }
+        let s = score_of[n];
+        // Filter (after Cassini): a node that would close a loop in the
+        // Affinity graph is dropped, as no global offset could keep every
+        // link's shifts. A contended node that is already a link of the
+        // graph adds one edge, to its component; a node that becomes one
+        // joins every job on it. O(pods on n).
+        if self.metronome.loop_filter
+            && self.scored[s as usize].1.is_some()
+            && !self.is_chosen[n]
+            && !self.chosen_sets.contains(&self.jobs_on(n))
+        {
+            let label = |j: JobId| self.component.label(j).unwrap_or(j);
+            let labels: Vec<JobId> = if let Some(old) = self.metronome.schemes.get(&n) {
+                vec![label(old.jobs[0].0)]
+            } else {
+                self.node_pods.on(n).iter().map(|o| label(o.0)).collect()
+            };
+            let distinct: FastSet<JobId> = labels.iter().copied().collect();
+            if distinct.len() < labels.len() || distinct.iter().any(|l| self.joined.contains(l)) {
+                return None;
+            }
+        }
+        Some(s)
+    }
+
+    /// Takes node `n` (which passed [`Self::filter`]) for a pod; true when
+    /// that joins Affinity graph components, which changes the loop rule's
+    /// verdict on other nodes. O(pods on n).
+    fn choose(&mut self, n: HostId) -> bool {
+        let joins = self.scored[self.score_of[n] as usize].1.is_some() && !self.is_chosen[n];
+        if joins {
+            let component = self.component;
+            self.joined.extend(self.node_pods.on(n).iter().map(|o| component.label(o.0).unwrap_or(o.0)));
+            let set = self.jobs_on(n);
+            self.chosen_sets.push(set);
+        }
+        self.scratch[n] -= self.per_pod;
+        self.is_chosen[n] = true;
+        joins
+    }
+}
+
+/// PreFilter's Δ: a node's summed latency to the job's pods chosen so
+/// far and to the pods of other jobs it depends on, or its mean latency
+/// before there are any. Two hosts of one latency kind see the same
+/// latency to every other host, so a node neither chosen nor depended on
+/// has its kind's sum, kept by kind; a chosen node's own sum is kept by
+/// node. O(kinds + chosen nodes) a pod, where a sum per host was O(hosts).
+struct Deltas<'a> {
+    latency: &'a Latencies,
+    mean: &'a [f64],
+    dependencies: Vec<HostId>,
+    is_dependency: FastSet<HostId>,
+    /// The sum to the chosen pods of a node of each latency kind not chosen.
+    by_kind: Vec<f64>,
+    /// The sum to the chosen pods of each chosen node.
+    by_chosen: FastMap<HostId, f64>,
+}
+
+impl<'a> Deltas<'a> {
+    fn new(latency: &'a Latencies, mean: &'a [f64], dependencies: Vec<HostId>) -> Self {
+        let is_dependency = dependencies.iter().copied().collect();
+        let by_kind = vec![0.0; latency.kinds()];
+        Deltas { latency, mean, dependencies, is_dependency, by_kind, by_chosen: FastMap::default() }
+    }
+
+    /// Whether Δ is each node's mean latency (nothing placed to be near).
+    fn by_mean(&self) -> bool {
+        self.by_chosen.is_empty() && self.dependencies.is_empty()
+    }
+
+    /// Whether node `n`'s Δ may differ from its latency kind's.
+    fn own(&self, n: HostId) -> bool {
+        self.by_mean() || self.by_chosen.contains_key(&n) || self.is_dependency.contains(&n)
+    }
+
+    /// Δ of node `n`: the same sums, in the same order, as a sum kept per
+    /// host. O(dependencies).
+    fn of(&self, n: HostId) -> f64 {
+        if self.by_mean() {
+            return self.mean[n];
+        }
+        let base = self.by_chosen.get(&n).copied().unwrap_or(self.by_kind[self.latency.kind(n)]);
+        self.dependencies.iter().fold(base, |sum, &c| sum + self.latency.get(n, c))
+    }
+
+    /// A pod was placed on node `n`. O(kinds + chosen nodes).
+    fn add(&mut self, n: HostId) {
+        let kind = self.latency.kind(n);
+        self.by_chosen.entry(n).or_insert(self.by_kind[kind]);
+        for (&m, sum) in &mut self.by_chosen {
+            *sum += self.latency.get(m, n);
+        }
+        for (k, sum) in self.by_kind.iter_mut().enumerate() {
+            *sum += self.latency.between(k, kind);
+        }
+    }
+}
+
+/// The nodes the job's next pod may go to, kept between its pods. A
+/// node's Filter changes only when it is chosen (its free GPUs,
+/// anti-affinity), which gives it a Δ of its own, or when the chosen node
+/// joins components of the Affinity graph (the loop rule), which makes
+/// them all be filtered again. Nodes of one score and one Δ are kept
+/// together in host order, and only the first of them can be picked, so a
+/// pod costs O(kinds · scores + own nodes) where a scan was O(hosts).
+#[derive(Default)]
+struct Candidates {
+    /// (score index, latency kind) → nodes whose Δ is their kind's, in
+    /// host order; those before `.1` were chosen.
+    alike: FastMap<(u32, usize), (Vec<HostId>, usize)>,
+    /// Nodes with a Δ of their own, with their score index.
+    own: Vec<(HostId, u32)>,
+    /// Every node must be filtered again.
+    stale: bool,
+}
+
+impl Candidates {
+    /// Brings the candidates up to date for the next pod: O(hosts) when
+    /// stale, else O(own nodes).
+    fn refresh(&mut self, filter: &mut PodFilter<'_>, deltas: &Deltas<'_>) {
+        if !std::mem::take(&mut self.stale) {
+            self.own.retain_mut(|(n, s)| filter.filter(*n).map(|x| *s = x).is_some());
+            return;
+        }
+        self.alike.clear();
+        self.own.clear();
+        for n in 0..filter.scratch.len() {
+            let Some(s) = filter.filter(n) else { continue };
+            if deltas.own(n) {
+                self.own.push((n, s));
+            } else {
+                self.alike.entry((s, deltas.latency.kind(n))).or_default().0.push(n);
+            }
+        }
+    }
+
+    /// Every node that can be picked, with its score index: the first of
+    /// each group alike, and those with a Δ of their own.
+    fn all(&self) -> impl Iterator<Item = (HostId, u32)> + '_ {
+        let firsts = self.alike.iter().filter_map(|(&(s, _), (nodes, next))| nodes.get(*next).map(|&n| (n, s)));
+        firsts.chain(self.own.iter().copied())
+    }
+
+    /// Node `n` was picked: it now has a Δ of its own.
+    fn take(&mut self, n: HostId, filter: &PodFilter<'_>, deltas: &Deltas<'_>) {
+        if self.own.iter().any(|o| o.0 == n) {
+            return;
+        }
+        let s = filter.score_of[n];
+        if let Some((nodes, next)) = self.alike.get_mut(&(s, deltas.latency.kind(n))) {
+            debug_assert_eq!(nodes.get(*next), Some(&n), "only the first of a group is picked");
+            *next += 1;
+        }
+        self.own.push((n, s));
+    }
+}
+
 impl Metronome {
     /// Places all pods of `job` or none; returns the hosts and the offset
     /// scheme of each node where the job contends. `component` labels the
@@ -251,23 +493,6 @@ impl Metronome {
         // spans nodes (`JobSpec::host_unit`).
         let per_pod = if spec.parallelism.is_some() { spec.host_unit() } else { spec.gpus_per_worker.max(1) };
         let kinds = &self.host_kinds;
-        let mut scratch = free.to_vec();
-        let mut chosen: Vec<HostId> = Vec::new();
-        let mut is_chosen = vec![false; t.hosts.len()];
-        // Components of the Affinity graph the job reaches through the
-        // contended nodes chosen so far.
-        let mut joined: FastSet<JobId> = FastSet::default();
-        // The jobs already on each contended node chosen so far: a node with
-        // the same jobs is the same vertex of the graph (it sees the same
-        // circles), as both hosts of a two-job ring are.
-        let mut chosen_sets: Vec<Vec<JobId>> = Vec::new();
-        let jobs_on = |n: HostId| -> Vec<JobId> {
-            let mut ids: Vec<JobId> = node_pods.on(n).iter().map(|o| o.0).collect();
-            ids.sort_unstable();
-            ids.dedup();
-            ids
-        };
-        let label = |j: JobId| component.label(j).unwrap_or(j);
         // The job's circle depends only on the host's kind: derived once per
         // kind, on the fastest NIC (its declared bandwidth) and on the
         // host's own, with the declared peak.
@@ -288,110 +513,58 @@ impl Metronome {
                 (Some(peak), own)
             })
             .collect();
-        // Each node's score (Eq. 18), an index into `scored`, derived once
-        // per job: it depends on the node's pods and the newcomer's circle,
-        // not on which pod of the job is being placed.
-        let mut score_of: Vec<u32> = vec![u32::MAX; t.hosts.len()];
-        let mut scored: Vec<(f64, Option<UnifiedCircle>)> = Vec::new();
-        // A node's score depends only on its kind (GPU, rate) and on its
-        // pods' circles and priorities in order, not on which node it is:
-        // nodes alike share one unification and search (issue 43: 4,096
-        // nodes holding a handful of kinds of job). O(pods on n) a key.
-        let mut alike: FastMap<Vec<u64>, u32> = FastMap::default();
-        // The index in `scored` of an uncontended node's score.
-        let mut uncontended: Option<u32> = None;
-        // Pods of other jobs this one depends on, or that depend on it.
-        let dependencies = view.dependency_hosts(spec);
-        // Each node's summed latency to the pods chosen so far, kept as
-        // they are chosen: O(hosts) a pod, not O(hosts · pods).
-        let mut to_chosen = vec![0.0; t.hosts.len()];
+        let mut filter = PodFilter {
+            metronome: self,
+            spec,
+            job: job.id,
+            per_pod,
+            node_pods,
+            component,
+            memo,
+            circles,
+            scratch: free.to_vec(),
+            is_chosen: vec![false; t.hosts.len()],
+            score_of: vec![u32::MAX; t.hosts.len()],
+            scored: Vec::new(),
+            alike: FastMap::default(),
+            uncontended: None,
+            joined: FastSet::default(),
+            chosen_sets: Vec::new(),
+        };
+        // PreFilter: latency to the pods it depends on that are placed (its
+        // job's own so far, and its AppGroup dependencies'), or the mean.
+        let mut deltas = Deltas::new(&self.latency, &self.mean_latency, view.dependency_hosts(spec));
+        let mut candidates = Candidates { stale: true, ..Candidates::default() };
+        let mut chosen: Vec<HostId> = Vec::new();
         for _pod in 0..spec.gpus() / per_pod {
-            // PreFilter: latency to the pods it depends on that are placed
-            // (its job's own so far, and its AppGroup dependencies'), or the
-            // mean.
-            let delta = |n: HostId| -> f64 {
-                if chosen.is_empty() && dependencies.is_empty() {
-                    self.mean_latency[n]
-                } else {
-                    dependencies.iter().fold(to_chosen[n], |sum, &c| sum + self.latency.get(n, c))
-                }
-            };
-            // (node, score)
-            let mut best: Vec<(HostId, f64)> = Vec::new();
-            for (n, &available) in scratch.iter().enumerate() {
-                // Filter: a free GPU, and the pod's declared bandwidth — its
-                // peak rate on the fastest NIC — within the link (Eq. 14).
-                let kind = kinds.kind[n] as usize;
-                let nic = kinds.kinds[kind].1;
-                let (Some(peak), Some((circle, newcomer))) = &circles[kind] else { continue };
-                if available < per_pod || *peak > nic + 1e-9 || (spec.anti_affinity && is_chosen[n]) {
-                    continue;
-                }
-                // Score (Eq. 18) with the early returns.
-                if score_of[n] == u32::MAX {
-                    let others = node_pods.on(n);
-                    score_of[n] = if contended(spec, circle, others, nic) {
-                        let key = node_key(&kinds.kinds[kind].0, nic, others);
-                        *alike.entry(key).or_insert_with_key(|key| {
-                            let memo_key: Vec<u64> = newcomer.iter().chain(key).copied().collect();
-                            let score =
-                                memo.entry(memo_key).or_insert_with(|| score_node(spec, job.id, circle, others, nic));
-                            scored.push(score.clone());
-                            scored.len() as u32 - 1
-                        })
-                    } else {
-                        // An uncontended node scores 100 without a search:
-                        // no key to build, nothing for the memo to keep.
-                        *uncontended.get_or_insert_with(|| {
-                            scored.push((100.0, None));
-                            scored.len() as u32 - 1
-                        })
-                    };
-                }
-                let (score, unified) = &scored[score_of[n] as usize];
-                // Filter (after Cassini): a node that would close a loop in the
-                // Affinity graph is dropped, as no global offset could keep
-                // every link's shifts. A contended node that is already a
-                // link of the graph adds one edge, to its component; a node
-                // that becomes one joins every job on it. O(pods on n).
-                if unified.is_some() && !is_chosen[n] && !chosen_sets.contains(&jobs_on(n)) {
-                    let others = node_pods.on(n);
-                    let labels: Vec<JobId> = if let Some(old) = self.schemes.get(&n) {
-                        vec![label(old.jobs[0].0)]
-                    } else {
-                        others.iter().map(|o| label(o.0)).collect()
-                    };
-                    let distinct: FastSet<JobId> = labels.iter().copied().collect();
-                    if self.loop_filter
-                        && (distinct.len() < labels.len() || distinct.iter().any(|l| joined.contains(l)))
-                    {
-                        continue;
-                    }
-                }
-                best.push((n, *score));
-            }
-            let max = best.iter().map(|b| b.1).fold(f64::NEG_INFINITY, f64::max);
-            let top: Vec<&(HostId, f64)> = best.iter().filter(|b| b.1 >= max - 1e-9).collect();
-            // NormalizeScore (Eq. 19) among the best: lowest latency, or highest for LowComm.
-            let d: Vec<f64> = top.iter().map(|b| delta(b.0)).collect();
-            let norm = normalize(&d);
-            let pick = (0..top.len()).max_by(|&a, &b| {
-                let (x, y) = if spec.low_comm { (100.0 - norm[a], 100.0 - norm[b]) } else { (norm[a], norm[b]) };
-                x.total_cmp(&y).then(top[b].0.cmp(&top[a].0))
+            candidates.refresh(&mut filter, &deltas);
+            // Score's best, then NormalizeScore (Eq. 19) among the best:
+            // lowest latency, or highest for LowComm; the lowest host first.
+            let scores = &filter.scored;
+            let max = candidates.all().map(|(_, s)| scores[s as usize].0).fold(f64::NEG_INFINITY, f64::max);
+            let top: Vec<(HostId, f64)> = candidates
+                .all()
+                .filter(|&(_, s)| scores[s as usize].0 >= max - 1e-9)
+                .map(|(n, _)| (n, deltas.of(n)))
+                .collect();
+            let lo = top.iter().map(|c| c.1).fold(f64::INFINITY, f64::min);
+            let hi = top.iter().map(|c| c.1).fold(f64::NEG_INFINITY, f64::max);
+            let (n, _) = top.iter().map(|&(n, d)| (n, normalized(d, lo, hi))).max_by(|a, b| {
+                let (x, y) = if spec.low_comm { (100.0 - a.1, 100.0 - b.1) } else { (a.1, b.1) };
+                x.total_cmp(&y).then(b.0.cmp(&a.0))
             })?;
-            let (n, _) = *top[pick];
-            if scored[score_of[n] as usize].1.is_some() && !is_chosen[n] {
-                let others = node_pods.on(n);
-                joined.extend(others.iter().map(|o| label(o.0)));
-                chosen_sets.push(jobs_on(n));
+            candidates.take(n, &filter, &deltas);
+            if filter.choose(n) {
+                candidates.stale = true;
             }
-            scratch[n] -= per_pod;
+            if deltas.by_mean() {
+                // The next pods' Δ are sums over the chosen, by latency kind.
+                candidates.stale = true;
+            }
+            deltas.add(n);
             chosen.push(n);
-            is_chosen[n] = true;
-            for (m, sum) in to_chosen.iter_mut().enumerate() {
-                *sum += self.latency.get(m, n);
-            }
         }
+        let PodFilter { scratch, score_of, scored, .. } = filter;
         // Reserve: each contended node's offset scheme. SkipPhaseThree
         // (§III-B) keeps the Score phase's rotations when the best score is
         // not perfect (contention cannot be avoided) or the node holds two
@@ -445,5 +618,60 @@ impl Metronome {
             }
         }
         Some(JobPlacement { hosts, schemes })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use orrery_model::setups::LeafSpine;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Δ kept by latency kind and by chosen node is, bit for bit, the
+        /// sum a per-host array kept (each chosen pod's latency added to
+        /// every host, then the dependencies'), on racks of different
+        /// sizes, with pods chosen again on one host and dependencies
+        /// among them.
+        #[test]
+        fn deltas_by_kind_are_the_sums_kept_per_host(
+            racks in 2u32..5,
+            hosts_per_rack in 1u32..4,
+            picks in proptest::collection::vec(0usize..16, 1..10),
+            deps in proptest::collection::vec(0usize..16, 0..4),
+        ) {
+            let t = LeafSpine {
+                racks,
+                hosts_per_rack,
+                spines: 2,
+                gpus_per_host: 8,
+                gpu_type: "a100".into(),
+                host_gbps: 100.0,
+                uplink_gbps: 100.0,
+            }
+            .build("t")
+            .expect("valid");
+            let h = t.hosts.len();
+            let latency = t.latencies_us();
+            let mean = latency.means();
+            let deps: Vec<HostId> = deps.iter().map(|d| d % h).collect();
+            let mut deltas = Deltas::new(&latency, &mean, deps.clone());
+            let mut per_host = vec![0.0; h];
+            for (i, pick) in picks.iter().enumerate() {
+                for n in 0..h {
+                    let want = if i == 0 && deps.is_empty() {
+                        mean[n]
+                    } else {
+                        deps.iter().fold(per_host[n], |sum, &c| sum + latency.get(n, c))
+                    };
+                    prop_assert_eq!(deltas.of(n).to_bits(), want.to_bits(), "host {} after {} pods", n, i);
+                }
+                let c = pick % h;
+                deltas.add(c);
+                for (m, sum) in per_host.iter_mut().enumerate() {
+                    *sum += latency.get(m, c);
+                }
+            }
+        }
     }
 }
