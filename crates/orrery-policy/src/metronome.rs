@@ -101,6 +101,9 @@ pub struct Metronome {
     /// Mean latency from each host to all others (the first pod's PreFilter),
     /// computed with `latency`: O(hosts²) once, not per pod.
     mean_latency: Vec<f64>,
+    /// Per latency kind, whether its hosts' means are one
+    /// ([`pipeline::means_alike`]).
+    mean_alike: Vec<bool>,
     /// Each host's kind (GPU type, NIC rate, GPUs): a job's circle depends
     /// only on it. Computed with `latency`.
     host_kinds: HostKinds,
@@ -240,6 +243,7 @@ impl Default for Metronome {
             reprofile: true,
             latency: Latencies::default(),
             mean_latency: Vec::new(),
+            mean_alike: Vec::new(),
             host_kinds: HostKinds::default(),
             watched: Watches::default(),
             schemes: BTreeMap::new(),
@@ -498,6 +502,7 @@ impl Policy for Metronome {
         if self.latency.hosts() != view.topology.hosts.len() {
             self.latency = view.topology.latencies_us();
             self.mean_latency = self.latency.means();
+            self.mean_alike = pipeline::means_alike(&self.latency, &self.mean_latency);
             self.host_kinds = HostKinds::of(view.topology);
         }
         let mut free = view.free_gpus.to_vec();

@@ -143,14 +143,36 @@ fn score_node(spec: &JobSpec, id: JobId, circle: &Circle, others: &[Pod], nic: f
 /// Whether a node holding `others` is contended for the newcomer `spec`
 /// whose circle there is `circle` (Eq. 18's early returns otherwise: no
 /// other communicating pod, or their peaks and the newcomer's fit the NIC).
-/// O(others · arcs).
+/// O(1) on an empty node, else O((others + 1) · arcs).
 fn contended(spec: &JobSpec, circle: &Circle, others: &[Pod], nic: f64) -> bool {
+    if spec.low_comm || others.is_empty() {
+        return false;
+    }
     let bw = circle.arcs.iter().map(|a| a.gbps).fold(0.0, f64::max);
-    if spec.low_comm || bw == 0.0 || others.is_empty() {
+    if bw == 0.0 {
         return false;
     }
     let total_bw: f64 = others.iter().map(|o| o.1.arcs.iter().map(|a| a.gbps).fold(0.0, f64::max)).sum::<f64>() + bw;
     total_bw > nic
+}
+
+/// Per latency kind, whether its hosts' mean latencies (`mean`, from
+/// [`Latencies::means`]) are equal bit for bit. Two hosts of one kind sum
+/// the same latencies in host order but for a 0 at their own place, so
+/// their means can differ in the last bit; where the sums are exact (whole
+/// microseconds) they do not, and the kind's nodes are alike for a job's
+/// first pod too. O(hosts).
+pub(super) fn means_alike(latency: &Latencies, mean: &[f64]) -> Vec<bool> {
+    let mut first: Vec<Option<u64>> = vec![None; latency.kinds()];
+    let mut alike = vec![true; latency.kinds()];
+    for (n, m) in mean.iter().enumerate() {
+        let k = latency.kind(n);
+        match first[k] {
+            None => first[k] = Some(m.to_bits()),
+            Some(bits) => alike[k] &= bits == m.to_bits(),
+        }
+    }
+    alike
 }
 
 /// Eq. 19: latency scores normalised to 0–100, lower latency scoring higher.
@@ -367,6 +389,8 @@ impl PodFilter<'_> {
 struct Deltas<'a> {
     latency: &'a Latencies,
     mean: &'a [f64],
+    /// Per latency kind, whether its hosts' means are one ([`means_alike`]).
+    mean_alike: &'a [bool],
     dependencies: Vec<HostId>,
     is_dependency: FastSet<HostId>,
     /// The sum to the chosen pods of a node of each latency kind not chosen.
@@ -376,10 +400,10 @@ struct Deltas<'a> {
 }
 
 impl<'a> Deltas<'a> {
-    fn new(latency: &'a Latencies, mean: &'a [f64], dependencies: Vec<HostId>) -> Self {
+    fn new(latency: &'a Latencies, mean: &'a [f64], mean_alike: &'a [bool], dependencies: Vec<HostId>) -> Self {
         let is_dependency = dependencies.iter().copied().collect();
         let by_kind = vec![0.0; latency.kinds()];
-        Deltas { latency, mean, dependencies, is_dependency, by_kind, by_chosen: FastMap::default() }
+        Deltas { latency, mean, mean_alike, dependencies, is_dependency, by_kind, by_chosen: FastMap::default() }
     }
 
     /// Whether Δ is each node's mean latency (nothing placed to be near).
@@ -389,7 +413,15 @@ impl<'a> Deltas<'a> {
 
     /// Whether node `n`'s Δ may differ from its latency kind's.
     fn own(&self, n: HostId) -> bool {
-        self.by_mean() || self.by_chosen.contains_key(&n) || self.is_dependency.contains(&n)
+        if self.by_mean() {
+            return !self.mean_alike[self.latency.kind(n)];
+        }
+        self.by_chosen.contains_key(&n) || self.is_dependency.contains(&n)
+    }
+
+    /// Whether some node's Δ is its own only while Δ is the mean latency.
+    fn own_by_mean(&self) -> bool {
+        self.by_mean() && self.mean_alike.iter().any(|a| !a)
     }
 
     /// Δ of node `n`: the same sums, in the same order, as a sum kept per
@@ -424,13 +456,20 @@ impl<'a> Deltas<'a> {
 /// pod costs O(kinds · scores + own nodes) where a scan was O(hosts).
 #[derive(Default)]
 struct Candidates {
-    /// (score index, latency kind) → nodes whose Δ is their kind's, in
-    /// host order; those before `.1` were chosen.
-    alike: FastMap<(u32, usize), (Vec<HostId>, usize)>,
+    /// Per latency kind, its nodes whose Δ is the kind's, by score index,
+    /// in host order; those before `next` were chosen.
+    alike: Vec<Vec<Alike>>,
     /// Nodes with a Δ of their own, with their score index.
     own: Vec<(HostId, u32)>,
     /// Every node must be filtered again.
     stale: bool,
+}
+
+/// Nodes of one latency kind and one score.
+struct Alike {
+    score: u32,
+    nodes: Vec<HostId>,
+    next: usize,
 }
 
 impl Candidates {
@@ -442,13 +481,18 @@ impl Candidates {
             return;
         }
         self.alike.clear();
+        self.alike.resize_with(deltas.latency.kinds(), Vec::new);
         self.own.clear();
         for n in 0..filter.scratch.len() {
-            let Some(s) = filter.filter(n) else { continue };
+            let Some(score) = filter.filter(n) else { continue };
             if deltas.own(n) {
-                self.own.push((n, s));
-            } else {
-                self.alike.entry((s, deltas.latency.kind(n))).or_default().0.push(n);
+                self.own.push((n, score));
+                continue;
+            }
+            let groups = &mut self.alike[deltas.latency.kind(n)];
+            match groups.iter_mut().find(|g| g.score == score) {
+                Some(g) => g.nodes.push(n),
+                None => groups.push(Alike { score, nodes: vec![n], next: 0 }),
             }
         }
     }
@@ -456,7 +500,7 @@ impl Candidates {
     /// Every node that can be picked, with its score index: the first of
     /// each group alike, and those with a Δ of their own.
     fn all(&self) -> impl Iterator<Item = (HostId, u32)> + '_ {
-        let firsts = self.alike.iter().filter_map(|(&(s, _), (nodes, next))| nodes.get(*next).map(|&n| (n, s)));
+        let firsts = self.alike.iter().flatten().filter_map(|g| g.nodes.get(g.next).map(|&n| (n, g.score)));
         firsts.chain(self.own.iter().copied())
     }
 
@@ -466,9 +510,9 @@ impl Candidates {
             return;
         }
         let s = filter.score_of[n];
-        if let Some((nodes, next)) = self.alike.get_mut(&(s, deltas.latency.kind(n))) {
-            debug_assert_eq!(nodes.get(*next), Some(&n), "only the first of a group is picked");
-            *next += 1;
+        if let Some(g) = self.alike[deltas.latency.kind(n)].iter_mut().find(|g| g.score == s) {
+            debug_assert_eq!(g.nodes.get(g.next), Some(&n), "only the first of a group is picked");
+            g.next += 1;
         }
         self.own.push((n, s));
     }
@@ -533,7 +577,7 @@ impl Metronome {
         };
         // PreFilter: latency to the pods it depends on that are placed (its
         // job's own so far, and its AppGroup dependencies'), or the mean.
-        let mut deltas = Deltas::new(&self.latency, &self.mean_latency, view.dependency_hosts(spec));
+        let mut deltas = Deltas::new(&self.latency, &self.mean_latency, &self.mean_alike, view.dependency_hosts(spec));
         let mut candidates = Candidates { stale: true, ..Candidates::default() };
         let mut chosen: Vec<HostId> = Vec::new();
         for _pod in 0..spec.gpus() / per_pod {
@@ -557,8 +601,8 @@ impl Metronome {
             if filter.choose(n) {
                 candidates.stale = true;
             }
-            if deltas.by_mean() {
-                // The next pods' Δ are sums over the chosen, by latency kind.
+            if deltas.own_by_mean() {
+                // The next pods' Δ are sums over the chosen, alike by latency kind.
                 candidates.stale = true;
             }
             deltas.add(n);
@@ -655,7 +699,8 @@ mod tests {
             let latency = t.latencies_us();
             let mean = latency.means();
             let deps: Vec<HostId> = deps.iter().map(|d| d % h).collect();
-            let mut deltas = Deltas::new(&latency, &mean, deps.clone());
+            let alike = means_alike(&latency, &mean);
+            let mut deltas = Deltas::new(&latency, &mean, &alike, deps.clone());
             let mut per_host = vec![0.0; h];
             for (i, pick) in picks.iter().enumerate() {
                 for n in 0..h {
