@@ -73,8 +73,10 @@ type KindCircle = (Circle, Vec<u64>);
 pub(super) type ScoreMemo = FastMap<Vec<u64>, (f64, Option<UnifiedCircle>)>;
 
 /// Entries of the score memo kept at most (it is emptied beyond): a
-/// unified circle is a few kB.
-pub(super) const SCORE_MEMO_ENTRIES: usize = 4096;
+/// unified circle is a few kB. At 4,096 entries the search on a miss was
+/// most of a job's Filter and Score; 65,536 took a third off the
+/// decisions at 16,384 hosts for 64 MiB more (docs/results.md).
+pub(super) const SCORE_MEMO_ENTRIES: usize = 65536;
 
 /// A job's pods placed: GPUs per host, and the offset scheme of each node
 /// where it contends (Reserve).
