@@ -94,6 +94,7 @@ pub async fn start(client: kube::Client, opts: Options) -> Result<Running> {
         heartbeat_s: (opts.node_timeout_s / 4.0).clamp(0.1, 5.0),
         fair_share_half_life_s: None,
         keep_finished_s: f64::INFINITY,
+        flow_sharing: Default::default(),
         pins: BTreeMap::new(),
     };
     let service = orrery_serve::start(orrery_serve::ServeOptions {

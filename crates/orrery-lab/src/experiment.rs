@@ -299,6 +299,7 @@ impl Experiment {
                     let name = &self.policies[chosen[c]];
                     let mut policy = policy(name, seed, &pins).ok_or_else(|| unknown(name))?;
                     policy.set_colocation(&estimate);
+                    policy.set_flow_sharing(self.network.flow_sharing());
                     let cfg = SimConfig {
                         seed,
                         jitter: self.sim.jitter,
@@ -408,6 +409,7 @@ impl Experiment {
                     if self.detail && seed == self.seeds[0] {
                         let mut fresh = self::policy(name, seed, &pins).ok_or_else(|| unknown(name))?;
                         fresh.set_colocation(&estimate);
+                        fresh.set_flow_sharing(self.network.flow_sharing());
                         run.busiest = crate::report::busiest(&topo, &jobs, &run, fresh, &cfg, &script);
                     }
                     Ok(run)

@@ -217,6 +217,19 @@ pub enum QueueingKind {
 }
 
 impl NetworkSpec {
+    /// How its transport shares a link among flows, for the policies
+    /// ([`orrery_policy::Policy::set_flow_sharing`]): unequal for BBR over
+    /// a FIFO (tail-drop, or one priority class), equal otherwise (per-flow
+    /// fair queues even BBR out).
+    pub fn flow_sharing(&self) -> orrery_policy::FlowSharing {
+        match (self.transport, self.queueing) {
+            (TransportKind::Bbr, QueueingKind::TailDrop | QueueingKind::Priority) => {
+                orrery_policy::FlowSharing::Unequal
+            }
+            _ => orrery_policy::FlowSharing::Equal,
+        }
+    }
+
     /// The simulator's transport model (None: the fluid model).
     pub fn transport(&self) -> Option<orrery_sim::transport::TransportConfig> {
         use orrery_sim::transport::{Control, Queueing, TransportConfig};

@@ -752,6 +752,10 @@ impl Policy for Cassini {
         self.inner.set_colocation(estimate);
     }
 
+    fn set_flow_sharing(&mut self, sharing: crate::FlowSharing) {
+        self.inner.set_flow_sharing(sharing);
+    }
+
     fn counters(&self) -> Vec<(&'static str, f64)> {
         let mut out = self.inner.counters();
         out.push(("cassini_realignments", self.drift.readjustments as f64));

@@ -526,6 +526,10 @@ impl Policy for Crux {
         self.inner.set_colocation(estimate);
     }
 
+    fn set_flow_sharing(&mut self, sharing: crate::FlowSharing) {
+        self.inner.set_flow_sharing(sharing);
+    }
+
     fn isolated_network(&self) -> bool {
         self.inner.isolated_network()
     }

@@ -342,6 +342,36 @@ pub enum Decision {
     },
 }
 
+/// How the fabric's transport shares a link among the flows that cross it,
+/// as the driver knows it (issue 68). FORESIGHT splits a flow into subflows
+/// over several spines (§III), and a ring step then lasts as long as its
+/// slowest subflow: that pays only where each subflow gets its share.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FlowSharing {
+    /// Flows on a link converge to equal shares: the fluid model's max-min
+    /// rates, DCQCN, loss-based TCP (reno, cubic) over one FIFO, and any
+    /// transport over per-flow fair queues.
+    #[default]
+    Equal,
+    /// Flows on a link hold unequal shares for many round trips: BBR v1
+    /// over one FIFO (Hock et al., ICNP'17: BBR flows of one round trip do
+    /// not converge to fairness; the testbed's four bbr flows on one uplink
+    /// took 0.20–1.44 of their fair shares, docs/results.md).
+    Unequal,
+}
+
+impl std::str::FromStr for FlowSharing {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "equal" => Ok(FlowSharing::Equal),
+            "unequal" => Ok(FlowSharing::Unequal),
+            _ => Err(format!("expected `equal` or `unequal` (BBR over tail-drop switches), found {s:?}")),
+        }
+    }
+}
+
 /// What a policy's `on_iteration` needs of an iteration
 /// ([`Policy::iteration_needs`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -470,6 +500,13 @@ pub trait Policy {
     /// The driver's knowledge of GPU sharing (mode, ξ true or predicted),
     /// given once before the run to policies that colocate jobs.
     fn set_colocation(&mut self, _estimate: &orrery_model::colocation::Colocation) {}
+
+    /// How the driver's transport shares a link among flows
+    /// ([`FlowSharing`]), given once before the run (the simulator's
+    /// `[network] transport` and `queueing`; the live service's
+    /// `transport`). Policies that route subflows read it; wrappers pass
+    /// it on.
+    fn set_flow_sharing(&mut self, _sharing: FlowSharing) {}
 
     /// Whether the driver should give every job the network to itself (the
     /// "ideal" baseline of CASSINI §5 and Metronome §IV-A).

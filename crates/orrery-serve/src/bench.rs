@@ -72,6 +72,7 @@ pub async fn run(opts: BenchOptions) -> Result<BenchReport> {
         heartbeat_s: 1.0,
         fair_share_half_life_s: None,
         keep_finished_s: f64::INFINITY,
+        flow_sharing: Default::default(),
         pins: Default::default(),
     };
     let certs = match opts.tls {

@@ -60,6 +60,10 @@ pub struct Config {
     /// entries are deleted (`orrery serve --keep-finished`, as Slurm's
     /// `MinJobAge`); infinite keeps every job.
     pub keep_finished_s: f64,
+    /// How the hosts' transport shares a link among flows
+    /// ([`orrery_policy::Policy::set_flow_sharing`]; `orrery serve
+    /// --flow-sharing`): unequal where they run BBR over tail-drop switches.
+    pub flow_sharing: orrery_policy::FlowSharing,
 }
 
 /// A request for the core thread: runs there, returns what to do once the
@@ -665,6 +669,7 @@ fn spawn(config: Config, mut store: Store, follower: bool) -> Result<(Handle, st
     let thread = std::thread::Builder::new().name("orrery-core".into()).spawn(move || {
         let Some(mut policy) = orrery_policy::with_pins(&config.policy, config.seed, &config.pins) else { return };
         policy.set_colocation(&orrery_model::colocation::Colocation::default());
+        policy.set_flow_sharing(config.flow_sharing);
         let core = Core {
             ledger,
             store,

@@ -157,6 +157,18 @@ pub struct Measured {
 
 /// Makes `cc` a congestion control a network namespace may take as its
 /// default. A namespace other than the machine's may only choose one of
+/// How the kernel's `cc` shares a link among flows over `queueing`, for
+/// the policy ([`orrery_policy::FlowSharing`]): BBR over a FIFO (tail-drop,
+/// or one priority class) holds flows at unequal shares; per-flow fair
+/// queues even any congestion control out.
+pub fn flow_sharing(cc: &str, queueing: crate::fabric::Queueing) -> orrery_policy::FlowSharing {
+    use crate::fabric::Queueing;
+    match queueing {
+        Queueing::TailDrop | Queueing::Priority if cc == "bbr" => orrery_policy::FlowSharing::Unequal,
+        _ => orrery_policy::FlowSharing::Equal,
+    }
+}
+
 /// `tcp_allowed_congestion_control` (the kernel refuses others with an I/O
 /// error), and some kernels allow only `reno bbr` while offering `cubic`.
 /// One that is available but not allowed is added to the allowed list, and
@@ -243,6 +255,7 @@ pub async fn drive(
         heartbeat_s: 1.0,
         fair_share_half_life_s: None,
         keep_finished_s: f64::INFINITY,
+        flow_sharing: flow_sharing(kernel_cc, opts.fabric.queueing),
         pins: pins.clone(),
     };
     let service = orrery_serve::start(orrery_serve::ServeOptions {
@@ -557,7 +570,19 @@ fn shell_quote(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{LOG_HEADER, LogRow, read_cycles};
+    use super::{LOG_HEADER, LogRow, flow_sharing, read_cycles};
+    use crate::fabric::Queueing;
+    use orrery_policy::FlowSharing;
+
+    #[test]
+    fn bbr_over_a_fifo_is_the_one_unequal_sharing() {
+        assert_eq!(flow_sharing("bbr", Queueing::TailDrop), FlowSharing::Unequal);
+        assert_eq!(flow_sharing("bbr", Queueing::Priority), FlowSharing::Unequal, "one class is one FIFO");
+        assert_eq!(flow_sharing("bbr", Queueing::Fair), FlowSharing::Equal, "per-flow queues even bbr out");
+        for cc in ["reno", "cubic"] {
+            assert_eq!(flow_sharing(cc, Queueing::TailDrop), FlowSharing::Equal, "{cc}");
+        }
+    }
 
     #[test]
     fn a_row_cut_short_by_a_stop_is_left_out_and_a_bad_row_is_not() {

@@ -63,6 +63,11 @@ pub struct ServeArgs {
     /// MinJobAge, Kubernetes' ttlSecondsAfterFinished).
     #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = crate::numbers::duration_s)]
     keep_finished: f64,
+    /// How the hosts' transport shares a link among flows: `unequal` where
+    /// they run BBR over tail-drop switches (FORESIGHT then routes whole
+    /// flows, not subflows over several spines), `equal` otherwise.
+    #[arg(long, default_value = "equal", value_parser = |s: &str| s.parse::<orrery_policy::FlowSharing>())]
+    flow_sharing: orrery_policy::FlowSharing,
     #[command(flatten)]
     tls: TlsArgs,
 }
@@ -201,6 +206,7 @@ pub fn serve(args: &ServeArgs) -> Result<()> {
         heartbeat_s: (args.node_timeout_s / 5.0).min(1.0),
         fair_share_half_life_s: args.fair_share,
         keep_finished_s: args.keep_finished,
+        flow_sharing: args.flow_sharing,
         pins: Default::default(),
     };
     let ha = match args.store.as_str() {

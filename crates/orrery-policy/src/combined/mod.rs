@@ -365,6 +365,10 @@ impl Policy for Combined {
         self.inner.set_colocation(estimate);
     }
 
+    fn set_flow_sharing(&mut self, sharing: crate::FlowSharing) {
+        self.inner.set_flow_sharing(sharing);
+    }
+
     fn gpu_allocation(&self) -> Option<orrery_model::rails::GpuAllocation> {
         self.parts.rails.then_some(orrery_model::rails::GpuAllocation::RailAligned)
     }

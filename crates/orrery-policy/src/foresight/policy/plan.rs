@@ -54,7 +54,7 @@ impl Foresight {
         let t = view.topology;
         // With subflows a flow may take several spines, so it is profiled
         // at its NIC rate; TS and RO keep one path per flow.
-        let spread = matches!(self.mode, Mode::Sub | Mode::Foresight | Mode::Paper | Mode::Routes);
+        let spread = !self.whole_flows && matches!(self.mode, Mode::Sub | Mode::Foresight | Mode::Paper | Mode::Routes);
         // The jobs present now against those of the last re-plan (`seen`):
         // a merge of two ascending lists, where hash sets of every job were
         // built and probed each round (a tenth of `fifo+foresight` at
@@ -312,7 +312,7 @@ impl Foresight {
         let routing = RoutingParams {
             spines: net.spines,
             spine_link_gbps: net.spine_link_gbps,
-            colors_per_spine: if self.mode == Mode::Ro { 1 } else { 4 },
+            colors_per_spine: if self.mode == Mode::Ro || self.whole_flows { 1 } else { 4 },
             balance_bad_ranges: false,
         };
         // The solver's view of the links; the baseline's timing needs only

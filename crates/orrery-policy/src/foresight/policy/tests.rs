@@ -820,3 +820,55 @@ fn the_jobs_gone_and_new_are_the_set_differences() {
         assert_eq!(new, set(&after).difference(&set(&before)).copied().collect::<Vec<_>>());
     }
 }
+
+#[test]
+fn under_a_transport_that_shares_unequally_every_flow_keeps_one_spine() {
+    // FORESIGHT's testbed shape: four VGG16 rings, each across the two
+    // racks, under two spines with uplinks at the NIC rate. With equal
+    // sharing the plan splits ring edges into subflows over both spines
+    // (§III); under bbr over one FIFO (the testbed's four bbr flows on an
+    // uplink took 0.20–1.44 of their shares) a step waits for its slowest
+    // subflow, so every routed flow must name one spine.
+    use crate::baseline::Pinned;
+    let t = LeafSpine {
+        racks: 2,
+        hosts_per_rack: 4,
+        spines: 2,
+        gpus_per_host: 1,
+        gpu_type: "a100".into(),
+        host_gbps: 50.0,
+        uplink_gbps: 50.0,
+    }
+    .build("testbed-foresight")
+    .expect("valid");
+    let specs: Vec<JobSpec> =
+        (0..4).map(|j| JobSpec::new(format!("j{j}"), "vgg16", 16, 2, Work::Iterations(200), 0.0)).collect();
+    let pins: std::collections::BTreeMap<String, Vec<(HostId, u32)>> =
+        (0..4).map(|j| (format!("j{j}"), vec![(j, 1u32), (4 + j, 1)])).collect();
+    let net = LogicalNetwork::of(&t).expect("leaf-spine");
+    let spines_per_flow = |sharing: crate::FlowSharing| -> Vec<usize> {
+        let mut f = Foresight::new(Box::new(Pinned { pins: pins.clone(), label: None }), Mode::Foresight);
+        f.set_flow_sharing(sharing);
+        let free = vec![1u32; 8];
+        let queue = specs.iter().enumerate().map(|(i, s)| crate::QueuedJob::new(i, s, 0.0)).collect();
+        let view = ClusterView { now_s: 0.0, topology: &t, free_gpus: &free, queue, running: Vec::new() };
+        let out = f.schedule(&view);
+        let mut counts: Vec<usize> = out
+            .iter()
+            .filter_map(|d| match d {
+                Decision::Route { paths, .. } if !paths.is_empty() => Some(paths.len()),
+                _ => None,
+            })
+            .collect();
+        let mut memo = crate::foresight::paths::SpinePaths::default();
+        for step in routed_steps(&mut f).values().flatten() {
+            counts.extend(step.routes.iter().map(|r| memo.of(&net, &t, r).len()));
+        }
+        counts
+    };
+    let equal = spines_per_flow(crate::FlowSharing::Equal);
+    assert!(equal.iter().any(|&n| n > 1), "equal sharing routes subflows over both spines: {equal:?}");
+    let unequal = spines_per_flow(crate::FlowSharing::Unequal);
+    assert!(!unequal.is_empty(), "unequal sharing still routes");
+    assert!(unequal.iter().all(|&n| n == 1), "a flow split over spines: {unequal:?}");
+}
