@@ -53,7 +53,8 @@ impl Foresight {
         let Some(net) = self.net.clone() else { return Vec::new() };
         let t = view.topology;
         // With subflows a flow may take several spines, so it is profiled
-        // at its NIC rate; TS and RO keep one path per flow.
+        // at its NIC rate; TS and RO keep one path per flow, as every mode
+        // does where the transport shares links unequally (`whole_flows`).
         let spread = !self.whole_flows && matches!(self.mode, Mode::Sub | Mode::Foresight | Mode::Paper | Mode::Routes);
         // The jobs present now against those of the last re-plan (`seen`):
         // a merge of two ascending lists, where hash sets of every job were
