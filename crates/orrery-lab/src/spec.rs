@@ -222,12 +222,7 @@ impl NetworkSpec {
     /// a FIFO (tail-drop, or one priority class), equal otherwise (per-flow
     /// fair queues even BBR out).
     pub fn flow_sharing(&self) -> orrery_policy::FlowSharing {
-        match (self.transport, self.queueing) {
-            (TransportKind::Bbr, QueueingKind::TailDrop | QueueingKind::Priority) => {
-                orrery_policy::FlowSharing::Unequal
-            }
-            _ => orrery_policy::FlowSharing::Equal,
-        }
+        orrery_policy::FlowSharing::of(self.transport == TransportKind::Bbr, self.queueing == QueueingKind::Fair)
     }
 
     /// The simulator's transport model (None: the fluid model).

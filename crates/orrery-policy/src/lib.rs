@@ -360,6 +360,19 @@ pub enum FlowSharing {
     Unequal,
 }
 
+impl FlowSharing {
+    /// How a transport shares a link, from what every driver knows of it:
+    /// whether its congestion control is BBR v1 and whether each flow has a
+    /// queue of its own there. BBR's flows sharing a FIFO (tail-drop, or
+    /// one priority class) keep unequal shares; per-flow fair queues even
+    /// any congestion control out, and loss-based ones and DCQCN converge
+    /// by themselves. The one home of that rule: the simulator's
+    /// `[network]` and the testbed's `--cc` / `--fabric` both ask it.
+    pub fn of(bbr: bool, queue_per_flow: bool) -> Self {
+        if bbr && !queue_per_flow { FlowSharing::Unequal } else { FlowSharing::Equal }
+    }
+}
+
 impl std::str::FromStr for FlowSharing {
     type Err = String;
 
@@ -534,5 +547,20 @@ mod iteration_needs_tests {
         assert_eq!(Jobs(vec![3, 1]).and(Jobs(vec![1, 4])), Jobs(vec![3, 1, 4]), "each job once");
         assert_eq!(Jobs(vec![3]).and(All), All);
         assert_eq!(All.and(Nothing), All);
+    }
+}
+
+#[cfg(test)]
+mod flow_sharing_tests {
+    use super::FlowSharing;
+
+    #[test]
+    fn only_bbr_sharing_a_fifo_shares_unequally() {
+        assert_eq!(FlowSharing::of(true, false), FlowSharing::Unequal);
+        assert_eq!(FlowSharing::of(true, true), FlowSharing::Equal, "per-flow queues even bbr out");
+        assert_eq!(FlowSharing::of(false, false), FlowSharing::Equal, "loss-based TCP and DCQCN converge");
+        assert_eq!(FlowSharing::of(false, true), FlowSharing::Equal);
+        assert_eq!("unequal".parse::<FlowSharing>(), Ok(FlowSharing::Unequal));
+        assert!("fair".parse::<FlowSharing>().unwrap_err().contains("\"fair\""));
     }
 }

@@ -162,11 +162,7 @@ pub struct Measured {
 /// or one priority class) holds flows at unequal shares; per-flow fair
 /// queues even any congestion control out.
 pub fn flow_sharing(cc: &str, queueing: crate::fabric::Queueing) -> orrery_policy::FlowSharing {
-    use crate::fabric::Queueing;
-    match queueing {
-        Queueing::TailDrop | Queueing::Priority if cc == "bbr" => orrery_policy::FlowSharing::Unequal,
-        _ => orrery_policy::FlowSharing::Equal,
-    }
+    orrery_policy::FlowSharing::of(cc == "bbr", queueing == crate::fabric::Queueing::Fair)
 }
 
 /// `tcp_allowed_congestion_control` (the kernel refuses others with an I/O
