@@ -561,6 +561,6 @@ mod flow_sharing_tests {
         assert_eq!(FlowSharing::of(false, false), FlowSharing::Equal, "loss-based TCP and DCQCN converge");
         assert_eq!(FlowSharing::of(false, true), FlowSharing::Equal);
         assert_eq!("unequal".parse::<FlowSharing>(), Ok(FlowSharing::Unequal));
-        assert!("fair".parse::<FlowSharing>().unwrap_err().contains("\"fair\""));
+        assert!("fair".parse::<FlowSharing>().expect_err("not a sharing").contains("\"fair\""));
     }
 }
