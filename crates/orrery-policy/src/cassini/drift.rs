@@ -66,6 +66,11 @@ fn overrun_ms(a: &Aligned, it: Iteration, own: &alone::Observed) -> f64 {
     }
 }
 
+/// A running job's name for a note, or `#id` once it has ended. O(R).
+fn name_of(view: &ClusterView<'_>, job: JobId) -> String {
+    view.running.iter().find(|r| r.id == job).map_or_else(|| format!("#{job}"), |r| r.spec.id.clone())
+}
+
 /// The collision counted for one iteration, ms: the larger of the two
 /// windows' overlap at their lengths alone ([`Windows::overlap_ms`]) and
 /// the all-reduce's `overrun_ms` ([`overrun_ms`]), where the windows are
@@ -230,6 +235,9 @@ pub(super) struct Drift {
     pending: HashMap<JobId, Vec<JobId>>,
     /// Re-alignments done by the 5% rule.
     pub(super) readjustments: u64,
+    /// Per job waiting in `pending`, what called for its re-alignment: the
+    /// note written beside it when it is made.
+    why: HashMap<JobId, String>,
     /// Per job, how many watched jobs keep its phase with its measured
     /// iteration time (compatible, same period): it must be watched too.
     referenced: HashMap<JobId, u32>,
@@ -272,6 +280,7 @@ impl Drift {
             self.trial.retain(|j, _| running.contains(j));
             self.given_up.retain(|j| running.contains(j));
             self.recent.retain(|j, _| running.contains(j));
+            self.why.retain(|j, _| running.contains(j));
         }
     }
 
@@ -418,10 +427,12 @@ impl Drift {
         // Jobs waiting for this one's next start are aligned to it now.
         if let Some(waiting) = self.pending.remove(&job) {
             for k in waiting {
+                let why = self.why.remove(&k);
                 if view.running.iter().any(|r| r.id == k)
                     && let Some(d) = self.realign_after_reference(k)
                 {
                     out.push(d);
+                    out.extend(why.map(|text| Decision::Note { job: k, text }));
                 }
             }
         }
@@ -473,7 +484,8 @@ impl Drift {
         let own = &self.observed[&job];
         let windows = self.observed.get(&a.reference).and_then(|r| Windows::measured(&a, own, r));
         // A deferred job was never given a slot to be off.
-        let off_slot = !deferred && windows.as_ref().and_then(|w| w.off_slot_ms(a.comm_gap_ms())).is_some();
+        let off_slot_ms = windows.as_ref().and_then(|w| w.off_slot_ms(a.comm_gap_ms())).filter(|_| !deferred);
+        let off_slot = off_slot_ms.is_some();
         if holding && !off_slot {
             return out;
         }
@@ -511,11 +523,7 @@ impl Drift {
             } else {
                 "one iteration".to_string()
             };
-            let reference = view
-                .running
-                .iter()
-                .find(|r| r.id == a.reference)
-                .map_or_else(|| format!("#{}", a.reference), |r| r.spec.id.clone());
+            let reference = name_of(view, a.reference);
             out.push(Decision::Note {
                 job,
                 text: format!(
@@ -529,6 +537,26 @@ impl Drift {
         } else {
             self.readjustments += 1;
         }
+        // What called for it, for the decision log (issue 68: which
+        // measurement triggered a timing decision); a deferred job's
+        // alignment has its note above.
+        let why = (!deferred).then(|| match off_slot_ms {
+            Some(error) => format!(
+                "cassini: re-aligned: its communication started {error:+.1} ms from its slot after {}'s, over half \
+                 the clearance on that side (or 5% of its {:.1} ms period)",
+                name_of(view, a.reference),
+                a.period_ms
+            ),
+            None => format!(
+                "cassini: re-aligned: a collision with {} of {median_collision:.1} ms ({}), {:.0}% of its {:.1} ms \
+                 period (the rule: 5% persistent, {:.0}% at once)",
+                name_of(view, a.reference),
+                if persistent { format!("median of its last {EVIDENCE} iterations") } else { "one iteration".into() },
+                100.0 * median_collision / a.period_ms,
+                a.period_ms,
+                100.0 * HARD_COLLISION
+            ),
+        });
         // A relapse is a collision the reference's phase does not explain
         // (their windows apart): re-aligning after the reference again will
         // not help. One it explains is re-aligned at once.
@@ -543,6 +571,7 @@ impl Drift {
             Some(_) if watched => {
                 self.unmeasured.insert(job, settle);
                 self.pending.entry(a.reference).or_default().push(job);
+                self.why.extend(why.map(|text| (job, text)));
             }
             Some(r) => {
                 // Jobs of different periods: the offset repeats with the
@@ -550,10 +579,12 @@ impl Drift {
                 self.unmeasured.insert(job, settle);
                 let offset_s = r.iteration_start_s + a.shift_after_ms / 1e3;
                 out.push(Decision::Align { job, period_ms: a.period_ms, offset_s });
+                out.extend(why.map(|text| Decision::Note { job, text }));
             }
             None => {
                 self.unmeasured.insert(job, settle);
                 out.push(Decision::Align { job, period_ms: a.period_ms, offset_s: a.offset_s });
+                out.extend(why.map(|text| Decision::Note { job, text }));
             }
         }
         out
@@ -760,6 +791,15 @@ mod tests {
                 assert!(cassini.on_iteration(&view, 1, it).is_empty(), "B waits for A's next start");
             }
             assert_eq!(cassini.drift.readjustments, u64::from(realigned), "{gap} ms after A's, {judged} iterations");
+            // Made at A's next report, with a note of how far off B was.
+            if realigned {
+                let out = cassini.on_iteration(&pair_at(&t, &a, &b, (a_start, b_start, a_start + period / 1e3)), 0, it);
+                assert!(
+                    out.iter()
+                        .any(|d| matches!(d, Decision::Note { job: 1, text } if text.contains("ms from its slot"))),
+                    "{gap} ms after A's: {out:?}"
+                );
+            }
         }
     }
 
@@ -786,7 +826,7 @@ mod tests {
         let into_b = 1.0 + (early_side + 0.1 * period) / comm;
         for (stretch, realigned) in [(1.25, false), (into_b, true)] {
             let mut cassini = aligned_pair(&t, &a, &b);
-            let (mut a_start, mut first) = (5.0, true);
+            let (mut a_start, mut first, mut notes) = (5.0, true, 0);
             for k in 0..10 {
                 let c = if k < 4 { comm } else { stretch * comm };
                 let ms = compute + c;
@@ -797,6 +837,15 @@ mod tests {
                 let view = pair_at(&t, &a, &b, (a_start, b_start - period / 1e3, a_end));
                 let out = cassini.on_iteration(&view, 0, it);
                 assert!(out.is_empty() || realigned, "{stretch}x, iteration {k}: {out:?}");
+                // The decision log says what called for it.
+                if let [Decision::Align { job: 1, .. } | Decision::Shift { job: 0, .. }, note] = out.as_slice() {
+                    assert!(
+                        matches!(note, Decision::Note { job: 1, text }
+                            if text.contains("a collision with a") && text.contains("median of its last 3")),
+                        "{out:?}"
+                    );
+                    notes += 1;
+                }
                 // B's first report after its alignment includes the wait.
                 let b_it = if first { Iteration { waited_ms: 1.0, ms: ms + 1.0, ..it } } else { it };
                 first = false;
@@ -806,6 +855,7 @@ mod tests {
                 a_start = a_end;
             }
             assert_eq!(cassini.drift.readjustments, u64::from(realigned), "all-reduces {stretch}x alone");
+            assert_eq!(notes, u64::from(realigned), "a note beside each re-alignment");
         }
     }
 

@@ -163,13 +163,13 @@ pub(crate) fn available() -> bool {
     why.is_none()
 }
 
-/// The `align` and `shift` decisions of a run's measured.json, to say why a shifted
-/// pair collided.
+/// The `align` and `shift` decisions of a run's measured.json and the
+/// notes that say what called for each, to say why a shifted pair collided.
 pub(crate) fn alignments(measured: &serde_json::Value) -> String {
     let decisions = measured["decisions"].as_array().map(Vec::as_slice).unwrap_or_default();
     decisions
         .iter()
-        .filter(|d| d["entry"]["kind"] == "align" || d["entry"]["kind"] == "shift")
+        .filter(|d| ["align", "shift", "note"].iter().any(|k| d["entry"]["kind"] == *k))
         .map(|d| format!("{} ", d))
         .collect()
 }
