@@ -73,9 +73,10 @@ fn name_of(view: &ClusterView<'_>, job: JobId) -> String {
 
 /// The collision counted for one iteration, ms: the larger of the two
 /// windows' overlap at their lengths alone ([`Windows::overlap_ms`]) and
-/// the all-reduce's `overrun_ms` ([`overrun_ms`]), where the windows are
-/// measured only as far as the reference's communication, as it ran, was
-/// in this job's ([`Windows::overlap_as_ran_ms`]). A host that slows both
+/// the all-reduce's overrun ([`overrun_ms`]); where the windows are
+/// measured, the overrun counts only as far as the reference's
+/// communication, as it ran, was in this job's
+/// ([`Windows::overlap_as_ran_ms`]). A host that slows both
 /// rings (on the testbed's two cores, each job's all-reduce runs while the
 /// other's four ranks compute: 15-25% over alone on a busy day, 5-10% of
 /// the period) lengthens the all-reduces of interleaved jobs with no other
@@ -505,6 +506,8 @@ impl Drift {
         }
         let median_collision = if persistent { sorted[EVIDENCE / 2] } else { collision };
         seen.clear();
+        let over =
+            if persistent { format!("median of its last {EVIDENCE} iterations") } else { "one iteration".into() };
         if deferred {
             self.deferred.remove(&job);
             self.applied_on_measurement += 1;
@@ -518,11 +521,6 @@ impl Drift {
             // times a run where given up it made 1-3 decisions.
             let before = median(self.recent.get(&job).into_iter().flatten().copied());
             self.trial.insert(job, (before, Vec::new()));
-            let over = if persistent {
-                format!("median of its last {EVIDENCE} iterations")
-            } else {
-                "one iteration".to_string()
-            };
             let reference = name_of(view, a.reference);
             out.push(Decision::Note {
                 job,
@@ -548,10 +546,9 @@ impl Drift {
                 a.period_ms
             ),
             None => format!(
-                "cassini: re-aligned: a collision with {} of {median_collision:.1} ms ({}), {:.0}% of its {:.1} ms \
-                 period (the rule: 5% persistent, {:.0}% at once)",
+                "cassini: re-aligned: a collision with {} of {median_collision:.1} ms ({over}), {:.0}% of its {:.1} \
+                 ms period (the rule: 5% persistent, {:.0}% at once)",
                 name_of(view, a.reference),
-                if persistent { format!("median of its last {EVIDENCE} iterations") } else { "one iteration".into() },
                 100.0 * median_collision / a.period_ms,
                 a.period_ms,
                 100.0 * HARD_COLLISION
