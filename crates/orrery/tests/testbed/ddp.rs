@@ -36,6 +36,11 @@ fn breakdown(measured: &serde_json::Value, shape: &serde_json::Value) -> String 
     )
 }
 
+/// A job's series `key` of a run's measured.json (`start_ms`, `comm_ms`, ...).
+fn numbers(job: &serde_json::Value, key: &str) -> Vec<f64> {
+    job[key].as_array().expect(key).iter().filter_map(|v| v.as_f64()).collect()
+}
+
 /// Per job of a real DDP run, after its first `skip` measured iterations:
 /// (job, collided, slowed by the host alone, judged). An all-reduce collided
 /// when it took over 1.4x its time alone (a second ring in it doubles it)
@@ -47,20 +52,18 @@ fn breakdown(measured: &serde_json::Value, shape: &serde_json::Value) -> String 
 /// takes a few ms), so an iteration's is `[end - comm, end]`.
 fn ring_collisions(measured: &serde_json::Value, alone_comm: f64, skip: usize) -> Vec<(String, usize, usize, usize)> {
     let jobs = measured["jobs"].as_array().expect("jobs");
-    let nums = |job: &serde_json::Value, k: &str| -> Vec<f64> {
-        job[k].as_array().expect(k).iter().filter_map(|v| v.as_f64()).collect()
-    };
     let windows: Vec<Vec<(f64, f64)>> = jobs
         .iter()
         .map(|job| {
-            let (start, duration, comm) = (nums(job, "start_ms"), nums(job, "duration_ms"), nums(job, "comm_ms"));
+            let (start, duration, comm) =
+                (numbers(job, "start_ms"), numbers(job, "duration_ms"), numbers(job, "comm_ms"));
             start.iter().zip(&duration).zip(&comm).map(|((s, d), c)| (s + d - c, s + d)).collect()
         })
         .collect();
     jobs.iter()
         .enumerate()
         .map(|(j, job)| {
-            let comm = nums(job, "comm_ms");
+            let comm = numbers(job, "comm_ms");
             let (mut collided, mut host) = (0, 0);
             for (&(from, to), &c) in windows[j].iter().zip(&comm).skip(skip) {
                 if c <= 1.4 * alone_comm {
@@ -91,8 +94,7 @@ fn settled_mean_ms(measured: &serde_json::Value, skip: usize) -> f64 {
     let means: Vec<f64> = jobs
         .iter()
         .map(|job| {
-            let it: Vec<f64> =
-                job["iteration_ms"].as_array().expect("iteration_ms").iter().filter_map(|v| v.as_f64()).collect();
+            let it = numbers(job, "iteration_ms");
             let settled = it.get(skip..).filter(|s| !s.is_empty()).expect("iterations after the first ten");
             settled.iter().sum::<f64>() / settled.len() as f64
         })
@@ -270,8 +272,7 @@ fn ddp_pair_start() {
         .collect();
     assert!(!aligns.is_empty(), "CASSINI aligned the second job");
     let b = measured["jobs"].as_array().expect("jobs").iter().find(|j| j["id"] == "b").expect("b");
-    let nums = |k: &str| b[k].as_array().expect(k).iter().filter_map(|v| v.as_f64()).collect::<Vec<f64>>();
-    let (starts, delays) = (nums("start_ms"), nums("delay_ms"));
+    let (starts, delays) = (numbers(b, "start_ms"), numbers(b, "delay_ms"));
     let mut held = 0;
     for (&start, &delay) in starts.iter().zip(&delays).filter(|(_, d)| **d > 1.0) {
         let (t, began) = (start / 1e3, (start - delay) / 1e3);
