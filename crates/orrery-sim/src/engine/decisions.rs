@@ -231,6 +231,7 @@ impl Simulation<'_> {
             };
             j.ref_left = j.ref_total;
         }
+        j.forget_placement();
         j.ratio = ratio;
         j.iters_at_place = j.iterations_done;
         j.target_iterations = j.iterations_done + ((j.ref_left * ratio - 1e-9).ceil().max(1.0) as u64);
