@@ -98,6 +98,8 @@ struct Scratch {
     ends: Vec<(usize, usize)>,
     /// The flows of `extra` whose search opened a component.
     openers: Vec<FlowId>,
+    /// The flows a recomputation re-versions at any rate, sorted.
+    forced: Vec<FlowId>,
     /// The depth-first search's stack.
     stack: Vec<FlowId>,
     /// Links whose totals a recomputation refreshes; a new flow's path.
@@ -422,12 +424,11 @@ impl Network {
     /// flows end together). Returns the flows whose rate changed.
     pub fn remove_all(&mut self, now: u64, ids: &[FlowId]) -> Vec<FlowId> {
         let mut seeds = Vec::new();
+        let mut removed = Vec::with_capacity(ids.len());
         for &id in ids {
             let Some(flow) = self.flows.get_mut(id).and_then(Option::take) else { continue };
             self.free.push(id);
-            for &l in flow.path.iter() {
-                self.link_flows[l].retain(|&f| f != id);
-            }
+            removed.push(id);
             seeds.extend_from_slice(&flow.path);
         }
         if seeds.is_empty() {
@@ -435,6 +436,13 @@ impl Network {
         }
         seeds.sort_unstable();
         seeds.dedup();
+        // Each link's list is filtered once for all the flows removed from
+        // it (one pass a flow was O(flows removed · flows on the link): a
+        // mesh's all-to-all ends thousands at once).
+        removed.sort_unstable();
+        for &l in &seeds {
+            self.link_flows[l].retain(|f| removed.binary_search(f).is_err());
+        }
         let released = self.release(&seeds);
         self.recompute(now, &seeds, &released, &[], false)
     }
