@@ -331,12 +331,15 @@ impl JobState {
     /// segments' and flows' times, the links its flows used and their
     /// traffic per iteration, and how many iterations in a row it ran
     /// undisturbed. A job placed again (after a preemption, or elastically
-    /// resized) runs a new shape on new links; with these kept, its first
-    /// iteration there was fast-forwarded at once on the old placement's
-    /// communication times and credited the old links with its traffic
-    /// (`benchmark-network`, seed 4: a re-placed one-GPU job ran 6% over its
-    /// time alone for 6,100 iterations, and links it had left showed 48
-    /// times their capacity). O(links + segments).
+    /// resized) runs a new shape on new links. With these kept, its
+    /// iterations there were judged undisturbed on links it no longer used,
+    /// and once fast-forwarded it credited them with the other jobs'
+    /// traffic it had seen there (`benchmark-network`, seed 4: a job
+    /// resized from eight GPUs to one, its first iteration holding the
+    /// restart's 10-s wait, put 48 times their capacity on the links it
+    /// had left, for the rest of its run); without a restart's wait its
+    /// first iteration could be fast-forwarded at once on the old
+    /// placement's communication times. O(links + segments).
     fn forget_placement(&mut self) {
         self.solo_streak = 0;
         self.cur_seg_ns.clear();
