@@ -327,33 +327,6 @@ pub struct JobState {
 }
 
 impl JobState {
-    /// Forgets what its iterations measured on its previous placement: the
-    /// segments' and flows' times, the links its flows used and their
-    /// traffic per iteration, and how many iterations in a row it ran
-    /// undisturbed. A job placed again (after a preemption, or elastically
-    /// resized) runs a new shape on new links. With these kept, its
-    /// iterations there were judged undisturbed on links it no longer used,
-    /// and once fast-forwarded it credited them with the other jobs'
-    /// traffic it had seen there (`benchmark-network`, seed 4: a job
-    /// resized from eight GPUs to one, its first iteration holding the
-    /// restart's 10-s wait, put 48 times their capacity on the links it
-    /// had left, for the rest of its run); without a restart's wait its
-    /// first iteration could be fast-forwarded at once on the old
-    /// placement's communication times. O(links + segments).
-    fn forget_placement(&mut self) {
-        self.solo_streak = 0;
-        self.cur_seg_ns.clear();
-        self.last_seg_ns.clear();
-        self.cur_flow_ns.clear();
-        self.last_flow_ns.clear();
-        self.links_used.clear();
-        self.links_grew = false;
-        self.own_bits.clear();
-        self.lost_at_start = None;
-        self.iter_stats_start.clear();
-        self.per_iter_delta.clear();
-    }
-
     /// Each iteration's duration from when it was due to when it ended, ms,
     /// in order: what `iteration_ms` summarises, one by one. Only with
     /// [`SimConfig::record_iterations`] (empty otherwise).
