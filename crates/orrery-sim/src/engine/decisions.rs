@@ -3,7 +3,6 @@
 //! and timetables are recorded here for the iteration loop to wait on.
 
 use super::{NS, RESCHEDULE_ROUNDS, Sharing, Simulation, Status};
-use orrery_model::zoo::INTRA_HOST_GBPS;
 use orrery_model::{HostId, JobSpec, Work};
 use orrery_policy::{Decision, JobId, Policy};
 use std::collections::HashMap;
@@ -112,10 +111,12 @@ impl Simulation<'_> {
                 }
                 Decision::Throttle { job, gbps } if self.is_active(job) => {
                     self.jobs[job].throttle_gbps = gbps.filter(|g| *g > 0.0);
+                    // A throttle caps what the job sends into the network
+                    // (FORESIGHT §4); its transfers inside a host are not
+                    // flows and keep their rate.
                     let flows = self.jobs[job].flows.live(&self.net);
                     for f in flows {
-                        let base =
-                            self.net.flow(f).map(|fl| if fl.path.is_empty() { INTRA_HOST_GBPS } else { self.nic(job) });
+                        let base = self.net.flow(f).filter(|fl| !fl.path.is_empty()).map(|_| self.nic(job));
                         if let Some(base) = base {
                             let cap = gbps.map_or(base, |g| g.min(base));
                             let changed = self.net.set_cap(self.now, f, cap);

@@ -4,7 +4,7 @@
 
 use super::{BACKGROUND, Event, Simulation};
 use crate::network::{FlowId, Network};
-use orrery_policy::Policy;
+use orrery_policy::{JobId, Policy};
 
 /// A job's flows in the network, in the order they started, each with its
 /// serial, so that an entry whose slot the network has given to a later
@@ -130,50 +130,74 @@ impl Simulation<'_> {
         self.due_buf = due;
     }
 
-    /// Appends the (flow, version) pairs of a flow-end event to `ended`,
-    /// counting each flow of a group as the event it used to be, and frees
-    /// the group. O(group).
-    pub(super) fn gather_done(&mut self, e: Event, ended: &mut Vec<(FlowId, u64)>) {
+    /// Appends what a flow-end event ended to `ended`, counting each flow
+    /// of a group as the event it used to be, and frees the group.
+    /// O(group).
+    pub(super) fn gather_done(&mut self, e: Event, ended: &mut Vec<Ended>) {
         match e {
-            Event::FlowDone(f, v) => ended.push((f, v)),
+            Event::FlowDone(f, v) => ended.push(Ended::Flow(f, v)),
             Event::FlowsDone(g) => {
                 let members = &mut self.done_groups[g as usize];
                 self.events_processed += members.len() as u64 - 1;
-                ended.append(members);
+                ended.extend(members.drain(..).map(|(f, v)| Ended::Flow(f, v)));
                 self.free_groups.push(g);
             }
+            Event::HostTransfersDone(job, epoch) => ended.push(Ended::HostTransfers(job, epoch)),
             _ => {}
         }
     }
 
-    /// Flows that end at this instant, as (flow, version) of their events
-    /// (a stale version is skipped): they leave the network together, each
-    /// max-min component they leave re-rated once, then each one's job
-    /// moves on, in event order.
-    pub(super) fn flows_done(&mut self, events: &[(FlowId, u64)], policy: &mut dyn Policy) {
-        let mut ended: smallvec::SmallVec<[_; 16]> = smallvec::SmallVec::with_capacity(events.len());
-        for &(f, version) in events {
-            if self.net.flow(f).is_none_or(|fl| fl.version != version) {
-                continue;
+    /// What ended at this instant, in event order (a flow's stale version
+    /// is skipped): the flows leave the network together, each max-min
+    /// component they leave re-rated once, then each one's job moves on, in
+    /// event order.
+    pub(super) fn flows_done(&mut self, events: &[Ended], policy: &mut dyn Policy) {
+        // (job, epoch, the flow's index in its collective; none for the
+        // collective's transfers inside hosts), and the flows.
+        let mut parts: smallvec::SmallVec<[(JobId, u64, Option<usize>); 16]> =
+            smallvec::SmallVec::with_capacity(events.len());
+        let mut ids: smallvec::SmallVec<[FlowId; 16]> = smallvec::SmallVec::new();
+        for &e in events {
+            match e {
+                Ended::Flow(f, version) => {
+                    if self.net.flow(f).is_none_or(|fl| fl.version != version) {
+                        continue;
+                    }
+                    if let Some((job, epoch, index)) = self.flow_job.get_mut(f).and_then(Option::take) {
+                        ids.push(f);
+                        parts.push((job, epoch, Some(index)));
+                    }
+                }
+                Ended::HostTransfers(job, epoch) => parts.push((job, epoch, None)),
             }
-            if let Some((job, epoch, index)) = self.flow_job.get_mut(f).and_then(Option::take) {
-                ended.push((f, job, epoch, index));
+        }
+        if !ids.is_empty() {
+            let changed = self.net.remove_all(self.now, &ids);
+            self.note_interactions();
+            self.reschedule(&changed);
+            for &(job, _, index) in &parts {
+                if index.is_some() {
+                    self.jobs[job].flows.ended(&self.net);
+                }
             }
         }
-        if ended.is_empty() {
-            return;
-        }
-        let ids: smallvec::SmallVec<[FlowId; 16]> = ended.iter().map(|e| e.0).collect();
-        let changed = self.net.remove_all(self.now, &ids);
-        self.note_interactions();
-        self.reschedule(&changed);
-        for &(_, job, ..) in &ended {
-            self.jobs[job].flows.ended(&self.net);
-        }
-        for (_, job, epoch, index) in ended {
-            self.flow_ended(job, epoch, index, policy);
+        for (job, epoch, index) in parts {
+            match index {
+                Some(index) => self.flow_ended(job, epoch, index, policy),
+                None if self.jobs[job].epoch == epoch => self.part_done(job, policy),
+                None => {}
+            }
         }
     }
+}
+
+/// What one flow-end event ended.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Ended {
+    /// A flow: (flow, version of its rate when the event was pushed).
+    Flow(FlowId, u64),
+    /// A collective's transfers inside hosts: (job, epoch).
+    HostTransfers(JobId, u64),
 }
 
 #[cfg(test)]
@@ -223,6 +247,68 @@ mod tests {
             // onto fewer hosts).
             assert!(5 * pushed < 4 * pushed_one_each, "{policy}: {pushed} pushed grouped, {pushed_one_each} one each");
         }
+    }
+
+    #[test]
+    fn a_ring_inside_one_host_is_timed_at_its_cap_with_one_event_per_collective() {
+        // Two four-GPU hosts; a four-GPU ring fits one. Each of its
+        // all-reduce's four transfers sends 2·3/4 of the payload at the
+        // host's 200 Gbit/s (PCIe, `INTRA_HOST_GBPS`) and ends
+        // ceil(bits / 200) ns after the collective starts, as a flow alone
+        // on no link does.
+        let topo = orrery_model::setups::LeafSpine {
+            racks: 1,
+            hosts_per_rack: 2,
+            spines: 1,
+            gpus_per_host: 4,
+            gpu_type: "a100".into(),
+            host_gbps: 100.0,
+            uplink_gbps: 100.0,
+        }
+        .build("two-hosts")
+        .expect("valid");
+        let iterations = 50;
+        let jobs = [JobSpec::new("ring", "resnet50", 32, 4, Work::Iterations(iterations), 0.0)];
+        let cfg = SimConfig { seed: 1, jitter: 0.0, skip: false, ..Default::default() };
+        let mut sim = Simulation::new(&topo, &jobs, cfg, false);
+        let mut fifo = orrery_policy::compose::by_name("fifo", 1).expect("a policy");
+        sim.run(fifo.as_mut(), &mut |_, _| {});
+        let j = &sim.jobs[0];
+        assert_eq!(j.iterations_done, iterations);
+        assert!(j.workers.iter().all(|&h| h == j.workers[0]), "one host: {:?}", j.workers);
+        let mut expected_ns = 0;
+        let mut segments = 0;
+        for seg in &j.shape.segments {
+            segments += 1;
+            expected_ns += match *seg {
+                orrery_model::Segment::Compute { ms } => (ms * 1e6).round() as u64,
+                orrery_model::Segment::Comm { collective, payload_bytes, group, .. } => {
+                    let gbps = seg.intra_host_gbps();
+                    assert_eq!(gbps, 200.0);
+                    orrery_model::placed::rank_transfers(4, collective, payload_bytes, group)
+                        .iter()
+                        .map(|&(_, _, bits)| (bits / gbps).ceil() as u64)
+                        .max()
+                        .unwrap_or(0)
+                }
+            };
+        }
+        let h = &j.iteration_ms;
+        assert!(expected_ns > 0);
+        let mean = h.sum() / h.len() as f64;
+        assert!(
+            (h.max() - expected_ns as f64 / 1e6).abs() < 1e-9 && (mean - h.max()).abs() < 1e-9,
+            "iterations of {mean} ms on average, {} at most; expected {} ms",
+            h.max(),
+            expected_ns as f64 / 1e6
+        );
+        // One event to start each iteration and one per segment (four per
+        // collective when each transfer was a flow), and the arrival.
+        assert!(
+            sim.events_processed <= iterations * (segments + 1) + 1,
+            "{} events for {iterations} iterations of {segments} segments",
+            sim.events_processed
+        );
     }
 
     #[test]

@@ -251,6 +251,8 @@ pub struct JobState {
     pub iteration_ms: crate::durations::Durations,
     segment: usize,
     epoch: u64,
+    /// Parts of the current collective still running: its flows, and one
+    /// for all its transfers inside hosts.
     pending_flows: usize,
     flows: flows::JobFlows,
     /// The start delay of the current iteration, ns.
@@ -525,6 +527,8 @@ enum Event {
     IterationStart(JobId, u64),
     ComputeDone(JobId, u64),
     FlowDone(FlowId, u64),
+    /// The last of a collective's transfers inside a host ends (job, epoch).
+    HostTransfersDone(JobId, u64),
     /// Flows that end at one instant, rescheduled together: their (flow,
     /// version) pairs in `Simulation::done_groups` at this index.
     FlowsDone(u32),
@@ -567,7 +571,7 @@ pub struct Simulation<'a> {
     /// flow id (the network's slab ids are dense: a vector, not a map).
     flow_job: Vec<Option<(JobId, u64, usize)>>,
     /// The flows ending at one instant, as the event loop gathers them.
-    ended_buf: Vec<(FlowId, u64)>,
+    ended_buf: Vec<flows::Ended>,
     /// The members of each [`Event::FlowsDone`] in the queue, and the
     /// groups free for reuse (their allocations kept).
     done_groups: Vec<Vec<(FlowId, u64)>>,
@@ -913,7 +917,7 @@ impl<'a> Simulation<'a> {
                     self.end_segment(j);
                     self.run_segment(j, policy);
                 }
-                Event::FlowDone(..) | Event::FlowsDone(_) => {
+                Event::FlowDone(..) | Event::FlowsDone(_) | Event::HostTransfersDone(..) => {
                     // Flows ending at this instant (a ring's flows end
                     // together) leave the network at once.
                     // (In a buffer kept across events: one allocation a
@@ -921,8 +925,11 @@ impl<'a> Simulation<'a> {
                     let mut ended = std::mem::take(&mut self.ended_buf);
                     ended.clear();
                     self.gather_done(e, &mut ended);
-                    while let Some(&Reverse((next, _, next_e @ (Event::FlowDone(..) | Event::FlowsDone(_))))) =
-                        self.events.peek()
+                    while let Some(&Reverse((
+                        next,
+                        _,
+                        next_e @ (Event::FlowDone(..) | Event::FlowsDone(_) | Event::HostTransfersDone(..)),
+                    ))) = self.events.peek()
                         && next == t
                     {
                         self.events.pop();
