@@ -5,6 +5,7 @@
 use super::{BACKGROUND, Event, Simulation};
 use crate::network::{FlowId, Network};
 use orrery_policy::{JobId, Policy};
+use std::cmp::Reverse;
 
 /// A job's flows in the network, in the order they started, each with its
 /// serial, so that an entry whose slot the network has given to a later
@@ -128,6 +129,29 @@ impl Simulation<'_> {
             self.push(run[0].0, event);
         }
         self.due_buf = due;
+    }
+
+    /// A flow-end event at `t`, with the others at `t` after it in the
+    /// queue: the flows ending at this instant (a ring's flows end
+    /// together) leave the network at once. (Gathered in a buffer kept
+    /// across events: one allocation a run, not one per instant.)
+    pub(super) fn ends_at(&mut self, t: u64, first: Event, policy: &mut dyn Policy) {
+        let mut ended = std::mem::take(&mut self.ended_buf);
+        ended.clear();
+        self.gather_done(first, &mut ended);
+        while let Some(&Reverse((
+            next,
+            _,
+            e @ (Event::FlowDone(..) | Event::FlowsDone(_) | Event::HostTransfersDone(..)),
+        ))) = self.events.peek()
+            && next == t
+        {
+            self.events.pop();
+            self.events_processed += 1;
+            self.gather_done(e, &mut ended);
+        }
+        self.flows_done(&ended, policy);
+        self.ended_buf = ended;
     }
 
     /// Appends what a flow-end event ended to `ended`, counting each flow

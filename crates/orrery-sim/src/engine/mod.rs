@@ -917,28 +917,7 @@ impl<'a> Simulation<'a> {
                     self.end_segment(j);
                     self.run_segment(j, policy);
                 }
-                Event::FlowDone(..) | Event::FlowsDone(_) | Event::HostTransfersDone(..) => {
-                    // Flows ending at this instant (a ring's flows end
-                    // together) leave the network at once.
-                    // (In a buffer kept across events: one allocation a
-                    // run, not one per instant a flow ends.)
-                    let mut ended = std::mem::take(&mut self.ended_buf);
-                    ended.clear();
-                    self.gather_done(e, &mut ended);
-                    while let Some(&Reverse((
-                        next,
-                        _,
-                        next_e @ (Event::FlowDone(..) | Event::FlowsDone(_) | Event::HostTransfersDone(..)),
-                    ))) = self.events.peek()
-                        && next == t
-                    {
-                        self.events.pop();
-                        self.events_processed += 1;
-                        self.gather_done(next_e, &mut ended);
-                    }
-                    self.flows_done(&ended, policy);
-                    self.ended_buf = ended;
-                }
+                Event::FlowDone(..) | Event::FlowsDone(_) | Event::HostTransfersDone(..) => self.ends_at(t, e, policy),
                 Event::Scripted(k) => {
                     let d = self.scripted[k].clone();
                     if self.apply_once(vec![d]) {
