@@ -282,6 +282,7 @@ impl Network {
         owner: usize,
     ) -> (FlowId, Vec<FlowId>) {
         let id = self.insert(now, path.into(), bits, cap_gbps, owner);
+        self.refresh_paths(&[id]);
         let changed = self.recompute_new(now, id);
         (id, changed)
     }
@@ -296,6 +297,7 @@ impl Network {
     pub fn add_all(&mut self, now: u64, new: Vec<(Path, f64, f64, usize)>) -> (Vec<FlowId>, Vec<FlowId>) {
         let ids: Vec<FlowId> =
             new.into_iter().map(|(path, bits, cap, owner)| self.insert(now, path, bits, cap, owner)).collect();
+        self.refresh_paths(&ids);
         let mut changed = if self.isolated || self.externally_rated || self.probing(now) {
             // Flow by flow: a flow re-rated with an earlier new flow's
             // component carries a stamp above the batch's first (stamps
@@ -409,9 +411,29 @@ impl Network {
                 s.last_owner = Some(owner);
             }
             self.link_flows[l].push(id);
-            self.refresh_binding(l);
         }
         id
+    }
+
+    /// Refreshes whether each link on the paths of `ids` binds, once per
+    /// link: after inserting a collective's k flows, O(Σ deg) instead of
+    /// O(k · deg) per link when each insert refreshed its links (the
+    /// answer, summed from scratch, is the same).
+    fn refresh_paths(&mut self, ids: &[FlowId]) {
+        // A fresh stamp marks the links refreshed (a component search takes
+        // a fresh one of its own).
+        self.stamp += 1;
+        let stamp = self.stamp;
+        for &id in ids {
+            let hops = self.flows[id].as_ref().map_or(0, |f| f.path.len());
+            for k in 0..hops {
+                let l = self.flows[id].as_ref().map_or(0, |f| f.path[k]);
+                if self.link_stamp[l] != stamp {
+                    self.link_stamp[l] = stamp;
+                    self.refresh_binding(l);
+                }
+            }
+        }
     }
 
     /// Removes a flow; returns the flows whose rate changed.
@@ -425,17 +447,25 @@ impl Network {
     pub fn remove_all(&mut self, now: u64, ids: &[FlowId]) -> Vec<FlowId> {
         let mut seeds = Vec::new();
         let mut removed = Vec::with_capacity(ids.len());
+        // Each link once (marked with a fresh stamp), then sorted: a mesh's
+        // collective ends thousands of flows over a few hundred links.
+        self.stamp += 1;
+        let stamp = self.stamp;
         for &id in ids {
             let Some(flow) = self.flows.get_mut(id).and_then(Option::take) else { continue };
             self.free.push(id);
             removed.push(id);
-            seeds.extend_from_slice(&flow.path);
+            for &l in flow.path.iter() {
+                if self.link_stamp[l] != stamp {
+                    self.link_stamp[l] = stamp;
+                    seeds.push(l);
+                }
+            }
         }
         if seeds.is_empty() {
             return Vec::new();
         }
         seeds.sort_unstable();
-        seeds.dedup();
         // Each link's list is filtered once for all the flows removed from
         // it (one pass a flow was O(flows removed · flows on the link): a
         // mesh's all-to-all ends thousands at once).
