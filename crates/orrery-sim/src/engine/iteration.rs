@@ -257,7 +257,8 @@ impl Simulation<'_> {
     }
 
     /// A flow of `job` (the `index`-th of its collective, started in
-    /// `epoch`) ended: the collective ends with its last flow.
+    /// `epoch`) ended: the collective ends with its last part
+    /// ([`Simulation::part_done`]).
     pub(super) fn flow_ended(&mut self, job: JobId, epoch: u64, index: usize, policy: &mut dyn Policy) {
         if self.jobs[job].epoch != epoch {
             return;
