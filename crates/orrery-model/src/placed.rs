@@ -6,6 +6,7 @@ use crate::shape::{Collective, Group, IterationShape};
 use crate::topology::{HostId, LinkId, SharedPaths, Topology, ecmp_index};
 use crate::zoo::{Placement, model};
 use crate::{JobSpec, Segment};
+use std::collections::HashMap;
 
 /// A collective and its groups: what a segment's pairs of ranks, and so
 /// their paths, depend on (not its payload).
@@ -283,50 +284,62 @@ impl Placed {
     /// None for a job without grouped collectives: its one ring crosses a
     /// link once and its circle ([`IterationShape::circle`]) is its demand
     /// everywhere. O(flows × path length).
-    pub fn link_circles(
+    pub fn link_circles(&self, topo: &Topology, job: usize) -> Option<HashMap<LinkId, crate::Circle>> {
+        self.links_and_circles(topo, job).1
+    }
+
+    /// [`Placed::links`] and [`Placed::link_circles`] from one routing of
+    /// each kind of collective: CASSINI needs both for every candidate, and
+    /// routing twice was a sixth of `themis+cassini`'s run at 4,096 hosts
+    /// with LLM meshes. O(flows × path length + links log links).
+    pub fn links_and_circles(
         &self,
         topo: &Topology,
         job: usize,
-    ) -> Option<std::collections::HashMap<LinkId, crate::Circle>> {
+    ) -> (Vec<LinkId>, Option<HashMap<LinkId, crate::Circle>>) {
         use crate::shape::Arc;
-        use std::collections::HashMap;
-        let grouped = self.shape.segments.iter().any(|s| matches!(s, Segment::Comm { group, .. } if !group.is_all()));
-        if !grouped {
-            return None;
-        }
-        let period_ms = self.shape.period_ms();
-        let mut out: HashMap<LinkId, crate::Circle> = HashMap::new();
-        // Flows per link of each kind of collective: a pipeline's
+        // Flows per link of each kind of collective, by link: a pipeline's
         // micro-batches repeat the same sends, whose pairs and paths do not
         // depend on the payload, so each kind is routed once.
         let mut counted: Vec<(CollectiveKind, Vec<(LinkId, u32)>)> = Vec::new();
+        let mut crossed: Vec<LinkId> = Vec::new();
+        for seg in &self.shape.segments {
+            let Segment::Comm { collective, payload_bytes, group, .. } = *seg else { continue };
+            if counted.iter().any(|(key, _)| *key == (collective, group)) {
+                continue;
+            }
+            crossed.clear();
+            for (i, (src, dst, _)) in
+                rank_transfers(self.workers.len(), collective, payload_bytes, group).into_iter().enumerate()
+            {
+                let paths = rank_paths(topo, &self.workers, &self.gpus, src, dst);
+                if !paths.is_empty() {
+                    crossed.extend_from_slice(&paths[ecmp_index(job, i, paths.len())]);
+                }
+            }
+            crossed.sort_unstable();
+            let count = crossed.chunk_by(|a, b| a == b).map(|run| (run[0], run.len() as u32)).collect();
+            counted.push(((collective, group), count));
+        }
+        let mut links: Vec<LinkId> = counted.iter().flat_map(|(_, c)| c.iter().map(|&(l, _)| l)).collect();
+        links.sort_unstable();
+        links.dedup();
+        let grouped = self.shape.segments.iter().any(|s| matches!(s, Segment::Comm { group, .. } if !group.is_all()));
+        if !grouped {
+            return (links, None);
+        }
+        let period_ms = self.shape.period_ms();
+        let mut out: HashMap<LinkId, crate::Circle> = HashMap::new();
         let mut t = 0.0;
         for seg in &self.shape.segments {
             let d = seg.duration_ms();
             let rate = seg.network_gbps();
-            if let Segment::Comm { collective, payload_bytes, group, .. } = *seg
+            if let Segment::Comm { collective, group, .. } = *seg
                 && rate > 0.0
                 && d > 0.0
+                && let Some((_, count)) = counted.iter().find(|(key, _)| *key == (collective, group))
             {
-                let k = match counted.iter().position(|(key, _)| *key == (collective, group)) {
-                    Some(k) => k,
-                    None => {
-                        let mut count: HashMap<LinkId, u32> = HashMap::new();
-                        for (i, (src, dst, _)) in
-                            rank_transfers(self.workers.len(), collective, payload_bytes, group).into_iter().enumerate()
-                        {
-                            let paths = rank_paths(topo, &self.workers, &self.gpus, src, dst);
-                            if let Some(p) = paths.get(ecmp_index(job, i, paths.len().max(1))) {
-                                for &l in p {
-                                    *count.entry(l).or_default() += 1;
-                                }
-                            }
-                        }
-                        counted.push(((collective, group), count.into_iter().collect()));
-                        counted.len() - 1
-                    }
-                };
-                for &(l, k) in &counted[k].1 {
+                for &(l, k) in count {
                     let gbps = rate * f64::from(k);
                     out.entry(l).or_insert_with(|| crate::Circle { period_ms, arcs: Vec::new() }).arcs.push(Arc {
                         start_ms: t,
@@ -337,7 +350,7 @@ impl Placed {
             }
             t += d;
         }
-        Some(out)
+        (links, Some(out))
     }
 
     /// Directed links the job's flows cross under ECMP (`job` seeds the hash,
@@ -474,6 +487,29 @@ mod tests {
         // Stages inside a rack, replicas across: the rings share no link.
         let apart = place(&topo, &spec, &[(0, 1), (1, 1), (4, 1), (5, 1)]).expect("placed");
         assert!(apart.shape.period_ms() < placed.shape.period_ms() - 100.0);
+    }
+
+    #[test]
+    fn one_routing_gives_the_links_and_each_links_flows_times_their_rate() {
+        // testbed-pp-dp's job a with both stages' rings across the racks:
+        // rings 0↔4 and 1↔5 at 25 Gbit/s a flow, so each direction of the
+        // fabric links between the racks carries two ring flows (50 Gbit/s)
+        // and each host link one (25); the pipeline's sends stay in rack 0
+        // and rack 1 on host links.
+        let (topo, spec, hosts) = pipeline_job();
+        let placed = place(&topo, &spec, &hosts).expect("placed");
+        let (links, circles) = placed.links_and_circles(&topo, 0);
+        assert_eq!(links, placed.links(&topo, 0));
+        let circles = circles.expect("a grouped shape has circles per link");
+        let mut on: Vec<LinkId> = circles.keys().copied().collect();
+        on.sort_unstable();
+        assert_eq!(on, links, "every link crossed carries an arc");
+        let ring_gbps = |l: LinkId| circles[&l].arcs.iter().find(|a| a.duration_ms > 100.0).map(|a| a.gbps);
+        let fabric = |l: LinkId| topo.links[l].from >= topo.hosts.len() && topo.links[l].to >= topo.hosts.len();
+        let doubled: Vec<LinkId> = links.iter().copied().filter(|&l| ring_gbps(l) == Some(50.0)).collect();
+        assert_eq!(doubled.len(), 4, "leaf 0 ↔ spine ↔ leaf 1, both directions: {doubled:?}");
+        assert!(doubled.iter().all(|&l| fabric(l)));
+        assert!(links.iter().filter(|&&l| !fabric(l)).all(|&l| ring_gbps(l) == Some(25.0)));
     }
 
     #[test]

@@ -311,8 +311,8 @@ type Placements = PerPlacement<Option<(Rc<Placed>, Rc<Vec<LinkId>>, f64, bool, O
 
 fn net(view: &ClusterView<'_>, id: JobId, spec: &JobSpec, hosts: &[(HostId, u32)]) -> Option<Net> {
     let placed = place(view.topology, spec, hosts)?;
-    let links = placed.links(view.topology, id);
-    let on_links = placed.link_circles(view.topology, id).map(Rc::new);
+    let (links, on_links) = placed.links_and_circles(view.topology, id);
+    let on_links = on_links.map(Rc::new);
     Some(Net::new(id, spec.priority, hosts.to_vec(), Rc::new(placed), Rc::new(links), on_links))
 }
 
@@ -552,8 +552,12 @@ impl Policy for Cassini {
             // (one host) leaves nothing to interleave and no link to spare:
             // with locality first, no candidate can do better, so none is
             // drawn or scored.
-            let silent = self.rank == Rank::LocalityFirst
-                && own_choice.as_ref().and_then(|h| net(view, job, spec, h)).is_some_and(|n| n.links.is_empty());
+            // (Its net is kept for the scoring below, where it comes first.)
+            let mut own_net = match self.rank {
+                Rank::LocalityFirst => own_choice.as_ref().and_then(|h| net(view, job, spec, h)),
+                _ => None,
+            };
+            let silent = own_net.as_ref().is_some_and(|n| n.links.is_empty());
             match self.draw {
                 _ if silent => {}
                 Candidates::Random => {
@@ -583,8 +587,9 @@ impl Policy for Cassini {
             // Alg. 2: rank loop-free candidates (by fabric links crossed, then)
             // by mean compatibility; the host scheduler's own choice wins ties.
             let mut best: Option<Ranked> = None;
-            for c in candidates {
-                let Some(candidate) = net(view, job, spec, &c) else { continue };
+            for (i, c) in candidates.into_iter().enumerate() {
+                let kept = if i == 0 { own_net.take() } else { None };
+                let Some(candidate) = kept.or_else(|| net(view, job, spec, &c)) else { continue };
                 let fabric = if self.rank == Rank::LocalityFirst { fabric_links(view, &candidate) } else { 0 };
                 if best.as_ref().is_some_and(|b| fabric > b.fabric) {
                     continue; // less local than the best so far: not scored

@@ -18,7 +18,7 @@
 //! it).
 
 use super::{Net, Solved, link_solution};
-use crate::memo::{FastMap, FastSet};
+use crate::memo::FastMap;
 use crate::{ClusterView, JobId};
 use orrery_model::{HostId, LinkId};
 
@@ -408,19 +408,28 @@ impl Graph {
     /// link of theirs carries a job outside. O(links of the region × jobs
     /// per link).
     pub(super) fn region(&self, seeds: impl IntoIterator<Item = usize>) -> Vec<usize> {
-        let mut seen: FastSet<usize> = FastSet::default();
-        let mut stack: Vec<usize> = seeds.into_iter().filter(|&s| seen.insert(s)).collect();
-        while let Some(s) = stack.pop() {
+        // Slots seen, by index: a bit per slot where a hash set cost a
+        // lookup per job met on a link (at 16,384 hosts a region holds some
+        // 70 jobs on 20,000 link entries).
+        let mut seen = vec![false; self.slots.len()];
+        let mut region: Vec<usize> = Vec::new();
+        for s in seeds {
+            if !std::mem::replace(&mut seen[s], true) {
+                region.push(s);
+            }
+        }
+        let mut next = 0;
+        while let Some(&s) = region.get(next) {
+            next += 1;
             let Some(net) = self.slots[s].as_ref() else { continue };
             for l in net.links.iter() {
                 for &o in self.on_link.get(l).map_or(&[][..], Vec::as_slice) {
-                    if seen.insert(o) {
-                        stack.push(o);
+                    if !std::mem::replace(&mut seen[o], true) {
+                        region.push(o);
                     }
                 }
             }
         }
-        let mut region: Vec<usize> = seen.into_iter().collect();
         region.sort_unstable();
         region
     }
@@ -436,23 +445,51 @@ impl Graph {
         solved: &mut Solved,
     ) -> Stats {
         let extra_slot = self.slots.len();
-        // Each link of the region's jobs and the candidate's with the jobs
-        // that send on it, by link and then rank ([`link_groups`]): the
-        // region is a union of components, so these are all the link's
-        // jobs; the candidate's slot is the next one.
-        let mut on_link: Vec<(LinkId, Rank, usize)> = Vec::new();
+        let extra = extra.filter(|(c, _)| sends(c));
+        // The links of the region's jobs and the candidate's, each once.
+        // The region is a union of components, so a link's list in
+        // `on_link` holds all its jobs; the candidate's slot is the next one.
+        let mut links: Vec<LinkId> = Vec::new();
         for &s in region {
             if let Some(net) = self.slots[s].as_ref().filter(|n| sends(n)) {
-                on_link.extend(net.links.iter().map(|&l| (l, self.rank[s], s)));
+                links.extend_from_slice(&net.links);
             }
         }
-        if let Some((c, rank)) = extra.filter(|(c, _)| sends(c)) {
-            on_link.extend(c.links.iter().map(|&l| (l, rank, extra_slot)));
+        if let Some((c, _)) = extra {
+            links.extend_from_slice(&c.links);
         }
-        on_link.sort_unstable();
-        let pairs: Vec<(LinkId, usize)> = on_link.iter().map(|x| (x.0, x.2)).collect();
-        let slots: Vec<usize> = on_link.iter().map(|x| x.2).collect();
-        self.score(view, &link_groups(view, &pairs, &slots), extra.map(|e| e.0), solved)
+        links.sort_unstable();
+        links.dedup();
+        let on_candidate = |l: LinkId| extra.is_some_and(|(c, _)| c.links.binary_search(&l).is_ok());
+        let rank_of = |s: usize| if s == extra_slot { extra.map_or(held(0), |e| e.1) } else { self.rank[s] };
+        // The Affinity graph's link vertices ([`link_groups`]): each set of
+        // jobs (in the full score's order) that shares a link, at the
+        // lowest rate among its links, the lowest id among equals. A hash
+        // of the sets where a sort of every (link, job) pair of the region
+        // cost O(n log n) per candidate. O(Σ jobs per link).
+        let gbps = |l: LinkId| view.topology.links[l].gbps;
+        let mut groups: FastMap<Vec<usize>, LinkId> = FastMap::default();
+        let mut set: Vec<usize> = Vec::new();
+        for &l in &links {
+            set.clear();
+            set.extend_from_slice(self.on_link.get(&l).map_or(&[][..], Vec::as_slice));
+            if on_candidate(l) {
+                set.push(extra_slot);
+            }
+            if set.len() < 2 {
+                continue;
+            }
+            set.sort_unstable_by_key(|&s| (rank_of(s), s));
+            match groups.get_mut(set.as_slice()) {
+                Some(rep) if gbps(l).total_cmp(&gbps(*rep)).then(l.cmp(rep)).is_lt() => *rep = l,
+                Some(_) => {}
+                None => {
+                    groups.insert(set.clone(), l);
+                }
+            }
+        }
+        let groups: Vec<(&[usize], LinkId)> = groups.iter().map(|(k, &l)| (k.as_slice(), l)).collect();
+        self.score(view, &groups, extra.map(|e| e.0), solved)
     }
 
     /// Scores link groups (each a set of slots, with `extra` as slot

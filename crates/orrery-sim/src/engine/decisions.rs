@@ -32,6 +32,13 @@ impl Simulation<'_> {
     pub(super) fn apply_once(&mut self, decisions: Vec<Decision>) -> bool {
         let mut freed = false;
         for d in decisions {
+            // A throttle the job already has changes nothing: re-capping its
+            // flows would re-rate their components and count them as met.
+            if let Decision::Throttle { job, gbps } = d
+                && self.jobs.get(job).is_some_and(|j| j.throttle_gbps == gbps.filter(|g| *g > 0.0))
+            {
+                continue;
+            }
             if let Decision::Preempt { job }
             | Decision::Shift { job, .. }
             | Decision::Align { job, .. }
@@ -115,10 +122,10 @@ impl Simulation<'_> {
                     // (FORESIGHT §4); its transfers inside a host are not
                     // flows and keep their rate.
                     let flows = self.jobs[job].flows.live(&self.net);
+                    let base = self.nic(job);
+                    let cap = gbps.map_or(base, |g| g.min(base));
                     for f in flows {
-                        let base = self.net.flow(f).filter(|fl| !fl.path.is_empty()).map(|_| self.nic(job));
-                        if let Some(base) = base {
-                            let cap = gbps.map_or(base, |g| g.min(base));
+                        if self.net.flow(f).is_some_and(|fl| !fl.path.is_empty()) {
                             let changed = self.net.set_cap(self.now, f, cap);
                             self.note_interactions();
                             self.reschedule(&changed);
