@@ -21,6 +21,7 @@ use super::{Net, Solved, link_solution};
 use crate::memo::FastMap;
 use crate::{ClusterView, JobId};
 use orrery_model::{HostId, LinkId};
+use std::rc::Rc;
 
 /// Sums over a set of shared links.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -126,25 +127,51 @@ pub(super) struct Graph {
 /// previous step left, and half the regions are not scored again.
 #[derive(Default)]
 struct Regions {
-    sums: FastMap<Vec<usize>, Stats>,
+    sums: FastMap<Vec<usize>, (Stats, Option<Rc<Detail>>)>,
     /// Slots held in the keys: past a few times the graph's jobs, every
     /// kept region is forgotten (amortised O(1) per slot kept).
     held: usize,
 }
 
 impl Regions {
-    fn get(&self, region: &[usize]) -> Option<Stats> {
-        self.sums.get(region).copied()
+    fn get(&self, region: &[usize]) -> Option<&(Stats, Option<Rc<Detail>>)> {
+        self.sums.get(region)
     }
 
-    fn keep(&mut self, region: Vec<usize>, stats: Stats, jobs: usize) {
+    /// Forgets every region's [`Detail`], keeping its sums.
+    fn forget_details(&mut self) {
+        for (_, detail) in self.sums.values_mut() {
+            *detail = None;
+        }
+    }
+
+    fn keep(&mut self, region: Vec<usize>, stats: Stats, detail: Option<Rc<Detail>>, jobs: usize) {
         if self.held > 4 * jobs + 1024 {
             self.sums.clear();
             self.held = 0;
         }
         self.held += region.len();
-        self.sums.insert(region, stats);
+        self.sums.insert(region, (stats, detail));
     }
+}
+
+/// A region's Affinity-graph vertices, kept with its sums so that a
+/// candidate is scored from the link vertices it changes
+/// ([`Graph::delta`]) instead of from every link of its region.
+#[derive(Debug, Default)]
+struct Detail {
+    /// The region's sums when it was taken, in the ranks of then (a kept
+    /// region's [`Regions`] sums may be older: a job placed in a round is
+    /// ranked by id from the next, and the graph's sums hold it as they
+    /// were added, so details are forgotten when ranks change).
+    stats: Stats,
+    /// Each set of jobs that shares a link (slots in the full score's
+    /// order), with all the links that carry exactly it, by (rate, id)
+    /// ascending (the first is its vertex's), and its score ([`fixed`];
+    /// none when the circles do not unify).
+    groups: FastMap<Vec<usize>, (Vec<LinkId>, Option<i128>)>,
+    /// Each job in a scored group, with its component's root (a slot).
+    component: FastMap<usize, usize>,
 }
 
 /// A candidate scored on the graph ([`Graph::with`]): the whole
@@ -190,7 +217,7 @@ impl Graph {
             g.push(net, (0, i as u64));
         }
         let all: Vec<usize> = (0..g.slots.len()).collect();
-        g.whole = g.stats(view, &all, None, solved);
+        g.whole = g.stats(view, &all, None, solved).0;
         g
     }
 
@@ -231,20 +258,165 @@ impl Graph {
             return Scored { whole: self.whole, region: None, rank };
         }
         let mut region = self.region(candidate.links.iter().filter_map(|l| self.on_link.get(l)).flatten().copied());
-        let before = self.kept_stats(view, &region, solved);
-        let after = self.stats(view, &region, Some((candidate, rank)), solved);
+        let (before, detail) = self.kept_detail(view, &region, solved);
+        let after = match self.delta(view, &detail, (candidate, rank), solved) {
+            Some(after) => {
+                if cfg!(test) {
+                    assert_eq!(after, self.stats(view, &region, Some((candidate, rank)), solved).0, "{region:?}");
+                }
+                after
+            }
+            None => self.stats(view, &region, Some((candidate, rank)), solved).0,
+        };
         region.push(self.slots.len());
         Scored { whole: self.whole.swap(before, after), region: Some((region, after)), rank }
     }
 
     /// [`Self::stats`] of `region` without a candidate, kept ([`Regions`]).
     fn kept_stats(&mut self, view: &ClusterView<'_>, region: &[usize], solved: &mut Solved) -> Stats {
-        if let Some(kept) = self.regions.get(region) {
+        if let Some(&(kept, _)) = self.regions.get(region) {
             return kept;
         }
-        let stats = self.stats(view, region, None, solved);
-        self.regions.keep(region.to_vec(), stats, self.slots.len());
+        let (stats, detail) = self.stats(view, region, None, solved);
+        self.regions.keep(region.to_vec(), stats, Some(Rc::new(detail)), self.slots.len());
         stats
+    }
+
+    /// [`Self::kept_stats`] with the region's [`Detail`], computed once for
+    /// a region kept without it (one placed into, or kept before the ranks
+    /// last changed).
+    fn kept_detail(&mut self, view: &ClusterView<'_>, region: &[usize], solved: &mut Solved) -> (Stats, Rc<Detail>) {
+        if let Some((kept, Some(detail))) = self.regions.get(region) {
+            return (*kept, Rc::clone(detail));
+        }
+        let was = self.regions.get(region).map(|k| k.0);
+        let (stats, detail) = self.stats(view, region, None, solved);
+        let detail = Rc::new(detail);
+        let kept = was.unwrap_or(stats);
+        self.regions.keep(region.to_vec(), kept, Some(Rc::clone(&detail)), self.slots.len());
+        (kept, detail)
+    }
+
+    /// The whole placement's sums over a region (`before`, with its
+    /// [`Detail`]) were `candidate` placed in it with rank `rank`, from the
+    /// link vertices on the candidate's links alone: every other link keeps
+    /// its jobs. On a link the candidate takes, its set S becomes S ∪ {c};
+    /// S's vertex stays (at its next link) if S has a link the candidate
+    /// does not take, and goes otherwise. The loops' count E − V + C
+    /// changes by ΔE − Δ(vertices of link sets) − (components joined): jobs
+    /// new to scored vertices add a vertex and a component each, which
+    /// cancel. None where a scored vertex of S would go without S ∪ {c}
+    /// scored, or stay unscored at its next link: jobs may then part, and
+    /// the caller scores the region in full. O(candidate's links × jobs
+    /// per link) plus a solution per new vertex not solved before.
+    fn delta(
+        &self,
+        view: &ClusterView<'_>,
+        detail: &Detail,
+        (candidate, rank): (&Net, Rank),
+        solved: &mut Solved,
+    ) -> Option<Stats> {
+        let extra_slot = self.slots.len();
+        let order = |s: usize| if s == extra_slot { (rank, s) } else { (self.rank[s], s) };
+        // The candidate's links by the set of jobs on each.
+        let mut by_set: FastMap<Vec<usize>, Vec<LinkId>> = FastMap::default();
+        for &l in candidate.links.iter() {
+            let Some(on) = self.on_link.get(&l).filter(|on| !on.is_empty()) else { continue };
+            let mut set = on.clone();
+            set.sort_unstable_by_key(|&s| order(s));
+            by_set.entry(set).or_default().push(l);
+        }
+        let gbps = |l: LinkId| view.topology.links[l].gbps;
+        let first =
+            |links: &[LinkId]| links.iter().copied().min_by(|&a, &b| gbps(a).total_cmp(&gbps(b)).then(a.cmp(&b)));
+        let mut after = detail.stats;
+        let mut edges: i64 = 0;
+        let mut vertices: i64 = 0;
+        // Sets that become scored vertices, whose jobs then join one component.
+        let mut joined: Vec<Vec<usize>> = Vec::new();
+        for (set, taken) in &by_set {
+            let n = set.len() as i64;
+            // S ∪ {c}, in the full score's order.
+            let mut with = set.clone();
+            let at = with.partition_point(|&s| order(s) < (rank, extra_slot));
+            with.insert(at, extra_slot);
+            let rep = first(taken)?;
+            let new = self.group_score(view, &with, Some(candidate), rep, solved);
+            if let Some(score) = new {
+                after.total += score;
+                after.scored += 1;
+                (edges, vertices) = (edges + n + 1, vertices + 1);
+                joined.push(with);
+            }
+            if set.len() < 2 {
+                continue;
+            }
+            let (links, old) = detail.groups.get(set)?;
+            // S's next link: the first the candidate does not take.
+            let next = links.iter().copied().find(|l| candidate.links.binary_search(l).is_err());
+            let kept = match next {
+                None => None,
+                Some(l) if l == links[0] => *old,
+                Some(l) => self.group_score(view, set, None, l, solved),
+            };
+            if let Some(score) = old {
+                after.total -= score;
+                after.scored -= 1;
+                (edges, vertices) = (edges - n, vertices - 1);
+                if (next.is_none() && new.is_none()) || (next.is_some() && kept.is_none()) {
+                    return None;
+                }
+            }
+            if let Some(score) = kept.filter(|_| next.is_some()) {
+                after.total += score;
+                after.scored += 1;
+                (edges, vertices) = (edges + n, vertices + 1);
+                if old.is_none() {
+                    joined.push(set.clone());
+                }
+            }
+        }
+        // Components joined: a union-find over the components' roots and
+        // the jobs new to scored vertices.
+        let mut parent: FastMap<usize, usize> = FastMap::default();
+        fn root(parent: &mut FastMap<usize, usize>, mut x: usize) -> usize {
+            while let Some(&p) = parent.get(&x).filter(|&&p| p != x) {
+                x = p;
+            }
+            x
+        }
+        let mut merges: i64 = 0;
+        for set in &joined {
+            let node = |s: usize| detail.component.get(&s).copied().unwrap_or(s);
+            let r0 = root(&mut parent, node(set[0]));
+            for &s in &set[1..] {
+                let r = root(&mut parent, node(s));
+                if r != r0 {
+                    parent.insert(r, r0);
+                    merges += 1;
+                }
+            }
+        }
+        after.cycles += edges - vertices - merges;
+        Some(after)
+    }
+
+    /// The score of the link vertex of `set` (slots in the full score's
+    /// order, `extra` as the next slot) at link `link`, in [`fixed`] units.
+    fn group_score(
+        &self,
+        view: &ClusterView<'_>,
+        set: &[usize],
+        extra: Option<&Net>,
+        link: LinkId,
+        solved: &mut Solved,
+    ) -> Option<i128> {
+        let extra_slot = self.slots.len();
+        let nets: Vec<&Net> = set
+            .iter()
+            .map(|&s| if s == extra_slot { extra.expect("extra") } else { self.slots[s].as_ref().expect("live") })
+            .collect();
+        link_solution(&nets, (link, view.topology.links[link].gbps), solved).map(|(score, _)| fixed(*score))
     }
 
     /// Places `net` (last in the order, as a full score would see it).
@@ -268,7 +440,7 @@ impl Graph {
         self.whole = with.whole;
         if let Some((region, stats)) = with.region {
             debug_assert_eq!(region.last(), Some(&self.slots.len()));
-            self.regions.keep(region, stats, self.slots.len() + 1);
+            self.regions.keep(region, stats, None, self.slots.len() + 1);
         }
         if with.rank.0 == 1 {
             self.placed += 1;
@@ -290,9 +462,9 @@ impl Graph {
                 }
             }
             let rest: Vec<usize> = region.into_iter().filter(|&s| s != slot).collect();
-            let after = self.stats(view, &rest, None, solved);
+            let (after, detail) = self.stats(view, &rest, None, solved);
             self.whole = self.whole.swap(before, after);
-            self.regions.keep(rest, after, self.slots.len());
+            self.regions.keep(rest, after, Some(Rc::new(detail)), self.slots.len());
         } else {
             self.slots[slot] = None;
         }
@@ -333,6 +505,7 @@ impl Graph {
         solved: &mut Solved,
     ) -> bool {
         let (mut departed, mut arrived) = (Vec::new(), Vec::new());
+        let mut reranked = false;
         let (slots, rank) = (&self.slots, &mut self.rank);
         let mut kept = self.slot_of.iter_mut().peekable();
         let mut last: Option<JobId> = None;
@@ -365,9 +538,13 @@ impl Graph {
                 arrived.extend(make(r));
             } else if std::mem::take(&mut e.rekey) {
                 rank[e.slot] = held(r.id);
+                reranked = true;
             }
         }
         departed.extend(kept.map(|(_, e)| e.slot));
+        if reranked {
+            self.regions.forget_details();
+        }
         for s in departed {
             let id = self.net(s).id;
             self.remove(view, id, solved);
@@ -435,15 +612,16 @@ impl Graph {
     }
 
     /// Sums over the links of `region` (a union of components), with
-    /// `extra` placed last. Links carrying the same jobs are one vertex of
-    /// the Affinity graph at the lowest rate among them, as in a full score.
+    /// `extra` placed last, and the region's [`Detail`]. Links carrying the
+    /// same jobs are one vertex of the Affinity graph at the lowest rate
+    /// among them, as in a full score.
     fn stats(
         &self,
         view: &ClusterView<'_>,
         region: &[usize],
         extra: Option<(&Net, Rank)>,
         solved: &mut Solved,
-    ) -> Stats {
+    ) -> (Stats, Detail) {
         let extra_slot = self.slots.len();
         let extra = extra.filter(|(c, _)| sends(c));
         // The links of the region's jobs and the candidate's, each once.
@@ -468,7 +646,7 @@ impl Graph {
         // of the sets where a sort of every (link, job) pair of the region
         // cost O(n log n) per candidate. O(Σ jobs per link).
         let gbps = |l: LinkId| view.topology.links[l].gbps;
-        let mut groups: FastMap<Vec<usize>, LinkId> = FastMap::default();
+        let mut groups: FastMap<Vec<usize>, (Vec<LinkId>, Option<i128>)> = FastMap::default();
         let mut set: Vec<usize> = Vec::new();
         for &l in &links {
             set.clear();
@@ -481,29 +659,12 @@ impl Graph {
             }
             set.sort_unstable_by_key(|&s| (rank_of(s), s));
             match groups.get_mut(set.as_slice()) {
-                Some(rep) if gbps(l).total_cmp(&gbps(*rep)).then(l.cmp(rep)).is_lt() => *rep = l,
-                Some(_) => {}
+                Some((on, _)) => on.push(l),
                 None => {
-                    groups.insert(set.clone(), l);
+                    groups.insert(set.clone(), (vec![l], None));
                 }
             }
         }
-        let groups: Vec<(&[usize], LinkId)> = groups.iter().map(|(k, &l)| (k.as_slice(), l)).collect();
-        self.score(view, &groups, extra.map(|e| e.0), solved)
-    }
-
-    /// Scores link groups (each a set of slots, with `extra` as slot
-    /// `slots.len()`, and the link that caps them). O(groups · jobs a group).
-    fn score(
-        &self,
-        view: &ClusterView<'_>,
-        groups: &[(&[usize], LinkId)],
-        extra: Option<&Net>,
-        solved: &mut Solved,
-    ) -> Stats {
-        let extra_slot = self.slots.len();
-        let net_of =
-            |s: usize| if s == extra_slot { extra.expect("extra") } else { self.slots[s].as_ref().expect("live") };
         let mut stats = Stats::default();
         // Union-find over the jobs of scored groups: C is the number of roots.
         let mut parent: FastMap<usize, usize> = FastMap::default();
@@ -516,15 +677,14 @@ impl Graph {
             x
         }
         let (mut edges, mut groups_scored) = (0i64, 0i64);
-        for &(ks, link) in groups {
-            let nets: Vec<&Net> = ks.iter().map(|&s| net_of(s)).collect();
-            let Some((score, _)) = link_solution(&nets, (link, view.topology.links[link].gbps), solved) else {
-                continue;
-            };
-            stats.total += fixed(*score);
+        for (ks, (on, score)) in groups.iter_mut() {
+            on.sort_unstable_by(|&a, &b| gbps(a).total_cmp(&gbps(b)).then(a.cmp(&b)));
+            *score = self.group_score(view, ks, extra.map(|e| e.0), on[0], solved);
+            let Some(score) = *score else { continue };
+            stats.total += score;
             groups_scored += 1;
             edges += ks.len() as i64;
-            for &k in ks {
+            for &k in ks.iter() {
                 parent.entry(k).or_insert(k);
             }
             let r0 = root(&mut parent, ks[0]);
@@ -536,10 +696,11 @@ impl Graph {
             }
         }
         let jobs: Vec<usize> = parent.keys().copied().collect();
-        let components = jobs.iter().filter(|&&j| root(&mut parent, j) == j).count() as i64;
+        let component: FastMap<usize, usize> = jobs.iter().map(|&j| (j, root(&mut parent, j))).collect();
+        let components = component.iter().filter(|&(j, r)| j == r).count() as i64;
         stats.scored = groups_scored as usize;
         stats.cycles = edges - (groups_scored + jobs.len() as i64) + components;
-        stats
+        (stats, Detail { stats, groups, component })
     }
 }
 

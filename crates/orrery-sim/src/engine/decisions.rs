@@ -117,19 +117,24 @@ impl Simulation<'_> {
                     self.start_iteration(job);
                 }
                 Decision::Throttle { job, gbps } if self.is_active(job) => {
-                    self.jobs[job].throttle_gbps = gbps.filter(|g| *g > 0.0);
+                    let old = self.jobs[job].throttle_gbps;
+                    let new = gbps.filter(|g| *g > 0.0);
+                    self.jobs[job].throttle_gbps = new;
                     // A throttle caps what the job sends into the network
                     // (FORESIGHT §4); its transfers inside a host are not
-                    // flows and keep their rate.
-                    let flows = self.jobs[job].flows.live(&self.net);
-                    let base = self.nic(job);
-                    let cap = gbps.map_or(base, |g| g.min(base));
-                    for f in flows {
-                        if self.net.flow(f).is_some_and(|fl| !fl.path.is_empty()) {
-                            let changed = self.net.set_cap(self.now, f, cap);
-                            self.note_interactions();
-                            self.reschedule(&changed);
-                        }
+                    // flows and keep their rate. A flow split over several
+                    // paths was capped at its share of the whole
+                    // (`start_collective`) and keeps that share.
+                    let nic = self.nic(job);
+                    let whole = |t: Option<f64>| t.map_or(nic, |t| t.min(nic));
+                    let (from, to) = (whole(old), whole(new));
+                    for f in self.jobs[job].flows.live(&self.net) {
+                        let Some(cap) = self.net.flow(f).filter(|fl| !fl.path.is_empty()).map(|fl| fl.cap_gbps) else {
+                            continue;
+                        };
+                        let changed = self.net.set_cap(self.now, f, to * (cap / from));
+                        self.note_interactions();
+                        self.reschedule(&changed);
                     }
                 }
                 Decision::TrafficClass { job, class } if self.is_active(job) => {

@@ -230,6 +230,7 @@ mod tests {
     use crate::network::Network;
     use crate::{SimConfig, Simulation};
     use orrery_model::{JobSpec, Work};
+    use orrery_policy::Decision;
 
     #[test]
     fn flows_ending_together_as_one_event_give_the_same_bits_as_one_event_each() {
@@ -333,6 +334,58 @@ mod tests {
             "{} events for {iterations} iterations of {segments} segments",
             sim.events_processed
         );
+    }
+
+    #[test]
+    fn a_throttle_caps_a_split_flow_at_its_share_and_a_repeated_one_changes_nothing() {
+        // Two one-GPU hosts in two racks under two 10 Gbit/s spines: a
+        // two-worker ring whose flows are each routed over both spines (two
+        // subflows of half the flow, capped at 5 Gbit/s each). vgg16's
+        // 528 MB all-reduce takes seconds at 10 Gbit/s, so at 2 s the first
+        // one is in flight. A throttle to 4 Gbit/s then caps each subflow
+        // at 2 (half of 4, as subflows started under it are), not at 4
+        // (8 a flow, twice the throttle); the same throttle again re-rates
+        // nothing.
+        let topo = orrery_model::setups::LeafSpine {
+            racks: 2,
+            hosts_per_rack: 1,
+            spines: 2,
+            gpus_per_host: 1,
+            gpu_type: "a100".into(),
+            host_gbps: 10.0,
+            uplink_gbps: 10.0,
+        }
+        .build("two-racks")
+        .expect("valid");
+        let jobs = [JobSpec::new("ring", "vgg16", 32, 2, Work::Iterations(5), 0.0)];
+        let in_flight = |throttles: usize| {
+            let cfg = SimConfig { seed: 1, jitter: 0.0, skip: false, max_time_s: Some(2.5), ..Default::default() };
+            let mut sim = Simulation::new(&topo, &jobs, cfg, false);
+            let route = |flow| Decision::Route { job: 0, flow, paths: vec![0, 1] };
+            sim.script_iterations(vec![(0, 0, None, route(0)), (0, 0, None, route(1))]);
+            sim.script(
+                (0..throttles)
+                    .map(|k| (2.0 + 0.1 * k as f64, Decision::Throttle { job: 0, gbps: Some(4.0) }))
+                    .collect(),
+            );
+            let mut fifo = orrery_policy::compose::by_name("fifo", 1).expect("a policy");
+            sim.run(fifo.as_mut(), &mut |_, _| {});
+            let live = sim.jobs[0].flows.live(&sim.net);
+            let caps: Vec<(f64, f64, u64)> = live
+                .iter()
+                .filter_map(|&f| sim.net.flow(f))
+                .map(|fl| (fl.cap_gbps, fl.rate_gbps, fl.version))
+                .collect();
+            caps
+        };
+        let before = in_flight(0);
+        assert_eq!(before.len(), 4, "two flows of two subflows each in flight at 2.5 s: {before:?}");
+        assert!(before.iter().all(|&(cap, rate, _)| cap == 5.0 && rate == 5.0), "{before:?}");
+        let once = in_flight(1);
+        assert_eq!(once.len(), 4, "{once:?}");
+        assert!(once.iter().all(|&(cap, rate, _)| cap == 2.0 && rate == 2.0), "half of the throttle each: {once:?}");
+        // Throttled again at 2.1 and 2.2 s: the same caps, rates and versions.
+        assert_eq!(in_flight(3), once);
     }
 
     #[test]
