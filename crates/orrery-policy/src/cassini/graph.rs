@@ -95,6 +95,9 @@ struct Entry {
     rekey: bool,
 }
 
+/// [`Graph::component`] of a job that sends nothing, or has left.
+const NO_COMPONENT: usize = usize::MAX;
+
 /// Hosts an [`Entry`] holds in place.
 const INLINE: usize = 2;
 
@@ -109,6 +112,12 @@ pub(super) struct Graph {
     placed: u64,
     /// Jobs that send, per link they cross, slots ascending.
     on_link: FastMap<LinkId, Vec<usize>>,
+    /// Each sending job's component of the link-sharing graph (named by
+    /// one of its slots; [`NO_COMPONENT`] for the others), and each
+    /// component's slots: a region is a union of them, read off instead of
+    /// searched link by link ([`Graph::region`]).
+    component: Vec<usize>,
+    members: FastMap<usize, Vec<usize>>,
     whole: Stats,
     /// Sums of regions scored without a candidate, by the region's slots
     /// ([`Regions`]).
@@ -210,6 +219,8 @@ impl Graph {
             slot_of: Default::default(),
             placed: 0,
             on_link: FastMap::default(),
+            component: Vec::new(),
+            members: FastMap::default(),
             whole: Stats::default(),
             regions: Regions::default(),
         };
@@ -224,7 +235,27 @@ impl Graph {
     fn push(&mut self, net: Net, rank: Rank) {
         let slot = self.slots.len();
         self.rank.push(rank);
+        self.component.push(NO_COMPONENT);
         if sends(&net) {
+            // It joins the components of the jobs on its links into one, the
+            // smaller ones moved into the largest. O(its links × jobs a link
+            // + slots moved).
+            let mut joined: Vec<usize> =
+                net.links.iter().filter_map(|l| self.on_link.get(l)).flatten().map(|&o| self.component[o]).collect();
+            joined.sort_unstable();
+            joined.dedup();
+            let target = joined.iter().copied().max_by_key(|c| (self.members[c].len(), *c)).unwrap_or(slot);
+            let mut into = self.members.remove(&target).unwrap_or_default();
+            for c in joined.into_iter().filter(|&c| c != target) {
+                let moved = self.members.remove(&c).unwrap_or_default();
+                for &m in &moved {
+                    self.component[m] = target;
+                }
+                into.extend(moved);
+            }
+            into.push(slot);
+            self.component[slot] = target;
+            self.members.insert(target, into);
             for &l in net.links.iter() {
                 self.on_link.entry(l).or_default().push(slot);
             }
@@ -461,6 +492,7 @@ impl Graph {
                     on.retain(|&s| s != slot);
                 }
             }
+            self.split(slot);
             let rest: Vec<usize> = region.into_iter().filter(|&s| s != slot).collect();
             let (after, detail) = self.stats(view, &rest, None, solved);
             self.whole = self.whole.swap(before, after);
@@ -585,9 +617,44 @@ impl Graph {
     /// link of theirs carries a job outside. O(links of the region × jobs
     /// per link).
     pub(super) fn region(&self, seeds: impl IntoIterator<Item = usize>) -> Vec<usize> {
-        // Slots seen, by index: a bit per slot where a hash set cost a
-        // lookup per job met on a link (at 16,384 hosts a region holds some
-        // 70 jobs on 20,000 link entries).
+        let mut seen = vec![false; self.slots.len()];
+        let mut region: Vec<usize> = Vec::new();
+        let take = |c: usize, seen: &mut Vec<bool>, region: &mut Vec<usize>| {
+            // A component is named by one of its slots: seen, all of it is.
+            if !seen[c] {
+                for &m in &self.members[&c] {
+                    seen[m] = true;
+                    region.push(m);
+                }
+            }
+        };
+        for s in seeds {
+            match self.component[s] {
+                NO_COMPONENT => {
+                    // A seed that sends nothing (or has left): itself, and
+                    // the components of the jobs on its links.
+                    if !std::mem::replace(&mut seen[s], true) {
+                        region.push(s);
+                    }
+                    for l in self.slots[s].iter().flat_map(|n| n.links.iter()) {
+                        for &o in self.on_link.get(l).map_or(&[][..], Vec::as_slice) {
+                            take(self.component[o], &mut seen, &mut region);
+                        }
+                    }
+                }
+                c => take(c, &mut seen, &mut region),
+            }
+        }
+        region.sort_unstable();
+        if cfg!(test) {
+            assert_eq!(region, self.region_by_search(region.clone()), "components kept");
+        }
+        region
+    }
+
+    /// [`Self::region`] searched link by link from `seeds`: what the kept
+    /// components must give (the tests compare them).
+    fn region_by_search(&self, seeds: Vec<usize>) -> Vec<usize> {
         let mut seen = vec![false; self.slots.len()];
         let mut region: Vec<usize> = Vec::new();
         for s in seeds {
@@ -609,6 +676,38 @@ impl Graph {
         }
         region.sort_unstable();
         region
+    }
+
+    /// `slot` has left (taken off its links): the rest of its component
+    /// is searched again, link by link, and may fall into several. O(links
+    /// of the component × jobs a link).
+    fn split(&mut self, slot: usize) {
+        let c = std::mem::replace(&mut self.component[slot], NO_COMPONENT);
+        let Some(old) = self.members.remove(&c) else { return };
+        for &m in &old {
+            self.component[m] = NO_COMPONENT;
+        }
+        for &start in old.iter().filter(|&&m| m != slot) {
+            if self.component[start] != NO_COMPONENT {
+                continue;
+            }
+            self.component[start] = start;
+            let mut part = vec![start];
+            let mut next = 0;
+            while let Some(&m) = part.get(next) {
+                next += 1;
+                let Some(net) = self.slots[m].as_ref() else { continue };
+                for l in net.links.iter() {
+                    for &o in self.on_link.get(l).map_or(&[][..], Vec::as_slice) {
+                        if self.component[o] == NO_COMPONENT {
+                            self.component[o] = start;
+                            part.push(o);
+                        }
+                    }
+                }
+            }
+            self.members.insert(start, part);
+        }
     }
 
     /// Sums over the links of `region` (a union of components), with
