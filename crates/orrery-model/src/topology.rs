@@ -494,9 +494,15 @@ impl Topology {
         self.shared_paths(src, dst).to_vec()
     }
 
-    /// [`Topology::paths`] without the copy. The first call for a pair does
-    /// one BFS, O(V + E), plus O(paths · hops) to enumerate; later calls are a
-    /// hash lookup under a read lock, O(1).
+    /// [`Topology::paths`] without the copy. Later calls for a pair are a
+    /// hash lookup under a read lock, O(1). The first call between two
+    /// hosts with one link up and one link down each is the paths between
+    /// their switches with those two links added, O(paths · hops) once the
+    /// switch pair is known: a search of the fabric happens once per pair
+    /// of switches, not once per pair of hosts (at 16,384 hosts, a search
+    /// over some 70,000 links for each new pair a candidate placement met
+    /// was most of CASSINI's routing). Otherwise one BFS, O(V + E), plus
+    /// O(paths · hops) to enumerate.
     pub fn shared_paths(&self, src: NodeId, dst: NodeId) -> SharedPaths {
         let cache = |g: std::sync::RwLockReadGuard<'_, HashMap<(NodeId, NodeId), SharedPaths, PairHash>>| {
             g.get(&(src, dst)).cloned()
@@ -504,7 +510,20 @@ impl Topology {
         if let Some(p) = self.path_cache.0.read().ok().and_then(cache) {
             return p;
         }
-        let paths: SharedPaths = self.enumerate_paths(src, dst).into();
+        let paths: SharedPaths = match self.single_homed(src, dst) {
+            Some((up, down)) => {
+                let (from, to) = (self.links[up].to, self.links[down].from);
+                if from == to {
+                    vec![vec![up, down]].into()
+                } else {
+                    self.shared_paths(from, to)
+                        .iter()
+                        .map(|mid| std::iter::once(up).chain(mid.iter().copied()).chain([down]).collect())
+                        .collect()
+                }
+            }
+            None => self.enumerate_paths(src, dst).into(),
+        };
         if let Ok(mut map) = self.path_cache.0.write() {
             if map.len() >= PATH_CACHE_ENTRIES {
                 map.clear();
@@ -512,6 +531,19 @@ impl Topology {
             map.insert((src, dst), paths.clone());
         }
         paths
+    }
+
+    /// `src`'s only link out and `dst`'s only link in, when `src` and `dst`
+    /// are distinct hosts that each hang from a switch by one link (every
+    /// path between them is then those two links around a path between
+    /// the switches, in the same order a search from `src` finds them).
+    fn single_homed(&self, src: NodeId, dst: NodeId) -> Option<(LinkId, LinkId)> {
+        let hosts = self.hosts.len();
+        if src == dst || src >= hosts || dst >= hosts {
+            return None;
+        }
+        let (&[up], &[down]) = (self.out[src].as_slice(), self.into[dst].as_slice()) else { return None };
+        (self.links[up].to >= hosts && self.links[down].from >= hosts).then_some((up, down))
     }
 
     fn enumerate_paths(&self, src: NodeId, dst: NodeId) -> Vec<Vec<LinkId>> {
@@ -524,12 +556,17 @@ impl Topology {
         let mut dist = vec![usize::MAX; n];
         dist[dst] = 0;
         let mut q = VecDeque::from([dst]);
-        while let Some(v) = q.pop_front() {
+        'search: while let Some(v) = q.pop_front() {
             for &l in &into[v] {
                 let u = self.links[l].from;
                 // Paths never transit through a host other than the endpoints.
                 if dist[u] == usize::MAX && (u == src || u >= self.hosts.len()) {
                     dist[u] = dist[v] + 1;
+                    if u == src {
+                        // Every node nearer dst than src is found by now,
+                        // and only those lie on a shortest path from src.
+                        break 'search;
+                    }
                     q.push_back(u);
                 }
             }
@@ -741,5 +778,122 @@ impl Builder {
         let mut t = Topology::new(name, self.hosts, self.switches, links)?;
         t.rails = self.rails;
         Ok(t)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::setups;
+
+    /// Every shortest path from `src` to `dst` (hosts other than the two
+    /// not transited), searched from both ends with no cache and no
+    /// shortcut: a link u → v is on one when src's distance to u, one hop
+    /// and v's distance to dst add up to the shortest. Depth-first over
+    /// each node's links in order, as [`Topology::paths`] promises.
+    fn oracle(t: &Topology, src: NodeId, dst: NodeId) -> Vec<Vec<LinkId>> {
+        let h = t.hosts.len();
+        let search = |from: NodeId, forward: bool| {
+            let mut dist = vec![usize::MAX; t.node_count()];
+            dist[from] = 0;
+            let mut q = VecDeque::from([from]);
+            while let Some(v) = q.pop_front() {
+                let links = if forward { &t.out[v] } else { &t.into[v] };
+                for &l in links {
+                    let u = if forward { t.links[l].to } else { t.links[l].from };
+                    if dist[u] == usize::MAX && (u == src || u == dst || u >= h) {
+                        dist[u] = dist[v] + 1;
+                        if u != src && u != dst {
+                            q.push_back(u);
+                        }
+                    }
+                }
+            }
+            dist
+        };
+        let (from_src, to_dst) = (search(src, true), search(dst, false));
+        let shortest = to_dst[src];
+        let mut out = Vec::new();
+        if src == dst || shortest == usize::MAX {
+            return out;
+        }
+        fn walk(
+            t: &Topology,
+            at: NodeId,
+            dst: NodeId,
+            on: &dyn Fn(LinkId) -> bool,
+            stack: &mut Vec<LinkId>,
+            out: &mut Vec<Vec<LinkId>>,
+        ) {
+            if out.len() >= MAX_ECMP_PATHS {
+                return;
+            }
+            if at == dst {
+                out.push(stack.clone());
+                return;
+            }
+            for &l in &t.out[at] {
+                if on(l) {
+                    stack.push(l);
+                    walk(t, t.links[l].to, dst, on, stack, out);
+                    stack.pop();
+                }
+            }
+        }
+        let on = |l: LinkId| {
+            let (u, v) = (t.links[l].from, t.links[l].to);
+            from_src[u] != usize::MAX && to_dst[v] != usize::MAX && from_src[u] + 1 + to_dst[v] == shortest
+        };
+        walk(t, src, dst, &on, &mut Vec::new(), &mut out);
+        out
+    }
+
+    #[test]
+    fn every_host_pair_gets_the_shortest_paths_a_search_from_both_ends_finds() {
+        // Leaf-spine at 2:1 and 1:1, heterogeneous, Castor's, Plebiscito's,
+        // an NVL72 domain, a rail fabric (hosts with 8 links each: no
+        // shortcut), a three-tier Clos, and a file with a dual-homed host
+        // and two hosts cabled to each other.
+        let clos: Vec<setups::ClosHost> = (0..48)
+            .map(|i| setups::ClosHost {
+                name: format!("h{i}"),
+                tor: format!("S{}", i / 4 % 4),
+                aggregation: format!("P{}", i / 16),
+                core: "G".into(),
+            })
+            .collect();
+        let file = r#"
+name = "odd"
+hosts = [{ name = "a", gpus = 8, gpu_type = "v100" }, { name = "b", gpus = 8, gpu_type = "v100" },
+         { name = "c", gpus = 8, gpu_type = "v100" }, { name = "d", gpus = 8, gpu_type = "v100" }]
+switches = [{ name = "s", tier = "leaf" }, { name = "t", tier = "leaf" }, { name = "u", tier = "spine" }]
+cables = [{ a = "a", b = "s", gbps = 100 }, { a = "a", b = "t", gbps = 100 }, { a = "b", b = "t", gbps = 100 },
+          { a = "c", b = "d", gbps = 100 }, { a = "d", b = "s", gbps = 100 },
+          { a = "s", b = "u", gbps = 100 }, { a = "t", b = "u", gbps = 100 }]
+"#;
+        let fabrics = [
+            setups::cassini(),
+            setups::metronome(),
+            setups::castor(),
+            setups::foresight(4),
+            setups::plebiscito(25.0),
+            setups::h100().expect("h100"),
+            setups::h100_rails().expect("h100 rails"),
+            setups::gb200_nvl72().expect("nvl72"),
+            setups::clos_tree("clos", &clos, &setups::ClosRates::default()).expect("clos"),
+            setups::parse_topology("odd.toml", file).expect("odd"),
+        ];
+        let mut shortcut = 0;
+        for t in &fabrics {
+            let n = t.hosts.len().min(40);
+            for a in 0..n {
+                for b in 0..n {
+                    assert_eq!(t.shared_paths(a, b).to_vec(), oracle(t, a, b), "{}: host {a} to host {b}", t.name);
+                    shortcut += usize::from(t.single_homed(a, b).is_some());
+                }
+            }
+        }
+        // The shortcut is taken (and so checked) on most pairs.
+        assert!(shortcut > 5_000, "{shortcut}");
     }
 }
