@@ -142,13 +142,7 @@ impl Simulation<'_> {
                     self.note_interactions();
                     self.reschedule(&changed);
                 }
-                Decision::Route { job, flow, paths } if self.is_active(job) => {
-                    if paths.is_empty() {
-                        self.jobs[job].routes.remove(&flow);
-                    } else {
-                        self.jobs[job].routes.insert(flow, paths);
-                    }
-                }
+                Decision::Route { job, flow, paths } if self.is_active(job) => self.jobs[job].routes.set(flow, paths),
                 Decision::Share { job, free, shared, sub_batch } => {
                     if !self.share(job, &free, &shared, sub_batch) {
                         self.invalid_decisions += 1;

@@ -319,7 +319,7 @@ pub struct JobState {
     pub shared_gpu_s: f64,
     /// Times it was started beside a running job.
     pub shares: u32,
-    routes: HashMap<usize, Vec<usize>>,
+    routes: iteration::Routes,
     /// Scripted decisions due when an iteration begins: iteration → (the
     /// communication step a route is for, decision) ([`Simulation::script_iterations`]).
     at_iteration: BTreeMap<u64, Vec<(Option<usize>, Decision)>>,
@@ -770,7 +770,7 @@ impl<'a> Simulation<'a> {
                 accumulation: 1.0,
                 shared_gpu_s: 0.0,
                 shares: 0,
-                routes: HashMap::new(),
+                routes: iteration::Routes::default(),
                 at_iteration: BTreeMap::new(),
                 step_routes: HashMap::new(),
             });
@@ -865,12 +865,7 @@ impl<'a> Simulation<'a> {
                     j.shifts += 1;
                 }
                 (None, Decision::Throttle { gbps, .. }) => j.throttle_gbps = gbps.filter(|g| *g > 0.0),
-                (None, Decision::Route { flow, paths, .. }) if paths.is_empty() => {
-                    j.routes.remove(&flow);
-                }
-                (None, Decision::Route { flow, paths, .. }) => {
-                    j.routes.insert(flow, paths);
-                }
+                (None, Decision::Route { flow, paths, .. }) => j.routes.set(flow, paths),
                 (Some(step), Decision::Route { flow, paths, .. }) => {
                     j.step_routes.insert((step, flow), paths);
                 }
