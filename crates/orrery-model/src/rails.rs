@@ -176,15 +176,9 @@ impl Topology {
         let (Some(&up), Some(&dst_nic)) = (self.out_links(src).get(rail), self.out_links(dst).get(rail)) else {
             return Vec::new();
         };
-        let (from, to) = (self.links[up].to, self.links[dst_nic].to);
+        let to = self.links[dst_nic].to;
         let Some(&down) = self.in_links(dst).iter().find(|&&l| self.links[l].from == to) else { return Vec::new() };
-        if from == to {
-            return vec![vec![up, down]];
-        }
-        self.shared_paths(from, to)
-            .iter()
-            .map(|mid| std::iter::once(up).chain(mid.iter().copied()).chain([down]).collect())
-            .collect()
+        self.paths_around(up, down)
     }
 }
 

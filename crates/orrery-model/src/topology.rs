@@ -511,17 +511,7 @@ impl Topology {
             return p;
         }
         let paths: SharedPaths = match self.single_homed(src, dst) {
-            Some((up, down)) => {
-                let (from, to) = (self.links[up].to, self.links[down].from);
-                if from == to {
-                    vec![vec![up, down]].into()
-                } else {
-                    self.shared_paths(from, to)
-                        .iter()
-                        .map(|mid| std::iter::once(up).chain(mid.iter().copied()).chain([down]).collect())
-                        .collect()
-                }
-            }
+            Some((up, down)) => self.paths_around(up, down).into(),
             None => self.enumerate_paths(src, dst).into(),
         };
         if let Ok(mut map) = self.path_cache.0.write() {
@@ -531,6 +521,20 @@ impl Topology {
             map.insert((src, dst), paths.clone());
         }
         paths
+    }
+
+    /// Every path that starts with link `up` (host to switch) and ends with
+    /// link `down` (switch to host): the paths between the two switches,
+    /// cached, with `up` before and `down` after. O(paths · hops).
+    pub(crate) fn paths_around(&self, up: LinkId, down: LinkId) -> Vec<Vec<LinkId>> {
+        let (from, to) = (self.links[up].to, self.links[down].from);
+        if from == to {
+            return vec![vec![up, down]];
+        }
+        self.shared_paths(from, to)
+            .iter()
+            .map(|mid| std::iter::once(up).chain(mid.iter().copied()).chain([down]).collect())
+            .collect()
     }
 
     /// `src`'s only link out and `dst`'s only link in, when `src` and `dst`
