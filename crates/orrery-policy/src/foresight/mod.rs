@@ -17,6 +17,8 @@
 //! * [`routing`]: SolveRouting — merged time ranges coloured onto spines,
 //!   subflows, and the repair loop (`schedule`) that sends uncolourable
 //!   ranges back to timing.
+//! * [`starts`]: a plan's flows in order of start, merged as far as routing
+//!   asks (MergeRanges' input).
 
 pub mod coloring;
 pub mod logical;
@@ -24,4 +26,5 @@ pub mod paths;
 pub mod policy;
 pub mod profile;
 pub mod routing;
+pub mod starts;
 pub mod timing;

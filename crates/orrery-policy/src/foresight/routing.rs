@@ -16,11 +16,12 @@
 //! [`schedule`] reports failure and FORESIGHT falls back (see
 //! `RoutingParams::balance_bad_ranges` and the policy).
 //!
-//! Cost per round: O(F log F) to merge F flow intervals, plus the colouring,
-//! O(E · (V + Δ/64)) per range.
+//! Cost per round: O(F log P) to merge F flow intervals of P planned
+//! iterations ([`Starts`]), plus the colouring, O(E · (V + Δ/64)) per range.
 
 use super::coloring::Colorer;
 use super::logical::{LogicalLink, LogicalNetwork};
+use super::starts::{Starts, split};
 use super::timing::{BadRange, Phase, Planned, Profile, TimedJob, TimingParams, solve_timing};
 use orrery_model::HostId;
 use std::borrow::Borrow;
@@ -145,20 +146,18 @@ pub fn solve_routing<P: Borrow<FlowProfile>>(
 /// routed so: a decision routes the ranges up to the end of each job's
 /// first iteration, not its whole horizon (a 4,096-host LLM part has
 /// 650,000 flow intervals in 20 s; routing them all was three quarters of
-/// its re-plan).
+/// its re-plan), and the flows come in order of start from a merge that
+/// goes only as far as routing does ([`Starts`]; sorting them all was
+/// a third of what was left).
 #[derive(Debug)]
 pub struct Router<P> {
     profiles: Vec<Vec<P>>,
     plan: Vec<Planned>,
     params: RoutingParams,
-    /// Every flow as (start, planned iteration, flow index) in one integer,
-    /// ascending: flows that start together stay in plan order (the order
-    /// of a stable sort by start).
-    intervals: Vec<u128>,
-    /// The first interval not routed yet.
-    done: usize,
-    /// Per planned iteration, the position after its last interval.
-    ends: Vec<usize>,
+    /// The flows not routed yet, in order of start.
+    starts: Starts,
+    /// The range being routed, as the keys of its flows.
+    range: Vec<u128>,
     /// Per planned iteration, its routes so far.
     routes: Vec<Vec<Route>>,
     bad: Vec<(f64, f64)>,
@@ -171,41 +170,17 @@ pub struct Router<P> {
 }
 
 impl<P: Borrow<FlowProfile>> Router<P> {
-    /// Sorts every planned iteration's flows by start. O(F log F) for F
-    /// flow intervals, on integer keys (comparing floats and then indices
-    /// sorted them several times slower).
+    /// Sorts each distinct profile's flows by start ([`Starts::new`]).
+    /// O(P + Σ f log f) for P planned iterations over profiles of f flows.
     pub fn new(profiles: Vec<Vec<P>>, plan: Vec<Planned>, params: RoutingParams) -> Self {
-        let flows_of = |k: usize| &profiles[plan[k].job][plan[k].profile].borrow().flows;
-        let n: usize = (0..plan.len()).map(|k| flows_of(k).len()).sum();
-        let mut intervals: Vec<u128> = Vec::with_capacity(n);
-        for (k, x) in plan.iter().enumerate() {
-            for (i, f) in flows_of(k).iter().enumerate() {
-                let start = total_order(x.start_ms + f.start_ms);
-                intervals.push((u128::from(start) << 64) | ((k as u128) << 32) | i as u128);
-            }
-        }
-        intervals.sort_unstable();
-        let mut ends = vec![0; plan.len()];
-        for (pos, &iv) in intervals.iter().enumerate() {
-            ends[(iv >> 32) as u32 as usize] = pos + 1;
-        }
-        let routes = (0..plan.len()).map(|k| Vec::with_capacity(flows_of(k).len())).collect();
-        let leaves = intervals
-            .iter()
-            .map(|&iv| {
-                let (k, i) = split(iv);
-                let f = &flows_of(k)[i];
-                f.src_leaf.max(f.dst_leaf) + 1
-            })
-            .max()
-            .unwrap_or(0);
+        let (starts, leaves) = Starts::new(&profiles, &plan);
+        let routes = plan.iter().map(|x| Vec::with_capacity(profiles[x.job][x.profile].borrow().flows.len())).collect();
         Router {
             profiles,
             plan,
             params,
-            intervals,
-            done: 0,
-            ends,
+            starts,
+            range: Vec::new(),
             routes,
             bad: Vec::new(),
             leaves,
@@ -219,7 +194,7 @@ impl<P: Borrow<FlowProfile>> Router<P> {
     /// Planned iteration k's routes, routing the ranges up to its last flow
     /// first. O(edges of those ranges · (V + Δ/64)).
     pub fn routes_of(&mut self, k: usize) -> &[Route] {
-        while self.done < self.ends.get(k).copied().unwrap_or(0) {
+        while self.starts.pending(k) {
             self.route_range();
         }
         self.routes.get(k).map_or(&[], Vec::as_slice)
@@ -227,7 +202,7 @@ impl<P: Borrow<FlowProfile>> Router<P> {
 
     /// Every range routed: each planned iteration's routes and the bad ranges.
     pub fn finish(mut self) -> (Vec<Vec<Route>>, Vec<(f64, f64)>) {
-        while self.done < self.intervals.len() {
+        while self.starts.peek().is_some() {
             self.route_range();
         }
         (self.routes, self.bad)
@@ -243,16 +218,18 @@ impl<P: Borrow<FlowProfile>> Router<P> {
         };
         let start_of = |key: u128| plan[split(key).0].start_ms + flow(key).start_ms;
         let end_of = |key: u128| plan[split(key).0].start_ms + flow(key).end_ms;
-        let i = self.done;
-        // MergeRanges: extend while the next interval starts before the range ends.
-        let (start, mut end) = (start_of(self.intervals[i]), end_of(self.intervals[i]));
-        let mut j = i + 1;
-        while j < self.intervals.len() && start_of(self.intervals[j]) < end {
-            end = end.max(end_of(self.intervals[j]));
-            j += 1;
+        // MergeRanges: extend while the next flow starts before the range ends.
+        let range = &mut self.range;
+        range.clear();
+        let Some(key) = self.starts.pop(profiles, plan) else { return };
+        let (start, mut end) = (start_of(key), end_of(key));
+        range.push(key);
+        while let Some(key) = self.starts.peek().filter(|&key| start_of(key) < end) {
+            end = end.max(end_of(key));
+            range.push(key);
+            self.starts.pop(profiles, plan);
         }
-        self.done = j;
-        let range = &self.intervals[i..j];
+        let range = &self.range;
         let m = p.colors_per_spine.max(1);
         let unit = p.spine_link_gbps / m as f64;
         // Subflows: ⌈rate / unit⌉ edges per flow (one edge without subflows).
@@ -301,17 +278,6 @@ impl<P: Borrow<FlowProfile>> Router<P> {
             self.routes[k].push(Route { planned: k, flow: f.flow, ends: (f.src, f.dst), spines });
         }
     }
-}
-
-/// An interval's (planned iteration, flow index).
-fn split(key: u128) -> (usize, usize) {
-    ((key >> 32) as u32 as usize, key as u32 as usize)
-}
-
-/// `x` as an integer in the order of [`f64::total_cmp`].
-fn total_order(x: f64) -> u64 {
-    let bits = x.to_bits();
-    if bits >> 63 == 1 { !bits } else { bits | (1 << 63) }
 }
 
 /// A complete FORESIGHT schedule.

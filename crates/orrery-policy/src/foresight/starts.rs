@@ -1,0 +1,235 @@
+//! Every planned iteration's flows in order of start, produced as routing
+//! asks for them (MergeRanges' input, FORESIGHT Alg. 1, line 24).
+//!
+//! A flow's key is (its start in the plan, its planned iteration, its index
+//! in the profile) as one integer: flows that start together stay in plan
+//! order, then profile order. Sorting every key of the horizon up front cost
+//! O(F log F) for F flow intervals at each re-plan, most of them never
+//! routed (the plan is re-made before its later ranges come up: a
+//! 1,024-GPU mesh's part holds millions in 20 s). Here each planned
+//! iteration is a stream over its profile's flows sorted once, and a heap
+//! of the streams' heads merges them: O(P + Σ f log f) to start (P planned
+//! iterations, f flows of each distinct profile) and O(log P) a flow taken.
+//!
+//! Adding the iteration's start to a flow's start is monotone, so a stream
+//! in order of the flows' starts is in order of their plan starts. Two
+//! different starts may round to one plan start; such a run is re-sorted by
+//! index, so the keys come out exactly as a sort of all of them gives (a
+//! test holds them equal).
+
+use super::routing::FlowProfile;
+use super::timing::Planned;
+use std::borrow::Borrow;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+
+/// The flows of a plan in order of start (module docs).
+#[derive(Debug, Default)]
+pub struct Starts {
+    /// Per distinct (job, profile) of the plan: its flows' indices in order
+    /// of (start, index).
+    orders: Vec<Vec<u32>>,
+    /// Per planned iteration, where it is in its order.
+    streams: Vec<Stream>,
+    /// The next key of every stream not exhausted, least first.
+    heads: BinaryHeap<Reverse<u128>>,
+}
+
+/// One planned iteration's place in its profile's order.
+#[derive(Debug, Default)]
+struct Stream {
+    /// Index into `orders`.
+    order: u32,
+    /// The next position of the order not taken.
+    at: u32,
+    /// The end of the run of equal plan starts `at` is in: positions before
+    /// it are known to start together and in index order.
+    run_end: u32,
+    /// A run whose flows start at different times that round to one plan
+    /// start, by index, last first (empty almost always).
+    mixed: Vec<u32>,
+}
+
+impl Starts {
+    /// Each distinct profile's flows sorted, every stream's first key in the
+    /// heap; also returns the vertex count routing needs (one more than the
+    /// highest leaf any planned flow touches). O(P + Σ f log f).
+    pub fn new<P: Borrow<FlowProfile>>(profiles: &[Vec<P>], plan: &[Planned]) -> (Self, usize) {
+        let mut index: HashMap<(usize, usize), u32> = HashMap::new();
+        let mut starts = Starts::default();
+        let mut leaves = 0;
+        for x in plan {
+            let order = *index.entry((x.job, x.profile)).or_insert_with(|| {
+                let flows = &profiles[x.job][x.profile].borrow().flows;
+                leaves = flows.iter().map(|f| f.src_leaf.max(f.dst_leaf) + 1).fold(leaves, usize::max);
+                let mut by_start: Vec<u32> = (0..flows.len() as u32).collect();
+                by_start.sort_unstable_by_key(|&i| (total_order(flows[i as usize].start_ms), i));
+                starts.orders.push(by_start);
+                starts.orders.len() as u32 - 1
+            });
+            starts.streams.push(Stream { order, ..Stream::default() });
+        }
+        let mut heads = Vec::with_capacity(plan.len());
+        for k in 0..plan.len() {
+            heads.extend(starts.head(profiles, plan, k).map(Reverse));
+        }
+        starts.heads = BinaryHeap::from(heads);
+        (starts, leaves)
+    }
+
+    /// The least key not taken. O(1).
+    pub fn peek(&self) -> Option<u128> {
+        self.heads.peek().map(|r| r.0)
+    }
+
+    /// Takes the least key. O(log P), plus O(run) when its stream enters a
+    /// new run of equal plan starts.
+    pub fn pop<P: Borrow<FlowProfile>>(&mut self, profiles: &[Vec<P>], plan: &[Planned]) -> Option<u128> {
+        let Reverse(key) = self.heads.pop()?;
+        let k = split(key).0;
+        let s = &mut self.streams[k];
+        if s.mixed.pop().is_none() {
+            s.at += 1;
+        }
+        if let Some(next) = self.head(profiles, plan, k) {
+            self.heads.push(Reverse(next));
+        }
+        Some(key)
+    }
+
+    /// Whether planned iteration k has flows not taken.
+    pub fn pending(&self, k: usize) -> bool {
+        self.streams
+            .get(k)
+            .is_some_and(|s| !s.mixed.is_empty() || (s.at as usize) < self.orders[s.order as usize].len())
+    }
+
+    /// Planned iteration k's next key, finding the run it starts when it
+    /// has left the last one. O(1), or O(run) at a run's start.
+    fn head<P: Borrow<FlowProfile>>(&mut self, profiles: &[Vec<P>], plan: &[Planned], k: usize) -> Option<u128> {
+        let x = &plan[k];
+        let flows = &profiles[x.job][x.profile].borrow().flows;
+        let s = &mut self.streams[k];
+        let order = &self.orders[s.order as usize];
+        let at_plan = |i: u32| total_order(x.start_ms + flows[i as usize].start_ms);
+        let key = |i: u32| (u128::from(at_plan(i)) << 64) | ((k as u128) << 32) | u128::from(i);
+        if let Some(&i) = s.mixed.last() {
+            return Some(key(i));
+        }
+        let (at, len) = (s.at as usize, order.len());
+        if at >= len {
+            return None;
+        }
+        if at >= s.run_end as usize {
+            let t = at_plan(order[at]);
+            let end = at + order[at..].iter().take_while(|&&i| at_plan(i) == t).count();
+            let start = |p: usize| flows[order[p] as usize].start_ms.to_bits();
+            if start(at) == start(end - 1) {
+                s.run_end = end as u32;
+            } else {
+                // Different starts, one plan start: take them by index.
+                s.mixed.extend_from_slice(&order[at..end]);
+                s.mixed.sort_unstable_by(|a, b| b.cmp(a));
+                s.at = end as u32;
+                s.run_end = end as u32;
+                return s.mixed.last().map(|&i| key(i));
+            }
+        }
+        Some(key(order[at]))
+    }
+}
+
+/// A key's (planned iteration, flow index).
+pub fn split(key: u128) -> (usize, usize) {
+    ((key >> 32) as u32 as usize, key as u32 as usize)
+}
+
+/// `x` as an integer in the order of [`f64::total_cmp`].
+fn total_order(x: f64) -> u64 {
+    let bits = x.to_bits();
+    if bits >> 63 == 1 { !bits } else { bits | (1 << 63) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::foresight::routing::TimedFlow;
+
+    fn profile(starts: &[f64]) -> FlowProfile {
+        let flows = starts
+            .iter()
+            .enumerate()
+            .map(|(n, &s)| TimedFlow {
+                flow: n,
+                src: 0,
+                dst: 1,
+                src_leaf: n % 3,
+                dst_leaf: 3 + n % 2,
+                start_ms: s,
+                end_ms: s + 1.0,
+                gbps: 1.0,
+            })
+            .collect();
+        FlowProfile { rate_gbps: None, length_ms: 10.0, flows }
+    }
+
+    /// The keys as the router made them before: all of them, sorted.
+    fn sorted(profiles: &[Vec<FlowProfile>], plan: &[Planned]) -> Vec<u128> {
+        let mut keys = Vec::new();
+        for (k, x) in plan.iter().enumerate() {
+            for (i, f) in profiles[x.job][x.profile].flows.iter().enumerate() {
+                keys.push((u128::from(total_order(x.start_ms + f.start_ms)) << 64) | ((k as u128) << 32) | i as u128);
+            }
+        }
+        keys.sort_unstable();
+        keys
+    }
+
+    fn merged(profiles: &[Vec<FlowProfile>], plan: &[Planned]) -> Vec<u128> {
+        let (mut starts, _) = Starts::new(profiles, plan);
+        std::iter::from_fn(|| starts.pop(profiles, plan)).collect()
+    }
+
+    #[test]
+    fn starts_that_round_together_come_out_by_index() {
+        // Doubles near 1e16 are 2 apart and a tie rounds to even: 1e16 + 1.0
+        // is 1e16. Flow 0 (start 1.0) and flow 1 (start 0.0) start together
+        // in the plan, so flow 0 comes first though its own start is later.
+        let profiles = vec![vec![profile(&[1.0, 0.0, 2.0])]];
+        let plan = vec![Planned { job: 0, iteration: 0, start_ms: 1e16, delay_ms: 0.0, profile: 0 }];
+        let order: Vec<usize> = merged(&profiles, &plan).into_iter().map(|k| split(k).1).collect();
+        assert_eq!(order, sorted(&profiles, &plan).into_iter().map(|k| split(k).1).collect::<Vec<_>>());
+        assert_eq!(order, vec![0, 1, 2]);
+    }
+
+    proptest::proptest! {
+        /// The merge gives every key, in the order of a sort of all of
+        /// them, for plans whose starts tie, round together and interleave.
+        #[test]
+        fn the_merge_is_the_sort(
+            jobs in proptest::collection::vec(proptest::collection::vec(0u32..8, 1..12), 1..4),
+            plan in proptest::collection::vec((0usize..4, 0u32..6, proptest::bool::ANY), 0..20),
+        ) {
+            // Starts in eighths of a ms (exact ties) or tenths (inexact sums);
+            // plan starts near 2^53 ms make neighbouring sums round together.
+            let profiles: Vec<Vec<FlowProfile>> = jobs
+                .iter()
+                .map(|s| {
+                    let eighths: Vec<f64> = s.iter().map(|&x| f64::from(x) / 8.0).collect();
+                    let tenths: Vec<f64> = s.iter().map(|&x| f64::from(x) / 10.0).collect();
+                    vec![profile(&eighths), profile(&tenths)]
+                })
+                .collect();
+            let plan: Vec<Planned> = plan
+                .into_iter()
+                .map(|(j, at, huge)| {
+                    let job = j % profiles.len();
+                    let base = if huge { 9.007_199_254_740_992e15 } else { 0.0 };
+                    let start_ms = base + f64::from(at) * 0.3;
+                    Planned { job, iteration: 0, start_ms, delay_ms: 0.0, profile: at as usize % 2 }
+                })
+                .collect();
+            proptest::prop_assert_eq!(merged(&profiles, &plan), sorted(&profiles, &plan));
+        }
+    }
+}
