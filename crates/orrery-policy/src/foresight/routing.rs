@@ -88,7 +88,7 @@ impl FlowProfile {
 }
 
 /// A route's spines and shares.
-pub type Spines = smallvec::SmallVec<[(usize, f64); 2]>;
+pub type Spines = smallvec::SmallVec<[(usize, f64); 4]>;
 
 /// The route of one flow of one planned iteration: (spine, share of the flow).
 #[derive(Debug, Clone, PartialEq)]
@@ -100,9 +100,10 @@ pub struct Route {
     /// The flow's source and destination hosts (its paths are theirs).
     pub ends: (HostId, HostId),
     /// Spines and the share of the flow each carries (shares sum to 1).
-    /// Inline up to two: most flows take one spine, and a 1,024-GPU mesh's
-    /// plan holds ~100,000 routes (one allocation each was a quarter of
-    /// its re-plan).
+    /// Inline up to four: a 400 Gbit/s flow over 400 Gbit/s spine links
+    /// is four subflows of a quarter (`colors_per_spine` 4), which often
+    /// land on four spines, and a 1,024-GPU mesh's plan holds ~100,000
+    /// routes (one allocation each was a quarter of its re-plan).
     pub spines: Spines,
 }
 
@@ -174,7 +175,9 @@ impl<P: Borrow<FlowProfile>> Router<P> {
     /// O(P + Σ f log f) for P planned iterations over profiles of f flows.
     pub fn new(profiles: Vec<Vec<P>>, plan: Vec<Planned>, params: RoutingParams) -> Self {
         let (starts, leaves) = Starts::new(&profiles, &plan);
-        let routes = plan.iter().map(|x| Vec::with_capacity(profiles[x.job][x.profile].borrow().flows.len())).collect();
+        // Each iteration's routes are allocated when routing first reaches
+        // it: most of a horizon is never routed before the next re-plan.
+        let routes = plan.iter().map(|_| Vec::new()).collect();
         Router {
             profiles,
             plan,
@@ -275,7 +278,11 @@ impl<P: Borrow<FlowProfile>> Router<P> {
             }
             let (k, _) = split(iv);
             let f = flow(iv);
-            self.routes[k].push(Route { planned: k, flow: f.flow, ends: (f.src, f.dst), spines });
+            let routes = &mut self.routes[k];
+            if routes.capacity() == 0 {
+                routes.reserve_exact(profiles[plan[k].job][plan[k].profile].borrow().flows.len());
+            }
+            routes.push(Route { planned: k, flow: f.flow, ends: (f.src, f.dst), spines });
         }
     }
 }
