@@ -21,7 +21,7 @@
 
 use super::coloring::Colorer;
 use super::logical::{LogicalLink, LogicalNetwork};
-use super::starts::{Starts, split};
+use super::starts::{Flows, Starts, split};
 use super::timing::{BadRange, Phase, Planned, Profile, TimedJob, TimingParams, solve_timing};
 use orrery_model::HostId;
 use std::borrow::Borrow;
@@ -84,6 +84,20 @@ impl FlowProfile {
             }
         }
         Profile { rate_gbps: self.rate_gbps, length_ms: self.length_ms, phases }
+    }
+}
+
+impl Flows for FlowProfile {
+    fn count(&self) -> usize {
+        self.flows.len()
+    }
+
+    fn start_ms(&self, i: usize) -> f64 {
+        self.flows[i].start_ms
+    }
+
+    fn leaves(&self) -> usize {
+        self.flows.iter().map(|f| f.src_leaf.max(f.dst_leaf) + 1).max().unwrap_or(0)
     }
 }
 
@@ -174,7 +188,7 @@ impl<P: Borrow<FlowProfile>> Router<P> {
     /// Sorts each distinct profile's flows by start ([`Starts::new`]).
     /// O(P + Σ f log f) for P planned iterations over profiles of f flows.
     pub fn new(profiles: Vec<Vec<P>>, plan: Vec<Planned>, params: RoutingParams) -> Self {
-        let (starts, leaves) = Starts::new(&profiles, &plan);
+        let (starts, leaves) = Starts::new(&plan, |k| profiles[plan[k].job][plan[k].profile].borrow());
         // Each iteration's routes are allocated when routing first reaches
         // it: most of a horizon is never routed before the next re-plan.
         let routes = plan.iter().map(|_| Vec::new()).collect();
@@ -215,22 +229,23 @@ impl<P: Borrow<FlowProfile>> Router<P> {
     /// routed, then the colouring (module docs).
     fn route_range(&mut self) {
         let (profiles, plan, p) = (&self.profiles, &self.plan, &self.params);
+        let profile = |k: usize| -> &FlowProfile { profiles[plan[k].job][plan[k].profile].borrow() };
         let flow = |key: u128| -> &TimedFlow {
             let (k, i) = split(key);
-            &profiles[plan[k].job][plan[k].profile].borrow().flows[i]
+            &profile(k).flows[i]
         };
         let start_of = |key: u128| plan[split(key).0].start_ms + flow(key).start_ms;
         let end_of = |key: u128| plan[split(key).0].start_ms + flow(key).end_ms;
         // MergeRanges: extend while the next flow starts before the range ends.
         let range = &mut self.range;
         range.clear();
-        let Some(key) = self.starts.pop(profiles, plan) else { return };
+        let Some(key) = self.starts.pop(plan, profile) else { return };
         let (start, mut end) = (start_of(key), end_of(key));
         range.push(key);
         while let Some(key) = self.starts.peek().filter(|&key| start_of(key) < end) {
             end = end.max(end_of(key));
             range.push(key);
-            self.starts.pop(profiles, plan);
+            self.starts.pop(plan, profile);
         }
         let range = &self.range;
         let m = p.colors_per_spine.max(1);
@@ -280,7 +295,7 @@ impl<P: Borrow<FlowProfile>> Router<P> {
             let f = flow(iv);
             let routes = &mut self.routes[k];
             if routes.capacity() == 0 {
-                routes.reserve_exact(profiles[plan[k].job][plan[k].profile].borrow().flows.len());
+                routes.reserve_exact(profile(k).flows.len());
             }
             routes.push(Route { planned: k, flow: f.flow, ends: (f.src, f.dst), spines });
         }

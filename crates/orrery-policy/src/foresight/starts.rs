@@ -17,11 +17,19 @@
 //! index, so the keys come out exactly as a sort of all of them gives (a
 //! test holds them equal).
 
-use super::routing::FlowProfile;
 use super::timing::Planned;
-use std::borrow::Borrow;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
+
+/// What the merge reads of a profile (routing's `FlowProfile`).
+pub trait Flows {
+    /// Its flows.
+    fn count(&self) -> usize;
+    /// Flow i's start, ms from the iteration's start.
+    fn start_ms(&self, i: usize) -> f64;
+    /// One more than the highest leaf a flow touches (0 with no flows).
+    fn leaves(&self) -> usize;
+}
 
 /// The flows of a plan in order of start (module docs).
 #[derive(Debug, Default)]
@@ -54,16 +62,16 @@ impl Starts {
     /// Each distinct profile's flows sorted, every stream's first key in the
     /// heap; also returns the vertex count routing needs (one more than the
     /// highest leaf any planned flow touches). O(P + Σ f log f).
-    pub fn new<P: Borrow<FlowProfile>>(profiles: &[Vec<P>], plan: &[Planned]) -> (Self, usize) {
+    pub fn new<'a, F: Flows + 'a>(plan: &[Planned], profile: impl Fn(usize) -> &'a F + Copy) -> (Self, usize) {
         let mut index: HashMap<(usize, usize), u32> = HashMap::new();
         let mut starts = Starts::default();
         let mut leaves = 0;
-        for x in plan {
+        for (k, x) in plan.iter().enumerate() {
             let order = *index.entry((x.job, x.profile)).or_insert_with(|| {
-                let flows = &profiles[x.job][x.profile].borrow().flows;
-                leaves = flows.iter().map(|f| f.src_leaf.max(f.dst_leaf) + 1).fold(leaves, usize::max);
-                let mut by_start: Vec<u32> = (0..flows.len() as u32).collect();
-                by_start.sort_unstable_by_key(|&i| (total_order(flows[i as usize].start_ms), i));
+                let flows = profile(k);
+                leaves = leaves.max(flows.leaves());
+                let mut by_start: Vec<u32> = (0..flows.count() as u32).collect();
+                by_start.sort_unstable_by_key(|&i| (total_order(flows.start_ms(i as usize)), i));
                 starts.orders.push(by_start);
                 starts.orders.len() as u32 - 1
             });
@@ -71,7 +79,7 @@ impl Starts {
         }
         let mut heads = Vec::with_capacity(plan.len());
         for k in 0..plan.len() {
-            heads.extend(starts.head(profiles, plan, k).map(Reverse));
+            heads.extend(starts.head(plan, profile, k).map(Reverse));
         }
         starts.heads = BinaryHeap::from(heads);
         (starts, leaves)
@@ -84,14 +92,14 @@ impl Starts {
 
     /// Takes the least key. O(log P), plus O(run) when its stream enters a
     /// new run of equal plan starts.
-    pub fn pop<P: Borrow<FlowProfile>>(&mut self, profiles: &[Vec<P>], plan: &[Planned]) -> Option<u128> {
+    pub fn pop<'a, F: Flows + 'a>(&mut self, plan: &[Planned], profile: impl Fn(usize) -> &'a F) -> Option<u128> {
         let Reverse(key) = self.heads.pop()?;
         let k = split(key).0;
         let s = &mut self.streams[k];
         if s.mixed.pop().is_none() {
             s.at += 1;
         }
-        if let Some(next) = self.head(profiles, plan, k) {
+        if let Some(next) = self.head(plan, profile, k) {
             self.heads.push(Reverse(next));
         }
         Some(key)
@@ -106,12 +114,17 @@ impl Starts {
 
     /// Planned iteration k's next key, finding the run it starts when it
     /// has left the last one. O(1), or O(run) at a run's start.
-    fn head<P: Borrow<FlowProfile>>(&mut self, profiles: &[Vec<P>], plan: &[Planned], k: usize) -> Option<u128> {
+    fn head<'a, F: Flows + 'a>(
+        &mut self,
+        plan: &[Planned],
+        profile: impl Fn(usize) -> &'a F,
+        k: usize,
+    ) -> Option<u128> {
         let x = &plan[k];
-        let flows = &profiles[x.job][x.profile].borrow().flows;
+        let flows = profile(k);
         let s = &mut self.streams[k];
         let order = &self.orders[s.order as usize];
-        let at_plan = |i: u32| total_order(x.start_ms + flows[i as usize].start_ms);
+        let at_plan = |i: u32| total_order(x.start_ms + flows.start_ms(i as usize));
         let key = |i: u32| (u128::from(at_plan(i)) << 64) | ((k as u128) << 32) | u128::from(i);
         if let Some(&i) = s.mixed.last() {
             return Some(key(i));
@@ -123,7 +136,7 @@ impl Starts {
         if at >= s.run_end as usize {
             let t = at_plan(order[at]);
             let end = at + order[at..].iter().take_while(|&&i| at_plan(i) == t).count();
-            let start = |p: usize| flows[order[p] as usize].start_ms.to_bits();
+            let start = |p: usize| flows.start_ms(order[p] as usize).to_bits();
             if start(at) == start(end - 1) {
                 s.run_end = end as u32;
             } else {
@@ -153,41 +166,38 @@ fn total_order(x: f64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::foresight::routing::TimedFlow;
 
-    fn profile(starts: &[f64]) -> FlowProfile {
-        let flows = starts
-            .iter()
-            .enumerate()
-            .map(|(n, &s)| TimedFlow {
-                flow: n,
-                src: 0,
-                dst: 1,
-                src_leaf: n % 3,
-                dst_leaf: 3 + n % 2,
-                start_ms: s,
-                end_ms: s + 1.0,
-                gbps: 1.0,
-            })
-            .collect();
-        FlowProfile { rate_gbps: None, length_ms: 10.0, flows }
+    /// A profile as the merge sees it: its flows' starts.
+    struct Offsets(Vec<f64>);
+
+    impl Flows for Offsets {
+        fn count(&self) -> usize {
+            self.0.len()
+        }
+        fn start_ms(&self, i: usize) -> f64 {
+            self.0[i]
+        }
+        fn leaves(&self) -> usize {
+            0
+        }
     }
 
     /// The keys as the router made them before: all of them, sorted.
-    fn sorted(profiles: &[Vec<FlowProfile>], plan: &[Planned]) -> Vec<u128> {
+    fn sorted(profiles: &[Vec<Offsets>], plan: &[Planned]) -> Vec<u128> {
         let mut keys = Vec::new();
         for (k, x) in plan.iter().enumerate() {
-            for (i, f) in profiles[x.job][x.profile].flows.iter().enumerate() {
-                keys.push((u128::from(total_order(x.start_ms + f.start_ms)) << 64) | ((k as u128) << 32) | i as u128);
+            for (i, s) in profiles[x.job][x.profile].0.iter().enumerate() {
+                keys.push((u128::from(total_order(x.start_ms + s)) << 64) | ((k as u128) << 32) | i as u128);
             }
         }
         keys.sort_unstable();
         keys
     }
 
-    fn merged(profiles: &[Vec<FlowProfile>], plan: &[Planned]) -> Vec<u128> {
-        let (mut starts, _) = Starts::new(profiles, plan);
-        std::iter::from_fn(|| starts.pop(profiles, plan)).collect()
+    fn merged(profiles: &[Vec<Offsets>], plan: &[Planned]) -> Vec<u128> {
+        let profile = |k: usize| &profiles[plan[k].job][plan[k].profile];
+        let (mut starts, _) = Starts::new(plan, profile);
+        std::iter::from_fn(|| starts.pop(plan, profile)).collect()
     }
 
     #[test]
@@ -195,7 +205,7 @@ mod tests {
         // Doubles near 1e16 are 2 apart and a tie rounds to even: 1e16 + 1.0
         // is 1e16. Flow 0 (start 1.0) and flow 1 (start 0.0) start together
         // in the plan, so flow 0 comes first though its own start is later.
-        let profiles = vec![vec![profile(&[1.0, 0.0, 2.0])]];
+        let profiles = vec![vec![Offsets(vec![1.0, 0.0, 2.0])]];
         let plan = vec![Planned { job: 0, iteration: 0, start_ms: 1e16, delay_ms: 0.0, profile: 0 }];
         let order: Vec<usize> = merged(&profiles, &plan).into_iter().map(|k| split(k).1).collect();
         assert_eq!(order, sorted(&profiles, &plan).into_iter().map(|k| split(k).1).collect::<Vec<_>>());
@@ -212,12 +222,12 @@ mod tests {
         ) {
             // Starts in eighths of a ms (exact ties) or tenths (inexact sums);
             // plan starts near 2^53 ms make neighbouring sums round together.
-            let profiles: Vec<Vec<FlowProfile>> = jobs
+            let profiles: Vec<Vec<Offsets>> = jobs
                 .iter()
                 .map(|s| {
                     let eighths: Vec<f64> = s.iter().map(|&x| f64::from(x) / 8.0).collect();
                     let tenths: Vec<f64> = s.iter().map(|&x| f64::from(x) / 10.0).collect();
-                    vec![profile(&eighths), profile(&tenths)]
+                    vec![Offsets(eighths), Offsets(tenths)]
                 })
                 .collect();
             let plan: Vec<Planned> = plan
