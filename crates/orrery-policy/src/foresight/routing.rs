@@ -16,8 +16,9 @@
 //! [`schedule`] reports failure and FORESIGHT falls back (see
 //! `RoutingParams::balance_bad_ranges` and the policy).
 //!
-//! Cost per round: O(F log P) to merge F flow intervals of P planned
-//! iterations ([`Starts`]), plus the colouring, O(E · (V + Δ/64)) per range.
+//! Cost per round: O(F log A + P log P) to merge F flow intervals of P
+//! planned iterations, A of them under way at once ([`Starts`]), plus the
+//! colouring, O(E · (V + Δ/64)) per range.
 
 use super::coloring::Colorer;
 use super::logical::{LogicalLink, LogicalNetwork};
@@ -219,7 +220,7 @@ impl<P: Borrow<FlowProfile>> Router<P> {
 
     /// Every range routed: each planned iteration's routes and the bad ranges.
     pub fn finish(mut self) -> (Vec<Vec<Route>>, Vec<(f64, f64)>) {
-        while self.starts.peek().is_some() {
+        while !self.starts.is_empty() {
             self.route_range();
         }
         (self.routes, self.bad)
@@ -242,7 +243,7 @@ impl<P: Borrow<FlowProfile>> Router<P> {
         let Some(key) = self.starts.pop(plan, profile) else { return };
         let (start, mut end) = (start_of(key), end_of(key));
         range.push(key);
-        while let Some(key) = self.starts.peek().filter(|&key| start_of(key) < end) {
+        while let Some(key) = self.starts.peek(plan, profile).filter(|&key| start_of(key) < end) {
             end = end.max(end_of(key));
             range.push(key);
             self.starts.pop(plan, profile);
