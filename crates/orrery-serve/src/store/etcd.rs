@@ -77,6 +77,9 @@ pub struct EtcdStore {
     job_keys: RefCell<BTreeMap<u64, u64>>,
     /// The revision the last `load` or `follow` read at.
     read_revision: std::cell::Cell<i64>,
+    /// A standby's copy: it reads the log as of `read_revision`, where its
+    /// state is (the leader's forgets since would tear it otherwise).
+    read_only: bool,
 }
 
 /// What other replicas committed since the last read ([`EtcdStore::follow`]).
@@ -128,6 +131,7 @@ impl EtcdStore {
             log_keys: RefCell::default(),
             job_keys: RefCell::default(),
             read_revision: Default::default(),
+            read_only: false,
         })
     }
 
@@ -140,7 +144,7 @@ impl EtcdStore {
     /// Connects for reading only (a standby's copy): nothing is written, not
     /// even the schema; a store another version wrote is refused.
     pub fn open_read_only(url: &EtcdUrl) -> Result<EtcdStore> {
-        let store = EtcdStore::connect(url, None)?;
+        let store = EtcdStore { read_only: true, ..EtcdStore::connect(url, None)? };
         match store.schema()? {
             Some(v) if v != SCHEMA_VERSION => {
                 bail!("{}: schema version {v}, this orrery reads {SCHEMA_VERSION}", store.describe())
@@ -311,16 +315,36 @@ impl EtcdStore {
 
     /// Log entries with `seq > since`, at most `limit`: reads the log keys
     /// whose batches end after `since`. O(batches skipped + entries read).
+    ///
+    /// The leader reads the keys as they are (it wrote them). A standby's
+    /// copy reads them as of its last `load` or `follow`: its key list is
+    /// of that revision, and at the current one the leader may have taken
+    /// an expired job's entries out of old keys while the key holding the
+    /// `Expired` entry that names it is not yet on the list, so the entries
+    /// would vanish with nothing saying why.
     pub fn log_since(&self, since: u64, limit: usize) -> Result<Vec<LogEntry>> {
         let mut out = Vec::new();
         let keys: Vec<u64> =
             self.log_keys.borrow().iter().filter(|(_, last)| **last > since).map(|(first, _)| *first).collect();
+        let at = Snapshot { revision: if self.read_only { self.read_revision.get() } else { 0 }, min_mod_revision: 0 };
         for first in keys {
             if out.len() >= limit {
                 break;
             }
             let k = key(&self.url.prefix, &format!("log/{first:020}"));
-            let Some(kv) = self.rt.block_on(self.etcd.get(&k)).with_context(|| self.describe())? else { continue };
+            let read = self.rt.block_on(self.etcd.range_at(&k, &[], 1, &at)).with_context(|| {
+                if self.read_only {
+                    format!(
+                        "{}: this standby's copy reads the log as of revision {}, its last read of the leader's \
+                         writes (if etcd compacted it, the copy is behind: ask the leader)",
+                        self.describe(),
+                        at.revision
+                    )
+                } else {
+                    self.describe()
+                }
+            })?;
+            let Some(kv) = read.0.into_iter().next() else { continue };
             let entries: Vec<LogEntry> =
                 serde_json::from_slice(&kv.value).with_context(|| format!("{}: log/{first:020}", self.describe()))?;
             out.extend(entries.into_iter().filter(|e| e.seq > since).take(limit - out.len()));
@@ -702,5 +726,44 @@ mod tests {
         let mut s = store(&cluster, "one-down", None);
         s.init(7, "demo").expect("a write with two members of three");
         assert_eq!(s.load().expect("load").epoch_unix_ms, Some(7));
+    }
+
+    /// The chaos run of seed 28 (session 37's CI): the final log, answered
+    /// by a standby's copy, lacked a finished job's entries and held no
+    /// `Expired` entry naming it. The leader had expired the job between
+    /// the copy's reads; the copy read the old keys as they were then (the
+    /// entries taken out) but did not yet know the new key. A copy's log
+    /// must be the log as of its last read, whatever the leader did since.
+    #[test]
+    fn a_standbys_copy_reads_the_log_as_of_its_last_read_of_the_leader() {
+        use crate::api::{DriverEvent, Logged};
+        let Some(cluster) = cluster_or_skip() else { return };
+        let url: EtcdUrl = cluster.url("torn").parse().expect("url");
+        let mut leader = EtcdStore::open(&url, None).expect("open");
+        leader.init(9, "demo").expect("init");
+        let spec = orrery_model::JobSpec::new("a", "vgg16", 32, 2, orrery_model::Work::Iterations(10), 0.5);
+        let entry = |seq: u64, event: DriverEvent| crate::api::LogEntry {
+            seq,
+            at_s: seq as f64,
+            source: "driver".into(),
+            entry: Logged::Event(event),
+        };
+        let ran = vec![entry(1, DriverEvent::Submitted { job: 0 }), entry(2, DriverEvent::Finished { job: 0 })];
+        let row = JobRow { id: 0, spec, submitted_s: 1.0, iterations_done: 0 };
+        leader.write(&Batch { jobs: vec![row], log: ran.clone(), ..Batch::default() }).expect("write");
+        let copy = EtcdStore::open_read_only(&url).expect("read only");
+        assert_eq!(copy.load().expect("load").log, ran);
+
+        // The leader expires job 0: a new key with the `Expired` entry, and
+        // the old key deleted (its entries were all job 0's).
+        let expired = entry(3, DriverEvent::Expired { jobs: vec![0], next_job: 1, superseded: vec![] });
+        let expiry =
+            Batch { log: vec![expired.clone()], forget_jobs: vec![0], forget_log: vec![1, 2], ..Batch::default() };
+        leader.write(&expiry).expect("expire");
+        assert_eq!(leader.log_since(0, 10).expect("leader"), vec![expired.clone()]);
+        assert_eq!(copy.log_since(0, 10).expect("copy"), ran, "the copy's log is its last read's, whole");
+        let new = copy.follow(1, 2).expect("follow");
+        assert_eq!(new.log, vec![expired.clone()]);
+        assert_eq!(copy.log_since(0, 10).expect("copy"), vec![expired], "and the leader's once it has read again");
     }
 }

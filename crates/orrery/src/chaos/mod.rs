@@ -194,6 +194,14 @@ pub struct ChaosReport {
 }
 
 /// The jobs the service lists, through `c`, within `limit`.
+/// The replica whose `/v1/readyz` answers 200 (the leader), if one does.
+fn leading_replica(rt: &tokio::runtime::Runtime, http: &reqwest::Client, cluster: &Cluster) -> Option<usize> {
+    (0..SHAPE.replicas).find(|&i| {
+        let url = format!("https://{}:{SERVE_PORT}/v1/readyz", cluster.net.ip(Member::Replica(i)));
+        rt.block_on(async { http.get(url).send().await }).is_ok_and(|r| r.status() == 200)
+    })
+}
+
 fn jobs(rt: &tokio::runtime::Runtime, c: &Client, limit: Duration) -> Option<Vec<JobInfo>> {
     rt.block_on(async { tokio::time::timeout(limit, c.jobs(None)).await.ok()?.ok() })
 }
@@ -296,11 +304,7 @@ pub fn run(args: &ChaosArgs) -> Result<ChaosReport> {
     let http = orrery_serve::tls::client_builder(Some(&cluster.ca()))?.timeout(Duration::from_millis(500)).build()?;
     let token_dir = loop {
         cluster.supervise()?;
-        let leads = |i: usize| {
-            let url = format!("https://{}:{SERVE_PORT}/v1/readyz", cluster.net.ip(Member::Replica(i)));
-            rt.block_on(async { http.get(url).send().await }).is_ok_and(|r| r.status() == 200)
-        };
-        if let Some(i) = (0..SHAPE.replicas).find(|&i| leads(i)) {
+        if let Some(i) = leading_replica(&rt, &http, &cluster) {
             break dir.join(format!("replica{i}"));
         }
         if t_up.elapsed() > Duration::from_secs(60) {
@@ -404,9 +408,20 @@ pub fn run(args: &ChaosArgs) -> Result<ChaosReport> {
         submitted?;
         Ok(processes)
     })?;
-    let present = jobs(&rt, &users, Duration::from_secs(30)).context("the final job list")?;
+    // The final state is the leader's: a standby's copy is up to a follow
+    // (250 ms) behind, and a log read before may have seen more than it.
+    let until = Instant::now() + Duration::from_secs(10);
+    let leader = loop {
+        cluster.supervise()?;
+        match leading_replica(&rt, &http, &cluster) {
+            Some(i) => break &each[i],
+            None if Instant::now() >= until => break &users,
+            None => std::thread::sleep(Duration::from_millis(100)),
+        }
+    };
+    let present = jobs(&rt, leader, Duration::from_secs(30)).context("the final job list")?;
     let log = rt
-        .block_on(async { tokio::time::timeout(Duration::from_secs(30), users.decisions(0)).await })
+        .block_on(async { tokio::time::timeout(Duration::from_secs(30), leader.decisions(0)).await })
         .map_err(|_| anyhow!("the final log: timed out"))?
         .map_err(err)?;
     let acked = acked.into_inner().map_err(|_| anyhow!("lock"))?;
