@@ -60,6 +60,22 @@ impl Colorer {
     /// returns Δ, or None if an edge names a vertex out of range (then
     /// `colors` is empty).
     pub fn color(&mut self, left: usize, right: usize, edges: &[(usize, usize)], colors: &mut Vec<u32>) -> Option<u32> {
+        self.color_within(left, right, edges, u32::MAX, colors)
+    }
+
+    /// [`Colorer::color`] when Δ ≤ `most`; otherwise returns Δ, found in
+    /// O(E), with `colors` empty: a range that needs more colours than there
+    /// are is bad whatever the colouring, so SolveRouting's repair loop
+    /// need not walk its alternating paths (Δ is exactly the colours
+    /// [`Colorer::color`] uses).
+    pub fn color_within(
+        &mut self,
+        left: usize,
+        right: usize,
+        edges: &[(usize, usize)],
+        most: u32,
+        colors: &mut Vec<u32>,
+    ) -> Option<u32> {
         colors.clear();
         if edges.iter().any(|&(l, r)| l >= left || r >= right) {
             return None;
@@ -88,6 +104,10 @@ impl Colorer {
             self.row[v] = u32::MAX;
         }
         let (n, delta) = (self.degree.len(), self.degree.iter().copied().max().unwrap_or(0));
+        if delta > most as usize {
+            self.ends = ends;
+            return Some(delta as u32);
+        }
         let words = delta.div_ceil(64);
         self.at.clear();
         self.at.resize(n * delta, u32::MAX);
@@ -290,19 +310,26 @@ mod tests {
 
         /// One colourer reused over graphs of any size colours each as a
         /// fresh one does, and refuses an edge out of range without
-        /// spoiling the next graph.
+        /// spoiling the next graph. Given a most colours below Δ, it gives
+        /// the Δ a fresh colouring uses and no colours, and the next graph
+        /// is coloured as fresh too.
         #[test]
         fn a_reused_colorer_colors_each_graph_as_a_fresh_one(
             graphs in prop::collection::vec(
-                (1usize..12, 1usize..12, prop::collection::vec((0usize..13, 0usize..13), 0..80)),
+                (1usize..12, 1usize..12, prop::collection::vec((0usize..13, 0usize..13), 0..80), 0u32..24),
                 1..6,
             ),
         ) {
             let mut colorer = Colorer::default();
             let mut colors = Vec::new();
-            for (left, right, edges) in &graphs {
-                let reused = colorer.color(*left, *right, edges, &mut colors);
+            for (left, right, edges, most) in &graphs {
                 let fresh = color_bipartite(*left, *right, edges);
+                let reused = colorer.color_within(*left, *right, edges, *most, &mut colors);
+                prop_assert_eq!(reused, fresh.as_ref().map(|c| c.used));
+                if fresh.as_ref().is_some_and(|c| c.used > *most) {
+                    prop_assert!(colors.is_empty());
+                }
+                let reused = colorer.color(*left, *right, edges, &mut colors);
                 prop_assert_eq!(reused, fresh.as_ref().map(|c| c.used));
                 prop_assert_eq!(&colors, &fresh.map(|c| c.colors).unwrap_or_default());
             }

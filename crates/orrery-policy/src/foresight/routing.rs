@@ -264,12 +264,16 @@ impl<P: Borrow<FlowProfile>> Router<P> {
         }
         first.push(edges.len());
         // Every edge names a leaf below `leaves`, so the colouring exists;
-        // were it refused, the range is bad rather than routed blind.
-        let Some(used) = self.colorer.color(self.leaves, self.leaves, edges, colors) else {
+        // were it refused, the range is bad rather than routed blind. A
+        // range needing more colours than there are is only marked bad
+        // unless it is to be balanced: its colouring is not used.
+        let colours = u32::try_from(p.spines * m).unwrap_or(u32::MAX);
+        let most = if p.balance_bad_ranges { u32::MAX } else { colours };
+        let Some(used) = self.colorer.color_within(self.leaves, self.leaves, edges, most, colors) else {
             self.bad.push((start, end));
             return;
         };
-        let uncolourable = used as usize > p.spines * m;
+        let uncolourable = used > colours;
         if uncolourable {
             self.bad.push((start, end));
         }
@@ -514,6 +518,10 @@ mod tests {
             );
             let p = RoutingParams { spines: 2, spine_link_gbps: 100.0, colors_per_spine: 2, balance_bad_ranges: balance };
             let at_once = solve_routing(&profiles, &plan, &p);
+            // Skipping an uncolourable range's colouring when it is not to
+            // be balanced finds the same bad ranges.
+            let other = solve_routing(&profiles, &plan, &RoutingParams { balance_bad_ranges: !balance, ..p });
+            proptest::prop_assert_eq!(&other.1, &at_once.1);
             let mut router = Router::new(profiles.iter().map(|ps| ps.iter().collect::<Vec<_>>()).collect(), plan.clone(), p);
             for k in asks.into_iter().filter(|&k| k < plan.len()) {
                 proptest::prop_assert_eq!(router.routes_of(k), at_once.0[k].as_slice());
