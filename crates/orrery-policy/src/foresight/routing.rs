@@ -18,7 +18,9 @@
 //!
 //! Cost per round: O(F log A + P log P) to merge F flow intervals of P
 //! planned iterations, A of them under way at once ([`Starts`]), plus the
-//! colouring, O(E · (V + Δ/64)) per range.
+//! colouring, O(E · (V + Δ/64)) per range. A range is bad by its Δ alone
+//! (the colouring uses exactly Δ colours), found in O(E): the repair loop
+//! colours no range it would not route ([`route_if_colourable`]).
 
 use super::coloring::Colorer;
 use super::logical::{LogicalLink, LogicalNetwork};
