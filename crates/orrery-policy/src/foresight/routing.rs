@@ -292,7 +292,7 @@ impl<P: Borrow<FlowProfile>> Router<P> {
         // none after a bad one where routes are all or nothing (Δ, found
         // before colouring, says whether it is bad).
         let colours = u32::try_from(p.spines * m).unwrap_or(u32::MAX);
-        let wanted = !self.all_or_nothing || self.bad.is_empty();
+        let wanted = !(self.all_or_nothing && !self.bad.is_empty());
         let most = match (p.balance_bad_ranges, wanted) {
             (true, _) => u32::MAX,
             (false, true) => colours,
