@@ -157,22 +157,6 @@ pub fn solve_routing<P: Borrow<FlowProfile>>(
     Router::new(borrowed, plan.to_vec(), *p).finish()
 }
 
-/// [`solve_routing`] for the repair loop, which uses a plan's routes only
-/// when no range is bad: Ok(the routes) then, else Err(the bad ranges,
-/// the same as [`solve_routing`]'s). Past the first bad range it finds
-/// the rest by their Δ alone (O(E) a range), colouring and routing nothing.
-pub fn route_if_colourable<P: Borrow<FlowProfile>>(
-    profiles: &[Vec<P>],
-    plan: &[Planned],
-    p: &RoutingParams,
-) -> Result<Vec<Vec<Route>>, Vec<(f64, f64)>> {
-    let borrowed: Vec<Vec<&FlowProfile>> = profiles.iter().map(|ps| ps.iter().map(Borrow::borrow).collect()).collect();
-    let mut router = Router::new(borrowed, plan.to_vec(), RoutingParams { balance_bad_ranges: false, ..*p });
-    router.all_or_nothing = true;
-    let (routes, bad) = router.finish();
-    if bad.is_empty() { Ok(routes) } else { Err(bad) }
-}
-
 /// SolveRouting one range at a time, as far as asked. Ranges are coloured
 /// each on its own, so routing them in time order as the plan's iterations
 /// come up gives the routes [`solve_routing`] gives all at once (a test
@@ -201,9 +185,6 @@ pub struct Router<P> {
     edges: Vec<(usize, usize)>,
     first: Vec<usize>,
     colors: Vec<u32>,
-    /// Routes are wanted only if no range is bad ([`route_if_colourable`]):
-    /// after the first bad range, ranges are only measured (their Δ).
-    all_or_nothing: bool,
 }
 
 impl<P: Borrow<FlowProfile>> Router<P> {
@@ -227,7 +208,6 @@ impl<P: Borrow<FlowProfile>> Router<P> {
             edges: Vec::new(),
             first: Vec::new(),
             colors: Vec::new(),
-            all_or_nothing: false,
         }
     }
 
@@ -287,26 +267,20 @@ impl<P: Borrow<FlowProfile>> Router<P> {
         first.push(edges.len());
         // Every edge names a leaf below `leaves`, so the colouring exists;
         // were it refused, the range is bad rather than routed blind. A
-        // range is coloured only if its routes are wanted: not one needing
-        // more colours than there are unless it is to be balanced, and
-        // none after a bad one where routes are all or nothing (Δ, found
-        // before colouring, says whether it is bad).
+        // range needing more colours than there are is only marked bad
+        // unless it is to be balanced: its colouring is not used.
         let colours = u32::try_from(p.spines * m).unwrap_or(u32::MAX);
-        let wanted = !(self.all_or_nothing && !self.bad.is_empty());
-        let most = match (p.balance_bad_ranges, wanted) {
-            (true, _) => u32::MAX,
-            (false, true) => colours,
-            (false, false) => 0,
-        };
+        let most = if p.balance_bad_ranges { u32::MAX } else { colours };
         let Some(used) = self.colorer.color_within(self.leaves, self.leaves, edges, most, colors) else {
             self.bad.push((start, end));
             return;
         };
-        if used > colours {
+        let uncolourable = used > colours;
+        if uncolourable {
             self.bad.push((start, end));
         }
-        if used > most {
-            return; // not coloured
+        if uncolourable && !p.balance_bad_ranges {
+            return;
         }
         // Consolidate subflows by spine. Colour c is on spine c mod spines,
         // so a flow's subflows (parallel edges, all coloured differently)
@@ -360,10 +334,10 @@ pub fn schedule<P: Borrow<FlowProfile>>(
     let mut bad: Vec<BadRange> = Vec::new();
     for round in 1..=max_rounds.max(1) {
         let plan = solve_timing(&jobs, capacity, &bad, timing);
-        let fresh = match route_if_colourable(profiles, &plan, routing) {
-            Ok(routes) => return Some(Schedule { plan, routes, rounds: round }),
-            Err(fresh) => fresh,
-        };
+        let (routes, fresh) = solve_routing(profiles, &plan, routing);
+        if fresh.is_empty() {
+            return Some(Schedule { plan, routes, rounds: round });
+        }
         for (s, e) in fresh {
             match bad.iter_mut().find(|b| b.start_ms < e && b.end_ms > s) {
                 Some(b) => {
@@ -546,14 +520,10 @@ mod tests {
             );
             let p = RoutingParams { spines: 2, spine_link_gbps: 100.0, colors_per_spine: 2, balance_bad_ranges: balance };
             let at_once = solve_routing(&profiles, &plan, &p);
-            // Skipping the colouring of a range whose routes are not used
-            // (an uncolourable one not to be balanced; every range after
-            // a bad one, for the repair loop) finds the same bad ranges.
+            // Skipping an uncolourable range's colouring when it is not to
+            // be balanced finds the same bad ranges.
             let other = solve_routing(&profiles, &plan, &RoutingParams { balance_bad_ranges: !balance, ..p });
             proptest::prop_assert_eq!(&other.1, &at_once.1);
-            let unbalanced = if balance { &other } else { &at_once };
-            let expected = if unbalanced.1.is_empty() { Ok(unbalanced.0.clone()) } else { Err(unbalanced.1.clone()) };
-            proptest::prop_assert_eq!(route_if_colourable(&profiles, &plan, &p), expected);
             let mut router = Router::new(profiles.iter().map(|ps| ps.iter().collect::<Vec<_>>()).collect(), plan.clone(), p);
             for k in asks.into_iter().filter(|&k| k < plan.len()) {
                 proptest::prop_assert_eq!(router.routes_of(k), at_once.0[k].as_slice());
