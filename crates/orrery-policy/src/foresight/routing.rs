@@ -19,8 +19,8 @@
 //! Cost per round: O(F log A + P log P) to merge F flow intervals of P
 //! planned iterations, A of them under way at once ([`Starts`]), plus the
 //! colouring, O(E · (V + Δ/64)) per range. A range is bad by its Δ alone
-//! (the colouring uses exactly Δ colours), found in O(E): the repair loop
-//! colours no range it would not route ([`route_if_colourable`]).
+//! (the colouring uses exactly Δ colours), found in O(E): without
+//! `balance_bad_ranges` (the repair loop) such a range is not coloured.
 
 use super::coloring::Colorer;
 use super::logical::{LogicalLink, LogicalNetwork};
