@@ -4,6 +4,10 @@
 use super::{FlowId, Network, Scratch};
 use orrery_model::LinkId;
 
+/// Flows in a component from which the filling visits links' flows
+/// ([`Network::fill`]).
+const BY_LINKS_FROM: usize = 64;
+
 /// Which re-rated flows count as changed whatever their new rate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Forced {
@@ -305,7 +309,15 @@ impl Network {
     /// progressive filling: all unfrozen flows rise together until a link
     /// saturates or a flow reaches its cap; those freeze. Links that do not
     /// bind are left out of the paths: they cannot saturate.
-    pub(super) fn fill(&mut self, sc: &mut Scratch, (f0, f1): (usize, usize), (l0, l1): (usize, usize)) {
+    pub(super) fn fill(&mut self, sc: &mut Scratch, flows: (usize, usize), links: (usize, usize)) {
+        self.fill_with(sc, flows, links, flows.1 - flows.0 >= BY_LINKS_FROM);
+    }
+
+    /// [`Network::fill`], each round visiting every rising flow (cheaper
+    /// for the small components most policies make) or only the links'
+    /// flows that freeze (`by_links`: for components of hundreds of flows
+    /// rising over many rounds, as LLM meshes' rings under `orrery`).
+    fn fill_with(&mut self, sc: &mut Scratch, (f0, f1): (usize, usize), (l0, l1): (usize, usize), by_links: bool) {
         let flows = &sc.comp_flows[f0..f1];
         let links = &sc.comp_links[l0..l1];
         for (i, &l) in links.iter().enumerate() {
@@ -340,16 +352,21 @@ impl Network {
         }
         sc.offset.push(sc.path.len());
         let rate = &mut sc.new_rate[f0..f1];
+        let Scratch { remaining, saturated_below, count, path, offset, caps, queue, queues, .. } = sc;
+        let Scratch { active_links, active_flows, link_at, on_link, cursor, by_cap, uncapped, frozen, .. } = sc;
+        let path_of = |i: usize| &path[offset[i]..offset[i + 1]];
+        frozen.clear();
+        frozen.resize(flows.len(), false);
+        let at_cap = |c: f64, level: f64| c - level <= c * 1e-12;
         // Strict priority: each queue, highest first, fills what the
         // ones above it left (one queue: plain max-min).
-        sc.queues.sort_unstable_by(|a, b| b.cmp(a));
-        for k in 0..sc.queues.len() {
-            let q = sc.queues[k];
-            sc.active_flows.clear();
-            sc.active_flows.extend((0..flows.len()).filter(|&i| sc.queue[i] == q));
-            for &i in &sc.active_flows {
-                for &l in &sc.path[sc.offset[i]..sc.offset[i + 1]] {
-                    sc.count[l] += 1;
+        queues.sort_unstable_by(|a, b| b.cmp(a));
+        for &q in queues.iter() {
+            active_flows.clear();
+            active_flows.extend((0..flows.len()).filter(|&i| queue[i] == q));
+            for &i in active_flows.iter() {
+                for &l in path_of(i) {
+                    count[l] += 1;
                 }
             }
             // Each round visits only the links still carrying an unfrozen
@@ -357,42 +374,170 @@ impl Network {
             // what is still rising per round rather than R · (F_c + L_c). The
             // minimum and the freezes do not depend on visiting order, so the
             // rates are the same as visiting everything.
-            sc.active_links.clear();
-            sc.active_links.extend((0..links.len()).filter(|&i| sc.count[i] > 0));
+            active_links.clear();
+            active_links.extend((0..links.len()).filter(|&l| count[l] > 0));
             let mut level = 0.0;
-            while !sc.active_flows.is_empty() {
-                let mut step = f64::INFINITY;
-                for &i in &sc.active_links {
-                    step = step.min(sc.remaining[i] / sc.count[i] as f64);
+            if !by_links {
+                while !active_flows.is_empty() {
+                    let mut step = f64::INFINITY;
+                    for &l in active_links.iter() {
+                        step = step.min(remaining[l] / count[l] as f64);
+                    }
+                    for &i in active_flows.iter() {
+                        step = step.min(caps[i] - level);
+                    }
+                    let step = step.max(0.0);
+                    level += step;
+                    for &l in active_links.iter() {
+                        remaining[l] -= step * count[l] as f64;
+                    }
+                    // Saturation is judged on the remaining capacity before
+                    // this round's freezes (they do not change `remaining`).
+                    let mut k = 0;
+                    while k < active_flows.len() {
+                        let i = active_flows[k];
+                        if at_cap(caps[i], level) || path_of(i).iter().any(|&l| remaining[l] <= saturated_below[l]) {
+                            rate[i] = level;
+                            for &l in path_of(i) {
+                                count[l] -= 1;
+                            }
+                            active_flows.swap_remove(k);
+                        } else {
+                            k += 1;
+                        }
+                    }
+                    active_links.retain(|&l| count[l] > 0);
                 }
-                for &i in &sc.active_flows {
-                    step = step.min(sc.caps[i] - level);
+                continue;
+            }
+            // By links: each link's flows of the queue (`on_link`), and the
+            // flows with finite caps least cap first (`by_cap`), so a round
+            // visits the active links, the flows of the links that saturate
+            // and the flows whose cap is about the level: O(active links +
+            // freezes · path), not O(active flows · path). The same flows
+            // freeze at the same levels.
+            link_at.clear();
+            link_at.resize(links.len() + 1, 0);
+            for &i in active_flows.iter() {
+                for &l in path_of(i) {
+                    link_at[l + 1] += 1;
+                }
+            }
+            for l in 0..links.len() {
+                link_at[l + 1] += link_at[l];
+            }
+            cursor.clear();
+            cursor.extend_from_slice(&link_at[..links.len()]);
+            on_link.clear();
+            on_link.resize(link_at[links.len()], 0);
+            for &i in active_flows.iter() {
+                for &l in path_of(i) {
+                    on_link[cursor[l]] = i;
+                    cursor[l] += 1;
+                }
+            }
+            by_cap.clear();
+            by_cap.extend(active_flows.iter().copied().filter(|&i| caps[i].is_finite()));
+            by_cap.sort_unstable_by(|&a, &b| caps[a].total_cmp(&caps[b]));
+            uncapped.clear();
+            uncapped.extend(active_flows.iter().copied().filter(|&i| !caps[i].is_finite()));
+            let mut rising = active_flows.len();
+            let mut head = 0;
+            while rising > 0 {
+                let mut step = f64::INFINITY;
+                for &l in active_links.iter() {
+                    step = step.min(remaining[l] / count[l] as f64);
+                }
+                // caps[i] - level is monotone in caps[i]: the least cap
+                // still rising gives the minimum, bit for bit.
+                while head < by_cap.len() && frozen[by_cap[head]] {
+                    head += 1;
+                }
+                if let Some(&i) = by_cap.get(head) {
+                    step = step.min(caps[i] - level);
+                }
+                for &i in uncapped.iter().filter(|&&i| !frozen[i]) {
+                    step = step.min(caps[i] - level);
                 }
                 let step = step.max(0.0);
                 level += step;
-                for &i in &sc.active_links {
-                    sc.remaining[i] -= step * sc.count[i] as f64;
+                for &l in active_links.iter() {
+                    remaining[l] -= step * count[l] as f64;
                 }
-                // Saturation is judged on the remaining capacity before this
-                // round's freezes (they do not change `remaining`).
-                let mut k = 0;
-                while k < sc.active_flows.len() {
-                    let i = sc.active_flows[k];
-                    let path = &sc.path[sc.offset[i]..sc.offset[i + 1]];
-                    let at_cap = sc.caps[i] - level <= sc.caps[i] * 1e-12;
-                    if at_cap || path.iter().any(|&l| sc.remaining[l] <= sc.saturated_below[l]) {
+                let mut freeze = |i: usize| {
+                    if !frozen[i] {
+                        frozen[i] = true;
                         rate[i] = level;
-                        for &l in path {
-                            sc.count[l] -= 1;
+                        for &l in path_of(i) {
+                            count[l] -= 1;
                         }
-                        sc.active_flows.swap_remove(k);
-                    } else {
-                        k += 1;
+                        rising -= 1;
+                    }
+                };
+                for &l in active_links.iter() {
+                    if remaining[l] <= saturated_below[l] {
+                        on_link[link_at[l]..link_at[l + 1]].iter().for_each(|&i| freeze(i));
                     }
                 }
-                let count = &sc.count;
-                sc.active_links.retain(|&i| count[i] > 0);
+                // Caps above level · (1 + 1e-6) are not within 1e-12 of it.
+                for &i in &by_cap[head..] {
+                    let c = caps[i];
+                    if c > 0.0 && c > level * (1.0 + 1e-6) {
+                        break;
+                    }
+                    if at_cap(c, level) {
+                        freeze(i);
+                    }
+                }
+                for &i in uncapped.iter() {
+                    if at_cap(caps[i], level) {
+                        freeze(i);
+                    }
+                }
+                active_links.retain(|&l| count[l] > 0);
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Network, Scratch};
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Filling by links' flows gives every flow the rate that visiting
+        /// every rising flow gives, bit for bit, on whole networks with
+        /// whole-number caps and capacities (ties: links saturating
+        /// together, caps at a link's share), in up to three queues.
+        #[test]
+        fn filling_by_links_is_filling_by_flows_bit_for_bit(
+            capacity in prop::collection::vec(1u32..60, 1..10),
+            flows in prop::collection::vec(
+                (prop::collection::btree_set(0usize..10, 1..=4), 1u32..80, 0usize..6),
+                1..40,
+            ),
+            priority in prop::collection::vec(0u8..3, 6),
+        ) {
+            let n = capacity.len();
+            let mut net = Network::new(capacity.iter().map(|&c| f64::from(c)).collect(), false);
+            for (owner, &p) in priority.iter().enumerate() {
+                net.set_priority(0, owner, p);
+            }
+            for (path, cap, owner) in &flows {
+                let path: std::collections::BTreeSet<usize> = path.iter().map(|&l| l % n).collect();
+                net.add(0, path.into_iter().collect::<Vec<_>>(), 1e12, f64::from(*cap), *owner);
+            }
+            let live: Vec<usize> = net.flows().map(|(f, _)| f).collect();
+            let binding: Vec<usize> = (0..n).filter(|&l| net.binds[l]).collect();
+            let mut rates = Vec::new();
+            for by_links in [false, true] {
+                let mut sc = Scratch { comp_flows: live.clone(), comp_links: binding.clone(), ..Scratch::default() };
+                sc.new_rate.resize(live.len(), 0.0);
+                net.fill_with(&mut sc, (0, live.len()), (0, binding.len()), by_links);
+                rates.push(sc.new_rate.iter().map(|x| x.to_bits()).collect::<Vec<u64>>());
+            }
+            prop_assert_eq!(&rates[0], &rates[1]);
         }
     }
 }

@@ -89,6 +89,15 @@ struct Scratch {
     /// Local links with an unfrozen flow, and the unfrozen flows.
     active_links: Vec<usize>,
     active_flows: Vec<usize>,
+    /// A queue's flows on each local link: those of link l are
+    /// `on_link[link_at[l]..link_at[l + 1]]` (`cursor` fills them).
+    link_at: Vec<usize>,
+    on_link: Vec<usize>,
+    cursor: Vec<usize>,
+    /// A queue's flows with finite caps, least cap first, and the others.
+    by_cap: Vec<usize>,
+    uncapped: Vec<usize>,
+    frozen: Vec<bool>,
     /// The binding components being re-rated, one after another, and the
     /// new rates of their flows.
     comp_flows: Vec<FlowId>,
