@@ -40,7 +40,9 @@ impl Network {
     /// Cost: O(F_c · d + Σ deg) to find the components (F_c flows on paths
     /// of d links, the degrees of their binding links), the filling's
     /// O(Σ over rounds of the links and flows still rising) ≤ O(R · (F_c +
-    /// L_c)) with R ≤ F_c rounds, and O(deg) per link whose totals change.
+    /// L_c)) with R ≤ F_c rounds (from [`BY_LINKS_FROM`] flows, O(F_c · d +
+    /// F_c log F_c + Σ over rounds of the links still rising)), and O(deg)
+    /// per link whose totals change.
     /// At 4,096 hosts under `metronome` a component holds 4–9 flows, where
     /// the flows joined through any shared link number 86–98.
     /// Returns the flows whose rate changed, in id order; the flows re-rated
