@@ -193,7 +193,6 @@ pub struct ChaosReport {
     pub report_round_trips: latency::RoundTrips,
 }
 
-/// The jobs the service lists, through `c`, within `limit`.
 /// The replica whose `/v1/readyz` answers 200 (the leader), if one does.
 fn leading_replica(rt: &tokio::runtime::Runtime, http: &reqwest::Client, cluster: &Cluster) -> Option<usize> {
     (0..SHAPE.replicas).find(|&i| {
@@ -202,6 +201,7 @@ fn leading_replica(rt: &tokio::runtime::Runtime, http: &reqwest::Client, cluster
     })
 }
 
+/// The jobs the service lists, through `c`, within `limit`.
 fn jobs(rt: &tokio::runtime::Runtime, c: &Client, limit: Duration) -> Option<Vec<JobInfo>> {
     rt.block_on(async { tokio::time::timeout(limit, c.jobs(None)).await.ok()?.ok() })
 }
