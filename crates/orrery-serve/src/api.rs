@@ -445,6 +445,26 @@ pub struct Assignment {
     pub target_iterations: u64,
     /// Decisions in force.
     pub in_force: InForce,
+    /// Hosts still stopping the job's ranks of an earlier placement: the
+    /// agent starts nothing of it until this is empty (at most one process
+    /// per rank; `ledger::handover`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub waiting_on: Vec<String>,
+}
+
+/// What an agent's long-poll of its assignments says of its node.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AssignmentsPoll {
+    /// The session registration gave.
+    pub session: u64,
+    /// The version of the assignments the node has applied (0: none).
+    pub after: u64,
+    /// Seconds to wait for a change.
+    pub wait_s: f64,
+    /// Jobs whose ranks of an earlier placement it is still stopping.
+    pub stopping: Vec<JobId>,
+    /// Assignments its last answer held (`Assignment::waiting_on`).
+    pub held: usize,
 }
 
 /// `GET /v1/nodes/{host}/assignments` answer.

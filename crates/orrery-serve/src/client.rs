@@ -2,8 +2,8 @@
 //! the node agents.
 
 use crate::api::{
-    ApiError, Assignments, ClusterInfo, Heartbeat, JobInfo, LogEntry, NodeInfo, RegisterRequest, Registered, Reports,
-    ReportsAccepted, Submitted,
+    ApiError, Assignments, AssignmentsPoll, ClusterInfo, Heartbeat, JobInfo, LogEntry, NodeInfo, RegisterRequest,
+    Registered, Reports, ReportsAccepted, Submitted,
 };
 use orrery_model::JobSpec;
 use serde::de::DeserializeOwned;
@@ -325,9 +325,17 @@ impl Client {
         Ok(())
     }
 
-    /// Long-polls a node's assignments.
-    pub async fn assignments(&self, host: usize, session: u64, after: u64, wait_s: f64) -> Answer<Assignments> {
-        let q = [("session", session.to_string()), ("after", after.to_string()), ("wait_s", wait_s.to_string())];
+    /// Long-polls a node's assignments (`poll` says what the node has
+    /// applied and still stops; `ledger::handover`).
+    pub async fn assignments(&self, host: usize, poll: &AssignmentsPoll) -> Answer<Assignments> {
+        let stopping: Vec<String> = poll.stopping.iter().map(|j| j.to_string()).collect();
+        let q = [
+            ("session", poll.session.to_string()),
+            ("after", poll.after.to_string()),
+            ("wait_s", poll.wait_s.to_string()),
+            ("stopping", stopping.join(",")),
+            ("held", poll.held.to_string()),
+        ];
         self.send(self.http.get(self.url(&format!("/v1/nodes/{host}/assignments"))).query(&q)).await
     }
 

@@ -88,6 +88,9 @@ pub struct Core {
     batch: Batch,
     /// Something changed that the policy should see (arrival, end, node).
     dirty: bool,
+    /// Raised when an agent's poll ends a handover (`ledger::handover`):
+    /// held assignments on other hosts may start, so their long-polls wake.
+    pub handed_over: watch::Sender<u64>,
 }
 
 /// Why a request failed, for the HTTP layer.
@@ -567,6 +570,8 @@ pub struct Handle {
     pub version: watch::Receiver<u64>,
     /// Metrics.
     pub metrics: Arc<Metrics>,
+    /// Raised when a held assignment may start ([`Core::handed_over`]).
+    pub handed_over: watch::Receiver<u64>,
 }
 
 /// The core thread stopped (a commit failed, or shut down).
@@ -661,6 +666,7 @@ fn spawn(config: Config, mut store: Store, follower: bool) -> Result<(Handle, st
     let (tx, rx) = std::sync::mpsc::channel::<Job>();
     let (seq_tx, seq_rx) = watch::channel(ledger.next_seq() - 1);
     let (version_tx, version_rx) = watch::channel(0u64);
+    let (handed_over, handed_over_rx) = watch::channel(0u64);
     // The policy is built on the core thread (policies need not be Send).
     let name = config.policy.clone();
     orrery_policy::with_pins(&name, config.seed, &config.pins)
@@ -680,6 +686,7 @@ fn spawn(config: Config, mut store: Store, follower: bool) -> Result<(Handle, st
             metrics: m,
             batch: leftover,
             dirty: true,
+            handed_over,
         };
         if follower {
             follow(core, rx, seq_tx, version_tx);
@@ -687,7 +694,7 @@ fn spawn(config: Config, mut store: Store, follower: bool) -> Result<(Handle, st
             run(core, rx, seq_tx, version_tx);
         }
     })?;
-    Ok((Handle { tx, committed: seq_rx, version: version_rx, metrics }, thread))
+    Ok((Handle { tx, committed: seq_rx, version: version_rx, metrics, handed_over: handed_over_rx }, thread))
 }
 
 /// The follower's loop: answer reads at once, replay what is new every

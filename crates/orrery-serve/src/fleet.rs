@@ -273,12 +273,14 @@ async fn node_loop(c: Ctx) {
     let poll = {
         let c = c.clone();
         tokio::spawn(async move {
-            let mut after = 0;
+            let mut poll = crate::api::AssignmentsPoll { session: c.session, wait_s: 20.0, ..Default::default() };
             while !c.stop.load(Ordering::Relaxed) {
-                match c.client.assignments(c.host, c.session, after, 20.0).await {
+                match c.client.assignments(c.host, &poll).await {
                     Ok(a) => {
-                        after = a.version;
-                        let _ = tx.send(a.jobs);
+                        // No processes here: what leaves stops at once.
+                        poll.after = a.version;
+                        poll.held = a.jobs.iter().filter(|j| !j.waiting_on.is_empty()).count();
+                        let _ = tx.send(a.jobs.into_iter().filter(|j| j.waiting_on.is_empty()).collect());
                     }
                     Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
                 }

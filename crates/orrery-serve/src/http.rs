@@ -26,7 +26,7 @@
 //! | `POST /v1/nodes/register` | agent | `RegisterRequest` → session |
 //! | `POST /v1/nodes/{host}/heartbeat` | agent | `{"session"}` |
 //! | `POST /v1/nodes/{host}/deregister` | agent | `{"session"}`: the agent stopped its processes and leaves; its jobs are re-queued now |
-//! | `GET /v1/nodes/{host}/assignments?session=&after=&wait_s=` | agent | long-poll: returns when the node's version passes `after` or after `wait_s` (≤ 60) |
+//! | `GET /v1/nodes/{host}/assignments?session=&after=&wait_s=&stopping=&held=` | agent | long-poll: returns when the node's version passes `after`, fewer than `held` of its assignments are held, or after `wait_s` (≤ 60); `stopping` names the jobs whose earlier ranks it still stops |
 //! | `POST /v1/nodes/{host}/reports` | agent | iteration reports |
 //!
 //! Errors are JSON `{"error", "field"?, "expected"?}`: 400 malformed JSON,
@@ -47,6 +47,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use orrery_model::JobSpec;
+use orrery_policy::JobId;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use std::sync::Arc;
@@ -568,24 +569,61 @@ struct AssignQuery {
     after: u64,
     #[serde(default)]
     wait_s: f64,
+    /// Jobs whose ranks of an earlier placement the agent is still
+    /// stopping, comma-separated (`ledger::handover`).
+    #[serde(default)]
+    stopping: String,
+    /// Assignments its last answer held: the poll answers once fewer are.
+    #[serde(default)]
+    held: usize,
+}
+
+/// `stopping=3,17`: job ids. O(ids).
+fn job_list(field: &'static str, text: &str) -> Result<Vec<JobId>, Failure> {
+    text.split(',')
+        .filter(|t| !t.is_empty())
+        .map(|t| {
+            t.trim().parse::<JobId>().map_err(|_| Failure::Field {
+                field: field.into(),
+                expected: "job ids separated by commas".into(),
+                found: format!("{t:?}"),
+            })
+        })
+        .collect()
 }
 
 async fn assignments(State(app): State<App>, Path(host): Path<String>, q: QueryArg<AssignQuery>) -> Answer<Response> {
     let host = host_arg(&host)?;
     let q = query(q)?;
+    let stopping = job_list("stopping", &q.stopping)?;
     let wait = if q.wait_s.is_finite() { q.wait_s.clamp(0.0, MAX_WAIT_S) } else { 0.0 };
     let deadline = tokio::time::Instant::now() + Duration::from_secs_f64(wait);
     let mut committed = app.core.committed.clone();
+    let mut handed_over = app.core.handed_over.clone();
+    let (session, after, held) = (q.session, q.after, q.held);
+    // What the poll says of the node counts once, before waiting.
+    app.core
+        .call(move |c| {
+            c.ledger.session_is_current(host, session)?;
+            if c.ledger.ranks_stopped(host, after, &stopping) {
+                c.handed_over.send_modify(|n| *n += 1);
+            }
+            Ok::<_, Failure>(())
+        })
+        .await??;
     loop {
         committed.borrow_and_update();
-        let (session, after) = (q.session, q.after);
+        handed_over.borrow_and_update();
         let ready = app
             .core
             .call(move |c| {
                 let now = c.now_s();
                 c.ledger.heartbeat(host, session, now)?;
                 let timed_out = tokio::time::Instant::now() >= deadline;
-                Ok::<_, Failure>((c.ledger.node_version(host) > after || timed_out).then(|| c.ledger.assignments(host)))
+                let released = held > 0 && c.ledger.held_on(host) < held;
+                Ok::<_, Failure>(
+                    (c.ledger.node_version(host) > after || released || timed_out).then(|| c.ledger.assignments(host)),
+                )
             })
             .await??;
         if let Some(a) = ready {
@@ -593,6 +631,7 @@ async fn assignments(State(app): State<App>, Path(host): Path<String>, q: QueryA
         }
         tokio::select! {
             r = committed.changed() => { if r.is_err() { return Err(Unavailable.into()); } }
+            r = handed_over.changed() => { if r.is_err() { return Err(Unavailable.into()); } }
             _ = tokio::time::sleep_until(deadline) => {}
         }
     }

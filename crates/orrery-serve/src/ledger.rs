@@ -27,6 +27,7 @@ use orrery_model::{HostId, JobSpec, Topology, Work};
 use orrery_policy::{ClusterView, Decision, JobId, QueuedJob, RunningJob};
 use std::collections::{BTreeMap, HashMap};
 
+mod handover;
 mod held;
 mod queries;
 pub use held::HeldJobs;
@@ -100,6 +101,9 @@ pub struct LiveJob {
     /// Sequence numbers of the log entries about it (deleted with it when
     /// it expires). A few per placement.
     log_seqs: Vec<u64>,
+    /// Up hosts of earlier placements still stopping its ranks (not
+    /// logged; [`handover`]).
+    handovers: Vec<handover::Handover>,
 }
 
 impl LiveJob {
@@ -142,6 +146,7 @@ impl LiveJob {
             in_force: InForce::default(),
             depends_on: Vec::new(),
             log_seqs: Vec::new(),
+            handovers: Vec::new(),
         }
     }
 }
@@ -211,6 +216,8 @@ pub struct Ledger {
     /// (seq, cluster-clock s) of the `Expired` entries in the log: an
     /// expiry deletes those as old as the jobs it forgets.
     expiries: Vec<(u64, f64)>,
+    /// Jobs with handovers ([`handover`]).
+    moving: std::collections::BTreeSet<JobId>,
 }
 
 impl Ledger {
@@ -227,6 +234,7 @@ impl Ledger {
             free: vec![0; n],
             next_seq: 1,
             expiries: Vec::new(),
+            moving: Default::default(),
         }
     }
 
@@ -554,6 +562,7 @@ impl Ledger {
                 } else {
                     self.waiting.retain(|&w| w != job);
                 }
+                self.end_handovers(job);
                 let j = &mut self.jobs[job];
                 j.status = if finished { JobStatus::Finished } else { JobStatus::Cancelled };
                 j.ended_s = Some(now_s);
@@ -588,6 +597,7 @@ impl Ledger {
                 n.up = false;
                 n.capacity = 0;
                 self.free[node] = 0;
+                self.node_handed_over(node);
                 true
             }
         }
@@ -691,6 +701,7 @@ impl Ledger {
     /// Frees a job's GPUs (partners keep the shared ones) and drops its
     /// decisions in force; epoch + 1.
     fn release(&mut self, job: JobId, now_s: f64) {
+        self.hand_over(job);
         let sharing = std::mem::take(&mut self.jobs[job].sharing);
         let mut kept: HashMap<HostId, u32> = HashMap::new();
         for s in &sharing {

@@ -86,6 +86,7 @@ impl Ledger {
                     iterations_done: j.iterations_done,
                     target_iterations: j.target_iterations,
                     in_force: j.in_force.clone(),
+                    waiting_on: self.waiting_on(id),
                 }
             })
             .collect();

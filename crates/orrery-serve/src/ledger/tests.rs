@@ -303,3 +303,54 @@ fn a_job_that_ended_expires_with_its_entries_and_its_id_is_never_given_again() {
     assert_eq!(r.submit(spec("c"), 8.0), 3, "c's id 2 stays taken after the restart");
     assert_eq!(l.submit(spec("c"), 8.0), 3, "and in the ledger that forgot it");
 }
+
+#[test]
+fn a_moved_job_starts_once_its_earlier_hosts_show_their_ranks_stopped() {
+    let mut l = demo();
+    let mut log: Vec<(u64, Logged, f64)> = Vec::new();
+    let mut rec = |l: &mut Ledger, e: Logged, at: f64| {
+        let seq = l.record(&e, at).expect("valid");
+        log.push((seq, e, at));
+        seq
+    };
+    for node in 0..3 {
+        rec(&mut l, Logged::Event(DriverEvent::NodeUp { node, gpus: 2, session: 1, data_addr: None }), 0.0);
+    }
+    let a = l.submit(spec("a"), 0.5);
+    let name = |h: HostId| l.topology().hosts[h].name.clone();
+    let (h0, h1) = (name(0), name(1));
+    rec(&mut l, Logged::Decision(Decision::Place { job: a, hosts: vec![(0, 1), (1, 1)] }), 1.0);
+    assert!(l.assignments(0).jobs[0].waiting_on.is_empty(), "a first placement waits for no one");
+    // Host 0 falls silent: its job is preempted, then the node goes down.
+    let withdrawn = rec(&mut l, Logged::Decision(Decision::Preempt { job: a }), 2.0);
+    assert_eq!(l.waiting_on(a), vec![h0.clone(), h1.clone()]);
+    rec(&mut l, Logged::Event(DriverEvent::NodeDown { node: 0 }), 2.0);
+    assert_eq!(l.waiting_on(a), vec![h1.clone()], "a node marked down was fenced by its lease");
+    // Moved to hosts 1 and 2, ranks renumbered (rank 1 from host 1 to 2):
+    // both hold until host 1 shows its old ranks stopped.
+    rec(&mut l, Logged::Decision(Decision::Place { job: a, hosts: vec![(1, 1), (2, 1)] }), 3.0);
+    for h in [1, 2] {
+        assert_eq!(l.assignments(h).jobs[0].waiting_on, vec![h1.clone()], "host {h}");
+        assert_eq!(l.held_on(h), 1);
+    }
+    // A replica replaying the log holds the same.
+    let mut r = demo();
+    r.restore_job(a, spec("a"), 0.5);
+    for (seq, e, at) in &log {
+        r.replay(*seq, e, *at);
+    }
+    assert_eq!(r.waiting_on(a), vec![h1.clone()]);
+    // A poll sent before host 1 applied the withdrawal, one still stopping
+    // the job, and one from a host that never ran it end nothing.
+    assert!(!l.ranks_stopped(1, withdrawn - 1, &[]));
+    assert!(!l.ranks_stopped(1, l.node_version(1), &[a]));
+    assert!(!l.ranks_stopped(2, l.node_version(2), &[]));
+    assert_eq!(l.held_on(2), 1);
+    assert!(l.ranks_stopped(1, withdrawn, &[]));
+    assert!(l.assignments(2).jobs[0].waiting_on.is_empty() && l.held_on(2) == 0 && l.held_on(1) == 0);
+    // Finished: nothing to hand over.
+    assert!(l.record(&Logged::Decision(Decision::Preempt { job: a }), 4.0).is_some());
+    assert_eq!(l.waiting_on(a).len(), 2);
+    assert!(l.record(&Logged::Event(DriverEvent::Cancelled { job: a }), 4.0).is_some());
+    assert!(l.waiting_on(a).is_empty());
+}

@@ -47,7 +47,7 @@
 //! ([`crate::api::AlignSlot`]), so ranks that ask at different moments start
 //! together. Shifts and aligns are applied once per (job, epoch, rank).
 
-use crate::api::{Assignment, IterationReport, RegisterRequest, Reports};
+use crate::api::{Assignment, AssignmentsPoll, IterationReport, RegisterRequest, Reports};
 use crate::client::{Client, ClientError};
 use anyhow::{Context, Result};
 use orrery_policy::JobId;
@@ -65,7 +65,9 @@ use process::serve_socket;
 mod classes;
 pub use classes::{mark_script, run_nft};
 mod fence;
+mod handover;
 mod ranks;
+use handover::stop_and_tell;
 pub use ranks::{GRACE, MAX_RANK_RESTARTS, restart_backoff};
 use ranks::{Worker, launch, reap, stop_processes, stop_processes_within};
 
@@ -178,6 +180,10 @@ struct State {
     /// again here on that epoch, and the service is asked to start the
     /// whole job again ([`ranks::request_restarts`]); when it answered.
     broken: HashMap<(JobId, u64), Option<std::time::Instant>>,
+    /// Jobs whose processes of an epoch that left are being stopped, with
+    /// how many stops are in flight: the polls name them until they end
+    /// (`ledger::handover`).
+    stopping: HashMap<JobId, u32>,
 }
 
 /// Delays remembered for iterations not yet reported, at most (a process
@@ -250,6 +256,10 @@ struct Shared {
     fenced: tokio::sync::watch::Sender<u64>,
     /// One re-registration at a time.
     registering: tokio::sync::Mutex<()>,
+    /// Raised each time a job's processes finish stopping: the assignments'
+    /// long-poll is cut short, so the service hears it at once and starts
+    /// the job's next placement (`ledger::handover`).
+    stops: tokio::sync::watch::Sender<u64>,
 }
 
 impl Shared {
@@ -312,6 +322,7 @@ pub async fn run_until(opts: AgentOptions, stop: impl std::future::Future<Output
         changed: Notify::new(),
         fenced: tokio::sync::watch::Sender::new(0),
         registering: tokio::sync::Mutex::new(()),
+        stops: tokio::sync::watch::Sender::new(0),
     });
     register(&shared).await;
     tracing::info!(socket = %shared.opts.socket.display(), "agent for {} ready", shared.opts.name);
@@ -517,7 +528,7 @@ async fn fence_watch(shared: Arc<Shared>) {
                 "no heartbeat acknowledged for {silent:.1} s (the service marks a node down after {timeout} s): \
                  stopping this node's training processes"
             );
-            let children: Vec<Worker> = {
+            let children: Vec<(JobId, Vec<Worker>)> = {
                 let mut s = shared.lock();
                 let ids: Vec<(JobId, u64, u64)> =
                     s.jobs.values().map(|a| (a.job, a.epoch, a.target_iterations)).collect();
@@ -537,11 +548,12 @@ async fn fence_watch(shared: Arc<Shared>) {
                 }
                 s.jobs.clear();
                 shared.fenced.send_modify(|n| *n += 1);
-                s.children.drain().flat_map(|(_, c)| c).collect()
+                let keys: Vec<(JobId, u64)> = s.children.keys().copied().collect();
+                keys.into_iter().filter_map(|k| s.take_to_stop(k).map(|c| (k.0, c))).collect()
             };
             shared.changed.notify_waiters();
             let grace = Duration::from_secs_f64(((FENCE_KILL - FENCE_AT) * timeout).max(0.1)).min(GRACE);
-            stop_processes_within(children, grace).await;
+            stop_and_tell(shared.clone(), children, grace).await;
         }
     }
 }
@@ -551,6 +563,8 @@ async fn poll_assignments(shared: Arc<Shared>) {
     let mut session = 0u64;
     let mut fences = 0u64;
     let mut fence_seen = shared.fenced.subscribe();
+    let mut stops_seen = shared.stops.subscribe();
+    let mut held = 0usize;
     loop {
         let fenced = *fence_seen.borrow_and_update();
         let (host, current) = {
@@ -562,15 +576,20 @@ async fn poll_assignments(shared: Arc<Shared>) {
             session = current;
             fences = fenced;
         }
+        stops_seen.borrow_and_update();
+        let stopping = shared.lock().stopping_jobs();
+        let poll = AssignmentsPoll { session, after, wait_s: shared.opts.poll_s, stopping, held };
         let answer = tokio::select! {
-            a = shared.client.assignments(host, session, after, shared.opts.poll_s) => a,
+            a = shared.client.assignments(host, &poll) => a,
             // Fenced while polling: ask again for the whole state.
             _ = fence_seen.changed() => continue,
+            // A job's processes stopped: say so at once.
+            _ = stops_seen.changed() => continue,
         };
         match answer {
             Ok(a) => {
                 after = a.version;
-                apply_assignments(&shared, a.jobs);
+                held = apply_assignments(&shared, a.jobs);
             }
             Err(e) => {
                 if !on_stale(&shared, session, &e).await {
@@ -582,8 +601,10 @@ async fn poll_assignments(shared: Arc<Shared>) {
     }
 }
 
-/// Starts what is new, stops what left, updates the rest.
-fn apply_assignments(shared: &Shared, jobs: Vec<Assignment>) {
+/// Starts what is new, stops what left, updates the rest; the number of
+/// assignments held because other hosts still stop the job's earlier
+/// ranks (`Assignment::waiting_on`).
+fn apply_assignments(shared: &Arc<Shared>, jobs: Vec<Assignment>) -> usize {
     let mut s = shared.lock();
     let new: HashMap<JobId, Assignment> = jobs.into_iter().map(|a| (a.job, a)).collect();
     let left: Vec<(JobId, u64, u64)> = s
@@ -595,8 +616,8 @@ fn apply_assignments(shared: &Shared, jobs: Vec<Assignment>) {
     for (id, epoch, target_iterations) in left {
         let why = if s.done.contains(&id) { "finished" } else { "withdrawn (preempted, cancelled or finished)" };
         s.gone.insert(id, Left { epoch, why: why.to_string(), target_iterations });
-        if let Some(children) = s.children.remove(&(id, epoch)) {
-            tokio::spawn(stop_processes(children));
+        if let Some(children) = s.take_to_stop((id, epoch)) {
+            tokio::spawn(stop_and_tell(shared.clone(), vec![(id, children)], GRACE));
         }
         s.release_gpus(id);
         tracing::info!(job = id, epoch, "job left this node: {why}");
@@ -611,6 +632,17 @@ fn apply_assignments(shared: &Shared, jobs: Vec<Assignment>) {
     let mut new = new;
     for id in s.hold_back_while_lapsed(&mut new) {
         tracing::info!(job = id, "not starting the job until a heartbeat is acknowledged");
+    }
+    // At most one process per rank: a placement starts once every host of
+    // the job's earlier ones has stopped their ranks.
+    let waiting = s.hold_back_until_handed_over(&mut new);
+    for a in &waiting {
+        tracing::info!(
+            job = a.job,
+            epoch = a.epoch,
+            "not starting the job until {} stop its earlier ranks",
+            a.waiting_on.join(", ")
+        );
     }
     for (id, a) in &new {
         let fresh = s.jobs.get(id).is_none_or(|old| old.epoch != a.epoch);
@@ -649,6 +681,7 @@ fn apply_assignments(shared: &Shared, jobs: Vec<Assignment>) {
             Err(e) => tracing::error!("{e}"),
         }
     }
+    waiting.len()
 }
 
 /// The htb class of a throttled job on the shaped device (minor ids from
@@ -841,7 +874,7 @@ mod tests {
     }
 
     /// Job `id` in epoch 1, running, one rank on one GPU of h0.
-    fn assignment(id: usize) -> crate::api::Assignment {
+    pub(super) fn assignment(id: usize) -> crate::api::Assignment {
         crate::api::Assignment {
             job: id,
             name: format!("j{id}"),
@@ -857,6 +890,7 @@ mod tests {
             iterations_done: 0,
             target_iterations: 10,
             in_force: Default::default(),
+            waiting_on: Vec::new(),
         }
     }
 

@@ -272,6 +272,7 @@ mod tests {
             iterations_done: done,
             target_iterations: 100,
             in_force,
+            waiting_on: Vec::new(),
         }
     }
 

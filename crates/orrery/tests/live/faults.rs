@@ -16,6 +16,14 @@ fn watch(sockets: Vec<PathBuf>, stop: &std::sync::atomic::AtomicBool) -> Vec<Pro
 /// its node's jobs are placed elsewhere once the service's time-out
 /// passes. Its ranks must not keep running beside their replacements: the
 /// history's "rank in two places" invariant over what /proc showed.
+///
+/// The job moves from {h0, h1} to {h1, h2} and its ranks are renumbered:
+/// rank 1 goes from h1 to h2. Each rank takes a second to stop after
+/// SIGTERM (a checkpoint), so h2 may start rank 1 only once h1 says its
+/// old rank 1 is gone (`ledger::handover`). Without that barrier h2
+/// started it at once and the check failed every run; before the ranks
+/// took a second to stop, it failed once in several CI runs, when h1's
+/// poll woke more than the watcher's 50 ms after h2's.
 #[test]
 fn a_frozen_agents_ranks_stop_before_their_job_runs_elsewhere() {
     // The watcher reads every process's environment 20 times a second: not
@@ -26,10 +34,10 @@ fn a_frozen_agents_ranks_stop_before_their_job_runs_elsewhere() {
     let http = Http::new();
     let user = s.token("user.token");
     let u = s.url();
-    let exec = Some("sleep 600");
+    let exec = Some("trap 'sleep 1; exit 0' TERM; sleep 600 & wait");
     let a0 = agent(&s, "h0", exec);
-    let _a1 = agent(&s, "h1", exec);
-    let _a2 = agent(&s, "h2", exec);
+    let a1 = agent(&s, "h1", exec);
+    let a2 = agent(&s, "h2", exec);
     nodes_up(&http, &s, 3);
     let sockets: Vec<PathBuf> = ["h0", "h1", "h2"].iter().map(|h| s.dir.join(format!("agent-{h}.sock"))).collect();
     let stop = std::sync::atomic::AtomicBool::new(false);
@@ -72,6 +80,12 @@ fn a_frozen_agents_ranks_stop_before_their_job_runs_elsewhere() {
         processes: events.clone(),
     };
     let violations = check(&history);
+    // The agents go, and their ranks a second after (their checkpoint).
+    let sockets: Vec<PathBuf> = ["h0", "h1", "h2"].iter().map(|h| s.dir.join(format!("agent-{h}.sock"))).collect();
+    drop((a0, a1, a2));
+    wait_until("the ranks to stop after their agents", Duration::from_secs(10), || {
+        sockets.iter().all(|k| processes_of_agent(k).is_empty()).then_some(())
+    });
     assert!(events.iter().filter(|e| e.started).count() >= 4, "both placements' ranks were seen: {events:?}");
     assert!(violations.is_empty(), "{violations:#?}");
 }
