@@ -17,7 +17,7 @@
 //!   of a host than its agent registered, and no job is placed twice
 //!   without leaving in between.
 //! * **No rank in two places**: the agents never ran one rank of one job on
-//!   two hosts at once.
+//!   two hosts at once, nor two placements' (epochs') of it on one host.
 //! * **Every job that could run ran**: a job whose GPUs the cluster had,
 //!   not cancelled, was placed at least once.
 //!
@@ -42,6 +42,8 @@ pub struct ProcessEvent {
     pub job: JobId,
     /// Rank within the job.
     pub rank: u32,
+    /// The placement epoch it ran on (0: unknown).
+    pub epoch: u64,
     /// Started (true) or stopped.
     pub started: bool,
 }
@@ -283,21 +285,26 @@ fn ranks(events: &[ProcessEvent], out: &mut Vec<Violation>) {
     let mut running: BTreeMap<(JobId, u32), Vec<&ProcessEvent>> = BTreeMap::new();
     let show = |p: &ProcessEvent| {
         let what = if p.started { "started" } else { "stopped" };
-        format!("{:.3} s: host {} {what} job {} rank {}", p.at_s, p.host, p.job, p.rank)
+        format!("{:.3} s: host {} {what} job {} rank {} (epoch {})", p.at_s, p.host, p.job, p.rank, p.epoch)
     };
+    let same = |a: &ProcessEvent, b: &ProcessEvent| a.host == b.host && a.epoch == b.epoch;
     for p in sorted {
         let on = running.entry((p.job, p.rank)).or_default();
         if p.started {
-            if let Some(other) = on.iter().find(|o| o.host != p.host) {
-                out.push(Violation {
-                    invariant: "rank in two places",
-                    what: format!("job {} rank {} ran on hosts {} and {} at once", p.job, p.rank, other.host, p.host),
-                    window: vec![show(other), show(p)],
-                });
+            if let Some(other) = on.iter().find(|o| !same(o, p)) {
+                let what = if other.host != p.host {
+                    format!("job {} rank {} ran on hosts {} and {} at once", p.job, p.rank, other.host, p.host)
+                } else {
+                    format!(
+                        "job {} rank {} ran twice on host {} at once (epochs {} and {})",
+                        p.job, p.rank, p.host, other.epoch, p.epoch
+                    )
+                };
+                out.push(Violation { invariant: "rank in two places", what, window: vec![show(other), show(p)] });
             }
             on.push(p);
         } else {
-            on.retain(|o| o.host != p.host);
+            on.retain(|o| !same(o, p));
         }
     }
 }
@@ -369,12 +376,12 @@ mod tests {
             logs_read: vec![log[..3].to_vec(), Vec::new()],
             log,
             processes: vec![
-                ProcessEvent { at_s: 3.0, host: 0, job: 0, rank: 0, started: true },
-                ProcessEvent { at_s: 4.0, host: 0, job: 0, rank: 0, started: false },
+                ProcessEvent { at_s: 3.0, host: 0, job: 0, rank: 0, epoch: 1, started: true },
+                ProcessEvent { at_s: 4.0, host: 0, job: 0, rank: 0, epoch: 1, started: false },
                 // Rank 0 of job 1 moves from host 0 to host 1 at one instant.
-                ProcessEvent { at_s: 5.0, host: 0, job: 1, rank: 0, started: true },
-                ProcessEvent { at_s: 6.0, host: 0, job: 1, rank: 0, started: false },
-                ProcessEvent { at_s: 6.0, host: 1, job: 1, rank: 0, started: true },
+                ProcessEvent { at_s: 5.0, host: 0, job: 1, rank: 0, epoch: 1, started: true },
+                ProcessEvent { at_s: 6.0, host: 0, job: 1, rank: 0, epoch: 1, started: false },
+                ProcessEvent { at_s: 6.0, host: 1, job: 1, rank: 0, epoch: 1, started: true },
             ],
         }
     }
@@ -490,14 +497,28 @@ mod tests {
     #[test]
     fn one_rank_on_two_hosts_at_once_is_found_with_both_starts() {
         let mut h = good();
-        h.processes.push(ProcessEvent { at_s: 5.5, host: 1, job: 1, rank: 0, started: true });
+        h.processes.push(ProcessEvent { at_s: 5.5, host: 1, job: 1, rank: 0, epoch: 1, started: true });
         let v = check(&h);
         assert_eq!(count(&v, "rank in two places"), 1, "{v:#?}");
         let x = &v[0];
-        assert_eq!(x.window, vec!["5.000 s: host 0 started job 1 rank 0", "5.500 s: host 1 started job 1 rank 0"]);
+        assert_eq!(
+            x.window,
+            vec!["5.000 s: host 0 started job 1 rank 0 (epoch 1)", "5.500 s: host 1 started job 1 rank 0 (epoch 1)"]
+        );
         // Other ranks of the job may run anywhere.
         let mut h = good();
-        h.processes.push(ProcessEvent { at_s: 5.5, host: 1, job: 1, rank: 1, started: true });
+        h.processes.push(ProcessEvent { at_s: 5.5, host: 1, job: 1, rank: 1, epoch: 1, started: true });
+        assert_eq!(check(&h), Vec::new());
+        // Nor two placements of one rank on one host: the next epoch's
+        // process started while the last one's still ran.
+        let mut h = good();
+        h.processes.push(ProcessEvent { at_s: 3.5, host: 0, job: 0, rank: 0, epoch: 2, started: true });
+        let v = check(&h);
+        assert_eq!(count(&v, "rank in two places"), 1, "{v:#?}");
+        assert_eq!(v[0].what, "job 0 rank 0 ran twice on host 0 at once (epochs 1 and 2)");
+        // Once it stopped, the next one may start there.
+        let mut h = good();
+        h.processes.push(ProcessEvent { at_s: 4.0, host: 0, job: 0, rank: 0, epoch: 2, started: true });
         assert_eq!(check(&h), Vec::new());
     }
 

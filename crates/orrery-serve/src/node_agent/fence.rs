@@ -19,6 +19,7 @@
 //!   frozen agent's ranks ran beside their replacements.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// The shell that leads a rank's process group. It runs the command (`$1`)
 /// and exits with its status.
@@ -111,6 +112,60 @@ pub(super) fn renew(path: &Path, sent: i64, timeout_s: f64) {
     let written = std::fs::write(&tmp, format!("{term_at} {kill_at}\n")).and_then(|()| std::fs::rename(&tmp, path));
     if let Err(e) = written {
         tracing::warn!("renewing the ranks' lease {}: {e}", path.display());
+    }
+}
+
+/// Processes an earlier agent on `socket` started that still run (their
+/// environment names the socket): a dead agent's ranks stopping on its
+/// death signal, or a frozen agent's replaced by this one. O(processes).
+pub(super) fn leftover_ranks(socket: &Path) -> Vec<i32> {
+    let var = format!("ORRERY_AGENT_SOCKET={}", socket.display());
+    let me = std::process::id();
+    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()))
+        .filter(|&pid| pid != me)
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .is_ok_and(|env| env.split(|&b| b == 0).any(|v| v == var.as_bytes()))
+        })
+        .filter_map(|pid| i32::try_from(pid).ok())
+        .collect()
+}
+
+/// Before an agent registers, the ranks an earlier agent on its socket
+/// left are stopped (SIGTERM, SIGKILL to what is left after `grace`) and
+/// waited for: the service hands this agent, and other hosts, the next
+/// placements of their jobs, and no rank may run beside its successor
+/// (the service's handover counts on what this agent says it stops, and
+/// this agent never knew these). Returns how many there were.
+pub(super) async fn stop_leftovers(socket: &Path, grace: Duration) -> usize {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+    let found = leftover_ranks(socket);
+    if found.is_empty() {
+        return 0;
+    }
+    tracing::warn!(
+        "{} training processes of an earlier agent on {} still run: stopping them before registering",
+        found.len(),
+        socket.display()
+    );
+    for &pid in &found {
+        let _ = kill(Pid::from_raw(pid), Signal::SIGTERM);
+    }
+    let deadline = tokio::time::Instant::now() + grace;
+    loop {
+        let left = leftover_ranks(socket);
+        if left.is_empty() {
+            return found.len();
+        }
+        if tokio::time::Instant::now() >= deadline {
+            for pid in left {
+                let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
@@ -223,5 +278,39 @@ mod tests {
         renew(&path, 1_050, 2.0);
         assert_eq!(std::fs::read_to_string(&path).expect("lease"), "1170 1230\n");
         assert_eq!(lease_path(Path::new("/run/orrery/agent-h0.sock")), Path::new("/run/orrery/agent-h0.lease"));
+    }
+
+    /// An agent restarted after a crash finds its predecessor's ranks
+    /// still stopping (one takes 0.3 s to checkpoint, one ignores SIGTERM)
+    /// and registers only once both are gone.
+    #[test]
+    fn an_earlier_agents_ranks_are_gone_before_an_agent_registers() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let socket = dir.path().join("agent-h0.sock");
+        let spawn =
+            |cmd: &str| Command::new("sh").args(["-c", cmd]).env("ORRERY_AGENT_SOCKET", &socket).spawn().expect("sh");
+        let mut slow = spawn("trap 'sleep 0.3; exit 0' TERM; sleep 30 & wait");
+        let mut deaf = spawn("trap '' TERM; sleep 30");
+        let other = dir.path().join("agent-h1.sock");
+        let mut elsewhere = {
+            use std::os::unix::process::CommandExt;
+            let mut c = Command::new("sh");
+            c.args(["-c", "sleep 30"]).env("ORRERY_AGENT_SOCKET", &other).process_group(0);
+            c.spawn().expect("sh")
+        };
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(leftover_ranks(&socket).len() >= 2);
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("rt");
+        let t = std::time::Instant::now();
+        let found = rt.block_on(stop_leftovers(&socket, Duration::from_secs(1)));
+        let took = t.elapsed();
+        assert!(found >= 2, "{found}");
+        assert!(leftover_ranks(&socket).is_empty());
+        assert!(took >= Duration::from_millis(900), "the deaf one waited for its SIGKILL: {took:?}");
+        let _ = (slow.wait(), deaf.wait());
+        assert!(!leftover_ranks(&other).is_empty(), "another socket's ranks are not touched");
+        let group = nix::unistd::Pid::from_raw(elsewhere.id() as i32);
+        let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
+        let _ = elsewhere.wait();
     }
 }

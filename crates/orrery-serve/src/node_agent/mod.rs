@@ -296,8 +296,10 @@ pub async fn run_until(opts: AgentOptions, stop: impl std::future::Future<Output
             .with_context(|| format!("removing stale socket {}", opts.socket.display()))?;
     }
     // A lease left by an earlier agent on this socket has lapsed; this
-    // agent's first acknowledged heartbeat writes its own.
+    // agent's first acknowledged heartbeat writes its own. The ranks that
+    // agent left go first.
     let _ = std::fs::remove_file(fence::lease_path(&opts.socket));
+    fence::stop_leftovers(&opts.socket, GRACE).await;
     // Marks an earlier agent left for jobs that have since gone.
     if opts.shape_dev.is_some()
         && let Err(e) = run_nft(opts.netns.as_deref(), classes::CLEAR_SCRIPT)

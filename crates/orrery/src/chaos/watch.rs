@@ -20,8 +20,8 @@ pub fn commands_of(sockets: &[PathBuf], host: usize) -> Vec<u32> {
     let is_shell = |pid: u32| std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "sh");
     let mut found: Vec<((usize, u32), u32)> = ranks(sockets)
         .into_iter()
-        .filter(|&(pid, (h, _, _))| h == host && group_of(pid).is_some_and(|g| g != pid) && !is_shell(pid))
-        .map(|(pid, (_, job, rank))| ((job, rank), pid))
+        .filter(|&(pid, (h, _, _, _))| h == host && group_of(pid).is_some_and(|g| g != pid) && !is_shell(pid))
+        .map(|(pid, (_, job, rank, _))| ((job, rank), pid))
         .collect();
     found.sort();
     found.into_iter().map(|(_, pid)| pid).collect()
