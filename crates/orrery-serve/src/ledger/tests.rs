@@ -17,6 +17,25 @@ fn up(l: &mut Ledger, node: HostId) {
     );
 }
 
+/// What was recorded on a ledger, in order, for a replay.
+type Log = Vec<(u64, Logged, f64)>;
+
+/// The demo cluster with hosts `0..up` registered, and its log.
+fn recording(up: usize) -> (Ledger, Log) {
+    let (mut l, mut log) = (demo(), Log::new());
+    for node in 0..up {
+        rec(&mut l, &mut log, Logged::Event(DriverEvent::NodeUp { node, gpus: 2, session: 1, data_addr: None }), 0.0);
+    }
+    (l, log)
+}
+
+/// Records `e` at `at` (it must be valid), keeping it in `log`; its seq.
+fn rec(l: &mut Ledger, log: &mut Log, e: Logged, at: f64) -> u64 {
+    let seq = l.record(&e, at).expect("valid");
+    log.push((seq, e, at));
+    seq
+}
+
 #[test]
 fn an_llm_mesh_submitted_as_json_is_placed_in_whole_tp_groups() {
     // The job issue 66 names, at a size the `h100` set-up holds:
@@ -82,33 +101,25 @@ fn a_job_is_offered_once_its_dependencies_have_started() {
 
 #[test]
 fn replaying_the_log_rebuilds_the_state_in_force() {
-    let mut l = demo();
-    let mut log: Vec<(u64, Logged, f64)> = Vec::new();
-    let mut rec = |l: &mut Ledger, e: Logged, at: f64| {
-        let seq = l.record(&e, at).expect("valid");
-        log.push((seq, e, at));
-    };
-    for node in 0..3 {
-        rec(&mut l, Logged::Event(DriverEvent::NodeUp { node, gpus: 2, session: 1, data_addr: None }), 0.0);
-    }
+    let (mut l, mut log) = recording(3);
     let ids: Vec<JobId> = ["a", "b", "c"].iter().map(|n| l.submit(spec(n), 0.5)).collect();
-    rec(&mut l, Logged::Decision(Decision::Place { job: ids[0], hosts: vec![(0, 1), (1, 1)] }), 1.0);
-    rec(&mut l, Logged::Decision(Decision::Place { job: ids[1], hosts: vec![(0, 1), (1, 1)] }), 1.0);
-    rec(&mut l, Logged::Decision(Decision::Align { job: ids[1], period_ms: 200.0, offset_s: 1.1 }), 1.0);
-    rec(&mut l, Logged::Decision(Decision::Shift { job: ids[0], ms: 12.5 }), 2.0);
-    rec(&mut l, Logged::Decision(Decision::Pace { job: ids[0], period_ms: 210.0, offset_s: 0.9 }), 2.0);
-    rec(&mut l, Logged::Decision(Decision::Throttle { job: ids[1], gbps: Some(10.0) }), 2.0);
-    rec(&mut l, Logged::Decision(Decision::Route { job: ids[1], flow: 0, paths: vec![0] }), 2.0);
+    rec(&mut l, &mut log, Logged::Decision(Decision::Place { job: ids[0], hosts: vec![(0, 1), (1, 1)] }), 1.0);
+    rec(&mut l, &mut log, Logged::Decision(Decision::Place { job: ids[1], hosts: vec![(0, 1), (1, 1)] }), 1.0);
+    rec(&mut l, &mut log, Logged::Decision(Decision::Align { job: ids[1], period_ms: 200.0, offset_s: 1.1 }), 1.0);
+    rec(&mut l, &mut log, Logged::Decision(Decision::Shift { job: ids[0], ms: 12.5 }), 2.0);
+    rec(&mut l, &mut log, Logged::Decision(Decision::Pace { job: ids[0], period_ms: 210.0, offset_s: 0.9 }), 2.0);
+    rec(&mut l, &mut log, Logged::Decision(Decision::Throttle { job: ids[1], gbps: Some(10.0) }), 2.0);
+    rec(&mut l, &mut log, Logged::Decision(Decision::Route { job: ids[1], flow: 0, paths: vec![0] }), 2.0);
     // A note is logged (the measurement behind a decision) and changes nothing.
     let before = l.job_info(ids[1]).expect("b").in_force;
     let text = "cassini: measured collision with a: 35.1 ms".to_string();
-    rec(&mut l, Logged::Decision(Decision::Note { job: ids[1], text: text.clone() }), 2.0);
+    rec(&mut l, &mut log, Logged::Decision(Decision::Note { job: ids[1], text: text.clone() }), 2.0);
     assert_eq!(l.job_info(ids[1]).expect("b").in_force, before);
     assert!(l.record(&Logged::Decision(Decision::Note { job: 99, text }), 2.0).is_none(), "no such job");
-    rec(&mut l, Logged::Decision(Decision::Pause { job: ids[1] }), 3.0);
-    rec(&mut l, Logged::Decision(Decision::Preempt { job: ids[0] }), 4.0);
-    rec(&mut l, Logged::Decision(Decision::Place { job: ids[2], hosts: vec![(2, 2)] }), 4.0);
-    rec(&mut l, Logged::Event(DriverEvent::Finished { job: ids[2] }), 5.0);
+    rec(&mut l, &mut log, Logged::Decision(Decision::Pause { job: ids[1] }), 3.0);
+    rec(&mut l, &mut log, Logged::Decision(Decision::Preempt { job: ids[0] }), 4.0);
+    rec(&mut l, &mut log, Logged::Decision(Decision::Place { job: ids[2], hosts: vec![(2, 2)] }), 4.0);
+    rec(&mut l, &mut log, Logged::Event(DriverEvent::Finished { job: ids[2] }), 5.0);
     let mut r = demo();
     for (id, n) in ["a", "b", "c"].into_iter().enumerate() {
         r.restore_job(id, spec(n), 0.5);
@@ -248,28 +259,24 @@ fn a_placement_keeps_its_hosts_in_the_decisions_order() {
 /// state, the forgotten job's id still taken.
 #[test]
 fn a_job_that_ended_expires_with_its_entries_and_its_id_is_never_given_again() {
-    let mut l = demo();
-    let mut log: Vec<(u64, Logged, f64)> = Vec::new();
-    let mut rec = |l: &mut Ledger, e: Logged, at: f64| {
-        let seq = l.record(&e, at).expect("valid");
-        log.push((seq, e, at));
-        seq
-    };
-    for node in 0..2 {
-        rec(&mut l, Logged::Event(DriverEvent::NodeUp { node, gpus: 2, session: 1, data_addr: None }), 0.0);
-    }
+    let (mut l, mut log) = recording(2);
     let ids: Vec<JobId> = ["a", "b", "c"].iter().map(|n| l.submit(spec(n), 0.5)).collect();
     let mut seqs_of_c = Vec::new();
     for &job in &ids {
-        let s = rec(&mut l, Logged::Event(DriverEvent::Submitted { job }), 0.5);
+        let s = rec(&mut l, &mut log, Logged::Event(DriverEvent::Submitted { job }), 0.5);
         if job == ids[2] {
             seqs_of_c.push(s);
         }
     }
-    rec(&mut l, Logged::Decision(Decision::Place { job: ids[0], hosts: vec![(0, 1), (1, 1)] }), 1.0);
-    seqs_of_c.push(rec(&mut l, Logged::Decision(Decision::Place { job: ids[2], hosts: vec![(0, 1), (1, 1)] }), 1.0));
-    seqs_of_c.push(rec(&mut l, Logged::Event(DriverEvent::Finished { job: ids[2] }), 5.0));
-    rec(&mut l, Logged::Event(DriverEvent::Cancelled { job: ids[1] }), 6.0);
+    rec(&mut l, &mut log, Logged::Decision(Decision::Place { job: ids[0], hosts: vec![(0, 1), (1, 1)] }), 1.0);
+    seqs_of_c.push(rec(
+        &mut l,
+        &mut log,
+        Logged::Decision(Decision::Place { job: ids[2], hosts: vec![(0, 1), (1, 1)] }),
+        1.0,
+    ));
+    seqs_of_c.push(rec(&mut l, &mut log, Logged::Event(DriverEvent::Finished { job: ids[2] }), 5.0));
+    rec(&mut l, &mut log, Logged::Event(DriverEvent::Cancelled { job: ids[1] }), 6.0);
 
     assert_eq!(l.expiry(4.9, 10), None, "nothing ended by 4.9 s");
     assert_eq!(l.expiry(7.0, 1).expect("b and c ended").jobs, [ids[1]], "at most one, lowest number first");
@@ -279,7 +286,7 @@ fn a_job_that_ended_expires_with_its_entries_and_its_id_is_never_given_again() {
     let running = Logged::Event(DriverEvent::Expired { jobs: vec![ids[0]], next_job: 3, superseded: vec![] });
     assert!(l.record(&running, 6.0).is_none(), "a running job does not expire");
     let entry = DriverEvent::Expired { jobs: first.jobs.clone(), next_job: 3, superseded: first.superseded.clone() };
-    let expired = rec(&mut l, Logged::Event(entry), 6.5);
+    let expired = rec(&mut l, &mut log, Logged::Event(entry), 6.5);
     assert!(l.jobs().get(ids[2]).is_none() && l.job_by_name(None, "c").is_none());
     assert_eq!(l.free_gpus()[..2], [1, 1], "a still holds its GPUs");
     let second = l.expiry(7.0, 10).expect("b ended at 6 s");
@@ -306,29 +313,20 @@ fn a_job_that_ended_expires_with_its_entries_and_its_id_is_never_given_again() {
 
 #[test]
 fn a_moved_job_starts_once_its_earlier_hosts_show_their_ranks_stopped() {
-    let mut l = demo();
-    let mut log: Vec<(u64, Logged, f64)> = Vec::new();
-    let mut rec = |l: &mut Ledger, e: Logged, at: f64| {
-        let seq = l.record(&e, at).expect("valid");
-        log.push((seq, e, at));
-        seq
-    };
-    for node in 0..3 {
-        rec(&mut l, Logged::Event(DriverEvent::NodeUp { node, gpus: 2, session: 1, data_addr: None }), 0.0);
-    }
+    let (mut l, mut log) = recording(3);
     let a = l.submit(spec("a"), 0.5);
     let name = |h: HostId| l.topology().hosts[h].name.clone();
     let (h0, h1) = (name(0), name(1));
-    rec(&mut l, Logged::Decision(Decision::Place { job: a, hosts: vec![(0, 1), (1, 1)] }), 1.0);
+    rec(&mut l, &mut log, Logged::Decision(Decision::Place { job: a, hosts: vec![(0, 1), (1, 1)] }), 1.0);
     assert!(l.assignments(0).jobs[0].waiting_on.is_empty(), "a first placement waits for no one");
     // Host 0 falls silent: its job is preempted, then the node goes down.
-    let withdrawn = rec(&mut l, Logged::Decision(Decision::Preempt { job: a }), 2.0);
+    let withdrawn = rec(&mut l, &mut log, Logged::Decision(Decision::Preempt { job: a }), 2.0);
     assert_eq!(l.waiting_on(a), vec![h0.clone(), h1.clone()]);
-    rec(&mut l, Logged::Event(DriverEvent::NodeDown { node: 0 }), 2.0);
+    rec(&mut l, &mut log, Logged::Event(DriverEvent::NodeDown { node: 0 }), 2.0);
     assert_eq!(l.waiting_on(a), vec![h1.clone()], "a node marked down was fenced by its lease");
     // Moved to hosts 1 and 2, ranks renumbered (rank 1 from host 1 to 2):
     // both hold until host 1 shows its old ranks stopped.
-    rec(&mut l, Logged::Decision(Decision::Place { job: a, hosts: vec![(1, 1), (2, 1)] }), 3.0);
+    rec(&mut l, &mut log, Logged::Decision(Decision::Place { job: a, hosts: vec![(1, 1), (2, 1)] }), 3.0);
     for h in [1, 2] {
         assert_eq!(l.assignments(h).jobs[0].waiting_on, vec![h1.clone()], "host {h}");
         assert_eq!(l.held_on(h), 1);

@@ -38,18 +38,41 @@ impl State {
     }
 
     /// Takes the assignments not yet started here (new, or in a new epoch)
-    /// that wait for other hosts out of `new` and returns them; the ones
-    /// running stay. O(jobs).
-    pub(super) fn hold_back_until_handed_over(&self, new: &mut HashMap<JobId, Assignment>) -> Vec<Assignment> {
-        let waiting: Vec<JobId> = new
-            .iter()
-            .filter(|(id, a)| !a.waiting_on.is_empty() && self.jobs.get(id).is_none_or(|old| old.epoch != a.epoch))
-            .map(|(&id, _)| id)
-            .collect();
-        let mut out: Vec<Assignment> = waiting.iter().filter_map(|id| new.remove(id)).collect();
-        out.sort_by_key(|a| a.job);
-        out
+    /// that must wait out of `new`: those naming other hosts (or this one)
+    /// still stopping the job's earlier ranks, and those whose processes
+    /// here are still being stopped (a fence's, when the service kept the
+    /// node and the job's epoch). The ones running stay. O(jobs).
+    pub(super) fn hold_back_until_handed_over(&self, new: &mut HashMap<JobId, Assignment>) -> Held {
+        let fresh = |id: &JobId, a: &Assignment| self.jobs.get(id).is_none_or(|old| old.epoch != a.epoch);
+        let (mut waiting, mut here) = (Vec::new(), Vec::new());
+        for (id, a) in new.iter() {
+            if !fresh(id, a) {
+                continue;
+            }
+            if !a.waiting_on.is_empty() {
+                waiting.push(*id);
+            } else if self.stopping.contains_key(id) {
+                here.push(*id);
+            }
+        }
+        let mut held = Held { waiting: waiting.iter().filter_map(|id| new.remove(id)).collect(), stopping_here: here };
+        for id in &held.stopping_here {
+            new.remove(id);
+        }
+        held.waiting.sort_by_key(|a| a.job);
+        held.stopping_here.sort_unstable();
+        held
     }
+}
+
+/// What [`State::hold_back_until_handed_over`] held.
+#[derive(Debug, Default)]
+pub(super) struct Held {
+    /// Assignments waiting for hosts named in `waiting_on`.
+    pub(super) waiting: Vec<Assignment>,
+    /// Jobs whose processes here are still being stopped: the agent takes
+    /// the whole state again once a stop ends.
+    pub(super) stopping_here: Vec<JobId>,
 }
 
 /// Stops `children` (SIGKILL after `grace`), then counts their jobs no
@@ -85,15 +108,19 @@ mod tests {
     }
 
     #[test]
-    fn a_placement_waiting_for_other_hosts_is_not_started_and_a_running_one_stays() {
+    fn a_placement_waiting_for_a_stop_is_not_started_and_a_running_one_stays() {
         // Job 1 runs here in epoch 1; job 2 ran here in epoch 1 and comes
         // back in epoch 3 while h1 still stops its ranks of epoch 1; job 3
         // is new and waits for no one.
-        let s = State { jobs: [(1, job(1, 1, &[])), (2, job(2, 1, &[]))].into(), ..State::default() };
+        // Job 4 was fenced here and comes back on the same epoch while its
+        // processes are still being stopped.
+        let mut s = State { jobs: [(1, job(1, 1, &[])), (2, job(2, 1, &[]))].into(), ..State::default() };
+        s.stopping.insert(4, 1);
         let mut new: HashMap<JobId, Assignment> =
-            [(1, job(1, 1, &["h9"])), (2, job(2, 3, &["h1"])), (3, job(3, 1, &[]))].into();
+            [(1, job(1, 1, &["h9"])), (2, job(2, 3, &["h1"])), (3, job(3, 1, &[])), (4, job(4, 1, &[]))].into();
         let held = s.hold_back_until_handed_over(&mut new);
-        assert_eq!(held.iter().map(|a| (a.job, a.epoch)).collect::<Vec<_>>(), vec![(2, 3)]);
+        assert_eq!(held.waiting.iter().map(|a| (a.job, a.epoch)).collect::<Vec<_>>(), vec![(2, 3)]);
+        assert_eq!(held.stopping_here, vec![4]);
         let mut kept: Vec<JobId> = new.keys().copied().collect();
         kept.sort_unstable();
         assert_eq!(kept, vec![1, 3]);

@@ -566,7 +566,7 @@ async fn poll_assignments(shared: Arc<Shared>) {
     let mut fences = 0u64;
     let mut fence_seen = shared.fenced.subscribe();
     let mut stops_seen = shared.stops.subscribe();
-    let mut held = 0usize;
+    let mut held = handover::Held::default();
     loop {
         let fenced = *fence_seen.borrow_and_update();
         let (host, current) = {
@@ -580,7 +580,13 @@ async fn poll_assignments(shared: Arc<Shared>) {
         }
         stops_seen.borrow_and_update();
         let stopping = shared.lock().stopping_jobs();
-        let poll = AssignmentsPoll { session, after, wait_s: shared.opts.poll_s, stopping, held };
+        // An assignment held for processes here that have stopped since:
+        // take the whole state again, so it starts.
+        if held.stopping_here.iter().any(|j| !stopping.contains(j)) {
+            after = 0;
+            held.stopping_here.clear();
+        }
+        let poll = AssignmentsPoll { session, after, wait_s: shared.opts.poll_s, stopping, held: held.waiting.len() };
         let answer = tokio::select! {
             a = shared.client.assignments(host, &poll) => a,
             // Fenced while polling: ask again for the whole state.
@@ -603,10 +609,9 @@ async fn poll_assignments(shared: Arc<Shared>) {
     }
 }
 
-/// Starts what is new, stops what left, updates the rest; the number of
-/// assignments held because other hosts still stop the job's earlier
-/// ranks (`Assignment::waiting_on`).
-fn apply_assignments(shared: &Arc<Shared>, jobs: Vec<Assignment>) -> usize {
+/// Starts what is new, stops what left, updates the rest; what it held
+/// back because ranks of the job still stop here or elsewhere.
+fn apply_assignments(shared: &Arc<Shared>, jobs: Vec<Assignment>) -> handover::Held {
     let mut s = shared.lock();
     let new: HashMap<JobId, Assignment> = jobs.into_iter().map(|a| (a.job, a)).collect();
     let left: Vec<(JobId, u64, u64)> = s
@@ -636,15 +641,18 @@ fn apply_assignments(shared: &Arc<Shared>, jobs: Vec<Assignment>) -> usize {
         tracing::info!(job = id, "not starting the job until a heartbeat is acknowledged");
     }
     // At most one process per rank: a placement starts once every host of
-    // the job's earlier ones has stopped their ranks.
-    let waiting = s.hold_back_until_handed_over(&mut new);
-    for a in &waiting {
+    // the job's earlier ones has stopped their ranks, and this one its own.
+    let held = s.hold_back_until_handed_over(&mut new);
+    for a in &held.waiting {
         tracing::info!(
             job = a.job,
             epoch = a.epoch,
             "not starting the job until {} stop its earlier ranks",
             a.waiting_on.join(", ")
         );
+    }
+    for id in &held.stopping_here {
+        tracing::info!(job = id, "not starting the job until its processes here have stopped");
     }
     for (id, a) in &new {
         let fresh = s.jobs.get(id).is_none_or(|old| old.epoch != a.epoch);
@@ -683,7 +691,7 @@ fn apply_assignments(shared: &Arc<Shared>, jobs: Vec<Assignment>) -> usize {
             Err(e) => tracing::error!("{e}"),
         }
     }
-    waiting.len()
+    held
 }
 
 /// The htb class of a throttled job on the shaped device (minor ids from
