@@ -512,7 +512,7 @@ async fn dashboard(
 }
 
 async fn metrics(State(app): State<App>) -> Answer<Response> {
-    let (counts, up, gpus, links) = app
+    let (counts, up, gpus, links, awaiting) = app
         .core
         .call(|c| {
             let nodes = c.ledger.node_infos(c.now_s());
@@ -524,10 +524,12 @@ async fn metrics(State(app): State<App>) -> Answer<Response> {
                 c.ledger.nodes_up(),
                 [("used", used), ("free", free)],
                 crate::dashboard::link_loads(&c.ledger),
+                c.ledger.awaiting_handover(),
             )
         })
         .await?;
     let m = &app.core.metrics;
+    m.jobs_awaiting_handover.set(awaiting as i64);
     for (state, n) in counts {
         m.jobs.get_or_create(&crate::metrics::StateLabels { state }).set(n as i64);
     }

@@ -53,6 +53,9 @@ pub struct Metrics {
     pub batch_size: Histogram,
     /// Agents up (set at each scrape).
     pub agents_up: Gauge,
+    /// Placed jobs held until the hosts of their earlier placement show
+    /// their ranks stopped (`ledger::handover`; set at each scrape).
+    pub jobs_awaiting_handover: Gauge,
     /// GPUs by state, `used` or `free`, of nodes up (set at each scrape).
     pub gpus: Family<StateLabels, Gauge>,
     /// Mean offered load over capacity of each link active jobs cross (set
@@ -75,6 +78,7 @@ impl Default for Metrics {
             commit_seconds: Histogram::new(exponential_buckets(1e-4, 2.0, 14)),
             batch_size: Histogram::new(exponential_buckets(1.0, 2.0, 12)),
             agents_up: Gauge::default(),
+            jobs_awaiting_handover: Gauge::default(),
             gpus: Family::default(),
             link_utilisation: Family::default(),
         };
@@ -88,6 +92,11 @@ impl Default for Metrics {
         registry.register("commit_seconds", "Time of a group commit to SQLite", m.commit_seconds.clone());
         registry.register("commit_batch_size", "Commands per group commit", m.batch_size.clone());
         registry.register("agents_up", "Node agents registered and heartbeating", m.agents_up.clone());
+        registry.register(
+            "jobs_awaiting_handover",
+            "Placed jobs whose earlier placement's ranks are still stopping",
+            m.jobs_awaiting_handover.clone(),
+        );
         registry.register("gpus", "GPUs of nodes up, by state (used, free)", m.gpus.clone());
         registry.register(
             "link_utilisation",

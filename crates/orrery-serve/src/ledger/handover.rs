@@ -108,6 +108,11 @@ impl Ledger {
             .unwrap_or_default()
     }
 
+    /// Placed jobs whose assignments are held. O(jobs moving).
+    pub fn awaiting_handover(&self) -> usize {
+        self.moving.iter().filter(|&&job| self.jobs.get(job).is_some_and(|j| j.status.is_active())).count()
+    }
+
     /// How many of `host`'s assignments are held. O(jobs moving · their hosts).
     pub fn held_on(&self, host: HostId) -> usize {
         self.moving

@@ -331,6 +331,7 @@ fn a_moved_job_starts_once_its_earlier_hosts_show_their_ranks_stopped() {
         assert_eq!(l.assignments(h).jobs[0].waiting_on, vec![h1.clone()], "host {h}");
         assert_eq!(l.held_on(h), 1);
     }
+    assert_eq!(l.awaiting_handover(), 1);
     // A replica replaying the log holds the same.
     let mut r = demo();
     r.restore_job(a, spec("a"), 0.5);
@@ -346,6 +347,7 @@ fn a_moved_job_starts_once_its_earlier_hosts_show_their_ranks_stopped() {
     assert_eq!(l.held_on(2), 1);
     assert!(l.ranks_stopped(1, withdrawn, &[]));
     assert!(l.assignments(2).jobs[0].waiting_on.is_empty() && l.held_on(2) == 0 && l.held_on(1) == 0);
+    assert_eq!(l.awaiting_handover(), 0);
     // Finished: nothing to hand over.
     assert!(l.record(&Logged::Decision(Decision::Preempt { job: a }), 4.0).is_some());
     assert_eq!(l.waiting_on(a).len(), 2);
