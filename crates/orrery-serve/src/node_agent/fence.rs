@@ -116,20 +116,15 @@ pub(super) fn renew(path: &Path, sent: i64, timeout_s: f64) {
 }
 
 /// Processes an earlier agent on `socket` started that still run (their
-/// environment names the socket): a dead agent's ranks stopping on its
-/// death signal, or a frozen agent's replaced by this one. O(processes).
+/// environment names the socket, a job and a rank, as the history's
+/// watcher finds them): a dead agent's ranks stopping on its death signal,
+/// or a frozen agent's replaced by this one. O(processes).
 pub(super) fn leftover_ranks(socket: &Path) -> Vec<i32> {
-    let var = format!("ORRERY_AGENT_SOCKET={}", socket.display());
     let me = std::process::id();
-    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
-    dir.flatten()
-        .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()))
-        .filter(|&pid| pid != me)
-        .filter(|pid| {
-            std::fs::read(format!("/proc/{pid}/environ"))
-                .is_ok_and(|env| env.split(|&b| b == 0).any(|v| v == var.as_bytes()))
-        })
-        .filter_map(|pid| i32::try_from(pid).ok())
+    crate::history::watch::ranks(&[socket.to_path_buf()])
+        .into_iter()
+        .filter(|&(pid, _)| pid != me)
+        .filter_map(|(pid, _)| i32::try_from(pid).ok())
         .collect()
 }
 
@@ -287,15 +282,21 @@ mod tests {
     fn an_earlier_agents_ranks_are_gone_before_an_agent_registers() {
         let dir = tempfile::tempdir().expect("tempdir");
         let socket = dir.path().join("agent-h0.sock");
-        let spawn =
-            |cmd: &str| Command::new("sh").args(["-c", cmd]).env("ORRERY_AGENT_SOCKET", &socket).spawn().expect("sh");
+        let rank = |c: &mut Command, socket: &Path| {
+            c.env("ORRERY_AGENT_SOCKET", socket).env("ORRERY_JOB", "3").env("ORRERY_RANK", "0");
+        };
+        let spawn = |cmd: &str| {
+            let mut c = Command::new("sh");
+            rank(c.args(["-c", cmd]), &socket);
+            c.spawn().expect("sh")
+        };
         let mut slow = spawn("trap 'sleep 0.3; exit 0' TERM; sleep 30 & wait");
         let mut deaf = spawn("trap '' TERM; sleep 30");
         let other = dir.path().join("agent-h1.sock");
         let mut elsewhere = {
             use std::os::unix::process::CommandExt;
             let mut c = Command::new("sh");
-            c.args(["-c", "sleep 30"]).env("ORRERY_AGENT_SOCKET", &other).process_group(0);
+            rank(c.args(["-c", "sleep 30"]).process_group(0), &other);
             c.spawn().expect("sh")
         };
         std::thread::sleep(Duration::from_millis(200));
