@@ -603,24 +603,22 @@ async fn assignments(State(app): State<App>, Path(host): Path<String>, q: QueryA
     let mut committed = app.core.committed.clone();
     let mut handed_over = app.core.handed_over.clone();
     let (session, after, held) = (q.session, q.after, q.held);
-    // What the poll says of the node counts once, before waiting.
-    app.core
-        .call(move |c| {
-            c.ledger.session_is_current(host, session)?;
-            if c.ledger.ranks_stopped(host, after, &stopping) {
-                c.handed_over.send_modify(|n| *n += 1);
-            }
-            Ok::<_, Failure>(())
-        })
-        .await??;
+    // What the poll says of the node counts once, on its first look.
+    let mut report = Some(stopping);
     loop {
         committed.borrow_and_update();
         handed_over.borrow_and_update();
+        let stopping = report.take();
         let ready = app
             .core
             .call(move |c| {
                 let now = c.now_s();
                 c.ledger.heartbeat(host, session, now)?;
+                if let Some(stopping) = stopping
+                    && c.ledger.ranks_stopped(host, after, &stopping)
+                {
+                    c.handed_over.send_modify(|n| *n += 1);
+                }
                 let timed_out = tokio::time::Instant::now() >= deadline;
                 let released = held > 0 && c.ledger.held_on(host) < held;
                 Ok::<_, Failure>(
